@@ -1,0 +1,61 @@
+"""A consolidating batch of ``key -> delta`` changes, the unit in which progress travels.
+
+Updates to the same key accumulate and cancel, so a batch never holds more entries than
+distinct keys, and a ``+1`` followed by a ``-1`` costs nothing to ship:
+
+>>> batch = ChangeBatch()
+>>> batch.update("a", 1); batch.update("b", 2); batch.update("a", -1)
+>>> batch.drain()
+[('b', 2)]
+>>> batch.is_empty()
+True
+"""
+
+from __future__ import annotations
+
+from typing import Generic, Hashable, Iterable, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class ChangeBatch(Generic[K]):
+    """Accumulates integer deltas per key; zero entries disappear."""
+
+    __slots__ = ("_deltas",)
+
+    def __init__(self, changes: Iterable[tuple[K, int]] = ()) -> None:
+        self._deltas: dict[K, int] = {}
+        self.extend(changes)
+
+    def update(self, key: K, delta: int) -> None:
+        """Add ``delta`` to ``key``'s accumulated change."""
+        total = self._deltas.get(key, 0) + delta
+        if total:
+            self._deltas[key] = total
+        else:
+            self._deltas.pop(key, None)
+
+    def extend(self, changes: Iterable[tuple[K, int]]) -> None:
+        """Add every ``(key, delta)`` of ``changes``."""
+        for key, delta in changes:
+            self.update(key, delta)
+
+    def drain(self) -> list[tuple[K, int]]:
+        """Return the net non-zero changes and empty the batch."""
+        changes = list(self._deltas.items())
+        self._deltas = {}
+        return changes
+
+    def items(self) -> list[tuple[K, int]]:
+        """The net non-zero changes, leaving the batch as it is."""
+        return list(self._deltas.items())
+
+    def is_empty(self) -> bool:
+        """True when every key's changes cancelled out."""
+        return not self._deltas
+
+    def __len__(self) -> int:
+        return len(self._deltas)
+
+    def __repr__(self) -> str:
+        return f"ChangeBatch({self._deltas!r})"

@@ -1,0 +1,120 @@
+"""Could-result-in: the minimal path summaries between every pair of locations.
+
+The location graph has an edge ``input(v, i) -> vertex(v)`` with the identity summary
+(a message at an input of ``v`` is processed by ``v``) and an edge
+``vertex(v) -> input(w, j)`` with the summary of the output port of ``v`` that feeds
+``w``'s input ``j`` (identity for ordinary vertices; ingress, egress or feedback for the
+loop vertices). For every source location we run a worklist: a summary reaching a
+location is composed with every outgoing edge, and kept when it is not dominated by a
+summary already known there. Summaries only get larger around a cycle that strictly
+advances timestamps, so the worklist stops; a cycle that does not advance is found by
+:func:`non_advancing_cycle` and rejected by the graph builder.
+
+Iteration bounds are stripped from the summaries kept here: bounds only drop records, so
+ignoring them over-approximates could-result-in (safe: at worst a notification waits
+for a record that will be dropped), and it keeps ``results_in`` monotone, which
+lexicographic counters with a bound on an inner counter would not be.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
+
+from raytide.errors import GraphError
+from raytide.progress.antichain import Antichain
+from raytide.progress.summaries import PathSummary
+
+
+class Location(NamedTuple):
+    """A place where pointstamps live: a vertex (``port is None``) or one of its input ports."""
+
+    vertex: str
+    port: Optional[int] = None
+
+    @staticmethod
+    def of_vertex(vertex: str) -> Location:
+        """The vertex itself: its capabilities and notification requests."""
+        return Location(vertex, None)
+
+    @staticmethod
+    def of_input(vertex: str, port: int) -> Location:
+        """Input port ``port`` of ``vertex``: messages in flight towards it."""
+        return Location(vertex, port)
+
+    def __str__(self) -> str:
+        return self.vertex if self.port is None else f"{self.vertex}[in {self.port}]"
+
+
+Edges = Mapping[Location, Sequence[tuple[Location, PathSummary]]]
+Reachability = dict[Location, dict[Location, Antichain[PathSummary]]]
+
+
+def minimal_summaries(edges: Edges, source: Location, max_steps: int) -> dict[Location, Antichain[PathSummary]]:
+    """The antichain of minimal summaries from ``source`` to every location it reaches.
+
+    Raises:
+        GraphError: if more than ``max_steps`` summaries are explored, which only a cycle
+            that does not advance timestamps can cause.
+    """
+    found: dict[Location, Antichain[PathSummary]] = {source: Antichain([PathSummary.identity()])}
+    work: deque[tuple[Location, PathSummary]] = deque([(source, PathSummary.identity())])
+    steps = 0
+    while work:
+        location, summary = work.popleft()
+        for target, step in edges.get(location, ()):
+            steps += 1
+            if steps > max_steps:
+                raise GraphError(f"progress summaries from {source} do not converge: a cycle does not advance timestamps")
+            combined = summary.followed_by(step)
+            if combined is None:
+                continue
+            combined = combined.unbounded()
+            if found.setdefault(target, Antichain()).insert(combined):
+                work.append((target, combined))
+    return found
+
+
+def all_pairs(edges: Edges, locations: Iterable[Location]) -> Reachability:
+    """Minimal summaries between every pair of locations (absent pairs are unreachable)."""
+    locations = list(locations)
+    budget = 64 * (len(locations) + 1) ** 2
+    return {source: minimal_summaries(edges, source, budget) for source in locations}
+
+
+def non_advancing_cycle(edges: Edges, reach: Reachability) -> Optional[list[Location]]:
+    """A cycle whose summary does not strictly advance timestamps, or None.
+
+    Every cycle closes with some edge ``a -> b`` followed by a path ``b -> a``; checking
+    the minimal summaries of the latter suffices, since larger ones only advance more.
+    """
+    for origin, outgoing in edges.items():
+        for target, step in outgoing:
+            back = reach.get(target, {}).get(origin)
+            if back is None:
+                continue
+            for summary in back:
+                cycle = step.unbounded().followed_by(summary)
+                if cycle is not None and not cycle.strictly_advances():
+                    return [origin] + _path(edges, target, origin)
+    return None
+
+
+def _path(edges: Edges, start: Location, goal: Location) -> list[Location]:
+    """Some path of locations from ``start`` to ``goal`` (breadth first), for error messages."""
+    parents: dict[Location, Optional[Location]] = {start: None}
+    queue: deque[Location] = deque([start])
+    while queue:
+        location = queue.popleft()
+        if location == goal:
+            break
+        for target, _ in edges.get(location, ()):
+            if target not in parents:
+                parents[target] = location
+                queue.append(target)
+    path: list[Location] = []
+    node: Optional[Location] = goal
+    while node is not None:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]

@@ -1,0 +1,112 @@
+"""Minimal path summaries against exploration of concrete timestamps; graph validation errors."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raytide.errors import GraphError
+from raytide.progress import GraphBuilder, Location, PathSummary, Timestamp
+from tests.oracles import ReachabilityOracle
+from tests.strategies import random_graph, timestamps
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.data())
+def test_could_result_in_matches_exploration(seed, data):
+    rg = random_graph(seed)
+    graph = rg.graph
+    oracle = ReachabilityOracle(graph, cap=4)
+    for _ in range(20):
+        a = data.draw(st.sampled_from(graph.locations))
+        b = data.draw(st.sampled_from(graph.locations))
+        ta = data.draw(timestamps(graph.depth(a), max_epoch=2, max_counter=3))
+        tb = data.draw(timestamps(graph.depth(b), max_epoch=2, max_counter=3))
+        assert graph.could_result_in(a, ta, b, tb) == oracle.could_result_in((a, ta), (b, tb)), (a, ta, b, tb)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000))
+def test_summaries_are_antichains_and_every_cycle_advances(seed):
+    graph = random_graph(seed).graph
+    for source, reached in graph.reach.items():
+        for target, chain in reached.items():
+            members = chain.elements()
+            assert all(not a.less_equal(b) for a in members for b in members if a != b)
+            if source == target:
+                assert PathSummary.identity() in members
+                assert all(s == PathSummary.identity() or s.strictly_advances() for s in members)
+
+
+def pipeline(*names: str) -> GraphBuilder:
+    b = GraphBuilder()
+    for i, name in enumerate(names):
+        b.add_vertex(name, inputs=0 if i == 0 else 2)
+    for a, c in zip(names, names[1:]):
+        b.add_edge(a, 0, c, 0)
+    return b
+
+
+def test_cycle_outside_a_loop_is_rejected_with_its_vertices():
+    b = pipeline("src", "a", "b")
+    b.add_edge("b", 0, "a", 1)
+    with pytest.raises(GraphError, match=r"cycle .*a.*b.* loop context"):
+        b.build()
+
+
+def test_leaving_and_reentering_a_loop_without_outer_feedback_is_rejected():
+    b = GraphBuilder()
+    b.add_vertex("src", inputs=0)
+    b.add_vertex("enter", inputs=2, summaries=[PathSummary.ingress()])
+    b.add_vertex("body", depth=1)
+    b.add_vertex("leave", depth=1, summaries=[PathSummary.egress()])
+    for edge in [("src", 0, "enter", 0), ("enter", 0, "body", 0), ("body", 0, "leave", 0), ("leave", 0, "enter", 1)]:
+        b.add_edge(*edge)
+    with pytest.raises(GraphError, match="does not advance"):
+        b.build()
+
+
+def test_depth_mismatch_is_rejected():
+    b = GraphBuilder()
+    b.add_vertex("src", inputs=0)
+    b.add_vertex("inner", depth=1)
+    b.add_edge("src", 0, "inner", 0)
+    with pytest.raises(GraphError, match="enter and leave loops explicitly"):
+        b.build()
+
+
+def test_unknown_vertex_and_port_are_rejected():
+    b = pipeline("src", "a")
+    b.add_edge("a", 0, "nowhere", 0)
+    with pytest.raises(GraphError, match="unknown vertex 'nowhere'"):
+        b.build()
+    b = pipeline("src", "a")
+    b.add_edge("a", 3, "a", 0)
+    with pytest.raises(GraphError, match="no output port 3"):
+        b.build()
+
+
+def test_nested_loop_summaries():
+    b = GraphBuilder()
+    b.add_vertex("src", inputs=0)
+    b.add_vertex("enter1", summaries=[PathSummary.ingress()])
+    b.add_vertex("outer", inputs=2, depth=1)
+    b.add_vertex("enter2", depth=1, summaries=[PathSummary.ingress()])
+    b.add_vertex("inner", inputs=2, depth=2)
+    b.add_vertex("back2", depth=2, summaries=[PathSummary.feedback()])
+    b.add_vertex("leave2", depth=2, summaries=[PathSummary.egress()])
+    b.add_vertex("back1", depth=1, summaries=[PathSummary.feedback()])
+    edges = [
+        ("src", 0, "enter1", 0), ("enter1", 0, "outer", 0), ("outer", 0, "enter2", 0), ("enter2", 0, "inner", 0),
+        ("inner", 0, "back2", 0), ("back2", 0, "inner", 1), ("inner", 0, "leave2", 0), ("leave2", 0, "back1", 0),
+        ("back1", 0, "outer", 1),
+    ]
+    for edge in edges:
+        b.add_edge(*edge)
+    g = b.build()
+    inner, outer = Location.of_vertex("inner"), Location.of_vertex("outer")
+    assert set(g.summaries(inner, Location.of_input("inner", 1)).elements()) == {PathSummary.feedback()}
+    assert g.could_result_in(inner, Timestamp(0, (2, 5)), Location.of_input("outer", 1), Timestamp(0, (3,)))
+    assert not g.could_result_in(inner, Timestamp(0, (2, 5)), Location.of_input("outer", 1), Timestamp(0, (2,)))
+    assert g.could_result_in(outer, Timestamp(0, (2,)), Location.of_input("inner", 1), Timestamp(0, (2, 1)))
