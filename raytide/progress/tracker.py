@@ -50,6 +50,7 @@ from raytide.progress.antichain import MutableAntichain
 from raytide.progress.change_batch import ChangeBatch
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.reachability import Location
+from raytide.progress.summaries import PathSummary
 from raytide.progress.timestamps import Timestamp
 
 Pointstamp = tuple[Location, Timestamp]
@@ -69,7 +70,11 @@ class Tracker:
         self._pointstamps: dict[Location, MutableAntichain] = {loc: MutableAntichain() for loc in graph.locations}
         self._implications: dict[Location, MutableAntichain] = {loc: MutableAntichain() for loc in graph.locations}
         self._targets = {
-            source: [(target, [s.results_in for s in antichain]) for target, antichain in reached.items()]
+            source: [
+                (target, None if s == PathSummary.identity() else s.results_in)
+                for target, antichain in reached.items()
+                for s in antichain
+            ]
             for source, reached in graph.reach.items()
         }
 
@@ -95,11 +100,10 @@ class Tracker:
         implied: dict[Location, list[tuple[Timestamp, int]]] = defaultdict(list)
         for location, updates in by_location.items():
             for time, delta in self._pointstamps[location].update_iter(updates):
-                for target, appliers in self._targets[location]:
-                    for apply in appliers:
-                        result = apply(time)
-                        if result is not None:
-                            implied[target].append((result, delta))
+                for target, apply in self._targets[location]:
+                    result = time if apply is None else apply(time)
+                    if result is not None:
+                        implied[target].append((result, delta))
         changes: FrontierChanges = {}
         for target, updates in implied.items():
             moved = self._implications[target].update_iter(updates)

@@ -1,0 +1,74 @@
+"""Runs a benchmark several times; reports medians, spreads and ratios measured in the same run.
+
+A benchmark is a module ``bench/bench_<name>.py`` with
+
+* ``measure(**params) -> dict[str, float]``: one run, returning named metrics;
+* ``RATIOS``: optional ``[(label, numerator, denominator)]`` computed from the medians,
+  e.g. raytide's time over a hand-written baseline measured in the same process;
+* ``PARAMS``: optional default keyword arguments for ``measure``.
+
+Results go to ``bench/results/<name>.json`` so that runs can be compared over time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def summarize(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Median, min and max of every metric over the runs."""
+    metrics = runs[0].keys()
+    return {
+        m: {"median": statistics.median(r[m] for r in runs), "min": min(r[m] for r in runs), "max": max(r[m] for r in runs)}
+        for m in metrics
+    }
+
+
+def ratios(summary: dict[str, dict[str, float]], pairs: list[tuple[str, str, str]]) -> dict[str, float]:
+    """``numerator / denominator`` of the medians for every ``(label, numerator, denominator)``."""
+    return {label: summary[num]["median"] / summary[den]["median"] for label, num, den in pairs}
+
+
+def run(name: str, repeat: int, params: dict[str, Any] | None = None, out: Callable[[str], None] = print) -> dict:
+    """Run benchmark ``name`` ``repeat`` times; print and save its report."""
+    module = importlib.import_module(f"bench.bench_{name}")
+    kwargs = {**getattr(module, "PARAMS", {}), **(params or {})}
+    runs = []
+    for i in range(repeat):
+        started = time.perf_counter()
+        runs.append(module.measure(**kwargs))
+        out(f"  run {i + 1}/{repeat} done in {time.perf_counter() - started:.1f} s")
+    summary = summarize(runs)
+    report = {
+        "benchmark": name,
+        "params": kwargs,
+        "repeat": repeat,
+        "machine": {"python": platform.python_version(), "processor": platform.machine(), "node": platform.node()},
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "metrics": summary,
+        "ratios": ratios(summary, getattr(module, "RATIOS", [])),
+        "runs": runs,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2))
+    out(format_report(report))
+    return report
+
+
+def format_report(report: dict) -> str:
+    """A human-readable table of the medians and ratios."""
+    lines = [f"{report['benchmark']}: median of {report['repeat']} runs"]
+    width = max(len(m) for m in report["metrics"])
+    for metric, s in report["metrics"].items():
+        lines.append(f"  {metric:<{width}}  {s['median']:>14,.4g}   (min {s['min']:,.4g}, max {s['max']:,.4g})")
+    for label, value in report["ratios"].items():
+        lines.append(f"  ratio {label}: {value:.3f}")
+    return "\n".join(lines)
