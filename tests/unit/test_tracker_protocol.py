@@ -111,7 +111,7 @@ class Simulation:
 @given(st.integers(0, 100_000), st.integers(1, 4))
 def test_no_notification_fires_while_a_pending_event_could_result_in_it(seed, workers):
     sim = Simulation(seed, workers)
-    for _ in range(5_000):
+    for _ in range(200_000):
         if not sim.step():
             break
     else:
