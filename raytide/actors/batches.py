@@ -1,0 +1,92 @@
+"""Messages on the wire are batches: Python lists, NumPy arrays or Arrow tables.
+
+Per-record operators see a list of records (Arrow rows become dicts of column name to
+value, Ray Data's convention); vectorised operators (``map_batches``) see the batch in
+the format they ask for, converted only when it is not already in that format.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+BatchFormat = Literal["default", "numpy", "pyarrow", "list"]
+
+
+def batch_length(batch: Any) -> int:
+    """Number of records in a batch of any supported kind."""
+    if isinstance(batch, (pa.Table, pa.RecordBatch)):
+        return batch.num_rows
+    if isinstance(batch, dict):
+        return len(next(iter(batch.values()))) if batch else 0
+    return len(batch)
+
+
+def to_records(batch: Any) -> list:
+    """The batch as a list of records; Arrow rows and column dicts become dicts per row."""
+    if isinstance(batch, list):
+        return batch
+    if isinstance(batch, (pa.Table, pa.RecordBatch)):
+        return batch.to_pylist()
+    if isinstance(batch, dict):
+        columns = list(batch)
+        return [dict(zip(columns, row)) for row in zip(*(batch[c] for c in columns))]
+    if isinstance(batch, np.ndarray):
+        return batch.tolist()
+    return list(batch)
+
+
+def to_format(batch: Any, batch_format: BatchFormat) -> Any:
+    """Convert a batch to what a vectorised operator asked for.
+
+    ``"default"`` leaves columnar batches as they are and turns lists into NumPy
+    arrays (lists of dicts into a dict of column arrays); ``"numpy"`` always gives an
+    array or a dict of arrays; ``"pyarrow"`` an Arrow table; ``"list"`` records.
+    """
+    if batch_format == "list":
+        return to_records(batch)
+    if batch_format == "pyarrow":
+        return _to_arrow(batch)
+    if batch_format == "numpy" or isinstance(batch, list):
+        return _to_numpy(batch)
+    return batch
+
+
+def _to_arrow(batch: Any) -> pa.Table:
+    if isinstance(batch, pa.Table):
+        return batch
+    if isinstance(batch, pa.RecordBatch):
+        return pa.Table.from_batches([batch])
+    if isinstance(batch, dict):
+        return pa.table(batch)
+    records = to_records(batch)
+    if records and isinstance(records[0], dict):
+        return pa.Table.from_pylist(records)
+    return pa.table({"value": records})
+
+
+def _to_numpy(batch: Any) -> Any:
+    if isinstance(batch, np.ndarray):
+        return batch
+    if isinstance(batch, (pa.Table, pa.RecordBatch)):
+        return {name: column.to_numpy(zero_copy_only=False) for name, column in zip(batch.column_names, batch.columns)}
+    if isinstance(batch, dict):
+        return {k: np.asarray(v) for k, v in batch.items()}
+    if batch and isinstance(batch[0], dict):
+        columns = list(batch[0])
+        return {c: np.asarray([r[c] for r in batch]) for c in columns}
+    return np.asarray(batch)
+
+
+def split_batch(batch: Any, size: int) -> list[Any]:
+    """Cut a batch into consecutive pieces of at most ``size`` records (no copy for Arrow)."""
+    n = batch_length(batch)
+    if n <= size:
+        return [batch] if n else []
+    if isinstance(batch, (pa.Table, pa.RecordBatch)):
+        return [batch.slice(i, size) for i in range(0, n, size)]
+    if isinstance(batch, dict):
+        return [{k: v[i : i + size] for k, v in batch.items()} for i in range(0, n, size)]
+    return [batch[i : i + size] for i in range(0, n, size)]

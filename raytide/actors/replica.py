@@ -1,0 +1,375 @@
+"""One replica of a chain of fused vertices, as pure logic: events in, sends and progress out.
+
+The Ray shell (``vertex_actor.py``) feeds a :class:`ReplicaCore` four kinds of events:
+a data message from another actor, a progress push from the progress actor, and, for
+input vertices, driver pushes and epoch advances. The core runs the user's callbacks,
+routes what they send (to fused vertices by a direct call, to other actors through the
+:class:`Transport`), and keeps the pointstamp deltas of everything it did.
+
+Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the
+consumed message and the ``+1`` of everything it caused) are shipped together, and
+batches from one replica arrive in order. Deltas are held back while they cannot
+matter: when each event that caused them is *covered*, i.e. the frontier at the
+event's location is held below it, or at it by some other pointstamp, the tracker's
+frontier cannot move past anything the held deltas would retire. When a progress push
+uncovers a cause, or a notification or a capability change happened, the whole batch
+is shipped. So the number of progress messages does not grow with the number of
+data batches, and holding back never advances a frontier early (an unshipped ``-1``
+only keeps a count up).
+
+Notifications are delivered when no timestamp at or before them may still arrive at
+the vertex's inputs, in timestamp order. For a vertex on a cycle a notification's
+own output may come back to it, so it delivers one round of minimal timestamps at a
+time and waits until the tracker has absorbed that round (an acknowledged flush).
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol
+
+from raytide.actors.batches import batch_length, to_records
+from raytide.actors.channels import BroadcastRouter, ExchangeRouter, PipelineRouter, Router, non_empty
+from raytide.actors.plan import Consumer, PhysicalPlan
+from raytide.actors.vertex import Vertex
+from raytide.errors import ProgressError, RaytideError
+from raytide.progress.change_batch import ChangeBatch
+from raytide.progress.reachability import Location
+from raytide.progress.timestamps import Timestamp
+
+#: A location's frontier as the progress actor pushes it: each minimal timestamp, and
+#: whether some pointstamp other than the ones at that very place holds it there.
+Status = list[tuple[Timestamp, bool]]
+Pointstamp = tuple[Location, Timestamp]
+
+#: Ship held-back progress anyway once it has this many distinct pointstamps.
+MAX_HELD_PROGRESS = 4096
+NEVER = float("inf")
+
+
+class Transport(Protocol):
+    """What the shell does for the core: send messages and progress, report outputs."""
+
+    def send(self, chain: str, replica: int, vertex: str, port: int, time: Timestamp, batch: Any) -> None: ...  # noqa: D102
+
+    def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool) -> None: ...  # noqa: D102
+
+    def report_output(self, output: str, epochs: dict[int, list], complete_through: float) -> None: ...  # noqa: D102
+
+
+class UserCodeError(RaytideError):
+    """User code (or a vertex breaking the progress rules) raised inside a vertex callback."""
+
+    def __init__(self, vertex: str, replica: int, time: Optional[Timestamp], error: BaseException) -> None:
+        self.vertex, self.replica, self.time = vertex, replica, time
+        self.original = repr(error)
+        self.traceback = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        when = f"epoch {time.epoch}" + (f", iteration {time.counters}" if time and time.counters else "") if time else "no epoch"
+        super().__init__(f"vertex {vertex!r} replica {replica} failed at {when}: {error!r}\n{self.traceback}")
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_user_error, (self.vertex, self.replica, self.time, self.original, self.traceback))
+
+
+def _rebuild_user_error(vertex: str, replica: int, time: Optional[Timestamp], original: str, tb: str) -> UserCodeError:
+    error = UserCodeError.__new__(UserCodeError)
+    error.vertex, error.replica, error.time, error.original, error.traceback = vertex, replica, time, original, tb
+    when = f"epoch {time.epoch}" if time else "no epoch"
+    RaytideError.__init__(error, f"vertex {vertex!r} replica {replica} failed at {when}: {original}\n{tb}")
+    return error
+
+
+@dataclass
+class VertexStats:
+    """Counters of one hosted vertex in this replica."""
+
+    records_in: int = 0
+    records_out: int = 0
+    batches_in: int = 0
+    batches_out: int = 0
+    notifications: int = 0
+
+
+class _Context:
+    """The :class:`~raytide.actors.vertex.VertexContext` of one hosted vertex."""
+
+    def __init__(self, core: ReplicaCore, vertex: str, replica: int, parallelism: int) -> None:
+        self.core, self.vertex, self.replica, self.parallelism = core, vertex, replica, parallelism
+        self.current: Optional[Timestamp] = None
+
+    def send_by(self, output: int, message: Any, time: Timestamp) -> None:
+        self.core.send(self, output, message, time)
+
+    def notify_at(self, time: Timestamp) -> None:
+        self.core.request_notification(self, time)
+
+
+@dataclass
+class _InputState:
+    epoch: Optional[int] = 0
+
+
+@dataclass
+class _OutputState:
+    records: dict[int, list] = field(default_factory=dict)
+    reported_through: float = 0
+
+
+class ReplicaCore:
+    """Replica ``replica`` of chain ``chain`` of ``plan``: runs its vertices, accounts progress."""
+
+    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport) -> None:
+        self.plan, self.replica, self.transport = plan, replica, transport
+        self.chain = plan.chain(chain)
+        self.contexts: dict[str, _Context] = {}
+        self.vertices: dict[str, Vertex] = {}
+        self.inputs: dict[str, _InputState] = {}
+        self.outputs: dict[str, _OutputState] = {}
+        self.routers: dict[tuple[str, int, int], Router] = {}
+        self.pending: dict[str, set[Timestamp]] = {}
+        self.statuses: dict[Location, Status] = {}
+        self.stats: dict[str, VertexStats] = {}
+        self.progress: ChangeBatch[Pointstamp] = ChangeBatch()
+        self.causes: set[tuple[str, Location, Timestamp]] = set()
+        self.must_flush = False
+        self.flushes = 0
+        self.unacked = 0
+        for name in self.chain.vertices:
+            self._host(name)
+
+    # -- setup -------------------------------------------------------------------------
+
+    def _host(self, name: str) -> None:
+        logical = self.plan.vertex(name)
+        context = _Context(self, name, self.replica, self.plan.parallelism[name])
+        self.contexts[name] = context
+        self.stats[name] = VertexStats()
+        self.pending[name] = set()
+        if logical.role == "input":
+            self.inputs[name] = _InputState()
+        elif logical.role == "output":
+            self.outputs[name] = _OutputState()
+        elif logical.role == "vertex":
+            vertex = logical.factory() if logical.factory else Vertex()
+            vertex.bind(context)
+            self.vertices[name] = vertex
+        for port in range(logical.outputs):
+            for index, consumer in enumerate(self.plan.consumers[(name, port)]):
+                if not self.plan.is_fused(consumer):
+                    self.routers[(name, port, index)] = self._router(name, consumer)
+
+    def _router(self, name: str, consumer: Consumer) -> Router:
+        width = self.plan.parallelism[consumer.vertex]
+        if consumer.channel.kind == "exchange":
+            assert consumer.channel.key is not None
+            return ExchangeRouter(consumer.channel.key, width)
+        if consumer.channel.kind == "broadcast":
+            return BroadcastRouter(width)
+        return PipelineRouter(self.replica, self.plan.parallelism[name], width)
+
+    def subscriptions(self) -> list[Location]:
+        """The locations whose frontier this replica needs: every input of its vertices."""
+        return [
+            Location.of_input(name, port)
+            for name in self.chain.vertices
+            for port in range(len(self.plan.vertex(name).inputs))
+        ]
+
+    # -- events from outside -------------------------------------------------------------
+
+    def on_message(self, vertex: str, port: int, time: Timestamp, batch: Any) -> None:
+        """A batch arrived from another actor for ``vertex``'s input ``port``."""
+        location = Location.of_input(vertex, port)
+        self.progress.update((location, time), -1)
+        self.causes.add(("message", location, time))
+        self.deliver(vertex, port, time, batch)
+        self._settle()
+
+    def on_progress(self, statuses: dict[Location, Status], acked: bool) -> None:
+        """The progress actor pushed new frontiers (and, if ``acked``, absorbed our last flush)."""
+        self.statuses.update(statuses)
+        if acked:
+            self.unacked = max(0, self.unacked - 1)
+        self._settle()
+
+    def push_input(self, vertex: str, batch: Any, epoch: int) -> None:
+        """The driver (or a source) delivers records of ``epoch`` to input ``vertex``."""
+        state = self.inputs[vertex]
+        if state.epoch is None or epoch != state.epoch:
+            raise ProgressError(f"input {vertex!r} replica {self.replica} got records for epoch {epoch} "
+                                f"but is at epoch {state.epoch}: advance the input first")
+        time = Timestamp(epoch)
+        self.causes.add(("capability", Location.of_vertex(vertex), time))
+        self.stats[vertex].records_in += batch_length(batch)
+        context = self.contexts[vertex]
+        context.current = time
+        self.send(context, 0, batch, time)
+        context.current = None
+        self._settle()
+
+    def advance_input(self, vertex: str, epoch: Optional[int]) -> None:
+        """Move input ``vertex``'s capability to ``epoch`` (None: close the input)."""
+        state = self.inputs[vertex]
+        if state.epoch is None:
+            raise ProgressError(f"input {vertex!r} is closed; it cannot move to epoch {epoch}")
+        if epoch is not None and epoch < state.epoch:
+            raise ProgressError(f"input {vertex!r} is at epoch {state.epoch}; it cannot go back to epoch {epoch}")
+        if epoch == state.epoch:
+            return
+        location = Location.of_vertex(vertex)
+        self.progress.update((location, Timestamp(state.epoch)), -1)
+        if epoch is not None:
+            self.progress.update((location, Timestamp(epoch)), 1)
+        state.epoch = epoch
+        self.must_flush = True
+        self._settle()
+
+    def initial_capabilities(self) -> list[Pointstamp]:
+        """The pointstamps this replica holds before anything runs: its inputs at epoch 0."""
+        return [(Location.of_vertex(name), Timestamp(0)) for name in self.inputs]
+
+    # -- running vertices ----------------------------------------------------------------
+
+    def deliver(self, vertex: str, port: int, time: Timestamp, batch: Any) -> None:
+        """Hand a batch to a hosted vertex (from another actor or from a fused upstream)."""
+        stats = self.stats[vertex]
+        stats.batches_in += 1
+        stats.records_in += batch_length(batch)
+        if vertex in self.vertices:
+            self._run(vertex, time, self.vertices[vertex].on_recv, port, batch, time)
+        elif vertex in self.outputs:
+            self.outputs[vertex].records.setdefault(time.epoch, []).extend(to_records(batch))
+
+    def _run(self, vertex: str, time: Timestamp, callback: Any, *args: Any) -> None:
+        context = self.contexts[vertex]
+        outer, context.current = context.current, time
+        try:
+            callback(*args)
+        except UserCodeError:
+            raise
+        except Exception as error:  # user code: wrap with where it happened
+            raise UserCodeError(vertex, self.replica, time, error) from error
+        finally:
+            context.current = outer
+
+    def send(self, context: _Context, output: int, message: Any, time: Timestamp) -> None:
+        """``send_by`` of a hosted vertex: check the time, route, count progress."""
+        vertex = context.vertex
+        current = context.current
+        if current is not None:
+            earliest = self.plan.vertex(vertex).output_summary(output).results_in(current)
+            if earliest is None or not earliest.less_equal(time):
+                raise ProgressError(f"vertex {vertex!r} replica {self.replica} sent at {time} while processing "
+                                    f"{current}: a vertex may not send at a time earlier than the one it was called with")
+        n = batch_length(message)
+        if not n:
+            return
+        stats = self.stats[vertex]
+        stats.batches_out += 1
+        stats.records_out += n
+        for index, consumer in enumerate(self.plan.consumers[(vertex, output)]):
+            router = self.routers.get((vertex, output, index))
+            if router is None:
+                self.deliver(consumer.vertex, consumer.port, time, message)
+                continue
+            target = Location.of_input(consumer.vertex, consumer.port)
+            chain = self.plan.chain_of[consumer.vertex]
+            for replica, part in non_empty(router.route(message)):
+                self.progress.update((target, time), 1)
+                self.transport.send(chain, replica, consumer.vertex, consumer.port, time, part)
+
+    def request_notification(self, context: _Context, time: Timestamp) -> None:
+        """``notify_at`` of a hosted vertex."""
+        current = context.current
+        if current is not None and not current.less_equal(time):
+            raise ProgressError(f"vertex {context.vertex!r} replica {self.replica} asked to be notified at {time} "
+                                f"while processing {current}: notifications cannot be in the past")
+        pending = self.pending[context.vertex]
+        if time not in pending:
+            pending.add(time)
+            self.progress.update((Location.of_vertex(context.vertex), time), 1)
+
+    # -- after every event ---------------------------------------------------------------
+
+    def _settle(self) -> None:
+        self._deliver_notifications()
+        self._report_outputs()
+        self._maybe_flush()
+
+    def _ready(self, vertex: str, time: Timestamp) -> bool:
+        for port in range(len(self.plan.vertex(vertex).inputs)):
+            status = self.statuses.get(Location.of_input(vertex, port))
+            if status is None or any(f.less_equal(time) for f, _ in status):
+                return False
+        return True
+
+    def _deliver_notifications(self) -> None:
+        for vertex in self.chain.vertices:
+            pending = self.pending[vertex]
+            if not pending:
+                continue
+            cyclic = vertex in self.plan.cyclic
+            if cyclic and self.unacked:
+                continue
+            ready = sorted((t for t in pending if self._ready(vertex, t)), key=tuple)
+            if cyclic:
+                ready = [t for t in ready if not any(o.less_than(t) for o in pending)]
+            for time in ready:
+                pending.discard(time)
+                self.stats[vertex].notifications += 1
+                self._run(vertex, time, self.vertices[vertex].on_notify, time)
+                self.progress.update((Location.of_vertex(vertex), time), -1)
+                self.must_flush = True
+            if cyclic and ready:
+                self._flush(ack=True)
+
+    def _report_outputs(self) -> None:
+        for name, state in self.outputs.items():
+            status = self.statuses.get(Location.of_input(name, 0))
+            if status is None:
+                continue
+            low = min((f.epoch for f, _ in status), default=NEVER)
+            if low <= state.reported_through:
+                continue
+            done = {e: recs for e, recs in state.records.items() if e < low}
+            for epoch in done:
+                del state.records[epoch]
+            state.reported_through = low
+            self.transport.report_output(name, done, low)
+
+    def _covered(self, cause: tuple[str, Location, Timestamp]) -> bool:
+        kind, location, time = cause
+        if kind == "capability":
+            return self.inputs[location.vertex].epoch == time.epoch
+        status = self.statuses.get(location)
+        return status is not None and any(f.less_than(time) or (f == time and held) for f, held in status)
+
+    def _maybe_flush(self) -> None:
+        if self.progress.is_empty():
+            self.causes.clear()
+            self.must_flush = False
+            return
+        if self.must_flush or len(self.progress) > MAX_HELD_PROGRESS or not all(map(self._covered, self.causes)):
+            self._flush(ack=False)
+
+    def _flush(self, ack: bool) -> None:
+        changes = self.progress.drain()
+        self.causes.clear()
+        self.must_flush = False
+        if not changes and not ack:
+            return
+        self.flushes += 1
+        if ack:
+            self.unacked += 1
+        self.transport.flush_progress(changes, ack)
+
+    # -- introspection -------------------------------------------------------------------
+
+    def snapshot_stats(self) -> dict[str, Any]:
+        """Counters per hosted vertex plus this replica's progress flushes."""
+        return {
+            "vertices": {name: vars(s).copy() for name, s in self.stats.items()},
+            "progress_flushes": self.flushes,
+        }
+

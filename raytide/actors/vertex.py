@@ -1,0 +1,97 @@
+"""The vertex API: Naiad's OnRecv / OnNotify callbacks and SendBy / NotifyAt calls.
+
+Subclass :class:`Vertex` and override :meth:`Vertex.on_recv` and, when the vertex needs to
+know that a timestamp is complete, :meth:`Vertex.on_notify`::
+
+    class DistinctPerEpoch(rt.Vertex):
+        def __init__(self):
+            self.seen = {}
+
+        def on_recv(self, edge, message, time):
+            if time not in self.seen:
+                self.seen[time] = set()
+                self.notify_at(time)
+            self.seen[time].update(message)
+
+        def on_notify(self, time):
+            self.send_by(0, sorted(self.seen.pop(time)), time)
+
+``edge`` and ``output`` are port indices, ``message`` is a batch of records (a list, or a
+columnar batch for vectorised operators) and ``time`` a :class:`~raytide.Timestamp`.
+A vertex may send only at times not earlier than the time it was called with; breaking
+that rule raises :class:`~raytide.errors.ProgressError` naming the vertex. ``snapshot``
+returns the state to save and ``restore`` puts it back (default: no state).
+
+One object runs per replica, single-threaded: callbacks never run concurrently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol
+
+from raytide.progress.timestamps import Timestamp
+
+
+class VertexContext(Protocol):
+    """What the runtime gives a vertex: how to send and to ask for notifications."""
+
+    vertex: str
+    replica: int
+    parallelism: int
+
+    def send_by(self, output: int, message: Any, time: Timestamp) -> None: ...  # noqa: D102
+
+    def notify_at(self, time: Timestamp) -> None: ...  # noqa: D102
+
+
+class Vertex:
+    """Base class of every dataflow vertex (built-in operators included)."""
+
+    _context: Optional[VertexContext] = None
+
+    def bind(self, context: VertexContext) -> None:
+        """Called by the runtime before any callback; gives the vertex its context."""
+        self._context = context
+
+    @property
+    def context(self) -> VertexContext:
+        """The runtime context; only available once the vertex runs."""
+        if self._context is None:
+            raise RuntimeError(f"{type(self).__name__} is not running inside a dataflow yet")
+        return self._context
+
+    @property
+    def name(self) -> str:
+        """The vertex's name in the dataflow."""
+        return self.context.vertex
+
+    @property
+    def replica(self) -> int:
+        """Which replica of the vertex this object is (0-based)."""
+        return self.context.replica
+
+    @property
+    def parallelism(self) -> int:
+        """How many replicas the vertex has."""
+        return self.context.parallelism
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        """A batch of records arrived on input ``edge`` at ``time``."""
+
+    def on_notify(self, time: Timestamp) -> None:
+        """Every record at ``time`` or earlier has been delivered (requested with ``notify_at``)."""
+
+    def send_by(self, output: int, message: Any, time: Timestamp) -> None:
+        """Send a batch of records on output port ``output`` at ``time``."""
+        self.context.send_by(output, message, time)
+
+    def notify_at(self, time: Timestamp) -> None:
+        """Ask for ``on_notify(time)`` once ``time`` is complete at this vertex's inputs."""
+        self.context.notify_at(time)
+
+    def snapshot(self) -> Any:
+        """The state to save in a snapshot (default: none)."""
+        return None
+
+    def restore(self, state: Any) -> None:
+        """Put back the state returned by :meth:`snapshot`."""

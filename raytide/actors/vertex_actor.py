@@ -1,0 +1,153 @@
+"""The vertex actor: a thin Ray shell that feeds a :class:`ReplicaCore` and performs its effects.
+
+Message flow (no actor ever waits for one that may wait for it):
+
+* data: ``sender.send -> receiver.receive`` (fire and forget). A sender keeps at most
+  ``max_inflight`` unacknowledged calls per receiver and waits for the oldest when it
+  has that many: backpressure. It only ever waits for actors *downstream* in the
+  acyclic part of the graph; edges that close a loop (into a loop head) are not
+  bounded, so the cycle can always drain.
+* progress: ``replica -> progress actor.apply`` and ``progress actor -> replica.on_progress``,
+  both fire and forget.
+* outputs and failures: ``replica -> collector`` (fire and forget).
+
+Ray runs the calls of one caller on one actor in submission order (a sequential actor,
+no retries that reorder), which is what makes each channel FIFO; do not make this actor
+threaded or async.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any, Optional
+
+import ray
+
+from raytide.actors.plan import PhysicalPlan
+from raytide.actors.replica import Pointstamp, ReplicaCore, Status, UserCodeError
+from raytide.errors import ProgressError, RaytideError
+from raytide.progress.reachability import Location
+from raytide.progress.timestamps import Timestamp
+
+logger = logging.getLogger(__name__)
+
+
+class _RayTransport:
+    """Sends through Ray with a bounded window of in-flight calls per receiver."""
+
+    def __init__(self, key: tuple[str, int], max_inflight: int) -> None:
+        self.key = key
+        self.max_inflight = max_inflight
+        self.peers: dict[tuple[str, int], Any] = {}
+        self.unbounded: set[str] = set()
+        self.progress: Any = None
+        self.collector: Any = None
+        self.inflight: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
+        self.max_seen = 0
+        self.waits = 0
+
+    def send(self, chain: str, replica: int, vertex: str, port: int, time: Timestamp, batch: Any) -> None:
+        window = self.inflight[(chain, replica)]
+        if len(window) >= self.max_inflight // 2:
+            self._prune(window)
+        if chain not in self.unbounded:
+            while len(window) >= self.max_inflight:
+                self.waits += 1
+                ray.get(window.popleft())  # the oldest call; raises if the receiver died
+        window.append(self.peers[(chain, replica)].receive.remote(vertex, port, time, batch))
+        self.max_seen = max(self.max_seen, len(window))
+
+    @staticmethod
+    def _prune(window: collections.deque) -> None:
+        """Forget calls that completed (surfacing their errors), keeping the order of the rest."""
+        ready, _ = ray.wait(list(window), num_returns=len(window), timeout=0)
+        if ready:
+            ray.get(ready)
+            done = set(ready)
+            for _ in range(len(window)):
+                ref = window.popleft()
+                if ref not in done:
+                    window.append(ref)
+
+    def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool) -> None:
+        self.progress.apply.remote(self.key, changes, ack)
+
+    def report_output(self, output: str, epochs: dict[int, list], complete_through: float) -> None:
+        refs = {epoch: [ray.put(records)] for epoch, records in epochs.items()}
+        self.collector.report.remote(output, self.key[1], refs, complete_through)
+
+
+class VertexActor:
+    """One replica of one chain of fused vertices."""
+
+    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, max_inflight: int) -> None:
+        self.transport = _RayTransport((chain, replica), max_inflight)
+        self.core = ReplicaCore(plan, chain, replica, self.transport)
+        self.failed: Optional[RaytideError] = None
+
+    def connect(self, peers: dict[tuple[str, int], Any], unbounded: set[str], progress: Any, collector: Any) -> list[Location]:
+        """Learn every other actor; returns the locations to subscribe to."""
+        self.transport.peers = peers
+        self.transport.unbounded = unbounded
+        self.transport.progress = progress
+        self.transport.collector = collector
+        return self.core.subscriptions()
+
+    def initial_capabilities(self) -> list[Pointstamp]:
+        """Pointstamps held before anything runs."""
+        return self.core.initial_capabilities()
+
+    def receive(self, vertex: str, port: int, time: Timestamp, batch: Any) -> None:
+        """A data batch for a hosted vertex."""
+        self._guard(self.core.on_message, vertex, port, time, batch)
+
+    def on_progress(self, statuses: dict[Location, Status], acked: bool) -> None:
+        """A frontier push from the progress actor."""
+        self._guard(self.core.on_progress, statuses, acked)
+
+    def push(self, vertex: str, batch: Any, epoch: int) -> None:
+        """Records of ``epoch`` for input ``vertex`` (from the driver)."""
+        self._guard(self.core.push_input, vertex, batch, epoch)
+
+    def push_refs(self, vertex: str, refs: list, epoch: int) -> None:
+        """Records of ``epoch`` for input ``vertex`` as object refs (read here, not on the driver)."""
+        for batch in ray.get(refs):
+            self._guard(self.core.push_input, vertex, batch, epoch)
+
+    def advance(self, vertex: str, epoch: Optional[int]) -> None:
+        """Move input ``vertex`` to ``epoch``; None closes it."""
+        self._guard(self.core.advance_input, vertex, epoch)
+
+    def debug_state(self) -> dict[str, Any]:
+        """What the replica holds back and knows, for diagnosing a stuck job."""
+        core = self.core
+        return {"statuses": core.statuses, "held": core.progress.items(), "causes": sorted(map(str, core.causes)),
+                "pending": {v: sorted(p) for v, p in core.pending.items() if p}, "unacked": core.unacked,
+                "failed": repr(self.failed)}
+
+    def ping(self) -> bool:
+        """Liveness check for the driver."""
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this replica and its channels."""
+        stats = self.core.snapshot_stats()
+        stats["max_inflight_seen"] = self.transport.max_seen
+        stats["backpressure_waits"] = self.transport.waits
+        return stats
+
+    def _guard(self, method: Any, *args: Any) -> None:
+        if self.failed is not None:
+            return
+        try:
+            method(*args)
+        except (UserCodeError, ProgressError) as error:
+            self._fail(error)
+        except Exception as error:  # a bug or a dead peer: still fail the job with where it happened
+            logger.exception("replica %s failed", self.transport.key)
+            self._fail(RaytideError(f"replica {self.transport.key[0]!r} #{self.transport.key[1]} failed: {error!r}"))
+
+    def _fail(self, error: RaytideError) -> None:
+        self.failed = error
+        self.transport.collector.fail.remote(error)

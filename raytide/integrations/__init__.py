@@ -1,0 +1,1 @@
+"""Integrations with Spark (through RayDP) and Ray Data. Imports nothing eagerly: the dependencies are heavy."""

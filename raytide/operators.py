@@ -1,0 +1,183 @@
+"""Built-in vertices, written against the public :class:`~raytide.Vertex` API like user code.
+
+The ``Dataflow`` builder composes them: ``map``, ``flat_map``, ``filter`` and ``inspect``
+are a :class:`BatchFunction`; per-epoch aggregations are a :class:`KeyedReduce` that
+combines before the exchange, then another that merges after it; ``stateful_map`` and
+``join`` keep keyed state.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, Hashable, Optional
+
+from raytide.actors.batches import batch_length
+from raytide.actors.vertex import Vertex
+from raytide.progress.timestamps import Timestamp
+
+BatchFn = Callable[[Any], Any]
+
+
+class BatchFunction(Vertex):
+    """A stateless vertex applying ``fn`` to each incoming batch and sending what it returns."""
+
+    def __init__(self, fn: BatchFn) -> None:
+        self.fn = fn
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        out = self.fn(message)
+        if out is not None and batch_length(out):
+            self.send_by(0, out, time)
+
+
+class KeyedReduce(Vertex):
+    """Per-timestamp reduction by key: ``reducer(acc, value)`` over ``(key_of(r), value_of(r))``.
+
+    Emits ``(key, reduced)`` pairs when the timestamp completes. As a *combiner* (before
+    an exchange) it also emits early once it holds ``max_keys`` keys for a timestamp, so
+    its memory stays bounded; the merging vertex after the exchange then sees partial
+    results, which is why the reducer must be associative and commutative.
+    """
+
+    def __init__(
+        self,
+        key_of: Callable[[Any], Hashable],
+        value_of: Callable[[Any], Any],
+        reducer: Callable[[Any, Any], Any],
+        max_keys: Optional[int] = None,
+    ) -> None:
+        self.key_of, self.value_of, self.reducer, self.max_keys = key_of, value_of, reducer, max_keys
+        self.state: dict[Timestamp, dict[Hashable, Any]] = {}
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        acc = self.state.get(time)
+        if acc is None:
+            acc = self.state[time] = {}
+            self.notify_at(time)
+        key_of, value_of, reducer = self.key_of, self.value_of, self.reducer
+        for record in message:
+            key, value = key_of(record), value_of(record)
+            acc[key] = reducer(acc[key], value) if key in acc else value
+        if self.max_keys is not None and len(acc) >= self.max_keys:
+            self.send_by(0, list(acc.items()), time)
+            acc.clear()
+
+    def on_notify(self, time: Timestamp) -> None:
+        acc = self.state.pop(time, None)
+        if acc:
+            self.send_by(0, list(acc.items()), time)
+
+    def snapshot(self) -> Any:
+        return self.state
+
+    def restore(self, state: Any) -> None:
+        self.state = state
+
+
+class KeyedCount(KeyedReduce):
+    """Counts records per key and timestamp (combiner side): ``(key, count)`` pairs."""
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        acc = self.state.get(time)
+        if acc is None:
+            acc = self.state[time] = defaultdict(int)
+            self.notify_at(time)
+        key_of = self.key_of
+        for record in message:
+            acc[key_of(record)] += 1
+        if self.max_keys is not None and len(acc) >= self.max_keys:
+            self.send_by(0, list(acc.items()), time)
+            acc.clear()
+
+
+def _add(a: int, b: int) -> int:
+    return a + b
+
+
+def pair_key(pair: tuple[Any, Any]) -> Any:
+    """The key of a ``(key, value)`` pair."""
+    return pair[0]
+
+
+def pair_value(pair: tuple[Any, Any]) -> Any:
+    """The value of a ``(key, value)`` pair."""
+    return pair[1]
+
+
+def count_combiner(key: Callable[[Any], Hashable], max_keys: int) -> KeyedCount:
+    """The pre-exchange half of ``count_by_key``."""
+    return KeyedCount(key, pair_value, _add, max_keys)
+
+
+def sum_merger() -> KeyedReduce:
+    """The post-exchange half of ``count_by_key``: sums partial counts."""
+    return KeyedReduce(pair_key, pair_value, _add)
+
+
+class StatefulMap(Vertex):
+    """Keyed state across epochs: ``fn(state, record) -> (new_state, output)`` per record.
+
+    The state of a key starts as ``None``; returning ``None`` as the new state forgets
+    the key. Emits ``(key, output)`` at the record's timestamp; records of one key are
+    processed in arrival order.
+    """
+
+    def __init__(self, key: Callable[[Any], Hashable], fn: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        self.key, self.fn = key, fn
+        self.state: dict[Hashable, Any] = {}
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        out = []
+        for record in message:
+            k = self.key(record)
+            new_state, output = self.fn(self.state.get(k), record)
+            if new_state is None:
+                self.state.pop(k, None)
+            else:
+                self.state[k] = new_state
+            out.append((k, output))
+        if out:
+            self.send_by(0, out, time)
+
+    def snapshot(self) -> Any:
+        return self.state
+
+    def restore(self, state: Any) -> None:
+        self.state = state
+
+
+class EpochJoin(Vertex):
+    """Per-timestamp inner join of two keyed inputs: emits ``(key, left, right)``.
+
+    A symmetric hash join: each record is matched against what the other side has
+    delivered at the same timestamp so far, so results flow before the epoch ends;
+    the state of a timestamp is dropped when it completes.
+    """
+
+    def __init__(self, left_key: Callable[[Any], Hashable], right_key: Callable[[Any], Hashable]) -> None:
+        self.keys = (left_key, right_key)
+        self.sides: dict[Timestamp, tuple[dict, dict]] = {}
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        sides = self.sides.get(time)
+        if sides is None:
+            sides = self.sides[time] = (defaultdict(list), defaultdict(list))
+            self.notify_at(time)
+        mine, other = sides[edge], sides[1 - edge]
+        key_of, out = self.keys[edge], []
+        for record in message:
+            k = key_of(record)
+            mine[k].append(record)
+            for match in other.get(k, ()):
+                out.append((k, record, match) if edge == 0 else (k, match, record))
+        if out:
+            self.send_by(0, out, time)
+
+    def on_notify(self, time: Timestamp) -> None:
+        self.sides.pop(time, None)
+
+    def snapshot(self) -> Any:
+        return self.sides
+
+    def restore(self, state: Any) -> None:
+        self.sides = state
