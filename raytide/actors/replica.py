@@ -31,12 +31,14 @@ from typing import Any, Optional, Protocol
 
 from raytide.actors.batches import batch_length, to_records
 from raytide.actors.channels import BroadcastRouter, ExchangeRouter, PipelineRouter, Router, non_empty
+from raytide.actors.markers import ChannelId, Marker, MarkerRecord
 from raytide.actors.plan import Consumer, PhysicalPlan
 from raytide.actors.vertex import Vertex
 from raytide.errors import ProgressError, RaytideError
 from raytide.progress.change_batch import ChangeBatch
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.barriers import BarrierAligner, Decision, ForwardBarrier, Release, TakeSnapshot
 
 #: A location's frontier as the progress actor pushes it: each minimal timestamp, and
 #: whether some pointstamp other than the ones at that very place holds it there.
@@ -51,7 +53,9 @@ NEVER = float("inf")
 class Transport(Protocol):
     """What the shell does for the core: send messages and progress, report outputs."""
 
-    def send(self, chain: str, replica: int, vertex: str, port: int, time: Timestamp, batch: Any) -> None: ...  # noqa: D102
+    def send(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None: ...  # noqa: D102
+
+    def send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None: ...  # noqa: D102
 
     def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool) -> None: ...  # noqa: D102
 
@@ -135,8 +139,12 @@ class ReplicaCore:
         self.must_flush = False
         self.flushes = 0
         self.unacked = 0
+        self.markers: dict[int, Marker] = {}
+        self.marker_log: list[MarkerRecord] = []
         for name in self.chain.vertices:
             self._host(name)
+        head = self.chain.vertices[0]
+        self.aligner = BarrierAligner(head, inputs=self._input_channels(head))
 
     # -- setup -------------------------------------------------------------------------
 
@@ -168,6 +176,25 @@ class ReplicaCore:
             return BroadcastRouter(width)
         return PipelineRouter(self.replica, self.plan.parallelism[name], width)
 
+    def _input_channels(self, vertex: str) -> list[ChannelId]:
+        """Every channel that can deliver to ``vertex`` (a replica of each upstream edge sending here)."""
+        channels: list[ChannelId] = []
+        width = self.plan.parallelism[vertex]
+        for port, edges in enumerate(self.plan.vertex(vertex).inputs):
+            for edge in edges:
+                senders = self.plan.parallelism[edge.source]
+                if edge.channel.kind == "pipeline" and senders == width:
+                    channels.append((edge.source, edge.output, self.replica, port))
+                else:
+                    channels += [(edge.source, edge.output, r, port) for r in range(senders)]
+        return channels
+
+    def _destinations(self, router: Router, consumer: Consumer) -> list[int]:
+        """The replicas of ``consumer`` this replica has a channel to (where markers go)."""
+        if isinstance(router, PipelineRouter) and self.plan.parallelism[consumer.vertex] == self.chain.parallelism:
+            return [self.replica]
+        return list(range(self.plan.parallelism[consumer.vertex]))
+
     def subscriptions(self) -> list[Location]:
         """The locations whose frontier this replica needs: every input of its vertices."""
         return [
@@ -178,13 +205,54 @@ class ReplicaCore:
 
     # -- events from outside -------------------------------------------------------------
 
-    def on_message(self, vertex: str, port: int, time: Timestamp, batch: Any) -> None:
-        """A batch arrived from another actor for ``vertex``'s input ``port``."""
-        location = Location.of_input(vertex, port)
+    def on_message(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        """A batch arrived from another actor on ``channel`` for ``vertex`` (the chain head)."""
+        if self.aligner.on_record(channel, (channel, vertex, time, batch)) is not Decision.BUFFER:
+            self._consume(channel, vertex, time, batch)
+        self._settle()
+
+    def _consume(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        location = Location.of_input(vertex, channel[3])
         self.progress.update((location, time), -1)
         self.causes.add(("message", location, time))
-        self.deliver(vertex, port, time, batch)
+        self.deliver(vertex, channel[3], time, batch)
+
+    def on_marker(self, channel: ChannelId, marker: Marker) -> None:
+        """A control marker arrived on ``channel``: align, then act on it and forward it."""
+        self.markers.setdefault(marker.marker_id, marker)
+        self._apply_barrier_effects(self.aligner.on_barrier(channel, marker.marker_id))
         self._settle()
+
+    def inject_marker(self, marker: Marker) -> None:
+        """At an input replica: start ``marker`` here (the driver injects it at every input)."""
+        self.markers.setdefault(marker.marker_id, marker)
+        self._apply_barrier_effects(self.aligner.inject(marker.marker_id))
+        self._settle()
+
+    def _apply_barrier_effects(self, effects: list) -> None:
+        for effect in effects:
+            if isinstance(effect, TakeSnapshot):
+                self._pass_marker(self.markers[effect.snapshot_id])
+            elif isinstance(effect, ForwardBarrier):
+                self._forward_marker(self.markers.pop(effect.snapshot_id))
+            elif isinstance(effect, Release):
+                for channel, vertex, time, batch in effect.records:
+                    self._consume(channel, vertex, time, batch)
+
+    def _pass_marker(self, marker: Marker) -> None:
+        """The chain is at the marker: record where it stood and switch routing tables."""
+        self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
+        for (vertex, output, index), router in self.routers.items():
+            table = marker.reroute.get((vertex, output, self.plan.consumers[(vertex, output)][index].vertex))
+            if table is not None and isinstance(router, ExchangeRouter):
+                router.swap_table(table)
+
+    def _forward_marker(self, marker: Marker) -> None:
+        for (vertex, output, index), router in self.routers.items():
+            consumer = self.plan.consumers[(vertex, output)][index]
+            chain = self.plan.chain_of[consumer.vertex]
+            for replica in self._destinations(router, consumer):
+                self.transport.send_marker(chain, replica, (vertex, output, self.replica, consumer.port), consumer.vertex, marker)
 
     def on_progress(self, statuses: dict[Location, Status], acked: bool) -> None:
         """The progress actor pushed new frontiers (and, if ``acked``, absorbed our last flush)."""
@@ -275,9 +343,10 @@ class ReplicaCore:
                 continue
             target = Location.of_input(consumer.vertex, consumer.port)
             chain = self.plan.chain_of[consumer.vertex]
+            channel = (vertex, output, self.replica, consumer.port)
             for replica, part in non_empty(router.route(message)):
                 self.progress.update((target, time), 1)
-                self.transport.send(chain, replica, consumer.vertex, consumer.port, time, part)
+                self.transport.send(chain, replica, channel, consumer.vertex, time, part)
 
     def request_notification(self, context: _Context, time: Timestamp) -> None:
         """``notify_at`` of a hosted vertex."""

@@ -26,6 +26,7 @@ import ray
 
 from raytide.actors.batches import split_batch
 from raytide.actors.collector import Collector
+from raytide.actors.markers import Marker
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.vertex_actor import VertexActor
 from raytide.dataflow import Dataflow, Probe
@@ -344,6 +345,18 @@ class Job:
         """Object refs of the record lists of output ``name`` per completed epoch (data stays in Ray)."""
         self._pump(0)
         return {epoch: list(refs) for epoch, refs in sorted(self._results[name].items())}
+
+    def inject_marker(self, marker: Marker) -> None:
+        """Inject a control marker at every input replica; it travels in band behind earlier records."""
+        for name in self.plan.flow.inputs():
+            with self._locks[name]:
+                for replica in self._input_replicas(name):
+                    self._submit(replica, "inject_marker", marker)
+
+    def replica_stats(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """The raw counters of every replica (including what each saw at each marker)."""
+        keys = list(self.actors)
+        return dict(zip(keys, ray.get([self.actors[k].stats.remote() for k in keys], timeout=60)))
 
     def frontier(self, probe: Probe) -> list[Timestamp]:
         """How far the probed stream has progressed: the timestamps that may still arrive there."""

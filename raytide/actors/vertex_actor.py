@@ -24,9 +24,10 @@ from typing import Any, Optional
 
 import ray
 
+from raytide.actors.markers import ChannelId, Marker
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.replica import Pointstamp, ReplicaCore, Status, UserCodeError
-from raytide.errors import ProgressError, RaytideError
+from raytide.errors import ProgressError, RaytideError, SnapshotError
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 
@@ -47,7 +48,13 @@ class _RayTransport:
         self.max_seen = 0
         self.waits = 0
 
-    def send(self, chain: str, replica: int, vertex: str, port: int, time: Timestamp, batch: Any) -> None:
+    def send(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        self._call(chain, replica, "receive", channel, vertex, time, batch)
+
+    def send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None:
+        self._call(chain, replica, "receive_marker", channel, marker)
+
+    def _call(self, chain: str, replica: int, method: str, *args: Any) -> None:
         window = self.inflight[(chain, replica)]
         if len(window) >= self.max_inflight // 2:
             self._prune(window)
@@ -55,7 +62,7 @@ class _RayTransport:
             while len(window) >= self.max_inflight:
                 self.waits += 1
                 ray.get(window.popleft())  # the oldest call; raises if the receiver died
-        window.append(self.peers[(chain, replica)].receive.remote(vertex, port, time, batch))
+        window.append(getattr(self.peers[(chain, replica)], method).remote(*args))
         self.max_seen = max(self.max_seen, len(window))
 
     @staticmethod
@@ -98,9 +105,17 @@ class VertexActor:
         """Pointstamps held before anything runs."""
         return self.core.initial_capabilities()
 
-    def receive(self, vertex: str, port: int, time: Timestamp, batch: Any) -> None:
-        """A data batch for a hosted vertex."""
-        self._guard(self.core.on_message, vertex, port, time, batch)
+    def receive(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        """A data batch for the chain's head vertex, on ``channel``."""
+        self._guard(self.core.on_message, channel, vertex, time, batch)
+
+    def receive_marker(self, channel: ChannelId, marker: Marker) -> None:
+        """A control marker on ``channel``."""
+        self._guard(self.core.on_marker, channel, marker)
+
+    def inject_marker(self, marker: Marker) -> None:
+        """Start ``marker`` at this input replica."""
+        self._guard(self.core.inject_marker, marker)
 
     def on_progress(self, statuses: dict[Location, Status], acked: bool) -> None:
         """A frontier push from the progress actor."""
@@ -133,6 +148,7 @@ class VertexActor:
     def stats(self) -> dict[str, Any]:
         """Counters of this replica and its channels."""
         stats = self.core.snapshot_stats()
+        stats["markers"] = [(m.marker_id, m.records_in) for m in self.core.marker_log]
         stats["max_inflight_seen"] = self.transport.max_seen
         stats["backpressure_waits"] = self.transport.waits
         return stats
@@ -142,7 +158,7 @@ class VertexActor:
             return
         try:
             method(*args)
-        except (UserCodeError, ProgressError) as error:
+        except (UserCodeError, ProgressError, SnapshotError) as error:
             self._fail(error)
         except Exception as error:  # a bug or a dead peer: still fail the job with where it happened
             logger.exception("replica %s failed", self.transport.key)

@@ -1,0 +1,96 @@
+"""Failures surface as raytide errors naming the vertex, replica and epoch; nothing hangs."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+import raytide as rt
+
+pytestmark = pytest.mark.ray
+
+
+def boom(x):
+    if x == 13:
+        raise ValueError("unlucky record")
+    return x
+
+
+def all_dead(job):
+    for actor in job.actors.values():
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.ping.remote(), timeout=30)
+    return True
+
+
+def test_user_exception_names_vertex_replica_epoch_and_keeps_traceback(ray_session):
+    flow = rt.Dataflow("failing")
+    flow.input("numbers").map(boom, name="risky").output("out")
+    job = rt.run(flow, inputs={"numbers": [[1, 2], list(range(20))]}, parallelism=2)
+    with pytest.raises(rt.RaytideError) as info:
+        job.wait(timeout=120)
+    message = str(info.value)
+    assert "vertex 'risky'" in message and "replica" in message and "epoch 1" in message
+    assert "unlucky record" in message and "in boom" in message, "the original traceback is carried"
+    assert all_dead(job)
+
+
+def test_sending_into_the_past_is_an_error_naming_the_vertex(ray_session):
+    class BackInTime(rt.Vertex):
+        def on_recv(self, edge, message, time):
+            self.send_by(0, message, rt.Timestamp(time.epoch - 1))
+
+    flow = rt.Dataflow("past")
+    flow.input("numbers").unary(BackInTime, name="timetraveller").output("out")
+    with rt.run(flow, inputs={"numbers": [[], [1]]}, parallelism=1) as job:
+        with pytest.raises(rt.RaytideError, match="timetraveller.*earlier than the one it was called with"):
+            job.wait(timeout=120)
+
+
+def test_dead_actor_is_detected_and_reported(ray_session):
+    flow = rt.Dataflow("victim")
+    flow.input("numbers").map(lambda x: x, name="doomed").output("out")
+    job = rt.run(flow, parallelism=1)
+    job.push("numbers", [1, 2, 3])
+    ray.kill(job.actors[("numbers+doomed+out", 0)])
+    with pytest.raises(rt.RaytideError, match="numbers\\+doomed\\+out.*died"):
+        job.wait(timeout=60)
+
+
+def test_wait_times_out_with_a_description_of_what_is_pending(ray_session):
+    flow = rt.Dataflow("open")
+    flow.input("numbers").output("out")
+    with rt.run(flow, parallelism=1) as job:
+        job.push("numbers", [1])
+        with pytest.raises(rt.JobTimeout, match="inputs still open.*'numbers': 0.*pending work: .*numbers"):
+            job.wait(timeout=2)
+
+
+def test_invalid_graphs_are_rejected_when_the_job_is_built(ray_session):
+    flow = rt.Dataflow("dangling")
+    numbers = flow.input("numbers")
+    numbers.map(str)
+    numbers.output("out")
+    with pytest.raises(rt.GraphError, match="map_1.*never connected"):
+        rt.run(flow)
+
+    flow = rt.Dataflow("unknown")
+    flow.input("numbers").output("out")
+    with pytest.raises(rt.GraphError, match="'nmbers'.*inputs are \\['numbers'\\]"):
+        rt.run(flow, inputs={"nmbers": [[1]]})
+
+    with pytest.raises(rt.GraphError, match="no input"):
+        rt.run(rt.Dataflow("empty"))
+
+
+def test_pushing_into_the_past_or_a_closed_input_is_refused(ray_session):
+    flow = rt.Dataflow("epochs")
+    flow.input("numbers").output("out")
+    with rt.run(flow, parallelism=1) as job:
+        job.advance("numbers", 3)
+        with pytest.raises(rt.GraphError, match="'numbers' is at epoch 3; epoch 1 is in its past"):
+            job.push("numbers", [1], epoch=1)
+        job.close("numbers")
+        with pytest.raises(rt.GraphError, match="'numbers' is closed"):
+            job.push("numbers", [1])
+        job.wait(timeout=60)
