@@ -209,8 +209,20 @@ class Job:
         window.append(getattr(actor, method).remote(*args))
 
     def feed(self, name: str, source: Any) -> None:
-        """Feed input ``name`` from ``source`` in a background thread, then close it."""
-        self._input_replicas(name)
+        """Feed input ``name`` from ``source``, then close it.
+
+        A parallel source (with ``readers(n)``) is read inside the input replicas, one
+        reader each; anything else is fed from a background thread on the driver.
+        """
+        replicas = self._input_replicas(name)
+        if hasattr(source, "readers"):
+            with self._locks[name]:
+                self._epochs[name] = None  # the replicas own this input now
+            readers = source.readers(len(replicas))
+            if len(readers) != len(replicas):
+                raise GraphError(f"source for input {name!r} made {len(readers)} readers for {len(replicas)} replicas")
+            self._get([r.start_reader.remote(name, reader) for r, reader in zip(replicas, readers)], f"starting readers of {name!r}")
+            return
         thread = threading.Thread(target=self._feed, args=(name, source), name=f"raytide-feed-{name}", daemon=True)
         self._feeders.append(thread)
         thread.start()

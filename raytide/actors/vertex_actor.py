@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any, Optional
+import time
+from typing import Any, Iterable, Iterator, Optional
 
 import ray
 
@@ -92,6 +93,7 @@ class VertexActor:
         self.transport = _RayTransport((chain, replica), max_inflight)
         self.core = ReplicaCore(plan, chain, replica, self.transport)
         self.failed: Optional[RaytideError] = None
+        self.readers: dict[str, Iterator[tuple[int, Any]]] = {}
 
     def connect(self, peers: dict[tuple[str, int], Any], unbounded: set[str], progress: Any, collector: Any) -> list[Location]:
         """Learn every other actor; returns the locations to subscribe to."""
@@ -129,6 +131,41 @@ class VertexActor:
         """Records of ``epoch`` for input ``vertex`` as object refs (read here, not on the driver)."""
         for batch in ray.get(refs):
             self._guard(self.core.push_input, vertex, batch, epoch)
+
+    def start_reader(self, vertex: str, reader: Iterable[tuple[int, Any]]) -> None:
+        """Read input ``vertex`` here from ``reader`` (``(epoch, batch)`` pairs, epochs never decreasing)."""
+        self.readers[vertex] = iter(reader)
+        ray.get_runtime_context().current_actor.pump.remote(vertex)
+
+    def pump(self, vertex: str, budget: float = 0.05) -> None:
+        """Read and send batches for about ``budget`` seconds, then yield to other calls and continue.
+
+        Sends wait when downstream is full, so reading is paced by the slowest consumer.
+        """
+        reader = self.readers.get(vertex)
+        if reader is None or self.failed is not None:
+            return
+        deadline = time.monotonic() + budget
+        try:
+            while time.monotonic() < deadline:
+                item = next(reader, None)
+                if item is None:
+                    del self.readers[vertex]
+                    self._guard(self.core.advance_input, vertex, None)
+                    return
+                epoch, batch = item
+                self._guard(self._read_one, vertex, epoch, batch)
+                if self.failed is not None:
+                    return
+        except Exception as error:  # the reader itself failed (a missing file, a corrupt block)
+            self._fail(RaytideError(f"input {vertex!r} replica {self.transport.key[1]}: reading failed: {error!r}"))
+            return
+        ray.get_runtime_context().current_actor.pump.remote(vertex)
+
+    def _read_one(self, vertex: str, epoch: int, batch: Any) -> None:
+        if epoch != self.core.inputs[vertex].epoch:
+            self.core.advance_input(vertex, epoch)
+        self.core.push_input(vertex, batch, epoch)
 
     def advance(self, vertex: str, epoch: Optional[int]) -> None:
         """Move input ``vertex`` to ``epoch``; None closes it."""

@@ -1,0 +1,40 @@
+"""Byte-range splitting of text files: every line exactly once, epochs as asked."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raytide.sources import TextFileSource
+
+line = st.text(alphabet=st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=12)
+
+
+def write(tmp_path, name, lines, trailing_newline):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + ("\n" if trailing_newline and lines else ""), encoding="utf-8")
+    return str(path)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(line, max_size=30), min_size=1, max_size=3), st.integers(1, 5), st.booleans(),
+       st.one_of(st.none(), st.integers(1, 7)), st.integers(1, 4))
+def test_every_line_once_with_the_right_epoch(tmp_path_factory, files, readers, trailing, per_epoch, batch):
+    tmp = tmp_path_factory.mktemp("text")
+    paths = [write(tmp, f"f{i}.txt", lines, trailing) for i, lines in enumerate(files)]
+    source = TextFileSource(paths, lines_per_epoch=per_epoch, batch_lines=batch)
+    got = []
+    for reader in source.readers(readers):
+        epochs = [epoch for epoch, _ in reader]
+        assert epochs == sorted(epochs), "a reader's epochs never decrease"
+        got += [(epoch, l) for epoch, lines in reader for l in lines]
+    expected = []
+    number = 0
+    for file_index, path in enumerate(paths):
+        pieces = open(path, encoding="utf-8", newline="").read().split("\n")
+        if pieces[-1] == "":
+            pieces.pop()
+        for l in pieces:
+            expected.append((file_index if per_epoch is None else number // per_epoch, l))
+            number += 1
+    assert sorted(got) == sorted(expected)
