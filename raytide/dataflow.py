@@ -23,7 +23,10 @@ from raytide.actors.vertex import Vertex
 from raytide.errors import GraphError
 from raytide.operators import (
     BatchFunction,
+    Egress,
     EpochJoin,
+    Feedback,
+    Ingress,
     KeyedReduce,
     StatefulMap,
     count_combiner,
@@ -33,9 +36,9 @@ from raytide.operators import (
 )
 from raytide.progress.summaries import PathSummary
 
-KeyFn = Callable[[Any], Hashable]
+KeyFn = Union[Callable[[Any], Hashable], str]
 VertexFactory = Callable[[], Vertex]
-Role = Literal["vertex", "input", "output", "probe"]
+Role = Literal["vertex", "input", "output", "probe", "feedback"]
 
 #: How many distinct keys a combiner holds per timestamp before it sends them on early.
 COMBINER_MAX_KEYS = 65_536
@@ -46,7 +49,8 @@ class Channel:
     """How records travel along an edge between the replicas of two vertices.
 
     ``pipeline`` keeps replica ``i``'s output at replica ``i`` (round robin when the
-    parallelism differs), ``exchange`` routes each record by ``key`` through key groups,
+    parallelism differs), ``exchange`` routes each record by ``key`` through key groups
+    (``key`` may name an integer column: columnar batches are then split with NumPy),
     ``broadcast`` sends every batch to every replica.
     """
 
@@ -99,7 +103,7 @@ class Dataflow:
     def input(self, name: str, parallelism: Optional[int] = None) -> Stream:
         """A driver-fed or source-fed input; records arrive in epochs."""
         self._add(LogicalVertex(name, None, [], 1, parallelism=parallelism, role="input"))
-        return Stream(self, name, 0, 0)
+        return Stream(self, name, 0)
 
     def vertex(
         self,
@@ -126,12 +130,13 @@ class Dataflow:
         exchange = list(exchange) if exchange is not None else [None] * len(inputs)
         if len(exchange) != len(inputs):
             raise GraphError(f"vertex {name or factory!r}: {len(inputs)} inputs but {len(exchange)} exchange keys")
-        depth = self._common_depth(inputs, name or getattr(factory, "__name__", "vertex"))
+        scope = self._common_scope(inputs, name or getattr(factory, "__name__", "vertex"))
+        depth = scope.depth if scope else 0
         edges = [
             [InputEdge(s.vertex, s.port, Channel("exchange", key) if key else Channel())] for s, key in zip(inputs, exchange)
         ]
         vname = self._add(LogicalVertex(name or self._fresh(_label(factory)), factory, edges, outputs, depth, parallelism=parallelism))
-        return [Stream(self, vname, port, depth) for port in range(outputs)]
+        return [Stream(self, vname, port, scope) for port in range(outputs)]
 
     def _fresh(self, label: str) -> str:
         return f"{label}_{next(self._ids)}"  # type: ignore[call-overload]
@@ -147,11 +152,17 @@ class Dataflow:
         return vertex.name
 
     @staticmethod
-    def _common_depth(streams: Sequence[Stream], what: str) -> int:
-        depths = {s.depth for s in streams}
-        if len(depths) > 1:
-            raise GraphError(f"{what}: its inputs come from different loop contexts; leave or enter loops first")
-        return depths.pop() if depths else 0
+    def _common_scope(streams: Sequence[Stream], what: str) -> Optional[Loop]:
+        scopes = {id(s.scope): s.scope for s in streams}
+        if len(scopes) > 1:
+            names = sorted(sc.name if sc else "the top level" for sc in scopes.values())
+            raise GraphError(f"{what}: its inputs come from different loop contexts ({', '.join(names)}); "
+                             "use loop.enter(stream) or loop.leave(stream) to move a stream between them")
+        return next(iter(scopes.values())) if scopes else None
+
+    def loop(self, name: Optional[str] = None) -> Loop:
+        """A loop context: streams entering it gain a loop counter (see :class:`Loop`)."""
+        return Loop(self, name or self._fresh("loop"), None)
 
     def outputs(self) -> list[str]:
         """Names of the dataflow's outputs."""
@@ -173,7 +184,12 @@ class Stream:
     flow: Dataflow
     vertex: str
     port: int
-    depth: int
+    scope: Optional[Loop] = None
+
+    @property
+    def depth(self) -> int:
+        """How many loop contexts the stream is inside."""
+        return self.scope.depth if self.scope else 0
 
     # -- placing vertices ------------------------------------------------------------
 
@@ -194,7 +210,7 @@ class Stream:
         vertex = LogicalVertex(vname, factory, [[InputEdge(self.vertex, self.port, channel)]], 1, self.depth,
                                parallelism=parallelism, terminal=terminal)
         self.flow._add(vertex)
-        return Stream(self.flow, vname, 0, self.depth)
+        return Stream(self.flow, vname, 0, self.scope)
 
     # -- per-record operators --------------------------------------------------------
 
@@ -243,11 +259,11 @@ class Stream:
     def concat(self, *others: Stream, name: Optional[str] = None) -> Stream:
         """The union of this stream and ``others`` (same loop context)."""
         streams = (self, *others)
-        depth = Dataflow._common_depth(streams, "concat")
+        scope = Dataflow._common_scope(streams, "concat")
         vname = name or self.flow._fresh("concat")
         edges = [[InputEdge(s.vertex, s.port, Channel()) for s in streams]]
-        self.flow._add(LogicalVertex(vname, lambda: BatchFunction(_identity), edges, 1, depth))
-        return Stream(self.flow, vname, 0, depth)
+        self.flow._add(LogicalVertex(vname, lambda: BatchFunction(_identity), edges, 1, self.depth))
+        return Stream(self.flow, vname, 0, scope)
 
     # -- keyed, per epoch ------------------------------------------------------------
 
@@ -276,12 +292,32 @@ class Stream:
         return self.flow.vertex(lambda: EpochJoin(key, right), [self, other], 1, exchange=[key, right],
                                 name=name or self.flow._fresh("join"), parallelism=parallelism)[0]
 
+    # -- iteration -------------------------------------------------------------------
+
+    def iterate(self, body: Callable[[Stream], Union[Stream, tuple[Stream, Stream]]], *,
+                max_iterations: Optional[int] = None, name: Optional[str] = None) -> Stream:
+        """Apply ``body`` round after round until it emits nothing (or ``max_iterations`` rounds).
+
+        ``body`` gets the stream of the current round (inside a new loop context) and
+        returns the stream for the next round, or a pair ``(next_round, output)``. What
+        it returns as output (by default the next round itself) leaves the loop and is
+        the result: every record of every round, timestamped with its epoch.
+        """
+        loop = Loop(self.flow, name or self.flow._fresh("iterate"), self.scope)
+        back = loop.feedback(max_iterations=max_iterations)
+        rounds = loop.enter(self).concat(back.stream)
+        result = body(rounds)
+        following, output = result if isinstance(result, tuple) else (result, result)
+        back.connect(following)
+        return loop.leave(output)
+
     # -- leaving the dataflow --------------------------------------------------------
 
     def output(self, name: str) -> None:
         """Deliver this stream to the driver as output ``name`` (``job.collect(name)``)."""
-        if self.depth:
-            raise GraphError(f"output {name!r} reads a stream inside a loop: leave the loop first")
+        if self.scope is not None:
+            raise GraphError(f"output {name!r} reads a stream inside loop {self.scope.name!r}: "
+                             f"leave the loop first with loop.leave(stream)")
         self.flow._add(LogicalVertex(name, None, [[InputEdge(self.vertex, self.port, Channel())]], 0, role="output"))
 
     def probe(self, name: Optional[str] = None) -> Probe:
@@ -289,6 +325,101 @@ class Stream:
         vname = name or self.flow._fresh("probe")
         self.flow._add(LogicalVertex(vname, None, [[InputEdge(self.vertex, self.port, Channel())]], 0, self.depth, role="probe"))
         return Probe(vname)
+
+
+@dataclass(eq=False)
+class Loop:
+    """A loop context: inside it timestamps carry one more loop counter (the iteration).
+
+    >>> import raytide as rt
+    >>> flow = rt.Dataflow("halving")
+    >>> loop = flow.loop()
+    >>> back = loop.feedback()
+    >>> numbers = loop.enter(flow.input("numbers")).concat(back.stream)
+    >>> halved = numbers.map(lambda x: x // 2)
+    >>> back.connect(halved.filter(lambda x: x > 0))
+    >>> loop.leave(halved).output("out")
+
+    Streams enter with :meth:`enter` (iteration 0), go round through a :class:`FeedbackHandle`
+    (iteration + 1) and leave with :meth:`leave`. Loops nest: :meth:`loop` makes a loop
+    inside this one, whose timestamps are ``(epoch, (i, j))``.
+    """
+
+    flow: Dataflow
+    name: str
+    parent: Optional[Loop]
+
+    @property
+    def depth(self) -> int:
+        """The number of loop counters of timestamps inside this loop."""
+        return (self.parent.depth if self.parent else 0) + 1
+
+    def loop(self, name: Optional[str] = None) -> Loop:
+        """A loop nested inside this one."""
+        return Loop(self.flow, name or self.flow._fresh("loop"), self)
+
+    def enter(self, stream: Stream, *, name: Optional[str] = None) -> Stream:
+        """``stream`` (from the enclosing scope) inside the loop, at iteration 0."""
+        if stream.scope is not self.parent:
+            raise GraphError(f"loop {self.name!r} can only enter streams of its enclosing scope; "
+                             f"this one is in {_scope_name(stream.scope)}")
+        vname = name or self.flow._fresh(f"{self.name}.enter")
+        self.flow._add(LogicalVertex(vname, Ingress, [[InputEdge(stream.vertex, stream.port, Channel())]], 1,
+                                     stream.depth, summaries=(PathSummary.ingress(),)))
+        return Stream(self.flow, vname, 0, self)
+
+    def leave(self, stream: Stream, *, name: Optional[str] = None) -> Stream:
+        """``stream`` (from inside the loop) back in the enclosing scope, without its counter."""
+        if stream.scope is not self:
+            raise GraphError(f"loop {self.name!r} can only leave with a stream inside it; "
+                             f"this one is in {_scope_name(stream.scope)}")
+        vname = name or self.flow._fresh(f"{self.name}.leave")
+        self.flow._add(LogicalVertex(vname, Egress, [[InputEdge(stream.vertex, stream.port, Channel())]], 1,
+                                     self.depth, summaries=(PathSummary.egress(),)))
+        return Stream(self.flow, vname, 0, self.parent)
+
+    def feedback(self, *, max_iterations: Optional[int] = None, name: Optional[str] = None) -> FeedbackHandle:
+        """A stream of the next iteration's records; close the cycle with ``handle.connect(stream)``.
+
+        Args:
+            max_iterations: records are dropped once they would start iteration
+                ``max_iterations`` (so the loop body sees iterations ``0 .. max_iterations - 1``).
+        """
+        if max_iterations is not None and max_iterations < 1:
+            raise GraphError(f"loop {self.name!r}: max_iterations must be at least 1, got {max_iterations}")
+        bound = None if max_iterations is None else max_iterations - 1
+        vname = name or self.flow._fresh(f"{self.name}.feedback")
+        summary = PathSummary.feedback(bound) if bound else PathSummary.feedback()
+        self.flow._add(LogicalVertex(vname, lambda: Feedback(bound), [[]], 1, self.depth, summaries=(summary,),
+                                     chain=False, role="feedback"))
+        return FeedbackHandle(self, vname)
+
+
+@dataclass(frozen=True)
+class FeedbackHandle:
+    """The back edge of a loop: ``stream`` is usable at once, ``connect`` closes the cycle."""
+
+    loop: Loop
+    vertex: str
+
+    @property
+    def stream(self) -> Stream:
+        """The records fed back, at the next iteration."""
+        return Stream(self.loop.flow, self.vertex, 0, self.loop)
+
+    def connect(self, stream: Stream) -> None:
+        """Feed ``stream`` (inside the loop) back to the loop's next iteration."""
+        if stream.scope is not self.loop:
+            raise GraphError(f"the feedback of loop {self.loop.name!r} takes a stream inside that loop; "
+                             f"this one is in {_scope_name(stream.scope)}")
+        inputs = self.loop.flow.vertices[self.vertex].inputs[0]
+        if inputs:
+            raise GraphError(f"the feedback of loop {self.loop.name!r} is already connected")
+        inputs.append(InputEdge(stream.vertex, stream.port, Channel()))
+
+
+def _scope_name(scope: Optional[Loop]) -> str:
+    return f"loop {scope.name!r}" if scope else "the top level"
 
 
 @dataclass(frozen=True)

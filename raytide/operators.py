@@ -8,7 +8,7 @@ combines before the exchange, then another that merges after it; ``stateful_map`
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any, Callable, Hashable, Optional
 
 from raytide.actors.batches import batch_length
@@ -28,6 +28,32 @@ class BatchFunction(Vertex):
         out = self.fn(message)
         if out is not None and batch_length(out):
             self.send_by(0, out, time)
+
+
+class Ingress(Vertex):
+    """Enters a loop context: appends a loop counter 0 to each batch's timestamp."""
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        self.send_by(0, message, Timestamp(time.epoch, time.counters + (0,)))
+
+
+class Egress(Vertex):
+    """Leaves a loop context: drops the last loop counter."""
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        self.send_by(0, message, Timestamp(time.epoch, time.counters[:-1]))
+
+
+class Feedback(Vertex):
+    """Carries records to the next iteration (last counter + 1), dropping those past ``bound``."""
+
+    def __init__(self, bound: Optional[int]) -> None:
+        self.bound = bound
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        following = time.counters[-1] + 1
+        if self.bound is None or following <= self.bound:
+            self.send_by(0, message, Timestamp(time.epoch, time.counters[:-1] + (following,)))
 
 
 class KeyedReduce(Vertex):
@@ -80,11 +106,9 @@ class KeyedCount(KeyedReduce):
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         acc = self.state.get(time)
         if acc is None:
-            acc = self.state[time] = defaultdict(int)
+            acc = self.state[time] = Counter()
             self.notify_at(time)
-        key_of = self.key_of
-        for record in message:
-            acc[key_of(record)] += 1
+        acc.update(map(self.key_of, message))  # Counter.update counts in C
         if self.max_keys is not None and len(acc) >= self.max_keys:
             self.send_by(0, list(acc.items()), time)
             acc.clear()

@@ -12,9 +12,11 @@ message per destination and batch, never one per record.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Callable, Hashable, Optional, Union
 
-from raytide.actors.batches import batch_length, to_records
+import numpy as np
+
+from raytide.actors.batches import batch_length, to_format, to_records
 from raytide.autoscale.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, key_group
 
 Routed = list[tuple[int, Any]]
@@ -47,11 +49,31 @@ class BroadcastRouter:
         return [(r, batch) for r in range(self._width)]
 
 
-class ExchangeRouter:
-    """Records partitioned by key, through key groups and a swappable routing table."""
+def column_key_groups(keys: np.ndarray, key_groups: int = DEFAULT_KEY_GROUPS) -> np.ndarray:
+    """Key groups of a column of integer keys, vectorised (splitmix64 finaliser, then modulo).
 
-    def __init__(self, key: Callable[[Any], Hashable], receiver_width: int, key_groups: int = DEFAULT_KEY_GROUPS,
-                 table: Optional[KeyGroupAssignment] = None) -> None:
+    This is the key-group function of exchanges keyed by a column name, for columnar
+    and record batches alike, so a key lands in the same group whichever form it came in.
+    """
+    if keys.dtype.kind not in "iu":
+        raise TypeError(f"a column key must hold integers to be exchanged vectorised, got dtype {keys.dtype}")
+    z = keys.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(key_groups)).astype(np.int64)
+
+
+class ExchangeRouter:
+    """Records partitioned by key, through key groups and a swappable routing table.
+
+    ``key`` is a function of a record, or the name of an integer column: then columnar
+    batches (dicts of arrays, Arrow tables) are partitioned with NumPy, without a
+    per-record Python call, and dict records by the same vectorised hash.
+    """
+
+    def __init__(self, key: Union[Callable[[Any], Hashable], str], receiver_width: int,
+                 key_groups: int = DEFAULT_KEY_GROUPS, table: Optional[KeyGroupAssignment] = None) -> None:
         self._key = key
         self._groups = key_groups
         self.table = table or KeyGroupAssignment.contiguous(receiver_width, key_groups)
@@ -74,6 +96,8 @@ class ExchangeRouter:
         return replica
 
     def route(self, batch: Any) -> Routed:
+        if isinstance(self._key, str):
+            return self._route_column(batch, self._key)
         parts: dict[int, list] = {}
         key, replica_of = self._key, self.replica_of
         for record in to_records(batch):
@@ -81,7 +105,27 @@ class ExchangeRouter:
         return list(parts.items())
 
 
-Router = PipelineRouter | BroadcastRouter | ExchangeRouter
+    def _route_column(self, batch: Any, column: str) -> Routed:
+        if isinstance(batch, list):
+            owners = np.asarray(self.table.owners)[column_key_groups(np.asarray([r[column] for r in batch]), self._groups)]
+            parts: dict[int, list] = {}
+            for record, owner in zip(batch, owners.tolist()):
+                parts.setdefault(owner, []).append(record)
+            return list(parts.items())
+        columns = to_format(batch, "numpy")
+        owners = np.asarray(self.table.owners)[column_key_groups(columns[column], self._groups)]
+        order = np.argsort(owners, kind="stable")
+        bounds = np.cumsum(np.bincount(owners, minlength=self.table.parallelism))
+        starts = np.concatenate(([0], bounds[:-1]))
+        sorted_columns = {name: values[order] for name, values in columns.items()}
+        return [
+            (replica, {name: values[start:end] for name, values in sorted_columns.items()})
+            for replica, (start, end) in enumerate(zip(starts.tolist(), bounds.tolist()))
+            if end > start
+        ]
+
+
+Router = Union[PipelineRouter, BroadcastRouter, ExchangeRouter]
 
 
 def non_empty(routed: Routed) -> Routed:

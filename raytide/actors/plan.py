@@ -49,6 +49,7 @@ class PhysicalPlan:
     chain_of: dict[str, str]
     consumers: dict[tuple[str, int], list[Consumer]]
     cyclic: frozenset[str] = frozenset()
+    feedback: frozenset[str] = frozenset()
 
     def vertex(self, name: str) -> LogicalVertex:
         return self.flow.vertices[name]
@@ -79,10 +80,14 @@ def compile_plan(flow: Dataflow, parallelism: Optional[int] = None, chaining: bo
     widths = {name: v.parallelism or default for name, v in flow.vertices.items()}
     consumers = _consumers(flow)
     _check_connected(flow, consumers)
+    feedback = frozenset(n for n, v in flow.vertices.items() if v.role == "feedback")
+    for name in feedback:
+        if not flow.vertices[name].inputs[0]:
+            raise GraphError(f"feedback {name!r} is never connected: close the loop with feedback.connect(stream)")
     graph = _progress_graph(flow)
     chains = _chains(flow, consumers, widths) if chaining else [ChainPlan(n, (n,), widths[n]) for n in flow.vertices]
     chain_of = {v: c.name for c in chains for v in c.vertices}
-    return PhysicalPlan(flow, graph, widths, chains, chain_of, consumers, _on_cycles(flow, graph))
+    return PhysicalPlan(flow, graph, widths, chains, chain_of, consumers, _on_cycles(flow, graph), feedback)
 
 
 def _on_cycles(flow: Dataflow, graph: ProgressGraph) -> frozenset[str]:

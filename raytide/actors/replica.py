@@ -144,7 +144,8 @@ class ReplicaCore:
         for name in self.chain.vertices:
             self._host(name)
         head = self.chain.vertices[0]
-        self.aligner = BarrierAligner(head, inputs=self._input_channels(head))
+        channels = self._input_channels(head)
+        self.aligner = BarrierAligner(head, inputs=channels, back_edges=[c for c in channels if c[0] in plan.feedback])
 
     # -- setup -------------------------------------------------------------------------
 
@@ -158,7 +159,7 @@ class ReplicaCore:
             self.inputs[name] = _InputState()
         elif logical.role == "output":
             self.outputs[name] = _OutputState()
-        elif logical.role == "vertex":
+        elif logical.role in ("vertex", "feedback"):
             vertex = logical.factory() if logical.factory else Vertex()
             vertex.bind(context)
             self.vertices[name] = vertex

@@ -124,7 +124,7 @@ class Job:
         counts = collections.Counter(p for caps in initial for p in caps)
         self.progress = ray.remote(ProgressActor).options(name=f"{self.name}/progress", num_cpus=0).remote(
             plan.graph, list(counts.items()))
-        unbounded = {plan.chain_of[v] for v in plan.cyclic}
+        unbounded = set(plan.feedback)  # sends out of a feedback vertex never wait: loops always drain
         subscriptions = self._get(
             [a.connect.remote(self.actors, unbounded, self.progress, self.collector) for a in self.actors.values()],
             "connecting vertex actors")

@@ -4,9 +4,9 @@ Message flow (no actor ever waits for one that may wait for it):
 
 * data: ``sender.send -> receiver.receive`` (fire and forget). A sender keeps at most
   ``max_inflight`` unacknowledged calls per receiver and waits for the oldest when it
-  has that many: backpressure. It only ever waits for actors *downstream* in the
-  acyclic part of the graph; edges that close a loop (into a loop head) are not
-  bounded, so the cycle can always drain.
+  has that many: backpressure. Around a loop every actor waits only for the next one
+  downstream, and the feedback vertex (alone in its actor, never fused) never waits,
+  so the cycle can always drain.
 * progress: ``replica -> progress actor.apply`` and ``progress actor -> replica.on_progress``,
   both fire and forget.
 * outputs and failures: ``replica -> collector`` (fire and forget).
@@ -50,16 +50,16 @@ class _RayTransport:
         self.waits = 0
 
     def send(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        self._call(chain, replica, "receive", channel, vertex, time, batch)
+        self._call(chain, replica, channel[0], "receive", channel, vertex, time, batch)
 
     def send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None:
-        self._call(chain, replica, "receive_marker", channel, marker)
+        self._call(chain, replica, channel[0], "receive_marker", channel, marker)
 
-    def _call(self, chain: str, replica: int, method: str, *args: Any) -> None:
+    def _call(self, chain: str, replica: int, sender: str, method: str, *args: Any) -> None:
         window = self.inflight[(chain, replica)]
         if len(window) >= self.max_inflight // 2:
             self._prune(window)
-        if chain not in self.unbounded:
+        if sender not in self.unbounded:
             while len(window) >= self.max_inflight:
                 self.waits += 1
                 ray.get(window.popleft())  # the oldest call; raises if the receiver died

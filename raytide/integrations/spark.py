@@ -18,12 +18,15 @@ read directly. This module is the bridge the dataflow runtime plugs into:
 Records <-> Arrow conversion and the Arrow helpers run inside the Ray tasks
 here live in the pure module :mod:`raytide.integrations.records`.
 
-Resources: the small helper tasks of this module reserve no CPU, so they never
-wait behind long-running dataflow actors. RayDP's own conversion
-(``ray.data.from_spark``) does run one 1-CPU Ray Data metadata task per block:
-a cluster whose CPUs are all held by actors stalls a Spark -> Ray conversion,
-so leave at least one CPU free (the defaults of :func:`start_spark` give Spark
-half of the cluster).
+Resources: every Ray task of a conversion reserves a fraction of a CPU
+(:data:`TASK_CPUS` for this module's tasks and, through
+:func:`spark_configs`, for RayDP's fetch tasks). With RayDP's default of zero,
+each block's task starts its own Python worker at once, and on a small machine
+that storm of worker start-ups made conversions 5-8x slower (37 blocks: 14 s
+instead of 1.7 s on 2 CPUs). The price: conversions wait while no CPU is free.
+RayDP's conversion needs one anyway (Ray Data runs a 1-CPU metadata task per
+block), so leave at least one CPU to them; the defaults of :func:`start_spark`
+give Spark half of the cluster.
 """
 
 from __future__ import annotations
@@ -95,6 +98,12 @@ JAVA_OPTIONS_KEYS: tuple[str, ...] = (
     "spark.driver.extraJavaOptions",
     "spark.executor.extraJavaOptions",
 )
+
+#: CPUs reserved by each Ray task of a conversion (see the module docstring).
+TASK_CPUS = 0.5
+
+#: RayDP's config for the CPUs of its Spark -> Ray fetch tasks (default 0 in RayDP).
+FETCH_TASK_CPUS = "spark.ray.raydp_recoverable_fetch.task.resource.CPU"
 
 #: Name of the column :func:`tables_to_spark` adds when it converts several epochs.
 EPOCH_COLUMN = "epoch"
@@ -182,10 +191,12 @@ def _spark_size(mebibytes: int) -> str:
 
 
 def spark_configs(configs: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The caller's Spark configs with :data:`JDK17_JAVA_OPTIONS` added.
+    """The caller's Spark configs with raytide's additions.
 
-    The flags go first in each of :data:`JAVA_OPTIONS_KEYS`; options the
-    caller already set there are kept after them.
+    :data:`JDK17_JAVA_OPTIONS` go first in each of :data:`JAVA_OPTIONS_KEYS`
+    (options the caller already set there are kept after them), and RayDP's
+    fetch tasks reserve :data:`TASK_CPUS` unless the caller set
+    :data:`FETCH_TASK_CPUS`.
 
     Args:
         configs: Extra Spark / RayDP configs, or None.
@@ -194,6 +205,7 @@ def spark_configs(configs: Mapping[str, str] | None = None) -> dict[str, str]:
         A new dict.
     """
     merged = dict(configs or {})
+    merged.setdefault(FETCH_TASK_CPUS, str(TASK_CPUS))
     flags = " ".join(JDK17_JAVA_OPTIONS)
     for key in JAVA_OPTIONS_KEYS:
         own = merged.get(key, "").strip()
@@ -353,12 +365,12 @@ def _session() -> SparkSession:
 # --------------------------------------------------------------------------- Spark -> Ray
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=TASK_CPUS)
 def _epoch_summary_task(table: pa.Table, column: str) -> dict[str, Any]:
     return records.epoch_summary(table, column)
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=TASK_CPUS)
 def _split_task(table: pa.Table, column: str, epochs: list[int]) -> Any:
     pieces = records.split_by_epoch(table, column, epochs)
     return pieces[0] if len(pieces) == 1 else tuple(pieces)
@@ -595,12 +607,12 @@ class OutputJob(Protocol):
         """ObjectRefs to the ``pyarrow.Table`` blocks a sink wrote, per epoch."""
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=TASK_CPUS)
 def _block_info_task(table: pa.Table) -> tuple[pa.Schema, int]:
     return table.schema, table.num_rows
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=TASK_CPUS)
 def _ipc_task(table: pa.Table, schema: pa.Schema, epoch_column: str | None, epoch: int | None) -> bytes:
     block = records.conform(table, schema)
     if epoch_column is not None:
