@@ -1,11 +1,15 @@
-"""raytide: Naiad-style timely dataflow on Ray, with Spark ingestion through RayDP."""
+"""raytide: Naiad-style timely dataflow on Ray, with Spark ingestion through RayDP.
+
+Building a dataflow needs no Ray; ``run`` and ``Job`` (which do) are imported on first
+use, so ``import raytide`` stays cheap and the pure modules stay free of Ray.
+"""
+
+from typing import Any
 
 from raytide.actors.replica import UserCodeError as UserCodeError
-from raytide.actors.runtime import Job as Job
-from raytide.actors.runtime import JobTimeout as JobTimeout
-from raytide.actors.runtime import run as run
 from raytide.actors.vertex import Vertex as Vertex
 from raytide.dataflow import Dataflow as Dataflow
+from raytide.dataflow import Loop as Loop
 from raytide.dataflow import Probe as Probe
 from raytide.dataflow import Stream as Stream
 from raytide.errors import GraphError as GraphError
@@ -13,11 +17,14 @@ from raytide.errors import ProgressError as ProgressError
 from raytide.errors import RaytideError as RaytideError
 from raytide.progress import Timestamp as Timestamp
 
+_RUNTIME = {"run", "Job", "JobTimeout"}
+
 __all__ = [
     "Dataflow",
     "GraphError",
     "Job",
     "JobTimeout",
+    "Loop",
     "Probe",
     "ProgressError",
     "RaytideError",
@@ -27,3 +34,11 @@ __all__ = [
     "Vertex",
     "run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RUNTIME:
+        from raytide.actors import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'raytide' has no attribute {name!r}")

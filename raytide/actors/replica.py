@@ -271,6 +271,7 @@ class ReplicaCore:
         time = Timestamp(epoch)
         self.causes.add(("capability", Location.of_vertex(vertex), time))
         self.stats[vertex].records_in += batch_length(batch)
+        self.stats[vertex].batches_in += 1
         context = self.contexts[vertex]
         context.current = time
         self.send(context, 0, batch, time)

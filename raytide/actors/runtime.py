@@ -1,10 +1,8 @@
-"""Running a dataflow on Ray: ``rt.run(flow, ...)`` places the actors and returns a :class:`Job`.
+"""Running a dataflow on Ray: ``rt.run(flow, ...)`` places the actors and returns a :class:`Job`::
 
->>> import raytide as rt                                          # doctest: +SKIP
->>> with rt.run(flow, inputs={"lines": [["a b", "b"], ["c"]]}) as job:
-...     job.wait(timeout=60)
-...     job.collect("counts")
-{0: [('a', 1), ('b', 2)], 1: [('c', 1)]}
+    with rt.run(flow, inputs={"lines": [["a b", "b"], ["c"]]}) as job:
+        job.wait(timeout=60)
+        job.collect("counts")     # {0: [('a', 1), ('b', 2)], 1: [('c', 1)]}
 
 The driver talks to the job through three kinds of actors: the vertex actors (one per
 replica of each chain of fused vertices, named ``job/chain/replica`` in the Ray
@@ -342,7 +340,10 @@ class Job:
     def _records(self, name: str, epoch: int) -> list:
         fetched = self._fetched[name]
         if epoch not in fetched:
-            fetched[epoch] = list(itertools.chain.from_iterable(ray.get(self._results[name][epoch])))
+            parts = self._results[name][epoch]
+            refs = [p for p in parts if isinstance(p, ray.ObjectRef)]
+            loaded = dict(zip(map(id, refs), ray.get(refs)))
+            fetched[epoch] = list(itertools.chain.from_iterable(loaded.get(id(p), p) for p in parts))
         return fetched[epoch]
 
     def collect(self, name: str) -> dict[int, list]:
@@ -354,9 +355,16 @@ class Job:
         return {epoch: self._records(name, epoch) for epoch in sorted(self._results[name])}
 
     def output_refs(self, name: str) -> dict[int, list]:
-        """Object refs of the record lists of output ``name`` per completed epoch (data stays in Ray)."""
+        """Object refs of the record lists of output ``name`` per completed epoch.
+
+        Large epochs stay in the object store where the sinks put them; small ones
+        (sent inline, see ``INLINE_RECORDS``) are put there now.
+        """
         self._pump(0)
-        return {epoch: list(refs) for epoch, refs in sorted(self._results[name].items())}
+        return {
+            epoch: [p if isinstance(p, ray.ObjectRef) else ray.put(p) for p in parts]
+            for epoch, parts in sorted(self._results[name].items())
+        }
 
     def inject_marker(self, marker: Marker) -> None:
         """Inject a control marker at every input replica; it travels in band behind earlier records."""

@@ -34,6 +34,9 @@ from raytide.progress.timestamps import Timestamp
 
 logger = logging.getLogger(__name__)
 
+#: Output epochs with at most this many records per replica go to the collector inline.
+INLINE_RECORDS = 1000
+
 
 class _RayTransport:
     """Sends through Ray with a bounded window of in-flight calls per receiver."""
@@ -82,8 +85,9 @@ class _RayTransport:
         self.progress.apply.remote(self.key, changes, ack)
 
     def report_output(self, output: str, epochs: dict[int, list], complete_through: float) -> None:
-        refs = {epoch: [ray.put(records)] for epoch, records in epochs.items()}
-        self.collector.report.remote(output, self.key[1], refs, complete_through)
+        """Small epochs travel inline (one hop less to the driver); large ones stay in the object store."""
+        parts = {epoch: [records if len(records) <= INLINE_RECORDS else ray.put(records)] for epoch, records in epochs.items()}
+        self.collector.report.remote(output, self.key[1], parts, complete_through)
 
 
 class VertexActor:

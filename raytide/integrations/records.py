@@ -37,6 +37,15 @@ from raytide.errors import SparkIntegrationError
 #: Name of the single column that holds scalar records.
 SCALAR_COLUMN = "value"
 
+_CONVERSION_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    OverflowError,
+    TypeError,
+    ValueError,
+)
+
 _TUPLE = "tuple"
 _DICT = "dict"
 _SCALAR = "scalar"
@@ -96,8 +105,17 @@ def records_to_table(
     types = _target_types(names, shape, where, schema)
     arrays = [_to_array(name, values, typ, where) for name, values, typ in zip(names, columns, types)]
     if schema is not None:
+        _check_not_null(arrays, schema, where)
         return pa.Table.from_arrays(arrays, schema=schema)
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def _check_not_null(arrays: Sequence[pa.Array], schema: pa.Schema, where: str) -> None:
+    for array, field in zip(arrays, schema):
+        if not field.nullable and array.null_count:
+            raise SparkIntegrationError(
+                f"{where}: column {field.name!r} is not nullable but has {array.null_count} null(s)"
+            )
 
 
 def _where(vertex: str, epoch: int | None) -> str:
@@ -187,7 +205,7 @@ def _to_array(name: str, values: list[Any], typ: pa.DataType | None, where: str)
     """One column as an Arrow array, with an error that says what went wrong where."""
     try:
         array = pa.array(values, type=typ, from_pandas=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError) as exc:
+    except _CONVERSION_ERRORS as exc:
         raise SparkIntegrationError(f"{where}: column {name!r}: {_describe(values)} ({exc})") from exc
     problem = unsupported_type(array.type)
     if problem is not None:

@@ -386,7 +386,7 @@ class SparkSource:
     ``ray.data.from_spark``) and are never collected on the driver. An epoch
     may have zero blocks or empty tables. Build it with :func:`from_spark`.
 
-    Epochs come from, in this order of precedence:
+    Epochs come from:
 
     * a sequence or generator of DataFrames: DataFrame ``k`` is epoch ``k``
       and is pulled from the generator and converted only when epoch ``k`` is
@@ -414,7 +414,9 @@ class SparkSource:
         """
         self._single = _is_dataframe(frames)
         if epoch_column is not None and not self._single:
-            raise SparkIntegrationError("epoch_column needs a single DataFrame; a sequence of DataFrames has one epoch each")
+            raise SparkIntegrationError(
+                "epoch_column needs a single DataFrame; a sequence of DataFrames has one epoch each"
+            )
         if epoch_column is not None:
             _check_epoch_column(frames, epoch_column)
         self._frames = frames
@@ -436,8 +438,8 @@ class SparkSource:
                 a sequence before it are not converted). Useful to replay an
                 input from a snapshot's offset.
 
-        Yields:
-            ``(epoch, [ObjectRef to pyarrow.Table, ...])``.
+        Returns:
+            An iterator of ``(epoch, [ObjectRef to pyarrow.Table, ...])``.
 
         Raises:
             SparkIntegrationError: a generator of DataFrames is iterated a
@@ -473,7 +475,8 @@ class SparkSource:
                 if epoch < start:
                     continue
                 if not _is_dataframe(frame):
-                    raise SparkIntegrationError(f"epoch {epoch}: expected a Spark DataFrame, got {type(frame).__name__}")
+                    kind = type(frame).__name__
+                    raise SparkIntegrationError(f"epoch {epoch}: expected a Spark DataFrame, got {kind}")
                 self.close()
                 yield epoch, self._convert(frame)
         finally:

@@ -223,7 +223,7 @@ def test_optimal_interval_against_a_50_digit_reference(c_lam, lam):
     assert math.isclose(optimal_interval(c, lam), reference_optimal_interval(c, lam), rel_tol=1e-11)
 
 
-@given(st.floats(0.0, 1e-12), st.floats(1e-3, 1e3))
+@given(st.floats(1e-250, 1e-12), st.floats(1e-3, 1e3))  # normal floats: subnormal c*lam loses the digits compared
 def test_optimal_interval_tends_to_young_for_tiny_c_lam(c_lam, lam):
     """lam T* = q + q^2 / 6 + O(q^3) with q = sqrt(2 c lam); q^2 / 6 refines Young's sqrt(2c / lam)."""
     c = c_lam / lam
