@@ -22,6 +22,7 @@ PURE = [
     "raytide.snapshots.barriers",
     "raytide.autoscale",
     "raytide.sources",
+    "raytide.integrations.records",
 ]
 
 

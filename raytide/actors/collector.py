@@ -8,6 +8,9 @@ every output replica has reported its last epoch (the two signals race, so both 
 stay in the object store (``refs``, owned by the sink replicas) until the driver asks.
 
 It runs as an async actor: the long poll waits on a condition without blocking reports.
+Ray may run an async actor's calls out of order (a call whose argument is still being
+fetched lets later ones pass), so each replica numbers its reports and the collector
+applies them in that order.
 """
 
 from __future__ import annotations
@@ -28,9 +31,22 @@ class Collector:
         self.events: list[tuple] = []
         self.changed = asyncio.Condition()
         self.drained = False
+        self.next_report: dict[tuple[str, int], int] = {}
+        self.early: dict[tuple[str, int], dict[int, tuple]] = {}
 
-    async def report(self, output: str, replica: int, epochs: dict[int, list], complete_through: float) -> None:
-        """Replica ``replica`` of ``output`` finished ``epochs`` (refs to record lists) and all before ``complete_through``."""
+    async def report(self, output: str, replica: int, sequence: int, epochs: dict[int, list],
+                     complete_through: float) -> None:
+        """Report number ``sequence`` of replica ``replica`` of ``output``: it finished ``epochs``
+        (record lists or refs to them) and every epoch before ``complete_through``."""
+        key = (output, replica)
+        self.early.setdefault(key, {})[sequence] = (epochs, complete_through)
+        while self.next_report.get(key, 0) in self.early[key]:
+            number = self.next_report.get(key, 0)
+            self.next_report[key] = number + 1
+            self._apply(output, replica, *self.early[key].pop(number))
+        await self._wake()
+
+    def _apply(self, output: str, replica: int, epochs: dict[int, list], complete_through: float) -> None:
         for epoch, refs in epochs.items():
             self.data[output].setdefault(epoch, []).extend(refs)
         self.through[output][replica] = complete_through
@@ -41,7 +57,11 @@ class Collector:
                 self.events.append(("epoch", output, epoch, self.data[output].pop(epoch)))
             self.complete[output] = low
             self._maybe_finish()
-            await self._wake()
+
+    async def describe(self) -> dict[str, Any]:
+        """What the collector is waiting for (for timeout messages)."""
+        return {"complete_through": self.through, "next_report": {f"{k}": n for k, n in self.next_report.items()},
+                "reports_waiting_for_earlier": {f"{k}": sorted(v) for k, v in self.early.items() if v}}
 
     async def fail(self, error: Any) -> None:
         """A replica failed; the driver will tear the job down and raise ``error``."""

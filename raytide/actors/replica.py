@@ -309,7 +309,12 @@ class ReplicaCore:
         if vertex in self.vertices:
             self._run(vertex, time, self.vertices[vertex].on_recv, port, batch, time)
         elif vertex in self.outputs:
-            self.outputs[vertex].records.setdefault(time.epoch, []).extend(to_records(batch))
+            state = self.outputs[vertex]
+            if time.epoch < state.reported_through:
+                raise ProgressError(f"output {vertex!r} replica {self.replica} got records of epoch {time.epoch} "
+                                    f"after reporting every epoch before {state.reported_through} complete "
+                                    f"(statuses {self.statuses})")
+            state.records.setdefault(time.epoch, []).extend(to_records(batch))
 
     def _run(self, vertex: str, time: Timestamp, callback: Any, *args: Any) -> None:
         context = self.contexts[vertex]

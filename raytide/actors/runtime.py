@@ -310,10 +310,11 @@ class Job:
         done = {n: max(r, default=None) for n, r in self._results.items()}
         try:
             active = ray.get(self.progress.active.remote(), timeout=10)
+            outputs = ray.get(self.collector.describe.remote(), timeout=10)
         except Exception as error:  # the description must not fail itself
-            active = [f"(progress actor unreachable: {error!r})"]
+            active, outputs = [f"(unreachable: {error!r})"], {}
         return (f"job {self.name!r} did not finish within {timeout:.0f} s; inputs still open (at epoch): {open_inputs}; "
-                f"latest complete epoch per output: {done}; pending work: {active or 'none'}")
+                f"latest complete epoch per output: {done}; pending work: {active or 'none'}; outputs: {outputs}")
 
     def results(self, name: str, timeout: float = 600.0) -> Iterator[tuple[int, list]]:
         """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes."""

@@ -51,6 +51,7 @@ class _RayTransport:
         self.inflight: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
         self.max_seen = 0
         self.waits = 0
+        self.reports = 0
 
     def send(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         self._call(chain, replica, channel[0], "receive", channel, vertex, time, batch)
@@ -87,7 +88,8 @@ class _RayTransport:
     def report_output(self, output: str, epochs: dict[int, list], complete_through: float) -> None:
         """Small epochs travel inline (one hop less to the driver); large ones stay in the object store."""
         parts = {epoch: [records if len(records) <= INLINE_RECORDS else ray.put(records)] for epoch, records in epochs.items()}
-        self.collector.report.remote(output, self.key[1], parts, complete_through)
+        self.collector.report.remote(output, self.key[1], self.reports, parts, complete_through)
+        self.reports += 1
 
 
 class VertexActor:
@@ -190,6 +192,7 @@ class VertexActor:
         """Counters of this replica and its channels."""
         stats = self.core.snapshot_stats()
         stats["markers"] = [(m.marker_id, m.records_in) for m in self.core.marker_log]
+        stats["reports"] = self.transport.reports
         stats["max_inflight_seen"] = self.transport.max_seen
         stats["backpressure_waits"] = self.transport.waits
         return stats

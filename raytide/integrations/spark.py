@@ -225,7 +225,10 @@ def start_spark(
     Starts a local Ray (``ray.init()``) if none is connected. Sizes the
     executors with :func:`plan_executors`, adds :data:`JDK17_JAVA_OPTIONS` to
     the app master, driver and executor JVMs, and points executors' Python
-    workers at this interpreter (``PYSPARK_PYTHON``, unless already set).
+    workers at this interpreter (``PYSPARK_PYTHON``, unless already set). An
+    idle driver JVM left in this process by an earlier Spark session (a plain
+    local one, or a stopped RayDP one) is ended first, so that the new driver
+    gets RayDP's classpath and the flags.
 
     If Spark was already started through RayDP (by this function or by
     ``raydp.init_spark`` directly), that session is returned and the other
@@ -252,6 +255,7 @@ def start_spark(
         _warn_if_missing_flags(existing)
         return existing
     _refuse_foreign_session()
+    _drop_idle_gateway()
     if not ray.is_initialized():
         ray.init()
     plan = plan_executors(ray.cluster_resources(), num_executors, executor_cores, executor_memory)
@@ -333,6 +337,37 @@ def _refuse_foreign_session() -> None:
             f"a Spark session that does not run on Ray is active (master {context.master!r}); "
             "stop it before start_spark()"
         )
+
+
+def _drop_idle_gateway(timeout_s: float = 30.0) -> None:
+    """Make PySpark launch a fresh driver JVM for RayDP.
+
+    PySpark starts its driver JVM once per process, with the classpath and
+    JVM options of the first session, and keeps it after that session stops.
+    A JVM left by a plain local Spark lacks RayDP's jars (its driver then
+    cannot parse the ``ray://`` master URL) and the Java 17 flags, and one
+    left by a stopped RayDP session has had its Ray runtime shut down. So
+    when no SparkContext is active, the idle JVM is ended (it exits when its
+    stdin closes) and forgotten; ``raydp.init_spark`` then launches a new one.
+    This uses PySpark's private ``SparkContext._gateway``: there is no public
+    way to relaunch the driver JVM.
+
+    Args:
+        timeout_s: How long to wait for the old JVM to exit.
+    """
+    from pyspark import SparkContext
+
+    with SparkContext._lock:
+        gateway = SparkContext._gateway
+        if gateway is None or SparkContext._active_spark_context is not None:
+            return
+        gateway.shutdown()
+        process = getattr(gateway, "proc", None)
+        if process is not None:
+            process.stdin.close()
+            process.wait(timeout=timeout_s)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
 
 
 def _warn_if_missing_flags(session: SparkSession) -> None:

@@ -6,6 +6,7 @@ source})`` starts one reader in each replica of the input; sends wait when downs
 full, so reading is paced by the slowest consumer (backpressure).
 """
 
+from raytide.sources.arrow import ArrowDatasetSource as ArrowDatasetSource
 from raytide.sources.text import TextFileSource as TextFileSource
 
-__all__ = ["TextFileSource"]
+__all__ = ["ArrowDatasetSource", "TextFileSource"]

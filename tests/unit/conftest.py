@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -12,7 +13,14 @@ def _forbid_ray_and_sleep(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("unit tests must not start Ray or sleep; put this test under tests/ray/")
 
-    monkeypatch.setattr(time, "sleep", refuse)
+    real_sleep, test_thread = time.sleep, threading.current_thread()
+
+    def sleep(seconds):  # background threads of an earlier tier (py4j, Ray) may still sleep
+        if threading.current_thread() is test_thread:
+            refuse()
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
     try:
         import ray
     except ImportError:  # pragma: no cover - ray is a runtime dependency
