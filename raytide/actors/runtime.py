@@ -39,6 +39,13 @@ logger = logging.getLogger(__name__)
 SETUP_TIMEOUT = 120.0
 
 
+@ray.remote(num_cpus=0.5)
+def _records_to_table(records: list, output: str, epoch: int) -> Any:
+    from raytide.integrations.records import records_to_table
+
+    return records_to_table(records, vertex=output, epoch=epoch)
+
+
 class JobTimeout(RaytideError, TimeoutError):
     """A wait on a job ran out of time; the message says what was still incomplete."""
 
@@ -378,6 +385,18 @@ class Job:
         """The raw counters of every replica (including what each saw at each marker)."""
         keys = list(self.actors)
         return dict(zip(keys, ray.get([self.actors[k].stats.remote() for k in keys], timeout=60)))
+
+    def output_tables(self, name: str) -> dict[int, list]:
+        """Object refs of Arrow tables of output ``name`` per completed epoch, converted by Ray tasks.
+
+        Tuple records become columns ``_1, _2, ...``, dict records named columns (see
+        :func:`raytide.integrations.records.records_to_table`); no record passes through
+        the driver unless it was small enough to travel inline.
+        """
+        return {
+            epoch: [_records_to_table.remote(ref, name, epoch) for ref in refs]
+            for epoch, refs in self.output_refs(name).items()
+        }
 
     def frontier(self, probe: Probe) -> list[Timestamp]:
         """How far the probed stream has progressed: the timestamps that may still arrive there."""

@@ -641,8 +641,8 @@ def from_spark(frames: DataFrame | Iterable[DataFrame], epoch_column: str | None
 class OutputJob(Protocol):
     """What :func:`to_spark` needs from a job handle."""
 
-    def output_refs(self, output_name: str) -> dict[int, list[ray.ObjectRef]]:
-        """ObjectRefs to the ``pyarrow.Table`` blocks a sink wrote, per epoch."""
+    def output_tables(self, output_name: str) -> dict[int, list[ray.ObjectRef]]:
+        """ObjectRefs to ``pyarrow.Table`` blocks of an output's records, per epoch."""
 
 
 @ray.remote(num_cpus=TASK_CPUS)
@@ -764,10 +764,10 @@ def to_spark(
     spark: SparkSession | None = None,
     epoch_column: str = EPOCH_COLUMN,
 ) -> DataFrame:
-    """A job's output as a Spark DataFrame: :func:`tables_to_spark` of ``job.output_refs(output_name)``.
+    """A job's output as a Spark DataFrame: :func:`tables_to_spark` of ``job.output_tables(output_name)``.
 
     Args:
-        job: Anything with ``output_refs(output_name) -> {epoch: [ObjectRef to pyarrow.Table]}``.
+        job: Anything with ``output_tables(output_name) -> {epoch: [ObjectRef to pyarrow.Table]}``.
         output_name: The sink's name.
         epoch: One epoch (no epoch column), or None for all with an epoch column.
         spark: The RayDP session; default :func:`active_spark`.
@@ -776,4 +776,4 @@ def to_spark(
     Returns:
         The DataFrame.
     """
-    return tables_to_spark(job.output_refs(output_name), spark=spark, epoch=epoch, epoch_column=epoch_column)
+    return tables_to_spark(job.output_tables(output_name), spark=spark, epoch=epoch, epoch_column=epoch_column)

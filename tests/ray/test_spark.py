@@ -268,7 +268,7 @@ class SinkOutputs:
         self.name = name
         self.refs_by_epoch = refs_by_epoch
 
-    def output_refs(self, output_name):
+    def output_tables(self, output_name):
         assert output_name == self.name
         return self.refs_by_epoch
 
