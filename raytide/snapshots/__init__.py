@@ -1,5 +1,11 @@
-"""Snapshots and recovery: consistent snapshots and the checkpoint-interval model (interval.py)."""
+"""Snapshots, pure parts: barrier alignment (barriers.py) and the checkpoint-interval model (interval.py)."""
 
+from .barriers import BarrierAligner as BarrierAligner
+from .barriers import Decision as Decision
+from .barriers import ForwardBarrier as ForwardBarrier
+from .barriers import Release as Release
+from .barriers import SnapshotComplete as SnapshotComplete
+from .barriers import TakeSnapshot as TakeSnapshot
 from .interval import DEFAULT_PRIOR_FAILURES as DEFAULT_PRIOR_FAILURES
 from .interval import DEFAULT_PRIOR_RATE as DEFAULT_PRIOR_RATE
 from .interval import DurationEstimator as DurationEstimator
@@ -10,11 +16,17 @@ from .interval import optimal_interval as optimal_interval
 from .interval import utilization as utilization
 
 __all__ = [
+    "BarrierAligner",
     "DEFAULT_PRIOR_FAILURES",
     "DEFAULT_PRIOR_RATE",
+    "Decision",
     "DurationEstimator",
     "FailureRateEstimator",
+    "ForwardBarrier",
     "IntervalTuner",
+    "Release",
+    "SnapshotComplete",
+    "TakeSnapshot",
     "lambert_w0",
     "optimal_interval",
     "utilization",
