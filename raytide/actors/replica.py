@@ -37,7 +37,7 @@ from raytide.actors.vertex import Vertex
 from raytide.errors import ProgressError, RaytideError
 from raytide.progress.change_batch import ChangeBatch
 from raytide.progress.reachability import Location
-from raytide.progress.timestamps import Timestamp
+from raytide.progress.timestamps import Timestamp, minimal_elements
 from raytide.snapshots.barriers import BarrierAligner, Decision, ForwardBarrier, Release, TakeSnapshot
 
 #: A location's frontier as the progress actor pushes it: each minimal timestamp, and
@@ -58,6 +58,8 @@ class Transport(Protocol):
     def send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None: ...  # noqa: D102
 
     def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool) -> None: ...  # noqa: D102
+
+    def declare_interests(self, interests: dict[Location, list[Timestamp]]) -> None: ...  # noqa: D102
 
     def report_output(self, output: str, epochs: dict[int, list], complete_through: float) -> None: ...  # noqa: D102
 
@@ -139,6 +141,7 @@ class ReplicaCore:
         self.must_flush = False
         self.flushes = 0
         self.unacked = 0
+        self.interests: dict[Location, list[Timestamp]] = {}
         self.markers: dict[int, Marker] = {}
         self.marker_log: list[MarkerRecord] = []
         for name in self.chain.vertices:
@@ -372,6 +375,29 @@ class ReplicaCore:
         self._deliver_notifications()
         self._report_outputs()
         self._maybe_flush()
+        self._declare_interests()
+
+    def _declare_interests(self) -> None:
+        """Tell the progress actor what this replica waits on, when that changed.
+
+        Pending notifications wait at their vertex's inputs, held-back progress at the
+        location of its cause, and outputs for their next epoch; only the minimal times
+        matter (a later one is answered no earlier).
+        """
+        waits: dict[Location, set[Timestamp]] = {}
+        for vertex, pending in self.pending.items():
+            for port in range(len(self.plan.vertex(vertex).inputs)):
+                waits.setdefault(Location.of_input(vertex, port), set()).update(pending)
+        for kind, location, time in self.causes:
+            if kind == "message":
+                waits.setdefault(location, set()).add(time)
+        for name, state in self.outputs.items():
+            if state.reported_through != NEVER:
+                waits.setdefault(Location.of_input(name, 0), set()).add(Timestamp(int(state.reported_through)))
+        interests = {loc: sorted(minimal_elements(times), key=tuple) for loc, times in waits.items() if times}
+        if interests != self.interests:
+            self.interests = interests
+            self.transport.declare_interests(interests)
 
     def _ready(self, vertex: str, time: Timestamp) -> bool:
         for port in range(len(self.plan.vertex(vertex).inputs)):

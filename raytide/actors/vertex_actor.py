@@ -85,6 +85,9 @@ class _RayTransport:
     def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool) -> None:
         self.progress.apply.remote(self.key, changes, ack)
 
+    def declare_interests(self, interests: dict[Location, list[Timestamp]]) -> None:
+        self.progress.declare.remote(self.key, interests)
+
     def report_output(self, output: str, epochs: dict[int, list], complete_through: float) -> None:
         """Small epochs travel inline (one hop less to the driver); large ones stay in the object store."""
         parts = {epoch: [records if len(records) <= INLINE_RECORDS else ray.put(records)] for epoch, records in epochs.items()}

@@ -40,6 +40,11 @@ class ProgressActor:
             self.handles[key].on_progress.remote(statuses, acked)
         self._check_finished()
 
+    def declare(self, sender: Hashable, interests: dict[Location, list]) -> None:
+        """Replica ``sender`` now waits on ``interests``; push it what already answers them."""
+        for key, (statuses, acked) in self.publisher.declare(sender, interests).items():
+            self.handles[key].on_progress.remote(statuses, acked)
+
     def frontier(self, location: Location) -> list:
         """The frontier at ``location`` (for probes)."""
         return self.publisher.tracker.frontier(location)

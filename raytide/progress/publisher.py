@@ -1,16 +1,23 @@
-"""What the progress actor does, as pure logic: apply progress batches, publish frontier changes.
+"""What the progress actor does, as pure logic: apply progress batches, publish what matters.
 
-Each subscriber (a vertex replica) names the locations it cares about (its inputs).
-After a batch is applied, every subscriber whose locations' *status* changed gets the
-new status: the frontier there, and for each frontier timestamp whether some pointstamp
-other than the ones at that location holds it (which tells the replica whether its own
-held-back deltas can matter). A subscriber that asked for an acknowledgement gets a
-push even when nothing changed, so it knows its last batch was absorbed.
+Each subscriber (a vertex replica) names the locations it reads (its inputs) and, as it
+runs, its *interests*: per location the timestamps it waits on (pending notifications,
+held-back progress, the next output epoch). A location's *status* is its frontier and,
+per frontier timestamp, whether some pointstamp other than the ones at that very place
+holds it. A subscriber is pushed a location's status only when the answer to one of its
+questions changed there: is interest ``t`` now *ready* (nothing at or before ``t`` may
+still arrive) or *covered* (something strictly before ``t``, or another pointstamp at
+``t``, holds it)? So pushes follow what replicas wait for, not every move of a frontier.
+
+Skipping pushes is safe: a frontier only ever moves up (a new frontier timestamp is
+implied by the pointstamp that caused it, which implied something at or below it), so a
+subscriber's older status is conservative. A subscriber that asks for an
+acknowledgement gets, after its batch, every status it has not seen.
 """
 
 from __future__ import annotations
 
-from typing import Hashable
+from typing import Hashable, Iterable
 
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -18,15 +25,24 @@ from raytide.progress.tracker import Pointstamp, Tracker
 
 Status = list[tuple[Timestamp, bool]]
 Push = tuple[dict[Location, Status], bool]
+Interests = dict[Location, list[Timestamp]]
+
+
+def answers(status: Status, time: Timestamp) -> tuple[bool, bool]:
+    """For a waiting timestamp: (is it ready, is it covered) under ``status``."""
+    ready = not any(f.less_equal(time) for f, _ in status)
+    covered = any(f.less_than(time) or (f == time and held) for f, held in status)
+    return ready, covered
 
 
 class FrontierPublisher:
-    """A tracker plus subscriptions; turns applied batches into per-subscriber pushes."""
+    """A tracker plus subscriptions; turns applied batches into the pushes that matter."""
 
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker
         self.subscriptions: dict[Hashable, list[Location]] = {}
-        self._published: dict[Location, Status] = {}
+        self.interests: dict[Hashable, Interests] = {}
+        self._seen: dict[Hashable, dict[Location, Status]] = {}
         self.batches_applied = 0
         self.pushes = 0
 
@@ -36,10 +52,11 @@ class FrontierPublisher:
         return sorted(((f, tracker.is_blocked(location, f)) for f in tracker.frontier(location)), key=lambda s: tuple(s[0]))
 
     def subscribe(self, subscriber: Hashable, locations: list[Location]) -> Push:
-        """Register ``subscriber``; returns its initial push (the current statuses)."""
+        """Register ``subscriber``; returns its initial push (every status)."""
         self.subscriptions[subscriber] = locations
+        self.interests[subscriber] = {}
         statuses = {loc: self.status(loc) for loc in locations}
-        self._published.update(statuses)
+        self._seen[subscriber] = dict(statuses)
         self.pushes += 1
         return statuses, False
 
@@ -53,20 +70,33 @@ class FrontierPublisher:
         self.tracker.update_all(changes)
         self.tracker.propagate()
         self.batches_applied += 1
-        changed: dict[Location, Status] = {}
-        for location in {loc for locs in self.subscriptions.values() for loc in locs}:
-            status = self.status(location)
-            if self._published.get(location) != status:
-                changed[location] = status
-                self._published[location] = status
+        return self._pushes(acked=sender if ack else None)
+
+    def declare(self, subscriber: Hashable, interests: Interests) -> dict[Hashable, Push]:
+        """``subscriber`` now waits on ``interests``; push it whatever already answers them."""
+        self.interests[subscriber] = interests
+        return self._pushes(only=[subscriber])
+
+    def _pushes(self, acked: Hashable = None, only: Iterable[Hashable] = ()) -> dict[Hashable, Push]:
+        current: dict[Location, Status] = {}
         pushes: dict[Hashable, Push] = {}
-        for subscriber, locations in self.subscriptions.items():
-            mine = {loc: changed[loc] for loc in locations if loc in changed}
-            acked = ack and subscriber == sender
-            if mine or acked:
-                pushes[subscriber] = (mine, acked)
+        for subscriber in list(only) or list(self.subscriptions):
+            seen = self._seen[subscriber]
+            changed = {}
+            for location in self.subscriptions[subscriber]:
+                if location not in current:
+                    current[location] = self.status(location)
+                new, old = current[location], seen[location]
+                if new != old and (subscriber == acked or self._matters(subscriber, location, old, new)):
+                    changed[location] = new
+            if changed or subscriber == acked:
+                seen.update(changed)
+                pushes[subscriber] = (changed, subscriber == acked)
         self.pushes += len(pushes)
         return pushes
+
+    def _matters(self, subscriber: Hashable, location: Location, old: Status, new: Status) -> bool:
+        return any(answers(old, t) != answers(new, t) for t in self.interests[subscriber].get(location, ()))
 
     def is_idle(self) -> bool:
         """True when no pointstamp is active: the dataflow has finished."""
