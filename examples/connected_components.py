@@ -1,0 +1,585 @@
+"""Connected components by label propagation inside a raytide loop, vectorised with NumPy.
+
+    python examples/connected_components.py --edges edges.txt --out labels.txt [--parallelism 2]
+    ray job submit --working-dir . -- python examples/connected_components.py --edges edges.txt --out labels.txt
+
+The edge file has one ``u v`` pair of integers per line (direction is ignored); the
+output has one ``node label`` line per node that appears in an edge, sorted by node, and
+the label is the smallest node id of the node's component.
+
+How it runs (Naiad's per-iteration rounds, all data columnar -- dicts of NumPy arrays):
+
+* the input ``edges`` takes batches ``{"src": ..., "dst": ...}``; a fused
+  ``map_batches`` adds the reverse of every edge;
+* inside the loop one vertex, :class:`LabelPropagation`, owns the nodes: its input 0
+  (the edges, at iteration 0) is exchanged by the integer column ``"src"`` and its
+  input 1 (label proposals, from the feedback) by ``"node"``, so the replica owning a
+  node gets both its out-edges and every proposal for it;
+* iteration 0 (``on_notify((epoch, 0))``): give new nodes their own id as label, send
+  every new edge's proposal ``(dst, label[src])``, then (off the critical path) add the
+  new edges to the adjacency (CSR);
+* iteration ``i`` (``on_notify((epoch, i))``): take the minimum proposal per node
+  (``np.minimum.at``), lower the labels that it beats and send proposals only from
+  those *changed* nodes to their neighbours, at ``i`` (the feedback makes it ``i + 1``);
+* before proposals leave a replica they are combined per target (minimum), and those
+  that cannot lower anything are dropped: to a node owned here whose label is already
+  as small, or to a remote node this replica already sent a label as small. Ids that
+  fit travel as int32;
+* every change also leaves the loop on output ``labels``; a record there is a chunk
+  ``("labels", nodes, labels, loop counters)`` with two arrays, so the output is
+  columnar too (the driver takes the minimum per node, the latest label);
+* no useful proposal means no message: the next iteration's timestamp is never used,
+  the loop drains and the frontier passes the epoch -- that is the termination test,
+  no counting round is needed;
+* on the same output, one small ``("work", {...})`` record per notification (proposals
+  in, labels changed, proposals out, wall-clock times) shows the work per iteration to
+  the tests and the benchmark. (One output rather than two: a second output port would
+  run in an actor of its own per replica, with its own progress traffic every iteration.)
+
+State persists across epochs, so the same vertex computes components *incrementally*
+(``examples/incremental_components.py``): epoch ``e``'s edges start from the labels of
+epoch ``e - 1``. Epochs must then be fed one after another (epoch ``e + 1`` after the
+output of epoch ``e`` is complete): ``(e, 5)`` and ``(e + 1, 0)`` are incomparable
+timestamps, so the frontier alone does not order them, and the vertex raises if it is
+asked to handle an earlier epoch after a later one rather than give a wrong answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import ray
+
+import raytide as rt
+
+INF = np.iinfo(np.int64).max
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMPTY = np.empty(0, dtype=np.int64)
+#: Merge the adjacency's CSR segments (one per epoch) once there are more than this many.
+MAX_SEGMENTS = 8
+
+
+def narrow(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The arrays as int32 if all their values fit (half the bytes to serialise and route), else unchanged."""
+    if all(not len(a) or (int(a.min()) >= -(1 << 31) and int(a.max()) < (1 << 31)) for a in arrays):
+        return tuple(a.astype(np.int32, copy=False) for a in arrays)
+    return arrays
+
+
+def _dense(lo: int, hi: int, count: int) -> bool:
+    """Whether ids in ``[lo, hi]`` are dense enough to index a lookup table directly."""
+    return lo >= 0 and hi < 8 * count + (1 << 20)
+
+
+class NodeIndex:
+    """Global node ids to local slots ``0 .. n-1`` (in order of arrival), vectorised.
+
+    Dense ids (non-negative, not much larger than their number) go through a lookup
+    table; any other ids through a sorted array and ``searchsorted``.
+    """
+
+    def __init__(self) -> None:
+        self.ids = EMPTY
+        self._table: Optional[np.ndarray] = np.empty(0, dtype=np.int64)  # id -> slot, -1 if absent
+        self._keys, self._slots = EMPTY, EMPTY  # sparse mode: sorted ids and their slots
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, ids: np.ndarray) -> np.ndarray:
+        """Give the ids not indexed yet the next slots; returns those new ids, distinct."""
+        if not len(ids):
+            return EMPTY
+        if self._table is not None and _dense(int(ids.min()), int(ids.max()), len(self.ids) + len(ids)):
+            new = self._add_dense(ids)
+        else:
+            self._to_sparse()
+            new = self._add_sparse(ids)
+        self.ids = np.concatenate([self.ids, new])
+        return new
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """The slots of ``ids`` (all of which must have been added)."""
+        if self._table is not None:
+            return self._table[ids]
+        return self._slots[np.searchsorted(self._keys, ids)]
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """The slots of ``ids``, -1 for ids never added."""
+        if not len(ids):
+            return EMPTY
+        if self._table is not None:
+            table = self._table
+            if int(ids.min()) >= 0 and int(ids.max()) < len(table):
+                return table[ids]
+            out = np.full(len(ids), -1, dtype=np.int64)
+            inside = (ids >= 0) & (ids < len(table))
+            out[inside] = table[ids[inside]]
+            return out
+        if not len(self._keys):
+            return np.full(len(ids), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self._keys, ids), len(self._keys) - 1)
+        return np.where(self._keys[pos] == ids, self._slots[pos], -1)
+
+    def _add_dense(self, ids: np.ndarray) -> np.ndarray:
+        table = self._table
+        assert table is not None
+        high = int(ids.max())
+        if high >= len(table):
+            grown = np.full(max(high + 1, 2 * len(table)), -1, dtype=np.int64)
+            grown[: len(table)] = table
+            table = self._table = grown
+        candidates = ids[table[ids] < 0]
+        if not len(candidates):
+            return EMPTY
+        positions = np.arange(len(candidates))
+        table[candidates] = positions  # one write per distinct id persists
+        new = candidates[table[candidates] == positions]
+        table[new] = len(self.ids) + np.arange(len(new))
+        return new
+
+    def _to_sparse(self) -> None:
+        if self._table is not None:
+            self._table = None
+            order = np.argsort(self.ids, kind="stable")
+            self._keys, self._slots = self.ids[order], order
+
+    def _add_sparse(self, ids: np.ndarray) -> np.ndarray:
+        distinct = np.unique(ids)
+        if len(self._keys):
+            pos = np.minimum(np.searchsorted(self._keys, distinct), len(self._keys) - 1)
+            distinct = distinct[self._keys[pos] != distinct]
+        keys = np.concatenate([self._keys, distinct])
+        slots = np.concatenate([self._slots, len(self.ids) + np.arange(len(distinct))])
+        order = np.argsort(keys, kind="stable")
+        self._keys, self._slots = keys[order], slots[order]
+        return distinct
+
+
+def group_by_first(firsts: np.ndarray, seconds: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sort pairs by their first element (slots in ``[0, groups)``); returns ``(offsets, seconds)``.
+
+    CSR: the seconds of group ``g`` are ``seconds[offsets[g]:offsets[g + 1]]``. When both
+    fit into 63 bits together, the pairs are packed into one int64 and sorted with
+    ``np.sort`` (SIMD, several times faster than ``argsort``).
+    """
+    counts = np.bincount(firsts, minlength=groups)
+    offsets = np.zeros(groups + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if not len(seconds):
+        return offsets, EMPTY
+    lo, hi = int(seconds.min()), int(seconds.max())
+    shift = max(hi.bit_length(), 1)
+    if lo >= 0 and shift + max(groups.bit_length(), 1) <= 63:
+        packed = np.sort((firsts << shift) | seconds)
+        return offsets, packed & ((1 << shift) - 1)
+    return offsets, seconds[np.argsort(firsts, kind="stable")]
+
+
+class Adjacency:
+    """Out-edges of local slots as CSR segments, one per batch of edges (merged when many)."""
+
+    def __init__(self) -> None:
+        self.segments: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def add(self, slots: np.ndarray, targets: np.ndarray, nodes: int) -> None:
+        """Add the edges ``slots[k] -> targets[k]``; ``nodes`` is the number of local slots."""
+        if len(slots):
+            self.segments.append(group_by_first(slots, targets, nodes))
+        if len(self.segments) > MAX_SEGMENTS:
+            sources = [np.repeat(np.arange(len(o) - 1), np.diff(o)) for o, _ in self.segments]
+            targets_all = [t for _, t in self.segments]
+            self.segments = [group_by_first(np.concatenate(sources), np.concatenate(targets_all), nodes)]
+
+    def neighbours(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All out-edges of ``slots``: ``(positions into slots, targets)``, vectorised."""
+        positions, targets = [], []
+        for offsets, segment in self.segments:
+            inside = np.flatnonzero(slots < len(offsets) - 1)
+            starts = offsets[slots[inside]]
+            lengths = offsets[slots[inside] + 1] - starts
+            total = int(lengths.sum())
+            if not total:
+                continue
+            ends = np.cumsum(lengths)
+            index = np.arange(total) + np.repeat(starts - (ends - lengths), lengths)
+            positions.append(np.repeat(inside, lengths))
+            targets.append(segment[index])
+        if not targets:
+            return EMPTY, EMPTY
+        return np.concatenate(positions), np.concatenate(targets)
+
+
+class MinCombiner:
+    """The minimum value per key of ``(keys, values)`` arrays, with a reusable dense scratch array."""
+
+    def __init__(self) -> None:
+        self.scratch = np.empty(0, dtype=np.int64)
+
+    def combine(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(distinct keys, minimum value of each)``; the keys come out sorted."""
+        if not len(keys):
+            return EMPTY, EMPTY
+        lo, hi = int(keys.min()), int(keys.max())
+        if not _dense(lo, hi, len(keys)):
+            distinct, inverse = np.unique(keys, return_inverse=True)
+            best = np.full(len(distinct), INF, dtype=np.int64)
+            np.minimum.at(best, inverse, values)
+            return distinct, best
+        if hi >= len(self.scratch):
+            self.scratch = np.full(max(hi + 1, 2 * len(self.scratch)), INF, dtype=np.int64)
+        scratch = self.scratch
+        np.minimum.at(scratch, keys, values)
+        if 4 * len(keys) >= hi - lo:  # many keys for their range: scan the range
+            touched = lo + np.flatnonzero(scratch[lo : hi + 1] < INF)
+        else:  # few keys in a wide range: find them without scanning
+            touched = np.unique(keys)
+        best = scratch[touched]
+        scratch[touched] = INF  # clean for the next call
+        return touched, best
+
+
+@dataclass
+class _Inbox:
+    edges: list
+    proposals: list
+    first: float  # wall-clock arrival of the first and the last message
+    last: float
+
+
+class LabelPropagation(rt.Vertex):
+    """Owns a partition of the nodes: their labels and out-edges; see the module docstring.
+
+    Inputs: 0 edges ``{"src", "dst"}`` (exchanged by ``src``), 1 proposals
+    ``{"node", "label"}`` (exchanged by ``node``). Outputs: 0 proposals for the next
+    iteration, 1 reports: label changes as ``("labels", nodes, labels, loop counters)``
+    chunks and one ``("work", {...})`` record per notification.
+    """
+
+    def __init__(self) -> None:
+        self.index = NodeIndex()
+        self.labels = EMPTY
+        self.adjacency = Adjacency()
+        self.combiner = MinCombiner()
+        self.sent = np.empty(0, dtype=np.int64)  # dense ids: smallest label proposed so far to each remote node
+        self.inbox: dict[rt.Timestamp, _Inbox] = {}
+        self.phase: Optional[tuple] = None  # (epoch, outer counters) of the latest notification
+
+    def on_recv(self, edge: int, message: Any, time: rt.Timestamp) -> None:
+        inbox = self.inbox.get(time)
+        now = time_now()
+        if inbox is None:
+            inbox = self.inbox[time] = _Inbox([], [], now, now)
+            self.notify_at(time)
+        (inbox.edges if edge == 0 else inbox.proposals).append(message)
+        inbox.last = now
+
+    def on_notify(self, time: rt.Timestamp) -> None:
+        started = time_now()
+        phase = (time.epoch, time.counters[:-1])
+        if self.phase is not None and phase < self.phase:
+            raise RuntimeError(
+                f"label propagation got {time} after working on epoch/outer round {self.phase}: feed the "
+                "epochs one after another (wait for an epoch's output before pushing the next)")
+        self.phase = phase
+        inbox = self.inbox.pop(time)
+        out_keys, out_values = [], []
+        changed_nodes, changed_labels = [], []
+        edges_in = proposals_in = changed = 0
+        new_edges = None
+        if inbox.edges:
+            src = _column(inbox.edges, "src")
+            dst = _column(inbox.edges, "dst")
+            edges_in = len(src)
+            new = self.index.add(src)
+            if len(new):
+                self.labels = np.concatenate([self.labels, new])
+                changed_nodes.append(new)
+                changed_labels.append(new)
+            slots = self.index.slots(src)
+            new_edges = (slots, dst)
+            if inbox.proposals:  # (never at once in these dataflows) neighbours must include the new edges
+                self.adjacency.add(slots, dst, len(self.index))
+                new_edges = None
+            out_keys.append(dst)  # every new edge proposes its source's label to its target
+            out_values.append(self.labels[slots])
+        if inbox.proposals:
+            nodes = _column(inbox.proposals, "node")
+            values = _column(inbox.proposals, "label")
+            proposals_in = len(nodes)
+            best = np.full(len(self.labels), INF, dtype=np.int64)
+            np.minimum.at(best, self.index.slots(nodes), values)
+            lowered = np.flatnonzero(best < self.labels)
+            changed = len(lowered)
+            if changed:
+                self.labels[lowered] = best[lowered]
+                changed_nodes.append(self.index.ids[lowered])
+                changed_labels.append(best[lowered])
+                positions, targets = self.adjacency.neighbours(lowered)
+                out_keys.append(targets)
+                out_values.append(best[lowered][positions])
+        keys, values = self.useful(*self.combiner.combine(_cat(out_keys), _cat(out_values)))
+        if len(keys):
+            keys, values = narrow(keys, values)
+            self.send_by(0, {"node": keys, "label": values}, time)
+        if new_edges is not None:  # index the new edges after sending: off the critical path
+            self.adjacency.add(*new_edges, len(self.index))
+        report: list[tuple] = [("labels", _cat(changed_nodes), _cat(changed_labels), time.counters)] if changed_nodes else []
+        report.append(("work", {
+            "epoch": time.epoch, "counters": time.counters, "replica": self.replica, "edges_in": edges_in,
+            "proposals_in": proposals_in, "changed": changed, "proposals_out": len(keys),
+            "received": (inbox.first, inbox.last), "started": started, "seconds": time_now() - started,
+        }))
+        self.send_by(1, report, time)
+
+    def useful(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Drop the proposals that cannot lower a label (``keys`` distinct and sorted).
+
+        A proposal to a node owned here whose label is already at most the value is
+        useless, and so is one to another replica's node that this replica already sent
+        a label at most as small (labels never rise). Dropping them never changes the
+        result nor the iteration at which a label changes.
+        """
+        if not len(keys):
+            return keys, values
+        slots = self.index.lookup(keys)
+        local = slots >= 0
+        keep = np.ones(len(keys), dtype=bool)
+        keep[local] = values[local] < self.labels[slots[local]]
+        remote = np.flatnonzero(~local)
+        if len(remote) and _dense(int(keys[0]), int(keys[-1]), len(self.index) + len(keys)):
+            targets, proposed = keys[remote], values[remote]
+            if int(keys[-1]) >= len(self.sent):
+                grown = np.full(max(int(keys[-1]) + 1, 2 * len(self.sent)), INF, dtype=np.int64)
+                grown[: len(self.sent)] = self.sent
+                self.sent = grown
+            lower = proposed < self.sent[targets]
+            self.sent[targets[lower]] = proposed[lower]
+            keep[remote] = lower
+        return keys[keep], values[keep]
+
+    def snapshot(self) -> Any:
+        return {"ids": self.index.ids, "labels": self.labels, "adjacency": self.adjacency.segments,
+                "sent": self.sent, "inbox": self.inbox, "phase": self.phase}
+
+    def restore(self, state: Any) -> None:
+        self.index = NodeIndex()
+        self.index.add(state["ids"])
+        self.labels = state["labels"]
+        self.adjacency = Adjacency()
+        self.adjacency.segments = state["adjacency"]
+        self.sent, self.inbox, self.phase = state["sent"], state["inbox"], state["phase"]
+
+
+def time_now() -> float:
+    """Wall-clock seconds (comparable across the processes of one machine)."""
+    return time.time()
+
+
+def _column(messages: list, name: str) -> np.ndarray:
+    """Column ``name`` of columnar messages, concatenated, as int64."""
+    return np.concatenate([np.asarray(m[name]) for m in messages]).astype(np.int64, copy=False)
+
+
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    if not arrays:
+        return EMPTY
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def both_directions(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every undirected edge ``{u, v}`` as the two directed edges ``u -> v`` and ``v -> u``."""
+    src, dst = np.asarray(batch["src"]), np.asarray(batch["dst"])
+    return {"src": np.concatenate([src, dst]), "dst": np.concatenate([dst, src])}
+
+
+def propagation_loop(loop: rt.dataflow.Loop, directed_edges: rt.Stream, name: str = "label-propagation") -> rt.Stream:
+    """Place the label-propagation loop body in ``loop``; returns its reports (inside the loop).
+
+    ``directed_edges`` is a stream of ``{"src", "dst"}`` batches already inside ``loop``.
+    """
+    back = loop.feedback(name=f"{name}.proposals")
+    proposals, reports = loop.flow.vertex(
+        LabelPropagation, [directed_edges, back.stream], outputs=2, exchange=["src", "node"], name=name)
+    back.connect(proposals)
+    return reports
+
+
+def build_flow(parallelism: int = 2, name: str = "connected-components") -> rt.Dataflow:
+    """The dataflow: input ``edges`` (``{"src", "dst"}`` batches), output ``labels`` (see :func:`split_reports`)."""
+    flow = rt.Dataflow(name, parallelism=parallelism)
+    edges = flow.input("edges").map_batches(both_directions, name="both-directions")
+    loop = flow.loop("propagate")
+    loop.leave(propagation_loop(loop, loop.enter(edges))).output("labels")
+    return flow
+
+
+def split_reports(records: Sequence[tuple]) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[dict]]:
+    """The records of output ``labels``: ``(label-change chunks (nodes, labels), work records)``."""
+    chunks = [(r[1], r[2]) for r in records if r[0] == "labels"]
+    return chunks, [r[1] for r in records if r[0] == "work"]
+
+
+def latest_labels(chunks: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Fold label-change chunks into the current labels: ``(nodes sorted, labels)``.
+
+    Labels only decrease, so a node's current label is the minimum of its changes.
+    """
+    if not chunks:
+        return EMPTY, EMPTY
+    nodes = np.concatenate([np.asarray(n, dtype=np.int64) for n, _ in chunks])
+    labels = np.concatenate([np.asarray(lab, dtype=np.int64) for _, lab in chunks])
+    if not len(nodes):
+        return EMPTY, EMPTY
+    lo, hi = int(nodes.min()), int(nodes.max())
+    if _dense(lo, hi, len(nodes)):
+        best = np.full(hi + 1, INF, dtype=np.int64)
+        np.minimum.at(best, nodes, labels)
+        present = np.flatnonzero(best < INF)
+        return present, best[present]
+    distinct, inverse = np.unique(nodes, return_inverse=True)
+    best = np.full(len(distinct), INF, dtype=np.int64)
+    np.minimum.at(best, inverse, labels)
+    return distinct, best
+
+
+@dataclass
+class Components:
+    """The result of a run: labels per node plus what each notification did."""
+
+    nodes: np.ndarray
+    labels: np.ndarray
+    work: list[dict]
+
+    def as_dict(self) -> dict[int, int]:
+        return dict(zip(self.nodes.tolist(), self.labels.tolist()))
+
+    def iterations(self) -> list[dict[str, float]]:
+        """Per iteration: proposals received, labels changed, and when it ended (see :func:`per_iteration`)."""
+        return per_iteration(self.work)
+
+
+def per_iteration(work: Sequence[dict]) -> list[dict[str, float]]:
+    """Sum the work records of all replicas per loop counter; ``end`` is the last replica's finish time."""
+    rounds: dict[tuple, dict[str, float]] = {}
+    for w in work:
+        r = rounds.setdefault(tuple(w["counters"]), {"proposals_in": 0, "changed": 0, "proposals_out": 0, "edges_in": 0,
+                                                     "start": math.inf, "end": 0.0, "busy": 0.0})
+        for k in ("proposals_in", "changed", "proposals_out", "edges_in"):
+            r[k] += w[k]
+        r["start"] = min(r["start"], w["started"])
+        r["end"] = max(r["end"], w["started"] + w["seconds"])
+        r["busy"] = max(r["busy"], w["seconds"])
+    return [{"counters": k, **v} for k, v in sorted(rounds.items())]
+
+
+def start_job(parallelism: int = 2, batch_size: int = 1 << 18, name: Optional[str] = None) -> rt.Job:
+    """Start the dataflow's actors (kept apart so that benchmarks can leave start-up out)."""
+    return rt.run(build_flow(parallelism), parallelism=parallelism, batch_size=batch_size, name=name)
+
+
+def solve(job: rt.Job, edges: np.ndarray, timeout: float = 600.0) -> Components:
+    """Push ``edges`` (``(E, 2)`` integers) into a fresh job as epoch 0, close it, wait, fold the labels."""
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    if len(edges):
+        src, dst = narrow(edges[:, 0], edges[:, 1])
+        job.push("edges", {"src": np.ascontiguousarray(src), "dst": np.ascontiguousarray(dst)})
+    job.close("edges")
+    job.wait(timeout=timeout)
+    chunks, work = split_reports(job.collect("labels").get(0, []))
+    nodes, labels = latest_labels(chunks)
+    return Components(nodes, labels, work)
+
+
+def component_labels(edges: np.ndarray, parallelism: int = 2, timeout: float = 600.0) -> Components:
+    """Connected components of the undirected graph ``edges``; starts and tears down one job."""
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    batch = max(1, math.ceil(len(edges) / parallelism))  # one pushed batch per input replica
+    with start_job(parallelism, batch_size=batch) as job:
+        return solve(job, edges, timeout)
+
+
+def components(edges: np.ndarray, parallelism: int = 2, timeout: float = 600.0) -> dict[int, int]:
+    """``{node: smallest node id of its component}`` for every node that appears in ``edges``."""
+    return component_labels(edges, parallelism, timeout).as_dict()
+
+
+# -- command line ---------------------------------------------------------------------------
+
+
+def read_edge_file(path: str) -> np.ndarray:
+    """``u v`` integer pairs, one per line, as an ``(E, 2)`` int64 array (Arrow's CSV reader; NumPy for odd spacing)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    if os.path.getsize(path) == 0:
+        return np.empty((0, 2), dtype=np.int64)
+    try:
+        table = pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(column_names=["u", "v"]),
+            parse_options=pacsv.ParseOptions(delimiter=" "),
+            convert_options=pacsv.ConvertOptions(column_types={"u": pa.int64(), "v": pa.int64()}))
+        return np.stack([table["u"].to_numpy(), table["v"].to_numpy()], axis=1)
+    except (pa.ArrowInvalid, ValueError):  # tabs, repeated spaces, comments: the slower, lenient reader
+        return np.loadtxt(path, dtype=np.int64, ndmin=2, comments="#").reshape(-1, 2)
+
+
+def write_labels(path: str, nodes: np.ndarray, labels: np.ndarray) -> None:
+    """One ``node label`` line per node, written by Arrow (no Python loop per line)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    table = pa.table({"node": pa.array(nodes, pa.int64()), "label": pa.array(labels, pa.int64())})
+    pacsv.write_csv(table, path, write_options=pacsv.WriteOptions(include_header=False, delimiter=" ",
+                                                                   quoting_style="none"))
+
+
+def connect_ray() -> bool:
+    """Join the cluster named by ``RAY_ADDRESS`` (as under ``ray job submit``), else start a local Ray.
+
+    Under ``ray job submit --working-dir .`` the workers find ``examples`` in the working
+    directory. Returns True if this call started Ray (then the caller shuts it down).
+    """
+    if ray.is_initialized():
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address="auto", log_to_driver=False)
+    else:  # workers import ``examples`` from this checkout whatever the current directory
+        path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+        ray.init(log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    return True
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description="Connected components of an edge list with raytide.")
+    parser.add_argument("--edges", required=True, help="input file: one 'u v' pair of integers per line")
+    parser.add_argument("--out", required=True, help="output file: one 'node label' line per node")
+    parser.add_argument("--parallelism", type=int, default=2, help="replicas of the propagation vertex (default 2)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the job")
+    args = parser.parse_args(argv)
+    edges = read_edge_file(args.edges)
+    started_ray = connect_ray()
+    try:
+        started = time.perf_counter()
+        result = component_labels(edges, parallelism=args.parallelism, timeout=args.timeout)
+        elapsed = time.perf_counter() - started
+    finally:
+        if started_ray:
+            ray.shutdown()
+    write_labels(args.out, result.nodes, result.labels)
+    rounds = result.iterations()
+    print(f"{len(edges)} edges, {len(result.nodes)} nodes, {len(np.unique(result.labels))} components, "
+          f"{len(rounds)} iterations, {elapsed:.2f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
