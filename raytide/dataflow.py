@@ -391,7 +391,7 @@ class Loop:
         vname = name or self.flow._fresh(f"{self.name}.feedback")
         summary = PathSummary.feedback(bound) if bound else PathSummary.feedback()
         self.flow._add(LogicalVertex(vname, lambda: Feedback(bound), [[]], 1, self.depth, summaries=(summary,),
-                                     chain=False, role="feedback"))
+                                     role="feedback"))
         return FeedbackHandle(self, vname)
 
 

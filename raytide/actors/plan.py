@@ -129,12 +129,20 @@ def _progress_graph(flow: Dataflow) -> ProgressGraph:
 
 
 def _chains(flow: Dataflow, consumers: dict[tuple[str, int], list[Consumer]], widths: dict[str, int]) -> list[ChainPlan]:
+    """Greedy fusing in insertion order (a topological order once back edges are set aside).
+
+    A feedback vertex is placed last, at the tail of its upstream's chain when it can be
+    fused there (it is stateless and its sends never wait, so the cycle still drains);
+    nothing is ever fused after a feedback vertex.
+    """
     head_of: dict[str, str] = {}
     members: dict[str, list[str]] = {}
-    for name in flow.vertices:  # insertion order is a topological order of the acyclic part
+    names = [n for n, v in flow.vertices.items() if v.role != "feedback"]
+    names += [n for n, v in flow.vertices.items() if v.role == "feedback"]
+    for name in names:
         upstream = _fusable_upstream(flow, flow.vertices[name], consumers, widths)
-        head = head_of[upstream] if upstream is not None and upstream in head_of else name
-        if upstream is not None and members[head][-1] != upstream:
+        head = head_of.get(upstream, name) if upstream is not None else name
+        if head != name and members[head][-1] != upstream:
             head = name
         head_of[name] = head
         members.setdefault(head, []).append(name)
@@ -147,7 +155,7 @@ def _fusable_upstream(flow: Dataflow, vertex: LogicalVertex, consumers: dict[tup
         return None
     edge = vertex.inputs[0][0]
     source = flow.vertices.get(edge.source)
-    if source is None or not source.chain or edge.channel.kind != "pipeline":
+    if source is None or not source.chain or source.role == "feedback" or edge.channel.kind != "pipeline":
         return None
     if widths[edge.source] != widths[vertex.name] or len(consumers[(edge.source, edge.output)]) != 1:
         return None

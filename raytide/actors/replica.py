@@ -8,8 +8,8 @@ routes what they send (to fused vertices by a direct call, to other actors throu
 
 Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the
 consumed message and the ``+1`` of everything it caused) are shipped together, and
-batches from one replica arrive in order. Deltas are held back while they cannot
-matter: when each event that caused them is *covered*, i.e. the frontier at the
+batches from one replica arrive in order. Outside loops, deltas are held back while
+they cannot matter (inside a loop every iteration waits on them, so they go at once): when each event that caused them is *covered*, i.e. the frontier at the
 event's location is held below it, or at it by some other pointstamp, the tracker's
 frontier cannot move past anything the held deltas would retire. When a progress push
 uncovers a cause, or a notification or a capability change happened, the whole batch
@@ -148,7 +148,8 @@ class ReplicaCore:
             self._host(name)
         head = self.chain.vertices[0]
         channels = self._input_channels(head)
-        self.aligner = BarrierAligner(head, inputs=channels, back_edges=[c for c in channels if c[0] in plan.feedback])
+        self.aligner = BarrierAligner(head, inputs=channels, back_edges=self._back_edges(head, channels))
+        self.in_cycle = any(v in plan.cyclic for v in self.chain.vertices)
 
     # -- setup -------------------------------------------------------------------------
 
@@ -192,6 +193,17 @@ class ReplicaCore:
                 else:
                     channels += [(edge.source, edge.output, r, port) for r in range(senders)]
         return channels
+
+    def _back_edges(self, head: str, channels: list[ChannelId]) -> list[ChannelId]:
+        """Channels that close a cycle through ``head`` (their sender is downstream of it).
+
+        Markers come back on those only after ``head`` forwarded them, so they are not
+        aligned on. A vertex all of whose inputs lie on the cycle (inside a loop body) is
+        not where the cycle is entered, and aligns on them as usual.
+        """
+        graph, start = self.plan.graph, Location.of_vertex(head)
+        back = [c for c in channels if graph.summaries(start, Location.of_vertex(c[0]))]
+        return back if len(back) < len(channels) else []
 
     def _destinations(self, router: Router, consumer: Consumer) -> list[int]:
         """The replicas of ``consumer`` this replica has a channel to (where markers go)."""
@@ -452,7 +464,8 @@ class ReplicaCore:
             self.causes.clear()
             self.must_flush = False
             return
-        if self.must_flush or len(self.progress) > MAX_HELD_PROGRESS or not all(map(self._covered, self.causes)):
+        if (self.must_flush or self.in_cycle or len(self.progress) > MAX_HELD_PROGRESS
+                or not all(map(self._covered, self.causes))):
             self._flush(ack=False)
 
     def _flush(self, ack: bool) -> None:

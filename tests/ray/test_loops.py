@@ -134,3 +134,24 @@ def test_loop_misuse_is_rejected_when_the_job_is_built(ray_session):
     loop.leave(inside.concat(back.stream)).output("out")
     with pytest.raises(rt.GraphError, match="never connected: close the loop"):
         rt.run(flow, inputs={"numbers": [[1]]})
+
+
+def test_a_vertex_fed_only_by_the_feedback_and_a_marker_in_a_loop(ray_session):
+    from raytide.actors.markers import Marker
+
+    flow = rt.Dataflow("feedback-only")
+    loop = flow.loop()
+    back = loop.feedback(max_iterations=3)
+    body = loop.enter(flow.input("x")).concat(back.stream.map(lambda x: x))
+    back.connect(body.map(lambda x: x + 1))
+    loop.leave(body).output("out")
+    with rt.run(flow, parallelism=2) as job:
+        job.push("x", [1, 10])
+        job.inject_marker(Marker(1))
+        job.push("x", [100])
+        job.close("x")
+        job.wait(timeout=120)
+        result = job.collect("out")
+        markers = [m for s in job.replica_stats().values() for m in s["markers"]]
+    assert sorted(result[0]) == [1, 2, 3, 10, 11, 12, 100, 101, 102]
+    assert len(markers) == len(job.actors), "the marker passed every replica, around the loop too"
