@@ -1,0 +1,201 @@
+"""``ray job submit`` of examples/spark_wordcount.py to a real Ray head started here.
+
+The head is this test's own: ``ray start --head --block`` on free ports, with its own
+short ``--temp-dir`` (so its ``ray_current_cluster`` file does not redirect other
+processes' ``ray.init()`` to it), started in a new session (process group). It is
+stopped by signalling that ``ray start`` process (SIGTERM: with ``--block``, it tears
+its node down at once, as ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0`` skips the drain) and
+then killing whatever is left in its process group (the job's driver runs in a session
+of its own and exits when its raylet goes). ``ray stop`` is
+never called: it would stop every Ray on the machine, the test session's own included.
+
+Ray 2.60 turns token authentication on for ``ray start --head``; the job CLI sends the
+token (``~/.ray/auth_token``, generated if missing) only when ``RAY_AUTH_MODE=token`` is
+in its environment, so every CLI call here gets it. The CLIs are the ones next to
+``sys.executable`` (the venv's), and the head's PATH starts with that directory so that
+the job's ``python`` is the venv's interpreter too.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+RAY = str(BIN / "ray")
+JOB_TIMEOUT = 240
+RESULT = re.compile(r"^RESULT word=(\S+) count=(\d+)$", re.MULTILINE)
+TOTAL = re.compile(r"^RESULT total=(\d+) distinct=(\d+)$", re.MULTILINE)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports the OS says are free now (held together, so they differ)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def free_range(size: int) -> tuple[int, int]:
+    """A run of ``size`` free ports below the ephemeral range and above Ray's default worker ports."""
+    for _ in range(50):
+        low = random.randrange(20_000, 32_000 - size)
+        try:
+            for port in range(low, low + size):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return low, low + size - 1
+    raise RuntimeError(f"no run of {size} free ports found")
+
+
+def cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+    env["RAY_AUTH_MODE"] = "token"
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Head:
+    """A Ray head of our own, reachable at ``self.dashboard`` for the job CLI."""
+
+    def __init__(self, workdir: Path) -> None:
+        gcs, dashboard, client, agent_http, agent_grpc, env_agent, metrics, node_manager, object_manager = free_ports(9)
+        low, high = free_range(200)
+        # Sockets live under the temp dir: keep it short (AF_UNIX paths are limited to 107 bytes).
+        self.temp_dir = tempfile.mkdtemp(prefix="rtjs", dir="/tmp")
+        self.dashboard = f"http://127.0.0.1:{dashboard}"
+        self.log = workdir / "ray-head.log"
+        command = [
+            RAY, "start", "--head", "--block", "--num-cpus=2", "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1", f"--port={gcs}", "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}",
+            f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={env_agent}", f"--metrics-export-port={metrics}",
+            f"--node-manager-port={node_manager}", f"--object-manager-port={object_manager}",
+            f"--min-worker-port={low}", f"--max-worker-port={high}", f"--temp-dir={self.temp_dir}",
+        ]
+        env = cli_env()
+        env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # on SIGTERM, tear down at once (no 30 s drain)
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def job(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+        """``ray job <args> --address <our dashboard>`` from the repository root."""
+        command, rest = args[0], list(args[1:])
+        entry = []
+        if "--" in rest:
+            cut = rest.index("--")
+            rest, entry = rest[:cut], rest[cut:]
+        done = subprocess.run([RAY, "job", command, "--address", self.dashboard, *rest, *entry], cwd=ROOT,
+                              env=cli_env(), capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise AssertionError(f"ray job {command} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}\n"
+                                 f"head log:\n{self.log_tail()}")
+        return done
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"ray start exited with {self.process.returncode}:\n{self.log_tail()}")
+            if self.job("list", check=False, timeout=60).returncode == 0:
+                return
+            time.sleep(2)
+        raise AssertionError(f"the Ray head's job server did not answer within {timeout} s:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def stop(self) -> None:
+        """Stop this head only: SIGTERM to ``ray start --block``, then SIGKILL to what is left of its group."""
+        group = self.process.pid  # start_new_session: the group id is the leader's pid
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + 15
+        while _group_alive(group) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if _group_alive(group):
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.process.poll() is None:
+            self.process.wait(timeout=10)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@pytest.fixture()
+def head(tmp_path):
+    started = Head(tmp_path)
+    try:
+        started.wait_ready()
+        yield started
+    finally:
+        started.stop()
+
+
+def write_input(path: Path) -> collections.Counter:
+    """A text file of skewed words; returns the reference counts (plain Python)."""
+    rng = random.Random(7)
+    vocabulary = [f"w{i:02d}" for i in range(40)] + ["timely", "dataflow", "spark"]
+    lines = [" ".join(rng.choices(vocabulary, weights=range(len(vocabulary), 0, -1), k=rng.randint(0, 9)))
+             for _ in range(5000)]
+    path.write_text("\n".join(lines) + "\n")
+    return collections.Counter(word for line in lines for word in line.split())
+
+
+def test_spark_wordcount_submitted_with_ray_job_submit(head, tmp_path):
+    reference = write_input(tmp_path / "lines.txt")
+    top = 12
+    submission = f"raytide-wordcount-{uuid.uuid4().hex[:8]}"
+    submitted = head.job("submit", "--submission-id", submission, "--working-dir", ".", "--",
+                         "python", "examples/spark_wordcount.py", "--input", str(tmp_path / "lines.txt"),
+                         "--top", str(top), timeout=JOB_TIMEOUT, check=False)
+    status = head.job("status", submission).stdout
+    logs = head.job("logs", submission).stdout
+    assert submitted.returncode == 0 and "succeeded" in status.lower(), (
+        f"submit exit {submitted.returncode}\nstatus: {status}\nsubmit stderr:\n{submitted.stderr[-3000:]}\n"
+        f"job logs:\n{logs[-6000:]}")
+
+    expected = sorted(reference.items(), key=lambda item: (-item[1], item[0]))[:top]
+    found = [(word, int(count)) for word, count in RESULT.findall(logs)]
+    assert found == expected, logs[-4000:]
+    assert TOTAL.findall(logs) == [(str(sum(reference.values())), str(len(reference)))]

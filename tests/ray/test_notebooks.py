@@ -1,0 +1,107 @@
+"""The notebooks run top to bottom in a fresh kernel of this interpreter, and show the right things.
+
+The kernel is this venv's Python (a kernel spec written to a temporary directory whose
+``argv`` is ``sys.executable``), so the test works in a fresh venv without ``jupyter
+kernelspec install``. Each notebook starts (and at its end shuts down) a local Ray of its
+own: ``RAY_ADDRESS`` is removed from the kernel's environment, so that it never joins the
+test session's Ray, whose CPUs the session's Spark already holds in part.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+pytest.importorskip("matplotlib")
+
+from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
+from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+KERNEL = "raytide-test-venv"
+CELL_TIMEOUT = 240
+
+
+@pytest.fixture(scope="module")
+def kernel_dirs(tmp_path_factory) -> Path:
+    """A kernel spec that runs ipykernel with this very interpreter."""
+    root = tmp_path_factory.mktemp("kernels")
+    spec = root / KERNEL
+    spec.mkdir()
+    spec.joinpath("kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "raytide (test venv)",
+        "language": "python",
+    }))
+    return root
+
+
+def execute(name: str, kernel_dirs: Path):
+    """Run notebook ``name`` in a new kernel; return the executed notebook."""
+    notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    manager = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dirs)]))
+    client = nbclient.NotebookClient(notebook, km=manager, timeout=CELL_TIMEOUT,
+                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MPLBACKEND")}
+    client.execute(env=env)
+    return notebook
+
+
+def outputs(cell) -> list[dict]:
+    return cell.get("outputs", [])
+
+
+def text_of(cell) -> str:
+    parts = []
+    for output in outputs(cell):
+        if output["output_type"] == "stream":
+            parts.append(output["text"])
+        elif "data" in output and "text/plain" in output["data"]:
+            parts.append(output["data"]["text/plain"])
+    return "".join(parts)
+
+
+def has_png(notebook) -> bool:
+    return any("image/png" in output.get("data", {}) for cell in notebook.cells for output in outputs(cell))
+
+
+def cell_with(notebook, fragment: str):
+    return next(cell for cell in notebook.cells if cell.cell_type == "code" and fragment in cell.source)
+
+
+def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs):
+    notebook = execute("quickstart", kernel_dirs)
+
+    corpus: dict = {}
+    exec(next(c.source for c in notebook.cells if "corpus" in c.metadata.get("tags", [])), corpus)
+    reference = collections.Counter(word for line in corpus["LINES"] for word in line.split())
+    expected = sorted(reference.items(), key=lambda item: (-item[1], item[0]))[:10]
+
+    table = text_of(cell_with(notebook, "table.head(10)"))
+    shown = [(word, int(count)) for word, count in re.findall(r"^\s*\d+\s+(\S+)\s+(\d+)\s*$", table, re.MULTILINE)]
+    assert shown == expected, table
+    assert f"raytide and Spark agree on all {len(reference)} words" in text_of(cell_with(notebook, "spark_counts"))
+    assert has_png(notebook)
+
+
+def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs):
+    notebook = execute("vertex_api", kernel_dirs)
+
+    assert "before advance, epoch 0 reported: False" in text_of(cell_with(notebook, "before advance"))
+    lines = text_of(cell_with(notebook, "per_epoch.append"))
+    for epoch in range(6):
+        distinct = len({i * i % (40 * (epoch + 1)) for i in range(3000)})
+        assert (f"epoch {epoch}: pushed 3000, seen at notification 3000, notifications 2, "
+                f"distinct {distinct} (expected {distinct})") in lines, lines
+    assert has_png(notebook)
