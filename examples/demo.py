@@ -23,6 +23,7 @@ import heapq
 import time
 
 import ray
+from pyspark.sql import functions as F
 from tqdm import tqdm
 
 import raytide as rt
@@ -101,15 +102,14 @@ def main(argv: list[str] | None = None) -> None:
 
         print()
         print(f"records in:  {args.lines:,} lines, {words:,} words counted (stop words dropped)")
-        print(f"elapsed:     {elapsed:.1f} s (Spark -> Arrow blocks -> dataflow -> per-epoch results)")
+        print(f"elapsed:     {elapsed:.1f} s (starting the job's actors, Spark -> Arrow -> dataflow -> results)")
         print(f"throughput:  {args.lines / elapsed:,.0f} lines/s, {words / elapsed:,.0f} words/s")
         print(f"top {TOP} words per epoch (from the 'top' output):")
         for epoch, records in sorted(top.items()):
             ranked = records[0] if records else []
             print(f"  epoch {epoch}: " + ", ".join(f"{w} {n:,}" for n, w in ranked))
         print("all epochs, back in Spark (to_spark(job, 'counts')):")
-        result.groupBy("word").sum("count").withColumnRenamed("sum(count)", "count") \
-              .orderBy("count", ascending=False).show(TOP)
+        result.groupBy("word").agg(F.sum("count").alias("count")).orderBy(F.desc("count")).show(TOP)
     finally:
         stop_spark()
         ray.shutdown()

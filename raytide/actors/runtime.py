@@ -366,8 +366,11 @@ class Job:
         """Object refs of the record lists of output ``name`` per completed epoch.
 
         Large epochs stay in the object store where the sinks put them; small ones
-        (sent inline, see ``INLINE_RECORDS``) are put there now.
+        (sent inline, see ``INLINE_RECORDS``) are put there now. After the job is torn
+        down, the records it kept on the driver are put back into the object store.
         """
+        if self._torn_down:  # the sinks that owned the refs are gone; what was kept lives on the driver
+            return {epoch: [ray.put(self._records(name, epoch))] for epoch in sorted(self._results[name])}
         self._pump(0)
         return {
             epoch: [p if isinstance(p, ray.ObjectRef) else ray.put(p) for p in parts]

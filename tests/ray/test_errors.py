@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 
@@ -16,10 +18,17 @@ def boom(x):
     return x
 
 
-def all_dead(job):
-    for actor in job.actors.values():
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.ping.remote(), timeout=30)
+def all_dead(job, timeout=60.0):
+    """Every actor of the job is gone (``ray.kill`` takes effect asynchronously, so poll)."""
+    deadline = time.monotonic() + timeout
+    for actor in [*job.actors.values(), job.progress, job.collector]:
+        while True:
+            try:
+                ray.get(actor.ping.remote() if hasattr(actor, "ping") else actor.describe.remote(), timeout=30)
+            except ray.exceptions.RayActorError:
+                break
+            assert time.monotonic() < deadline, "an actor survived the job's teardown"
+            time.sleep(0.1)
     return True
 
 

@@ -80,6 +80,7 @@ def cell_with(notebook, fragment: str):
     return next(cell for cell in notebook.cells if cell.cell_type == "code" and fragment in cell.source)
 
 
+@pytest.mark.spark
 def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs):
     notebook = execute("quickstart", kernel_dirs)
 

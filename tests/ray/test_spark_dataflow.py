@@ -58,3 +58,11 @@ def test_a_stream_of_dataframes_one_epoch_each_and_an_empty_one(ray_session, spa
     assert 1 not in result or result[1] == []
     assert {w: n for w, n in result[2]} == spark_counts(frames[2], by_epoch=False)
     assert {r["_1"]: r["_2"] for r in single.collect()} == spark_counts(frames[2], by_epoch=False)
+
+
+def test_outputs_convert_to_spark_after_the_job_is_torn_down(ray_session, spark):
+    df = spark.createDataFrame(LINES[:100], ["epoch", "line"])
+    with rt.run(word_count_flow(), inputs={"rows": from_spark(df)}, parallelism=1) as job:
+        job.wait(timeout=180)
+    back = to_spark(job, "counts", epoch=0)
+    assert {r["_1"]: r["_2"] for r in back.collect()} == spark_counts(df, by_epoch=False)
