@@ -331,12 +331,7 @@ def parse_parameters(text: str) -> dict[str, int]:
     Raises:
         RescaleError: The text is not a JSON object of positive integers, naming the offending key.
     """
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise RescaleError(f"parameters.json is not valid JSON: {error}") from error
-    if not isinstance(document, dict):
-        raise RescaleError(f"parameters.json must be a JSON object, got {type(document).__name__}")
+    document = _json_object(text, "parameters.json")
     for name, value in document.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise RescaleError(f"parameters.json: {name!r} must be a positive integer, got {value!r}")
@@ -373,12 +368,17 @@ def parse_stats_document(text: str) -> dict[str, Any]:
     Raises:
         RescaleError: The text is not a JSON object.
     """
+    return _json_object(text, "stats.json")
+
+
+def _json_object(text: str, name: str) -> dict[str, Any]:
+    """``text`` parsed as a JSON object; a clear :class:`RescaleError` naming file ``name`` otherwise."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
-        raise RescaleError(f"stats.json is not valid JSON: {error}") from error
+        raise RescaleError(f"{name} is not valid JSON: {error}") from error
     if not isinstance(document, dict):
-        raise RescaleError(f"stats.json must be a JSON object, got {type(document).__name__}")
+        raise RescaleError(f"{name} must be a JSON object, got {type(document).__name__}")
     return document
 
 
