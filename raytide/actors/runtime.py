@@ -27,6 +27,7 @@ from raytide.actors.collector import Collector
 from raytide.actors.markers import Marker
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.vertex_actor import VertexActor
+from raytide.actors.wire import pack, pack_records, unpack_records
 from raytide.dataflow import Dataflow, Probe
 from raytide.errors import GraphError, RaytideError
 from raytide.progress.actor import ProgressActor
@@ -40,10 +41,10 @@ SETUP_TIMEOUT = 120.0
 
 
 @ray.remote(num_cpus=0.5)
-def _records_to_table(records: list, output: str, epoch: int) -> Any:
+def _records_to_table(blob: bytes, output: str, epoch: int) -> Any:
     from raytide.integrations.records import records_to_table
 
-    return records_to_table(records, vertex=output, epoch=epoch)
+    return records_to_table(unpack_records(blob), vertex=output, epoch=epoch)
 
 
 class JobTimeout(RaytideError, TimeoutError):
@@ -116,8 +117,10 @@ class Job:
 
     def _start(self, num_cpus: float) -> None:
         plan = self.plan
+        # Every actor is created at once: each costs a fresh worker process.
         self.collector = ray.remote(Collector).options(name=f"{self.name}/collector", num_cpus=0).remote(
             {n: plan.parallelism[n] for n in plan.flow.outputs()})
+        self.progress = ray.remote(ProgressActor).options(name=f"{self.name}/progress", num_cpus=0).remote(plan.graph)
         self.actors: dict[tuple[str, int], Any] = {}
         remote_vertex = ray.remote(VertexActor)
         for chain in plan.chains:
@@ -127,14 +130,13 @@ class Job:
                 ).remote(plan, chain.name, replica, self.max_inflight)
         initial = self._get([a.initial_capabilities.remote() for a in self.actors.values()], "creating vertex actors")
         counts = collections.Counter(p for caps in initial for p in caps)
-        self.progress = ray.remote(ProgressActor).options(name=f"{self.name}/progress", num_cpus=0).remote(
-            plan.graph, list(counts.items()))
         unbounded = set(plan.feedback)  # sends out of a feedback vertex never wait: loops always drain
         subscriptions = self._get(
             [a.connect.remote(self.actors, unbounded, self.progress, self.collector) for a in self.actors.values()],
             "connecting vertex actors")
         replicas = {key: (actor, locs) for (key, actor), locs in zip(self.actors.items(), subscriptions)}
-        self._get([self.progress.connect.remote(self.collector, replicas)], "connecting the progress actor")
+        self._get([self.progress.connect.remote(self.collector, replicas, list(counts.items()))],
+                  "connecting the progress actor")
 
     def _get(self, refs: list, what: str, timeout: float = SETUP_TIMEOUT) -> list:
         try:
@@ -166,7 +168,7 @@ class Job:
             replicas = self._input_replicas(name)
             pieces = split_batch(records, max(1, self.batch_size))
             for index, piece in enumerate(pieces):
-                self._submit(replicas[index % len(replicas)], "push", name, piece, epoch)
+                self._submit(replicas[index % len(replicas)], "push", name, *pack(piece), epoch)
 
     def push_refs(self, name: str, refs: list, epoch: int) -> None:
         """Send object refs of batches (e.g. Arrow tables) into input ``name``; replicas read them."""
@@ -351,7 +353,7 @@ class Job:
             parts = self._results[name][epoch]
             refs = [p for p in parts if isinstance(p, ray.ObjectRef)]
             loaded = dict(zip(map(id, refs), ray.get(refs)))
-            fetched[epoch] = list(itertools.chain.from_iterable(loaded.get(id(p), p) for p in parts))
+            fetched[epoch] = list(itertools.chain.from_iterable(unpack_records(loaded.get(id(p), p)) for p in parts))
         return fetched[epoch]
 
     def collect(self, name: str) -> dict[int, list]:
@@ -362,20 +364,16 @@ class Job:
             self._pump(0)
         return {epoch: self._records(name, epoch) for epoch in sorted(self._results[name])}
 
-    def output_refs(self, name: str) -> dict[int, list]:
-        """Object refs of the record lists of output ``name`` per completed epoch.
+    def _output_parts(self, name: str) -> dict[int, list]:
+        """The packed record lists of output ``name`` per completed epoch (object refs or inline blobs).
 
-        Large epochs stay in the object store where the sinks put them; small ones
-        (sent inline, see ``INLINE_RECORDS``) are put there now. After the job is torn
-        down, the records it kept on the driver are put back into the object store.
+        Large epochs stay in the object store where the sinks put them. After the job is
+        torn down, the records it kept on the driver are packed again.
         """
         if self._torn_down:  # the sinks that owned the refs are gone; what was kept lives on the driver
-            return {epoch: [ray.put(self._records(name, epoch))] for epoch in sorted(self._results[name])}
+            return {epoch: [pack_records(self._records(name, epoch))] for epoch in sorted(self._results[name])}
         self._pump(0)
-        return {
-            epoch: [p if isinstance(p, ray.ObjectRef) else ray.put(p) for p in parts]
-            for epoch, parts in sorted(self._results[name].items())
-        }
+        return dict(sorted(self._results[name].items()))
 
     def inject_marker(self, marker: Marker) -> None:
         """Inject a control marker at every input replica; it travels in band behind earlier records."""
@@ -397,8 +395,8 @@ class Job:
         the driver unless it was small enough to travel inline.
         """
         return {
-            epoch: [_records_to_table.remote(ref, name, epoch) for ref in refs]
-            for epoch, refs in self.output_refs(name).items()
+            epoch: [_records_to_table.remote(part, name, epoch) for part in parts]
+            for epoch, parts in self._output_parts(name).items()
         }
 
     def frontier(self, probe: Probe) -> list[Timestamp]:

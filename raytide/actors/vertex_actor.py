@@ -28,14 +28,16 @@ import ray
 from raytide.actors.markers import ChannelId, Marker
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.replica import Pointstamp, ReplicaCore, Status, UserCodeError
+from raytide.actors.wire import pack, pack_records, unpack
 from raytide.errors import ProgressError, RaytideError, SnapshotError
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 
 logger = logging.getLogger(__name__)
 
-#: Output epochs with at most this many records per replica go to the collector inline.
-INLINE_RECORDS = 1000
+#: Output epochs of at most this many pickled bytes per replica go to the collector inline
+#: (Ray's own limit for passing arguments by value is 100 KiB).
+INLINE_BYTES = 64 * 1024
 
 
 class _RayTransport:
@@ -54,7 +56,7 @@ class _RayTransport:
         self.reports = 0
 
     def send(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        self._call(chain, replica, channel[0], "receive", channel, vertex, time, batch)
+        self._call(chain, replica, channel[0], "receive", channel, vertex, time, *pack(batch))
 
     def send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None:
         self._call(chain, replica, channel[0], "receive_marker", channel, marker)
@@ -90,9 +92,14 @@ class _RayTransport:
 
     def report_output(self, output: str, epochs: dict[int, list], complete_through: float) -> None:
         """Small epochs travel inline (one hop less to the driver); large ones stay in the object store."""
-        parts = {epoch: [records if len(records) <= INLINE_RECORDS else ray.put(records)] for epoch, records in epochs.items()}
+        parts = {epoch: [self._part(records)] for epoch, records in epochs.items()}
         self.collector.report.remote(output, self.key[1], self.reports, parts, complete_through)
         self.reports += 1
+
+    @staticmethod
+    def _part(records: list) -> Any:
+        blob = pack_records(records)
+        return blob if len(blob) <= INLINE_BYTES else ray.put(blob)
 
 
 class VertexActor:
@@ -116,9 +123,9 @@ class VertexActor:
         """Pointstamps held before anything runs."""
         return self.core.initial_capabilities()
 
-    def receive(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        """A data batch for the chain's head vertex, on ``channel``."""
-        self._guard(self.core.on_message, channel, vertex, time, batch)
+    def receive(self, channel: ChannelId, vertex: str, time: Timestamp, payload: Any, packed: bool) -> None:
+        """A data batch for the chain's head vertex, on ``channel`` (see :mod:`raytide.actors.wire`)."""
+        self._guard(self.core.on_message, channel, vertex, time, unpack(payload, packed))
 
     def receive_marker(self, channel: ChannelId, marker: Marker) -> None:
         """A control marker on ``channel``."""
@@ -132,9 +139,9 @@ class VertexActor:
         """A frontier push from the progress actor."""
         self._guard(self.core.on_progress, statuses, acked)
 
-    def push(self, vertex: str, batch: Any, epoch: int) -> None:
-        """Records of ``epoch`` for input ``vertex`` (from the driver)."""
-        self._guard(self.core.push_input, vertex, batch, epoch)
+    def push(self, vertex: str, payload: Any, packed: bool, epoch: int) -> None:
+        """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.actors.wire`)."""
+        self._guard(self.core.push_input, vertex, unpack(payload, packed), epoch)
 
     def push_refs(self, vertex: str, refs: list, epoch: int) -> None:
         """Records of ``epoch`` for input ``vertex`` as object refs (read here, not on the driver)."""

@@ -18,15 +18,17 @@ from raytide.progress.tracker import Pointstamp, Tracker
 class ProgressActor:
     """Owns the tracker; applies progress batches and pushes frontier changes."""
 
-    def __init__(self, graph: ProgressGraph, initial: list[tuple[Pointstamp, int]]) -> None:
+    def __init__(self, graph: ProgressGraph) -> None:
         self.publisher = FrontierPublisher(Tracker(graph))
-        self.publisher.initialize(initial)
         self.handles: dict[Hashable, Any] = {}
         self.collector: Any = None
         self.finished = False
 
-    def connect(self, collector: Any, replicas: dict[Hashable, tuple[Any, list[Location]]]) -> None:
-        """Learn the collector and every replica's handle and locations; push initial statuses."""
+    def connect(self, collector: Any, replicas: dict[Hashable, tuple[Any, list[Location]]],
+                initial: list[tuple[Pointstamp, int]]) -> None:
+        """Learn the collector, every replica's handle and locations, and the pointstamps
+        held before anything runs; push the initial statuses."""
+        self.publisher.initialize(initial)
         self.collector = collector
         for key, (handle, locations) in replicas.items():
             self.handles[key] = handle
