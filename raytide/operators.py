@@ -60,9 +60,12 @@ class KeyedReduce(Vertex):
     """Per-timestamp reduction by key: ``reducer(acc, value)`` over ``(key_of(r), value_of(r))``.
 
     Emits ``(key, reduced)`` pairs when the timestamp completes. As a *combiner* (before
-    an exchange) it also emits early once it holds ``max_keys`` keys for a timestamp, so
-    its memory stays bounded; the merging vertex after the exchange then sees partial
-    results, which is why the reducer must be associative and commutative.
+    an exchange, ``max_keys`` set) it emits partial results earlier, which the merging
+    vertex after the exchange folds together (so the reducer must be associative and
+    commutative): once it holds ``max_keys`` keys for a timestamp, so its memory stays
+    bounded, and as soon as records of a later timestamp arrive, the point at which a
+    reader that has moved on to its next epoch is done with the previous one. The
+    pending notification is what lets it send at that earlier time.
     """
 
     def __init__(
@@ -76,14 +79,25 @@ class KeyedReduce(Vertex):
         self.state: dict[Timestamp, dict[Hashable, Any]] = {}
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        acc = self.state.get(time)
-        if acc is None:
-            acc = self.state[time] = {}
-            self.notify_at(time)
+        acc = self._accumulator(time, dict)
         key_of, value_of, reducer = self.key_of, self.value_of, self.reducer
         for record in message:
             key, value = key_of(record), value_of(record)
             acc[key] = reducer(acc[key], value) if key in acc else value
+        self._bound(acc, time)
+
+    def _accumulator(self, time: Timestamp, new: Callable[[], dict]) -> dict:
+        """The accumulator of ``time``; a combiner first ships what it holds for earlier times."""
+        if self.max_keys is not None:
+            for earlier in [t for t in self.state if t.less_than(time)]:
+                self.on_notify(earlier)
+        acc = self.state.get(time)
+        if acc is None:
+            acc = self.state[time] = new()
+            self.notify_at(time)
+        return acc
+
+    def _bound(self, acc: dict, time: Timestamp) -> None:
         if self.max_keys is not None and len(acc) >= self.max_keys:
             self.send_by(0, list(acc.items()), time)
             acc.clear()
@@ -104,14 +118,9 @@ class KeyedCount(KeyedReduce):
     """Counts records per key and timestamp (combiner side): ``(key, count)`` pairs."""
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        acc = self.state.get(time)
-        if acc is None:
-            acc = self.state[time] = Counter()
-            self.notify_at(time)
+        acc = self._accumulator(time, Counter)
         acc.update(map(self.key_of, message))  # Counter.update counts in C
-        if self.max_keys is not None and len(acc) >= self.max_keys:
-            self.send_by(0, list(acc.items()), time)
-            acc.clear()
+        self._bound(acc, time)
 
 
 def _add(a: int, b: int) -> int:

@@ -26,7 +26,7 @@ time and waits until the tracker has absorbed that round (an acknowledged flush)
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
 from raytide.actors.batches import batch_length, to_records
@@ -47,21 +47,19 @@ Pointstamp = tuple[Location, Timestamp]
 
 #: Ship held-back progress anyway once it has this many distinct pointstamps.
 MAX_HELD_PROGRESS = 4096
-NEVER = float("inf")
 
 
 class Transport(Protocol):
-    """What the shell does for the core: send messages and progress, report outputs."""
+    """What the shell does for the core: send messages, and progress with the output records it retires."""
 
     def send(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None: ...  # noqa: D102
 
     def send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None: ...  # noqa: D102
 
-    def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool) -> None: ...  # noqa: D102
+    def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool,  # noqa: D102
+                       outputs: dict[str, dict[int, list]]) -> None: ...
 
     def declare_interests(self, interests: dict[Location, list[Timestamp]]) -> None: ...  # noqa: D102
-
-    def report_output(self, output: str, epochs: dict[int, list], complete_through: float) -> None: ...  # noqa: D102
 
 
 class UserCodeError(RaytideError):
@@ -116,12 +114,6 @@ class _InputState:
     epoch: Optional[int] = 0
 
 
-@dataclass
-class _OutputState:
-    records: dict[int, list] = field(default_factory=dict)
-    reported_through: float = 0
-
-
 class ReplicaCore:
     """Replica ``replica`` of chain ``chain`` of ``plan``: runs its vertices, accounts progress."""
 
@@ -131,7 +123,7 @@ class ReplicaCore:
         self.contexts: dict[str, _Context] = {}
         self.vertices: dict[str, Vertex] = {}
         self.inputs: dict[str, _InputState] = {}
-        self.outputs: dict[str, _OutputState] = {}
+        self.outputs: dict[str, dict[int, list]] = {}  # records per epoch not shipped yet
         self.routers: dict[tuple[str, int, int], Router] = {}
         self.pending: dict[str, set[Timestamp]] = {}
         self.statuses: dict[Location, Status] = {}
@@ -162,7 +154,7 @@ class ReplicaCore:
         if logical.role == "input":
             self.inputs[name] = _InputState()
         elif logical.role == "output":
-            self.outputs[name] = _OutputState()
+            self.outputs[name] = {}
         elif logical.role in ("vertex", "feedback"):
             vertex = logical.factory() if logical.factory else Vertex()
             vertex.bind(context)
@@ -212,10 +204,13 @@ class ReplicaCore:
         return list(range(self.plan.parallelism[consumer.vertex]))
 
     def subscriptions(self) -> list[Location]:
-        """The locations whose frontier this replica needs: every input of its vertices."""
+        """The locations whose frontier this replica needs: every input of its vertices.
+
+        Outputs need none: the progress actor decides when an output epoch is complete.
+        """
         return [
             Location.of_input(name, port)
-            for name in self.chain.vertices
+            for name in self.chain.vertices if name not in self.outputs
             for port in range(len(self.plan.vertex(name).inputs))
         ]
 
@@ -324,12 +319,8 @@ class ReplicaCore:
         if vertex in self.vertices:
             self._run(vertex, time, self.vertices[vertex].on_recv, port, batch, time)
         elif vertex in self.outputs:
-            state = self.outputs[vertex]
-            if time.epoch < state.reported_through:
-                raise ProgressError(f"output {vertex!r} replica {self.replica} got records of epoch {time.epoch} "
-                                    f"after reporting every epoch before {state.reported_through} complete "
-                                    f"(statuses {self.statuses})")
-            state.records.setdefault(time.epoch, []).extend(to_records(batch))
+            self.outputs[vertex].setdefault(time.epoch, []).extend(to_records(batch))
+            self.must_flush = True  # records go with the batch that retires them: at once, for latency
 
     def _run(self, vertex: str, time: Timestamp, callback: Any, *args: Any) -> None:
         context = self.contexts[vertex]
@@ -347,11 +338,10 @@ class ReplicaCore:
         """``send_by`` of a hosted vertex: check the time, route, count progress."""
         vertex = context.vertex
         current = context.current
-        if current is not None:
-            earliest = self.plan.vertex(vertex).output_summary(output).results_in(current)
-            if earliest is None or not earliest.less_equal(time):
-                raise ProgressError(f"vertex {vertex!r} replica {self.replica} sent at {time} while processing "
-                                    f"{current}: a vertex may not send at a time earlier than the one it was called with")
+        if current is not None and not self._may_send(vertex, output, current, time):
+            raise ProgressError(f"vertex {vertex!r} replica {self.replica} sent at {time} while processing "
+                                f"{current}: a vertex may not send at a time earlier than the one it was called "
+                                f"with, unless it awaits a notification at or before that time")
         n = batch_length(message)
         if not n:
             return
@@ -370,6 +360,17 @@ class ReplicaCore:
                 self.progress.update((target, time), 1)
                 self.transport.send(chain, replica, channel, consumer.vertex, time, part)
 
+    def _may_send(self, vertex: str, output: int, current: Timestamp, time: Timestamp) -> bool:
+        """Whether ``vertex``, called at ``current``, may send at ``time`` on ``output``.
+
+        It may at any time its call's timestamp can reach, and at any time a pending
+        notification can reach: the notification's pointstamp holds the frontier there
+        (like a capability in timely dataflow).
+        """
+        summary = self.plan.vertex(vertex).output_summary(output)
+        return any(earliest is not None and earliest.less_equal(time)
+                   for earliest in map(summary.results_in, (current, *self.pending[vertex])))
+
     def request_notification(self, context: _Context, time: Timestamp) -> None:
         """``notify_at`` of a hosted vertex."""
         current = context.current
@@ -385,16 +386,15 @@ class ReplicaCore:
 
     def _settle(self) -> None:
         self._deliver_notifications()
-        self._report_outputs()
         self._maybe_flush()
         self._declare_interests()
 
     def _declare_interests(self) -> None:
         """Tell the progress actor what this replica waits on, when that changed.
 
-        Pending notifications wait at their vertex's inputs, held-back progress at the
-        location of its cause, and outputs for their next epoch; only the minimal times
-        matter (a later one is answered no earlier).
+        Pending notifications wait at their vertex's inputs and held-back progress at the
+        location of its cause; only the minimal times matter (a later one is answered no
+        earlier).
         """
         waits: dict[Location, set[Timestamp]] = {}
         for vertex, pending in self.pending.items():
@@ -403,9 +403,6 @@ class ReplicaCore:
         for kind, location, time in self.causes:
             if kind == "message":
                 waits.setdefault(location, set()).add(time)
-        for name, state in self.outputs.items():
-            if state.reported_through != NEVER:
-                waits.setdefault(Location.of_input(name, 0), set()).add(Timestamp(int(state.reported_through)))
         interests = {loc: sorted(minimal_elements(times), key=tuple) for loc, times in waits.items() if times}
         if interests != self.interests:
             self.interests = interests
@@ -438,20 +435,6 @@ class ReplicaCore:
             if cyclic and ready:
                 self._flush(ack=True)
 
-    def _report_outputs(self) -> None:
-        for name, state in self.outputs.items():
-            status = self.statuses.get(Location.of_input(name, 0))
-            if status is None:
-                continue
-            low = min((f.epoch for f, _ in status), default=NEVER)
-            if low <= state.reported_through:
-                continue
-            done = {e: recs for e, recs in state.records.items() if e < low}
-            for epoch in done:
-                del state.records[epoch]
-            state.reported_through = low
-            self.transport.report_output(name, done, low)
-
     def _covered(self, cause: tuple[str, Location, Timestamp]) -> bool:
         kind, location, time = cause
         if kind == "capability":
@@ -460,7 +443,7 @@ class ReplicaCore:
         return status is not None and any(f.less_than(time) or (f == time and held) for f, held in status)
 
     def _maybe_flush(self) -> None:
-        if self.progress.is_empty():
+        if self.progress.is_empty() and not any(self.outputs.values()):
             self.causes.clear()
             self.must_flush = False
             return
@@ -470,14 +453,17 @@ class ReplicaCore:
 
     def _flush(self, ack: bool) -> None:
         changes = self.progress.drain()
+        outputs = {name: epochs for name, epochs in self.outputs.items() if epochs}
+        for name in outputs:
+            self.outputs[name] = {}
         self.causes.clear()
         self.must_flush = False
-        if not changes and not ack:
+        if not changes and not ack and not outputs:
             return
         self.flushes += 1
         if ack:
             self.unacked += 1
-        self.transport.flush_progress(changes, ack)
+        self.transport.flush_progress(changes, ack, outputs)
 
     # -- introspection -------------------------------------------------------------------
 

@@ -4,10 +4,10 @@
         job.wait(timeout=60)
         job.collect("counts")     # {0: [('a', 1), ('b', 2)], 1: [('c', 1)]}
 
-The driver talks to the job through three kinds of actors: the vertex actors (one per
+The driver talks to the job through two kinds of actors: the vertex actors (one per
 replica of each chain of fused vertices, named ``job/chain/replica`` in the Ray
-dashboard), the progress actor, and the collector that gathers completed output
-epochs and failures. Every wait on the driver has a timeout and says what it waited for.
+dashboard) and the progress actor, which also gathers completed output epochs and
+failures. Every wait on the driver has a timeout and says what it waited for.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any, Iterable, Iterator, Optional
 import ray
 
 from raytide.actors.batches import split_batch
-from raytide.actors.collector import Collector
 from raytide.actors.markers import Marker
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.vertex_actor import VertexActor
@@ -118,9 +117,8 @@ class Job:
     def _start(self, num_cpus: float) -> None:
         plan = self.plan
         # Every actor is created at once: each costs a fresh worker process.
-        self.collector = ray.remote(Collector).options(name=f"{self.name}/collector", num_cpus=0).remote(
-            {n: plan.parallelism[n] for n in plan.flow.outputs()})
-        self.progress = ray.remote(ProgressActor).options(name=f"{self.name}/progress", num_cpus=0).remote(plan.graph)
+        self.progress = ray.remote(ProgressActor).options(name=f"{self.name}/progress", num_cpus=0).remote(
+            plan.graph, plan.flow.outputs())
         self.actors: dict[tuple[str, int], Any] = {}
         remote_vertex = ray.remote(VertexActor)
         for chain in plan.chains:
@@ -132,10 +130,10 @@ class Job:
         counts = collections.Counter(p for caps in initial for p in caps)
         unbounded = set(plan.feedback)  # sends out of a feedback vertex never wait: loops always drain
         subscriptions = self._get(
-            [a.connect.remote(self.actors, unbounded, self.progress, self.collector) for a in self.actors.values()],
+            [a.connect.remote(self.actors, unbounded, self.progress) for a in self.actors.values()],
             "connecting vertex actors")
         replicas = {key: (actor, locs) for (key, actor), locs in zip(self.actors.items(), subscriptions)}
-        self._get([self.progress.connect.remote(self.collector, replicas, list(counts.items()))],
+        self._get([self.progress.connect.remote(replicas, list(counts.items()))],
                   "connecting the progress actor")
 
     def _get(self, refs: list, what: str, timeout: float = SETUP_TIMEOUT) -> list:
@@ -251,12 +249,12 @@ class Job:
     # -- outputs and waiting -------------------------------------------------------------
 
     def _pump(self, timeout: float) -> None:
-        """Take new events from the collector (waiting up to ``timeout``); check liveness."""
+        """Take new events from the progress actor (waiting up to ``timeout``); check liveness."""
         self._raise_if_failed()
         try:
-            events, self._cursor = ray.get(self.collector.next_events.remote(self._cursor, timeout), timeout=timeout + 30)
+            events, self._cursor = ray.get(self.progress.next_events.remote(self._cursor, timeout), timeout=timeout + 30)
         except ray.exceptions.RayActorError as error:
-            self._fail(RaytideError(f"job {self.name!r}: the collector actor died"), error)
+            self._fail(RaytideError(f"job {self.name!r}: the progress actor died"), error)
         for event in events:
             if event[0] == "epoch":
                 _, output, epoch, refs = event
@@ -318,12 +316,11 @@ class Job:
         open_inputs = {n: e for n, e in self._epochs.items() if e is not None}
         done = {n: max(r, default=None) for n, r in self._results.items()}
         try:
-            active = ray.get(self.progress.active.remote(), timeout=10)
-            outputs = ray.get(self.collector.describe.remote(), timeout=10)
+            pending = ray.get(self.progress.describe.remote(), timeout=10)
         except Exception as error:  # the description must not fail itself
-            active, outputs = [f"(unreachable: {error!r})"], {}
+            pending = {"progress actor": f"unreachable: {error!r}"}
         return (f"job {self.name!r} did not finish within {timeout:.0f} s; inputs still open (at epoch): {open_inputs}; "
-                f"latest complete epoch per output: {done}; pending work: {active or 'none'}; outputs: {outputs}")
+                f"latest complete epoch per output: {done}; " + "; ".join(f"{k}: {v or 'none'}" for k, v in pending.items()))
 
     def results(self, name: str, timeout: float = 600.0) -> Iterator[tuple[int, list]]:
         """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes."""
@@ -435,7 +432,7 @@ class Job:
                     self._records(name, epoch)
                 except Exception:  # the owner may already be gone; nothing more to keep
                     logger.debug("could not keep output %s epoch %s", name, epoch)
-        for actor in [*self.actors.values(), self.progress, self.collector]:
+        for actor in [*self.actors.values(), self.progress]:
             try:
                 ray.kill(actor)
             except Exception:  # already dead

@@ -7,9 +7,10 @@ Message flow (no actor ever waits for one that may wait for it):
   has that many: backpressure. Around a loop every actor waits only for the next one
   downstream, and the feedback vertex (alone in its actor, never fused) never waits,
   so the cycle can always drain.
-* progress: ``replica -> progress actor.apply`` and ``progress actor -> replica.on_progress``,
-  both fire and forget.
-* outputs and failures: ``replica -> collector`` (fire and forget).
+* progress: ``replica -> progress actor.apply`` (with the output records the batch
+  retires) and ``progress actor -> replica.on_progress``, both fire and forget; a
+  replica numbers its calls to the progress actor, which applies them in that order.
+* failures: ``replica -> progress actor.fail`` (fire and forget).
 
 Ray runs the calls of one caller on one actor in submission order (a sequential actor,
 no retries that reorder), which is what makes each channel FIFO; do not make this actor
@@ -35,8 +36,8 @@ from raytide.progress.timestamps import Timestamp
 
 logger = logging.getLogger(__name__)
 
-#: Output epochs of at most this many pickled bytes per replica go to the collector inline
-#: (Ray's own limit for passing arguments by value is 100 KiB).
+#: Output records of at most this many pickled bytes per epoch travel inline to the progress
+#: actor; larger ones stay in the object store (Ray passes arguments by value up to 100 KiB).
 INLINE_BYTES = 64 * 1024
 
 
@@ -49,11 +50,10 @@ class _RayTransport:
         self.peers: dict[tuple[str, int], Any] = {}
         self.unbounded: set[str] = set()
         self.progress: Any = None
-        self.collector: Any = None
+        self.sequence = 0  # of calls to the progress actor
         self.inflight: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
         self.max_seen = 0
         self.waits = 0
-        self.reports = 0
 
     def send(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         self._call(chain, replica, channel[0], "receive", channel, vertex, time, *pack(batch))
@@ -84,17 +84,20 @@ class _RayTransport:
                 if ref not in done:
                     window.append(ref)
 
-    def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool) -> None:
-        self.progress.apply.remote(self.key, changes, ack)
+    def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool,
+                       outputs: dict[str, dict[int, list]]) -> None:
+        parts = {name: {epoch: [self._part(records)] for epoch, records in epochs.items()} for name, epochs in outputs.items()}
+        self.progress.apply.remote(self.key, self._next(), changes, ack, parts)
 
     def declare_interests(self, interests: dict[Location, list[Timestamp]]) -> None:
-        self.progress.declare.remote(self.key, interests)
+        self.progress.declare.remote(self.key, self._next(), interests)
 
-    def report_output(self, output: str, epochs: dict[int, list], complete_through: float) -> None:
-        """Small epochs travel inline (one hop less to the driver); large ones stay in the object store."""
-        parts = {epoch: [self._part(records)] for epoch, records in epochs.items()}
-        self.collector.report.remote(output, self.key[1], self.reports, parts, complete_through)
-        self.reports += 1
+    def fail(self, error: RaytideError) -> None:
+        self.progress.fail.remote(error)
+
+    def _next(self) -> int:
+        self.sequence += 1
+        return self.sequence - 1
 
     @staticmethod
     def _part(records: list) -> Any:
@@ -111,12 +114,11 @@ class VertexActor:
         self.failed: Optional[RaytideError] = None
         self.readers: dict[str, Iterator[tuple[int, Any]]] = {}
 
-    def connect(self, peers: dict[tuple[str, int], Any], unbounded: set[str], progress: Any, collector: Any) -> list[Location]:
+    def connect(self, peers: dict[tuple[str, int], Any], unbounded: set[str], progress: Any) -> list[Location]:
         """Learn every other actor; returns the locations to subscribe to."""
         self.transport.peers = peers
         self.transport.unbounded = unbounded
         self.transport.progress = progress
-        self.transport.collector = collector
         return self.core.subscriptions()
 
     def initial_capabilities(self) -> list[Pointstamp]:
@@ -202,7 +204,6 @@ class VertexActor:
         """Counters of this replica and its channels."""
         stats = self.core.snapshot_stats()
         stats["markers"] = [(m.marker_id, m.records_in) for m in self.core.marker_log]
-        stats["reports"] = self.transport.reports
         stats["max_inflight_seen"] = self.transport.max_seen
         stats["backpressure_waits"] = self.transport.waits
         return stats
@@ -220,4 +221,4 @@ class VertexActor:
 
     def _fail(self, error: RaytideError) -> None:
         self.failed = error
-        self.transport.collector.fail.remote(error)
+        self.transport.fail(error)

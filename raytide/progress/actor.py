@@ -1,70 +1,130 @@
-"""The progress actor: a thin Ray shell around :class:`FrontierPublisher`.
+"""The progress actor: a thin Ray shell around :class:`FrontierPublisher` and :class:`OutputLog`.
 
-Vertex replicas call :meth:`ProgressActor.apply` (fire and forget; Ray keeps one
-caller's calls in order, which the progress protocol needs). The actor never waits for
-anyone: pushes to replicas and the "finished" signal to the collector are fire and forget.
+Message flow (the actor never waits for anyone; every call it makes is fire and forget):
+
+* ``replica -> apply(batch, output records)`` and ``replica -> declare(interests)``,
+  numbered per replica and applied in that order (:class:`InOrder`);
+* ``progress actor -> replica.on_progress(statuses)``: the pushes the publisher decides;
+* ``replica -> fail(error)``;
+* ``driver -> next_events(cursor)``: a long poll for an append-only log of events,
+  ``("epoch", output, epoch, parts)`` in epoch order per output as the frontier at the
+  output passes each epoch, ``("error", error)`` and ``("finished",)`` once no
+  pointstamp is active.
+
+It is asynchronous only so that the long poll can wait without blocking progress; its
+handlers never await between reading and writing its state, so they run atomically.
+Deciding output completion here, where the frontier is known, saves the hops a sink would
+need to learn that its epoch is complete and to report it somewhere else.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Hashable
 
+from raytide.errors import ProgressError
 from raytide.progress.graph import ProgressGraph
-from raytide.progress.publisher import FrontierPublisher
+from raytide.progress.inorder import InOrder
+from raytide.progress.outputs import NEVER, OutputLog
+from raytide.progress.publisher import FrontierPublisher, Interests, Push
 from raytide.progress.reachability import Location
 from raytide.progress.tracker import Pointstamp, Tracker
 
 
 class ProgressActor:
-    """Owns the tracker; applies progress batches and pushes frontier changes."""
+    """Owns the tracker; applies progress batches, pushes frontier changes, completes output epochs."""
 
-    def __init__(self, graph: ProgressGraph) -> None:
+    def __init__(self, graph: ProgressGraph, outputs: list[str]) -> None:
         self.publisher = FrontierPublisher(Tracker(graph))
+        self.outputs = OutputLog(outputs)
+        self.in_order: InOrder[tuple[str, tuple]] = InOrder()
         self.handles: dict[Hashable, Any] = {}
-        self.collector: Any = None
-        self.finished = False
+        self.events: list[tuple] = []
+        self.changed = asyncio.Condition()
+        self.done = False
 
-    def connect(self, collector: Any, replicas: dict[Hashable, tuple[Any, list[Location]]],
-                initial: list[tuple[Pointstamp, int]]) -> None:
-        """Learn the collector, every replica's handle and locations, and the pointstamps
-        held before anything runs; push the initial statuses."""
+    async def connect(self, replicas: dict[Hashable, tuple[Any, list[Location]]],
+                      initial: list[tuple[Pointstamp, int]]) -> None:
+        """Learn every replica's handle and locations and the pointstamps held before anything
+        runs; push the initial statuses."""
         self.publisher.initialize(initial)
-        self.collector = collector
         for key, (handle, locations) in replicas.items():
             self.handles[key] = handle
             statuses, acked = self.publisher.subscribe(key, locations)
             handle.on_progress.remote(statuses, acked)
-        self._check_finished()
+        await self._after()
 
-    def apply(self, sender: Hashable, changes: list[tuple[Pointstamp, int]], ack: bool) -> None:
-        """Apply a batch of deltas from replica ``sender`` and push what changed."""
-        for key, (statuses, acked) in self.publisher.apply(sender, changes, ack).items():
-            self.handles[key].on_progress.remote(statuses, acked)
-        self._check_finished()
+    async def apply(self, sender: Hashable, sequence: int, changes: list[tuple[Pointstamp, int]], ack: bool,
+                    outputs: dict[str, dict[int, list]]) -> None:
+        """Batch number ``sequence`` of replica ``sender``: its deltas and the output records they retire."""
+        self._offer(sender, sequence, "apply", (changes, ack, outputs))
+        await self._after()
 
-    def declare(self, sender: Hashable, interests: dict[Location, list]) -> None:
+    async def declare(self, sender: Hashable, sequence: int, interests: Interests) -> None:
         """Replica ``sender`` now waits on ``interests``; push it what already answers them."""
-        for key, (statuses, acked) in self.publisher.declare(sender, interests).items():
+        self._offer(sender, sequence, "declare", (interests,))
+        await self._after()
+
+    def _offer(self, sender: Hashable, sequence: int, kind: str, args: tuple) -> None:
+        for due_kind, due_args in self.in_order.offer(sender, sequence, (kind, args)):
+            if due_kind == "apply":
+                changes, ack, outputs = due_args
+                try:
+                    for name, epochs in outputs.items():
+                        self.outputs.add(name, sender, epochs)
+                except ProgressError as error:
+                    self.events.append(("error", error))
+                self._push(self.publisher.apply(sender, changes, ack))
+            else:
+                self._push(self.publisher.declare(sender, *due_args))
+
+    def _push(self, pushes: dict[Hashable, Push]) -> None:
+        for key, (statuses, acked) in pushes.items():
             self.handles[key].on_progress.remote(statuses, acked)
 
-    def frontier(self, location: Location) -> list:
+    async def fail(self, error: Any) -> None:
+        """A replica failed; the driver will tear the job down and raise ``error``."""
+        self.events.append(("error", error))
+        await self._after()
+
+    async def _after(self) -> None:
+        """Release the output epochs the frontier has passed; note the end; wake the driver."""
+        tracker = self.publisher.tracker
+        for name in self.outputs.complete:
+            low = min((f.epoch for f in tracker.frontier(Location.of_input(name, 0))), default=NEVER)
+            self.events += [("epoch", *done) for done in self.outputs.advance(name, low)]
+        if not self.done and self.publisher.is_idle() and self.outputs.finished():
+            self.done = True
+            self.events.append(("finished",))
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def next_events(self, cursor: int, timeout: float) -> tuple[list[tuple], int]:
+        """Events after ``cursor``, waiting up to ``timeout`` seconds for one to arrive."""
+        if len(self.events) <= cursor:
+            async with self.changed:
+                try:
+                    await asyncio.wait_for(self.changed.wait_for(lambda: len(self.events) > cursor), timeout)
+                except asyncio.TimeoutError:
+                    pass
+        return self.events[cursor:], len(self.events)
+
+    async def frontier(self, location: Location) -> list:
         """The frontier at ``location`` (for probes)."""
         return self.publisher.tracker.frontier(location)
 
-    def active(self, limit: int = 20) -> list[str]:
-        """Up to ``limit`` active pointstamps, described for error messages."""
+    async def describe(self, limit: int = 20) -> dict[str, Any]:
+        """What is still pending, for timeout messages: up to ``limit`` active pointstamps,
+        the state of every output, and batches held back waiting for an earlier one."""
         active = sorted(self.publisher.tracker.active_pointstamps().items(), key=lambda kv: (kv[0][1], str(kv[0][0])))
-        return [f"{count} x {time} at {location}" for (location, time), count in active[:limit]]
+        return {"pending work": [f"{count} x {time} at {location}" for (location, time), count in active[:limit]],
+                "outputs": self.outputs.describe(),
+                "batches waiting for an earlier one": {str(k): v for k, v in self.in_order.waiting().items()}}
 
-    def ping(self) -> bool:
+    async def ping(self) -> bool:
         """Liveness check for the driver."""
         return True
 
-    def stats(self) -> dict[str, int]:
+    async def stats(self) -> dict[str, int]:
         """How many batches were applied and pushes sent."""
         return {"batches_applied": self.publisher.batches_applied, "pushes": self.publisher.pushes}
-
-    def _check_finished(self) -> None:
-        if not self.finished and self.publisher.is_idle():
-            self.finished = True
-            self.collector.finished.remote()

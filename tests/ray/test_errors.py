@@ -21,10 +21,10 @@ def boom(x):
 def all_dead(job, timeout=60.0):
     """Every actor of the job is gone (``ray.kill`` takes effect asynchronously, so poll)."""
     deadline = time.monotonic() + timeout
-    for actor in [*job.actors.values(), job.progress, job.collector]:
+    for actor in [*job.actors.values(), job.progress]:
         while True:
             try:
-                ray.get(actor.ping.remote() if hasattr(actor, "ping") else actor.describe.remote(), timeout=30)
+                ray.get(actor.ping.remote(), timeout=30)
             except ray.exceptions.RayActorError:
                 break
             assert time.monotonic() < deadline, "an actor survived the job's teardown"

@@ -1,0 +1,44 @@
+"""Per-sender FIFO from numbered messages that may arrive out of order.
+
+The progress protocol needs each replica's batches applied in the order it sent them.
+Ray keeps that order for a sequential actor, but the progress actor is asynchronous (it
+long-polls for the driver), and Ray may run an async actor's calls out of order (a call
+whose argument is still being fetched lets later ones pass). So every sender numbers
+its calls from 0 and the receiver releases them strictly in that order.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, Hashable, TypeVar
+
+T = TypeVar("T")
+
+
+class InOrder(Generic[T]):
+    """Releases each sender's items in sequence-number order, holding back early arrivals."""
+
+    def __init__(self) -> None:
+        self._next: dict[Hashable, int] = {}
+        self._early: dict[Hashable, dict[int, T]] = {}
+
+    def offer(self, sender: Hashable, sequence: int, item: T) -> list[T]:
+        """Item number ``sequence`` of ``sender`` arrived; returns the items now due, in order.
+
+        Raises:
+            ValueError: ``sequence`` was already released or is already waiting (a duplicate).
+        """
+        expected = self._next.get(sender, 0)
+        early = self._early.setdefault(sender, {})
+        if sequence < expected or sequence in early:
+            raise ValueError(f"message {sequence} from {sender!r} arrived twice")
+        early[sequence] = item
+        due = []
+        while expected in early:
+            due.append(early.pop(expected))
+            expected += 1
+        self._next[sender] = expected
+        return due
+
+    def waiting(self) -> dict[Hashable, list[int]]:
+        """Per sender, the sequence numbers held back because an earlier one is missing."""
+        return {sender: sorted(early) for sender, early in self._early.items() if early}

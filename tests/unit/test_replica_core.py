@@ -1,0 +1,81 @@
+"""The replica core without Ray: a recording transport stands in for the actors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import raytide as rt
+from raytide.actors.plan import compile_plan
+from raytide.actors.replica import ReplicaCore
+from raytide.progress.timestamps import Timestamp
+
+
+class Recorder:
+    """A transport that keeps what the core sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Timestamp, Any]] = []
+        self.flushes: list[tuple[list, bool, dict]] = []
+
+    def send(self, chain, replica, channel, vertex, time, batch):
+        self.sent.append((time, batch))
+
+    def send_marker(self, *args):
+        raise AssertionError("no markers here")
+
+    def flush_progress(self, changes, ack, outputs):
+        self.flushes.append((changes, ack, outputs))
+
+    def declare_interests(self, interests):
+        pass
+
+
+def input_core(flow: rt.Dataflow) -> tuple[ReplicaCore, Recorder]:
+    plan = compile_plan(flow, 1, True)
+    transport = Recorder()
+    return ReplicaCore(plan, plan.chain_of["words"], 0, transport), transport
+
+
+def test_a_combiner_ships_an_epoch_when_the_next_one_arrives_without_waiting_for_the_frontier():
+    flow = rt.Dataflow("combine")
+    flow.input("words").count_by_key(lambda w: w).output("counts")
+    core, transport = input_core(flow)
+    core.push_input("words", ["a", "b", "a"], 0)
+    assert transport.sent == [], "epoch 0 may still grow: nothing is shipped yet"
+    core.advance_input("words", 1)
+    core.push_input("words", ["b"], 1)
+    assert [(t, sorted(batch)) for t, batch in transport.sent] == [(Timestamp(0), [("a", 2), ("b", 1)])]
+    core.on_progress({}, False)  # no frontier news: epoch 1 stays with the combiner
+    assert len(transport.sent) == 1
+
+
+def test_a_vertex_may_send_at_the_time_of_a_pending_notification_but_not_before_it():
+    class Late(rt.Vertex):
+        def on_recv(self, edge, message, time):
+            if time.epoch == 1:
+                self.notify_at(time)
+            else:
+                self.send_by(0, message, Timestamp(message[0]))
+
+    flow = rt.Dataflow("late")
+    flow.input("words").unary(Late, name="late").exchange(lambda w: w).output("out")
+    core, transport = input_core(flow)
+    core.push_input("words", [0], 0)
+    core.advance_input("words", 1)
+    core.push_input("words", [9], 1)
+    core.advance_input("words", 2)
+    core.push_input("words", [1], 2)  # at the pending notification's time: allowed
+    assert transport.sent == [(Timestamp(0), [0]), (Timestamp(1), [1])]
+    with pytest.raises(rt.RaytideError, match="'late' replica 0 sent at .*0.* while processing .*2.*earlier than"):
+        core.push_input("words", [0], 2)
+
+
+def test_output_records_travel_with_the_progress_batch_that_retires_them():
+    flow = rt.Dataflow("sink")
+    flow.input("words").map(str.upper).output("out")
+    core, transport = input_core(flow)
+    core.push_input("words", ["a", "b"], 0)
+    changes, ack, outputs = transport.flushes[-1]
+    assert outputs == {"out": {0: ["A", "B"]}} and not ack
