@@ -14,6 +14,8 @@ PURE = [
     "raytide.progress",
     "raytide.progress.tracker",
     "raytide.progress.publisher",
+    "raytide.progress.inorder",
+    "raytide.progress.outputs",
     "raytide.actors.replica",
     "raytide.actors.plan",
     "raytide.actors.channels",

@@ -1,10 +1,11 @@
 """Per-sender FIFO from numbered messages that may arrive out of order.
 
 The progress protocol needs each replica's batches applied in the order it sent them.
-Ray keeps that order for a sequential actor, but the progress actor is asynchronous (it
-long-polls for the driver), and Ray may run an async actor's calls out of order (a call
-whose argument is still being fetched lets later ones pass). So every sender numbers
-its calls from 0 and the receiver releases them strictly in that order.
+Ray keeps that order only for a plain sequential actor; the progress actor has a
+concurrency group for the driver's long poll, which makes it a threaded actor, and Ray
+does not promise submission order for threaded or asyncio actors (a call whose argument
+is still being fetched may let later ones pass). So every sender numbers its calls from
+0 and the receiver releases them strictly in that order.
 """
 
 from __future__ import annotations

@@ -128,13 +128,13 @@ def _lines(f: BinaryIO, first: int, stop: int, batch_lines: int) -> Iterator[lis
         if not chunk:
             break
         position += len(chunk)
-        pieces = (carry + chunk).split(b"\n")
-        carry = pieces.pop()
-        for piece in pieces:
-            batch.append(piece.decode())
-            if len(batch) >= batch_lines:
-                yield batch
-                batch = []
+        block, newline, carry = (carry + chunk).rpartition(b"\n")
+        if newline:  # decoded in one go: a character never spans a newline
+            batch.extend(block.decode().split("\n"))
+        full = len(batch) - len(batch) % batch_lines
+        for start in range(0, full, batch_lines):
+            yield batch[start : start + batch_lines]
+        batch = batch[full:]
     if carry:
         batch.append(carry.decode())
     if batch:

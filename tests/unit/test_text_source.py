@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytide.sources import TextFileSource
+from raytide.sources import text as text_module
 
 line = st.text(alphabet=st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=12)
 
@@ -18,16 +21,18 @@ def write(tmp_path, name, lines, trailing_newline):
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(line, max_size=30), min_size=1, max_size=3), st.integers(1, 5), st.booleans(),
-       st.one_of(st.none(), st.integers(1, 7)), st.integers(1, 4))
-def test_every_line_once_with_the_right_epoch(tmp_path_factory, files, readers, trailing, per_epoch, batch):
+       st.one_of(st.none(), st.integers(1, 7)), st.integers(1, 4), st.sampled_from([1, 2, 3, 7, 64, 4 << 20]))
+def test_every_line_once_with_the_right_epoch(tmp_path_factory, files, readers, trailing, per_epoch, batch, chunk):
+    """Also with tiny read chunks, which split lines and multi-byte characters between reads."""
     tmp = tmp_path_factory.mktemp("text")
     paths = [write(tmp, f"f{i}.txt", lines, trailing) for i, lines in enumerate(files)]
     source = TextFileSource(paths, lines_per_epoch=per_epoch, batch_lines=batch)
     got = []
-    for reader in source.readers(readers):
-        epochs = [epoch for epoch, _ in reader]
-        assert epochs == sorted(epochs), "a reader's epochs never decrease"
-        got += [(epoch, l) for epoch, lines in reader for l in lines]
+    with mock.patch.object(text_module, "CHUNK_BYTES", chunk):
+        for reader in source.readers(readers):
+            epochs = [epoch for epoch, _ in reader]
+            assert epochs == sorted(epochs), "a reader's epochs never decrease"
+            got += [(epoch, l) for epoch, lines in reader for l in lines]
     expected = []
     number = 0
     for file_index, path in enumerate(paths):
