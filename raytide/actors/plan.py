@@ -4,9 +4,10 @@ The plan fixes every vertex's parallelism, validates the graph (through the prog
 graph builder, which rejects cycles outside loop contexts), and fuses vertices into
 *chains* that run in one actor per replica (Flink's operator chaining): a vertex joins
 its upstream's chain when its only input is a pipeline edge from a vertex with the
-same parallelism whose output feeds nothing else. Fusing never creates a cycle of
-actors waiting on each other, because a fused vertex is reachable only through the
-vertex it is fused to.
+same parallelism whose output port feeds nothing else. A vertex with several outputs
+can so have several fused consumers: a chain is a tree rooted at its head, listed in
+topological order. Fusing never creates a cycle of actors waiting on each other,
+because a fused vertex is reachable only through the vertex it is fused to.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class Consumer:
 
 @dataclass(frozen=True)
 class ChainPlan:
-    """Vertices fused into one actor per replica; ``vertices[0]`` receives from other actors."""
+    """Vertices fused into one actor per replica, in topological order; only ``vertices[0]``
+    receives from other actors, the others from a vertex before them in the chain."""
 
     name: str
     vertices: tuple[str, ...]
@@ -131,9 +133,10 @@ def _progress_graph(flow: Dataflow) -> ProgressGraph:
 def _chains(flow: Dataflow, consumers: dict[tuple[str, int], list[Consumer]], widths: dict[str, int]) -> list[ChainPlan]:
     """Greedy fusing in insertion order (a topological order once back edges are set aside).
 
-    A feedback vertex is placed last, at the tail of its upstream's chain when it can be
-    fused there (it is stateless and its sends never wait, so the cycle still drains);
-    nothing is ever fused after a feedback vertex.
+    A feedback vertex is placed last, in its upstream's chain when it can be fused there
+    (it is stateless and its sends never wait, so the cycle still drains; fused, it saves
+    every iteration a hop through an actor of its own); nothing is ever fused after a
+    feedback vertex.
     """
     head_of: dict[str, str] = {}
     members: dict[str, list[str]] = {}
@@ -142,8 +145,6 @@ def _chains(flow: Dataflow, consumers: dict[tuple[str, int], list[Consumer]], wi
     for name in names:
         upstream = _fusable_upstream(flow, flow.vertices[name], consumers, widths)
         head = head_of.get(upstream, name) if upstream is not None else name
-        if head != name and members[head][-1] != upstream:
-            head = name
         head_of[name] = head
         members.setdefault(head, []).append(name)
     return [ChainPlan("+".join(vs), tuple(vs), widths[head]) for head, vs in members.items()]

@@ -165,8 +165,8 @@ class Job:
                 self._advance(name, epoch)
             replicas = self._input_replicas(name)
             pieces = split_batch(records, max(1, self.batch_size))
-            for piece in pieces:
-                self._submit(self._least_loaded(replicas), "push", name, *pack(piece), epoch)
+            for index, piece in enumerate(pieces):
+                self._submit(replicas[index % len(replicas)], "push", name, *pack(piece), epoch)
 
     def push_refs(self, name: str, refs: list, epoch: int) -> None:
         """Send object refs of batches (e.g. Arrow tables) into input ``name``; replicas read them."""
@@ -203,18 +203,6 @@ class Job:
         for replica in self._input_replicas(name):
             self._submit(replica, "advance", name, epoch)
         self._epochs[name] = epoch
-
-    def _least_loaded(self, replicas: list[Any]) -> Any:
-        """The replica with the fewest unfinished calls from the driver.
-
-        Pushed records have no key, so any input replica may take them; one busy with
-        costlier records gets fewer (dynamic dispatch instead of a round robin).
-        """
-        for actor in replicas:
-            window = self._pushes[actor]
-            while window and ray.wait([window[0]], timeout=0)[0]:  # a sequential actor finishes calls in order
-                ray.get(window.popleft())
-        return min(replicas, key=lambda actor: len(self._pushes[actor]))
 
     def _submit(self, actor: Any, method: str, *args: Any) -> None:
         window = self._pushes[actor]
