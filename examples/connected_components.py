@@ -33,8 +33,10 @@ How it runs (Naiad's per-iteration rounds, all data columnar -- dicts of NumPy a
   no counting round is needed;
 * on the same output, one small ``("work", {...})`` record per notification (proposals
   in, labels changed, proposals out, wall-clock times) shows the work per iteration to
-  the tests and the benchmark. (One output rather than two: a second output port would
-  run in an actor of its own per replica, with its own progress traffic every iteration.)
+  the tests and the benchmark. (One output rather than two: a second output would leave
+  the loop through an egress and a sink of its own, with its own progress every iteration.)
+* the feedback is fused into the vertex's actor (a chain can branch), so proposals go
+  from one replica straight to the owner of their node.
 
 State persists across epochs, so the same vertex computes components *incrementally*
 (``examples/incremental_components.py``): epoch ``e``'s edges start from the labels of
