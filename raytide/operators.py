@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any, Callable, Hashable, Optional
 
-from raytide.actors.batches import batch_length
+from raytide.actors.batches import batch_length, to_records
 from raytide.actors.vertex import Vertex
 from raytide.progress.timestamps import Timestamp
 
@@ -151,17 +151,28 @@ class StatefulMap(Vertex):
     """Keyed state across epochs: ``fn(state, record) -> (new_state, output)`` per record.
 
     The state of a key starts as ``None``; returning ``None`` as the new state forgets
-    the key. Emits ``(key, output)`` at the record's timestamp; records of one key are
-    processed in arrival order.
+    the key. Emits ``(key, output)`` at the record's timestamp. Records are applied one
+    timestamp at a time, in timestamp order, once their timestamp is complete (at its
+    notification), so the state a record sees does not depend on which input replica or
+    reader happened to deliver first; within a timestamp, one key's records are applied
+    in arrival order.
     """
 
     def __init__(self, key: Callable[[Any], Hashable], fn: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         self.key, self.fn = key, fn
         self.state: dict[Hashable, Any] = {}
+        self.waiting: dict[Timestamp, list] = {}
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        records = self.waiting.get(time)
+        if records is None:
+            records = self.waiting[time] = []
+            self.notify_at(time)
+        records.extend(to_records(message))
+
+    def on_notify(self, time: Timestamp) -> None:
         out = []
-        for record in message:
+        for record in self.waiting.pop(time, ()):
             k = self.key(record)
             new_state, output = self.fn(self.state.get(k), record)
             if new_state is None:
@@ -173,10 +184,10 @@ class StatefulMap(Vertex):
             self.send_by(0, out, time)
 
     def snapshot(self) -> Any:
-        return self.state
+        return {"state": self.state, "waiting": self.waiting}
 
     def restore(self, state: Any) -> None:
-        self.state = state
+        self.state, self.waiting = state["state"], state["waiting"]
 
 
 class EpochJoin(Vertex):

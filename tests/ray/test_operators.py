@@ -127,6 +127,32 @@ def test_stateful_map_keeps_state_across_epochs(ray_session):
     assert as_multisets(result) == {0: Counter([("a", 1), ("b", 10)]), 1: Counter([("a", 3)]), 2: Counter([("a", 6), ("b", 11)])}
 
 
+def test_stateful_map_applies_epochs_in_order_whichever_reader_delivers_first(ray_session, tmp_path):
+    # Reader 1 starts at epoch 1 with ("a", 2) at once; reader 0 reaches ("a", 1) of epoch 0
+    # only after 2,000 slow lines. Applied in arrival order, epoch 1 would see the total 2.
+    lines = ["b 1"] * 2000 + ["a 1"] + ["a 2"] + ["c 1"] * 2000
+    path = tmp_path / "pairs.txt"
+    path.write_text("\n".join(lines) + "\n")
+    from raytide.sources import TextFileSource
+
+    def running_total(state, record):
+        total = (state or 0) + record[1]
+        return total, total
+
+    def parse(line):
+        if line.startswith("b"):
+            time.sleep(0.0002)
+        key, value = line.split()
+        return key, int(value)
+
+    flow = rt.Dataflow("ordered")
+    (flow.input("lines").map(parse)
+        .filter(lambda kv: kv[0] == "a").stateful_map(lambda kv: kv[0], running_total).output("out"))
+    with rt.run(flow, inputs={"lines": TextFileSource(str(path), lines_per_epoch=2001)}, parallelism=2) as job:
+        job.wait(timeout=120)
+        assert as_multisets(job.collect("out")) == {0: Counter([("a", 1)]), 1: Counter([("a", 3)])}
+
+
 def test_join_per_epoch(ray_session):
     flow = rt.Dataflow("join")
     users = flow.input("users")
