@@ -36,6 +36,7 @@ from raytide.actors.plan import Consumer, PhysicalPlan
 from raytide.actors.vertex import Vertex
 from raytide.errors import ProgressError, RaytideError
 from raytide.progress.change_batch import ChangeBatch
+from raytide.progress.publisher import Interests
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
 from raytide.snapshots.barriers import BarrierAligner, Decision, ForwardBarrier, Release, TakeSnapshot
@@ -57,9 +58,9 @@ class Transport(Protocol):
     def send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None: ...  # noqa: D102
 
     def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool,  # noqa: D102
-                       outputs: dict[str, dict[int, list]]) -> None: ...
+                       outputs: dict[str, dict[int, list]], interests: Optional[Interests]) -> None: ...
 
-    def declare_interests(self, interests: dict[Location, list[Timestamp]]) -> None: ...  # noqa: D102
+    def declare_interests(self, interests: Interests) -> None: ...  # noqa: D102
 
 
 class UserCodeError(RaytideError):
@@ -133,7 +134,7 @@ class ReplicaCore:
         self.must_flush = False
         self.flushes = 0
         self.unacked = 0
-        self.interests: dict[Location, list[Timestamp]] = {}
+        self.interests: Interests = {}
         self.markers: dict[int, Marker] = {}
         self.marker_log: list[MarkerRecord] = []
         for name in self.chain.vertices:
@@ -385,17 +386,23 @@ class ReplicaCore:
     # -- after every event ---------------------------------------------------------------
 
     def _settle(self) -> None:
+        """After every event: deliver notifications, then ship progress if it may matter, and
+        tell the progress actor what this replica now waits on (in the same call when both)."""
         self._deliver_notifications()
-        self._maybe_flush()
-        self._declare_interests()
+        flushing = self._should_flush()
+        changes, outputs = self._take() if flushing else ([], {})
+        interests = self._interests()
+        changed = interests != self.interests
+        self.interests = interests
+        if changes or outputs:
+            self._ship(changes, False, outputs, interests if changed else None)
+        elif changed:
+            self.transport.declare_interests(interests)
 
-    def _declare_interests(self) -> None:
-        """Tell the progress actor what this replica waits on, when that changed.
-
-        Pending notifications wait at their vertex's inputs and held-back progress at the
-        location of its cause; only the minimal times matter (a later one is answered no
-        earlier).
-        """
+    def _interests(self) -> Interests:
+        """What this replica waits on: pending notifications at their vertex's inputs and
+        held-back progress at the location of its cause; only the minimal times matter (a
+        later one is answered no earlier)."""
         waits: dict[Location, set[Timestamp]] = {}
         for vertex, pending in self.pending.items():
             for port in range(len(self.plan.vertex(vertex).inputs)):
@@ -403,10 +410,7 @@ class ReplicaCore:
         for kind, location, time in self.causes:
             if kind == "message":
                 waits.setdefault(location, set()).add(time)
-        interests = {loc: sorted(minimal_elements(times), key=tuple) for loc, times in waits.items() if times}
-        if interests != self.interests:
-            self.interests = interests
-            self.transport.declare_interests(interests)
+        return {loc: sorted(minimal_elements(times), key=tuple) for loc, times in waits.items() if times}
 
     def _ready(self, vertex: str, time: Timestamp) -> bool:
         for port in range(len(self.plan.vertex(vertex).inputs)):
@@ -442,28 +446,35 @@ class ReplicaCore:
         status = self.statuses.get(location)
         return status is not None and any(f.less_than(time) or (f == time and held) for f, held in status)
 
-    def _maybe_flush(self) -> None:
+    def _should_flush(self) -> bool:
         if self.progress.is_empty() and not any(self.outputs.values()):
             self.causes.clear()
             self.must_flush = False
-            return
-        if (self.must_flush or self.in_cycle or len(self.progress) > MAX_HELD_PROGRESS
-                or not all(map(self._covered, self.causes))):
-            self._flush(ack=False)
+            return False
+        return (self.must_flush or self.in_cycle or len(self.progress) > MAX_HELD_PROGRESS
+                or not all(map(self._covered, self.causes)))
 
     def _flush(self, ack: bool) -> None:
+        changes, outputs = self._take()
+        if changes or outputs or ack:
+            self._ship(changes, ack, outputs, None)
+
+    def _take(self) -> tuple[list[tuple[Pointstamp, int]], dict[str, dict[int, list]]]:
+        """Everything held back: the progress deltas and the output records they retire."""
         changes = self.progress.drain()
         outputs = {name: epochs for name, epochs in self.outputs.items() if epochs}
         for name in outputs:
             self.outputs[name] = {}
         self.causes.clear()
         self.must_flush = False
-        if not changes and not ack and not outputs:
-            return
+        return changes, outputs
+
+    def _ship(self, changes: list[tuple[Pointstamp, int]], ack: bool, outputs: dict[str, dict[int, list]],
+              interests: Optional[Interests]) -> None:
         self.flushes += 1
         if ack:
             self.unacked += 1
-        self.transport.flush_progress(changes, ack, outputs)
+        self.transport.flush_progress(changes, ack, outputs, interests)
 
     # -- introspection -------------------------------------------------------------------
 

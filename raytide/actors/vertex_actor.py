@@ -28,7 +28,7 @@ import ray
 
 from raytide.actors.markers import ChannelId, Marker
 from raytide.actors.plan import PhysicalPlan
-from raytide.actors.replica import Pointstamp, ReplicaCore, Status, UserCodeError
+from raytide.actors.replica import Interests, Pointstamp, ReplicaCore, Status, UserCodeError
 from raytide.actors.wire import pack, pack_records, unpack
 from raytide.errors import ProgressError, RaytideError, SnapshotError
 from raytide.progress.reachability import Location
@@ -85,11 +85,11 @@ class _RayTransport:
                     window.append(ref)
 
     def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool,
-                       outputs: dict[str, dict[int, list]]) -> None:
+                       outputs: dict[str, dict[int, list]], interests: Optional[Interests]) -> None:
         parts = {name: {epoch: [self._part(records)] for epoch, records in epochs.items()} for name, epochs in outputs.items()}
-        self.progress.apply.remote(self.key, self._next(), changes, ack, parts)
+        self.progress.apply.remote(self.key, self._next(), changes, ack, parts, interests)
 
-    def declare_interests(self, interests: dict[Location, list[Timestamp]]) -> None:
+    def declare_interests(self, interests: Interests) -> None:
         self.progress.declare.remote(self.key, self._next(), interests)
 
     def fail(self, error: RaytideError) -> None:

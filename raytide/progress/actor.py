@@ -2,7 +2,7 @@
 
 Message flow (the actor never waits for anyone; every call it makes is fire and forget):
 
-* ``replica -> apply(batch, output records)`` and ``replica -> declare(interests)``,
+* ``replica -> apply(batch, output records, interests)`` and ``replica -> declare(interests)``,
   numbered per replica and applied in that order (:class:`InOrder`);
 * ``progress actor -> replica.on_progress(statuses)``: the pushes the publisher decides;
 * ``replica -> fail(error)``;
@@ -22,7 +22,7 @@ need to learn that its epoch is complete and to report it somewhere else.
 from __future__ import annotations
 
 import threading
-from typing import Any, Hashable
+from typing import Any, Hashable, Optional
 
 import ray
 
@@ -59,9 +59,10 @@ class ProgressActor:
         self._after()
 
     def apply(self, sender: Hashable, sequence: int, changes: list[tuple[Pointstamp, int]], ack: bool,
-                    outputs: dict[str, dict[int, list]]) -> None:
-        """Batch number ``sequence`` of replica ``sender``: its deltas and the output records they retire."""
-        self._offer(sender, sequence, "apply", (changes, ack, outputs))
+              outputs: dict[str, dict[int, list]], interests: Optional[Interests] = None) -> None:
+        """Batch number ``sequence`` of replica ``sender``: its deltas, the output records they
+        retire and, if they changed, the timestamps it now waits on."""
+        self._offer(sender, sequence, "apply", (changes, ack, outputs, interests))
         self._after()
 
     def declare(self, sender: Hashable, sequence: int, interests: Interests) -> None:
@@ -72,13 +73,13 @@ class ProgressActor:
     def _offer(self, sender: Hashable, sequence: int, kind: str, args: tuple) -> None:
         for due_kind, due_args in self.in_order.offer(sender, sequence, (kind, args)):
             if due_kind == "apply":
-                changes, ack, outputs = due_args
+                changes, ack, outputs, interests = due_args
                 try:
                     for name, epochs in outputs.items():
                         self.outputs.add(name, sender, epochs)
                 except ProgressError as error:
                     self._log(("error", error))
-                self._push(self.publisher.apply(sender, changes, ack))
+                self._push(self.publisher.apply(sender, changes, ack, interests))
             else:
                 self._push(self.publisher.declare(sender, *due_args))
 

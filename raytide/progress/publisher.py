@@ -17,7 +17,7 @@ acknowledgement gets, after its batch, every status it has not seen.
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable
+from typing import Hashable, Iterable, Optional
 
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -65,8 +65,11 @@ class FrontierPublisher:
         self.tracker.update_all(pointstamps)
         self.tracker.propagate()
 
-    def apply(self, sender: Hashable, changes: list[tuple[Pointstamp, int]], ack: bool) -> dict[Hashable, Push]:
-        """Apply one batch from ``sender``; return the pushes it causes."""
+    def apply(self, sender: Hashable, changes: list[tuple[Pointstamp, int]], ack: bool,
+              interests: Optional[Interests] = None) -> dict[Hashable, Push]:
+        """Apply one batch from ``sender`` (which may also declare new ``interests``); return the pushes it causes."""
+        if interests is not None:
+            self.interests[sender] = interests
         self.tracker.update_all(changes)
         self.tracker.propagate()
         self.batches_applied += 1

@@ -51,3 +51,14 @@ def test_held_progress_is_told_when_it_is_no_longer_covered():
     publisher.declare("a", {A_IN: [Timestamp(0)]})  # a holds the -1 of a message at epoch 0
     pushes = publisher.apply("src", [((SRC, Timestamp(0)), -1)], ack=False)
     assert pushes == {"a": ({A_IN: [(Timestamp(0), False)]}, False)}, "no longer held by the source"
+
+
+def test_a_batch_can_carry_new_interests_which_it_answers_at_once():
+    publisher = FrontierPublisher(Tracker(pipeline()))
+    publisher.initialize([((SRC, Timestamp(0)), 1)])
+    publisher.subscribe("b", [B_IN])
+    publisher.apply("src", [((SRC, Timestamp(0)), -1), ((SRC, Timestamp(1)), 1)], ack=False)
+    # b's batch (here empty) declares it waits on epoch 0, which is already complete: pushed with the batch.
+    pushes = publisher.apply("b", [], ack=False, interests={B_IN: [Timestamp(0)]})
+    assert pushes == {"b": ({B_IN: [(Timestamp(1), True)]}, False)}
+    assert publisher.apply("b", [], ack=False) == {}, "nothing new to tell"

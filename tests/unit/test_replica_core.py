@@ -25,7 +25,7 @@ class Recorder:
     def send_marker(self, *args):
         raise AssertionError("no markers here")
 
-    def flush_progress(self, changes, ack, outputs):
+    def flush_progress(self, changes, ack, outputs, interests):
         self.flushes.append((changes, ack, outputs))
 
     def declare_interests(self, interests):
