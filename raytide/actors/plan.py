@@ -19,6 +19,7 @@ from raytide.dataflow import Channel, Dataflow, LogicalVertex
 from raytide.errors import GraphError
 from raytide.progress.graph import GraphBuilder, ProgressGraph
 from raytide.progress.reachability import Location
+from raytide.progress.timestamps import Timestamp
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class PhysicalPlan:
 
     def chain(self, name: str) -> ChainPlan:
         return next(c for c in self.chains if c.name == name)
+
+    def initial_pointstamps(self) -> list[tuple[tuple[Location, Timestamp], int]]:
+        """The pointstamps held before anything runs: every input replica at epoch 0."""
+        return [((Location.of_vertex(n), Timestamp(0)), self.parallelism[n]) for n in self.flow.inputs()]
 
     def is_fused(self, consumer: Consumer) -> bool:
         """Whether ``consumer`` runs in the same actor as its upstream (not a chain head)."""

@@ -306,10 +306,6 @@ class ReplicaCore:
         self.must_flush = True
         self._settle()
 
-    def initial_capabilities(self) -> list[Pointstamp]:
-        """The pointstamps this replica holds before anything runs: its inputs at epoch 0."""
-        return [(Location.of_vertex(name), Timestamp(0)) for name in self.inputs]
-
     # -- running vertices ----------------------------------------------------------------
 
     def deliver(self, vertex: str, port: int, time: Timestamp, batch: Any) -> None:

@@ -116,9 +116,9 @@ class Job:
 
     def _start(self, num_cpus: float) -> None:
         plan = self.plan
-        # Every actor is created at once: each costs a fresh worker process.
-        self.progress = ray.remote(concurrency_groups={"poll": 1})(ProgressActor).options(
-            name=f"{self.name}/progress", num_cpus=0).remote(plan.graph, plan.flow.outputs())
+        # Every actor is created at once (each costs a worker process), the vertex actors first
+        # so that they take Ray's idle workers; the driver waits for them but not for the
+        # progress actor, which buffers what replicas send before it is connected.
         self.actors: dict[tuple[str, int], Any] = {}
         remote_vertex = ray.remote(VertexActor)
         for chain in plan.chains:
@@ -126,15 +126,13 @@ class Job:
                 self.actors[(chain.name, replica)] = remote_vertex.options(
                     name=f"{self.name}/{chain.name}/{replica}", num_cpus=num_cpus, max_restarts=0, max_task_retries=0,
                 ).remote(plan, chain.name, replica, self.max_inflight)
-        initial = self._get([a.initial_capabilities.remote() for a in self.actors.values()], "creating vertex actors")
-        counts = collections.Counter(p for caps in initial for p in caps)
+        self.progress = ray.remote(concurrency_groups={"poll": 1})(ProgressActor).options(
+            name=f"{self.name}/progress", num_cpus=0).remote(plan.graph, plan.flow.outputs(), plan.initial_pointstamps())
         unbounded = set(plan.feedback)  # sends out of a feedback vertex never wait: loops always drain
         subscriptions = self._get(
             [a.connect.remote(self.actors, unbounded, self.progress) for a in self.actors.values()],
-            "connecting vertex actors")
-        replicas = {key: (actor, locs) for (key, actor), locs in zip(self.actors.items(), subscriptions)}
-        self._get([self.progress.connect.remote(replicas, list(counts.items()))],
-                  "connecting the progress actor")
+            "starting and connecting vertex actors")
+        self.progress.connect.remote({key: (actor, locs) for (key, actor), locs in zip(self.actors.items(), subscriptions)})
 
     def _get(self, refs: list, what: str, timeout: float = SETUP_TIMEOUT) -> list:
         try:

@@ -121,10 +121,6 @@ class VertexActor:
         self.transport.progress = progress
         return self.core.subscriptions()
 
-    def initial_capabilities(self) -> list[Pointstamp]:
-        """Pointstamps held before anything runs."""
-        return self.core.initial_capabilities()
-
     def receive(self, channel: ChannelId, vertex: str, time: Timestamp, payload: Any, packed: bool) -> None:
         """A data batch for the chain's head vertex, on ``channel`` (see :mod:`raytide.actors.wire`)."""
         self._guard(self.core.on_message, channel, vertex, time, unpack(payload, packed))

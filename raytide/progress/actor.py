@@ -38,24 +38,28 @@ from raytide.progress.tracker import Pointstamp, Tracker
 class ProgressActor:
     """Owns the tracker; applies progress batches, pushes frontier changes, completes output epochs."""
 
-    def __init__(self, graph: ProgressGraph, outputs: list[str]) -> None:
+    def __init__(self, graph: ProgressGraph, outputs: list[str], initial: list[tuple[Pointstamp, int]]) -> None:
+        """``initial``: the pointstamps held before anything runs (the inputs' first epochs)."""
         self.publisher = FrontierPublisher(Tracker(graph))
+        self.publisher.initialize(initial)
         self.outputs = OutputLog(outputs)
         self.in_order: InOrder[tuple[str, tuple]] = InOrder()
         self.handles: dict[Hashable, Any] = {}
+        self.early: Optional[list[tuple[Hashable, int, str, tuple]]] = []  # calls that came before connect
         self.events: list[tuple] = []
         self.changed = threading.Condition()
         self.done = False
 
-    def connect(self, replicas: dict[Hashable, tuple[Any, list[Location]]],
-                      initial: list[tuple[Pointstamp, int]]) -> None:
-        """Learn every replica's handle and locations and the pointstamps held before anything
-        runs; push the initial statuses."""
-        self.publisher.initialize(initial)
+    def connect(self, replicas: dict[Hashable, tuple[Any, list[Location]]]) -> None:
+        """Learn every replica's handle and locations, push their initial statuses, then apply
+        what replicas sent before this call (the driver does not wait for this actor to start)."""
         for key, (handle, locations) in replicas.items():
             self.handles[key] = handle
             statuses, acked = self.publisher.subscribe(key, locations)
             handle.on_progress.remote(statuses, acked)
+        early, self.early = self.early, None
+        for call in early or ():
+            self._offer(*call)
         self._after()
 
     def apply(self, sender: Hashable, sequence: int, changes: list[tuple[Pointstamp, int]], ack: bool,
@@ -71,6 +75,9 @@ class ProgressActor:
         self._after()
 
     def _offer(self, sender: Hashable, sequence: int, kind: str, args: tuple) -> None:
+        if self.early is not None:  # not connected yet: no subscriptions to push to
+            self.early.append((sender, sequence, kind, args))
+            return
         for due_kind, due_args in self.in_order.offer(sender, sequence, (kind, args)):
             if due_kind == "apply":
                 changes, ack, outputs, interests = due_args
