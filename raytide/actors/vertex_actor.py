@@ -4,9 +4,10 @@ Message flow (no actor ever waits for one that may wait for it):
 
 * data: ``sender.send -> receiver.receive`` (fire and forget). A sender keeps at most
   ``max_inflight`` unacknowledged calls per receiver and waits for the oldest when it
-  has that many: backpressure. Around a loop every actor waits only for the next one
-  downstream, and the feedback vertex (alone in its actor, never fused) never waits,
-  so the cycle can always drain.
+  has that many: backpressure. Sends out of a feedback vertex never wait, and every
+  cycle passes through one (nothing is fused after a feedback vertex, so no other send
+  in its actor depends on it): actors waiting on each other would need a cycle without
+  a feedback vertex, which the plan rejects. So a loop can always drain.
 * progress: ``replica -> progress actor.apply`` (with the output records the batch
   retires) and ``progress actor -> replica.on_progress``, both fire and forget; a
   replica numbers its calls to the progress actor, which applies them in that order.
