@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import ray
 

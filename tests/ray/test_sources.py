@@ -69,7 +69,6 @@ def test_map_batches_sees_arrow_tables_from_a_dataset(ray_session, tmp_path):
     from raytide.sources import ArrowDatasetSource
 
     paths = write_parquet_files(tmp_path, n_files=2)
-    kinds = []
 
     def total(table):
         assert isinstance(table, pa.Table), "map_batches gets the Arrow table itself"
