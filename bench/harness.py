@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 RESULTS = Path(__file__).parent / "results"
+#: Pause between runs (not timed): actors a baseline killed at its end exit asynchronously,
+#: and their last CPU use must not land in the next run's clock.
+SETTLE_S = 1.0
 
 
 def summarize(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -46,6 +49,7 @@ def run(name: str, repeat: int, params: dict[str, Any] | None = None, out: Calla
         started = time.perf_counter()
         runs.append(module.measure(**kwargs))
         out(f"  run {i + 1}/{repeat} done in {time.perf_counter() - started:.1f} s")
+        time.sleep(SETTLE_S)
     summary = summarize(runs)
     report = {
         "benchmark": name,

@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 #: How long setup calls (creating and connecting actors) may take.
 SETUP_TIMEOUT = 120.0
+#: How long tearing a job down waits for its actors' processes to exit.
+TEARDOWN_TIMEOUT = 10.0
 
 
 @ray.remote(num_cpus=0.5)
@@ -430,11 +432,19 @@ class Job:
                     self._records(name, epoch)
                 except Exception:  # the owner may already be gone; nothing more to keep
                     logger.debug("could not keep output %s epoch %s", name, epoch)
-        for actor in [*self.actors.values(), self.progress]:
+        actors = [*self.actors.values(), self.progress]
+        for actor in actors:
             try:
                 ray.kill(actor)
             except Exception:  # already dead
                 pass
+        # ray.kill returns at once; wait (a bounded time) until the processes are gone, so that
+        # the next job finds the CPUs free and may reuse this job's actor names.
+        gone = [actor.ping.remote() for actor in actors]
+        _, alive = ray.wait(gone, num_returns=len(gone), timeout=TEARDOWN_TIMEOUT)
+        if alive:
+            logger.warning("job %r: %d actors still alive %.0f s after being killed", self.name, len(alive),
+                           TEARDOWN_TIMEOUT)
 
     def __enter__(self) -> Job:
         return self
