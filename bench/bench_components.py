@@ -65,6 +65,7 @@ import ray
 
 from bench.baselines import data
 from bench.baselines.cc_ray import EdgeIndex, apply_proposals, components_union_find, connected_components_ray
+from bench.harness import ensure_ray
 from examples import connected_components as cc
 
 PARAMS = {"nodes": 200_000, "edges": 600_000, "seed": 0, "parallelism": 2}
@@ -210,8 +211,7 @@ def phase_breakdown(work: list[dict]) -> dict[str, float]:
 
 def measure(nodes: int = 200_000, edges: int = 600_000, seed: int = 0, parallelism: int = 2,
             pyspark: bool = True) -> dict[str, float]:
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ensure_ray()
     e, reference, path = graph(nodes, edges, seed)
     metrics: dict[str, float] = {}
 

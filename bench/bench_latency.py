@@ -13,9 +13,8 @@ from __future__ import annotations
 import statistics
 import time
 
-import ray
-
 import raytide as rt
+from bench.harness import ensure_ray
 
 PARAMS = {"epochs": 200, "parallelism": 2}
 RATIOS: list = []
@@ -60,8 +59,7 @@ def progress_per_batch(parallelism: int) -> float:
 
 
 def measure(epochs: int, parallelism: int) -> dict[str, float]:
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ensure_ray()
     latencies = sorted(epoch_latencies(epochs, parallelism))
     return {
         "latency_median_ms": statistics.median(latencies) * 1e3,

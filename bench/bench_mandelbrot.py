@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import ray
 
 import raytide as rt
 from bench.baselines.mandelbrot_ray import mandelbrot_ray, mandelbrot_row
+from bench.harness import ensure_ray
 
 PARAMS = {"size": 1000, "parallelism": 2, "rows_per_batch": 10}
 RATIOS = [
@@ -43,13 +43,12 @@ def raytide_mandelbrot(size: int, parallelism: int, rows_per_batch: int) -> tupl
 
 
 def measure(size: int, parallelism: int, rows_per_batch: int) -> dict[str, float]:
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ensure_ray()
     started = time.perf_counter()
     ours, startup_s = raytide_mandelbrot(size, parallelism, rows_per_batch)
     raytide_s = time.perf_counter() - started
     started = time.perf_counter()
-    theirs = mandelbrot_ray(size, size)
+    theirs = mandelbrot_ray(size, size, n_actors=parallelism, rows_per_call=rows_per_batch)
     handwritten_s = time.perf_counter() - started
     assert np.array_equal(ours, theirs), "raytide and the baseline disagree"
     return {"raytide_s": raytide_s, "raytide_startup_s": startup_s, "raytide_after_startup_s": raytide_s - startup_s,

@@ -50,6 +50,7 @@ import pyarrow.compute as pc
 import ray
 
 import raytide as rt
+from bench.harness import ensure_ray
 
 PARAMS = {"rows": 1_000_000, "partitions": 8, "parallelism": 2, "rounds": 3}
 RATIOS = [
@@ -132,8 +133,7 @@ def _frame(rows: int, partitions: int):
     if _state.get("key") != key:
         from raytide.integrations.spark import start_spark, stop_spark
 
-        if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ensure_ray()
         spark = start_spark("raytide-bench-ingest", configs={"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
         atexit.register(stop_spark)

@@ -19,11 +19,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import ray
-
 import raytide as rt
 from bench.baselines.data import write_zipf_text
 from bench.baselines.wordcount_ray import wordcount_ray
+from bench.harness import ensure_ray
 from raytide.sources import TextFileSource
 
 PARAMS = {"lines": 1_000_000, "epochs": 10, "parallelism": 2}
@@ -57,8 +56,7 @@ def raytide_wordcount(path: Path, lines: int, epochs: int, parallelism: int) -> 
 
 
 def measure(lines: int, epochs: int, parallelism: int) -> dict[str, float]:
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ensure_ray()
     path = dataset(lines)
     ours, raytide_s, startup_s, stats = raytide_wordcount(path, lines, epochs, parallelism)
     started = time.perf_counter()

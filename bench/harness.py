@@ -26,6 +26,14 @@ RESULTS = Path(__file__).parent / "results"
 SETTLE_S = 1.0
 
 
+def ensure_ray() -> None:
+    """A local Ray with the 2 CPUs every benchmark assumes, unless one is running already."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
 def summarize(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     """Median, min and max of every metric over the runs."""
     metrics = runs[0].keys()
@@ -49,7 +57,8 @@ def run(name: str, repeat: int, params: dict[str, Any] | None = None, out: Calla
         started = time.perf_counter()
         runs.append(module.measure(**kwargs))
         out(f"  run {i + 1}/{repeat} done in {time.perf_counter() - started:.1f} s")
-        time.sleep(SETTLE_S)
+        if i + 1 < repeat:
+            time.sleep(SETTLE_S)
     summary = summarize(runs)
     report = {
         "benchmark": name,

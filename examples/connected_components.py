@@ -438,18 +438,7 @@ def latest_labels(chunks: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.n
         return EMPTY, EMPTY
     nodes = np.concatenate([np.asarray(n, dtype=np.int64) for n, _ in chunks])
     labels = np.concatenate([np.asarray(lab, dtype=np.int64) for _, lab in chunks])
-    if not len(nodes):
-        return EMPTY, EMPTY
-    lo, hi = int(nodes.min()), int(nodes.max())
-    if _dense(lo, hi, len(nodes)):
-        best = np.full(hi + 1, INF, dtype=np.int64)
-        np.minimum.at(best, nodes, labels)
-        present = np.flatnonzero(best < INF)
-        return present, best[present]
-    distinct, inverse = np.unique(nodes, return_inverse=True)
-    best = np.full(len(distinct), INF, dtype=np.int64)
-    np.minimum.at(best, inverse, labels)
-    return distinct, best
+    return MinCombiner().combine(nodes, labels)
 
 
 @dataclass
@@ -556,7 +545,7 @@ def connect_ray() -> bool:
         ray.init(address="auto", log_to_driver=False)
     else:  # workers import ``examples`` from this checkout whatever the current directory
         path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
-        ray.init(log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+        ray.init(address="local", log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
     return True
 
 

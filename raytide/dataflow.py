@@ -36,7 +36,9 @@ from raytide.operators import (
 )
 from raytide.progress.summaries import PathSummary
 
-KeyFn = Union[Callable[[Any], Hashable], str]
+KeyFn = Callable[[Any], Hashable]
+#: An exchange partitions by a key function, or by the name of an integer column (vectorised).
+ExchangeKey = Union[KeyFn, str]
 VertexFactory = Callable[[], Vertex]
 Role = Literal["vertex", "input", "output", "probe", "feedback"]
 
@@ -55,7 +57,7 @@ class Channel:
     """
 
     kind: Literal["pipeline", "exchange", "broadcast"] = "pipeline"
-    key: Optional[KeyFn] = None
+    key: Optional[ExchangeKey] = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class Dataflow:
         inputs: Sequence[Stream],
         outputs: int = 1,
         *,
-        exchange: Optional[Sequence[Optional[KeyFn]]] = None,
+        exchange: Optional[Sequence[Optional[ExchangeKey]]] = None,
         name: Optional[str] = None,
         parallelism: Optional[int] = None,
     ) -> list[Stream]:
@@ -197,7 +199,7 @@ class Stream:
         self,
         factory: Union[type[Vertex], VertexFactory],
         *,
-        exchange: Optional[KeyFn] = None,
+        exchange: Optional[ExchangeKey] = None,
         name: Optional[str] = None,
         parallelism: Optional[int] = None,
     ) -> Stream:
@@ -248,7 +250,7 @@ class Stream:
 
     # -- partitioning ----------------------------------------------------------------
 
-    def exchange(self, key: KeyFn, *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+    def exchange(self, key: ExchangeKey, *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
         """Repartition: records with equal keys go to the same replica downstream."""
         return self._then("exchange", lambda: BatchFunction(_identity), Channel("exchange", key), name, parallelism)
 

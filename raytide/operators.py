@@ -30,6 +30,16 @@ class BatchFunction(Vertex):
             self.send_by(0, out, time)
 
 
+def _per_time(vertex: Vertex, state: dict[Timestamp, Any], time: Timestamp, new: Callable[[], Any]) -> Any:
+    """``state[time]``, created with ``new()`` on first use together with a notification
+    at ``time`` (where the vertex finishes, or drops, what it kept for that time)."""
+    value = state.get(time)
+    if value is None:
+        value = state[time] = new()
+        vertex.notify_at(time)
+    return value
+
+
 class Ingress(Vertex):
     """Enters a loop context: appends a loop counter 0 to each batch's timestamp."""
 
@@ -91,11 +101,7 @@ class KeyedReduce(Vertex):
         if self.max_keys is not None:
             for earlier in [t for t in self.state if t.less_than(time)]:
                 self.on_notify(earlier)
-        acc = self.state.get(time)
-        if acc is None:
-            acc = self.state[time] = new()
-            self.notify_at(time)
-        return acc
+        return _per_time(self, self.state, time, new)
 
     def _bound(self, acc: dict, time: Timestamp) -> None:
         if self.max_keys is not None and len(acc) >= self.max_keys:
@@ -164,11 +170,7 @@ class StatefulMap(Vertex):
         self.waiting: dict[Timestamp, list] = {}
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        records = self.waiting.get(time)
-        if records is None:
-            records = self.waiting[time] = []
-            self.notify_at(time)
-        records.extend(to_records(message))
+        _per_time(self, self.waiting, time, list).extend(to_records(message))
 
     def on_notify(self, time: Timestamp) -> None:
         out = []
@@ -203,10 +205,7 @@ class EpochJoin(Vertex):
         self.sides: dict[Timestamp, tuple[dict, dict]] = {}
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        sides = self.sides.get(time)
-        if sides is None:
-            sides = self.sides[time] = (defaultdict(list), defaultdict(list))
-            self.notify_at(time)
+        sides = _per_time(self, self.sides, time, lambda: (defaultdict(list), defaultdict(list)))
         mine, other = sides[edge], sides[1 - edge]
         key_of, out = self.keys[edge], []
         for record in message:

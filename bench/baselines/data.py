@@ -22,7 +22,6 @@ import numpy as np
 
 PathLike = str | os.PathLike[str]
 
-_ALPHABET = np.frombuffer(string.ascii_lowercase.encode(), dtype=np.uint8)
 _CHUNK_LINES = 100_000
 
 

@@ -190,10 +190,6 @@ class WordCountReducer:
         self._counts: dict[int, dict[str, int]] = {}
         self._closes: Counter[int] = Counter()
 
-    def ready(self) -> bool:
-        """Return once the actor is up."""
-        return True
-
     def add(self, epoch: int, packed: bytes) -> None:
         """Merge ``{word: count}`` of ``epoch`` sent by one mapper (see :func:`pack`)."""
         partial: dict[str, int] = unpack(packed)

@@ -76,15 +76,18 @@ class ExchangeRouter:
                  key_groups: int = DEFAULT_KEY_GROUPS, table: Optional[KeyGroupAssignment] = None) -> None:
         self._key = key
         self._groups = key_groups
-        self.table = table or KeyGroupAssignment.contiguous(receiver_width, key_groups)
-        self._cache: dict[Hashable, int] = {}
+        self._set_table(table or KeyGroupAssignment.contiguous(receiver_width, key_groups))
 
     def swap_table(self, table: KeyGroupAssignment) -> None:
         """Route by ``table`` from now on (called at a control marker)."""
         if table.key_groups != self._groups:
             raise ValueError(f"routing table has {table.key_groups} key groups, the channel {self._groups}")
+        self._set_table(table)
+
+    def _set_table(self, table: KeyGroupAssignment) -> None:
         self.table = table
-        self._cache = {}
+        self._owners = np.asarray(table.owners)  # key group -> replica, for vectorised routing
+        self._cache: dict[Hashable, int] = {}  # key -> replica under this table
 
     def replica_of(self, key: Hashable) -> int:
         """The replica owning ``key`` under the current table."""
@@ -107,13 +110,13 @@ class ExchangeRouter:
 
     def _route_column(self, batch: Any, column: str) -> Routed:
         if isinstance(batch, list):
-            owners = np.asarray(self.table.owners)[column_key_groups(np.asarray([r[column] for r in batch]), self._groups)]
+            owners = self._owners[column_key_groups(np.asarray([r[column] for r in batch]), self._groups)]
             parts: dict[int, list] = {}
             for record, owner in zip(batch, owners.tolist()):
                 parts.setdefault(owner, []).append(record)
             return list(parts.items())
         columns = to_format(batch, "numpy")
-        owners = np.asarray(self.table.owners)[column_key_groups(columns[column], self._groups)]
+        owners = self._owners[column_key_groups(columns[column], self._groups)]
         order = np.argsort(owners, kind="stable")
         bounds = np.cumsum(np.bincount(owners, minlength=self.table.parallelism))
         starts = np.concatenate(([0], bounds[:-1]))

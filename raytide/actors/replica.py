@@ -8,8 +8,9 @@ routes what they send (to fused vertices by a direct call, to other actors throu
 
 Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the
 consumed message and the ``+1`` of everything it caused) are shipped together, and
-batches from one replica arrive in order. Outside loops, deltas are held back while
-they cannot matter (inside a loop every iteration waits on them, so they go at once): when each event that caused them is *covered*, i.e. the frontier at the
+batches from one replica are applied in order. Outside loops, deltas are held back
+while they cannot matter (inside a loop every iteration waits on them, so they go at
+once): when each event that caused them is *covered*, i.e. the frontier at the
 event's location is held below it, or at it by some other pointstamp, the tracker's
 frontier cannot move past anything the held deltas would retire. When a progress push
 uncovers a cause, or a notification or a capability change happened, the whole batch
@@ -36,7 +37,7 @@ from raytide.actors.plan import Consumer, PhysicalPlan
 from raytide.actors.vertex import Vertex
 from raytide.errors import ProgressError, RaytideError
 from raytide.progress.change_batch import ChangeBatch
-from raytide.progress.publisher import Interests
+from raytide.progress.publisher import Interests, answers
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
 from raytide.snapshots.barriers import BarrierAligner, Decision, ForwardBarrier, Release, TakeSnapshot
@@ -411,7 +412,7 @@ class ReplicaCore:
     def _ready(self, vertex: str, time: Timestamp) -> bool:
         for port in range(len(self.plan.vertex(vertex).inputs)):
             status = self.statuses.get(Location.of_input(vertex, port))
-            if status is None or any(f.less_equal(time) for f, _ in status):
+            if status is None or not answers(status, time)[0]:
                 return False
         return True
 
@@ -440,7 +441,7 @@ class ReplicaCore:
         if kind == "capability":
             return self.inputs[location.vertex].epoch == time.epoch
         status = self.statuses.get(location)
-        return status is not None and any(f.less_than(time) or (f == time and held) for f, held in status)
+        return status is not None and answers(status, time)[1]
 
     def _should_flush(self) -> bool:
         if self.progress.is_empty() and not any(self.outputs.values()):

@@ -21,6 +21,7 @@ threaded or async.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import time
 from typing import Any, Iterable, Iterator, Optional
@@ -51,7 +52,7 @@ class _RayTransport:
         self.peers: dict[tuple[str, int], Any] = {}
         self.unbounded: set[str] = set()
         self.progress: Any = None
-        self.sequence = 0  # of calls to the progress actor
+        self.sequence = itertools.count()  # numbers the calls to the progress actor
         self.inflight: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
         self.max_seen = 0
         self.waits = 0
@@ -88,17 +89,13 @@ class _RayTransport:
     def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool,
                        outputs: dict[str, dict[int, list]], interests: Optional[Interests]) -> None:
         parts = {name: {epoch: [self._part(records)] for epoch, records in epochs.items()} for name, epochs in outputs.items()}
-        self.progress.apply.remote(self.key, self._next(), changes, ack, parts, interests)
+        self.progress.apply.remote(self.key, next(self.sequence), changes, ack, parts, interests)
 
     def declare_interests(self, interests: Interests) -> None:
-        self.progress.declare.remote(self.key, self._next(), interests)
+        self.progress.declare.remote(self.key, next(self.sequence), interests)
 
     def fail(self, error: RaytideError) -> None:
         self.progress.fail.remote(error)
-
-    def _next(self) -> int:
-        self.sequence += 1
-        return self.sequence - 1
 
     @staticmethod
     def _part(records: list) -> Any:

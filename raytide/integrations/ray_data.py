@@ -8,7 +8,7 @@ from typing import Any, Iterator, Optional
 import pyarrow as pa
 import ray
 
-from raytide.sources.arrow import split_by_epoch_column
+from raytide.sources.arrow import epochs_in_column, rows_of_epoch
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,8 @@ class RayBlockReader:
             return
         per_epoch: dict[int, list[int]] = {}
         for index, ref in enumerate(self.refs):
-            for epoch, _ in split_by_epoch_column(ray.get(ref).select([self.epoch_column]), self.epoch_column):
+            for epoch in epochs_in_column(ray.get(ref), self.epoch_column):
                 per_epoch.setdefault(epoch, []).append(index)
         for epoch in sorted(per_epoch):
             for index in per_epoch[epoch]:
-                for e, rows in split_by_epoch_column(ray.get(self.refs[index]), self.epoch_column):
-                    if e == epoch:
-                        yield epoch, rows
+                yield epoch, rows_of_epoch(ray.get(self.refs[index]), self.epoch_column, epoch)

@@ -2,7 +2,7 @@
 
 Each subscriber (a vertex replica) names the locations it reads (its inputs) and, as it
 runs, its *interests*: per location the timestamps it waits on (pending notifications,
-held-back progress, the next output epoch). A location's *status* is its frontier and,
+held-back progress). A location's *status* is its frontier and,
 per frontier timestamp, whether some pointstamp other than the ones at that very place
 holds it. A subscriber is pushed a location's status only when the answer to one of its
 questions changed there: is interest ``t`` now *ready* (nothing at or before ``t`` may

@@ -19,17 +19,22 @@ import pyarrow.dataset as pads
 EpochRule = Union[str, None]
 
 
-def split_by_epoch_column(table: pa.Table, column: str) -> Iterator[tuple[int, pa.Table]]:
-    """The rows of ``table`` per value of its integer ``column``, in increasing epoch order."""
+def epochs_in_column(table: pa.Table, column: str) -> list[int]:
+    """The distinct epochs of ``table``'s integer ``column``, sorted (a clear error if the column is unfit)."""
     values = table.column(column)
     if not pa.types.is_integer(values.type):
         raise TypeError(f"epoch column {column!r} must hold integers, it holds {values.type}")
     if values.null_count:
         raise ValueError(f"epoch column {column!r} has {values.null_count} null values")
-    for epoch in sorted(pc.unique(values).to_pylist()):
-        if epoch < 0:
-            raise ValueError(f"epoch column {column!r} has a negative epoch {epoch}")
-        yield epoch, table.filter(pc.equal(values, epoch))
+    epochs = sorted(pc.unique(values).to_pylist())
+    if epochs and epochs[0] < 0:
+        raise ValueError(f"epoch column {column!r} has a negative epoch {epochs[0]}")
+    return epochs
+
+
+def rows_of_epoch(table: pa.Table, column: str, epoch: int) -> pa.Table:
+    """The rows of ``table`` whose ``column`` is ``epoch``."""
+    return table.filter(pc.equal(table.column(column), epoch))
 
 
 def split_by_rows(table: pa.Table, first_row: int, rows_per_epoch: int) -> Iterator[tuple[int, pa.Table]]:
@@ -112,10 +117,10 @@ class ArrowReader:
                 row += table.num_rows
 
     def _by_column(self, column: str) -> Iterator[tuple[int, pa.Table]]:
-        epochs: set[int] = set()
+        holding: dict[int, list] = {}  # epoch -> the fragments with rows of it, in order
         for _, fragment, _ in self.fragments:
-            table = fragment.to_table(columns=[column])
-            epochs.update(e for e, _ in split_by_epoch_column(table, column))
-        for epoch in sorted(epochs):
-            for _, fragment, _ in self.fragments:
+            for epoch in epochs_in_column(fragment.to_table(columns=[column]), column):
+                holding.setdefault(epoch, []).append(fragment)
+        for epoch in sorted(holding):
+            for fragment in holding[epoch]:
                 yield from ((epoch, t) for t in self._batches(fragment, pc.field(column) == epoch))

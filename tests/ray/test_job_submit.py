@@ -105,12 +105,8 @@ class Head:
 
     def job(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
         """``ray job <args> --address <our dashboard>`` from the repository root."""
-        command, rest = args[0], list(args[1:])
-        entry = []
-        if "--" in rest:
-            cut = rest.index("--")
-            rest, entry = rest[:cut], rest[cut:]
-        done = subprocess.run([RAY, "job", command, "--address", self.dashboard, *rest, *entry], cwd=ROOT,
+        command, rest = args[0], args[1:]
+        done = subprocess.run([RAY, "job", command, "--address", self.dashboard, *rest], cwd=ROOT,
                               env=cli_env(), capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
             raise AssertionError(f"ray job {command} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}\n"

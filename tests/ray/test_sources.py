@@ -25,7 +25,7 @@ def test_word_count_from_a_text_file_in_epochs_of_n_lines(ray_session, tmp_path)
     assert {e: dict(r) for e, r in result.items()} == expected
 
 
-def test_a_missing_file_is_a_clear_error(ray_session, tmp_path):
+def test_a_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.txt"):
         TextFileSource(str(tmp_path / "nope.txt")).readers(2)
 

@@ -34,8 +34,9 @@ def test_word_count_per_epoch_from_a_column_equals_spark_group_by(ray_session, s
         result = job.collect("counts")
         back = to_spark(job, "counts")
         assert back.columns == ["_1", "_2", "epoch"]
-        assert {(r["epoch"], r["_1"]): r["_2"] for r in back.collect()} == spark_counts(df, by_epoch=True)
-    assert {(e, w): n for e, pairs in result.items() for w, n in pairs} == spark_counts(df, by_epoch=True)
+        expected = spark_counts(df, by_epoch=True)
+        assert {(r["epoch"], r["_1"]): r["_2"] for r in back.collect()} == expected
+    assert {(e, w): n for e, pairs in result.items() for w, n in pairs} == expected
 
 
 def test_a_stream_of_dataframes_one_epoch_each_and_an_empty_one(ray_session, spark):
