@@ -95,6 +95,11 @@ class NodeIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def dense(self) -> bool:
+        """Whether the ids seen so far index a lookup table (else a sorted array)."""
+        return self._table is not None
+
     def add(self, ids: np.ndarray) -> np.ndarray:
         """Give the ids not indexed yet the next slots; returns those new ids, distinct."""
         if not len(ids):
@@ -191,32 +196,43 @@ class Adjacency:
     def __init__(self) -> None:
         self.segments: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def add(self, slots: np.ndarray, targets: np.ndarray, nodes: int) -> None:
-        """Add the edges ``slots[k] -> targets[k]``; ``nodes`` is the number of local slots."""
+    def add(self, slots: np.ndarray, targets: np.ndarray, nodes: int) -> np.ndarray:
+        """Add the edges ``slots[k] -> targets[k]``; ``nodes`` is the number of local slots.
+
+        Returns the smallest new target of every slot (INF for slots without new edges).
+        """
+        smallest = np.full(nodes, INF, dtype=np.int64)
         if len(slots):
-            self.segments.append(group_by_first(slots, targets, nodes))
+            offsets, grouped = group_by_first(slots, targets, nodes)
+            self.segments.append((offsets, grouped))
+            some = np.flatnonzero(np.diff(offsets))
+            smallest[some] = np.minimum.reduceat(grouped, offsets[some])
         if len(self.segments) > MAX_SEGMENTS:
             sources = [np.repeat(np.arange(len(o) - 1), np.diff(o)) for o, _ in self.segments]
             targets_all = [t for _, t in self.segments]
             self.segments = [group_by_first(np.concatenate(sources), np.concatenate(targets_all), nodes)]
+        return smallest
 
-    def neighbours(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All out-edges of ``slots``: ``(positions into slots, targets)``, vectorised."""
-        positions, targets = [], []
+    def spread(self, slots: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``values[k]`` along every out-edge of ``slots[k]`` (slots distinct): ``(targets, values)``, vectorised."""
+        targets, spread = [], []
         for offsets, segment in self.segments:
             inside = np.flatnonzero(slots < len(offsets) - 1)
             starts = offsets[slots[inside]]
             lengths = offsets[slots[inside] + 1] - starts
-            total = int(lengths.sum())
-            if not total:
+            some = np.flatnonzero(lengths)
+            if not len(some):
                 continue
+            inside, starts, lengths = inside[some], starts[some], lengths[some]
+            # positions into the segment: runs starts[k] .. starts[k] + lengths[k] - 1, by one
+            # cumulative sum over steps of 1 with a jump at the start of every run
             ends = np.cumsum(lengths)
-            index = np.arange(total) + np.repeat(starts - (ends - lengths), lengths)
-            positions.append(np.repeat(inside, lengths))
-            targets.append(segment[index])
-        if not targets:
-            return EMPTY, EMPTY
-        return np.concatenate(positions), np.concatenate(targets)
+            steps = np.ones(int(ends[-1]), dtype=np.int64)
+            steps[0] = starts[0]
+            steps[ends[:-1]] = starts[1:] - (starts[:-1] + lengths[:-1]) + 1
+            targets.append(segment[np.cumsum(steps)])
+            spread.append(np.repeat(values[inside], lengths))
+        return _cat(targets), _cat(spread)
 
 
 class MinCombiner:
@@ -270,7 +286,9 @@ class LabelPropagation(rt.Vertex):
         self.labels = EMPTY
         self.adjacency = Adjacency()
         self.combiner = MinCombiner()
-        self.sent = np.empty(0, dtype=np.int64)  # dense ids: smallest label proposed so far to each remote node
+        # Dense ids only: per node id, the smallest label the node is known to get -- its own
+        # label if it is owned here, else the smallest label sent to it (INF: none).
+        self.floor = np.empty(0, dtype=np.int64)
         self.inbox: dict[rt.Timestamp, _Inbox] = {}
         self.phase: Optional[tuple] = None  # (epoch, outer counters) of the latest notification
 
@@ -295,81 +313,110 @@ class LabelPropagation(rt.Vertex):
         out_keys, out_values = [], []
         changed_nodes, changed_labels = [], []
         edges_in = proposals_in = changed = 0
-        new_edges = None
+        best: Optional[np.ndarray] = None  # the smallest label offered to each local slot
         if inbox.edges:
             src = _column(inbox.edges, "src")
             dst = _column(inbox.edges, "dst")
             edges_in = len(src)
+            known = len(self.index)  # slots below this belong to nodes seen before
             new = self.index.add(src)
             if len(new):
                 self.labels = np.concatenate([self.labels, new])
+                self._lower_floor(new, new)
                 changed_nodes.append(new)
                 changed_labels.append(new)
             slots = self.index.slots(src)
-            new_edges = (slots, dst)
-            if inbox.proposals:  # (never at once in these dataflows) neighbours must include the new edges
-                self.adjacency.add(slots, dst, len(self.index))
-                new_edges = None
-            out_keys.append(dst)  # every new edge proposes its source's label to its target
-            out_values.append(self.labels[slots])
+            # The edge src -> dst offers dst's *id* to src here, with no message: it is a node
+            # of src's component, and it is dst's label if dst is new. Only a known dst may
+            # have a smaller label; its owner sends that over the reverse edge dst -> src,
+            # as this replica sends the label of every known src over its new edges.
+            best = self.adjacency.add(slots, dst, len(self.index))
+            old = np.flatnonzero(slots < known)
+            out_keys.append(dst[old])
+            out_values.append(self.labels[slots[old]])
         if inbox.proposals:
             nodes = _column(inbox.proposals, "node")
             values = _column(inbox.proposals, "label")
             proposals_in = len(nodes)
-            best = np.full(len(self.labels), INF, dtype=np.int64)
+            if best is None:
+                best = np.full(len(self.labels), INF, dtype=np.int64)
             np.minimum.at(best, self.index.slots(nodes), values)
+        if best is not None:
             lowered = np.flatnonzero(best < self.labels)
             changed = len(lowered)
             if changed:
-                self.labels[lowered] = best[lowered]
+                new_labels = best[lowered]
+                self.labels[lowered] = new_labels
+                self._lower_floor(self.index.ids[lowered], new_labels)
                 changed_nodes.append(self.index.ids[lowered])
-                changed_labels.append(best[lowered])
-                positions, targets = self.adjacency.neighbours(lowered)
+                changed_labels.append(new_labels)
+                targets, proposed = self.adjacency.spread(lowered, new_labels)
                 out_keys.append(targets)
-                out_values.append(best[lowered][positions])
-        keys, values = self.useful(*self.combiner.combine(_cat(out_keys), _cat(out_values)))
+                out_values.append(proposed)
+        keys, values = self.useful(_cat(out_keys), _cat(out_values))
+        computed = time_now()
         if len(keys):
             keys, values = narrow(keys, values)
             self.send_by(0, {"node": keys, "label": values}, time)
-        if new_edges is not None:  # index the new edges after sending: off the critical path
-            self.adjacency.add(*new_edges, len(self.index))
+        sent_at = time_now()
         report: list[tuple] = [("labels", _cat(changed_nodes), _cat(changed_labels), time.counters)] if changed_nodes else []
         report.append(("work", {
             "epoch": time.epoch, "counters": time.counters, "replica": self.replica, "edges_in": edges_in,
             "proposals_in": proposals_in, "changed": changed, "proposals_out": len(keys),
-            "received": (inbox.first, inbox.last), "started": started, "seconds": time_now() - started,
+            "received": (inbox.first, inbox.last), "started": started, "seconds": time_now() - started, "compute": computed - started, "send": sent_at - computed,
         }))
         self.send_by(1, report, time)
 
     def useful(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Drop the proposals that cannot lower a label (``keys`` distinct and sorted).
+        """The smallest proposal per target node, without those that cannot lower a label.
 
-        A proposal to a node owned here whose label is already at most the value is
-        useless, and so is one to another replica's node that this replica already sent
-        a label at most as small (labels never rise). Dropping them never changes the
-        result nor the iteration at which a label changes.
+        Returns ``(targets sorted, labels)``. A proposal is useless if its target is known
+        to get a label at most as small: a node owned here whose label is already that
+        small, or one this replica already sent a label that small (labels never rise).
+        Dropping them never changes the result nor the iteration at which a label changes.
+        With dense ids this is one scatter-min into a scratch array and one comparison
+        with :attr:`floor` over the targets' id range; other ids take the general path.
         """
         if not len(keys):
-            return keys, values
+            return EMPTY, EMPTY
+        lo, hi = int(keys.min()), int(keys.max())
+        if not (self.index.dense and _dense(lo, hi, len(self.index) + len(keys))):
+            return self._useful_sparse(*self.combiner.combine(keys, values))
+        self._cover(hi)
+        scratch = self.combiner.scratch
+        np.minimum.at(scratch, keys, values)
+        window = scratch[lo : hi + 1]
+        targets = lo + np.flatnonzero(window < self.floor[lo : hi + 1])
+        best = scratch[targets]
+        window.fill(INF)  # clean for the next call
+        self.floor[targets] = best
+        return targets, best
+
+    def _useful_sparse(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`useful` for ids too sparse for a table: ``keys`` distinct; filters the local targets only."""
         slots = self.index.lookup(keys)
         local = slots >= 0
         keep = np.ones(len(keys), dtype=bool)
         keep[local] = values[local] < self.labels[slots[local]]
-        remote = np.flatnonzero(~local)
-        if len(remote) and _dense(int(keys[0]), int(keys[-1]), len(self.index) + len(keys)):
-            targets, proposed = keys[remote], values[remote]
-            if int(keys[-1]) >= len(self.sent):
-                grown = np.full(max(int(keys[-1]) + 1, 2 * len(self.sent)), INF, dtype=np.int64)
-                grown[: len(self.sent)] = self.sent
-                self.sent = grown
-            lower = proposed < self.sent[targets]
-            self.sent[targets[lower]] = proposed[lower]
-            keep[remote] = lower
         return keys[keep], values[keep]
+
+    def _cover(self, high: int) -> None:
+        """Grow :attr:`floor` and the combiner's scratch array to index ids up to ``high``."""
+        if high >= len(self.floor):
+            size = max(high + 1, 2 * len(self.floor))
+            self.floor = np.concatenate([self.floor, np.full(size - len(self.floor), INF, dtype=np.int64)])
+        if high >= len(self.combiner.scratch):
+            self.combiner.scratch = np.full(len(self.floor), INF, dtype=np.int64)
+
+    def _lower_floor(self, ids: np.ndarray, labels: np.ndarray) -> None:
+        """Local nodes ``ids`` (distinct) now have ``labels``: the floor follows while ids are dense."""
+        if self.index.dense and len(ids):  # ids are distinct
+            self._cover(int(ids.max()))
+            self.floor[ids] = np.minimum(self.floor[ids], labels)
 
     def snapshot(self) -> Any:
         return {"ids": self.index.ids, "labels": self.labels, "adjacency": self.adjacency.segments,
-                "sent": self.sent, "inbox": self.inbox, "phase": self.phase}
+                "floor": self.floor, "inbox": self.inbox, "phase": self.phase}
 
     def restore(self, state: Any) -> None:
         self.index = NodeIndex()
@@ -377,7 +424,38 @@ class LabelPropagation(rt.Vertex):
         self.labels = state["labels"]
         self.adjacency = Adjacency()
         self.adjacency.segments = state["adjacency"]
-        self.sent, self.inbox, self.phase = state["sent"], state["inbox"], state["phase"]
+        self.floor, self.inbox, self.phase = state["floor"], state["inbox"], state["phase"]
+
+
+class EpochLabels(rt.Vertex):
+    """After the loop: folds an epoch's label changes and sends them once the epoch is done there.
+
+    The loop reports every change at the iteration that made it; folding them here, in
+    the same actor (a pipeline edge), keeps them off the wire until the loop has drained:
+    one chunk per replica and epoch, the latest (smallest) label of every node that
+    changed, followed by the epoch's work records.
+    """
+
+    def __init__(self) -> None:
+        self.reports: dict[rt.Timestamp, list] = {}
+
+    def on_recv(self, edge: int, message: Any, time: rt.Timestamp) -> None:
+        if time not in self.reports:
+            self.reports[time] = []
+            self.notify_at(time)
+        self.reports[time].extend(message)
+
+    def on_notify(self, time: rt.Timestamp) -> None:
+        chunks, work = split_reports(self.reports.pop(time))
+        nodes, labels = latest_labels(chunks)
+        folded: list[tuple] = [("labels", nodes, labels, time.counters)] if len(nodes) else []
+        self.send_by(0, folded + [("work", w) for w in work], time)
+
+    def snapshot(self) -> Any:
+        return self.reports
+
+    def restore(self, state: Any) -> None:
+        self.reports = state
 
 
 def time_now() -> float:
@@ -419,7 +497,7 @@ def build_flow(parallelism: int = 2, name: str = "connected-components") -> rt.D
     flow = rt.Dataflow(name, parallelism=parallelism)
     edges = flow.input("edges").map_batches(both_directions, name="both-directions")
     loop = flow.loop("propagate")
-    loop.leave(propagation_loop(loop, loop.enter(edges))).output("labels")
+    loop.leave(propagation_loop(loop, loop.enter(edges))).unary(EpochLabels, name="epoch-labels").output("labels")
     return flow
 
 

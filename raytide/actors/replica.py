@@ -3,7 +3,8 @@
 The Ray shell (``vertex_actor.py``) feeds a :class:`ReplicaCore` four kinds of events:
 a data message from another actor, a progress push from the progress actor, and, for
 input vertices, driver pushes and epoch advances. The core runs the user's callbacks,
-routes what they send (to fused vertices by a direct call, to other actors through the
+routes what they send (to fused vertices by a direct call, to itself through a queue it
+drains before shipping progress -- a loop's feedback --, to other actors through the
 :class:`Transport`), and keeps the pointstamp deltas of everything it did.
 
 Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the
@@ -26,6 +27,7 @@ time and waits until the tracker has absorbed that round (an acknowledged flush)
 
 from __future__ import annotations
 
+import collections
 import traceback
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
@@ -138,6 +140,9 @@ class ReplicaCore:
         self.interests: Interests = {}
         self.markers: dict[int, Marker] = {}
         self.marker_log: list[MarkerRecord] = []
+        #: Batches and markers this replica sent itself, not delivered yet: ``(is_marker, arguments)``.
+        self.local: collections.deque[tuple[bool, tuple]] = collections.deque()
+        self.local_sends = 0
         for name in self.chain.vertices:
             self._host(name)
         head = self.chain.vertices[0]
@@ -220,9 +225,12 @@ class ReplicaCore:
 
     def on_message(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         """A batch arrived from another actor on ``channel`` for ``vertex`` (the chain head)."""
+        self._receive(channel, vertex, time, batch)
+        self._settle()
+
+    def _receive(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         if self.aligner.on_record(channel, (channel, vertex, time, batch)) is not Decision.BUFFER:
             self._consume(channel, vertex, time, batch)
-        self._settle()
 
     def _consume(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         location = Location.of_input(vertex, channel[3])
@@ -232,9 +240,37 @@ class ReplicaCore:
 
     def on_marker(self, channel: ChannelId, marker: Marker) -> None:
         """A control marker arrived on ``channel``: align, then act on it and forward it."""
+        self._receive_marker(channel, marker)
+        self._settle()
+
+    def _receive_marker(self, channel: ChannelId, marker: Marker) -> None:
         self.markers.setdefault(marker.marker_id, marker)
         self._apply_barrier_effects(self.aligner.on_barrier(channel, marker.marker_id))
-        self._settle()
+
+    def _send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None:
+        if self._is_self(chain, replica):
+            self.local.append((True, (channel, marker)))
+        else:
+            self.transport.send_marker(chain, replica, channel, vertex, marker)
+
+    def _is_self(self, chain: str, replica: int) -> bool:
+        """Whether ``(chain, replica)`` is this replica: a loop's feedback routed back here."""
+        return replica == self.replica and chain == self.chain.name
+
+    def _drain_local(self) -> None:
+        """Deliver what this replica sent itself, in send order (each channel stays FIFO).
+
+        Self-sends skip Ray: no serialisation (the receiving vertex gets the very object
+        sent, which is why ``send_by`` hands a batch over) and no wait in the actor's
+        mailbox. Draining before progress is shipped lets the +1 of such a batch cancel
+        its -1 in the same progress batch.
+        """
+        while self.local:
+            is_marker, arguments = self.local.popleft()
+            if is_marker:
+                self._receive_marker(*arguments)
+            else:
+                self._receive(*arguments)
 
     def inject_marker(self, marker: Marker) -> None:
         """At an input replica: start ``marker`` here (the driver injects it at every input)."""
@@ -265,7 +301,7 @@ class ReplicaCore:
             consumer = self.plan.consumers[(vertex, output)][index]
             chain = self.plan.chain_of[consumer.vertex]
             for replica in self._destinations(router, consumer):
-                self.transport.send_marker(chain, replica, (vertex, output, self.replica, consumer.port), consumer.vertex, marker)
+                self._send_marker(chain, replica, (vertex, output, self.replica, consumer.port), consumer.vertex, marker)
 
     def on_progress(self, statuses: dict[Location, Status], acked: bool) -> None:
         """The progress actor pushed new frontiers (and, if ``acked``, absorbed our last flush)."""
@@ -356,7 +392,11 @@ class ReplicaCore:
             channel = (vertex, output, self.replica, consumer.port)
             for replica, part in non_empty(router.route(message)):
                 self.progress.update((target, time), 1)
-                self.transport.send(chain, replica, channel, consumer.vertex, time, part)
+                if self._is_self(chain, replica):
+                    self.local.append((False, (channel, consumer.vertex, time, part)))
+                    self.local_sends += 1
+                else:
+                    self.transport.send(chain, replica, channel, consumer.vertex, time, part)
 
     def _may_send(self, vertex: str, output: int, current: Timestamp, time: Timestamp) -> bool:
         """Whether ``vertex``, called at ``current``, may send at ``time`` on ``output``.
@@ -385,6 +425,7 @@ class ReplicaCore:
     def _settle(self) -> None:
         """After every event: deliver notifications, then ship progress if it may matter, and
         tell the progress actor what this replica now waits on (in the same call when both)."""
+        self._drain_local()
         self._deliver_notifications()
         flushing = self._should_flush()
         changes, outputs = self._take() if flushing else ([], {})
@@ -433,6 +474,7 @@ class ReplicaCore:
                 self._run(vertex, time, self.vertices[vertex].on_notify, time)
                 self.progress.update((Location.of_vertex(vertex), time), -1)
                 self.must_flush = True
+            self._drain_local()
             if cyclic and ready:
                 self._flush(ack=True)
 
@@ -480,5 +522,6 @@ class ReplicaCore:
         return {
             "vertices": {name: vars(s).copy() for name, s in self.stats.items()},
             "progress_flushes": self.flushes,
+            "local_sends": self.local_sends,
         }
 

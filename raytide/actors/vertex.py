@@ -82,7 +82,12 @@ class Vertex:
         """Every record at ``time`` or earlier has been delivered (requested with ``notify_at``)."""
 
     def send_by(self, output: int, message: Any, time: Timestamp) -> None:
-        """Send a batch of records on output port ``output`` at ``time``."""
+        """Send a batch of records on output port ``output`` at ``time``.
+
+        The batch is handed over: a consumer in the same actor (a fused operator, or this
+        replica itself through a loop's feedback) gets the very object, not a copy, so
+        do not modify it after sending.
+        """
         self.context.send_by(output, message, time)
 
     def notify_at(self, time: Timestamp) -> None:

@@ -12,6 +12,8 @@ Message flow (no actor ever waits for one that may wait for it):
   retires) and ``progress actor -> replica.on_progress``, both fire and forget; a
   replica numbers its calls to the progress actor, which applies them in that order.
 * failures: ``replica -> progress actor.fail`` (fire and forget).
+* to itself (a loop's feedback routed back to the replica that sent it): no Ray call;
+  :class:`ReplicaCore` keeps such batches and markers and delivers them itself.
 
 Ray runs the calls of one caller on one actor in submission order (a sequential actor,
 no retries that reorder), which is what makes each channel FIFO; do not make this actor
@@ -28,6 +30,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import ray
 
+from raytide.actors.allocator import keep_freed_buffers
 from raytide.actors.markers import ChannelId, Marker
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.replica import Interests, Pointstamp, ReplicaCore, Status, UserCodeError
@@ -107,6 +110,7 @@ class VertexActor:
     """One replica of one chain of fused vertices."""
 
     def __init__(self, plan: PhysicalPlan, chain: str, replica: int, max_inflight: int) -> None:
+        keep_freed_buffers()
         self.transport = _RayTransport((chain, replica), max_inflight)
         self.core = ReplicaCore(plan, chain, replica, self.transport)
         self.failed: Optional[RaytideError] = None

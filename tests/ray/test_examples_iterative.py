@@ -61,8 +61,10 @@ def test_combiner_and_adjacency():
     adjacency = cc.Adjacency()
     adjacency.add(np.array([0, 1, 0]), np.array([10, 11, 12]), 2)
     adjacency.add(np.array([2, 0]), np.array([13, 14]), 3)  # a second segment, with a new slot
-    positions, targets = adjacency.neighbours(np.array([0, 2]))
-    assert sorted(zip(positions.tolist(), targets.tolist())) == [(0, 10), (0, 12), (0, 14), (1, 13)]
+    targets, values = adjacency.spread(np.array([0, 2]), np.array([7, 8]))
+    assert sorted(zip(targets.tolist(), values.tolist())) == [(10, 7), (12, 7), (13, 8), (14, 7)]
+    targets, values = adjacency.spread(np.array([3, 1]), np.array([5, 6]))  # slot 3 has no edges
+    assert list(zip(targets.tolist(), values.tolist())) == [(11, 6)]
 
 
 def test_label_propagation_refuses_an_earlier_epoch_after_a_later_one():

@@ -79,3 +79,38 @@ def test_output_records_travel_with_the_progress_batch_that_retires_them():
     core.push_input("words", ["a", "b"], 0)
     changes, ack, outputs = transport.flushes[-1]
     assert outputs == {"out": {0: ["A", "B"]}} and not ack
+
+
+def test_a_feedback_routed_back_to_its_own_replica_skips_the_transport_and_nets_out_in_progress():
+    class Step(rt.Vertex):
+        """Passes every record on until its third iteration; records what it saw."""
+
+        def __init__(self):
+            self.seen = []
+
+        def on_recv(self, edge, message, time):
+            self.seen.append((edge, time.counters, list(message)))
+            if time.counters[-1] < 2:
+                self.send_by(0, [x + 1 for x in message], time)
+
+    flow = rt.Dataflow("self-loop")
+    loop = flow.loop("l")
+    back = loop.feedback(name="back")
+    onward, done = flow.vertex(Step, [loop.enter(flow.input("x"), name="in"), back.stream], outputs=2,
+                               exchange=[lambda x: x] * 2, name="step")
+    back.connect(onward)  # one consumer per output: the feedback is fused into the vertex's actor
+    loop.leave(done).output("out")
+    plan = compile_plan(flow, 1, True)
+    transport = Recorder()
+    core = ReplicaCore(plan, plan.chain_of["step"], 0, transport)
+    core.on_message(("in", 0, 0, 0), "step", Timestamp(0, (0,)), [5, 7])
+    vertex = core.vertices["step"]
+    assert vertex.seen == [(0, (0,), [5, 7]), (1, (1,), [6, 8]), (1, (2,), [7, 9])]
+    assert transport.sent == [], "the feedback's batches went back to this replica without the transport"
+    assert core.snapshot_stats()["local_sends"] == 2
+    shipped: dict = {}
+    for changes, _, _ in transport.flushes:
+        for pointstamp, delta in changes:
+            shipped[pointstamp] = shipped.get(pointstamp, 0) + delta
+    fed_back = [p for p, d in shipped.items() if d and p[0].vertex == "step" and p[1].counters[-1] > 0]
+    assert fed_back == [], f"a self-sent batch's +1 and -1 cancel before progress is shipped: {fed_back}"
