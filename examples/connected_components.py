@@ -15,19 +15,23 @@ How it runs (Naiad's per-iteration rounds, all data columnar -- dicts of NumPy a
   (the edges, at iteration 0) is exchanged by the integer column ``"src"`` and its
   input 1 (label proposals, from the feedback) by ``"node"``, so the replica owning a
   node gets both its out-edges and every proposal for it;
-* iteration 0 (``on_notify((epoch, 0))``): give new nodes their own id as label, send
-  every new edge's proposal ``(dst, label[src])``, then (off the critical path) add the
-  new edges to the adjacency (CSR);
+* iteration 0 (``on_notify((epoch, 0))``): give new nodes their own id as label, add
+  the new edges to the adjacency (CSR), and let every new edge ``src -> dst`` offer
+  ``dst``'s id to ``src`` right there -- both directions of an edge arrive together, so
+  that is the proposal ``dst``'s owner would have sent if ``dst`` is new; only nodes
+  seen in earlier epochs send their label over their new edges. On a fresh graph the
+  first round needs no message at all;
 * iteration ``i`` (``on_notify((epoch, i))``): take the minimum proposal per node
   (``np.minimum.at``), lower the labels that it beats and send proposals only from
   those *changed* nodes to their neighbours, at ``i`` (the feedback makes it ``i + 1``);
 * before proposals leave a replica they are combined per target (minimum), and those
   that cannot lower anything are dropped: to a node owned here whose label is already
-  as small, or to a remote node this replica already sent a label as small. Ids that
-  fit travel as int32;
-* every change also leaves the loop on output ``labels``; a record there is a chunk
-  ``("labels", nodes, labels, loop counters)`` with two arrays, so the output is
-  columnar too (the driver takes the minimum per node, the latest label);
+  as small, or to a remote node this replica already sent a label as small (one dense
+  ``floor`` array per replica holds both). Ids that fit travel as int32;
+* every change also leaves the loop, to :class:`EpochLabels` in the same actor, which
+  folds an epoch's changes and sends them on output ``labels`` once the loop has
+  drained: a chunk ``("labels", nodes, labels, counters)`` with two arrays per replica,
+  so the output is columnar too (the driver takes the minimum per node, the latest label);
 * no useful proposal means no message: the next iteration's timestamp is never used,
   the loop drains and the frontier passes the epoch -- that is the termination test,
   no counting round is needed;
@@ -36,7 +40,8 @@ How it runs (Naiad's per-iteration rounds, all data columnar -- dicts of NumPy a
   the tests and the benchmark. (One output rather than two: a second output would leave
   the loop through an egress and a sink of its own, with its own progress every iteration.)
 * the feedback is fused into the vertex's actor (a chain can branch), so proposals go
-  from one replica straight to the owner of their node.
+  from one replica straight to the owner of their node, and those for the replica's
+  own nodes never leave its process.
 
 State persists across epochs, so the same vertex computes components *incrementally*
 (``examples/incremental_components.py``): epoch ``e``'s edges start from the labels of
@@ -483,7 +488,9 @@ def both_directions(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def propagation_loop(loop: rt.dataflow.Loop, directed_edges: rt.Stream, name: str = "label-propagation") -> rt.Stream:
     """Place the label-propagation loop body in ``loop``; returns its reports (inside the loop).
 
-    ``directed_edges`` is a stream of ``{"src", "dst"}`` batches already inside ``loop``.
+    ``directed_edges`` is a stream of ``{"src", "dst"}`` batches already inside ``loop``
+    that holds both directions of every edge at the same timestamp (see
+    :func:`both_directions`): iteration 0 relies on it.
     """
     back = loop.feedback(name=f"{name}.proposals")
     proposals, reports = loop.flow.vertex(
