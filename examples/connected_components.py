@@ -86,7 +86,7 @@ def _dense(lo: int, hi: int, count: int) -> bool:
 
 
 class NodeIndex:
-    """Global node ids to local slots ``0 .. n-1`` (in order of arrival), vectorised.
+    """Global node ids to local slots ``0 .. n-1`` (batch after batch), vectorised.
 
     Dense ids (non-negative, not much larger than their number) go through a lookup
     table; any other ids through a sorted array and ``searchsorted``.
@@ -106,7 +106,7 @@ class NodeIndex:
         return self._table is not None
 
     def add(self, ids: np.ndarray) -> np.ndarray:
-        """Give the ids not indexed yet the next slots; returns those new ids, distinct."""
+        """Give the ids not indexed yet the next slots (in id order); returns those new ids, distinct and sorted."""
         if not len(ids):
             return EMPTY
         if self._table is not None and _dense(int(ids.min()), int(ids.max()), len(self.ids) + len(ids)):
@@ -148,12 +148,10 @@ class NodeIndex:
             grown = np.full(max(high + 1, 2 * len(table)), -1, dtype=np.int64)
             grown[: len(table)] = table
             table = self._table = grown
-        candidates = ids[table[ids] < 0]
-        if not len(candidates):
-            return EMPTY
-        positions = np.arange(len(candidates))
-        table[candidates] = positions  # one write per distinct id persists
-        new = candidates[table[candidates] == positions]
+        fresh = np.zeros(len(table), dtype=bool)  # a mark per id: little memory, no sort
+        fresh[ids] = True
+        np.logical_and(fresh, table < 0, out=fresh)
+        new = np.flatnonzero(fresh)
         table[new] = len(self.ids) + np.arange(len(new))
         return new
 
@@ -190,8 +188,12 @@ def group_by_first(firsts: np.ndarray, seconds: np.ndarray, groups: int) -> tupl
     lo, hi = int(seconds.min()), int(seconds.max())
     shift = max(hi.bit_length(), 1)
     if lo >= 0 and shift + max(groups.bit_length(), 1) <= 63:
-        packed = np.sort((firsts << shift) | seconds)
-        return offsets, packed & ((1 << shift) - 1)
+        packed = firsts.astype(np.int64)  # one array, packed and unpacked in place
+        packed <<= shift
+        packed |= seconds
+        packed.sort()
+        packed &= (1 << shift) - 1
+        return offsets, packed
     return offsets, seconds[np.argsort(firsts, kind="stable")]
 
 
@@ -235,7 +237,7 @@ class Adjacency:
             steps = np.ones(int(ends[-1]), dtype=np.int64)
             steps[0] = starts[0]
             steps[ends[:-1]] = starts[1:] - (starts[:-1] + lengths[:-1]) + 1
-            targets.append(segment[np.cumsum(steps)])
+            targets.append(segment[np.cumsum(steps, out=steps)])
             spread.append(np.repeat(values[inside], lengths))
         return _cat(targets), _cat(spread)
 
@@ -363,12 +365,12 @@ class LabelPropagation(rt.Vertex):
         if len(keys):
             keys, values = narrow(keys, values)
             self.send_by(0, {"node": keys, "label": values}, time)
-        sent_at = time_now()
         report: list[tuple] = [("labels", _cat(changed_nodes), _cat(changed_labels), time.counters)] if changed_nodes else []
         report.append(("work", {
             "epoch": time.epoch, "counters": time.counters, "replica": self.replica, "edges_in": edges_in,
             "proposals_in": proposals_in, "changed": changed, "proposals_out": len(keys),
-            "received": (inbox.first, inbox.last), "started": started, "seconds": time_now() - started, "compute": computed - started, "send": sent_at - computed,
+            "received": (inbox.first, inbox.last), "started": started, "seconds": time_now() - started,
+            "compute_seconds": computed - started,  # the rest of "seconds" is handing the proposals over
         }))
         self.send_by(1, report, time)
 
