@@ -211,6 +211,7 @@ class Adjacency:
         smallest = np.full(nodes, INF, dtype=np.int64)
         if len(slots):
             offsets, grouped = group_by_first(slots, targets, nodes)
+            grouped, = narrow(grouped)  # half the memory to keep and to gather from, when ids fit
             self.segments.append((offsets, grouped))
             some = np.flatnonzero(np.diff(offsets))
             smallest[some] = np.minimum.reduceat(grouped, offsets[some])
@@ -343,7 +344,7 @@ class LabelPropagation(rt.Vertex):
             out_values.append(self.labels[slots[old]])
         if inbox.proposals:
             nodes = _column(inbox.proposals, "node")
-            values = _column(inbox.proposals, "label")
+            values = _column(inbox.proposals, "label").astype(np.int64)  # ufunc.at is fast without casting
             proposals_in = len(nodes)
             if best is None:
                 best = np.full(len(self.labels), INF, dtype=np.int64)
@@ -471,8 +472,9 @@ def time_now() -> float:
 
 
 def _column(messages: list, name: str) -> np.ndarray:
-    """Column ``name`` of columnar messages, concatenated, as int64."""
-    return np.concatenate([np.asarray(m[name]) for m in messages]).astype(np.int64, copy=False)
+    """Column ``name`` of columnar messages, concatenated (ids keep their int32 when they travelled so)."""
+    columns = [np.asarray(m[name]) for m in messages]
+    return columns[0] if len(columns) == 1 else np.concatenate(columns)
 
 
 def _cat(arrays: list[np.ndarray]) -> np.ndarray:
