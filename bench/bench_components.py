@@ -33,13 +33,14 @@ What each time includes -- read this before comparing numbers:
 Work and time per iteration (raytide): ``raytide_iterNN_ms`` is the time from the
 start of iteration NN's notification to the start of the next one's (for the last
 iteration, to its end), ``raytide_iterNN_proposals`` the proposal records the
-iteration received (iteration 00: directed edges) and ``raytide_iterNN_changed`` the
-labels it lowered. ``raytide_ingest_s`` is the time before the first notification
+iteration received (iteration 00: the directed edges, whose first round needs no
+message) and ``raytide_iterNN_changed`` the labels it lowered. ``raytide_ingest_s`` is the time before the first notification
 (edges to the vertices), ``raytide_drain_s`` the time after the last one (termination
 detected, labels gathered). ``raytide_busy_s`` sums, per iteration, the slowest
 replica's time inside ``on_notify`` (the vectorised compute, plus handing the proposals
-to Ray: ``send_by`` serialises them); ``raytide_overhead_ms_per_iteration`` is the rest
-of the loop time per iteration: the feedback hop, routing, progress rounds.
+to Ray: ``send_by`` routes them and serialises those for the other replica);
+``raytide_overhead_ms_per_iteration`` is the rest of the loop time per iteration: the
+hop to the other replica, progress rounds.
 
 The algorithms differ in what a round touches: the hand-written loop gathers over every
 edge each round (one ``np.minimum.reduceat``) and ships the whole label array; raytide
@@ -47,7 +48,7 @@ sends only proposals from nodes whose label changed, minus those that cannot low
 label, so its rounds shrink as the fixed point nears (``raytide_iterNN_proposals``).
 ``raytide_{heavy,light}_{busy,transfer,progress}_ms`` split an iteration (median over
 iterations with >= 100,000 / < 1,000 proposals) into the slowest ``on_notify``, the
-trip of the proposals through the feedback actor, and the progress rounds between the
+trip of the proposals to the replica that owns their node, and the progress rounds between the
 last proposal's arrival and the notification (see :func:`phase_breakdown`).
 ``raytide_floor_ms_per_iteration`` measures that floor alone: the same job on a path of
 50 edges, which needs about 50 iterations with one or two records each.
@@ -74,7 +75,7 @@ RATIOS = [
     ("raytide/handwritten", "raytide_s", "handwritten_s"),
     ("raytide/handwritten, both with actor start-up", "raytide_with_startup_s", "handwritten_with_startup_s"),
 ]
-#: Iterations reported one by one (the fixed graph needs 12; missing ones are reported as 0).
+#: Iterations reported one by one (the fixed graph needs 11; missing ones are reported as 0).
 REPORTED_ITERATIONS = 14
 FLOOR_PATH = 50
 
@@ -184,7 +185,7 @@ def phase_breakdown(work: list[dict]) -> dict[str, float]:
 
     For iteration ``i >= 1``: ``busy`` is the slowest replica's ``on_notify``; ``transfer``
     runs from the end of the slowest notification of ``i - 1`` to the arrival of the last
-    proposal of ``i`` (through the feedback actor, which routes them); ``progress`` from
+    proposal of ``i`` (a replica's proposals for its own nodes skip Ray); ``progress`` from
     that arrival to the first notification of ``i`` (the progress rounds that prove that
     iteration ``i``'s input is complete).
     """
