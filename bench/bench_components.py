@@ -10,7 +10,7 @@ the other in every repetition, on the same Ray (``num_cpus=2``) -- the machine h
 What each time includes -- read this before comparing numbers:
 
 * ``raytide_s``: ``examples/connected_components.py`` with parallelism 2. The job's
-  actors are started (``rt.run``) *before* the clock; the clock runs from the edge
+  actors are started (``rt.run``, then ``job.wait_ready()`` for the progress actor) *before* the clock; the clock runs from the edge
   array in the driver (``job.push``, ``job.close``) through every iteration and the
   termination detection (the loop drains, the frontier passes the epoch) to a label
   array of all 200,000 nodes in the driver (``job.wait``, ``job.collect``, folding the
@@ -139,6 +139,7 @@ def raytide(nodes: int, edges: np.ndarray, parallelism: int) -> tuple[np.ndarray
     started = time.perf_counter()
     job = cc.start_job(parallelism, batch_size=-(-len(edges) // parallelism))
     with job:
+        job.wait_ready()
         clock = time.perf_counter()
         wall = time.time()
         result = cc.solve(job, edges)

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
+import ray
 
 import raytide as rt
 
@@ -41,6 +42,18 @@ def test_word_count_matches_reference(ray_session, parallelism):
     result = run_collect(flow, {"lines": EPOCHS}, parallelism)
     expected = {e: sorted(Counter(w for line in lines for w in line.split()).items()) for e, lines in enumerate(EPOCHS) if lines}
     assert {e: sorted(r) for e, r in result.items()} == expected
+
+
+def test_a_job_can_wait_until_all_its_actors_are_up_before_any_input(ray_session):
+    flow = rt.Dataflow("ready")
+    flow.input("lines").flat_map(str.split).count_by_key(lambda w: w).output("out")
+    with rt.run(flow, parallelism=2) as job:
+        job.wait_ready(timeout=60)
+        assert ray.get(job.progress.ping.remote(), timeout=5), "the progress actor is up: it answers at once"
+        job.push("lines", ["a b a"])
+        job.close("lines")
+        job.wait(timeout=60)
+        assert sorted(job.collect("out")[0]) == [("a", 2), ("b", 1)]
 
 
 def test_map_filter_flat_map_inspect(ray_session):
