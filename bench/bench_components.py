@@ -65,7 +65,7 @@ import numpy as np
 import ray
 
 from bench.baselines import data
-from bench.baselines.cc_ray import EdgeIndex, apply_proposals, components_union_find, connected_components_ray
+from bench.baselines.cc_ray import EdgeIndex, components_union_find, connected_components_ray, propagation_rounds
 from bench.harness import ensure_ray
 from examples import connected_components as cc
 
@@ -121,14 +121,8 @@ def handwritten(nodes: int, edges: np.ndarray, n_actors: int) -> tuple[np.ndarra
         ray.get([a.__ray_ready__.remote() for a in actors])
         clock = time.perf_counter()
         ray.get([a.load.remote(part) for a, part in zip(actors, np.array_split(edges, n_actors))])
-        labels = np.arange(nodes, dtype=np.int64)
-        rounds = 0
-        while True:  # the loop of cc_ray.connected_components_ray
-            rounds += 1
-            labels_ref = ray.put(labels)
-            if not apply_proposals(labels, ray.get([a.propose.remote(labels_ref) for a in actors])):
-                break
-        return labels, rounds, clock - started, time.perf_counter() - clock
+        labels, seconds = propagation_rounds(actors, nodes)
+        return labels, len(seconds), clock - started, time.perf_counter() - clock
     finally:
         for actor in actors:
             ray.kill(actor)

@@ -131,18 +131,28 @@ def connected_components_ray(
     """
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     actors = [EdgeSliceActor.remote(part) for part in np.array_split(edges, n_actors)]
-    labels = np.arange(nodes, dtype=np.int64)
-    seconds: list[float] = []
     try:
         ray.get([a.ready.remote() for a in actors])
-        while len(seconds) < max_rounds:
-            started = time.perf_counter()
-            labels_ref = ray.put(labels)
-            changed = apply_proposals(labels, ray.get([a.propose.remote(labels_ref) for a in actors]))
-            seconds.append(time.perf_counter() - started)
-            if not changed:
-                break
+        labels, seconds = propagation_rounds(actors, nodes, max_rounds)
         return labels, len(seconds), seconds
     finally:
         for actor in actors:
             ray.kill(actor)
+
+
+def propagation_rounds(actors: list, nodes: int, max_rounds: int = 10_000) -> tuple[np.ndarray, list[float]]:
+    """The driver's rounds over actors with a ``propose`` method: ``(labels, seconds per round)``.
+
+    Each round puts the label array in the object store once, gathers every actor's
+    proposals and applies them; the round that changes nothing is the last one.
+    """
+    labels = np.arange(nodes, dtype=np.int64)
+    seconds: list[float] = []
+    while len(seconds) < max_rounds:
+        started = time.perf_counter()
+        labels_ref = ray.put(labels)
+        changed = apply_proposals(labels, ray.get([a.propose.remote(labels_ref) for a in actors]))
+        seconds.append(time.perf_counter() - started)
+        if not changed:
+            break
+    return labels, seconds
