@@ -423,8 +423,9 @@ class ReplicaCore:
     # -- after every event ---------------------------------------------------------------
 
     def _settle(self) -> None:
-        """After every event: deliver notifications, then ship progress if it may matter, and
-        tell the progress actor what this replica now waits on (in the same call when both)."""
+        """After every event: deliver what this replica sent itself, then notifications, then
+        ship progress if it may matter, and tell the progress actor what this replica now
+        waits on (in the same call when both)."""
         self._drain_local()
         self._deliver_notifications()
         flushing = self._should_flush()
