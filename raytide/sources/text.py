@@ -61,18 +61,21 @@ class TextReader:
     count: int
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
-        lines_before = 0
+        numbered = self.source.lines_per_epoch is not None  # epochs by line number: count the lines before ours
+        lines_before = 0  # lines in the files before this one
         for file_index, (fs, path, size) in enumerate(self.files):
             start, end = size * self.index // self.count, size * (self.index + 1) // self.count
             with fs.open_input_file(path) as f:
                 first = _first_line_start(f, start)
                 stop = _first_line_start(f, end) if end < size else size
-                number = lines_before + (_count_newlines(f, first) if self.source.lines_per_epoch else 0)
+                number = lines_before + (_count_newlines(f, 0, first) if numbered else 0)
                 for batch in _lines(f, first, stop, self.source.batch_lines):
                     yield from self._epochs(file_index, number, batch)
                     number += len(batch)
-                if self.source.lines_per_epoch:
-                    lines_before += _count_newlines(f, size) + (1 if size and not _ends_with_newline(f, size) else 0)
+                if numbered and file_index + 1 < len(self.files):  # the lines after our range end the count
+                    # a last line without a newline counts once: in our range if it ended the file
+                    unterminated = size > 0 and not _ends_with_newline(f, size) and not first < stop == size
+                    lines_before = number + _count_newlines(f, stop, size) + unterminated
 
     def _epochs(self, file_index: int, number: int, batch: list[str]) -> Iterator[tuple[int, list[str]]]:
         per = self.source.lines_per_epoch
@@ -102,11 +105,12 @@ def _first_line_start(f: BinaryIO, start: int) -> int:
         position += len(chunk)
 
 
-def _count_newlines(f: BinaryIO, upto: int) -> int:
-    f.seek(0)
-    count, position = 0, 0
-    while position < upto:
-        chunk = f.read(min(CHUNK_BYTES, upto - position))
+def _count_newlines(f: BinaryIO, start: int, stop: int) -> int:
+    """The number of newlines in bytes ``[start, stop)``."""
+    f.seek(start)
+    count, position = 0, start
+    while position < stop:
+        chunk = f.read(min(CHUNK_BYTES, stop - position))
         if not chunk:
             break
         count += chunk.count(b"\n")
