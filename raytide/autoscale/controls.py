@@ -205,12 +205,18 @@ def _grant(ups: Sequence[ScalingDecision], budget: int) -> list[int]:
     return granted
 
 
+#: Float rounding forgiven when free CPUs are divided into replicas.
+CPU_ROUNDING = 1e-9
+
+
 def cap_by_free_cpus(
     decisions: Iterable[ScalingDecision], free_cpus: float, cpus_per_replica: float = 1.0
 ) -> tuple[ScalingDecision, ...]:
     """Scale-ups trimmed so that all replicas added together fit in the free CPUs.
 
-    The budget is ``floor(free_cpus / cpus_per_replica)`` replicas. Scale-downs
+    The budget is ``floor(free_cpus / cpus_per_replica)`` replicas, up to
+    :data:`CPU_ROUNDING` (free CPUs summed from floats may fall just short of a whole
+    replica, and must not lose it). Scale-downs
     pass unchanged and do not add to the budget: a retiring replica frees its
     CPU only after it has drained. If the scale-ups ask for more than the
     budget, replicas are granted one at a time to the vertex with the smallest
@@ -219,7 +225,7 @@ def cap_by_free_cpus(
     vertex's share of its need is as high as the budget allows.
     """
     decisions = tuple(decisions)
-    budget = max(math.floor(free_cpus / cpus_per_replica + 1e-9), 0)
+    budget = max(math.floor(free_cpus / cpus_per_replica + CPU_ROUNDING), 0)
     ups = [i for i, d in enumerate(decisions) if d.delta > 0]
     requested = sum(decisions[i].delta for i in ups)
     if requested <= budget:

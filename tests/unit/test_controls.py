@@ -5,7 +5,7 @@ from __future__ import annotations
 import doctest
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from raytide.autoscale import controls
@@ -165,13 +165,14 @@ def test_cap_with_no_free_cpus_keeps_every_scale_up():
     st.floats(0, 40, allow_nan=False),
     st.sampled_from([0.5, 1.0, 2.0]),
 )
+@example([(1, 2)], 1.999999999999993, 2.0)  # free CPUs a rounding short of one replica still hold it
 def test_cap_never_adds_more_replicas_than_free_cpus_allow(pairs, free_cpus, cpus_per_replica):
     decisions = tuple(D(f"v{i}", current, target, "r") for i, (current, target) in enumerate(pairs))
     out = cap_by_free_cpus(decisions, free_cpus, cpus_per_replica)
     added = sum(max(d.delta, 0) for d in out)
     requested = sum(max(d.delta, 0) for d in decisions)
-    budget = int(free_cpus / cpus_per_replica)
-    assert added * cpus_per_replica <= free_cpus + 1e-9
+    budget = int(free_cpus / cpus_per_replica + controls.CPU_ROUNDING)
+    assert added * cpus_per_replica <= free_cpus + cpus_per_replica * controls.CPU_ROUNDING
     assert added == min(requested, budget)  # work-conserving: the budget is used up when asked for
     for before, after in zip(decisions, out):
         assert after.current == before.current

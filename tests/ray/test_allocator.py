@@ -1,4 +1,7 @@
-"""The allocator setting of vertex actors: freed buffers are reused without page faults."""
+"""The allocator setting of vertex actors: freed buffers are reused without page faults.
+
+Here rather than in the unit tier: it runs fresh Python processes and waits for them.
+"""
 
 from __future__ import annotations
 
