@@ -80,6 +80,15 @@ def narrow(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     return arrays
 
 
+def covering(array: np.ndarray, high: int, fill: int) -> np.ndarray:
+    """``array`` if it has an index ``high``, else a copy grown to it (at least doubled), new cells ``fill``."""
+    if high < len(array):
+        return array
+    grown = np.full(max(high + 1, 2 * len(array)), fill, dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
 def _dense(lo: int, hi: int, count: int) -> bool:
     """Whether ids in ``[lo, hi]`` are dense enough to index a lookup table directly."""
     return lo >= 0 and hi < 8 * count + (1 << 20)
@@ -143,11 +152,7 @@ class NodeIndex:
     def _add_dense(self, ids: np.ndarray) -> np.ndarray:
         table = self._table
         assert table is not None
-        high = int(ids.max())
-        if high >= len(table):
-            grown = np.full(max(high + 1, 2 * len(table)), -1, dtype=np.int64)
-            grown[: len(table)] = table
-            table = self._table = grown
+        table = self._table = covering(table, int(ids.max()), -1)
         fresh = np.zeros(len(table), dtype=bool)  # a mark per id: little memory, no sort
         fresh[ids] = True
         np.logical_and(fresh, table < 0, out=fresh)
@@ -259,8 +264,7 @@ class MinCombiner:
             best = np.full(len(distinct), INF, dtype=np.int64)
             np.minimum.at(best, inverse, values)
             return distinct, best
-        if hi >= len(self.scratch):
-            self.scratch = np.full(max(hi + 1, 2 * len(self.scratch)), INF, dtype=np.int64)
+        self.cover(hi)
         scratch = self.scratch
         np.minimum.at(scratch, keys, values)
         if 4 * len(keys) >= hi - lo:  # many keys for their range: scan the range
@@ -270,6 +274,10 @@ class MinCombiner:
         best = scratch[touched]
         scratch[touched] = INF  # clean for the next call
         return touched, best
+
+    def cover(self, high: int) -> None:
+        """Grow the scratch array (all INF between calls) to index keys up to ``high``."""
+        self.scratch = covering(self.scratch, high, INF)
 
 
 @dataclass
@@ -355,8 +363,9 @@ class LabelPropagation(rt.Vertex):
             if changed:
                 new_labels = best[lowered]
                 self.labels[lowered] = new_labels
-                self._lower_floor(self.index.ids[lowered], new_labels)
-                changed_nodes.append(self.index.ids[lowered])
+                lowered_ids = self.index.ids[lowered]
+                self._lower_floor(lowered_ids, new_labels)
+                changed_nodes.append(lowered_ids)
                 changed_labels.append(new_labels)
                 targets, proposed = self.adjacency.spread(lowered, new_labels)
                 out_keys.append(targets)
@@ -410,11 +419,8 @@ class LabelPropagation(rt.Vertex):
 
     def _cover(self, high: int) -> None:
         """Grow :attr:`floor` and the combiner's scratch array to index ids up to ``high``."""
-        if high >= len(self.floor):
-            size = max(high + 1, 2 * len(self.floor))
-            self.floor = np.concatenate([self.floor, np.full(size - len(self.floor), INF, dtype=np.int64)])
-        if high >= len(self.combiner.scratch):
-            self.combiner.scratch = np.full(len(self.floor), INF, dtype=np.int64)
+        self.floor = covering(self.floor, high, INF)
+        self.combiner.cover(high)
 
     def _lower_floor(self, ids: np.ndarray, labels: np.ndarray) -> None:
         """Local nodes ``ids`` (distinct) now have ``labels``: the floor follows while ids are dense."""

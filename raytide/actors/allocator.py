@@ -17,7 +17,6 @@ Only glibc has ``mallopt`` with these parameters; elsewhere this does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 logger = logging.getLogger(__name__)
@@ -33,12 +32,9 @@ TRIM_THRESHOLD = 128 * 1024 * 1024
 
 def keep_freed_buffers() -> bool:
     """Pin glibc's mmap and trim thresholds in this process; returns whether it applied."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
+    try:  # the C library is already loaded: look the symbol up in the process (find_library runs ldconfig)
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # no mallopt (macOS, Windows): nothing to tune
         return False
     applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     if not applied:

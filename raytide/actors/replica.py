@@ -247,6 +247,13 @@ class ReplicaCore:
         self.markers.setdefault(marker.marker_id, marker)
         self._apply_barrier_effects(self.aligner.on_barrier(channel, marker.marker_id))
 
+    def _send_batch(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        if self._is_self(chain, replica):
+            self.local.append((False, (channel, vertex, time, batch)))
+            self.local_sends += 1
+        else:
+            self.transport.send(chain, replica, channel, vertex, time, batch)
+
     def _send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None:
         if self._is_self(chain, replica):
             self.local.append((True, (channel, marker)))
@@ -392,11 +399,7 @@ class ReplicaCore:
             channel = (vertex, output, self.replica, consumer.port)
             for replica, part in non_empty(router.route(message)):
                 self.progress.update((target, time), 1)
-                if self._is_self(chain, replica):
-                    self.local.append((False, (channel, consumer.vertex, time, part)))
-                    self.local_sends += 1
-                else:
-                    self.transport.send(chain, replica, channel, consumer.vertex, time, part)
+                self._send_batch(chain, replica, channel, consumer.vertex, time, part)
 
     def _may_send(self, vertex: str, output: int, current: Timestamp, time: Timestamp) -> bool:
         """Whether ``vertex``, called at ``current``, may send at ``time`` on ``output``.
