@@ -16,6 +16,11 @@ What each time includes -- read this before comparing numbers:
   array of all 200,000 nodes in the driver (``job.wait``, ``job.collect``, folding the
   label changes). It includes shipping the edges, adding the reverse edges, the
   exchange, building the adjacency (CSR) and the output collection.
+* ``raytide_no_pretouch_s``: the same without ``pretouch_mb``. ``raytide_s`` runs the
+  job with ``pretouch_mb=64`` (the ``pretouch_mb`` parameter): each actor maps 64 MiB
+  while it starts, so the first iteration, which builds the adjacency, reuses those pages
+  instead of faulting in about 10,000 fresh ones per replica; its start-up time
+  (``raytide_startup_s``) grows by those faults. The hand-written loop does no such thing.
 * ``handwritten_s``: the hand-written loop of ``bench/baselines/cc_ray.py`` (its
   ``EdgeIndex`` and ``apply_proposals``, 2 actors, the driver coordinating rounds and
   broadcasting the label array each round). Its actors are started before the clock;
@@ -69,10 +74,11 @@ from bench.baselines.cc_ray import EdgeIndex, components_union_find, connected_c
 from bench.harness import ensure_ray
 from examples import connected_components as cc
 
-PARAMS = {"nodes": 200_000, "edges": 600_000, "seed": 0, "parallelism": 2}
+PARAMS = {"nodes": 200_000, "edges": 600_000, "seed": 0, "parallelism": 2, "pretouch_mb": 64}
 RATIOS = [
     ("raytide/pyspark", "raytide_s", "pyspark_s"),
     ("raytide/handwritten", "raytide_s", "handwritten_s"),
+    ("raytide without pretouch/handwritten", "raytide_no_pretouch_s", "handwritten_s"),
     ("raytide/handwritten, both with actor start-up", "raytide_with_startup_s", "handwritten_with_startup_s"),
 ]
 #: Iterations reported one by one (the fixed graph needs 11; missing ones are reported as 0).
@@ -128,10 +134,10 @@ def handwritten(nodes: int, edges: np.ndarray, n_actors: int) -> tuple[np.ndarra
             ray.kill(actor)
 
 
-def raytide(nodes: int, edges: np.ndarray, parallelism: int) -> tuple[np.ndarray, cc.Components, float, float]:
+def raytide(nodes: int, edges: np.ndarray, parallelism: int, pretouch_mb: int) -> tuple[np.ndarray, cc.Components, float, float]:
     """The raytide example; returns ``(labels, result, start-up seconds, data-to-labels seconds)``."""
     started = time.perf_counter()
-    job = cc.start_job(parallelism, batch_size=-(-len(edges) // parallelism))
+    job = cc.start_job(parallelism, batch_size=-(-len(edges) // parallelism), pretouch_mb=pretouch_mb)
     with job:
         job.wait_ready()
         clock = time.perf_counter()
@@ -205,16 +211,19 @@ def phase_breakdown(work: list[dict]) -> dict[str, float]:
     return out
 
 
-def measure(nodes: int = 200_000, edges: int = 600_000, seed: int = 0, parallelism: int = 2,
+def measure(nodes: int = 200_000, edges: int = 600_000, seed: int = 0, parallelism: int = 2, pretouch_mb: int = 64,
             pyspark: bool = True) -> dict[str, float]:
     ensure_ray()
     e, reference, path = graph(nodes, edges, seed)
     metrics: dict[str, float] = {}
 
-    labels, result, startup, elapsed = raytide(nodes, e, parallelism)
+    labels, result, startup, elapsed = raytide(nodes, e, parallelism, pretouch_mb)
     assert np.array_equal(labels, reference), "raytide labels differ from union-find"
     metrics.update(raytide_s=elapsed, raytide_startup_s=startup, raytide_with_startup_s=startup + elapsed)
     metrics.update(iteration_metrics(result, result.clock_started, elapsed))  # type: ignore[attr-defined]
+    labels, _, startup, elapsed = raytide(nodes, e, parallelism, 0)
+    assert np.array_equal(labels, reference), "raytide labels differ from union-find"
+    metrics.update(raytide_no_pretouch_s=elapsed, raytide_no_pretouch_startup_s=startup)
 
     labels, rounds, startup, elapsed = handwritten(nodes, e, parallelism)
     assert np.array_equal(labels, reference), "hand-written labels differ from union-find"

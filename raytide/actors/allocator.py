@@ -12,6 +12,14 @@ finished its iterations 2-4 times later. Pinning the thresholds makes freed bloc
 memory at most.
 
 Only glibc has ``mallopt`` with these parameters; elsewhere this does nothing.
+
+:func:`pretouch` goes one step further, as the JVM's ``-XX:+AlwaysPreTouch`` (and
+Flink's former ``taskmanager.memory.preallocate``) do: it grows the heap by a given
+amount at start-up, touching every page, and frees it again. With the thresholds pinned
+the pages stay mapped, so the first large epoch takes its arrays from them instead of
+faulting in fresh memory (on the 2-core machine, a page fault costs 1 to 15 µs, and
+connected components' first iteration takes 10,000 of them per replica). Start-up pays
+for those faults instead, and the actor keeps that much resident memory.
 """
 
 from __future__ import annotations
@@ -28,6 +36,12 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 * 1024 * 1024
 #: Free memory at the top of the heap kept before it is returned to the OS.
 TRIM_THRESHOLD = 128 * 1024 * 1024
+#: The most :func:`pretouch` may take: half the trim threshold, so that the pretouched pages
+#: plus the free memory a vertex leaves at the top of the heap stay below it (beyond it,
+#: glibc would hand them all back at the next ``free``).
+PRETOUCH_LIMIT_MB = TRIM_THRESHOLD // (2 << 20)
+#: Size of the blocks :func:`pretouch` allocates: well below :data:`MMAP_THRESHOLD`, so they come from the heap.
+_PRETOUCH_BLOCK = 8 << 20
 
 
 def keep_freed_buffers() -> bool:
@@ -40,3 +54,23 @@ def keep_freed_buffers() -> bool:
     if not applied:
         logger.debug("mallopt refused the thresholds; the allocator keeps its defaults")
     return applied
+
+
+def pretouch(megabytes: int) -> None:
+    """Map ``megabytes`` MiB of heap now, so that later arrays reuse them without page faults.
+
+    Call it after :func:`keep_freed_buffers` applied: with glibc's default thresholds the
+    freed pages would go straight back to the OS.
+
+    Raises:
+        ValueError: ``megabytes`` is negative or above :data:`PRETOUCH_LIMIT_MB`.
+    """
+    check_pretouch(megabytes)
+    blocks = [bytearray(_PRETOUCH_BLOCK) for _ in range(-(-(megabytes << 20) // _PRETOUCH_BLOCK))]  # zero-filled: touched
+    del blocks
+
+
+def check_pretouch(megabytes: int) -> None:
+    """Reject a :func:`pretouch` size that is not an integer from 0 to :data:`PRETOUCH_LIMIT_MB`."""
+    if not isinstance(megabytes, int) or not 0 <= megabytes <= PRETOUCH_LIMIT_MB:
+        raise ValueError(f"pretouch_mb must be an integer from 0 to {PRETOUCH_LIMIT_MB} (MiB per vertex actor), not {megabytes!r}")

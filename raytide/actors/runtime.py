@@ -22,6 +22,7 @@ from typing import Any, Iterator, Optional
 
 import ray
 
+from raytide.actors.allocator import check_pretouch
 from raytide.actors.batches import split_batch
 from raytide.actors.markers import Marker
 from raytide.actors.plan import PhysicalPlan, compile_plan
@@ -61,6 +62,7 @@ def run(
     batch_size: int = 4096,
     chaining: bool = True,
     num_cpus: float = 0,
+    pretouch_mb: int = 0,
     name: Optional[str] = None,
 ) -> Job:
     """Start ``flow`` on the current Ray cluster (a local one if none is running).
@@ -77,18 +79,24 @@ def run(
         batch_size: records per message when the driver pushes records.
         chaining: fuse pipeline-connected vertices into one actor.
         num_cpus: CPUs Ray reserves per vertex actor.
+        pretouch_mb: MiB of memory each vertex actor maps at start-up and keeps for its
+            arrays (like the JVM's ``-XX:+AlwaysPreTouch``, see
+            :mod:`raytide.actors.allocator`): the page faults of a first large epoch move
+            to start-up, at the cost of that much resident memory per actor. At most 64.
         name: the job name in actor names (default: the dataflow name plus a short id).
 
     Raises:
         GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
+        ValueError: ``pretouch_mb`` is out of range.
     """
+    check_pretouch(pretouch_mb)
     plan = compile_plan(flow, parallelism, chaining)
     unknown = sorted(set(inputs or {}) - set(flow.inputs()))
     if unknown:
         raise GraphError(f"inputs {unknown} are not inputs of dataflow {flow.name!r}; its inputs are {flow.inputs()}")
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
-    job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}", max_inflight, batch_size, num_cpus)
+    job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}", max_inflight, batch_size, num_cpus, pretouch_mb)
     for input_name, source in (inputs or {}).items():
         job.feed(input_name, source)
     return job
@@ -97,7 +105,8 @@ def run(
 class Job:
     """A running dataflow: feed inputs, wait, read outputs, inspect, cancel."""
 
-    def __init__(self, plan: PhysicalPlan, name: str, max_inflight: int, batch_size: int, num_cpus: float) -> None:
+    def __init__(self, plan: PhysicalPlan, name: str, max_inflight: int, batch_size: int, num_cpus: float,
+                 pretouch_mb: int = 0) -> None:
         self.plan, self.name = plan, name
         self.max_inflight, self.batch_size = max_inflight, batch_size
         self._epochs: dict[str, Optional[int]] = {n: 0 for n in plan.flow.inputs()}
@@ -112,11 +121,11 @@ class Job:
         self._feeders: list[threading.Thread] = []
         self._pings: dict[Any, Any] = {}
         self._last_ping = 0.0
-        self._start(num_cpus)
+        self._start(num_cpus, pretouch_mb)
 
     # -- setup ---------------------------------------------------------------------------
 
-    def _start(self, num_cpus: float) -> None:
+    def _start(self, num_cpus: float, pretouch_mb: int) -> None:
         plan = self.plan
         # Every actor is created at once (each costs a worker process), the vertex actors first
         # so that they take Ray's idle workers; the driver waits for them but not for the
@@ -127,7 +136,7 @@ class Job:
             for replica in range(chain.parallelism):
                 self.actors[(chain.name, replica)] = remote_vertex.options(
                     name=f"{self.name}/{chain.name}/{replica}", num_cpus=num_cpus, max_restarts=0, max_task_retries=0,
-                ).remote(plan, chain.name, replica, self.max_inflight)
+                ).remote(plan, chain.name, replica, self.max_inflight, pretouch_mb)
         self.progress = ray.remote(concurrency_groups={"poll": 1})(ProgressActor).options(
             name=f"{self.name}/progress", num_cpus=0).remote(plan.graph, plan.flow.outputs(), plan.initial_pointstamps())
         unbounded = set(plan.feedback)  # sends out of a feedback vertex never wait: loops always drain

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import ray
 
-from raytide.actors.allocator import keep_freed_buffers
+from raytide.actors.allocator import keep_freed_buffers, pretouch
 from raytide.actors.markers import ChannelId, Marker
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.replica import Interests, Pointstamp, ReplicaCore, Status, UserCodeError
@@ -109,8 +109,9 @@ class _RayTransport:
 class VertexActor:
     """One replica of one chain of fused vertices."""
 
-    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, max_inflight: int) -> None:
-        keep_freed_buffers()
+    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, max_inflight: int, pretouch_mb: int = 0) -> None:
+        if keep_freed_buffers() and pretouch_mb:
+            pretouch(pretouch_mb)
         self.transport = _RayTransport((chain, replica), max_inflight)
         self.core = ReplicaCore(plan, chain, replica, self.transport)
         self.failed: Optional[RaytideError] = None
