@@ -106,7 +106,7 @@ class Job:
     """A running dataflow: feed inputs, wait, read outputs, inspect, cancel."""
 
     def __init__(self, plan: PhysicalPlan, name: str, max_inflight: int, batch_size: int, num_cpus: float,
-                 pretouch_mb: int = 0) -> None:
+                 pretouch_mb: int) -> None:
         self.plan, self.name = plan, name
         self.max_inflight, self.batch_size = max_inflight, batch_size
         self._epochs: dict[str, Optional[int]] = {n: 0 for n in plan.flow.inputs()}

@@ -109,7 +109,7 @@ class _RayTransport:
 class VertexActor:
     """One replica of one chain of fused vertices."""
 
-    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, max_inflight: int, pretouch_mb: int = 0) -> None:
+    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, max_inflight: int, pretouch_mb: int) -> None:
         if keep_freed_buffers() and pretouch_mb:
             pretouch(pretouch_mb)
         self.transport = _RayTransport((chain, replica), max_inflight)
