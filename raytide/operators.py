@@ -8,7 +8,10 @@ combines before the exchange, then another that merges after it; ``stateful_map`
 
 from __future__ import annotations
 
+import inspect
+import operator
 from collections import Counter, defaultdict
+from types import FunctionType
 from typing import Any, Callable, Hashable, Optional
 
 from raytide.actors.batches import batch_length, to_records
@@ -90,9 +93,8 @@ class KeyedReduce(Vertex):
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         acc = self._accumulator(time, dict)
-        key_of, value_of, reducer = self.key_of, self.value_of, self.reducer
-        for record in message:
-            key, value = key_of(record), value_of(record)
+        records, reducer = to_records(message), self.reducer
+        for key, value in zip(map(self.key_of, records), map(self.value_of, records)):  # getters called in C
             acc[key] = reducer(acc[key], value) if key in acc else value
         self._bound(acc, time)
 
@@ -121,36 +123,52 @@ class KeyedReduce(Vertex):
 
 
 class KeyedCount(KeyedReduce):
-    """Counts records per key and timestamp (combiner side): ``(key, count)`` pairs."""
+    """Counts records per key and timestamp (combiner side): ``(key, count)`` pairs.
+
+    Counting is :meth:`Counter.update`, a loop in C; when the key is the record itself
+    (:func:`is_identity`) not even the key function is called per record.
+    """
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         acc = self._accumulator(time, Counter)
-        acc.update(map(self.key_of, message))  # Counter.update counts in C
+        records = to_records(message)
+        acc.update(records if is_identity(self.key_of) else map(self.key_of, records))
         self._bound(acc, time)
 
 
-def _add(a: int, b: int) -> int:
-    return a + b
+def _identity(record: Any) -> Any:
+    return record
 
 
-def pair_key(pair: tuple[Any, Any]) -> Any:
-    """The key of a ``(key, value)`` pair."""
-    return pair[0]
+_VARIADIC = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
 
 
-def pair_value(pair: tuple[Any, Any]) -> Any:
-    """The value of a ``(key, value)`` pair."""
-    return pair[1]
+def is_identity(fn: Callable[[Any], Any]) -> bool:
+    """Whether ``fn`` is a plain function returning its one argument, like ``lambda w: w``.
+
+    Told from the bytecode (the same instructions as a one-argument function returning
+    it, and no other parameters), so a per-record key that changes nothing costs no call.
+    """
+    if not isinstance(fn, FunctionType):
+        return False
+    code, reference = fn.__code__, _identity.__code__
+    return (code.co_code == reference.co_code and code.co_argcount == 1
+            and code.co_kwonlyargcount == 0 and not code.co_flags & _VARIADIC)
+
+
+#: The key and the value of a ``(key, value)`` pair: getters in C, since they run once per record.
+pair_key = operator.itemgetter(0)
+pair_value = operator.itemgetter(1)
 
 
 def count_combiner(key: Callable[[Any], Hashable], max_keys: int) -> KeyedCount:
     """The pre-exchange half of ``count_by_key``."""
-    return KeyedCount(key, pair_value, _add, max_keys)
+    return KeyedCount(key, pair_value, operator.add, max_keys)
 
 
 def sum_merger() -> KeyedReduce:
     """The post-exchange half of ``count_by_key``: sums partial counts."""
-    return KeyedReduce(pair_key, pair_value, _add)
+    return KeyedReduce(pair_key, pair_value, operator.add)
 
 
 class StatefulMap(Vertex):

@@ -74,6 +74,15 @@ def column_key_groups(keys: np.ndarray, key_groups: int = DEFAULT_KEY_GROUPS) ->
     return z.astype(np.intp)
 
 
+def _group(records: list, owners: list[int]) -> Routed:
+    """``(replica, records)`` for each replica in ``owners``, records in their batch order."""
+    parts: dict[int, list] = {owner: [] for owner in set(owners)}
+    appenders = {owner: part.append for owner, part in parts.items()}
+    for record, owner in zip(records, owners):
+        appenders[owner](record)
+    return list(parts.items())
+
+
 class ExchangeRouter:
     """Records partitioned by key, through key groups and a swappable routing table.
 
@@ -112,20 +121,17 @@ class ExchangeRouter:
     def route(self, batch: Any) -> Routed:
         if isinstance(self._key, str):
             return self._route_column(batch, self._key)
-        parts: dict[int, list] = {}
-        key, replica_of = self._key, self.replica_of
-        for record in to_records(batch):
-            parts.setdefault(replica_of(key(record)), []).append(record)
-        return list(parts.items())
-
+        records = to_records(batch)
+        keys = list(map(self._key, records))
+        owners = list(map(self._cache.get, keys))  # keys seen before: no Python call per record
+        if None in owners:
+            owners = [self.replica_of(key) if owner is None else owner for key, owner in zip(keys, owners)]
+        return _group(records, owners)
 
     def _route_column(self, batch: Any, column: str) -> Routed:
         if isinstance(batch, list):
             owners = self._owners[column_key_groups(np.asarray([r[column] for r in batch]), self._groups)]
-            parts: dict[int, list] = {}
-            for record, owner in zip(batch, owners.tolist()):
-                parts.setdefault(owner, []).append(record)
-            return list(parts.items())
+            return _group(batch, owners.tolist())
         columns = to_format(batch, "numpy")
         owners = self._owners[column_key_groups(columns[column], self._groups)]
         order = np.argsort(owners, kind="stable")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import raytide as rt
 from raytide.actors.plan import compile_plan
@@ -114,3 +117,19 @@ def test_a_feedback_routed_back_to_its_own_replica_skips_the_transport_and_nets_
             shipped[pointstamp] = shipped.get(pointstamp, 0) + delta
     fed_back = [p for p, d in shipped.items() if d and p[0].vertex == "step" and p[1].counters[-1] > 0]
     assert fed_back == [], f"a self-sent batch's +1 and -1 cancel before progress is shipped: {fed_back}"
+
+
+@settings(max_examples=40, deadline=None)
+@given(epochs=st.lists(st.lists(st.sampled_from(["a", "A", "b", "B", "ab"]), max_size=8), min_size=1, max_size=4))
+@pytest.mark.parametrize("key", [lambda w: w, str.lower, lambda w: w[0]], ids=["identity", "builtin", "lambda"])
+def test_a_count_combiner_ships_the_reference_counts_per_epoch_whatever_the_key(key, epochs):
+    flow = rt.Dataflow("combine")
+    flow.input("words").count_by_key(key).output("counts")
+    core, transport = input_core(flow)
+    for epoch, words in enumerate(epochs):
+        core.advance_input("words", epoch)
+        core.push_input("words", words, epoch)
+    core.advance_input("words", len(epochs))
+    core.push_input("words", ["next"], len(epochs))  # a later epoch ships every earlier one
+    shipped = {t.epoch: dict(batch) for t, batch in transport.sent}
+    assert shipped == {e: dict(Counter(map(key, words))) for e, words in enumerate(epochs) if words}
