@@ -36,7 +36,7 @@ import pickle
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Optional
 
 import numpy as np
 import ray
@@ -297,6 +297,14 @@ def map_range(
     return shuffler.calls
 
 
+def start_reducers(n_reducers: int, n_mappers: int) -> list[ray.actor.ActorHandle]:
+    """Fresh reducer actors for one run of :func:`wordcount_ray`.
+
+    ``num_cpus=0``: reducers must never wait for a CPU held by a mapper that waits for them.
+    """
+    return [WordCountReducer.options(num_cpus=0).remote(n_mappers) for _ in range(n_reducers)]
+
+
 def wordcount_ray(
     path: PathLike,
     n_epochs: int = 10,
@@ -305,11 +313,13 @@ def wordcount_ray(
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     flush_lines: int = DEFAULT_FLUSH_LINES,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    reducers: Optional[list[ray.actor.ActorHandle]] = None,
 ) -> WordCounts:
     """Word count per epoch with Ray (mapper tasks, reducer actors); the caller times it.
 
-    Expects Ray to be initialised. Reducer actors are started (and overlap with the
-    line-counting pass) and killed inside the call, so their start-up is part of the time.
+    Expects Ray to be initialised. Unless ``reducers`` are given, reducer actors are
+    started (overlapping with the line-counting pass) and killed inside the call, so
+    their start-up is part of the time.
 
     Args:
         path: Text file of ``"\\n"``-separated lines (readable by the Ray workers).
@@ -319,6 +329,8 @@ def wordcount_ray(
         block_bytes: Approximate bytes per block read by a mapper (tens of thousands of lines).
         flush_lines: Lines a mapper pre-aggregates at most before shuffling them.
         max_in_flight: Unacknowledged reducer calls a mapper may have before it waits.
+        reducers: ``n_reducers`` fresh reducers from :func:`start_reducers` (the caller kills
+            them), to leave their start-up out of the time.
 
     Returns:
         ``{epoch: {word: count}}`` for ``epoch`` in ``range(n_epochs)``.
@@ -326,8 +338,9 @@ def wordcount_ray(
     path = os.fspath(os.path.abspath(path))
     # Counting tasks first, so that they take Ray's idle pooled workers and the actors the new ones.
     counting = [count_range_lines.remote(path, i, n_mappers, 8 * block_bytes) for i in range(n_mappers)]
-    # num_cpus=0: reducers must never wait for a CPU held by a mapper that waits for them.
-    reducers = [WordCountReducer.options(num_cpus=0).remote(n_mappers) for _ in range(n_reducers)]
+    owned = reducers is None
+    if reducers is None:
+        reducers = start_reducers(n_reducers, n_mappers)
     try:
         line_counts = ray.get(counting)
         bounds = epoch_bounds(sum(line_counts), n_epochs)
@@ -340,7 +353,7 @@ def wordcount_ray(
         )
         return merge_reducer_results([unpack(b) for b in ray.get([r.result.remote() for r in reducers])], n_epochs)
     finally:
-        for reducer in reducers:
+        for reducer in reducers if owned else ():
             ray.kill(reducer)
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import ray
 
 from bench.baselines import data
 from bench.baselines.cc_ray import EdgeIndex, components_union_find, connected_components_ray
 from bench.baselines.mandelbrot_ray import mandelbrot_ray, mandelbrot_reference, mandelbrot_row
-from bench.baselines.wordcount_ray import wordcount_ray, wordcount_reference
+from bench.baselines.wordcount_ray import start_reducers, wordcount_ray, wordcount_reference
 
 ODD_TEXT = "héllo wörld  héllo\n\n  tabs\tand\tspaces  \nπ π π\nlast line without newline"
 
@@ -135,6 +136,17 @@ def test_wordcount_ray_matches_reference(
 ) -> None:
     got = wordcount_ray(zipf_text, n_epochs, n_mappers, n_reducers, block_bytes, flush_lines)
     assert got == wordcount_reference(zipf_text, n_epochs)
+
+
+@pytest.mark.ray
+def test_wordcount_ray_with_reducers_started_by_the_caller_leaves_them_running(ray_session, zipf_text: Path) -> None:
+    reducers = start_reducers(2, 2)
+    try:
+        assert wordcount_ray(zipf_text, n_epochs=4, reducers=reducers) == wordcount_reference(zipf_text, 4)
+        assert ray.get([r.close.remote(99) for r in reducers], timeout=30) == [None, None], "the caller owns them"
+    finally:
+        for reducer in reducers:
+            ray.kill(reducer)
 
 
 @pytest.mark.ray
