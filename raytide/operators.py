@@ -129,10 +129,14 @@ class KeyedCount(KeyedReduce):
     (:func:`is_identity`) not even the key function is called per record.
     """
 
+    def __init__(self, key_of: Callable[[Any], Hashable], max_keys: Optional[int] = None) -> None:
+        super().__init__(key_of, pair_value, operator.add, max_keys)
+        self.counts_records = is_identity(key_of)
+
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         acc = self._accumulator(time, Counter)
         records = to_records(message)
-        acc.update(records if is_identity(self.key_of) else map(self.key_of, records))
+        acc.update(records if self.counts_records else map(self.key_of, records))
         self._bound(acc, time)
 
 
@@ -163,7 +167,7 @@ pair_value = operator.itemgetter(1)
 
 def count_combiner(key: Callable[[Any], Hashable], max_keys: int) -> KeyedCount:
     """The pre-exchange half of ``count_by_key``."""
-    return KeyedCount(key, pair_value, operator.add, max_keys)
+    return KeyedCount(key, max_keys)
 
 
 def sum_merger() -> KeyedReduce:

@@ -339,7 +339,7 @@ def wordcount_ray(
     # Counting tasks first, so that they take Ray's idle pooled workers and the actors the new ones.
     counting = [count_range_lines.remote(path, i, n_mappers, 8 * block_bytes) for i in range(n_mappers)]
     owned = reducers is None
-    if reducers is None:
+    if owned:
         reducers = start_reducers(n_reducers, n_mappers)
     try:
         line_counts = ray.get(counting)
