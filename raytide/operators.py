@@ -69,34 +69,20 @@ class Feedback(Vertex):
             self.send_by(0, message, Timestamp(time.epoch, time.counters[:-1] + (following,)))
 
 
-class KeyedReduce(Vertex):
-    """Per-timestamp reduction by key: ``reducer(acc, value)`` over ``(key_of(r), value_of(r))``.
+class _PerTimeAggregate(Vertex):
+    """Per-timestamp accumulators by key, emitted as ``(key, value)`` pairs when the timestamp completes.
 
-    Emits ``(key, reduced)`` pairs when the timestamp completes. As a *combiner* (before
-    an exchange, ``max_keys`` set) it emits partial results earlier, which the merging
-    vertex after the exchange folds together (so the reducer must be associative and
-    commutative): once it holds ``max_keys`` keys for a timestamp, so its memory stays
-    bounded, and as soon as records of a later timestamp arrive, the point at which a
-    reader that has moved on to its next epoch is done with the previous one. The
-    pending notification is what lets it send at that earlier time.
+    As a *combiner* (before an exchange, ``max_keys`` set) it emits partial results
+    earlier, which the merging vertex after the exchange folds together: once it holds
+    ``max_keys`` keys for a timestamp, so its memory stays bounded, and as soon as records
+    of a later timestamp arrive, the point at which a reader that has moved on to its next
+    epoch is done with the previous one. The pending notification is what lets it send at
+    that earlier time. Subclasses fold a message into an accumulator in ``on_recv``.
     """
 
-    def __init__(
-        self,
-        key_of: Callable[[Any], Hashable],
-        value_of: Callable[[Any], Any],
-        reducer: Callable[[Any, Any], Any],
-        max_keys: Optional[int] = None,
-    ) -> None:
-        self.key_of, self.value_of, self.reducer, self.max_keys = key_of, value_of, reducer, max_keys
+    def __init__(self, max_keys: Optional[int]) -> None:
+        self.max_keys = max_keys
         self.state: dict[Timestamp, dict[Hashable, Any]] = {}
-
-    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        acc = self._accumulator(time, dict)
-        records, reducer = to_records(message), self.reducer
-        for key, value in zip(map(self.key_of, records), map(self.value_of, records)):  # getters called in C
-            acc[key] = reducer(acc[key], value) if key in acc else value
-        self._bound(acc, time)
 
     def _accumulator(self, time: Timestamp, new: Callable[[], dict]) -> dict:
         """The accumulator of ``time``; a combiner first ships what it holds for earlier times."""
@@ -122,7 +108,32 @@ class KeyedReduce(Vertex):
         self.state = state
 
 
-class KeyedCount(KeyedReduce):
+class KeyedReduce(_PerTimeAggregate):
+    """Per-timestamp reduction by key: ``reducer(acc, value)`` over ``(key_of(r), value_of(r))``.
+
+    Emits ``(key, reduced)`` pairs; as a combiner (``max_keys`` set) the reducer must be
+    associative and commutative, since the merging vertex folds partial results together.
+    """
+
+    def __init__(
+        self,
+        key_of: Callable[[Any], Hashable],
+        value_of: Callable[[Any], Any],
+        reducer: Callable[[Any, Any], Any],
+        max_keys: Optional[int] = None,
+    ) -> None:
+        super().__init__(max_keys)
+        self.key_of, self.value_of, self.reducer = key_of, value_of, reducer
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        acc = self._accumulator(time, dict)
+        records, reducer = to_records(message), self.reducer
+        for key, value in zip(map(self.key_of, records), map(self.value_of, records)):  # getters called in C
+            acc[key] = reducer(acc[key], value) if key in acc else value
+        self._bound(acc, time)
+
+
+class KeyedCount(_PerTimeAggregate):
     """Counts records per key and timestamp (combiner side): ``(key, count)`` pairs.
 
     Counting is :meth:`Counter.update`, a loop in C; when the key is the record itself
@@ -130,7 +141,8 @@ class KeyedCount(KeyedReduce):
     """
 
     def __init__(self, key_of: Callable[[Any], Hashable], max_keys: Optional[int] = None) -> None:
-        super().__init__(key_of, pair_value, operator.add, max_keys)
+        super().__init__(max_keys)
+        self.key_of = key_of
         self.counts_records = is_identity(key_of)
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:

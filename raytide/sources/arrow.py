@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
+from raytide.sources.numbering import epoch_slices
+
 EpochRule = Union[str, None]
 
 
@@ -35,17 +37,6 @@ def epochs_in_column(table: pa.Table, column: str) -> list[int]:
 def rows_of_epoch(table: pa.Table, column: str, epoch: int) -> pa.Table:
     """The rows of ``table`` whose ``column`` is ``epoch``."""
     return table.filter(pc.equal(table.column(column), epoch))
-
-
-def split_by_rows(table: pa.Table, first_row: int, rows_per_epoch: int) -> Iterator[tuple[int, pa.Table]]:
-    """``table`` (whose first row has global number ``first_row``) cut at epoch boundaries."""
-    offset = 0
-    while offset < table.num_rows:
-        row = first_row + offset
-        epoch = row // rows_per_epoch
-        take = min(table.num_rows - offset, (epoch + 1) * rows_per_epoch - row)
-        yield epoch, table.slice(offset, take)
-        offset += take
 
 
 @dataclass(frozen=True)
@@ -111,7 +102,8 @@ class ArrowReader:
             row = first_row
             for table in self._batches(fragment):
                 if self.source.rows_per_epoch:
-                    yield from split_by_rows(table, row, self.source.rows_per_epoch)
+                    for epoch, start, stop in epoch_slices(row, table.num_rows, self.source.rows_per_epoch):
+                        yield epoch, table.slice(start, stop - start)
                 else:
                     yield index, table
                 row += table.num_rows

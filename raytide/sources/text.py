@@ -14,6 +14,8 @@ from typing import BinaryIO, Iterator, Optional, Sequence, Union
 
 import pyarrow.fs as pafs
 
+from raytide.sources.numbering import epoch_slices
+
 CHUNK_BYTES = 4 << 20
 
 
@@ -82,11 +84,8 @@ class TextReader:
         if per is None:
             yield file_index, batch
             return
-        while batch:
-            epoch = number // per
-            take = (epoch + 1) * per - number
-            yield epoch, batch[:take]
-            batch, number = batch[take:], number + take
+        for epoch, start, stop in epoch_slices(number, len(batch), per):
+            yield epoch, batch[start:stop]
 
 
 def _first_line_start(f: BinaryIO, start: int) -> int:
