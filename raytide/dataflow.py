@@ -30,6 +30,7 @@ from raytide.operators import (
     KeyedReduce,
     StatefulMap,
     count_combiner,
+    flat_map_batch,
     pair_key,
     pair_value,
     sum_merger,
@@ -223,9 +224,7 @@ class Stream:
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: Optional[str] = None,
                  parallelism: Optional[int] = None) -> Stream:
         """Any number of output records per input record."""
-        flatten = itertools.chain.from_iterable  # iterates in C: a quarter faster than a nested comprehension
-        return self._then("flat_map", lambda: BatchFunction(lambda batch: list(flatten(map(fn, to_records(batch))))),
-                          name=name, parallelism=parallelism)
+        return self._then("flat_map", lambda: BatchFunction(flat_map_batch(fn)), name=name, parallelism=parallelism)
 
     def filter(self, predicate: Callable[[Any], bool], *, name: Optional[str] = None,
                parallelism: Optional[int] = None) -> Stream:

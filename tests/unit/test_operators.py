@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.operators import is_identity
+from raytide.operators import flat_map_batch, is_identity
 
 Y = "a global"
 SAMPLES = ["w", 0, (1, 2), None, ["list"]]
@@ -40,3 +40,37 @@ def test_plain_identity_functions_are_recognised(source):
 @pytest.mark.parametrize("fn", [str, str.lower, lambda w: w.lower(), lambda w, d=0: w, lambda *a: a[0], print])
 def test_anything_else_is_not(fn):
     assert not is_identity(fn)
+
+
+#: Every character str.split() treats as whitespace, some of which only it does (\x1c-\x1f).
+WHITESPACE = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+texts = st.text(alphabet=st.one_of(st.sampled_from(WHITESPACE), st.sampled_from("ab\u00e9\u4e2d"),
+                                   st.characters(blacklist_categories=("Cs",))), max_size=12)
+
+
+class Line(str):
+    """A str subclass: records need not be exact strs."""
+
+
+def per_record_split(records: list) -> list:
+    return [word for record in records for word in str.split(record)]
+
+
+@given(st.lists(st.one_of(texts, texts.map(Line)), max_size=20))
+def test_flat_map_of_str_split_gives_each_records_words_in_order(records):
+    assert flat_map_batch(str.split)(records) == per_record_split(records)
+
+
+@pytest.mark.parametrize("bad", [None, b"bytes", 3])
+def test_flat_map_of_str_split_on_a_record_that_is_not_a_str_raises_what_str_split_raises(bad):
+    records = ["a b", bad, "c"]
+    with pytest.raises(TypeError) as expected:
+        per_record_split(records)
+    with pytest.raises(TypeError) as got:
+        flat_map_batch(str.split)(records)
+    assert str(got.value) == str(expected.value)
+
+
+@given(st.lists(texts, max_size=10))
+def test_flat_map_of_any_other_function_calls_it_per_record(records):
+    assert flat_map_batch(lambda r: r.split(" "))(records) == [w for r in records for w in r.split(" ")]
