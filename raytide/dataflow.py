@@ -27,9 +27,9 @@ from raytide.operators import (
     EpochJoin,
     Feedback,
     Ingress,
+    KeyedCount,
     KeyedReduce,
     StatefulMap,
-    count_combiner,
     flat_map_batch,
     pair_key,
     pair_value,
@@ -272,7 +272,7 @@ class Stream:
     def count_by_key(self, key: KeyFn, *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
         """Per timestamp, ``(key, count)`` records; counts are combined before the exchange."""
         vname = name or self.flow._fresh("count_by_key")
-        partial = self._then("", lambda: count_combiner(key, COMBINER_MAX_KEYS), name=f"{vname}.combine")
+        partial = self._then("", lambda: KeyedCount(key, COMBINER_MAX_KEYS), name=f"{vname}.combine")
         return partial._then("", sum_merger, Channel("exchange", pair_key), vname, parallelism)
 
     def reduce_by_key(self, key: KeyFn, reducer: Callable[[Any, Any], Any], *, value: Callable[[Any], Any] = lambda r: r,

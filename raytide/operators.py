@@ -207,11 +207,6 @@ pair_key = operator.itemgetter(0)
 pair_value = operator.itemgetter(1)
 
 
-def count_combiner(key: Callable[[Any], Hashable], max_keys: int) -> KeyedCount:
-    """The pre-exchange half of ``count_by_key``."""
-    return KeyedCount(key, max_keys)
-
-
 def sum_merger() -> KeyedReduce:
     """The post-exchange half of ``count_by_key``: sums partial counts."""
     return KeyedReduce(pair_key, pair_value, operator.add)
