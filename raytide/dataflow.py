@@ -15,6 +15,7 @@ placed with :meth:`Dataflow.vertex`.
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Literal, Optional, Sequence, Union
 
@@ -28,12 +29,11 @@ from raytide.operators import (
     Feedback,
     Ingress,
     KeyedCount,
+    KeyedMerge,
     KeyedReduce,
     StatefulMap,
     flat_map_batch,
     pair_key,
-    pair_value,
-    sum_merger,
 )
 from raytide.progress.summaries import PathSummary
 
@@ -273,14 +273,14 @@ class Stream:
         """Per timestamp, ``(key, count)`` records; counts are combined before the exchange."""
         vname = name or self.flow._fresh("count_by_key")
         partial = self._then("", lambda: KeyedCount(key, COMBINER_MAX_KEYS), name=f"{vname}.combine")
-        return partial._then("", sum_merger, Channel("exchange", pair_key), vname, parallelism)
+        return partial._then("", lambda: KeyedMerge(operator.add), Channel("exchange", pair_key), vname, parallelism)
 
     def reduce_by_key(self, key: KeyFn, reducer: Callable[[Any, Any], Any], *, value: Callable[[Any], Any] = lambda r: r,
                       name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
         """Per timestamp, ``(key, reducer(...reducer(v1, v2)..., vn))``; ``reducer`` must be associative and commutative."""
         vname = name or self.flow._fresh("reduce_by_key")
         partial = self._then("", lambda: KeyedReduce(key, value, reducer, COMBINER_MAX_KEYS), name=f"{vname}.combine")
-        return partial._then("", lambda: KeyedReduce(pair_key, pair_value, reducer), Channel("exchange", pair_key), vname, parallelism)
+        return partial._then("", lambda: KeyedMerge(reducer), Channel("exchange", pair_key), vname, parallelism)
 
     def stateful_map(self, key: KeyFn, fn: Callable[[Any, Any], tuple[Any, Any]], *, name: Optional[str] = None,
                      parallelism: Optional[int] = None) -> Stream:

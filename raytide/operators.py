@@ -153,6 +153,35 @@ class KeyedCount(_PerTimeAggregate):
         self._bound(acc, time)
 
 
+class KeyedMerge(_PerTimeAggregate):
+    """The vertex after a combiner's exchange: folds partial ``(key, value)`` pairs per timestamp.
+
+    A combiner sends each key at most once per message, so a message becomes a dict in
+    one call in C. The first partial of a timestamp is kept as it is; a later one is folded
+    into the larger of the two with ``reducer``, which combining already requires to be
+    associative and commutative.
+    """
+
+    def __init__(self, reducer: Callable[[Any, Any], Any]) -> None:
+        super().__init__(None)
+        self.reducer = reducer
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        records = to_records(message)
+        partial = dict(records)
+        if len(partial) != len(records):
+            raise ValueError(f"a partial result at {time} holds a key twice; the vertex before the exchange "
+                             "must send each key at most once per message (as a combiner does)")
+        acc = _per_time(self, self.state, time, lambda: partial)
+        if acc is partial:
+            return
+        if len(partial) > len(acc):
+            self.state[time], acc, partial = partial, partial, acc
+        reducer = self.reducer
+        for key, value in partial.items():
+            acc[key] = reducer(acc[key], value) if key in acc else value
+
+
 def _identity(record: Any) -> Any:
     return record
 
@@ -202,14 +231,8 @@ def flat_map_batch(fn: Callable[[Any], Iterable[Any]]) -> BatchFn:
     return split_words
 
 
-#: The key and the value of a ``(key, value)`` pair: getters in C, since they run once per record.
+#: The key of a ``(key, value)`` pair: a getter in C, since it runs once per record.
 pair_key = operator.itemgetter(0)
-pair_value = operator.itemgetter(1)
-
-
-def sum_merger() -> KeyedReduce:
-    """The post-exchange half of ``count_by_key``: sums partial counts."""
-    return KeyedReduce(pair_key, pair_value, operator.add)
 
 
 class StatefulMap(Vertex):

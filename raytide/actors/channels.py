@@ -17,11 +17,12 @@ from typing import Any, Callable, Hashable, Optional, Union
 import numpy as np
 
 from raytide.actors.batches import batch_length, to_format, to_records
-from raytide.autoscale.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, key_group
+from raytide.autoscale.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, key_groups_of
 
 Routed = list[tuple[int, Any]]
 
-#: Keys whose replica is remembered per router, so repeated keys skip the hash.
+#: Keys whose replica is remembered per router, so repeated keys skip the hash (the cache
+#: stops growing once it holds this many, after the batch that crosses the mark).
 ROUTE_CACHE_SIZE = 200_000
 
 
@@ -109,15 +110,6 @@ class ExchangeRouter:
         self._owners = np.asarray(table.owners, dtype=np.min_scalar_type(max(table.parallelism - 1, 0)))
         self._cache: dict[Hashable, int] = {}  # key -> replica under this table
 
-    def replica_of(self, key: Hashable) -> int:
-        """The replica owning ``key`` under the current table."""
-        replica = self._cache.get(key)
-        if replica is None:
-            replica = self.table.owners[key_group(key, self._groups)]
-            if len(self._cache) < ROUTE_CACHE_SIZE:
-                self._cache[key] = replica
-        return replica
-
     def route(self, batch: Any) -> Routed:
         if isinstance(self._key, str):
             return self._route_column(batch, self._key)
@@ -125,8 +117,18 @@ class ExchangeRouter:
         keys = list(map(self._key, records))
         owners = list(map(self._cache.get, keys))  # keys seen before: no Python call per record
         if None in owners:
-            owners = [self.replica_of(key) if owner is None else owner for key, owner in zip(keys, owners)]
+            self._look_up_new(keys, owners)
         return _group(records, owners)
+
+    def _look_up_new(self, keys: list, owners: list[Optional[int]]) -> None:
+        """Fill in the owners of keys the cache does not know (hashed together), and remember them."""
+        positions = [index for index, owner in enumerate(owners) if owner is None]
+        new = [keys[index] for index in positions]
+        replicas = list(map(self.table.owners.__getitem__, key_groups_of(new, self._groups)))
+        for index, replica in zip(positions, replicas):
+            owners[index] = replica
+        if len(self._cache) < ROUTE_CACHE_SIZE:
+            self._cache.update(zip(new, replicas))
 
     def _route_column(self, batch: Any, column: str) -> Routed:
         if isinstance(batch, list):

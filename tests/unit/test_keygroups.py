@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytide.autoscale import keygroups
-from raytide.autoscale.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, KeyGroupMove, key_group
+from raytide.autoscale.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, KeyGroupMove, key_group, key_groups_of
 from raytide.errors import RescaleError
 
 FULL_HASH = 2**64  # with this many groups, key_group returns the whole 8-byte digest
@@ -73,6 +73,23 @@ def test_key_group_spreads_keys_evenly():
     counts = np.bincount([key_group(f"user-{i}") for i in range(12_800)], minlength=128)
     # 100 expected per group; a binomial standard deviation is ~10.
     assert counts.min() > 50 and counts.max() < 150
+
+
+_keys = st.recursive(st.one_of(st.text(), st.binary(), st.integers(-(2**70), 2**70), st.booleans()),
+                     lambda inner: st.tuples(inner, inner), max_leaves=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(_keys, max_size=30), groups=st.sampled_from([1, 2, 7, 128, 2**63 + 1, FULL_HASH, 2**70]))
+def test_key_groups_of_a_batch_equal_key_group_of_each_key(keys, groups):
+    assert key_groups_of(keys, groups) == [key_group(key, groups) for key in keys]
+
+
+def test_key_groups_of_refuses_what_key_group_refuses():
+    with pytest.raises(TypeError, match="key of type float"):
+        key_groups_of(["a", 1.5])
+    with pytest.raises(ValueError, match="key_groups must be >= 1"):
+        key_groups_of(["a"], 0)
 
 
 # ---------------------------------------------------------------- assignment basics

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.operators import flat_map_batch, is_identity
+from raytide.operators import KeyedMerge, flat_map_batch, is_identity
+from raytide.progress.timestamps import Timestamp
 
 Y = "a global"
 SAMPLES = ["w", 0, (1, 2), None, ["list"]]
@@ -74,3 +78,46 @@ def test_flat_map_of_str_split_on_a_record_that_is_not_a_str_raises_what_str_spl
 @given(st.lists(texts, max_size=10))
 def test_flat_map_of_any_other_function_calls_it_per_record(records):
     assert flat_map_batch(lambda r: r.split(" "))(records) == [w for r in records for w in r.split(" ")]
+
+
+class _Recording:
+    """A vertex context that keeps what the vertex sends and the notifications it asks for."""
+
+    vertex, replica, parallelism = "merge", 0, 1
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Timestamp, list]] = []
+        self.notifications: list[Timestamp] = []
+
+    def send_by(self, output: int, message: list, time: Timestamp) -> None:
+        self.sent.append((time, message))
+
+    def notify_at(self, time: Timestamp) -> None:
+        self.notifications.append(time)
+
+
+# Partial counts as a combiner sends them: each message a time and distinct keys.
+partials = st.lists(st.tuples(st.integers(0, 2), st.dictionaries(st.sampled_from("abcdefg"), st.integers(1, 9), min_size=1)),
+                    max_size=12)
+
+
+@given(messages=partials)
+def test_merging_partials_sums_each_keys_values_per_time_whatever_their_order_and_sizes(messages):
+    merge, context = KeyedMerge(operator.add), _Recording()
+    merge.bind(context)
+    expected: dict[int, Counter] = {}
+    for epoch, partial in messages:
+        merge.on_recv(0, list(partial.items()), Timestamp(epoch))
+        expected.setdefault(epoch, Counter()).update(partial)
+    assert sorted(context.notifications, key=tuple) == [Timestamp(e) for e in sorted(expected)], "one notification per time"
+    for time in context.notifications:
+        merge.on_notify(time)
+    assert {time.epoch: dict(pairs) for time, pairs in context.sent} == {e: dict(c) for e, c in expected.items()}
+    assert all(len(pairs) == len(dict(pairs)) for _, pairs in context.sent), "each key once per time"
+
+
+def test_a_partial_holding_a_key_twice_is_refused_not_silently_merged():
+    merge = KeyedMerge(operator.add)
+    merge.bind(_Recording())
+    with pytest.raises(ValueError, match="holds a key twice"):
+        merge.on_recv(0, [("a", 1), ("a", 2)], Timestamp(3))
