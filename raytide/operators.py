@@ -75,10 +75,12 @@ class _PerTimeAggregate(Vertex):
 
     As a *combiner* (before an exchange, ``max_keys`` set) it emits partial results
     earlier, which the merging vertex after the exchange folds together: once it holds
-    ``max_keys`` keys for a timestamp, so its memory stays bounded, and as soon as records
+    ``max_keys`` keys for a timestamp, so its memory stays bounded; as soon as records
     of a later timestamp arrive, the point at which a reader that has moved on to its next
-    epoch is done with the previous one. The pending notification is what lets it send at
-    that earlier time. Subclasses fold a message into an accumulator in ``on_recv``.
+    epoch is done with the previous one; and when the input it is fused behind moves on
+    or closes (:meth:`on_input_epoch`), so a reader's last epoch leaves without waiting for
+    the other readers. The pending notification is what lets it send at those earlier
+    times. Subclasses fold a message into an accumulator in ``on_recv``.
     """
 
     def __init__(self, max_keys: Optional[int]) -> None:
@@ -87,10 +89,18 @@ class _PerTimeAggregate(Vertex):
 
     def _accumulator(self, time: Timestamp, new: Callable[[], dict]) -> dict:
         """The accumulator of ``time``; a combiner first ships what it holds for earlier times."""
-        if self.max_keys is not None:
-            for earlier in [t for t in self.state if t.less_than(time)]:
-                self.on_notify(earlier)
+        self._ship_partials(lambda held: held.less_than(time))
         return _per_time(self, self.state, time, new)
+
+    def on_input_epoch(self, epoch: Optional[int]) -> None:
+        """A combiner behind a reader ships what it holds for the epochs the reader has left."""
+        self._ship_partials(lambda held: epoch is None or held.epoch < epoch)
+
+    def _ship_partials(self, done: Callable[[Timestamp], bool]) -> None:
+        """As a combiner, send the partial results of every time ``done`` selects (its notification is still pending)."""
+        if self.max_keys is not None:
+            for time in [t for t in self.state if done(t)]:
+                self.on_notify(time)
 
     def _bound(self, acc: dict, time: Timestamp) -> None:
         if self.max_keys is not None and len(acc) >= self.max_keys:

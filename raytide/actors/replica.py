@@ -348,6 +348,10 @@ class ReplicaCore:
             self.progress.update((location, Timestamp(epoch)), 1)
         state.epoch = epoch
         self.must_flush = True
+        if self.chain.vertices[0] == vertex:  # the vertices fused behind it get nothing more from it before epoch
+            for name in self.chain.vertices[1:]:
+                if name in self.vertices:
+                    self._run(name, None, self.vertices[name].on_input_epoch, epoch)
         self._settle()
 
     # -- running vertices ----------------------------------------------------------------
@@ -379,10 +383,11 @@ class ReplicaCore:
         """``send_by`` of a hosted vertex: check the time, route, count progress."""
         vertex = context.vertex
         current = context.current
-        if current is not None and not self._may_send(vertex, output, current, time):
-            raise ProgressError(f"vertex {vertex!r} replica {self.replica} sent at {time} while processing "
-                                f"{current}: a vertex may not send at a time earlier than the one it was called "
-                                f"with, unless it awaits a notification at or before that time")
+        if not self._may_send(vertex, output, current, time):
+            during = f"while processing {current}" if current is not None else "in on_input_epoch"
+            raise ProgressError(f"vertex {vertex!r} replica {self.replica} sent at {time} {during}: a vertex may "
+                                f"not send at a time earlier than the one it was called with, unless it awaits a "
+                                f"notification at or before that time")
         n = batch_length(message)
         if not n:
             return
@@ -401,16 +406,17 @@ class ReplicaCore:
                 self.progress.update((target, time), 1)
                 self._send_batch(chain, replica, channel, consumer.vertex, time, part)
 
-    def _may_send(self, vertex: str, output: int, current: Timestamp, time: Timestamp) -> bool:
+    def _may_send(self, vertex: str, output: int, current: Optional[Timestamp], time: Timestamp) -> bool:
         """Whether ``vertex``, called at ``current``, may send at ``time`` on ``output``.
 
         It may at any time its call's timestamp can reach, and at any time a pending
         notification can reach: the notification's pointstamp holds the frontier there
-        (like a capability in timely dataflow).
+        (like a capability in timely dataflow). A call without a time
+        (:meth:`~raytide.Vertex.on_input_epoch`) holds only the notifications.
         """
         summary = self.plan.vertex(vertex).output_summary(output)
-        return any(earliest is not None and earliest.less_equal(time)
-                   for earliest in map(summary.results_in, (current, *self.pending[vertex])))
+        held = self.pending[vertex] if current is None else (current, *self.pending[vertex])
+        return any(earliest is not None and earliest.less_equal(time) for earliest in map(summary.results_in, held))
 
     def request_notification(self, context: _Context, time: Timestamp) -> None:
         """``notify_at`` of a hosted vertex."""

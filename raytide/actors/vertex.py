@@ -21,6 +21,7 @@ columnar batch for vectorised operators) and ``time`` a :class:`~raytide.Timesta
 A vertex may send only at times not earlier than the time it was called with; breaking
 that rule raises :class:`~raytide.errors.ProgressError` naming the vertex. ``snapshot``
 returns the state to save and ``restore`` puts it back (default: no state).
+:meth:`Vertex.on_input_epoch` is a hint for vertices fused behind an input.
 
 One object runs per replica, single-threaded: callbacks never run concurrently.
 """
@@ -80,6 +81,16 @@ class Vertex:
 
     def on_notify(self, time: Timestamp) -> None:
         """Every record at ``time`` or earlier has been delivered (requested with ``notify_at``)."""
+
+    def on_input_epoch(self, epoch: Optional[int]) -> None:
+        """A hint: the input this vertex is fused behind moved to ``epoch`` (None: closed).
+
+        Called only on vertices in the same actor as an input replica (behind a source's
+        reader, say), which then receive nothing more from it at earlier epochs. Other
+        replicas may still send there, so nothing is complete yet: a vertex that
+        pre-aggregates can ship what it holds for those epochs now rather than at
+        ``on_notify``. It may send only at times it awaits a notification for.
+        """
 
     def send_by(self, output: int, message: Any, time: Timestamp) -> None:
         """Send a batch of records on output port ``output`` at ``time``.

@@ -54,6 +54,40 @@ def test_a_combiner_ships_an_epoch_when_the_next_one_arrives_without_waiting_for
     assert len(transport.sent) == 1
 
 
+def test_a_combiner_ships_an_epoch_as_soon_as_its_input_moves_on_and_the_last_one_when_it_closes():
+    flow = rt.Dataflow("combine")
+    flow.input("words").count_by_key(lambda w: w).output("counts")
+    core, transport = input_core(flow)
+    core.push_input("words", ["a", "b", "a"], 0)
+    core.advance_input("words", 2)
+    assert [(t, sorted(batch)) for t, batch in transport.sent] == [(Timestamp(0), [("a", 2), ("b", 1)])]
+    core.push_input("words", ["b"], 2)
+    core.advance_input("words", None)
+    assert [(t, sorted(batch)) for t, batch in transport.sent][1:] == [(Timestamp(2), [("b", 1)])]
+
+
+def test_on_input_epoch_may_send_only_where_a_notification_is_pending():
+    class Eager(rt.Vertex):
+        def on_recv(self, edge, message, time):
+            self.held = (time, message)
+            if message[0] == "wait":
+                self.notify_at(time)
+
+        def on_input_epoch(self, epoch):
+            self.send_by(0, self.held[1], self.held[0])
+
+    flow = rt.Dataflow("eager")
+    flow.input("words").unary(Eager, name="eager").exchange(lambda w: w).output("out")
+    core, transport = input_core(flow)
+    core.push_input("words", ["wait"], 0)
+    core.advance_input("words", 1)
+    assert transport.sent == [(Timestamp(0), ["wait"])]
+    core, transport = input_core(flow)
+    core.push_input("words", ["go"], 0)
+    with pytest.raises(rt.RaytideError, match="'eager' replica 0 sent at .*0.* in on_input_epoch.*earlier than"):
+        core.advance_input("words", 1)
+
+
 def test_a_vertex_may_send_at_the_time_of_a_pending_notification_but_not_before_it():
     class Late(rt.Vertex):
         def on_recv(self, edge, message, time):
