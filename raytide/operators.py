@@ -138,9 +138,8 @@ class KeyedReduce(_PerTimeAggregate):
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         acc = self._accumulator(time, dict)
-        records, reducer = to_records(message), self.reducer
-        for key, value in zip(map(self.key_of, records), map(self.value_of, records)):  # getters called in C
-            acc[key] = reducer(acc[key], value) if key in acc else value
+        records = to_records(message)
+        _fold(acc, zip(map(self.key_of, records), map(self.value_of, records)), self.reducer)  # getters called in C
         self._bound(acc, time)
 
 
@@ -187,9 +186,13 @@ class KeyedMerge(_PerTimeAggregate):
             return
         if len(partial) > len(acc):
             self.state[time], acc, partial = partial, partial, acc
-        reducer = self.reducer
-        for key, value in partial.items():
-            acc[key] = reducer(acc[key], value) if key in acc else value
+        _fold(acc, partial.items(), self.reducer)
+
+
+def _fold(acc: dict, pairs: Iterable[tuple[Hashable, Any]], reducer: Callable[[Any, Any], Any]) -> None:
+    """Fold ``(key, value)`` pairs into ``acc`` with ``reducer``; a new key takes its value as it is."""
+    for key, value in pairs:
+        acc[key] = reducer(acc[key], value) if key in acc else value
 
 
 def _identity(record: Any) -> Any:

@@ -348,10 +348,9 @@ class ReplicaCore:
             self.progress.update((location, Timestamp(epoch)), 1)
         state.epoch = epoch
         self.must_flush = True
-        if self.chain.vertices[0] == vertex:  # the vertices fused behind it get nothing more from it before epoch
-            for name in self.chain.vertices[1:]:
-                if name in self.vertices:
-                    self._run(name, None, self.vertices[name].on_input_epoch, epoch)
+        for name in self.chain.vertices[1:]:  # an input heads its chain: the rest get nothing more from it before epoch
+            if name in self.vertices:
+                self._run(name, None, self.vertices[name].on_input_epoch, epoch)
         self._settle()
 
     # -- running vertices ----------------------------------------------------------------
