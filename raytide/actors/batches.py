@@ -1,8 +1,10 @@
-"""Messages on the wire are batches: Python lists, NumPy arrays or Arrow tables.
+"""Messages on the wire are batches: Python lists, NumPy arrays or Arrow tables, or lazy batches.
 
 Per-record operators see a list of records (Arrow rows become dicts of column name to
 value, Ray Data's convention); vectorised operators (``map_batches``) see the batch in
-the format they ask for, converted only when it is not already in that format.
+the format they ask for, converted only when it is not already in that format. A lazy
+batch (:class:`~raytide.actors.split_text.SplitText`, the words of a text) becomes its
+list of records when asked for them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+
+from raytide.actors.split_text import SplitText
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,13 +38,15 @@ def batch_length(batch: Any) -> int:
         return batch.num_rows
     if isinstance(batch, dict):
         return len(next(iter(batch.values()))) if batch else 0
-    return len(batch)
+    return len(batch)  # a list, an array or a lazy batch
 
 
 def to_records(batch: Any) -> list:
     """The batch as a list of records; Arrow rows and column dicts become dicts per row."""
     if isinstance(batch, list):
         return batch
+    if isinstance(batch, SplitText):
+        return batch.records()
     if is_arrow(batch):
         return batch.to_pylist()
     if isinstance(batch, dict):
@@ -51,6 +57,11 @@ def to_records(batch: Any) -> list:
     return list(batch)
 
 
+def eager(batch: Any) -> Any:
+    """A lazy batch as its list of records; any other batch as it is."""
+    return batch.records() if isinstance(batch, SplitText) else batch
+
+
 def to_format(batch: Any, batch_format: BatchFormat) -> Any:
     """Convert a batch to what a vectorised operator asked for.
 
@@ -58,6 +69,7 @@ def to_format(batch: Any, batch_format: BatchFormat) -> Any:
     arrays (lists of dicts into a dict of column arrays); ``"numpy"`` always gives an
     array or a dict of arrays; ``"pyarrow"`` an Arrow table; ``"list"`` records.
     """
+    batch = eager(batch)
     if batch_format == "list":
         return to_records(batch)
     if batch_format == "pyarrow":
@@ -97,6 +109,7 @@ def _to_numpy(batch: Any) -> Any:
 
 def split_batch(batch: Any, size: int) -> list[Any]:
     """Cut a batch into consecutive pieces of at most ``size`` records (no copy for Arrow)."""
+    batch = eager(batch)
     n = batch_length(batch)
     if n <= size:
         return [batch] if n else []

@@ -32,7 +32,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
-from raytide.actors.batches import batch_length, to_records
+from raytide.actors.batches import batch_length, eager, to_records
 from raytide.actors.channels import BroadcastRouter, ExchangeRouter, PipelineRouter, Router, non_empty
 from raytide.actors.markers import ChannelId, Marker, MarkerRecord
 from raytide.actors.plan import Consumer, PhysicalPlan
@@ -361,7 +361,8 @@ class ReplicaCore:
         stats.batches_in += 1
         stats.records_in += batch_length(batch)
         if vertex in self.vertices:
-            self._run(vertex, time, self.vertices[vertex].on_recv, port, batch, time)
+            target = self.vertices[vertex]
+            self._run(vertex, time, target.on_recv, port, batch if target.takes_lazy_batches else eager(batch), time)
         elif vertex in self.outputs:
             self.outputs[vertex].setdefault(time.epoch, []).extend(to_records(batch))
             self.must_flush = True  # records go with the batch that retires them: at once, for latency

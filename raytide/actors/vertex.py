@@ -28,7 +28,7 @@ One object runs per replica, single-threaded: callbacks never run concurrently.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol
+from typing import Any, ClassVar, Optional, Protocol
 
 from raytide.progress.timestamps import Timestamp
 
@@ -49,6 +49,10 @@ class Vertex:
     """Base class of every dataflow vertex (built-in operators included)."""
 
     _context: Optional[VertexContext] = None
+    #: Whether ``on_recv`` may get a lazy batch (:mod:`raytide.actors.batches`) rather than
+    #: its list of records. Built-in operators that read batches only through that module
+    #: say yes; every other vertex gets what the docstring above promises.
+    takes_lazy_batches: ClassVar[bool] = False
 
     def bind(self, context: VertexContext) -> None:
         """Called by the runtime before any callback; gives the vertex its context."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raytide as rt
+from raytide import operators
 from raytide.actors.plan import compile_plan
 from raytide.actors.replica import ReplicaCore
 from raytide.progress.timestamps import Timestamp
@@ -167,3 +169,57 @@ def test_a_count_combiner_ships_the_reference_counts_per_epoch_whatever_the_key(
     core.push_input("words", ["next"], len(epochs))  # a later epoch ships every earlier one
     shipped = {t.epoch: dict(batch) for t, batch in transport.sent}
     assert shipped == {e: dict(Counter(map(key, words))) for e, words in enumerate(epochs) if words}
+
+
+#: Lines of words and whitespace of every kind, lone surrogates included (Arrow cannot hold those).
+lines = st.text(alphabet=st.one_of(st.sampled_from(" \t\n\x1c\u2028\u3000abc\u00e9"), st.characters()), max_size=15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(epochs=st.lists(st.lists(lines, max_size=6), min_size=1, max_size=3), tally_words=st.sampled_from([1, 4, 1 << 20]))
+def test_word_count_ships_the_reference_counts_per_epoch_however_often_its_tally_is_counted(epochs, tally_words):
+    flow = rt.Dataflow("wordcount")
+    flow.input("words").flat_map(str.split).count_by_key(lambda w: w).output("counts")
+    core, transport = input_core(flow)
+    with mock.patch.object(operators, "TALLY_WORDS", tally_words):
+        for epoch, batch in enumerate(epochs):
+            core.advance_input("words", epoch)
+            for line in batch:  # one batch per line: the tally holds several
+                core.push_input("words", [line], epoch)
+        core.advance_input("words", None)
+    shipped: dict[int, Counter] = {}
+    for time, pairs in transport.sent:
+        shipped.setdefault(time.epoch, Counter()).update(dict(pairs))
+    assert shipped == {e: Counter(" ".join(batch).split()) for e, batch in enumerate(epochs) if " ".join(batch).split()}
+
+
+def test_a_snapshot_of_word_count_holds_the_words_still_waiting_in_its_tally():
+    flow = rt.Dataflow("wordcount")
+    flow.input("words").flat_map(str.split).count_by_key(lambda w: w).output("counts")
+    core, _ = input_core(flow)
+    core.advance_input("words", 0)
+    core.push_input("words", ["a b a", "c \u2028 a"], 0)
+    combiner = next(v for name, v in core.vertices.items() if name.endswith(".combine"))
+    assert combiner.snapshot() == {Timestamp(0): Counter({"a": 3, "b": 1, "c": 1})}
+
+
+class _Lists(rt.Vertex):
+    """A user's vertex: keeps the type of every message it gets."""
+
+    def __init__(self) -> None:
+        self.kinds: list[type] = []
+
+    def on_recv(self, edge, message, time):
+        self.kinds.append(type(message))
+        self.send_by(0, message, time)
+
+
+def test_a_users_vertex_after_flat_map_of_str_split_gets_a_plain_list_of_words():
+    flow = rt.Dataflow("words")
+    flow.input("words").flat_map(str.split).unary(_Lists).output("out")
+    core, transport = input_core(flow)
+    core.advance_input("words", 0)
+    core.push_input("words", ["a b", "c"], 0)
+    (user,) = [v for v in core.vertices.values() if isinstance(v, _Lists)]
+    assert user.kinds == [list]
+    assert [outputs for _, _, outputs in transport.flushes if outputs] == [{"out": {0: ["a", "b", "c"]}}]
