@@ -17,6 +17,12 @@ every result is checked against the other side's:
   actor of both is created and answering first, as in the components benchmark, so the
   clock measures the throughput of the running pipeline from the first read to the last
   count at the driver.
+
+raytide counts the words of ``flat_map(str.split).count_by_key(lambda w: w)`` with
+Arrow's kernels (:mod:`raytide.actors.split_text`), the baseline with ``str.split`` and a
+``Counter``. So the same baseline with its mappers counting with those kernels is timed
+too (``handwritten_arrow_running_s``, actors up): the ratio against it is what raytide's
+runtime costs, with the work itself equal.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ PARAMS = {"lines": 1_000_000, "epochs": 10, "parallelism": 2}
 RATIOS = [
     ("raytide throughput / hand-written throughput, actors up before the clock", "handwritten_running_s", "raytide_running_s"),
     ("raytide throughput / hand-written throughput, start-up included", "handwritten_s", "raytide_s"),
+    ("raytide throughput / hand-written with Arrow's kernels, actors up before the clock", "handwritten_arrow_running_s",
+     "raytide_running_s"),
 ]
 DATA = Path("/tmp/raytide-bench")
 
@@ -68,14 +76,15 @@ def raytide_wordcount(path: Path, lines: int, epochs: int, parallelism: int,
     return result, elapsed, startup, stats
 
 
-def handwritten_wordcount(path: Path, epochs: int, warm: bool) -> tuple[dict, float]:
-    """``(counts per epoch, seconds)`` of the baseline; ``warm``: reducers up before the clock."""
+def handwritten_wordcount(path: Path, epochs: int, warm: bool, counter: str = "python") -> tuple[dict, float]:
+    """``(counts per epoch, seconds)`` of the baseline; ``warm``: reducers up before the clock;
+    ``counter``: how its mappers count (see :func:`bench.baselines.wordcount_ray.wordcount_ray`)."""
     reducers = start_reducers(2, 2) if warm else None
     try:
         if reducers:
             ray.get([r.result.remote() for r in reducers])
         started = time.perf_counter()
-        result = wordcount_ray(path, n_epochs=epochs, reducers=reducers)
+        result = wordcount_ray(path, n_epochs=epochs, reducers=reducers, counter=counter)
         return {e: c for e, c in result.items() if c}, time.perf_counter() - started
     finally:
         for reducer in reducers or ():
@@ -92,13 +101,16 @@ def measure(lines: int, epochs: int, parallelism: int) -> dict[str, float]:
     theirs, handwritten_s = handwritten_wordcount(path, epochs, warm=False)
     time.sleep(SETTLE_S)
     theirs_running, handwritten_running_s = handwritten_wordcount(path, epochs, warm=True)
-    assert ours == ours_running == theirs == theirs_running, "raytide and the baseline disagree"
+    time.sleep(SETTLE_S)
+    theirs_arrow, handwritten_arrow_running_s = handwritten_wordcount(path, epochs, warm=True, counter="arrow")
+    assert ours == ours_running == theirs == theirs_running == theirs_arrow, "raytide and the baseline disagree"
     return {
         "raytide_s": raytide_s,
         "raytide_startup_s": startup_s,
         "handwritten_s": handwritten_s,
         "raytide_running_s": raytide_running_s,
         "handwritten_running_s": handwritten_running_s,
+        "handwritten_arrow_running_s": handwritten_arrow_running_s,
         "raytide_running_lines_per_s": lines / raytide_running_s,
         "progress_batches_per_data_message": stats["progress_batches"] / stats["data_messages"],
     }

@@ -12,7 +12,8 @@ Pipeline (no record ever passes through the driver):
    global line index (a few integers). Meanwhile the reducer actors start.
 2. Each mapper task reads its range in blocks of about ``block_bytes`` (tens of thousands
    of lines), cuts blocks at epoch boundaries and counts the words of every piece into a
-   :class:`Counter` for the current epoch (a map-side combiner). When its part of an epoch
+   :class:`Counter` for the current epoch (a map-side combiner; or, for comparison, with
+   Arrow's kernels, as raytide's word count does: :class:`ArrowCounts`). When its part of an epoch
    ends (or after ``flush_lines`` lines) it shuffles the pre-aggregated counts by
    ``zlib.crc32(word.encode()) % n_reducers``: one remote call per reducer, with a bounded
    number of calls in flight (back-pressure). At the end it closes every epoch at every
@@ -246,6 +247,58 @@ class _Shuffler:
         self._in_flight = []
 
 
+class PythonCounts:
+    """A mapper's pre-aggregation: ``str.split`` and :meth:`Counter.update` (both loops in C)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def add(self, piece: bytes) -> None:
+        """Count the words of ``piece`` (whole lines of UTF-8 text)."""
+        self.counts.update(piece.decode("utf-8").split())
+
+    def take(self) -> dict[str, int]:
+        """The counts so far, and start again from none."""
+        counts, self.counts = self.counts, Counter()
+        return counts
+
+
+class ArrowCounts:
+    """A mapper's pre-aggregation in Arrow's C++ kernels: split, then ``value_counts`` at the flush.
+
+    Arrow's whitespace is ``str.split``'s; its splits also give empty tokens where
+    whitespace begins or ends a piece, which are no words and are dropped.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: list[Any] = []
+
+    def add(self, piece: bytes) -> None:
+        """Split ``piece`` (whole lines of UTF-8 text) into tokens, to be counted at :meth:`take`."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        piece.decode("utf-8")  # the same check of the encoding as PythonCounts makes
+        offsets = pa.py_buffer(np.array([0, len(piece)], dtype=np.int64))
+        text = pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(piece)])
+        self.tokens.append(pc.utf8_split_whitespace(text).flatten())
+
+    def take(self) -> dict[str, int]:
+        """The counts of the tokens so far, and start again from none."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        tally = pc.value_counts(pa.chunked_array(self.tokens, type=pa.large_string()))
+        self.tokens = []
+        counts = dict(zip(tally.field(0).to_pylist(), tally.field(1).to_pylist()))
+        counts.pop("", None)
+        return counts
+
+
+#: How a mapper pre-aggregates, by name.
+COUNTERS = {"python": PythonCounts, "arrow": ArrowCounts}
+
+
 @ray.remote
 def map_range(
     path: str,
@@ -257,6 +310,7 @@ def map_range(
     block_bytes: int,
     flush_lines: int,
     max_in_flight: int,
+    counter: str = "python",
 ) -> int:
     """Count the words of byte range ``index`` and shuffle them to the reducers.
 
@@ -274,25 +328,26 @@ def map_range(
         block_bytes: Approximate bytes read per block.
         flush_lines: Maximum lines pre-aggregated before a shuffle.
         max_in_flight: Unacknowledged reducer calls allowed before waiting.
+        counter: How to pre-aggregate, a key of :data:`COUNTERS`.
 
     Returns:
         The number of ``add`` calls made to reducers.
     """
     shuffler = _Shuffler(reducers, max_in_flight)
-    counts: Counter[str] = Counter()
+    counts = COUNTERS[counter]()
     current, pending = -1, 0
     with open(path, "rb") as f:
         start, end = byte_range(f, index, n_mappers)
         blocks = iter_blocks(f, start, end, block_bytes)
         for epoch, piece in iter_epoch_pieces(blocks, first_line, bounds):
-            if (epoch != current or pending >= flush_lines) and counts:
-                shuffler.send(current, counts)
-                counts, pending = Counter(), 0
+            if (epoch != current or pending >= flush_lines) and pending:
+                shuffler.send(current, counts.take())
+                pending = 0
             current = epoch
-            counts.update(piece.decode("utf-8").split())
+            counts.add(piece)
             pending += count_lines(piece)
-    if counts:
-        shuffler.send(current, counts)
+    if pending:
+        shuffler.send(current, counts.take())
     shuffler.close_all(len(bounds) - 1)
     return shuffler.calls
 
@@ -314,6 +369,7 @@ def wordcount_ray(
     flush_lines: int = DEFAULT_FLUSH_LINES,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     reducers: Optional[list[ray.actor.ActorHandle]] = None,
+    counter: str = "python",
 ) -> WordCounts:
     """Word count per epoch with Ray (mapper tasks, reducer actors); the caller times it.
 
@@ -331,6 +387,9 @@ def wordcount_ray(
         max_in_flight: Unacknowledged reducer calls a mapper may have before it waits.
         reducers: ``n_reducers`` fresh reducers from :func:`start_reducers` (the caller kills
             them), to leave their start-up out of the time.
+        counter: How mappers pre-aggregate: ``"python"`` (:class:`PythonCounts`, the
+            baseline) or ``"arrow"`` (:class:`ArrowCounts`, the kernels raytide's word
+            count uses).
 
     Returns:
         ``{epoch: {word: count}}`` for ``epoch`` in ``range(n_epochs)``.
@@ -347,7 +406,8 @@ def wordcount_ray(
         firsts = np.cumsum([0, *line_counts[:-1]]).tolist()
         ray.get(
             [
-                map_range.remote(path, i, n_mappers, first, bounds, reducers, block_bytes, flush_lines, max_in_flight)
+                map_range.remote(path, i, n_mappers, first, bounds, reducers, block_bytes, flush_lines, max_in_flight,
+                                 counter)
                 for i, first in enumerate(firsts)
             ]
         )

@@ -131,10 +131,12 @@ def test_mandelbrot_row_known_pixels() -> None:
     ("n_mappers", "n_reducers", "block_bytes", "flush_lines", "n_epochs"),
     [(2, 2, 1 << 20, 200_000, 10), (3, 1, 1_000, 250, 7), (1, 3, 4_096, 100_000, 1)],
 )
+@pytest.mark.parametrize("counter", ["python", "arrow"])
 def test_wordcount_ray_matches_reference(
-    ray_session, zipf_text: Path, n_mappers: int, n_reducers: int, block_bytes: int, flush_lines: int, n_epochs: int
+    ray_session, zipf_text: Path, n_mappers: int, n_reducers: int, block_bytes: int, flush_lines: int, n_epochs: int,
+    counter: str,
 ) -> None:
-    got = wordcount_ray(zipf_text, n_epochs, n_mappers, n_reducers, block_bytes, flush_lines)
+    got = wordcount_ray(zipf_text, n_epochs, n_mappers, n_reducers, block_bytes, flush_lines, counter=counter)
     assert got == wordcount_reference(zipf_text, n_epochs)
 
 
@@ -150,8 +152,9 @@ def test_wordcount_ray_with_reducers_started_by_the_caller_leaves_them_running(r
 
 
 @pytest.mark.ray
-def test_wordcount_ray_odd_text_and_empty_epochs(ray_session, odd_text: Path) -> None:
-    got = wordcount_ray(odd_text, n_epochs=8, n_mappers=2, n_reducers=2, block_bytes=8)
+@pytest.mark.parametrize("counter", ["python", "arrow"])
+def test_wordcount_ray_odd_text_and_empty_epochs(ray_session, odd_text: Path, counter: str) -> None:
+    got = wordcount_ray(odd_text, n_epochs=8, n_mappers=2, n_reducers=2, block_bytes=8, counter=counter)
     expected = wordcount_reference(odd_text, n_epochs=8)
     assert got == expected and list(got) == list(range(8)) and {} in got.values()
 
