@@ -184,7 +184,7 @@ class KeyedCount(_PerTimeAggregate):
         self._bound(acc, time)
 
     def _tally(self, time: Timestamp, text: SplitText) -> bool:
-        """Hand the words of ``text`` to the tally of ``time``; False when Arrow cannot hold them."""
+        """Hand the words of ``text`` to the tally of ``time``; False when the tally refuses them."""
         tally = self.tallies.setdefault(time, WordTally())
         if not tally.add(text):
             return False

@@ -34,6 +34,10 @@ _ASCII_WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 _SEPARATORS = "\x1c\x1d\x1e\x1f"
 #: A tally counts the words it holds once it holds this many, which bounds its memory.
 TALLY_WORDS = 1 << 20
+#: Shorter texts are counted faster in Python: a call into Arrow costs 10-15 µs, and on the
+#: 2-core machine Arrow overtook ``str.split`` and ``Counter.update`` at about 2,000 characters
+#: (350 words; 50 words took 15 µs in Arrow and 4 µs in Python, 5,000 words 170 and 370 µs).
+TALLY_MIN_CHARS = 2048
 
 
 class SplitText:
@@ -104,8 +108,9 @@ class WordTally:
         self.size = 0
 
     def add(self, batch: SplitText) -> bool:
-        """Keep the words of ``batch``; False (nothing kept) when Arrow cannot hold its text."""
-        tokens = batch.tokens()
+        """Keep the words of ``batch``; False (nothing kept: count them yourself) when its text
+        is shorter than :data:`TALLY_MIN_CHARS` or Arrow cannot hold it."""
+        tokens = batch.tokens() if len(batch.text) >= TALLY_MIN_CHARS else None
         if tokens is None:
             return False
         self.chunks.append(tokens)

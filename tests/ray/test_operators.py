@@ -44,6 +44,22 @@ def test_word_count_matches_reference(ray_session, parallelism):
     assert {e: sorted(r) for e, r in result.items()} == expected
 
 
+def test_word_count_of_long_batches_counted_in_arrow_matches_reference(ray_session):
+    # batches of 500 lines join into texts far above TALLY_MIN_CHARS: counted by the Arrow tally,
+    # with every kind of whitespace str.split knows (\x1c only it, \u3000 Unicode's) and non-ASCII words
+    words = ["the", "fox", "\u00e9t\u00e9", "\u4e2d\u6587", "a", "b"]
+    spaces = [" ", "\t", "  ", "\x1c", "\u3000"]
+    epochs = [[spaces[(i + e) % 5].join(words[(i * k + e) % 6] for k in range(1, 9)) for i in range(1500)]
+              for e in range(3)]
+    flow = rt.Dataflow("wordcount")
+    flow.input("lines").flat_map(str.split).count_by_key(lambda w: w).output("out")
+    with rt.run(flow, inputs={"lines": epochs}, parallelism=2, batch_size=500) as job:
+        job.wait(timeout=120)
+        result = job.collect("out")
+    assert {e: sorted(r) for e, r in result.items()} == {
+        e: sorted(Counter(w for line in lines for w in line.split()).items()) for e, lines in enumerate(epochs)}
+
+
 def test_a_job_can_wait_until_all_its_actors_are_up_before_any_input(ray_session):
     flow = rt.Dataflow("ready")
     flow.input("lines").flat_map(str.split).count_by_key(lambda w: w).output("out")

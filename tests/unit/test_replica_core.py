@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import raytide as rt
 from raytide import operators
+from raytide.actors import split_text
 from raytide.actors.plan import compile_plan
 from raytide.actors.replica import ReplicaCore
 from raytide.progress.timestamps import Timestamp
@@ -176,12 +177,13 @@ lines = st.text(alphabet=st.one_of(st.sampled_from(" \t\n\x1c\u2028\u3000abc\u00
 
 
 @settings(max_examples=40, deadline=None)
-@given(epochs=st.lists(st.lists(lines, max_size=6), min_size=1, max_size=3), tally_words=st.sampled_from([1, 4, 1 << 20]))
-def test_word_count_ships_the_reference_counts_per_epoch_however_often_its_tally_is_counted(epochs, tally_words):
+@given(epochs=st.lists(st.lists(lines, max_size=6), min_size=1, max_size=3), tally_words=st.sampled_from([1, 4, 1 << 20]),
+       min_chars=st.sampled_from([0, 12, split_text.TALLY_MIN_CHARS]))
+def test_word_count_ships_the_reference_counts_per_epoch_however_often_its_tally_is_counted(epochs, tally_words, min_chars):
     flow = rt.Dataflow("wordcount")
     flow.input("words").flat_map(str.split).count_by_key(lambda w: w).output("counts")
     core, transport = input_core(flow)
-    with mock.patch.object(operators, "TALLY_WORDS", tally_words):
+    with mock.patch.object(operators, "TALLY_WORDS", tally_words), mock.patch.object(split_text, "TALLY_MIN_CHARS", min_chars):
         for epoch, batch in enumerate(epochs):
             core.advance_input("words", epoch)
             for line in batch:  # one batch per line: the tally holds several
@@ -198,7 +200,8 @@ def test_a_snapshot_of_word_count_holds_the_words_still_waiting_in_its_tally():
     flow.input("words").flat_map(str.split).count_by_key(lambda w: w).output("counts")
     core, _ = input_core(flow)
     core.advance_input("words", 0)
-    core.push_input("words", ["a b a", "c \u2028 a"], 0)
+    with mock.patch.object(split_text, "TALLY_MIN_CHARS", 0):
+        core.push_input("words", ["a b a", "c \u2028 a"], 0)
     combiner = next(v for name, v in core.vertices.items() if name.endswith(".combine"))
     assert combiner.snapshot() == {Timestamp(0): Counter({"a": 3, "b": 1, "c": 1})}
 

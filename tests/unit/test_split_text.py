@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
+from unittest import mock
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from raytide.actors.batches import batch_length, eager, split_batch, to_format, to_records
-from raytide.actors.split_text import SplitText, WordTally
+from raytide.actors import split_text
+from raytide.actors.split_text import TALLY_MIN_CHARS, SplitText, WordTally
 
 #: Every character str.split() splits at, some of which Arrow's ASCII kernel does not (\x1c-\x1f).
 WHITESPACE = [chr(c) for c in range(0x110000) if chr(c).isspace()]
@@ -39,10 +41,11 @@ def test_the_length_counted_first_agrees_with_the_words_split_later(text):
 @given(st.lists(texts, max_size=6))
 def test_a_tally_counts_exactly_the_words_str_split_finds(batch_texts):
     tally, counts, unheld = WordTally(), Counter({"already": 2}), Counter()
-    for text in batch_texts:
-        if not tally.add(SplitText(text)):
-            unheld.update(text.split())  # Arrow cannot hold it: the caller counts it itself
-    tally.count_into(counts)
+    with mock.patch.object(split_text, "TALLY_MIN_CHARS", 0):  # the short texts of the test go to Arrow too
+        for text in batch_texts:
+            if not tally.add(SplitText(text)):
+                unheld.update(text.split())  # Arrow cannot hold it: the caller counts it itself
+        tally.count_into(counts)
     expected = Counter({"already": 2})
     for text in batch_texts:
         expected.update(text.split())
@@ -50,10 +53,15 @@ def test_a_tally_counts_exactly_the_words_str_split_finds(batch_texts):
     assert tally.size == 0 and tally.chunks == [], "a tally holds nothing once counted"
 
 
-def test_only_a_text_arrow_cannot_hold_is_refused():
+def test_a_tally_refuses_a_text_arrow_cannot_hold_and_a_short_one():
+    long = "a \u2028 b " * TALLY_MIN_CHARS
     assert SplitText("a \ud800 b").tokens() is None, "a lone surrogate is no UTF-8"
-    assert not WordTally().add(SplitText("a \ud800 b"))
-    assert WordTally().add(SplitText("a \u2028 b"))
+    assert not WordTally().add(SplitText(long + "\ud800"))
+    assert not WordTally().add(SplitText(long[: TALLY_MIN_CHARS - 1])), "counted faster in Python"
+    tally, counts = WordTally(), Counter()
+    assert tally.add(SplitText(long[:TALLY_MIN_CHARS]))
+    tally.count_into(counts)
+    assert counts == Counter(long[:TALLY_MIN_CHARS].split())
 
 
 @given(texts)
