@@ -16,7 +16,7 @@ from types import FunctionType
 from typing import Any, Callable, Hashable, Iterable, Optional, Union
 
 from raytide.actors.batches import batch_length, to_records
-from raytide.actors.split_text import TALLY_WORDS, SplitText, WordTally
+from raytide.actors.split_text import SplitText, WordTally
 from raytide.actors.vertex import Vertex
 from raytide.progress.timestamps import Timestamp
 
@@ -167,7 +167,7 @@ class KeyedCount(_PerTimeAggregate):
     (:func:`is_identity`) not even the key function is called per record, and the words
     of a :class:`SplitText` (``flat_map(str.split)``) are counted in Arrow by a
     :class:`WordTally` per timestamp, which adds its counts to the accumulator once it
-    holds :data:`TALLY_WORDS` words and whenever the accumulator is read.
+    is full and whenever the accumulator is read.
     """
 
     def __init__(self, key_of: Callable[[Any], Hashable], max_keys: Optional[int] = None) -> None:
@@ -185,10 +185,12 @@ class KeyedCount(_PerTimeAggregate):
 
     def _tally(self, time: Timestamp, text: SplitText) -> bool:
         """Hand the words of ``text`` to the tally of ``time``; False when the tally refuses them."""
-        tally = self.tallies.setdefault(time, WordTally())
+        tally = self.tallies.get(time)
+        if tally is None:
+            tally = self.tallies[time] = WordTally()
         if not tally.add(text):
             return False
-        if tally.size >= TALLY_WORDS:
+        if tally.full:
             self._gather(time)
         return True
 

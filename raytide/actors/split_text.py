@@ -117,6 +117,11 @@ class WordTally:
         self.size += len(tokens)
         return True
 
+    @property
+    def full(self) -> bool:
+        """Whether it holds :data:`TALLY_WORDS` words or more: time to count them."""
+        return self.size >= TALLY_WORDS
+
     def count_into(self, counts: Counter) -> None:
         """Add the count of every word held to ``counts``, and hold nothing any more."""
         if not self.size:

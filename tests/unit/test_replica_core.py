@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raytide as rt
-from raytide import operators
 from raytide.actors import split_text
 from raytide.actors.plan import compile_plan
 from raytide.actors.replica import ReplicaCore
@@ -183,7 +182,7 @@ def test_word_count_ships_the_reference_counts_per_epoch_however_often_its_tally
     flow = rt.Dataflow("wordcount")
     flow.input("words").flat_map(str.split).count_by_key(lambda w: w).output("counts")
     core, transport = input_core(flow)
-    with mock.patch.object(operators, "TALLY_WORDS", tally_words), mock.patch.object(split_text, "TALLY_MIN_CHARS", min_chars):
+    with mock.patch.object(split_text, "TALLY_WORDS", tally_words), mock.patch.object(split_text, "TALLY_MIN_CHARS", min_chars):
         for epoch, batch in enumerate(epochs):
             core.advance_input("words", epoch)
             for line in batch:  # one batch per line: the tally holds several
