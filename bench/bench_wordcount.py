@@ -19,7 +19,7 @@ every result is checked against the other side's:
   count at the driver.
 
 raytide counts the words of ``flat_map(str.split).count_by_key(lambda w: w)`` with
-Arrow's kernels (:mod:`raytide.actors.split_text`), the baseline with ``str.split`` and a
+Arrow's kernels (:mod:`raytide.core.split_text`), the baseline with ``str.split`` and a
 ``Counter``. So the same baseline with its mappers counting with those kernels is timed
 too (``handwritten_arrow_running_s``, actors up): the ratio against it is what raytide's
 runtime costs, with the work itself equal.

@@ -7,11 +7,11 @@ use, so ``import raytide`` stays cheap and the pure modules stay free of Ray.
 from typing import Any
 
 from raytide.actors.replica import UserCodeError as UserCodeError
-from raytide.actors.vertex import Vertex as Vertex
-from raytide.dataflow import Dataflow as Dataflow
-from raytide.dataflow import Loop as Loop
-from raytide.dataflow import Probe as Probe
-from raytide.dataflow import Stream as Stream
+from raytide.core.vertex import Vertex as Vertex
+from raytide.core.dataflow import Dataflow as Dataflow
+from raytide.core.dataflow import Loop as Loop
+from raytide.core.dataflow import Probe as Probe
+from raytide.core.dataflow import Stream as Stream
 from raytide.errors import GraphError as GraphError
 from raytide.errors import ProgressError as ProgressError
 from raytide.errors import RaytideError as RaytideError

@@ -1,16 +1,40 @@
-"""Pure modules import without Ray: the algorithms stay testable and the actors stay thin."""
+"""The layers of ../shared/DESIGN.md, pinned: which package may import which, which modules
+stay free of Ray, and the public API of the package and of every subpackage."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+PACKAGE = Path(__file__).resolve().parents[1] / "raytide"
+
+#: Which raytide packages each package may import (besides itself). A top-level module
+#: other than ``errors`` (``raytide/__init__.py`` and the old import paths kept working)
+#: is the public face and may import anything; nothing may import it.
+ALLOWED: dict[str, frozenset[str]] = {
+    "errors": frozenset(),
+    "progress": frozenset({"errors"}),
+    "core": frozenset({"errors", "progress"}),
+    "snapshots": frozenset({"errors", "progress", "core"}),
+    "autoscale": frozenset({"errors", "progress", "core"}),
+    "sources": frozenset({"errors", "progress", "core"}),
+    "actors": frozenset({"errors", "progress", "core", "snapshots", "autoscale", "sources"}),
+    "integrations": frozenset({"errors", "progress", "core", "sources", "actors"}),
+}
+PUBLIC_FACE = "the public face"
+
+#: Modules that must import without Ray: the logical model and every pure algorithm.
 PURE = [
     "raytide",
-    "raytide.dataflow",
-    "raytide.operators",
+    "raytide.core",
+    "raytide.core.dataflow",
+    "raytide.core.operators",
+    "raytide.core.routing",
     "raytide.progress",
     "raytide.progress.tracker",
     "raytide.progress.publisher",
@@ -18,7 +42,6 @@ PURE = [
     "raytide.progress.outputs",
     "raytide.actors.replica",
     "raytide.actors.plan",
-    "raytide.actors.channels",
     "raytide.actors.markers",
     "raytide.snapshots",
     "raytide.snapshots.barriers",
@@ -26,6 +49,80 @@ PURE = [
     "raytide.sources",
     "raytide.integrations.records",
 ]
+
+
+def layer_of(module: str) -> str:
+    """``raytide.core.dataflow`` -> ``core``; top-level modules other than errors are the public face."""
+    parts = module.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()):
+        return parts[1]
+    return "errors" if parts[-1] == "errors" else PUBLIC_FACE
+
+
+def module_name(path: Path, root: Path) -> str:
+    relative = path.relative_to(root.parent).with_suffix("")
+    parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
+    return ".".join(parts)
+
+
+def raytide_imports(source: str, module: str) -> set[str]:
+    """Every ``raytide`` module ``source`` imports, lazy imports inside functions included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "raytide")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the importing package (a package is its own)
+                parts = module.split(".")
+                is_package = PACKAGE.parent.joinpath(*parts).is_dir()
+                base = parts[: len(parts) - node.level + is_package]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == "raytide":
+                found.add(target)
+    return found
+
+
+def violations(sources: dict[str, str]) -> list[str]:
+    """Imports that run against :data:`ALLOWED`, for modules given as ``{name: source}``."""
+    wrong = []
+    for module, source in sorted(sources.items()):
+        layer = layer_of(module)
+        for target in sorted(raytide_imports(source, module)):
+            target_layer = layer_of(target) if target != "raytide" else PUBLIC_FACE
+            if layer == PUBLIC_FACE or target_layer == layer:
+                continue
+            if target_layer not in ALLOWED.get(layer, frozenset()):
+                wrong.append(f"{module} ({layer}) imports {target} ({target_layer})")
+    return wrong
+
+
+def package_sources() -> dict[str, str]:
+    return {module_name(p, PACKAGE): p.read_text() for p in PACKAGE.rglob("*.py")}
+
+
+def test_imports_run_one_way():
+    assert violations(package_sources()) == []
+
+
+def test_every_package_has_a_row_in_the_table():
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(ALLOWED) - {"errors"}
+
+
+@pytest.mark.parametrize(("module", "planted"), [
+    ("raytide.core.dataflow", "from raytide.actors.runtime import Job"),
+    ("raytide.progress.tracker", "import raytide.core.batches"),
+    ("raytide.core.routing", "from raytide.autoscale.policies import RatePolicy"),
+    ("raytide.sources.text", "from raytide import Dataflow"),
+    ("raytide.actors.replica", "from raytide.integrations import records"),
+    ("raytide.core.keygroups", "from ..actors import plan"),
+])
+def test_a_planted_back_up_import_is_caught(module, planted):
+    sources = package_sources()
+    sources[module] += f"\n\ndef _planted():\n    {planted}\n"
+    assert len(violations(sources)) == 1
 
 
 @pytest.mark.parametrize("module", PURE)
@@ -42,3 +139,49 @@ def test_public_api():
         "Stream", "Timestamp", "UserCodeError", "Vertex", "run",
     ]
     assert callable(raytide.run)
+
+
+SUBPACKAGE_API = {
+    "raytide.core": ["Dataflow", "Loop", "Probe", "Stream", "Vertex", "VertexContext"],
+    "raytide.actors": ["Vertex", "VertexContext"],
+    "raytide.progress": [
+        "Antichain", "ChangeBatch", "Edge", "GraphBuilder", "Location", "MutableAntichain", "PathSummary",
+        "ProgressGraph", "Timestamp", "Tracker", "VertexShape",
+    ],
+    "raytide.snapshots": [
+        "BarrierAligner", "DEFAULT_PRIOR_FAILURES", "DEFAULT_PRIOR_RATE", "Decision", "DurationEstimator",
+        "FailureRateEstimator", "ForwardBarrier", "IntervalTuner", "Release", "SnapshotComplete", "TakeSnapshot",
+        "lambert_w0", "optimal_interval", "utilization",
+    ],
+    "raytide.autoscale": [
+        "DEFAULT_KEY_GROUPS", "FilePolicy", "JobStats", "KeyGroupAssignment", "KeyGroupMove", "RatePolicy",
+        "ReplicaStats", "ScalingDecision", "ScalingPolicy", "Streak", "ThresholdPolicy", "VertexStats",
+        "apply_cooldown", "cap_by_free_cpus", "clamp", "combine", "ignore_small_changes", "key_group",
+        "record_changes", "require_persistence",
+    ],
+    "raytide.sources": ["ArrowDatasetSource", "TextFileSource"],
+}
+
+
+@pytest.mark.parametrize("package", sorted(SUBPACKAGE_API))
+def test_subpackage_api(package):
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == sorted(SUBPACKAGE_API[package])
+    for name in module.__all__:
+        assert getattr(module, name) is not None
+
+
+OLD_IMPORT_PATHS = [
+    ("raytide.dataflow", "Dataflow"),
+    ("raytide.dataflow", "Stream"),
+    ("raytide.actors.vertex", "Vertex"),
+    ("raytide.autoscale.keygroups", "KeyGroupAssignment"),
+    ("raytide.integrations.spark", "from_spark"),
+    ("raytide.integrations.spark", "to_spark"),
+    ("raytide.integrations.ray_data", "from_dataset"),
+]
+
+
+@pytest.mark.parametrize(("module", "name"), OLD_IMPORT_PATHS)
+def test_public_import_paths_keep_working(module, name):
+    assert getattr(importlib.import_module(module), name) is not None

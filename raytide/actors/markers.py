@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from raytide.autoscale.keygroups import KeyGroupAssignment
+from raytide.core.keygroups import KeyGroupAssignment
 
 #: A channel into a vertex input: (source vertex, source output, sender replica, target port).
 ChannelId = tuple[str, int, int, int]

@@ -1,4 +1,4 @@
-"""Compiling a logical :class:`~raytide.dataflow.Dataflow` into a physical plan.
+"""Compiling a logical :class:`~raytide.core.dataflow.Dataflow` into a physical plan.
 
 The plan fixes every vertex's parallelism, validates the graph (through the progress
 graph builder, which rejects cycles outside loop contexts), and fuses vertices into
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from raytide.dataflow import Channel, Dataflow, LogicalVertex
+from raytide.core.dataflow import Channel, Dataflow, LogicalVertex
 from raytide.errors import GraphError
 from raytide.progress.graph import GraphBuilder, ProgressGraph
 from raytide.progress.reachability import Location

@@ -32,11 +32,11 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
-from raytide.actors.batches import batch_length, eager, to_records
-from raytide.actors.channels import BroadcastRouter, ExchangeRouter, PipelineRouter, Router, non_empty
+from raytide.core.batches import batch_length, eager, to_records
+from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Router, non_empty
 from raytide.actors.markers import ChannelId, Marker, MarkerRecord
 from raytide.actors.plan import Consumer, PhysicalPlan
-from raytide.actors.vertex import Vertex
+from raytide.core.vertex import Vertex
 from raytide.errors import ProgressError, RaytideError
 from raytide.progress.change_batch import ChangeBatch
 from raytide.progress.publisher import Interests, answers
@@ -100,7 +100,7 @@ class VertexStats:
 
 
 class _Context:
-    """The :class:`~raytide.actors.vertex.VertexContext` of one hosted vertex."""
+    """The :class:`~raytide.core.vertex.VertexContext` of one hosted vertex."""
 
     def __init__(self, core: ReplicaCore, vertex: str, replica: int, parallelism: int) -> None:
         self.core, self.vertex, self.replica, self.parallelism = core, vertex, replica, parallelism

@@ -23,12 +23,12 @@ from typing import Any, Iterator, Optional
 import ray
 
 from raytide.actors.allocator import check_pretouch
-from raytide.actors.batches import split_batch
+from raytide.core.batches import split_batch
 from raytide.actors.markers import Marker
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.vertex_actor import VertexActor
 from raytide.actors.wire import pack, pack_records, unpack_records
-from raytide.dataflow import Dataflow, Probe
+from raytide.core.dataflow import Dataflow, Probe
 from raytide.errors import GraphError, RaytideError
 from raytide.progress.actor import ProgressActor
 from raytide.progress.reachability import Location
@@ -40,13 +40,6 @@ logger = logging.getLogger(__name__)
 SETUP_TIMEOUT = 120.0
 #: How long tearing a job down waits for its actors' processes to exit.
 TEARDOWN_TIMEOUT = 10.0
-
-
-@ray.remote(num_cpus=0.5)
-def _records_to_table(blob: bytes, output: str, epoch: int) -> Any:
-    from raytide.integrations.records import records_to_table
-
-    return records_to_table(unpack_records(blob), vertex=output, epoch=epoch)
 
 
 class JobTimeout(RaytideError, TimeoutError):
@@ -378,7 +371,7 @@ class Job:
             self._pump(0)
         return {epoch: self._records(name, epoch) for epoch in sorted(self._results[name])}
 
-    def _output_parts(self, name: str) -> dict[int, list]:
+    def output_parts(self, name: str) -> dict[int, list]:
         """The packed record lists of output ``name`` per completed epoch (object refs or inline blobs).
 
         Large epochs stay in the object store where the sinks put them. After the job is
@@ -400,18 +393,6 @@ class Job:
         """The raw counters of every replica (including what each saw at each marker)."""
         keys = list(self.actors)
         return dict(zip(keys, ray.get([self.actors[k].stats.remote() for k in keys], timeout=60)))
-
-    def output_tables(self, name: str) -> dict[int, list]:
-        """Object refs of Arrow tables of output ``name`` per completed epoch, converted by Ray tasks.
-
-        Tuple records become columns ``_1, _2, ...``, dict records named columns (see
-        :func:`raytide.integrations.records.records_to_table`); no record passes through
-        the driver unless it was small enough to travel inline.
-        """
-        return {
-            epoch: [_records_to_table.remote(part, name, epoch) for part in parts]
-            for epoch, parts in self._output_parts(name).items()
-        }
 
     def frontier(self, probe: Probe) -> list[Timestamp]:
         """How far the probed stream has progressed: the timestamps that may still arrive there."""

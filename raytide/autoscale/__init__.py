@@ -8,10 +8,10 @@ from .controls import combine as combine
 from .controls import ignore_small_changes as ignore_small_changes
 from .controls import record_changes as record_changes
 from .controls import require_persistence as require_persistence
-from .keygroups import DEFAULT_KEY_GROUPS as DEFAULT_KEY_GROUPS
-from .keygroups import KeyGroupAssignment as KeyGroupAssignment
-from .keygroups import KeyGroupMove as KeyGroupMove
-from .keygroups import key_group as key_group
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS as DEFAULT_KEY_GROUPS
+from raytide.core.keygroups import KeyGroupAssignment as KeyGroupAssignment
+from raytide.core.keygroups import KeyGroupMove as KeyGroupMove
+from raytide.core.keygroups import key_group as key_group
 from .policies import FilePolicy as FilePolicy
 from .policies import RatePolicy as RatePolicy
 from .policies import ScalingDecision as ScalingDecision

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 import ray
 
+from raytide.actors.wire import unpack_records
 from raytide.errors import SparkIntegrationError
 from raytide.integrations import records
 
@@ -641,8 +642,26 @@ def from_spark(frames: DataFrame | Iterable[DataFrame], epoch_column: str | None
 class OutputJob(Protocol):
     """What :func:`to_spark` needs from a job handle."""
 
-    def output_tables(self, output_name: str) -> dict[int, list[ray.ObjectRef]]:
-        """ObjectRefs to ``pyarrow.Table`` blocks of an output's records, per epoch."""
+    def output_parts(self, name: str) -> dict[int, list]:
+        """An output's packed record lists per completed epoch (object refs or inline blobs)."""
+
+
+@ray.remote(num_cpus=TASK_CPUS)
+def _records_to_table(blob: bytes, output: str, epoch: int) -> pa.Table:
+    return records.records_to_table(unpack_records(blob), vertex=output, epoch=epoch)
+
+
+def output_tables(job: OutputJob, output_name: str) -> dict[int, list[ray.ObjectRef]]:
+    """Object refs of Arrow tables of a job's output per completed epoch, converted by Ray tasks.
+
+    Tuple records become columns ``_1, _2, ...``, dict records named columns (see
+    :func:`raytide.integrations.records.records_to_table`); no record passes through
+    the driver unless it was small enough to travel inline.
+    """
+    return {
+        epoch: [_records_to_table.remote(part, output_name, epoch) for part in parts]
+        for epoch, parts in job.output_parts(output_name).items()
+    }
 
 
 @ray.remote(num_cpus=TASK_CPUS)
@@ -764,10 +783,10 @@ def to_spark(
     spark: SparkSession | None = None,
     epoch_column: str = EPOCH_COLUMN,
 ) -> DataFrame:
-    """A job's output as a Spark DataFrame: :func:`tables_to_spark` of ``job.output_tables(output_name)``.
+    """A job's output as a Spark DataFrame: :func:`tables_to_spark` of :func:`output_tables`.
 
     Args:
-        job: Anything with ``output_tables(output_name) -> {epoch: [ObjectRef to pyarrow.Table]}``.
+        job: The running (or finished) job.
         output_name: The sink's name.
         epoch: One epoch (no epoch column), or None for all with an epoch column.
         spark: The RayDP session; default :func:`active_spark`.
@@ -776,4 +795,4 @@ def to_spark(
     Returns:
         The DataFrame.
     """
-    return tables_to_spark(job.output_tables(output_name), spark=spark, epoch=epoch, epoch_column=epoch_column)
+    return tables_to_spark(output_tables(job, output_name), spark=spark, epoch=epoch, epoch_column=epoch_column)

@@ -8,7 +8,7 @@ import pytest
 
 import raytide as rt
 from raytide.actors.markers import Marker
-from raytide.autoscale.keygroups import KeyGroupAssignment
+from raytide.core.keygroups import KeyGroupAssignment
 
 pytestmark = pytest.mark.ray
 

@@ -8,6 +8,7 @@ import warnings
 import pyarrow as pa
 import pytest
 
+from raytide.actors.wire import pack_records
 from raytide.errors import SparkIntegrationError
 from raytide.integrations.records import records_to_table, table_to_records
 from raytide.integrations.spark import (
@@ -262,26 +263,22 @@ def test_a_list_of_dataframes_replays_from_an_epoch(ray_session, spark):
 
 
 class SinkOutputs:
-    """Stand-in for a job handle: holds what sink replicas wrote, per epoch (plain data, no Ray or Spark inside)."""
+    """Stand-in for a job handle: holds what sink replicas wrote, per epoch, packed as the wire packs them."""
 
-    def __init__(self, name, refs_by_epoch):
+    def __init__(self, name, records_by_epoch):
         self.name = name
-        self.refs_by_epoch = refs_by_epoch
+        self.parts = {epoch: [pack_records(part) for part in parts] for epoch, parts in records_by_epoch.items()}
 
-    def output_tables(self, output_name):
-        assert output_name == self.name
-        return self.refs_by_epoch
+    def output_parts(self, name):
+        assert name == self.name
+        return self.parts
 
 
 @pytest.mark.spark
 def test_to_spark_adds_an_epoch_column_for_several_epochs(ray_session, spark):
-    put = ray_session.put
     job = SinkOutputs(
         "counts",
-        {
-            1: [put(pa.table({"word": ["b", "c"], "n": [2, 3]})), put(records_to_table([], vertex="sink", epoch=1))],
-            0: [put(records_to_table([{"word": "a", "n": 1}], vertex="sink", epoch=0))],
-        },
+        {1: [[{"word": "b", "n": 2}, {"word": "c", "n": 3}], []], 0: [[{"word": "a", "n": 1}]]},
     )
     every = to_spark(job, "counts")
     assert every.columns == ["word", "n", "epoch"]

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytide.autoscale import keygroups
-from raytide.autoscale.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, KeyGroupMove, key_group, key_groups_of
+from raytide.core import keygroups
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, KeyGroupMove, key_group, key_groups_of
 from raytide.errors import RescaleError
 
 FULL_HASH = 2**64  # with this many groups, key_group returns the whole 8-byte digest

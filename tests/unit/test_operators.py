@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.actors.batches import to_records
-from raytide.operators import KeyedMerge, flat_map_batch, is_identity
+from raytide.core.batches import to_records
+from raytide.core.operators import KeyedMerge, flat_map_batch, is_identity
 from raytide.progress.timestamps import Timestamp
 
 Y = "a global"

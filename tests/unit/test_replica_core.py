@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raytide as rt
-from raytide.actors import split_text
+from raytide.core import split_text
 from raytide.actors.plan import compile_plan
 from raytide.actors.replica import ReplicaCore
 from raytide.progress.timestamps import Timestamp

@@ -3,7 +3,7 @@
 Per-record operators see a list of records (Arrow rows become dicts of column name to
 value, Ray Data's convention); vectorised operators (``map_batches``) see the batch in
 the format they ask for, converted only when it is not already in that format. A lazy
-batch (:class:`~raytide.actors.split_text.SplitText`, the words of a text) becomes its
+batch (:class:`~raytide.core.split_text.SplitText`, the words of a text) becomes its
 list of records when asked for them.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from raytide.actors.split_text import SplitText
+from raytide.core.split_text import SplitText
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -16,8 +16,8 @@ from typing import Any, Callable, Hashable, Optional, Union
 
 import numpy as np
 
-from raytide.actors.batches import batch_length, to_format, to_records
-from raytide.autoscale.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, key_groups_of
+from raytide.core.batches import batch_length, to_format, to_records
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, key_groups_of
 
 Routed = list[tuple[int, Any]]
 

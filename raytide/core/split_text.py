@@ -43,7 +43,7 @@ TALLY_MIN_CHARS = 2048
 class SplitText:
     """A batch whose records are ``text.split()``, split only when first needed.
 
-    Built-in operators read it through :mod:`raytide.actors.batches` like any batch; a
+    Built-in operators read it through :mod:`raytide.core.batches` like any batch; a
     user's vertex gets the plain list of words. It pickles as its text.
     """
 

@@ -15,9 +15,9 @@ from collections import Counter, defaultdict
 from types import FunctionType
 from typing import Any, Callable, Hashable, Iterable, Optional, Union
 
-from raytide.actors.batches import batch_length, to_records
-from raytide.actors.split_text import SplitText, WordTally
-from raytide.actors.vertex import Vertex
+from raytide.core.batches import batch_length, to_records
+from raytide.core.split_text import SplitText, WordTally
+from raytide.core.vertex import Vertex
 from raytide.progress.timestamps import Timestamp
 
 BatchFn = Callable[[Any], Any]
@@ -26,7 +26,7 @@ BatchFn = Callable[[Any], Any]
 class BatchFunction(Vertex):
     """A stateless vertex applying ``fn`` to each incoming batch and sending what it returns."""
 
-    takes_lazy_batches = True  # every batch function reads its batch through raytide.actors.batches
+    takes_lazy_batches = True  # every batch function reads its batch through raytide.core.batches
 
     def __init__(self, fn: BatchFn) -> None:
         self.fn = fn
@@ -92,7 +92,7 @@ class _PerTimeAggregate(Vertex):
     times. Subclasses fold a message into an accumulator in ``on_recv``.
     """
 
-    takes_lazy_batches = True  # subclasses read their batches through raytide.actors.batches
+    takes_lazy_batches = True  # subclasses read their batches through raytide.core.batches
 
     def __init__(self, max_keys: Optional[int]) -> None:
         self.max_keys = max_keys
@@ -301,7 +301,7 @@ class StatefulMap(Vertex):
     in arrival order.
     """
 
-    takes_lazy_batches = True  # reads its batches through raytide.actors.batches
+    takes_lazy_batches = True  # reads its batches through raytide.core.batches
 
     def __init__(self, key: Callable[[Any], Hashable], fn: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         self.key, self.fn = key, fn

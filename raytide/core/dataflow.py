@@ -1,0 +1,435 @@
+"""The logical dataflow: a pure description of vertices and edges, built with a fluent API.
+
+>>> import raytide as rt
+>>> flow = rt.Dataflow("wordcount")
+>>> counts = flow.input("lines").flat_map(str.split).count_by_key(lambda w: w)
+>>> counts.output("counts")
+>>> [v.name for v in flow.vertices.values()]
+['lines', 'flat_map_1', 'count_by_key_2.combine', 'count_by_key_2', 'counts']
+
+Building runs no engine code: ``rt.run`` compiles the description into actors. Every
+operator returns a new :class:`Stream`; vertices with several inputs or outputs are
+placed with :meth:`Dataflow.vertex`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterable, Literal, Optional, Sequence, Union
+
+from raytide.core.batches import BatchFormat, to_format, to_records
+from raytide.core.vertex import Vertex
+from raytide.errors import GraphError
+from raytide.core.operators import (
+    BatchFunction,
+    Egress,
+    EpochJoin,
+    Feedback,
+    Ingress,
+    KeyedCount,
+    KeyedMerge,
+    KeyedReduce,
+    StatefulMap,
+    flat_map_batch,
+    pair_key,
+)
+from raytide.progress.summaries import PathSummary
+
+KeyFn = Callable[[Any], Hashable]
+#: An exchange partitions by a key function, or by the name of an integer column (vectorised).
+ExchangeKey = Union[KeyFn, str]
+VertexFactory = Callable[[], Vertex]
+Role = Literal["vertex", "input", "output", "probe", "feedback"]
+
+#: How many distinct keys a combiner holds per timestamp before it sends them on early.
+COMBINER_MAX_KEYS = 65_536
+
+
+@dataclass(frozen=True)
+class Channel:
+    """How records travel along an edge between the replicas of two vertices.
+
+    ``pipeline`` keeps replica ``i``'s output at replica ``i`` (round robin when the
+    parallelism differs), ``exchange`` routes each record by ``key`` through key groups
+    (``key`` may name an integer column: columnar batches are then split with NumPy),
+    ``broadcast`` sends every batch to every replica.
+    """
+
+    kind: Literal["pipeline", "exchange", "broadcast"] = "pipeline"
+    key: Optional[ExchangeKey] = None
+
+
+@dataclass(frozen=True)
+class InputEdge:
+    """An edge into a vertex: from ``source``'s output port ``output``, over ``channel``."""
+
+    source: str
+    output: int
+    channel: Channel
+
+
+@dataclass
+class LogicalVertex:
+    """A vertex of the logical graph, before it is expanded into replicas."""
+
+    name: str
+    factory: Optional[VertexFactory]
+    inputs: list[list[InputEdge]]
+    outputs: int
+    depth: int = 0
+    summaries: tuple[PathSummary, ...] = ()
+    parallelism: Optional[int] = None
+    role: Role = "vertex"
+    chain: bool = True
+    terminal: bool = False
+
+    def output_summary(self, port: int) -> PathSummary:
+        return self.summaries[port] if self.summaries else PathSummary.identity()
+
+
+@dataclass
+class Dataflow:
+    """A named dataflow: inputs, operators and outputs, with a default parallelism.
+
+    Args:
+        name: the job name; actors are named ``name/vertex/replica``.
+        parallelism: default number of replicas per vertex (``rt.run`` may override it).
+    """
+
+    name: str
+    parallelism: Optional[int] = None
+    vertices: dict[str, LogicalVertex] = field(default_factory=dict)
+    _ids: Iterable[int] = field(default_factory=lambda: itertools.count(1), repr=False)
+
+    def input(self, name: str, parallelism: Optional[int] = None) -> Stream:
+        """A driver-fed or source-fed input; records arrive in epochs."""
+        self._add(LogicalVertex(name, None, [], 1, parallelism=parallelism, role="input"))
+        return Stream(self, name, 0)
+
+    def vertex(
+        self,
+        factory: Union[type[Vertex], VertexFactory],
+        inputs: Sequence[Stream],
+        outputs: int = 1,
+        *,
+        exchange: Optional[Sequence[Optional[ExchangeKey]]] = None,
+        name: Optional[str] = None,
+        parallelism: Optional[int] = None,
+    ) -> list[Stream]:
+        """Place a vertex with several inputs and outputs; returns one stream per output.
+
+        Args:
+            factory: the :class:`Vertex` subclass (or a zero-argument callable making one);
+                one object is created per replica.
+            inputs: input ``i`` of the vertex receives stream ``inputs[i]``.
+            outputs: number of output ports.
+            exchange: per input, a key function to partition that input by, or None to
+                keep it local.
+            name: the vertex name (unique in the dataflow).
+            parallelism: number of replicas (default: the dataflow's).
+        """
+        exchange = list(exchange) if exchange is not None else [None] * len(inputs)
+        if len(exchange) != len(inputs):
+            raise GraphError(f"vertex {name or factory!r}: {len(inputs)} inputs but {len(exchange)} exchange keys")
+        scope = self._common_scope(inputs, name or getattr(factory, "__name__", "vertex"))
+        depth = scope.depth if scope else 0
+        edges = [
+            [InputEdge(s.vertex, s.port, Channel("exchange", key) if key else Channel())] for s, key in zip(inputs, exchange)
+        ]
+        vname = self._add(LogicalVertex(name or self._fresh(_label(factory)), factory, edges, outputs, depth, parallelism=parallelism))
+        return [Stream(self, vname, port, scope) for port in range(outputs)]
+
+    def _fresh(self, label: str) -> str:
+        return f"{label}_{next(self._ids)}"  # type: ignore[call-overload]
+
+    def _add(self, vertex: LogicalVertex) -> str:
+        if vertex.name in self.vertices:
+            raise GraphError(f"dataflow {self.name!r} already has a vertex named {vertex.name!r}")
+        for port_edges in vertex.inputs:
+            for edge in port_edges:
+                if edge.source not in self.vertices:
+                    raise GraphError(f"vertex {vertex.name!r} reads from {edge.source!r}, which is not in dataflow {self.name!r}")
+        self.vertices[vertex.name] = vertex
+        return vertex.name
+
+    @staticmethod
+    def _common_scope(streams: Sequence[Stream], what: str) -> Optional[Loop]:
+        scopes = {id(s.scope): s.scope for s in streams}
+        if len(scopes) > 1:
+            names = sorted(sc.name if sc else "the top level" for sc in scopes.values())
+            raise GraphError(f"{what}: its inputs come from different loop contexts ({', '.join(names)}); "
+                             "use loop.enter(stream) or loop.leave(stream) to move a stream between them")
+        return next(iter(scopes.values())) if scopes else None
+
+    def loop(self, name: Optional[str] = None) -> Loop:
+        """A loop context: streams entering it gain a loop counter (see :class:`Loop`)."""
+        return Loop(self, name or self._fresh("loop"), None)
+
+    def outputs(self) -> list[str]:
+        """Names of the dataflow's outputs."""
+        return [v.name for v in self.vertices.values() if v.role == "output"]
+
+    def inputs(self) -> list[str]:
+        """Names of the dataflow's inputs."""
+        return [v.name for v in self.vertices.values() if v.role == "input"]
+
+
+def _label(factory: Any) -> str:
+    return getattr(factory, "__name__", type(factory).__name__).lower()
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A stream of timestamped batches: output port ``port`` of vertex ``vertex``."""
+
+    flow: Dataflow
+    vertex: str
+    port: int
+    scope: Optional[Loop] = None
+
+    @property
+    def depth(self) -> int:
+        """How many loop contexts the stream is inside."""
+        return self.scope.depth if self.scope else 0
+
+    # -- placing vertices ------------------------------------------------------------
+
+    def unary(
+        self,
+        factory: Union[type[Vertex], VertexFactory],
+        *,
+        exchange: Optional[ExchangeKey] = None,
+        name: Optional[str] = None,
+        parallelism: Optional[int] = None,
+    ) -> Stream:
+        """Place a one-input, one-output vertex; ``exchange`` partitions its input by key."""
+        return self.flow.vertex(factory, [self], 1, exchange=[exchange], name=name, parallelism=parallelism)[0]
+
+    def _then(self, label: str, factory: VertexFactory, channel: Channel = Channel(), name: Optional[str] = None,
+              parallelism: Optional[int] = None, terminal: bool = False) -> Stream:
+        vname = name or self.flow._fresh(label)
+        vertex = LogicalVertex(vname, factory, [[InputEdge(self.vertex, self.port, channel)]], 1, self.depth,
+                               parallelism=parallelism, terminal=terminal)
+        self.flow._add(vertex)
+        return Stream(self.flow, vname, 0, self.scope)
+
+    # -- per-record operators --------------------------------------------------------
+
+    def map(self, fn: Callable[[Any], Any], *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+        """One output record per input record."""
+        return self._then("map", lambda: BatchFunction(lambda batch: list(map(fn, to_records(batch)))), name=name, parallelism=parallelism)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: Optional[str] = None,
+                 parallelism: Optional[int] = None) -> Stream:
+        """Any number of output records per input record."""
+        return self._then("flat_map", lambda: BatchFunction(flat_map_batch(fn)), name=name, parallelism=parallelism)
+
+    def filter(self, predicate: Callable[[Any], bool], *, name: Optional[str] = None,
+               parallelism: Optional[int] = None) -> Stream:
+        """The records for which ``predicate`` is true."""
+        return self._then("filter", lambda: BatchFunction(lambda batch: list(filter(predicate, to_records(batch)))),
+                          name=name, parallelism=parallelism)
+
+    def map_batches(self, fn: Callable[[Any], Any], *, batch_format: BatchFormat = "default",
+                    name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+        """Vectorised: ``fn`` gets a whole batch (NumPy array, dict of arrays or Arrow table) and returns one."""
+        return self._then("map_batches", lambda: BatchFunction(lambda batch: fn(to_format(batch, batch_format))),
+                          name=name, parallelism=parallelism)
+
+    def inspect(self, fn: Callable[[Any], None], *, name: Optional[str] = None) -> Stream:
+        """Call ``fn`` on every record (for side effects such as logging); pass records on."""
+
+        def each(batch: Any) -> Any:
+            for record in to_records(batch):
+                fn(record)
+            return batch
+
+        return self._then("inspect", lambda: BatchFunction(each), name=name, terminal=True)
+
+    # -- partitioning ----------------------------------------------------------------
+
+    def exchange(self, key: ExchangeKey, *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+        """Repartition: records with equal keys go to the same replica downstream."""
+        return self._then("exchange", lambda: BatchFunction(_identity), Channel("exchange", key), name, parallelism)
+
+    def broadcast(self, *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+        """Every replica downstream receives every record."""
+        return self._then("broadcast", lambda: BatchFunction(_identity), Channel("broadcast"), name, parallelism)
+
+    def concat(self, *others: Stream, name: Optional[str] = None) -> Stream:
+        """The union of this stream and ``others`` (same loop context)."""
+        streams = (self, *others)
+        scope = Dataflow._common_scope(streams, "concat")
+        vname = name or self.flow._fresh("concat")
+        edges = [[InputEdge(s.vertex, s.port, Channel()) for s in streams]]
+        self.flow._add(LogicalVertex(vname, lambda: BatchFunction(_identity), edges, 1, self.depth))
+        return Stream(self.flow, vname, 0, scope)
+
+    # -- keyed, per epoch ------------------------------------------------------------
+
+    def count_by_key(self, key: KeyFn, *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+        """Per timestamp, ``(key, count)`` records; counts are combined before the exchange."""
+        vname = name or self.flow._fresh("count_by_key")
+        partial = self._then("", lambda: KeyedCount(key, COMBINER_MAX_KEYS), name=f"{vname}.combine")
+        return partial._then("", lambda: KeyedMerge(operator.add), Channel("exchange", pair_key), vname, parallelism)
+
+    def reduce_by_key(self, key: KeyFn, reducer: Callable[[Any, Any], Any], *, value: Callable[[Any], Any] = lambda r: r,
+                      name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+        """Per timestamp, ``(key, reducer(...reducer(v1, v2)..., vn))``; ``reducer`` must be associative and commutative."""
+        vname = name or self.flow._fresh("reduce_by_key")
+        partial = self._then("", lambda: KeyedReduce(key, value, reducer, COMBINER_MAX_KEYS), name=f"{vname}.combine")
+        return partial._then("", lambda: KeyedMerge(reducer), Channel("exchange", pair_key), vname, parallelism)
+
+    def stateful_map(self, key: KeyFn, fn: Callable[[Any, Any], tuple[Any, Any]], *, name: Optional[str] = None,
+                     parallelism: Optional[int] = None) -> Stream:
+        """Keyed state that lives across epochs: ``fn(state, record) -> (new_state, output)``, emits ``(key, output)``."""
+        return self._then("stateful_map", lambda: StatefulMap(key, fn), Channel("exchange", key), name, parallelism)
+
+    def join(self, other: Stream, key: KeyFn, other_key: Optional[KeyFn] = None, *, name: Optional[str] = None,
+             parallelism: Optional[int] = None) -> Stream:
+        """Per-epoch inner join with ``other``: ``(key, this_record, other_record)`` for equal keys."""
+        right = other_key or key
+        return self.flow.vertex(lambda: EpochJoin(key, right), [self, other], 1, exchange=[key, right],
+                                name=name or self.flow._fresh("join"), parallelism=parallelism)[0]
+
+    # -- iteration -------------------------------------------------------------------
+
+    def iterate(self, body: Callable[[Stream], Union[Stream, tuple[Stream, Stream]]], *,
+                max_iterations: Optional[int] = None, name: Optional[str] = None) -> Stream:
+        """Apply ``body`` round after round until it emits nothing (or ``max_iterations`` rounds).
+
+        ``body`` gets the stream of the current round (inside a new loop context) and
+        returns the stream for the next round, or a pair ``(next_round, output)``. What
+        it returns as output (by default the next round itself) leaves the loop and is
+        the result: every record of every round, timestamped with its epoch.
+        """
+        loop = Loop(self.flow, name or self.flow._fresh("iterate"), self.scope)
+        back = loop.feedback(max_iterations=max_iterations)
+        rounds = loop.enter(self).concat(back.stream)
+        result = body(rounds)
+        following, output = result if isinstance(result, tuple) else (result, result)
+        back.connect(following)
+        return loop.leave(output)
+
+    # -- leaving the dataflow --------------------------------------------------------
+
+    def output(self, name: str) -> None:
+        """Deliver this stream to the driver as output ``name`` (``job.collect(name)``)."""
+        if self.scope is not None:
+            raise GraphError(f"output {name!r} reads a stream inside loop {self.scope.name!r}: "
+                             f"leave the loop first with loop.leave(stream)")
+        self.flow._add(LogicalVertex(name, None, [[InputEdge(self.vertex, self.port, Channel())]], 0, role="output"))
+
+    def probe(self, name: Optional[str] = None) -> Probe:
+        """A probe: ``job.frontier(probe)`` tells how far this stream has progressed."""
+        vname = name or self.flow._fresh("probe")
+        self.flow._add(LogicalVertex(vname, None, [[InputEdge(self.vertex, self.port, Channel())]], 0, self.depth, role="probe"))
+        return Probe(vname)
+
+
+@dataclass(eq=False)
+class Loop:
+    """A loop context: inside it timestamps carry one more loop counter (the iteration).
+
+    >>> import raytide as rt
+    >>> flow = rt.Dataflow("halving")
+    >>> loop = flow.loop()
+    >>> back = loop.feedback()
+    >>> numbers = loop.enter(flow.input("numbers")).concat(back.stream)
+    >>> halved = numbers.map(lambda x: x // 2)
+    >>> back.connect(halved.filter(lambda x: x > 0))
+    >>> loop.leave(halved).output("out")
+
+    Streams enter with :meth:`enter` (iteration 0), go round through a :class:`FeedbackHandle`
+    (iteration + 1) and leave with :meth:`leave`. Loops nest: :meth:`loop` makes a loop
+    inside this one, whose timestamps are ``(epoch, (i, j))``.
+    """
+
+    flow: Dataflow
+    name: str
+    parent: Optional[Loop]
+
+    @property
+    def depth(self) -> int:
+        """The number of loop counters of timestamps inside this loop."""
+        return (self.parent.depth if self.parent else 0) + 1
+
+    def loop(self, name: Optional[str] = None) -> Loop:
+        """A loop nested inside this one."""
+        return Loop(self.flow, name or self.flow._fresh("loop"), self)
+
+    def enter(self, stream: Stream, *, name: Optional[str] = None) -> Stream:
+        """``stream`` (from the enclosing scope) inside the loop, at iteration 0."""
+        if stream.scope is not self.parent:
+            raise GraphError(f"loop {self.name!r} can only enter streams of its enclosing scope; "
+                             f"this one is in {_scope_name(stream.scope)}")
+        vname = name or self.flow._fresh(f"{self.name}.enter")
+        self.flow._add(LogicalVertex(vname, Ingress, [[InputEdge(stream.vertex, stream.port, Channel())]], 1,
+                                     stream.depth, summaries=(PathSummary.ingress(),)))
+        return Stream(self.flow, vname, 0, self)
+
+    def leave(self, stream: Stream, *, name: Optional[str] = None) -> Stream:
+        """``stream`` (from inside the loop) back in the enclosing scope, without its counter."""
+        if stream.scope is not self:
+            raise GraphError(f"loop {self.name!r} can only leave with a stream inside it; "
+                             f"this one is in {_scope_name(stream.scope)}")
+        vname = name or self.flow._fresh(f"{self.name}.leave")
+        self.flow._add(LogicalVertex(vname, Egress, [[InputEdge(stream.vertex, stream.port, Channel())]], 1,
+                                     self.depth, summaries=(PathSummary.egress(),)))
+        return Stream(self.flow, vname, 0, self.parent)
+
+    def feedback(self, *, max_iterations: Optional[int] = None, name: Optional[str] = None) -> FeedbackHandle:
+        """A stream of the next iteration's records; close the cycle with ``handle.connect(stream)``.
+
+        Args:
+            max_iterations: records are dropped once they would start iteration
+                ``max_iterations`` (so the loop body sees iterations ``0 .. max_iterations - 1``).
+        """
+        if max_iterations is not None and max_iterations < 1:
+            raise GraphError(f"loop {self.name!r}: max_iterations must be at least 1, got {max_iterations}")
+        bound = None if max_iterations is None else max_iterations - 1
+        vname = name or self.flow._fresh(f"{self.name}.feedback")
+        summary = PathSummary.feedback(bound) if bound else PathSummary.feedback()
+        self.flow._add(LogicalVertex(vname, lambda: Feedback(bound), [[]], 1, self.depth, summaries=(summary,),
+                                     role="feedback"))
+        return FeedbackHandle(self, vname)
+
+
+@dataclass(frozen=True)
+class FeedbackHandle:
+    """The back edge of a loop: ``stream`` is usable at once, ``connect`` closes the cycle."""
+
+    loop: Loop
+    vertex: str
+
+    @property
+    def stream(self) -> Stream:
+        """The records fed back, at the next iteration."""
+        return Stream(self.loop.flow, self.vertex, 0, self.loop)
+
+    def connect(self, stream: Stream) -> None:
+        """Feed ``stream`` (inside the loop) back to the loop's next iteration."""
+        if stream.scope is not self.loop:
+            raise GraphError(f"the feedback of loop {self.loop.name!r} takes a stream inside that loop; "
+                             f"this one is in {_scope_name(stream.scope)}")
+        inputs = self.loop.flow.vertices[self.vertex].inputs[0]
+        if inputs:
+            raise GraphError(f"the feedback of loop {self.loop.name!r} is already connected")
+        inputs.append(InputEdge(stream.vertex, stream.port, Channel()))
+
+
+def _scope_name(scope: Optional[Loop]) -> str:
+    return f"loop {scope.name!r}" if scope else "the top level"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Names a probe vertex; ask the job how far the probed stream has progressed."""
+
+    vertex: str
+
+
+def _identity(batch: Any) -> Any:
+    return batch

@@ -1,0 +1,117 @@
+"""The vertex API: Naiad's OnRecv / OnNotify callbacks and SendBy / NotifyAt calls.
+
+Subclass :class:`Vertex` and override :meth:`Vertex.on_recv` and, when the vertex needs to
+know that a timestamp is complete, :meth:`Vertex.on_notify`::
+
+    class DistinctPerEpoch(rt.Vertex):
+        def __init__(self):
+            self.seen = {}
+
+        def on_recv(self, edge, message, time):
+            if time not in self.seen:
+                self.seen[time] = set()
+                self.notify_at(time)
+            self.seen[time].update(message)
+
+        def on_notify(self, time):
+            self.send_by(0, sorted(self.seen.pop(time)), time)
+
+``edge`` and ``output`` are port indices, ``message`` is a batch of records (a list, or a
+columnar batch for vectorised operators) and ``time`` a :class:`~raytide.Timestamp`.
+A vertex may send only at times not earlier than the time it was called with; breaking
+that rule raises :class:`~raytide.errors.ProgressError` naming the vertex. ``snapshot``
+returns the state to save and ``restore`` puts it back (default: no state).
+:meth:`Vertex.on_input_epoch` is a hint for vertices fused behind an input.
+
+One object runs per replica, single-threaded: callbacks never run concurrently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Optional, Protocol
+
+from raytide.progress.timestamps import Timestamp
+
+
+class VertexContext(Protocol):
+    """What the runtime gives a vertex: how to send and to ask for notifications."""
+
+    vertex: str
+    replica: int
+    parallelism: int
+
+    def send_by(self, output: int, message: Any, time: Timestamp) -> None: ...  # noqa: D102
+
+    def notify_at(self, time: Timestamp) -> None: ...  # noqa: D102
+
+
+class Vertex:
+    """Base class of every dataflow vertex (built-in operators included)."""
+
+    _context: Optional[VertexContext] = None
+    #: Whether ``on_recv`` may get a lazy batch (:mod:`raytide.core.batches`) rather than
+    #: its list of records. Built-in operators that read batches only through that module
+    #: say yes; every other vertex gets what the docstring above promises.
+    takes_lazy_batches: ClassVar[bool] = False
+
+    def bind(self, context: VertexContext) -> None:
+        """Called by the runtime before any callback; gives the vertex its context."""
+        self._context = context
+
+    @property
+    def context(self) -> VertexContext:
+        """The runtime context; only available once the vertex runs."""
+        if self._context is None:
+            raise RuntimeError(f"{type(self).__name__} is not running inside a dataflow yet")
+        return self._context
+
+    @property
+    def name(self) -> str:
+        """The vertex's name in the dataflow."""
+        return self.context.vertex
+
+    @property
+    def replica(self) -> int:
+        """Which replica of the vertex this object is (0-based)."""
+        return self.context.replica
+
+    @property
+    def parallelism(self) -> int:
+        """How many replicas the vertex has."""
+        return self.context.parallelism
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        """A batch of records arrived on input ``edge`` at ``time``."""
+
+    def on_notify(self, time: Timestamp) -> None:
+        """Every record at ``time`` or earlier has been delivered (requested with ``notify_at``)."""
+
+    def on_input_epoch(self, epoch: Optional[int]) -> None:
+        """A hint: the input this vertex is fused behind moved to ``epoch`` (None: closed).
+
+        Called only on vertices in the same actor as an input replica (behind a source's
+        reader, say), which then receive nothing more from it at earlier epochs. Other
+        replicas may still send there, so nothing is complete yet: a vertex that
+        pre-aggregates can ship what it holds for those epochs now rather than at
+        ``on_notify``. It may send only at times it awaits a notification for.
+        """
+
+    def send_by(self, output: int, message: Any, time: Timestamp) -> None:
+        """Send a batch of records on output port ``output`` at ``time``.
+
+        The batch is handed over: a consumer in the same actor (a fused operator, or this
+        replica itself through a loop's feedback) gets the very object, not a copy, so
+        do not modify it after sending.
+        """
+        self.context.send_by(output, message, time)
+
+    def notify_at(self, time: Timestamp) -> None:
+        """Ask for ``on_notify(time)`` once ``time`` is complete at this vertex's inputs."""
+        self.context.notify_at(time)
+
+    def snapshot(self) -> Any:
+        """The state to save in a snapshot (default: none)."""
+        return None
+
+    def restore(self, state: Any) -> None:
+        """Put back the state returned by :meth:`snapshot`."""
