@@ -9,7 +9,7 @@ the other in every repetition, on the same Ray (``num_cpus=2``) -- the machine h
 
 What each time includes -- read this before comparing numbers:
 
-* ``raytide_s``: ``examples/connected_components.py`` with parallelism 2. The job's
+* ``raytide_s``: ``bench/workloads/components.py`` with parallelism 2. The job's
   actors are started (``rt.run``, then ``job.wait_ready()`` for the progress actor) *before* the clock; the clock runs from the edge
   array in the driver (``job.push``, ``job.close``) through every iteration and the
   termination detection (the loop drains, the frontier passes the epoch) to a label
@@ -70,9 +70,14 @@ import numpy as np
 import ray
 
 from bench.baselines import data
-from bench.baselines.cc_ray import EdgeIndex, components_union_find, connected_components_ray, propagation_rounds
+from bench.baselines.cc_ray import (
+    EdgeIndex,
+    components_union_find,
+    connected_components_ray,
+    propagation_rounds,
+)
 from bench.harness import ensure_ray
-from examples import connected_components as cc
+from bench.workloads import components
 
 PARAMS = {"nodes": 200_000, "edges": 600_000, "seed": 0, "parallelism": 2, "pretouch_mb": 64}
 RATIOS = [
@@ -86,7 +91,7 @@ REPORTED_ITERATIONS = 14
 FLOOR_PATH = 50
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def graph(nodes: int, edges: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
     """The edges, the union-find labels and the edge file for PySpark (made once per process)."""
     e = data.random_graph_edges(nodes, edges, seed)
@@ -95,7 +100,7 @@ def graph(nodes: int, edges: int, seed: int) -> tuple[np.ndarray, np.ndarray, st
     return e, components_union_find(nodes, e), str(path)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spark_session():
     from bench.baselines.wordcount_pyspark import local_spark
 
@@ -134,15 +139,16 @@ def handwritten(nodes: int, edges: np.ndarray, n_actors: int) -> tuple[np.ndarra
             ray.kill(actor)
 
 
-def raytide(nodes: int, edges: np.ndarray, parallelism: int, pretouch_mb: int) -> tuple[np.ndarray, cc.Components, float, float]:
-    """The raytide example; returns ``(labels, result, start-up seconds, data-to-labels seconds)``."""
+def raytide(nodes: int, edges: np.ndarray, parallelism: int,
+            pretouch_mb: int) -> tuple[np.ndarray, components.Components, float, float]:
+    """The raytide workload; returns ``(labels, result, start-up seconds, data-to-labels seconds)``."""
     started = time.perf_counter()
-    job = cc.start_job(parallelism, batch_size=-(-len(edges) // parallelism), pretouch_mb=pretouch_mb)
+    job = components.start_job(parallelism, batch_size=-(-len(edges) // parallelism), pretouch_mb=pretouch_mb)
     with job:
         job.wait_ready()
         clock = time.perf_counter()
         wall = time.time()
-        result = cc.solve(job, edges)
+        result = components.solve(job, edges)
         labels = np.arange(nodes, dtype=np.int64)
         labels[result.nodes] = result.labels
         elapsed = time.perf_counter() - clock
@@ -153,15 +159,15 @@ def raytide(nodes: int, edges: np.ndarray, parallelism: int, pretouch_mb: int) -
 def floor_per_iteration(parallelism: int) -> float:
     """Milliseconds per iteration of the same job on a path of FLOOR_PATH edges (almost no data)."""
     path = np.stack([np.arange(FLOOR_PATH, 0, -1), np.arange(FLOOR_PATH - 1, -1, -1)], axis=1)
-    with cc.start_job(parallelism, batch_size=FLOOR_PATH) as job:
+    with components.start_job(parallelism, batch_size=FLOOR_PATH) as job:
         clock = time.perf_counter()
-        result = cc.solve(job, path)
+        result = components.solve(job, path)
         elapsed = time.perf_counter() - clock
     assert (result.labels == 0).all()
     return 1000 * elapsed / len(result.iterations())
 
 
-def iteration_metrics(result: cc.Components, wall_started: float, elapsed: float) -> dict[str, float]:
+def iteration_metrics(result: components.Components, wall_started: float, elapsed: float) -> dict[str, float]:
     rounds = result.iterations()
     out: dict[str, float] = {"raytide_iterations": float(len(rounds))}
     starts = [r["start"] for r in rounds] + [rounds[-1]["end"]]

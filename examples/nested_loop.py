@@ -13,16 +13,17 @@ The dataflow nests two loops:
   :class:`ThresholdSplit` admits the edges of weight ``<= t_r`` (as both directed edges)
   and feeds the heavier ones back to iteration ``r + 1`` (the outer feedback's
   ``max_iterations`` is the number of thresholds, so edges above the last one drop out);
-* the inner loop, inside the outer one, is the label propagation of
-  ``examples/connected_components.py``: a fixed point, with timestamps
-  ``(epoch, (r, i))``. Its vertex keeps labels and adjacency across outer iterations,
-  so level ``r`` starts from level ``r - 1``'s fixed point and only propagates what
-  the newly admitted edges change.
+* the inner loop, inside the outer one, is label propagation to a fixed point, with
+  timestamps ``(epoch, (r, i))``: the vertex :class:`LabelPropagation` is notified once
+  round ``i`` of level ``r`` is complete, keeps the smallest label offered to each of
+  its nodes and offers every lowered label to the node's neighbours. It keeps labels
+  and neighbours across outer iterations, so level ``r`` starts from level ``r - 1``'s
+  fixed point and only propagates what the newly admitted edges change.
 
 Loop counters compare lexicographically, so ``(r, 7) < (r + 1, 0)``: the inner fixed
 point of level ``r`` completes (its notifications are delivered) before level ``r + 1``
 starts -- the nesting itself orders the levels, no driver coordination is needed
-(unlike epochs, see ``examples/incremental_components.py``). The label changes leave
+(unlike epochs, see ``examples/connected_components.py``). The label changes leave
 both loops tagged with their loop counters; level ``r``'s labels are the changes of
 outer iterations ``0 .. r`` folded together.
 """
@@ -31,38 +32,76 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any, Optional, Sequence
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: make ``examples`` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import raytide as rt  # noqa: E402
-from examples import connected_components as cc  # noqa: E402
+import raytide as rt
 
 
 class ThresholdSplit(rt.Vertex):
-    """At outer iteration ``r``: edges of weight ``<= thresholds[r]`` to output 0 (both directions), the rest to output 1."""
+    """Admits the edges of level ``r`` and feeds the heavier ones back to level ``r + 1``.
+
+    At outer iteration ``r``, edges ``(u, v, weight)`` of weight ``<= thresholds[r]`` go to
+    output 0 as ``(u, v)`` and ``(v, u)``, the others to output 1.
+    """
 
     def __init__(self, thresholds: Sequence[float]) -> None:
         self.thresholds = list(thresholds)
 
     def on_recv(self, edge: int, message: Any, time: rt.Timestamp) -> None:
         level = time.counters[-1]
-        weight = np.asarray(message["weight"])
-        admit = weight <= self.thresholds[level]
-        src, dst = np.asarray(message["src"]), np.asarray(message["dst"])
-        if admit.any():
-            self.send_by(0, cc.both_directions({"src": src[admit], "dst": dst[admit]}), time)
-        if level + 1 < len(self.thresholds) and not admit.all():
-            rest = ~admit
-            self.send_by(1, {"src": src[rest], "dst": dst[rest], "weight": weight[rest]}, time)
+        admitted = [(u, v) for u, v, weight in message if weight <= self.thresholds[level]]
+        heavier = [e for e in message if e[2] > self.thresholds[level]]
+        if admitted:
+            self.send_by(0, admitted + [(v, u) for u, v in admitted], time)
+        if heavier and level + 1 < len(self.thresholds):
+            self.send_by(1, heavier, time)
+
+
+class LabelPropagation(rt.Vertex):
+    """Owns the nodes the exchange routes here (by node id): their labels and neighbours, across levels.
+
+    Input 0: the edges ``(node, neighbour)`` admitted at level ``r``, at ``(r, 0)``; input 1:
+    offers ``(node, label)`` from the round before. Output 0: offers for the next round;
+    output 1: ``(loop counters, node, label)`` for every new or lowered label.
+    """
+
+    def __init__(self) -> None:
+        self.labels: dict[int, int] = {}
+        self.neighbours: dict[int, list[int]] = defaultdict(list)
+        self.inbox: dict[rt.Timestamp, tuple[list, list]] = {}
+
+    def on_recv(self, edge: int, message: Any, time: rt.Timestamp) -> None:
+        if time not in self.inbox:
+            self.inbox[time] = ([], [])
+            self.notify_at(time)  # on_notify(time) runs once this round's records have all arrived
+        self.inbox[time][edge].extend(message)
+
+    def on_notify(self, time: rt.Timestamp) -> None:
+        edges, offers = self.inbox.pop(time)
+        changed: dict[int, int] = {}
+        sends = []
+        for node, neighbour in edges:
+            if node not in self.labels:
+                self.labels[node] = changed[node] = node  # a new node: its own id
+            elif node not in changed:
+                sends.append((neighbour, self.labels[node]))  # a known node offers its label over a new edge
+            self.neighbours[node].append(neighbour)
+        for node, label in offers:
+            if label < self.labels[node]:
+                self.labels[node] = changed[node] = label  # the smallest offer below the label wins
+        sends += [(n, label) for node, label in changed.items() for n in self.neighbours[node]]
+        if sends:
+            self.send_by(0, sends, time)
+        if changed:
+            self.send_by(1, [(time.counters, node, label) for node, label in changed.items()], time)
 
 
 def build_flow(thresholds: Sequence[float], parallelism: int = 2) -> rt.Dataflow:
-    """Input ``edges`` (``{"src", "dst", "weight"}``), output ``labels`` (label-propagation reports)."""
+    """Input ``edges`` (``(u, v, weight)``), output ``labels`` (``(counters, node, label)`` changes)."""
     flow = rt.Dataflow("threshold-components", parallelism=parallelism)
     outer = flow.loop("levels")
     heavier = outer.feedback(max_iterations=len(thresholds), name="heavier-edges")
@@ -70,35 +109,40 @@ def build_flow(thresholds: Sequence[float], parallelism: int = 2) -> rt.Dataflow
     admitted, rest = flow.vertex(lambda: ThresholdSplit(thresholds), [at_level], outputs=2, name="split")
     heavier.connect(rest)
     inner = outer.loop("propagate")
-    reports = cc.propagation_loop(inner, inner.enter(admitted))
-    outer.leave(inner.leave(reports)).output("labels")
+    offers = inner.feedback(name="offers")
+    to_next, changes = flow.vertex(LabelPropagation, [inner.enter(admitted), offers.stream], outputs=2,
+                                   exchange=[first, first], name="label-propagation")
+    offers.connect(to_next)
+    outer.leave(inner.leave(changes)).output("labels")
     return flow
 
 
+def first(record: tuple) -> Any:
+    """The key both inputs of the propagation are exchanged by: the node a record is about."""
+    return record[0]
+
+
 def threshold_levels(edges: np.ndarray, weights: np.ndarray, thresholds: Sequence[float], parallelism: int = 2,
-                     timeout: float = 600.0) -> tuple[list[dict[int, int]], list[dict]]:
+                     timeout: float = 600.0) -> tuple[list[dict[int, int]], list[tuple]]:
     """Per threshold, ``{node: smallest node id of its component}`` over the nodes of the admitted edges.
 
-    Also returns the label-propagation work records (their counters are ``(level, iteration)``).
+    Also returns the label changes ``(counters, node, label)``; the counters are ``(level, round)``.
     """
     if list(thresholds) != sorted(thresholds):
         raise ValueError("thresholds must be increasing")
-    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    with rt.run(build_flow(thresholds, parallelism), parallelism=parallelism,
-                batch_size=max(1, -(-len(edges) // parallelism))) as job:
-        if len(edges):
-            job.push("edges", {"src": edges[:, 0].copy(), "dst": edges[:, 1].copy(),
-                               "weight": np.asarray(weights, dtype=np.float64)})
+    weighted = [(int(u), int(v), float(w)) for (u, v), w in zip(np.asarray(edges).reshape(-1, 2).tolist(), weights)]
+    with rt.run(build_flow(thresholds, parallelism), parallelism=parallelism) as job:
+        job.push("edges", weighted)
         job.close("edges")
         job.wait(timeout=timeout)
-        records = job.collect("labels").get(0, [])
-    work = [r[1] for r in records if r[0] == "work"]
-    changes = [r for r in records if r[0] == "labels"]
-    levels = []
+        changes = job.collect("labels").get(0, [])
+    levels: list[dict[int, int]] = []
+    labels: dict[int, int] = {}
     for level in range(len(thresholds)):
-        nodes, labels = cc.latest_labels([(r[1], r[2]) for r in changes if r[3][0] <= level])
-        levels.append(dict(zip(nodes.tolist(), labels.tolist())))
-    return levels, work
+        for _, node, label in (c for c in changes if c[0][0] == level):
+            labels[node] = min(label, labels.get(node, label))
+        levels.append(dict(labels))
+    return levels, changes
 
 
 def levels_reference(edges: Sequence[tuple[int, int]], weights: Sequence[float],
@@ -127,9 +171,7 @@ def levels_reference(edges: Sequence[tuple[int, int]], weights: Sequence[float],
     return levels
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    from bench.baselines.data import random_graph_edges
-
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Connected components at rising weight thresholds (nested loops).")
     parser.add_argument("--nodes", type=int, default=2_000)
     parser.add_argument("--edges", type=int, default=3_000)
@@ -138,24 +180,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     thresholds = [float(t) for t in args.thresholds.split(",")]
-    edges = random_graph_edges(args.nodes, args.edges, args.seed)
-    weights = np.random.default_rng(args.seed).random(len(edges))
-    started_ray = cc.connect_ray()
-    try:
-        levels, work = threshold_levels(edges, weights, thresholds, args.parallelism)
-    finally:
-        if started_ray:
-            import ray
-
-            ray.shutdown()
+    rng = np.random.default_rng(args.seed)
+    edges = rng.integers(0, args.nodes, size=(args.edges, 2))
+    weights = rng.random(len(edges))
+    levels, changes = threshold_levels(edges, weights, thresholds, args.parallelism)
     reference = levels_reference(edges.tolist(), weights.tolist(), thresholds)
-    rounds = cc.per_iteration(work)
     for level, (threshold, labels) in enumerate(zip(thresholds, levels)):
-        inner = [r for r in rounds if r["counters"][0] == level]
+        rounds = {c[0][1] for c in changes if c[0][0] == level}
         print(f"weight <= {threshold:.2f}: {len(labels)} nodes, {sum(n == lab for n, lab in labels.items())} components, "
-              f"{len(inner)} inner iterations, {sum(r['proposals_in'] for r in inner)} proposals, "
-              f"matches plain Python: {labels == reference[level]}")
-    return 0
+              f"labels changed in {len(rounds)} inner rounds, matches plain Python: {labels == reference[level]}")
+    return 0 if levels == reference else 1
 
 
 if __name__ == "__main__":
