@@ -9,7 +9,8 @@ block with the same :func:`touch` (row count, Arrow bytes and a checksum over ev
 
 * ``raytide``: the job ``flow.input("rows").map_batches(touch, batch_format="pyarrow")
   .output("n")`` with ``parallelism`` replicas is started first (its actors are up before
-  the clock, and :func:`settle` has run since they started, see below). The clock runs from ``job.feed("rows", from_spark(df))`` -- the DataFrame
+  the clock, and :func:`settle` has run since they started, see below). The clock runs
+  from ``job.feed("rows", from_spark(df))`` -- the DataFrame
   handed to the running job -- until ``job.wait()`` says the job finished: the
   conversion, the blocks fetched by the input replicas (each reads its share), the
   touch, the sink, the progress protocol and the finished-job notification.

@@ -17,8 +17,9 @@ import json
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
 #: Pause between runs (not timed): actors a baseline killed at its end exit asynchronously,

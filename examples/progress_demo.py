@@ -32,7 +32,8 @@ def main() -> None:
     body_in, back_in, sink_in = Location.of_input("body", 0), Location.of_input("body", 1), Location.of_input("sink", 0)
     steps = [
         ("source holds epoch 0, sink asks to be notified at 0", [(src, Timestamp(0), 1), (sink, Timestamp(0), 1)]),
-        ("source sends into the loop and moves to epoch 1", [(body_in, Timestamp(0, (0,)), 1), (src, Timestamp(0), -1), (src, Timestamp(1), 1)]),
+        ("source sends into the loop and moves to epoch 1",
+         [(body_in, Timestamp(0, (0,)), 1), (src, Timestamp(0), -1), (src, Timestamp(1), 1)]),
         ("body sends iteration 1 around the loop", [(body_in, Timestamp(0, (0,)), -1), (back_in, Timestamp(0, (1,)), 1)]),
         ("body's iteration 1 converges and leaves the loop", [(back_in, Timestamp(0, (1,)), -1), (sink_in, Timestamp(0), 1)]),
         ("sink consumes epoch 0's result", [(sink_in, Timestamp(0), -1)]),

@@ -6,18 +6,20 @@ use, so ``import raytide`` stays cheap and the pure modules stay free of Ray.
 
 from typing import Any
 
-from raytide.actors.replica import UserCodeError as UserCodeError
-from raytide.core.vertex import Vertex as Vertex
 from raytide.core.dataflow import Dataflow as Dataflow
 from raytide.core.dataflow import Loop as Loop
 from raytide.core.dataflow import Probe as Probe
 from raytide.core.dataflow import Stream as Stream
+from raytide.core.vertex import Vertex as Vertex
 from raytide.errors import GraphError as GraphError
+from raytide.errors import JobTimeout as JobTimeout
 from raytide.errors import ProgressError as ProgressError
 from raytide.errors import RaytideError as RaytideError
+from raytide.errors import ReplicaLost as ReplicaLost
+from raytide.errors import UserCodeError as UserCodeError
 from raytide.progress import Timestamp as Timestamp
 
-_RUNTIME = {"run", "Job", "JobTimeout"}
+_RUNTIME = {"run", "Job"}
 
 __all__ = [
     "Dataflow",
@@ -28,6 +30,7 @@ __all__ = [
     "Probe",
     "ProgressError",
     "RaytideError",
+    "ReplicaLost",
     "Stream",
     "Timestamp",
     "UserCodeError",

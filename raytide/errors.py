@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import traceback
+from typing import Any, Protocol
+
 
 class RaytideError(Exception):
     """Base class of every error raytide raises on purpose."""
@@ -25,3 +28,79 @@ class RescaleError(RaytideError):
 
 class SparkIntegrationError(RaytideError):
     """Data could not be moved between Spark and the dataflow (for example an unsupported column type)."""
+
+
+class SourceError(RaytideError):
+    """An input source cannot be read as asked: unfit epochs, or a position it cannot resume from."""
+
+
+class EpochColumnError(SourceError):
+    """The column that gives each row's epoch is missing, not of integers, or holds nulls or negative values."""
+
+
+class SparkEpochColumnError(EpochColumnError, SparkIntegrationError):
+    """An unfit epoch column of a Spark DataFrame: an epoch-column error and a Spark integration error both."""
+
+
+class Timed(Protocol):
+    """What an error needs of a timestamp (:class:`~raytide.Timestamp`; errors import nothing of raytide)."""
+
+    @property
+    def epoch(self) -> int: ...  # noqa: D102
+
+    @property
+    def counters(self) -> tuple[int, ...]: ...  # noqa: D102
+
+
+class UserCodeError(RaytideError):
+    """User code (or a vertex breaking the progress rules) raised inside a vertex callback.
+
+    Attributes:
+        vertex, replica, time: where and when (``time`` is None outside a timestamped call).
+        original: ``repr`` of the exception user code raised.
+        traceback: its formatted traceback (the exception object itself may not pickle).
+    """
+
+    def __init__(self, vertex: str, replica: int, time: Timed | None, error: BaseException) -> None:
+        tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        self._set(vertex, replica, time, repr(error), tb)
+
+    def _set(self, vertex: str, replica: int, time: Timed | None, original: str, tb: str) -> None:
+        self.vertex, self.replica, self.time, self.original, self.traceback = vertex, replica, time, original, tb
+        super().__init__(f"vertex {vertex!r} replica {replica} failed at {_when(time)}: {original}\n{tb}")
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_user_error, (self.vertex, self.replica, self.time, self.original, self.traceback))
+
+
+def _when(time: Timed | None) -> str:
+    if time is None:
+        return "no epoch"
+    return f"epoch {time.epoch}" + (f", iteration {time.counters}" if time.counters else "")
+
+
+def _rebuild_user_error(vertex: str, replica: int, time: Timed | None, original: str, tb: str) -> UserCodeError:
+    """Unpickles a :class:`UserCodeError` (it crosses Ray from the failing actor to the driver)."""
+    error = UserCodeError.__new__(UserCodeError)
+    error._set(vertex, replica, time, original, tb)
+    return error
+
+
+class ReplicaLost(RaytideError):
+    """A replica's actor died (its process was killed or crashed): the job cannot go on.
+
+    Not a failure of user code: the error names the replica that died (``job/chain/replica``,
+    as in the Ray dashboard) and the vertices it hosted, and who noticed.
+    """
+
+    def __init__(self, replica: str, vertices: tuple[str, ...], noticed_by: str, cause: str = "") -> None:
+        self.replica, self.vertices, self.noticed_by, self.cause = replica, vertices, noticed_by, cause
+        super().__init__(f"replica {replica} (vertices {', '.join(vertices)}) died; {noticed_by} noticed"
+                         + (f": {cause}" if cause else ""))
+
+    def __reduce__(self) -> Any:
+        return (ReplicaLost, (self.replica, self.vertices, self.noticed_by, self.cause))
+
+
+class JobTimeout(RaytideError, TimeoutError):
+    """A wait on a job ran out of time; the message says what was still incomplete."""

@@ -3,15 +3,39 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
-from raytide.progress import Location, ProgressGraph, Timestamp
+from raytide.progress import Location, PathSummary, Timestamp
+from tests.strategies import RandomGraph
 
 Pointstamp = tuple[Location, Timestamp]
+Step = tuple[Location, PathSummary]
+
+
+def steps_of(spec: RandomGraph) -> dict[Location, list[Step]]:
+    """One step per hop a record can take, from the generator's own record of the graph.
+
+    ``input(v, i) -> vertex(v)`` (a vertex processes what arrives at its inputs) and
+    ``vertex(v) -> input(w, j)`` with the summary of the output port each edge leaves
+    by, exactly as passed to ``add_edge``: nothing here comes from the compiled graph.
+    """
+    steps: dict[Location, list[Step]] = {}
+    for name, vertex in spec.vertices.items():
+        steps.setdefault(Location.of_vertex(name), [])
+        for port in range(vertex.inputs):
+            steps[Location.of_input(name, port)] = [(Location.of_vertex(name), PathSummary.identity())]
+    for source, output, target, port in spec.edges:
+        summary = spec.vertices[source].summaries[output]
+        steps[Location.of_vertex(source)].append((Location.of_input(target, port), summary))
+    return steps
 
 
 class ReachabilityOracle:
     """could-result-in by exploring concrete timestamps along every path, one step at a time.
+
+    With ``bounded`` the feedback bounds drop records as they would at run time (what can
+    really happen); without, they are ignored (the over-approximation progress tracking
+    documents, :mod:`raytide.progress.reachability`).
 
     Counters above ``cap`` are not explored: a timestamp whose counter exceeds every
     counter of the question plus one behaves, for every question asked, like one whose
@@ -19,10 +43,20 @@ class ReachabilityOracle:
     decide a lexicographic comparison no differently).
     """
 
-    def __init__(self, graph: ProgressGraph, cap: int) -> None:
-        self.graph = graph
+    def __init__(self, spec: RandomGraph, cap: int, bounded: bool = False) -> None:
+        self.steps = steps_of(spec)
         self.cap = cap
+        self.bounded = bounded
         self._cache: dict[Pointstamp, set[Pointstamp]] = {}
+
+    def next_times(self, location: Location, time: Timestamp) -> list[Pointstamp]:
+        """Where a record at ``(location, time)`` goes in one step (within the cap)."""
+        out = []
+        for target, summary in self.steps[location]:
+            result = (summary if self.bounded else summary.unbounded()).results_in(time)
+            if result is not None and all(c <= self.cap for c in result.counters):
+                out.append((target, result))
+        return out
 
     def reachable(self, start: Pointstamp) -> set[Pointstamp]:
         """Every ``(location, timestamp)`` an event at ``start`` could lead to, itself included."""
@@ -30,14 +64,10 @@ class ReachabilityOracle:
             seen = {start}
             queue = deque([start])
             while queue:
-                location, time = queue.popleft()
-                for target, summary in self.graph.location_edges[location]:
-                    result = summary.unbounded().results_in(time)
-                    if result is None or any(c > self.cap for c in result.counters):
-                        continue
-                    if (target, result) not in seen:
-                        seen.add((target, result))
-                        queue.append((target, result))
+                for following in self.next_times(*queue.popleft()):
+                    if following not in seen:
+                        seen.add(following)
+                        queue.append(following)
             self._cache[start] = seen
         return self._cache[start]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from raytide.progress import GraphBuilder, Location, PathSummary, ProgressGraph, Timestamp
+from raytide.progress import GraphBuilder, PathSummary, ProgressGraph, Timestamp
 
 
 def timestamps(depth: int, max_epoch: int = 4, max_counter: int = 4) -> st.SearchStrategy[Timestamp]:
@@ -68,67 +68,98 @@ def applicable_depth(steps: list[PathSummary]) -> int:
     return needed
 
 
+Port = tuple[str, int]
+"""An output port: ``(vertex, port)``."""
+
+#: Vertices a loop adds besides its body: enter, head, feedback and leave.
+LOOP_SIZE = 4
+
+
+@dataclass(frozen=True)
+class VertexSpec:
+    """A vertex exactly as the generator declared it to :meth:`GraphBuilder.add_vertex`."""
+
+    inputs: int
+    depth: int
+    summaries: tuple[PathSummary, ...]
+
+
 @dataclass
 class RandomGraph:
-    """A random dataflow graph with (nested) loop contexts, and how to use it."""
+    """A random dataflow graph, and what was passed to the builder to make it.
+
+    ``vertices`` and ``edges`` are the generator's own record of its ``add_vertex`` and
+    ``add_edge`` calls, so an oracle built from them shares nothing with the code that
+    compiles ``graph``.
+    """
 
     graph: ProgressGraph
-    sources: list[str]
-    depth_of: dict[str, int]
-    feedback: dict[str, int] = field(default_factory=dict)
-
-    def locations(self) -> list[Location]:
-        return self.graph.locations
+    vertices: dict[str, VertexSpec] = field(default_factory=dict)
+    edges: list[tuple[str, int, str, int]] = field(default_factory=list)
 
 
 def random_graph(seed: int, max_vertices: int = 14, max_nesting: int = 2) -> RandomGraph:
-    """A connected random graph: a source, scopes of DAG vertices, loops nested up to ``max_nesting``."""
+    """A connected random graph: a source, scopes of DAG vertices, loops nested up to ``max_nesting``.
+
+    A loop starts only while the graph has room for it under ``max_vertices``; the
+    bodies of loops may still add a few operators beyond it.
+
+    Some vertices have two outputs: ordinary ones (both identity) and loop heads, whose
+    second output leaves the loop (egress). About half of the loops bound their feedback
+    (``PathSummary.feedback(bound)``, bound 1 to 3).
+    """
     rng = random.Random(seed)
     builder = GraphBuilder()
     counter = iter(range(10_000))
-    depth_of: dict[str, int] = {}
-    inputs_of: dict[str, int] = {}
-
-    def vertex(kind: str, depth: int, summary: PathSummary | None = None, inputs: int = 2, outputs: int = 1) -> str:
-        name = f"{kind}{next(counter)}"
-        summaries = [summary or PathSummary.identity()] * outputs
-        builder.add_vertex(name, inputs=inputs, outputs=outputs, depth=depth, summaries=summaries)
-        depth_of[name] = depth
-        inputs_of[name] = inputs
-        return name
-
+    specs: dict[str, VertexSpec] = {}
+    edges: list[tuple[str, int, str, int]] = []
     free_port: dict[str, int] = {}
 
-    def connect(src: str, dst: str) -> None:
+    def vertex(kind: str, depth: int, summaries: tuple[PathSummary, ...] = (PathSummary.identity(),),
+               inputs: int = 2) -> str:
+        name = f"{kind}{next(counter)}"
+        builder.add_vertex(name, inputs=inputs, outputs=len(summaries), depth=depth, summaries=summaries)
+        specs[name] = VertexSpec(inputs, depth, summaries)
+        return name
+
+    def connect(src: Port, dst: str) -> None:
         port = free_port.get(dst, 0)
-        if port >= inputs_of[dst]:
+        if port >= specs[dst].inputs:
             return
         free_port[dst] = port + 1
-        builder.add_edge(src, 0, dst, port)
+        builder.add_edge(src[0], src[1], dst, port)
+        edges.append((src[0], src[1], dst, port))
 
-    def scope(entry: str, depth: int, budget: int) -> str:
-        current = [entry]
-        while budget > 0:
-            budget -= 1
-            if depth < max_nesting and rng.random() < 0.3 and budget > 2:
-                enter = vertex("enter", depth, PathSummary.ingress(), inputs=1)
-                connect(rng.choice(current), enter)
-                head = vertex("head", depth + 1)
-                connect(enter, head)
-                tail = scope(head, depth + 1, rng.randint(1, 3))
-                back = vertex("back", depth + 1, PathSummary.feedback(), inputs=1)
-                connect(tail, back)
-                connect(back, head)
-                leave = vertex("leave", depth + 1, PathSummary.egress(), inputs=1)
-                connect(rng.choice([head, tail]), leave)
-                current.append(leave)
-            else:
-                v = vertex("op", depth)
+    def loop(current: list[Port], depth: int) -> None:
+        """A loop context entered from ``current``; what leaves it joins ``current``."""
+        enter = vertex("enter", depth, (PathSummary.ingress(),), inputs=1)
+        connect(rng.choice(current), enter)
+        head = vertex("head", depth + 1, (PathSummary.identity(), PathSummary.egress()))
+        connect((enter, 0), head)
+        tail = scope([(head, 0)], depth + 1, rng.randint(1, 3))
+        bound = rng.choice([None, rng.randint(1, 3)])
+        back = vertex("back", depth + 1, (PathSummary.feedback(bound),), inputs=1)
+        connect(tail, back)
+        connect((back, 0), head)
+        leave = vertex("leave", depth + 1, (PathSummary.egress(),), inputs=1)
+        connect(rng.choice([(head, 0), tail]), leave)
+        current.append((leave, 0))
+        if rng.random() < 0.5:
+            current.append((head, 1))
+
+    def scope(current: list[Port], depth: int, steps: int) -> Port:
+        """``steps`` operators or loops at ``depth``, fed from ``current``; returns the last output."""
+        for _ in range(steps):
+            if depth < max_nesting and len(specs) + LOOP_SIZE <= max_vertices and rng.random() < 0.3:
+                loop(current, depth)
+            elif len(specs) < max_vertices or depth > 0:
+                outputs = rng.choice([1, 1, 2])
+                v = vertex("op", depth, (PathSummary.identity(),) * outputs)
                 for src in rng.sample(current, k=min(len(current), rng.randint(1, 2))):
                     connect(src, v)
-                current.append(v)
+                current.extend((v, port) for port in range(outputs))
         return current[-1]
 
     source = vertex("src", 0, inputs=0)
-    scope(source, 0, rng.randint(2, max_vertices // 2))
-    return RandomGraph(builder.build(), [source], depth_of)
+    scope([(source, 0)], 0, rng.randint(2, max_vertices // 2))
+    return RandomGraph(builder.build(), specs, edges)

@@ -42,7 +42,11 @@ PURE = [
     "raytide.progress.outputs",
     "raytide.actors.replica",
     "raytide.actors.plan",
-    "raytide.actors.markers",
+    "raytide.actors.protocol",
+    "raytide.actors.progress_core",
+    "raytide.actors.holdback",
+    "raytide.actors.notifications",
+    "raytide.actors.outbox",
     "raytide.snapshots",
     "raytide.snapshots.barriers",
     "raytide.autoscale",
@@ -136,7 +140,7 @@ def test_public_api():
 
     assert sorted(raytide.__all__) == [
         "Dataflow", "GraphError", "Job", "JobTimeout", "Loop", "Probe", "ProgressError", "RaytideError",
-        "Stream", "Timestamp", "UserCodeError", "Vertex", "run",
+        "ReplicaLost", "Stream", "Timestamp", "UserCodeError", "Vertex", "run",
     ]
     assert callable(raytide.run)
 
@@ -159,7 +163,9 @@ SUBPACKAGE_API = {
         "apply_cooldown", "cap_by_free_cpus", "clamp", "combine", "ignore_small_changes", "key_group",
         "record_changes", "require_persistence",
     ],
-    "raytide.sources": ["ArrowDatasetSource", "TextFileSource"],
+    "raytide.sources": [
+        "ArrowDatasetSource", "BlockRefs", "DriverSource", "Placement", "Reader", "Source", "TextFileSource", "as_source",
+    ],
 }
 
 

@@ -37,7 +37,7 @@ import pickle
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, BinaryIO, Optional
+from typing import Any, BinaryIO
 
 import numpy as np
 import ray
@@ -368,7 +368,7 @@ def wordcount_ray(
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     flush_lines: int = DEFAULT_FLUSH_LINES,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-    reducers: Optional[list[ray.actor.ActorHandle]] = None,
+    reducers: list[ray.actor.ActorHandle] | None = None,
     counter: str = "python",
 ) -> WordCounts:
     """Word count per epoch with Ray (mapper tasks, reducer actors); the caller times it.

@@ -13,12 +13,13 @@ because a fused vertex is reachable only through the vertex it is fused to.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, TypeVar
 
-from raytide.core.dataflow import Channel, Dataflow, LogicalVertex
+from raytide.core.dataflow import Channel, Dataflow, InputEdge, LogicalVertex, Role, VertexFactory
 from raytide.errors import GraphError
 from raytide.progress.graph import GraphBuilder, ProgressGraph
 from raytide.progress.reachability import Location
+from raytide.progress.summaries import PathSummary
 from raytide.progress.timestamps import Timestamp
 
 
@@ -41,36 +42,102 @@ class ChainPlan:
     parallelism: int
 
 
-@dataclass
+@dataclass(frozen=True)
+class VertexPlan:
+    """One vertex as the runtime runs it: what it is, where its inputs come from, how wide it is.
+
+    Attributes:
+        inputs: per input port, the edges into it.
+        cyclic: its output can come back to one of its inputs (it sits inside a loop).
+    """
+
+    name: str
+    role: Role
+    factory: VertexFactory | None
+    inputs: tuple[tuple[InputEdge, ...], ...]
+    outputs: int
+    summaries: tuple[PathSummary, ...]
+    parallelism: int
+    chain: str
+    cyclic: bool
+
+    def output_summary(self, port: int) -> PathSummary:
+        """The path summary from the vertex to its output ``port`` (identity unless a loop boundary)."""
+        return self.summaries[port] if self.summaries else PathSummary.identity()
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class FrozenMap(dict[_K, _V]):
+    """A dict that refuses changes after it is built (and pickles as one)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a compiled plan cannot be changed")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[_K, _V]]]:
+        return FrozenMap, (dict(self),)
+
+
+@dataclass(frozen=True, eq=False)
 class PhysicalPlan:
-    """Everything the runtime needs to place actors and route records."""
+    """Everything the runtime needs to place actors and route records, compiled once and
+    self-contained: nothing reads the :class:`~raytide.core.dataflow.Dataflow` after it."""
 
-    flow: Dataflow
+    name: str
     graph: ProgressGraph
-    parallelism: dict[str, int]
-    chains: list[ChainPlan]
-    chain_of: dict[str, str]
-    consumers: dict[tuple[str, int], list[Consumer]]
-    cyclic: frozenset[str] = frozenset()
-    feedback: frozenset[str] = frozenset()
+    vertices: FrozenMap[str, VertexPlan]  # in the dataflow's order
+    chains: tuple[ChainPlan, ...]
+    consumers: FrozenMap[tuple[str, int], tuple[Consumer, ...]]  # (vertex, output port) -> where it goes
 
-    def vertex(self, name: str) -> LogicalVertex:
-        return self.flow.vertices[name]
+    def vertex(self, name: str) -> VertexPlan:
+        """The plan of vertex ``name``."""
+        return self.vertices[name]
 
     def chain(self, name: str) -> ChainPlan:
+        """The chain called ``name``."""
         return next(c for c in self.chains if c.name == name)
+
+    def chain_of(self, vertex: str) -> ChainPlan:
+        """The chain that hosts ``vertex``."""
+        return self.chain(self.vertex(vertex).chain)
+
+    def width(self, vertex: str) -> int:
+        """How many replicas ``vertex`` has."""
+        return self.vertex(vertex).parallelism
+
+    def consumers_of(self, vertex: str, port: int) -> tuple[Consumer, ...]:
+        """Where output ``port`` of ``vertex`` goes."""
+        return self.consumers[(vertex, port)]
+
+    def with_role(self, role: Role) -> list[str]:
+        """The vertices of ``role`` (``input``, ``output``, ``feedback``...), in the dataflow's order."""
+        return [name for name, v in self.vertices.items() if v.role == role]
+
+    @property
+    def inputs(self) -> list[str]:
+        """Names of the dataflow's inputs."""
+        return self.with_role("input")
+
+    @property
+    def outputs(self) -> list[str]:
+        """Names of the dataflow's outputs."""
+        return self.with_role("output")
 
     def initial_pointstamps(self) -> list[tuple[tuple[Location, Timestamp], int]]:
         """The pointstamps held before anything runs: every input replica at epoch 0."""
-        return [((Location.of_vertex(n), Timestamp(0)), self.parallelism[n]) for n in self.flow.inputs()]
+        return [((Location.of_vertex(n), Timestamp(0)), self.width(n)) for n in self.inputs]
 
     def is_fused(self, consumer: Consumer) -> bool:
         """Whether ``consumer`` runs in the same actor as its upstream (not a chain head)."""
-        return self.chain(self.chain_of[consumer.vertex]).vertices[0] != consumer.vertex
+        return self.chain_of(consumer.vertex).vertices[0] != consumer.vertex
 
 
-def compile_plan(flow: Dataflow, parallelism: Optional[int] = None, chaining: bool = True) -> PhysicalPlan:
-    """Validate ``flow`` and compile it.
+def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool = True) -> PhysicalPlan:
+    """Validate ``flow`` and compile it into a self-contained, immutable plan.
 
     Args:
         flow: the logical dataflow.
@@ -87,14 +154,20 @@ def compile_plan(flow: Dataflow, parallelism: Optional[int] = None, chaining: bo
     widths = {name: v.parallelism or default for name, v in flow.vertices.items()}
     consumers = _consumers(flow)
     _check_connected(flow, consumers)
-    feedback = frozenset(n for n, v in flow.vertices.items() if v.role == "feedback")
-    for name in feedback:
-        if not flow.vertices[name].inputs[0]:
+    for name, vertex in flow.vertices.items():
+        if vertex.role == "feedback" and not vertex.inputs[0]:
             raise GraphError(f"feedback {name!r} is never connected: close the loop with feedback.connect(stream)")
     graph = _progress_graph(flow)
     chains = _chains(flow, consumers, widths) if chaining else [ChainPlan(n, (n,), widths[n]) for n in flow.vertices]
     chain_of = {v: c.name for c in chains for v in c.vertices}
-    return PhysicalPlan(flow, graph, widths, chains, chain_of, consumers, _on_cycles(flow, graph), feedback)
+    cyclic = _on_cycles(flow, graph)
+    vertices = {
+        name: VertexPlan(name, v.role, v.factory, tuple(map(tuple, v.inputs)), v.outputs, tuple(v.summaries),
+                         widths[name], chain_of[name], name in cyclic)
+        for name, v in flow.vertices.items()
+    }
+    return PhysicalPlan(flow.name, graph, FrozenMap(vertices), tuple(chains),
+                        FrozenMap({key: tuple(targets) for key, targets in consumers.items()}))
 
 
 def _on_cycles(flow: Dataflow, graph: ProgressGraph) -> frozenset[str]:
@@ -156,7 +229,7 @@ def _chains(flow: Dataflow, consumers: dict[tuple[str, int], list[Consumer]], wi
 
 
 def _fusable_upstream(flow: Dataflow, vertex: LogicalVertex, consumers: dict[tuple[str, int], list[Consumer]],
-                      widths: dict[str, int]) -> Optional[str]:
+                      widths: dict[str, int]) -> str | None:
     if not vertex.chain or vertex.role == "input" or len(vertex.inputs) != 1 or len(vertex.inputs[0]) != 1:
         return None
     edge = vertex.inputs[0][0]

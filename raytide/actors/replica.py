@@ -1,95 +1,59 @@
 """One replica of a chain of fused vertices, as pure logic: events in, sends and progress out.
 
-The Ray shell (``vertex_actor.py``) feeds a :class:`ReplicaCore` four kinds of events:
-a data message from another actor, a progress push from the progress actor, and, for
-input vertices, driver pushes and epoch advances. The core runs the user's callbacks,
-routes what they send (to fused vertices by a direct call, to itself through a queue it
-drains before shipping progress -- a loop's feedback --, to other actors through the
-:class:`Transport`), and keeps the pointstamp deltas of everything it did.
+A shell (the Ray actor in ``vertex_actor.py``, or the in-process runtime in
+``local.py``) feeds a :class:`ReplicaCore` its events: a data batch or a marker from
+another replica, a status push from the progress actor, and, for input vertices,
+records and epoch advances. The core runs the user's callbacks, routes what they send
+(:class:`~raytide.actors.outbox.Outbox`: to fused vertices by a direct call, to itself
+through a queue it drains before shipping progress, to other replicas through the
+transport), and keeps the pointstamp deltas of everything it did.
 
 Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the
-consumed message and the ``+1`` of everything it caused) are shipped together, and
-batches from one replica are applied in order. Outside loops, deltas are held back
-while they cannot matter (inside a loop every iteration waits on them, so they go at
-once): when each event that caused them is *covered*, i.e. the frontier at the
-event's location is held below it, or at it by some other pointstamp, the tracker's
-frontier cannot move past anything the held deltas would retire. When a progress push
-uncovers a cause, or a notification or a capability change happened, the whole batch
-is shipped. So the number of progress messages does not grow with the number of
-data batches, and holding back never advances a frontier early (an unshipped ``-1``
-only keeps a count up).
-
-Notifications are delivered when no timestamp at or before them may still arrive at
-the vertex's inputs, in timestamp order. For a vertex on a cycle a notification's
-own output may come back to it, so it delivers one round of minimal timestamps at a
-time and waits until the tracker has absorbed that round (an acknowledged flush).
+consumed message and the ``+1`` of everything it caused) are shipped together, and a
+replica's messages to the progress actor are numbered and applied in that order.
+Deltas are held back while they cannot matter (:mod:`raytide.actors.holdback`), so the
+number of progress messages does not grow with the number of data batches.
+Notifications are delivered when no timestamp at or before them may still arrive
+(:mod:`raytide.actors.notifications`); a vertex on a cycle gets one round at a time and
+waits until the tracker has absorbed it (an acknowledged flush).
 """
 
 from __future__ import annotations
 
-import collections
-import traceback
+import functools
+import itertools
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol
+from typing import Any
 
+from raytide.actors.holdback import HeldProgress, is_covered
+from raytide.actors.notifications import NotificationQueue
+from raytide.actors.outbox import Outbox, Transport
+from raytide.actors.plan import PhysicalPlan
+from raytide.actors.protocol import (
+    Cause,
+    ChannelId,
+    Declaration,
+    HeldCause,
+    Marker,
+    MarkerRecord,
+    OutputParts,
+    ProgressBatch,
+    ProgressMessage,
+    Sequenced,
+)
 from raytide.core.batches import batch_length, eager, to_records
-from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Router, non_empty
-from raytide.actors.markers import ChannelId, Marker, MarkerRecord
-from raytide.actors.plan import Consumer, PhysicalPlan
+from raytide.core.routing import non_empty
 from raytide.core.vertex import Vertex
-from raytide.errors import ProgressError, RaytideError
-from raytide.progress.change_batch import ChangeBatch
-from raytide.progress.publisher import Interests, answers
+from raytide.errors import ProgressError, ReplicaLost, UserCodeError
+from raytide.progress.publisher import Interests, Status, answers
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
+from raytide.progress.tracker import Pointstamp
 from raytide.snapshots.barriers import BarrierAligner, Decision, ForwardBarrier, Release, TakeSnapshot
-
-#: A location's frontier as the progress actor pushes it: each minimal timestamp, and
-#: whether some pointstamp other than the ones at that very place holds it there.
-Status = list[tuple[Timestamp, bool]]
-Pointstamp = tuple[Location, Timestamp]
-
-#: Ship held-back progress anyway once it has this many distinct pointstamps.
-MAX_HELD_PROGRESS = 4096
-
-
-class Transport(Protocol):
-    """What the shell does for the core: send messages, and progress with the output records it retires."""
-
-    def send(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None: ...  # noqa: D102
-
-    def send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None: ...  # noqa: D102
-
-    def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool,  # noqa: D102
-                       outputs: dict[str, dict[int, list]], interests: Optional[Interests]) -> None: ...
-
-    def declare_interests(self, interests: Interests) -> None: ...  # noqa: D102
-
-
-class UserCodeError(RaytideError):
-    """User code (or a vertex breaking the progress rules) raised inside a vertex callback."""
-
-    def __init__(self, vertex: str, replica: int, time: Optional[Timestamp], error: BaseException) -> None:
-        self.vertex, self.replica, self.time = vertex, replica, time
-        self.original = repr(error)
-        self.traceback = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        when = f"epoch {time.epoch}" + (f", iteration {time.counters}" if time and time.counters else "") if time else "no epoch"
-        super().__init__(f"vertex {vertex!r} replica {replica} failed at {when}: {error!r}\n{self.traceback}")
-
-    def __reduce__(self) -> Any:
-        return (_rebuild_user_error, (self.vertex, self.replica, self.time, self.original, self.traceback))
-
-
-def _rebuild_user_error(vertex: str, replica: int, time: Optional[Timestamp], original: str, tb: str) -> UserCodeError:
-    error = UserCodeError.__new__(UserCodeError)
-    error.vertex, error.replica, error.time, error.original, error.traceback = vertex, replica, time, original, tb
-    when = f"epoch {time.epoch}" if time else "no epoch"
-    RaytideError.__init__(error, f"vertex {vertex!r} replica {replica} failed at {when}: {original}\n{tb}")
-    return error
 
 
 @dataclass
-class VertexStats:
+class VertexCounters:
     """Counters of one hosted vertex in this replica."""
 
     records_in: int = 0
@@ -104,7 +68,7 @@ class _Context:
 
     def __init__(self, core: ReplicaCore, vertex: str, replica: int, parallelism: int) -> None:
         self.core, self.vertex, self.replica, self.parallelism = core, vertex, replica, parallelism
-        self.current: Optional[Timestamp] = None
+        self.current: Timestamp | None = None
 
     def send_by(self, output: int, message: Any, time: Timestamp) -> None:
         self.core.send(self, output, message, time)
@@ -113,84 +77,58 @@ class _Context:
         self.core.request_notification(self, time)
 
 
-@dataclass
-class _InputState:
-    epoch: Optional[int] = 0
-
-
 class ReplicaCore:
     """Replica ``replica`` of chain ``chain`` of ``plan``: runs its vertices, accounts progress."""
 
     def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport) -> None:
         self.plan, self.replica, self.transport = plan, replica, transport
         self.chain = plan.chain(chain)
-        self.contexts: dict[str, _Context] = {}
+        self.outbox = Outbox(plan, self.chain, replica, transport)
+        self.contexts = {name: _Context(self, name, replica, plan.width(name)) for name in self.chain.vertices}
+        self.stats = {name: VertexCounters() for name in self.chain.vertices}
+        self.notifications = NotificationQueue(self.chain.vertices)
+        self.held = HeldProgress()
         self.vertices: dict[str, Vertex] = {}
-        self.inputs: dict[str, _InputState] = {}
+        self.input_epochs: dict[str, int | None] = {}
         self.outputs: dict[str, dict[int, list]] = {}  # records per epoch not shipped yet
-        self.routers: dict[tuple[str, int, int], Router] = {}
-        self.pending: dict[str, set[Timestamp]] = {}
-        self.statuses: dict[Location, Status] = {}
-        self.stats: dict[str, VertexStats] = {}
-        self.progress: ChangeBatch[Pointstamp] = ChangeBatch()
-        self.causes: set[tuple[str, Location, Timestamp]] = set()
-        self.must_flush = False
-        self.flushes = 0
-        self.unacked = 0
-        self.interests: Interests = {}
-        self.markers: dict[int, Marker] = {}
-        self.marker_log: list[MarkerRecord] = []
-        #: Batches and markers this replica sent itself, not delivered yet: ``(is_marker, arguments)``.
-        self.local: collections.deque[tuple[bool, tuple]] = collections.deque()
-        self.local_sends = 0
         for name in self.chain.vertices:
             self._host(name)
+        self.statuses: dict[Location, Status] = {}
+        self.interests: Interests = {}
+        self.sequence = itertools.count()  # numbers the messages to the progress actor
+        self.flushes = 0
+        self.unacked = 0
+        self.markers: dict[int, Marker] = {}
+        self.marker_log: list[MarkerRecord] = []
         head = self.chain.vertices[0]
         channels = self._input_channels(head)
         self.aligner = BarrierAligner(head, inputs=channels, back_edges=self._back_edges(head, channels))
-        self.in_cycle = any(v in plan.cyclic for v in self.chain.vertices)
+        self.in_cycle = any(plan.vertex(v).cyclic for v in self.chain.vertices)
 
     # -- setup -------------------------------------------------------------------------
 
     def _host(self, name: str) -> None:
-        logical = self.plan.vertex(name)
-        context = _Context(self, name, self.replica, self.plan.parallelism[name])
-        self.contexts[name] = context
-        self.stats[name] = VertexStats()
-        self.pending[name] = set()
-        if logical.role == "input":
-            self.inputs[name] = _InputState()
-        elif logical.role == "output":
+        vertex = self.plan.vertex(name)
+        if vertex.role == "input":
+            self.input_epochs[name] = 0
+        elif vertex.role == "output":
             self.outputs[name] = {}
-        elif logical.role in ("vertex", "feedback"):
-            vertex = logical.factory() if logical.factory else Vertex()
-            vertex.bind(context)
-            self.vertices[name] = vertex
-        for port in range(logical.outputs):
-            for index, consumer in enumerate(self.plan.consumers[(name, port)]):
-                if not self.plan.is_fused(consumer):
-                    self.routers[(name, port, index)] = self._router(name, consumer)
-
-    def _router(self, name: str, consumer: Consumer) -> Router:
-        width = self.plan.parallelism[consumer.vertex]
-        if consumer.channel.kind == "exchange":
-            assert consumer.channel.key is not None
-            return ExchangeRouter(consumer.channel.key, width)
-        if consumer.channel.kind == "broadcast":
-            return BroadcastRouter(width)
-        return PipelineRouter(self.replica, self.plan.parallelism[name], width)
+        elif vertex.role in ("vertex", "feedback"):
+            instance = vertex.factory() if vertex.factory else Vertex()
+            instance.bind(self.contexts[name])
+            self.vertices[name] = instance
 
     def _input_channels(self, vertex: str) -> list[ChannelId]:
         """Every channel that can deliver to ``vertex`` (a replica of each upstream edge sending here)."""
         channels: list[ChannelId] = []
-        width = self.plan.parallelism[vertex]
+        width = self.plan.width(vertex)
         for port, edges in enumerate(self.plan.vertex(vertex).inputs):
             for edge in edges:
-                senders = self.plan.parallelism[edge.source]
+                senders = self.plan.width(edge.source)
                 if edge.channel.kind == "pipeline" and senders == width:
-                    channels.append((edge.source, edge.output, self.replica, port))
+                    channels.append(ChannelId(edge.source, edge.output, self.replica, port))
                 else:
-                    channels += [(edge.source, edge.output, r, port) for r in range(senders)]
+                    channels += [ChannelId(edge.source, edge.output, r, port) for r in range(senders)]
         return channels
 
     def _back_edges(self, head: str, channels: list[ChannelId]) -> list[ChannelId]:
@@ -201,14 +139,8 @@ class ReplicaCore:
         not where the cycle is entered, and aligns on them as usual.
         """
         graph, start = self.plan.graph, Location.of_vertex(head)
-        back = [c for c in channels if graph.summaries(start, Location.of_vertex(c[0]))]
+        back = [c for c in channels if graph.summaries(start, Location.of_vertex(c.source))]
         return back if len(back) < len(channels) else []
-
-    def _destinations(self, router: Router, consumer: Consumer) -> list[int]:
-        """The replicas of ``consumer`` this replica has a channel to (where markers go)."""
-        if isinstance(router, PipelineRouter) and self.plan.parallelism[consumer.vertex] == self.chain.parallelism:
-            return [self.replica]
-        return list(range(self.plan.parallelism[consumer.vertex]))
 
     def subscriptions(self) -> list[Location]:
         """The locations whose frontier this replica needs: every input of its vertices.
@@ -224,7 +156,7 @@ class ReplicaCore:
     # -- events from outside -------------------------------------------------------------
 
     def on_message(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        """A batch arrived from another actor on ``channel`` for ``vertex`` (the chain head)."""
+        """A batch arrived from another replica on ``channel`` for ``vertex`` (the chain head)."""
         self._receive(channel, vertex, time, batch)
         self._settle()
 
@@ -233,10 +165,10 @@ class ReplicaCore:
             self._consume(channel, vertex, time, batch)
 
     def _consume(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        location = Location.of_input(vertex, channel[3])
-        self.progress.update((location, time), -1)
-        self.causes.add(("message", location, time))
-        self.deliver(vertex, channel[3], time, batch)
+        location = Location.of_input(vertex, channel.port)
+        self.held.update((location, time), -1)
+        self.held.caused_by(HeldCause(Cause.MESSAGE, location, time))
+        self.deliver(vertex, channel.port, time, batch)
 
     def on_marker(self, channel: ChannelId, marker: Marker) -> None:
         """A control marker arrived on ``channel``: align, then act on it and forward it."""
@@ -247,38 +179,6 @@ class ReplicaCore:
         self.markers.setdefault(marker.marker_id, marker)
         self._apply_barrier_effects(self.aligner.on_barrier(channel, marker.marker_id))
 
-    def _send_batch(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        if self._is_self(chain, replica):
-            self.local.append((False, (channel, vertex, time, batch)))
-            self.local_sends += 1
-        else:
-            self.transport.send(chain, replica, channel, vertex, time, batch)
-
-    def _send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None:
-        if self._is_self(chain, replica):
-            self.local.append((True, (channel, marker)))
-        else:
-            self.transport.send_marker(chain, replica, channel, vertex, marker)
-
-    def _is_self(self, chain: str, replica: int) -> bool:
-        """Whether ``(chain, replica)`` is this replica: a loop's feedback routed back here."""
-        return replica == self.replica and chain == self.chain.name
-
-    def _drain_local(self) -> None:
-        """Deliver what this replica sent itself, in send order (each channel stays FIFO).
-
-        Self-sends skip Ray: no serialisation (the receiving vertex gets the very object
-        sent, which is why ``send_by`` hands a batch over) and no wait in the actor's
-        mailbox. Draining before progress is shipped lets the +1 of such a batch cancel
-        its -1 in the same progress batch.
-        """
-        while self.local:
-            is_marker, arguments = self.local.popleft()
-            if is_marker:
-                self._receive_marker(*arguments)
-            else:
-                self._receive(*arguments)
-
     def inject_marker(self, marker: Marker) -> None:
         """At an input replica: start ``marker`` here (the driver injects it at every input)."""
         self.markers.setdefault(marker.marker_id, marker)
@@ -288,27 +188,14 @@ class ReplicaCore:
     def _apply_barrier_effects(self, effects: list) -> None:
         for effect in effects:
             if isinstance(effect, TakeSnapshot):
-                self._pass_marker(self.markers[effect.snapshot_id])
+                marker = self.markers[effect.snapshot_id]
+                self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
+                self.outbox.switch_tables(marker)
             elif isinstance(effect, ForwardBarrier):
-                self._forward_marker(self.markers.pop(effect.snapshot_id))
+                self.outbox.forward_marker(self.markers.pop(effect.snapshot_id))
             elif isinstance(effect, Release):
                 for channel, vertex, time, batch in effect.records:
                     self._consume(channel, vertex, time, batch)
-
-    def _pass_marker(self, marker: Marker) -> None:
-        """The chain is at the marker: record where it stood and switch routing tables."""
-        self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
-        for (vertex, output, index), router in self.routers.items():
-            table = marker.reroute.get((vertex, output, self.plan.consumers[(vertex, output)][index].vertex))
-            if table is not None and isinstance(router, ExchangeRouter):
-                router.swap_table(table)
-
-    def _forward_marker(self, marker: Marker) -> None:
-        for (vertex, output, index), router in self.routers.items():
-            consumer = self.plan.consumers[(vertex, output)][index]
-            chain = self.plan.chain_of[consumer.vertex]
-            for replica in self._destinations(router, consumer):
-                self._send_marker(chain, replica, (vertex, output, self.replica, consumer.port), consumer.vertex, marker)
 
     def on_progress(self, statuses: dict[Location, Status], acked: bool) -> None:
         """The progress actor pushed new frontiers (and, if ``acked``, absorbed our last flush)."""
@@ -319,12 +206,12 @@ class ReplicaCore:
 
     def push_input(self, vertex: str, batch: Any, epoch: int) -> None:
         """The driver (or a source) delivers records of ``epoch`` to input ``vertex``."""
-        state = self.inputs[vertex]
-        if state.epoch is None or epoch != state.epoch:
+        current = self.input_epochs[vertex]
+        if current is None or epoch != current:
             raise ProgressError(f"input {vertex!r} replica {self.replica} got records for epoch {epoch} "
-                                f"but is at epoch {state.epoch}: advance the input first")
+                                f"but is at epoch {current}: advance the input first")
         time = Timestamp(epoch)
-        self.causes.add(("capability", Location.of_vertex(vertex), time))
+        self.held.caused_by(HeldCause(Cause.CAPABILITY, Location.of_vertex(vertex), time))
         self.stats[vertex].records_in += batch_length(batch)
         self.stats[vertex].batches_in += 1
         context = self.contexts[vertex]
@@ -333,21 +220,21 @@ class ReplicaCore:
         context.current = None
         self._settle()
 
-    def advance_input(self, vertex: str, epoch: Optional[int]) -> None:
+    def advance_input(self, vertex: str, epoch: int | None) -> None:
         """Move input ``vertex``'s capability to ``epoch`` (None: close the input)."""
-        state = self.inputs[vertex]
-        if state.epoch is None:
+        current = self.input_epochs[vertex]
+        if current is None:
             raise ProgressError(f"input {vertex!r} is closed; it cannot move to epoch {epoch}")
-        if epoch is not None and epoch < state.epoch:
-            raise ProgressError(f"input {vertex!r} is at epoch {state.epoch}; it cannot go back to epoch {epoch}")
-        if epoch == state.epoch:
+        if epoch is not None and epoch < current:
+            raise ProgressError(f"input {vertex!r} is at epoch {current}; it cannot go back to epoch {epoch}")
+        if epoch == current:
             return
         location = Location.of_vertex(vertex)
-        self.progress.update((location, Timestamp(state.epoch)), -1)
+        self.held.update((location, Timestamp(current)), -1)
         if epoch is not None:
-            self.progress.update((location, Timestamp(epoch)), 1)
-        state.epoch = epoch
-        self.must_flush = True
+            self.held.update((location, Timestamp(epoch)), 1)
+        self.input_epochs[vertex] = epoch
+        self.held.force()
         for name in self.chain.vertices[1:]:  # an input heads its chain: the rest get nothing more from it before epoch
             if name in self.vertices:
                 self._run(name, None, self.vertices[name].on_input_epoch, epoch)
@@ -356,7 +243,7 @@ class ReplicaCore:
     # -- running vertices ----------------------------------------------------------------
 
     def deliver(self, vertex: str, port: int, time: Timestamp, batch: Any) -> None:
-        """Hand a batch to a hosted vertex (from another actor or from a fused upstream)."""
+        """Hand a batch to a hosted vertex (from another replica or from a fused upstream)."""
         stats = self.stats[vertex]
         stats.batches_in += 1
         stats.records_in += batch_length(batch)
@@ -365,14 +252,14 @@ class ReplicaCore:
             self._run(vertex, time, target.on_recv, port, batch if target.takes_lazy_batches else eager(batch), time)
         elif vertex in self.outputs:
             self.outputs[vertex].setdefault(time.epoch, []).extend(to_records(batch))
-            self.must_flush = True  # records go with the batch that retires them: at once, for latency
+            self.held.force()  # records go with the batch that retires them: at once, for latency
 
-    def _run(self, vertex: str, time: Timestamp, callback: Any, *args: Any) -> None:
+    def _run(self, vertex: str, time: Timestamp | None, callback: Any, *args: Any) -> None:
         context = self.contexts[vertex]
         outer, context.current = context.current, time
         try:
             callback(*args)
-        except UserCodeError:
+        except (UserCodeError, ReplicaLost):  # already says where it happened; a dead peer is not user code
             raise
         except Exception as error:  # user code: wrap with where it happened
             raise UserCodeError(vertex, self.replica, time, error) from error
@@ -394,19 +281,19 @@ class ReplicaCore:
         stats = self.stats[vertex]
         stats.batches_out += 1
         stats.records_out += n
-        for index, consumer in enumerate(self.plan.consumers[(vertex, output)]):
-            router = self.routers.get((vertex, output, index))
+        for consumer, router in self.outbox.routes(vertex, output):
             if router is None:
                 self.deliver(consumer.vertex, consumer.port, time, message)
                 continue
             target = Location.of_input(consumer.vertex, consumer.port)
-            chain = self.plan.chain_of[consumer.vertex]
-            channel = (vertex, output, self.replica, consumer.port)
+            chain = self.plan.chain_of(consumer.vertex).name
+            channel = ChannelId(vertex, output, self.replica, consumer.port)
             for replica, part in non_empty(router.route(message)):
-                self.progress.update((target, time), 1)
-                self._send_batch(chain, replica, channel, consumer.vertex, time, part)
+                self.held.update((target, time), 1)
+                self.outbox.send(self.outbox.key._replace(chain=chain, replica=replica), channel, consumer.vertex,
+                                 time, part)
 
-    def _may_send(self, vertex: str, output: int, current: Optional[Timestamp], time: Timestamp) -> bool:
+    def _may_send(self, vertex: str, output: int, current: Timestamp | None, time: Timestamp) -> bool:
         """Whether ``vertex``, called at ``current``, may send at ``time`` on ``output``.
 
         It may at any time its call's timestamp can reach, and at any time a pending
@@ -415,7 +302,8 @@ class ReplicaCore:
         (:meth:`~raytide.Vertex.on_input_epoch`) holds only the notifications.
         """
         summary = self.plan.vertex(vertex).output_summary(output)
-        held = self.pending[vertex] if current is None else (current, *self.pending[vertex])
+        pending = self.notifications.of(vertex)
+        held = pending if current is None else (current, *pending)
         return any(earliest is not None and earliest.less_equal(time) for earliest in map(summary.results_in, held))
 
     def request_notification(self, context: _Context, time: Timestamp) -> None:
@@ -424,41 +312,51 @@ class ReplicaCore:
         if current is not None and not current.less_equal(time):
             raise ProgressError(f"vertex {context.vertex!r} replica {self.replica} asked to be notified at {time} "
                                 f"while processing {current}: notifications cannot be in the past")
-        pending = self.pending[context.vertex]
-        if time not in pending:
-            pending.add(time)
-            self.progress.update((Location.of_vertex(context.vertex), time), 1)
+        if self.notifications.request(context.vertex, time):
+            self.held.update((Location.of_vertex(context.vertex), time), 1)
 
     # -- after every event ---------------------------------------------------------------
 
     def _settle(self) -> None:
         """After every event: deliver what this replica sent itself, then notifications, then
         ship progress if it may matter, and tell the progress actor what this replica now
-        waits on (in the same call when both)."""
+        waits on (with the progress when both go)."""
         self._drain_local()
         self._deliver_notifications()
-        flushing = self._should_flush()
-        changes, outputs = self._take() if flushing else ([], {})
+        changes, outputs = self._take_held() if self._should_ship() else ([], {})
         interests = self._interests()
         changed = interests != self.interests
         self.interests = interests
         if changes or outputs:
-            self._ship(changes, False, outputs, interests if changed else None)
+            self._send_held(changes, outputs, ack=False, interests=interests if changed else None)
         elif changed:
-            self.transport.declare_interests(interests)
+            self._to_progress(Declaration(interests))
+
+    def _drain_local(self) -> None:
+        """Deliver what this replica sent itself, in send order (each channel stays FIFO).
+
+        Draining before progress is shipped lets the +1 of such a batch cancel its -1 in
+        the same progress batch.
+        """
+        local = self.outbox.local
+        while local:
+            is_marker, arguments = local.popleft()
+            if is_marker:
+                self._receive_marker(*arguments)
+            else:
+                self._receive(*arguments)
 
     def _interests(self) -> Interests:
         """What this replica waits on: pending notifications at their vertex's inputs and
         held-back progress at the location of its cause; only the minimal times matter (a
         later one is answered no earlier)."""
         waits: dict[Location, set[Timestamp]] = {}
-        for vertex, pending in self.pending.items():
+        for vertex, pending in self.notifications.pending.items():
             for port in range(len(self.plan.vertex(vertex).inputs)):
                 waits.setdefault(Location.of_input(vertex, port), set()).update(pending)
-        for kind, location, time in self.causes:
-            if kind == "message":
-                waits.setdefault(location, set()).add(time)
-        return {loc: sorted(minimal_elements(times), key=tuple) for loc, times in waits.items() if times}
+        for location, time in self.held.waits():
+            waits.setdefault(location, set()).add(time)
+        return {loc: sorted(minimal_elements(times), key=Timestamp.sort_key) for loc, times in waits.items() if times}
 
     def _ready(self, vertex: str, time: Timestamp) -> bool:
         for port in range(len(self.plan.vertex(vertex).inputs)):
@@ -469,61 +367,47 @@ class ReplicaCore:
 
     def _deliver_notifications(self) -> None:
         for vertex in self.chain.vertices:
-            pending = self.pending[vertex]
-            if not pending:
+            if not self.notifications.of(vertex):
                 continue
-            cyclic = vertex in self.plan.cyclic
+            cyclic = self.plan.vertex(vertex).cyclic
             if cyclic and self.unacked:
                 continue
-            ready = sorted((t for t in pending if self._ready(vertex, t)), key=tuple)
-            if cyclic:
-                ready = [t for t in ready if not any(o.less_than(t) for o in pending)]
-            for time in ready:
-                pending.discard(time)
+            due = self.notifications.take_due(vertex, functools.partial(self._ready, vertex), one_round=cyclic)
+            for time in due:
                 self.stats[vertex].notifications += 1
                 self._run(vertex, time, self.vertices[vertex].on_notify, time)
-                self.progress.update((Location.of_vertex(vertex), time), -1)
-                self.must_flush = True
+                self.held.update((Location.of_vertex(vertex), time), -1)
+                self.held.force()
             self._drain_local()
-            if cyclic and ready:
-                self._flush(ack=True)
+            if cyclic and due:
+                self._send_held(*self._take_held(), ack=True, interests=None)
 
-    def _covered(self, cause: tuple[str, Location, Timestamp]) -> bool:
-        kind, location, time = cause
-        if kind == "capability":
-            return self.inputs[location.vertex].epoch == time.epoch
-        status = self.statuses.get(location)
-        return status is not None and answers(status, time)[1]
+    def _should_ship(self) -> bool:
+        def covered(cause: HeldCause) -> bool:
+            return is_covered(cause, self.statuses, self.input_epochs)
 
-    def _should_flush(self) -> bool:
-        if self.progress.is_empty() and not any(self.outputs.values()):
-            self.causes.clear()
-            self.must_flush = False
-            return False
-        return (self.must_flush or self.in_cycle or len(self.progress) > MAX_HELD_PROGRESS
-                or not all(map(self._covered, self.causes)))
+        return self.held.should_ship(covered, self.in_cycle, has_outputs=any(self.outputs.values()))
 
-    def _flush(self, ack: bool) -> None:
-        changes, outputs = self._take()
-        if changes or outputs or ack:
-            self._ship(changes, ack, outputs, None)
-
-    def _take(self) -> tuple[list[tuple[Pointstamp, int]], dict[str, dict[int, list]]]:
+    def _take_held(self) -> tuple[list[tuple[Pointstamp, int]], dict[str, dict[int, list]]]:
         """Everything held back: the progress deltas and the output records they retire."""
-        changes = self.progress.drain()
         outputs = {name: epochs for name, epochs in self.outputs.items() if epochs}
         for name in outputs:
             self.outputs[name] = {}
-        self.causes.clear()
-        self.must_flush = False
-        return changes, outputs
+        return self.held.take(), outputs
 
-    def _ship(self, changes: list[tuple[Pointstamp, int]], ack: bool, outputs: dict[str, dict[int, list]],
-              interests: Optional[Interests]) -> None:
+    def _send_held(self, changes: list[tuple[Pointstamp, int]], outputs: dict[str, dict[int, list]], ack: bool,
+                   interests: Interests | None) -> None:
+        """Ship the output records, then the progress that retires them (in that order)."""
+        if outputs:
+            self._to_progress(OutputParts({name: {e: [records] for e, records in epochs.items()}
+                                           for name, epochs in outputs.items()}))
         self.flushes += 1
         if ack:
             self.unacked += 1
-        self.transport.flush_progress(changes, ack, outputs, interests)
+        self._to_progress(ProgressBatch(changes, ack, interests))
+
+    def _to_progress(self, message: ProgressMessage) -> None:
+        self.transport.to_progress(Sequenced(self.outbox.key, next(self.sequence), message))
 
     # -- introspection -------------------------------------------------------------------
 
@@ -532,6 +416,5 @@ class ReplicaCore:
         return {
             "vertices": {name: vars(s).copy() for name, s in self.stats.items()},
             "progress_flushes": self.flushes,
-            "local_sends": self.local_sends,
+            "local_sends": self.outbox.local_sends,
         }
-

@@ -13,28 +13,33 @@ failures. Every wait on the driver has a timeout and says what it waited for.
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import threading
 import time
 import uuid
-from typing import Any, Iterator, Optional
+from collections.abc import Hashable, Iterator
+from typing import Any
 
 import ray
 
 from raytide.actors.allocator import check_pretouch
-from raytide.core.batches import split_batch
-from raytide.actors.markers import Marker
+from raytide.actors.driver_inputs import InputFeeds
+from raytide.actors.driver_side import Liveness, OutputCollector
 from raytide.actors.plan import PhysicalPlan, compile_plan
+from raytide.actors.progress_actor import ProgressActor
+from raytide.actors.protocol import Marker, ReplicaKey
 from raytide.actors.vertex_actor import VertexActor
-from raytide.actors.wire import pack, pack_records, unpack_records
 from raytide.core.dataflow import Dataflow, Probe
-from raytide.errors import GraphError, RaytideError
-from raytide.progress.actor import ProgressActor
+from raytide.errors import GraphError, JobTimeout, RaytideError, ReplicaLost
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.sources.base import BlockRefs, Placement, Reader
+from raytide.sources.iterable import as_source
 
 logger = logging.getLogger(__name__)
+
+#: The progress actor's key among the actors the driver watches (the others are ReplicaKeys).
+PROGRESS = "the progress actor"
 
 #: How long setup calls (creating and connecting actors) may take.
 SETUP_TIMEOUT = 120.0
@@ -42,31 +47,29 @@ SETUP_TIMEOUT = 120.0
 TEARDOWN_TIMEOUT = 10.0
 
 
-class JobTimeout(RaytideError, TimeoutError):
-    """A wait on a job ran out of time; the message says what was still incomplete."""
-
-
 def run(
     flow: Dataflow,
-    inputs: Optional[dict[str, Any]] = None,
-    parallelism: Optional[int] = None,
+    inputs: dict[str, Any] | None = None,
+    parallelism: int | None = None,
     *,
     max_inflight: int = 16,
     batch_size: int = 4096,
     chaining: bool = True,
     num_cpus: float = 0,
     pretouch_mb: int = 0,
-    name: Optional[str] = None,
+    name: str | None = None,
 ) -> Job:
     """Start ``flow`` on the current Ray cluster (a local one if none is running).
 
     Args:
         flow: the dataflow to run.
-        inputs: records per input, consumed lazily with backpressure: an iterable of
-            per-epoch record lists (epoch 0, 1, ...), or a source object with an
-            ``epochs()`` method yielding ``(epoch, object refs)`` such as
-            :func:`raytide.integrations.spark.from_spark`. Inputs not given here are fed
-            with :meth:`Job.push`, :meth:`Job.advance` and :meth:`Job.close`.
+        inputs: records per input, consumed lazily with backpressure: a
+            :class:`~raytide.sources.base.Source` (read in the input replicas, such as
+            :class:`~raytide.sources.TextFileSource` and
+            :func:`~raytide.integrations.ray_data.from_dataset`, or on the driver, such as
+            :func:`~raytide.integrations.spark.from_spark`) or an iterable of per-epoch
+            record lists (epoch 0, 1, ...), read on the driver. Inputs not given here are
+            fed with :meth:`Job.push`, :meth:`Job.advance` and :meth:`Job.close`.
         parallelism: replicas per vertex, overriding the dataflow's default.
         max_inflight: unacknowledged batches allowed per channel before a sender waits.
         batch_size: records per message when the driver pushes records.
@@ -84,14 +87,19 @@ def run(
     """
     check_pretouch(pretouch_mb)
     plan = compile_plan(flow, parallelism, chaining)
-    unknown = sorted(set(inputs or {}) - set(flow.inputs()))
+    unknown = sorted(set(inputs or {}) - set(plan.inputs))
     if unknown:
-        raise GraphError(f"inputs {unknown} are not inputs of dataflow {flow.name!r}; its inputs are {flow.inputs()}")
+        raise GraphError(f"inputs {unknown} are not inputs of dataflow {plan.name!r}; its inputs are {plan.inputs}")
+    sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}", max_inflight, batch_size, num_cpus, pretouch_mb)
-    for input_name, source in (inputs or {}).items():
-        job.feed(input_name, source)
+    try:
+        for input_name, source in sources.items():
+            job.feed(input_name, source)
+    except BaseException:  # a source that cannot start (a missing file): leave no actors behind
+        job.cancel()
+        raise
     return job
 
 
@@ -102,18 +110,9 @@ class Job:
                  pretouch_mb: int) -> None:
         self.plan, self.name = plan, name
         self.max_inflight, self.batch_size = max_inflight, batch_size
-        self._epochs: dict[str, Optional[int]] = {n: 0 for n in plan.flow.inputs()}
-        self._locks = {n: threading.Lock() for n in plan.flow.inputs()}
-        self._pushes: dict[Any, collections.deque] = collections.defaultdict(collections.deque)
-        self._results: dict[str, dict[int, list]] = {n: {} for n in plan.flow.outputs()}
-        self._fetched: dict[str, dict[int, list]] = {n: {} for n in plan.flow.outputs()}
-        self._cursor = 0
-        self._finished = False
-        self._error: Optional[BaseException] = None
+        self._error: BaseException | None = None
         self._torn_down = False
         self._feeders: list[threading.Thread] = []
-        self._pings: dict[Any, Any] = {}
-        self._last_ping = 0.0
         self._start(num_cpus, pretouch_mb)
 
     # -- setup ---------------------------------------------------------------------------
@@ -123,16 +122,23 @@ class Job:
         # Every actor is created at once (each costs a worker process), the vertex actors first
         # so that they take Ray's idle workers; the driver waits for them but not for the
         # progress actor, which buffers what replicas send before it is connected.
-        self.actors: dict[tuple[str, int], Any] = {}
+        self.actors: dict[ReplicaKey, Any] = {}
         remote_vertex = ray.remote(VertexActor)
         for chain in plan.chains:
             for replica in range(chain.parallelism):
-                self.actors[(chain.name, replica)] = remote_vertex.options(
+                self.actors[ReplicaKey(chain.name, replica)] = remote_vertex.options(
                     name=f"{self.name}/{chain.name}/{replica}", num_cpus=num_cpus, max_restarts=0, max_task_retries=0,
-                ).remote(plan, chain.name, replica, self.max_inflight, pretouch_mb)
-        self.progress = ray.remote(concurrency_groups={"poll": 1})(ProgressActor).options(
-            name=f"{self.name}/progress", num_cpus=0).remote(plan.graph, plan.flow.outputs(), plan.initial_pointstamps())
-        unbounded = set(plan.feedback)  # sends out of a feedback vertex never wait: loops always drain
+                ).remote(plan, self.name, chain.name, replica, self.max_inflight, pretouch_mb)
+        self.progress = ray.remote(concurrency_groups={"poll": 1})(ProgressActor).options(  # type: ignore[call-overload]
+            name=f"{self.name}/progress", num_cpus=0).remote(plan.graph, plan.outputs, plan.initial_pointstamps())
+        unbounded = set(plan.with_role("feedback"))  # sends out of a feedback vertex never wait: loops always drain
+        self.outputs = OutputCollector(self.progress, plan.outputs)
+        watched: dict[Hashable, Any] = {PROGRESS: self.progress}
+        watched.update(self.actors)
+        self.liveness = Liveness(watched)
+        self.inputs = InputFeeds(plan.name, {name: [self.actors[ReplicaKey(plan.chain_of(name).name, r)]
+                                                    for r in range(plan.width(name))] for name in plan.inputs},
+                                 self.max_inflight, self.batch_size, self._raise_if_failed)
         subscriptions = self._get(
             [a.connect.remote(self.actors, unbounded, self.progress) for a in self.actors.values()],
             "starting and connecting vertex actors")
@@ -156,100 +162,65 @@ class Job:
     # -- inputs --------------------------------------------------------------------------
 
     def _input_replicas(self, name: str) -> list[Any]:
-        if name not in self._epochs:
-            raise GraphError(f"{name!r} is not an input of dataflow {self.plan.flow.name!r}; inputs: {self.plan.flow.inputs()}")
-        chain = self.plan.chain_of[name]
-        return [self.actors[(chain, r)] for r in range(self.plan.parallelism[name])]
+        self.inputs.check(name)
+        return self.inputs.replicas[name]
 
-    def push(self, name: str, records: Any, epoch: Optional[int] = None) -> None:
+    def push(self, name: str, records: Any, epoch: int | None = None) -> None:
         """Send ``records`` into input ``name`` at ``epoch`` (default: the input's current epoch).
 
         Pushing at a later epoch first advances the input to it; pushing at an earlier
         epoch than the input's, or into a closed input, raises :class:`GraphError`.
+        Records are spread over the input's replicas in turn, across pushes.
         """
-        with self._locks[name]:
-            current = self._epochs[name]
-            epoch = current if epoch is None else epoch
-            self._check_epoch(name, epoch)
-            if epoch != current:
-                self._advance(name, epoch)
-            replicas = self._input_replicas(name)
-            pieces = split_batch(records, max(1, self.batch_size))
-            for index, piece in enumerate(pieces):
-                self._submit(replicas[index % len(replicas)], "push", name, *pack(piece), epoch)
+        self.inputs.push(name, records, epoch)
 
     def push_refs(self, name: str, refs: list, epoch: int) -> None:
         """Send object refs of batches (e.g. Arrow tables) into input ``name``; replicas read them."""
-        with self._locks[name]:
-            self._check_epoch(name, epoch)
-            if epoch != self._epochs[name]:
-                self._advance(name, epoch)
-            replicas = self._input_replicas(name)
-            for index in range(len(replicas)):
-                mine = refs[index::len(replicas)]
-                if mine:
-                    self._submit(replicas[index], "push_refs", name, mine, epoch)
+        self.inputs.push_refs(name, refs, epoch)
 
     def advance(self, name: str, epoch: int) -> None:
         """Tell input ``name`` that no more records will come before ``epoch``."""
-        with self._locks[name]:
-            self._check_epoch(name, epoch)
-            self._advance(name, epoch)
+        self.inputs.advance(name, epoch)
 
     def close(self, name: str) -> None:
         """No more records will come into input ``name``."""
-        with self._locks[name]:
-            if self._epochs[name] is not None:
-                self._advance(name, None)
-
-    def _check_epoch(self, name: str, epoch: int) -> None:
-        current = self._epochs[name]
-        if current is None:
-            raise GraphError(f"input {name!r} is closed; it cannot take epoch {epoch}")
-        if not isinstance(epoch, int) or epoch < current:
-            raise GraphError(f"input {name!r} is at epoch {current}; epoch {epoch!r} is in its past or not an integer")
-
-    def _advance(self, name: str, epoch: Optional[int]) -> None:
-        for replica in self._input_replicas(name):
-            self._submit(replica, "advance", name, epoch)
-        self._epochs[name] = epoch
-
-    def _submit(self, actor: Any, method: str, *args: Any) -> None:
-        window = self._pushes[actor]
-        while len(window) >= self.max_inflight:
-            self._raise_if_failed()
-            ready, _ = ray.wait([window[0]], timeout=1.0)
-            if ready:
-                ray.get(window.popleft())
-        window.append(getattr(actor, method).remote(*args))
+        self.inputs.close(name)
 
     def feed(self, name: str, source: Any) -> None:
         """Feed input ``name`` from ``source``, then close it.
 
-        A parallel source (with ``readers(n)``) is read inside the input replicas, one
-        reader each; anything else is fed from a background thread on the driver.
+        ``source`` is a :class:`~raytide.sources.base.Source` or an iterable of per-epoch
+        record lists (see :func:`~raytide.sources.iterable.as_source`). A source read in
+        the replicas gets one reader per input replica, each read there; a driver-side
+        source's one reader runs on a background thread of the driver, which pushes what
+        it yields.
+
+        Raises:
+            GraphError: ``name`` is not an input, ``source`` is neither a source nor an
+                iterable, or it made the wrong number of readers.
         """
         replicas = self._input_replicas(name)
-        if hasattr(source, "readers"):
-            with self._locks[name]:
-                self._epochs[name] = None  # the replicas own this input now
-            readers = source.readers(len(replicas))
-            if len(readers) != len(replicas):
-                raise GraphError(f"source for input {name!r} made {len(readers)} readers for {len(replicas)} replicas")
-            self._get([r.start_reader.remote(name, reader) for r, reader in zip(replicas, readers)], f"starting readers of {name!r}")
+        source = as_source(source, name)
+        on_driver = source.placement is Placement.DRIVER
+        wanted = 1 if on_driver else len(replicas)
+        readers = source.readers(wanted)
+        if len(readers) != wanted:
+            raise GraphError(f"source for input {name!r} made {len(readers)} readers, not {wanted}")
+        if on_driver:
+            thread = threading.Thread(target=self._feed, args=(name, readers[0]), name=f"raytide-feed-{name}", daemon=True)
+            self._feeders.append(thread)
+            thread.start()
             return
-        thread = threading.Thread(target=self._feed, args=(name, source), name=f"raytide-feed-{name}", daemon=True)
-        self._feeders.append(thread)
-        thread.start()
+        self.inputs.hand_over(name)
+        self._get([r.start_reader.remote(name, reader) for r, reader in zip(replicas, readers)], f"starting readers of {name!r}")
 
-    def _feed(self, name: str, source: Any) -> None:
+    def _feed(self, name: str, reader: Reader[Any]) -> None:
         try:
-            if hasattr(source, "epochs"):
-                for epoch, refs in source.epochs():
-                    self.push_refs(name, list(refs), epoch)
-            else:
-                for epoch, records in enumerate(source):
-                    self.push(name, records, epoch)
+            for epoch, batch in reader:
+                if isinstance(batch, BlockRefs):
+                    self.push_refs(name, list(batch.refs), epoch)
+                else:
+                    self.push(name, batch, epoch)
             self.close(name)
         except BaseException as error:  # surfaced by wait()/results()
             if not self._torn_down:
@@ -262,41 +233,21 @@ class Job:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness."""
         self._raise_if_failed()
         try:
-            events, self._cursor = ray.get(self.progress.next_events.remote(self._cursor, timeout), timeout=timeout + 30)
+            for failure in self.outputs.poll(timeout):
+                self._fail(failure)
         except ray.exceptions.RayActorError as error:
-            self._fail(RaytideError(f"job {self.name!r}: the progress actor died"), error)
-        for event in events:
-            if event[0] == "epoch":
-                _, output, epoch, refs = event
-                self._results[output][epoch] = refs
-            elif event[0] == "error":
-                self._fail(event[1])
-            elif event[0] == "finished":
-                self._finished = True
-        self._check_alive()
-        self._raise_if_failed()
+            self._fail(self._lost(PROGRESS, error), error)
+        dead = self.liveness.check()
+        if dead is not None:
+            self._fail(self._lost(*dead), dead[1])
 
-    def _check_alive(self) -> None:
-        now = time.monotonic()
-        if now - self._last_ping < 1.0:
-            return
-        self._last_ping = now
-        targets = {**{k: a for k, a in self.actors.items()}, ("progress", 0): self.progress}
-        for key, actor in targets.items():
-            ref = self._pings.get(key)
-            if ref is None:
-                self._pings[key] = actor.ping.remote()
-                continue
-            ready, _ = ray.wait([ref], timeout=0)
-            if ready:
-                del self._pings[key]
-                try:
-                    ray.get(ref)
-                except ray.exceptions.RayActorError as error:
-                    what = "the progress actor" if key[0] == "progress" else f"vertex {key[0]!r} replica {key[1]}"
-                    self._fail(RaytideError(f"job {self.name!r}: {what} died: {error}"), error)
+    def _lost(self, key: Any, error: BaseException) -> RaytideError:
+        if key == PROGRESS:
+            return RaytideError(f"job {self.name!r}: the progress actor died: {type(error).__name__}")
+        return ReplicaLost(f"{self.name}/{key.chain}/{key.replica}", self.plan.chain(key.chain).vertices,
+                           "the driver's liveness check", type(error).__name__)
 
-    def _fail(self, error: BaseException, cause: Optional[BaseException] = None) -> None:
+    def _fail(self, error: BaseException, cause: BaseException | None = None) -> None:
         if self._error is None:
             self._error = error
             if cause is not None:
@@ -316,15 +267,15 @@ class Job:
             RaytideError: a vertex failed or an actor died.
         """
         deadline = time.monotonic() + timeout
-        while not self._finished:
+        while not self.outputs.finished:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise JobTimeout(self._describe_unfinished(timeout))
             self._pump(min(left, 0.5))
 
     def _describe_unfinished(self, timeout: float) -> str:
-        open_inputs = {n: e for n, e in self._epochs.items() if e is not None}
-        done = {n: max(r, default=None) for n, r in self._results.items()}
+        open_inputs = self.inputs.open_inputs()
+        done = self.outputs.latest()
         try:
             pending = ray.get(self.progress.describe.remote(), timeout=10)
         except Exception as error:  # the description must not fail itself
@@ -334,42 +285,35 @@ class Job:
 
     def results(self, name: str, timeout: float = 600.0) -> Iterator[tuple[int, list]]:
         """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes."""
-        if name not in self._results:
-            raise GraphError(f"{name!r} is not an output of dataflow {self.plan.flow.name!r}; outputs: {self.plan.flow.outputs()}")
+        self._check_output(name)
         yielded: set[int] = set()
         deadline = time.monotonic() + timeout
         while True:
-            for epoch in sorted(set(self._results[name]) - yielded):
+            for epoch in sorted(set(self.outputs.epochs(name)) - yielded):
                 yielded.add(epoch)
-                yield epoch, self._records(name, epoch)
-            if self._finished:
+                yield epoch, self.outputs.records(name, epoch)
+            if self.outputs.finished:
                 return
             if time.monotonic() > deadline:
                 raise JobTimeout(self._describe_unfinished(timeout))
             self._pump(0.5)
 
     def __iter__(self) -> Iterator[tuple[int, list]]:
-        outputs = self.plan.flow.outputs()
+        outputs = self.plan.outputs
         if len(outputs) != 1:
             raise GraphError(f"the job has outputs {outputs}; iterate over job.results(name)")
         return self.results(outputs[0])
 
-    def _records(self, name: str, epoch: int) -> list:
-        fetched = self._fetched[name]
-        if epoch not in fetched:
-            parts = self._results[name][epoch]
-            refs = [p for p in parts if isinstance(p, ray.ObjectRef)]
-            loaded = dict(zip(map(id, refs), ray.get(refs)))
-            fetched[epoch] = list(itertools.chain.from_iterable(unpack_records(loaded.get(id(p), p)) for p in parts))
-        return fetched[epoch]
+    def _check_output(self, name: str) -> None:
+        if name not in self.plan.outputs:
+            raise GraphError(f"{name!r} is not an output of dataflow {self.plan.name!r}; outputs: {self.plan.outputs}")
 
     def collect(self, name: str) -> dict[int, list]:
         """The records of output ``name`` per completed epoch so far: ``{epoch: records}``."""
-        if name not in self._results:
-            raise GraphError(f"{name!r} is not an output of dataflow {self.plan.flow.name!r}; outputs: {self.plan.flow.outputs()}")
+        self._check_output(name)
         if not self._torn_down:
             self._pump(0)
-        return {epoch: self._records(name, epoch) for epoch in sorted(self._results[name])}
+        return {epoch: self.outputs.records(name, epoch) for epoch in self.outputs.epochs(name)}
 
     def output_parts(self, name: str) -> dict[int, list]:
         """The packed record lists of output ``name`` per completed epoch (object refs or inline blobs).
@@ -377,17 +321,14 @@ class Job:
         Large epochs stay in the object store where the sinks put them. After the job is
         torn down, the records it kept on the driver are packed again.
         """
-        if self._torn_down:  # the sinks that owned the refs are gone; what was kept lives on the driver
-            return {epoch: [pack_records(self._records(name, epoch))] for epoch in sorted(self._results[name])}
-        self._pump(0)
-        return dict(sorted(self._results[name].items()))
+        self._check_output(name)
+        if not self._torn_down:
+            self._pump(0)
+        return self.outputs.packed(name, kept=self._torn_down)
 
     def inject_marker(self, marker: Marker) -> None:
         """Inject a control marker at every input replica; it travels in band behind earlier records."""
-        for name in self.plan.flow.inputs():
-            with self._locks[name]:
-                for replica in self._input_replicas(name):
-                    self._submit(replica, "inject_marker", marker)
+        self.inputs.inject_marker(marker)
 
     def replica_stats(self) -> dict[tuple[str, int], dict[str, Any]]:
         """The raw counters of every replica (including what each saw at each marker)."""
@@ -425,12 +366,8 @@ class Job:
         if self._torn_down:
             return
         self._torn_down = True
-        for name, results in self._results.items():
-            for epoch in results:
-                try:
-                    self._records(name, epoch)
-                except Exception:  # the owner may already be gone; nothing more to keep
-                    logger.debug("could not keep output %s epoch %s", name, epoch)
+        for name, epoch in self.outputs.keep_locally():
+            logger.debug("could not keep output %s epoch %s", name, epoch)
         actors = [*self.actors.values(), self.progress]
         for actor in actors:
             try:

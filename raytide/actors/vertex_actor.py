@@ -24,21 +24,23 @@ from __future__ import annotations
 
 import collections
 import gc
-import itertools
 import logging
 import time
-from typing import Any, Iterable, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import ray
 
 from raytide.actors.allocator import keep_freed_buffers, pretouch
-from raytide.actors.markers import ChannelId, Marker
 from raytide.actors.plan import PhysicalPlan
-from raytide.actors.replica import Interests, Pointstamp, ReplicaCore, Status, UserCodeError
+from raytide.actors.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced
+from raytide.actors.replica import ReplicaCore
 from raytide.actors.wire import pack, pack_records, unpack
-from raytide.errors import ProgressError, RaytideError, SnapshotError
+from raytide.errors import ProgressError, RaytideError, ReplicaLost, SnapshotError, SourceError, UserCodeError
+from raytide.progress.publisher import Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.sources.base import Reader
 
 logger = logging.getLogger(__name__)
 
@@ -50,33 +52,41 @@ INLINE_BYTES = 64 * 1024
 class _RayTransport:
     """Sends through Ray with a bounded window of in-flight calls per receiver."""
 
-    def __init__(self, key: tuple[str, int], max_inflight: int) -> None:
-        self.key = key
+    def __init__(self, key: ReplicaKey, plan: PhysicalPlan, job: str, max_inflight: int) -> None:
+        self.key, self.plan, self.job = key, plan, job
         self.max_inflight = max_inflight
-        self.peers: dict[tuple[str, int], Any] = {}
+        self.peers: dict[ReplicaKey, Any] = {}
         self.unbounded: set[str] = set()
         self.progress: Any = None
-        self.sequence = itertools.count()  # numbers the calls to the progress actor
-        self.inflight: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
+        self.inflight: dict[ReplicaKey, collections.deque] = collections.defaultdict(collections.deque)
         self.max_seen = 0
         self.waits = 0
+        self.held_outputs: list[Sequenced] = []
 
-    def send(self, chain: str, replica: int, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        self._call(chain, replica, channel[0], "receive", channel, vertex, time, *pack(batch))
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        self._call(to, channel.source, "receive", channel, vertex, time, *pack(batch))
 
-    def send_marker(self, chain: str, replica: int, channel: ChannelId, vertex: str, marker: Marker) -> None:
-        self._call(chain, replica, channel[0], "receive_marker", channel, marker)
+    def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
+        self._call(to, channel.source, "receive_marker", channel, marker)
 
-    def _call(self, chain: str, replica: int, sender: str, method: str, *args: Any) -> None:
-        window = self.inflight[(chain, replica)]
-        if len(window) >= self.max_inflight // 2:
-            self._prune(window)
-        if sender not in self.unbounded:
-            while len(window) >= self.max_inflight:
-                self.waits += 1
-                ray.get(window.popleft())  # the oldest call; raises if the receiver died
-        window.append(getattr(self.peers[(chain, replica)], method).remote(*args))
+    def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
+        window = self.inflight[to]
+        try:
+            if len(window) >= self.max_inflight // 2:
+                self._prune(window)
+            if sender not in self.unbounded:
+                while len(window) >= self.max_inflight:
+                    self.waits += 1
+                    ray.get(window.popleft())  # the oldest call; raises if the receiver died
+        except ray.exceptions.RayActorError as error:
+            raise self._lost(to, error) from error
+        window.append(getattr(self.peers[to], method).remote(*args))
         self.max_seen = max(self.max_seen, len(window))
+
+    def _lost(self, to: ReplicaKey, error: BaseException) -> ReplicaLost:
+        """The error for a receiver that died: it names the receiver, not this sender's user code."""
+        return ReplicaLost(f"{self.job}/{to}", self.plan.chain(to.chain).vertices,
+                           f"replica {self.job}/{self.key} sending to it", type(error).__name__)
 
     @staticmethod
     def _prune(window: collections.deque) -> None:
@@ -90,13 +100,16 @@ class _RayTransport:
                 if ref not in done:
                     window.append(ref)
 
-    def flush_progress(self, changes: list[tuple[Pointstamp, int]], ack: bool,
-                       outputs: dict[str, dict[int, list]], interests: Optional[Interests]) -> None:
-        parts = {name: {epoch: [self._part(records)] for epoch, records in epochs.items()} for name, epochs in outputs.items()}
-        self.progress.apply.remote(self.key, next(self.sequence), changes, ack, parts, interests)
-
-    def declare_interests(self, interests: Interests) -> None:
-        self.progress.declare.remote(self.key, next(self.sequence), interests)
+    def to_progress(self, call: Sequenced) -> None:
+        """Output parts wait for the progress batch the core sends right after them, and both
+        go in one Ray call (one hop of latency per flush, as when records rode in the batch)."""
+        if isinstance(call.message, OutputParts):  # records travel packed; large parts stay in the object store
+            packed = {name: {epoch: [self._part(part) for part in parts] for epoch, parts in epochs.items()}
+                      for name, epochs in call.message.parts.items()}
+            self.held_outputs.append(call._replace(message=OutputParts(packed)))
+            return
+        self.progress.receive.remote(*self.held_outputs, call)
+        self.held_outputs.clear()
 
     def fail(self, error: RaytideError) -> None:
         self.progress.fail.remote(error)
@@ -110,15 +123,16 @@ class _RayTransport:
 class VertexActor:
     """One replica of one chain of fused vertices."""
 
-    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, max_inflight: int, pretouch_mb: int) -> None:
+    def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int,
+                 pretouch_mb: int) -> None:
         if keep_freed_buffers() and pretouch_mb:
             pretouch(pretouch_mb)
-        self.transport = _RayTransport((chain, replica), max_inflight)
+        self.transport = _RayTransport(ReplicaKey(chain, replica), plan, job, max_inflight)
         self.core = ReplicaCore(plan, chain, replica, self.transport)
-        self.failed: Optional[RaytideError] = None
+        self.failed: RaytideError | None = None
         self.readers: dict[str, Iterator[tuple[int, Any]]] = {}
 
-    def connect(self, peers: dict[tuple[str, int], Any], unbounded: set[str], progress: Any) -> list[Location]:
+    def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], progress: Any) -> list[Location]:
         """Learn every other actor; returns the locations to subscribe to.
 
         The last step before data flows, so what exists now lives as long as the actor
@@ -158,8 +172,12 @@ class VertexActor:
         for batch in ray.get(refs):
             self._guard(self.core.push_input, vertex, batch, epoch)
 
-    def start_reader(self, vertex: str, reader: Iterable[tuple[int, Any]]) -> None:
-        """Read input ``vertex`` here from ``reader`` (``(epoch, batch)`` pairs, epochs never decreasing)."""
+    def start_reader(self, vertex: str, reader: Reader[Any]) -> None:
+        """Read input ``vertex`` here from ``reader``, this replica's share of a source read in the replicas.
+
+        ``reader`` yields ``(epoch, batch)`` pairs, epochs never decreasing, from its start
+        or from the position it was sought to (see :mod:`raytide.sources.base`).
+        """
         self.readers[vertex] = iter(reader)
         ray.get_runtime_context().current_actor.pump.remote(vertex)
 
@@ -184,24 +202,25 @@ class VertexActor:
                 if self.failed is not None:
                     return
         except Exception as error:  # the reader itself failed (a missing file, a corrupt block)
-            self._fail(RaytideError(f"input {vertex!r} replica {self.transport.key[1]}: reading failed: {error!r}"))
+            self._fail(SourceError(f"input {vertex!r} replica {self.transport.key[1]}: reading failed: {error!r}"))
             return
         ray.get_runtime_context().current_actor.pump.remote(vertex)
 
     def _read_one(self, vertex: str, epoch: int, batch: Any) -> None:
-        if epoch != self.core.inputs[vertex].epoch:
+        if epoch != self.core.input_epochs[vertex]:
             self.core.advance_input(vertex, epoch)
         self.core.push_input(vertex, batch, epoch)
 
-    def advance(self, vertex: str, epoch: Optional[int]) -> None:
+    def advance(self, vertex: str, epoch: int | None) -> None:
         """Move input ``vertex`` to ``epoch``; None closes it."""
         self._guard(self.core.advance_input, vertex, epoch)
 
     def debug_state(self) -> dict[str, Any]:
         """What the replica holds back and knows, for diagnosing a stuck job."""
         core = self.core
-        return {"statuses": core.statuses, "held": core.progress.items(), "causes": sorted(map(str, core.causes)),
-                "pending": {v: sorted(p) for v, p in core.pending.items() if p}, "unacked": core.unacked,
+        return {"statuses": core.statuses, "held": core.held.changes.items(), "causes": sorted(map(str, core.held.causes)),
+                "pending": {v: sorted(p, key=Timestamp.sort_key) for v, p in core.notifications.pending.items() if p},
+                "unacked": core.unacked,
                 "failed": repr(self.failed)}
 
     def ping(self) -> bool:
@@ -221,7 +240,7 @@ class VertexActor:
             return
         try:
             method(*args)
-        except (UserCodeError, ProgressError, SnapshotError) as error:
+        except (UserCodeError, ProgressError, SnapshotError, ReplicaLost) as error:
             self._fail(error)
         except Exception as error:  # a bug or a dead peer: still fail the job with where it happened
             logger.exception("replica %s failed", self.transport.key)

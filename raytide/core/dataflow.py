@@ -4,24 +4,30 @@
 >>> flow = rt.Dataflow("wordcount")
 >>> counts = flow.input("lines").flat_map(str.split).count_by_key(lambda w: w)
 >>> counts.output("counts")
->>> [v.name for v in flow.vertices.values()]
-['lines', 'flat_map_1', 'count_by_key_2.combine', 'count_by_key_2', 'counts']
+>>> flow.vertex_ids()
+['lines', 'flat_map_207128', 'count_by_key_a25a9d.combine', 'count_by_key_a25a9d', 'counts']
 
 Building runs no engine code: ``rt.run`` compiles the description into actors. Every
 operator returns a new :class:`Stream`; vertices with several inputs or outputs are
 placed with :meth:`Dataflow.vertex`.
+
+Vertex ids are stable: an operator given no ``name=`` gets its label plus a hash of where
+it sits in the program (its inputs, its loop, its rank among like siblings; see
+:mod:`raytide.core.naming`), so the same program builds the same ids in every process and
+adding an operator elsewhere renames nothing. Snapshot state is keyed by these ids;
+``name=`` pins an id even when the program upstream changes (Flink's ``uid()``), and
+:meth:`Dataflow.check_restore_ids` refuses a restore whose ids do not match.
 """
 
 from __future__ import annotations
 
-import itertools
 import operator
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Literal, Optional, Sequence, Union
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from raytide.core.batches import BatchFormat, to_format, to_records
-from raytide.core.vertex import Vertex
-from raytide.errors import GraphError
+from raytide.core.naming import VertexIds
 from raytide.core.operators import (
     BatchFunction,
     Egress,
@@ -35,11 +41,13 @@ from raytide.core.operators import (
     flat_map_batch,
     pair_key,
 )
+from raytide.core.vertex import Vertex
+from raytide.errors import GraphError
 from raytide.progress.summaries import PathSummary
 
 KeyFn = Callable[[Any], Hashable]
 #: An exchange partitions by a key function, or by the name of an integer column (vectorised).
-ExchangeKey = Union[KeyFn, str]
+ExchangeKey = KeyFn | str
 VertexFactory = Callable[[], Vertex]
 Role = Literal["vertex", "input", "output", "probe", "feedback"]
 
@@ -58,7 +66,7 @@ class Channel:
     """
 
     kind: Literal["pipeline", "exchange", "broadcast"] = "pipeline"
-    key: Optional[ExchangeKey] = None
+    key: ExchangeKey | None = None
 
 
 @dataclass(frozen=True)
@@ -70,22 +78,27 @@ class InputEdge:
     channel: Channel
 
 
-@dataclass
+@dataclass(frozen=True)
 class LogicalVertex:
-    """A vertex of the logical graph, before it is expanded into replicas."""
+    """A vertex of the logical graph, before it is expanded into replicas; immutable.
+
+    ``inputs[port]`` holds the edges into input ``port`` (several for a concat, none for
+    a feedback whose cycle is not closed yet).
+    """
 
     name: str
-    factory: Optional[VertexFactory]
-    inputs: list[list[InputEdge]]
+    factory: VertexFactory | None
+    inputs: tuple[tuple[InputEdge, ...], ...]
     outputs: int
     depth: int = 0
     summaries: tuple[PathSummary, ...] = ()
-    parallelism: Optional[int] = None
+    parallelism: int | None = None
     role: Role = "vertex"
     chain: bool = True
     terminal: bool = False
 
     def output_summary(self, port: int) -> PathSummary:
+        """What a path through the vertex to output ``port`` does to a timestamp."""
         return self.summaries[port] if self.summaries else PathSummary.identity()
 
 
@@ -99,24 +112,25 @@ class Dataflow:
     """
 
     name: str
-    parallelism: Optional[int] = None
+    parallelism: int | None = None
     vertices: dict[str, LogicalVertex] = field(default_factory=dict)
-    _ids: Iterable[int] = field(default_factory=lambda: itertools.count(1), repr=False)
+    _ids: VertexIds = field(default_factory=VertexIds, repr=False)
+    _loops: set[str] = field(default_factory=set, repr=False)
 
-    def input(self, name: str, parallelism: Optional[int] = None) -> Stream:
+    def input(self, name: str, parallelism: int | None = None) -> Stream:
         """A driver-fed or source-fed input; records arrive in epochs."""
-        self._add(LogicalVertex(name, None, [], 1, parallelism=parallelism, role="input"))
+        self._add(LogicalVertex(name, None, (), 1, parallelism=parallelism, role="input"))
         return Stream(self, name, 0)
 
     def vertex(
         self,
-        factory: Union[type[Vertex], VertexFactory],
+        factory: type[Vertex] | VertexFactory,
         inputs: Sequence[Stream],
         outputs: int = 1,
         *,
-        exchange: Optional[Sequence[Optional[ExchangeKey]]] = None,
-        name: Optional[str] = None,
-        parallelism: Optional[int] = None,
+        exchange: Sequence[ExchangeKey | None] | None = None,
+        name: str | None = None,
+        parallelism: int | None = None,
     ) -> list[Stream]:
         """Place a vertex with several inputs and outputs; returns one stream per output.
 
@@ -127,45 +141,83 @@ class Dataflow:
             outputs: number of output ports.
             exchange: per input, a key function to partition that input by, or None to
                 keep it local.
-            name: the vertex name (unique in the dataflow).
+            name: the vertex id (unique in the dataflow); by default a stable one.
             parallelism: number of replicas (default: the dataflow's).
         """
-        exchange = list(exchange) if exchange is not None else [None] * len(inputs)
-        if len(exchange) != len(inputs):
-            raise GraphError(f"vertex {name or factory!r}: {len(inputs)} inputs but {len(exchange)} exchange keys")
-        scope = self._common_scope(inputs, name or getattr(factory, "__name__", "vertex"))
-        depth = scope.depth if scope else 0
-        edges = [
-            [InputEdge(s.vertex, s.port, Channel("exchange", key) if key else Channel())] for s, key in zip(inputs, exchange)
-        ]
-        vname = self._add(LogicalVertex(name or self._fresh(_label(factory)), factory, edges, outputs, depth, parallelism=parallelism))
+        label = _label(factory)
+        keys = list(exchange) if exchange is not None else [None] * len(inputs)
+        if len(keys) != len(inputs):
+            raise GraphError(f"vertex {name or label!r} of dataflow {self.name!r}: "
+                             f"{len(inputs)} inputs but {len(keys)} exchange keys")
+        scope = self._common_scope(inputs, name or label)
+        edges = tuple((InputEdge(s.vertex, s.port, Channel("exchange", key) if key else Channel()),)
+                      for s, key in zip(inputs, keys))
+        vname = name or self._fresh(label, inputs, scope)
+        self._add(LogicalVertex(vname, factory, edges, outputs, scope.depth if scope else 0, parallelism=parallelism))
         return [Stream(self, vname, port, scope) for port in range(outputs)]
 
-    def _fresh(self, label: str) -> str:
-        return f"{label}_{next(self._ids)}"  # type: ignore[call-overload]
+    def vertex_ids(self) -> list[str]:
+        """The ids of all vertices, in the order they were built (what snapshots are keyed by)."""
+        return list(self.vertices)
+
+    def check_restore_ids(self, saved: Iterable[str]) -> None:
+        """Refuse to restore state saved under vertex ids ``saved`` unless they are exactly this dataflow's.
+
+        Raises:
+            GraphError: naming the saved ids this dataflow lacks and the ids of this
+                dataflow the saved state does not know.
+        """
+        saved_ids, ours = set(saved), set(self.vertices)
+        missing, unexpected = sorted(saved_ids - ours), sorted(ours - saved_ids)
+        if missing or unexpected:
+            raise GraphError(
+                f"cannot restore into dataflow {self.name!r}: the saved state has vertices it lacks "
+                f"(missing: {missing}) and it has vertices the saved state does not know (unexpected: "
+                f"{unexpected}); pin the ids of the saved program with name= on its operators"
+            )
+
+    def _fresh(self, label: str, inputs: Sequence[Stream], scope: Loop | None) -> str:
+        """The stable default id of a vertex ``label`` reading ``inputs`` inside ``scope``."""
+        edges = [(s.vertex, s.port) for s in inputs]
+        return self._ids.allocate(label, edges, scope.name if scope else None, taken=self.vertices)
 
     def _add(self, vertex: LogicalVertex) -> str:
         if vertex.name in self.vertices:
             raise GraphError(f"dataflow {self.name!r} already has a vertex named {vertex.name!r}")
         for port_edges in vertex.inputs:
             for edge in port_edges:
-                if edge.source not in self.vertices:
-                    raise GraphError(f"vertex {vertex.name!r} reads from {edge.source!r}, which is not in dataflow {self.name!r}")
+                self._check_source(vertex.name, edge)
         self.vertices[vertex.name] = vertex
         return vertex.name
 
+    def _check_source(self, vertex: str, edge: InputEdge) -> None:
+        if edge.source not in self.vertices:
+            raise GraphError(f"vertex {vertex!r} reads from {edge.source!r}, which is not in dataflow {self.name!r}")
+
+    def _connect_feedback(self, vertex: str, edge: InputEdge) -> None:
+        """Give feedback vertex ``vertex`` its one input edge (replacing the immutable vertex)."""
+        self._check_source(vertex, edge)
+        self.vertices[vertex] = replace(self.vertices[vertex], inputs=((edge,),))
+
+    def _new_loop(self, label: str, name: str | None, parent: Loop | None, inputs: Sequence[Stream] = ()) -> Loop:
+        lname = name or self._fresh(label, inputs, parent)
+        if lname in self._loops:
+            raise GraphError(f"dataflow {self.name!r} already has a loop named {lname!r}")
+        self._loops.add(lname)
+        return Loop(self, lname, parent)
+
     @staticmethod
-    def _common_scope(streams: Sequence[Stream], what: str) -> Optional[Loop]:
+    def _common_scope(streams: Sequence[Stream], what: str) -> Loop | None:
         scopes = {id(s.scope): s.scope for s in streams}
         if len(scopes) > 1:
-            names = sorted(sc.name if sc else "the top level" for sc in scopes.values())
+            names = sorted(_scope_name(sc) for sc in scopes.values())
             raise GraphError(f"{what}: its inputs come from different loop contexts ({', '.join(names)}); "
                              "use loop.enter(stream) or loop.leave(stream) to move a stream between them")
         return next(iter(scopes.values())) if scopes else None
 
-    def loop(self, name: Optional[str] = None) -> Loop:
+    def loop(self, name: str | None = None) -> Loop:
         """A loop context: streams entering it gain a loop counter (see :class:`Loop`)."""
-        return Loop(self, name or self._fresh("loop"), None)
+        return self._new_loop("loop", name, None)
 
     def outputs(self) -> list[str]:
         """Names of the dataflow's outputs."""
@@ -187,7 +239,7 @@ class Stream:
     flow: Dataflow
     vertex: str
     port: int
-    scope: Optional[Loop] = None
+    scope: Loop | None = None
 
     @property
     def depth(self) -> int:
@@ -198,47 +250,48 @@ class Stream:
 
     def unary(
         self,
-        factory: Union[type[Vertex], VertexFactory],
+        factory: type[Vertex] | VertexFactory,
         *,
-        exchange: Optional[ExchangeKey] = None,
-        name: Optional[str] = None,
-        parallelism: Optional[int] = None,
+        exchange: ExchangeKey | None = None,
+        name: str | None = None,
+        parallelism: int | None = None,
     ) -> Stream:
         """Place a one-input, one-output vertex; ``exchange`` partitions its input by key."""
         return self.flow.vertex(factory, [self], 1, exchange=[exchange], name=name, parallelism=parallelism)[0]
 
-    def _then(self, label: str, factory: VertexFactory, channel: Channel = Channel(), name: Optional[str] = None,
-              parallelism: Optional[int] = None, terminal: bool = False) -> Stream:
-        vname = name or self.flow._fresh(label)
-        vertex = LogicalVertex(vname, factory, [[InputEdge(self.vertex, self.port, channel)]], 1, self.depth,
+    def _then(self, label: str, factory: VertexFactory, channel: Channel = Channel(), name: str | None = None,
+              parallelism: int | None = None, terminal: bool = False) -> Stream:
+        vname = name or self.flow._fresh(label, [self], self.scope)
+        vertex = LogicalVertex(vname, factory, ((InputEdge(self.vertex, self.port, channel),),), 1, self.depth,
                                parallelism=parallelism, terminal=terminal)
         self.flow._add(vertex)
         return Stream(self.flow, vname, 0, self.scope)
 
     # -- per-record operators --------------------------------------------------------
 
-    def map(self, fn: Callable[[Any], Any], *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+    def map(self, fn: Callable[[Any], Any], *, name: str | None = None, parallelism: int | None = None) -> Stream:
         """One output record per input record."""
-        return self._then("map", lambda: BatchFunction(lambda batch: list(map(fn, to_records(batch)))), name=name, parallelism=parallelism)
+        return self._then("map", lambda: BatchFunction(lambda batch: list(map(fn, to_records(batch)))),
+                          name=name, parallelism=parallelism)
 
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: Optional[str] = None,
-                 parallelism: Optional[int] = None) -> Stream:
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None,
+                 parallelism: int | None = None) -> Stream:
         """Any number of output records per input record."""
         return self._then("flat_map", lambda: BatchFunction(flat_map_batch(fn)), name=name, parallelism=parallelism)
 
-    def filter(self, predicate: Callable[[Any], bool], *, name: Optional[str] = None,
-               parallelism: Optional[int] = None) -> Stream:
+    def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None,
+               parallelism: int | None = None) -> Stream:
         """The records for which ``predicate`` is true."""
         return self._then("filter", lambda: BatchFunction(lambda batch: list(filter(predicate, to_records(batch)))),
                           name=name, parallelism=parallelism)
 
     def map_batches(self, fn: Callable[[Any], Any], *, batch_format: BatchFormat = "default",
-                    name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+                    name: str | None = None, parallelism: int | None = None) -> Stream:
         """Vectorised: ``fn`` gets a whole batch (NumPy array, dict of arrays or Arrow table) and returns one."""
         return self._then("map_batches", lambda: BatchFunction(lambda batch: fn(to_format(batch, batch_format))),
                           name=name, parallelism=parallelism)
 
-    def inspect(self, fn: Callable[[Any], None], *, name: Optional[str] = None) -> Stream:
+    def inspect(self, fn: Callable[[Any], None], *, name: str | None = None) -> Stream:
         """Call ``fn`` on every record (for side effects such as logging); pass records on."""
 
         def each(batch: Any) -> Any:
@@ -250,62 +303,74 @@ class Stream:
 
     # -- partitioning ----------------------------------------------------------------
 
-    def exchange(self, key: ExchangeKey, *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+    def exchange(self, key: ExchangeKey, *, name: str | None = None, parallelism: int | None = None) -> Stream:
         """Repartition: records with equal keys go to the same replica downstream."""
         return self._then("exchange", lambda: BatchFunction(_identity), Channel("exchange", key), name, parallelism)
 
-    def broadcast(self, *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
+    def broadcast(self, *, name: str | None = None, parallelism: int | None = None) -> Stream:
         """Every replica downstream receives every record."""
         return self._then("broadcast", lambda: BatchFunction(_identity), Channel("broadcast"), name, parallelism)
 
-    def concat(self, *others: Stream, name: Optional[str] = None) -> Stream:
+    def concat(self, *others: Stream, name: str | None = None) -> Stream:
         """The union of this stream and ``others`` (same loop context)."""
         streams = (self, *others)
-        scope = Dataflow._common_scope(streams, "concat")
-        vname = name or self.flow._fresh("concat")
-        edges = [[InputEdge(s.vertex, s.port, Channel()) for s in streams]]
+        scope = Dataflow._common_scope(streams, name or "concat")
+        vname = name or self.flow._fresh("concat", streams, scope)
+        edges = (tuple(InputEdge(s.vertex, s.port, Channel()) for s in streams),)
         self.flow._add(LogicalVertex(vname, lambda: BatchFunction(_identity), edges, 1, self.depth))
         return Stream(self.flow, vname, 0, scope)
 
     # -- keyed, per epoch ------------------------------------------------------------
 
-    def count_by_key(self, key: KeyFn, *, name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
-        """Per timestamp, ``(key, count)`` records; counts are combined before the exchange."""
-        vname = name or self.flow._fresh("count_by_key")
+    def count_by_key(self, key: KeyFn, *, name: str | None = None, parallelism: int | None = None) -> Stream:
+        """Per timestamp, ``(key, count)`` records; counts are combined before the exchange.
+
+        Two vertices: ``name + ".combine"`` counts before the exchange, ``name`` after it.
+        """
+        vname = name or self.flow._fresh("count_by_key", [self], self.scope)
         partial = self._then("", lambda: KeyedCount(key, COMBINER_MAX_KEYS), name=f"{vname}.combine")
         return partial._then("", lambda: KeyedMerge(operator.add), Channel("exchange", pair_key), vname, parallelism)
 
-    def reduce_by_key(self, key: KeyFn, reducer: Callable[[Any, Any], Any], *, value: Callable[[Any], Any] = lambda r: r,
-                      name: Optional[str] = None, parallelism: Optional[int] = None) -> Stream:
-        """Per timestamp, ``(key, reducer(...reducer(v1, v2)..., vn))``; ``reducer`` must be associative and commutative."""
-        vname = name or self.flow._fresh("reduce_by_key")
-        partial = self._then("", lambda: KeyedReduce(key, value, reducer, COMBINER_MAX_KEYS), name=f"{vname}.combine")
+    def reduce_by_key(self, key: KeyFn, reducer: Callable[[Any, Any], Any], *,
+                      value: Callable[[Any], Any] = lambda r: r, name: str | None = None,
+                      parallelism: int | None = None) -> Stream:
+        """Per timestamp, ``(key, reducer(...reducer(v1, v2)..., vn))``; ``reducer`` must be associative
+        and commutative.
+
+        Two vertices: ``name + ".combine"`` reduces before the exchange, ``name`` after it.
+        """
+        vname = name or self.flow._fresh("reduce_by_key", [self], self.scope)
+        partial = self._then("", lambda: KeyedReduce(key, value, reducer, COMBINER_MAX_KEYS),
+                             name=f"{vname}.combine")
         return partial._then("", lambda: KeyedMerge(reducer), Channel("exchange", pair_key), vname, parallelism)
 
-    def stateful_map(self, key: KeyFn, fn: Callable[[Any, Any], tuple[Any, Any]], *, name: Optional[str] = None,
-                     parallelism: Optional[int] = None) -> Stream:
-        """Keyed state that lives across epochs: ``fn(state, record) -> (new_state, output)``, emits ``(key, output)``."""
+    def stateful_map(self, key: KeyFn, fn: Callable[[Any, Any], tuple[Any, Any]], *, name: str | None = None,
+                     parallelism: int | None = None) -> Stream:
+        """Keyed state that lives across epochs: ``fn(state, record) -> (new_state, output)``, emits
+        ``(key, output)``."""
         return self._then("stateful_map", lambda: StatefulMap(key, fn), Channel("exchange", key), name, parallelism)
 
-    def join(self, other: Stream, key: KeyFn, other_key: Optional[KeyFn] = None, *, name: Optional[str] = None,
-             parallelism: Optional[int] = None) -> Stream:
+    def join(self, other: Stream, key: KeyFn, other_key: KeyFn | None = None, *, name: str | None = None,
+             parallelism: int | None = None) -> Stream:
         """Per-epoch inner join with ``other``: ``(key, this_record, other_record)`` for equal keys."""
         right = other_key or key
-        return self.flow.vertex(lambda: EpochJoin(key, right), [self, other], 1, exchange=[key, right],
-                                name=name or self.flow._fresh("join"), parallelism=parallelism)[0]
+        streams = [self, other]
+        vname = name or self.flow._fresh("join", streams, Dataflow._common_scope(streams, "join"))
+        return self.flow.vertex(lambda: EpochJoin(key, right), streams, 1, exchange=[key, right],
+                                name=vname, parallelism=parallelism)[0]
 
     # -- iteration -------------------------------------------------------------------
 
-    def iterate(self, body: Callable[[Stream], Union[Stream, tuple[Stream, Stream]]], *,
-                max_iterations: Optional[int] = None, name: Optional[str] = None) -> Stream:
+    def iterate(self, body: Callable[[Stream], Stream | tuple[Stream, Stream]], *,
+                max_iterations: int | None = None, name: str | None = None) -> Stream:
         """Apply ``body`` round after round until it emits nothing (or ``max_iterations`` rounds).
 
-        ``body`` gets the stream of the current round (inside a new loop context) and
-        returns the stream for the next round, or a pair ``(next_round, output)``. What
-        it returns as output (by default the next round itself) leaves the loop and is
-        the result: every record of every round, timestamped with its epoch.
+        ``body`` gets the stream of the current round (inside a new loop context, called
+        ``name``) and returns the stream for the next round, or a pair ``(next_round,
+        output)``. What it returns as output (by default the next round itself) leaves
+        the loop and is the result: every record of every round, timestamped with its epoch.
         """
-        loop = Loop(self.flow, name or self.flow._fresh("iterate"), self.scope)
+        loop = self.flow._new_loop("iterate", name, self.scope, [self])
         back = loop.feedback(max_iterations=max_iterations)
         rounds = loop.enter(self).concat(back.stream)
         result = body(rounds)
@@ -320,12 +385,13 @@ class Stream:
         if self.scope is not None:
             raise GraphError(f"output {name!r} reads a stream inside loop {self.scope.name!r}: "
                              f"leave the loop first with loop.leave(stream)")
-        self.flow._add(LogicalVertex(name, None, [[InputEdge(self.vertex, self.port, Channel())]], 0, role="output"))
+        self.flow._add(LogicalVertex(name, None, ((InputEdge(self.vertex, self.port, Channel()),),), 0, role="output"))
 
-    def probe(self, name: Optional[str] = None) -> Probe:
+    def probe(self, name: str | None = None) -> Probe:
         """A probe: ``job.frontier(probe)`` tells how far this stream has progressed."""
-        vname = name or self.flow._fresh("probe")
-        self.flow._add(LogicalVertex(vname, None, [[InputEdge(self.vertex, self.port, Channel())]], 0, self.depth, role="probe"))
+        vname = name or self.flow._fresh("probe", [self], self.scope)
+        self.flow._add(LogicalVertex(vname, None, ((InputEdge(self.vertex, self.port, Channel()),),), 0, self.depth,
+                                     role="probe"))
         return Probe(vname)
 
 
@@ -344,56 +410,57 @@ class Loop:
 
     Streams enter with :meth:`enter` (iteration 0), go round through a :class:`FeedbackHandle`
     (iteration + 1) and leave with :meth:`leave`. Loops nest: :meth:`loop` makes a loop
-    inside this one, whose timestamps are ``(epoch, (i, j))``.
+    inside this one, whose timestamps are ``(epoch, (i, j))``. Loop names are unique in a
+    dataflow; the ids of the enter, leave and feedback vertices start with the loop's name.
     """
 
     flow: Dataflow
     name: str
-    parent: Optional[Loop]
+    parent: Loop | None
 
     @property
     def depth(self) -> int:
         """The number of loop counters of timestamps inside this loop."""
         return (self.parent.depth if self.parent else 0) + 1
 
-    def loop(self, name: Optional[str] = None) -> Loop:
+    def loop(self, name: str | None = None) -> Loop:
         """A loop nested inside this one."""
-        return Loop(self.flow, name or self.flow._fresh("loop"), self)
+        return self.flow._new_loop("loop", name, self)
 
-    def enter(self, stream: Stream, *, name: Optional[str] = None) -> Stream:
+    def enter(self, stream: Stream, *, name: str | None = None) -> Stream:
         """``stream`` (from the enclosing scope) inside the loop, at iteration 0."""
         if stream.scope is not self.parent:
-            raise GraphError(f"loop {self.name!r} can only enter streams of its enclosing scope; "
+            raise GraphError(f"loop {self.name!r} can only enter streams of {_scope_name(self.parent)}; "
                              f"this one is in {_scope_name(stream.scope)}")
-        vname = name or self.flow._fresh(f"{self.name}.enter")
-        self.flow._add(LogicalVertex(vname, Ingress, [[InputEdge(stream.vertex, stream.port, Channel())]], 1,
+        vname = name or self.flow._fresh(f"{self.name}.enter", [stream], stream.scope)
+        self.flow._add(LogicalVertex(vname, Ingress, ((InputEdge(stream.vertex, stream.port, Channel()),),), 1,
                                      stream.depth, summaries=(PathSummary.ingress(),)))
         return Stream(self.flow, vname, 0, self)
 
-    def leave(self, stream: Stream, *, name: Optional[str] = None) -> Stream:
+    def leave(self, stream: Stream, *, name: str | None = None) -> Stream:
         """``stream`` (from inside the loop) back in the enclosing scope, without its counter."""
         if stream.scope is not self:
             raise GraphError(f"loop {self.name!r} can only leave with a stream inside it; "
                              f"this one is in {_scope_name(stream.scope)}")
-        vname = name or self.flow._fresh(f"{self.name}.leave")
-        self.flow._add(LogicalVertex(vname, Egress, [[InputEdge(stream.vertex, stream.port, Channel())]], 1,
+        vname = name or self.flow._fresh(f"{self.name}.leave", [stream], self)
+        self.flow._add(LogicalVertex(vname, Egress, ((InputEdge(stream.vertex, stream.port, Channel()),),), 1,
                                      self.depth, summaries=(PathSummary.egress(),)))
         return Stream(self.flow, vname, 0, self.parent)
 
-    def feedback(self, *, max_iterations: Optional[int] = None, name: Optional[str] = None) -> FeedbackHandle:
+    def feedback(self, *, max_iterations: int | None = None, name: str | None = None) -> FeedbackHandle:
         """A stream of the next iteration's records; close the cycle with ``handle.connect(stream)``.
 
         Args:
             max_iterations: records are dropped once they would start iteration
-                ``max_iterations`` (so the loop body sees iterations ``0 .. max_iterations - 1``).
+                ``max_iterations`` (so the loop body sees iterations ``0 .. max_iterations - 1``;
+                with 1, the feedback drops everything).
         """
         if max_iterations is not None and max_iterations < 1:
             raise GraphError(f"loop {self.name!r}: max_iterations must be at least 1, got {max_iterations}")
         bound = None if max_iterations is None else max_iterations - 1
-        vname = name or self.flow._fresh(f"{self.name}.feedback")
-        summary = PathSummary.feedback(bound) if bound else PathSummary.feedback()
-        self.flow._add(LogicalVertex(vname, lambda: Feedback(bound), [[]], 1, self.depth, summaries=(summary,),
-                                     role="feedback"))
+        vname = name or self.flow._fresh(f"{self.name}.feedback", [], self)
+        self.flow._add(LogicalVertex(vname, lambda: Feedback(bound), ((),), 1, self.depth,
+                                     summaries=(PathSummary.feedback(bound),), role="feedback"))
         return FeedbackHandle(self, vname)
 
 
@@ -410,17 +477,18 @@ class FeedbackHandle:
         return Stream(self.loop.flow, self.vertex, 0, self.loop)
 
     def connect(self, stream: Stream) -> None:
-        """Feed ``stream`` (inside the loop) back to the loop's next iteration."""
+        """Feed ``stream`` (inside the loop) back to the loop's next iteration; once only."""
         if stream.scope is not self.loop:
-            raise GraphError(f"the feedback of loop {self.loop.name!r} takes a stream inside that loop; "
-                             f"this one is in {_scope_name(stream.scope)}")
-        inputs = self.loop.flow.vertices[self.vertex].inputs[0]
-        if inputs:
-            raise GraphError(f"the feedback of loop {self.loop.name!r} is already connected")
-        inputs.append(InputEdge(stream.vertex, stream.port, Channel()))
+            raise GraphError(f"the feedback of loop {self.loop.name!r} ({self.vertex!r}) takes a stream inside "
+                             f"that loop; this one is in {_scope_name(stream.scope)}")
+        (connected,) = self.loop.flow.vertices[self.vertex].inputs
+        if connected:
+            raise GraphError(f"the feedback of loop {self.loop.name!r} ({self.vertex!r}) is already connected "
+                             f"(to {connected[0].source!r}); it can take {stream.vertex!r} only instead, not as well")
+        self.loop.flow._connect_feedback(self.vertex, InputEdge(stream.vertex, stream.port, Channel()))
 
 
-def _scope_name(scope: Optional[Loop]) -> str:
+def _scope_name(scope: Loop | None) -> str:
     return f"loop {scope.name!r}" if scope else "the top level"
 
 

@@ -51,8 +51,9 @@ from __future__ import annotations
 
 import hashlib
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 

@@ -12,8 +12,9 @@ import inspect
 import itertools
 import operator
 from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Iterable
 from types import FunctionType
-from typing import Any, Callable, Hashable, Iterable, Optional, Union
+from typing import Any
 
 from raytide.core.batches import batch_length, to_records
 from raytide.core.split_text import SplitText, WordTally
@@ -70,7 +71,7 @@ class Feedback(Vertex):
 
     takes_lazy_batches = True  # passes batches on as they are
 
-    def __init__(self, bound: Optional[int]) -> None:
+    def __init__(self, bound: int | None) -> None:
         self.bound = bound
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
@@ -94,7 +95,7 @@ class _PerTimeAggregate(Vertex):
 
     takes_lazy_batches = True  # subclasses read their batches through raytide.core.batches
 
-    def __init__(self, max_keys: Optional[int]) -> None:
+    def __init__(self, max_keys: int | None) -> None:
         self.max_keys = max_keys
         self.state: dict[Timestamp, dict[Hashable, Any]] = {}
 
@@ -103,7 +104,7 @@ class _PerTimeAggregate(Vertex):
         self._ship_partials(lambda held: held.less_than(time))
         return _per_time(self, self.state, time, new)
 
-    def on_input_epoch(self, epoch: Optional[int]) -> None:
+    def on_input_epoch(self, epoch: int | None) -> None:
         """A combiner behind a reader ships what it holds for the epochs the reader has left."""
         self._ship_partials(lambda held: epoch is None or held.epoch < epoch)
 
@@ -148,7 +149,7 @@ class KeyedReduce(_PerTimeAggregate):
         key_of: Callable[[Any], Hashable],
         value_of: Callable[[Any], Any],
         reducer: Callable[[Any, Any], Any],
-        max_keys: Optional[int] = None,
+        max_keys: int | None = None,
     ) -> None:
         super().__init__(max_keys)
         self.key_of, self.value_of, self.reducer = key_of, value_of, reducer
@@ -170,14 +171,14 @@ class KeyedCount(_PerTimeAggregate):
     is full and whenever the accumulator is read.
     """
 
-    def __init__(self, key_of: Callable[[Any], Hashable], max_keys: Optional[int] = None) -> None:
+    def __init__(self, key_of: Callable[[Any], Hashable], max_keys: int | None = None) -> None:
         super().__init__(max_keys)
         self.key_of = key_of
         self.counts_records = is_identity(key_of)
         self.tallies: dict[Timestamp, WordTally] = {}
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        acc = self._accumulator(time, Counter)
+        acc = _counter(self._accumulator(time, Counter))
         if not (self.counts_records and isinstance(message, SplitText) and self._tally(time, message)):
             records = to_records(message)
             acc.update(records if self.counts_records else map(self.key_of, records))
@@ -197,11 +198,17 @@ class KeyedCount(_PerTimeAggregate):
     def _gather(self, time: Timestamp) -> None:
         tally = self.tallies.pop(time, None)
         if tally is not None:
-            tally.count_into(self.state[time])
+            tally.count_into(_counter(self.state[time]))
 
     def restore(self, state: Any) -> None:
         super().restore(state)
         self.tallies = {}
+
+
+def _counter(acc: dict) -> Counter:
+    """``acc`` as the Counter it is: every accumulator of a :class:`CountByKey` is created as one."""
+    assert isinstance(acc, Counter), f"a CountByKey accumulator is a Counter, not {type(acc).__name__}"
+    return acc
 
 
 class KeyedMerge(_PerTimeAggregate):
@@ -276,7 +283,7 @@ def flat_map_batch(fn: Callable[[Any], Iterable[Any]]) -> BatchFn:
     if fn is not str.split:
         return per_record
 
-    def split_words(batch: Any) -> Union[SplitText, list]:
+    def split_words(batch: Any) -> SplitText | list:
         records = to_records(batch)
         try:
             return SplitText(" ".join(records))

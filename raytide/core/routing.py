@@ -12,7 +12,8 @@ message per destination and batch, never one per record.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Optional, Union
+from collections.abc import Callable, Hashable
+from typing import Any, cast
 
 import numpy as np
 
@@ -92,8 +93,8 @@ class ExchangeRouter:
     per-record Python call, and dict records by the same vectorised hash.
     """
 
-    def __init__(self, key: Union[Callable[[Any], Hashable], str], receiver_width: int,
-                 key_groups: int = DEFAULT_KEY_GROUPS, table: Optional[KeyGroupAssignment] = None) -> None:
+    def __init__(self, key: Callable[[Any], Hashable] | str, receiver_width: int,
+                 key_groups: int = DEFAULT_KEY_GROUPS, table: KeyGroupAssignment | None = None) -> None:
         self._key = key
         self._groups = key_groups
         self._set_table(table or KeyGroupAssignment.contiguous(receiver_width, key_groups))
@@ -118,9 +119,10 @@ class ExchangeRouter:
         owners = list(map(self._cache.get, keys))  # keys seen before: no Python call per record
         if None in owners:
             self._look_up_new(keys, owners)
-        return _group(records, owners)
+        # _look_up_new filled in every None, so all owners are replicas now (no per-record check)
+        return _group(records, cast(list[int], owners))
 
-    def _look_up_new(self, keys: list, owners: list[Optional[int]]) -> None:
+    def _look_up_new(self, keys: list, owners: list[int | None]) -> None:
         """Fill in the owners of keys the cache does not know (hashed together), and remember them."""
         positions = [index for index, owner in enumerate(owners) if owner is None]
         new = [keys[index] for index in positions]
@@ -147,7 +149,7 @@ class ExchangeRouter:
         ]
 
 
-Router = Union[PipelineRouter, BroadcastRouter, ExchangeRouter]
+Router = PipelineRouter | BroadcastRouter | ExchangeRouter
 
 
 def non_empty(routed: Routed) -> Routed:

@@ -20,7 +20,7 @@ meet; ``str.split`` gives no empty word, so :meth:`WordTally.counts` drops them.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,8 +51,8 @@ class SplitText:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self._words: Optional[list[str]] = None
-        self._length: Optional[int] = None
+        self._words: list[str] | None = None
+        self._length: int | None = None
 
     def records(self) -> list[str]:
         """The words, as ``text.split()`` gives them (the same list on every call)."""
@@ -69,7 +69,7 @@ class SplitText:
                 self._length = len(self.records())
         return self._length
 
-    def tokens(self) -> Optional[pa.Array]:
+    def tokens(self) -> pa.Array | None:
         """The words as an Arrow array, with empty tokens among them (see the module docstring).
 
         None when Arrow cannot hold the text: a ``str`` with lone surrogates is no UTF-8.

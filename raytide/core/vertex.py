@@ -28,7 +28,7 @@ One object runs per replica, single-threaded: callbacks never run concurrently.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional, Protocol
+from typing import Any, ClassVar, Protocol
 
 from raytide.progress.timestamps import Timestamp
 
@@ -48,7 +48,7 @@ class VertexContext(Protocol):
 class Vertex:
     """Base class of every dataflow vertex (built-in operators included)."""
 
-    _context: Optional[VertexContext] = None
+    _context: VertexContext | None = None
     #: Whether ``on_recv`` may get a lazy batch (:mod:`raytide.core.batches`) rather than
     #: its list of records. Built-in operators that read batches only through that module
     #: say yes; every other vertex gets what the docstring above promises.
@@ -86,7 +86,7 @@ class Vertex:
     def on_notify(self, time: Timestamp) -> None:
         """Every record at ``time`` or earlier has been delivered (requested with ``notify_at``)."""
 
-    def on_input_epoch(self, epoch: Optional[int]) -> None:
+    def on_input_epoch(self, epoch: int | None) -> None:
         """A hint: the input this vertex is fused behind moved to ``epoch`` (None: closed).
 
         Called only on vertices in the same actor as an input replica (behind a source's

@@ -1,18 +1,26 @@
-"""Ray Datasets as dataflow inputs: blocks read by the input replicas straight from the object store."""
+"""Ray Datasets as dataflow inputs: blocks read by the input replicas straight from the object store.
+
+A reader's position is the number of pieces it has read: its blocks in order or, with an
+epoch column, the rows of one epoch in one block, in epoch order.
+"""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import pyarrow as pa
 import ray
 
-from raytide.sources.arrow import epochs_in_column, rows_of_epoch
+from raytide.errors import SourceError
+from raytide.sources.base import Reader, Source
+from raytide.sources.epoch_column import EpochColumn
 
 
 @dataclass(frozen=True)
-class RayDatasetSource:
+class RayDatasetSource(Source):
     """The rows of a ``ray.data.Dataset``; each block is read by one input replica.
 
     Args:
@@ -22,34 +30,51 @@ class RayDatasetSource:
     """
 
     dataset: Any
-    epoch_column: Optional[str] = None
+    epoch_column: str | None = None
 
-    def readers(self, parallelism: int) -> list[RayBlockReader]:
-        refs = self.dataset.to_arrow_refs()
-        return [RayBlockReader(refs[r::parallelism], self.epoch_column) for r in range(parallelism)]
+    @functools.cached_property
+    def blocks(self) -> list[ray.ObjectRef]:
+        """Object refs of the dataset's Arrow blocks, made once: every reader, and every
+        reader made again to resume, deals out the same blocks in the same order."""
+        return self.dataset.to_arrow_refs()
+
+    def readers(self, parallelism: int) -> list[Reader[int]]:
+        """One reader per replica, each with every ``parallelism``-th block."""
+        column = None if self.epoch_column is None else EpochColumn(self.epoch_column, "Ray Dataset")
+        return [RayBlockReader(self.blocks[r::parallelism], column) for r in range(parallelism)]
 
 
-def from_dataset(dataset: Any, epoch_column: Optional[str] = None) -> RayDatasetSource:
+def from_dataset(dataset: Any, epoch_column: str | None = None) -> RayDatasetSource:
     """A dataflow input reading ``dataset`` in parallel (``inputs={"rows": from_dataset(ds)}``)."""
     return RayDatasetSource(dataset, epoch_column)
 
 
-@dataclass(frozen=True)
-class RayBlockReader:
+@dataclass
+class RayBlockReader(Reader[int]):
     """Some blocks of a dataset, as ``(epoch, Arrow table)`` pairs with epochs in order."""
 
-    refs: list
-    epoch_column: Optional[str]
+    refs: list[ray.ObjectRef]
+    epoch_column: EpochColumn | None
 
-    def __iter__(self) -> Iterator[tuple[int, pa.Table]]:
+    def start(self) -> int:
+        return 0
+
+    def check_position(self, position: int) -> None:
+        if position < 0:
+            raise SourceError(f"Ray Dataset reader of {len(self.refs)} blocks: no piece count {position}")
+
+    def read_from(self, position: int) -> Iterator[tuple[int, pa.Table, int]]:
+        for number, (epoch, index) in enumerate(self._pieces()[position:], start=position):
+            table = ray.get(self.refs[index])
+            rows = table if self.epoch_column is None else self.epoch_column.rows_of(table, epoch)
+            yield epoch, rows, number + 1
+
+    def _pieces(self) -> list[tuple[int, int]]:
+        """``(epoch, block index)`` in reading order."""
         if self.epoch_column is None:
-            for ref in self.refs:
-                yield 0, ray.get(ref)
-            return
+            return [(0, index) for index in range(len(self.refs))]
         per_epoch: dict[int, list[int]] = {}
         for index, ref in enumerate(self.refs):
-            for epoch in epochs_in_column(ray.get(ref), self.epoch_column):
+            for epoch in self.epoch_column.epochs(ray.get(ref)):
                 per_epoch.setdefault(epoch, []).append(index)
-        for epoch in sorted(per_epoch):
-            for index in per_epoch[epoch]:
-                yield epoch, rows_of_epoch(ray.get(self.refs[index]), self.epoch_column, epoch)
+        return [(epoch, index) for epoch in sorted(per_epoch) for index in per_epoch[epoch]]

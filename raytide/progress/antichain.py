@@ -24,7 +24,8 @@ arriving before the producer's ``+1``); such elements are simply not part of the
 
 from __future__ import annotations
 
-from typing import Generic, Iterable, Iterator, Protocol, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Generic, Protocol, Self, TypeVar
 
 from raytide.progress.timestamps import Timestamp
 
@@ -32,7 +33,7 @@ from raytide.progress.timestamps import Timestamp
 class PartiallyOrdered(Protocol):
     """Anything with a partial order ``less_equal`` (timestamps, path summaries)."""
 
-    def less_equal(self, other: "PartiallyOrdered", /) -> bool: ...  # noqa: D102
+    def less_equal(self, other: Self, /) -> bool: ...  # noqa: D102
 
 
 E = TypeVar("E", bound=PartiallyOrdered)

@@ -13,7 +13,8 @@ True
 
 from __future__ import annotations
 
-from typing import Generic, Hashable, Iterable, TypeVar
+from collections.abc import Hashable, Iterable
+from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 

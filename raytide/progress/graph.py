@@ -22,8 +22,8 @@ False
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 from raytide.errors import GraphError
 from raytide.progress.antichain import Antichain
@@ -75,7 +75,7 @@ class GraphBuilder:
         inputs: int = 1,
         outputs: int = 1,
         depth: int = 0,
-        summaries: Optional[Sequence[PathSummary]] = None,
+        summaries: Sequence[PathSummary] | None = None,
     ) -> None:
         """Declare a vertex; ``summaries`` defaults to the identity on every output."""
         if name in self.vertices:

@@ -10,7 +10,8 @@ is still being fetched may let later ones pass). So every sender numbers its cal
 
 from __future__ import annotations
 
-from typing import Generic, Hashable, TypeVar
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

@@ -8,7 +8,8 @@ the record parts (inline blobs or object refs) per output and epoch until then.
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 from raytide.errors import ProgressError
 

@@ -17,7 +17,7 @@ acknowledgement gets, after its batch, every status it has not seen.
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable, Optional
+from collections.abc import Hashable, Iterable
 
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -66,7 +66,7 @@ class FrontierPublisher:
         self.tracker.propagate()
 
     def apply(self, sender: Hashable, changes: list[tuple[Pointstamp, int]], ack: bool,
-              interests: Optional[Interests] = None) -> dict[Hashable, Push]:
+              interests: Interests | None = None) -> dict[Hashable, Push]:
         """Apply one batch from ``sender`` (which may also declare new ``interests``); return the pushes it causes."""
         if interests is not None:
             self.interests[sender] = interests

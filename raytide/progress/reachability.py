@@ -19,7 +19,8 @@ lexicographic counters with a bound on an inner counter would not be.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from raytide.errors import GraphError
 from raytide.progress.antichain import Antichain
@@ -30,7 +31,7 @@ class Location(NamedTuple):
     """A place where pointstamps live: a vertex (``port is None``) or one of its input ports."""
 
     vertex: str
-    port: Optional[int] = None
+    port: int | None = None
 
     @staticmethod
     def of_vertex(vertex: str) -> Location:
@@ -82,7 +83,7 @@ def all_pairs(edges: Edges, locations: Iterable[Location]) -> Reachability:
     return {source: minimal_summaries(edges, source, budget) for source in locations}
 
 
-def non_advancing_cycle(edges: Edges, reach: Reachability) -> Optional[list[Location]]:
+def non_advancing_cycle(edges: Edges, reach: Reachability) -> list[Location] | None:
     """A cycle whose summary does not strictly advance timestamps, or None.
 
     Every cycle closes with some edge ``a -> b`` followed by a path ``b -> a``; checking
@@ -102,7 +103,7 @@ def non_advancing_cycle(edges: Edges, reach: Reachability) -> Optional[list[Loca
 
 def _path(edges: Edges, start: Location, goal: Location) -> list[Location]:
     """Some path of locations from ``start`` to ``goal`` (breadth first), for error messages."""
-    parents: dict[Location, Optional[Location]] = {start: None}
+    parents: dict[Location, Location | None] = {start: None}
     queue: deque[Location] = deque([start])
     while queue:
         location = queue.popleft()
@@ -113,7 +114,7 @@ def _path(edges: Edges, start: Location, goal: Location) -> list[Location]:
                 parents[target] = location
                 queue.append(target)
     path: list[Location] = []
-    node: Optional[Location] = goal
+    node: Location | None = goal
     while node is not None:
         path.append(node)
         node = parents[node]

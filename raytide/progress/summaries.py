@@ -18,7 +18,7 @@ Timestamp(3, (1, 2))
 >>> PathSummary.egress().followed_by(PathSummary.feedback()).results_in(Timestamp(0, (4, 7)))
 Timestamp(0, (5,))
 
-Laws (tested as properties in tests/unit/test_summaries.py):
+Laws (tested as properties in tests/unit/test_order_laws.py):
 
 * ``identity`` is neutral and ``followed_by`` is associative;
 * for unbounded summaries ``results_in`` is monotone: ``t1 <= t2`` implies
@@ -31,7 +31,7 @@ Laws (tested as properties in tests/unit/test_summaries.py):
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from raytide.progress.timestamps import Timestamp
 
@@ -49,7 +49,7 @@ class PathSummary(NamedTuple):
     pops: int = 0
     increment: int = 0
     pushes: tuple[int, ...] = ()
-    bound: Optional[int] = None
+    bound: int | None = None
 
     @staticmethod
     def identity() -> PathSummary:
@@ -67,15 +67,16 @@ class PathSummary(NamedTuple):
         return _EGRESS
 
     @staticmethod
-    def feedback(bound: Optional[int] = None) -> PathSummary:
+    def feedback(bound: int | None = None) -> PathSummary:
         """The next iteration: add 1 to the last counter.
 
         Args:
             bound: if set, a record whose counter would exceed ``bound`` is dropped, so a
-                loop body sees iterations ``0 .. bound`` at most. Must be at least 1.
+                loop body sees iterations ``0 .. bound`` at most; 0 drops every record (a
+                loop body that runs once). Must not be negative.
         """
-        if bound is not None and bound < 1:
-            raise ValueError(f"a feedback bound must be at least 1, got {bound}")
+        if bound is not None and bound < 0:
+            raise ValueError(f"a feedback bound must not be negative, got {bound}")
         return PathSummary(0, 1, (), bound) if bound is not None else _FEEDBACK
 
     @property
@@ -87,7 +88,7 @@ class PathSummary(NamedTuple):
         """The same summary without its iteration bound (an over-approximation)."""
         return self if self.bound is None else self._replace(bound=None)
 
-    def results_in(self, time: Timestamp) -> Optional[Timestamp]:
+    def results_in(self, time: Timestamp) -> Timestamp | None:
         """Apply the summary to ``time``; None when an iteration bound drops it.
 
         Raises:
@@ -104,7 +105,7 @@ class PathSummary(NamedTuple):
             return None
         return Timestamp(time.epoch, counters[: keep - 1] + (last,) + self.pushes)
 
-    def followed_by(self, other: PathSummary) -> Optional[PathSummary]:
+    def followed_by(self, other: PathSummary) -> PathSummary | None:
         """The summary of this path followed by ``other``; None if no timestamp survives it."""
         mine = len(self.pushes)
         if other.pops < mine:
@@ -118,7 +119,7 @@ class PathSummary(NamedTuple):
         extra = other.pops - mine
         return PathSummary(self.pops + extra, other.increment, other.pushes, other.bound)
 
-    def _then_inside_pushes(self, other: PathSummary) -> Optional[PathSummary]:
+    def _then_inside_pushes(self, other: PathSummary) -> PathSummary | None:
         """``other`` only touches counters that this path pushed as constants."""
         kept = self.pushes[: len(self.pushes) - other.pops]
         last = kept[-1] + other.increment
@@ -154,13 +155,18 @@ class PathSummary(NamedTuple):
         """Strictly less in the partial order of summaries."""
         return self != other and self.less_equal(other)
 
-    __le__ = less_equal  # type: ignore[assignment]
-    __lt__ = less_than  # type: ignore[assignment]
+    def __le__(self, other: object) -> bool:
+        """``<=`` is :meth:`less_equal`, the partial order, never tuple order."""
+        return self.less_equal(_as_summary(other, "<="))
 
-    def __ge__(self, other: object) -> bool:  # type: ignore[override]
+    def __lt__(self, other: object) -> bool:
+        """``<`` is :meth:`less_than`, the strict partial order, never tuple order."""
+        return self.less_than(_as_summary(other, "<"))
+
+    def __ge__(self, other: object) -> bool:
         return isinstance(other, PathSummary) and other.less_equal(self)
 
-    def __gt__(self, other: object) -> bool:  # type: ignore[override]
+    def __gt__(self, other: object) -> bool:
         return isinstance(other, PathSummary) and other.less_than(self)
 
     def strictly_advances(self) -> bool:
@@ -172,7 +178,14 @@ class PathSummary(NamedTuple):
         return f"PathSummary(pops={self.pops}, increment={self.increment}, pushes={self.pushes}{bound})"
 
 
-def _tighter(a: Optional[int], b: Optional[int]) -> Optional[int]:
+def _as_summary(other: object, operator: str) -> PathSummary:
+    """``other`` if it is a summary; a TypeError otherwise, so tuple order never decides a comparison."""
+    if not isinstance(other, PathSummary):
+        raise TypeError(f"'{operator}' compares a PathSummary only with another PathSummary, not {type(other).__name__}")
+    return other
+
+
+def _tighter(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b
     if b is None:

@@ -10,21 +10,35 @@ lexicographically ``<=``. Each part alone is totally ordered, their product is n
 >>> Timestamp(0, (1, 9)) <= Timestamp(0, (2, 0))
 True
 
-Code must never assume totality: ``not (a <= b)`` does not imply ``b <= a``.
+Code must never assume totality: ``not (a <= b)`` does not imply ``b <= a``. So ``<=``
+and ``>=`` are the partial order, while ``<`` and ``>`` (what ``sorted()``, ``min()`` and
+``max()`` use) raise: with a partial order they would return an order that depends on
+the input's order. Use :meth:`Timestamp.less_than` for the strict partial order, and
+``key=Timestamp.sort_key`` for a deterministic total order (display, iteration order):
+
+>>> sorted([b, a])  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+TypeError: timestamps are only partially ordered: ... pass key=Timestamp.sort_key ...
+>>> sorted([b, a], key=Timestamp.sort_key)
+[Timestamp(0, (5,)), Timestamp(1, (2,))]
+
 Timestamps compared with each other always live in the same scope (same number of
 counters); comparing timestamps of different depths is a programming error.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 
 class Timestamp(NamedTuple):
     """An epoch plus loop counters; immutable, hashable and partially ordered.
 
     A named tuple so that hashing and equality run at C speed on the tracker's hot
-    path; the comparison operators are replaced by the partial order.
+    path; ``<=`` and ``>=`` are replaced by the partial order, ``<`` and ``>`` raise
+    (see the module docstring), and none of them accepts a plain tuple.
 
     Attributes:
         epoch: the input epoch, a non-negative integer.
@@ -47,14 +61,29 @@ class Timestamp(NamedTuple):
         """Strictly less in the partial order."""
         return self.less_equal(other) and self != other
 
-    __le__ = less_equal  # type: ignore[assignment]
-    __lt__ = less_than  # type: ignore[assignment]
+    def sort_key(self) -> tuple[int, tuple[int, ...]]:
+        """A total order extending the partial order: ``t1 < t2`` implies ``sort_key(t1) < sort_key(t2)``.
 
-    def __ge__(self, other: object) -> bool:  # type: ignore[override]
-        return isinstance(other, Timestamp) and other.less_equal(self)
+        For a deterministic order of display or iteration (``sorted(times,
+        key=Timestamp.sort_key)``); never for deciding progress, which the partial order does.
+        """
+        return (self.epoch, self.counters)
 
-    def __gt__(self, other: object) -> bool:  # type: ignore[override]
-        return isinstance(other, Timestamp) and other.less_than(self)
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Timestamp):
+            raise TypeError(_not_a_timestamp("<=", other))
+        return self.less_equal(other)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Timestamp):
+            raise TypeError(_not_a_timestamp(">=", other))
+        return other.less_equal(self)
+
+    def __lt__(self, other: object) -> bool:
+        raise TypeError(_NOT_TOTAL)
+
+    def __gt__(self, other: object) -> bool:
+        raise TypeError(_NOT_TOTAL)
 
     def __repr__(self) -> str:
         if not self.counters:
@@ -68,6 +97,17 @@ class Timestamp(NamedTuple):
     def meet(self, other: Timestamp) -> Timestamp:
         """The greatest lower bound: the largest timestamp ``<=`` both."""
         return Timestamp(min(self.epoch, other.epoch), min(self.counters, other.counters))
+
+
+_NOT_TOTAL = (
+    "timestamps are only partially ordered: sorted(), min() and max() would depend on the input order; "
+    "pass key=Timestamp.sort_key for a deterministic total order, or use a.less_than(b) for the partial order"
+)
+
+
+def _not_a_timestamp(op: str, other: object) -> str:
+    """Why ``op`` refuses ``other``: with a plain tuple it would silently fall back to tuple order."""
+    return f"'{op}' compares a Timestamp only with another Timestamp, not with {type(other).__name__} {other!r}"
 
 
 def minimal_elements(times: Iterable[Timestamp]) -> list[Timestamp]:

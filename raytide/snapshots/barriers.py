@@ -118,7 +118,7 @@ from typing import Any
 
 from raytide.errors import SnapshotError
 
-ChannelId = Hashable
+ChannelKey = Hashable
 """An input channel's id: any hashable value, unique among one vertex's inputs."""
 
 
@@ -164,7 +164,7 @@ class Release:
         records: The held-back records, oldest first; never empty.
     """
 
-    channel: ChannelId
+    channel: ChannelKey
     records: tuple[Any, ...]
 
 
@@ -181,7 +181,7 @@ class SnapshotComplete:
     """
 
     snapshot_id: int
-    logged: Mapping[ChannelId, tuple[Any, ...]]
+    logged: Mapping[ChannelKey, tuple[Any, ...]]
 
 
 Effect = TakeSnapshot | ForwardBarrier | Release | SnapshotComplete
@@ -199,8 +199,8 @@ class _QueuedBarrier:
 class _WaitingSnapshot:
     """A snapshot whose local state is taken and which waits for barriers on back edges."""
 
-    awaiting: set[ChannelId]
-    log: dict[ChannelId, list[Any]]
+    awaiting: set[ChannelKey]
+    log: dict[ChannelKey, list[Any]]
 
 
 class BarrierAligner:
@@ -216,16 +216,16 @@ class BarrierAligner:
             ``inputs``, or every input is a back edge (such a vertex could never align).
     """
 
-    def __init__(self, vertex: str, inputs: Iterable[ChannelId] = (), back_edges: Iterable[ChannelId] = ()) -> None:
+    def __init__(self, vertex: str, inputs: Iterable[ChannelKey] = (), back_edges: Iterable[ChannelKey] = ()) -> None:
         self._vertex = vertex
         self._inputs = tuple(inputs)
         self._back_edges = tuple(dict.fromkeys(back_edges))
         self._check_channels()
         self._regular = tuple(c for c in self._inputs if c not in self._back_edges)
-        self._last_barrier: dict[ChannelId, int] = {}
+        self._last_barrier: dict[ChannelKey, int] = {}
         self._last_snapshot: int | None = None
         self._aligning: int | None = None
-        self._blocked: dict[ChannelId, deque[Any]] = {}
+        self._blocked: dict[ChannelKey, deque[Any]] = {}
         self._waiting: dict[int, _WaitingSnapshot] = {}
 
     @property
@@ -234,12 +234,12 @@ class BarrierAligner:
         return self._vertex
 
     @property
-    def inputs(self) -> tuple[ChannelId, ...]:
+    def inputs(self) -> tuple[ChannelKey, ...]:
         """Every input channel, back edges included, in the order given."""
         return self._inputs
 
     @property
-    def back_edges(self) -> tuple[ChannelId, ...]:
+    def back_edges(self) -> tuple[ChannelKey, ...]:
         """The back-edge input channels, in the order given."""
         return self._back_edges
 
@@ -249,7 +249,7 @@ class BarrierAligner:
         return self._aligning
 
     @property
-    def blocked(self) -> frozenset[ChannelId]:
+    def blocked(self) -> frozenset[ChannelKey]:
         """The input channels currently blocked; their records are being held back."""
         return frozenset(self._blocked)
 
@@ -258,7 +258,7 @@ class BarrierAligner:
         """The snapshots taken locally that still wait for barriers on back edges, oldest first."""
         return tuple(self._waiting)
 
-    def on_record(self, channel: ChannelId, record: Any) -> Decision:
+    def on_record(self, channel: ChannelKey, record: Any) -> Decision:
         """Account for a record that arrived on ``channel``.
 
         Args:
@@ -280,7 +280,7 @@ class BarrierAligner:
             log.append(record)
         return Decision.DELIVER_AND_LOG if logs else Decision.DELIVER
 
-    def on_barrier(self, channel: ChannelId, snapshot_id: int) -> list[Effect]:
+    def on_barrier(self, channel: ChannelKey, snapshot_id: int) -> list[Effect]:
         """Account for barrier ``snapshot_id`` arriving on ``channel``.
 
         Args:
@@ -342,11 +342,11 @@ class BarrierAligner:
                 f"vertex {self._vertex!r}: every input is a back edge, so no barrier could ever reach it"
             )
 
-    def _check_input(self, channel: ChannelId, what: str) -> None:
+    def _check_input(self, channel: ChannelKey, what: str) -> None:
         if channel not in self._inputs:
             raise SnapshotError(f"vertex {self._vertex!r}: {what} on channel {channel!r}, which is not an input")
 
-    def _check_increasing(self, channel: ChannelId, snapshot_id: int) -> None:
+    def _check_increasing(self, channel: ChannelKey, snapshot_id: int) -> None:
         last = self._last_barrier.get(channel)
         if last is not None and snapshot_id <= last:
             kind = "duplicate" if snapshot_id == last else "older"
@@ -356,7 +356,7 @@ class BarrierAligner:
             )
         self._last_barrier[channel] = snapshot_id
 
-    def _block(self, channel: ChannelId, snapshot_id: int) -> None:
+    def _block(self, channel: ChannelKey, snapshot_id: int) -> None:
         if self._aligning is None:
             self._aligning = snapshot_id
         elif snapshot_id != self._aligning:
@@ -380,7 +380,7 @@ class BarrierAligner:
             effects.extend(self._release(channel, backlogs[channel]))
         return effects
 
-    def _release(self, channel: ChannelId, backlog: deque[Any]) -> list[Effect]:
+    def _release(self, channel: ChannelKey, backlog: deque[Any]) -> list[Effect]:
         """Hand back a released channel's records up to the next queued barrier, if any.
 
         A queued barrier blocks the channel again at once, keeping the rest of the backlog.
@@ -395,7 +395,7 @@ class BarrierAligner:
             self._blocked[channel].extend(backlog)
         return [Release(channel, tuple(records))] if records else []
 
-    def _on_back_edge_barrier(self, channel: ChannelId, snapshot_id: int) -> list[Effect]:
+    def _on_back_edge_barrier(self, channel: ChannelKey, snapshot_id: int) -> list[Effect]:
         expected = next((sid for sid, w in self._waiting.items() if channel in w.awaiting), None)
         if snapshot_id != expected:
             reason = (

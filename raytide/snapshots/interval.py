@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Optional
 
 __all__ = [
     "DEFAULT_PRIOR_FAILURES",
@@ -246,7 +245,7 @@ class DurationEstimator:
         ValueError: if ``smoothing`` is outside (0, 1] or ``min_samples`` below 1.
     """
 
-    def __init__(self, smoothing: Optional[float] = 0.1, min_samples: int = 1) -> None:
+    def __init__(self, smoothing: float | None = 0.1, min_samples: int = 1) -> None:
         if smoothing is not None and not 0.0 < smoothing <= 1.0:
             raise ValueError(f"smoothing must be in (0, 1] or None, got {smoothing!r}")
         if min_samples < 1:
@@ -272,7 +271,7 @@ class DurationEstimator:
         return self._count
 
     @property
-    def value(self) -> Optional[float]:
+    def value(self) -> float | None:
         """The estimated mean duration, or None before ``min_samples`` measurements."""
         return self._mean if self._count >= self._min_samples else None
 
@@ -389,9 +388,9 @@ class IntervalTuner:
         min_interval: float = 1.0,
         max_interval: float = 3600.0,
         initial_interval: float = 60.0,
-        checkpoint_estimator: Optional[DurationEstimator] = None,
-        restart_estimator: Optional[DurationEstimator] = None,
-        failure_estimator: Optional[FailureRateEstimator] = None,
+        checkpoint_estimator: DurationEstimator | None = None,
+        restart_estimator: DurationEstimator | None = None,
+        failure_estimator: FailureRateEstimator | None = None,
     ) -> None:
         _require_positive("min_interval", min_interval)
         if not max_interval >= min_interval:
@@ -429,7 +428,7 @@ class IntervalTuner:
             best = optimal_interval(cost, self.failure_estimator.value)
         return min(self._max_interval, max(self._min_interval, best))
 
-    def expected_utilization(self, depth: int = 1, hop_delay: float = 0.0) -> Optional[float]:
+    def expected_utilization(self, depth: int = 1, hop_delay: float = 0.0) -> float | None:
         """U at :meth:`interval` under the current estimates (eq. 10); None while c or R is unknown.
 
         It is 0 when ``max_interval`` keeps the interval at or below the checkpoint cost.

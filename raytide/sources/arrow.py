@@ -4,43 +4,27 @@ Fragments (files) are dealt out round robin to the readers. Epochs are one per f
 per ``rows_per_epoch`` rows (counted over the files in order, from their metadata), or
 taken from an integer column: a reader then reads just that column to learn its epochs
 and scans its fragments once per epoch with a filter, so memory stays bounded and its
-epochs never decrease.
+epochs never decrease. A reader's position (:class:`ArrowPosition`) is a scan and a row
+count within it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
+from raytide.errors import SourceError
+from raytide.sources.base import Reader, Source
+from raytide.sources.epoch_column import EpochColumn
 from raytide.sources.numbering import epoch_slices
-
-EpochRule = Union[str, None]
-
-
-def epochs_in_column(table: pa.Table, column: str) -> list[int]:
-    """The distinct epochs of ``table``'s integer ``column``, sorted (a clear error if the column is unfit)."""
-    values = table.column(column)
-    if not pa.types.is_integer(values.type):
-        raise TypeError(f"epoch column {column!r} must hold integers, it holds {values.type}")
-    if values.null_count:
-        raise ValueError(f"epoch column {column!r} has {values.null_count} null values")
-    epochs = sorted(pc.unique(values).to_pylist())
-    if epochs and epochs[0] < 0:
-        raise ValueError(f"epoch column {column!r} has a negative epoch {epochs[0]}")
-    return epochs
-
-
-def rows_of_epoch(table: pa.Table, column: str, epoch: int) -> pa.Table:
-    """The rows of ``table`` whose ``column`` is ``epoch``."""
-    return table.filter(pc.equal(table.column(column), epoch))
 
 
 @dataclass(frozen=True)
-class ArrowDatasetSource:
+class ArrowDatasetSource(Source):
     """Rows of an Arrow dataset (Parquet, Feather, CSV... anything ``pyarrow.dataset`` reads).
 
     Args:
@@ -54,65 +38,114 @@ class ArrowDatasetSource:
     Without ``epoch_column`` and ``rows_per_epoch`` every file is one epoch.
     """
 
-    source: Union[str, Sequence[str], pads.Dataset]
-    epoch_column: Optional[str] = None
-    rows_per_epoch: Optional[int] = None
+    source: str | Sequence[str] | pads.Dataset
+    epoch_column: str | None = None
+    rows_per_epoch: int | None = None
     format: str = "parquet"
-    columns: Optional[Sequence[str]] = None
+    columns: Sequence[str] | None = None
     batch_rows: int = 65_536
 
     def dataset(self) -> pads.Dataset:
+        """The ``pyarrow.dataset.Dataset`` to read."""
         if isinstance(self.source, pads.Dataset):
             return self.source
         return pads.dataset(self.source if isinstance(self.source, str) else list(self.source), format=self.format)
 
-    def readers(self, parallelism: int) -> list[ArrowReader]:
+    def epochs_column(self) -> EpochColumn | None:
+        """The epoch column, named for error messages, if epochs come from one."""
+        if self.epoch_column is None:
+            return None
+        where = self.source if isinstance(self.source, (str, list, tuple)) else type(self.source).__name__
+        return EpochColumn(self.epoch_column, f"Arrow dataset {where!r}")
+
+    def readers(self, parallelism: int) -> list[Reader[ArrowPosition]]:
         """One reader per replica, each with every ``parallelism``-th fragment."""
         if self.epoch_column and self.rows_per_epoch:
             raise ValueError("give epoch_column or rows_per_epoch, not both")
-        fragments = list(self.dataset().get_fragments())
+        dataset = self.dataset()
+        column = self.epochs_column()
+        if column is not None:
+            column.check_schema(dataset.schema)
+        fragments = list(dataset.get_fragments())
         first_rows = [0] * len(fragments)
         if self.rows_per_epoch:
             counts = [f.count_rows() for f in fragments]  # from file metadata where the format has it
             for i in range(1, len(fragments)):
                 first_rows[i] = first_rows[i - 1] + counts[i - 1]
-        mine = [[(i, f, first_rows[i]) for i, f in enumerate(fragments) if i % parallelism == r] for r in range(parallelism)]
-        return [ArrowReader(self, m) for m in mine]
+        numbered = [(i, f, first_rows[i]) for i, f in enumerate(fragments)]
+        return [ArrowReader(self, numbered[r::parallelism]) for r in range(parallelism)]
 
 
 @dataclass(frozen=True)
-class ArrowReader:
-    """One replica's fragments, as ``(epoch, Arrow table)`` pairs."""
+class ArrowPosition:
+    """Where an Arrow reader has got to: its scans before ``scan`` and ``rows`` rows of scan ``scan`` are read.
+
+    A reader's scans are its fragments in order or, with an epoch column, one per epoch and
+    fragment holding rows of it, in epoch order (the rows of that epoch in that fragment).
+    Resuming reads again the rows of the scan before the position, at most one fragment.
+    """
+
+    scan: int
+    rows: int
+
+
+@dataclass
+class ArrowReader(Reader[ArrowPosition]):
+    """One replica's fragments, as ``(epoch, Arrow table)`` pairs.
+
+    Attributes:
+        source: the dataset source.
+        fragments: ``(index in the dataset, fragment, number of its first row in the dataset)``.
+    """
 
     source: ArrowDatasetSource
     fragments: list[tuple[int, Any, int]]
 
-    def _batches(self, fragment: Any, filter: Any = None) -> Iterator[pa.Table]:
+    def start(self) -> ArrowPosition:
+        return ArrowPosition(scan=0, rows=0)
+
+    def check_position(self, position: ArrowPosition) -> None:
+        if position.scan < 0 or position.rows < 0:
+            raise SourceError(f"Arrow reader of {len(self.fragments)} fragments: {position} is not a position")
+
+    def read_from(self, position: ArrowPosition) -> Iterator[tuple[int, pa.Table, ArrowPosition]]:
+        scans = self._scans()
+        for scan in range(position.scan, len(scans)):
+            epoch, ordinal = scans[scan]
+            index, fragment, first_row = self.fragments[ordinal]
+            row = position.rows if scan == position.scan else 0  # rows of this scan read
+            for table in self._batches(fragment, epoch, skip=row):
+                for batch_epoch, start, stop in self._epochs(index, epoch, first_row + row, table.num_rows):
+                    row += stop - start
+                    yield batch_epoch, table.slice(start, stop - start), ArrowPosition(scan, row)
+
+    def _scans(self) -> list[tuple[int | None, int]]:
+        """``(epoch or None, fragment ordinal)`` in reading order; an epoch filters the fragment's rows."""
+        column = self.source.epochs_column()
+        if column is None:
+            return [(None, ordinal) for ordinal in range(len(self.fragments))]
+        holding: dict[int, list[int]] = {}  # epoch -> the fragments with rows of it, in order
+        for ordinal, (_, fragment, _) in enumerate(self.fragments):
+            for epoch in column.epochs(fragment.to_table(columns=[column.name])):
+                holding.setdefault(epoch, []).append(ordinal)
+        return [(epoch, ordinal) for epoch in sorted(holding) for ordinal in holding[epoch]]
+
+    def _batches(self, fragment: Any, epoch: int | None, skip: int) -> Iterator[pa.Table]:
+        """The fragment's rows (of ``epoch`` only, if given) but the first ``skip``, in batches."""
         columns = list(self.source.columns) if self.source.columns else None
-        for batch in fragment.to_batches(columns=columns, filter=filter, batch_size=self.source.batch_rows):
-            if batch.num_rows:
-                yield pa.Table.from_batches([batch])
+        where = None if epoch is None else pads.field(self.source.epoch_column) == epoch
+        for batch in fragment.to_batches(columns=columns, filter=where, batch_size=self.source.batch_rows):
+            if skip >= batch.num_rows:
+                skip -= batch.num_rows
+                continue
+            batch, skip = batch.slice(skip), 0
+            yield pa.Table.from_batches([batch])
 
-    def __iter__(self) -> Iterator[tuple[int, pa.Table]]:
-        column = self.source.epoch_column
-        if column:
-            yield from self._by_column(column)
-            return
-        for index, fragment, first_row in self.fragments:
-            row = first_row
-            for table in self._batches(fragment):
-                if self.source.rows_per_epoch:
-                    for epoch, start, stop in epoch_slices(row, table.num_rows, self.source.rows_per_epoch):
-                        yield epoch, table.slice(start, stop - start)
-                else:
-                    yield index, table
-                row += table.num_rows
-
-    def _by_column(self, column: str) -> Iterator[tuple[int, pa.Table]]:
-        holding: dict[int, list] = {}  # epoch -> the fragments with rows of it, in order
-        for _, fragment, _ in self.fragments:
-            for epoch in epochs_in_column(fragment.to_table(columns=[column]), column):
-                holding.setdefault(epoch, []).append(fragment)
-        for epoch in sorted(holding):
-            for fragment in holding[epoch]:
-                yield from ((epoch, t) for t in self._batches(fragment, pc.field(column) == epoch))
+    def _epochs(self, index: int, epoch: int | None, row: int, length: int) -> Iterator[tuple[int, int, int]]:
+        """``(epoch, start, stop)`` of ``length`` rows of fragment ``index``, the first being row ``row`` overall."""
+        if epoch is not None:
+            yield epoch, 0, length
+        elif self.source.rows_per_epoch:
+            yield from epoch_slices(row, length, self.source.rows_per_epoch)
+        else:
+            yield index, 0, length

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 
 def epoch_slices(first: int, length: int, per_epoch: int) -> Iterator[tuple[int, int, int]]:

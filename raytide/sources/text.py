@@ -4,23 +4,28 @@ Each file is cut into one byte range per reader; a reader starts at the first li
 begins inside its range and reads every line that begins there, so each line is read
 exactly once. Epochs are one per file, or one per ``lines_per_epoch`` lines counted
 across all files (a reader finds the number of its first line by counting the newlines
-before its range, at C speed, instead of asking anyone).
+before its range, at C speed, instead of asking anyone). A reader's position
+(:class:`TextPosition`) is a line start within its byte range and a count of the lines
+read after it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Optional, Sequence, Union
+from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
+from raytide.errors import SourceError
+from raytide.sources.base import Reader, Source
 from raytide.sources.numbering import epoch_slices
 
 CHUNK_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
-class TextFileSource:
+class TextFileSource(Source):
     """Lines of text files as records.
 
     Args:
@@ -30,8 +35,8 @@ class TextFileSource:
         batch_lines: lines per message.
     """
 
-    paths: Union[str, Sequence[str]]
-    lines_per_epoch: Optional[int] = None
+    paths: str | Sequence[str]
+    lines_per_epoch: int | None = None
     batch_lines: int = 4096
 
     def _files(self) -> list[tuple[pafs.FileSystem, str, int]]:
@@ -45,7 +50,7 @@ class TextFileSource:
             files.append((fs, inner, info.size))
         return files
 
-    def readers(self, parallelism: int) -> list[TextReader]:
+    def readers(self, parallelism: int) -> list[Reader[TextPosition]]:
         """One reader per input replica, each owning one byte range of every file."""
         if self.lines_per_epoch is not None and self.lines_per_epoch < 1:
             raise ValueError(f"lines_per_epoch must be positive, got {self.lines_per_epoch}")
@@ -54,7 +59,24 @@ class TextFileSource:
 
 
 @dataclass(frozen=True)
-class TextReader:
+class TextPosition:
+    """Where a text reader has got to: in file ``file``, the ``skip`` lines after byte ``offset`` are read.
+
+    ``offset`` is a line start within the reader's share of the file (at the very start, the
+    first byte of its byte range); it moves forward once per chunk read, so resuming reads
+    again at most about a chunk (:data:`CHUNK_BYTES`) and a batch. ``lines_before`` is the
+    number of lines in the files before ``file``, which numbers the lines for
+    ``lines_per_epoch`` without counting those files again.
+    """
+
+    file: int
+    offset: int
+    skip: int
+    lines_before: int
+
+
+@dataclass
+class TextReader(Reader[TextPosition]):
     """Reader ``index`` of ``count``: its byte range of every file, as ``(epoch, lines)``."""
 
     source: TextFileSource
@@ -62,30 +84,55 @@ class TextReader:
     index: int
     count: int
 
-    def __iter__(self) -> Iterator[tuple[int, list[str]]]:
+    def _range(self, size: int) -> tuple[int, int]:
+        return size * self.index // self.count, size * (self.index + 1) // self.count
+
+    def start(self) -> TextPosition:
+        first_byte = self._range(self.files[0][2])[0] if self.files else 0
+        return TextPosition(file=0, offset=first_byte, skip=0, lines_before=0)
+
+    def check_position(self, position: TextPosition) -> None:
+        if 0 <= position.file < len(self.files):
+            size = self.files[position.file][2]
+            fits = self._range(size)[0] <= position.offset <= size
+        else:
+            fits = position == self.start()  # no files: nothing but the start
+        if not fits or position.skip < 0 or position.lines_before < 0:
+            raise SourceError(f"text reader {self.index} of {self.count} of {self.source.paths!r}: "
+                              f"{position} is not one of its positions")
+
+    def read_from(self, position: TextPosition) -> Iterator[tuple[int, list[str], TextPosition]]:
         numbered = self.source.lines_per_epoch is not None  # epochs by line number: count the lines before ours
-        lines_before = 0  # lines in the files before this one
-        for file_index, (fs, path, size) in enumerate(self.files):
-            start, end = size * self.index // self.count, size * (self.index + 1) // self.count
+        lines_before = position.lines_before  # lines in the files before this one
+        for file_index in range(position.file, len(self.files)):
+            fs, path, size = self.files[file_index]
+            start, end = self._range(size)
             with fs.open_input_file(path) as f:
                 first = _first_line_start(f, start)
                 stop = _first_line_start(f, end) if end < size else size
-                number = lines_before + (_count_newlines(f, 0, first) if numbered else 0)
-                for batch in _lines(f, first, stop, self.source.batch_lines):
-                    yield from self._epochs(file_index, number, batch)
-                    number += len(batch)
+                at, skip = first, 0  # read from byte `at`, yield from its `skip`-th line on
+                if file_index == position.file:
+                    at, skip = max(first, _first_line_start(f, position.offset)), position.skip
+                number = lines_before + (_count_newlines(f, 0, at) if numbered else 0)  # of the line at `at`
+                read = 0  # lines from `at` on
+                for index, anchor, anchor_skip, batch in _lines(f, at, stop, self.source.batch_lines):
+                    read = index + len(batch)
+                    cut = min(len(batch), max(0, skip - index))  # lines before the position: read again, not yielded
+                    for epoch, lo, hi in self._epochs(file_index, number + index + cut, len(batch) - cut):
+                        after = TextPosition(file_index, anchor, anchor_skip + cut + hi, lines_before)
+                        yield epoch, batch[cut + lo : cut + hi], after
                 if numbered and file_index + 1 < len(self.files):  # the lines after our range end the count
                     # a last line without a newline counts once: in our range if it ended the file
                     unterminated = size > 0 and not _ends_with_newline(f, size) and not first < stop == size
-                    lines_before = number + _count_newlines(f, stop, size) + unterminated
+                    lines_before = number + read + _count_newlines(f, stop, size) + unterminated
 
-    def _epochs(self, file_index: int, number: int, batch: list[str]) -> Iterator[tuple[int, list[str]]]:
+    def _epochs(self, file_index: int, number: int, length: int) -> Iterator[tuple[int, int, int]]:
+        """``(epoch, start, stop)`` of ``length`` lines, the first of them line ``number`` overall."""
         per = self.source.lines_per_epoch
-        if per is None:
-            yield file_index, batch
-            return
-        for epoch, start, stop in epoch_slices(number, len(batch), per):
-            yield epoch, batch[start:stop]
+        if per is not None:
+            yield from epoch_slices(number, length, per)
+        elif length:
+            yield file_index, 0, length
 
 
 def _first_line_start(f: BinaryIO, start: int) -> int:
@@ -122,10 +169,17 @@ def _ends_with_newline(f: BinaryIO, size: int) -> bool:
     return f.read(1) == b"\n"
 
 
-def _lines(f: BinaryIO, first: int, stop: int, batch_lines: int) -> Iterator[list[str]]:
-    """The lines in bytes ``[first, stop)`` (which begin and end on line boundaries), in batches."""
+def _lines(f: BinaryIO, first: int, stop: int, batch_lines: int) -> Iterator[tuple[int, int, int, list[str]]]:
+    """The lines in bytes ``[first, stop)`` (which begin and end on line boundaries), in batches.
+
+    Yields:
+        ``(index, anchor, skip, batch)``: ``batch[0]`` is line ``index`` from ``first``, and
+        line ``skip`` after byte ``anchor``, a line start: a place to resume from. The
+        anchor moves to the first line not yet yielded after each chunk read.
+    """
     f.seek(first)
     position, carry, batch = first, b"", []
+    index, anchor, skip = 0, first, 0  # of batch[0]
     while position < stop:
         chunk = f.read(min(CHUNK_BYTES, stop - position))
         if not chunk:
@@ -136,9 +190,12 @@ def _lines(f: BinaryIO, first: int, stop: int, batch_lines: int) -> Iterator[lis
             batch.extend(block.decode().split("\n"))
         full = len(batch) - len(batch) % batch_lines
         for start in range(0, full, batch_lines):
-            yield batch[start : start + batch_lines]
+            yield index, anchor, skip, batch[start : start + batch_lines]
+            index, skip = index + batch_lines, skip + batch_lines
         batch = batch[full:]
+        if newline:  # the lines left over (fewer than a batch) end where the carry begins
+            anchor, skip = position - len(carry) - sum(len(line.encode()) + 1 for line in batch), 0
     if carry:
         batch.append(carry.decode())
     if batch:
-        yield batch
+        yield index, anchor, skip, batch

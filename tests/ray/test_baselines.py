@@ -8,10 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import ray
+from pyspark.sql import SparkSession
 
 from bench.baselines import data
+from bench.baselines.cc_pyspark import connected_components_pyspark
 from bench.baselines.cc_ray import EdgeIndex, components_union_find, connected_components_ray
 from bench.baselines.mandelbrot_ray import mandelbrot_ray, mandelbrot_reference, mandelbrot_row
+from bench.baselines.wordcount_pyspark import local_spark, wordcount_pyspark
 from bench.baselines.wordcount_ray import start_reducers, wordcount_ray, wordcount_reference
 
 ODD_TEXT = "héllo wörld  héllo\n\n  tabs\tand\tspaces  \nπ π π\nlast line without newline"
@@ -38,13 +41,11 @@ def small_graph() -> tuple[int, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def spark():
-    """A plain local Spark (or the session already active), stopped only if created here."""
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
+def plain_spark():
+    """A plain local Spark (or the session already active), stopped only if created here.
 
-    from bench.baselines.wordcount_pyspark import local_spark
-
+    The PySpark baselines run on Spark alone, not on Ray, so this is not the suite's ``spark``.
+    """
     existing = SparkSession.getActiveSession()
     session = existing or local_spark(cores=2, shuffle_partitions=2, app_name="test-baselines")
     session.sparkContext.setLogLevel("ERROR")
@@ -185,22 +186,18 @@ def test_cc_ray_path_needs_one_round_per_hop(ray_session) -> None:
 
 
 @pytest.mark.spark
-def test_wordcount_pyspark_matches_reference(spark, zipf_text: Path, odd_text: Path) -> None:
-    from bench.baselines.wordcount_pyspark import wordcount_pyspark
-
-    assert wordcount_pyspark(spark, zipf_text, n_epochs=10, min_partitions=3) == wordcount_reference(zipf_text, 10)
-    assert wordcount_pyspark(spark, odd_text, n_epochs=8) == wordcount_reference(odd_text, 8)
+def test_wordcount_pyspark_matches_reference(plain_spark, zipf_text: Path, odd_text: Path) -> None:
+    assert wordcount_pyspark(plain_spark, zipf_text, 10, min_partitions=3) == wordcount_reference(zipf_text, 10)
+    assert wordcount_pyspark(plain_spark, odd_text, n_epochs=8) == wordcount_reference(odd_text, 8)
 
 
 @pytest.mark.spark
-def test_cc_pyspark_matches_union_find(spark, tmp_path: Path) -> None:
-    from bench.baselines.cc_pyspark import connected_components_pyspark
-
+def test_cc_pyspark_matches_union_find(plain_spark, tmp_path: Path) -> None:
     # A triangle, a pair, a 3-hop path written backwards and isolated nodes: few (slow) Spark rounds.
     edges = np.array([[3, 4], [4, 5], [1, 2], [7, 6], [5, 3], [12, 13], [11, 12], [10, 11]])
     path = data.write_edges(tmp_path / "edges.txt", edges)
     seconds: list[float] = []
-    labels, rounds = connected_components_pyspark(spark, path, 16, round_seconds=seconds)
+    labels, rounds = connected_components_pyspark(plain_spark, path, 16, round_seconds=seconds)
     assert labels.tolist() == components_union_find(16, edges).tolist()
     assert labels.tolist() == [0, 1, 1, 3, 3, 3, 6, 6, 8, 9, 10, 10, 10, 10, 14, 15]
     assert rounds == len(seconds) == 4  # label 10 needs 3 hops to reach node 13, plus the confirming round

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +13,6 @@ from bench.baselines.cc_ray import components_union_find
 from bench.baselines.data import random_graph_edges
 from examples import connected_components as cc
 from examples import nested_loop, pagerank
-
-pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +36,7 @@ def test_example_union_find_is_the_reference_union_find():
     assert cc.union_find([(5, 5), (7, 3)]) == {5: 5, 7: 3, 3: 3}
 
 
+@pytest.mark.ray
 def test_connected_components_match_union_find(ray_session):
     nodes = 400
     edges = random_graph_edges(nodes, 300, seed=5)  # many components, and isolated nodes (absent from the result)
@@ -50,6 +48,7 @@ def test_connected_components_match_union_find(ray_session):
     assert records > 2 * len(edges)  # both directions of every edge, then the offers
 
 
+@pytest.mark.ray
 def test_components_follow_union_find_epoch_by_epoch_and_do_little_work_later(ray_session):
     nodes = 500
     edges = pairs(random_graph_edges(nodes, 420, seed=2))
@@ -77,6 +76,7 @@ def test_split_epochs_cuts_every_edge_once():
 # -- PageRank ---------------------------------------------------------------------------------
 
 
+@pytest.mark.ray
 def test_pagerank_matches_numpy_power_iteration(ray_session):
     nodes = 300
     rng = np.random.default_rng(3)
@@ -93,6 +93,7 @@ def test_pagerank_matches_numpy_power_iteration(ray_session):
 # -- nested loops -----------------------------------------------------------------------------
 
 
+@pytest.mark.ray
 def test_nested_loop_levels_match_plain_python(ray_session):
     edges = random_graph_edges(300, 330, seed=4)
     weights = np.random.default_rng(4).random(len(edges))
@@ -111,16 +112,17 @@ def test_nested_loop_levels_match_plain_python(ray_session):
 # -- the examples as programs -------------------------------------------------------------------
 
 
+@pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.parametrize("script, args, expected", [
     ("connected_components.py", ["--nodes", "800", "--edges", "700", "--epochs", "3"], "matches union-find: True"),
     ("nested_loop.py", ["--nodes", "300", "--edges", "400", "--thresholds", "0.3,0.7"], "matches plain Python: True"),
     ("pagerank.py", ["--nodes", "300", "--edges", "1000", "--iterations", "5"], "max |raytide - numpy|"),
 ])
-def test_an_example_runs_as_a_script_from_the_repository_root(tmp_path, script, args, expected):
+def test_an_example_runs_as_a_script_from_the_repository_root(tmp_path, own_ray_env, script, args, expected):
     # A fresh process with its own Ray: ``python examples/NAME.py`` has only examples/ on sys.path, so this fails if
     # an example imports another example or bench/. Output goes to files: Ray's helpers inherit the descriptors.
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    env = {k: v for k, v in own_ray_env.items() if k != "PYTHONPATH"}
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with open(stdout, "w") as out, open(stderr, "w") as err:
         run = subprocess.Popen([sys.executable, f"examples/{script}", *args], cwd=ROOT, env=env, stdout=out,

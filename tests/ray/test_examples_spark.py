@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,14 +41,13 @@ def test_word_count_of_a_text_file_equals_spark_group_by(ray_session, spark, tmp
 
 
 @pytest.mark.slow
-def test_demo_runs_in_a_fresh_process_and_prints_its_summary(tmp_path):
+def test_demo_runs_in_a_fresh_process_and_prints_its_summary(tmp_path, own_ray_env):
     # Output goes to files, not pipes: Ray's and Spark's helper processes inherit the
     # descriptors, and reading a pipe to its end would also wait for them.
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with open(stdout, "w") as out, open(stderr, "w") as err:
         demo = subprocess.Popen([sys.executable, "examples/demo.py", "--lines", "20000", "--epochs", "4"], cwd=ROOT,
-                                env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+                                env=own_ray_env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         try:
             demo.wait(timeout=240)
         except subprocess.TimeoutExpired:

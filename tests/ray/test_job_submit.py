@@ -70,8 +70,9 @@ def free_range(size: int) -> tuple[int, int]:
     raise RuntimeError(f"no run of {size} free ports found")
 
 
-def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+def cli_env(own_ray_env: dict[str, str]) -> dict[str, str]:
+    """The environment of the Ray CLIs: one that starts or addresses a Ray of its own (see the module docstring)."""
+    env = {k: v for k, v in own_ray_env.items() if k != "RAY_API_SERVER_ADDRESS"}
     env["RAY_AUTH_MODE"] = "token"
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
@@ -81,7 +82,7 @@ def cli_env() -> dict[str, str]:
 class Head:
     """A Ray head of our own, reachable at ``self.dashboard`` for the job CLI."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
         gcs, dashboard, client, agent_http, agent_grpc, env_agent, metrics, node_manager, object_manager = free_ports(9)
         low, high = free_range(200)
         # Sockets live under the temp dir: keep it short (AF_UNIX paths are limited to 107 bytes).
@@ -97,17 +98,17 @@ class Head:
             f"--node-manager-port={node_manager}", f"--object-manager-port={object_manager}",
             f"--min-worker-port={low}", f"--max-worker-port={high}", f"--temp-dir={self.temp_dir}",
         ]
-        env = cli_env()
-        env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # on SIGTERM, tear down at once (no 30 s drain)
+        self.env = env
+        head_env = {**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}  # on SIGTERM, stop at once (no 30 s drain)
         with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(command, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(command, cwd=workdir, env=head_env, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
 
     def job(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
         """``ray job <args> --address <our dashboard>`` from the repository root."""
         command, rest = args[0], args[1:]
         done = subprocess.run([RAY, "job", command, "--address", self.dashboard, *rest], cwd=ROOT,
-                              env=cli_env(), capture_output=True, text=True, timeout=timeout)
+                              env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
             raise AssertionError(f"ray job {command} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}\n"
                                  f"head log:\n{self.log_tail()}")
@@ -159,8 +160,8 @@ def _group_alive(group: int) -> bool:
 
 
 @pytest.fixture()
-def head(tmp_path):
-    started = Head(tmp_path)
+def head(tmp_path, own_ray_env):
+    started = Head(tmp_path, cli_env(own_ray_env))
     try:
         started.wait_ready()
         yield started

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 import pytest
 
 import raytide as rt
+from tests.ray.jobs import run_collect
 
 pytestmark = pytest.mark.ray
 
@@ -29,9 +30,7 @@ def test_a_loop_iterates_to_its_fixed_point(ray_session):
     back.connect(halved.filter(lambda x: x > 0))
     loop.leave(halved).output("out")
     data = [[100, 7, 1], [3], [], [1 << 20]]
-    with rt.run(flow, inputs={"numbers": data}, parallelism=2) as job:
-        job.wait(timeout=120)
-        result = job.collect("out")
+    result = run_collect(flow, {"numbers": data})
     assert {e: Counter(r) for e, r in result.items()} == {
         e: Counter(h for x in xs for h in halvings(x)) for e, xs in enumerate(data) if xs
     }
@@ -40,9 +39,7 @@ def test_a_loop_iterates_to_its_fixed_point(ray_session):
 def test_iterate_with_an_iteration_bound(ray_session):
     flow = rt.Dataflow("bounded")
     flow.input("n").iterate(lambda s: s.map(lambda x: x - 1).filter(lambda x: x > 0), max_iterations=3).output("out")
-    with rt.run(flow, inputs={"n": [[5, 2], [10]]}, parallelism=1) as job:
-        job.wait(timeout=120)
-        result = job.collect("out")
+    result = run_collect(flow, {"n": [[5, 2], [10]]}, parallelism=1)
     assert {e: sorted(r) for e, r in result.items()} == {0: [1, 2, 3, 4], 1: [7, 8, 9]}
 
 
@@ -106,9 +103,7 @@ def test_nested_loops_have_two_counters(ray_session):
     settled = inner.leave(stamped.filter(lambda pair: pair[0] == 1).map(lambda pair: pair[1]))
     outer_back.connect(at_outer.map(lambda x: x * 3))
     outer.leave(settled).output("out")
-    with rt.run(flow, inputs={"numbers": [[5]]}, parallelism=1) as job:
-        job.wait(timeout=120)
-        result = job.collect("out")
+    result = run_collect(flow, {"numbers": [[5]]}, parallelism=1)
     expected = []
     x = 5
     for i in range(3):  # the outer iteration triples, the inner one halves down to 1
@@ -141,7 +136,7 @@ def test_loop_misuse_is_rejected_when_the_job_is_built(ray_session):
 
 
 def test_a_vertex_fed_only_by_the_feedback_and_a_marker_in_a_loop(ray_session):
-    from raytide.actors.markers import Marker
+    from raytide.actors.protocol import Marker
 
     flow = rt.Dataflow("feedback-only")
     loop = flow.loop()

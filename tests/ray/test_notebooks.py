@@ -3,28 +3,23 @@
 The kernel is this venv's Python (a kernel spec written to a temporary directory whose
 ``argv`` is ``sys.executable``), so the test works in a fresh venv without ``jupyter
 kernelspec install``. Each notebook starts (and at its end shuts down) a local Ray of its
-own: ``RAY_ADDRESS`` is removed from the kernel's environment, so that it never joins the
-test session's Ray, whose CPUs the session's Spark already holds in part.
+own: the kernel gets the ``own_ray_env`` environment, without ``RAY_ADDRESS``, so that it
+never joins the test session's Ray, whose CPUs the session's Spark already holds in part.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-import os
 import re
 import sys
 from pathlib import Path
 
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
-pytest.importorskip("matplotlib")
-
-from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
-from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -47,14 +42,13 @@ def kernel_dirs(tmp_path_factory) -> Path:
     return root
 
 
-def execute(name: str, kernel_dirs: Path):
+def execute(name: str, kernel_dirs: Path, own_ray_env: dict[str, str]):
     """Run notebook ``name`` in a new kernel; return the executed notebook."""
     notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     manager = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dirs)]))
     client = nbclient.NotebookClient(notebook, km=manager, timeout=CELL_TIMEOUT,
                                      resources={"metadata": {"path": str(NOTEBOOKS)}})
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MPLBACKEND")}
-    client.execute(env=env)
+    client.execute(env={k: v for k, v in own_ray_env.items() if k != "MPLBACKEND"})
     return notebook
 
 
@@ -81,8 +75,8 @@ def cell_with(notebook, fragment: str):
 
 
 @pytest.mark.spark
-def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs):
-    notebook = execute("quickstart", kernel_dirs)
+def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs, own_ray_env):
+    notebook = execute("quickstart", kernel_dirs, own_ray_env)
 
     corpus: dict = {}
     exec(next(c.source for c in notebook.cells if "corpus" in c.metadata.get("tags", [])), corpus)
@@ -96,8 +90,8 @@ def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs):
     assert has_png(notebook)
 
 
-def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs):
-    notebook = execute("vertex_api", kernel_dirs)
+def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs, own_ray_env):
+    notebook = execute("vertex_api", kernel_dirs, own_ray_env)
 
     assert "before advance, epoch 0 reported: False" in text_of(cell_with(notebook, "before advance"))
     lines = text_of(cell_with(notebook, "per_epoch.append"))

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import operator
 import time
 from collections import Counter, defaultdict
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import ray
 
 import raytide as rt
+from raytide.core.batches import to_records
+from raytide.core.dataflow import COMBINER_MAX_KEYS
+from tests.ray.jobs import as_multisets, run_collect
 
 pytestmark = pytest.mark.ray
 
@@ -21,16 +27,6 @@ EPOCHS = [
 ]
 
 
-def run_collect(flow, inputs, parallelism=2, output="out"):
-    with rt.run(flow, inputs=inputs, parallelism=parallelism) as job:
-        job.wait(timeout=120)
-        return job.collect(output)
-
-
-def as_multisets(result):
-    return {epoch: Counter(records) for epoch, records in result.items() if records}
-
-
 def reference(fn):
     return {e: Counter(fn(lines)) for e, lines in enumerate(EPOCHS) if fn(lines)}
 
@@ -39,7 +35,7 @@ def reference(fn):
 def test_word_count_matches_reference(ray_session, parallelism):
     flow = rt.Dataflow("wordcount")
     flow.input("lines").flat_map(str.split).count_by_key(lambda w: w).output("out")
-    result = run_collect(flow, {"lines": EPOCHS}, parallelism)
+    result = run_collect(flow, {"lines": EPOCHS}, parallelism=parallelism)
     expected = {e: sorted(Counter(w for line in lines for w in line.split()).items()) for e, lines in enumerate(EPOCHS) if lines}
     assert {e: sorted(r) for e, r in result.items()} == expected
 
@@ -53,9 +49,7 @@ def test_word_count_of_long_batches_counted_in_arrow_matches_reference(ray_sessi
               for e in range(3)]
     flow = rt.Dataflow("wordcount")
     flow.input("lines").flat_map(str.split).count_by_key(lambda w: w).output("out")
-    with rt.run(flow, inputs={"lines": epochs}, parallelism=2, batch_size=500) as job:
-        job.wait(timeout=120)
-        result = job.collect("out")
+    result = run_collect(flow, {"lines": epochs}, batch_size=500)
     assert {e: sorted(r) for e, r in result.items()} == {
         e: sorted(Counter(w for line in lines for w in line.split()).items()) for e, lines in enumerate(epochs)}
 
@@ -72,32 +66,64 @@ def test_a_job_can_wait_until_all_its_actors_are_up_before_any_input(ray_session
         assert sorted(job.collect("out")[0]) == [("a", 2), ("b", 1)]
 
 
-def test_map_filter_flat_map_inspect(ray_session):
+def test_map_filter_flat_map(ray_session):
     flow = rt.Dataflow("records")
-    seen = []
-    (flow.input("lines")
-        .flat_map(str.split)
-        .filter(lambda w: len(w) > 2)
-        .map(str.upper)
-        .inspect(seen.append)  # runs in the actor: must not change the stream
-        .output("out"))
+    flow.input("lines").flat_map(str.split).filter(lambda w: len(w) > 2).map(str.upper).output("out")
     result = run_collect(flow, {"lines": EPOCHS})
-    assert as_multisets(result) == reference(lambda ls: [w.upper() for l in ls for w in l.split() if len(w) > 2])
+    assert as_multisets(result) == reference(lambda lines: [w.upper() for line in lines for w in line.split() if len(w) > 2])
+
+
+def test_inspect_calls_its_function_once_per_record_and_passes_the_stream_on(ray_session, tmp_path):
+    log = tmp_path / "inspected.jsonl"  # the replicas run in other processes: they append here
+
+    def note(word):
+        with open(log, "a") as f:
+            f.write(json.dumps(word) + "\n")
+
+    flow = rt.Dataflow("inspect")
+    flow.input("lines").flat_map(str.split).inspect(note).output("out")
+    result = run_collect(flow, {"lines": EPOCHS})
+    words = [w for lines in EPOCHS for line in lines for w in line.split()]
+    assert Counter(json.loads(line) for line in log.read_text().splitlines()) == Counter(words)
+    assert as_multisets(result) == reference(lambda lines: [w for line in lines for w in line.split()])
 
 
 def test_map_batches_is_vectorised_on_numpy(ray_session):
     flow = rt.Dataflow("vector")
-    kinds = []
 
     def square(batch):
-        kinds.append(type(batch))
-        assert isinstance(batch, np.ndarray)
+        assert isinstance(batch, np.ndarray), type(batch)  # a failure here fails the job
         return batch * batch
 
     flow.input("numbers").map_batches(square).map(int).output("out")
     data = [list(range(10)), list(range(5, 8))]
     result = run_collect(flow, {"numbers": data})
     assert as_multisets(result) == {e: Counter(x * x for x in xs) for e, xs in enumerate(data)}
+
+
+def test_map_batches_in_the_numpy_format_gets_arrow_batches_as_numpy_columns(ray_session):
+    def add_columns(batch):
+        assert isinstance(batch, dict) and all(isinstance(c, np.ndarray) for c in batch.values()), type(batch)
+        return batch["x"] + batch["y"]
+
+    flow = rt.Dataflow("numpy")
+    flow.input("rows").map_batches(add_columns, batch_format="numpy").map(int).output("out")
+    data = [pa.table({"x": list(range(20)), "y": [10 * i for i in range(20)]}), pa.table({"x": [7], "y": [1]})]
+    result = run_collect(flow, {"rows": data})
+    assert as_multisets(result) == {e: Counter(r["x"] + r["y"] for r in t.to_pylist()) for e, t in enumerate(data)}
+
+
+def test_map_batches_in_the_list_format_gets_records_of_arrow_batches(ray_session):
+    def names(batch):
+        assert isinstance(batch, list) and all(isinstance(r, dict) for r in batch), type(batch)
+        return [f"{r['name']}:{r['n']}" for r in batch]
+
+    flow = rt.Dataflow("list")
+    flow.input("rows").map_batches(names, batch_format="list").output("out")
+    data = [pa.table({"name": ["a", "b", "c"], "n": [1, 2, 3]}), pa.table({"name": ["d"], "n": [4]})]
+    result = run_collect(flow, {"rows": data})
+    expected = {e: Counter(f"{r['name']}:{r['n']}" for r in table.to_pylist()) for e, table in enumerate(data)}
+    assert as_multisets(result) == expected
 
 
 def test_exchange_sends_equal_keys_to_one_replica(ray_session):
@@ -114,6 +140,29 @@ def test_exchange_sends_equal_keys_to_one_replica(ray_session):
         for value, replica in records:
             assert owner.setdefault(value % 5, replica) == replica
     assert as_multisets({e: [v for v, _ in r] for e, r in result.items()}) == {e: Counter(xs) for e, xs in enumerate(data)}
+
+
+class TagColumns(rt.Vertex):
+    """Tags each ``(k, v)`` row, whatever form its batch takes, with the replica that got it."""
+
+    def on_recv(self, edge, message, time):
+        self.send_by(0, [(row["k"], row["v"], self.replica) for row in to_records(message)], time)
+
+
+@pytest.mark.parametrize("form", ["records", "arrow"])
+def test_an_exchange_by_column_name_sends_equal_keys_to_one_replica(ray_session, form):
+    rows = [[{"k": i % 23, "v": i} for i in range(200)], [{"k": i % 5, "v": -i} for i in range(40)]]
+    data = rows if form == "records" else [pa.Table.from_pylist(epoch) for epoch in rows]
+    flow = rt.Dataflow("column-exchange")
+    flow.input("rows").exchange("k").unary(TagColumns).output("out")
+    result = run_collect(flow, {"rows": data})
+    owner = {}
+    for records in result.values():
+        for key, _, replica in records:
+            assert owner.setdefault(key, replica) == replica, f"key {key} reached two replicas"
+    assert set(owner.values()) == {0, 1}
+    assert as_multisets({e: [(k, v) for k, v, _ in r] for e, r in result.items()}) == {
+        e: Counter((r["k"], r["v"]) for r in epoch) for e, epoch in enumerate(rows)}
 
 
 def test_broadcast_reaches_every_replica(ray_session):
@@ -138,10 +187,26 @@ def test_concat_of_two_inputs(ray_session):
 
 def test_reduce_by_key_per_epoch(ray_session):
     flow = rt.Dataflow("reduce")
-    flow.input("pairs").reduce_by_key(lambda kv: kv[0], max, value=lambda kv: kv[1]).output("out")
-    data = [[("a", 3), ("b", 1), ("a", 7)], [("b", 5), ("b", 2)]]
+    flow.input("pairs").reduce_by_key(lambda kv: kv[0], operator.add, value=lambda kv: kv[1]).output("out")
+    data = [[("a", 3), ("b", 1), ("a", 7), ("a", -2)], [("b", 5), ("b", 2)], [("c", 1)] * 9]
     result = run_collect(flow, {"pairs": data})
-    assert as_multisets(result) == {0: Counter([("a", 7), ("b", 1)]), 1: Counter([("b", 5)])}
+    assert as_multisets(result) == {0: Counter([("a", 8), ("b", 1)]), 1: Counter([("b", 7)]), 2: Counter([("c", 9)])}
+
+
+def test_reduce_by_key_with_more_keys_than_a_combiner_holds_ships_early_and_sums_right(ray_session):
+    keys = COMBINER_MAX_KEYS + 4_000
+    pairs = [(k, 1) for k in range(keys)] * 2 + [(k, 5) for k in range(0, keys, 7)]
+    flow = rt.Dataflow("early")
+    flow.input("pairs").reduce_by_key(lambda kv: kv[0], operator.add, value=lambda kv: kv[1], name="sums").output("out")
+    with rt.run(flow, inputs={"pairs": [pairs]}, parallelism=1) as job:
+        job.wait(timeout=120)
+        result = job.collect("out")
+        shipped = job.stats()["vertices"]["sums.combine"]["records_out"]
+    expected = Counter()
+    for key, value in pairs:
+        expected[key] += value
+    assert sorted(result) == [0] and dict(result[0]) == dict(expected)
+    assert shipped > keys, "the combiner sent some keys more than once: it shipped before the epoch ended"
 
 
 def test_stateful_map_keeps_state_across_epochs(ray_session):
@@ -174,12 +239,19 @@ def test_stateful_map_applies_epochs_in_order_whichever_reader_delivers_first(ra
         key, value = line.split()
         return key, int(value)
 
+    arrivals = tmp_path / "arrivals.txt"
+
+    def arrived(record):
+        with open(arrivals, "a") as f:
+            f.write(f"{record[1]}\n")
+
     flow = rt.Dataflow("ordered")
-    (flow.input("lines").map(parse)
-        .filter(lambda kv: kv[0] == "a").stateful_map(lambda kv: kv[0], running_total).output("out"))
-    with rt.run(flow, inputs={"lines": TextFileSource(str(path), lines_per_epoch=2001)}, parallelism=2) as job:
-        job.wait(timeout=120)
-        assert as_multisets(job.collect("out")) == {0: Counter([("a", 1)]), 1: Counter([("a", 3)])}
+    (flow.input("lines").map(parse).filter(lambda kv: kv[0] == "a")
+        .exchange(lambda kv: kv[0]).inspect(arrived)  # at the replica that owns "a", as records arrive
+        .stateful_map(lambda kv: kv[0], running_total).output("out"))
+    result = run_collect(flow, {"lines": TextFileSource(str(path), lines_per_epoch=2001)})
+    assert arrivals.read_text().split() == ["2", "1"], "the premise: epoch 1's record arrived first"
+    assert as_multisets(result) == {0: Counter([("a", 1)]), 1: Counter([("a", 3)])}
 
 
 def test_join_per_epoch(ray_session):
@@ -255,9 +327,8 @@ def test_custom_vertex_notifications_fire_after_every_record_of_the_epoch(ray_se
     flow = rt.Dataflow("distinct")
     flow.input("numbers").unary(DistinctAtNotify, exchange=lambda x: 0).output("out")
     data = [[i % 7 for i in range(3000)], [1, 1, 2], [5] * 10]
-    with rt.run(flow, inputs={"numbers": data}, parallelism=2, batch_size=100) as job:
-        job.wait(timeout=120)
-        result = job.collect("out")
+    result = run_collect(flow, {"numbers": data}, batch_size=100)
+    assert sorted(result) == [0, 1, 2], "every epoch completes, none is dropped"
     for epoch, records in result.items():
         assert sorted(v for v, _ in records) == sorted(set(data[epoch]))
         assert {n for _, n in records} == {len(data[epoch])}, "notified before every record of the epoch arrived"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
+import ray
 
 import raytide as rt
-from raytide.actors.markers import Marker
+from raytide.actors.protocol import Marker
 from raytide.core.keygroups import KeyGroupAssignment
 
 pytestmark = pytest.mark.ray
@@ -22,12 +23,12 @@ class Tag(rt.Vertex):
 
 def test_marker_arrives_after_all_earlier_data_and_swaps_the_routing_table(ray_session):
     flow = rt.Dataflow("markers")
-    flow.input("numbers").map(lambda x: x).exchange(lambda x: x % 16, name="route").unary(Tag, name="tag").output("out")
+    flow.input("numbers").map(lambda x: x, name="copy").exchange(lambda x: x % 16, name="route").unary(Tag, name="tag").output("out")
     everything_to_1 = KeyGroupAssignment(tuple([1] * 128), 2)
     before, after = list(range(0, 4000)), list(range(4000, 6000))
     with rt.run(flow, parallelism=2, batch_size=97) as job:
         job.push("numbers", before, epoch=0)
-        job.inject_marker(Marker(1, reroute={("map_1", 0, "route"): everything_to_1}))
+        job.inject_marker(Marker(1, reroute={("copy", 0, "route"): everything_to_1}))
         job.push("numbers", after, epoch=0)
         job.close("numbers")
         job.wait(timeout=120)
@@ -47,15 +48,67 @@ def test_marker_arrives_after_all_earlier_data_and_swaps_the_routing_table(ray_s
     assert sorted(v for v, _ in out) == before + after
 
 
+@ray.remote(num_cpus=0)
+class Gate:
+    """The test's hold on the consumer: counts the batches the producer hands on and opens at a number."""
+
+    def __init__(self, opens_at: int) -> None:
+        self.handed_on, self.opens_at = 0, opens_at
+        self.seen: list[int] = []
+
+    def hand_on(self) -> None:
+        self.handed_on += 1
+
+    def is_open(self) -> bool:
+        return self.handed_on >= self.opens_at
+
+    def look(self) -> None:
+        """Note how many batches have been handed on by now."""
+        self.seen.append(self.handed_on)
+
+    def looks(self) -> list[int]:
+        return self.seen
+
+
+#: How long the consumer keeps its first batch once the gate is open, before it looks again:
+#: a producer that did not wait would hand on more batches meanwhile.
+HOLD_AFTER_OPENING = 0.3
+
+
+class Held(rt.Vertex):
+    """Holds its first batch until the gate opens (and a little longer), then passes on batch sizes."""
+
+    def __init__(self, gate) -> None:
+        self.gate, self.held = gate, False
+
+    def on_recv(self, edge, message, t):
+        if not self.held:
+            self.held = True
+            deadline = time.monotonic() + 60
+            while not ray.get(self.gate.is_open.remote()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the producer never handed on enough batches to open the gate")
+                time.sleep(0.005)
+            time.sleep(HOLD_AFTER_OPENING)
+            ray.get(self.gate.look.remote())
+        self.send_by(0, [len(message)], t)
+
+
 def test_backpressure_bounds_in_flight_batches(ray_session):
-    class Slow(rt.Vertex):
-        def on_recv(self, edge, message, t):
-            time.sleep(0.002)
-            self.send_by(0, [len(message)], t)
+    # The consumer holds its first batch until the producer has handed on bound + 1 batches:
+    # then `bound` calls are outstanding (the held one and those queued behind it), the window
+    # is full, and the producer's next send must wait: it cannot hand on batch bound + 2 while
+    # the consumer still holds the first.
+    bound = 4
+    gate = Gate.remote(opens_at=bound + 1)
+
+    def hand_on(batch):
+        ray.get(gate.hand_on.remote())
+        return batch
 
     flow = rt.Dataflow("backpressure")
-    flow.input("numbers").map(lambda x: x, name="fast").unary(Slow, exchange=lambda x: 0, name="slow").output("out")
-    bound = 4
+    (flow.input("numbers").map_batches(hand_on, batch_format="list", name="fast")
+        .unary(lambda: Held(gate), exchange=lambda x: 0, name="slow").output("out"))
     with rt.run(flow, parallelism=1, max_inflight=bound, batch_size=10) as job:
         job.push("numbers", list(range(3000)))
         job.close("numbers")
@@ -64,4 +117,5 @@ def test_backpressure_bounds_in_flight_batches(ray_session):
         total = sum(n for records in job.collect("out").values() for n in records)
     assert total == 3000
     assert stats["backpressure_waits"] > 0, "the fast producer must have been held back"
-    assert stats["max_inflight_seen"] <= bound
+    assert stats["max_inflight_seen"] == bound, "the window filled up to its bound and no further"
+    assert ray.get(gate.looks.remote()) == [bound + 1], "the producer went on while the window was full"

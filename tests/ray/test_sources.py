@@ -8,6 +8,7 @@ import pytest
 
 import raytide as rt
 from raytide.sources import TextFileSource
+from tests.ray.jobs import run_collect
 
 pytestmark = pytest.mark.ray
 
@@ -18,16 +19,9 @@ def test_word_count_from_a_text_file_in_epochs_of_n_lines(ray_session, tmp_path)
     path.write_text("\n".join(lines) + "\n")
     flow = rt.Dataflow("textwc")
     flow.input("lines").flat_map(str.split).count_by_key(lambda w: w).output("counts")
-    with rt.run(flow, inputs={"lines": TextFileSource(str(path), lines_per_epoch=1000, batch_lines=300)}, parallelism=2) as job:
-        job.wait(timeout=120)
-        result = job.collect("counts")
-    expected = {e: Counter(w for l in lines[e * 1000:(e + 1) * 1000] for w in l.split()) for e in range(5)}
+    result = run_collect(flow, {"lines": TextFileSource(str(path), lines_per_epoch=1000, batch_lines=300)}, "counts")
+    expected = {e: Counter(w for line in lines[e * 1000:(e + 1) * 1000] for w in line.split()) for e in range(5)}
     assert {e: dict(r) for e, r in result.items()} == expected
-
-
-def test_a_missing_file_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.txt"):
-        TextFileSource(str(tmp_path / "nope.txt")).readers(2)
 
 
 def write_parquet_files(tmp_path, n_files=3, rows=400):
@@ -52,9 +46,7 @@ def test_parquet_dataset_epochs(ray_session, tmp_path, rule):
     kwargs = {"file": {}, "rows": {"rows_per_epoch": 250}, "column": {"epoch_column": "epoch"}}[rule]
     flow = rt.Dataflow("parquet")
     flow.input("rows").map(lambda row: row["id"]).output("ids")
-    with rt.run(flow, inputs={"rows": ArrowDatasetSource(paths, batch_rows=64, **kwargs)}, parallelism=2) as job:
-        job.wait(timeout=120)
-        result = job.collect("ids")
+    result = run_collect(flow, {"rows": ArrowDatasetSource(paths, batch_rows=64, **kwargs)}, "ids")
     expected_epoch = {"file": lambda i: i // 400, "rows": lambda i: i // 250, "column": lambda i: i % 4}[rule]
     expected = {}
     for i in range(1200):
@@ -76,9 +68,7 @@ def test_map_batches_sees_arrow_tables_from_a_dataset(ray_session, tmp_path):
 
     flow = rt.Dataflow("arrowbatches")
     flow.input("rows").map_batches(total, batch_format="pyarrow").output("sums")
-    with rt.run(flow, inputs={"rows": ArrowDatasetSource(paths)}, parallelism=1) as job:
-        job.wait(timeout=120)
-        result = job.collect("sums")
+    result = run_collect(flow, {"rows": ArrowDatasetSource(paths)}, "sums", parallelism=1)
     assert {e: sum(v) for e, v in result.items()} == {0: sum(range(400)), 1: sum(range(400, 800))}
 
 
@@ -90,8 +80,18 @@ def test_ray_dataset_source_with_epoch_column(ray_session):
     ds = ray.data.from_items([{"id": i, "epoch": i % 3} for i in range(300)], override_num_blocks=5)
     flow = rt.Dataflow("raydata")
     flow.input("rows").map(lambda row: (row["epoch"], row["id"])).output("out")
-    with rt.run(flow, inputs={"rows": from_dataset(ds, epoch_column="epoch")}, parallelism=2) as job:
-        job.wait(timeout=120)
-        result = job.collect("out")
+    result = run_collect(flow, {"rows": from_dataset(ds, epoch_column="epoch")})
     assert {e: sorted(i for _, i in r) for e, r in result.items()} == {e: list(range(e, 300, 3)) for e in range(3)}
     assert all(e == k for k, r in result.items() for e, _ in r)
+
+
+def test_ray_dataset_source_without_an_epoch_column_is_all_epoch_0(ray_session):
+    import ray
+
+    from raytide.integrations.ray_data import from_dataset
+
+    ds = ray.data.from_items([{"id": i, "epoch": i % 3} for i in range(300)], override_num_blocks=5)
+    flow = rt.Dataflow("raydata-one-epoch")
+    flow.input("rows").map(lambda row: row["id"]).output("out")
+    result = run_collect(flow, {"rows": from_dataset(ds)})
+    assert {e: sorted(r) for e, r in result.items()} == {0: list(range(300))}

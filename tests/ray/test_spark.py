@@ -15,8 +15,8 @@ from raytide.integrations.spark import (
     FETCH_TASK_CPUS,
     JAVA_OPTIONS_KEYS,
     JDK17_JAVA_OPTIONS,
-    ExecutorPlan,
     TASK_CPUS,
+    ExecutorPlan,
     SparkSource,
     from_spark,
     plan_executors,
@@ -92,6 +92,7 @@ def test_spark_configs_put_the_java_flags_first_and_keep_the_users():
 # --------------------------------------------------------------------------- the session
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_start_spark_sets_the_flags_and_adopts_the_running_session(spark):
     conf = spark.sparkContext.getConf()
@@ -131,6 +132,7 @@ def round_trip_rows(count):
     return rows
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 @pytest.mark.parametrize("schema_from_input", [False, True], ids=["inferred", "explicit"])
 def test_round_trip_keeps_every_supported_type(ray_session, spark, schema_from_input):
@@ -146,6 +148,7 @@ def test_round_trip_keeps_every_supported_type(ray_session, spark, schema_from_i
     assert sorted_rows(back) == sorted_rows(original)
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_explicit_schema_keeps_narrow_spark_types(ray_session, spark):
     rows = [(1, 0.5, 2, True), (2, None, None, None)]
@@ -156,6 +159,7 @@ def test_explicit_schema_keeps_narrow_spark_types(ray_session, spark):
     assert sorted_rows(back) == sorted_rows(original)
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_many_partitions_give_one_block_each(ray_session, spark):
     frame = spark.range(0, 3700, numPartitions=37)
@@ -164,14 +168,17 @@ def test_many_partitions_give_one_block_each(ray_session, spark):
     assert sorted(row["id"] for row in all_rows(ray_session, blocks)) == list(range(3700))
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_empty_dataframes(ray_session, spark):
+    # A DataFrame without rows still has a schema: its blocks are empty tables that carry it, and
+    # the way back keeps it ("empty, with whatever schema is known", tables_to_spark's docstring).
     empty = spark.createDataFrame([], "a bigint, s string")
     [(epoch, blocks)] = list(from_spark(empty).epochs())
     tables = ray_session.get(blocks)
-    assert epoch == 0 and all(table.num_rows == 0 for table in tables)
+    assert epoch == 0 and tables and all(table.num_rows == 0 and table.column_names == ["a", "s"] for table in tables)
     back = tables_to_spark({0: blocks}, spark, epoch=0)
-    assert back.count() == 0 and back.columns == (["a", "s"] if tables else [])
+    assert back.count() == 0 and back.columns == ["a", "s"]
 
     assert list(from_spark(spark.range(0)).epochs()) == [(0, [])]
     assert list(from_spark(empty.selectExpr("a as day"), epoch_column="day").epochs()) == []
@@ -184,6 +191,7 @@ def test_empty_dataframes(ray_session, spark):
 # --------------------------------------------------------------------------- epochs
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_epochs_from_a_column(ray_session, spark):
     # partition 0 holds epoch 0 only (its block is passed on as is), partition 1 epochs 2 and 5 (split)
@@ -202,6 +210,7 @@ def test_epochs_from_a_column(ray_session, spark):
     assert [epoch for epoch, _ in from_spark(frame, epoch_column="day").epochs(start=1)] == [2, 5]
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 @pytest.mark.parametrize(
     ("expression", "message"),
@@ -213,6 +222,7 @@ def test_bad_epoch_values_name_the_column(spark, expression, message):
         list(from_spark(frame, epoch_column="day").epochs())
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_bad_epoch_columns_are_refused_at_once(spark):
     frame = spark.range(3).selectExpr("id", "cast(id as string) as day")
@@ -224,6 +234,7 @@ def test_bad_epoch_columns_are_refused_at_once(spark):
         from_spark([frame], epoch_column="id")
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_a_generator_of_dataframes_is_consumed_lazily(ray_session, spark):
     pulled = []
@@ -250,6 +261,7 @@ def test_a_generator_of_dataframes_is_consumed_lazily(ray_session, spark):
         source.epochs()
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_a_list_of_dataframes_replays_from_an_epoch(ray_session, spark):
     source = from_spark([spark.range(1), spark.range(2), spark.range(3)])
@@ -274,6 +286,7 @@ class SinkOutputs:
         return self.parts
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_to_spark_adds_an_epoch_column_for_several_epochs(ray_session, spark):
     job = SinkOutputs(
@@ -289,6 +302,7 @@ def test_to_spark_adds_an_epoch_column_for_several_epochs(ray_session, spark):
     assert one.columns == ["word", "n"] and sorted_rows(one) == [("b", 2), ("c", 3)]
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_tables_to_spark_unifies_block_schemas(ray_session, spark):
     put = ray_session.put
@@ -308,6 +322,7 @@ def test_tables_to_spark_unifies_block_schemas(ray_session, spark):
     assert sorted_rows(renamed) == [(1, 0)]
 
 
+@pytest.mark.ray
 @pytest.mark.spark
 def test_unsupported_record_types_name_vertex_epoch_and_column(ray_session, spark):
     [(epoch, blocks)] = list(from_spark(spark.range(0, 4, numPartitions=1)).epochs())

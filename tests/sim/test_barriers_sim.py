@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raytide.snapshots.barriers import BarrierAligner, ChannelId, Decision
+from raytide.snapshots.barriers import BarrierAligner, ChannelKey, Decision
 from tests.sim.abs_simulator import Channel, check_exactly_once
 
 SEEDS = range(300)
@@ -14,7 +14,7 @@ SEEDS = range(300)
 class _NoAlignment(BarrierAligner):
     """Broken on purpose: processes records on a regular channel whose barrier already came."""
 
-    def on_record(self, channel: ChannelId, record: object) -> Decision:
+    def on_record(self, channel: ChannelKey, record: object) -> Decision:
         if channel in self.back_edges:
             return super().on_record(channel, record)
         return Decision.DELIVER

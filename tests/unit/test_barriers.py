@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import doctest
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytide.errors import SnapshotError
-from raytide.snapshots import barriers
 from raytide.snapshots.barriers import (
     BarrierAligner,
     Decision,
@@ -24,10 +22,6 @@ from raytide.snapshots.barriers import (
 def _snapshot(k: int, logged: dict | None = None) -> list:
     """The effects of aligning snapshot ``k`` at a vertex without back edges (or the start of them)."""
     return [TakeSnapshot(k), ForwardBarrier(k)] + ([] if logged is None else [SnapshotComplete(k, logged)])
-
-
-def test_module_docstring_example_runs() -> None:
-    assert doctest.testmod(barriers, raise_on_error=True).attempted > 0
 
 
 def test_single_input_aligns_at_once() -> None:

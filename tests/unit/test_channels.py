@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytide.core.routing import ExchangeRouter
 from raytide.core.keygroups import KeyGroupAssignment, key_group
+from raytide.core.routing import ExchangeRouter
 
 keys = st.one_of(st.text(max_size=4), st.integers(-50, 50), st.tuples(st.text(max_size=2), st.integers(0, 3)))
 records = st.lists(st.tuples(keys, st.integers()), max_size=60)

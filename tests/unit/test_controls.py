@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -20,11 +18,6 @@ from raytide.autoscale.controls import (
     require_persistence,
 )
 from raytide.autoscale.policies import ScalingDecision as D
-
-
-def test_module_docstring_examples_run():
-    assert doctest.testmod(controls).failed == 0
-
 
 # ---------------------------------------------------------------- combine
 

@@ -8,7 +8,6 @@ and 12) is in test_interval_montecarlo.py.
 from __future__ import annotations
 
 import decimal
-import doctest
 import math
 import random
 import statistics
@@ -17,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import raytide.snapshots.interval as interval_module
 from raytide.snapshots import (
     DEFAULT_PRIOR_RATE,
     DurationEstimator,
@@ -106,10 +104,6 @@ def test_gain_over_daly_and_zhuang():
     zhuang = math.sqrt(2.0 * c * (1.0 / lam + r) + c * c)
     assert round(percent_gain(lam, c, r, 25, 0.5, baseline=daly), 1) == 2.3
     assert round(percent_gain(lam, c, r, 25, 0.5, baseline=zhuang), 1) == 3.7
-
-
-def test_module_examples_run():
-    assert doctest.testmod(interval_module).failed == 0
 
 
 # The derivation ----------------------------------------------------------------------------

@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raytide.core.batches import to_records
-from raytide.core.operators import KeyedMerge, flat_map_batch, is_identity
+from raytide.core.operators import KeyedMerge, KeyedReduce, flat_map_batch, is_identity
 from raytide.progress.timestamps import Timestamp
+from tests.unit.harness import bound, complete
 
 Y = "a global"
 SAMPLES = ["w", 0, (1, 2), None, ["list"]]
@@ -81,22 +82,6 @@ def test_flat_map_of_any_other_function_calls_it_per_record(records):
     assert flat_map_batch(lambda r: r.split(" "))(records) == [w for r in records for w in r.split(" ")]
 
 
-class _Recording:
-    """A vertex context that keeps what the vertex sends and the notifications it asks for."""
-
-    vertex, replica, parallelism = "merge", 0, 1
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[Timestamp, list]] = []
-        self.notifications: list[Timestamp] = []
-
-    def send_by(self, output: int, message: list, time: Timestamp) -> None:
-        self.sent.append((time, message))
-
-    def notify_at(self, time: Timestamp) -> None:
-        self.notifications.append(time)
-
-
 # Partial counts as a combiner sends them: each message a time and distinct keys.
 partials = st.lists(st.tuples(st.integers(0, 2), st.dictionaries(st.sampled_from("abcdefg"), st.integers(1, 9), min_size=1)),
                     max_size=12)
@@ -104,8 +89,7 @@ partials = st.lists(st.tuples(st.integers(0, 2), st.dictionaries(st.sampled_from
 
 @given(messages=partials)
 def test_merging_partials_sums_each_keys_values_per_time_whatever_their_order_and_sizes(messages):
-    merge, context = KeyedMerge(operator.add), _Recording()
-    merge.bind(context)
+    merge, context = bound(KeyedMerge(operator.add))
     expected: dict[int, Counter] = {}
     for epoch, partial in messages:
         merge.on_recv(0, list(partial.items()), Timestamp(epoch))
@@ -118,7 +102,43 @@ def test_merging_partials_sums_each_keys_values_per_time_whatever_their_order_an
 
 
 def test_a_partial_holding_a_key_twice_is_refused_not_silently_merged():
-    merge = KeyedMerge(operator.add)
-    merge.bind(_Recording())
+    merge, _ = bound(KeyedMerge(operator.add))
     with pytest.raises(ValueError, match="holds a key twice"):
         merge.on_recv(0, [("a", 1), ("a", 2)], Timestamp(3))
+
+
+# Records of a per-epoch reduction, already cut into the batches the combiner receives, in
+# arrival order: ``(epoch, [(key, value), ...])``. Epochs may come back (another reader's).
+reduction_batches = st.lists(
+    st.tuples(st.integers(0, 2), st.lists(st.tuples(st.sampled_from("abcdefgh"), st.integers(-5, 9)), min_size=1, max_size=6)),
+    max_size=10,
+)
+
+
+@given(batches=reduction_batches, max_keys=st.integers(1, 4))
+def test_a_combiner_with_few_keys_ships_early_and_the_merged_partials_are_each_keys_sum(batches, max_keys):
+    combiner, context = bound(KeyedReduce(lambda kv: kv[0], lambda kv: kv[1], operator.add, max_keys))
+    for epoch, records in batches:
+        combiner.on_recv(0, records, Timestamp(epoch))
+        assert all(len(held) < max_keys for held in combiner.state.values()), "never holds max_keys keys after a batch"
+    complete(combiner, context)
+    merged: dict[int, Counter] = {}
+    for time, pairs in context.sent:
+        assert len(pairs) == len(dict(pairs)), "a partial holds each key once"
+        merged.setdefault(time.epoch, Counter()).update(dict(pairs))
+    expected: dict[int, Counter] = {}
+    for epoch, records in batches:
+        for key, value in records:
+            expected.setdefault(epoch, Counter())[key] += value
+    assert {e: dict(c) for e, c in merged.items()} == {e: dict(c) for e, c in expected.items()}
+
+
+def test_a_combiner_holding_more_than_max_keys_keys_sends_them_before_its_time_completes():
+    combiner, context = bound(KeyedReduce(lambda kv: kv[0], lambda kv: kv[1], operator.add, max_keys=3))
+    combiner.on_recv(0, [("a", 1), ("b", 2), ("a", 3)], Timestamp(0))
+    assert context.sent == [], "two keys: nothing to ship yet"
+    combiner.on_recv(0, [("c", 4), ("a", 5)], Timestamp(0))
+    assert context.sent == [(Timestamp(0), [("a", 9), ("b", 2), ("c", 4)])]
+    combiner.on_recv(0, [("a", 10)], Timestamp(0))
+    complete(combiner, context)
+    assert context.sent[1:] == [(Timestamp(0), [("a", 10)])], "the rest at the notification, not added twice"

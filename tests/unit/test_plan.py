@@ -14,11 +14,11 @@ def test_a_vertex_with_two_outputs_keeps_both_single_consumers_including_the_loo
     flow = rt.Dataflow("tree")
     loop = flow.loop("loop")
     back = loop.feedback(name="back")
-    rounds, reports = flow.vertex(rt.Vertex, [loop.enter(flow.input("x")), back.stream], outputs=2,
+    rounds, reports = flow.vertex(rt.Vertex, [loop.enter(flow.input("x"), name="enter"), back.stream], outputs=2,
                                   exchange=[None, lambda r: r], name="body")
     back.connect(rounds)
-    loop.leave(reports).output("out")
-    assert chains(flow) == {("x", "loop.enter_1"), ("body", "loop.leave_2", "out", "back")}
+    loop.leave(reports, name="leave").output("out")
+    assert chains(flow) == {("x", "enter"), ("body", "leave", "out", "back")}
 
 
 def test_a_stream_read_twice_is_not_fused_into_either_reader():

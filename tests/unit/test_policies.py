@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 import subprocess
 import sys
@@ -11,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.autoscale import policies
 from raytide.autoscale.policies import (
     FilePolicy,
     RatePolicy,
@@ -36,10 +34,6 @@ def with_throughput(throughput: float, parallelism: int, name: str = "stage2") -
     total = round(throughput * WINDOW)
     shares = [total // parallelism + (1 if i < total % parallelism else 0) for i in range(parallelism)]
     return VertexStats(name, tuple(ReplicaStats(n, n, WINDOW / 2, WINDOW) for n in shares))
-
-
-def test_module_docstring_examples_run():
-    assert doctest.testmod(policies).failed == 0
 
 
 def test_autoscale_package_imports_without_ray():

@@ -17,13 +17,22 @@ from tests.strategies import random_graph, timestamps
 def test_could_result_in_matches_exploration(seed, data):
     rg = random_graph(seed)
     graph = rg.graph
-    oracle = ReachabilityOracle(graph, cap=4)
+    oracle = ReachabilityOracle(rg, cap=4)
     for _ in range(20):
         a = data.draw(st.sampled_from(graph.locations))
         b = data.draw(st.sampled_from(graph.locations))
         ta = data.draw(timestamps(graph.depth(a), max_epoch=2, max_counter=3))
         tb = data.draw(timestamps(graph.depth(b), max_epoch=2, max_counter=3))
         assert graph.could_result_in(a, ta, b, tb) == oracle.could_result_in((a, ta), (b, tb)), (a, ta, b, tb)
+
+
+def test_random_graphs_have_multi_output_vertices_and_bounded_loops():
+    """The generator reaches what the properties above are meant to cover."""
+    graphs = [random_graph(seed) for seed in range(200)]
+    from_second_port = sum(any(output > 0 for _, output, _, _ in rg.edges) for rg in graphs)
+    bounded = sum(any(s.bound is not None for v in rg.vertices.values() for s in v.summaries) for rg in graphs)
+    nested = sum(any(v.depth == 2 for v in rg.vertices.values()) for rg in graphs)
+    assert min(from_second_port, bounded, nested) >= 20, (from_second_port, bounded, nested)
 
 
 @settings(max_examples=60, deadline=None)

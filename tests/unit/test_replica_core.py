@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raytide as rt
-from raytide.core import split_text
 from raytide.actors.plan import compile_plan
+from raytide.actors.protocol import ChannelId, OutputParts, ProgressBatch
 from raytide.actors.replica import ReplicaCore
+from raytide.core import split_text
 from raytide.progress.timestamps import Timestamp
 
 
@@ -24,23 +25,28 @@ class Recorder:
         self.sent: list[tuple[Timestamp, Any]] = []
         self.flushes: list[tuple[list, bool, dict]] = []
 
-    def send(self, chain, replica, channel, vertex, time, batch):
+        self.outputs: dict = {}
+
+    def send(self, to, channel, vertex, time, batch):
         self.sent.append((time, batch))
 
     def send_marker(self, *args):
         raise AssertionError("no markers here")
 
-    def flush_progress(self, changes, ack, outputs, interests):
-        self.flushes.append((changes, ack, outputs))
-
-    def declare_interests(self, interests):
-        pass
+    def to_progress(self, call):
+        """Keeps each progress batch with the output records shipped just before it."""
+        if isinstance(call.message, OutputParts):
+            self.outputs = {name: {e: [r for part in parts for r in part] for e, parts in epochs.items()}
+                            for name, epochs in call.message.parts.items()}
+        elif isinstance(call.message, ProgressBatch):
+            self.flushes.append((call.message.changes, call.message.ack, self.outputs))
+            self.outputs = {}
 
 
 def input_core(flow: rt.Dataflow) -> tuple[ReplicaCore, Recorder]:
     plan = compile_plan(flow, 1, True)
     transport = Recorder()
-    return ReplicaCore(plan, plan.chain_of["words"], 0, transport), transport
+    return ReplicaCore(plan, plan.chain_of("words").name, 0, transport), transport
 
 
 def test_a_combiner_ships_an_epoch_when_the_next_one_arrives_without_waiting_for_the_frontier():
@@ -141,8 +147,8 @@ def test_a_feedback_routed_back_to_its_own_replica_skips_the_transport_and_nets_
     loop.leave(done).output("out")
     plan = compile_plan(flow, 1, True)
     transport = Recorder()
-    core = ReplicaCore(plan, plan.chain_of["step"], 0, transport)
-    core.on_message(("in", 0, 0, 0), "step", Timestamp(0, (0,)), [5, 7])
+    core = ReplicaCore(plan, plan.chain_of("step").name, 0, transport)
+    core.on_message(ChannelId("in", 0, 0, 0), "step", Timestamp(0, (0,)), [5, 7])
     vertex = core.vertices["step"]
     assert vertex.seen == [(0, (0,), [5, 7]), (1, (1,), [6, 8]), (1, (2,), [7, 9])]
     assert transport.sent == [], "the feedback's batches went back to this replica without the transport"

@@ -9,8 +9,8 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.core.batches import batch_length, eager, split_batch, to_format, to_records
 from raytide.core import split_text
+from raytide.core.batches import batch_length, eager, split_batch, to_format, to_records
 from raytide.core.split_text import TALLY_MIN_CHARS, SplitText, WordTally
 
 #: Every character str.split() splits at, some of which Arrow's ASCII kernel does not (\x1c-\x1f).

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import doctest
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.autoscale import stats
 from raytide.autoscale.stats import JobStats, ReplicaStats, VertexStats
 from raytide.errors import GraphError
 
 
 def replica(records_in=100, records_out=50, busy=0.5, window=1.0, **extra):
     return ReplicaStats(records_in, records_out, busy, window, **extra)
-
-
-def test_module_docstring_examples_run():
-    assert doctest.testmod(stats).failed == 0
 
 
 def test_replica_rates():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,14 +33,19 @@ def test_every_line_once_with_the_right_epoch(tmp_path_factory, files, readers, 
         for reader in source.readers(readers):
             epochs = [epoch for epoch, _ in reader]
             assert epochs == sorted(epochs), "a reader's epochs never decrease"
-            got += [(epoch, l) for epoch, lines in reader for l in lines]
+            got += [(epoch, text) for epoch, lines in reader for text in lines]
     expected = []
     number = 0
     for file_index, path in enumerate(paths):
         pieces = open(path, encoding="utf-8", newline="").read().split("\n")
         if pieces[-1] == "":
             pieces.pop()
-        for l in pieces:
-            expected.append((file_index if per_epoch is None else number // per_epoch, l))
+        for text in pieces:
+            expected.append((file_index if per_epoch is None else number // per_epoch, text))
             number += 1
     assert sorted(got) == sorted(expected)
+
+
+def test_a_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        TextFileSource(str(tmp_path / "nope.txt")).readers(2)

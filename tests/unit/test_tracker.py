@@ -15,9 +15,10 @@ from tests.strategies import random_graph, timestamps
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10_000), st.data())
 def test_frontier_equals_recomputation_from_scratch(seed, data):
-    graph = random_graph(seed).graph
+    rg = random_graph(seed)
+    graph = rg.graph
     tracker = Tracker(graph)
-    oracle = ReachabilityOracle(graph, cap=3)
+    oracle = ReachabilityOracle(rg, cap=3)
     counts: Counter = Counter()
     pointstamp = st.sampled_from(graph.locations).flatmap(
         lambda loc: st.tuples(st.just(loc), timestamps(graph.depth(loc), max_epoch=2, max_counter=2))

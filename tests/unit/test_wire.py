@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import pickle
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ def test_unpacking_leaves_the_collector_as_it_was_even_when_unpickling_fails(ena
     try:
         assert unpack_records(blob) == [("a", 1)] * 1000
         assert gc.isenabled() is enabled
-        with pytest.raises(Exception):
+        with pytest.raises(pickle.UnpicklingError):
             unpack_records(b"not a pickle")
         assert gc.isenabled() is enabled
     finally:

@@ -1,0 +1,102 @@
+"""Where a replica's sends go: to fused vertices, to itself, or to other replicas.
+
+For each output port of each hosted vertex the outbox knows the consumers and, for
+those that run in another actor (or in another replica of this chain), the router
+that splits a batch among their replicas (:mod:`raytide.core.routing`). What this
+replica sends itself (a loop's feedback routed back here) never leaves it: such
+batches and markers wait in a local queue that the replica drains, in send order, so
+each channel stays FIFO; they skip serialisation, which is why ``send_by`` hands a
+batch over.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Protocol
+
+from raytide.actors.plan import ChainPlan, Consumer, PhysicalPlan
+from raytide.actors.protocol import ChannelId, Marker, ReplicaKey, Sequenced
+from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Router
+from raytide.progress.timestamps import Timestamp
+
+
+class Transport(Protocol):
+    """What the shell does for the core: deliver to other replicas and to the progress actor."""
+
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        """A data batch for ``vertex`` (the head of ``to``'s chain) on ``channel``."""
+
+    def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
+        """A control marker on ``channel``."""
+
+    def to_progress(self, call: Sequenced) -> None:
+        """A numbered message to the progress actor."""
+
+
+#: A message this replica sent itself: a data batch ``(channel, vertex, time, batch)``
+#: or a marker ``(channel, marker)``.
+LocalMessage = tuple[bool, tuple[Any, ...]]
+
+
+class Outbox:
+    """Routes for every output of a chain replica, plus the queue of its self-sends."""
+
+    def __init__(self, plan: PhysicalPlan, chain: ChainPlan, replica: int, transport: Transport) -> None:
+        self.plan, self.chain, self.replica, self.transport = plan, chain, replica, transport
+        self.key = ReplicaKey(chain.name, replica)
+        self.routers: dict[tuple[str, int, int], Router] = {}
+        for name in chain.vertices:
+            for port in range(plan.vertex(name).outputs):
+                for index, consumer in enumerate(plan.consumers_of(name, port)):
+                    if not plan.is_fused(consumer):
+                        self.routers[(name, port, index)] = self._router(name, consumer)
+        self.local: collections.deque[LocalMessage] = collections.deque()
+        self.local_sends = 0
+
+    def _router(self, name: str, consumer: Consumer) -> Router:
+        width = self.plan.width(consumer.vertex)
+        if consumer.channel.kind == "exchange":
+            assert consumer.channel.key is not None
+            return ExchangeRouter(consumer.channel.key, width)
+        if consumer.channel.kind == "broadcast":
+            return BroadcastRouter(width)
+        return PipelineRouter(self.replica, self.plan.width(name), width)
+
+    def routes(self, vertex: str, output: int) -> list[tuple[Consumer, Router | None]]:
+        """The consumers of ``vertex``'s ``output``, each with its router (None: fused, a direct call)."""
+        return [(consumer, self.routers.get((vertex, output, index)))
+                for index, consumer in enumerate(self.plan.consumers_of(vertex, output))]
+
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        """A batch to replica ``to``: queued locally when that is this replica."""
+        if to == self.key:
+            self.local.append((False, (channel, vertex, time, batch)))
+            self.local_sends += 1
+        else:
+            self.transport.send(to, channel, vertex, time, batch)
+
+    def forward_marker(self, marker: Marker) -> None:
+        """Send ``marker`` on every channel out of this replica (after everything sent before it)."""
+        for (vertex, output, index), router in self.routers.items():
+            consumer = self.plan.consumers_of(vertex, output)[index]
+            to_chain = self.plan.chain_of(consumer.vertex).name
+            channel = ChannelId(vertex, output, self.replica, consumer.port)
+            for replica in self._destinations(router, consumer):
+                to = ReplicaKey(to_chain, replica)
+                if to == self.key:
+                    self.local.append((True, (channel, marker)))
+                else:
+                    self.transport.send_marker(to, channel, consumer.vertex, marker)
+
+    def _destinations(self, router: Router, consumer: Consumer) -> list[int]:
+        """The replicas of ``consumer`` this replica has a channel to."""
+        if isinstance(router, PipelineRouter) and self.plan.width(consumer.vertex) == self.chain.parallelism:
+            return [self.replica]
+        return list(range(self.plan.width(consumer.vertex)))
+
+    def switch_tables(self, marker: Marker) -> None:
+        """Route by the tables ``marker`` carries from now on (the chain is at the marker)."""
+        for (vertex, output, index), router in self.routers.items():
+            table = marker.reroute.get((vertex, output, self.plan.consumers_of(vertex, output)[index].vertex))
+            if table is not None and isinstance(router, ExchangeRouter):
+                router.swap_table(table)

@@ -1,0 +1,90 @@
+"""The progress actor: a thin Ray shell around :class:`~raytide.actors.progress_core.ProgressCore`.
+
+It takes the replicas' numbered messages (:class:`~raytide.actors.protocol.Sequenced`),
+performs the core's status pushes (fire and forget) and keeps the job's events for the
+driver's long poll. It never waits for anyone (see :mod:`raytide.actors.protocol`).
+
+Every call but the long poll runs on one thread, in turn; the long poll runs in a
+concurrency group of its own, so that it waits without blocking progress, and shares
+only the event log with the rest, under a lock. (A threaded actor answers calls as fast
+as a plain one; an asyncio actor took half as long again per call.) The log keeps only
+the events the driver has not acknowledged: a poll from ``cursor`` says that every event
+before it has been read, so a job that runs for weeks holds no more than one poll's worth.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import ray
+
+from raytide.actors.progress_core import ProgressCore, ProgressEffects
+from raytide.actors.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced
+from raytide.progress.graph import ProgressGraph
+from raytide.progress.reachability import Location
+from raytide.progress.timestamps import Timestamp
+from raytide.progress.tracker import Pointstamp
+
+
+class ProgressActor:
+    """Owns the job's :class:`ProgressCore`; pushes statuses, logs events for the driver."""
+
+    def __init__(self, graph: ProgressGraph, outputs: list[str], initial: list[tuple[Pointstamp, int]]) -> None:
+        self.core = ProgressCore(graph, outputs, initial)
+        self.handles: dict[ReplicaKey, Any] = {}
+        self.events: list[JobEvent] = []
+        self.first = 0  # the number of the first event still in ``events``
+        self.changed = threading.Condition()
+
+    def connect(self, replicas: dict[ReplicaKey, tuple[Any, list[Location]]]) -> None:
+        """Learn every replica's handle and the locations it reads, push their initial statuses,
+        then apply what replicas sent before this call (the driver does not wait for this actor)."""
+        self.handles = {key: handle for key, (handle, _) in replicas.items()}
+        self._perform(self.core.connect({key: locations for key, (_, locations) in replicas.items()}))
+
+    def receive(self, *calls: Sequenced) -> None:
+        """Numbered messages from a replica (progress batch, output parts, declaration)."""
+        for call in calls:
+            self._perform(self.core.receive(call))
+
+    def fail(self, error: Any) -> None:
+        """A replica failed; the driver will tear the job down and raise ``error``."""
+        self._log([JobFailed(error)])
+
+    def _perform(self, effects: ProgressEffects) -> None:
+        for key, push in effects.pushes:
+            self.handles[key].on_progress.remote(*push)
+        self._log(effects.events)
+
+    def _log(self, events: list[JobEvent]) -> None:
+        if events:
+            with self.changed:
+                self.events += events
+                self.changed.notify_all()
+
+    @ray.method(concurrency_group="poll")
+    def next_events(self, cursor: int, timeout: float) -> tuple[list[JobEvent], int]:
+        """Events from number ``cursor`` on, waiting up to ``timeout`` seconds for one to arrive;
+        the events before ``cursor`` have been read and are dropped."""
+        with self.changed:
+            del self.events[: max(0, cursor - self.first)]
+            self.first = max(self.first, cursor)
+            self.changed.wait_for(lambda: self.first + len(self.events) > cursor, timeout)
+            return list(self.events), self.first + len(self.events)
+
+    def frontier(self, location: Location) -> list[Timestamp]:
+        """The frontier at ``location`` (for probes)."""
+        return self.core.frontier(location)
+
+    def describe(self, limit: int = 20) -> dict[str, Any]:
+        """What is still pending, for timeout messages."""
+        return self.core.describe(limit)
+
+    def ping(self) -> bool:
+        """Liveness check for the driver."""
+        return True
+
+    def stats(self) -> dict[str, int]:
+        """How many batches were applied and pushes sent."""
+        return self.core.stats()

@@ -1,0 +1,140 @@
+"""What the progress actor does, as pure logic: messages in, status pushes and job events out.
+
+The core owns the pointstamp tracker (through a :class:`FrontierPublisher`), the
+:class:`OutputLog` that decides when an output epoch is complete, and the per-replica
+ordering of numbered messages (:class:`InOrder`). Messages that arrive before the
+replicas' subscriptions are known (the driver does not wait for the progress actor to
+start) are kept and applied, in order, at :meth:`ProgressCore.connect`.
+
+The Ray shell (:mod:`raytide.actors.progress_actor`) and the in-process runtime
+(:mod:`raytide.actors.local`) both drive this class, so the protocol is the same in
+both; deciding output completion here, where the frontier is known, saves the hops a
+sink would need to learn that its epoch is complete and to report it elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from raytide.actors.protocol import (
+    Declaration,
+    EpochComplete,
+    JobEvent,
+    JobFailed,
+    JobFinished,
+    OutputParts,
+    ProgressBatch,
+    ProgressMessage,
+    ReplicaKey,
+    Sequenced,
+    StatusPush,
+)
+from raytide.errors import ProgressError
+from raytide.progress.graph import ProgressGraph
+from raytide.progress.inorder import InOrder
+from raytide.progress.outputs import NEVER, OutputLog
+from raytide.progress.publisher import FrontierPublisher
+from raytide.progress.reachability import Location
+from raytide.progress.timestamps import Timestamp
+from raytide.progress.tracker import Pointstamp, Tracker
+
+
+@dataclass
+class ProgressEffects:
+    """What the shell must do after a message: push statuses (in this order) and log events."""
+
+    pushes: list[tuple[ReplicaKey, StatusPush]] = field(default_factory=list)
+    events: list[JobEvent] = field(default_factory=list)
+
+    def extend(self, other: ProgressEffects) -> None:
+        """Append ``other``'s effects after these."""
+        self.pushes += other.pushes
+        self.events += other.events
+
+
+class ProgressCore:
+    """The tracker, the output log and the message ordering of one job."""
+
+    def __init__(self, graph: ProgressGraph, outputs: list[str], initial: list[tuple[Pointstamp, int]]) -> None:
+        """``initial``: the pointstamps held before anything runs (the inputs' first epochs)."""
+        self.publisher = FrontierPublisher(Tracker(graph))
+        self.publisher.initialize(initial)
+        self.outputs = OutputLog(outputs)
+        self.in_order: InOrder[ProgressMessage] = InOrder()
+        self.early: list[Sequenced] | None = []
+        self.done = False
+
+    def connect(self, subscriptions: dict[ReplicaKey, list[Location]]) -> ProgressEffects:
+        """Learn which locations each replica reads; push their initial statuses, then apply
+        what arrived before this call."""
+        effects = ProgressEffects()
+        for key, locations in subscriptions.items():
+            effects.pushes.append((key, StatusPush(*self.publisher.subscribe(key, locations))))
+        early, self.early = self.early or [], None
+        for call in early:
+            effects.extend(self._offer(call))
+        effects.events += self._completions()
+        return effects
+
+    def receive(self, call: Sequenced) -> ProgressEffects:
+        """A numbered message from a replica; applied once every earlier one of that replica was."""
+        if self.early is not None:
+            self.early.append(call)
+            return ProgressEffects()
+        effects = self._offer(call)
+        effects.events += self._completions()
+        return effects
+
+    def _offer(self, call: Sequenced) -> ProgressEffects:
+        effects = ProgressEffects()
+        for message in self.in_order.offer(call.sender, call.sequence, call.message):
+            effects.extend(self._apply(call.sender, message))
+        return effects
+
+    def _apply(self, sender: ReplicaKey, message: ProgressMessage) -> ProgressEffects:
+        effects = ProgressEffects()
+        if isinstance(message, OutputParts):
+            try:
+                for name, epochs in message.parts.items():
+                    self.outputs.add(name, sender, epochs)
+            except ProgressError as error:
+                effects.events.append(JobFailed(error))
+        elif isinstance(message, ProgressBatch):
+            pushes = self.publisher.apply(sender, message.changes, message.ack, message.interests)
+            effects.pushes += [(cast(ReplicaKey, key), StatusPush(*push)) for key, push in pushes.items()]
+        elif isinstance(message, Declaration):
+            pushes = self.publisher.declare(sender, message.interests)
+            effects.pushes += [(cast(ReplicaKey, key), StatusPush(*push)) for key, push in pushes.items()]
+        else:
+            raise TypeError(f"not a progress message: {message!r}")
+        return effects
+
+    def _completions(self) -> list[JobEvent]:
+        """The output epochs the frontier has passed, and the end once nothing is active."""
+        tracker = self.publisher.tracker
+        events: list[JobEvent] = []
+        for name in self.outputs.complete:
+            low = min((f.epoch for f in tracker.frontier(Location.of_input(name, 0))), default=NEVER)
+            events += [EpochComplete(*done) for done in self.outputs.advance(name, low)]
+        if not self.done and self.publisher.is_idle() and self.outputs.finished():
+            self.done = True
+            events.append(JobFinished())
+        return events
+
+    def frontier(self, location: Location) -> list[Timestamp]:
+        """The frontier at ``location`` (for probes)."""
+        return self.publisher.tracker.frontier(location)
+
+    def describe(self, limit: int = 20) -> dict[str, Any]:
+        """What is still pending, for timeout messages: up to ``limit`` active pointstamps,
+        the state of every output, and messages held back waiting for an earlier one."""
+        active = sorted(self.publisher.tracker.active_pointstamps().items(),
+                        key=lambda kv: (tuple(kv[0][1]), str(kv[0][0])))
+        return {"pending work": [f"{count} x {time} at {location}" for (location, time), count in active[:limit]],
+                "outputs": self.outputs.describe(),
+                "messages waiting for an earlier one": {str(k): v for k, v in self.in_order.waiting().items()}}
+
+    def stats(self) -> dict[str, int]:
+        """How many batches were applied and pushes sent."""
+        return {"batches_applied": self.publisher.batches_applied, "pushes": self.publisher.pushes}

@@ -1,0 +1,173 @@
+"""Every message raytide's actors exchange, in one place.
+
+Message flow (arrows are fire-and-forget Ray calls unless marked *waits*)::
+
+    driver ──push / advance / push_refs──▶ input replica          (per input replica, FIFO)
+    replica ──data batch on ChannelId────▶ replica                (FIFO per channel; bounded window)
+    replica ──Marker on ChannelId────────▶ replica                (in band, behind earlier batches)
+    replica ──Sequenced(OutputParts)─────▶ progress actor         (numbered per replica, applied
+    replica ──Sequenced(ProgressBatch)───▶ progress actor          in number order: outputs first,
+    replica ──Sequenced(Declaration)─────▶ progress actor          then the batch that retires them)
+    progress actor ──StatusPush──────────▶ replica
+    replica ──JobFailed──────────────────▶ progress actor
+    driver ──next_events(cursor)─────────▶ progress actor         (*waits*, a long poll in its own
+                                                                    concurrency group; returns JobEvents)
+
+No actor waits on a call to an actor that may wait for it: replicas wait only for the
+oldest call of a full window to a downstream replica (never out of a feedback vertex,
+so cycles drain), and the progress actor waits for nobody.
+
+Output records travel as messages of their own (:class:`OutputParts`), not inside
+progress batches; they are numbered in the same sequence as the replica's progress
+batches, so the progress actor holds every record of an epoch before it applies the
+batch that can complete that epoch. On Ray, output parts share one call with the
+progress batch that follows them (``ProgressActor.receive(*calls)``), saving a hop.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.progress.publisher import Interests, Status
+from raytide.progress.reachability import Location
+from raytide.progress.timestamps import Timestamp
+from raytide.progress.tracker import Pointstamp
+
+
+class ChannelId(NamedTuple):
+    """A channel into a vertex input: ``source``'s output ``output`` at replica ``sender``, into input ``port``."""
+
+    source: str
+    output: int
+    sender: int
+    port: int
+
+
+class ReplicaKey(NamedTuple):
+    """One replica of one chain: what actor names (``job/chain/replica``) and the progress actor use."""
+
+    chain: str
+    replica: int
+
+    def __str__(self) -> str:
+        return f"{self.chain}/{self.replica}"
+
+
+class Cause(enum.Enum):
+    """Why a replica holds progress deltas back: what must stay covered at the frontier."""
+
+    #: A message was consumed at an input location (its -1 and what it caused are held).
+    MESSAGE = "message"
+    #: Records were pushed at an input's current epoch (the input's capability covers them).
+    CAPABILITY = "capability"
+
+
+class HeldCause(NamedTuple):
+    """One event whose deltas are held back: its kind, where it happened, at what time."""
+
+    kind: Cause
+    location: Location
+    time: Timestamp
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A control marker that travels in band on every channel.
+
+    Attributes:
+        marker_id: increasing id (markers share the id space of snapshot barriers).
+        reroute: routing tables to switch to, per ``(vertex, output port, target vertex)``
+            exchange edge; the sender switches when it passes the marker.
+    """
+
+    marker_id: int
+    reroute: dict[tuple[str, int, str], KeyGroupAssignment] = field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        return hash(self.marker_id)
+
+
+@dataclass(frozen=True)
+class MarkerRecord:
+    """What a replica saw when a marker passed: records received per hosted vertex by then."""
+
+    marker_id: int
+    records_in: dict[Hashable, int]
+
+
+@dataclass(frozen=True)
+class ProgressBatch:
+    """Pointstamp deltas of a replica's events, shipped together (Naiad's rule).
+
+    Attributes:
+        changes: ``((location, time), delta)`` pairs.
+        ack: the replica wants every status it has not seen once this batch is applied
+            (a vertex on a cycle waits for it between rounds of notifications).
+        interests: what the replica now waits on, if that changed.
+    """
+
+    changes: list[tuple[Pointstamp, int]]
+    ack: bool = False
+    interests: Interests | None = None
+
+
+@dataclass(frozen=True)
+class OutputParts:
+    """Records that reached a replica's outputs, per output and epoch, as packed parts
+    (inline blobs or object refs, see :mod:`raytide.actors.wire`)."""
+
+    parts: dict[str, dict[int, list]]
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A replica now waits on ``interests`` (pending notifications, held-back progress)."""
+
+    interests: Interests
+
+
+ProgressMessage = ProgressBatch | OutputParts | Declaration
+
+
+class Sequenced(NamedTuple):
+    """A message to the progress actor with its sender and its number in the sender's sequence."""
+
+    sender: ReplicaKey
+    sequence: int
+    message: ProgressMessage
+
+
+class StatusPush(NamedTuple):
+    """Progress actor -> replica: new statuses of locations it reads, and whether its last
+    acknowledged batch has been absorbed."""
+
+    statuses: dict[Location, Status]
+    acked: bool
+
+
+@dataclass(frozen=True)
+class EpochComplete:
+    """Output ``output`` has every record of ``epoch``: its packed ``parts``."""
+
+    output: str
+    epoch: int
+    parts: list
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    """The job failed; the driver tears it down and raises ``error``."""
+
+    error: Any
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    """No pointstamp is active and every output is complete."""
+
+
+JobEvent = EpochComplete | JobFailed | JobFinished

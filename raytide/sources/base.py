@@ -1,0 +1,139 @@
+"""The input-source protocol: what an input reads, where it is read, and how far it has read.
+
+A :class:`Source` deals an input out to :class:`Reader` objects. Where they run is the
+source's :attr:`Source.placement`:
+
+* ``Placement.REPLICAS`` (the default): ``readers(p)`` gives one reader per input replica;
+  each is pickled to its replica and read there, paced by backpressure. Text files, Arrow
+  datasets and Ray Datasets are read this way, never through the driver.
+* ``Placement.DRIVER``: one reader runs on a thread of the driver, and the driver pushes
+  what it yields into the input replicas. Spark is read this way (converting a DataFrame
+  needs the driver's Spark session), and so is a plain Python iterable of per-epoch record
+  lists (``rt.run(flow, inputs={"x": [[1, 2], [3]]})``), which lives in the driver's memory.
+  A :class:`DriverSource` has one reader, whatever the parallelism.
+
+A reader yields ``(epoch, batch)`` pairs with epochs that never decrease. A driver-side
+reader's batch is either records (a list, or any batch :mod:`raytide.core.batches` takes)
+or :class:`BlockRefs`, object refs of batches that the replicas fetch themselves.
+
+Positions, for snapshots and recovery: ``reader.position()`` is a small picklable value
+meaning "everything up to the last item yielded has been read", and ``reader.seek(position)``
+makes the next iteration resume right after that item, with no record twice and none lost.
+A position belongs to one reader: the one with the same index among ``readers(p)`` of the
+same source (or an equal one: the same files, dataset or DataFrames), with the same ``p``.
+The runtime does not interpret positions; each source documents what its own mean. The
+batches after a resume may be cut differently from a straight read; the records and their
+epochs are the same.
+
+A one-shot input (a generator) cannot be rewound: seeking before what it has already given
+raises :class:`~raytide.errors.SourceError`, which says so.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from raytide.errors import SourceError
+
+#: Where a reader has got to; opaque to the runtime, picklable, compared only for equality.
+Position = Hashable
+P = TypeVar("P", bound=Position)
+
+
+class Placement(enum.Enum):
+    """Where a source's readers run."""
+
+    REPLICAS = "replicas"
+    DRIVER = "driver"
+
+
+@dataclass(frozen=True)
+class BlockRefs:
+    """Object refs of batches (Arrow tables, record lists) that a driver-side reader yields.
+
+    The driver deals the refs out to the input replicas, which fetch the batches from the
+    object store themselves: the data never passes through the driver.
+    """
+
+    refs: tuple[Any, ...]
+
+
+class Reader(ABC, Generic[P]):
+    """One reader's share of a source: ``(epoch, batch)`` pairs, from the start or from a position.
+
+    A subclass says where it starts (:meth:`start`) and reads from any of its positions
+    (:meth:`read_from`); this class keeps :meth:`position` up to date as items are taken,
+    so that a position means the same for every reader. Iterating again starts again from
+    the start, or from the position given to :meth:`seek`.
+    """
+
+    _resume: P | None = None  # where the next iteration starts; None: the start
+    _last: P | None = None  # after the last item taken; None: nothing taken or sought
+
+    @abstractmethod
+    def start(self) -> P:
+        """The position before the first item: resuming from it reads everything."""
+
+    @abstractmethod
+    def read_from(self, position: P) -> Iterator[tuple[int, Any, P]]:
+        """The items after ``position``, each as ``(epoch, batch, the position just after it)``."""
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        at = self.start() if self._resume is None else self._resume
+        self._last = at
+        for epoch, batch, after in self.read_from(at):
+            self._last = after
+            yield epoch, batch
+
+    def position(self) -> P:
+        """Everything up to the last item taken has been read (the start if nothing was)."""
+        return self.start() if self._last is None else self._last
+
+    def seek(self, position: P) -> None:
+        """Make the next iteration resume right after the item ``position`` was taken at.
+
+        Raises:
+            SourceError: ``position`` is not one of this kind of reader's, or the reader
+                cannot resume from it (see :meth:`check_position`).
+        """
+        kind = type(self.start())
+        if not isinstance(position, kind):
+            name = type(self).__name__
+            raise SourceError(f"{name} cannot resume from {position!r}: its positions are {kind.__name__}s")
+        self.check_position(position)
+        self._resume = self._last = position
+
+    def check_position(self, position: P) -> None:
+        """Raise :class:`~raytide.errors.SourceError` unless this reader can resume from ``position``.
+
+        The default accepts any position of the right kind.
+        """
+
+
+class Source(ABC):
+    """Where an input's records come from: one reader per input replica, or one on the driver."""
+
+    #: Where the readers run (see the module docstring).
+    placement: ClassVar[Placement] = Placement.REPLICAS
+
+    @abstractmethod
+    def readers(self, parallelism: int) -> list[Reader[Any]]:
+        """One reader per input replica (``parallelism`` of them), each with its share of the input."""
+
+
+class DriverSource(Source):
+    """A source read by one reader on the driver, which pushes what it yields into the replicas."""
+
+    placement: ClassVar[Placement] = Placement.DRIVER
+
+    @abstractmethod
+    def reader(self) -> Reader[Any]:
+        """The one reader."""
+
+    def readers(self, parallelism: int) -> list[Reader[Any]]:
+        """``[self.reader()]``: the driver deals the items out to all ``parallelism`` replicas itself."""
+        return [self.reader()]

@@ -1,0 +1,24 @@
+"""Running a dataflow to its end on the session's Ray, for tests that only need its output."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import raytide as rt
+
+
+def run_collect(flow: rt.Dataflow, inputs: dict[str, Any] | None = None, output: str = "out", *,
+                parallelism: int = 2, timeout: float = 120, **options: Any) -> dict[int, list]:
+    """Run ``flow`` on ``inputs`` until it finishes; the records of ``output`` per completed epoch.
+
+    ``options`` go to :func:`raytide.run` (``batch_size``, ``chaining``, ``num_cpus``, ...).
+    """
+    with rt.run(flow, inputs=inputs, parallelism=parallelism, **options) as job:
+        job.wait(timeout=timeout)
+        return job.collect(output)
+
+
+def as_multisets(result: dict[int, list]) -> dict[int, Counter]:
+    """Each non-empty epoch's records as a multiset: their order within an epoch is not defined."""
+    return {epoch: Counter(records) for epoch, records in result.items() if records}

@@ -1,0 +1,99 @@
+"""The Job's public surface on a real local Ray: run options, iteration, failing inputs, unknown outputs."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+import ray
+
+import raytide as rt
+
+pytestmark = pytest.mark.ray
+
+LINES = [["the quick brown fox", "the lazy dog"], [], ["a b a", "b"]]
+
+
+def word_count() -> rt.Dataflow:
+    flow = rt.Dataflow("job-api")
+    flow.input("lines").flat_map(str.split).count_by_key(lambda w: w).output("out")
+    return flow
+
+
+def word_counts(epochs: list[list[str]]) -> dict[int, dict[str, int]]:
+    """Plain Python: each non-empty epoch's word counts."""
+    return {e: dict(Counter(w for line in lines for w in line.split())) for e, lines in enumerate(epochs) if lines}
+
+
+def test_without_chaining_every_vertex_has_its_own_actors_and_the_result_is_the_same(ray_session):
+    flow = word_count()
+    with rt.run(flow, inputs={"lines": LINES}, parallelism=2, chaining=False) as job:
+        job.wait(timeout=120)
+        result = job.collect("out")
+        chains = {chain for chain, _ in job.actors}
+    assert chains == set(flow.vertices), "one chain per vertex: nothing fused"
+    assert {e: dict(r) for e, r in result.items()} == word_counts(LINES)
+
+
+def free_cpus() -> float:
+    return ray.available_resources().get("CPU", 0.0)
+
+
+def eventually(condition, timeout: float = 30.0) -> bool:
+    """Ray's resource view lags a little behind actors starting and stopping."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_num_cpus_reserves_that_many_cpus_per_vertex_actor_while_the_job_runs(ray_session):
+    before = free_cpus()
+    with rt.run(word_count(), parallelism=1, num_cpus=0.25) as job:
+        reserved = 0.25 * len(job.actors)
+        assert eventually(lambda: free_cpus() == pytest.approx(before - reserved)), (free_cpus(), before, reserved)
+        job.push("lines", ["a b a"])
+        job.close("lines")
+        job.wait(timeout=60)
+        assert {e: dict(r) for e, r in job.collect("out").items()} == {0: {"a": 2, "b": 1}}
+    assert eventually(lambda: free_cpus() == pytest.approx(before)), "the CPUs come back when the job ends"
+
+
+def test_a_job_with_one_output_iterates_over_its_epochs_as_they_complete(ray_session):
+    with rt.run(word_count(), inputs={"lines": LINES}, parallelism=2) as job:
+        seen = [(epoch, dict(records)) for epoch, records in job]
+    assert seen == sorted(word_counts(LINES).items())
+
+
+def test_a_job_with_several_outputs_refuses_to_be_iterated(ray_session):
+    flow = rt.Dataflow("two-outputs")
+    lines = flow.input("lines")
+    lines.output("raw")
+    lines.map(str.upper).output("loud")
+    with rt.run(flow, parallelism=1) as job:
+        with pytest.raises(rt.GraphError, match=r"outputs \['raw', 'loud'\]; iterate over job.results\(name\)"):
+            iter(job)
+
+
+def test_an_input_iterable_that_raises_halfway_fails_the_job_naming_the_input(ray_session):
+    def epochs():
+        yield ["a b"]
+        raise ValueError("the source broke at epoch 1")
+
+    with rt.run(word_count(), inputs={"lines": epochs()}, parallelism=2) as job:
+        with pytest.raises(rt.RaytideError, match="feeding input 'lines' failed.*the source broke at epoch 1") as info:
+            job.wait(timeout=60)
+    assert not isinstance(info.value, rt.JobTimeout), "it fails at once, it does not hang until the timeout"
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_an_unknown_output_is_a_graph_error_naming_it_and_the_outputs(ray_session):
+    with rt.run(word_count(), inputs={"lines": LINES}, parallelism=1) as job:
+        job.wait(timeout=60)
+        with pytest.raises(rt.GraphError, match=r"'counts' is not an output of dataflow 'job-api'; outputs: \['out'\]"):
+            job.collect("counts")
+        with pytest.raises(rt.GraphError, match=r"'counts' is not an output of dataflow 'job-api'; outputs: \['out'\]"):
+            next(job.results("counts"))

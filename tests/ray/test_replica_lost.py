@@ -1,0 +1,33 @@
+"""A replica whose actor dies is named as the one that died; no healthy vertex's user code is blamed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+import raytide as rt
+
+pytestmark = pytest.mark.ray
+
+
+def test_a_dead_downstream_replica_is_named_and_user_code_is_not_blamed(ray_session):
+    flow = rt.Dataflow("lost")
+    flow.input("numbers").map(lambda x: x, name="stage1").exchange(lambda x: x, name="stage2").output("out")
+    with rt.run(flow, parallelism=2) as job:
+        victim = next(key for key in job.actors if key.chain.startswith("stage2") and key.replica == 1)
+        job.push("numbers", list(range(100)), epoch=0)
+        ray.kill(job.actors[victim])
+        with pytest.raises(rt.ReplicaLost) as caught:
+            deadline = time.monotonic() + 60
+            epoch = 1
+            while time.monotonic() < deadline:
+                job.push("numbers", list(range(1000)), epoch=epoch)
+                job.collect("out")
+                epoch += 1
+    error = caught.value
+    assert not isinstance(error, rt.UserCodeError)
+    assert error.replica == f"{job.name}/{victim.chain}/1"
+    assert "stage2" in error.vertices and "stage1" not in error.vertices
+    assert f"replica {job.name}/{victim.chain}/1" in str(error)

@@ -1,0 +1,209 @@
+"""The runtime's protocols in one process (raytide.actors.local): many seeded interleavings of
+the same replica and progress cores that run on Ray, each checked against a plain-Python
+reference, plus an oracle for the hold-back rule and injected crashes."""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections import Counter
+
+import pytest
+
+import raytide as rt
+from raytide.actors import replica as replica_module
+from raytide.actors.holdback import HeldProgress
+from raytide.actors.local import LocalJob, ReplicaDied
+from raytide.actors.protocol import Cause, Marker, ReplicaKey
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.progress import Location, PathSummary, Timestamp
+from raytide.progress.publisher import answers
+from tests.sim.scenarios import SCENARIOS, Scenario, as_counters
+
+SEEDS = range(200)
+
+
+def run_scenario(make, seed: int, **options) -> tuple[Scenario, LocalJob]:
+    rng = random.Random(seed)
+    scenario = make(rng)
+    job = LocalJob(scenario.flow, scenario.inputs, parallelism=rng.randint(1, 3), seed=seed,
+                   chaining=rng.random() < 0.8, **options)
+    return scenario, job
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_every_interleaving_gives_the_reference_output(name):
+    for seed in SEEDS:
+        scenario, job = run_scenario(SCENARIOS[name], seed)
+        run = job.run()
+        assert run.failure is None and run.finished, f"seed {seed}: {run.failure}"
+        assert as_counters(run.outputs) == scenario.expected, f"{name}, seed {seed}"
+
+
+def test_seeds_choose_different_interleavings():
+    traces = set()
+    for seed in range(5):
+        _, job = run_scenario(SCENARIOS["word count"], 0)
+        job.rng.seed(seed)
+        order: list[int] = []
+        job.run(after_step=lambda j, order=order: order.append(sum(len(q) for q in j.links.values())))
+        traces.add(tuple(order))
+    assert len(traces) == 5
+
+
+# -- the hold-back rule, against an oracle of the true pointstamps -----------------------
+
+
+def true_pointstamps(job: LocalJob) -> Counter:
+    """Every pointstamp that really exists now: messages not yet consumed, pending
+    notifications, and open inputs' capabilities, read from the whole simulated system."""
+    counts: Counter = Counter()
+    for queue in job.links.values():
+        for message in queue:
+            if message[0] == "data":
+                _, channel, vertex, time, _ = message
+                counts[(Location.of_input(vertex, channel.port), time)] += 1
+    for core in job.replicas.values():
+        for vertex, pending in core.notifications.pending.items():
+            counts.update((Location.of_vertex(vertex), t) for t in pending)
+        for name, epoch in core.input_epochs.items():
+            if epoch is not None:
+                counts[(Location.of_vertex(name), Timestamp(epoch))] += 1
+    return counts
+
+
+@functools.lru_cache(maxsize=4096)
+def paths(plan, location: Location) -> list[tuple[Location, list[PathSummary]]]:
+    """Every vertex input reachable from ``location``, with the summaries of the paths there."""
+    targets = [Location.of_input(v, p) for v, vertex in plan.vertices.items() for p in range(len(vertex.inputs))]
+    reached = [(t, list(plan.graph.summaries(location, t)) + ([PathSummary.identity()] if t == location else []))
+               for t in targets]
+    return [(target, summaries) for target, summaries in reached if summaries]
+
+
+def check_frontiers_cover_the_truth(job: LocalJob) -> None:
+    """Safety: the tracker's frontier at every vertex input is at or below every time that
+    really may still arrive there. Holding deltas back may keep a frontier low, never high."""
+    tracker = job.progress.publisher.tracker
+    for location, time in true_pointstamps(job):
+        for target, summaries in paths(job.plan, location):
+            for summary in summaries:
+                reached = summary.results_in(time)
+                if reached is not None and not any(f.less_equal(reached) for f in tracker.frontier(target)):
+                    raise AssertionError(f"the frontier at {target} is {tracker.frontier(target)}, past {reached} "
+                                         f"which ({time} at {location}) may still cause")
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_frontiers_never_pass_work_that_still_exists(name):
+    for seed in range(25):
+        scenario, job = run_scenario(SCENARIOS[name], seed)
+        assert job.run(after_step=check_frontiers_cover_the_truth).finished
+
+
+def always_covered(cause, statuses, input_epochs):
+    """A planted bug: the hold-back rule believes every cause is covered (deltas wait forever)."""
+    return True
+
+
+def covered_if_not_ready(cause, statuses, input_epochs):
+    """A planted bug: a message counts as covered when its time is merely not ready (the
+    status's first answer instead of its second), so a frontier held only by the held
+    message itself never moves."""
+    if cause.kind is Cause.CAPABILITY:
+        return input_epochs.get(cause.location.vertex) == cause.time.epoch
+    status = statuses.get(cause.location)
+    return status is not None and not answers(status, cause.time)[0]
+
+
+def take_retirements_only(held):
+    """A planted bug: shipping a consumed message's -1 but holding back the +1s it caused."""
+    held.causes.clear()
+    held.forced = False
+    changes = held.changes.drain()
+    for pointstamp, delta in changes:
+        if delta > 0:
+            held.changes.update(pointstamp, delta)
+    return [(pointstamp, delta) for pointstamp, delta in changes if delta < 0]
+
+
+@pytest.mark.parametrize("plant", [
+    lambda mp: mp.setattr(replica_module, "is_covered", always_covered),
+    lambda mp: mp.setattr(replica_module, "is_covered", covered_if_not_ready),
+    lambda mp: mp.setattr(HeldProgress, "take", take_retirements_only),
+], ids=["always covered", "covered if not ready", "ships retirements only"])
+def test_a_planted_bug_in_the_hold_back_rule_is_caught(monkeypatch, plant):
+    plant(monkeypatch)
+    caught = 0
+    for seed in range(60):
+        scenario, job = run_scenario(SCENARIOS["word count"], seed)
+        try:
+            run = job.run(after_step=check_frontiers_cover_the_truth, max_steps=20_000)
+            caught += as_counters(run.outputs) != scenario.expected or not run.finished
+        except (AssertionError, RuntimeError):  # a frontier passed real work, or the job hangs
+            caught += 1
+    assert caught > 0
+
+
+# -- markers -------------------------------------------------------------------------------
+
+
+class Tag(rt.Vertex):
+    """Tags each record with the replica that processed it."""
+
+    def on_recv(self, edge, message, time):
+        self.send_by(0, [(r, self.replica) for r in message], time)
+
+
+def test_a_marker_arrives_after_everything_sent_before_it_and_switches_routing_there():
+    for seed in SEEDS:
+        rng = random.Random(seed)
+        flow = rt.Dataflow("markers")
+        flow.input("numbers").map(lambda x: x, name="copy").exchange(lambda x: x % 16, name="route") \
+            .unary(Tag, name="tag").output("out")
+        data = [[rng.randrange(1000) for _ in range(rng.randrange(8))] for _ in range(4)]
+        switch = rng.randrange(len(data) + 1)  # the epoch before whose records the marker goes
+        marker = Marker(1, reroute={("copy", 0, "route"): KeyGroupAssignment(tuple([1] * 128), 2)})
+        job = LocalJob(flow, {"numbers": data}, parallelism=2, seed=seed, chaining=rng.random() < 0.8,
+                       markers={"numbers": [(switch, marker)]})
+        run = job.run()
+        assert run.finished, f"seed {seed}: {run.failure}"
+        for epoch, records in run.outputs["out"].items():
+            assert Counter(v for v, _ in records) == Counter(data[epoch]), f"seed {seed} epoch {epoch}"
+            if epoch >= switch:
+                assert {r for _, r in records} == {1}, f"seed {seed}: after the marker every key goes to replica 1"
+        before = sum(len(records) for records in data[:switch])
+        seen = [dict((m.marker_id, m.records_in) for m in core.marker_log)
+                for key, core in job.replicas.items() if "route" in key.chain]
+        if switch < len(data):
+            assert sum(s[1]["route"] for s in seen) == before, f"seed {seed}: records sent before the marker"
+
+
+# -- injected crashes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_crashed_replica_fails_the_job_and_the_epochs_completed_before_stay_right(name):
+    for seed in range(100):
+        scenario, job = run_scenario(SCENARIOS[name], seed)
+        rng = random.Random(seed)
+        victim = rng.choice(list(job.replicas))
+        job.crash(victim, at_step=rng.randrange(1, 60))
+        run = job.run()
+        if run.finished and run.failure is None:
+            continue  # the job finished before the crash came
+        assert run.failure == ReplicaDied(victim, run.failure.step), f"seed {seed}: {run.failure}"
+        got = as_counters(run.outputs)
+        for output, epochs in got.items():
+            for epoch, counts in epochs.items():
+                assert counts == scenario.expected[output][epoch], f"{name}, seed {seed}: completed epoch wrong"
+
+
+def test_a_crash_drops_what_the_dead_replica_had_in_flight():
+    _, job = run_scenario(SCENARIOS["word count"], 3)
+    victim = ReplicaKey(job.plan.chain_of("lines").name, 0)
+    job.crash(victim, at_step=10)
+    run = job.run()
+    assert isinstance(run.failure, ReplicaDied) and run.failure.key == victim
+    assert not any(victim in link and queue for link, queue in job.links.items())
+    assert not job.to_progress[victim] and not job.pushes[victim] and not job.commands[victim]

@@ -1,0 +1,94 @@
+"""The progress actor's logic, called directly (no Ray): buffering, ordering, output epochs, the event log."""
+
+from __future__ import annotations
+
+from raytide.actors.progress_actor import ProgressActor
+from raytide.actors.progress_core import ProgressCore
+from raytide.actors.protocol import (
+    EpochComplete,
+    JobFailed,
+    JobFinished,
+    OutputParts,
+    ProgressBatch,
+    ReplicaKey,
+    Sequenced,
+    StatusPush,
+)
+from raytide.progress import GraphBuilder, Location, Timestamp
+
+SRC, OUT = Location.of_vertex("src"), Location.of_input("out", 0)
+T0, T1, T2 = Timestamp(0), Timestamp(1), Timestamp(2)
+SOURCE, SINK = ReplicaKey("src", 0), ReplicaKey("out", 0)
+
+
+def graph():
+    b = GraphBuilder()
+    b.add_vertex("src", inputs=0)
+    b.add_vertex("out", outputs=0)
+    b.add_edge("src", 0, "out", 0)
+    return b.build()
+
+
+def batch(sender, sequence, changes, ack=False, interests=None):
+    return Sequenced(sender, sequence, ProgressBatch(changes, ack, interests))
+
+
+def test_messages_before_connect_wait_then_apply_in_sequence_order_and_release_output_epochs():
+    core = ProgressCore(graph(), ["out"], [((SRC, T0), 1)])
+    # The sink's records and the batch retiring their message arrive first, and everything
+    # arrives before connect (the driver does not wait for the progress actor).
+    assert core.receive(Sequenced(SINK, 0, OutputParts({"out": {0: ["x"]}}))).events == []
+    core.receive(batch(SINK, 1, [((OUT, T0), -1)]))
+    core.receive(batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1), ((OUT, T0), 1)]))
+    effects = core.connect({SOURCE: [], SINK: [OUT]})
+    assert (SINK, StatusPush({OUT: [(T0, True)]}, False)) in effects.pushes, "the initial status, taken at connect"
+    assert effects.events == [EpochComplete("out", 0, ["x"])]
+    # The source's later batches arrive out of order: number 2 (closing the input) first.
+    assert core.receive(batch(SOURCE, 2, [((SRC, T2), -1)])).events == [], "batch 2 waits for batch 1"
+    assert core.receive(batch(SOURCE, 1, [((SRC, T1), -1), ((SRC, T2), 1)])).events == [JobFinished()]
+
+
+def test_records_after_their_epoch_completed_fail_the_job_naming_the_output():
+    core = ProgressCore(graph(), ["out"], [((SRC, T0), 1)])
+    core.connect({SOURCE: [], SINK: [OUT]})
+    core.receive(batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1)]))
+    events = core.receive(Sequenced(SINK, 0, OutputParts({"out": {0: ["late"]}}))).events
+    assert len(events) == 1 and isinstance(events[0], JobFailed)
+    assert "output 'out'" in str(events[0].error) and "epoch 0" in str(events[0].error)
+
+
+class Handle:
+    """Stands in for a replica's actor handle: records what the progress actor pushes."""
+
+    def __init__(self) -> None:
+        self.pushes: list = []
+        self.on_progress = self
+
+    def remote(self, statuses, acked):
+        self.pushes.append((statuses, acked))
+
+
+def test_interests_riding_on_a_batch_are_answered_and_failures_are_logged():
+    actor = ProgressActor(graph(), ["out"], [((SRC, T0), 1)])
+    sink = Handle()
+    actor.connect({SINK: (sink, [OUT])})
+    actor.receive(batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1)]))
+    actor.receive(batch(SINK, 0, [], interests={OUT: [T0]}))
+    assert sink.pushes[-1] == ({OUT: [(T1, True)]}, False), "epoch 0 is done at the sink"
+    actor.fail("boom")
+    assert actor.next_events(0, 0)[0][-1] == JobFailed("boom")
+
+
+def test_the_event_log_keeps_only_what_the_driver_has_not_read():
+    actor = ProgressActor(graph(), ["out"], [((SRC, T0), 1)])
+    actor.connect({SINK: (Handle(), [OUT])})
+    cursor = 0
+    for epoch in range(1000):
+        actor.receive(Sequenced(SINK, 2 * epoch, OutputParts({"out": {epoch: [epoch]}})))
+        actor.receive(batch(SINK, 2 * epoch + 1, [((OUT, Timestamp(epoch)), -1)]))
+        actor.receive(batch(SOURCE, epoch, [((SRC, Timestamp(epoch)), -1), ((SRC, Timestamp(epoch + 1)), 1),
+                                            ((OUT, Timestamp(epoch)), 1)]))
+        events, cursor = actor.next_events(cursor, 0)
+        assert events == [EpochComplete("out", epoch, [epoch])]
+        assert len(actor.events) <= 1, "events the driver has read are dropped at its next poll"
+    assert cursor == 1000
