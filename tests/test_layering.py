@@ -191,3 +191,19 @@ OLD_IMPORT_PATHS = [
 @pytest.mark.parametrize(("module", "name"), OLD_IMPORT_PATHS)
 def test_public_import_paths_keep_working(module, name):
     assert getattr(importlib.import_module(module), name) is not None
+
+
+def test_no_two_classes_or_type_aliases_share_a_name():
+    """One name, one meaning: a second ``Status`` or ``ChannelId`` elsewhere is a trap for readers."""
+    homes: dict[str, list[str]] = {}
+    for module, source in package_sources().items():
+        if layer_of(module) == PUBLIC_FACE or module in ("raytide.autoscale.keygroups", "raytide.actors.vertex"):
+            continue  # re-exports of the old import paths
+        for node in ast.parse(source).body:
+            names = [node.name] if isinstance(node, ast.ClassDef) else []
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                name = node.targets[0].id
+                names = [name] if name[:1].isupper() and not name.isupper() else []
+            for name in names:
+                homes.setdefault(name, []).append(module)
+    assert {name: where for name, where in homes.items() if len(where) > 1} == {}
