@@ -12,6 +12,7 @@ because a fused vertex is reachable only through the vertex it is fused to.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -97,9 +98,13 @@ class PhysicalPlan:
         """The plan of vertex ``name``."""
         return self.vertices[name]
 
+    @functools.cached_property
+    def _chains_by_name(self) -> dict[str, ChainPlan]:
+        return {chain.name: chain for chain in self.chains}
+
     def chain(self, name: str) -> ChainPlan:
         """The chain called ``name``."""
-        return next(c for c in self.chains if c.name == name)
+        return self._chains_by_name[name]
 
     def chain_of(self, vertex: str) -> ChainPlan:
         """The chain that hosts ``vertex``."""
