@@ -8,17 +8,9 @@ import pytest
 
 import raytide as rt
 from tests.ray.jobs import run_collect
+from tests.sim.scenarios import halvings
 
 pytestmark = pytest.mark.ray
-
-
-def halvings(x):
-    out = []
-    while True:
-        x //= 2
-        out.append(x)
-        if x <= 0:
-            return out
 
 
 def test_a_loop_iterates_to_its_fixed_point(ray_session):
