@@ -12,7 +12,7 @@ batch over.
 from __future__ import annotations
 
 import collections
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from raytide.actors.plan import ChainPlan, Consumer, PhysicalPlan
 from raytide.actors.protocol import ChannelId, Marker, ReplicaKey, Sequenced
@@ -33,6 +33,14 @@ class Transport(Protocol):
         """A numbered message to the progress actor."""
 
 
+class Route(NamedTuple):
+    """One consumer of an output port: its router (None: fused, a direct call) and its chain."""
+
+    consumer: Consumer
+    router: Router | None
+    chain: str
+
+
 #: A message this replica sent itself: a data batch ``(channel, vertex, time, batch)``
 #: or a marker ``(channel, marker)``.
 LocalMessage = tuple[bool, tuple[Any, ...]]
@@ -50,6 +58,11 @@ class Outbox:
                 for index, consumer in enumerate(plan.consumers_of(name, port)):
                     if not plan.is_fused(consumer):
                         self.routers[(name, port, index)] = self._router(name, consumer)
+        self._routes = {
+            (name, port): [Route(consumer, self.routers.get((name, port, index)), plan.chain_of(consumer.vertex).name)
+                           for index, consumer in enumerate(plan.consumers_of(name, port))]
+            for name in chain.vertices for port in range(plan.vertex(name).outputs)
+        }
         self.local: collections.deque[LocalMessage] = collections.deque()
         self.local_sends = 0
 
@@ -62,10 +75,9 @@ class Outbox:
             return BroadcastRouter(width)
         return PipelineRouter(self.replica, self.plan.width(name), width)
 
-    def routes(self, vertex: str, output: int) -> list[tuple[Consumer, Router | None]]:
-        """The consumers of ``vertex``'s ``output``, each with its router (None: fused, a direct call)."""
-        return [(consumer, self.routers.get((vertex, output, index)))
-                for index, consumer in enumerate(self.plan.consumers_of(vertex, output))]
+    def routes(self, vertex: str, output: int) -> list[Route]:
+        """The consumers of ``vertex``'s ``output``, each with its router and chain (computed once)."""
+        return self._routes[(vertex, output)]
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         """A batch to replica ``to``: queued locally when that is this replica."""

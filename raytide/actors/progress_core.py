@@ -130,7 +130,7 @@ class ProgressCore:
         """What is still pending, for timeout messages: up to ``limit`` active pointstamps,
         the state of every output, and messages held back waiting for an earlier one."""
         active = sorted(self.publisher.tracker.active_pointstamps().items(),
-                        key=lambda kv: (tuple(kv[0][1]), str(kv[0][0])))
+                        key=lambda kv: (kv[0][1].sort_key(), str(kv[0][0])))
         return {"pending work": [f"{count} x {time} at {location}" for (location, time), count in active[:limit]],
                 "outputs": self.outputs.describe(),
                 "messages waiting for an earlier one": {str(k): v for k, v in self.in_order.waiting().items()}}

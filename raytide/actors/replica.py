@@ -39,6 +39,7 @@ from raytide.actors.protocol import (
     OutputParts,
     ProgressBatch,
     ProgressMessage,
+    ReplicaKey,
     Sequenced,
 )
 from raytide.core.batches import batch_length, eager, to_records
@@ -281,17 +282,15 @@ class ReplicaCore:
         stats = self.stats[vertex]
         stats.batches_out += 1
         stats.records_out += n
-        for consumer, router in self.outbox.routes(vertex, output):
+        for consumer, router, chain in self.outbox.routes(vertex, output):
             if router is None:
                 self.deliver(consumer.vertex, consumer.port, time, message)
                 continue
             target = Location.of_input(consumer.vertex, consumer.port)
-            chain = self.plan.chain_of(consumer.vertex).name
             channel = ChannelId(vertex, output, self.replica, consumer.port)
             for replica, part in non_empty(router.route(message)):
                 self.held.update((target, time), 1)
-                self.outbox.send(self.outbox.key._replace(chain=chain, replica=replica), channel, consumer.vertex,
-                                 time, part)
+                self.outbox.send(ReplicaKey(chain, replica), channel, consumer.vertex, time, part)
 
     def _may_send(self, vertex: str, output: int, current: Timestamp | None, time: Timestamp) -> bool:
         """Whether ``vertex``, called at ``current``, may send at ``time`` on ``output``.

@@ -91,11 +91,6 @@ class Antichain(Generic[E]):
         return f"Antichain({self._elements!r})"
 
 
-def _linear_extension(time: Timestamp) -> tuple[int, tuple[int, ...]]:
-    """A total order compatible with the partial order: ``t1 < t2`` implies key(t1) < key(t2)."""
-    return (time.epoch, time.counters)
-
-
 class MutableAntichain:
     """Counted timestamps whose frontier is the minimal timestamps with a positive count.
 
@@ -132,7 +127,7 @@ class MutableAntichain:
         return self._rebuild() if stale else []
 
     def _rebuild(self) -> list[tuple[Timestamp, int]]:
-        positive = sorted((t for t, c in self._counts.items() if c > 0), key=_linear_extension)
+        positive = sorted((t for t, c in self._counts.items() if c > 0), key=Timestamp.sort_key)
         frontier: list[Timestamp] = []
         for time in positive:
             if not any(f.less_equal(time) for f in frontier):
