@@ -12,30 +12,41 @@ from raytide.core.dataflow import Probe as Probe
 from raytide.core.dataflow import Stream as Stream
 from raytide.core.vertex import Vertex as Vertex
 from raytide.errors import GraphError as GraphError
+from raytide.errors import JobCancelled as JobCancelled
 from raytide.errors import JobTimeout as JobTimeout
 from raytide.errors import ProgressError as ProgressError
 from raytide.errors import RaytideError as RaytideError
+from raytide.errors import RecordError as RecordError
 from raytide.errors import ReplicaLost as ReplicaLost
+from raytide.errors import SourceError as SourceError
+from raytide.errors import SparkIntegrationError as SparkIntegrationError
 from raytide.errors import UserCodeError as UserCodeError
 from raytide.progress import Timestamp as Timestamp
 
 _RUNTIME = {"run", "Job"}
+_POOL = {"shutdown": "shutdown", "configure_pool": "configure"}
 
 __all__ = [
     "Dataflow",
     "GraphError",
     "Job",
+    "JobCancelled",
     "JobTimeout",
     "Loop",
     "Probe",
     "ProgressError",
     "RaytideError",
+    "RecordError",
     "ReplicaLost",
+    "SourceError",
+    "SparkIntegrationError",
     "Stream",
     "Timestamp",
     "UserCodeError",
     "Vertex",
+    "configure_pool",
     "run",
+    "shutdown",
 ]
 
 
@@ -44,4 +55,8 @@ def __getattr__(name: str) -> Any:
         from raytide.actors import runtime
 
         return getattr(runtime, name)
+    if name in _POOL:
+        from raytide.actors import pool
+
+        return getattr(pool, _POOL[name])
     raise AttributeError(f"module 'raytide' has no attribute {name!r}")

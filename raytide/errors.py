@@ -14,6 +14,11 @@ class GraphError(RaytideError):
     """The dataflow graph is malformed (a cycle outside a loop, an unknown name, ...)."""
 
 
+class ArgumentError(RaytideError, ValueError):
+    """An argument of a raytide call has the wrong type or is out of range; the message names
+    the argument, the value given and what it must be (a ValueError too)."""
+
+
 class ProgressError(RaytideError):
     """A progress-tracking invariant was violated (for example a send into the past)."""
 
@@ -53,24 +58,33 @@ class Timed(Protocol):
 
 
 class UserCodeError(RaytideError):
-    """User code (or a vertex breaking the progress rules) raised inside a vertex callback.
+    """User code raised inside a vertex callback, or in a function the user gave a vertex
+    (a key function of an exchange runs in the sending replica but belongs to the vertex
+    it feeds; ``where`` says so).
+
+    A vertex breaking raytide's rules (a send into the past, an output port that does not
+    exist) raises the rule's own error instead (:class:`ProgressError`, :class:`GraphError`),
+    which names the vertex, the replica and the time just as well.
 
     Attributes:
         vertex, replica, time: where and when (``time`` is None outside a timestamped call).
         original: ``repr`` of the exception user code raised.
         traceback: its formatted traceback (the exception object itself may not pickle).
+        where: what of the vertex's code raised, when not its own callback ("" otherwise).
     """
 
-    def __init__(self, vertex: str, replica: int, time: Timed | None, error: BaseException) -> None:
+    def __init__(self, vertex: str, replica: int, time: Timed | None, error: BaseException, where: str = "") -> None:
         tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        self._set(vertex, replica, time, repr(error), tb)
+        self._set(vertex, replica, time, repr(error), tb, where)
 
-    def _set(self, vertex: str, replica: int, time: Timed | None, original: str, tb: str) -> None:
+    def _set(self, vertex: str, replica: int, time: Timed | None, original: str, tb: str, where: str) -> None:
         self.vertex, self.replica, self.time, self.original, self.traceback = vertex, replica, time, original, tb
-        super().__init__(f"vertex {vertex!r} replica {replica} failed at {_when(time)}: {original}\n{tb}")
+        self.where = where
+        place = f" ({where})" if where else ""
+        super().__init__(f"vertex {vertex!r} replica {replica}{place} failed at {_when(time)}: {original}\n{tb}")
 
     def __reduce__(self) -> Any:
-        return (_rebuild_user_error, (self.vertex, self.replica, self.time, self.original, self.traceback))
+        return (_rebuild_user_error, (self.vertex, self.replica, self.time, self.original, self.traceback, self.where))
 
 
 def _when(time: Timed | None) -> str:
@@ -79,10 +93,11 @@ def _when(time: Timed | None) -> str:
     return f"epoch {time.epoch}" + (f", iteration {time.counters}" if time.counters else "")
 
 
-def _rebuild_user_error(vertex: str, replica: int, time: Timed | None, original: str, tb: str) -> UserCodeError:
+def _rebuild_user_error(vertex: str, replica: int, time: Timed | None, original: str, tb: str,
+                        where: str = "") -> UserCodeError:
     """Unpickles a :class:`UserCodeError` (it crosses Ray from the failing actor to the driver)."""
     error = UserCodeError.__new__(UserCodeError)
-    error._set(vertex, replica, time, original, tb)
+    error._set(vertex, replica, time, original, tb, where)
     return error
 
 
@@ -104,3 +119,14 @@ class ReplicaLost(RaytideError):
 
 class JobTimeout(RaytideError, TimeoutError):
     """A wait on a job ran out of time; the message says what was still incomplete."""
+
+
+class JobCancelled(RaytideError):
+    """The job was cancelled (``job.cancel()``, leaving its ``with`` block, or Ctrl-C in a
+    wait) before it finished: it takes no more input, and waiting for it cannot succeed.
+    Epochs completed before the cancel stay readable with ``job.collect``."""
+
+
+class RecordError(RaytideError):
+    """A record cannot travel between processes (it does not pickle); the message names
+    the input or output, the epoch and the record's type."""

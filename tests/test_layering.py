@@ -139,8 +139,9 @@ def test_public_api():
     import raytide
 
     assert sorted(raytide.__all__) == [
-        "Dataflow", "GraphError", "Job", "JobTimeout", "Loop", "Probe", "ProgressError", "RaytideError",
-        "ReplicaLost", "Stream", "Timestamp", "UserCodeError", "Vertex", "run",
+        "Dataflow", "GraphError", "Job", "JobCancelled", "JobTimeout", "Loop", "Probe", "ProgressError", "RaytideError",
+        "RecordError", "ReplicaLost", "SourceError", "SparkIntegrationError", "Stream", "Timestamp", "UserCodeError",
+        "Vertex", "configure_pool", "run", "shutdown",
     ]
     assert callable(raytide.run)
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import ctypes
 import logging
 
+from raytide.errors import ArgumentError
+
 logger = logging.getLogger(__name__)
 
 #: glibc's ``mallopt`` parameter numbers (``malloc.h``).
@@ -73,4 +75,4 @@ def pretouch(megabytes: int) -> None:
 def check_pretouch(megabytes: int) -> None:
     """Reject a :func:`pretouch` size that is not an integer from 0 to :data:`PRETOUCH_LIMIT_MB`."""
     if not isinstance(megabytes, int) or not 0 <= megabytes <= PRETOUCH_LIMIT_MB:
-        raise ValueError(f"pretouch_mb must be an integer from 0 to {PRETOUCH_LIMIT_MB} (MiB per vertex actor), not {megabytes!r}")
+        raise ArgumentError(f"pretouch_mb must be an integer from 0 to {PRETOUCH_LIMIT_MB} (MiB per vertex actor), not {megabytes!r}")

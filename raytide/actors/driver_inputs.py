@@ -12,6 +12,8 @@ it is sent, until its replica has fewer than ``max_inflight`` calls unanswered
 from __future__ import annotations
 
 import collections
+import collections.abc
+import itertools
 import operator
 import threading
 from collections.abc import Callable
@@ -20,9 +22,9 @@ from typing import Any
 import ray
 
 from raytide.actors.protocol import Marker
-from raytide.actors.wire import pack
-from raytide.core.batches import split_batch
-from raytide.errors import GraphError
+from raytide.actors.wire import pack, unpicklable
+from raytide.core.batches import BATCH_KINDS, batch_length, not_a_batch, split_batch, to_records
+from raytide.errors import GraphError, RecordError
 
 #: How long one wait for a full window lasts before the job's failure is checked again.
 WINDOW_POLL = 1.0
@@ -44,7 +46,7 @@ class InputFeeds:
                  raise_if_failed: Callable[[], None]) -> None:
         """``replicas``: per input, the actor handles of its replicas in replica order."""
         self.flow_name, self.replicas = flow_name, replicas
-        self.max_inflight, self.batch_size = max_inflight, max(1, batch_size)
+        self.max_inflight, self.batch_size = max_inflight, batch_size
         self.raise_if_failed = raise_if_failed
         self.epochs: dict[str, int | None] = dict.fromkeys(replicas, 0)
         self.locks = {name: threading.Lock() for name in replicas}
@@ -57,12 +59,19 @@ class InputFeeds:
             raise GraphError(f"{name!r} is not an input of dataflow {self.flow_name!r}; inputs: {list(self.replicas)}")
 
     def push(self, name: str, records: Any, epoch: Any = None) -> None:
-        """Send ``records`` into input ``name`` at ``epoch`` (default: its current epoch)."""
+        """Send ``records`` into input ``name`` at ``epoch`` (default: its current epoch).
+
+        Every batch is pickled before the first is sent, so a push that fails (a record
+        that does not pickle) sends nothing.
+        """
         self.check(name)
         with self.locks[name]:
-            epoch = self._move_to(name, self.epochs[name] if epoch is None else epoch)
-            for piece in split_batch(records, self.batch_size):
-                self._submit(self._next_replica(name), "push", name, *pack(piece), epoch)
+            at = self._check_epoch(name, self.epochs[name] if epoch is None else epoch)
+            pieces = split_batch(pushed_batch(name, at, records), self.batch_size)
+            payloads = [_packed(name, at, piece, offset) for piece, offset in zip(pieces, _offsets(pieces))]
+            self._move_to(name, at)
+            for payload in payloads:
+                self._submit(self._next_replica(name), "push", name, *payload, at)
 
     def push_refs(self, name: str, refs: list, epoch: Any) -> None:
         """Send object refs of batches into input ``name``; the replicas read them."""
@@ -104,15 +113,20 @@ class InputFeeds:
         """The inputs still open, with their current epoch."""
         return {name: epoch for name, epoch in self.epochs.items() if epoch is not None}
 
-    def _move_to(self, name: str, epoch: Any) -> int:
-        """Check ``epoch`` against the input's and advance the input to it if it is later."""
+    def _check_epoch(self, name: str, epoch: Any) -> int:
+        """``epoch`` as an int, if the input is open and not past it."""
         current = self.epochs[name]
         if current is None:
             raise GraphError(f"input {name!r} is closed; it cannot take epoch {epoch!r}")
         epoch = as_epoch(name, epoch)
         if epoch < current:
             raise GraphError(f"input {name!r} is at epoch {current}; epoch {epoch} is in its past")
-        if epoch != current:
+        return epoch
+
+    def _move_to(self, name: str, epoch: Any) -> int:
+        """Check ``epoch`` against the input's and advance the input to it if it is later."""
+        epoch = self._check_epoch(name, epoch)
+        if epoch != self.epochs[name]:
             self._send_advance(name, epoch)
         return epoch
 
@@ -137,3 +151,28 @@ class InputFeeds:
             if ready:
                 ray.get(window.popleft())
         window.append(getattr(actor, method).remote(*args))
+
+
+def pushed_batch(name: str, epoch: int, records: Any) -> Any:
+    """What ``job.push`` was given, as a batch: a batch as it is, another iterable (a tuple,
+    a range, a generator) as a list; a string, None or a non-iterable raises a RecordError."""
+    if not_a_batch(records) is None:
+        return records
+    if isinstance(records, (str, bytes)) or not isinstance(records, collections.abc.Iterable):
+        raise RecordError(f"input {name!r} epoch {epoch}: push got {not_a_batch(records)}, not records; "
+                          f"a push takes {BATCH_KINDS}, or any other iterable of records")
+    return list(records)
+
+
+def _offsets(pieces: list) -> list[int]:
+    """The index of each piece's first record in the whole push."""
+    return list(itertools.accumulate((batch_length(piece) for piece in pieces[:-1]), initial=0))
+
+
+def _packed(name: str, epoch: int, piece: Any, offset: int) -> tuple[Any, bool]:
+    """``pack(piece)``, or a RecordError naming the input, the epoch and the first record that does not pickle."""
+    try:
+        return pack(piece)
+    except Exception as error:
+        raise unpicklable(to_records(piece), error, f"input {name!r} epoch {epoch}", offset,
+                          "; nothing of this push was sent") from error

@@ -2,8 +2,9 @@
 liveness of the actors it watches.
 
 * :class:`OutputCollector` takes the progress actor's job events with a long poll
-  (``next_events``), keeps each completed output epoch's record parts, and fetches and
-  unpacks records when asked (large parts stay in the object store until then).
+  (``next_events``), keeps each completed output epoch's record parts, fetches and
+  unpacks records when asked (large parts stay in the object store until then), and
+  forgets an epoch once it is consumed (``job.results``).
 * :class:`Liveness` pings every actor at most once a second without waiting for the
   answers, and reports the first one that died.
 """
@@ -27,12 +28,19 @@ PING_INTERVAL = 1.0
 
 
 class OutputCollector:
-    """Completed output epochs as the progress actor reports them."""
+    """Completed output epochs as the progress actor reports them, held until they are taken.
+
+    An epoch is held in one form at a time: the record parts the sinks shipped (inline
+    blobs or object refs) until its records are asked for, then its records, the parts
+    dropped, so that the driver never holds both. An epoch :meth:`take` returned is
+    forgotten: a job that runs for weeks holds on the driver only what was not consumed.
+    """
 
     def __init__(self, progress: Any, outputs: list[str]) -> None:
         self.progress = progress
-        self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}
+        self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}  # in epoch order, as they complete
         self.fetched: dict[str, dict[int, list]] = {name: {} for name in outputs}
+        self.completed: dict[str, int | None] = dict.fromkeys(outputs)
         self.cursor = 0
         self.finished = False
 
@@ -44,10 +52,15 @@ class OutputCollector:
         """
         call = self.progress.next_events.remote(self.cursor, timeout)
         events, self.cursor = ray.get(call, timeout=timeout + POLL_SLACK)
+        return self.apply(events)
+
+    def apply(self, events: list[Any]) -> list[Any]:
+        """Take in job events (completed epochs, failures, the end); returns the failures among them."""
         failures = []
         for event in events:
-            if isinstance(event, EpochComplete):
+            if isinstance(event, EpochComplete):  # an output's epochs complete in order
                 self.parts[event.output][event.epoch] = event.parts
+                self.completed[event.output] = event.epoch
             elif isinstance(event, JobFailed):
                 failures.append(event.error)
             elif isinstance(event, JobFinished):
@@ -55,25 +68,33 @@ class OutputCollector:
         return failures
 
     def epochs(self, name: str) -> list[int]:
-        """The completed epochs of output ``name`` so far, in order."""
-        return sorted(self.parts[name])
+        """The completed epochs of output ``name`` not taken yet, in order."""
+        return sorted([*self.parts[name], *self.fetched[name]])
+
+    def first(self, name: str) -> int | None:
+        """The earliest completed epoch of output ``name`` not taken yet (None: there is none)."""
+        return min([*itertools.islice(self.parts[name], 1), *self.fetched[name]], default=None)
 
     def records(self, name: str, epoch: int) -> list:
-        """The records of a completed epoch (fetched and unpacked once)."""
+        """The records of a completed epoch not taken yet (fetched and unpacked once)."""
         fetched = self.fetched[name]
         if epoch not in fetched:
-            parts = self.parts[name][epoch]
-            refs = [p for p in parts if isinstance(p, ray.ObjectRef)]
-            loaded = dict(zip(map(id, refs), ray.get(refs)))
-            fetched[epoch] = list(itertools.chain.from_iterable(unpack_records(loaded.get(id(p), p)) for p in parts))
+            fetched[epoch] = fetch_records(self.parts[name][epoch])
+            del self.parts[name][epoch]
         return fetched[epoch]
+
+    def take(self, name: str, epoch: int) -> list:
+        """The records of a completed epoch, forgotten here: the caller consumes them."""
+        records = self.records(name, epoch)
+        del self.fetched[name][epoch]
+        return records
 
     def keep_locally(self) -> list[tuple[str, int]]:
         """Fetch every completed epoch now (the actors that own the parts are about to go);
         returns the epochs that could not be fetched."""
         lost = []
-        for name, epochs in self.parts.items():
-            for epoch in epochs:
+        for name, parts in self.parts.items():
+            for epoch in list(parts):
                 try:
                     self.records(name, epoch)
                 except Exception:  # the owner may already be gone; nothing more to keep
@@ -81,15 +102,27 @@ class OutputCollector:
         return lost
 
     def packed(self, name: str, kept: bool) -> dict[int, list]:
-        """Record parts per completed epoch; re-packed from the driver's copy when ``kept``
-        (after teardown, when the object store no longer holds the parts)."""
-        if kept:
-            return {epoch: [pack_records(self.records(name, epoch))] for epoch in self.epochs(name)}
-        return {epoch: self.parts[name][epoch] for epoch in self.epochs(name)}
+        """Record parts per completed epoch not taken yet: as the sinks shipped them, or
+        re-packed from the driver's copy of the records once fetched (every epoch when
+        ``kept``: after teardown, the object store no longer holds the parts)."""
+        parts = {} if kept else self.parts[name]
+        return {epoch: parts[epoch] if epoch in parts else [pack_records(self.records(name, epoch))]
+                for epoch in self.epochs(name)}
 
     def latest(self) -> dict[str, int | None]:
-        """The latest completed epoch per output, for timeout messages."""
-        return {name: max(epochs, default=None) for name, epochs in self.parts.items()}
+        """The latest completed epoch per output, taken or not, for timeout messages."""
+        return dict(self.completed)
+
+
+def fetch_records(parts: list) -> list:
+    """The records of an epoch's parts: inline blobs and object refs, in order.
+
+    Large buffers are not copied out of the object store: the records' arrays are
+    read-only views of it (see :mod:`raytide.actors.wire`).
+    """
+    refs = [p for p in parts if isinstance(p, ray.ObjectRef)]
+    loaded = dict(zip(map(id, refs), ray.get(refs))) if refs else {}  # ray.get([]) would start a Ray
+    return list(itertools.chain.from_iterable(unpack_records(loaded.get(id(p), p)) for p in parts))
 
 
 class Liveness:

@@ -16,6 +16,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from raytide.core.arguments import positive_int
 from raytide.core.dataflow import Channel, Dataflow, InputEdge, LogicalVertex, Role, VertexFactory
 from raytide.errors import GraphError
 from raytide.progress.graph import GraphBuilder, ProgressGraph
@@ -141,6 +142,11 @@ class PhysicalPlan:
         return self.chain_of(consumer.vertex).vertices[0] != consumer.vertex
 
 
+def _width(parallelism: Any, what: str) -> int | None:
+    """A parallelism given (checked: a positive integer), or None where none was."""
+    return None if parallelism is None else positive_int(parallelism, what)
+
+
 def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool = True) -> PhysicalPlan:
     """Validate ``flow`` and compile it into a self-contained, immutable plan.
 
@@ -152,11 +158,12 @@ def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool 
     Raises:
         GraphError: on an invalid graph (no inputs, a dangling stream, a cycle outside a
             loop context, mismatched loop depths).
+        ArgumentError: a parallelism that is not a positive integer.
     """
     if not flow.inputs():
         raise GraphError(f"dataflow {flow.name!r} has no input: start it with flow.input(name)")
-    default = parallelism or flow.parallelism or 1
-    widths = {name: v.parallelism or default for name, v in flow.vertices.items()}
+    default = _width(parallelism, "rt.run's parallelism") or _width(flow.parallelism, f"dataflow {flow.name!r}'s parallelism") or 1
+    widths = {name: _width(v.parallelism, f"vertex {name!r}'s parallelism") or default for name, v in flow.vertices.items()}
     consumers = _consumers(flow)
     _check_connected(flow, consumers)
     for name, vertex in flow.vertices.items():

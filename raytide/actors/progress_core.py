@@ -127,13 +127,29 @@ class ProgressCore:
         return self.publisher.tracker.frontier(location)
 
     def describe(self, limit: int = 20) -> dict[str, Any]:
-        """What is still pending, for timeout messages: up to ``limit`` active pointstamps,
-        the state of every output, and messages held back waiting for an earlier one."""
+        """What is still pending, for timeout messages: the vertex holding the earliest pending
+        work (:meth:`_slowest`), up to ``limit`` active pointstamps, the state of every output,
+        and messages held back waiting for an earlier one."""
         active = sorted(self.publisher.tracker.active_pointstamps().items(),
                         key=lambda kv: (kv[0][1].sort_key(), str(kv[0][0])))
-        return {"pending work": [f"{count} x {time} at {location}" for (location, time), count in active[:limit]],
+        return {"slowest (the earliest pending work)": self._slowest(active),
+                "pending work": [f"{count} x {time} at {location}" for (location, time), count in active[:limit]],
                 "outputs": self.outputs.describe(),
                 "messages waiting for an earlier one": {str(k): v for k, v in self.in_order.waiting().items()}}
+
+    def _slowest(self, active: list[tuple[Pointstamp, int]]) -> str | None:
+        """Where the earliest pending work waits: among the locations holding the earliest
+        time, one that reaches none of the others (work upstream of it waits on it, through
+        backpressure), the one with the most pointstamps if several do."""
+        if not active:
+            return None
+        first = active[0][0][1]
+        tied = [(location, count) for (location, time), count in active if time == first]
+        graph = self.publisher.tracker.graph
+        last = [(location, count) for location, count in tied
+                if not any(other != location and graph.summaries(location, other) for other, _ in tied)] or tied
+        location, count = max(last, key=lambda pair: pair[1])
+        return f"vertex {location.vertex!r} ({count} x {first} at {location})"
 
     def stats(self) -> dict[str, int]:
         """How many batches were applied and pushes sent."""

@@ -45,7 +45,7 @@ from raytide.actors.protocol import (
 from raytide.core.batches import batch_length, eager, to_records
 from raytide.core.routing import non_empty
 from raytide.core.vertex import Vertex
-from raytide.errors import ProgressError, ReplicaLost, UserCodeError
+from raytide.errors import GraphError, ProgressError, RaytideError, UserCodeError
 from raytide.progress.publisher import Interests, Status, answers
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
@@ -260,7 +260,7 @@ class ReplicaCore:
         outer, context.current = context.current, time
         try:
             callback(*args)
-        except (UserCodeError, ReplicaLost):  # already says where it happened; a dead peer is not user code
+        except RaytideError:  # raytide's own error: says where it happened (a dead peer, a broken rule)
             raise
         except Exception as error:  # user code: wrap with where it happened
             raise UserCodeError(vertex, self.replica, time, error) from error
@@ -271,6 +271,7 @@ class ReplicaCore:
         """``send_by`` of a hosted vertex: check the time, route, count progress."""
         vertex = context.vertex
         current = context.current
+        self._check_port(vertex, output, current if current is not None else time)
         if not self._may_send(vertex, output, current, time):
             during = f"while processing {current}" if current is not None else "in on_input_epoch"
             raise ProgressError(f"vertex {vertex!r} replica {self.replica} sent at {time} {during}: a vertex may "
@@ -288,9 +289,21 @@ class ReplicaCore:
                 continue
             target = Location.of_input(consumer.vertex, consumer.port)
             channel = ChannelId(vertex, output, self.replica, consumer.port)
-            for replica, part in non_empty(router.route(message)):
+            try:
+                parts = non_empty(router.route(message))
+            except Exception as error:  # the consumer's key function (or an unhashable key it returned)
+                raise UserCodeError(consumer.vertex, self.replica, time, error,
+                                    where=f"its input's key function, run where {vertex!r} sends") from error
+            for replica, part in parts:
                 self.held.update((target, time), 1)
                 self.outbox.send(ReplicaKey(chain, replica), channel, consumer.vertex, time, part)
+
+    def _check_port(self, vertex: str, output: Any, time: Timestamp) -> None:
+        """Raise a GraphError naming the vertex and its ports if ``output`` is not one of them."""
+        ports = self.plan.vertex(vertex).outputs
+        if not isinstance(output, int) or isinstance(output, bool) or not 0 <= output < ports:
+            raise GraphError(f"vertex {vertex!r} replica {self.replica} called send_by at {time} on output port "
+                             f"{output!r}, which it does not have; its output ports are {list(range(ports))}")
 
     def _may_send(self, vertex: str, output: int, current: Timestamp | None, time: Timestamp) -> bool:
         """Whether ``vertex``, called at ``current``, may send at ``time`` on ``output``.

@@ -13,6 +13,7 @@ failures. Every wait on the driver has a timeout and says what it waited for.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -26,11 +27,11 @@ from raytide.actors.allocator import check_pretouch
 from raytide.actors.driver_inputs import InputFeeds
 from raytide.actors.driver_side import Liveness, OutputCollector
 from raytide.actors.plan import PhysicalPlan, compile_plan
-from raytide.actors.progress_actor import ProgressActor
+from raytide.actors.pool import HostLease, host_pool
 from raytide.actors.protocol import Marker, ReplicaKey
-from raytide.actors.vertex_actor import VertexActor
+from raytide.core.arguments import non_negative, positive_int
 from raytide.core.dataflow import Dataflow, Probe
-from raytide.errors import GraphError, JobTimeout, RaytideError, ReplicaLost
+from raytide.errors import ArgumentError, GraphError, JobCancelled, JobTimeout, RaytideError, ReplicaLost
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.sources.base import BlockRefs, Placement, Reader
@@ -43,6 +44,8 @@ PROGRESS = "the progress actor"
 
 #: How long setup calls (creating and connecting actors) may take.
 SETUP_TIMEOUT = 120.0
+#: How long a replica may take to answer a ping before a timeout message calls it busy.
+BUSY_PROBE = 1.0
 #: How long tearing a job down waits for its actors' processes to exit.
 TEARDOWN_TIMEOUT = 10.0
 
@@ -83,9 +86,16 @@ def run(
 
     Raises:
         GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
-        ValueError: ``pretouch_mb`` is out of range.
+        ArgumentError: a count that is not a positive integer (``parallelism``,
+            ``max_inflight``, ``batch_size``), a negative ``num_cpus``, ``pretouch_mb`` out
+            of range (an ArgumentError is a ValueError too).
     """
     check_pretouch(pretouch_mb)
+    max_inflight = positive_int(max_inflight, "max_inflight")
+    batch_size = positive_int(batch_size, "batch_size")
+    num_cpus = non_negative(num_cpus, "num_cpus")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ArgumentError(f"name must be a non-empty string, not {name!r}")
     plan = compile_plan(flow, parallelism, chaining)
     unknown = sorted(set(inputs or {}) - set(plan.inputs))
     if unknown:
@@ -118,31 +128,49 @@ class Job:
     # -- setup ---------------------------------------------------------------------------
 
     def _start(self, num_cpus: float, pretouch_mb: int) -> None:
+        """Lease hosts (warm ones from earlier jobs first; new ones start in parallel), give
+        each its role, connect them. The driver waits for the vertex hosts, not for the
+        progress host, which keeps what replicas send before it is connected."""
         plan = self.plan
-        # Every actor is created at once (each costs a worker process), the vertex actors first
-        # so that they take Ray's idle workers; the driver waits for them but not for the
-        # progress actor, which buffers what replicas send before it is connected.
-        self.actors: dict[ReplicaKey, Any] = {}
-        remote_vertex = ray.remote(VertexActor)
-        for chain in plan.chains:
-            for replica in range(chain.parallelism):
-                self.actors[ReplicaKey(chain.name, replica)] = remote_vertex.options(
-                    name=f"{self.name}/{chain.name}/{replica}", num_cpus=num_cpus, max_restarts=0, max_task_retries=0,
-                ).remote(plan, self.name, chain.name, replica, self.max_inflight, pretouch_mb)
-        self.progress = ray.remote(concurrency_groups={"poll": 1})(ProgressActor).options(  # type: ignore[call-overload]
-            name=f"{self.name}/progress", num_cpus=0).remote(plan.graph, plan.outputs, plan.initial_pointstamps())
+        self._pool = pool = host_pool()
+        keys = [ReplicaKey(chain.name, replica) for chain in plan.chains for replica in range(chain.parallelism)]
+        self._leases: dict[Hashable, HostLease] = dict(zip(keys, pool.lease("vertex", len(keys), num_cpus)))
+        self._leases[PROGRESS] = pool.lease("progress", 1)[0]
+        #: Each replica's host (the raw actor handles: ``ray.kill`` and ``ping`` take them).
+        self.actors: dict[ReplicaKey, Any] = {key: self._leases[key].handle for key in keys}
+        peers = {key: self._leases[key].leased for key in keys}
+        self.peers = peers
+        self.progress = self._leases[PROGRESS].leased
+        plan_ref = ray.put(plan)
+        pids = [self._leases[key].handle.take.remote(self._leases[key].lease, plan_ref, self.name, key.chain, key.replica,
+                                                     self.max_inflight, pretouch_mb, self._leases[key].handle)
+                for key in keys]
+        progress = self._leases[PROGRESS]
+        pids.append(progress.handle.take.remote(progress.lease, self.name, plan.graph, plan.outputs,
+                                                plan.initial_pointstamps()))
         unbounded = set(plan.with_role("feedback"))  # sends out of a feedback vertex never wait: loops always drain
         self.outputs = OutputCollector(self.progress, plan.outputs)
-        watched: dict[Hashable, Any] = {PROGRESS: self.progress}
-        watched.update(self.actors)
-        self.liveness = Liveness(watched)
-        self.inputs = InputFeeds(plan.name, {name: [self.actors[ReplicaKey(plan.chain_of(name).name, r)]
+        self.liveness = Liveness({key: host.handle for key, host in self._leases.items()})
+        self.inputs = InputFeeds(plan.name, {name: [peers[ReplicaKey(plan.chain_of(name).name, r)]
                                                     for r in range(plan.width(name))] for name in plan.inputs},
                                  self.max_inflight, self.batch_size, self._raise_if_failed)
-        subscriptions = self._get(
-            [a.connect.remote(self.actors, unbounded, self.progress) for a in self.actors.values()],
-            "starting and connecting vertex actors")
-        self.progress.connect.remote({key: (actor, locs) for (key, actor), locs in zip(self.actors.items(), subscriptions)})
+        connects = [peer.connect.remote(peers, unbounded, self.progress) for peer in peers.values()]
+        answers = self._get(pids[:-1] + connects, "starting and connecting vertex hosts")
+        vertex_pids, subscriptions = answers[: len(keys)], answers[len(keys):]
+        self.progress.connect.remote({key: (peers[key], locs) for key, locs in zip(keys, subscriptions)})
+        self._pids: dict[str, int | Any] = {self._host_name(key): pid for key, pid in zip(keys, vertex_pids)}
+        self._pids[self._host_name(PROGRESS)] = pids[-1]
+
+    def _host_name(self, key: Hashable) -> str:
+        """``job/chain/replica`` or ``job/progress``: how a host is named in Ray's log prefixes."""
+        return f"{self.name}/progress" if key == PROGRESS else f"{self.name}/{key.chain}/{key.replica}"  # type: ignore[attr-defined]
+
+    def hosts(self) -> dict[str, int]:
+        """The process id of each host of this job, by ``job/chain/replica`` (and ``job/progress``)."""
+        for name, pid in self._pids.items():
+            if isinstance(pid, ray.ObjectRef):
+                self._pids[name] = ray.get(pid, timeout=SETUP_TIMEOUT)
+        return dict(self._pids)
 
     def wait_ready(self, timeout: float = SETUP_TIMEOUT) -> None:
         """Block until the progress actor is up too; ``rt.run`` returns once the vertex actors are.
@@ -150,7 +178,7 @@ class Job:
         Running does not need this (what replicas send the progress actor waits in Ray's
         queue until it runs), but a measurement that leaves start-up out does.
         """
-        self._get([self.progress.ping.remote()], "starting the progress actor", timeout)
+        self._get([self.progress.ping.remote()], "starting the progress host", timeout)
 
     def _get(self, refs: list, what: str, timeout: float = SETUP_TIMEOUT) -> list:
         try:
@@ -171,19 +199,28 @@ class Job:
         Pushing at a later epoch first advances the input to it; pushing at an earlier
         epoch than the input's, or into a closed input, raises :class:`GraphError`.
         Records are spread over the input's replicas in turn, across pushes.
+
+        Raises:
+            RecordError: ``records`` is not a batch or iterable of records (a string, None),
+                or a record does not pickle (nothing of the push is sent then).
+            JobCancelled: the job was cancelled.
         """
+        self._raise_if_failed()
         self.inputs.push(name, records, epoch)
 
     def push_refs(self, name: str, refs: list, epoch: int) -> None:
         """Send object refs of batches (e.g. Arrow tables) into input ``name``; replicas read them."""
+        self._raise_if_failed()
         self.inputs.push_refs(name, refs, epoch)
 
     def advance(self, name: str, epoch: int) -> None:
         """Tell input ``name`` that no more records will come before ``epoch``."""
+        self._raise_if_failed()
         self.inputs.advance(name, epoch)
 
     def close(self, name: str) -> None:
         """No more records will come into input ``name``."""
+        self._raise_if_failed()
         self.inputs.close(name)
 
     def feed(self, name: str, source: Any) -> None:
@@ -232,14 +269,25 @@ class Job:
     def _pump(self, timeout: float) -> None:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness."""
         self._raise_if_failed()
+        with self._cancelled_on_interrupt():
+            try:
+                for failure in self.outputs.poll(timeout):
+                    self._fail(failure)
+            except ray.exceptions.RayActorError as error:
+                self._fail(self._lost(PROGRESS, error), error)
+            dead = self.liveness.check()
+            if dead is not None:
+                self._fail(self._lost(*dead), dead[1])
+
+    @contextlib.contextmanager
+    def _cancelled_on_interrupt(self) -> Iterator[None]:
+        """Ctrl-C (KeyboardInterrupt) while the driver waits tears the job down, then goes on up:
+        a notebook's interrupted cell leaves no actors running."""
         try:
-            for failure in self.outputs.poll(timeout):
-                self._fail(failure)
-        except ray.exceptions.RayActorError as error:
-            self._fail(self._lost(PROGRESS, error), error)
-        dead = self.liveness.check()
-        if dead is not None:
-            self._fail(self._lost(*dead), dead[1])
+            yield
+        except KeyboardInterrupt:
+            self._cancel("Ctrl-C (KeyboardInterrupt) while the driver waited for it")
+            raise
 
     def _lost(self, key: Any, error: BaseException) -> RaytideError:
         if key == PROGRESS:
@@ -262,16 +310,21 @@ class Job:
     def wait(self, timeout: float = 600.0) -> None:
         """Wait until every input is closed and the dataflow has drained.
 
+        Ctrl-C (KeyboardInterrupt) during the wait cancels the job, then propagates.
+
         Raises:
-            JobTimeout: not finished within ``timeout`` seconds (says what is still open).
+            JobTimeout: not finished within ``timeout`` seconds (says what is still open and
+                which vertex holds the earliest pending work).
+            JobCancelled: the job was cancelled before it finished.
             RaytideError: a vertex failed or an actor died.
         """
         deadline = time.monotonic() + timeout
-        while not self.outputs.finished:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise JobTimeout(self._describe_unfinished(timeout))
-            self._pump(min(left, 0.5))
+        with self._cancelled_on_interrupt():
+            while not self.outputs.finished:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise JobTimeout(self._describe_unfinished(timeout))
+                self._pump(min(left, 0.5))
 
     def _describe_unfinished(self, timeout: float) -> str:
         open_inputs = self.inputs.open_inputs()
@@ -280,18 +333,47 @@ class Job:
             pending = ray.get(self.progress.describe.remote(), timeout=10)
         except Exception as error:  # the description must not fail itself
             pending = {"progress actor": f"unreachable: {error!r}"}
-        return (f"job {self.name!r} did not finish within {timeout:.0f} s; inputs still open (at epoch): {open_inputs}; "
-                f"latest complete epoch per output: {done}; " + "; ".join(f"{k}: {v or 'none'}" for k, v in pending.items()))
+        return (f"job {self.name!r} did not finish within {timeout:.0f} s; {self._slowest_busy()}; inputs still open "
+                f"(at epoch): {open_inputs}; latest complete epoch per output: {done}; "
+                + "; ".join(f"{k}: {v or 'none'}" for k, v in pending.items()))
+
+    def _slowest_busy(self, within: float = BUSY_PROBE) -> str:
+        """The busy replicas furthest downstream, for timeout messages.
+
+        Replicas hold back the progress of what they send while it cannot matter, so the
+        tracker sees pending work upstream of a bottleneck (the progress description's
+        "earliest pending work"). A replica that does not answer a ping within ``within``
+        seconds is busy: running user code, or waiting for a slower receiver. Of the busy
+        ones, those from which no other busy one is reachable are where the work waits.
+        """
+        pings = {key: handle.ping.remote() for key, handle in self.actors.items()}
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=within)
+        busy = [key for key, ref in pings.items() if ref not in set(ready)]
+        graph = self.plan.graph
+
+        def reaches(a: ReplicaKey, b: ReplicaKey) -> bool:
+            last, head = self.plan.chain(a.chain).vertices[-1], self.plan.chain(b.chain).vertices[0]
+            return a.chain != b.chain and bool(graph.summaries(Location.of_vertex(last), Location.of_vertex(head)))
+
+        slowest = [key for key in busy if not any(reaches(key, other) for other in busy)]
+        if not slowest:
+            return f"no replica was busy for {within:.0f} s"
+        return "slowest (busy, furthest downstream): " + ", ".join(
+            f"vertex {self.plan.chain(key.chain).vertices[0]!r} ({self._host_name(key)})" for key in slowest)
 
     def results(self, name: str, timeout: float = 600.0) -> Iterator[tuple[int, list]]:
-        """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes."""
+        """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes.
+
+        Consuming releases: an epoch yielded here is dropped from the driver (so a job that
+        runs for weeks keeps there only what was not consumed yet), and :meth:`collect`
+        afterwards returns only the epochs not yet yielded. Each epoch is yielded once,
+        across all iterators over this output.
+        """
         self._check_output(name)
-        yielded: set[int] = set()
         deadline = time.monotonic() + timeout
         while True:
-            for epoch in sorted(set(self.outputs.epochs(name)) - yielded):
-                yielded.add(epoch)
-                yield epoch, self.outputs.records(name, epoch)
+            for epoch in iter(lambda: self.outputs.first(name), None):
+                yield epoch, self.outputs.take(name, epoch)
             if self.outputs.finished:
                 return
             if time.monotonic() > deadline:
@@ -309,7 +391,12 @@ class Job:
             raise GraphError(f"{name!r} is not an output of dataflow {self.plan.name!r}; outputs: {self.plan.outputs}")
 
     def collect(self, name: str) -> dict[int, list]:
-        """The records of output ``name`` per completed epoch so far: ``{epoch: records}``."""
+        """The records of output ``name`` per completed epoch so far: ``{epoch: records}``.
+
+        The driver keeps what this returns (for batch use: call it again and get the same
+        epochs and more) until :meth:`results` yields those epochs, which releases them; so
+        after ``results`` this returns only the epochs it has not yielded yet.
+        """
         self._check_output(name)
         if not self._torn_down:
             self._pump(0)
@@ -332,8 +419,8 @@ class Job:
 
     def replica_stats(self) -> dict[tuple[str, int], dict[str, Any]]:
         """The raw counters of every replica (including what each saw at each marker)."""
-        keys = list(self.actors)
-        return dict(zip(keys, ray.get([self.actors[k].stats.remote() for k in keys], timeout=60)))
+        keys = list(self.peers)
+        return dict(zip(keys, ray.get([self.peers[k].stats.remote() for k in keys], timeout=60)))
 
     def frontier(self, probe: Probe) -> list[Timestamp]:
         """How far the probed stream has progressed: the timestamps that may still arrive there."""
@@ -343,8 +430,8 @@ class Job:
 
     def stats(self) -> dict[str, Any]:
         """Records and batches per vertex, progress traffic, backpressure figures."""
-        keys = list(self.actors)
-        per_replica = ray.get([self.actors[k].stats.remote() for k in keys], timeout=60)
+        keys = list(self.peers)
+        per_replica = ray.get([self.peers[k].stats.remote() for k in keys], timeout=60)
         vertices: dict[str, dict[str, int]] = collections.defaultdict(lambda: collections.Counter())
         for stats in per_replica:
             for name, counters in stats["vertices"].items():
@@ -359,28 +446,37 @@ class Job:
             "max_inflight_seen": max(s["max_inflight_seen"] for s in per_replica),
             "backpressure_waits": sum(s["backpressure_waits"] for s in per_replica),
             "local_sends": sum(s["local_sends"] for s in per_replica),
+            "hosts": self.hosts(),
         }
 
     def cancel(self) -> None:
-        """Stop the job and tear every actor down (results already complete stay readable)."""
+        """Stop the job and give its hosts back to the pool, which resets them for the next
+        job (results already complete stay readable).
+
+        Waiting for a job cancelled before it finished raises :class:`JobCancelled`, and so
+        does feeding it; cancelling twice does nothing.
+        """
+        self._cancel("the driver (job.cancel() or the end of its with block)")
+
+    def _cancel(self, by: str) -> None:
         if self._torn_down:
             return
         self._torn_down = True
+        if self._error is None and not self.outputs.finished:
+            self._error = JobCancelled(f"job {self.name!r} was cancelled by {by} before it finished; it takes no more "
+                                       f"input; the epochs completed before and not consumed by job.results() stay readable "
+                                       f"with job.collect()")
         for name, epoch in self.outputs.keep_locally():
             logger.debug("could not keep output %s epoch %s", name, epoch)
-        actors = [*self.actors.values(), self.progress]
-        for actor in actors:
-            try:
-                ray.kill(actor)
-            except Exception:  # already dead
-                pass
-        # ray.kill returns at once; wait (a bounded time) until the processes are gone, so that
-        # the next job finds the CPUs free and may reuse this job's actor names.
-        gone = [actor.ping.remote() for actor in actors]
-        _, alive = ray.wait(gone, num_returns=len(gone), timeout=TEARDOWN_TIMEOUT)
-        if alive:
-            logger.warning("job %r: %d actors still alive %.0f s after being killed", self.name, len(alive),
-                           TEARDOWN_TIMEOUT)
+        killed = self._pool.give_back(list(self._leases.values()))
+        # Hosts that reserved CPUs are killed, not kept; ray.kill returns at once: wait (a bounded
+        # time) until their processes are gone, so that the next job finds the CPUs free.
+        if killed:
+            gone = [handle.ping.remote() for handle in killed]
+            _, alive = ray.wait(gone, num_returns=len(gone), timeout=TEARDOWN_TIMEOUT)
+            if alive:
+                logger.warning("job %r: %d hosts still alive %.0f s after being killed", self.name, len(alive),
+                               TEARDOWN_TIMEOUT)
 
     def __enter__(self) -> Job:
         return self

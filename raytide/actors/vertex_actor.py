@@ -35,8 +35,9 @@ from raytide.actors.allocator import keep_freed_buffers, pretouch
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced
 from raytide.actors.replica import ReplicaCore
-from raytide.actors.wire import pack, pack_records, unpack
-from raytide.errors import ProgressError, RaytideError, ReplicaLost, SnapshotError, SourceError, UserCodeError
+from raytide.actors.wire import pack, pack_records, packed_size, unpack, unpicklable
+from raytide.core.batches import to_records
+from raytide.errors import RaytideError, ReplicaLost, SourceError
 from raytide.progress.publisher import Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -64,7 +65,12 @@ class _RayTransport:
         self.held_outputs: list[Sequenced] = []
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        self._call(to, channel.source, "receive", channel, vertex, time, *pack(batch))
+        try:
+            payload = pack(batch)
+        except Exception as error:
+            raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
+                              f"epoch {time.epoch}") from error
+        self._call(to, channel.source, "receive", channel, vertex, time, *payload)
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
         self._call(to, channel.source, "receive_marker", channel, marker)
@@ -104,7 +110,7 @@ class _RayTransport:
         """Output parts wait for the progress batch the core sends right after them, and both
         go in one Ray call (one hop of latency per flush, as when records rode in the batch)."""
         if isinstance(call.message, OutputParts):  # records travel packed; large parts stay in the object store
-            packed = {name: {epoch: [self._part(part) for part in parts] for epoch, parts in epochs.items()}
+            packed = {name: {epoch: [self._part(part, name, epoch) for part in parts] for epoch, parts in epochs.items()}
                       for name, epochs in call.message.parts.items()}
             self.held_outputs.append(call._replace(message=OutputParts(packed)))
             return
@@ -115,16 +121,22 @@ class _RayTransport:
         self.progress.fail.remote(error)
 
     @staticmethod
-    def _part(records: list) -> Any:
-        blob = pack_records(records)
-        return blob if len(blob) <= INLINE_BYTES else ray.put(blob)
+    def _part(records: list, output: str, epoch: int) -> Any:
+        try:
+            blob = pack_records(records)
+        except Exception as error:
+            raise unpicklable(records, error, f"output {output!r} epoch {epoch}") from error
+        return blob if packed_size(blob) <= INLINE_BYTES else ray.put(blob)
 
 
 class VertexActor:
     """One replica of one chain of fused vertices."""
 
     def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int,
-                 pretouch_mb: int) -> None:
+                 pretouch_mb: int, myself: Any = None) -> None:
+        """``myself``: this replica's own handle (bound to its host's lease), for the calls
+        a reader makes to itself."""
+        self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         if keep_freed_buffers() and pretouch_mb:
             pretouch(pretouch_mb)
         self.transport = _RayTransport(ReplicaKey(chain, replica), plan, job, max_inflight)
@@ -179,7 +191,7 @@ class VertexActor:
         or from the position it was sought to (see :mod:`raytide.sources.base`).
         """
         self.readers[vertex] = iter(reader)
-        ray.get_runtime_context().current_actor.pump.remote(vertex)
+        self.myself.pump.remote(vertex)
 
     def pump(self, vertex: str, budget: float = 0.05) -> None:
         """Read and send batches for about ``budget`` seconds, then yield to other calls and continue.
@@ -204,7 +216,7 @@ class VertexActor:
         except Exception as error:  # the reader itself failed (a missing file, a corrupt block)
             self._fail(SourceError(f"input {vertex!r} replica {self.transport.key[1]}: reading failed: {error!r}"))
             return
-        ray.get_runtime_context().current_actor.pump.remote(vertex)
+        self.myself.pump.remote(vertex)
 
     def _read_one(self, vertex: str, epoch: int, batch: Any) -> None:
         if epoch != self.core.input_epochs[vertex]:
@@ -240,7 +252,7 @@ class VertexActor:
             return
         try:
             method(*args)
-        except (UserCodeError, ProgressError, SnapshotError, ReplicaLost) as error:
+        except RaytideError as error:  # says where it happened: user code, a broken rule, a dead peer
             self._fail(error)
         except Exception as error:  # a bug or a dead peer: still fail the job with where it happened
             logger.exception("replica %s failed", self.transport.key)

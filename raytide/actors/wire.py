@@ -7,6 +7,14 @@ arrays and Arrow tables are better left to Ray, which ships their buffers withou
 copying. So a list of records travels as one cloudpickle blob (cloudpickle, because
 records may hold objects plain pickle cannot, such as instances of classes defined in
 ``__main__``) and every other batch as it is.
+
+Large buffers inside records (a NumPy array's data, an Arrow column) would be copied
+into the blob, and out of it again, at every hop. Pickle protocol 5 hands them over
+beside the blob instead (*out of band*): a record list with buffers of at least
+:data:`OUT_OF_BAND_BYTES` travels as ``(blob, buffers)``, and Ray writes those buffers
+into its object store once and lets the receiver read them in place. They arrive
+read-only, as the NumPy arrays Ray ships always do. Smaller buffers stay in the blob, so
+a list of small records is still one ``bytes`` (see docs/large-records.md).
 """
 
 from __future__ import annotations
@@ -17,14 +25,34 @@ from typing import Any
 
 import cloudpickle
 
+from raytide.errors import RecordError
 
-def pack_records(records: list) -> bytes:
-    """A list of records as one blob (see the module docstring)."""
-    return cloudpickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
+#: Buffers of records at least this large travel beside the pickle, not in it (see the module docstring).
+OUT_OF_BAND_BYTES = 1 << 20
+
+#: A packed list of records: one blob, or a blob and its large buffers (``pickle.PickleBuffer``
+#: objects when packed, Ray's read-only buffers once they travelled).
+Packed = bytes | tuple[bytes, list[Any]]
 
 
-def unpack_records(blob: bytes) -> list:
+def pack_records(records: list) -> Packed:
+    """A list of records as one blob, with its large buffers beside it (see the module docstring)."""
+    large: list[pickle.PickleBuffer] = []
+
+    def in_band(buffer: pickle.PickleBuffer) -> bool:
+        if memoryview(buffer).nbytes < OUT_OF_BAND_BYTES:
+            return True
+        large.append(buffer)
+        return False
+
+    blob = cloudpickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=in_band)
+    return (blob, large) if large else blob
+
+
+def unpack_records(packed: Packed) -> list:
     """The list :func:`pack_records` was given, built with the cyclic garbage collector paused.
+
+    Large buffers are not copied: the records' arrays are views of them.
 
     Unpickling creates one tracked object per record (a tuple, a dict), and every 700 of
     them start a collection that walks the young objects again; a large batch also sets
@@ -34,13 +62,22 @@ def unpack_records(blob: bytes) -> list:
     without it. Nothing escapes the collector: what was created meanwhile is examined at
     its next run.
     """
+    blob, buffers = packed if isinstance(packed, tuple) else (packed, ())
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return pickle.loads(blob)
+        return pickle.loads(blob, buffers=buffers)
     finally:
         if was_enabled:
             gc.enable()
+
+
+def packed_size(packed: Packed) -> int:
+    """Bytes of a packed list of records, its large buffers included."""
+    if isinstance(packed, bytes):
+        return len(packed)
+    blob, buffers = packed
+    return len(blob) + sum(memoryview(buffer).nbytes for buffer in buffers)
 
 
 def pack(batch: Any) -> tuple[Any, bool]:
@@ -53,3 +90,25 @@ def pack(batch: Any) -> tuple[Any, bool]:
 def unpack(payload: Any, packed: bool) -> Any:
     """The batch :func:`pack` was given."""
     return unpack_records(payload) if packed else payload
+
+
+def unpicklable(records: list, error: Exception, where: str, offset: int = 0, then: str = "") -> RecordError:
+    """The error for ``records`` that did not pickle (``error``): it names ``where`` they were
+    going (an input and epoch, an output and epoch, a channel), the first offending record
+    (its index, counting from ``offset``, and type) and what ``then`` happened."""
+    index, record = first_unpicklable(records)
+    text = repr(record)
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    return RecordError(f"{where}: record {offset + index}, of type {type(record).__qualname__} ({shown}), cannot be "
+                       f"pickled, so it cannot travel to another process: {error}{then}")
+
+
+def first_unpicklable(records: list) -> tuple[int, Any]:
+    """The index and the first of ``records`` that does not pickle (for error messages, after
+    :func:`pack_records` failed); ``(-1, records)`` if each pickles on its own."""
+    for index, record in enumerate(records):
+        try:
+            cloudpickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            return index, record
+    return -1, records

@@ -1,10 +1,10 @@
 """Messages on the wire are batches: Python lists, NumPy arrays or Arrow tables, or lazy batches.
 
 Per-record operators see a list of records (Arrow rows become dicts of column name to
-value, Ray Data's convention); vectorised operators (``map_batches``) see the batch in
-the format they ask for, converted only when it is not already in that format. A lazy
-batch (:class:`~raytide.core.split_text.SplitText`, the words of a text) becomes its
-list of records when asked for them.
+value, and maps within them dicts too: Ray Data's convention); vectorised operators
+(``map_batches``) see the batch in the format they ask for, converted only when it is
+not already in that format. A lazy batch (:class:`~raytide.core.split_text.SplitText`,
+the words of a text) becomes its list of records when asked for them.
 """
 
 from __future__ import annotations
@@ -48,13 +48,42 @@ def to_records(batch: Any) -> list:
     if isinstance(batch, SplitText):
         return batch.records()
     if is_arrow(batch):
-        return batch.to_pylist()
+        return batch.to_pylist(maps_as_pydicts="strict")
     if isinstance(batch, dict):
         columns = list(batch)
         return [dict(zip(columns, row)) for row in zip(*(batch[c] for c in columns))]
     if isinstance(batch, np.ndarray):
         return batch.tolist()
     return list(batch)
+
+
+#: What a batch may be, for error messages.
+BATCH_KINDS = "a list of records, a NumPy array, a dict of equal-length column arrays or an Arrow table"
+
+
+def not_a_batch(value: Any) -> str | None:
+    """Why ``value`` is not a batch (a short description of what it is), or None if it is one.
+
+    A string is a sequence, but as a batch its characters would become records: it is
+    refused, like None, tuples, generators and pandas frames (whose ``list()`` gives
+    the column names).
+    """
+    if isinstance(value, (list, np.ndarray, SplitText)) or is_arrow(value):
+        return None
+    if isinstance(value, dict):
+        if not all(hasattr(column, "__len__") and not isinstance(column, (str, bytes)) for column in value.values()):
+            return "a dict whose values are not all columns (arrays or lists)"
+        lengths = sorted({len(column) for column in value.values()})
+        return f"a dict of columns of different lengths {lengths}" if len(lengths) > 1 else None
+    return "None" if value is None else f"a {type(value).__module__}.{type(value).__qualname__}"
+
+
+def checked_batch(value: Any, what: str) -> Any:
+    """``value`` if it is a batch; else a TypeError saying what ``what`` gave and what a batch is."""
+    wrong = not_a_batch(value)
+    if wrong is not None:
+        raise TypeError(f"{what} returned {wrong}; a batch is {BATCH_KINDS}")
+    return value
 
 
 def eager(batch: Any) -> Any:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from raytide.core.batches import BatchFormat, to_format, to_records
+from raytide.core.batches import BatchFormat, checked_batch, to_format, to_records
 from raytide.core.naming import VertexIds
 from raytide.core.operators import (
     BatchFunction,
@@ -287,9 +287,15 @@ class Stream:
 
     def map_batches(self, fn: Callable[[Any], Any], *, batch_format: BatchFormat = "default",
                     name: str | None = None, parallelism: int | None = None) -> Stream:
-        """Vectorised: ``fn`` gets a whole batch (NumPy array, dict of arrays or Arrow table) and returns one."""
-        return self._then("map_batches", lambda: BatchFunction(lambda batch: fn(to_format(batch, batch_format))),
-                          name=name, parallelism=parallelism)
+        """Vectorised: ``fn`` gets a whole batch (NumPy array, dict of arrays or Arrow table) and returns one.
+
+        It must return a batch (:data:`~raytide.core.batches.BATCH_KINDS`); anything else,
+        None or a string included, fails the job naming the vertex and the epoch.
+        """
+        def apply(batch: Any) -> Any:
+            return checked_batch(fn(to_format(batch, batch_format)), "the map_batches function")
+
+        return self._then("map_batches", lambda: BatchFunction(apply), name=name, parallelism=parallelism)
 
     def inspect(self, fn: Callable[[Any], None], *, name: str | None = None) -> Stream:
         """Call ``fn`` on every record (for side effects such as logging); pass records on."""

@@ -63,9 +63,9 @@ def table_to_records(table: pa.Table) -> list[dict[str, Any]]:
     Returns:
         One ``{column name: Python value}`` dict per row, in table order.
         Timestamps with a time zone become aware ``datetime`` objects, lists
-        become Python lists and nulls become ``None``.
+        become Python lists, maps ``dict`` objects and nulls ``None``.
     """
-    return table.to_pylist()
+    return table.to_pylist(maps_as_pydicts="strict")
 
 
 def records_to_table(
@@ -236,6 +236,8 @@ def unsupported_type(typ: pa.DataType) -> str | None:
     """
     if pa.types.is_list(typ) or pa.types.is_large_list(typ):
         return unsupported_type(typ.value_type)
+    if pa.types.is_map(typ):
+        return unsupported_type(typ.key_type) or unsupported_type(typ.item_type)
     if pa.types.is_struct(typ):
         for index in range(typ.num_fields):
             problem = unsupported_type(typ.field(index).type)
@@ -261,6 +263,7 @@ def _is_plain_supported(typ: pa.DataType) -> bool:
         pa.types.is_timestamp,
         pa.types.is_date,
         pa.types.is_decimal128,
+        pa.types.is_duration,
     )
     return any(check(typ) for check in checks)
 
@@ -280,6 +283,8 @@ def spark_compatible_type(typ: pa.DataType) -> pa.DataType:
     """
     if pa.types.is_timestamp(typ):
         return pa.timestamp("us", tz=typ.tz)
+    if pa.types.is_duration(typ):
+        return pa.duration("us")
     if pa.types.is_large_string(typ):
         return pa.string()
     if pa.types.is_large_binary(typ):
@@ -288,6 +293,11 @@ def spark_compatible_type(typ: pa.DataType) -> pa.DataType:
         return pa.date32()
     if pa.types.is_list(typ) or pa.types.is_large_list(typ):
         return pa.list_(spark_compatible_type(typ.value_type))
+    if pa.types.is_map(typ):
+        key, item = typ.key_field, typ.item_field
+        return pa.map_(
+            key.with_type(spark_compatible_type(key.type)), item.with_type(spark_compatible_type(item.type))
+        )
     if pa.types.is_struct(typ):
         fields = [typ.field(i) for i in range(typ.num_fields)]
         return pa.struct([f.with_type(spark_compatible_type(f.type)) for f in fields])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -22,3 +23,16 @@ def run_collect(flow: rt.Dataflow, inputs: dict[str, Any] | None = None, output:
 def as_multisets(result: dict[int, list]) -> dict[int, Counter]:
     """Each non-empty epoch's records as a multiset: their order within an epoch is not defined."""
     return {epoch: Counter(records) for epoch, records in result.items() if records}
+
+
+def hosts_given_back(job: rt.Job, timeout: float = 60.0) -> bool:
+    """Every host of ``job`` is back in the pool, reset (idle), or dead: none is still the job's."""
+    deadline = time.monotonic() + timeout
+    numbers = {lease.number for lease in job._leases.values()}
+    while True:
+        states = job._pool.describe()
+        held = numbers & {n for state, hosts in states.items() if not state.endswith("idle") for n in hosts}
+        if not held:
+            return True
+        assert time.monotonic() < deadline, f"hosts {sorted(held)} of job {job.name!r} were not given back: {states}"
+        time.sleep(0.1)

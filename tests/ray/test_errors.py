@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import ray
 
 import raytide as rt
+from tests.ray.jobs import hosts_given_back
 
 pytestmark = pytest.mark.ray
 
@@ -16,20 +15,6 @@ def boom(x):
     if x == 13:
         raise ValueError("unlucky record")
     return x
-
-
-def all_dead(job, timeout=60.0):
-    """Every actor of the job is gone (``ray.kill`` takes effect asynchronously, so poll)."""
-    deadline = time.monotonic() + timeout
-    for actor in [*job.actors.values(), job.progress]:
-        while True:
-            try:
-                ray.get(actor.ping.remote(), timeout=30)
-            except ray.exceptions.RayActorError:
-                break
-            assert time.monotonic() < deadline, "an actor survived the job's teardown"
-            time.sleep(0.1)
-    return True
 
 
 def test_user_exception_names_vertex_replica_epoch_and_keeps_traceback(ray_session):
@@ -41,7 +26,7 @@ def test_user_exception_names_vertex_replica_epoch_and_keeps_traceback(ray_sessi
     message = str(info.value)
     assert "vertex 'risky'" in message and "replica" in message and "epoch 1" in message
     assert "unlucky record" in message and "in boom" in message, "the original traceback is carried"
-    assert all_dead(job)
+    assert hosts_given_back(job)
 
 
 def test_sending_into_the_past_is_an_error_naming_the_vertex(ray_session):

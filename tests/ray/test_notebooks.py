@@ -1,4 +1,8 @@
-"""The notebooks run top to bottom in a fresh kernel of this interpreter, and show the right things.
+"""The notebooks are committed executed, and run top to bottom in a fresh kernel of this interpreter.
+
+They are committed with their outputs (tables, plots) so that they read as demos where
+users browse them; the tests execute them again from scratch, outputs cleared first, so a
+saved output never passes for a fresh one.
 
 The kernel is this venv's Python (a kernel spec written to a temporary directory whose
 ``argv`` is ``sys.executable``), so the test works in a fresh venv without ``jupyter
@@ -21,8 +25,6 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL = "raytide-test-venv"
 CELL_TIMEOUT = 240
@@ -43,13 +45,19 @@ def kernel_dirs(tmp_path_factory) -> Path:
 
 
 def execute(name: str, kernel_dirs: Path, own_ray_env: dict[str, str]):
-    """Run notebook ``name`` in a new kernel; return the executed notebook."""
+    """Run notebook ``name`` in a new kernel, its committed outputs cleared first; return the executed notebook."""
     notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    for cell in code_cells(notebook):
+        cell.outputs, cell.execution_count = [], None
     manager = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dirs)]))
     client = nbclient.NotebookClient(notebook, km=manager, timeout=CELL_TIMEOUT,
                                      resources={"metadata": {"path": str(NOTEBOOKS)}})
     client.execute(env={k: v for k, v in own_ray_env.items() if k != "MPLBACKEND"})
     return notebook
+
+
+def code_cells(notebook) -> list:
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
 
 
 def outputs(cell) -> list[dict]:
@@ -74,6 +82,16 @@ def cell_with(notebook, fragment: str):
     return next(cell for cell in notebook.cells if cell.cell_type == "code" and fragment in cell.source)
 
 
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda path: path.stem)
+def test_notebook_is_committed_executed_with_its_plot(path: Path):
+    notebook = nbformat.read(path, as_version=4)
+    counts = [cell.execution_count for cell in code_cells(notebook)]
+    assert counts == list(range(1, len(counts) + 1)), f"{path.name}: execution counts {counts}; run it top to bottom"
+    assert any(outputs(cell) for cell in code_cells(notebook)) and has_png(notebook), f"{path.name} has no outputs"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
 @pytest.mark.spark
 def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs, own_ray_env):
     notebook = execute("quickstart", kernel_dirs, own_ray_env)
@@ -90,6 +108,8 @@ def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs, own_ray
     assert has_png(notebook)
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs, own_ray_env):
     notebook = execute("vertex_api", kernel_dirs, own_ray_env)
 

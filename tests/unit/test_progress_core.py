@@ -92,3 +92,21 @@ def test_the_event_log_keeps_only_what_the_driver_has_not_read():
         assert events == [EpochComplete("out", epoch, [epoch])]
         assert len(actor.events) <= 1, "events the driver has read are dropped at its next poll"
     assert cursor == 1000
+
+
+def test_the_slowest_location_is_the_last_one_holding_the_earliest_time():
+    b = GraphBuilder()
+    b.add_vertex("src", inputs=0)
+    b.add_vertex("busy")
+    b.add_vertex("out", outputs=0)
+    b.add_edge("src", 0, "busy", 0)
+    b.add_edge("busy", 0, "out", 0)
+    core = ProgressCore(b.build(), ["out"], [((SRC, T0), 1)])
+    core.connect({SOURCE: [], SINK: [OUT]})
+    busy, stuck = Location.of_input("busy", 0), ReplicaKey("busy", 0)
+    core.receive(batch(SOURCE, 0, [((SRC, T0), -1), ((busy, T0), 5), ((busy, T1), 9)]))
+    core.receive(batch(stuck, 0, [((busy, T0), -1), ((OUT, T0), 1)]))
+    # 4 messages wait at busy (upstream, backpressured) and 1 at out: the one downstream is named
+    assert core.describe()["slowest (the earliest pending work)"] == "vertex 'out' (1 x Timestamp(0) at out[in 0])"
+    core.receive(batch(SINK, 0, [((OUT, T0), -1)]))
+    assert core.describe()["slowest (the earliest pending work)"] == "vertex 'busy' (4 x Timestamp(0) at busy[in 0])"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.actors.wire import pack, unpack, unpack_records
+from raytide.actors.wire import OUT_OF_BAND_BYTES, pack, pack_records, packed_size, unpack, unpack_records
 
 records = st.lists(st.one_of(st.tuples(st.text(), st.integers()), st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
                              st.none(), st.floats(allow_nan=False)), max_size=30)
@@ -57,3 +57,22 @@ def test_objects_unpacked_with_the_collector_paused_are_still_collected():
     del unpacked
     gc.collect()
     assert sum(isinstance(o, Node) for o in gc.get_objects()) == count - 1
+
+
+def test_a_large_buffer_travels_beside_the_blob_and_is_not_copied_back():
+    array = np.arange(OUT_OF_BAND_BYTES // 8, dtype=np.int64)  # exactly the threshold
+    packed = pack_records([("big", array), ("small", 1)])
+    assert isinstance(packed, tuple), "the array's data went into the blob"
+    blob, buffers = packed
+    assert len(blob) < 1024 and packed_size(packed) == len(blob) + array.nbytes
+    [(key, back), small] = unpack_records(packed)
+    assert key == "big" and small == ("small", 1)
+    assert np.array_equal(back, array) and np.shares_memory(back, array)
+
+
+def test_a_buffer_below_the_threshold_stays_in_the_blob():
+    array = np.arange(OUT_OF_BAND_BYTES - 1, dtype=np.uint8)
+    payload, packed = pack([array])
+    assert isinstance(payload, bytes) and packed_size(payload) == len(payload) > array.nbytes
+    [back] = unpack(payload, packed)
+    assert np.array_equal(back, array) and back.flags.writeable

@@ -6,7 +6,9 @@ Arrow tables in the object store become a DataFrame that Spark executors read di
 (:mod:`.sink`). This module starts, adopts and stops that Spark: :func:`start_spark` and
 :func:`stop_spark`, with executors sized for the cluster (:func:`plan_executors`) and the
 JVM flags Java 17 needs (:data:`JDK17_JAVA_OPTIONS`), so users never write them;
-:func:`active_spark` finds a running one, started here or by ``raydp.init_spark``.
+:func:`active_spark` finds a running one, started here or by ``raydp.init_spark``. It
+also holds what both conversions share: :func:`get_results` and :func:`failure_reason`
+turn a failed Ray task or Spark call into an error that says why in its first line.
 
 Resources: every Ray task of a conversion reserves a fraction of a CPU (:data:`TASK_CPUS`
 for raytide's own tasks and, through :func:`spark_configs`, for RayDP's fetch tasks).
@@ -27,11 +29,12 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytide.errors import SparkIntegrationError
+from raytide.errors import RaytideError, SparkIntegrationError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark import SparkContext
@@ -90,6 +93,18 @@ TASK_CPUS = 0.5
 
 #: RayDP's config for the CPUs of its Spark -> Ray fetch tasks (default 0 in RayDP).
 FETCH_TASK_CPUS = "spark.ray.raydp_recoverable_fetch.task.resource.CPU"
+
+#: RayDP's config for the driver JVM's log4j2 configuration file (its default,
+#: ``log4j2-default.properties``, is on no classpath: log4j2 then prints "ERROR
+#: StatusConsoleListener Reconfiguration failed" and Spark its "Setting default log level").
+LOG4J_CONFIG_KEY = "spark.log4j.config.file.name"
+
+#: The environment variable RayDP reads for :data:`LOG4J_CONFIG_KEY` when the config is not set.
+LOG4J_CONFIG_ENV = "SPARK_LOG4J_CONFIG_FILE_NAME"
+
+#: raytide's log4j2 configuration for the driver JVM: warnings and errors on stderr, minus
+#: the warnings that say nothing about the job (``NativeCodeLoader``); see the file.
+LOG4J_CONFIG_FILE = Path(__file__).with_name("log4j2.properties")
 
 _MASTER_SUFFIX = "_SPARK_MASTER"  # RayDP names its master actor app_name + this
 
@@ -173,9 +188,12 @@ def spark_configs(configs: Mapping[str, str] | None = None) -> dict[str, str]:
     """The caller's Spark configs with raytide's additions.
 
     :data:`JDK17_JAVA_OPTIONS` go first in each of :data:`JAVA_OPTIONS_KEYS`
-    (options the caller already set there are kept after them), and RayDP's
+    (options the caller already set there are kept after them), RayDP's
     fetch tasks reserve :data:`TASK_CPUS` unless the caller set
-    :data:`FETCH_TASK_CPUS`.
+    :data:`FETCH_TASK_CPUS`, and the driver JVM logs with
+    :data:`LOG4J_CONFIG_FILE` unless the caller chose a file (the config
+    :data:`LOG4J_CONFIG_KEY`, or the environment variable
+    :data:`LOG4J_CONFIG_ENV` that RayDP reads).
 
     Args:
         configs: Extra Spark / RayDP configs, or None.
@@ -185,6 +203,8 @@ def spark_configs(configs: Mapping[str, str] | None = None) -> dict[str, str]:
     """
     merged = dict(configs or {})
     merged.setdefault(FETCH_TASK_CPUS, str(TASK_CPUS))
+    if LOG4J_CONFIG_ENV not in os.environ:
+        merged.setdefault(LOG4J_CONFIG_KEY, str(LOG4J_CONFIG_FILE))
     flags = " ".join(JDK17_JAVA_OPTIONS)
     for key in JAVA_OPTIONS_KEYS:
         own = merged.get(key, "").strip()
@@ -203,8 +223,13 @@ def start_spark(
 
     Starts a local Ray (``ray.init()``) if none is connected. Sizes the
     executors with :func:`plan_executors`, adds :data:`JDK17_JAVA_OPTIONS` to
-    the app master, driver and executor JVMs, and points executors' Python
-    workers at this interpreter (``PYSPARK_PYTHON``, unless already set). An
+    the app master, driver and executor JVMs, logs the driver JVM's warnings
+    and errors with :data:`LOG4J_CONFIG_FILE` (see :func:`spark_configs`),
+    points executors' Python workers at this interpreter (``PYSPARK_PYTHON``)
+    and binds the driver JVM to Ray's address of this node (``SPARK_LOCAL_IP``,
+    the address RayDP gives ``spark.driver.host``; where the host name
+    resolves to a loopback address, Spark would otherwise warn and pick an
+    interface itself); both variables only if not set already. An
     idle driver JVM left in this process by an earlier Spark session (a plain
     local one, or a stopped RayDP one) is ended first, so that the new driver
     gets RayDP's classpath and the flags.
@@ -239,6 +264,7 @@ def start_spark(
         ray.init()
     plan = plan_executors(ray.cluster_resources(), num_executors, executor_cores, executor_memory)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", ray.util.get_node_ip_address())
     import raydp
 
     logger.info("starting Spark on Ray: %s", plan)
@@ -384,6 +410,54 @@ def _warn_if_missing_flags(session: SparkSession) -> None:
 def _java_major(version: str | None) -> int:
     head = (version or "0").split(".")[0]
     return int(head) if head.isdigit() else 0
+
+
+def failure_reason(error: BaseException) -> str:
+    """What went wrong, for the first line of a :class:`SparkIntegrationError` that wraps ``error``.
+
+    Ray's task errors start with Ray's coloured ``ray::task()`` headline and a remote
+    traceback, Py4J's with "An error occurred while calling ..."; neither says what
+    went wrong first. This is the message of the error that started it all: the
+    innermost cause of a Ray task error (a raytide error's message as it is, any other
+    prefixed with its type), the Java exception of a Py4J error. Callers raise
+    ``SparkIntegrationError(f"... failed: {failure_reason(error)}") from error``, so
+    the full error stays available as ``__cause__``.
+
+    Args:
+        error: The exception caught.
+
+    Returns:
+        One line.
+    """
+    from py4j.protocol import Py4JJavaError
+
+    while isinstance(error, ray.exceptions.RayTaskError) and isinstance(error.cause, BaseException):
+        error = error.cause
+    if isinstance(error, Py4JJavaError):
+        text = str(error.java_exception.toString())
+    elif isinstance(error, RaytideError):
+        text = str(error)
+    else:
+        text = f"{type(error).__name__}: {error}"
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def get_results(refs: list[ray.ObjectRef], doing: str) -> list[Any]:
+    """``ray.get(refs)``, with a failed task's error as a :class:`SparkIntegrationError` that says why first.
+
+    Args:
+        refs: Object refs of Ray tasks run for a conversion.
+        doing: What the conversion does ("converting output 'counts' to Spark"),
+            for the message.
+
+    Raises:
+        SparkIntegrationError: ``"{doing} failed: {reason}"`` (see
+            :func:`failure_reason`), with Ray's error as ``__cause__``.
+    """
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayError as error:
+        raise SparkIntegrationError(f"{doing} failed: {failure_reason(error)}") from error
 
 
 def require_spark() -> SparkSession:

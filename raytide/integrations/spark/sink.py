@@ -4,11 +4,13 @@ A sink's output, ``{epoch: [ObjectRef to pyarrow.Table]}`` (:func:`output_tables
 converts a job's packed records into such tables inside Ray tasks), becomes a Spark
 DataFrame whose executors read the tables from Ray's object store through RayDP; no
 record passes through the driver. Records <-> Arrow conversion lives in the pure module
-:mod:`raytide.integrations.records`.
+:mod:`raytide.integrations.records`; which Spark type a column gets is described in
+``docs/spark-types.md``.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -16,17 +18,20 @@ from typing import TYPE_CHECKING, Protocol
 import pyarrow as pa
 import ray
 
-from raytide.actors.wire import unpack_records
+from raytide.actors.wire import Packed, unpack_records
 from raytide.errors import SparkIntegrationError
 from raytide.integrations import records
 from raytide.integrations.spark.session import (
     TASK_CPUS,
+    get_results,
     master_actor_name,
     require_spark,
 )
+from raytide.integrations.spark.types import check_schema, widen_decimals
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 #: Name of the column :func:`tables_to_spark` adds when it converts several epochs.
 EPOCH_COLUMN = "epoch"
@@ -40,19 +45,27 @@ class OutputJob(Protocol):
 
 
 @ray.remote(num_cpus=TASK_CPUS)
-def _records_to_table(blob: bytes, output: str, epoch: int) -> pa.Table:
-    return records.records_to_table(unpack_records(blob), vertex=output, epoch=epoch)
+def _records_to_table(blob: Packed, output: str, epoch: int, schema: pa.Schema | None) -> pa.Table:
+    return records.records_to_table(unpack_records(blob), vertex=output, epoch=epoch, schema=schema)
 
 
-def output_tables(job: OutputJob, output_name: str) -> dict[int, list[ray.ObjectRef]]:
+def output_tables(
+    job: OutputJob, output_name: str, schema: pa.Schema | None = None
+) -> dict[int, list[ray.ObjectRef]]:
     """Object refs of Arrow tables of a job's output per completed epoch, converted by Ray tasks.
 
     Tuple records become columns ``_1, _2, ...``, dict records named columns (see
     :func:`raytide.integrations.records.records_to_table`); no record passes through
     the driver unless it was small enough to travel inline.
+
+    Args:
+        job: The job.
+        output_name: The sink's name.
+        schema: Build every table with exactly this Arrow schema, or None to infer
+            the types from the values.
     """
     return {
-        epoch: [_records_to_table.remote(part, output_name, epoch) for part in parts]
+        epoch: [_records_to_table.remote(part, output_name, epoch, schema) for part in parts]
         for epoch, parts in job.output_parts(output_name).items()
     }
 
@@ -91,8 +104,9 @@ def tables_to_spark(
     cast to that schema and written as Arrow IPC bytes by a Ray task, and the
     Spark executors read those objects directly through RayDP (no pandas, no
     driver round trip). The DataFrame's schema is the unified Arrow schema in
-    Spark types. The IPC objects stay in Ray's object store, held by RayDP's
-    master actor, as long as the Spark session lives.
+    Spark types (a timestamp without time zone becomes ``timestamp_ntz``, see
+    ``docs/spark-types.md``). The IPC objects stay in Ray's object store, held
+    by RayDP's master actor, as long as the Spark session lives.
 
     Args:
         refs_by_epoch: ``{epoch: [ObjectRef to pyarrow.Table, ...]}``.
@@ -108,21 +122,79 @@ def tables_to_spark(
 
     Raises:
         SparkIntegrationError: no Spark on Ray, incompatible block schemas,
-            or the blocks already have a column named ``epoch_column``.
+            the blocks already have a column named ``epoch_column``, or a
+            block could not be computed (the message says why first, Ray's
+            error is the ``__cause__``).
     """
-    spark = spark or require_spark()
-    selected = _select(refs_by_epoch, epoch)
+    target = _Target(spark or require_spark(), epoch, epoch_column, "converting tables to Spark")
+    return _convert(target, refs_by_epoch)
+
+
+class _Target:
+    """The DataFrame to build: in which session, of which epochs, with which column types."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        epoch: int | None,
+        epoch_column: str,
+        doing: str,
+        given: StructType | None = None,
+        widen_decimals: bool = False,
+    ) -> None:
+        """Describe a conversion.
+
+        Args:
+            spark: The RayDP session.
+            epoch: One epoch, or None for all (with an epoch column).
+            epoch_column: The epoch column's name.
+            doing: What the conversion is, for error messages.
+            given: The records' Spark schema, or None to infer it from the blocks.
+            widen_decimals: Give inferred decimals precision 38
+                (:func:`~raytide.integrations.spark.types.widen_decimals`): for
+                tables built from records, whose decimal precision is Arrow's
+                guess from the values at hand.
+        """
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.spark, self.epoch, self.doing, self.given = spark, epoch, doing, given
+        self.label = epoch_column if epoch is None else None
+        self.given_arrow = to_arrow_schema(given) if given is not None else None
+        self.widen_decimals = widen_decimals
+
+    def arrow_schema(self, blocks: list[pa.Schema]) -> pa.Schema:
+        """The records' Arrow schema (no epoch column): the given one, or the blocks' unified."""
+        if self.given_arrow is not None:
+            return self.given_arrow
+        unified = records.unify_schemas(blocks)
+        return widen_decimals(unified) if self.widen_decimals else unified
+
+    def spark_schema(self, arrow: pa.Schema) -> StructType:
+        """The DataFrame's schema: the given one, or ``arrow``'s in Spark types; then the epoch column."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        columns = self.given if self.given is not None else from_arrow_schema(arrow, prefer_timestamp_ntz=True)
+        if self.label is None:
+            return columns
+        if self.label in columns.names:
+            raise SparkIntegrationError(
+                f"the output already has a column {self.label!r}; pass another epoch_column or a single epoch"
+            )
+        return StructType([*columns.fields, StructField(self.label, LongType(), nullable=False)])
+
+
+def _convert(target: _Target, refs_by_epoch: Mapping[int, Sequence[ray.ObjectRef]]) -> DataFrame:
+    """Build ``target``'s DataFrame from the blocks (see :func:`tables_to_spark`)."""
+    selected = _select(refs_by_epoch, target.epoch)
     pairs = [(e, ref) for e, refs in selected.items() for ref in refs]
-    infos = ray.get([_block_info_task.remote(ref) for _, ref in pairs])
-    schema = records.unify_schemas(info[0] for info in infos)
-    label = epoch_column if epoch is None else None
-    if label is not None:
-        schema = _with_epoch_field(schema, label)
-    stripped = _without(schema, label)
+    infos = get_results([_block_info_task.remote(ref) for _, ref in pairs], target.doing)
+    schema = target.arrow_schema([info[0] for info in infos])
+    columns = target.spark_schema(schema)
     blocks = [
-        _ipc_task.remote(ref, stripped, label, e) for (e, ref), (_, rows) in zip(pairs, infos) if rows > 0
+        _ipc_task.remote(ref, schema, target.label, e) for (e, ref), (_, rows) in zip(pairs, infos) if rows > 0
     ]
-    return _dataframe(spark, schema, blocks)
+    return _dataframe(target.spark, columns, blocks)
 
 
 def _select(refs_by_epoch: Mapping[int, Sequence[ray.ObjectRef]], epoch: int | None) -> dict[int, list[ray.ObjectRef]]:
@@ -131,32 +203,21 @@ def _select(refs_by_epoch: Mapping[int, Sequence[ray.ObjectRef]], epoch: int | N
     return {epoch: list(refs_by_epoch.get(epoch, []))}
 
 
-def _with_epoch_field(schema: pa.Schema, name: str) -> pa.Schema:
-    if name in schema.names:
-        raise SparkIntegrationError(
-            f"the output already has a column {name!r}; pass another epoch_column or a single epoch"
-        )
-    return schema.append(pa.field(name, pa.int64(), nullable=False))
+def _dataframe(spark: SparkSession, schema: StructType, blocks: list[ray.ObjectRef]) -> DataFrame:
+    """A DataFrame of ``schema`` whose executors read the IPC ``blocks``.
 
-
-def _without(schema: pa.Schema, name: str | None) -> pa.Schema:
-    if name is None:
-        return schema
-    return schema.remove(schema.get_field_index(name))
-
-
-def _dataframe(spark: SparkSession, schema: pa.Schema, blocks: list[ray.ObjectRef]) -> DataFrame:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
+    RayDP's public ``ray_dataset_to_spark_dataframe`` derives the Spark schema
+    from the Arrow one itself, turning ``timestamp_ntz`` into ``timestamp`` and
+    losing what Arrow does not say (a map's or an array's ``containsNull``, a
+    day-time interval's fields); ``_convert_by_rdd``, the private function it
+    ends with, takes the schema to use.
+    """
     if not blocks:
-        return spark.createDataFrame([], from_arrow_schema(schema))
-    from raydp.spark import ray_dataset_to_spark_dataframe
+        return spark.createDataFrame([], schema)
+    from raydp.spark.dataset import _convert_by_rdd, get_locations
 
-    # RayDP fetches the first block to the driver to see its format: give it
-    # an empty one (a few hundred bytes) rather than real rows.
-    blocks = [ray.put(_ipc_bytes(schema.empty_table())), *blocks]
     _keep_alive(spark, blocks)
-    return ray_dataset_to_spark_dataframe(spark, schema, blocks)
+    return _convert_by_rdd(spark, blocks, get_locations(blocks), schema)
 
 
 def _keep_alive(spark: SparkSession, blocks: list[ray.ObjectRef]) -> None:
@@ -175,8 +236,22 @@ def to_spark(
     epoch: int | None = None,
     spark: SparkSession | None = None,
     epoch_column: str = EPOCH_COLUMN,
+    schema: StructType | str | None = None,
 ) -> DataFrame:
     """A job's output as a Spark DataFrame: :func:`tables_to_spark` of :func:`output_tables`.
+
+    Without ``schema``, column types are inferred from the records as Arrow
+    infers them (``int`` gives ``bigint``, ``float`` ``double``, a ``dict`` a
+    struct, a naive ``datetime`` ``timestamp_ntz``), except that decimals get
+    Spark's largest precision, 38, and the scale their values have: Arrow
+    alone guesses the precision from the values at hand and would turn a
+    ``decimal(38,10)`` column into ``decimal(15,10)``. With ``schema``, given
+    as ``spark.createDataFrame`` takes it (a ``StructType``, for example the
+    input's ``df.schema``, or a DDL string such as ``"id bigint, m
+    map<string,int>"``), the records are built with exactly those types and the
+    DataFrame has exactly that schema: the way to get narrow types (``int``,
+    ``float``, ``decimal(10,2)``) and maps (from ``dict`` values) back. See
+    ``docs/spark-types.md``.
 
     Args:
         job: The running (or finished) job.
@@ -184,8 +259,39 @@ def to_spark(
         epoch: One epoch (no epoch column), or None for all with an epoch column.
         spark: The RayDP session; default :func:`~raytide.integrations.spark.session.active_spark`.
         epoch_column: Name of the epoch column when several epochs are converted.
+        schema: The records' Spark schema (without the epoch column), or None
+            to infer it.
 
     Returns:
         The DataFrame.
+
+    Raises:
+        SparkIntegrationError: no Spark on Ray; ``schema`` has a type that
+            cannot cross (named before any record is converted); records do not
+            fit the schema, or hold values Spark cannot represent (the message
+            names the vertex, the epoch and the column first, Ray's error is the
+            ``__cause__``); or see :func:`tables_to_spark`.
     """
-    return tables_to_spark(output_tables(job, output_name), spark=spark, epoch=epoch, epoch_column=epoch_column)
+    spark = spark or require_spark()
+    given = _given_schema(spark, schema) if schema is not None else None
+    doing = f"converting output {output_name!r} to Spark"
+    target = _Target(spark, epoch, epoch_column, doing, given, widen_decimals=True)
+    return _convert(target, output_tables(job, output_name, schema=target.given_arrow))
+
+
+def _given_schema(spark: SparkSession, schema: StructType | str) -> StructType:
+    """``schema`` as a StructType, once checked; a DDL string is parsed by Spark's JVM.
+
+    The JVM, unlike PySpark, parses every Spark type (a calendar ``interval``
+    too), so the check can name the column.
+    """
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        text = schema.json()
+    else:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None, "a started SparkContext always has its driver JVM"
+        text = jvm.org.apache.spark.sql.types.StructType.fromDDL(schema).json()
+    check_schema(text, "the schema given to to_spark")
+    return schema if isinstance(schema, StructType) else StructType.fromJson(json.loads(text))

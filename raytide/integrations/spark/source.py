@@ -25,7 +25,8 @@ import ray
 
 from raytide.errors import SourceError, SparkEpochColumnError, SparkIntegrationError
 from raytide.integrations import records
-from raytide.integrations.spark.session import TASK_CPUS, is_on_ray
+from raytide.integrations.spark.session import TASK_CPUS, failure_reason, get_results, is_on_ray
+from raytide.integrations.spark.types import check_schema
 from raytide.sources.base import BlockRefs, DriverSource, Reader
 from raytide.sources.epoch_column import EpochColumn
 
@@ -35,6 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 #: Spark's integer types, the ones an epoch column may have.
 _INTEGRAL_SPARK_TYPES = ("tinyint", "smallint", "int", "bigint")
+
+#: How error messages name a single DataFrame.
+_SINGLE = "the DataFrame"
 
 
 @ray.remote(num_cpus=TASK_CPUS)
@@ -72,6 +76,12 @@ class SparkSource(DriverSource):
       that have rows are yielded; the column stays in the tables;
     * one DataFrame alone: epoch 0.
 
+    Column types are checked before anything is converted: a type that cannot
+    cross (a calendar or year-month interval, see ``docs/spark-types.md``) is
+    refused with an error naming the column and its type, by the constructor
+    for one DataFrame or a sequence, before its epoch for a generator's. A
+    map column reaches vertices as a ``dict``.
+
     RayDP keeps a DataFrame's Arrow data cached in Spark so that lost blocks
     can be rebuilt; the source releases that cache when it moves on to the
     next DataFrame, when the iteration ends and on :meth:`close`.
@@ -87,9 +97,13 @@ class SparkSource(DriverSource):
         Raises:
             SparkIntegrationError: ``epoch_column`` is given with several
                 DataFrames, is missing, or is not an integer column (then an
-                :class:`~raytide.errors.EpochColumnError` too).
+                :class:`~raytide.errors.EpochColumnError` too), or a column of
+                a DataFrame (one, or any of a sequence) has a type that cannot
+                cross.
         """
         self._single = _is_dataframe(frames)
+        for what, frame in _known_frames(frames):
+            _check_frame(frame, what)
         if epoch_column is not None:
             if not _is_dataframe(frames):
                 raise SparkIntegrationError(
@@ -173,7 +187,7 @@ class SparkSource(DriverSource):
                     kind = type(frame).__name__
                     raise SparkIntegrationError(f"epoch {epoch}: expected a Spark DataFrame, got {kind}")
                 self.close()
-                yield epoch, self._convert(frame)
+                yield epoch, self._convert(frame, _epoch_label(epoch))
         finally:
             self.close()
 
@@ -181,7 +195,7 @@ class SparkSource(DriverSource):
         frame = self._frames
         assert _is_dataframe(frame), "an epoch column comes with a single DataFrame (checked in __init__)"
         try:
-            by_epoch = self._split(self._convert(frame), column)
+            by_epoch = self._split(self._convert(frame, _SINGLE), column)
             for epoch in sorted(by_epoch):
                 blocks = by_epoch.pop(epoch)
                 if epoch >= start:
@@ -189,12 +203,13 @@ class SparkSource(DriverSource):
         finally:
             self.close()
 
-    def _convert(self, frame: DataFrame) -> list[ray.ObjectRef]:
+    def _convert(self, frame: DataFrame, what: str) -> list[ray.ObjectRef]:
         self._pinned.append(frame)
-        return dataframe_to_blocks(frame)
+        return dataframe_to_blocks(frame, what=what)
 
     def _split(self, blocks: list[ray.ObjectRef], column: str) -> dict[int, list[ray.ObjectRef]]:
-        summaries = ray.get([_epoch_summary_task.remote(block, column) for block in blocks])
+        tasks = [_epoch_summary_task.remote(block, column) for block in blocks]
+        summaries = get_results(tasks, f"reading the epoch column {column!r}")
         negatives = [s["negative"] for s in summaries if s["negative"] is not None]
         _epoch_column(column).check_values(sum(s["nulls"] for s in summaries), min(negatives, default=None))
         by_epoch: dict[int, list[ray.ObjectRef]] = {}
@@ -236,13 +251,43 @@ def _pieces(block: ray.ObjectRef, column: str, present: list[int]) -> list[ray.O
     return list(_split_task.options(num_returns=len(present)).remote(block, column, present))  # type: ignore[call-overload]
 
 
+def _epoch_label(epoch: int) -> str:
+    return f"the DataFrame of epoch {epoch}"
+
+
+def _known_frames(frames: DataFrame | Iterable[DataFrame]) -> list[tuple[str, DataFrame]]:
+    """The DataFrames known before reading, with their labels: the one, or a sequence's (not a generator's)."""
+    if _is_dataframe(frames):
+        return [(_SINGLE, frames)]
+    if isinstance(frames, Sequence):
+        return [(_epoch_label(epoch), frame) for epoch, frame in enumerate(frames) if _is_dataframe(frame)]
+    return []
+
+
+def _check_frame(frame: DataFrame, what: str) -> None:
+    """Refuse a DataFrame with a column whose type cannot cross into the dataflow; no Spark job runs.
+
+    The schema is read in Spark's JSON form, which also describes the calendar
+    intervals PySpark's ``frame.schema`` cannot parse.
+
+    Args:
+        frame: The DataFrame.
+        what: What it is, for the message.
+
+    Raises:
+        SparkIntegrationError: naming each offending column and its Spark type
+            (see :func:`~raytide.integrations.spark.types.check_schema`).
+    """
+    check_schema(frame._jdf.schema().json(), what)
+
+
 def _is_dataframe(value: object) -> TypeIs[DataFrame]:
     from pyspark.sql import DataFrame
 
     return isinstance(value, DataFrame)
 
 
-def dataframe_to_blocks(frame: DataFrame) -> list[ray.ObjectRef]:
+def dataframe_to_blocks(frame: DataFrame, *, what: str = _SINGLE) -> list[ray.ObjectRef]:
     """Convert one DataFrame to Arrow tables in Ray's object store, through RayDP.
 
     This is RayDP's conversion, the one ``ray.data.from_spark`` calls
@@ -252,22 +297,34 @@ def dataframe_to_blocks(frame: DataFrame) -> list[ray.ObjectRef]:
     data cached in Spark until ``raydp.spark.release_spark_recoverable(frame)``
     (which :class:`SparkSource` calls for you).
 
+    Column types are checked first, from the schema: a column that cannot
+    cross (``docs/spark-types.md``) is refused before any Spark job runs.
+
     Args:
         frame: A DataFrame of a Spark session that runs on Ray.
+        what: What the DataFrame is, for error messages.
 
     Returns:
         ObjectRefs to ``pyarrow.Table`` blocks (possibly none, or empty ones).
 
     Raises:
-        SparkIntegrationError: the DataFrame's session is not on Ray.
+        SparkIntegrationError: the DataFrame's session is not on Ray, a
+            column's type cannot cross (the message names the column and the
+            type), or the conversion failed (in Spark's JVM or in a Ray task):
+            the message says why first, the original error is the ``__cause__``.
     """
     if not is_on_ray(frame.sparkSession):
         raise SparkIntegrationError("the DataFrame belongs to a Spark session that does not run on Ray (RayDP)")
+    _check_frame(frame, what)
+    from py4j.protocol import Py4JJavaError
     from raydp.spark import from_spark_recoverable
 
-    with _quiet_raydp():
-        dataset = from_spark_recoverable(frame)
-    return dataset.to_arrow_refs()
+    try:
+        with _quiet_raydp():
+            dataset = from_spark_recoverable(frame)
+        return dataset.to_arrow_refs()
+    except (Py4JJavaError, ray.exceptions.RayError) as error:
+        raise SparkIntegrationError(f"converting a DataFrame to Arrow failed: {failure_reason(error)}") from error
 
 
 @contextlib.contextmanager

@@ -1,0 +1,291 @@
+"""Fixed costs (issue 17): ``rt.run``'s start-up, and the three workloads end to end with it inside the clock.
+
+Every repetition runs in fresh Rays, one per child process (``python -m
+bench.bench_fixed_costs``, ``ray.init(num_cpus=2)``), so that each measures a first job
+in a fresh Ray; the parent aggregates. Two children per repetition:
+
+* the **raytide child**, in this order:
+
+  1. ``first_startup_s``: the first job of the fresh Ray, the word count flow below
+     (``flow.input("lines").flat_map(str.split).count_by_key(...)``, ``hosts`` processes:
+     four vertex hosts and the progress host at parallelism 2), timed from before
+     ``rt.run`` to ``job.wait_ready()``. The steps of that start-up are timed too
+     (``profile_*``, see :func:`profiled_first_startup`);
+  2. ``later_startup_s``: the same flow started again ``later_jobs`` times after the first
+     job finished, in the same driver (warm hosts from the pool): the median;
+  3. the three workloads end to end, each beside its hand-written baseline, every clock
+     from before starting anything to the last result at the driver (raytide's start-up,
+     the baseline's actor creation included): word count (``bench_wordcount``: a
+     ``TextFileSource`` of ``lines`` lines in ``epochs`` epochs against
+     ``bench/baselines/wordcount_ray.py``), Mandelbrot (``bench_mandelbrot``: ``rows``
+     rows of ``rows`` pixels, ``batch_size=10``, against ``mandelbrot_ray.py``), connected
+     components (``bench/workloads/components.component_labels``, ``nodes`` nodes and
+     three edges per node, against ``cc_ray.connected_components_ray``). raytide's jobs
+     here are later jobs of the driver: they lease the warm hosts of steps 1 and 2, as a
+     driver running one job after another does. Results are checked against each other.
+
+* the **bare child**: ``bare_actors_s``, creating ``hosts`` trivial actors (as many
+  processes as raytide's first job started, ``num_cpus=0`` like raytide's hosts, a class
+  shipped by value, so that their workers import nothing but Ray) and getting a ping back
+  from each. It runs in a Ray of its own, because whichever start-up comes first in a Ray
+  takes the workers Ray prestarts.
+
+Both children do the same before their clocks (``ray.init``, the same imports, a pause of
+:data:`SETTLE_S`). ``--param lines=200000 --param nodes=50000 --param rows=300`` makes a quick run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import psutil
+import ray
+
+import raytide as rt
+from bench.baselines.cc_ray import components_union_find, connected_components_ray
+from bench.baselines.data import random_graph_edges
+from bench.baselines.mandelbrot_ray import mandelbrot_ray
+from bench.bench_mandelbrot import raytide_mandelbrot
+from bench.bench_soak import child_main, run_child
+from bench.bench_wordcount import dataset, handwritten_wordcount, raytide_wordcount
+from bench.harness import SETTLE_S, ensure_ray
+from bench.workloads.components import component_labels
+from raytide.actors import runtime
+from raytide.actors.pool import HostPool
+
+PARAMS = {"lines": 1_000_000, "epochs": 10, "nodes": 200_000, "rows": 1000, "parallelism": 2, "later_jobs": 2}
+RATIOS = [
+    ("first start-up / bare actor creation (target <= 1.2)", "first_startup_s", "bare_actors_s"),
+    ("word count throughput, raytide / hand-written, start-up included (target >= 1.0)",
+     "wordcount_handwritten_s", "wordcount_raytide_s"),
+    ("Mandelbrot throughput, raytide / hand-written, start-up included (target >= 0.9)",
+     "mandelbrot_handwritten_s", "mandelbrot_raytide_s"),
+    ("components time, raytide / hand-written, start-up included (target <= 1.5)",
+     "components_raytide_s", "components_handwritten_s"),
+]
+#: Edges per node of the components graph (the table's 600,000 edges on 200,000 nodes).
+EDGES_PER_NODE = 3
+#: Rows per pushed batch (raytide) and per remote call (baseline) of the Mandelbrot workload.
+MANDELBROT_BATCH = 10
+#: Seconds to wait for a job of no input to finish, and for Ray's task events to reach its timeline.
+JOB_TIMEOUT, TIMELINE_FLUSH_S = 120.0, 3.0
+#: The children's module (``python -m``) and how long one may run.
+MODULE, CHILD_TIMEOUT = "bench.bench_fixed_costs", 1800.0
+#: What the raytide child's first start-up times on the driver: steps of ``rt.run`` (lease and
+#: put_plan happen inside start_hosts) and ``job.wait_ready``.
+DRIVER_STEPS = ((runtime, "compile_plan", "compile"), (runtime.Job, "_start", "start_hosts"),
+                (HostPool, "lease", "lease"), (ray, "put", "put_plan"),
+                (runtime.Job, "wait_ready", "wait_progress_host"))
+
+
+# -- start-up ------------------------------------------------------------------------------
+
+
+def startup_flow() -> rt.Dataflow:
+    """The word count flow of the start-up measurements (its input is fed by ``job.push``)."""
+    flow = rt.Dataflow("startup")
+    flow.input("lines").flat_map(str.split).count_by_key(lambda word: word).output("counts")
+    return flow
+
+
+def started_job(parallelism: int) -> tuple[float, list[int]]:
+    """Start :func:`startup_flow`, wait until every host answers, let it finish; ``(seconds to
+    ready, the hosts' process ids)``."""
+    started = time.perf_counter()
+    with rt.run(startup_flow(), parallelism=parallelism) as job:
+        job.wait_ready()
+        seconds = time.perf_counter() - started
+        job.close("lines")
+        job.wait(timeout=JOB_TIMEOUT)
+        return seconds, list(job.hosts().values())
+
+
+@contextlib.contextmanager
+def timing(steps: tuple[tuple[Any, str, str], ...], seconds: dict[str, float]) -> Iterator[None]:
+    """Wrap every ``(owner, attribute, label)`` of ``steps`` to add its calls' seconds to
+    ``seconds[label]`` (this process only; restored on exit)."""
+    originals = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in steps]
+
+    def timed(function: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - started
+        return call
+
+    try:
+        for (owner, attribute, original), (_, _, label) in zip(originals, steps):
+            setattr(owner, attribute, timed(original, label))
+        yield
+    finally:
+        for owner, attribute, original in originals:
+            setattr(owner, attribute, original)
+
+
+def profiled_first_startup(parallelism: int) -> dict[str, float]:
+    """The first job's start-up, with where its seconds go.
+
+    Driver side (``profile_<step>_s``, seconds inside the step): compiling the plan;
+    ``Job._start``, which leases the hosts (submits their creation, not waited for), puts
+    the plan in the object store and waits for the vertex hosts to take their roles and
+    connect; within it the lease and the put; waiting for the progress host. Host side,
+    from Ray's task events and the processes' start times (``profile_<phase>_s``, seconds
+    after ``rt.run`` was called, for the last host):
+    ``process_started``, ``worker_ready`` (Ray's worker runtime up, the host's creation
+    task starts), ``class_loaded`` (the host class unpickled: raytide imported),
+    ``host_created`` (``__init__`` done: the role's modules imported); and
+    ``profile_take_max_s``, ``profile_connect_max_s``: the longest ``take`` and ``connect``.
+    """
+    seconds: dict[str, float] = {}
+    wall = time.time()
+    with timing(DRIVER_STEPS, seconds):
+        first, pids = started_job(parallelism)
+    time.sleep(TIMELINE_FLUSH_S)
+    metrics = {"first_startup_s": first, "hosts": float(len(pids))}
+    metrics.update({f"profile_{label}_s": seconds.get(label, 0.0) for _, _, label in DRIVER_STEPS})
+    metrics.update(host_phases(wall, ray.timeline(), pids))
+    return metrics
+
+
+def host_phases(wall: float, events: list[dict], pids: list[int]) -> dict[str, float]:
+    """The host-side phases of :func:`profiled_first_startup` from Ray's timeline ``events``
+    (wall-clock microseconds) and the start times of the hosts' processes ``pids``, relative
+    to ``wall``, the moment ``rt.run`` was called."""
+    spans = [e for e in events if e.get("ph") == "X" and e["ts"] / 1e6 >= wall]
+    inits = [e for e in spans if e["name"] == "__init__" and e["cat"].endswith("Host.__init__")]
+    workers = {e["tid"] for e in inits}
+
+    def unpickled(init: dict) -> float:
+        """When the creation task ``init`` finished unpickling its class and arguments."""
+        return max(e["ts"] + e["dur"] for e in spans if e["tid"] == init["tid"]
+                   and e["name"] == "task:deserialize_arguments" and init["ts"] <= e["ts"] <= init["ts"] + init["dur"])
+
+    def longest(name: str) -> float:
+        return max(e["dur"] for e in spans if e["tid"] in workers and e["name"] == name) / 1e6
+
+    return {
+        "profile_process_started_s": max(psutil.Process(pid).create_time() for pid in pids) - wall,
+        "profile_worker_ready_s": max(e["ts"] for e in inits) / 1e6 - wall,
+        "profile_class_loaded_s": max(unpickled(e) for e in inits) / 1e6 - wall,
+        "profile_host_created_s": max(e["ts"] + e["dur"] for e in inits) / 1e6 - wall,
+        "profile_take_max_s": longest("take"),
+        "profile_connect_max_s": longest("connect"),
+    }
+
+
+def bare_actors(count: int) -> float:
+    """Seconds to create ``count`` trivial actors (``num_cpus=0``) and get a ping back from each."""
+
+    class Trivial:  # made here, so that Ray ships it by value and its workers import nothing of bench's
+        def ping(self) -> int:
+            return 0
+
+    trivial: Any = ray.remote(num_cpus=0)(Trivial)
+    started = time.perf_counter()
+    actors = [trivial.remote() for _ in range(count)]
+    ray.get([actor.ping.remote() for actor in actors], timeout=JOB_TIMEOUT)
+    seconds = time.perf_counter() - started
+    for actor in actors:
+        ray.kill(actor)
+    return seconds
+
+
+# -- the workloads, start-up inside the clock -------------------------------------------------
+
+
+def wordcount_pair(lines: int, epochs: int, parallelism: int) -> dict[str, float]:
+    """Word count end to end: raytide (a ``TextFileSource`` given to ``rt.run``) and the baseline."""
+    path = dataset(lines)
+    ours, raytide_s, startup_s, _ = raytide_wordcount(path, lines, epochs, parallelism, warm=False)
+    time.sleep(SETTLE_S)
+    theirs, handwritten_s = handwritten_wordcount(path, epochs, warm=False)
+    assert ours == theirs, "raytide and the hand-written word count disagree"
+    return {"wordcount_raytide_s": raytide_s, "wordcount_raytide_startup_s": startup_s,
+            "wordcount_handwritten_s": handwritten_s}
+
+
+def mandelbrot_pair(rows: int, parallelism: int) -> dict[str, float]:
+    """Mandelbrot end to end: raytide's ``map`` and the baseline's actor pool."""
+    started = time.perf_counter()
+    ours, startup_s = raytide_mandelbrot(rows, parallelism, MANDELBROT_BATCH)
+    raytide_s = time.perf_counter() - started
+    time.sleep(SETTLE_S)
+    started = time.perf_counter()
+    theirs = mandelbrot_ray(rows, rows, n_actors=parallelism, rows_per_call=MANDELBROT_BATCH)
+    handwritten_s = time.perf_counter() - started
+    assert np.array_equal(ours, theirs), "raytide and the hand-written Mandelbrot disagree"
+    return {"mandelbrot_raytide_s": raytide_s, "mandelbrot_raytide_startup_s": startup_s,
+            "mandelbrot_handwritten_s": handwritten_s}
+
+
+def components_pair(nodes: int, parallelism: int) -> dict[str, float]:
+    """Connected components end to end: ``component_labels`` and ``connected_components_ray``."""
+    edges = random_graph_edges(nodes, EDGES_PER_NODE * nodes, 0)
+    reference = components_union_find(nodes, edges)
+    started = time.perf_counter()
+    result = component_labels(edges, parallelism)
+    ours = np.arange(nodes, dtype=np.int64)
+    ours[result.nodes] = result.labels
+    raytide_s = time.perf_counter() - started
+    time.sleep(SETTLE_S)
+    started = time.perf_counter()
+    theirs, _, _ = connected_components_ray(nodes, edges, n_actors=parallelism)
+    handwritten_s = time.perf_counter() - started
+    assert np.array_equal(ours, reference) and np.array_equal(theirs, reference), "components differ from union-find"
+    return {"components_raytide_s": raytide_s, "components_handwritten_s": handwritten_s}
+
+
+# -- the children and the parent ----------------------------------------------------------
+
+
+def fresh_ray() -> None:
+    """What both children do before their clocks: a Ray of their own, then a pause for its start."""
+    ensure_ray()
+    time.sleep(SETTLE_S)
+
+
+def raytide_child(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, later_jobs: int) -> dict[str, float]:
+    """Steps 1 to 3 of the module docstring, in one fresh Ray."""
+    fresh_ray()
+    metrics = profiled_first_startup(parallelism)
+    metrics["later_startup_s"] = statistics.median(started_job(parallelism)[0] for _ in range(later_jobs))
+    for pair in (lambda: wordcount_pair(lines, epochs, parallelism), lambda: mandelbrot_pair(rows, parallelism),
+                 lambda: components_pair(nodes, parallelism)):
+        time.sleep(SETTLE_S)
+        metrics.update(pair())
+    return metrics
+
+
+def bare_child(actors: int) -> dict[str, float]:
+    """``bare_actors_s`` in one fresh Ray."""
+    fresh_ray()
+    return {"bare_actors_s": bare_actors(actors)}
+
+
+CHILDREN: dict[str, Callable[..., dict[str, float]]] = {"raytide": raytide_child, "bare": bare_child}
+
+
+def child(part: str, **params: Any) -> dict[str, float]:
+    """A child's measurement: ``part`` is a key of :data:`CHILDREN`."""
+    return CHILDREN[part](**params)
+
+
+def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, later_jobs: int) -> dict[str, float]:
+    dataset(lines)  # written once, outside every clock
+    params = {"lines": lines, "epochs": epochs, "nodes": nodes, "rows": rows, "parallelism": parallelism,
+              "later_jobs": later_jobs}
+    metrics = run_child(MODULE, {"part": "raytide", **params}, timeout=CHILD_TIMEOUT)
+    time.sleep(SETTLE_S)
+    metrics.update(run_child(MODULE, {"part": "bare", "actors": int(metrics["hosts"])}, timeout=CHILD_TIMEOUT))
+    return metrics
+
+
+if __name__ == "__main__":
+    child_main(child)

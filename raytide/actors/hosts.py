@@ -1,0 +1,197 @@
+"""Warm hosts: Ray actor processes that play one role at a time and are reused across jobs.
+
+A host is leased by a job, told its role (a replica of a chain: :class:`VertexHost`, or the
+job's progress actor: :class:`ProgressHost`), and given back: reset, it waits in the
+driver's pool (:mod:`raytide.actors.pool`) for the next job. Starting a job on warm hosts
+costs a few calls instead of a process start per actor.
+
+Every call of a role carries the lease it belongs to, and a host answers only calls of
+its current lease: calls of a previous job still in flight when the host was re-leased
+(a status push, a batch from a replica that was still draining) are dropped instead of
+reaching the new job. Leases are numbered in the order the driver makes them, so a call
+of a later lease than the host's arrived before the driver's ``take`` (Ray orders the
+calls of one caller, not those of different callers): it waits, in arrival order, and
+runs right after the ``take``. :class:`Leased` binds a handle to a lease, so the roles call each
+other as before (``peer.receive.remote(...)``) without knowing of leases.
+
+A host names itself after its role in Ray's log prefixes (the ``:actor_name:`` line that
+Ray's log monitor reads): ``(raytide job/chain/replica pid=...)`` while leased,
+``(raytide idle host pid=...)`` between jobs. Ray's actor table keeps the name the host
+was created with (``raytide-host-N``); ``job.stats()["hosts"]`` maps each replica to its
+host's process id.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import ray
+
+#: Ray's log monitor takes a line starting with this as the new name of the process's actor
+#: (``ray._private.ray_constants.LOG_PREFIX_ACTOR_NAME``).
+ACTOR_NAME_PREFIX = ":actor_name:"
+
+
+class Leased(NamedTuple):
+    """A host's handle bound to one lease: ``leased.method.remote(*args)`` calls
+    ``method(lease, *args)`` on the host (pickles like the handle it holds)."""
+
+    handle: Any
+    lease: int
+
+    def __getattr__(self, name: str) -> _LeasedMethod:
+        return _LeasedMethod(getattr(self.handle, name), self.lease)
+
+
+class _LeasedMethod(NamedTuple):
+    method: Any
+    lease: int
+
+    def remote(self, *args: Any) -> Any:
+        return self.method.remote(self.lease, *args)
+
+
+def announce(name: str) -> None:
+    """Name this process ``name`` in Ray's log prefixes from now on (stdout and stderr)."""
+    for stream in (sys.stdout, sys.stderr):
+        print(f"{ACTOR_NAME_PREFIX}{name}", file=stream, flush=True)
+
+
+class Host:
+    """A process that plays one role at a time; the base of :class:`VertexHost` and :class:`ProgressHost`."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.role: Any = None
+        self.lease = -1
+        self.early: dict[int, list[tuple[str, tuple]]] = {}  # calls of leases not taken yet
+        announce(f"raytide idle host ({label})")
+
+    def __repr__(self) -> str:
+        return f"raytide {self.label}"
+
+    def ping(self, lease: int | None = None) -> int:
+        """Liveness check for the driver and the pool: this host's process id (any lease may ask)."""
+        return os.getpid()
+
+    def _take(self, lease: int, role: Any, name: str) -> int:
+        self.role, self.lease = role, lease
+        announce(f"raytide {name}")
+        for method, args in self.early.pop(lease, []):
+            getattr(role, method)(*args)
+        self.early = {later: calls for later, calls in self.early.items() if later > lease}
+        return os.getpid()
+
+    def _call(self, lease: int, method: str, args: tuple) -> Any:
+        """``role.method(*args)`` for the current lease; kept for a later one; dropped for an earlier one."""
+        if lease == self.lease:
+            return getattr(self.role, method)(*args)
+        if lease > self.lease:
+            self.early.setdefault(lease, []).append((method, args))
+        return None
+
+    def reset(self, lease: int) -> bool:
+        """Drop the role of ``lease`` and everything it held (plan, channels, vertex objects,
+        buffered records); True if the host is clean now. Module-level globals of user code
+        stay, as they do on a Ray worker that runs one task after another."""
+        if lease != self.lease:
+            return False
+        self.role, self.lease = None, -1
+        gc.unfreeze()  # the role froze what existed at its start (see VertexActor.connect)
+        gc.collect()
+        announce(f"raytide idle host ({self.label})")
+        return True
+
+    def raytide_objects(self) -> dict[str, int]:
+        """How many objects of raytide's runtime classes this process holds (tests check a
+        reset host holds none)."""
+        from raytide.actors.plan import PhysicalPlan
+        from raytide.actors.progress_core import ProgressCore
+        from raytide.actors.replica import ReplicaCore
+        from raytide.core.vertex import Vertex
+
+        gc.collect()
+        kinds = (PhysicalPlan, ProgressCore, ReplicaCore, Vertex)
+        counts = dict.fromkeys((kind.__name__ for kind in kinds), 0)
+        for thing in gc.get_objects():
+            for kind in kinds:
+                if isinstance(thing, kind):
+                    counts[kind.__name__] += 1
+        return counts
+
+
+def _forwarding(name: str) -> Callable[..., Any]:
+    """A host method that calls the role's method ``name`` if the lease is current."""
+
+    def forward(self: Host, lease: int, *args: Any) -> Any:
+        return self._call(lease, name, args)
+
+    forward.__name__ = forward.__qualname__ = name
+    forward.__doc__ = f"The role's ``{name}`` for the current lease (see :meth:`Host._call`)."
+    return forward
+
+
+#: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
+VERTEX_METHODS = ("connect", "receive", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
+                  "start_reader", "pump", "advance", "stats", "debug_state")
+#: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
+PROGRESS_METHODS = ("connect", "receive", "fail", "frontier", "describe", "stats")
+
+
+class VertexHost(Host):
+    """A host whose role is one replica of one chain (a :class:`~raytide.actors.vertex_actor.VertexActor`).
+
+    Sequential, like the role it plays: Ray runs one caller's calls in submission order,
+    which keeps every channel FIFO (see :mod:`raytide.actors.vertex_actor`).
+    """
+
+    def __init__(self, number: int) -> None:
+        super().__init__(f"vertex host {number}")
+        import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
+
+    def take(self, lease: int, plan: Any, job: str, chain: str, replica: int, max_inflight: int, pretouch_mb: int,
+             myself: Any) -> int:
+        """Become replica ``replica`` of ``chain`` for ``lease``; returns this process's id."""
+        from raytide.actors.vertex_actor import VertexActor
+
+        role = VertexActor(plan, job, chain, replica, max_inflight, pretouch_mb, Leased(myself, lease))
+        return self._take(lease, role, f"{job}/{chain}/{replica}")
+
+
+class ProgressHost(Host):
+    """A host whose role is a job's progress actor (a :class:`~raytide.actors.progress_actor.ProgressActor`).
+
+    Created with a concurrency group ``poll`` for the driver's long poll, which waits
+    without blocking the progress calls (see :mod:`raytide.actors.progress_actor`).
+    """
+
+    def __init__(self, number: int) -> None:
+        super().__init__(f"progress host {number}")
+        import raytide.actors.progress_actor  # noqa: F401  (warm)
+
+    def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list) -> int:
+        """Become the progress actor of ``job`` for ``lease``; returns this process's id."""
+        from raytide.actors.progress_actor import ProgressActor
+
+        return self._take(lease, ProgressActor(graph, outputs, initial), f"{job}/progress")
+
+    @ray.method(concurrency_group="poll")
+    def next_events(self, lease: int, cursor: int, timeout: float) -> Any:
+        """The role's long poll (in the ``poll`` concurrency group, so not ordered with the
+        driver's ``take``): no events while the lease is not (or no longer) this host's."""
+        role = self.role
+        if lease != self.lease or role is None:
+            time.sleep(min(timeout, 0.01))
+            return [], cursor
+        return role.next_events(cursor, timeout)
+
+
+for _name in VERTEX_METHODS:
+    setattr(VertexHost, _name, _forwarding(_name))
+for _name in PROGRESS_METHODS:
+    setattr(ProgressHost, _name, _forwarding(_name))

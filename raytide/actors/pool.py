@@ -1,0 +1,291 @@
+"""The driver's pool of warm hosts (:mod:`raytide.actors.hosts`): jobs lease hosts from it
+and give them back; it keeps spares, notices deaths, and releases idle hosts.
+
+One pool per driver process and Ray connection (:func:`host_pool`). Its decisions are
+:class:`~raytide.actors.pool_book.PoolBook`'s; this shell creates, resets, pings and
+kills hosts, and never blocks a job on anything but a short wait for hosts whose reset is
+already under way. A daemon thread looks after it once a second: it takes the answers
+of resets and pings, replaces dead spares and releases hosts unused for ``idle_timeout``.
+
+Only hosts that reserve no CPUs are kept (``rt.run(num_cpus=0)``, the default): an idle
+host that reserved CPUs would keep them from the rest of the cluster, so such hosts are
+killed when their job ends. Ray kills every host when the driver disconnects
+(``ray.shutdown()`` or the driver's exit); :func:`shutdown` kills them at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from raytide.actors.hosts import Leased, ProgressHost, VertexHost
+from raytide.actors.pool_book import HostKind, PoolBook
+from raytide.core.arguments import non_negative, non_negative_int
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a pool unused by any job keeps its idle hosts (and spares).
+IDLE_TIMEOUT = 300.0
+#: Idle vertex hosts kept started while the pool is in use.
+SPARES = 0
+#: Seconds a reset (or a spare's start) may take before the host is killed instead.
+RESET_TIMEOUT = 30.0
+#: Seconds a lease waits for hosts whose reset is under way before it starts new ones.
+RESET_WAIT = 2.0
+#: Seconds between two rounds of the pool's housekeeping.
+HOUSEKEEPING_INTERVAL = 1.0
+
+_CLASSES: dict[HostKind, Any] = {}
+
+
+def _remote_class(kind: HostKind) -> Any:
+    """The Ray actor class of ``kind`` (made once: ``ray.remote`` pickles the class)."""
+    if kind not in _CLASSES:
+        if kind == "vertex":
+            _CLASSES[kind] = ray.remote(VertexHost)
+        else:
+            _CLASSES[kind] = ray.remote(concurrency_groups={"poll": 1})(ProgressHost)  # type: ignore[call-overload]
+    return _CLASSES[kind]
+
+
+@dataclass
+class HostLease:
+    """A host leased to a job: its handle bound to the lease, the raw handle and the process id."""
+
+    number: int
+    kind: HostKind
+    handle: Any  # the raw actor handle (for ray.kill, pings)
+    lease: int
+    pooled: bool  # False: killed, not reset, when given back (it reserved CPUs)
+
+    @property
+    def leased(self) -> Leased:
+        """The handle whose calls carry this lease."""
+        return Leased(self.handle, self.lease)
+
+
+@dataclass
+class _Pending:
+    """A call whose answer the pool waits for: a spare's first ping, or a reset."""
+
+    ref: Any
+    what: str  # "start" or "reset"
+
+
+@dataclass
+class HostPool:
+    """Warm hosts of one driver; see the module docstring."""
+
+    idle_timeout: float = IDLE_TIMEOUT
+    spares: int = SPARES
+    book: PoolBook = field(init=False)
+    handles: dict[int, Any] = field(default_factory=dict)
+    pending: dict[int, _Pending] = field(default_factory=dict)
+    pings: dict[int, Any] = field(default_factory=dict)
+    leases: int = 0
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    closed: bool = False
+
+    def __post_init__(self) -> None:
+        self.book = PoolBook(self.idle_timeout, self.spares)
+        self.thread = threading.Thread(target=self._housekeeping, name="raytide-host-pool", daemon=True)
+        self.thread.start()
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def lease(self, kind: HostKind, count: int, num_cpus: float = 0.0) -> list[HostLease]:
+        """``count`` hosts of ``kind`` for a job: idle ones first, then new ones (not waited
+        for: the job's first calls queue behind their start)."""
+        if num_cpus:
+            with self.lock:
+                return [self._lease_one(self._create(kind, None, num_cpus), kind, pooled=False) for _ in range(count)]
+        self._wait_for_resets(kind, count)
+        with self.lock:
+            reused, new = self.book.lease(kind, count, time.monotonic())
+            for number in new:
+                self._create(kind, number)
+            leased = [self._lease_one(number, kind, pooled=True) for number in reused + new]
+            self._start_spares()
+            return leased
+
+    def _lease_one(self, number: int, kind: HostKind, pooled: bool) -> HostLease:
+        self.leases += 1
+        return HostLease(number, kind, self.handles[number], self.leases, pooled)
+
+    def give_back(self, hosts: list[HostLease]) -> list[Any]:
+        """A job is done with ``hosts``: reset the pooled ones (idle once the reset says the
+        host is clean), kill the others. Returns at once, with the handles of the killed."""
+        killed = []
+        with self.lock:
+            now = time.monotonic()
+            for host in hosts:
+                if not host.pooled or self.closed:
+                    self._kill(host.number)
+                    killed.append(host.handle)
+                    continue
+                self.book.give_back([host.number], now)
+                self.pending[host.number] = _Pending(host.handle.reset.remote(host.lease), "reset")
+        return killed
+
+    def _wait_for_resets(self, kind: HostKind, count: int) -> None:
+        """Wait briefly for hosts of ``kind`` being reset (a job that just ended) when the idle
+        ones are too few: a reset takes milliseconds, a new process a second or more."""
+        with self.lock:
+            short = count - len(self.book.of(kind, "idle"))
+            resetting = [self.pending[n].ref for n in self.book.of(kind, "resetting") if n in self.pending]
+        if short > 0 and resetting:
+            ray.wait(resetting, num_returns=min(short, len(resetting)), timeout=RESET_WAIT)
+            self._take_answers()
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    def _housekeeping(self) -> None:
+        while not self.closed:
+            time.sleep(HOUSEKEEPING_INTERVAL)
+            try:
+                if not ray.is_initialized():
+                    return
+                self._take_answers()
+                self._check_idle()
+                with self.lock:
+                    now = time.monotonic()
+                    for number in self.book.to_release(now) + self.book.stuck(now, RESET_TIMEOUT):
+                        self._kill(number)
+                    self._start_spares()
+            except Exception:  # the pool must outlive a bad round (Ray shutting down, a host dying)
+                logger.debug("host pool housekeeping failed", exc_info=True)
+
+    def _take_answers(self) -> None:
+        """Resets and starts that answered: clean hosts become idle, the others are killed."""
+        with self.lock:
+            refs = {p.ref: n for n, p in self.pending.items()}
+            if not refs:
+                return
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            now = time.monotonic()
+            for ref in ready:
+                number = refs[ref]
+                pending = self.pending.pop(number)
+                try:
+                    answer = ray.get(ref)
+                except Exception:  # the host died
+                    answer = None
+                if pending.what == "start" and answer is not None:
+                    self.book.started(number, now)
+                elif pending.what == "reset" and answer is True:
+                    self.book.reset_done(number, True, now)
+                else:
+                    self.book.reset_done(number, False, now)
+                    self._kill(number)
+
+    def _check_idle(self) -> None:
+        """Ping idle hosts (one ping in flight each); forget those that died."""
+        with self.lock:
+            idle = [n for kind in ("vertex", "progress") for n in self.book.of(kind, "idle")]
+            for number in idle:
+                ref = self.pings.get(number)
+                if ref is None:
+                    self.pings[number] = self.handles[number].ping.remote()
+                    continue
+                ready, _ = ray.wait([ref], timeout=0)
+                if ready:
+                    del self.pings[number]
+                    try:
+                        ray.get(ref)
+                    except Exception:
+                        logger.info("an idle raytide host died; the pool forgets it")
+                        self._kill(number)
+
+    def _start_spares(self) -> None:
+        for number in self.book.spares_to_start(time.monotonic()):
+            self._create("vertex", number)
+            self.pending[number] = _Pending(self.handles[number].ping.remote(), "start")
+
+    # -- processes -------------------------------------------------------------------------
+
+    def _create(self, kind: HostKind, number: int | None, num_cpus: float = 0.0) -> int:
+        if number is None:
+            number = self.book.next_number
+            self.book.next_number += 1
+        self.handles[number] = _remote_class(kind).options(
+            name=f"raytide-host-{_session_tag()}-{number}", num_cpus=num_cpus, max_restarts=0, max_task_retries=0,
+        ).remote(number)
+        return number
+
+    def _kill(self, number: int) -> None:
+        self.book.drop(number)
+        self.pending.pop(number, None)
+        self.pings.pop(number, None)
+        handle = self.handles.pop(number, None)
+        if handle is not None:
+            try:
+                ray.kill(handle)
+            except Exception:  # already gone
+                pass
+
+    def shutdown(self) -> None:
+        """Kill every host (leased ones too: their jobs fail) and stop the housekeeping."""
+        with self.lock:
+            self.closed = True
+            for number in list(self.handles):
+                self._kill(number)
+
+    def describe(self) -> dict[str, list[int]]:
+        """Host numbers per kind and state (for tests and ``rt.pool_status()``)."""
+        with self.lock:
+            self._take_answers()
+            states: dict[str, list[int]] = {}
+            for number, record in self.book.hosts.items():
+                states.setdefault(f"{record.kind} {record.state}", []).append(number)
+            return states
+
+
+_POOL: HostPool | None = None
+_POOL_CONNECTION: str | None = None
+_POOL_LOCK = threading.Lock()
+_SETTINGS: dict[str, Any] = {"idle_timeout": IDLE_TIMEOUT, "spares": SPARES}
+
+
+def _session_tag() -> str:
+    """Names hosts of this driver's connection apart from those of other drivers."""
+    return ray.get_runtime_context().get_worker_id()[:8]
+
+
+def host_pool() -> HostPool:
+    """This driver's pool for the current Ray connection (a new one after ``ray.shutdown()``
+    and ``ray.init()``: the old hosts died with the old connection)."""
+    global _POOL, _POOL_CONNECTION
+    connection = ray.get_runtime_context().get_worker_id()
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_CONNECTION != connection or _POOL.closed:
+            if _POOL is not None:
+                _POOL.closed = True
+            _POOL, _POOL_CONNECTION = HostPool(**_SETTINGS), connection
+        return _POOL
+
+
+def configure(*, idle_timeout: float | None = None, spares: int | None = None) -> None:
+    """Set the pool's idle timeout (seconds unused before idle hosts are released) and the
+    number of spare vertex hosts it keeps started; applies to the current pool and later ones."""
+    if idle_timeout is not None:
+        _SETTINGS["idle_timeout"] = non_negative(idle_timeout, "idle_timeout")
+    if spares is not None:
+        _SETTINGS["spares"] = non_negative_int(spares, "spares")
+    if _POOL is not None:
+        with _POOL.lock:
+            _POOL.idle_timeout = _POOL.book.idle_timeout = _SETTINGS["idle_timeout"]
+            _POOL.spares = _POOL.book.spares = _SETTINGS["spares"]
+
+
+def shutdown() -> None:
+    """Kill every warm host of this driver now (Ray does it anyway when the driver disconnects)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is not None:
+            _POOL.shutdown()
+            _POOL = None

@@ -1,0 +1,187 @@
+"""Warm hosts: jobs lease them from the driver's pool and give them back reset; the pool
+reuses them, replaces the dead, and releases the idle. Asserts on process ids and on what
+the hosts hold, never on timings."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+import ray
+
+import raytide as rt
+from raytide.actors import pool as pool_module
+from raytide.actors.pool import host_pool
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+
+#: Module-level state of user code: it lives in the host process, as on a reused Ray worker.
+CALLS = {"count": 0}
+
+
+def count_calls(x):
+    CALLS["count"] += 1
+    return CALLS["count"]
+
+
+def boom(x):
+    raise ValueError("bad record")
+
+
+def sleep_long(x):
+    time.sleep(600)
+    return x
+
+
+def _flow(name: str, fn=lambda x: x) -> rt.Dataflow:
+    flow = rt.Dataflow(name)
+    flow.input("numbers").map(fn, name="work").output("out")
+    return flow
+
+
+def _vertex_pids(job) -> set[int]:
+    return {pid for name, pid in job.hosts().items() if not name.endswith("/progress")}
+
+
+def _wait_until(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _dead(handle) -> bool:
+    try:
+        ray.get(handle.ping.remote(), timeout=5)
+    except ray.exceptions.RayActorError:
+        return True
+    except ray.exceptions.GetTimeoutError:  # alive but busy
+        return False
+    return False
+
+
+def _idle(pool, kind: str = "vertex") -> list[int]:
+    return pool.describe().get(f"{kind} idle", [])
+
+
+@pytest.fixture
+def fresh_pool(ray_session):
+    """A pool of this test's own (the session's other tests leave hosts in theirs)."""
+    rt.shutdown()
+    yield host_pool()
+    rt.configure_pool(idle_timeout=pool_module.IDLE_TIMEOUT, spares=pool_module.SPARES)
+    rt.shutdown()
+
+
+def test_a_second_job_runs_on_the_hosts_the_first_gave_back(fresh_pool):
+    with rt.run(_flow("first"), inputs={"numbers": [[1, 2]]}, parallelism=2) as job:
+        job.wait(timeout=60)
+        first = job.hosts()
+    chain = "numbers+work+out"
+    assert set(first) == {f"{job.name}/{chain}/0", f"{job.name}/{chain}/1", f"{job.name}/progress"}
+    assert len(set(first.values())) == 3, "three processes"
+    with rt.run(_flow("second"), inputs={"numbers": [[3]]}, parallelism=2) as job:
+        job.wait(timeout=60)
+        assert job.collect("out") == {0: [3]}
+        assert set(job.hosts().values()) == set(first.values()), "the second job got the first one's processes"
+        assert job.stats()["hosts"] == job.hosts()
+
+
+def test_a_reset_host_keeps_nothing_of_raytides_but_user_globals_persist(fresh_pool):
+    with rt.run(_flow("globals", count_calls), inputs={"numbers": [[0, 0, 0]]}, parallelism=1) as job:
+        job.wait(timeout=60)
+        assert job.collect("out") == {0: [1, 2, 3]}
+    _wait_until(lambda: len(_idle(fresh_pool)) == 1, "the host's reset")
+    (number,) = _idle(fresh_pool)
+    held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
+    assert held == {"PhysicalPlan": 0, "ProgressCore": 0, "ReplicaCore": 0, "Vertex": 0}, held
+    with rt.run(_flow("globals2", count_calls), inputs={"numbers": [[0]]}, parallelism=1) as job:
+        job.wait(timeout=60)
+        assert job.collect("out") == {0: [4]}, "a module global of user code lives on in the reused process"
+
+
+def test_a_failed_jobs_host_is_reused_after_a_clean_reset_and_killed_if_it_never_resets(fresh_pool, monkeypatch):
+    with rt.run(_flow("failing", boom), inputs={"numbers": [[1]]}, parallelism=1) as job:
+        with pytest.raises(rt.UserCodeError):
+            job.wait(timeout=60)
+        failed = _vertex_pids(job)
+    with rt.run(_flow("after"), inputs={"numbers": [[1]]}, parallelism=1) as job:
+        job.wait(timeout=60)
+        assert _vertex_pids(job) == failed, "a failed job's host that reset cleanly is reused"
+
+    monkeypatch.setattr(pool_module, "RESET_TIMEOUT", 1.0)
+    job = rt.run(_flow("stuck", sleep_long), parallelism=1)
+    job.push("numbers", [1])
+    stuck, (handle,) = _vertex_pids(job), list(job.actors.values())
+    time.sleep(2.0)  # the vertex is inside its long sleep: its reset cannot run
+    job.cancel()
+    _wait_until(lambda: _dead(handle), "the pool to kill the host that did not reset")
+    with rt.run(_flow("next"), inputs={"numbers": [[1]]}, parallelism=1) as job:
+        job.wait(timeout=60)
+        assert job.collect("out") == {0: [1]}
+        assert not _vertex_pids(job) & stuck
+
+
+def test_idle_hosts_are_released_after_the_idle_timeout(fresh_pool):
+    rt.configure_pool(idle_timeout=1.0)
+    with rt.run(_flow("brief"), inputs={"numbers": [[1]]}, parallelism=2) as job:
+        job.wait(timeout=60)
+        handles = list(job.actors.values())
+    _wait_until(lambda: fresh_pool.describe() == {}, "the pool to release its idle hosts")
+    _wait_until(lambda: all(map(_dead, handles)), "the released hosts' processes to exit")
+
+
+def test_concurrent_jobs_each_get_hosts_of_their_own(fresh_pool):
+    jobs = [rt.run(_flow(f"concurrent{i}"), parallelism=1) for i in range(3)]
+    try:
+        pids = [set(job.hosts().values()) for job in jobs]
+        for i, job in enumerate(jobs):
+            job.push("numbers", [i])
+            job.close("numbers")
+        for i, job in enumerate(jobs):
+            job.wait(timeout=60)
+            assert job.collect("out") == {0: [i]}
+    finally:
+        for job in jobs:
+            job.cancel()
+    assert len(set.union(*pids)) == sum(map(len, pids)) == 6, "no process is shared by two running jobs"
+
+
+def test_a_host_killed_while_idle_is_forgotten_and_a_job_on_a_killed_host_fails_clearly(fresh_pool):
+    with rt.run(_flow("before"), inputs={"numbers": [[1]]}, parallelism=2) as job:
+        job.wait(timeout=60)
+    _wait_until(lambda: len(_idle(fresh_pool)) == 2, "the hosts' resets")
+    victim = _idle(fresh_pool)[0]
+    victim_pid = ray.get(fresh_pool.handles[victim].ping.remote(), timeout=30)
+    ray.kill(fresh_pool.handles[victim])
+    _wait_until(lambda: victim not in _idle(fresh_pool), "the pool to notice the dead idle host")
+    with rt.run(_flow("after"), inputs={"numbers": [[1, 2]]}, parallelism=2) as job:
+        job.wait(timeout=60)
+        assert sorted(job.collect("out")[0]) == [1, 2]
+        assert victim_pid not in _vertex_pids(job)
+
+    job = rt.run(_flow("leased"), parallelism=2)
+    key = next(iter(job.actors))
+    ray.kill(job.actors[key])
+    job.push("numbers", [1, 2, 3])
+    with pytest.raises(rt.ReplicaLost, match=re.escape(f"replica {job.name}/{key.chain}/{key.replica} (vertices")):
+        job.wait(timeout=60)
+    dead_pid = job.hosts()[f"{job.name}/{key.chain}/{key.replica}"]
+    with rt.run(_flow("again"), inputs={"numbers": [[1]]}, parallelism=2) as job:
+        job.wait(timeout=60)
+        assert dead_pid not in _vertex_pids(job)
+
+
+def test_a_spare_is_kept_started_and_taken_by_the_next_job(fresh_pool):
+    rt.configure_pool(spares=1)
+    first = rt.run(_flow("holder"), parallelism=1)  # holds its hosts while the second starts
+    try:
+        _wait_until(lambda: len(_idle(fresh_pool)) == 1, "the spare to start")
+        (spare,) = _idle(fresh_pool)
+        spare_pid = ray.get(fresh_pool.handles[spare].ping.remote(), timeout=30)
+        with rt.run(_flow("taker"), inputs={"numbers": [[1]]}, parallelism=1) as second:
+            second.wait(timeout=60)
+            assert _vertex_pids(second) == {spare_pid}
+    finally:
+        first.cancel()

@@ -1,0 +1,71 @@
+"""Ctrl-C in the driver while it waits for a job tears the job down: a real SIGINT sent to a
+child process that runs a job on a Ray of its own. Torn down means every host of the job
+given back to the pool and reset, holding nothing of the job (or killed)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+
+CHILD = textwrap.dedent("""
+    import json, sys, time
+    import ray
+    import raytide as rt
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    flow = rt.Dataflow("interrupted")
+    flow.input("numbers").map(lambda x: time.sleep(1) or x, name="sleepy").output("out")
+    job = rt.run(flow, parallelism=2)
+    job.push("numbers", list(range(100)))
+    job.close("numbers")
+    print("waiting", flush=True)
+    try:
+        job.wait(timeout=120)
+        outcome = "finished"
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+    # every host was given back: reset (idle in the pool, holding nothing of the job) or dead
+    numbers = {lease.number for lease in job._leases.values()}
+    deadline = time.monotonic() + 60
+    while True:
+        states = job._pool.describe()
+        alive = sorted(n for state, hosts in states.items() if not state.endswith("idle") for n in hosts if n in numbers)
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    held = [ray.get(job._pool.handles[n].raytide_objects.remote(), timeout=30) for n in states.get("vertex idle", [])]
+    alive += [counts for counts in held if any(counts.values())]
+    try:
+        job.wait(timeout=5)
+        after = "no error"
+    except rt.JobCancelled as error:
+        after = str(error)
+    print(json.dumps({"outcome": outcome, "alive": alive, "after": after}), flush=True)
+""")
+
+
+def test_ctrl_c_during_wait_cancels_the_job_and_leaves_no_actors(own_ray_env):
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=own_ray_env)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.strip() == "waiting", f"the child did not start its job: {line!r} {child.stderr.read() if child.stderr else ''}"
+        time.sleep(1.0)  # inside job.wait()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["outcome"] == "interrupted", err[-2000:]
+    assert report["alive"] == [], f"hosts still held by the job after the interrupt: {report['alive']}"
+    assert "cancelled by Ctrl-C (KeyboardInterrupt)" in report["after"]
