@@ -35,6 +35,14 @@ class NotificationQueue:
         pending.add(time)
         return True
 
+    def cancel(self, vertex: str, time: Timestamp) -> bool:
+        """``vertex`` no longer waits for ``time``; True when it was pending."""
+        pending = self.pending[vertex]
+        if time not in pending:
+            return False
+        pending.discard(time)
+        return True
+
     def of(self, vertex: str) -> set[Timestamp]:
         """The times ``vertex`` waits for (a pending notification lets it send at them)."""
         return self.pending[vertex]

@@ -20,7 +20,7 @@ from typing import Any
 import ray
 
 from raytide.actors.progress_core import ProgressCore, ProgressEffects
-from raytide.actors.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced
+from raytide.actors.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -43,10 +43,12 @@ class ProgressActor:
         self.handles = {key: handle for key, (handle, _) in replicas.items()}
         self._perform(self.core.connect({key: locations for key, (_, locations) in replicas.items()}))
 
-    def receive(self, *calls: Sequenced) -> None:
-        """Numbered messages from a replica (progress batch, output parts, declaration)."""
+    def receive(self, *calls: Sequenced | bytes) -> None:
+        """Numbered messages from a replica (progress batch, output parts, declaration), or
+        one encoded tuple of them (see :func:`~raytide.actors.protocol.encode`)."""
         for call in calls:
-            self._perform(self.core.receive(call))
+            for message in decode(call) if isinstance(call, bytes) else (call,):
+                self._perform(self.core.receive(message))
 
     def fail(self, error: Any) -> None:
         """A replica failed; the driver will tear the job down and raise ``error``."""
@@ -54,7 +56,7 @@ class ProgressActor:
 
     def _perform(self, effects: ProgressEffects) -> None:
         for key, push in effects.pushes:
-            self.handles[key].on_progress.remote(*push)
+            self.handles[key].on_progress.remote(encode(push))
         self._log(effects.events)
 
     def _log(self, events: list[JobEvent]) -> None:

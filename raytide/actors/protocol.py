@@ -22,11 +22,15 @@ progress batches; they are numbered in the same sequence as the replica's progre
 batches, so the progress actor holds every record of an epoch before it applies the
 batch that can complete that epoch. On Ray, output parts share one call with the
 progress batch that follows them (``ProgressActor.receive(*calls)``), saving a hop.
+
+On Ray, a data batch's channel, vertex and time, the calls to the progress actor and its
+status pushes travel as :func:`encode` makes them: one plain pickle per call.
 """
 
 from __future__ import annotations
 
 import enum
+import pickle
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -171,3 +175,22 @@ class JobFinished:
 
 
 JobEvent = EpochComplete | JobFailed | JobFinished
+
+
+def encode(message: Any) -> bytes:
+    """A message of this module (or a tuple of them) as one plain pickle, for a Ray call.
+
+    Ray pickles each argument of a call with cloudpickle, whose pickler runs Python code
+    for every object: inside an actor on the 2-core machine, a call carrying a progress
+    batch took ~60 us longer to submit than one carrying its plain pickle (10-20 us to
+    make), every hop of an epoch pays that, and encoding took the median epoch latency of
+    ``bench latency``'s keyed pipeline from 14.8 to 12.9 ms. These messages hold only
+    importable classes, so the C pickler takes them. Object refs must travel as Ray
+    arguments (Ray counts who borrows them), so a message holding one is not encoded.
+    """
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode(blob: bytes) -> Any:
+    """What :func:`encode` was given."""
+    return pickle.loads(blob)

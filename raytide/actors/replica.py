@@ -77,6 +77,9 @@ class _Context:
     def notify_at(self, time: Timestamp) -> None:
         self.core.request_notification(self, time)
 
+    def cancel_notify(self, time: Timestamp) -> None:
+        self.core.cancel_notification(self, time)
+
 
 class ReplicaCore:
     """Replica ``replica`` of chain ``chain`` of ``plan``: runs its vertices, accounts progress."""
@@ -327,22 +330,61 @@ class ReplicaCore:
         if self.notifications.request(context.vertex, time):
             self.held.update((Location.of_vertex(context.vertex), time), 1)
 
+    def cancel_notification(self, context: _Context, time: Timestamp) -> None:
+        """``cancel_notify`` of a hosted vertex: its pointstamp goes as a delivered one's does,
+        shipped at the next chance (what waits downstream need not wait for a delivery)."""
+        if self.notifications.cancel(context.vertex, time):
+            self.held.update((Location.of_vertex(context.vertex), time), -1)
+            self.held.force()
+
     # -- after every event ---------------------------------------------------------------
 
     def _settle(self) -> None:
         """After every event: deliver what this replica sent itself, then notifications, then
         ship progress if it may matter, and tell the progress actor what this replica now
-        waits on (with the progress when both go)."""
+        waits on (with the progress when both go).
+
+        When what it waits on must be declared and would still be once its held-back
+        progress were shipped (a new notification), the replica sends the progress actor a
+        message anyway, so what it holds back goes along: the same number of messages, and
+        the frontier does not wait a round trip (a status push, then this flush) for it. A
+        wait of held-back progress alone is declared instead: shipping would only make it
+        due again at the next message.
+        """
         self._drain_local()
         self._deliver_notifications()
-        changes, outputs = self._take_held() if self._should_ship() else ([], {})
+        ship = self._should_ship() or (self._must_declare(self._interests())
+                                       and self._must_declare(self._interests(held=False)))
+        changes, outputs = self._take_held() if ship else ([], {})
         interests = self._interests()
-        changed = interests != self.interests
-        self.interests = interests
         if changes or outputs:
+            changed = interests != self.interests
+            self.interests = interests
             self._send_held(changes, outputs, ack=False, interests=interests if changed else None)
-        elif changed:
+        elif self._must_declare(interests):
+            self.interests = interests
             self._to_progress(Declaration(interests))
+
+    def _must_declare(self, interests: Interests) -> bool:
+        """Whether the progress actor must learn ``interests`` now: they changed, and one of
+        them could be answered before this replica ships progress anyway.
+
+        An input this replica hosts holds its capability until it moves, which ships
+        progress (and the interests with it); meanwhile no time it could still result in
+        is ready or uncovered anywhere it can reach (a pointstamp at another location holds
+        the frontier there), so a declaration of only such waits may wait for that batch.
+        The waits of a vertex fused behind an input are such waits until the input moves on.
+        """
+        if interests == self.interests:
+            return False
+        return not interests or not all(self._held_here(location, time)
+                                        for location, waits in interests.items() for time, _ in waits)
+
+    def _held_here(self, location: Location, time: Timestamp) -> bool:
+        """Whether an open input of this replica holds the frontier at ``location`` at or before ``time``."""
+        return any(epoch is not None and self.plan.graph.could_result_in(Location.of_vertex(name), Timestamp(epoch),
+                                                                        location, time)
+                   for name, epoch in self.input_epochs.items())
 
     def _drain_local(self) -> None:
         """Deliver what this replica sent itself, in send order (each channel stays FIFO).
@@ -358,17 +400,21 @@ class ReplicaCore:
             else:
                 self._receive(*arguments)
 
-    def _interests(self) -> Interests:
-        """What this replica waits on: pending notifications at their vertex's inputs and
-        held-back progress at the location of its cause; only the minimal times matter (a
-        later one is answered no earlier)."""
-        waits: dict[Location, set[Timestamp]] = {}
+    def _interests(self, held: bool = True) -> Interests:
+        """What this replica waits on: pending notifications at their vertex's inputs (for
+        their time to be ready) and, unless ``held`` is False (as once it is shipped),
+        held-back progress at the location of its cause (for its time to be no longer
+        covered); only the minimal times matter (a later one is answered no earlier)."""
+        waits: dict[Location, dict[Timestamp, bool]] = {}
         for vertex, pending in self.notifications.pending.items():
             for port in range(len(self.plan.vertex(vertex).inputs)):
-                waits.setdefault(Location.of_input(vertex, port), set()).update(pending)
-        for location, time in self.held.waits():
-            waits.setdefault(location, set()).add(time)
-        return {loc: sorted(minimal_elements(times), key=Timestamp.sort_key) for loc, times in waits.items() if times}
+                times = waits.setdefault(Location.of_input(vertex, port), {})
+                for time in pending:
+                    times.setdefault(time, False)
+        for location, time in self.held.waits() if held else ():
+            waits.setdefault(location, {})[time] = True
+        return {loc: [(t, times[t]) for t in sorted(minimal_elements(times), key=Timestamp.sort_key)]
+                for loc, times in waits.items() if times}
 
     def _ready(self, vertex: str, time: Timestamp) -> bool:
         for port in range(len(self.plan.vertex(vertex).inputs)):

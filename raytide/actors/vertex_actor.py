@@ -33,12 +33,11 @@ import ray
 
 from raytide.actors.allocator import keep_freed_buffers, pretouch
 from raytide.actors.plan import PhysicalPlan
-from raytide.actors.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced
+from raytide.actors.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced, decode, encode
 from raytide.actors.replica import ReplicaCore
 from raytide.actors.wire import pack, pack_records, packed_size, unpack, unpicklable
 from raytide.core.batches import to_records
 from raytide.errors import RaytideError, ReplicaLost, SourceError
-from raytide.progress.publisher import Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.sources.base import Reader
@@ -63,6 +62,7 @@ class _RayTransport:
         self.max_seen = 0
         self.waits = 0
         self.held_outputs: list[Sequenced] = []
+        self.held_refs = False  # whether a held output part is an object ref
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         try:
@@ -70,7 +70,7 @@ class _RayTransport:
         except Exception as error:
             raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
                               f"epoch {time.epoch}") from error
-        self._call(to, channel.source, "receive", channel, vertex, time, *payload)
+        self._call(to, channel.source, "receive", encode((channel, vertex, time)), *payload)
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
         self._call(to, channel.source, "receive_marker", channel, marker)
@@ -108,14 +108,22 @@ class _RayTransport:
 
     def to_progress(self, call: Sequenced) -> None:
         """Output parts wait for the progress batch the core sends right after them, and both
-        go in one Ray call (one hop of latency per flush, as when records rode in the batch)."""
+        go in one Ray call (one hop of latency per flush, as when records rode in the batch),
+        encoded unless a part is an object ref."""
         if isinstance(call.message, OutputParts):  # records travel packed; large parts stay in the object store
             packed = {name: {epoch: [self._part(part, name, epoch) for part in parts] for epoch, parts in epochs.items()}
                       for name, epochs in call.message.parts.items()}
+            self.held_refs = self.held_refs or any(isinstance(part, ray.ObjectRef) for epochs in packed.values()
+                                                   for parts in epochs.values() for part in parts)
             self.held_outputs.append(call._replace(message=OutputParts(packed)))
             return
-        self.progress.receive.remote(*self.held_outputs, call)
+        calls = (*self.held_outputs, call)
+        if self.held_refs:
+            self.progress.receive.remote(*calls)
+        else:
+            self.progress.receive.remote(encode(calls))
         self.held_outputs.clear()
+        self.held_refs = False
 
     def fail(self, error: RaytideError) -> None:
         self.progress.fail.remote(error)
@@ -159,8 +167,11 @@ class VertexActor:
         gc.freeze()
         return self.core.subscriptions()
 
-    def receive(self, channel: ChannelId, vertex: str, time: Timestamp, payload: Any, packed: bool) -> None:
-        """A data batch for the chain's head vertex, on ``channel`` (see :mod:`raytide.actors.wire`)."""
+    def receive(self, header: bytes, payload: Any, packed: bool) -> None:
+        """A data batch for the chain's head vertex: ``header`` is its encoded channel, vertex
+        and time (see :func:`~raytide.actors.protocol.encode`), the batch travels as
+        :mod:`raytide.actors.wire` packs it."""
+        channel, vertex, time = decode(header)
         self._guard(self.core.on_message, channel, vertex, time, unpack(payload, packed))
 
     def receive_marker(self, channel: ChannelId, marker: Marker) -> None:
@@ -171,9 +182,9 @@ class VertexActor:
         """Start ``marker`` at this input replica."""
         self._guard(self.core.inject_marker, marker)
 
-    def on_progress(self, statuses: dict[Location, Status], acked: bool) -> None:
-        """A frontier push from the progress actor."""
-        self._guard(self.core.on_progress, statuses, acked)
+    def on_progress(self, push: bytes) -> None:
+        """A frontier push from the progress actor: an encoded :class:`~raytide.actors.protocol.StatusPush`."""
+        self._guard(self.core.on_progress, *decode(push))
 
     def push(self, vertex: str, payload: Any, packed: bool, epoch: int) -> None:
         """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.actors.wire`)."""

@@ -105,14 +105,21 @@ class _PerTimeAggregate(Vertex):
         return _per_time(self, self.state, time, new)
 
     def on_input_epoch(self, epoch: int | None) -> None:
-        """A combiner behind a reader ships what it holds for the epochs the reader has left."""
-        self._ship_partials(lambda held: epoch is None or held.epoch < epoch)
+        """A combiner behind a reader ships what it holds for the epochs the reader has left;
+        nothing more comes here at those epochs, so it cancels their notifications (the merge
+        after the exchange then waits for the progress tracker only once, not twice)."""
+        for time in self._ship_partials(lambda held: epoch is None or held.epoch < epoch):
+            self.cancel_notify(time)
 
-    def _ship_partials(self, done: Callable[[Timestamp], bool]) -> None:
-        """As a combiner, send the partial results of every time ``done`` selects (its notification is still pending)."""
-        if self.max_keys is not None:
-            for time in [t for t in self.state if done(t)]:
-                self.on_notify(time)
+    def _ship_partials(self, done: Callable[[Timestamp], bool]) -> list[Timestamp]:
+        """As a combiner, send the partial results of every time ``done`` selects (its notification
+        is still pending); returns those times."""
+        if self.max_keys is None:
+            return []
+        shipped = [t for t in self.state if done(t)]
+        for time in shipped:
+            self.on_notify(time)
+        return shipped
 
     def _gather(self, time: Timestamp) -> None:
         """Bring into the accumulator of ``time`` what a subclass holds for it elsewhere (nothing by default)."""

@@ -44,6 +44,8 @@ class VertexContext(Protocol):
 
     def notify_at(self, time: Timestamp) -> None: ...  # noqa: D102
 
+    def cancel_notify(self, time: Timestamp) -> None: ...  # noqa: D102
+
 
 class Vertex:
     """Base class of every dataflow vertex (built-in operators included)."""
@@ -93,7 +95,9 @@ class Vertex:
         reader, say), which then receive nothing more from it at earlier epochs. Other
         replicas may still send there, so nothing is complete yet: a vertex that
         pre-aggregates can ship what it holds for those epochs now rather than at
-        ``on_notify``. It may send only at times it awaits a notification for.
+        ``on_notify``. It may send only at times it awaits a notification for; once it has
+        shipped everything of a time, :meth:`cancel_notify` spares the round through the
+        progress tracker that delivering that notification would take.
         """
 
     def send_by(self, output: int, message: Any, time: Timestamp) -> None:
@@ -108,6 +112,13 @@ class Vertex:
     def notify_at(self, time: Timestamp) -> None:
         """Ask for ``on_notify(time)`` once ``time`` is complete at this vertex's inputs."""
         self.context.notify_at(time)
+
+    def cancel_notify(self, time: Timestamp) -> None:
+        """Withdraw a pending ``notify_at(time)``: ``on_notify(time)`` will not be called, and
+        the vertex may no longer send at ``time`` on its strength. Downstream vertices stop
+        waiting for it at once, as they would after its delivery. Does nothing if no
+        notification at ``time`` is pending."""
+        self.context.cancel_notify(time)
 
     def snapshot(self) -> Any:
         """The state to save in a snapshot (default: none)."""

@@ -6,8 +6,10 @@ held-back progress). A location's *status* is its frontier and,
 per frontier timestamp, whether some pointstamp other than the ones at that very place
 holds it. A subscriber is pushed a location's status only when the answer to one of its
 questions changed there: is interest ``t`` now *ready* (nothing at or before ``t`` may
-still arrive) or *covered* (something strictly before ``t``, or another pointstamp at
-``t``, holds it)? So pushes follow what replicas wait for, not every move of a frontier.
+still arrive), and, if it asks, is it still *covered* (something strictly before ``t``, or
+another pointstamp at ``t``, holds it)? A notification waits only for readiness; held-back
+progress waits for coverage to end. So pushes follow what replicas wait for, not every
+move of a frontier.
 
 Skipping pushes is safe: a frontier only ever moves up (a new frontier timestamp is
 implied by the pointstamp that caused it, which implied something at or below it), so a
@@ -25,7 +27,8 @@ from raytide.progress.tracker import Pointstamp, Tracker
 
 Status = list[tuple[Timestamp, bool]]
 Push = tuple[dict[Location, Status], bool]
-Interests = dict[Location, list[Timestamp]]
+#: Per location, the times a subscriber waits on, each with whether its coverage matters too.
+Interests = dict[Location, list[tuple[Timestamp, bool]]]
 
 
 def answers(status: Status, time: Timestamp) -> tuple[bool, bool]:
@@ -99,7 +102,11 @@ class FrontierPublisher:
         return pushes
 
     def _matters(self, subscriber: Hashable, location: Location, old: Status, new: Status) -> bool:
-        return any(answers(old, t) != answers(new, t) for t in self.interests[subscriber].get(location, ()))
+        for time, covered in self.interests[subscriber].get(location, ()):
+            (was_ready, was_covered), (ready, now_covered) = answers(old, time), answers(new, time)
+            if was_ready != ready or (covered and was_covered != now_covered):
+                return True
+        return False
 
     def is_idle(self) -> bool:
         """True when no pointstamp is active: the dataflow has finished."""

@@ -14,6 +14,7 @@ from bench.baselines import data
 from bench.baselines.cc_pyspark import connected_components_pyspark
 from bench.baselines.cc_ray import EdgeIndex, components_union_find, connected_components_ray
 from bench.baselines.mandelbrot_ray import mandelbrot_ray, mandelbrot_reference, mandelbrot_row
+from bench.baselines.relay_ray import relay_latencies
 from bench.baselines.wordcount_pyspark import local_spark, wordcount_pyspark
 from bench.baselines.wordcount_ray import start_reducers, wordcount_ray, wordcount_reference
 
@@ -201,3 +202,13 @@ def test_cc_pyspark_matches_union_find(plain_spark, tmp_path: Path) -> None:
     assert labels.tolist() == components_union_find(16, edges).tolist()
     assert labels.tolist() == [0, 1, 1, 3, 3, 3, 6, 6, 8, 9, 10, 10, 10, 10, 14, 15]
     assert rounds == len(seconds) == 4  # label 10 needs 3 hops to reach node 13, plus the confirming round
+
+
+@pytest.mark.ray
+def test_the_relay_times_every_message_through_the_hops_asked_for(ray_session):
+    """Each message must reach the sink (the relay checks the sink's count) before the next
+    goes: as many latencies as messages."""
+    latencies = relay_latencies(hops=6, messages=15, warmup=2)
+    assert len(latencies) == 15 and min(latencies) > 0
+    with pytest.raises(ValueError, match="at least 3 hops"):
+        relay_latencies(hops=2, messages=1)

@@ -13,6 +13,7 @@ from raytide.actors.protocol import (
     ReplicaKey,
     Sequenced,
     StatusPush,
+    decode,
 )
 from raytide.progress import GraphBuilder, Location, Timestamp
 
@@ -64,8 +65,8 @@ class Handle:
         self.pushes: list = []
         self.on_progress = self
 
-    def remote(self, statuses, acked):
-        self.pushes.append((statuses, acked))
+    def remote(self, push):
+        self.pushes.append(decode(push))
 
 
 def test_interests_riding_on_a_batch_are_answered_and_failures_are_logged():
@@ -73,7 +74,7 @@ def test_interests_riding_on_a_batch_are_answered_and_failures_are_logged():
     sink = Handle()
     actor.connect({SINK: (sink, [OUT])})
     actor.receive(batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1)]))
-    actor.receive(batch(SINK, 0, [], interests={OUT: [T0]}))
+    actor.receive(batch(SINK, 0, [], interests={OUT: [(T0, False)]}))
     assert sink.pushes[-1] == ({OUT: [(T1, True)]}, False), "epoch 0 is done at the sink"
     actor.fail("boom")
     assert actor.next_events(0, 0)[0][-1] == JobFailed("boom")

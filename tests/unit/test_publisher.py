@@ -35,9 +35,9 @@ def test_pushes_follow_interests_and_acks():
     # Nothing declared: moving the frontier is not pushed.
     assert publisher.apply("src", [((SRC, Timestamp(0)), -1), ((SRC, Timestamp(1)), 1)], ack=False) == {}
     # Declaring interest in epoch 0 pushes at once, since epoch 0 is already complete at b.
-    pushes = publisher.declare("b", {B_IN: [Timestamp(0)]})
+    pushes = publisher.declare("b", {B_IN: [(Timestamp(0), False)]})
     assert pushes == {"b": ({B_IN: [(Timestamp(1), True)]}, False)}
-    publisher.declare("b", {B_IN: [Timestamp(5)]})
+    publisher.declare("b", {B_IN: [(Timestamp(5), False)]})
     assert publisher.apply("src", [((SRC, Timestamp(1)), -1), ((SRC, Timestamp(2)), 1)], ack=False) == {}
     # An acknowledged batch gets every unseen status, even when nothing it waits on changed.
     pushes = publisher.apply("b", [], ack=True)
@@ -48,9 +48,20 @@ def test_held_progress_is_told_when_it_is_no_longer_covered():
     publisher = FrontierPublisher(Tracker(pipeline()))
     publisher.initialize([((SRC, Timestamp(0)), 1), ((A_IN, Timestamp(0)), 1)])
     publisher.subscribe("a", [A_IN])
-    publisher.declare("a", {A_IN: [Timestamp(0)]})  # a holds the -1 of a message at epoch 0
+    publisher.declare("a", {A_IN: [(Timestamp(0), True)]})  # a holds the -1 of a message at epoch 0
     pushes = publisher.apply("src", [((SRC, Timestamp(0)), -1)], ack=False)
     assert pushes == {"a": ({A_IN: [(Timestamp(0), False)]}, False)}, "no longer held by the source"
+
+
+def test_a_notification_is_not_told_that_its_time_is_no_longer_covered():
+    """Only held-back progress acts on that; a notification waits for its time to be ready."""
+    publisher = FrontierPublisher(Tracker(pipeline()))
+    publisher.initialize([((SRC, Timestamp(0)), 1), ((A_IN, Timestamp(0)), 1)])
+    publisher.subscribe("a", [A_IN])
+    publisher.declare("a", {A_IN: [(Timestamp(0), False)]})  # a awaits a notification at epoch 0
+    assert publisher.apply("src", [((SRC, Timestamp(0)), -1)], ack=False) == {}, "epoch 0 is not ready yet"
+    pushes = publisher.apply("a", [((A_IN, Timestamp(0)), -1)], ack=False)
+    assert pushes == {"a": ({A_IN: []}, False)}, "now it is"
 
 
 def test_a_batch_can_carry_new_interests_which_it_answers_at_once():
@@ -59,6 +70,6 @@ def test_a_batch_can_carry_new_interests_which_it_answers_at_once():
     publisher.subscribe("b", [B_IN])
     publisher.apply("src", [((SRC, Timestamp(0)), -1), ((SRC, Timestamp(1)), 1)], ack=False)
     # b's batch (here empty) declares it waits on epoch 0, which is already complete: pushed with the batch.
-    pushes = publisher.apply("b", [], ack=False, interests={B_IN: [Timestamp(0)]})
+    pushes = publisher.apply("b", [], ack=False, interests={B_IN: [(Timestamp(0), False)]})
     assert pushes == {"b": ({B_IN: [(Timestamp(1), True)]}, False)}
     assert publisher.apply("b", [], ack=False) == {}, "nothing new to tell"

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 import raytide as rt
 from raytide.actors.plan import compile_plan
-from raytide.actors.protocol import ChannelId, OutputParts, ProgressBatch
+from raytide.actors.protocol import ChannelId, Declaration, OutputParts, ProgressBatch
 from raytide.actors.replica import ReplicaCore
 from raytide.core import split_text
+from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 
 
@@ -26,6 +27,7 @@ class Recorder:
         self.flushes: list[tuple[list, bool, dict]] = []
 
         self.outputs: dict = {}
+        self.messages: list = []  # every message to the progress actor, in order
 
     def send(self, to, channel, vertex, time, batch):
         self.sent.append((time, batch))
@@ -35,6 +37,7 @@ class Recorder:
 
     def to_progress(self, call):
         """Keeps each progress batch with the output records shipped just before it."""
+        self.messages.append(call.message)
         if isinstance(call.message, OutputParts):
             self.outputs = {name: {e: [r for part in parts for r in part] for e, parts in epochs.items()}
                             for name, epochs in call.message.parts.items()}
@@ -72,6 +75,82 @@ def test_a_combiner_ships_an_epoch_as_soon_as_its_input_moves_on_and_the_last_on
     core.push_input("words", ["b"], 2)
     core.advance_input("words", None)
     assert [(t, sorted(batch)) for t, batch in transport.sent][1:] == [(Timestamp(2), [("b", 1)])]
+
+
+def shipped(transport: Recorder) -> Counter:
+    """The net delta of every pointstamp the core has shipped so far."""
+    net: Counter = Counter()
+    for changes, _, _ in transport.flushes:
+        for pointstamp, delta in changes:
+            net[pointstamp] += delta
+    return net
+
+
+def test_a_combiner_behind_an_input_cancels_the_notifications_of_the_epochs_it_shipped():
+    """Delivering them would take a round through the progress actor after the input moved
+    on, and hold the merge after the exchange back meanwhile."""
+    flow = rt.Dataflow("combine")
+    flow.input("words").count_by_key(lambda w: w, name="count").output("counts")
+    core, transport = input_core(flow)
+    core.push_input("words", ["a", "b", "a"], 0)
+    core.advance_input("words", 1)
+    assert [(t, sorted(batch)) for t, batch in transport.sent] == [(Timestamp(0), [("a", 2), ("b", 1)])]
+    assert not core.notifications.of("count.combine"), "no notification left pending"
+    assert shipped(transport)[(Location.of_vertex("count.combine"), Timestamp(0))] == 0, "nothing holds the frontier there"
+
+
+class Waits(rt.Vertex):
+    """Keeps its records until its notification; a notification per time it got records."""
+
+    def __init__(self) -> None:
+        self.held: dict[Timestamp, list] = {}
+
+    def on_recv(self, edge, message, time):
+        if time not in self.held:
+            self.notify_at(time)
+        self.held.setdefault(time, []).extend(message)
+
+    def on_notify(self, time):
+        self.send_by(0, self.held.pop(time), time)
+
+
+def test_an_input_replica_declares_what_its_vertices_wait_on_with_the_batch_of_its_next_move():
+    """No answer can come while the input holds its epoch: a declaration then would be a message for nothing."""
+    flow = rt.Dataflow("fused")
+    flow.input("words").unary(Waits, name="waits").exchange(lambda w: w).output("out")
+    core, transport = input_core(flow)
+    core.push_input("words", ["a"], 0)
+    core.push_input("words", ["b"], 0)
+    assert transport.messages == [], "the input's epoch 0 keeps the notification from being due"
+    core.advance_input("words", 1)
+    [batch] = transport.messages
+    assert isinstance(batch, ProgressBatch) and batch.interests == {Location.of_input("waits", 0): [(Timestamp(0), False)]}
+
+
+def merge_core() -> tuple[ReplicaCore, Recorder]:
+    """The replica of a count's merge (after the exchange), with its sink fused."""
+    flow = rt.Dataflow("merge")
+    flow.input("words").count_by_key(lambda w: w, name="count").output("counts")
+    plan = compile_plan(flow, 1, True)
+    transport = Recorder()
+    return ReplicaCore(plan, plan.chain_of("count").name, 0, transport), transport
+
+
+def test_a_replica_that_must_declare_a_new_notification_ships_what_it_holds_back_along_but_holds_back_the_rest():
+    """The declaration goes anyway: the held -1 riding on it spares the frontier a round trip.
+    Later -1s of that time are held back while covered, their wait declared once."""
+    core, transport = merge_core()
+    where, t0 = Location.of_input("count", 0), Timestamp(0)
+    channel = ChannelId("count.combine", 0, 0, 0)
+    core.on_progress({where: [(t0, True)]}, False)  # the frontier at t0 is held elsewhere: the -1 is covered
+    core.on_message(channel, "count", t0, [("a", 2)])
+    [batch] = transport.messages
+    assert not any(isinstance(m, Declaration) for m in transport.messages)
+    assert isinstance(batch, ProgressBatch) and batch.interests == {where: [(t0, False)]}, "its notification's"
+    assert dict(batch.changes) == {(where, t0): -1, (Location.of_vertex("count"), t0): 1}
+    core.on_message(channel, "count", t0, [("b", 1)])
+    core.on_message(channel, "count", t0, [("c", 1)])
+    assert transport.messages[1:] == [Declaration({where: [(t0, True)]})], "held back while covered, its wait declared once"
 
 
 def test_on_input_epoch_may_send_only_where_a_notification_is_pending():
