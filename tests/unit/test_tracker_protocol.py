@@ -29,6 +29,10 @@ MAX_VERTICES = 10
 #: A simulation still busy after this many steps is stuck: a notification is never delivered.
 #: (The largest graphs of the generator drain in a few hundred thousand.)
 MAX_STEPS = 1_000_000
+#: Events a simulation creates at most: some graphs multiply events at every fan-out and
+#: would not drain within MAX_STEPS (seed 1340 held 13,000 pending events after a million
+#: steps, growing); past the budget, processing creates nothing more and everything drains.
+MAX_EVENTS = 5_000
 
 
 class Simulation:
@@ -45,6 +49,7 @@ class Simulation:
         self.local: list[ChangeBatch] = [ChangeBatch() for _ in range(workers)]
         self.queues: list[list[list]] = [[] for _ in range(workers)]
         self.notifications_fired = 0
+        self.created = 0
         for vertex, shape in self.graph.vertices.items():
             if shape.inputs == 0:
                 capability = (Location.of_vertex(vertex), Timestamp(0))
@@ -53,6 +58,9 @@ class Simulation:
         self.tracker.propagate()
 
     def create(self, worker: int, event: tuple[Location, Timestamp]) -> None:
+        if self.created >= MAX_EVENTS:
+            return
+        self.created += 1
         owner = self.rng.randrange(len(self.pending))
         self.pending[owner].append(event)
         self.local[worker].update(event, 1)
