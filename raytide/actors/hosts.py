@@ -16,8 +16,8 @@ other as before (``peer.receive.remote(...)``) without knowing of leases.
 
 A host names itself after its role in Ray's log prefixes (the ``:actor_name:`` line that
 Ray's log monitor reads): ``(raytide job/chain/replica pid=...)`` while leased,
-``(raytide idle host pid=...)`` between jobs. Ray's actor table keeps the name the host
-was created with (``raytide-host-N``); ``job.stats()["hosts"]`` maps each replica to its
+``(raytide idle host pid=...)`` between jobs. Ray's actor table keeps the repr the host
+started with (``raytide vertex host N``); ``job.stats()["hosts"]`` maps each replica to its
 host's process id.
 """
 

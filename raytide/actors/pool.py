@@ -212,8 +212,10 @@ class HostPool:
         if number is None:
             number = self.book.next_number
             self.book.next_number += 1
+        # unnamed: Ray registers a named actor's name with the GCS before ``remote`` returns,
+        # 30-50 ms per host on the driver, one after the other; its repr names it instead
         self.handles[number] = _remote_class(kind).options(
-            name=f"raytide-host-{_session_tag()}-{number}", num_cpus=num_cpus, max_restarts=0, max_task_retries=0,
+            num_cpus=num_cpus, max_restarts=0, max_task_retries=0,
         ).remote(number)
         return number
 
@@ -249,11 +251,6 @@ _POOL: HostPool | None = None
 _POOL_CONNECTION: str | None = None
 _POOL_LOCK = threading.Lock()
 _SETTINGS: dict[str, Any] = {"idle_timeout": IDLE_TIMEOUT, "spares": SPARES}
-
-
-def _session_tag() -> str:
-    """Names hosts of this driver's connection apart from those of other drivers."""
-    return ray.get_runtime_context().get_worker_id()[:8]
 
 
 def host_pool() -> HostPool:
