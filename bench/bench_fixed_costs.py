@@ -24,13 +24,19 @@ in a fresh Ray; the parent aggregates. Two children per repetition:
      here are later jobs of the driver: they lease the warm hosts of steps 1 and 2, as a
      driver running one job after another does. Results are checked against each other.
 
-* the **bare child**: ``bare_actors_s``, creating ``hosts`` trivial actors (as many
+* two **bare children**: ``bare_actors_s``, creating ``hosts`` trivial actors (as many
   processes as raytide's first job started, ``num_cpus=0`` like raytide's hosts, a class
   shipped by value, so that their workers import nothing but Ray) and getting a ping back
-  from each. It runs in a Ray of its own, because whichever start-up comes first in a Ray
-  takes the workers Ray prestarts.
+  from each; ``bare_workers_s``, the same with one actor fewer: as many as the job's
+  parallel workers (its vertex hosts; the progress host is raytide's own). Each runs in a
+  Ray of its own, because whichever start-up comes first in a Ray takes the workers Ray
+  prestarts.
 
-Both children do the same before their clocks (``ray.init``, the same imports, a pause of
+* three **first-job children**, one per workload: raytide's side of the workload as the
+  first job of a fresh Ray (``<workload>_first_job_s``: its hosts start inside the clock),
+  against the baseline's time from the raytide child.
+
+Every child does the same before its clock (``ray.init``, the same imports, a pause of
 :data:`SETTLE_S`). ``--param lines=200000 --param nodes=50000 --param rows=300`` makes a quick run.
 """
 
@@ -60,14 +66,25 @@ from raytide.actors.pool import HostPool
 
 PARAMS = {"lines": 1_000_000, "epochs": 10, "nodes": 200_000, "rows": 1000, "parallelism": 2, "later_jobs": 2}
 RATIOS = [
-    ("first start-up / bare actor creation (target <= 1.2)", "first_startup_s", "bare_actors_s"),
+    ("first start-up / bare actor creation, as many actors as raytide's hosts (target <= 1.2)",
+     "first_startup_s", "bare_actors_s"),
+    ("first start-up / bare actor creation, as many actors as parallel workers (the vertex hosts)",
+     "first_startup_s", "bare_workers_s"),
     ("word count throughput, raytide / hand-written, start-up included (target >= 1.0)",
      "wordcount_handwritten_s", "wordcount_raytide_s"),
     ("Mandelbrot throughput, raytide / hand-written, start-up included (target >= 0.9)",
      "mandelbrot_handwritten_s", "mandelbrot_raytide_s"),
     ("components time, raytide / hand-written, start-up included (target <= 1.5)",
      "components_raytide_s", "components_handwritten_s"),
+    ("word count throughput as a fresh Ray's first job, raytide / hand-written", "wordcount_handwritten_s",
+     "wordcount_first_job_s"),
+    ("Mandelbrot throughput as a fresh Ray's first job, raytide / hand-written", "mandelbrot_handwritten_s",
+     "mandelbrot_first_job_s"),
+    ("components time as a fresh Ray's first job, raytide / hand-written", "components_first_job_s",
+     "components_handwritten_s"),
 ]
+#: The workloads, each also run as the first job of a fresh Ray (``first_job`` children).
+WORKLOADS = ("wordcount", "mandelbrot", "components")
 #: Edges per node of the components graph (the table's 600,000 edges on 200,000 nodes).
 EDGES_PER_NODE = 3
 #: Rows per pushed batch (raytide) and per remote call (baseline) of the Mandelbrot workload.
@@ -203,7 +220,7 @@ def bare_actors(count: int) -> float:
 def wordcount_pair(lines: int, epochs: int, parallelism: int) -> dict[str, float]:
     """Word count end to end: raytide (a ``TextFileSource`` given to ``rt.run``) and the baseline."""
     path = dataset(lines)
-    ours, raytide_s, startup_s, _ = raytide_wordcount(path, lines, epochs, parallelism, warm=False)
+    ours, raytide_s, startup_s = raytide_wordcount_end_to_end(lines, epochs, parallelism)
     time.sleep(SETTLE_S)
     theirs, handwritten_s = handwritten_wordcount(path, epochs, warm=False)
     assert ours == theirs, "raytide and the hand-written word count disagree"
@@ -211,11 +228,32 @@ def wordcount_pair(lines: int, epochs: int, parallelism: int) -> dict[str, float
             "wordcount_handwritten_s": handwritten_s}
 
 
-def mandelbrot_pair(rows: int, parallelism: int) -> dict[str, float]:
-    """Mandelbrot end to end: raytide's ``map`` and the baseline's actor pool."""
+def raytide_wordcount_end_to_end(lines: int, epochs: int, parallelism: int) -> tuple[dict, float, float]:
+    """raytide's word count: ``(counts per epoch, seconds end to end, seconds in rt.run)``."""
+    ours, raytide_s, startup_s, _ = raytide_wordcount(dataset(lines), lines, epochs, parallelism, warm=False)
+    return ours, raytide_s, startup_s
+
+
+def raytide_mandelbrot_end_to_end(rows: int, parallelism: int) -> tuple[np.ndarray, float, float]:
+    """raytide's Mandelbrot: ``(image, seconds end to end, seconds in rt.run)``."""
     started = time.perf_counter()
     ours, startup_s = raytide_mandelbrot(rows, parallelism, MANDELBROT_BATCH)
-    raytide_s = time.perf_counter() - started
+    return ours, time.perf_counter() - started, startup_s
+
+
+def raytide_components_end_to_end(nodes: int, parallelism: int) -> tuple[np.ndarray, float]:
+    """raytide's connected components: ``(label per node, seconds end to end)``."""
+    edges = random_graph_edges(nodes, EDGES_PER_NODE * nodes, 0)
+    started = time.perf_counter()
+    result = component_labels(edges, parallelism)
+    ours = np.arange(nodes, dtype=np.int64)
+    ours[result.nodes] = result.labels
+    return ours, time.perf_counter() - started
+
+
+def mandelbrot_pair(rows: int, parallelism: int) -> dict[str, float]:
+    """Mandelbrot end to end: raytide's ``map`` and the baseline's actor pool."""
+    ours, raytide_s, startup_s = raytide_mandelbrot_end_to_end(rows, parallelism)
     time.sleep(SETTLE_S)
     started = time.perf_counter()
     theirs = mandelbrot_ray(rows, rows, n_actors=parallelism, rows_per_call=MANDELBROT_BATCH)
@@ -229,11 +267,7 @@ def components_pair(nodes: int, parallelism: int) -> dict[str, float]:
     """Connected components end to end: ``component_labels`` and ``connected_components_ray``."""
     edges = random_graph_edges(nodes, EDGES_PER_NODE * nodes, 0)
     reference = components_union_find(nodes, edges)
-    started = time.perf_counter()
-    result = component_labels(edges, parallelism)
-    ours = np.arange(nodes, dtype=np.int64)
-    ours[result.nodes] = result.labels
-    raytide_s = time.perf_counter() - started
+    ours, raytide_s = raytide_components_end_to_end(nodes, parallelism)
     time.sleep(SETTLE_S)
     started = time.perf_counter()
     theirs, _, _ = connected_components_ray(nodes, edges, n_actors=parallelism)
@@ -263,13 +297,27 @@ def raytide_child(lines: int, epochs: int, nodes: int, rows: int, parallelism: i
     return metrics
 
 
-def bare_child(actors: int) -> dict[str, float]:
-    """``bare_actors_s`` in one fresh Ray."""
+def bare_child(actors: int, metric: str) -> dict[str, float]:
+    """``metric``: seconds to create ``actors`` trivial actors, in one fresh Ray."""
     fresh_ray()
-    return {"bare_actors_s": bare_actors(actors)}
+    return {metric: bare_actors(actors)}
 
 
-CHILDREN: dict[str, Callable[..., dict[str, float]]] = {"raytide": raytide_child, "bare": bare_child}
+def first_job_child(workload: str, lines: int, epochs: int, nodes: int, rows: int, parallelism: int,
+                    later_jobs: int) -> dict[str, float]:
+    """``<workload>_first_job_s``: raytide's side of one workload as the first job of a fresh Ray
+    (its hosts start inside the clock; ``later_jobs`` is not used here)."""
+    fresh_ray()
+    runs: dict[str, Callable[[], tuple]] = {
+        "wordcount": lambda: raytide_wordcount_end_to_end(lines, epochs, parallelism),
+        "mandelbrot": lambda: raytide_mandelbrot_end_to_end(rows, parallelism),
+        "components": lambda: raytide_components_end_to_end(nodes, parallelism),
+    }
+    return {f"{workload}_first_job_s": runs[workload]()[1]}
+
+
+CHILDREN: dict[str, Callable[..., dict[str, float]]] = {"raytide": raytide_child, "bare": bare_child,
+                                                         "first_job": first_job_child}
 
 
 def child(part: str, **params: Any) -> dict[str, float]:
@@ -283,7 +331,13 @@ def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, la
               "later_jobs": later_jobs}
     metrics = run_child(MODULE, {"part": "raytide", **params}, timeout=CHILD_TIMEOUT)
     time.sleep(SETTLE_S)
-    metrics.update(run_child(MODULE, {"part": "bare", "actors": int(metrics["hosts"])}, timeout=CHILD_TIMEOUT))
+    hosts = int(metrics["hosts"])
+    for actors, metric in ((hosts, "bare_actors_s"), (hosts - 1, "bare_workers_s")):  # every host; the vertex hosts
+        time.sleep(SETTLE_S)
+        metrics.update(run_child(MODULE, {"part": "bare", "actors": actors, "metric": metric}, timeout=CHILD_TIMEOUT))
+    for workload in WORKLOADS:
+        time.sleep(SETTLE_S)
+        metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, **params}, timeout=CHILD_TIMEOUT))
     return metrics
 
 

@@ -185,3 +185,17 @@ def test_a_spare_is_kept_started_and_taken_by_the_next_job(fresh_pool):
             assert _vertex_pids(second) == {spare_pid}
     finally:
         first.cancel()
+
+
+def test_spares_killed_while_idle_are_replaced_by_new_ones(fresh_pool):
+    rt.configure_pool(spares=1)
+    with rt.run(_flow("starter"), inputs={"numbers": [[1]]}, parallelism=1) as job:
+        job.wait(timeout=60)
+    _wait_until(lambda: len(_idle(fresh_pool)) == 2, "the job's host reset and the spare started")
+    victims = _idle(fresh_pool)
+    victim_pids = set(ray.get([fresh_pool.handles[n].ping.remote() for n in victims], timeout=30))
+    for number in victims:
+        ray.kill(fresh_pool.handles[number])
+    _wait_until(lambda: any(n not in victims for n in _idle(fresh_pool)), "the pool to start a new spare")
+    new = [n for n in _idle(fresh_pool) if n not in victims]
+    assert not victim_pids & set(ray.get([fresh_pool.handles[n].ping.remote() for n in new], timeout=30))
