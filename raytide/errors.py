@@ -24,7 +24,8 @@ class ProgressError(RaytideError):
 
 
 class SnapshotError(RaytideError):
-    """A snapshot could not be taken, committed or restored."""
+    """A snapshot could not be taken, committed or restored: a barrier broke the protocol, or a
+    snapshot could not be written, read or verified (the message names the snapshot and part)."""
 
 
 class RescaleError(RaytideError):

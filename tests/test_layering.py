@@ -49,6 +49,7 @@ PURE = [
     "raytide.actors.outbox",
     "raytide.snapshots",
     "raytide.snapshots.barriers",
+    "raytide.snapshots.store",
     "raytide.autoscale",
     "raytide.sources",
     "raytide.integrations.records",
@@ -155,8 +156,8 @@ SUBPACKAGE_API = {
     ],
     "raytide.snapshots": [
         "BarrierAligner", "DEFAULT_PRIOR_FAILURES", "DEFAULT_PRIOR_RATE", "Decision", "DurationEstimator",
-        "FailureRateEstimator", "ForwardBarrier", "IntervalTuner", "Release", "SnapshotComplete", "TakeSnapshot",
-        "lambert_w0", "optimal_interval", "utilization",
+        "FailureRateEstimator", "ForwardBarrier", "IntervalTuner", "Manifest", "PartInfo", "Release",
+        "SnapshotComplete", "SnapshotStore", "TakeSnapshot", "describe", "lambert_w0", "optimal_interval", "utilization",
     ],
     "raytide.autoscale": [
         "DEFAULT_KEY_GROUPS", "FilePolicy", "JobStats", "KeyGroupAssignment", "KeyGroupMove", "RatePolicy",

@@ -1,4 +1,5 @@
-"""Snapshots, pure parts: barrier alignment (barriers.py) and the checkpoint-interval model (interval.py)."""
+"""Snapshots, pure parts: barrier alignment (barriers.py), the checkpoint-interval model (interval.py)
+and the store of committed snapshots (store.py)."""
 
 from .barriers import BarrierAligner as BarrierAligner
 from .barriers import Decision as Decision
@@ -14,6 +15,10 @@ from .interval import IntervalTuner as IntervalTuner
 from .interval import lambert_w0 as lambert_w0
 from .interval import optimal_interval as optimal_interval
 from .interval import utilization as utilization
+from .store import Manifest as Manifest
+from .store import PartInfo as PartInfo
+from .store import SnapshotStore as SnapshotStore
+from .store import describe as describe
 
 __all__ = [
     "BarrierAligner",
@@ -24,9 +29,13 @@ __all__ = [
     "FailureRateEstimator",
     "ForwardBarrier",
     "IntervalTuner",
+    "Manifest",
+    "PartInfo",
     "Release",
     "SnapshotComplete",
+    "SnapshotStore",
     "TakeSnapshot",
+    "describe",
     "lambert_w0",
     "optimal_interval",
     "utilization",

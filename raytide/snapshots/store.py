@@ -1,0 +1,436 @@
+"""Where committed snapshots live: durable, verifiable, on any filesystem ``pyarrow.fs`` knows.
+
+Pure I/O, no Ray: the coordinator (which commits) and the replicas' writers (which write parts)
+both use a :class:`SnapshotStore`; Ray's object store is not durable, so it is never the store.
+
+Layout, under the store's root::
+
+    snapshot-00000000000000000007/    one directory per snapshot id, zero-padded so names sort
+        <part>                        the parts, written first (any order, any writer)
+        _manifest.json                written LAST: the snapshot exists once this does
+
+The manifest lists every part with its size and SHA-256 and carries the caller's metadata
+(input positions, vertex ids, parallelism, times). It is written under a temporary name and
+then moved to ``_manifest.json``. A crash before the move leaves a directory without a
+manifest: not committed, skipped by readers, deleted by :meth:`SnapshotStore.retain` once a
+newer snapshot commits.
+
+Atomicity per filesystem. On a local disk ``move`` is a ``rename``, atomic on POSIX. S3 has no
+rename: pyarrow's ``S3FileSystem.move`` of a file is a server-side copy (CopyObject) followed by
+a delete of the source. The commit is still atomic from a reader's view, because an S3 object
+becomes visible whole or not at all (a PUT, a completed multipart upload and a CopyObject all
+publish the object at once): a reader sees either no manifest or the complete one. A crash
+between the copy and the delete only leaves a stray temporary file. pyarrow does not ``fsync``
+local files; after a machine crash (not a process crash) a part may hold stale bytes behind a
+committed manifest, which the checksums catch: :meth:`SnapshotStore.latest` then falls back.
+
+Verification. Every read of a part checks its size and SHA-256 against the manifest.
+:meth:`SnapshotStore.latest` checks every part of a snapshot before returning it, and skips a
+damaged one (missing, partial or corrupt part; missing or unparsable manifest; bad signature)
+with a :class:`RuntimeWarning` naming the snapshot and the damage.
+
+Signing. With ``signing_key`` the manifest carries an HMAC-SHA256 over its canonical body, which
+holds every part's checksum, so the HMAC covers the parts too. A store with a key refuses a
+manifest whose HMAC is missing or wrong. Security note: snapshot state is pickled by its users,
+so restoring a snapshot runs code chosen by whoever could write the store. Without a signing
+key, anyone with write access to the store can therefore run code in the job that restores
+from it; with a key, only holders of the key can produce a snapshot the store accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import re
+import time
+import uuid
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from raytide.errors import ArgumentError, SnapshotError
+
+MANIFEST = "_manifest.json"
+_TEMP_PREFIX = "_manifest.json.tmp-"
+_DIR_PREFIX = "snapshot-"
+_ID_DIGITS = 20  # wide enough for any non-negative int64
+_DIR_PATTERN = re.compile(rf"{_DIR_PREFIX}(\d{{{_ID_DIGITS}}})")
+_FORMAT = 1
+_CHUNK = 1 << 22  # bytes read at a time when verifying a part
+
+
+@dataclasses.dataclass(frozen=True)
+class PartInfo:
+    """One part file of a snapshot: its name inside the snapshot's directory, size in bytes, SHA-256 (hex)."""
+
+    name: str
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The part's entry in a manifest."""
+        return {"name": self.name, "size": self.size, "sha256": self.sha256}
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A committed snapshot: its id, parts, the committer's metadata and when it was committed.
+
+    ``metadata`` is exactly what a reader gets back from the JSON (tuples become lists, keys
+    strings), so the manifest :meth:`SnapshotStore.commit` returns equals the one read later.
+    """
+
+    snapshot_id: int
+    parts: tuple[PartInfo, ...]
+    metadata: dict[str, Any]
+    committed_at: float  # seconds since the epoch, UTC
+
+    @property
+    def total_size(self) -> int:
+        """The bytes of all parts together."""
+        return sum(part.size for part in self.parts)
+
+    def part(self, name: str) -> PartInfo:
+        """The part called ``name``; a :class:`SnapshotError` if the snapshot has none."""
+        for part in self.parts:
+            if part.name == name:
+                return part
+        raise SnapshotError(f"snapshot {self.snapshot_id} has no part {name!r} (parts: {[p.name for p in self.parts]})")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """A snapshot directory as found: its verified manifest, or what is wrong with it."""
+
+    snapshot_id: int
+    manifest: Manifest | None
+    problem: str
+
+
+class SnapshotStore:
+    """Snapshots under one root of a ``pyarrow.fs`` filesystem; see the module docstring.
+
+    Args:
+        uri: A local path, or any URI ``pyarrow.fs.FileSystem.from_uri`` understands
+            (``s3://bucket/prefix``, ``file:///data/snapshots``, ...); with ``filesystem``,
+            a path inside that filesystem (for example ``"bucket/prefix"`` for an
+            ``S3FileSystem`` built with ``endpoint_override``).
+        signing_key: If given, manifests are signed with HMAC-SHA256 under this key, and
+            manifests that are unsigned or signed otherwise are refused.
+        filesystem: The filesystem to use instead of one derived from ``uri``.
+    """
+
+    def __init__(self, uri: str, signing_key: bytes | None = None, *, filesystem: pafs.FileSystem | None = None) -> None:
+        if signing_key is not None and not (isinstance(signing_key, bytes) and signing_key):
+            raise ArgumentError(f"signing_key must be non-empty bytes or None, not {type(signing_key).__name__}")
+        self.uri = uri
+        self.filesystem, self.root = _resolve(uri, filesystem)
+        self._key = signing_key
+
+    def __repr__(self) -> str:
+        return f"SnapshotStore({self.uri!r}, signed={self._key is not None})"
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def snapshot_dir(self, snapshot_id: int) -> str:
+        """The directory of snapshot ``snapshot_id`` inside :attr:`filesystem`."""
+        _check_id(snapshot_id)
+        return f"{self.root}/{_DIR_PREFIX}{snapshot_id:0{_ID_DIGITS}d}"
+
+    def part_path(self, snapshot_id: int, name: str) -> str:
+        """Where part ``name`` of snapshot ``snapshot_id`` lives inside :attr:`filesystem`."""
+        _check_part_name(name)
+        return f"{self.snapshot_dir(snapshot_id)}/{name}"
+
+    def manifest_path(self, snapshot_id: int) -> str:
+        """Where the manifest of snapshot ``snapshot_id`` lives inside :attr:`filesystem`."""
+        return f"{self.snapshot_dir(snapshot_id)}/{MANIFEST}"
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write_part(self, snapshot_id: int, name: str, data: bytes) -> PartInfo:
+        """Writes one part of an uncommitted snapshot and returns what the manifest needs of it.
+
+        Raises:
+            SnapshotError: If the snapshot is already committed (its parts are immutable).
+        """
+        path = self.part_path(snapshot_id, name)
+        self._refuse_if_committed(snapshot_id, f"cannot write part {name!r}")
+        self.filesystem.create_dir(self.snapshot_dir(snapshot_id), recursive=True)
+        with self.filesystem.open_output_stream(path) as out:
+            out.write(data)
+        return PartInfo(name, len(data), hashlib.sha256(data).hexdigest())
+
+    def commit(self, snapshot_id: int, parts: list[PartInfo], metadata: dict[str, Any]) -> Manifest:
+        """Commits snapshot ``snapshot_id``: writes its manifest last, under a temporary name, then moves it in place.
+
+        Args:
+            parts: The :class:`PartInfo` of every part, as :meth:`write_part` returned them.
+            metadata: JSON-able data for the restorer (input positions, vertex ids, parallelism, times).
+
+        Raises:
+            ArgumentError: If a part repeats or ``metadata`` is not JSON-able.
+            SnapshotError: If the snapshot is already committed, or a part is missing or of another size.
+        """
+        body = self._body(snapshot_id, parts, metadata)
+        self._refuse_if_committed(snapshot_id, "cannot commit it again")
+        for part in parts:
+            self._check_present(snapshot_id, part)
+        text = _canonical({**body, "hmac": self._sign(body)} if self._key else body)
+        self.filesystem.create_dir(self.snapshot_dir(snapshot_id), recursive=True)  # a snapshot may have no parts
+        temp = f"{self.snapshot_dir(snapshot_id)}/{_TEMP_PREFIX}{uuid.uuid4().hex}"
+        with self.filesystem.open_output_stream(temp) as out:
+            out.write(text)
+        self.filesystem.move(temp, self.manifest_path(snapshot_id))
+        return _manifest_from(json.loads(text))
+
+    def _body(self, snapshot_id: int, parts: list[PartInfo], metadata: dict[str, Any]) -> dict[str, Any]:
+        """The manifest's canonical body (everything but the HMAC); refuses bad arguments."""
+        _check_id(snapshot_id)
+        if not all(isinstance(part, PartInfo) for part in parts) or len({part.name for part in parts}) != len(parts):
+            raise ArgumentError(f"parts must be distinct PartInfo values, not {parts!r}")
+        if not isinstance(metadata, dict):
+            raise ArgumentError(f"metadata must be a dict, not {type(metadata).__name__}")
+        body = {"format": _FORMAT, "snapshot_id": snapshot_id, "committed_at": time.time(),
+                "parts": [part.to_json() for part in parts], "metadata": metadata}
+        try:
+            _canonical(body)
+        except (TypeError, ValueError) as error:
+            raise ArgumentError(f"metadata of snapshot {snapshot_id} is not JSON-able: {error}") from error
+        return body
+
+    def _check_present(self, snapshot_id: int, part: PartInfo) -> None:
+        """A cheap check at commit: the part exists with the size the writer reported."""
+        info = self.filesystem.get_file_info(self.part_path(snapshot_id, part.name))
+        if info.type != pafs.FileType.File or info.size != part.size:
+            found = "missing" if info.type != pafs.FileType.File else f"{info.size} bytes"
+            raise SnapshotError(f"snapshot {snapshot_id}: cannot commit, part {part.name!r} of {part.size} bytes is {found}")
+
+    def _refuse_if_committed(self, snapshot_id: int, what: str) -> None:
+        if self.filesystem.get_file_info(self.manifest_path(snapshot_id)).type != pafs.FileType.NotFound:
+            raise SnapshotError(f"snapshot {snapshot_id} is already committed: {what}")
+
+    def _sign(self, body: dict[str, Any]) -> str:
+        assert self._key is not None
+        return hmac.new(self._key, _canonical(body), hashlib.sha256).hexdigest()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def manifest(self, snapshot_id: int) -> Manifest:
+        """The verified manifest of snapshot ``snapshot_id`` (parts not read).
+
+        Raises:
+            SnapshotError: If the snapshot is not committed, or its manifest does not parse or verify.
+        """
+        entry = self._entry(snapshot_id)
+        if entry.manifest is None:
+            raise SnapshotError(f"snapshot {snapshot_id} in {self.uri}: {entry.problem}")
+        return entry.manifest
+
+    def read_part(self, snapshot_id: int, name: str) -> bytes:
+        """The bytes of part ``name`` of committed snapshot ``snapshot_id``, checked against its manifest.
+
+        Raises:
+            SnapshotError: Naming the snapshot and the part, if the snapshot is not committed, the
+                part is missing, or its size or checksum differ (with expected and actual values).
+        """
+        return self._read_verified(snapshot_id, self.manifest(snapshot_id).part(name))
+
+    def _read_verified(self, snapshot_id: int, part: PartInfo, keep: bool = True) -> bytes:
+        """Reads ``part`` in chunks, hashing as it goes, and checks it against the manifest.
+
+        Returns the bytes, or ``b""`` with ``keep=False`` (verifying a large snapshot then needs
+        one chunk of memory). Only a missing part is a damage: other I/O errors (a network
+        failure) propagate, so that they never pass for a damaged snapshot.
+        """
+        digest, size, chunks = hashlib.sha256(), 0, []
+        try:
+            with self.filesystem.open_input_stream(self.part_path(snapshot_id, part.name)) as source:
+                while chunk := source.read(_CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    chunks += [chunk] if keep else []
+        except FileNotFoundError as error:
+            raise SnapshotError(f"snapshot {snapshot_id}: part {part.name!r} is missing") from error
+        if size != part.size or digest.hexdigest() != part.sha256:
+            raise SnapshotError(
+                f"snapshot {snapshot_id}: part {part.name!r} is corrupt: expected {part.size} bytes with sha256 "
+                f"{part.sha256}, found {size} bytes with sha256 {digest.hexdigest()}")
+        return b"".join(chunks)
+
+    def _verify_parts(self, manifest: Manifest) -> str:
+        """What is wrong with the parts of ``manifest`` ("" if nothing): every part is read and checked."""
+        for part in manifest.parts:
+            try:
+                self._read_verified(manifest.snapshot_id, part, keep=False)
+            except SnapshotError as error:
+                return str(error)
+        return ""
+
+    # -- listing -----------------------------------------------------------------------------
+
+    def committed(self) -> list[Manifest]:
+        """The manifests of all committed snapshots, in id order: those whose manifest parses and verifies.
+
+        Parts are not read; :meth:`latest` checks them.
+        """
+        return [entry.manifest for entry in self._entries() if entry.manifest is not None]
+
+    def latest(self) -> Manifest | None:
+        """The newest committed snapshot whose every part exists with the right size and checksum.
+
+        A damaged newer snapshot (see the module docstring) is skipped with a
+        :class:`RuntimeWarning` naming it and the damage. None if no snapshot is intact.
+        """
+        for entry in reversed(self._entries()):
+            problem = entry.problem if entry.manifest is None else self._verify_parts(entry.manifest)
+            if not problem:
+                return entry.manifest
+            warnings.warn(f"skipping snapshot {entry.snapshot_id} in {self.uri}: {problem}", RuntimeWarning, stacklevel=2)
+        return None
+
+    def next_id(self) -> int:
+        """The id for the next snapshot: one more than any snapshot directory, committed or not (1 at first)."""
+        return max(self._ids(), default=0) + 1
+
+    def retain(self, keep: int) -> list[int]:
+        """Deletes all but the newest ``keep`` committed snapshots, and every uncommitted directory
+        older than the newest committed snapshot (abandoned writes). Returns the ids deleted.
+
+        "Committed" means a manifest that parses and verifies; parts are not read, so with
+        ``keep=1`` a newest snapshot with a corrupt part leaves nothing to fall back to.
+        Uncommitted directories newer than the newest commit are kept: they may be in progress.
+        """
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+            raise ArgumentError(f"keep must be an int >= 1, not {keep!r}")
+        entries = self._entries()
+        committed = [entry.snapshot_id for entry in entries if entry.manifest is not None]
+        if not committed:
+            return []
+        kept = set(committed[-keep:])
+        doomed = [entry.snapshot_id for entry in entries
+                  if entry.snapshot_id not in kept and (entry.manifest is not None or entry.snapshot_id < committed[-1])]
+        for snapshot_id in doomed:
+            self.filesystem.delete_dir(self.snapshot_dir(snapshot_id))
+        return doomed
+
+    def _ids(self) -> list[int]:
+        """The ids of all snapshot directories, ascending; other names under the root are ignored."""
+        selector = pafs.FileSelector(self.root, allow_not_found=True)
+        names = (Path(info.path).name for info in self.filesystem.get_file_info(selector) if info.type == pafs.FileType.Directory)
+        return sorted(int(match.group(1)) for match in map(_DIR_PATTERN.fullmatch, names) if match)
+
+    def _entries(self) -> list[_Entry]:
+        return [self._entry(snapshot_id) for snapshot_id in self._ids()]
+
+    def _entry(self, snapshot_id: int) -> _Entry:
+        """Reads and verifies the manifest of one snapshot directory."""
+        try:
+            with self.filesystem.open_input_stream(self.manifest_path(snapshot_id)) as source:
+                text = source.read()
+        except FileNotFoundError:
+            return _Entry(snapshot_id, None, "not committed (no manifest)")
+        try:
+            return _Entry(snapshot_id, self._parse(snapshot_id, text), "")
+        except SnapshotError as error:
+            return _Entry(snapshot_id, None, str(error))
+
+    def _parse(self, snapshot_id: int, text: bytes) -> Manifest:
+        """The manifest in ``text``, refused with a :class:`SnapshotError` unless it parses, belongs
+        to ``snapshot_id`` and (with a signing key) carries a valid HMAC."""
+        try:
+            body = json.loads(text)
+            signature = body.pop("hmac", None) if isinstance(body, dict) else None
+            manifest = _manifest_from(body)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise SnapshotError(f"manifest does not parse: {error!r}") from error
+        if manifest.snapshot_id != snapshot_id:
+            raise SnapshotError(f"manifest is of snapshot {manifest.snapshot_id}, not {snapshot_id}")
+        if self._key is not None:
+            if not isinstance(signature, str):
+                raise SnapshotError("manifest is not signed, and this store requires a signature")
+            if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
+                raise SnapshotError("manifest signature does not verify (tampered, or signed with another key)")
+        return manifest
+
+
+def describe(uri_or_store: str | SnapshotStore) -> str:
+    """A human-readable table of the snapshots in a store: for each committed one its id, commit
+    time (UTC), total size, number of parts and metadata keys (the vertices, when the metadata
+    names them); then one line per directory that is not a committed snapshot, with the reason."""
+    store = uri_or_store if isinstance(uri_or_store, SnapshotStore) else SnapshotStore(uri_or_store)
+    entries = store._entries()
+    if not entries:
+        return f"no snapshots in {store.uri}"
+    rows = [("id", "committed (UTC)", "size", "parts", "metadata")]
+    rows += [_row(entry.manifest) for entry in entries if entry.manifest is not None]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = [f"snapshots in {store.uri}:"]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows]
+    lines += [f"snapshot {entry.snapshot_id}: {entry.problem}" for entry in entries if entry.manifest is None]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _row(manifest: Manifest) -> tuple[str, str, str, str, str]:
+    when = datetime.fromtimestamp(manifest.committed_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    about = "keys: " + ", ".join(sorted(manifest.metadata)) if manifest.metadata else "-"
+    vertices = manifest.metadata.get("vertices")
+    if isinstance(vertices, (list, dict)):
+        about = f"vertices: {', '.join(map(str, vertices))}; {about}"
+    return str(manifest.snapshot_id), when, _human_size(manifest.total_size), str(len(manifest.parts)), about
+
+
+def _human_size(size: int) -> str:
+    """``1536`` -> ``1.5 KiB``."""
+    power = min(max(size.bit_length() - 1, 0) // 10, 3)
+    return f"{size} B" if power == 0 else f"{size / 1024**power:.1f} {('KiB', 'MiB', 'GiB')[power - 1]}"
+
+
+def _resolve(uri: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and root path for ``uri``; a plain path is a local directory."""
+    if filesystem is not None:
+        return filesystem, uri.rstrip("/")
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), Path(uri).absolute().as_posix()
+    try:
+        resolved, path = pafs.FileSystem.from_uri(uri)
+    except (ValueError, OSError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        raise ArgumentError(f"snapshot store URI {uri!r} is not one pyarrow.fs understands: {error}") from error
+    return resolved, path.rstrip("/")
+
+
+def _manifest_from(body: Any) -> Manifest:
+    """A :class:`Manifest` from parsed JSON (without the HMAC); KeyError/TypeError/ValueError if malformed."""
+    if body["format"] != _FORMAT:
+        raise ValueError(f"unknown manifest format {body['format']!r}")
+    parts = tuple(PartInfo(str(p["name"]), _int(p["size"]), str(p["sha256"])) for p in body["parts"])
+    if not isinstance(body["metadata"], dict):
+        raise TypeError("metadata is not an object")
+    return Manifest(_int(body["snapshot_id"]), parts, body["metadata"], float(body["committed_at"]))
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{value!r} is not an integer")
+    return value
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    """The one byte form of a manifest body that is signed and written (sorted keys, no NaN)."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+def _check_id(snapshot_id: int) -> None:
+    if not isinstance(snapshot_id, int) or isinstance(snapshot_id, bool) or not 0 <= snapshot_id < 10**_ID_DIGITS:
+        raise ArgumentError(f"snapshot_id must be a non-negative int below 10**{_ID_DIGITS}, not {snapshot_id!r}")
+
+
+def _check_part_name(name: str) -> None:
+    """Part names are plain file names; names starting with ``_`` are the store's own."""
+    if not isinstance(name, str) or not name or name in (".", "..") or name.startswith("_") or re.search(r"[/\\]", name):
+        raise ArgumentError(f"part name must be a plain file name not starting with '_', not {name!r}")
