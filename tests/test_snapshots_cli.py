@@ -1,4 +1,5 @@
-"""``python -m raytide snapshots STORE [--show ID]`` in a child process, on a real local store."""
+"""``python -m raytide snapshots STORE [--show ID]`` in a child process, on a real local store
+(not in the unit tier: waiting for a child process sleeps)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from raytide.snapshots import SnapshotStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
