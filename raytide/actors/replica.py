@@ -353,10 +353,13 @@ class ReplicaCore:
         """
         self._drain_local()
         self._deliver_notifications()
-        ship = self._should_ship() or (self._must_declare(self._interests())
-                                       and self._must_declare(self._interests(held=False)))
-        changes, outputs = self._take_held() if ship else ([], {})
+        ship = self._should_ship()  # first: it forgets causes whose deltas cancelled out
         interests = self._interests()
+        if not ship and self._must_declare(interests):
+            ship = self._must_declare(self._interests(held=False))
+        changes, outputs = self._take_held() if ship else ([], {})
+        if ship:  # what it held is no longer waited on
+            interests = self._interests()
         if changes or outputs:
             changed = interests != self.interests
             self.interests = interests
