@@ -17,11 +17,13 @@ from raytide.errors import JobTimeout as JobTimeout
 from raytide.errors import ProgressError as ProgressError
 from raytide.errors import RaytideError as RaytideError
 from raytide.errors import RecordError as RecordError
+from raytide.errors import RecoveryError as RecoveryError
 from raytide.errors import ReplicaLost as ReplicaLost
 from raytide.errors import SourceError as SourceError
 from raytide.errors import SparkIntegrationError as SparkIntegrationError
 from raytide.errors import UserCodeError as UserCodeError
 from raytide.progress import Timestamp as Timestamp
+from raytide.snapshots.config import Recovery as Recovery
 
 _RUNTIME = {"run", "Job"}
 _POOL = {"shutdown": "shutdown", "configure_pool": "configure"}
@@ -37,6 +39,8 @@ __all__ = [
     "ProgressError",
     "RaytideError",
     "RecordError",
+    "Recovery",
+    "RecoveryError",
     "ReplicaLost",
     "SourceError",
     "SparkIntegrationError",

@@ -118,6 +118,12 @@ class ReplicaLost(RaytideError):
         return (ReplicaLost, (self.replica, self.vertices, self.noticed_by, self.cause))
 
 
+class RecoveryError(RaytideError):
+    """A job that takes snapshots could not recover from a failure: it failed more often than
+    its ``max_restarts`` allow (the message lists what died each time), or an input cannot
+    go back to where the snapshot left it. Epochs handed over before stay readable."""
+
+
 class JobTimeout(RaytideError, TimeoutError):
     """A wait on a job ran out of time; the message says what was still incomplete."""
 

@@ -47,9 +47,14 @@ PURE = [
     "raytide.actors.holdback",
     "raytide.actors.notifications",
     "raytide.actors.outbox",
+    "raytide.actors.replica_state",
+    "raytide.actors.recovery",
+    "raytide.actors.local",
     "raytide.snapshots",
     "raytide.snapshots.barriers",
     "raytide.snapshots.store",
+    "raytide.snapshots.coordinator",
+    "raytide.snapshots.config",
     "raytide.autoscale",
     "raytide.sources",
     "raytide.integrations.records",
@@ -141,7 +146,8 @@ def test_public_api():
 
     assert sorted(raytide.__all__) == [
         "Dataflow", "GraphError", "Job", "JobCancelled", "JobTimeout", "Loop", "Probe", "ProgressError", "RaytideError",
-        "RecordError", "ReplicaLost", "SourceError", "SparkIntegrationError", "Stream", "Timestamp", "UserCodeError",
+        "RecordError", "Recovery", "RecoveryError", "ReplicaLost", "SourceError", "SparkIntegrationError", "Stream",
+        "Timestamp", "UserCodeError",
         "Vertex", "configure_pool", "run", "shutdown",
     ]
     assert callable(raytide.run)

@@ -1,16 +1,25 @@
-"""An in-process runtime: every replica core and the progress core in one process, no Ray,
-under a seeded scheduler.
+"""An in-process runtime: every replica core, the progress core and the snapshot
+coordinator in one process, no Ray, under a seeded scheduler.
 
-It runs the same :class:`~raytide.actors.replica.ReplicaCore` and
-:class:`~raytide.actors.progress_core.ProgressCore` as the Ray actors, and delivers
+It runs the same :class:`~raytide.actors.replica.ReplicaCore`,
+:class:`~raytide.actors.progress_core.ProgressCore` and
+:class:`~raytide.snapshots.coordinator.CoordinatorCore` as the Ray actors, and delivers
 their messages the way Ray may: FIFO from one replica to another (data batches and
 markers alike), FIFO from the progress actor to each replica, in *any* order from a
 replica to the progress actor (it is a threaded actor; the cores number those
-messages), and driver commands FIFO per input replica. At each step a seeded
-``random.Random`` chooses which mailbox delivers next, so one seed is one
-reproducible interleaving and many seeds explore many (FoundationDB's simulation
-testing). Faults are injected by step: :meth:`LocalJob.crash` kills a replica at step
-``n``, dropping everything it had in flight and everything sent to it.
+messages), driver commands FIFO per input replica, and job events through a log the
+driver polls. At each step a seeded ``random.Random`` chooses which mailbox delivers
+next, so one seed is one reproducible interleaving and many seeds explore many
+(FoundationDB's simulation testing).
+
+Faults are injected by step: :meth:`LocalJob.crash` kills a replica, the progress core
+or the coordinator at step ``n``, losing its state and everything it had in flight.
+Without ``recovery`` the job then fails. With a :class:`LocalRecovery` it takes
+snapshots into a real :class:`~raytide.snapshots.store.SnapshotStore` every few steps
+and, a few steps after a death (when it is noticed), recovers as
+:mod:`raytide.actors.recovery` describes, one step at a time, so that further crashes
+can strike in the middle of it. Every message carries its sender's incarnation and is
+dropped where it arrives if that is not the receiver's.
 
 >>> import raytide as rt
 >>> flow = rt.Dataflow("wordcount")
@@ -42,32 +51,73 @@ from raytide.actors.protocol import (
     Sequenced,
     StatusPush,
 )
+from raytide.actors.recovery import (
+    JOB_PART,
+    RestartBudget,
+    RestorePoint,
+    encode_summaries,
+    part_name,
+    restore_point,
+    snapshot_metadata,
+)
 from raytide.actors.replica import ReplicaCore
+from raytide.actors.replica_state import LocalSnapshot
 from raytide.core.dataflow import Dataflow
 from raytide.errors import RaytideError
 from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.coordinator import Acknowledgement, Commit, CoordinatorCore
+from raytide.snapshots.store import SnapshotStore
 
 #: A driver command for one input replica: ``("push", input, records, epoch)``,
 #: ``("advance", input, epoch)`` (None closes) or ``("marker", marker)``.
 Command = tuple[Any, ...]
 
+#: Crash targets besides replicas.
+PROGRESS, COORDINATOR = "progress", "coordinator"
+Target = ReplicaKey | str
+
+
+@dataclass(frozen=True)
+class LocalRecovery:
+    """Snapshots and recovery in the in-process runtime, with steps for seconds.
+
+    Attributes:
+        store: where snapshots go (a real store: the simulation writes and reads files).
+        interval: steps between the end of a snapshot and the next trigger.
+        timeout: steps after which an incomplete snapshot is abandoned.
+        retain: committed snapshots kept.
+        max_restarts: recoveries allowed before the job fails.
+        detection: a death is noticed up to this many steps after it happened.
+    """
+
+    store: SnapshotStore
+    interval: int = 40
+    timeout: int = 3_000
+    retain: int = 2
+    max_restarts: int = 5
+    detection: int = 5
+
 
 @dataclass(frozen=True)
 class ReplicaDied:
-    """A replica was crashed by fault injection (the job fails: recovery is not built yet)."""
+    """An actor (a replica, or ``"progress"``, ``"coordinator"``) was crashed by fault
+    injection at ``step``; without recovery the job fails."""
 
-    key: ReplicaKey
+    key: Target
     step: int
 
 
 @dataclass
 class LocalRun:
-    """What a run did: records per output and epoch, every job event, the steps taken."""
+    """What a run did: records per output and epoch, every job event, the steps taken,
+    the recoveries (what caused each) and the snapshots committed."""
 
     outputs: dict[str, dict[int, list]]
     events: list[JobEvent | ReplicaDied] = field(default_factory=list)
     steps: int = 0
     finished: bool = False
+    recoveries: list[str] = field(default_factory=list)
+    snapshots: list[int] = field(default_factory=list)
 
     @property
     def failure(self) -> Any:
@@ -81,19 +131,23 @@ class LocalRun:
 
 
 class _Transport:
-    """One replica's transport: appends to the runtime's mailboxes."""
+    """One replica's transport: appends to the runtime's mailboxes, tagged with its incarnation."""
 
-    def __init__(self, job: LocalJob, key: ReplicaKey) -> None:
-        self.job, self.key = job, key
+    def __init__(self, job: LocalJob, key: ReplicaKey, incarnation: int) -> None:
+        self.job, self.key, self.incarnation = job, key, incarnation
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        self.job.links[(self.key, to)].append(("data", channel, vertex, time, batch))
+        self.job.links[(self.key, to)].append((self.incarnation, ("data", channel, vertex, time, batch)))
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
-        self.job.links[(self.key, to)].append(("marker", channel, marker))
+        self.job.links[(self.key, to)].append((self.incarnation, ("marker", channel, marker)))
 
     def to_progress(self, call: Sequenced) -> None:
-        self.job.to_progress[self.key].append(call)
+        if self.job.progress is not None:
+            self.job.to_progress[self.key].append((self.incarnation, call))
+
+    def local_snapshot(self, snapshot: LocalSnapshot) -> None:
+        self.job.writes.append((self.incarnation, snapshot))
 
 
 class LocalJob:
@@ -108,28 +162,56 @@ class LocalJob:
         chaining: fuse pipeline-connected vertices, as ``rt.run`` does.
         markers: ``{input: [(epoch, marker)]}``: inject ``marker`` at every replica of the
             input before its first record of ``epoch`` (after the input moved to it).
+        recovery: take snapshots and recover from crashes instead of failing.
     """
 
     def __init__(self, flow: Dataflow | PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[Any]]],
                  parallelism: int | None = None, seed: int = 0, chaining: bool = True,
-                 markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None) -> None:
+                 markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None,
+                 recovery: LocalRecovery | None = None) -> None:
         self.plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
         self.rng = random.Random(seed)
+        self.recovery = recovery
+        #: Mailboxes; every entry is ``(sender's incarnation, message)``.
         self.links: dict[tuple[ReplicaKey, ReplicaKey], collections.deque] = collections.defaultdict(collections.deque)
-        self.to_progress: dict[ReplicaKey, list[Sequenced]] = collections.defaultdict(list)
-        self.pushes: dict[ReplicaKey, collections.deque[StatusPush]] = collections.defaultdict(collections.deque)
+        self.to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = collections.defaultdict(list)
+        self.pushes: dict[ReplicaKey, collections.deque[tuple[int, StatusPush]]] = \
+            collections.defaultdict(collections.deque)
         self.commands: dict[ReplicaKey, collections.deque[Command]] = collections.defaultdict(collections.deque)
-        self.replicas = {key: ReplicaCore(self.plan, key.chain, key.replica, _Transport(self, key))
-                         for key in self._keys()}
-        self.progress = ProgressCore(self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps())
+        self.injects: dict[ReplicaKey, collections.deque[tuple[int, Marker]]] = \
+            collections.defaultdict(collections.deque)
+        self.log: collections.deque[tuple[int, JobEvent]] = collections.deque()  # the driver's long poll
+        self.writes: list[tuple[int, LocalSnapshot]] = []  # replicas' snapshot writers
+        self.acks: list[tuple[int, Acknowledgement]] = []  # to the coordinator
+        self.commits: collections.deque[tuple[int, Commit]] = collections.deque()
+        self.incarnation = 0
+        self.incarnations = {key: 0 for key in self._keys()}
+        self.replicas = {key: self._core(key) for key in self._keys()}
+        self.progress: ProgressCore | None = ProgressCore(self.plan.graph, self.plan.outputs,
+                                                          self.plan.initial_pointstamps())
+        self.progress_incarnation = 0
         self.connected = False
         self.dead: set[ReplicaKey] = set()
-        self.crashes: dict[int, ReplicaKey] = {}
+        self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
+        self.crashes: dict[int, Target] = {}
+        self.failures: list[tuple[int, str]] = []  # (step at which it is noticed, what died)
+        self.recovery_steps: collections.deque[Callable[[], None]] = collections.deque()
+        self.delivered = {name: -1 for name in self.plan.outputs}  # last epoch handed to the driver
         self.result = LocalRun({name: {} for name in self.plan.outputs})
+        self.planned: dict[ReplicaKey, list[Command]] = {}
         self._plan_inputs(inputs, markers or {})
+        self.coordinator: CoordinatorCore | None = None
+        self.last_snapshot_id = 0
+        if recovery is not None:
+            self.budget = RestartBudget(recovery.max_restarts)
+            self.coordinator = self._new_coordinator()
 
     def _keys(self) -> Iterable[ReplicaKey]:
         return (ReplicaKey(chain.name, r) for chain in self.plan.chains for r in range(chain.parallelism))
+
+    def _core(self, key: ReplicaKey) -> ReplicaCore:
+        transport = _Transport(self, key, self.incarnations[key])
+        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=self.recovery is not None)
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
         chain = self.plan.chain_of(name).name
@@ -155,11 +237,13 @@ class LocalJob:
             for queue in queues:
                 queue.append(("advance", name, None))
             for key, queue in zip(replicas, queues):
+                self.planned[key] = queue
                 self.commands[key].extend(queue)
 
-    def crash(self, key: ReplicaKey, at_step: int) -> None:
-        """Kill replica ``key`` at step ``at_step``: it stops, and its messages in flight are lost."""
-        self.crashes[at_step] = key
+    def crash(self, target: Target, at_step: int) -> None:
+        """Kill ``target`` (a replica key, :data:`PROGRESS` or :data:`COORDINATOR`) at step
+        ``at_step``: its state and the messages it had in flight are lost."""
+        self.crashes[at_step] = target
 
     # -- running -------------------------------------------------------------------------
 
@@ -175,14 +259,19 @@ class LocalJob:
         """
         while self.result.failure is None:
             if self.result.steps in self.crashes:
-                self._kill(self.crashes[self.result.steps])
+                self._kill(self.crashes.pop(self.result.steps))
                 continue
+            self._notice_failures()
+            self._tick_coordinator()
             choices = self._mailboxes()
             if not choices:
                 if self.result.finished:
                     break
+                if self.failures:  # nothing moves until the death is noticed: notice it now
+                    self.failures = [(self.result.steps, cause) for _, cause in self.failures]
+                    continue
                 raise RuntimeError(f"the job hangs: nothing left to deliver after {self.result.steps} steps and "
-                                   f"not finished; pending: {self.progress.describe()}")
+                                   f"not finished; pending: {self.progress.describe() if self.progress else None}")
             if self.result.steps >= max_steps:
                 raise RuntimeError(f"the job is still running after {max_steps} steps")
             self.result.steps += 1
@@ -194,33 +283,56 @@ class LocalJob:
     def _mailboxes(self) -> list[Callable[[], None]]:
         """One action per mailbox with something to deliver."""
         actions: list[Callable[[], None]] = []
-        if not self.connected:
+        if not self.connected and self.progress is not None:
             actions.append(self._connect)
-        actions += [functools.partial(self._deliver, link) for link, queue in self.links.items() if queue]
+        actions += [functools.partial(self._deliver, link) for link, queue in self.links.items()
+                    if queue and link[1] not in self.waiting]
         actions += [functools.partial(self._apply_progress, key) for key, calls in self.to_progress.items() if calls]
-        actions += [functools.partial(self._push_status, key) for key, queue in self.pushes.items() if queue]
-        actions += [functools.partial(self._command, key) for key, queue in self.commands.items() if queue]
+        actions += [functools.partial(self._push_status, key) for key, queue in self.pushes.items()
+                    if queue and key not in self.waiting]
+        actions += [functools.partial(self._command, key) for key, queue in self.commands.items()
+                    if queue and key not in self.waiting]
+        actions += [functools.partial(self._inject, key) for key, queue in self.injects.items()
+                    if queue and key not in self.waiting]
+        if self.log:
+            actions.append(self._poll)
+        if self.recovery_steps:
+            actions.append(self._recovery_step)
+        if self.recovery is not None:
+            actions += self._snapshot_actions()
         return actions
 
+    def _current(self, key: ReplicaKey, incarnation: int) -> bool:
+        """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of that incarnation)."""
+        return key not in self.dead and self.incarnations[key] == incarnation
+
     def _connect(self) -> None:
+        assert self.progress is not None
         self.connected = True
         self._perform(self.progress.connect({key: core.subscriptions() for key, core in self.replicas.items()}))
 
     def _deliver(self, link: tuple[ReplicaKey, ReplicaKey]) -> None:
-        message = self.links[link].popleft()
-        core = self.replicas[link[1]]
+        incarnation, message = self.links[link].popleft()
+        key = link[1]
+        if not self._current(key, incarnation):
+            return
+        core = self.replicas[key]
         if message[0] == "data":
-            self._guard(link[1], core.on_message, *message[1:])
+            self._guard(key, core.on_message, *message[1:])
         else:
-            self._guard(link[1], core.on_marker, *message[1:])
+            self._guard(key, core.on_marker, *message[1:])
 
     def _apply_progress(self, key: ReplicaKey) -> None:
         """One of ``key``'s messages to the progress actor, not necessarily the oldest."""
         calls = self.to_progress[key]
-        self._perform(self.progress.receive(calls.pop(self.rng.randrange(len(calls)))))
+        incarnation, call = calls.pop(self.rng.randrange(len(calls)))
+        if self.progress is not None and incarnation == self.progress_incarnation:
+            self._perform(self.progress.receive(call))
 
     def _push_status(self, key: ReplicaKey) -> None:
-        self._guard(key, self.replicas[key].on_progress, *self.pushes[key].popleft())
+        incarnation, push = self.pushes[key].popleft()
+        if self._current(key, incarnation):
+            self._guard(key, self.replicas[key].on_progress, *push)
 
     def _command(self, key: ReplicaKey) -> None:
         command = self.commands[key].popleft()
@@ -231,6 +343,11 @@ class LocalJob:
             self._guard(key, core.advance_input, command[1], command[2])
         else:
             self._guard(key, core.inject_marker, command[1])
+
+    def _inject(self, key: ReplicaKey) -> None:
+        incarnation, marker = self.injects[key].popleft()
+        if self._current(key, incarnation):
+            self._guard(key, self.replicas[key].inject_marker, marker)
 
     def _guard(self, key: ReplicaKey, method: Callable[..., None], *args: Any) -> None:
         """Run a replica's event; a raytide error fails the job, as the actor's guard does."""
@@ -244,8 +361,15 @@ class LocalJob:
     def _perform(self, effects: ProgressEffects) -> None:
         for key, push in effects.pushes:
             if key not in self.dead:
-                self.pushes[key].append(push)
-        self._record(effects.events)
+                self.pushes[key].append((self.progress_incarnation, push))
+        self.log.extend((self.progress_incarnation, event) for event in effects.events)
+
+    def _poll(self) -> None:
+        """The driver reads the oldest job event (events of an older incarnation are dropped:
+        a recovery replays their epochs)."""
+        incarnation, event = self.log.popleft()
+        if incarnation == self.progress_incarnation:
+            self._record([event])
 
     def _record(self, events: Sequence[JobEvent | ReplicaDied]) -> None:
         for event in events:
@@ -255,17 +379,181 @@ class LocalJob:
                 if event.epoch in self.result.outputs[event.output]:
                     raise AssertionError(f"output {event.output!r} epoch {event.epoch} completed twice")
                 self.result.outputs[event.output][event.epoch] = records
+                self.delivered[event.output] = max(self.delivered[event.output], event.epoch)
             elif isinstance(event, JobFinished):
                 self.result.finished = True
 
-    def _kill(self, key: ReplicaKey) -> None:
-        """Fault injection: ``key`` dies; what it sent and what was sent to it is lost."""
-        del self.crashes[self.result.steps]
-        self.dead.add(key)
-        for link, queue in self.links.items():
-            if key in link:
-                queue.clear()
-        self.to_progress[key].clear()
-        self.pushes[key].clear()
+    # -- faults ----------------------------------------------------------------------------
+
+    def _kill(self, target: Target) -> None:
+        """Fault injection: ``target`` dies with its state and what it had in flight."""
+        if self.result.finished:
+            return  # the driver has seen the end: the job is gone
+        if isinstance(target, ReplicaKey):
+            self.dead.add(target)
+            for link, queue in self.links.items():
+                if target in link:
+                    queue.clear()
+            for mailbox in (self.to_progress, self.pushes, self.commands, self.injects):
+                mailbox[target].clear()
+            self.writes = [(i, w) for i, w in self.writes if w.key != target]
+        elif target == PROGRESS:
+            self.progress = None
+            self.to_progress.clear()
+            self.log.clear()
+        elif target == COORDINATOR:
+            self.coordinator = None
+            self.acks.clear()
+            self.commits.clear()
+        else:
+            raise ValueError(f"no such crash target: {target!r}")
+        if self.recovery is None:
+            self._record([ReplicaDied(target, self.result.steps)])
+        else:
+            noticed = self.result.steps + self.rng.randint(0, self.recovery.detection)
+            self.failures.append((noticed, f"{target} died at step {self.result.steps}"))
+
+    def _notice_failures(self) -> None:
+        """Start a recovery for the deaths noticed by now."""
+        due = [cause for step, cause in self.failures if step <= self.result.steps]
+        if not due or self.result.finished:
+            return
+        self.failures = [(step, cause) for step, cause in self.failures if step > self.result.steps]
+        try:
+            self.budget.spend("; ".join(due))
+        except RaytideError as error:
+            self._record([JobFailed(error)])
+            return
+        self._begin_recovery("; ".join(due))
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def _begin_recovery(self, cause: str) -> None:
+        """Start incarnation n + 1 from the last committed snapshot, one step at a time."""
+        assert self.recovery is not None
+        self.result.recoveries.append(cause)
+        self.incarnation += 1
+        if self.coordinator is not None:
+            self.coordinator.reset(self.incarnation, self.result.steps)
+        point = restore_point(self.plan, self.recovery.store)
+        keys = list(self._keys())
+        restores = [functools.partial(self._restore, key, point) for key in self.rng.sample(keys, len(keys))]
+        resumes = [functools.partial(self._resume, key, point) for key in self.rng.sample(keys, len(keys))]
+        self.recovery_steps = collections.deque(
+            [*restores, functools.partial(self._rebuild_progress, point), *resumes, self._end_recovery])
+
+    def _recovery_step(self) -> None:
+        self.recovery_steps.popleft()()
+
+    def _restore(self, key: ReplicaKey, point: RestorePoint) -> None:
+        """Reset replica ``key`` in place, or replace it if it died, from its part of ``point``."""
+        assert self.recovery is not None
+        self.dead.discard(key)
+        self.incarnations[key] = self.incarnation
+        self.replicas[key] = core = self._core(key)
+        self.waiting.add(key)
         self.commands[key].clear()
-        self._record([ReplicaDied(key, self.result.steps)])
+        if point.snapshot_id is not None:
+            data = self.recovery.store.read_part(point.snapshot_id, part_name(key))
+            self._guard(key, core.restore, data)
+
+    def _rebuild_progress(self, point: RestorePoint) -> None:
+        """A new progress core from the restored replicas' pointstamps and kept output records."""
+        self.progress = ProgressCore(self.plan.graph, self.plan.outputs, point.pointstamps, delivered=self.delivered,
+                                     kept=point.kept)
+        self.progress_incarnation = self.incarnation
+        self.to_progress.clear()
+        self._connect()
+
+    def _resume(self, key: ReplicaKey, point: RestorePoint) -> None:
+        """Replica ``key`` runs again: its logged back-edge batches first, then its inputs from their positions."""
+        self.waiting.discard(key)
+        if key in self.planned:
+            vertex = next(name for name in self.plan.chain(key.chain).vertices if name in self.plan.inputs)
+            self.commands[key] = collections.deque(_rewound(self.planned[key], point.position(key, vertex)))
+        self._guard(key, self.replicas[key].resume)
+
+    def _end_recovery(self) -> None:
+        if self.coordinator is None:
+            self.coordinator = self._new_coordinator()
+        self.coordinator.last_end = self.result.steps
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def _new_coordinator(self) -> CoordinatorCore:
+        """A coordinator whose ids follow every id used before (even of abandoned snapshots)."""
+        assert self.recovery is not None
+        first = max(self.recovery.store.next_id(), self.last_snapshot_id + 1)
+        core = CoordinatorCore(list(self._keys()), first, self.recovery.interval, self.recovery.timeout,
+                               self.incarnation)
+        core.last_end = self.result.steps
+        return core
+
+    def _tick_coordinator(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.tick(self.result.steps)
+
+    def _snapshot_actions(self) -> list[Callable[[], None]]:
+        actions: list[Callable[[], None]] = []
+        coordinator = self.coordinator
+        if (coordinator is not None and not self.recovery_steps and not self.result.finished
+                and coordinator.due(self.result.steps)):
+            actions.append(self._trigger)
+        if self.writes:
+            actions.append(self._write)
+        if self.acks and coordinator is not None:
+            actions.append(self._acknowledge)
+        if self.commits and coordinator is not None:
+            actions.append(self._commit)
+        return actions
+
+    def _trigger(self) -> None:
+        """The coordinator starts a snapshot: a barrier for every input replica."""
+        assert self.coordinator is not None
+        trigger = self.coordinator.trigger(self.result.steps)
+        if trigger is None:
+            return
+        self.last_snapshot_id = trigger.snapshot_id
+        marker = Marker(trigger.snapshot_id, snapshot=True, delivered=dict(self.delivered))
+        for key in self.planned:
+            self.injects[key].append((trigger.incarnation, marker))
+
+    def _write(self) -> None:
+        """A replica's writer stores one local snapshot, then acknowledges it."""
+        assert self.recovery is not None
+        incarnation, snapshot = self.writes.pop(self.rng.randrange(len(self.writes)))
+        if not self._current(snapshot.key, incarnation):
+            return
+        part = self.recovery.store.write_part(snapshot.snapshot_id, part_name(snapshot.key), snapshot.data)
+        self.acks.append((incarnation, Acknowledgement(snapshot.key, snapshot.snapshot_id, incarnation, (part,),
+                                                       snapshot.summary)))
+
+    def _acknowledge(self) -> None:
+        assert self.coordinator is not None
+        _, ack = self.acks.pop(self.rng.randrange(len(self.acks)))
+        commit = self.coordinator.acknowledge(ack, self.result.steps)
+        if commit is not None:
+            self.commits.append((commit.incarnation, commit))
+
+    def _commit(self) -> None:
+        """The coordinator writes the job part and the manifest, then applies retention."""
+        assert self.recovery is not None and self.coordinator is not None
+        incarnation, commit = self.commits.popleft()
+        if incarnation != self.coordinator.incarnation:
+            return
+        store = self.recovery.store
+        job = store.write_part(commit.snapshot_id, JOB_PART, encode_summaries(commit.summaries))
+        store.commit(commit.snapshot_id, [*commit.parts, job], snapshot_metadata(self.plan, incarnation))
+        store.retain(self.recovery.retain)
+        self.coordinator.committed(commit.snapshot_id, self.result.steps)
+        self.result.snapshots.append(commit.snapshot_id)
+
+
+def _rewound(commands: list[Command], position: int) -> list[Command]:
+    """``commands`` after the first ``position`` pushes and advances (markers between them skipped)."""
+    consumed = 0
+    for index, command in enumerate(commands):
+        if consumed == position:
+            return commands[index:]
+        consumed += command[0] in ("push", "advance")
+    return []

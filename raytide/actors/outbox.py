@@ -16,6 +16,8 @@ from typing import Any, NamedTuple, Protocol
 
 from raytide.actors.plan import ChainPlan, Consumer, PhysicalPlan
 from raytide.actors.protocol import ChannelId, Marker, ReplicaKey, Sequenced
+from raytide.actors.replica_state import LocalSnapshot
+from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Router
 from raytide.progress.timestamps import Timestamp
 
@@ -31,6 +33,9 @@ class Transport(Protocol):
 
     def to_progress(self, call: Sequenced) -> None:
         """A numbered message to the progress actor."""
+
+    def local_snapshot(self, snapshot: LocalSnapshot) -> None:
+        """A complete local snapshot: write it off the processing path, then acknowledge it."""
 
 
 class Route(NamedTuple):
@@ -105,6 +110,17 @@ class Outbox:
         if isinstance(router, PipelineRouter) and self.plan.width(consumer.vertex) == self.chain.parallelism:
             return [self.replica]
         return list(range(self.plan.width(consumer.vertex)))
+
+    def tables(self) -> dict[tuple[str, int, int], KeyGroupAssignment]:
+        """The routing table of every exchange out of this replica (part of its snapshot)."""
+        return {route: router.table for route, router in self.routers.items() if isinstance(router, ExchangeRouter)}
+
+    def restore_tables(self, tables: dict[tuple[str, int, int], KeyGroupAssignment]) -> None:
+        """Route by ``tables`` (as :meth:`tables` returned them)."""
+        for route, table in tables.items():
+            router = self.routers[route]
+            if isinstance(router, ExchangeRouter):
+                router.swap_table(table)
 
     def switch_tables(self, marker: Marker) -> None:
         """Route by the tables ``marker`` carries from now on (the chain is at the marker)."""

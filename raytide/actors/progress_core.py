@@ -56,11 +56,20 @@ class ProgressEffects:
 class ProgressCore:
     """The tracker, the output log and the message ordering of one job."""
 
-    def __init__(self, graph: ProgressGraph, outputs: list[str], initial: list[tuple[Pointstamp, int]]) -> None:
-        """``initial``: the pointstamps held before anything runs (the inputs' first epochs)."""
+    def __init__(self, graph: ProgressGraph, outputs: list[str], initial: list[tuple[Pointstamp, int]],
+                 delivered: dict[str, int] | None = None, kept: dict[str, dict[int, list]] | None = None) -> None:
+        """Args:
+            initial: the pointstamps held before anything runs (the inputs' first epochs,
+                or after a recovery what the restored replicas hold).
+            delivered: after a recovery, per output the last epoch the driver already has.
+            kept: after a recovery, the output parts of each epoch the restored output
+                replicas had received (they are not shipped again).
+        """
         self.publisher = FrontierPublisher(Tracker(graph))
         self.publisher.initialize(initial)
-        self.outputs = OutputLog(outputs)
+        self.outputs = OutputLog(outputs, delivered)
+        for name, epochs in (kept or {}).items():
+            self.outputs.add(name, "the restored snapshot", epochs)
         self.in_order: InOrder[ProgressMessage] = InOrder()
         self.early: list[Sequenced] | None = []
         self.done = False

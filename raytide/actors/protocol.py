@@ -86,10 +86,16 @@ class Marker:
         marker_id: increasing id (markers share the id space of snapshot barriers).
         reroute: routing tables to switch to, per ``(vertex, output port, target vertex)``
             exchange edge; the sender switches when it passes the marker.
+        snapshot: the marker is a snapshot barrier: every replica takes its local
+            snapshot when aligned on it.
+        delivered: per output, the last epoch the driver had been handed when the
+            snapshot was triggered: output replicas stop keeping records of those epochs.
     """
 
     marker_id: int
     reroute: dict[tuple[str, int, str], KeyGroupAssignment] = field(default_factory=dict)
+    snapshot: bool = False
+    delivered: dict[str, int] = field(default_factory=dict)
 
     def __hash__(self) -> int:
         return hash(self.marker_id)

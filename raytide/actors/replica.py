@@ -42,6 +42,7 @@ from raytide.actors.protocol import (
     ReplicaKey,
     Sequenced,
 )
+from raytide.actors.replica_state import LoggedBatch, ReplicaState, TakenState, complete, load, take
 from raytide.core.batches import batch_length, eager, to_records
 from raytide.core.routing import non_empty
 from raytide.core.vertex import Vertex
@@ -50,7 +51,14 @@ from raytide.progress.publisher import Interests, Status, answers
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
 from raytide.progress.tracker import Pointstamp
-from raytide.snapshots.barriers import BarrierAligner, Decision, ForwardBarrier, Release, TakeSnapshot
+from raytide.snapshots.barriers import (
+    BarrierAligner,
+    Decision,
+    ForwardBarrier,
+    Release,
+    SnapshotComplete,
+    TakeSnapshot,
+)
 
 
 @dataclass
@@ -82,10 +90,17 @@ class _Context:
 
 
 class ReplicaCore:
-    """Replica ``replica`` of chain ``chain`` of ``plan``: runs its vertices, accounts progress."""
+    """Replica ``replica`` of chain ``chain`` of ``plan``: runs its vertices, accounts progress.
 
-    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport) -> None:
+    With ``keep_outputs`` (a job that takes snapshots) its output vertices keep the records
+    they received until a snapshot barrier says the driver has them
+    (:attr:`Marker.delivered`): a recovery hands the kept ones to the new progress actor.
+    """
+
+    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport,
+                 keep_outputs: bool = False) -> None:
         self.plan, self.replica, self.transport = plan, replica, transport
+        self.keep_outputs = keep_outputs
         self.chain = plan.chain(chain)
         self.outbox = Outbox(plan, self.chain, replica, transport)
         self.contexts = {name: _Context(self, name, replica, plan.width(name)) for name in self.chain.vertices}
@@ -94,7 +109,9 @@ class ReplicaCore:
         self.held = HeldProgress()
         self.vertices: dict[str, Vertex] = {}
         self.input_epochs: dict[str, int | None] = {}
+        self.positions: dict[str, int] = {}  # driver commands each hosted input consumed
         self.outputs: dict[str, dict[int, list]] = {}  # records per epoch not shipped yet
+        self.kept: dict[str, dict[int, list]] = {}  # records per epoch the driver may not have yet
         for name in self.chain.vertices:
             self._host(name)
         self.statuses: dict[Location, Status] = {}
@@ -104,6 +121,8 @@ class ReplicaCore:
         self.unacked = 0
         self.markers: dict[int, Marker] = {}
         self.marker_log: list[MarkerRecord] = []
+        self.taken: dict[int, TakenState] = {}  # local snapshots waiting for their back edges' barriers
+        self.replay: list[LoggedBatch] = []  # restored back-edge batches, delivered at resume()
         head = self.chain.vertices[0]
         channels = self._input_channels(head)
         self.aligner = BarrierAligner(head, inputs=channels, back_edges=self._back_edges(head, channels))
@@ -115,8 +134,10 @@ class ReplicaCore:
         vertex = self.plan.vertex(name)
         if vertex.role == "input":
             self.input_epochs[name] = 0
+            self.positions[name] = 0
         elif vertex.role == "output":
             self.outputs[name] = {}
+            self.kept[name] = {}
         elif vertex.role in ("vertex", "feedback"):
             instance = vertex.factory() if vertex.factory else Vertex()
             instance.bind(self.contexts[name])
@@ -194,12 +215,53 @@ class ReplicaCore:
             if isinstance(effect, TakeSnapshot):
                 marker = self.markers[effect.snapshot_id]
                 self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
+                if marker.snapshot:
+                    self.taken[marker.marker_id] = self._take(marker)
                 self.outbox.switch_tables(marker)
+            elif isinstance(effect, SnapshotComplete):
+                taken = self.taken.pop(effect.snapshot_id, None)
+                if taken is not None:
+                    self.transport.local_snapshot(complete(effect.snapshot_id, self.outbox.key, taken, effect.logged))
             elif isinstance(effect, ForwardBarrier):
                 self.outbox.forward_marker(self.markers.pop(effect.snapshot_id))
             elif isinstance(effect, Release):
                 for channel, vertex, time, batch in effect.records:
                     self._consume(channel, vertex, time, batch)
+
+    # -- snapshots and restore ----------------------------------------------------------
+
+    def _take(self, marker: Marker) -> TakenState:
+        """The local snapshot at ``marker`` (the chain is aligned on it), after dropping the
+        kept output records of epochs the driver already has."""
+        for name, epochs in self.kept.items():
+            done = marker.delivered.get(name, -1)
+            for epoch in [e for e in epochs if e <= done]:
+                del epochs[epoch]
+        user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
+        return take(ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
+                                 self.outbox.tables()))
+
+    def restore(self, data: bytes) -> None:
+        """Become the replica whose local snapshot is ``data`` (a fresh core, before any event).
+
+        Its back-edge batches logged in the snapshot are delivered by :meth:`resume`, once
+        every replica of the job is restored.
+        """
+        state, self.replay = load(data)
+        for name, saved in state.user.items():
+            self._run(name, None, self.vertices[name].restore, saved)
+        self.notifications.pending.update(state.notifications)
+        self.input_epochs.update(state.input_epochs)
+        self.positions.update(state.positions)
+        self.kept.update(state.kept)
+        self.outbox.restore_tables(state.tables)
+
+    def resume(self) -> None:
+        """Deliver the restored back-edge batches (ahead of any new traffic), then run as usual."""
+        replay, self.replay = self.replay, []
+        for channel, vertex, time, batch in replay:
+            self._consume(channel, vertex, time, batch)
+        self._settle()
 
     def on_progress(self, statuses: dict[Location, Status], acked: bool) -> None:
         """The progress actor pushed new frontiers (and, if ``acked``, absorbed our last flush)."""
@@ -210,6 +272,7 @@ class ReplicaCore:
 
     def push_input(self, vertex: str, batch: Any, epoch: int) -> None:
         """The driver (or a source) delivers records of ``epoch`` to input ``vertex``."""
+        self.positions[vertex] += 1
         current = self.input_epochs[vertex]
         if current is None or epoch != current:
             raise ProgressError(f"input {vertex!r} replica {self.replica} got records for epoch {epoch} "
@@ -226,6 +289,7 @@ class ReplicaCore:
 
     def advance_input(self, vertex: str, epoch: int | None) -> None:
         """Move input ``vertex``'s capability to ``epoch`` (None: close the input)."""
+        self.positions[vertex] += 1
         current = self.input_epochs[vertex]
         if current is None:
             raise ProgressError(f"input {vertex!r} is closed; it cannot move to epoch {epoch}")
@@ -255,7 +319,10 @@ class ReplicaCore:
             target = self.vertices[vertex]
             self._run(vertex, time, target.on_recv, port, batch if target.takes_lazy_batches else eager(batch), time)
         elif vertex in self.outputs:
-            self.outputs[vertex].setdefault(time.epoch, []).extend(to_records(batch))
+            records = to_records(batch)
+            self.outputs[vertex].setdefault(time.epoch, []).extend(records)
+            if self.keep_outputs:
+                self.kept[vertex].setdefault(time.epoch, []).extend(records)
             self.held.force()  # records go with the batch that retires them: at once, for latency
 
     def _run(self, vertex: str, time: Timestamp | None, callback: Any, *args: Any) -> None:

@@ -35,9 +35,10 @@ from raytide.actors.allocator import keep_freed_buffers, pretouch
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced, decode, encode
 from raytide.actors.replica import ReplicaCore
+from raytide.actors.replica_state import LocalSnapshot
 from raytide.actors.wire import pack, pack_records, packed_size, unpack, unpicklable
 from raytide.core.batches import to_records
-from raytide.errors import RaytideError, ReplicaLost, SourceError
+from raytide.errors import RaytideError, ReplicaLost, SnapshotError, SourceError
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.sources.base import Reader
@@ -105,6 +106,10 @@ class _RayTransport:
                 ref = window.popleft()
                 if ref not in done:
                     window.append(ref)
+
+    def local_snapshot(self, snapshot: LocalSnapshot) -> None:
+        raise SnapshotError(f"replica {self.job}/{self.key} reached snapshot barrier {snapshot.snapshot_id}, but jobs "
+                            f"on Ray do not take snapshots yet")
 
     def to_progress(self, call: Sequenced) -> None:
         """Output parts wait for the progress batch the core sends right after them, and both

@@ -22,9 +22,13 @@ CompleteEpoch = tuple[str, int, list]
 class OutputLog:
     """Record parts per output and epoch, released in epoch order as the frontier passes."""
 
-    def __init__(self, outputs: list[str]) -> None:
+    def __init__(self, outputs: list[str], delivered: dict[str, int] | None = None) -> None:
+        """``delivered``: per output, the last epoch an earlier incarnation of the job handed
+        to the driver (after a recovery): records of those epochs are dropped, not released
+        again."""
         self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}
         self.complete: dict[str, float] = {name: 0 for name in outputs}
+        self.delivered = {name: (delivered or {}).get(name, -1) for name in outputs}
 
     def add(self, output: str, sender: Hashable, epochs: dict[int, list[Any]]) -> None:
         """Record parts of ``output`` from replica ``sender``, per epoch.
@@ -34,6 +38,8 @@ class OutputLog:
                 progress protocol: the frontier passed records still in flight).
         """
         for epoch, parts in epochs.items():
+            if epoch <= self.delivered[output]:
+                continue  # replayed after a recovery: the driver has this epoch already
             if epoch < self.complete[output]:
                 raise ProgressError(f"output {output!r} replica {sender} sent records of epoch {epoch} after every "
                                     f"epoch before {self.complete[output]} was complete")

@@ -280,6 +280,10 @@ class BarrierAligner:
             log.append(record)
         return Decision.DELIVER_AND_LOG if logs else Decision.DELIVER
 
+    def buffered(self) -> list[Any]:
+        """The records held back on blocked channels (they are not processed yet), in order per channel."""
+        return [record for queue in self._blocked.values() for record in queue if not isinstance(record, _QueuedBarrier)]
+
     def on_barrier(self, channel: ChannelKey, snapshot_id: int) -> list[Effect]:
         """Account for barrier ``snapshot_id`` arriving on ``channel``.
 

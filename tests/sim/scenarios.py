@@ -113,6 +113,12 @@ class IterationCounter(rt.Vertex):
     def on_notify(self, time: rt.Timestamp) -> None:
         self.send_by(0, [(time.counters, self.counts.pop(time))], time)
 
+    def snapshot(self) -> Counter:
+        return self.counts
+
+    def restore(self, state: Counter) -> None:
+        self.counts = state
+
 
 def loop(rng: random.Random) -> Scenario:
     """Halving to a fixed point, exchanged every round, with a notified vertex inside the loop."""

@@ -4,7 +4,6 @@ reference, plus an oracle for the hold-back rule and injected crashes."""
 
 from __future__ import annotations
 
-import functools
 import random
 from collections import Counter
 
@@ -16,8 +15,8 @@ from raytide.actors.holdback import HeldProgress
 from raytide.actors.local import LocalJob, ReplicaDied
 from raytide.actors.protocol import Cause, Marker, ReplicaKey
 from raytide.core.keygroups import KeyGroupAssignment
-from raytide.progress import Location, PathSummary, Timestamp
 from raytide.progress.publisher import answers
+from tests.sim.frontier_oracle import check_frontiers_cover_the_truth
 from tests.sim.scenarios import SCENARIOS, Scenario, as_counters
 
 SEEDS = range(200)
@@ -52,46 +51,6 @@ def test_seeds_choose_different_interleavings():
 
 
 # -- the hold-back rule, against an oracle of the true pointstamps -----------------------
-
-
-def true_pointstamps(job: LocalJob) -> Counter:
-    """Every pointstamp that really exists now: messages not yet consumed, pending
-    notifications, and open inputs' capabilities, read from the whole simulated system."""
-    counts: Counter = Counter()
-    for queue in job.links.values():
-        for message in queue:
-            if message[0] == "data":
-                _, channel, vertex, time, _ = message
-                counts[(Location.of_input(vertex, channel.port), time)] += 1
-    for core in job.replicas.values():
-        for vertex, pending in core.notifications.pending.items():
-            counts.update((Location.of_vertex(vertex), t) for t in pending)
-        for name, epoch in core.input_epochs.items():
-            if epoch is not None:
-                counts[(Location.of_vertex(name), Timestamp(epoch))] += 1
-    return counts
-
-
-@functools.lru_cache(maxsize=4096)
-def paths(plan, location: Location) -> list[tuple[Location, list[PathSummary]]]:
-    """Every vertex input reachable from ``location``, with the summaries of the paths there."""
-    targets = [Location.of_input(v, p) for v, vertex in plan.vertices.items() for p in range(len(vertex.inputs))]
-    reached = [(t, list(plan.graph.summaries(location, t)) + ([PathSummary.identity()] if t == location else []))
-               for t in targets]
-    return [(target, summaries) for target, summaries in reached if summaries]
-
-
-def check_frontiers_cover_the_truth(job: LocalJob) -> None:
-    """Safety: the tracker's frontier at every vertex input is at or below every time that
-    really may still arrive there. Holding deltas back may keep a frontier low, never high."""
-    tracker = job.progress.publisher.tracker
-    for location, time in true_pointstamps(job):
-        for target, summaries in paths(job.plan, location):
-            for summary in summaries:
-                reached = summary.results_in(time)
-                if reached is not None and not any(f.less_equal(reached) for f in tracker.frontier(target)):
-                    raise AssertionError(f"the frontier at {target} is {tracker.frontier(target)}, past {reached} "
-                                         f"which ({time} at {location}) may still cause")
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -1,0 +1,111 @@
+"""Recovery as pure logic: how a job's snapshot is laid out in the store, where a restored
+job starts, and how many restarts it may take.
+
+Snapshot ``k`` of a job holds one part per replica (its :class:`LocalSnapshot` bytes,
+named by :func:`part_name`) and a ``job`` part the coordinator writes at commit: every
+replica's :class:`ReplicaSummary`. From the summaries alone recovery rebuilds the
+progress tracker (:func:`restore_point`); each replica reads only its own part.
+
+A recovery, whatever died (a replica's actor, the progress actor, the coordinator):
+
+1. the driver starts incarnation ``n + 1``; every message of an older one is dropped
+   where it arrives, and the snapshot in flight is abandoned;
+2. every replica is reset in place (a fresh core) or, if its actor died, replaced on a
+   warm host, and restores its part of the last committed snapshot (none yet: its
+   initial state);
+3. a new progress core starts from :func:`restore_point`'s pointstamps, with the kept
+   output records and the epochs the driver already has (dropped when replayed);
+4. every replica resumes (delivers its logged back-edge batches first) and every input
+   is rewound to its position.
+
+A failure during a recovery starts the next one. The steps are those of the in-process
+runtime (:mod:`raytide.actors.local`), where crashes at every step are simulated.
+"""
+
+from __future__ import annotations
+
+import pickle
+import urllib.parse
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+from raytide.actors.plan import PhysicalPlan
+from raytide.actors.protocol import ReplicaKey
+from raytide.actors.replica_state import ReplicaSummary, pointstamps
+from raytide.errors import RecoveryError, SnapshotError
+from raytide.progress.tracker import Pointstamp
+from raytide.snapshots.store import Manifest, SnapshotStore
+
+#: The part the coordinator writes at commit: every replica's summary.
+JOB_PART = "job"
+
+
+def part_name(key: ReplicaKey) -> str:
+    """The file name of ``key``'s part in a snapshot (vertex names may hold any character)."""
+    return f"replica-{urllib.parse.quote(key.chain, safe='')}-{key.replica}"
+
+
+def encode_summaries(summaries: Mapping[Hashable, ReplicaSummary]) -> bytes:
+    """The ``job`` part's bytes."""
+    return pickle.dumps(summaries, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def snapshot_metadata(plan: PhysicalPlan, incarnation: int) -> dict[str, object]:
+    """The manifest's readable metadata: the vertices and their parallelism, the incarnation."""
+    return {"job": plan.name, "incarnation": incarnation,
+            "vertices": {name: plan.width(name) for name in plan.vertices}}
+
+
+@dataclass(frozen=True)
+class RestorePoint:
+    """Where a (re)started job begins: a committed snapshot, or the very start (``snapshot_id`` None)."""
+
+    snapshot_id: int | None
+    pointstamps: list[tuple[Pointstamp, int]]
+    kept: dict[str, dict[int, list]] = field(default_factory=dict)
+    positions: dict[ReplicaKey, dict[str, int]] = field(default_factory=dict)
+
+    def position(self, key: ReplicaKey, vertex: str) -> int:
+        """How many of its driver commands input ``vertex``'s replica ``key`` had consumed."""
+        return self.positions.get(key, {}).get(vertex, 0)
+
+
+def restore_point(plan: PhysicalPlan, store: SnapshotStore | None) -> RestorePoint:
+    """The latest committed snapshot in ``store`` (damaged ones are skipped with a warning),
+    or the start of the job if there is none."""
+    manifest = store.latest() if store is not None else None
+    if manifest is None or store is None:
+        return RestorePoint(None, plan.initial_pointstamps())
+    return _from_manifest(plan, store, manifest)
+
+
+def _from_manifest(plan: PhysicalPlan, store: SnapshotStore, manifest: Manifest) -> RestorePoint:
+    summaries: dict[ReplicaKey, ReplicaSummary] = pickle.loads(store.read_part(manifest.snapshot_id, JOB_PART))
+    expected = {ReplicaKey(chain.name, r) for chain in plan.chains for r in range(chain.parallelism)}
+    if set(summaries) != expected:
+        raise SnapshotError(f"snapshot {manifest.snapshot_id} holds replicas {sorted(map(str, summaries))}, but this "
+                            f"job has {sorted(map(str, expected))}: it is of another program or parallelism")
+    kept: dict[str, dict[int, list]] = {}
+    for summary in summaries.values():
+        for name, epochs in summary.outputs.items():
+            for epoch, records in epochs.items():
+                if records:
+                    kept.setdefault(name, {}).setdefault(epoch, []).append(records)
+    return RestorePoint(manifest.snapshot_id, pointstamps(list(summaries.values())), kept,
+                        {key: summary.positions for key, summary in summaries.items()})
+
+
+@dataclass
+class RestartBudget:
+    """Counts recoveries; the one past ``max_restarts`` is a :class:`RecoveryError` naming every failure."""
+
+    max_restarts: int
+    causes: list[str] = field(default_factory=list)
+
+    def spend(self, cause: str) -> None:
+        """Record a failure; raises RecoveryError once more have happened than may be recovered from."""
+        self.causes.append(cause)
+        if len(self.causes) > self.max_restarts:
+            listed = "; ".join(f"{i}. {c}" for i, c in enumerate(self.causes, 1))
+            raise RecoveryError(f"the job failed {len(self.causes)} times, more than max_restarts="
+                                f"{self.max_restarts} allows: {listed}")

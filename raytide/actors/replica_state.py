@@ -1,0 +1,118 @@
+"""What a replica saves in a snapshot, and what recovery needs of it without reading it.
+
+At an aligned cut (:mod:`raytide.snapshots.barriers`) no regular channel holds a record,
+so a replica's share of the job's state is: the state of every vertex of its chain (the
+user's :meth:`~raytide.Vertex.snapshot`), the notifications they wait for, its inputs'
+epochs and positions (how many driver commands each consumed), the routing tables its
+exchanges use, the output records it received of epochs the driver has not been handed
+yet, and the back-edge records logged after its local snapshot (in flight in the cut).
+
+Recovery rebuilds the progress tracker from the :class:`ReplicaSummary` of every replica
+(Naiad's pointstamps: +1 per pending notification at its vertex, +1 per open input at
+its epoch, +1 per logged back-edge record at the input it goes to), seeds the output log
+with the kept records and rewinds each input to its position. Held-back progress deltas
+are not saved: they are part of what the rebuilt tracker already counts.
+
+The state is pickled with cloudpickle when the local snapshot is taken, which both
+copies it (processing goes on and mutates it) and lets user state hold functions.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from raytide.actors.protocol import ChannelId, ReplicaKey
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.progress.reachability import Location
+from raytide.progress.timestamps import Timestamp
+from raytide.progress.tracker import Pointstamp
+
+#: A record batch as a replica received it: ``(channel, vertex, time, batch)``.
+LoggedBatch = tuple[ChannelId, str, Timestamp, Any]
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """Everything a replica restores from (pickled into its part of the snapshot)."""
+
+    user: dict[str, Any]
+    notifications: dict[str, set[Timestamp]]
+    input_epochs: dict[str, int | None]
+    positions: dict[str, int]
+    kept: dict[str, dict[int, list]]
+    tables: dict[tuple[str, int, int], KeyGroupAssignment]
+
+
+@dataclass(frozen=True)
+class ReplicaSummary:
+    """What recovery needs of a replica's snapshot without unpickling user state.
+
+    Attributes:
+        capabilities: the pointstamps the replica holds at the cut, logged records included.
+        positions: per input it hosts, how many driver commands it had consumed.
+        outputs: per output it hosts, the records of each epoch not handed to the driver yet.
+    """
+
+    capabilities: list[tuple[Pointstamp, int]]
+    positions: dict[str, int]
+    outputs: dict[str, dict[int, list]]
+
+
+@dataclass(frozen=True)
+class TakenState:
+    """A local snapshot taken at alignment, waiting for its back edges' barriers."""
+
+    state: bytes
+    capabilities: list[tuple[Pointstamp, int]]
+    positions: dict[str, int]
+    outputs: dict[str, dict[int, list]]
+
+
+@dataclass(frozen=True)
+class LocalSnapshot:
+    """A replica's complete local snapshot ``snapshot_id``: the bytes to write and the summary."""
+
+    snapshot_id: int
+    key: ReplicaKey
+    data: bytes
+    summary: ReplicaSummary
+
+
+def take(state: ReplicaState) -> TakenState:
+    """Copy ``state`` (by pickling it) with the pointstamps it holds."""
+    capabilities: list[tuple[Pointstamp, int]] = [
+        ((Location.of_vertex(vertex), time), 1) for vertex, times in state.notifications.items() for time in times]
+    capabilities += [((Location.of_vertex(name), Timestamp(epoch)), 1)
+                     for name, epoch in state.input_epochs.items() if epoch is not None]
+    outputs = {name: {epoch: list(records) for epoch, records in epochs.items()} for name, epochs in state.kept.items()}
+    return TakenState(cloudpickle.dumps(state), capabilities, dict(state.positions), outputs)
+
+
+def complete(snapshot_id: int, key: ReplicaKey, taken: TakenState, logged: Mapping[Any, tuple]) -> LocalSnapshot:
+    """The local snapshot once the back edges' barriers came: the taken state plus ``logged``
+    (per back-edge channel, the batches that arrived after the local snapshot)."""
+    batches: list[LoggedBatch] = [batch for records in logged.values() for batch in records]
+    capabilities = taken.capabilities + [((Location.of_input(vertex, channel.port), time), 1)
+                                         for channel, vertex, time, _ in batches]
+    data = cloudpickle.dumps((taken.state, batches))
+    return LocalSnapshot(snapshot_id, key, data, ReplicaSummary(capabilities, taken.positions, taken.outputs))
+
+
+def load(data: bytes) -> tuple[ReplicaState, list[LoggedBatch]]:
+    """A replica's state and logged batches from the bytes of its :class:`LocalSnapshot`."""
+    state, batches = cloudpickle.loads(data)
+    return cloudpickle.loads(state), batches
+
+
+def pointstamps(summaries: list[ReplicaSummary]) -> list[tuple[Pointstamp, int]]:
+    """The tracker's pointstamps at the cut: every replica's capabilities, summed."""
+    total: collections.Counter[Pointstamp] = collections.Counter()
+    for summary in summaries:
+        for pointstamp, count in summary.capabilities:
+            total[pointstamp] += count
+    return [(pointstamp, count) for pointstamp, count in total.items() if count]

@@ -1,0 +1,65 @@
+"""``rt.Recovery``: how a job takes snapshots and recovers from failures.
+
+Security: snapshot state is pickled (user state may hold any Python object), so restoring
+from a store that someone else can write runs their code. Keep the store private to the
+job, or give a ``signing_key``: manifests are then signed with HMAC-SHA256, parts are
+checked against the SHA-256 the signed manifest records, and a snapshot whose signature
+does not verify is refused (:mod:`raytide.snapshots.store`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from raytide.core.arguments import non_negative_int
+from raytide.errors import ArgumentError
+
+#: The seconds a snapshot may take before it is abandoned, unless given.
+DEFAULT_SNAPSHOT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """Snapshots and recovery for ``rt.run(..., recovery=rt.Recovery(...))``.
+
+    Args:
+        store: where snapshots go: a local path or any URI ``pyarrow.fs`` understands
+            (``s3://bucket/prefix``); on a cluster, one every node reaches.
+        interval: seconds between the end of a snapshot and the next; None for snapshots
+            only on demand (``job.snapshot()``); ``"auto"`` for the utilization model's
+            optimal interval from measured snapshot and recovery times and failure rate
+            (:mod:`raytide.snapshots.interval`).
+        retain: committed snapshots kept (older ones are deleted), at least 1.
+        max_restarts: recoveries allowed before the job fails with
+            :class:`~raytide.RecoveryError`.
+        signing_key: sign manifests with HMAC-SHA256 under this key and refuse any that
+            does not verify (see the module docstring on security).
+        timeout: seconds after which a snapshot that has not completed is abandoned
+            (the job goes on; the next one is taken at the next interval).
+    """
+
+    store: str
+    interval: float | Literal["auto"] | None = 1.0
+    retain: int = 3
+    max_restarts: int = 3
+    signing_key: bytes | None = None
+    timeout: float = DEFAULT_SNAPSHOT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.store, str) or not self.store:
+            raise ArgumentError(f"Recovery store must be a path or URI string, not {self.store!r}")
+        interval = self.interval
+        if not (interval is None or interval == "auto" or _positive_number(interval)):
+            raise ArgumentError(f"Recovery interval must be seconds above 0, None or 'auto', not {interval!r}")
+        if non_negative_int(self.retain, "Recovery retain") < 1:
+            raise ArgumentError(f"Recovery retain must keep at least 1 snapshot, not {self.retain!r}")
+        non_negative_int(self.max_restarts, "Recovery max_restarts")
+        if self.signing_key is not None and not (isinstance(self.signing_key, bytes) and self.signing_key):
+            raise ArgumentError("Recovery signing_key must be non-empty bytes or None")
+        if not _positive_number(self.timeout):
+            raise ArgumentError(f"Recovery timeout must be seconds above 0, not {self.timeout!r}")
+
+
+def _positive_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0

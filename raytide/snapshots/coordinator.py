@@ -1,0 +1,209 @@
+"""The snapshot coordinator as a pure state machine: when to take snapshot k, which replicas
+have acknowledged it, when it is complete, and when it is given up.
+
+A shell (the in-process runtime, or the coordinator actor on Ray) feeds
+:class:`CoordinatorCore` the clock and the replicas' acknowledgements and performs what it
+returns. One snapshot is taken at a time (as Flink's default of one concurrent
+checkpoint): a trigger while one is being taken does nothing, so a slow snapshot delays
+the next instead of piling up behind it. The flow of snapshot ``k``::
+
+    coordinator ──Trigger(k)──▶ shell injects barrier k at every input replica
+    replica ──Acknowledgement(k, parts, summary)──▶ coordinator   (after its local snapshot
+                                                                    is complete and written)
+    coordinator ──Commit(k, parts, summaries)──▶ shell writes the manifest (last, atomically),
+                                                  applies retention, then calls committed(k)
+
+A snapshot that has not completed ``timeout`` seconds after its trigger is abandoned
+with a reason (:class:`Abandon`), as is the one in flight when a recovery starts a new
+incarnation (:meth:`CoordinatorCore.reset`); acknowledgements of another incarnation or
+snapshot are ignored, so late Ray calls from before a rollback do no harm. Nothing here
+blocks the job: a snapshot that cannot complete costs its timeout, never progress.
+
+>>> core = CoordinatorCore(["a/0", "b/0"], first_id=1, interval=1.0, timeout=10.0)
+>>> core.due(now=0.0), core.trigger(now=0.0)
+(True, Trigger(snapshot_id=1, incarnation=0))
+>>> core.acknowledge(Acknowledgement("a/0", 1, 0, (), {"size": 3}), now=0.2) is None
+True
+>>> commit = core.acknowledge(Acknowledgement("b/0", 1, 0, (), None), now=0.3)
+>>> commit.snapshot_id, sorted(commit.summaries)
+(1, ['a/0', 'b/0'])
+>>> core.committed(1, now=0.4)
+>>> core.due(now=0.5), core.due(now=1.5)
+(False, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from raytide.errors import SnapshotError
+from raytide.snapshots.store import PartInfo
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Effect: inject barrier ``snapshot_id`` at every input replica of incarnation ``incarnation``."""
+
+    snapshot_id: int
+    incarnation: int
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    """A replica's local snapshot ``snapshot_id`` is complete and written.
+
+    Attributes:
+        replica: which replica.
+        snapshot_id, incarnation: what it acknowledges (others are ignored).
+        parts: the files it wrote, as the store returned them.
+        summary: what recovery needs without reading the parts (the replica's
+            capabilities, its inputs' positions, its kept output records); opaque here.
+    """
+
+    replica: Hashable
+    snapshot_id: int
+    incarnation: int
+    parts: tuple[PartInfo, ...]
+    summary: Any
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Effect: every replica acknowledged ``snapshot_id``; write its manifest with these
+    parts and summaries, then apply retention and call :meth:`CoordinatorCore.committed`."""
+
+    snapshot_id: int
+    incarnation: int
+    parts: tuple[PartInfo, ...]
+    summaries: dict[Hashable, Any]
+    duration: float
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """Effect: snapshot ``snapshot_id`` will not complete (its parts may be deleted); why."""
+
+    snapshot_id: int
+    reason: str
+
+
+@dataclass
+class SnapshotStats:
+    """What the coordinator saw, for ``job.stats()``."""
+
+    committed: int = 0
+    abandoned: int = 0
+    last_duration: float | None = None
+    last_size: int | None = None
+    last_id: int | None = None
+    abandoned_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _InFlight:
+    snapshot_id: int
+    started: float
+    acks: dict[Hashable, Acknowledgement] = field(default_factory=dict)
+    complete: bool = False
+
+
+class CoordinatorCore:
+    """Snapshots of one job, one at a time.
+
+    Args:
+        replicas: every replica that must acknowledge a snapshot.
+        first_id: the id of the first snapshot (the store's next free id).
+        interval: seconds between the end of one snapshot and the next trigger
+            (None: only on demand, :meth:`trigger` called by the user).
+        timeout: seconds after its trigger at which a snapshot is abandoned.
+        incarnation: the job's incarnation (recoveries start new ones).
+    """
+
+    def __init__(self, replicas: Iterable[Hashable], first_id: int, interval: float | None, timeout: float,
+                 incarnation: int = 0) -> None:
+        self.replicas = frozenset(replicas)
+        if not self.replicas:
+            raise SnapshotError("a snapshot coordinator needs at least one replica to acknowledge snapshots")
+        self.next_id, self.interval, self.timeout, self.incarnation = first_id, interval, timeout, incarnation
+        self.in_flight: _InFlight | None = None
+        self.last_end: float | None = None
+        self.stats = SnapshotStats()
+
+    def due(self, now: float) -> bool:
+        """Whether a periodic snapshot should be triggered now."""
+        if self.interval is None or self.in_flight is not None:
+            return False
+        return self.last_end is None or now - self.last_end >= self.interval
+
+    def trigger(self, now: float) -> Trigger | None:
+        """Start the next snapshot; None while one is being taken."""
+        if self.in_flight is not None:
+            return None
+        self.in_flight = _InFlight(self.next_id, now)
+        self.next_id += 1
+        return Trigger(self.in_flight.snapshot_id, self.incarnation)
+
+    def acknowledge(self, ack: Acknowledgement, now: float) -> Commit | None:
+        """A replica's acknowledgement; the :class:`Commit` once every replica has sent one.
+
+        Raises:
+            SnapshotError: a replica that is not one of this job's acknowledged.
+        """
+        flight = self.in_flight
+        if ack.incarnation != self.incarnation or flight is None or ack.snapshot_id != flight.snapshot_id:
+            return None  # from before a rollback, or of an abandoned snapshot
+        if ack.replica not in self.replicas:
+            raise SnapshotError(f"replica {ack.replica} acknowledged snapshot {ack.snapshot_id} but is not one of "
+                                f"this job's replicas ({sorted(map(str, self.replicas))})")
+        if flight.complete or ack.replica in flight.acks:
+            return None  # a repeated acknowledgement (a retried call) changes nothing
+        flight.acks[ack.replica] = ack
+        if len(flight.acks) < len(self.replicas):
+            return None
+        flight.complete = True
+        parts = tuple(part for a in flight.acks.values() for part in a.parts)
+        return Commit(flight.snapshot_id, self.incarnation, parts,
+                      {key: a.summary for key, a in flight.acks.items()}, now - flight.started)
+
+    def committed(self, snapshot_id: int, now: float) -> None:
+        """The shell wrote the manifest of ``snapshot_id``."""
+        flight = self.in_flight
+        if flight is None or flight.snapshot_id != snapshot_id or not flight.complete:
+            raise SnapshotError(f"snapshot {snapshot_id} was committed but is not the complete one in flight "
+                                f"({flight.snapshot_id if flight else 'none'})")
+        self.stats.committed += 1
+        self.stats.last_id = snapshot_id
+        self.stats.last_duration = now - flight.started
+        self.stats.last_size = sum(part.size for a in flight.acks.values() for part in a.parts)
+        self.in_flight, self.last_end = None, now
+
+    def tick(self, now: float) -> Abandon | None:
+        """Abandon the snapshot in flight if it has outlived its timeout."""
+        flight = self.in_flight
+        if flight is None or now - flight.started < self.timeout:
+            return None
+        missing = sorted(map(str, self.replicas - flight.acks.keys()))
+        waiting = f"still waiting for {len(missing)} replicas ({', '.join(missing[:5])})" if missing \
+            else "its manifest was not written"
+        return self._abandon(f"not complete {self.timeout:g} s after it started: {waiting}", now)
+
+    def fail(self, reason: str, now: float) -> Abandon | None:
+        """Abandon the snapshot in flight (writing it failed, say)."""
+        return self._abandon(reason, now) if self.in_flight is not None else None
+
+    def reset(self, incarnation: int, now: float) -> Abandon | None:
+        """A recovery started incarnation ``incarnation``: abandon the snapshot in flight."""
+        if incarnation <= self.incarnation:
+            raise SnapshotError(f"incarnation {incarnation} does not follow {self.incarnation}")
+        self.incarnation = incarnation
+        return self.fail(f"a recovery started incarnation {incarnation}", now)
+
+    def _abandon(self, reason: str, now: float) -> Abandon:
+        assert self.in_flight is not None
+        abandoned = Abandon(self.in_flight.snapshot_id, reason)
+        self.in_flight, self.last_end = None, now
+        self.stats.abandoned += 1
+        self.stats.abandoned_reasons = [*self.stats.abandoned_reasons[-9:], f"{abandoned.snapshot_id}: {reason}"]
+        return abandoned

@@ -1,0 +1,163 @@
+"""The snapshot coordinator's pure core, the ``rt.Recovery`` settings and the restart budget."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import raytide as rt
+from raytide.actors.local import _rewound
+from raytide.actors.protocol import ReplicaKey
+from raytide.actors.recovery import RestartBudget, part_name
+from raytide.errors import ArgumentError, SnapshotError
+from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore, Trigger
+from raytide.snapshots.store import PartInfo
+
+REPLICAS = ["a/0", "a/1", "b/0"]
+
+
+def ack(replica: str, snapshot_id: int, incarnation: int = 0, size: int = 1) -> Acknowledgement:
+    return Acknowledgement(replica, snapshot_id, incarnation, (PartInfo(f"p-{replica}", size, "0" * 64),), replica)
+
+
+def test_a_snapshot_commits_once_every_replica_acknowledged_in_any_order():
+    core = CoordinatorCore(REPLICAS, first_id=4, interval=1.0, timeout=5.0)
+    assert core.trigger(now=0.0) == Trigger(4, 0)
+    assert core.acknowledge(ack("b/0", 4), now=0.1) is None
+    assert core.acknowledge(ack("a/0", 4), now=0.2) is None
+    commit = core.acknowledge(ack("a/1", 4, size=5), now=0.5)
+    assert commit is not None and commit.snapshot_id == 4 and commit.duration == 0.5
+    assert set(commit.summaries) == set(REPLICAS) and len(commit.parts) == 3
+    assert core.acknowledge(ack("a/1", 4), now=0.6) is None, "a repeated acknowledgement commits nothing twice"
+    core.committed(4, now=0.7)
+    assert (core.stats.committed, core.stats.last_id, core.stats.last_size) == (1, 4, 7)
+    assert core.trigger(now=0.8) == Trigger(5, 0)
+
+
+def test_one_snapshot_at_a_time_and_the_interval_counts_from_the_end_of_the_last():
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=2.0, timeout=5.0)
+    assert core.due(0.0) and core.trigger(0.0) is not None
+    assert not core.due(10.0) and core.trigger(10.0) is None, "a trigger while one is taken does nothing"
+    for replica in REPLICAS:
+        commit = core.acknowledge(ack(replica, 1), now=3.0)
+    assert commit is not None
+    core.committed(1, now=3.0)
+    assert not core.due(4.9) and core.due(5.0)
+    assert not CoordinatorCore(REPLICAS, 1, interval=None, timeout=1.0).due(100.0), "on demand only"
+
+
+def test_acknowledgements_of_another_incarnation_or_snapshot_are_ignored():
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=None, timeout=5.0)
+    core.trigger(0.0)
+    abandoned = core.reset(1, now=0.5)
+    assert abandoned is not None and "incarnation 1" in abandoned.reason
+    assert core.trigger(1.0) == Trigger(2, 1)
+    for replica in REPLICAS:
+        assert core.acknowledge(ack(replica, 1, incarnation=0), now=1.1) is None
+        assert core.acknowledge(ack(replica, 2, incarnation=0), now=1.1) is None
+    assert all(core.acknowledge(ack(r, 2, incarnation=1), now=1.2) is None for r in REPLICAS[:-1])
+    assert core.acknowledge(ack(REPLICAS[-1], 2, incarnation=1), now=1.3) is not None
+
+
+def test_a_snapshot_that_outlives_its_timeout_is_abandoned_naming_who_did_not_acknowledge():
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=1.0, timeout=5.0)
+    core.trigger(0.0)
+    core.acknowledge(ack("a/0", 1), now=1.0)
+    assert core.tick(4.9) is None
+    abandoned = core.tick(5.0)
+    assert abandoned is not None and abandoned.snapshot_id == 1
+    assert "a/1" in abandoned.reason and "b/0" in abandoned.reason and "a/0" not in abandoned.reason
+    assert core.stats.abandoned == 1 and core.in_flight is None
+    assert core.acknowledge(ack("a/1", 1), now=5.1) is None, "too late"
+    assert core.trigger(6.0) == Trigger(2, 0), "ids are never reused"
+
+
+def test_misuse_is_refused():
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=1.0, timeout=5.0)
+    core.trigger(0.0)
+    with pytest.raises(SnapshotError, match="not one of this job's replicas"):
+        core.acknowledge(ack("z/9", 1), now=0.1)
+    with pytest.raises(SnapshotError, match="not the complete one"):
+        core.committed(1, now=0.2)
+    with pytest.raises(SnapshotError, match="does not follow"):
+        core.reset(0, now=0.3)
+    with pytest.raises(SnapshotError, match="at least one replica"):
+        CoordinatorCore([], first_id=1, interval=1.0, timeout=1.0)
+
+
+events = st.lists(st.one_of(
+    st.tuples(st.just("ack"), st.sampled_from(REPLICAS), st.integers(1, 4), st.integers(0, 2)),
+    st.tuples(st.just("trigger")), st.tuples(st.just("tick"), st.floats(0, 3)),
+    st.tuples(st.just("reset")), st.tuples(st.just("commit"))), max_size=60)
+
+
+@given(events)
+def test_a_commit_comes_exactly_when_the_snapshot_in_flight_has_every_acknowledgement(script):
+    """Against a brute-force model: the set of (incarnation, id) acknowledgements per replica."""
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=1.0, timeout=2.0)
+    now, incarnation, flight, acked, committed_ids = 0.0, 0, None, set(), []
+    complete = False
+    for event in script:
+        now += 0.5
+        if event[0] == "trigger":
+            trigger = core.trigger(now)
+            assert (trigger is None) == (flight is not None)
+            if trigger:
+                flight, acked, complete, started = trigger.snapshot_id, set(), False, now
+        elif event[0] == "ack":
+            _, replica, snapshot_id, inc = event
+            commit = core.acknowledge(ack(replica, snapshot_id, inc), now)
+            if flight is not None and (snapshot_id, inc) == (flight, incarnation):
+                acked.add(replica)
+            should = flight is not None and not complete and acked == set(REPLICAS)
+            assert (commit is not None) == should
+            complete = complete or should
+        elif event[0] == "tick":
+            abandoned = core.tick(now + event[1])
+            expired = flight is not None and now + event[1] - started >= 2.0
+            assert (abandoned is not None) == expired
+            if expired:
+                flight = None
+        elif event[0] == "reset":
+            incarnation += 1
+            core.reset(incarnation, now)
+            flight = None
+        elif event[0] == "commit" and complete and flight is not None:
+            core.committed(flight, now)
+            committed_ids.append(flight)
+            flight = None
+    assert committed_ids == sorted(set(committed_ids)), "ids increase and no snapshot commits twice"
+
+
+def test_recovery_settings_are_checked():
+    recovery = rt.Recovery("/tmp/snapshots")
+    assert (recovery.interval, recovery.retain, recovery.max_restarts) == (1.0, 3, 3)
+    assert rt.Recovery("s3://bucket/x", interval="auto").interval == "auto"
+    assert rt.Recovery("x", interval=None).interval is None
+    for bad in [{"store": ""}, {"interval": 0}, {"interval": "often"}, {"retain": 0}, {"max_restarts": -1},
+                {"signing_key": "text"}, {"timeout": 0}, {"interval": True}]:
+        with pytest.raises(ArgumentError):
+            rt.Recovery(**{"store": "x", **bad})
+
+
+def test_the_restart_budget_names_every_failure_once_spent():
+    budget = RestartBudget(2)
+    budget.spend("a/0 died")
+    budget.spend("progress died")
+    with pytest.raises(rt.RecoveryError, match=r"failed 3 times.*max_restarts=2.*1\. a/0 died; 2\. progress died; "
+                                               r"3\. b/1 died"):
+        budget.spend("b/1 died")
+
+
+def test_part_names_are_plain_file_names_whatever_the_vertex_is_called():
+    assert part_name(ReplicaKey("a/b+c", 2)) == "replica-a%2Fb%2Bc-2"
+    assert part_name(ReplicaKey("x", 0)) != part_name(ReplicaKey("x", 1))
+
+
+def test_inputs_rewind_to_the_commands_after_their_position():
+    commands = [("push", "in", [1], 0), ("marker", None), ("advance", "in", 1), ("push", "in", [2], 1)]
+    assert _rewound(commands, 0) == commands
+    assert _rewound(commands, 1) == commands[1:]
+    assert _rewound(commands, 2) == commands[3:]
+    assert _rewound(commands, 3) == []
