@@ -124,6 +124,11 @@ class RecoveryError(RaytideError):
     go back to where the snapshot left it. Epochs handed over before stay readable."""
 
 
+class ActorLost(RaytideError):
+    """The job's progress actor or snapshot coordinator died: the job cannot go on (without
+    ``recovery``); the message names which."""
+
+
 class JobTimeout(RaytideError, TimeoutError):
     """A wait on a job ran out of time; the message says what was still incomplete."""
 

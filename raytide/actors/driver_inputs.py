@@ -7,6 +7,11 @@ many small pushes (or the small epochs of ``rt.run(inputs=...)``) spread as even
 one large push. Object refs of batches are dealt the same way. Each call waits, before
 it is sent, until its replica has fewer than ``max_inflight`` calls unanswered
 (backpressure from the job to the driver).
+
+In a job with recovery the driver also keeps, per input replica, every call it made
+(:class:`CallLog`) until committed snapshots cover it: a recovery rewinds each input
+replica to the position its snapshot recorded (how many pushes and advances it had
+consumed) and sends the rest again. Every call carries the job's incarnation.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import ray
 from raytide.actors.protocol import Marker
 from raytide.actors.wire import pack, unpicklable
 from raytide.core.batches import BATCH_KINDS, batch_length, not_a_batch, split_batch, to_records
-from raytide.errors import GraphError, RecordError
+from raytide.errors import GraphError, RecordError, RecoveryError
 
 #: How long one wait for a full window lasts before the job's failure is checked again.
 WINDOW_POLL = 1.0
@@ -39,12 +44,43 @@ def as_epoch(name: str, epoch: Any) -> int:
         raise GraphError(f"input {name!r}: epoch {epoch!r} is not an integer (got {type(epoch).__name__})") from None
 
 
+class CallLog:
+    """The calls made to one input replica since the oldest snapshot that may be restored.
+
+    Each call counts as many commands as the replica's core consumes for it (a push or an
+    advance: one; object refs: one per ref), which is how the replica records its position.
+    """
+
+    def __init__(self) -> None:
+        self.base = 0  # commands before the first kept call
+        self.calls: collections.deque[tuple[int, str, tuple]] = collections.deque()
+
+    def append(self, weight: int, method: str, args: tuple) -> None:
+        self.calls.append((weight, method, args))
+
+    def trim(self, position: int) -> None:
+        """Forget the calls before ``position`` (a committed snapshot covers them)."""
+        while self.calls and self.base + self.calls[0][0] <= position:
+            self.base += self.calls.popleft()[0]
+
+    def after(self, position: int, what: str) -> list[tuple[str, tuple]]:
+        """The calls after ``position``, to send again; a RecoveryError if they are forgotten."""
+        if position < self.base:
+            raise RecoveryError(f"{what} cannot go back to command {position}: the driver kept its calls from "
+                                f"command {self.base} on only (a newer snapshot was damaged?)")
+        skipped, calls = self.base, list(self.calls)
+        while calls and skipped < position:
+            skipped += calls.pop(0)[0]
+        return [(method, args) for _, method, args in calls]
+
+
 class InputFeeds:
     """Epochs, locks, turns and windows of every input of one job."""
 
     def __init__(self, flow_name: str, replicas: dict[str, list[Any]], max_inflight: int, batch_size: int,
-                 raise_if_failed: Callable[[], None]) -> None:
-        """``replicas``: per input, the actor handles of its replicas in replica order."""
+                 raise_if_failed: Callable[[], None], keep_calls: bool = False) -> None:
+        """``replicas``: per input, the actor handles of its replicas in replica order.
+        ``keep_calls``: keep every call for a recovery (see the module docstring)."""
         self.flow_name, self.replicas = flow_name, replicas
         self.max_inflight, self.batch_size = max_inflight, batch_size
         self.raise_if_failed = raise_if_failed
@@ -52,6 +88,10 @@ class InputFeeds:
         self.locks = {name: threading.Lock() for name in replicas}
         self.turns = dict.fromkeys(replicas, 0)
         self.windows: dict[Any, collections.deque] = collections.defaultdict(collections.deque)
+        self.incarnation = 0
+        self.skips: dict[tuple[str, int], int] = {}
+        self.logs = {(name, index): CallLog() for name, handles in replicas.items()
+                     for index in range(len(handles))} if keep_calls else None
 
     def check(self, name: str) -> None:
         """Raise a GraphError naming the job's inputs if ``name`` is not one of them."""
@@ -71,7 +111,7 @@ class InputFeeds:
             payloads = [_packed(name, at, piece, offset) for piece, offset in zip(pieces, _offsets(pieces))]
             self._move_to(name, at)
             for payload in payloads:
-                self._submit(self._next_replica(name), "push", name, *payload, at)
+                self._submit(name, self._next_index(name), "push", name, *payload, at)
 
     def push_refs(self, name: str, refs: list, epoch: Any) -> None:
         """Send object refs of batches into input ``name``; the replicas read them."""
@@ -82,7 +122,7 @@ class InputFeeds:
             for ref in refs:
                 dealt[self._next_index(name)].append(ref)
             for index, mine in sorted(dealt.items()):
-                self._submit(self.replicas[name][index], "push_refs", name, mine, epoch)
+                self._submit(name, index, "push_refs", name, mine, epoch, weight=len(mine))
 
     def advance(self, name: str, epoch: Any) -> None:
         """No more records will come into input ``name`` before ``epoch``."""
@@ -106,8 +146,8 @@ class InputFeeds:
         """Send ``marker`` to every input replica, behind what was pushed before."""
         for name, replicas in self.replicas.items():
             with self.locks[name]:
-                for replica in replicas:
-                    self._submit(replica, "inject_marker", marker)
+                for index in range(len(replicas)):
+                    self._submit(name, index, "inject_marker", marker, weight=0)
 
     def open_inputs(self) -> dict[str, int]:
         """The inputs still open, with their current epoch."""
@@ -131,8 +171,8 @@ class InputFeeds:
         return epoch
 
     def _send_advance(self, name: str, epoch: int | None) -> None:
-        for replica in self.replicas[name]:
-            self._submit(replica, "advance", name, epoch)
+        for index in range(len(self.replicas[name])):
+            self._submit(name, index, "advance", name, epoch)
         self.epochs[name] = epoch
 
     def _next_index(self, name: str) -> int:
@@ -140,17 +180,63 @@ class InputFeeds:
         self.turns[name] = (index + 1) % len(self.replicas[name])
         return index
 
-    def _next_replica(self, name: str) -> Any:
-        return self.replicas[name][self._next_index(name)]
+    def skip(self, positions: dict[tuple[str, int], int]) -> None:
+        """Drop the first ``positions[(input, replica)]`` commands sent to each input replica: a
+        job restored from a snapshot of an earlier run, fed the same inputs, continues where
+        the snapshot left them."""
+        assert self.logs is not None
+        for (name, index), position in positions.items():
+            self.skips[(name, index)] = position
+            self.logs[(name, index)].base = position
 
-    def _submit(self, actor: Any, method: str, *args: Any) -> None:
+    def _submit(self, name: str, index: int, method: str, *args: Any, weight: int = 1) -> None:
+        """Call ``method`` on replica ``index`` of input ``name`` once its window has room (and log it)."""
+        left = self.skips.get((name, index), 0)
+        if left and weight:
+            if weight > left:
+                raise RecoveryError(f"input {name!r} replica {index}: the restored snapshot had consumed {left} more "
+                                    f"commands, which end inside a call of {weight}: feed the input as the earlier "
+                                    f"run did (the same batches, batch_size and parallelism)")
+            self.skips[(name, index)] = left - weight
+            return
+        if self.logs is not None and weight:
+            self.logs[(name, index)].append(weight, method, args)
+        self._send(self.replicas[name][index], method, args)
+
+    def _send(self, actor: Any, method: str, args: tuple) -> None:
         window = self.windows[actor]
         while len(window) >= self.max_inflight:
             self.raise_if_failed()
             ready, _ = ray.wait([window[0]], timeout=WINDOW_POLL)
             if ready:
-                ray.get(window.popleft())
-        window.append(getattr(actor, method).remote(*args))
+                try:
+                    ray.get(window.popleft())
+                except ray.exceptions.RayActorError:
+                    if self.logs is None:
+                        raise
+                    # a recovery will replace the replica and send the logged calls again
+        window.append(getattr(actor, method).remote(self.incarnation, *args))
+
+    def trim(self, positions: dict[tuple[str, int], int]) -> None:
+        """Forget the calls that a committed snapshot's ``positions`` cover (per input replica)."""
+        if self.logs is not None:
+            for (name, index), position in positions.items():
+                with self.locks[name]:
+                    self.logs[(name, index)].trim(position)
+
+    def rewind(self, incarnation: int, replicas: dict[str, list[Any]], positions: dict[tuple[str, int], int]) -> None:
+        """After a recovery: send each input replica (of ``replicas``, the handles now) the
+        calls after its restored position, in incarnation ``incarnation``."""
+        assert self.logs is not None
+        for name in self.replicas:
+            with self.locks[name]:
+                self.replicas[name] = replicas[name]
+                self.windows.clear()
+                self.incarnation = incarnation
+                for index, actor in enumerate(replicas[name]):
+                    position = positions.get((name, index), 0)
+                    for method, args in self.logs[(name, index)].after(position, f"input {name!r} replica {index}"):
+                        self._send(actor, method, args)
 
 
 def pushed_batch(name: str, epoch: int, records: Any) -> Any:

@@ -128,15 +128,15 @@ def fetch_records(parts: list) -> list:
 class Liveness:
     """Pings actors in the background and reports the first one found dead."""
 
-    def __init__(self, actors: Mapping[Hashable, Any]) -> None:
-        self.actors = actors
+    def __init__(self, actors: Mapping[Hashable, Any], interval: float = PING_INTERVAL) -> None:
+        self.actors, self.interval = actors, interval
         self.pings: dict[Hashable, Any] = {}
         self.last = 0.0
 
     def check(self) -> tuple[Hashable, BaseException] | None:
-        """At most once per :data:`PING_INTERVAL`: the key of an actor that died, and the error."""
+        """At most once per ``interval`` seconds: the key of an actor that died, and the error."""
         now = time.monotonic()
-        if now - self.last < PING_INTERVAL:
+        if now - self.last < self.interval:
             return None
         self.last = now
         for key, actor in self.actors.items():

@@ -138,9 +138,9 @@ def _forwarding(name: str) -> Callable[..., Any]:
 
 #: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
 VERTEX_METHODS = ("connect", "receive", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
-                  "start_reader", "pump", "advance", "stats", "debug_state")
+                  "start_reader", "pump", "advance", "restore", "resume", "stats", "debug_state")
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
-PROGRESS_METHODS = ("connect", "receive", "fail", "frontier", "describe", "stats")
+PROGRESS_METHODS = ("connect", "restore", "receive", "fail", "frontier", "describe", "stats")
 
 
 class VertexHost(Host):
@@ -155,11 +155,11 @@ class VertexHost(Host):
         import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
 
     def take(self, lease: int, plan: Any, job: str, chain: str, replica: int, max_inflight: int, pretouch_mb: int,
-             myself: Any) -> int:
+             myself: Any, recovery: Any = None) -> int:
         """Become replica ``replica`` of ``chain`` for ``lease``; returns this process's id."""
         from raytide.actors.vertex_actor import VertexActor
 
-        role = VertexActor(plan, job, chain, replica, max_inflight, pretouch_mb, Leased(myself, lease))
+        role = VertexActor(plan, job, chain, replica, max_inflight, pretouch_mb, Leased(myself, lease), recovery)
         return self._take(lease, role, f"{job}/{chain}/{replica}")
 
 

@@ -202,6 +202,7 @@ class LocalJob:
         self._plan_inputs(inputs, markers or {})
         self.coordinator: CoordinatorCore | None = None
         self.last_snapshot_id = 0
+        self.triggered: dict[int, dict[str, int]] = {}  # what the driver had at each snapshot's trigger
         if recovery is not None:
             self.budget = RestartBudget(recovery.max_restarts)
             self.coordinator = self._new_coordinator()
@@ -514,6 +515,7 @@ class LocalJob:
         if trigger is None:
             return
         self.last_snapshot_id = trigger.snapshot_id
+        self.triggered[trigger.snapshot_id] = dict(self.delivered)
         marker = Marker(trigger.snapshot_id, snapshot=True, delivered=dict(self.delivered))
         for key in self.planned:
             self.injects[key].append((trigger.incarnation, marker))
@@ -543,7 +545,8 @@ class LocalJob:
             return
         store = self.recovery.store
         job = store.write_part(commit.snapshot_id, JOB_PART, encode_summaries(commit.summaries))
-        store.commit(commit.snapshot_id, [*commit.parts, job], snapshot_metadata(self.plan, incarnation))
+        delivered = self.triggered.pop(commit.snapshot_id, {})
+        store.commit(commit.snapshot_id, [*commit.parts, job], snapshot_metadata(self.plan, incarnation, delivered))
         store.retain(self.recovery.retain)
         self.coordinator.committed(commit.snapshot_id, self.result.steps)
         self.result.snapshots.append(commit.snapshot_id)

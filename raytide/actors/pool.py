@@ -113,6 +113,13 @@ class HostPool:
             self._start_spares()
             return leased
 
+    def keep_spares(self, count: int) -> None:
+        """Keep at least ``count`` spare vertex hosts started from now on (a job with recovery
+        replaces a dead replica with one at once)."""
+        with self.lock:
+            self.spares = self.book.spares = max(self.book.spares, count)
+            self._start_spares()
+
     def _lease_one(self, number: int, kind: HostKind, pooled: bool) -> HostLease:
         self.leases += 1
         return HostLease(number, kind, self.handles[number], self.leases, pooled)

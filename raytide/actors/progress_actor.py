@@ -10,6 +10,10 @@ only the event log with the rest, under a lock. (A threaded actor answers calls 
 as a plain one; an asyncio actor took half as long again per call.) The log keeps only
 the events the driver has not acknowledged: a poll from ``cursor`` says that every event
 before it has been read, so a job that runs for weeks holds no more than one poll's worth.
+
+In a job with recovery, :meth:`ProgressActor.restore` replaces the core with one rebuilt
+from a snapshot (:mod:`raytide.actors.recovery`); calls and pushes carry the incarnation,
+and calls of an older one are dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import ray
 
 from raytide.actors.progress_core import ProgressCore, ProgressEffects
 from raytide.actors.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
+from raytide.actors.wire import pack_records
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -31,7 +36,9 @@ class ProgressActor:
     """Owns the job's :class:`ProgressCore`; pushes statuses, logs events for the driver."""
 
     def __init__(self, graph: ProgressGraph, outputs: list[str], initial: list[tuple[Pointstamp, int]]) -> None:
+        self.graph, self.outputs = graph, outputs
         self.core = ProgressCore(graph, outputs, initial)
+        self.incarnation = 0
         self.handles: dict[ReplicaKey, Any] = {}
         self.events: list[JobEvent] = []
         self.first = 0  # the number of the first event still in ``events``
@@ -43,20 +50,38 @@ class ProgressActor:
         self.handles = {key: handle for key, (handle, _) in replicas.items()}
         self._perform(self.core.connect({key: locations for key, (_, locations) in replicas.items()}))
 
-    def receive(self, *calls: Sequenced | bytes) -> None:
+    def restore(self, incarnation: int, pointstamps: list[tuple[Pointstamp, int]], delivered: dict[str, int],
+                kept: dict[str, dict[int, list]], replicas: dict[ReplicaKey, tuple[Any, list[Location]]],
+                cursor: int) -> None:
+        """Start incarnation ``incarnation`` from a restore point: the tracker holds
+        ``pointstamps``, the output log the ``kept`` records (lists of records per epoch),
+        and epochs up to ``delivered`` are not released again. Events the driver has not
+        read (from before the rollback) are dropped; numbering goes on from ``cursor``."""
+        packed = {name: {epoch: [pack_records(records) for records in parts] for epoch, parts in epochs.items()}
+                  for name, epochs in kept.items()}
+        self.incarnation = incarnation
+        self.core = ProgressCore(self.graph, self.outputs, pointstamps, delivered, packed)
+        with self.changed:
+            self.events, self.first = [], cursor
+        self.connect(replicas)
+
+    def receive(self, incarnation: int, *calls: Sequenced | bytes) -> None:
         """Numbered messages from a replica (progress batch, output parts, declaration), or
         one encoded tuple of them (see :func:`~raytide.actors.protocol.encode`)."""
+        if incarnation != self.incarnation:
+            return
         for call in calls:
             for message in decode(call) if isinstance(call, bytes) else (call,):
                 self._perform(self.core.receive(message))
 
-    def fail(self, error: Any) -> None:
-        """A replica failed; the driver will tear the job down and raise ``error``."""
-        self._log([JobFailed(error)])
+    def fail(self, incarnation: int, error: Any) -> None:
+        """A replica failed; the driver will tear the job down (or recover) and raise ``error``."""
+        if incarnation == self.incarnation:
+            self._log([JobFailed(error)])
 
     def _perform(self, effects: ProgressEffects) -> None:
         for key, push in effects.pushes:
-            self.handles[key].on_progress.remote(encode(push))
+            self.handles[key].on_progress.remote(self.incarnation, encode(push))
         self._log(effects.events)
 
     def _log(self, events: list[JobEvent]) -> None:

@@ -50,10 +50,12 @@ def encode_summaries(summaries: Mapping[Hashable, ReplicaSummary]) -> bytes:
     return pickle.dumps(summaries, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def snapshot_metadata(plan: PhysicalPlan, incarnation: int) -> dict[str, object]:
-    """The manifest's readable metadata: the vertices and their parallelism, the incarnation."""
+def snapshot_metadata(plan: PhysicalPlan, incarnation: int, delivered: Mapping[str, int]) -> dict[str, object]:
+    """The manifest's metadata: the vertices and their parallelism, the incarnation, and per
+    output the last epoch the driver had been handed when the snapshot was triggered (a job
+    restored from it does not hand those out again)."""
     return {"job": plan.name, "incarnation": incarnation,
-            "vertices": {name: plan.width(name) for name in plan.vertices}}
+            "vertices": {name: plan.width(name) for name in plan.vertices}, "delivered": dict(delivered)}
 
 
 @dataclass(frozen=True)
@@ -64,17 +66,25 @@ class RestorePoint:
     pointstamps: list[tuple[Pointstamp, int]]
     kept: dict[str, dict[int, list]] = field(default_factory=dict)
     positions: dict[ReplicaKey, dict[str, int]] = field(default_factory=dict)
+    delivered: dict[str, int] = field(default_factory=dict)
 
     def position(self, key: ReplicaKey, vertex: str) -> int:
         """How many of its driver commands input ``vertex``'s replica ``key`` had consumed."""
         return self.positions.get(key, {}).get(vertex, 0)
 
 
-def restore_point(plan: PhysicalPlan, store: SnapshotStore | None) -> RestorePoint:
-    """The latest committed snapshot in ``store`` (damaged ones are skipped with a warning),
-    or the start of the job if there is none."""
-    manifest = store.latest() if store is not None else None
-    if manifest is None or store is None:
+def restore_point(plan: PhysicalPlan, store: SnapshotStore | None, snapshot_id: int | None = None) -> RestorePoint:
+    """Committed snapshot ``snapshot_id`` of ``store``; by default the latest one (damaged ones
+    are skipped with a warning), or the start of the job if there is none.
+
+    Raises:
+        SnapshotError: ``snapshot_id`` is not a committed, intact snapshot, or the snapshot
+            is of another program or parallelism.
+    """
+    if store is None:
+        return RestorePoint(None, plan.initial_pointstamps())
+    manifest = store.latest() if snapshot_id is None else store.manifest(snapshot_id)
+    if manifest is None:
         return RestorePoint(None, plan.initial_pointstamps())
     return _from_manifest(plan, store, manifest)
 
@@ -91,8 +101,10 @@ def _from_manifest(plan: PhysicalPlan, store: SnapshotStore, manifest: Manifest)
             for epoch, records in epochs.items():
                 if records:
                     kept.setdefault(name, {}).setdefault(epoch, []).append(records)
+    delivered = manifest.metadata.get("delivered", {})
     return RestorePoint(manifest.snapshot_id, pointstamps(list(summaries.values())), kept,
-                        {key: summary.positions for key, summary in summaries.items()})
+                        {key: summary.positions for key, summary in summaries.items()},
+                        {str(name): int(epoch) for name, epoch in delivered.items()})
 
 
 @dataclass

@@ -25,15 +25,28 @@ import ray
 
 from raytide.actors.allocator import check_pretouch
 from raytide.actors.driver_inputs import InputFeeds
-from raytide.actors.driver_side import Liveness, OutputCollector
+from raytide.actors.driver_side import PING_INTERVAL, POLL_SLACK, Liveness, OutputCollector
+from raytide.actors.job_recovery import COORDINATOR, RECOVERY_PING_INTERVAL, JobRecovery
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.pool import HostLease, host_pool
 from raytide.actors.protocol import Marker, ReplicaKey
+from raytide.actors.recovery import RestorePoint, restore_point
 from raytide.core.arguments import non_negative, positive_int
 from raytide.core.dataflow import Dataflow, Probe
-from raytide.errors import ArgumentError, GraphError, JobCancelled, JobTimeout, RaytideError, ReplicaLost
+from raytide.errors import (
+    ActorLost,
+    ArgumentError,
+    GraphError,
+    JobCancelled,
+    JobTimeout,
+    RaytideError,
+    RecoveryError,
+    ReplicaLost,
+    SnapshotError,
+)
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.config import Recovery
 from raytide.sources.base import BlockRefs, Placement, Reader
 from raytide.sources.iterable import as_source
 
@@ -61,6 +74,8 @@ def run(
     num_cpus: float = 0,
     pretouch_mb: int = 0,
     name: str | None = None,
+    recovery: Recovery | None = None,
+    restore: int | str | None = None,
 ) -> Job:
     """Start ``flow`` on the current Ray cluster (a local one if none is running).
 
@@ -83,6 +98,15 @@ def run(
             :mod:`raytide.actors.allocator`): the page faults of a first large epoch move
             to start-up, at the cost of that much resident memory per actor. At most 64.
         name: the job name in actor names (default: the dataflow name plus a short id).
+        recovery: take snapshots and recover from the death of any of the job's actors
+            with exactly-once output (see :class:`~raytide.Recovery`). Its inputs must be
+            fed from the driver (iterables, ``job.push``, ``from_spark``): the driver keeps
+            what it sent until a committed snapshot covers it.
+        restore: with ``recovery``, start from a committed snapshot of its store, ``"latest"``
+            or an id (from ``job.stop()``, say), of an earlier run of the same program at the
+            same parallelism: its state comes back, the epochs that run handed out are not
+            handed out again, and inputs fed the same way from their start continue where
+            the snapshot left them.
 
     Raises:
         GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
@@ -96,15 +120,29 @@ def run(
     num_cpus = non_negative(num_cpus, "num_cpus")
     if name is not None and (not isinstance(name, str) or not name):
         raise ArgumentError(f"name must be a non-empty string, not {name!r}")
+    if recovery is not None and not isinstance(recovery, Recovery):
+        raise ArgumentError(f"recovery must be an rt.Recovery(...), not {type(recovery).__name__}")
+    if restore is not None and (recovery is None or not (restore == "latest" or _is_id(restore))):
+        raise ArgumentError(f"restore must be 'latest' or a snapshot id, with recovery=rt.Recovery(store) "
+                            f"naming the store; got restore={restore!r}, recovery={recovery!r}")
     plan = compile_plan(flow, parallelism, chaining)
     unknown = sorted(set(inputs or {}) - set(plan.inputs))
     if unknown:
         raise GraphError(f"inputs {unknown} are not inputs of dataflow {plan.name!r}; its inputs are {plan.inputs}")
     sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
+    if recovery is not None:
+        for input_name, source in sources.items():
+            if source.placement is not Placement.DRIVER:
+                raise RecoveryError(f"input {input_name!r}: {type(source).__name__} is read in the input replicas, "
+                                    f"which a recovery cannot rewind yet; with recovery, feed inputs from the driver "
+                                    f"(an iterable of per-epoch record lists, job.push, from_spark)")
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
-    job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}", max_inflight, batch_size, num_cpus, pretouch_mb)
+    job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}", max_inflight, batch_size, num_cpus, pretouch_mb,
+              recovery, restoring=restore is not None)
     try:
+        if restore is not None:
+            job.restore_from(None if restore == "latest" else restore)  # type: ignore[arg-type]
         for input_name, source in sources.items():
             job.feed(input_name, source)
     except BaseException:  # a source that cannot start (a missing file): leave no actors behind
@@ -117,17 +155,22 @@ class Job:
     """A running dataflow: feed inputs, wait, read outputs, inspect, cancel."""
 
     def __init__(self, plan: PhysicalPlan, name: str, max_inflight: int, batch_size: int, num_cpus: float,
-                 pretouch_mb: int) -> None:
+                 pretouch_mb: int, recovery: Recovery | None = None, restoring: bool = False) -> None:
+        """``restoring``: the job will be restored from a snapshot (:meth:`restore_from`) before it runs."""
         self.plan, self.name = plan, name
         self.max_inflight, self.batch_size = max_inflight, batch_size
+        self.num_cpus, self.pretouch_mb = num_cpus, pretouch_mb
         self._error: BaseException | None = None
         self._torn_down = False
         self._feeders: list[threading.Thread] = []
-        self._start(num_cpus, pretouch_mb)
+        self._recovery = JobRecovery(recovery) if recovery is not None else None
+        self._dead_leases: list[HostLease] = []
+        self._delivered_before: dict[str, int] = {}
+        self._start(num_cpus, pretouch_mb, restoring)
 
     # -- setup ---------------------------------------------------------------------------
 
-    def _start(self, num_cpus: float, pretouch_mb: int) -> None:
+    def _start(self, num_cpus: float, pretouch_mb: int, restoring: bool) -> None:
         """Lease hosts (warm ones from earlier jobs first; new ones start in parallel), give
         each its role, connect them. The driver waits for the vertex hosts, not for the
         progress host, which keeps what replicas send before it is connected."""
@@ -141,35 +184,108 @@ class Job:
         peers = {key: self._leases[key].leased for key in keys}
         self.peers = peers
         self.progress = self._leases[PROGRESS].leased
-        plan_ref = ray.put(plan)
-        pids = [self._leases[key].handle.take.remote(self._leases[key].lease, plan_ref, self.name, key.chain, key.replica,
-                                                     self.max_inflight, pretouch_mb, self._leases[key].handle)
-                for key in keys]
+        self._plan_ref = ray.put(plan)
+        pids = [self._take_vertex(key) for key in keys]
         progress = self._leases[PROGRESS]
         pids.append(progress.handle.take.remote(progress.lease, self.name, plan.graph, plan.outputs,
                                                 plan.initial_pointstamps()))
-        unbounded = set(plan.with_role("feedback"))  # sends out of a feedback vertex never wait: loops always drain
+        self._unbounded = unbounded = set(plan.with_role("feedback"))  # sends out of a feedback vertex never wait
         self.outputs = OutputCollector(self.progress, plan.outputs)
-        self.liveness = Liveness({key: host.handle for key, host in self._leases.items()})
         self.inputs = InputFeeds(plan.name, {name: [peers[ReplicaKey(plan.chain_of(name).name, r)]
                                                     for r in range(plan.width(name))] for name in plan.inputs},
-                                 self.max_inflight, self.batch_size, self._raise_if_failed)
-        connects = [peer.connect.remote(peers, unbounded, self.progress) for peer in peers.values()]
+                                 self.max_inflight, self.batch_size, self._raise_if_failed,
+                                 keep_calls=self._recovery is not None)
+        coordinator = None
+        if self._recovery is not None:
+            pool.keep_spares(1)  # a warm host to replace a dead one
+            self._recovery.start_coordinator(self, self._recovery.store.next_id(), paused=restoring)
+            coordinator = self._recovery.coordinator
+        self._watch()
+        connects = [peer.connect.remote(peers, unbounded, self.progress, coordinator) for peer in peers.values()]
         answers = self._get(pids[:-1] + connects, "starting and connecting vertex hosts")
         vertex_pids, subscriptions = answers[: len(keys)], answers[len(keys):]
         self.progress.connect.remote({key: (peers[key], locs) for key, locs in zip(keys, subscriptions)})
         self._pids: dict[str, int | Any] = {self._host_name(key): pid for key, pid in zip(keys, vertex_pids)}
         self._pids[self._host_name(PROGRESS)] = pids[-1]
 
+    def _take_vertex(self, key: ReplicaKey) -> Any:
+        """Tell the host leased for ``key`` to become that replica; the ref of its process id."""
+        lease = self._leases[key]
+        recovery = self._recovery.recovery if self._recovery is not None else None
+        return lease.handle.take.remote(lease.lease, self._plan_ref, self.name, key.chain, key.replica,
+                                        self.max_inflight, self.pretouch_mb, lease.handle, recovery)
+
+    def _watch(self) -> None:
+        """Ping every actor of the job (the hosts, and the coordinator if there is one)."""
+        actors: dict[Hashable, Any] = {key: host.handle for key, host in self._leases.items()}
+        if self._recovery is not None:
+            actors[COORDINATOR] = self._recovery.coordinator
+        self.liveness = Liveness(actors, RECOVERY_PING_INTERVAL if self._recovery is not None else PING_INTERVAL)
+
+    def replace_dead_hosts(self, dead: list[Hashable]) -> list[str]:
+        """Lease warm hosts for the dead replicas (and progress actor) in ``dead`` and give them
+        their roles; returns the names of the replaced. For a recovery."""
+        for key in dead:
+            self._dead_leases.append(self._leases.pop(key))
+            if key == PROGRESS:
+                self._leases[PROGRESS] = lease = self._pool.lease("progress", 1)[0]
+                self._wait_setup([lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
+                                                           self.plan.initial_pointstamps())], "replacing the progress host")
+                self.progress = self.outputs.progress = lease.leased
+            else:
+                assert isinstance(key, ReplicaKey)
+                self._leases[key] = lease = self._pool.lease("vertex", 1, self.num_cpus)[0]
+                self.actors[key] = lease.handle
+                self.peers[key] = lease.leased
+                self._wait_setup([self._take_vertex(key)], f"replacing replica {key}")
+                self._wait_setup([lease.leased.connect.remote(self.peers, self._unbounded, self.progress,
+                                                              self._recovery.coordinator if self._recovery else None)],
+                                 f"connecting replica {key}")
+            self._pids[self._host_name(key)] = lease.handle.ping.remote()
+        return [self._host_name(key) for key in dead]
+
+    def _wait_setup(self, refs: list, what: str) -> list:
+        try:
+            return ray.get(refs, timeout=SETUP_TIMEOUT)
+        except ray.exceptions.GetTimeoutError as error:
+            raise JobTimeout(f"job {self.name!r}: {what} took longer than {SETUP_TIMEOUT:.0f} s") from error
+
+    def delivered(self) -> dict[str, int]:
+        """Per output, the last epoch the driver has been handed (-1: none yet; in a job
+        restored from an earlier run's snapshot, what that run had been handed counts)."""
+        return {name: max(self._delivered_before.get(name, -1), -1 if epoch is None else epoch)
+                for name, epoch in self.outputs.latest().items()}
+
+    def restore_from(self, snapshot_id: int | None) -> None:
+        """Start from committed snapshot ``snapshot_id`` (None: the latest) of an earlier run."""
+        recovery = self._require_recovery("restore=")
+        point = restore_point(self.plan, recovery.store, snapshot_id)
+        if point.snapshot_id is None:
+            raise SnapshotError(f"restore={'latest' if snapshot_id is None else snapshot_id}: the store "
+                                f"{recovery.recovery.store!r} has no committed snapshot")
+        self._delivered_before = point.delivered
+        recovery.start_from(self, point)
+
+    def skip_inputs(self, point: RestorePoint) -> None:
+        """Skip, per input replica, the calls ``point`` had consumed (see :meth:`InputFeeds.skip`)."""
+        self.inputs.skip({(vertex, key.replica): position for key, per_vertex in point.positions.items()
+                          for vertex, position in per_vertex.items()})
+
     def _host_name(self, key: Hashable) -> str:
         """``job/chain/replica`` or ``job/progress``: how a host is named in Ray's log prefixes."""
         return f"{self.name}/progress" if key == PROGRESS else f"{self.name}/{key.chain}/{key.replica}"  # type: ignore[attr-defined]
 
     def hosts(self) -> dict[str, int]:
-        """The process id of each host of this job, by ``job/chain/replica`` (and ``job/progress``)."""
+        """The process id of each host of this job, by ``job/chain/replica`` (and ``job/progress``;
+        ``job/coordinator`` in a job with recovery)."""
+        if self._recovery is not None and self._recovery.coordinator is not None:
+            self._pids[f"{self.name}/coordinator"] = self._recovery.coordinator.ping.remote()
         for name, pid in self._pids.items():
             if isinstance(pid, ray.ObjectRef):
-                self._pids[name] = ray.get(pid, timeout=SETUP_TIMEOUT)
+                try:
+                    self._pids[name] = ray.get(pid, timeout=SETUP_TIMEOUT)
+                except ray.exceptions.RayActorError:  # it died before its first answer
+                    self._pids[name] = -1
         return dict(self._pids)
 
     def wait_ready(self, timeout: float = SETUP_TIMEOUT) -> None:
@@ -267,17 +383,37 @@ class Job:
     # -- outputs and waiting -------------------------------------------------------------
 
     def _pump(self, timeout: float) -> None:
-        """Take new events from the progress actor (waiting up to ``timeout``); check liveness."""
+        """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
+
+        In a job with recovery, a death starts a recovery instead of failing the job.
+        """
         self._raise_if_failed()
         with self._cancelled_on_interrupt():
             try:
-                for failure in self.outputs.poll(timeout):
-                    self._fail(failure)
+                failures = self.outputs.poll(timeout)
             except ray.exceptions.RayActorError as error:
-                self._fail(self._lost(PROGRESS, error), error)
+                failures = [self._lost(PROGRESS, error)]
+                failures[0].__cause__ = error
             dead = self.liveness.check()
             if dead is not None:
-                self._fail(self._lost(*dead), dead[1])
+                failures.append(self._lost(*dead))
+                failures[-1].__cause__ = dead[1]
+            if self._recovery is not None:
+                coordinator_died = self._recovery.sync(self)
+                if coordinator_died is not None:
+                    failures.append(ActorLost(coordinator_died))
+            deaths = [f for f in failures if isinstance(f, (ReplicaLost, ActorLost))]
+            if self._recovery is not None and deaths and len(deaths) == len(failures):
+                self._recover("; ".join(map(str, deaths)))
+            elif failures:
+                self._fail(failures[0])
+
+    def _recover(self, cause: str) -> None:
+        assert self._recovery is not None
+        try:
+            self._recovery.recover(self, cause)
+        except RaytideError as error:
+            self._fail(error)
 
     @contextlib.contextmanager
     def _cancelled_on_interrupt(self) -> Iterator[None]:
@@ -290,8 +426,8 @@ class Job:
             raise
 
     def _lost(self, key: Any, error: BaseException) -> RaytideError:
-        if key == PROGRESS:
-            return RaytideError(f"job {self.name!r}: the progress actor died: {type(error).__name__}")
+        if key in (PROGRESS, COORDINATOR):
+            return ActorLost(f"job {self.name!r}: {key} died: {type(error).__name__}")
         return ReplicaLost(f"{self.name}/{key.chain}/{key.replica}", self.plan.chain(key.chain).vertices,
                            "the driver's liveness check", type(error).__name__)
 
@@ -413,6 +549,38 @@ class Job:
             self._pump(0)
         return self.outputs.packed(name, kept=self._torn_down)
 
+    def snapshot(self, timeout: float = 60.0) -> int:
+        """Take a snapshot now and wait until it is committed; returns its id (a job with recovery).
+
+        Raises:
+            SnapshotError: the snapshot was abandoned or not committed within ``timeout``.
+            ArgumentError: the job was started without ``recovery``.
+        """
+        recovery = self._require_recovery("job.snapshot()")
+        try:
+            return ray.get(recovery.coordinator.snapshot_now.remote(timeout, self.delivered()),
+                           timeout=timeout + POLL_SLACK)
+        except ray.exceptions.GetTimeoutError as error:
+            raise SnapshotError(f"job {self.name!r}: no snapshot committed within {timeout:g} s") from error
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """Take a final snapshot (a savepoint), tear the job down and return the snapshot's id.
+
+        The driver takes no more events from the job once the savepoint is triggered, so the
+        epochs it was handed (still readable with :meth:`collect`) are exactly those the
+        savepoint records as delivered. A later ``rt.run(..., recovery=..., restore=id)`` of
+        the same program, fed the same inputs from their start, continues from there and
+        hands out only the epochs after them.
+        """
+        snapshot_id = self.snapshot(timeout)
+        self._cancel(f"job.stop() after savepoint {snapshot_id}")
+        return snapshot_id
+
+    def _require_recovery(self, what: str) -> JobRecovery:
+        if self._recovery is None:
+            raise ArgumentError(f"{what} needs a job started with rt.run(..., recovery=rt.Recovery(store))")
+        return self._recovery
+
     def inject_marker(self, marker: Marker) -> None:
         """Inject a control marker at every input replica; it travels in band behind earlier records."""
         self.inputs.inject_marker(marker)
@@ -429,25 +597,54 @@ class Job:
     # -- inspection and teardown ---------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Records and batches per vertex, progress traffic, backpressure figures."""
-        keys = list(self.peers)
-        per_replica = ray.get([self.peers[k].stats.remote() for k in keys], timeout=60)
+        """Records and batches per vertex, progress traffic, backpressure figures; in a job with
+        recovery also ``snapshots`` and ``recoveries``. A replica that died (and is not
+        replaced yet) is left out of the counters and named under ``unreachable``."""
+        answers = self._replica_stats()
+        alive = {key: answer for key, answer in answers.items() if answer is not None}
+        keys, per_replica = list(alive), list(alive.values())
         vertices: dict[str, dict[str, int]] = collections.defaultdict(lambda: collections.Counter())
         for stats in per_replica:
             for name, counters in stats["vertices"].items():
                 vertices[name].update(counters)
-        progress = ray.get(self.progress.stats.remote(), timeout=60)
+        try:
+            progress = ray.get(self.progress.stats.remote(), timeout=60)
+        except ray.exceptions.RayActorError:
+            progress = {"batches_applied": None, "pushes": None}
         data_batches = sum(s["vertices"][c.vertices[0]]["batches_in"] for s, c in zip(per_replica, (self.plan.chain(k[0]) for k in keys)))
         return {
             "vertices": {n: dict(c) for n, c in vertices.items()},
             "progress_batches": progress["batches_applied"],
             "progress_pushes": progress["pushes"],
             "data_messages": data_batches,
-            "max_inflight_seen": max(s["max_inflight_seen"] for s in per_replica),
+            "max_inflight_seen": max((s["max_inflight_seen"] for s in per_replica), default=0),
             "backpressure_waits": sum(s["backpressure_waits"] for s in per_replica),
             "local_sends": sum(s["local_sends"] for s in per_replica),
             "hosts": self.hosts(),
+            "unreachable": [self._host_name(key) for key, answer in answers.items() if answer is None],
+            **self._recovery_stats(),
         }
+
+    def _replica_stats(self) -> dict[ReplicaKey, dict[str, Any] | None]:
+        """Every replica's counters; None for one whose actor is dead."""
+        refs = {key: peer.stats.remote() for key, peer in self.peers.items()}
+        answers: dict[ReplicaKey, dict[str, Any] | None] = {}
+        for key, ref in refs.items():
+            try:
+                answers[key] = ray.get(ref, timeout=60)
+            except ray.exceptions.RayActorError:
+                answers[key] = None
+        return answers
+
+    def _recovery_stats(self) -> dict[str, Any]:
+        """``snapshots`` (the coordinator's figures) and ``recoveries``, in a job with recovery."""
+        if self._recovery is None:
+            return {}
+        try:
+            snapshots = ray.get(self._recovery.coordinator.stats.remote(), timeout=60)
+        except ray.exceptions.RayActorError as error:
+            snapshots = {"coordinator": f"unreachable: {type(error).__name__}"}
+        return {"snapshots": snapshots, "recoveries": self._recovery.stats()}
 
     def cancel(self) -> None:
         """Stop the job and give its hosts back to the pool, which resets them for the next
@@ -468,7 +665,9 @@ class Job:
                                        f"with job.collect()")
         for name, epoch in self.outputs.keep_locally():
             logger.debug("could not keep output %s epoch %s", name, epoch)
-        killed = self._pool.give_back(list(self._leases.values()))
+        killed = self._pool.give_back([*self._leases.values(), *self._dead_leases])
+        if self._recovery is not None and self._recovery.coordinator is not None:
+            ray.kill(self._recovery.coordinator)
         # Hosts that reserved CPUs are killed, not kept; ray.kill returns at once: wait (a bounded
         # time) until their processes are gone, so that the next job finds the CPUs free.
         if killed:
@@ -483,3 +682,8 @@ class Job:
 
     def __exit__(self, *exc: Any) -> None:
         self.cancel()
+
+
+def _is_id(value: Any) -> bool:
+    """Whether ``value`` can be a snapshot id (a non-negative int, not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -12,6 +12,12 @@ Message flow (no actor ever waits for one that may wait for it):
   retires) and ``progress actor -> replica.on_progress``, both fire and forget; a
   replica numbers its calls to the progress actor, which applies them in that order.
 * failures: ``replica -> progress actor.fail`` (fire and forget).
+* snapshots (a job with ``recovery``): at a snapshot barrier the core hands its local
+  snapshot to a writer thread (:class:`~raytide.actors.snapshot_writer.SnapshotWriter`),
+  which stores it and acknowledges it to the coordinator; processing goes on meanwhile.
+* incarnations: every call between the job's actors and from the driver carries the
+  sender's incarnation, and a replica drops what is not of its own: after a recovery
+  (``restore`` then ``resume``) nothing sent before the rollback reaches the restored state.
 * to itself (a loop's feedback routed back to the replica that sent it): no Ray call;
   :class:`ReplicaCore` keeps such batches and markers and delivers them itself.
 
@@ -34,13 +40,17 @@ import ray
 from raytide.actors.allocator import keep_freed_buffers, pretouch
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced, decode, encode
+from raytide.actors.recovery import part_name
 from raytide.actors.replica import ReplicaCore
 from raytide.actors.replica_state import LocalSnapshot
+from raytide.actors.snapshot_writer import SnapshotWriter
 from raytide.actors.wire import pack, pack_records, packed_size, unpack, unpicklable
 from raytide.core.batches import to_records
 from raytide.errors import RaytideError, ReplicaLost, SnapshotError, SourceError
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.config import Recovery
+from raytide.snapshots.store import SnapshotStore
 from raytide.sources.base import Reader
 
 logger = logging.getLogger(__name__)
@@ -53,9 +63,12 @@ INLINE_BYTES = 64 * 1024
 class _RayTransport:
     """Sends through Ray with a bounded window of in-flight calls per receiver."""
 
-    def __init__(self, key: ReplicaKey, plan: PhysicalPlan, job: str, max_inflight: int) -> None:
+    def __init__(self, key: ReplicaKey, plan: PhysicalPlan, job: str, max_inflight: int,
+                 writer: SnapshotWriter | None) -> None:
         self.key, self.plan, self.job = key, plan, job
         self.max_inflight = max_inflight
+        self.writer = writer
+        self.incarnation = 0
         self.peers: dict[ReplicaKey, Any] = {}
         self.unbounded: set[str] = set()
         self.progress: Any = None
@@ -71,10 +84,10 @@ class _RayTransport:
         except Exception as error:
             raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
                               f"epoch {time.epoch}") from error
-        self._call(to, channel.source, "receive", encode((channel, vertex, time)), *payload)
+        self._call(to, channel.source, "receive", encode((self.incarnation, channel, vertex, time)), *payload)
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
-        self._call(to, channel.source, "receive_marker", channel, marker)
+        self._call(to, channel.source, "receive_marker", self.incarnation, channel, marker)
 
     def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
         window = self.inflight[to]
@@ -108,8 +121,17 @@ class _RayTransport:
                     window.append(ref)
 
     def local_snapshot(self, snapshot: LocalSnapshot) -> None:
-        raise SnapshotError(f"replica {self.job}/{self.key} reached snapshot barrier {snapshot.snapshot_id}, but jobs "
-                            f"on Ray do not take snapshots yet")
+        if self.writer is None:
+            raise SnapshotError(f"replica {self.job}/{self.key} reached snapshot barrier {snapshot.snapshot_id}, but "
+                                f"the job was started without recovery=rt.Recovery(...)")
+        self.writer.submit(self.incarnation, snapshot)
+
+    def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: Any) -> None:
+        """A recovery: new peers (replaced ones), and nothing of the calls still in flight is waited for."""
+        self.incarnation, self.peers, self.progress = incarnation, peers, progress
+        self.inflight.clear()
+        self.held_outputs.clear()
+        self.held_refs = False
 
     def to_progress(self, call: Sequenced) -> None:
         """Output parts wait for the progress batch the core sends right after them, and both
@@ -124,14 +146,14 @@ class _RayTransport:
             return
         calls = (*self.held_outputs, call)
         if self.held_refs:
-            self.progress.receive.remote(*calls)
+            self.progress.receive.remote(self.incarnation, *calls)
         else:
-            self.progress.receive.remote(encode(calls))
+            self.progress.receive.remote(self.incarnation, encode(calls))
         self.held_outputs.clear()
         self.held_refs = False
 
     def fail(self, error: RaytideError) -> None:
-        self.progress.fail.remote(error)
+        self.progress.fail.remote(self.incarnation, error)
 
     @staticmethod
     def _part(records: list, output: str, epoch: int) -> Any:
@@ -146,19 +168,27 @@ class VertexActor:
     """One replica of one chain of fused vertices."""
 
     def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int,
-                 pretouch_mb: int, myself: Any = None) -> None:
+                 pretouch_mb: int, myself: Any = None, recovery: Recovery | None = None) -> None:
         """``myself``: this replica's own handle (bound to its host's lease), for the calls
-        a reader makes to itself."""
+        a reader makes to itself. ``recovery``: the job takes snapshots (see the module docstring)."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         if keep_freed_buffers() and pretouch_mb:
             pretouch(pretouch_mb)
-        self.transport = _RayTransport(ReplicaKey(chain, replica), plan, job, max_inflight)
-        self.core = ReplicaCore(plan, chain, replica, self.transport)
+        self.plan, self.key = plan, ReplicaKey(chain, replica)
+        self.store = SnapshotStore(recovery.store, recovery.signing_key) if recovery is not None else None
+        self.writer = SnapshotWriter(self.key, self.store) if self.store is not None else None
+        self.transport = _RayTransport(self.key, plan, job, max_inflight, self.writer)
+        self.core = self._new_core()
         self.failed: RaytideError | None = None
         self.readers: dict[str, Iterator[tuple[int, Any]]] = {}
 
-    def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], progress: Any) -> list[Location]:
-        """Learn every other actor; returns the locations to subscribe to.
+    def _new_core(self) -> ReplicaCore:
+        return ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport,
+                           keep_outputs=self.store is not None)
+
+    def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], progress: Any,
+                coordinator: Any = None) -> list[Location]:
+        """Learn every other actor (and the snapshot coordinator, if any); returns the locations to subscribe to.
 
         The last step before data flows, so what exists now lives as long as the actor
         (modules, the plan, the handles of its peers): it moves to the garbage collector's
@@ -169,36 +199,68 @@ class VertexActor:
         self.transport.peers = peers
         self.transport.unbounded = unbounded
         self.transport.progress = progress
+        if self.writer is not None:
+            self.writer.coordinator = coordinator
         gc.freeze()
         return self.core.subscriptions()
 
+    def _current(self, incarnation: int) -> bool:
+        """Whether a call of ``incarnation`` is for this replica's state (older ones are dropped)."""
+        return incarnation == self.transport.incarnation
+
     def receive(self, header: bytes, payload: Any, packed: bool) -> None:
-        """A data batch for the chain's head vertex: ``header`` is its encoded channel, vertex
-        and time (see :func:`~raytide.actors.protocol.encode`), the batch travels as
-        :mod:`raytide.actors.wire` packs it."""
-        channel, vertex, time = decode(header)
-        self._guard(self.core.on_message, channel, vertex, time, unpack(payload, packed))
+        """A data batch for the chain's head vertex: ``header`` is its encoded incarnation,
+        channel, vertex and time (see :func:`~raytide.actors.protocol.encode`), the batch
+        travels as :mod:`raytide.actors.wire` packs it."""
+        incarnation, channel, vertex, time = decode(header)
+        if self._current(incarnation):
+            self._guard(self.core.on_message, channel, vertex, time, unpack(payload, packed))
 
-    def receive_marker(self, channel: ChannelId, marker: Marker) -> None:
+    def receive_marker(self, incarnation: int, channel: ChannelId, marker: Marker) -> None:
         """A control marker on ``channel``."""
-        self._guard(self.core.on_marker, channel, marker)
+        if self._current(incarnation):
+            self._guard(self.core.on_marker, channel, marker)
 
-    def inject_marker(self, marker: Marker) -> None:
-        """Start ``marker`` at this input replica."""
-        self._guard(self.core.inject_marker, marker)
+    def inject_marker(self, incarnation: int, marker: Marker) -> None:
+        """Start ``marker`` at this input replica (from the driver or the snapshot coordinator)."""
+        if self._current(incarnation):
+            self._guard(self.core.inject_marker, marker)
 
-    def on_progress(self, push: bytes) -> None:
+    def on_progress(self, incarnation: int, push: bytes) -> None:
         """A frontier push from the progress actor: an encoded :class:`~raytide.actors.protocol.StatusPush`."""
-        self._guard(self.core.on_progress, *decode(push))
+        if self._current(incarnation):
+            self._guard(self.core.on_progress, *decode(push))
 
-    def push(self, vertex: str, payload: Any, packed: bool, epoch: int) -> None:
+    def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int) -> None:
         """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.actors.wire`)."""
-        self._guard(self.core.push_input, vertex, unpack(payload, packed), epoch)
+        if self._current(incarnation):
+            self._guard(self.core.push_input, vertex, unpack(payload, packed), epoch)
 
-    def push_refs(self, vertex: str, refs: list, epoch: int) -> None:
+    def push_refs(self, incarnation: int, vertex: str, refs: list, epoch: int) -> None:
         """Records of ``epoch`` for input ``vertex`` as object refs (read here, not on the driver)."""
-        for batch in ray.get(refs):
-            self._guard(self.core.push_input, vertex, batch, epoch)
+        if self._current(incarnation):
+            for batch in ray.get(refs):
+                self._guard(self.core.push_input, vertex, batch, epoch)
+
+    def restore(self, incarnation: int, snapshot_id: int | None, peers: dict[ReplicaKey, Any], progress: Any,
+                coordinator: Any) -> list[Location]:
+        """Start incarnation ``incarnation`` as this replica was in committed snapshot
+        ``snapshot_id`` (None: as at the job's start), with the job's actors as they are
+        now; nothing runs until :meth:`resume`. Returns the locations to subscribe to."""
+        self.transport.reset(incarnation, peers, progress)
+        if self.writer is not None:
+            self.writer.reset(incarnation, coordinator)
+        self.core = self._new_core()
+        self.failed = None
+        self.readers.clear()
+        if snapshot_id is not None and self.store is not None:
+            self._guard(self.core.restore, self.store.read_part(snapshot_id, part_name(self.key)))
+        return self.core.subscriptions()
+
+    def resume(self, incarnation: int) -> None:
+        """Run again after :meth:`restore`: the restored back-edge batches first."""
+        if self._current(incarnation):
+            self._guard(self.core.resume)
 
     def start_reader(self, vertex: str, reader: Reader[Any]) -> None:
         """Read input ``vertex`` here from ``reader``, this replica's share of a source read in the replicas.
@@ -239,9 +301,10 @@ class VertexActor:
             self.core.advance_input(vertex, epoch)
         self.core.push_input(vertex, batch, epoch)
 
-    def advance(self, vertex: str, epoch: int | None) -> None:
+    def advance(self, incarnation: int, vertex: str, epoch: int | None) -> None:
         """Move input ``vertex`` to ``epoch``; None closes it."""
-        self._guard(self.core.advance_input, vertex, epoch)
+        if self._current(incarnation):
+            self._guard(self.core.advance_input, vertex, epoch)
 
     def debug_state(self) -> dict[str, Any]:
         """What the replica holds back and knows, for diagnosing a stuck job."""

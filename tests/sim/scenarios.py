@@ -3,7 +3,8 @@
 Each scenario builds a dataflow, draws its inputs from a seeded ``random.Random`` and
 computes, without raytide, what every output must hold per epoch (as a ``Counter``,
 since replicas may deliver an epoch's records in any order). Epochs without records do
-not appear in a job's output, so references leave them out too.
+not appear in a job's output, so references leave them out too. Each takes the number of
+epochs to draw (3 by default: the simulations run thousands of short jobs).
 """
 
 from __future__ import annotations
@@ -43,23 +44,23 @@ def _drop_empty(per_epoch: dict[int, Counter]) -> dict[int, Counter]:
     return {epoch: counts for epoch, counts in per_epoch.items() if counts}
 
 
-def word_count(rng: random.Random) -> Scenario:
+def word_count(rng: random.Random, epochs: int = 3) -> Scenario:
     """``flat_map(str.split)`` then ``count_by_key`` (a combiner before the exchange)."""
     flow = rt.Dataflow("wordcount")
     flow.input("lines").flat_map(str.split).count_by_key(lambda w: w, name="count").output("counts")
-    lines = _epochs(rng, lambda: " ".join(rng.choice("ab cd ef a b") for _ in range(rng.randrange(4))))
+    lines = _epochs(rng, lambda: " ".join(rng.choice("ab cd ef a b") for _ in range(rng.randrange(4))), epochs)
     expected = {e: Counter(Counter(w for line in ls for w in line.split()).items()) for e, ls in enumerate(lines)}
     return Scenario("word count", flow, {"lines": lines}, {"counts": _drop_empty(expected)})
 
 
-def keyed(rng: random.Random) -> Scenario:
+def keyed(rng: random.Random, epochs: int = 3) -> Scenario:
     """map, filter, a non-idempotent ``reduce_by_key``, and a ``stateful_map`` whose state spans epochs."""
     flow = rt.Dataflow("keyed")
     numbers = flow.input("numbers").map(lambda x: x * 3, name="triple").filter(lambda x: x % 2 == 0, name="even")
     numbers.reduce_by_key(lambda x: x % 4, lambda a, b: a + b, value=lambda x: x * x, name="squares").output("sums")
     numbers.stateful_map(lambda x: x % 3, lambda seen, x: ((seen or 0) + 1, (seen or 0) + 1),
                          name="seen").output("running")
-    data = _epochs(rng, lambda: rng.randrange(20))
+    data = _epochs(rng, lambda: rng.randrange(20), epochs)
     sums: dict[int, Counter] = {}
     running: dict[int, Counter] = {}
     seen: Counter = Counter()
@@ -77,13 +78,13 @@ def keyed(rng: random.Random) -> Scenario:
     return Scenario("keyed", flow, {"numbers": data}, {"sums": _drop_empty(sums), "running": _drop_empty(running)})
 
 
-def join(rng: random.Random) -> Scenario:
+def join(rng: random.Random, epochs: int = 3) -> Scenario:
     """A per-epoch keyed join of two inputs."""
     flow = rt.Dataflow("join")
     left, right = flow.input("left"), flow.input("right")
     left.join(right, lambda r: r[0], name="join").output("joined")
     draw = lambda: (rng.randrange(4), rng.randrange(100))  # noqa: E731
-    lefts, rights = _epochs(rng, draw), _epochs(rng, draw)
+    lefts, rights = _epochs(rng, draw, epochs), _epochs(rng, draw, epochs)
     expected = {e: Counter((a[0], a, b) for a in ls for b in rs if a[0] == b[0])
                 for e, (ls, rs) in enumerate(zip(lefts, rights))}
     return Scenario("join", flow, {"left": lefts, "right": rights}, {"joined": _drop_empty(expected)})
@@ -120,7 +121,7 @@ class IterationCounter(rt.Vertex):
         self.counts = state
 
 
-def loop(rng: random.Random) -> Scenario:
+def loop(rng: random.Random, epochs: int = 3) -> Scenario:
     """Halving to a fixed point, exchanged every round, with a notified vertex inside the loop."""
     flow = rt.Dataflow("loop")
     lp = flow.loop("halve")
@@ -131,14 +132,14 @@ def loop(rng: random.Random) -> Scenario:
     lp.leave(halved, name="leave").output("out")
     counted = rounds.exchange(lambda x: 0, name="gather").unary(IterationCounter, name="per_round")
     lp.leave(counted, name="leave_counts").output("rounds")
-    data = _epochs(rng, lambda: rng.randrange(1, 40))
+    data = _epochs(rng, lambda: rng.randrange(1, 40), epochs)
     out = {e: Counter(h for x in xs for h in halvings(x)) for e, xs in enumerate(data)}
     per_round = {e: Counter(Counter((j,) for x in xs for j in range(len(halvings(x)))).items())
                  for e, xs in enumerate(data)}
     return Scenario("loop", flow, {"numbers": data}, {"out": _drop_empty(out), "rounds": _drop_empty(per_round)})
 
 
-def nested_loop(rng: random.Random) -> Scenario:
+def nested_loop(rng: random.Random, epochs: int = 3) -> Scenario:
     """An outer loop counting each number down, an inner loop halving each value, and a vertex
     notified at every ``(outer, inner)`` round."""
     flow = rt.Dataflow("nested")
@@ -154,7 +155,7 @@ def nested_loop(rng: random.Random) -> Scenario:
     outer.leave(inner.leave(halved, name="inner_leave"), name="outer_leave").output("out")
     counted = rounds.exchange(lambda x: 0, name="gather").unary(IterationCounter, name="per_round")
     outer.leave(inner.leave(counted, name="counts_inner_leave"), name="counts_outer_leave").output("rounds")
-    data = _epochs(rng, lambda: rng.randrange(1, 7), most=3)
+    data = _epochs(rng, lambda: rng.randrange(1, 7), epochs, most=3)
     out, per_round = {}, {}
     for epoch, xs in enumerate(data):
         walks = [(i, n - i) for n in xs for i in range(n)]  # (outer iteration, value entering the inner loop)

@@ -1,0 +1,177 @@
+"""The snapshot coordinator actor: a thin Ray shell around
+:class:`~raytide.snapshots.coordinator.CoordinatorCore`.
+
+Message flow (fire and forget unless marked *waits*)::
+
+    coordinator ──inject_marker(incarnation, barrier k)──▶ every input replica
+    replica's writer thread ──acknowledge(ack) / write_failed──▶ coordinator
+    coordinator: writes the job part and the manifest (last), applies retention
+    driver ──sync(delivered)──▶ coordinator        (*waits* a moment: returns the commits since)
+    driver ──snapshot_now(timeout)──▶ coordinator  (*waits* until committed: job.snapshot())
+    driver ──reset(incarnation, inputs, recovery time)──▶ coordinator   (a recovery)
+
+The coordinator waits for nobody: a snapshot that cannot complete is abandoned at its
+timeout. Its own thread ticks the clock (periodic triggers, timeouts); calls run on a
+few threads (``max_concurrency``) under one lock, so that ``snapshot_now`` can wait
+while acknowledgements come in. With ``interval="auto"`` the interval is the
+utilization model's T* (:class:`~raytide.snapshots.interval.IntervalTuner`) from the
+measured snapshot durations, recovery times and failures.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from raytide.actors.plan import PhysicalPlan
+from raytide.actors.protocol import Marker, ReplicaKey
+from raytide.actors.recovery import JOB_PART, encode_summaries, snapshot_metadata
+from raytide.errors import SnapshotError
+from raytide.snapshots.config import Recovery
+from raytide.snapshots.coordinator import Abandon, Acknowledgement, Commit, CoordinatorCore
+from raytide.snapshots.interval import IntervalTuner
+from raytide.snapshots.store import SnapshotStore
+
+#: Seconds between two ticks of the coordinator's clock.
+TICK = 0.02
+
+
+class CoordinatorActor:
+    """Takes the job's snapshots; see the module docstring."""
+
+    def __init__(self, plan: PhysicalPlan, recovery: Recovery, inputs: dict[ReplicaKey, Any], incarnation: int,
+                 first_id: int, paused: bool = False) -> None:
+        """``paused``: take no periodic snapshot until :meth:`reset` (a job restoring a snapshot first)."""
+        self.plan, self.recovery = plan, recovery
+        self.store = SnapshotStore(recovery.store, recovery.signing_key)
+        keys = [ReplicaKey(chain.name, r) for chain in plan.chains for r in range(chain.parallelism)]
+        self.tuner = IntervalTuner(min_interval=0.2, initial_interval=1.0) if recovery.interval == "auto" else None
+        interval = self.tuner.interval() if self.tuner else recovery.interval
+        assert not isinstance(interval, str)
+        self.core = CoordinatorCore(keys, max(first_id, self.store.next_id()), interval, recovery.timeout,
+                                    incarnation)
+        self.core.last_end = time.monotonic()
+        self.inputs = inputs
+        self.delivered: dict[str, int] = {}
+        self.triggered: dict[int, dict[str, int]] = {}  # what the driver had at each snapshot's trigger
+        self.commits: list[tuple[int, dict[ReplicaKey, dict[str, int]]]] = []  # (id, positions) for the driver
+        self.abandoned: list[str] = []
+        self.lock = threading.Condition()
+        self.last_tick = time.monotonic()
+        self.paused = paused
+        self.thread = threading.Thread(target=self._clock, name="raytide-coordinator-clock", daemon=True)
+        self.thread.start()
+
+    def ping(self) -> int:
+        """Liveness check for the driver: this process's id."""
+        return os.getpid()
+
+    def _clock(self) -> None:
+        while True:
+            time.sleep(TICK)
+            with self.lock:
+                now = time.monotonic()
+                if self.tuner is not None:
+                    self.tuner.record_elapsed(now - self.last_tick)
+                    self.core.interval = self.tuner.interval()
+                self.last_tick = now
+                self._abandoned(self.core.tick(now))
+                if not self.paused and self.core.due(now):
+                    self._trigger(now)
+
+    def _trigger(self, now: float) -> int | None:
+        trigger = self.core.trigger(now)
+        if trigger is None:
+            return None
+        self.triggered[trigger.snapshot_id] = dict(self.delivered)
+        marker = Marker(trigger.snapshot_id, snapshot=True, delivered=dict(self.delivered))
+        for handle in self.inputs.values():
+            handle.inject_marker.remote(trigger.incarnation, marker)
+        return trigger.snapshot_id
+
+    def _abandoned(self, abandon: Abandon | None) -> None:
+        if abandon is not None:
+            self.abandoned.append(f"snapshot {abandon.snapshot_id}: {abandon.reason}")
+            self.lock.notify_all()
+
+    def acknowledge(self, ack: Acknowledgement) -> None:
+        """A replica's local snapshot is written; the last one commits the snapshot."""
+        with self.lock:
+            commit = self.core.acknowledge(ack, time.monotonic())
+            if commit is not None:
+                self._commit(commit)
+
+    def write_failed(self, incarnation: int, snapshot_id: int, reason: str) -> None:
+        """A replica could not write its part: the snapshot in flight is abandoned."""
+        with self.lock:
+            flight = self.core.in_flight
+            if incarnation == self.core.incarnation and flight is not None and flight.snapshot_id == snapshot_id:
+                self._abandoned(self.core.fail(reason, time.monotonic()))
+
+    def _commit(self, commit: Commit) -> None:
+        try:
+            job = self.store.write_part(commit.snapshot_id, JOB_PART, encode_summaries(commit.summaries))
+            delivered = self.triggered.pop(commit.snapshot_id, {})
+            self.store.commit(commit.snapshot_id, [*commit.parts, job],
+                              snapshot_metadata(self.plan, commit.incarnation, delivered))
+            self.store.retain(self.recovery.retain)
+        except Exception as error:  # the store failed: this snapshot is lost, the job goes on
+            self._abandoned(self.core.fail(f"committing it failed: {error!r}", time.monotonic()))
+            return
+        self.core.committed(commit.snapshot_id, time.monotonic())
+        if self.tuner is not None and self.core.stats.last_duration is not None:
+            self.tuner.record_checkpoint(self.core.stats.last_duration)
+        positions = {key: summary.positions for key, summary in commit.summaries.items() if summary.positions}
+        self.commits.append((commit.snapshot_id, positions))  # type: ignore[arg-type]
+        self.lock.notify_all()
+
+    def sync(self, delivered: dict[str, int], seen: int) -> list[tuple[int, dict[ReplicaKey, dict[str, int]]]]:
+        """The driver's state: the last epoch of each output it was handed (barriers carry it,
+        so output replicas drop what the driver has); returns the commits after the first ``seen``."""
+        with self.lock:
+            self.delivered = dict(delivered)
+            return self.commits[seen:]
+
+    def snapshot_now(self, timeout: float, delivered: dict[str, int]) -> int:
+        """Take a snapshot now (after the one in flight, if any) and wait until it is committed; its id.
+
+        ``delivered`` is what the driver has been handed, exactly: a savepoint
+        (``job.stop()``) records it, and the driver takes no more events until it is committed.
+
+        Raises:
+            SnapshotError: it was abandoned, or not committed within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            self.lock.wait_for(lambda: self.core.in_flight is None, timeout)
+            self.delivered = dict(delivered)
+            snapshot_id = self._trigger(time.monotonic()) if self.core.in_flight is None else None
+            if snapshot_id is None:
+                raise SnapshotError(f"the snapshot in flight did not complete within {timeout:g} s; "
+                                    f"abandoned so far: {self.abandoned[-3:]}")
+            done = self.lock.wait_for(lambda: self.core.in_flight is None, max(0.0, deadline - time.monotonic()))
+            if self.core.stats.last_id != snapshot_id:
+                why = self.abandoned[-1] if done and self.abandoned else f"not complete within {timeout:g} s"
+                raise SnapshotError(f"snapshot {snapshot_id} was not committed: {why}")
+            return snapshot_id
+
+    def reset(self, incarnation: int, inputs: dict[ReplicaKey, Any], recovery_seconds: float | None) -> None:
+        """A recovery started ``incarnation`` (and took ``recovery_seconds``, if known)."""
+        with self.lock:
+            self._abandoned(self.core.reset(incarnation, time.monotonic()))
+            self.inputs, self.paused = inputs, False
+            self.core.last_end = time.monotonic()
+            if self.tuner is not None:
+                self.tuner.record_failure()
+                if recovery_seconds is not None:
+                    self.tuner.record_recovery(recovery_seconds)
+
+    def stats(self) -> dict[str, Any]:
+        """Snapshots taken, their last duration and size, what was abandoned, the interval in use."""
+        with self.lock:
+            stats = self.core.stats
+            return {"committed": stats.committed, "abandoned": stats.abandoned, "last_id": stats.last_id,
+                    "last_duration_s": stats.last_duration, "last_size_bytes": stats.last_size,
+                    "abandoned_reasons": list(self.abandoned[-5:]), "interval_s": self.core.interval}

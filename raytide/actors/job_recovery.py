@@ -1,0 +1,218 @@
+"""The driver's side of snapshots and recovery on Ray (``rt.run(..., recovery=rt.Recovery(...))``).
+
+The driver supervises: it notices a death (a host that no longer answers its pings, the
+progress actor's long poll failing, a replica reporting a dead peer) and recovers, in
+the steps of :mod:`raytide.actors.recovery`, with the calls below; each waits, with a
+timeout, for every actor it addresses, and no actor waits for the driver::
+
+    driver ──take + connect──▶ a warm host, for each dead replica / the progress actor
+    driver ──restore(n, snapshot k, peers)──▶ every replica       (*waits*; survivors reset in place)
+    driver ──restore(n, pointstamps, kept outputs)──▶ progress actor   (*waits*)
+    driver ──resume(n)──▶ every replica                          (*waits*)
+    driver ──the logged calls after each position──▶ input replicas
+    driver ──reset(n)──▶ coordinator (a new one if it died)
+
+Meanwhile it keeps the coordinator informed of the epochs it has been handed (so output
+replicas drop them) and learns of committed snapshots, which let it forget the input
+calls they cover (:class:`~raytide.actors.driver_inputs.CallLog`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from raytide.actors.coordinator_actor import CoordinatorActor
+from raytide.actors.protocol import ReplicaKey
+from raytide.actors.recovery import RestartBudget, RestorePoint, restore_point
+from raytide.errors import JobTimeout
+from raytide.snapshots.config import Recovery
+from raytide.snapshots.store import SnapshotStore
+
+if TYPE_CHECKING:
+    from raytide.actors.runtime import Job
+
+logger = logging.getLogger(__name__)
+
+#: The coordinator's key among the actors the driver watches.
+COORDINATOR = "the snapshot coordinator"
+#: How long a recovery's calls may take.
+RECOVERY_TIMEOUT = 120.0
+#: How long the driver waits for a host's ping when it looks for the dead ones.
+PING_TIMEOUT = 2.0
+#: Seconds between the driver's liveness pings in a job with recovery (a death is noticed
+#: within about twice this, unless a peer or the long poll notices it first).
+RECOVERY_PING_INTERVAL = 0.2
+
+_COORDINATOR_CLASS: list[Any] = []
+
+
+def _coordinator_class() -> Any:
+    if not _COORDINATOR_CLASS:  # made once: ray.remote pickles the class
+        _COORDINATOR_CLASS.append(ray.remote(max_concurrency=4)(CoordinatorActor))  # type: ignore[call-overload]
+    return _COORDINATOR_CLASS[0]
+
+
+@dataclass
+class RecoveryRecord:
+    """One recovery, for ``job.stats()``."""
+
+    incarnation: int
+    cause: str
+    snapshot_id: int | None
+    replaced: list[str]
+    seconds: float
+
+
+@dataclass
+class JobRecovery:
+    """Snapshot and recovery state of one job on the driver."""
+
+    recovery: Recovery
+    budget: RestartBudget = field(init=False)
+    store: SnapshotStore = field(init=False)
+    incarnation: int = 0
+    coordinator: Any = None
+    sync_ref: Any = None
+    commits_seen: int = 0
+    retained: list[dict[tuple[str, int], int]] = field(default_factory=list)
+    records: list[RecoveryRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.budget = RestartBudget(self.recovery.max_restarts)
+        self.store = SnapshotStore(self.recovery.store, self.recovery.signing_key)
+
+    # -- the coordinator -------------------------------------------------------------------
+
+    def start_coordinator(self, job: Job, first_id: int = 1, paused: bool = False) -> None:
+        """A coordinator for ``job``'s replicas (started without waiting for it; ``paused``:
+        taking no snapshot before its first reset)."""
+        self.coordinator = _coordinator_class().options(num_cpus=0, max_restarts=0).remote(
+            job.plan, self.recovery, input_replicas(job), self.incarnation, first_id, paused)
+
+    def sync(self, job: Job) -> str | None:
+        """Without waiting: tell the coordinator what the driver was handed, learn new commits
+        and forget the input calls that the oldest retained snapshot covers. Returns what
+        happened if the coordinator died."""
+        if self.sync_ref is not None:
+            ready, _ = ray.wait([self.sync_ref], timeout=0)
+            if not ready:
+                return None
+            try:
+                commits = ray.get(self.sync_ref)
+            except ray.exceptions.RayActorError as error:
+                self.sync_ref = None
+                return f"job {job.name!r}: {COORDINATOR} died: {type(error).__name__}"
+            self.commits_seen += len(commits)
+            for _, positions in commits:
+                self.retained.append(input_positions(job, positions))
+            self.retained = self.retained[-self.recovery.retain:]
+            if self.retained:
+                job.inputs.trim(self.retained[0])
+        self.sync_ref = self.coordinator.sync.remote(job.delivered(), self.commits_seen)
+        return None
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def recover(self, job: Job, cause: str) -> None:
+        """Bring ``job`` back from its last committed snapshot in a new incarnation.
+
+        Raises:
+            RecoveryError: more failures than ``max_restarts`` allow, or an input cannot
+                go back to where the snapshot left it.
+            JobTimeout: a step of the recovery did not finish in time.
+        """
+        started = time.monotonic()
+        while True:
+            self.budget.spend(cause)
+            self.incarnation += 1
+            incarnation = self.incarnation
+            logger.warning("job %r: %s; recovering (incarnation %d)", job.name, cause, incarnation)
+            replaced = job.replace_dead_hosts(self._dead(job))
+            point = restore_point(job.plan, self.store)
+            if self.coordinator is None:
+                self.start_coordinator(job, point.snapshot_id + 1 if point.snapshot_id is not None else 1)
+            job._watch()  # the replaced actors and coordinator
+            self.sync_ref = None
+            try:
+                self.restore(job, point, incarnation)
+                break
+            except ray.exceptions.RayActorError as error:  # another death during the recovery: start over
+                cause = f"an actor died during recovery {incarnation}: {type(error).__name__}"
+        seconds = time.monotonic() - started
+        self.coordinator.reset.remote(incarnation, input_replicas(job), seconds)
+        self.records.append(RecoveryRecord(incarnation, cause, point.snapshot_id, replaced, seconds))
+        logger.warning("job %r recovered from snapshot %s in %.2f s", job.name, point.snapshot_id, seconds)
+
+    def start_from(self, job: Job, point: RestorePoint) -> None:
+        """A new job starts where snapshot ``point`` of an earlier run left off (``restore=``):
+        incarnation 1, the epochs that run handed out are not handed out again, and each
+        input replica skips the calls the snapshot had consumed."""
+        self.incarnation = 1
+        job.skip_inputs(point)
+        self.restore(job, point, self.incarnation)
+        self.coordinator.reset.remote(self.incarnation, input_replicas(job), None)
+
+    def restore(self, job: Job, point: RestorePoint, incarnation: int) -> None:
+        """Restore every replica and the progress actor at ``point``, resume, rewind the inputs."""
+        keys = list(job.peers)
+        subscriptions = self._wait(job, [job.peers[key].restore.remote(incarnation, point.snapshot_id, job.peers,
+                                                                        job.progress, self.coordinator)
+                                         for key in keys], "restoring the replicas")
+        self._wait(job, [job.progress.restore.remote(
+            incarnation, point.pointstamps, job.delivered(), point.kept,
+            {key: (job.peers[key], locations) for key, locations in zip(keys, subscriptions)},
+            job.outputs.cursor)], "restoring the progress actor")
+        self._wait(job, [job.peers[key].resume.remote(incarnation) for key in keys], "resuming the replicas")
+        positions = {(vertex, key.replica): point.position(key, vertex)
+                     for key in keys for vertex in job.plan.chain(key.chain).vertices if vertex in job.plan.inputs}
+        job.inputs.rewind(incarnation, input_handles(job), positions)
+
+    def _dead(self, job: Job) -> list[Any]:
+        """The keys of the job's actors that are dead (a ping that fails; a busy one is alive)."""
+        actors = {**job.liveness.actors}
+        pings = {key: actor.ping.remote() for key, actor in actors.items()}
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=PING_TIMEOUT)
+        dead = []
+        for key, ref in pings.items():
+            if ref in ready:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    dead.append(key)
+        if COORDINATOR in dead:
+            self.coordinator = None
+        return [key for key in dead if key != COORDINATOR]
+
+    def _wait(self, job: Job, refs: list, what: str) -> list:
+        try:
+            return ray.get(refs, timeout=RECOVERY_TIMEOUT)
+        except ray.exceptions.GetTimeoutError as error:
+            raise JobTimeout(f"job {job.name!r}: {what} took longer than {RECOVERY_TIMEOUT:.0f} s") from error
+
+    def stats(self) -> dict[str, Any]:
+        """Recoveries so far (the coordinator adds the snapshots)."""
+        return {"count": len(self.records), "incarnation": self.incarnation,
+                "recoveries": [vars(record).copy() for record in self.records]}
+
+
+def input_replicas(job: Job) -> dict[ReplicaKey, Any]:
+    """The replicas that host an input (where barriers are injected)."""
+    return {key: peer for key, peer in job.peers.items()
+            if any(vertex in job.plan.inputs for vertex in job.plan.chain(key.chain).vertices)}
+
+
+def input_handles(job: Job) -> dict[str, list[Any]]:
+    """Per input, its replicas' handles in replica order."""
+    return {name: [job.peers[ReplicaKey(job.plan.chain_of(name).name, r)] for r in range(job.plan.width(name))]
+            for name in job.plan.inputs}
+
+
+def input_positions(job: Job, positions: dict[ReplicaKey, dict[str, int]]) -> dict[tuple[str, int], int]:
+    """A snapshot's positions per ``(input, replica)``."""
+    return {(vertex, key.replica): position for key, per_vertex in positions.items()
+            for vertex, position in per_vertex.items()}

@@ -1,0 +1,61 @@
+"""A replica's snapshot writer: stores its local snapshots off the processing path.
+
+The replica core pickles its state at the barrier (that copy is what must happen at the
+cut); writing the bytes to the store, which may be S3, happens on this thread while the
+replica goes on processing. Once written, the snapshot is acknowledged to the
+coordinator with what the manifest needs (the part's size and SHA-256) and the replica's
+summary. A write of an older incarnation (queued before a recovery) is skipped; a write
+that fails is reported to the coordinator, which abandons that snapshot (the job goes on).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+from raytide.actors.protocol import ReplicaKey
+from raytide.actors.recovery import part_name
+from raytide.actors.replica_state import LocalSnapshot
+from raytide.snapshots.coordinator import Acknowledgement
+from raytide.snapshots.store import SnapshotStore
+
+logger = logging.getLogger(__name__)
+
+
+class SnapshotWriter:
+    """One thread that writes a replica's local snapshots in the order they were taken."""
+
+    def __init__(self, key: ReplicaKey, store: SnapshotStore) -> None:
+        self.key, self.store = key, store
+        self.coordinator: Any = None
+        self.incarnation = 0
+        self.queue: queue.SimpleQueue[tuple[int, LocalSnapshot]] = queue.SimpleQueue()
+        self.written = 0
+        self.thread = threading.Thread(target=self._run, name=f"raytide-snapshot-writer-{key}", daemon=True)
+        self.thread.start()
+
+    def submit(self, incarnation: int, snapshot: LocalSnapshot) -> None:
+        """Write ``snapshot`` (taken in ``incarnation``) soon; returns at once."""
+        self.queue.put((incarnation, snapshot))
+
+    def reset(self, incarnation: int, coordinator: Any) -> None:
+        """A recovery started ``incarnation``: queued snapshots of older ones are not written."""
+        self.incarnation, self.coordinator = incarnation, coordinator
+
+    def _run(self) -> None:
+        while True:
+            incarnation, snapshot = self.queue.get()
+            if incarnation != self.incarnation or self.coordinator is None:
+                continue
+            try:
+                part = self.store.write_part(snapshot.snapshot_id, part_name(self.key), snapshot.data)
+            except Exception as error:  # the store is unreachable or full: this snapshot cannot complete
+                logger.warning("replica %s could not write snapshot %d: %r", self.key, snapshot.snapshot_id, error)
+                self.coordinator.write_failed.remote(incarnation, snapshot.snapshot_id,
+                                                     f"replica {self.key} could not write its part: {error!r}")
+                continue
+            self.written += 1
+            self.coordinator.acknowledge.remote(
+                Acknowledgement(self.key, snapshot.snapshot_id, incarnation, (part,), snapshot.summary))

@@ -1,0 +1,219 @@
+"""Recovery on a real Ray: actors of a running job are really killed (``ray.kill``, or SIGKILL
+of the actor's worker process, which is what a crash looks like) after at least two
+committed snapshots, and the job's output must equal the failure-free reference exactly:
+every epoch handed over once, with its records."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import ray
+
+import raytide as rt
+from raytide.actors.protocol import ReplicaKey
+from raytide.snapshots.store import SnapshotStore
+from tests.ray.jobs import as_multisets
+from tests.sim.scenarios import SCENARIOS, Scenario
+
+pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
+
+EPOCHS = 30
+PACE = 0.02  # seconds between epochs fed (the kills wait at gates in the feed, see run_and_kill)
+
+
+def sigkill(job: rt.Job, name: str) -> None:
+    """SIGKILL the worker process of ``job``'s host ``name`` (``job/chain/replica``, ``job/progress``...)."""
+    os.kill(job.hosts()[f"{job.name}/{name}"], signal.SIGKILL)
+
+
+def a_replica(job: rt.Job, rng: random.Random) -> ReplicaKey:
+    """A random replica among those that surely still get work (an input's: every epoch is
+    dealt to all of them), so that the job cannot finish without noticing its death."""
+    return rng.choice(sorted(key for key in job.actors if any(name in key.chain for name in job.plan.inputs)))
+
+
+def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], None]], *, after_snapshots: int = 2,
+                 max_restarts: int = 3, interval: float = 0.1,
+                 then_committed: int = 0) -> tuple[dict[str, dict[int, list]], dict[str, Any]]:
+    """Run ``scenario`` with recovery, feeding its inputs at a pace; at a third (and, for a
+    second kill, two thirds) of the epochs the feeding waits until ``after_snapshots`` more
+    snapshots are committed and makes the next kill, so that every kill strikes while the
+    job still has work for every replica. Returns every output's epochs as the driver was
+    handed them, and the job's stats at its end (once ``then_committed`` snapshots are)."""
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=interval, max_restarts=max_restarts)
+    started = threading.Event()
+    holder: list[rt.Job] = []
+    pending = list(kills)
+    gates = {EPOCHS * (i + 1) // (len(kills) + 1) for i in range(len(kills))}
+
+    def committed() -> int:
+        return holder[0].stats()["snapshots"]["committed"]
+
+    def feed(epochs: list[list[Any]], kills_here: bool) -> Iterator[list[Any]]:
+        wanted = after_snapshots
+        for epoch, records in enumerate(epochs):
+            if kills_here and epoch in gates:
+                assert started.wait(60)
+                deadline = time.monotonic() + 60
+                while committed() < wanted:
+                    assert time.monotonic() < deadline, "no snapshot was committed in 60 s"
+                    time.sleep(0.05)
+                wanted = committed() + after_snapshots
+                pending.pop(0)(holder[0])
+            time.sleep(PACE)
+            yield records
+
+    first = sorted(scenario.inputs)[0]
+    inputs = {name: feed(epochs, name == first) for name, epochs in scenario.inputs.items()}
+    outputs = sorted(scenario.expected)
+    got: dict[str, dict[int, list]] = {name: {} for name in outputs}
+    with rt.run(scenario.flow, inputs=inputs, parallelism=2, recovery=recovery) as job:
+        holder.append(job)
+        started.set()
+        for epoch, records in job.results(outputs[0], timeout=120):
+            assert epoch not in got[outputs[0]], f"epoch {epoch} of {outputs[0]!r} handed over twice"
+            got[outputs[0]][epoch] = records
+        for name in outputs[1:]:
+            got[name] = job.collect(name)
+        assert not pending, "not every kill was made"
+        deadline = time.monotonic() + 60
+        while job.stats()["snapshots"]["committed"] < then_committed:
+            assert time.monotonic() < deadline, f"fewer than {then_committed} snapshots committed in 60 s"
+            time.sleep(0.05)
+        return got, job.stats()
+
+
+def check(scenario: Scenario, got: dict[str, dict[int, list]]) -> None:
+    assert {name: as_multisets(epochs) for name, epochs in got.items()} == scenario.expected
+
+
+def scenario(name: str, seed: int = 1) -> Scenario:
+    return SCENARIOS[name](random.Random(seed), epochs=EPOCHS)
+
+
+def test_a_killed_replica_is_replaced_and_the_output_is_exactly_the_failure_free_one(ray_session, tmp_path):
+    keyed = scenario("keyed")
+    rng = random.Random(3)
+    got, stats = run_and_kill(keyed, tmp_path, [lambda job: ray.kill(job.actors[a_replica(job, rng)])])
+    check(keyed, got)
+    recoveries = stats["recoveries"]
+    assert recoveries["count"] == 1 and recoveries["recoveries"][0]["snapshot_id"] >= 2
+    assert len(recoveries["recoveries"][0]["replaced"]) == 1
+
+
+def test_sigkill_of_a_replica_process_inside_a_loop(ray_session, tmp_path):
+    loop = scenario("loop")
+    got, stats = run_and_kill(loop, tmp_path, [lambda job: sigkill(job, next(
+        f"{key.chain}/{key.replica}" for key in sorted(job.actors) if "this_round" in key.chain))])
+    check(loop, got)
+    assert stats["recoveries"]["count"] == 1
+
+
+def test_the_progress_actor_killed(ray_session, tmp_path):
+    words = scenario("word count")
+    got, stats = run_and_kill(words, tmp_path, [lambda job: sigkill(job, "progress")])
+    check(words, got)
+    assert "progress" in stats["recoveries"]["recoveries"][0]["cause"]
+
+
+def test_the_coordinator_killed(ray_session, tmp_path):
+    join = scenario("join")
+    got, stats = run_and_kill(join, tmp_path, [lambda job: sigkill(job, "coordinator")], then_committed=1)
+    check(join, got)
+    assert "coordinator" in stats["recoveries"]["recoveries"][0]["cause"]
+    assert stats["snapshots"]["committed"] >= 1, "the new coordinator takes snapshots again"
+
+
+def test_two_kills_in_a_row(ray_session, tmp_path):
+    keyed = scenario("keyed", seed=4)
+    rng = random.Random(5)
+    kill = lambda job: sigkill(job, str(a_replica(job, rng)))  # noqa: E731
+    got, stats = run_and_kill(keyed, tmp_path, [kill, kill], after_snapshots=1)
+    check(keyed, got)
+    assert stats["recoveries"]["count"] == 2
+
+
+def test_more_failures_than_max_restarts_fail_the_job_naming_what_died(ray_session, tmp_path):
+    words = scenario("word count")
+    victim: list[str] = []
+
+    def kill(job: rt.Job) -> None:
+        victim.append(str(a_replica(job, random.Random(6))))
+        sigkill(job, victim[-1])
+
+    with pytest.raises(rt.RecoveryError) as caught:
+        run_and_kill(words, tmp_path, [kill], max_restarts=0)
+    assert "max_restarts=0" in str(caught.value) and victim[0] in str(caught.value)
+
+
+def test_job_snapshot_commits_one_now_and_the_store_lists_it(ray_session, tmp_path):
+    store = str(tmp_path / "store")
+    flow = rt.Dataflow("snap")
+    flow.input("numbers").map(lambda x: x + 1).output("out")
+    with rt.run(flow, parallelism=2, recovery=rt.Recovery(store, interval=None)) as job:
+        job.push("numbers", [1, 2, 3], epoch=0)
+        first = job.snapshot(timeout=60)
+        job.push("numbers", [4], epoch=1)
+        second = job.snapshot(timeout=60)
+        job.close("numbers")
+        job.wait(timeout=60)
+        assert as_multisets(job.collect("out")) == {0: Counter([2, 3, 4]), 1: Counter([5])}
+        assert job.stats()["snapshots"]["committed"] == 2
+    assert second > first
+    assert [m.snapshot_id for m in SnapshotStore(store).committed()] == [first, second]
+    assert set(SnapshotStore(store).latest().metadata["vertices"]) >= {"numbers", "out"}
+
+
+def test_snapshot_needs_recovery_and_replica_read_sources_are_refused(ray_session, tmp_path):
+    flow = rt.Dataflow("plain")
+    flow.input("lines").output("out")
+    with rt.run(flow) as job:
+        with pytest.raises(rt.RaytideError, match="recovery=rt.Recovery"):
+            job.snapshot()
+    (tmp_path / "a.txt").write_text("x\ny\n")
+    with pytest.raises(rt.RecoveryError, match="cannot rewind"):
+        rt.run(flow, inputs={"lines": rt.sources.TextFileSource(str(tmp_path / "a.txt"))},
+               recovery=rt.Recovery(str(tmp_path / "store")))
+
+
+def test_stop_with_a_savepoint_then_a_fresh_job_restored_from_it_finishes_the_output(ray_session, tmp_path):
+    keyed = scenario("keyed", seed=7)
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=0.1)
+    outputs = sorted(keyed.expected)
+
+    def fed() -> dict[str, Iterator[list[Any]]]:
+        def paced(epochs: list[list[Any]]) -> Iterator[list[Any]]:
+            for records in epochs:
+                time.sleep(PACE)
+                yield records
+        return {name: paced(epochs) for name, epochs in keyed.inputs.items()}
+
+    with rt.run(keyed.flow, inputs=fed(), parallelism=2, recovery=recovery) as job:
+        while max(job.collect(outputs[0]), default=-1) < EPOCHS // 3:
+            time.sleep(0.02)
+        savepoint = job.stop(timeout=60)
+        before = {name: job.collect(name) for name in outputs}
+    assert 0 < len(before[outputs[0]]) < len(keyed.expected[outputs[0]]), "stopped part way"
+    with rt.run(keyed.flow, inputs=fed(), parallelism=2, recovery=recovery, restore=savepoint) as job:
+        job.wait(timeout=120)
+        after = {name: job.collect(name) for name in outputs}
+    for name in outputs:
+        assert not set(before[name]) & set(after[name]), f"{name}: an epoch handed out by both runs"
+    check(keyed, {name: {**before[name], **after[name]} for name in outputs})
+
+
+def test_restore_is_refused_without_a_store_or_a_snapshot(ray_session, tmp_path):
+    flow = rt.Dataflow("nothing")
+    flow.input("numbers").output("out")
+    with pytest.raises(rt.RaytideError, match="restore must be"):
+        rt.run(flow, restore="latest")
+    with pytest.raises(rt.RaytideError, match="no committed snapshot"):
+        rt.run(flow, recovery=rt.Recovery(str(tmp_path / "empty")), restore="latest")
