@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench NAME [--repeat N] [--param key=value ...]``."""
+"""Command line: ``python -m bench NAME [--repeat N] [--trials N] [--param key=value ...]``."""
 
 from __future__ import annotations
 
@@ -19,10 +19,15 @@ def _parse_param(text: str) -> tuple[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Run a raytide benchmark several times and report medians.")
     parser.add_argument("name", help="benchmark name: bench/bench_<name>.py")
-    parser.add_argument("--repeat", type=int, default=5, help="number of runs (default 5)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="number of runs (default: the benchmark's REPEAT, else 5)")
+    parser.add_argument("--trials", type=int, default=None, help="trials per run, for benchmarks that take them (chaos)")
     parser.add_argument("--param", action="append", default=[], help="override a parameter, key=value")
     args = parser.parse_args()
-    run(args.name, args.repeat, dict(_parse_param(p) for p in args.param))
+    params = dict(_parse_param(p) for p in args.param)
+    if args.trials is not None:
+        params["trials"] = args.trials
+    run(args.name, args.repeat, params)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ A benchmark is a module ``bench/bench_<name>.py`` with
 * ``measure(**params) -> dict[str, float]``: one run, returning named metrics;
 * ``RATIOS``: optional ``[(label, numerator, denominator)]`` computed from the medians,
   e.g. raytide's time over a hand-written baseline measured in the same process;
-* ``PARAMS``: optional default keyword arguments for ``measure``.
+* ``PARAMS``: optional default keyword arguments for ``measure``;
+* ``REPEAT``: optional number of runs when none is asked for (default 5).
 
 Results go to ``bench/results/<name>.json`` so that runs can be compared over time.
 """
@@ -49,9 +50,10 @@ def ratios(summary: dict[str, dict[str, float]], pairs: list[tuple[str, str, str
     return {label: summary[num]["median"] / summary[den]["median"] for label, num, den in pairs}
 
 
-def run(name: str, repeat: int, params: dict[str, Any] | None = None, out: Callable[[str], None] = print) -> dict:
-    """Run benchmark ``name`` ``repeat`` times; print and save its report."""
+def run(name: str, repeat: int | None, params: dict[str, Any] | None = None, out: Callable[[str], None] = print) -> dict:
+    """Run benchmark ``name`` ``repeat`` times (None: its ``REPEAT``, else 5); print and save its report."""
     module = importlib.import_module(f"bench.bench_{name}")
+    repeat = repeat if repeat is not None else getattr(module, "REPEAT", 5)
     kwargs = {**getattr(module, "PARAMS", {}), **(params or {})}
     runs = []
     for i in range(repeat):

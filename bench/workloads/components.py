@@ -376,14 +376,15 @@ def per_iteration(work: Sequence[dict]) -> list[dict[str, Any]]:
 
 
 def start_job(parallelism: int = 2, batch_size: int = 1 << 18, name: str | None = None,
-              pretouch_mb: int = 0) -> rt.Job:
+              pretouch_mb: int = 0, recovery: rt.Recovery | None = None) -> rt.Job:
     """Start the dataflow's actors (kept apart so that benchmarks can leave start-up out).
 
     ``pretouch_mb`` is :func:`raytide.run`'s: memory each actor maps while it starts, so
     that the first iteration, which builds the adjacency, does not fault it in.
+    ``recovery`` too (the vertices below save their whole state in a snapshot).
     """
     return rt.run(build_flow(parallelism), parallelism=parallelism, batch_size=batch_size, name=name,
-                  pretouch_mb=pretouch_mb)
+                  pretouch_mb=pretouch_mb, recovery=recovery)
 
 
 def solve(job: rt.Job, edges: np.ndarray, timeout: float = 600.0) -> Components:

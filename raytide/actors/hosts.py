@@ -101,6 +101,9 @@ class Host:
         stay, as they do on a Ray worker that runs one task after another."""
         if lease != self.lease:
             return False
+        close = getattr(self.role, "close", None)
+        if close is not None:
+            close()
         self.role, self.lease = None, -1
         gc.unfreeze()  # the role froze what existed at its start (see VertexActor.connect)
         gc.collect()
@@ -113,10 +116,11 @@ class Host:
         from raytide.actors.plan import PhysicalPlan
         from raytide.actors.progress_core import ProgressCore
         from raytide.actors.replica import ReplicaCore
+        from raytide.actors.snapshot_writer import SnapshotWriter
         from raytide.core.vertex import Vertex
 
         gc.collect()
-        kinds = (PhysicalPlan, ProgressCore, ReplicaCore, Vertex)
+        kinds = (PhysicalPlan, ProgressCore, ReplicaCore, SnapshotWriter, Vertex)
         counts = dict.fromkeys((kind.__name__ for kind in kinds), 0)
         for thing in gc.get_objects():
             for kind in kinds:

@@ -65,7 +65,8 @@ class RecoveryRecord:
     cause: str
     snapshot_id: int | None
     replaced: list[str]
-    seconds: float
+    seconds: float  # from noticing the failure to running again
+    finished_at: float  # wall-clock time (``time.time()``) it was running again
 
 
 @dataclass
@@ -145,7 +146,7 @@ class JobRecovery:
                 cause = f"an actor died during recovery {incarnation}: {type(error).__name__}"
         seconds = time.monotonic() - started
         self.coordinator.reset.remote(incarnation, input_replicas(job), seconds)
-        self.records.append(RecoveryRecord(incarnation, cause, point.snapshot_id, replaced, seconds))
+        self.records.append(RecoveryRecord(incarnation, cause, point.snapshot_id, replaced, seconds, time.time()))
         logger.warning("job %r recovered from snapshot %s in %.2f s", job.name, point.snapshot_id, seconds)
 
     def start_from(self, job: Job, point: RestorePoint) -> None:
@@ -171,6 +172,8 @@ class JobRecovery:
         positions = {(vertex, key.replica): point.position(key, vertex)
                      for key in keys for vertex in job.plan.chain(key.chain).vertices if vertex in job.plan.inputs}
         job.inputs.rewind(incarnation, input_handles(job), positions)
+        for name in job.replica_readers:
+            job.start_readers(name, incarnation)
 
     def _dead(self, job: Job) -> list[Any]:
         """The keys of the job's actors that are dead (a ping that fails; a busy one is alive)."""

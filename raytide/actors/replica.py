@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +124,10 @@ class ReplicaCore:
         self.marker_log: list[MarkerRecord] = []
         self.taken: dict[int, TakenState] = {}  # local snapshots waiting for their back edges' barriers
         self.replay: list[LoggedBatch] = []  # restored back-edge batches, delivered at resume()
+        #: Where this replica's source readers are (the shell sets it; part of a snapshot), and
+        #: where a restored snapshot says they were.
+        self.source_positions: Callable[[], dict[str, Any]] = dict
+        self.restored_sources: dict[str, Any] = {}
         head = self.chain.vertices[0]
         channels = self._input_channels(head)
         self.aligner = BarrierAligner(head, inputs=channels, back_edges=self._back_edges(head, channels))
@@ -239,7 +244,7 @@ class ReplicaCore:
                 del epochs[epoch]
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
         return take(ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
-                                 self.outbox.tables()))
+                                 self.outbox.tables(), self.source_positions()))
 
     def restore(self, data: bytes) -> None:
         """Become the replica whose local snapshot is ``data`` (a fresh core, before any event).
@@ -255,6 +260,7 @@ class ReplicaCore:
         self.positions.update(state.positions)
         self.kept.update(state.kept)
         self.outbox.restore_tables(state.tables)
+        self.restored_sources = state.sources
 
     def resume(self) -> None:
         """Deliver the restored back-edge batches (ahead of any new traffic), then run as usual."""

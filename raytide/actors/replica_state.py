@@ -46,6 +46,7 @@ class ReplicaState:
     positions: dict[str, int]
     kept: dict[str, dict[int, list]]
     tables: dict[tuple[str, int, int], KeyGroupAssignment]
+    sources: dict[str, Any]  # per input read here from a source: its reader's position
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ from raytide.errors import (
     JobCancelled,
     JobTimeout,
     RaytideError,
-    RecoveryError,
     ReplicaLost,
     SnapshotError,
 )
@@ -99,9 +98,9 @@ def run(
             to start-up, at the cost of that much resident memory per actor. At most 64.
         name: the job name in actor names (default: the dataflow name plus a short id).
         recovery: take snapshots and recover from the death of any of the job's actors
-            with exactly-once output (see :class:`~raytide.Recovery`). Its inputs must be
-            fed from the driver (iterables, ``job.push``, ``from_spark``): the driver keeps
-            what it sent until a committed snapshot covers it.
+            with exactly-once output (see :class:`~raytide.Recovery`): sources read in the
+            replicas resume from their readers' positions, and the driver keeps what it
+            sent an input itself until a committed snapshot covers it.
         restore: with ``recovery``, start from a committed snapshot of its store, ``"latest"``
             or an id (from ``job.stop()``, say), of an earlier run of the same program at the
             same parallelism: its state comes back, the epochs that run handed out are not
@@ -130,12 +129,6 @@ def run(
     if unknown:
         raise GraphError(f"inputs {unknown} are not inputs of dataflow {plan.name!r}; its inputs are {plan.inputs}")
     sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
-    if recovery is not None:
-        for input_name, source in sources.items():
-            if source.placement is not Placement.DRIVER:
-                raise RecoveryError(f"input {input_name!r}: {type(source).__name__} is read in the input replicas, "
-                                    f"which a recovery cannot rewind yet; with recovery, feed inputs from the driver "
-                                    f"(an iterable of per-epoch record lists, job.push, from_spark)")
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}", max_inflight, batch_size, num_cpus, pretouch_mb,
@@ -166,6 +159,8 @@ class Job:
         self._recovery = JobRecovery(recovery) if recovery is not None else None
         self._dead_leases: list[HostLease] = []
         self._delivered_before: dict[str, int] = {}
+        #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
+        self.replica_readers: dict[str, list[Reader[Any]]] = {}
         self._start(num_cpus, pretouch_mb, restoring)
 
     # -- setup ---------------------------------------------------------------------------
@@ -289,12 +284,16 @@ class Job:
         return dict(self._pids)
 
     def wait_ready(self, timeout: float = SETUP_TIMEOUT) -> None:
-        """Block until the progress actor is up too; ``rt.run`` returns once the vertex actors are.
+        """Block until the progress actor (and the snapshot coordinator, in a job with recovery)
+        is up too; ``rt.run`` returns once the vertex actors are.
 
         Running does not need this (what replicas send the progress actor waits in Ray's
         queue until it runs), but a measurement that leaves start-up out does.
         """
-        self._get([self.progress.ping.remote()], "starting the progress host", timeout)
+        refs = [self.progress.ping.remote()]
+        if self._recovery is not None:
+            refs.append(self._recovery.coordinator.ping.remote())
+        self._get(refs, "starting the progress host and the snapshot coordinator", timeout)
 
     def _get(self, refs: list, what: str, timeout: float = SETUP_TIMEOUT) -> list:
         try:
@@ -365,7 +364,15 @@ class Job:
             thread.start()
             return
         self.inputs.hand_over(name)
-        self._get([r.start_reader.remote(name, reader) for r, reader in zip(replicas, readers)], f"starting readers of {name!r}")
+        self.replica_readers[name] = readers
+        self.start_readers(name, self.inputs.incarnation)
+
+    def start_readers(self, name: str, incarnation: int) -> None:
+        """Give each replica of input ``name`` its reader (again, after a recovery: each seeks
+        to where its restored snapshot says it was)."""
+        replicas = self._input_replicas(name)
+        self._get([r.start_reader.remote(incarnation, name, reader)
+                   for r, reader in zip(replicas, self.replica_readers[name])], f"starting readers of {name!r}")
 
     def _feed(self, name: str, reader: Reader[Any]) -> None:
         try:

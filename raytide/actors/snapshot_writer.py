@@ -31,7 +31,7 @@ class SnapshotWriter:
         self.key, self.store = key, store
         self.coordinator: Any = None
         self.incarnation = 0
-        self.queue: queue.SimpleQueue[tuple[int, LocalSnapshot]] = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[tuple[int, LocalSnapshot] | None] = queue.SimpleQueue()
         self.written = 0
         self.thread = threading.Thread(target=self._run, name=f"raytide-snapshot-writer-{key}", daemon=True)
         self.thread.start()
@@ -44,9 +44,17 @@ class SnapshotWriter:
         """A recovery started ``incarnation``: queued snapshots of older ones are not written."""
         self.incarnation, self.coordinator = incarnation, coordinator
 
+    def close(self) -> None:
+        """The replica's job is over (its host is reset): write nothing more, end the thread."""
+        self.coordinator = None
+        self.queue.put(None)
+
     def _run(self) -> None:
         while True:
-            incarnation, snapshot = self.queue.get()
+            item = self.queue.get()
+            if item is None:
+                return
+            incarnation, snapshot = item
             if incarnation != self.incarnation or self.coordinator is None:
                 continue
             try:

@@ -180,11 +180,13 @@ class VertexActor:
         self.transport = _RayTransport(self.key, plan, job, max_inflight, self.writer)
         self.core = self._new_core()
         self.failed: RaytideError | None = None
-        self.readers: dict[str, Iterator[tuple[int, Any]]] = {}
+        self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
 
     def _new_core(self) -> ReplicaCore:
-        return ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport,
+        core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport,
                            keep_outputs=self.store is not None)
+        core.source_positions = lambda: {vertex: reader.position() for vertex, (reader, _) in self.readers.items()}
+        return core
 
     def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], progress: Any,
                 coordinator: Any = None) -> list[Location]:
@@ -203,6 +205,11 @@ class VertexActor:
             self.writer.coordinator = coordinator
         gc.freeze()
         return self.core.subscriptions()
+
+    def close(self) -> None:
+        """The job is over for this replica (its host is being reset): stop the snapshot writer."""
+        if self.writer is not None:
+            self.writer.close()
 
     def _current(self, incarnation: int) -> bool:
         """Whether a call of ``incarnation`` is for this replica's state (older ones are dropped)."""
@@ -262,23 +269,32 @@ class VertexActor:
         if self._current(incarnation):
             self._guard(self.core.resume)
 
-    def start_reader(self, vertex: str, reader: Reader[Any]) -> None:
+    def start_reader(self, incarnation: int, vertex: str, reader: Reader[Any]) -> None:
         """Read input ``vertex`` here from ``reader``, this replica's share of a source read in the replicas.
 
         ``reader`` yields ``(epoch, batch)`` pairs, epochs never decreasing, from its start
-        or from the position it was sought to (see :mod:`raytide.sources.base`).
+        or from the position it was sought to (see :mod:`raytide.sources.base`). A replica
+        restored from a snapshot resumes it where the snapshot says it was (nothing, if
+        the input was closed by then).
         """
-        self.readers[vertex] = iter(reader)
-        self.myself.pump.remote(vertex)
+        if not self._current(incarnation):
+            return
+        if self.core.input_epochs[vertex] is None:
+            return
+        if vertex in self.core.restored_sources:
+            self._guard(reader.seek, self.core.restored_sources[vertex])
+        self.readers[vertex] = (reader, iter(reader))
+        self.myself.pump.remote(incarnation, vertex)
 
-    def pump(self, vertex: str, budget: float = 0.05) -> None:
+    def pump(self, incarnation: int, vertex: str, budget: float = 0.05) -> None:
         """Read and send batches for about ``budget`` seconds, then yield to other calls and continue.
 
         Sends wait when downstream is full, so reading is paced by the slowest consumer.
         """
-        reader = self.readers.get(vertex)
-        if reader is None or self.failed is not None:
+        entry = self.readers.get(vertex)
+        if entry is None or self.failed is not None or not self._current(incarnation):
             return
+        reader = entry[1]
         deadline = time.monotonic() + budget
         try:
             while time.monotonic() < deadline:
@@ -294,7 +310,7 @@ class VertexActor:
         except Exception as error:  # the reader itself failed (a missing file, a corrupt block)
             self._fail(SourceError(f"input {vertex!r} replica {self.transport.key[1]}: reading failed: {error!r}"))
             return
-        self.myself.pump.remote(vertex)
+        self.myself.pump.remote(incarnation, vertex)
 
     def _read_one(self, vertex: str, epoch: int, batch: Any) -> None:
         if epoch != self.core.input_epochs[vertex]:

@@ -95,10 +95,22 @@ def test_a_reset_host_keeps_nothing_of_raytides_but_user_globals_persist(fresh_p
     _wait_until(lambda: len(_idle(fresh_pool)) == 1, "the host's reset")
     (number,) = _idle(fresh_pool)
     held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
-    assert held == {"PhysicalPlan": 0, "ProgressCore": 0, "ReplicaCore": 0, "Vertex": 0}, held
+    assert held == {"PhysicalPlan": 0, "ProgressCore": 0, "ReplicaCore": 0, "SnapshotWriter": 0, "Vertex": 0}, held
     with rt.run(_flow("globals2", count_calls), inputs={"numbers": [[0]]}, parallelism=1) as job:
         job.wait(timeout=60)
         assert job.collect("out") == {0: [4]}, "a module global of user code lives on in the reused process"
+
+
+def test_a_reset_host_of_a_job_with_recovery_stops_its_snapshot_writer(fresh_pool, tmp_path):
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=0.05)
+    with rt.run(_flow("writer"), inputs={"numbers": [[1], [2]]}, parallelism=1, recovery=recovery) as job:
+        job.wait(timeout=60)
+        job.snapshot(timeout=60)
+        numbers = [lease.number for key, lease in job._leases.items() if key != "the progress actor"]
+    _wait_until(lambda: set(numbers) <= set(_idle(fresh_pool)), "the hosts' resets")
+    for number in numbers:
+        held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
+        assert held["SnapshotWriter"] == 0 and held["ReplicaCore"] == 0, held
 
 
 def test_a_failed_jobs_host_is_reused_after_a_clean_reset_and_killed_if_it_never_resets(fresh_pool, monkeypatch):

@@ -172,16 +172,43 @@ def test_job_snapshot_commits_one_now_and_the_store_lists_it(ray_session, tmp_pa
     assert set(SnapshotStore(store).latest().metadata["vertices"]) >= {"numbers", "out"}
 
 
-def test_snapshot_needs_recovery_and_replica_read_sources_are_refused(ray_session, tmp_path):
+def test_snapshot_needs_a_job_with_recovery(ray_session):
     flow = rt.Dataflow("plain")
     flow.input("lines").output("out")
     with rt.run(flow) as job:
         with pytest.raises(rt.RaytideError, match="recovery=rt.Recovery"):
             job.snapshot()
-    (tmp_path / "a.txt").write_text("x\ny\n")
-    with pytest.raises(rt.RecoveryError, match="cannot rewind"):
-        rt.run(flow, inputs={"lines": rt.sources.TextFileSource(str(tmp_path / "a.txt"))},
-               recovery=rt.Recovery(str(tmp_path / "store")))
+
+
+def slow_words(line: str) -> list[str]:
+    time.sleep(0.002)  # keeps the input replicas reading while the test kills one
+    return line.split()
+
+
+def test_a_source_read_in_the_replicas_resumes_where_the_snapshot_left_it(ray_session, tmp_path):
+    rng = random.Random(8)
+    paths = []
+    for number in range(40):
+        path = tmp_path / f"part-{number:02d}.txt"
+        path.write_text("".join(" ".join(rng.choice("abcdef") for _ in range(4)) + "\n" for _ in range(50)))
+        paths.append(str(path))
+    expected = {epoch: Counter(Counter(open(p).read().split()).items()) for epoch, p in enumerate(paths)}
+    flow = rt.Dataflow("files")
+    flow.input("lines").flat_map(slow_words, name="words").count_by_key(lambda w: w, name="count").output("counts")
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=0.1)
+    source = rt.sources.TextFileSource(paths, batch_lines=10)
+    with rt.run(flow, inputs={"lines": source}, parallelism=2, recovery=recovery) as job:
+        deadline = time.monotonic() + 60
+        while job.stats()["snapshots"]["committed"] < 2:
+            assert time.monotonic() < deadline, "no two snapshots in 60 s"
+            time.sleep(0.02)
+        assert not job.collect("counts").keys() >= expected.keys(), "the readers were done before the kill"
+        sigkill(job, str(a_replica(job, rng)))
+        job.wait(timeout=120)
+        got = job.collect("counts")
+        recoveries = job.stats()["recoveries"]
+    assert as_multisets(got) == expected
+    assert recoveries["count"] == 1
 
 
 def test_stop_with_a_savepoint_then_a_fresh_job_restored_from_it_finishes_the_output(ray_session, tmp_path):

@@ -1,0 +1,185 @@
+"""What snapshots cost a running job, and how fast it recovers (raytide issue 18).
+
+Throughput: the same job run without snapshots and with a snapshot every 1 s and every
+0.2 s, alternating within each repetition, all on warm hosts with the actors up before
+the clock (``job.wait_ready()``, which waits for the snapshot coordinator too: it is a
+fresh process per job, whose start costs about a second of CPU that would otherwise
+land in the clock on this 2-core machine):
+
+* ``keyed_*_s``: a word count with keyed state across epochs, fed from the driver
+  (``job.push``): ``flat_map(str.split) -> count_by_key -> stateful_map`` keeping each
+  word's running total; 120 epochs of 5,000 lines of 10 Zipf words (vocabulary 20,000).
+  The clock runs from the first push to the last epoch's totals at the driver.
+* ``components_*_s``: the components benchmark's job (``bench/workloads/components.py``)
+  on 300,000 nodes and 900,000 edges, from the edge array in the driver to the labels.
+
+Ratios (``with snapshots / without``) are the overhead; the target is at most 5% lower
+throughput at 1 s.
+
+Recovery (``recovery_*``): the keyed job with a snapshot every 0.2 s, its epochs fed at
+a steady pace (one every 50 ms); once two snapshots are committed, an input replica's
+process is SIGKILLed (one per repetition). ``recovery_to_restored_s``: from the kill to
+the end of the recovery (noticed, a warm host taking the dead one's place, every
+replica restored and resumed, inputs rewound); ``recovery_to_throughput_s``: from the
+kill until the job is back on its input's schedule (the epochs fed but not handed back
+are no more than before the kill, plus one). The output is checked against the
+failure-free run's.
+
+Snapshots: ``snapshot_bytes`` and ``snapshot_s`` of the last snapshot of the keyed job
+at 0.2 s, ``snapshot_mb_per_s`` the two's ratio (alignment included), and the interval
+``"auto"`` chose on the same job (``auto_interval_s``) from its measured snapshot cost,
+with the utilization model's T* for that cost and the prior failure rate beside it
+(``auto_model_interval_s``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+
+import raytide as rt
+from bench.harness import SETTLE_S, ensure_ray
+from bench.workloads import components
+from raytide.snapshots.interval import DEFAULT_PRIOR_RATE, optimal_interval
+
+PARAMS = {"epochs": 120, "lines": 5_000, "vocabulary": 20_000, "nodes": 300_000, "edges": 900_000, "parallelism": 2}
+RATIOS = [
+    ("keyed: snapshot every 1 s / none", "keyed_every_1s_s", "keyed_none_s"),
+    ("keyed: snapshot every 0.2 s / none", "keyed_every_0.2s_s", "keyed_none_s"),
+    ("components: snapshot every 1 s / none", "components_every_1s_s", "components_none_s"),
+    ("components: snapshot every 0.2 s / none", "components_every_0.2s_s", "components_none_s"),
+]
+INTERVALS = {"none": None, "every_1s": 1.0, "every_0.2s": 0.2}
+#: Seconds between the epochs fed to the job that is killed: it runs at the pace of its input.
+RECOVERY_PACE = 0.05
+
+
+def keyed_flow() -> rt.Dataflow:
+    flow = rt.Dataflow("keyed_wordcount")
+    counts = flow.input("lines").flat_map(str.split, name="words").count_by_key(lambda w: w, name="count")
+    counts.stateful_map(lambda kv: kv[0], lambda total, kv: ((total or 0) + kv[1],) * 2,
+                        name="running_totals").output("totals")  # records (word, its total so far)
+    return flow
+
+
+def keyed_input(epochs: int, lines: int, vocabulary: int, seed: int = 0) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    words = np.array([f"w{i}" for i in range(vocabulary)])
+    out = []
+    for _ in range(epochs):
+        ids = np.minimum(rng.zipf(1.3, size=(lines, 10)) - 1, vocabulary - 1)
+        out.append([" ".join(row) for row in words[ids]])
+    return out
+
+
+def keyed_reference(data: list[list[str]]) -> dict[int, Counter]:
+    totals: Counter = Counter()
+    expected = {}
+    for epoch, lines in enumerate(data):
+        counts = Counter(w for line in lines for w in line.split())
+        totals.update(counts)
+        expected[epoch] = Counter((w, totals[w]) for w in counts)
+    return expected
+
+
+def recovery_for(interval: float | str | None, store: str) -> rt.Recovery | None:
+    return None if interval is None else rt.Recovery(store, interval=interval)
+
+
+def run_keyed(data: list[list[str]], parallelism: int, recovery: rt.Recovery | None) -> tuple[float, dict, dict]:
+    """Seconds from the first push to the last totals; the output per epoch; the job's stats."""
+    with rt.run(keyed_flow(), parallelism=parallelism, recovery=recovery) as job:
+        job.wait_ready()
+        clock = time.perf_counter()
+        for epoch, lines in enumerate(data):
+            job.push("lines", lines, epoch)
+        job.close("lines")
+        job.wait(timeout=600)
+        elapsed = time.perf_counter() - clock
+        return elapsed, job.collect("totals"), job.stats()
+
+
+def run_components(edges: np.ndarray, parallelism: int, recovery: rt.Recovery | None) -> float:
+    batch = -(-len(edges) // parallelism)
+    with components.start_job(parallelism, batch_size=batch, recovery=recovery) as job:
+        job.wait_ready()
+        clock = time.perf_counter()
+        components.solve(job, edges)
+        return time.perf_counter() - clock
+
+
+def measure_recovery(data: list[list[str]], parallelism: int, store: str,
+                     expected: dict[int, Counter]) -> dict[str, float]:
+    """Kill an input replica's process once two snapshots are committed; see the module docstring."""
+    pushed: list[float] = []
+    arrivals: list[float] = []
+    got: dict[int, list] = {}
+    killed_at = None
+
+    def paced() -> Iterator[list[str]]:
+        for lines in data:
+            time.sleep(RECOVERY_PACE)
+            pushed.append(time.time())
+            yield lines
+
+    with rt.run(keyed_flow(), inputs={"lines": paced()}, parallelism=parallelism,
+                recovery=rt.Recovery(store, interval=0.2)) as job:
+        for epoch, records in job.results("totals", timeout=600):
+            arrivals.append(time.time())
+            got[epoch] = records
+            if killed_at is None and job.stats()["snapshots"]["committed"] >= 2:
+                victim = random.choice(sorted(key for key in job.actors if "lines" in key.chain))
+                killed_at = time.time()
+                os.kill(job.hosts()[f"{job.name}/{victim.chain}/{victim.replica}"], signal.SIGKILL)
+        record = job.stats()["recoveries"]["recoveries"][0]
+    assert {e: Counter(r) for e, r in got.items()} == expected, "the output differs from the failure-free run"
+    assert killed_at is not None
+
+    def lag(at: float) -> int:  # epochs fed but not handed back yet
+        return sum(t <= at for t in pushed) - sum(t <= at for t in arrivals)
+
+    usual = statistics.median(lag(t) for t in arrivals if t < killed_at)
+    back = next(t for t in arrivals if t > record["finished_at"] and lag(t) <= usual + 1)
+    return {"recovery_to_restored_s": record["finished_at"] - killed_at, "recovery_to_throughput_s": back - killed_at,
+            "recovery_restore_s": record["seconds"]}
+
+
+def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, parallelism: int) -> dict[str, float]:
+    ensure_ray()
+    from bench.baselines.data import random_graph_edges
+
+    data = keyed_input(epochs, lines, vocabulary)
+    expected = keyed_reference(data)
+    graph = random_graph_edges(nodes, edges, seed=0)
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
+        for label, interval in INTERVALS.items():
+            elapsed, totals, stats = run_keyed(data, parallelism, recovery_for(interval, f"{root}/keyed-{label}"))
+            assert {e: Counter(r) for e, r in totals.items()} == expected
+            out[f"keyed_{label}_s"] = elapsed
+            if label == "every_0.2s":
+                snapshots = stats["snapshots"]
+                out["snapshot_bytes"] = float(snapshots["last_size_bytes"])
+                out["snapshot_s"] = snapshots["last_duration_s"]
+                out["snapshot_mb_per_s"] = snapshots["last_size_bytes"] / snapshots["last_duration_s"] / 1e6
+                out["snapshots_taken_at_0.2s"] = float(snapshots["committed"])
+            time.sleep(SETTLE_S)
+        for label, interval in INTERVALS.items():
+            out[f"components_{label}_s"] = run_components(graph, parallelism,
+                                                          recovery_for(interval, f"{root}/cc-{label}"))
+            time.sleep(SETTLE_S)
+        _, _, stats = run_keyed(data, parallelism, recovery_for("auto", f"{root}/auto"))
+        out["auto_interval_s"] = stats["snapshots"]["interval_s"]
+        cost = stats["snapshots"]["last_duration_s"] or 0.0
+        out["auto_model_interval_s"] = optimal_interval(cost, DEFAULT_PRIOR_RATE) if cost else float("nan")
+        out.update(measure_recovery(data, parallelism, f"{root}/recovery", expected))
+    return out
+
