@@ -25,8 +25,12 @@ kill until the job is back on its input's schedule (the epochs fed but not hande
 are no more than before the kill, plus one). The output is checked against the
 failure-free run's.
 
+``recovery_restore_s`` is the recovery itself, from noticing the death, and
+``recovery_step_*_s`` its steps.
+
 Snapshots: ``snapshot_bytes`` and ``snapshot_s`` of the last snapshot of the keyed job
-at 0.2 s, ``snapshot_mb_per_s`` the two's ratio (alignment included), and the interval
+at 0.2 s (from its trigger to its commit), ``snapshot_alignment_s`` the longest any
+replica waited for its barriers, ``snapshot_mb_per_s`` size over duration, and the interval
 ``"auto"`` chose on the same job (``auto_interval_s``) from its measured snapshot cost,
 with the utilization model's T* for that cost and the prior failure rate beside it
 (``auto_model_interval_s``).
@@ -148,8 +152,9 @@ def measure_recovery(data: list[list[str]], parallelism: int, store: str,
 
     usual = statistics.median(lag(t) for t in arrivals if t < killed_at)
     back = next(t for t in arrivals if t > record["finished_at"] and lag(t) <= usual + 1)
+    steps = {f"recovery_step_{step.replace(' ', '_')}_s": seconds for step, seconds in record["steps"].items()}
     return {"recovery_to_restored_s": record["finished_at"] - killed_at, "recovery_to_throughput_s": back - killed_at,
-            "recovery_restore_s": record["seconds"]}
+            "recovery_restore_s": record["seconds"], **steps}
 
 
 def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, parallelism: int) -> dict[str, float]:
@@ -169,6 +174,7 @@ def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, pa
                 snapshots = stats["snapshots"]
                 out["snapshot_bytes"] = float(snapshots["last_size_bytes"])
                 out["snapshot_s"] = snapshots["last_duration_s"]
+                out["snapshot_alignment_s"] = snapshots["last_alignment_s"]
                 out["snapshot_mb_per_s"] = snapshots["last_size_bytes"] / snapshots["last_duration_s"] / 1e6
                 out["snapshots_taken_at_0.2s"] = float(snapshots["committed"])
             time.sleep(SETTLE_S)

@@ -58,6 +58,7 @@ class CoordinatorActor:
         self.triggered: dict[int, dict[str, int]] = {}  # what the driver had at each snapshot's trigger
         self.commits: list[tuple[int, dict[ReplicaKey, dict[str, int]]]] = []  # (id, positions) for the driver
         self.abandoned: list[str] = []
+        self.last_alignment: float | None = None  # the longest a replica aligned for the last snapshot
         self.lock = threading.Condition()
         self.last_tick = time.monotonic()
         self.paused = paused
@@ -123,6 +124,7 @@ class CoordinatorActor:
         self.core.committed(commit.snapshot_id, time.monotonic())
         if self.tuner is not None and self.core.stats.last_duration is not None:
             self.tuner.record_checkpoint(self.core.stats.last_duration)
+        self.last_alignment = max((summary.alignment_s for summary in commit.summaries.values()), default=0.0)
         positions = {key: summary.positions for key, summary in commit.summaries.items() if summary.positions}
         self.commits.append((commit.snapshot_id, positions))  # type: ignore[arg-type]
         self.lock.notify_all()
@@ -174,4 +176,5 @@ class CoordinatorActor:
             stats = self.core.stats
             return {"committed": stats.committed, "abandoned": stats.abandoned, "last_id": stats.last_id,
                     "last_duration_s": stats.last_duration, "last_size_bytes": stats.last_size,
+                    "last_alignment_s": self.last_alignment,
                     "abandoned_reasons": list(self.abandoned[-5:]), "interval_s": self.core.interval}

@@ -42,8 +42,9 @@ logger = logging.getLogger(__name__)
 COORDINATOR = "the snapshot coordinator"
 #: How long a recovery's calls may take.
 RECOVERY_TIMEOUT = 120.0
-#: How long the driver waits for a host's ping when it looks for the dead ones.
-PING_TIMEOUT = 2.0
+#: How long the driver waits for a host's ping when it looks for the dead ones (a dead
+#: host's ping fails at once; one that does not answer in time is busy, so alive).
+PING_TIMEOUT = 0.3
 #: Seconds between the driver's liveness pings in a job with recovery (a death is noticed
 #: within about twice this, unless a peer or the long poll notices it first).
 RECOVERY_PING_INTERVAL = 0.2
@@ -58,6 +59,20 @@ def _coordinator_class() -> Any:
 
 
 @dataclass
+class _Steps:
+    """How long each step of a recovery took."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def time(self, step: str, function: Any, *args: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return function(*args)
+        finally:
+            self.seconds[step] = self.seconds.get(step, 0.0) + time.monotonic() - started
+
+
+@dataclass
 class RecoveryRecord:
     """One recovery, for ``job.stats()``."""
 
@@ -67,6 +82,7 @@ class RecoveryRecord:
     replaced: list[str]
     seconds: float  # from noticing the failure to running again
     finished_at: float  # wall-clock time (``time.time()``) it was running again
+    steps: dict[str, float]  # seconds of each step (finding the dead, replacing them, reading the snapshot, ...)
 
 
 @dataclass
@@ -133,20 +149,23 @@ class JobRecovery:
             self.incarnation += 1
             incarnation = self.incarnation
             logger.warning("job %r: %s; recovering (incarnation %d)", job.name, cause, incarnation)
-            replaced = job.replace_dead_hosts(self._dead(job))
-            point = restore_point(job.plan, self.store)
+            steps = _Steps()
+            dead = steps.time("find the dead", self._dead, job)
+            replaced = steps.time("replace them", job.replace_dead_hosts, dead)
+            point = steps.time("read the snapshot", restore_point, job.plan, self.store)
             if self.coordinator is None:
                 self.start_coordinator(job, point.snapshot_id + 1 if point.snapshot_id is not None else 1)
             job._watch()  # the replaced actors and coordinator
             self.sync_ref = None
             try:
-                self.restore(job, point, incarnation)
+                self.restore(job, point, incarnation, steps)
                 break
             except ray.exceptions.RayActorError as error:  # another death during the recovery: start over
                 cause = f"an actor died during recovery {incarnation}: {type(error).__name__}"
         seconds = time.monotonic() - started
         self.coordinator.reset.remote(incarnation, input_replicas(job), seconds)
-        self.records.append(RecoveryRecord(incarnation, cause, point.snapshot_id, replaced, seconds, time.time()))
+        self.records.append(RecoveryRecord(incarnation, cause, point.snapshot_id, replaced, seconds, time.time(),
+                                           steps.seconds))
         logger.warning("job %r recovered from snapshot %s in %.2f s", job.name, point.snapshot_id, seconds)
 
     def start_from(self, job: Job, point: RestorePoint) -> None:
@@ -155,25 +174,26 @@ class JobRecovery:
         input replica skips the calls the snapshot had consumed."""
         self.incarnation = 1
         job.skip_inputs(point)
-        self.restore(job, point, self.incarnation)
+        self.restore(job, point, self.incarnation, _Steps())
         self.coordinator.reset.remote(self.incarnation, input_replicas(job), None)
 
-    def restore(self, job: Job, point: RestorePoint, incarnation: int) -> None:
+    def restore(self, job: Job, point: RestorePoint, incarnation: int, steps: _Steps) -> None:
         """Restore every replica and the progress actor at ``point``, resume, rewind the inputs."""
         keys = list(job.peers)
-        subscriptions = self._wait(job, [job.peers[key].restore.remote(incarnation, point.snapshot_id, job.peers,
-                                                                        job.progress, self.coordinator)
-                                         for key in keys], "restoring the replicas")
-        self._wait(job, [job.progress.restore.remote(
+        subscriptions = steps.time("restore the replicas", self._wait, job, [
+            job.peers[key].restore.remote(incarnation, point.snapshot_id, job.peers, job.progress, self.coordinator)
+            for key in keys], "restoring the replicas")
+        steps.time("restore the progress actor", self._wait, job, [job.progress.restore.remote(
             incarnation, point.pointstamps, job.delivered(), point.kept,
             {key: (job.peers[key], locations) for key, locations in zip(keys, subscriptions)},
             job.outputs.cursor)], "restoring the progress actor")
-        self._wait(job, [job.peers[key].resume.remote(incarnation) for key in keys], "resuming the replicas")
+        steps.time("resume", self._wait, job, [job.peers[key].resume.remote(incarnation) for key in keys],
+                   "resuming the replicas")
         positions = {(vertex, key.replica): point.position(key, vertex)
                      for key in keys for vertex in job.plan.chain(key.chain).vertices if vertex in job.plan.inputs}
-        job.inputs.rewind(incarnation, input_handles(job), positions)
+        steps.time("rewind the inputs", job.inputs.rewind, incarnation, input_handles(job), positions)
         for name in job.replica_readers:
-            job.start_readers(name, incarnation)
+            steps.time("restart the readers", job.start_readers, name, incarnation)
 
     def _dead(self, job: Job) -> list[Any]:
         """The keys of the job's actors that are dead (a ping that fails; a busy one is alive)."""

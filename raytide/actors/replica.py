@@ -24,6 +24,7 @@ import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from time import monotonic
 from typing import Any
 
 from raytide.actors.holdback import HeldProgress, is_covered
@@ -128,6 +129,7 @@ class ReplicaCore:
         #: where a restored snapshot says they were.
         self.source_positions: Callable[[], dict[str, Any]] = dict
         self.restored_sources: dict[str, Any] = {}
+        self.aligning: dict[int, float] = {}  # when each marker's first barrier arrived here
         head = self.chain.vertices[0]
         channels = self._input_channels(head)
         self.aligner = BarrierAligner(head, inputs=channels, back_edges=self._back_edges(head, channels))
@@ -206,6 +208,7 @@ class ReplicaCore:
         self._settle()
 
     def _receive_marker(self, channel: ChannelId, marker: Marker) -> None:
+        self.aligning.setdefault(marker.marker_id, monotonic())
         self.markers.setdefault(marker.marker_id, marker)
         self._apply_barrier_effects(self.aligner.on_barrier(channel, marker.marker_id))
 
@@ -222,6 +225,7 @@ class ReplicaCore:
                 self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
                 if marker.snapshot:
                     self.taken[marker.marker_id] = self._take(marker)
+                self.aligning.pop(marker.marker_id, None)
                 self.outbox.switch_tables(marker)
             elif isinstance(effect, SnapshotComplete):
                 taken = self.taken.pop(effect.snapshot_id, None)
@@ -243,8 +247,10 @@ class ReplicaCore:
             for epoch in [e for e in epochs if e <= done]:
                 del epochs[epoch]
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
+        first = self.aligning.pop(marker.marker_id, None)
         return take(ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
-                                 self.outbox.tables(), self.source_positions()))
+                                 self.outbox.tables(), self.source_positions()),
+                    0.0 if first is None else monotonic() - first)
 
     def restore(self, data: bytes) -> None:
         """Become the replica whose local snapshot is ``data`` (a fresh core, before any event).

@@ -62,6 +62,7 @@ class ReplicaSummary:
     capabilities: list[tuple[Pointstamp, int]]
     positions: dict[str, int]
     outputs: dict[str, dict[int, list]]
+    alignment_s: float = 0.0  # from the snapshot's first barrier here to the local snapshot
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class TakenState:
     capabilities: list[tuple[Pointstamp, int]]
     positions: dict[str, int]
     outputs: dict[str, dict[int, list]]
+    alignment_s: float
 
 
 @dataclass(frozen=True)
@@ -84,14 +86,15 @@ class LocalSnapshot:
     summary: ReplicaSummary
 
 
-def take(state: ReplicaState) -> TakenState:
-    """Copy ``state`` (by pickling it) with the pointstamps it holds."""
+def take(state: ReplicaState, alignment_s: float) -> TakenState:
+    """Copy ``state`` (by pickling it) with the pointstamps it holds; ``alignment_s``: how long
+    the replica aligned its inputs for this snapshot."""
     capabilities: list[tuple[Pointstamp, int]] = [
         ((Location.of_vertex(vertex), time), 1) for vertex, times in state.notifications.items() for time in times]
     capabilities += [((Location.of_vertex(name), Timestamp(epoch)), 1)
                      for name, epoch in state.input_epochs.items() if epoch is not None]
     outputs = {name: {epoch: list(records) for epoch, records in epochs.items()} for name, epochs in state.kept.items()}
-    return TakenState(cloudpickle.dumps(state), capabilities, dict(state.positions), outputs)
+    return TakenState(cloudpickle.dumps(state), capabilities, dict(state.positions), outputs, alignment_s)
 
 
 def complete(snapshot_id: int, key: ReplicaKey, taken: TakenState, logged: Mapping[Any, tuple]) -> LocalSnapshot:
@@ -101,7 +104,8 @@ def complete(snapshot_id: int, key: ReplicaKey, taken: TakenState, logged: Mappi
     capabilities = taken.capabilities + [((Location.of_input(vertex, channel.port), time), 1)
                                          for channel, vertex, time, _ in batches]
     data = cloudpickle.dumps((taken.state, batches))
-    return LocalSnapshot(snapshot_id, key, data, ReplicaSummary(capabilities, taken.positions, taken.outputs))
+    return LocalSnapshot(snapshot_id, key, data,
+                         ReplicaSummary(capabilities, taken.positions, taken.outputs, taken.alignment_s))
 
 
 def load(data: bytes) -> tuple[ReplicaState, list[LoggedBatch]]:
