@@ -47,7 +47,9 @@ RECOVERY_TIMEOUT = 120.0
 PING_TIMEOUT = 0.3
 #: Seconds between the driver's liveness pings in a job with recovery (a death is noticed
 #: within about twice this, unless a peer or the long poll notices it first).
-RECOVERY_PING_INTERVAL = 0.2
+RECOVERY_PING_INTERVAL = 0.1
+#: The longest the driver waits for job events between two liveness checks, with recovery.
+RECOVERY_POLL = 0.1
 
 _COORDINATOR_CLASS: list[Any] = []
 

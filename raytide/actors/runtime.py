@@ -26,7 +26,7 @@ import ray
 from raytide.actors.allocator import check_pretouch
 from raytide.actors.driver_inputs import InputFeeds
 from raytide.actors.driver_side import PING_INTERVAL, POLL_SLACK, Liveness, OutputCollector
-from raytide.actors.job_recovery import COORDINATOR, RECOVERY_PING_INTERVAL, JobRecovery
+from raytide.actors.job_recovery import COORDINATOR, RECOVERY_PING_INTERVAL, RECOVERY_POLL, JobRecovery
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.pool import HostLease, host_pool
 from raytide.actors.protocol import Marker, ReplicaKey
@@ -157,6 +157,9 @@ class Job:
         self._torn_down = False
         self._feeders: list[threading.Thread] = []
         self._recovery = JobRecovery(recovery) if recovery is not None else None
+        #: Longest wait for events between two liveness checks (shorter with recovery: a
+        #: death is noticed within about two checks).
+        self._poll_s = RECOVERY_POLL if recovery is not None else 0.5
         self._dead_leases: list[HostLease] = []
         self._delivered_before: dict[str, int] = {}
         #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
@@ -467,7 +470,7 @@ class Job:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise JobTimeout(self._describe_unfinished(timeout))
-                self._pump(min(left, 0.5))
+                self._pump(min(left, self._poll_s))
 
     def _describe_unfinished(self, timeout: float) -> str:
         open_inputs = self.inputs.open_inputs()
@@ -521,7 +524,7 @@ class Job:
                 return
             if time.monotonic() > deadline:
                 raise JobTimeout(self._describe_unfinished(timeout))
-            self._pump(0.5)
+            self._pump(self._poll_s)
 
     def __iter__(self) -> Iterator[tuple[int, list]]:
         outputs = self.plan.outputs
