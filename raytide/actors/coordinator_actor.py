@@ -56,7 +56,9 @@ class CoordinatorActor:
         self.inputs = inputs
         self.delivered: dict[str, int] = {}
         self.triggered: dict[int, dict[str, int]] = {}  # what the driver had at each snapshot's trigger
-        self.commits: list[tuple[int, dict[ReplicaKey, dict[str, int]]]] = []  # (id, positions) for the driver
+        #: (id, positions) of the commits the driver has not learnt of yet; ``seen`` of them before
+        self.commits: list[tuple[int, dict[ReplicaKey, dict[str, int]]]] = []
+        self.seen = 0
         self.abandoned: list[str] = []
         self.last_alignment: float | None = None  # the longest a replica aligned for the last snapshot
         self.lock = threading.Condition()
@@ -94,6 +96,7 @@ class CoordinatorActor:
 
     def _abandoned(self, abandon: Abandon | None) -> None:
         if abandon is not None:
+            self.triggered.pop(abandon.snapshot_id, None)
             self.abandoned.append(f"snapshot {abandon.snapshot_id}: {abandon.reason}")
             self.lock.notify_all()
 
@@ -131,10 +134,13 @@ class CoordinatorActor:
 
     def sync(self, delivered: dict[str, int], seen: int) -> list[tuple[int, dict[ReplicaKey, dict[str, int]]]]:
         """The driver's state: the last epoch of each output it was handed (barriers carry it,
-        so output replicas drop what the driver has); returns the commits after the first ``seen``."""
+        so output replicas drop what the driver has); returns the commits after the first
+        ``seen``, and forgets those before (the driver has them)."""
         with self.lock:
             self.delivered = dict(delivered)
-            return self.commits[seen:]
+            del self.commits[: max(0, seen - self.seen)]
+            self.seen = max(self.seen, seen)
+            return self.commits[seen - self.seen:]
 
     def snapshot_now(self, timeout: float, delivered: dict[str, int]) -> int:
         """Take a snapshot now (after the one in flight, if any) and wait until it is committed; its id.

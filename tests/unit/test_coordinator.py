@@ -161,3 +161,28 @@ def test_inputs_rewind_to_the_commands_after_their_position():
     assert _rewound(commands, 1) == commands[1:]
     assert _rewound(commands, 2) == commands[3:]
     assert _rewound(commands, 3) == []
+
+
+def test_the_coordinator_actor_commits_into_the_store_and_the_driver_learns_each_commit_once(tmp_path):
+    from raytide.actors.coordinator_actor import CoordinatorActor
+    from raytide.actors.plan import compile_plan
+    from raytide.actors.recovery import JOB_PART, part_name
+    from raytide.actors.replica_state import ReplicaSummary
+    from raytide.snapshots.store import SnapshotStore
+
+    flow = rt.Dataflow("tiny")
+    flow.input("numbers").output("out")
+    plan = compile_plan(flow, 1)
+    (key,) = [ReplicaKey(chain.name, 0) for chain in plan.chains]
+    store = SnapshotStore(str(tmp_path))
+    actor = CoordinatorActor(plan, rt.Recovery(str(tmp_path), interval=None), {}, 0, 1, paused=True)
+    for snapshot_id in (1, 2):
+        with actor.lock:
+            assert actor._trigger(0.0) == snapshot_id
+        part = store.write_part(snapshot_id, part_name(key), b"state")
+        actor.acknowledge(Acknowledgement(key, snapshot_id, 0, (part,), ReplicaSummary([], {"numbers": 3}, {})))
+    assert [m.snapshot_id for m in store.committed()] == [1, 2]
+    assert {p.name for p in store.manifest(2).parts} == {part_name(key), JOB_PART}
+    assert actor.sync({"out": 4}, 0) == [(1, {key: {"numbers": 3}}), (2, {key: {"numbers": 3}})]
+    assert actor.sync({"out": 4}, 2) == [] and actor.commits == [], "what the driver has is forgotten"
+    assert actor.stats()["committed"] == 2
