@@ -14,11 +14,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow.dataset as ds
 import pytest
 import ray
 
 import raytide as rt
 from raytide.actors.protocol import ReplicaKey
+from raytide.integrations.parquet import write_parquet
 from raytide.snapshots.store import SnapshotStore
 from tests.ray.jobs import as_multisets
 from tests.sim.scenarios import SCENARIOS, Scenario
@@ -41,13 +43,15 @@ def a_replica(job: rt.Job, rng: random.Random) -> ReplicaKey:
 
 
 def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], None]], *, after_snapshots: int = 2,
-                 max_restarts: int = 3, interval: float = 0.1,
-                 then_committed: int = 0) -> tuple[dict[str, dict[int, list]], dict[str, Any]]:
+                 max_restarts: int = 3, interval: float = 0.1, then_committed: int = 0,
+                 consume: Callable[[rt.Job, str], dict[int, list]] | None = None,
+                 ) -> tuple[dict[str, dict[int, list]], dict[str, Any]]:
     """Run ``scenario`` with recovery, feeding its inputs at a pace; at a third (and, for a
     second kill, two thirds) of the epochs the feeding waits until ``after_snapshots`` more
     snapshots are committed and makes the next kill, so that every kill strikes while the
     job still has work for every replica. Returns every output's epochs as the driver was
-    handed them, and the job's stats at its end (once ``then_committed`` snapshots are)."""
+    handed them, and the job's stats at its end (once ``then_committed`` snapshots are).
+    ``consume(job, output)`` takes the first output instead of ``job.results`` (a sink)."""
     recovery = rt.Recovery(str(tmp_path / "store"), interval=interval, max_restarts=max_restarts)
     started = threading.Event()
     holder: list[rt.Job] = []
@@ -78,7 +82,9 @@ def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], No
     with rt.run(scenario.flow, inputs=inputs, parallelism=2, recovery=recovery) as job:
         holder.append(job)
         started.set()
-        for epoch, records in job.results(outputs[0], timeout=120):
+        if consume is not None:
+            got[outputs[0]] = consume(job, outputs[0])
+        for epoch, records in job.results(outputs[0], timeout=120) if consume is None else ():
             assert epoch not in got[outputs[0]], f"epoch {epoch} of {outputs[0]!r} handed over twice"
             got[outputs[0]][epoch] = records
         for name in outputs[1:]:
@@ -244,3 +250,24 @@ def test_restore_is_refused_without_a_store_or_a_snapshot(ray_session, tmp_path)
         rt.run(flow, restore="latest")
     with pytest.raises(rt.RaytideError, match="no committed snapshot"):
         rt.run(flow, recovery=rt.Recovery(str(tmp_path / "empty")), restore="latest")
+
+
+def test_a_parquet_sink_holds_every_epoch_once_across_a_recovery(ray_session, tmp_path):
+    words = scenario("word count", seed=9)
+    root = tmp_path / "counts"
+    rng = random.Random(10)
+
+    def to_parquet(job: rt.Job, output: str) -> dict[int, list]:
+        committed = write_parquet(job, output, str(root))
+        table = ds.dataset(str(root), format="parquet", partitioning="hive").to_table().to_pylist()
+        files = {int(p.parent.name.split("=")[1]) for p in root.glob("epoch=*/part-0.parquet")}
+        assert sorted(committed) == sorted(files), "each epoch committed once, by this job"
+        by_epoch: dict[int, list] = {}
+        for row in table:
+            by_epoch.setdefault(row["epoch"], []).append((row["_1"], row["_2"]))
+        return by_epoch
+
+    got, stats = run_and_kill(words, tmp_path, [lambda job: sigkill(job, str(a_replica(job, rng)))],
+                              consume=to_parquet)
+    check(words, got)
+    assert stats["recoveries"]["count"] == 1
