@@ -44,15 +44,16 @@ def a_replica(job: rt.Job, rng: random.Random) -> ReplicaKey:
 
 def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], None]], *, after_snapshots: int = 2,
                  max_restarts: int = 3, interval: float = 0.1, then_committed: int = 0,
-                 consume: Callable[[rt.Job, str], dict[int, list]] | None = None,
+                 consume: Callable[[rt.Job, str], dict[int, list]] | None = None, store: str | None = None,
                  ) -> tuple[dict[str, dict[int, list]], dict[str, Any]]:
     """Run ``scenario`` with recovery, feeding its inputs at a pace; at a third (and, for a
     second kill, two thirds) of the epochs the feeding waits until ``after_snapshots`` more
     snapshots are committed and makes the next kill, so that every kill strikes while the
     job still has work for every replica. Returns every output's epochs as the driver was
     handed them, and the job's stats at its end (once ``then_committed`` snapshots are).
-    ``consume(job, output)`` takes the first output instead of ``job.results`` (a sink)."""
-    recovery = rt.Recovery(str(tmp_path / "store"), interval=interval, max_restarts=max_restarts)
+    ``consume(job, output)`` takes the first output instead of ``job.results`` (a sink);
+    ``store`` is where snapshots go (default: a directory under ``tmp_path``)."""
+    recovery = rt.Recovery(store or str(tmp_path / "store"), interval=interval, max_restarts=max_restarts)
     started = threading.Event()
     holder: list[rt.Job] = []
     pending = list(kills)
