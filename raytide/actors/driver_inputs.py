@@ -68,10 +68,11 @@ class CallLog:
         if position < self.base:
             raise RecoveryError(f"{what} cannot go back to command {position}: the driver kept its calls from "
                                 f"command {self.base} on only (a newer snapshot was damaged?)")
-        skipped, calls = self.base, list(self.calls)
-        while calls and skipped < position:
-            skipped += calls.pop(0)[0]
-        return [(method, args) for _, method, args in calls]
+        skipped, first = self.base, 0
+        while first < len(self.calls) and skipped < position:
+            skipped += self.calls[first][0]
+            first += 1
+        return [(method, args) for _, method, args in itertools.islice(self.calls, first, None)]
 
 
 class InputFeeds:
@@ -230,8 +231,9 @@ class InputFeeds:
         assert self.logs is not None
         for name in self.replicas:
             with self.locks[name]:
+                for old in self.replicas[name]:  # calls in flight to them are of the old incarnation
+                    self.windows.pop(old, None)
                 self.replicas[name] = replicas[name]
-                self.windows.clear()
                 self.incarnation = incarnation
                 for index, actor in enumerate(replicas[name]):
                     position = positions.get((name, index), 0)

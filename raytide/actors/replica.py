@@ -223,9 +223,9 @@ class ReplicaCore:
             if isinstance(effect, TakeSnapshot):
                 marker = self.markers[effect.snapshot_id]
                 self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
+                first = self.aligning.pop(marker.marker_id, None)
                 if marker.snapshot:
-                    self.taken[marker.marker_id] = self._take(marker)
-                self.aligning.pop(marker.marker_id, None)
+                    self.taken[marker.marker_id] = self._take(marker, 0.0 if first is None else monotonic() - first)
                 self.outbox.switch_tables(marker)
             elif isinstance(effect, SnapshotComplete):
                 taken = self.taken.pop(effect.snapshot_id, None)
@@ -239,18 +239,16 @@ class ReplicaCore:
 
     # -- snapshots and restore ----------------------------------------------------------
 
-    def _take(self, marker: Marker) -> TakenState:
-        """The local snapshot at ``marker`` (the chain is aligned on it), after dropping the
-        kept output records of epochs the driver already has."""
+    def _take(self, marker: Marker, alignment_s: float) -> TakenState:
+        """The local snapshot at ``marker`` (the chain is aligned on it, after ``alignment_s``
+        seconds), after dropping the kept output records of epochs the driver already has."""
         for name, epochs in self.kept.items():
             done = marker.delivered.get(name, -1)
             for epoch in [e for e in epochs if e <= done]:
                 del epochs[epoch]
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
-        first = self.aligning.pop(marker.marker_id, None)
         return take(ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
-                                 self.outbox.tables(), self.source_positions()),
-                    0.0 if first is None else monotonic() - first)
+                                 self.outbox.tables(), self.source_positions()), alignment_s)
 
     def restore(self, data: bytes) -> None:
         """Become the replica whose local snapshot is ``data`` (a fresh core, before any event).

@@ -168,11 +168,11 @@ def test_restarts_are_bounded_and_the_error_names_every_failure(tmp_path):
 # -- planted bugs: each must make some trial give a wrong output, fail, or hang ----------------
 
 
-def keep_nothing(self, marker):
+def keep_nothing(self, marker, alignment_s):
     """A planted bug: output replicas drop the records they received at every snapshot."""
     for epochs in self.kept.values():
         epochs.clear()
-    return original_take(self, marker)
+    return original_take(self, marker, alignment_s)
 
 
 original_take = ReplicaCore._take
