@@ -8,6 +8,7 @@ Message flow (fire and forget unless marked *waits*)::
     coordinator: writes the job part and the manifest (last), applies retention
     driver ──sync(delivered)──▶ coordinator        (*waits* a moment: returns the commits since)
     driver ──snapshot_now(timeout)──▶ coordinator  (*waits* until committed: job.snapshot())
+    driver ──start()──▶ coordinator                 (the replicas are connected: snapshots begin)
     driver ──reset(incarnation, inputs, recovery time)──▶ coordinator   (a recovery)
 
 The coordinator waits for nobody: a snapshot that cannot complete is abandoned at its
@@ -27,7 +28,7 @@ from typing import Any
 
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import Marker, ReplicaKey
-from raytide.actors.recovery import JOB_PART, encode_summaries, snapshot_metadata
+from raytide.actors.recovery import Committed, commit_snapshot
 from raytide.errors import SnapshotError
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.coordinator import Abandon, Acknowledgement, Commit, CoordinatorCore
@@ -42,8 +43,9 @@ class CoordinatorActor:
     """Takes the job's snapshots; see the module docstring."""
 
     def __init__(self, plan: PhysicalPlan, recovery: Recovery, inputs: dict[ReplicaKey, Any], incarnation: int,
-                 first_id: int, paused: bool = False) -> None:
-        """``paused``: take no periodic snapshot until :meth:`reset` (a job restoring a snapshot first)."""
+                 first_id: int) -> None:
+        """It takes no periodic snapshot until :meth:`start` (the replicas are connected) or
+        :meth:`reset` (they are restored)."""
         self.plan, self.recovery = plan, recovery
         self.store = SnapshotStore(recovery.store, recovery.signing_key)
         keys = [ReplicaKey(chain.name, r) for chain in plan.chains for r in range(chain.parallelism)]
@@ -56,14 +58,14 @@ class CoordinatorActor:
         self.inputs = inputs
         self.delivered: dict[str, int] = {}
         self.triggered: dict[int, dict[str, int]] = {}  # what the driver had at each snapshot's trigger
-        #: (id, positions) of the commits the driver has not learnt of yet; ``seen`` of them before
-        self.commits: list[tuple[int, dict[ReplicaKey, dict[str, int]]]] = []
+        #: The commits the driver has not learnt of yet; ``seen`` of them before
+        self.commits: list[Committed] = []
         self.seen = 0
         self.abandoned: list[str] = []
         self.last_alignment: float | None = None  # the longest a replica aligned for the last snapshot
         self.lock = threading.Condition()
         self.last_tick = time.monotonic()
-        self.paused = paused
+        self.paused = True
         self.thread = threading.Thread(target=self._clock, name="raytide-coordinator-clock", daemon=True)
         self.thread.start()
 
@@ -116,11 +118,8 @@ class CoordinatorActor:
 
     def _commit(self, commit: Commit) -> None:
         try:
-            job = self.store.write_part(commit.snapshot_id, JOB_PART, encode_summaries(commit.summaries))
-            delivered = self.triggered.pop(commit.snapshot_id, {})
-            self.store.commit(commit.snapshot_id, [*commit.parts, job],
-                              snapshot_metadata(self.plan, commit.incarnation, delivered))
-            self.store.retain(self.recovery.retain)
+            complete = commit_snapshot(self.store, self.plan, commit, self.triggered.pop(commit.snapshot_id, {}),
+                                       self.recovery.retain)
         except Exception as error:  # the store failed: this snapshot is lost, the job goes on
             self._abandoned(self.core.fail(f"committing it failed: {error!r}", time.monotonic()))
             return
@@ -129,10 +128,10 @@ class CoordinatorActor:
             self.tuner.record_checkpoint(self.core.stats.last_duration)
         self.last_alignment = max((summary.alignment_s for summary in commit.summaries.values()), default=0.0)
         positions = {key: summary.positions for key, summary in commit.summaries.items() if summary.positions}
-        self.commits.append((commit.snapshot_id, positions))  # type: ignore[arg-type]
+        self.commits.append(Committed(commit.snapshot_id, positions, complete))  # type: ignore[arg-type]
         self.lock.notify_all()
 
-    def sync(self, delivered: dict[str, int], seen: int) -> list[tuple[int, dict[ReplicaKey, dict[str, int]]]]:
+    def sync(self, delivered: dict[str, int], seen: int) -> list[Committed]:
         """The driver's state: the last epoch of each output it was handed (barriers carry it,
         so output replicas drop what the driver has); returns the commits after the first
         ``seen``, and forgets those before (the driver has them)."""
@@ -165,10 +164,18 @@ class CoordinatorActor:
                 raise SnapshotError(f"snapshot {snapshot_id} was not committed: {why}")
             return snapshot_id
 
+    def start(self) -> None:
+        """The job's replicas are connected: take periodic snapshots from now (a barrier that
+        reached a replica before it knew its peers could not be forwarded)."""
+        with self.lock:
+            self.paused = False
+            self.core.last_end = time.monotonic()
+
     def reset(self, incarnation: int, inputs: dict[ReplicaKey, Any], recovery_seconds: float | None) -> None:
         """A recovery started ``incarnation`` (and took ``recovery_seconds``, if known)."""
         with self.lock:
-            self._abandoned(self.core.reset(incarnation, time.monotonic()))
+            if incarnation != self.core.incarnation:  # a coordinator started by this recovery is at it already
+                self._abandoned(self.core.reset(incarnation, time.monotonic()))
             self.inputs, self.paused = inputs, False
             self.core.last_end = time.monotonic()
             if self.tuner is not None:

@@ -18,8 +18,10 @@ from typing import Any
 
 import ray
 
+from raytide.actors.output_gate import OutputGate
 from raytide.actors.protocol import EpochComplete, JobFailed, JobFinished
 from raytide.actors.wire import pack_records, unpack_records
+from raytide.snapshots.config import OutputCommit
 
 #: Extra time a long poll's Ray call may take beyond the poll's own timeout.
 POLL_SLACK = 30.0
@@ -34,13 +36,17 @@ class OutputCollector:
     blobs or object refs) until its records are asked for, then its records, the parts
     dropped, so that the driver never holds both. An epoch :meth:`take` returned is
     forgotten: a job that runs for weeks holds on the driver only what was not consumed.
+
+    A completed epoch is shown once its :class:`~raytide.actors.output_gate.OutputGate`
+    lets it pass: at once, or (``commit="snapshot"``) once a committed snapshot holds it.
     """
 
-    def __init__(self, progress: Any, outputs: list[str]) -> None:
+    def __init__(self, progress: Any, outputs: list[str], commit: OutputCommit = "epoch") -> None:
         self.progress = progress
         self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}  # in epoch order, as they complete
         self.fetched: dict[str, dict[int, list]] = {name: {} for name in outputs}
-        self.completed: dict[str, int | None] = dict.fromkeys(outputs)
+        self.completed: dict[str, int | None] = dict.fromkeys(outputs)  # the last epoch shown
+        self.gate = OutputGate(outputs, commit)
         self.cursor = 0
         self.finished = False
 
@@ -59,13 +65,30 @@ class OutputCollector:
         failures = []
         for event in events:
             if isinstance(event, EpochComplete):  # an output's epochs complete in order
-                self.parts[event.output][event.epoch] = event.parts
-                self.completed[event.output] = event.epoch
+                for epoch, parts in self.gate.offer(event.output, event.epoch, event.parts):
+                    self._show(event.output, epoch, parts)
             elif isinstance(event, JobFailed):
                 failures.append(event.error)
             elif isinstance(event, JobFinished):
+                self._show_all(self.gate.finish())
                 self.finished = True
         return failures
+
+    def release(self, complete: dict[str, int | None]) -> None:
+        """A snapshot holding ``complete`` (per output, its last complete epoch) was committed."""
+        self._show_all(self.gate.release(complete))
+
+    def rollback(self) -> None:
+        """A recovery: forget the completed epochs not shown yet (the restored job computes them again)."""
+        self.gate.rollback()
+
+    def _show_all(self, released: list[tuple[str, int, list]]) -> None:
+        for name, epoch, parts in released:
+            self._show(name, epoch, parts)
+
+    def _show(self, name: str, epoch: int, parts: list) -> None:
+        self.parts[name][epoch] = parts
+        self.completed[name] = epoch
 
     def epochs(self, name: str) -> list[int]:
         """The completed epochs of output ``name`` not taken yet, in order."""
@@ -110,7 +133,7 @@ class OutputCollector:
                 for epoch in self.epochs(name)}
 
     def latest(self) -> dict[str, int | None]:
-        """The latest completed epoch per output, taken or not, for timeout messages."""
+        """The latest completed epoch per output shown to the user, taken or not."""
         return dict(self.completed)
 
 

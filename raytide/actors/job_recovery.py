@@ -107,11 +107,11 @@ class JobRecovery:
 
     # -- the coordinator -------------------------------------------------------------------
 
-    def start_coordinator(self, job: Job, first_id: int = 1, paused: bool = False) -> None:
-        """A coordinator for ``job``'s replicas (started without waiting for it; ``paused``:
-        taking no snapshot before its first reset)."""
+    def start_coordinator(self, job: Job, first_id: int = 1) -> None:
+        """A coordinator for ``job``'s replicas, started without waiting for it; it takes no
+        periodic snapshot before it is told to start (or reset by a recovery)."""
         self.coordinator = _coordinator_class().options(num_cpus=0, max_restarts=0).remote(
-            job.plan, self.recovery, input_replicas(job), self.incarnation, first_id, paused)
+            job.plan, self.recovery, input_replicas(job), self.incarnation, first_id)
 
     def sync(self, job: Job) -> str | None:
         """Without waiting: tell the coordinator what the driver was handed, learn new commits
@@ -127,8 +127,9 @@ class JobRecovery:
                 self.sync_ref = None
                 return f"job {job.name!r}: {COORDINATOR} died: {type(error).__name__}"
             self.commits_seen += len(commits)
-            for _, positions in commits:
-                self.retained.append(input_positions(job, positions))
+            for commit in commits:
+                self.retained.append(input_positions(job, commit.positions))
+                job.outputs.release(commit.complete)
             self.retained = self.retained[-self.recovery.retain:]
             if self.retained:
                 job.inputs.trim(self.retained[0])
@@ -150,12 +151,14 @@ class JobRecovery:
             self.budget.spend(cause)
             self.incarnation += 1
             incarnation = self.incarnation
+            job.outputs.rollback()  # epochs no committed snapshot holds are computed again
             logger.warning("job %r: %s; recovering (incarnation %d)", job.name, cause, incarnation)
             steps = _Steps()
             dead = steps.time("find the dead", self._dead, job)
             replaced = steps.time("replace them", job.replace_dead_hosts, dead)
             point = steps.time("read the snapshot", restore_point, job.plan, self.store)
             if self.coordinator is None:
+                # paused until the reset below: a barrier must not reach a replica before it is restored
                 self.start_coordinator(job, point.snapshot_id + 1 if point.snapshot_id is not None else 1)
             job._watch()  # the replaced actors and coordinator
             self.sync_ref = None

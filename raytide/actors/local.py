@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytide.actors.output_gate import OutputGate
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.progress_core import ProgressCore, ProgressEffects
 from raytide.actors.protocol import (
@@ -51,20 +52,13 @@ from raytide.actors.protocol import (
     Sequenced,
     StatusPush,
 )
-from raytide.actors.recovery import (
-    JOB_PART,
-    RestartBudget,
-    RestorePoint,
-    encode_summaries,
-    part_name,
-    restore_point,
-    snapshot_metadata,
-)
+from raytide.actors.recovery import RestartBudget, RestorePoint, commit_snapshot, part_name, restore_point
 from raytide.actors.replica import ReplicaCore
 from raytide.actors.replica_state import LocalSnapshot
 from raytide.core.dataflow import Dataflow
 from raytide.errors import RaytideError
 from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.config import OutputCommit
 from raytide.snapshots.coordinator import Acknowledgement, Commit, CoordinatorCore
 from raytide.snapshots.store import SnapshotStore
 
@@ -88,6 +82,7 @@ class LocalRecovery:
         retain: committed snapshots kept.
         max_restarts: recoveries allowed before the job fails.
         detection: a death is noticed up to this many steps after it happened.
+        output_commit: when the driver takes a completed epoch (:mod:`raytide.actors.output_gate`).
     """
 
     store: SnapshotStore
@@ -96,6 +91,7 @@ class LocalRecovery:
     retain: int = 2
     max_restarts: int = 5
     detection: int = 5
+    output_commit: OutputCommit = "epoch"
 
 
 @dataclass(frozen=True)
@@ -197,6 +193,7 @@ class LocalJob:
         self.failures: list[tuple[int, str]] = []  # (step at which it is noticed, what died)
         self.recovery_steps: collections.deque[Callable[[], None]] = collections.deque()
         self.delivered = {name: -1 for name in self.plan.outputs}  # last epoch handed to the driver
+        self.gate = OutputGate(self.plan.outputs, recovery.output_commit if recovery is not None else "epoch")
         self.result = LocalRun({name: {} for name in self.plan.outputs})
         self.planned: dict[ReplicaKey, list[Command]] = {}
         self._plan_inputs(inputs, markers or {})
@@ -295,7 +292,7 @@ class LocalJob:
                     if queue and key not in self.waiting]
         actions += [functools.partial(self._inject, key) for key, queue in self.injects.items()
                     if queue and key not in self.waiting]
-        if self.log:
+        if self.log and not self.recovery_steps:  # the driver recovers, then reads events again
             actions.append(self._poll)
         if self.recovery_steps:
             actions.append(self._recovery_step)
@@ -376,13 +373,19 @@ class LocalJob:
         for event in events:
             self.result.events.append(event)
             if isinstance(event, EpochComplete):
-                records = [record for part in event.parts for record in part]
-                if event.epoch in self.result.outputs[event.output]:
-                    raise AssertionError(f"output {event.output!r} epoch {event.epoch} completed twice")
-                self.result.outputs[event.output][event.epoch] = records
-                self.delivered[event.output] = max(self.delivered[event.output], event.epoch)
+                for epoch, parts in self.gate.offer(event.output, event.epoch, event.parts):
+                    self._hand_out(event.output, epoch, parts)
             elif isinstance(event, JobFinished):
+                for name, epoch, parts in self.gate.finish():
+                    self._hand_out(name, epoch, parts)
                 self.result.finished = True
+
+    def _hand_out(self, name: str, epoch: int, parts: list) -> None:
+        """The driver hands output ``name``'s ``epoch`` to the user."""
+        if epoch in self.result.outputs[name]:
+            raise AssertionError(f"output {name!r} epoch {epoch} completed twice")
+        self.result.outputs[name][epoch] = [record for part in parts for record in part]
+        self.delivered[name] = max(self.delivered[name], epoch)
 
     # -- faults ----------------------------------------------------------------------------
 
@@ -434,6 +437,7 @@ class LocalJob:
         assert self.recovery is not None
         self.result.recoveries.append(cause)
         self.incarnation += 1
+        self.gate.rollback()
         if self.coordinator is not None:
             self.coordinator.reset(self.incarnation, self.result.steps)
         point = restore_point(self.plan, self.recovery.store)
@@ -543,13 +547,12 @@ class LocalJob:
         incarnation, commit = self.commits.popleft()
         if incarnation != self.coordinator.incarnation:
             return
-        store = self.recovery.store
-        job = store.write_part(commit.snapshot_id, JOB_PART, encode_summaries(commit.summaries))
-        delivered = self.triggered.pop(commit.snapshot_id, {})
-        store.commit(commit.snapshot_id, [*commit.parts, job], snapshot_metadata(self.plan, incarnation, delivered))
-        store.retain(self.recovery.retain)
+        complete = commit_snapshot(self.recovery.store, self.plan, commit, self.triggered.pop(commit.snapshot_id, {}),
+                                   self.recovery.retain)
         self.coordinator.committed(commit.snapshot_id, self.result.steps)
         self.result.snapshots.append(commit.snapshot_id)
+        for name, epoch, parts in self.gate.release(complete):  # the driver learns of the commit
+            self._hand_out(name, epoch, parts)
 
 
 def _rewound(commands: list[Command], position: int) -> list[Command]:

@@ -28,12 +28,16 @@ import pickle
 import urllib.parse
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ReplicaKey
 from raytide.actors.replica_state import ReplicaSummary, pointstamps
 from raytide.errors import RecoveryError, SnapshotError
-from raytide.progress.tracker import Pointstamp
+from raytide.progress.outputs import NEVER
+from raytide.progress.reachability import Location
+from raytide.progress.tracker import Pointstamp, Tracker
+from raytide.snapshots.coordinator import Commit
 from raytide.snapshots.store import Manifest, SnapshotStore
 
 #: The part the coordinator writes at commit: every replica's summary.
@@ -50,12 +54,61 @@ def encode_summaries(summaries: Mapping[Hashable, ReplicaSummary]) -> bytes:
     return pickle.dumps(summaries, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def snapshot_metadata(plan: PhysicalPlan, incarnation: int, delivered: Mapping[str, int]) -> dict[str, object]:
-    """The manifest's metadata: the vertices and their parallelism, the incarnation, and per
+def snapshot_metadata(plan: PhysicalPlan, incarnation: int, delivered: Mapping[str, int],
+                      complete: Mapping[str, int | None]) -> dict[str, object]:
+    """The manifest's metadata: the vertices and their parallelism, the incarnation, per
     output the last epoch the driver had been handed when the snapshot was triggered (a job
-    restored from it does not hand those out again)."""
+    restored from it does not hand those out again), and per output the last epoch complete
+    in the snapshot (:func:`complete_at_cut`)."""
     return {"job": plan.name, "incarnation": incarnation,
-            "vertices": {name: plan.width(name) for name in plan.vertices}, "delivered": dict(delivered)}
+            "vertices": {name: plan.width(name) for name in plan.vertices}, "delivered": dict(delivered),
+            "complete": dict(complete)}
+
+
+def complete_at_cut(plan: PhysicalPlan, summaries: Mapping[Hashable, ReplicaSummary]) -> dict[str, int | None]:
+    """Per output, the last epoch that is complete in the snapshot whose replicas' summaries
+    are ``summaries`` (-1: none; None: every epoch, the output is finished).
+
+    At an aligned cut no regular channel holds a record, so the pointstamps the replicas
+    hold are all the work left: an output epoch that none of them can still result in has
+    all its records in the snapshot (the output replicas' kept records). Restored from it,
+    such an epoch is never computed again; that is what lets output be committed at a
+    snapshot (``rt.Recovery(output_commit="snapshot")``) for dataflows that would not
+    compute it the same way twice.
+    """
+    tracker = Tracker(plan.graph)
+    tracker.update_all(pointstamps(list(summaries.values())))
+    tracker.propagate()
+    complete: dict[str, int | None] = {}
+    for name in plan.outputs:
+        low = min((time.epoch for time in tracker.frontier(Location.of_input(name, 0))), default=NEVER)
+        complete[name] = None if low == NEVER else int(low) - 1
+    return complete
+
+
+def commit_snapshot(store: SnapshotStore, plan: PhysicalPlan, commit: Commit, delivered: Mapping[str, int],
+                    retain: int) -> dict[str, int | None]:
+    """Commit ``commit``: write the ``job`` part (every replica's summary), then the manifest
+    (last: the snapshot exists once it does), then delete all but the last ``retain``
+    committed snapshots. Returns the outputs' epochs complete in it (:func:`complete_at_cut`).
+
+    ``delivered``: per output the last epoch the driver had been handed at the trigger.
+    """
+    job = store.write_part(commit.snapshot_id, JOB_PART, encode_summaries(commit.summaries))
+    complete = complete_at_cut(plan, commit.summaries)
+    store.commit(commit.snapshot_id, [*commit.parts, job],
+                 snapshot_metadata(plan, commit.incarnation, delivered, complete))
+    store.retain(retain)
+    return complete
+
+
+class Committed(NamedTuple):
+    """What the driver learns of a committed snapshot: its id, where each input replica was
+    in it (the calls before are not needed again), and per output its last complete epoch."""
+
+    snapshot_id: int
+    positions: dict[ReplicaKey, dict[str, int]]
+    complete: dict[str, int | None]
 
 
 @dataclass(frozen=True)
@@ -67,6 +120,7 @@ class RestorePoint:
     kept: dict[str, dict[int, list]] = field(default_factory=dict)
     positions: dict[ReplicaKey, dict[str, int]] = field(default_factory=dict)
     delivered: dict[str, int] = field(default_factory=dict)
+    complete: dict[str, int | None] = field(default_factory=dict)  # per output, its last epoch complete here
 
     def position(self, key: ReplicaKey, vertex: str) -> int:
         """How many of its driver commands input ``vertex``'s replica ``key`` had consumed."""
@@ -102,9 +156,11 @@ def _from_manifest(plan: PhysicalPlan, store: SnapshotStore, manifest: Manifest)
                 if records:
                     kept.setdefault(name, {}).setdefault(epoch, []).append(records)
     delivered = manifest.metadata.get("delivered", {})
+    complete = manifest.metadata.get("complete", {})
     return RestorePoint(manifest.snapshot_id, pointstamps(list(summaries.values())), kept,
                         {key: summary.positions for key, summary in summaries.items()},
-                        {str(name): int(epoch) for name, epoch in delivered.items()})
+                        {str(name): int(epoch) for name, epoch in delivered.items()},
+                        {str(name): None if epoch is None else int(epoch) for name, epoch in complete.items()})
 
 
 @dataclass

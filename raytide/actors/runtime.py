@@ -188,7 +188,8 @@ class Job:
         pids.append(progress.handle.take.remote(progress.lease, self.name, plan.graph, plan.outputs,
                                                 plan.initial_pointstamps()))
         self._unbounded = unbounded = set(plan.with_role("feedback"))  # sends out of a feedback vertex never wait
-        self.outputs = OutputCollector(self.progress, plan.outputs)
+        self.outputs = OutputCollector(self.progress, plan.outputs, self._recovery.recovery.output_commit
+                                       if self._recovery is not None else "epoch")
         self.inputs = InputFeeds(plan.name, {name: [peers[ReplicaKey(plan.chain_of(name).name, r)]
                                                     for r in range(plan.width(name))] for name in plan.inputs},
                                  self.max_inflight, self.batch_size, self._raise_if_failed,
@@ -196,11 +197,13 @@ class Job:
         coordinator = None
         if self._recovery is not None:
             pool.keep_spares(1)  # a warm host to replace a dead one
-            self._recovery.start_coordinator(self, self._recovery.store.next_id(), paused=restoring)
+            self._recovery.start_coordinator(self, self._recovery.store.next_id())
             coordinator = self._recovery.coordinator
         self._watch()
         connects = [peer.connect.remote(peers, unbounded, self.progress, coordinator) for peer in peers.values()]
         answers = self._get(pids[:-1] + connects, "starting and connecting vertex hosts")
+        if coordinator is not None and not restoring:  # a restored job's snapshots begin once it is restored
+            coordinator.start.remote()
         vertex_pids, subscriptions = answers[: len(keys)], answers[len(keys):]
         self.progress.connect.remote({key: (peers[key], locs) for key, locs in zip(keys, subscriptions)})
         self._pids: dict[str, int | Any] = {self._host_name(key): pid for key, pid in zip(keys, vertex_pids)}
@@ -262,6 +265,7 @@ class Job:
             raise SnapshotError(f"restore={'latest' if snapshot_id is None else snapshot_id}: the store "
                                 f"{recovery.recovery.store!r} has no committed snapshot")
         self._delivered_before = point.delivered
+        self.outputs.release(point.complete)  # what it holds complete is final: it is never computed again
         recovery.start_from(self, point)
 
     def skip_inputs(self, point: RestorePoint) -> None:

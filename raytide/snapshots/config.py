@@ -18,6 +18,10 @@ from raytide.errors import ArgumentError
 #: The seconds a snapshot may take before it is abandoned, unless given.
 DEFAULT_SNAPSHOT_TIMEOUT = 60.0
 
+#: When the driver hands out a completed output epoch: at once, or once a committed
+#: snapshot holds it (:mod:`raytide.actors.output_gate`).
+OutputCommit = Literal["epoch", "snapshot"]
+
 
 @dataclass(frozen=True)
 class Recovery:
@@ -37,6 +41,14 @@ class Recovery:
             does not verify (see the module docstring on security).
         timeout: seconds after which a snapshot that has not completed is abandoned
             (the job goes on; the next one is taken at the next interval).
+        output_commit: ``"epoch"`` (the default) hands out an output epoch as soon as it
+            completes: the lowest latency, and exactly-once for a dataflow that computes an
+            epoch the same way every time (the built-in aggregations, joins and loops do;
+            ``stateful_map`` does when its outputs do not depend on the order in which a
+            key's records of one epoch arrive). ``"snapshot"`` holds a completed epoch
+            until a committed snapshot holds it complete, so a recovery never computes it
+            again: exactly-once also for code whose output depends on arrival order, the
+            clock or chance, at the cost of up to an interval of added latency.
     """
 
     store: str
@@ -45,6 +57,7 @@ class Recovery:
     max_restarts: int = 3
     signing_key: bytes | None = None
     timeout: float = DEFAULT_SNAPSHOT_TIMEOUT
+    output_commit: OutputCommit = "epoch"
 
     def __post_init__(self) -> None:
         if not isinstance(self.store, str) or not self.store:
@@ -59,6 +72,8 @@ class Recovery:
             raise ArgumentError("Recovery signing_key must be non-empty bytes or None")
         if not _positive_number(self.timeout):
             raise ArgumentError(f"Recovery timeout must be seconds above 0, not {self.timeout!r}")
+        if self.output_commit not in ("epoch", "snapshot"):
+            raise ArgumentError(f"Recovery output_commit must be 'epoch' or 'snapshot', not {self.output_commit!r}")
 
 
 def _positive_number(value: object) -> bool:

@@ -21,16 +21,16 @@ import pytest
 
 from raytide.actors import local as local_module
 from raytide.actors import replica_state
-from raytide.actors.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery, LocalRun
+from raytide.actors.local import PROGRESS, LocalJob, LocalRecovery, LocalRun
 from raytide.actors.replica import ReplicaCore
 from raytide.progress.outputs import OutputLog
 from raytide.snapshots.barriers import SnapshotComplete
 from raytide.snapshots.store import SnapshotStore
+from tests.sim.chaos import MODES, Chaos
 from tests.sim.frontier_oracle import check_frontiers_cover_the_truth
 from tests.sim.scenarios import SCENARIOS, Scenario, as_counters
 
 TRIALS_PER_SCENARIO = 220  # x 5 scenarios: 1,100 trials
-MODES = ("anytime", "after snapshots", "during recovery", "twice in a row")
 
 
 @dataclass
@@ -56,44 +56,6 @@ class Trial:
         assert run is not None
         return (f"{self.mode}: failure={run.failure!r} finished={run.finished} recoveries={run.recoveries} "
                 f"snapshots={run.snapshots}\n got {as_counters(run.outputs)}\n expected {self.scenario.expected}")
-
-
-class Chaos:
-    """Schedules the crashes of one trial, some of them only once the job reached a state."""
-
-    def __init__(self, job: LocalJob, rng: random.Random, mode: str, seen: collections.Counter, length: int) -> None:
-        """``length``: the steps the same job takes without a crash."""
-        self.job, self.rng, self.mode, self.seen = job, rng, mode, seen
-        self.targets = [*job.replicas, PROGRESS, COORDINATOR]
-        self.snapshots_wanted = rng.randint(1, 2)
-        self.armed = True
-        if mode in ("anytime", "twice in a row", "during recovery"):
-            first = rng.randrange(1, max(2, length))
-            self._crash_at(first)
-            if mode == "twice in a row":
-                self._crash_at(first + rng.randrange(1, 30))
-
-    def _crash_at(self, step: int) -> None:
-        self.job.crash(self.rng.choice(self.targets), at_step=step)
-
-    def after_step(self, job: LocalJob) -> None:
-        steps = job.result.steps
-        if self.mode == "after snapshots" and self.armed and len(job.result.snapshots) >= self.snapshots_wanted:
-            self.armed = False
-            self._crash_at(steps + self.rng.randrange(1, 40))
-        if self.mode == "during recovery" and self.armed and job.recovery_steps:
-            self.armed = False
-            self._crash_at(steps + 1 + self.rng.randrange(len(job.recovery_steps)))
-        if steps in job.crashes:  # about to happen: note what the job was doing
-            if job.recovery_steps:
-                self.seen["crash during a recovery"] += 1
-            if job.coordinator is not None and job.coordinator.in_flight is not None:
-                self.seen["crash while a snapshot is being taken"] += 1
-            if job.writes:
-                self.seen["crash while local snapshots wait for their writer"] += 1
-            if job.result.snapshots:
-                self.seen["crash after a committed snapshot"] += 1
-            self.seen[f"crash of {'a replica' if job.crashes[steps] not in (PROGRESS, COORDINATOR) else job.crashes[steps]}"] += 1
 
 
 def trial(name: str, seed: int, store_dir: str, seen: collections.Counter | None = None,

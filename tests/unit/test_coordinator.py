@@ -132,11 +132,11 @@ def test_a_commit_comes_exactly_when_the_snapshot_in_flight_has_every_acknowledg
 
 def test_recovery_settings_are_checked():
     recovery = rt.Recovery("/tmp/snapshots")
-    assert (recovery.interval, recovery.retain, recovery.max_restarts) == (1.0, 3, 3)
+    assert (recovery.interval, recovery.retain, recovery.max_restarts, recovery.output_commit) == (1.0, 3, 3, "epoch")
     assert rt.Recovery("s3://bucket/x", interval="auto").interval == "auto"
     assert rt.Recovery("x", interval=None).interval is None
     for bad in [{"store": ""}, {"interval": 0}, {"interval": "often"}, {"retain": 0}, {"max_restarts": -1},
-                {"signing_key": "text"}, {"timeout": 0}, {"interval": True}]:
+                {"signing_key": "text"}, {"timeout": 0}, {"interval": True}, {"output_commit": "commit"}]:
         with pytest.raises(ArgumentError):
             rt.Recovery(**{"store": "x", **bad})
 
@@ -175,7 +175,7 @@ def test_the_coordinator_actor_commits_into_the_store_and_the_driver_learns_each
     plan = compile_plan(flow, 1)
     (key,) = [ReplicaKey(chain.name, 0) for chain in plan.chains]
     store = SnapshotStore(str(tmp_path))
-    actor = CoordinatorActor(plan, rt.Recovery(str(tmp_path), interval=None), {}, 0, 1, paused=True)
+    actor = CoordinatorActor(plan, rt.Recovery(str(tmp_path), interval=None), {}, 0, 1)
     for snapshot_id in (1, 2):
         with actor.lock:
             assert actor._trigger(0.0) == snapshot_id
@@ -183,6 +183,8 @@ def test_the_coordinator_actor_commits_into_the_store_and_the_driver_learns_each
         actor.acknowledge(Acknowledgement(key, snapshot_id, 0, (part,), ReplicaSummary([], {"numbers": 3}, {})))
     assert [m.snapshot_id for m in store.committed()] == [1, 2]
     assert {p.name for p in store.manifest(2).parts} == {part_name(key), JOB_PART}
-    assert actor.sync({"out": 4}, 0) == [(1, {key: {"numbers": 3}}), (2, {key: {"numbers": 3}})]
+    # Nothing is held at the cut: every epoch of "out" is complete in these snapshots.
+    assert actor.sync({"out": 4}, 0) == [(1, {key: {"numbers": 3}}, {"out": None}),
+                                         (2, {key: {"numbers": 3}}, {"out": None})]
     assert actor.sync({"out": 4}, 2) == [] and actor.commits == [], "what the driver has is forgotten"
     assert actor.stats()["committed"] == 2

@@ -1,0 +1,50 @@
+"""Fault injection for the in-process runtime's recovery trials: where and when to crash."""
+
+from __future__ import annotations
+
+import collections
+import random
+
+from raytide.actors.local import COORDINATOR, PROGRESS, LocalJob
+
+#: When a trial crashes something: at a random step, once snapshots are committed, during a
+#: recovery, or twice close together.
+MODES = ("anytime", "after snapshots", "during recovery", "twice in a row")
+
+
+class Chaos:
+    """Schedules the crashes of one trial, some of them only once the job reached a state."""
+
+    def __init__(self, job: LocalJob, rng: random.Random, mode: str, seen: collections.Counter, length: int) -> None:
+        """``length``: the steps the same job takes without a crash."""
+        self.job, self.rng, self.mode, self.seen = job, rng, mode, seen
+        self.targets = [*job.replicas, PROGRESS, COORDINATOR]
+        self.snapshots_wanted = rng.randint(1, 2)
+        self.armed = True
+        if mode in ("anytime", "twice in a row", "during recovery"):
+            first = rng.randrange(1, max(2, length))
+            self._crash_at(first)
+            if mode == "twice in a row":
+                self._crash_at(first + rng.randrange(1, 30))
+
+    def _crash_at(self, step: int) -> None:
+        self.job.crash(self.rng.choice(self.targets), at_step=step)
+
+    def after_step(self, job: LocalJob) -> None:
+        steps = job.result.steps
+        if self.mode == "after snapshots" and self.armed and len(job.result.snapshots) >= self.snapshots_wanted:
+            self.armed = False
+            self._crash_at(steps + self.rng.randrange(1, 40))
+        if self.mode == "during recovery" and self.armed and job.recovery_steps:
+            self.armed = False
+            self._crash_at(steps + 1 + self.rng.randrange(len(job.recovery_steps)))
+        if steps in job.crashes:  # about to happen: note what the job was doing
+            if job.recovery_steps:
+                self.seen["crash during a recovery"] += 1
+            if job.coordinator is not None and job.coordinator.in_flight is not None:
+                self.seen["crash while a snapshot is being taken"] += 1
+            if job.writes:
+                self.seen["crash while local snapshots wait for their writer"] += 1
+            if job.result.snapshots:
+                self.seen["crash after a committed snapshot"] += 1
+            self.seen[f"crash of {'a replica' if job.crashes[steps] not in (PROGRESS, COORDINATOR) else job.crashes[steps]}"] += 1
