@@ -14,7 +14,8 @@ land in the clock on this 2-core machine):
   on 300,000 nodes and 900,000 edges, from the edge array in the driver to the labels.
 
 Ratios (``with snapshots / without``) are the overhead; the target is at most 5% lower
-throughput at 1 s.
+throughput at 1 s. ``--param only=throughput`` runs just these two jobs, ``only=keyed``
+just the keyed one.
 
 Recovery (``recovery_*``): the keyed job with a snapshot every 0.2 s, its epochs fed at
 a steady pace (one every 50 ms); once two snapshots are committed, an input replica's
@@ -54,7 +55,10 @@ from bench.harness import SETTLE_S, ensure_ray
 from bench.workloads import components
 from raytide.snapshots.interval import DEFAULT_PRIOR_RATE, optimal_interval
 
-PARAMS = {"epochs": 120, "lines": 5_000, "vocabulary": 20_000, "nodes": 300_000, "edges": 900_000, "parallelism": 2}
+PARAMS = {"epochs": 120, "lines": 5_000, "vocabulary": 20_000, "nodes": 300_000, "edges": 900_000, "parallelism": 2,
+          "only": "all"}
+#: What ``--param only=...`` runs: everything, the throughput of both jobs, or of the keyed job alone.
+PARTS = {"all": {"keyed", "components", "rest"}, "throughput": {"keyed", "components"}, "keyed": {"keyed"}}
 RATIOS = [
     ("keyed: snapshot every 1 s / none", "keyed_every_1s_s", "keyed_none_s"),
     ("keyed: snapshot every 0.2 s / none", "keyed_every_0.2s_s", "keyed_none_s"),
@@ -157,7 +161,10 @@ def measure_recovery(data: list[list[str]], parallelism: int, store: str,
             "recovery_restore_s": record["seconds"], **steps}
 
 
-def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, parallelism: int) -> dict[str, float]:
+def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, parallelism: int,
+            only: str = "all") -> dict[str, float]:
+    """One run; ``only``: ``"all"``, ``"throughput"`` (keyed and components) or ``"keyed"`` (see :data:`PARTS`)."""
+    parts = PARTS[only]
     ensure_ray()
     from bench.baselines.data import random_graph_edges
 
@@ -166,7 +173,7 @@ def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, pa
     graph = random_graph_edges(nodes, edges, seed=0)
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
-        for label, interval in INTERVALS.items():
+        for label, interval in INTERVALS.items() if "keyed" in parts else ():
             elapsed, totals, stats = run_keyed(data, parallelism, recovery_for(interval, f"{root}/keyed-{label}"))
             assert {e: Counter(r) for e, r in totals.items()} == expected
             out[f"keyed_{label}_s"] = elapsed
@@ -178,10 +185,12 @@ def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, pa
                 out["snapshot_mb_per_s"] = snapshots["last_size_bytes"] / snapshots["last_duration_s"] / 1e6
                 out["snapshots_taken_at_0.2s"] = float(snapshots["committed"])
             time.sleep(SETTLE_S)
-        for label, interval in INTERVALS.items():
+        for label, interval in INTERVALS.items() if "components" in parts else ():
             out[f"components_{label}_s"] = run_components(graph, parallelism,
                                                           recovery_for(interval, f"{root}/cc-{label}"))
             time.sleep(SETTLE_S)
+        if "rest" not in parts:
+            return out
         _, _, stats = run_keyed(data, parallelism, recovery_for("auto", f"{root}/auto"))
         out["auto_interval_s"] = stats["snapshots"]["interval_s"]
         cost = stats["snapshots"]["last_duration_s"] or 0.0

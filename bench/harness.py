@@ -46,8 +46,10 @@ def summarize(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 
 
 def ratios(summary: dict[str, dict[str, float]], pairs: list[tuple[str, str, str]]) -> dict[str, float]:
-    """``numerator / denominator`` of the medians for every ``(label, numerator, denominator)``."""
-    return {label: summary[num]["median"] / summary[den]["median"] for label, num, den in pairs}
+    """``numerator / denominator`` of the medians for every ``(label, numerator, denominator)``
+    whose metrics were measured (a benchmark may run only some of its parts)."""
+    return {label: summary[num]["median"] / summary[den]["median"] for label, num, den in pairs
+            if num in summary and den in summary}
 
 
 def run(name: str, repeat: int | None, params: dict[str, Any] | None = None, out: Callable[[str], None] = print) -> dict:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ReplicaKey
-from raytide.actors.replica_state import ReplicaSummary, pointstamps
+from raytide.actors.replica_state import ReplicaSummary, pointstamps, unpickle_outputs
 from raytide.errors import RecoveryError, SnapshotError
 from raytide.progress.outputs import NEVER
 from raytide.progress.reachability import Location
@@ -151,7 +151,7 @@ def _from_manifest(plan: PhysicalPlan, store: SnapshotStore, manifest: Manifest)
                             f"job has {sorted(map(str, expected))}: it is of another program or parallelism")
     kept: dict[str, dict[int, list]] = {}
     for summary in summaries.values():
-        for name, epochs in summary.outputs.items():
+        for name, epochs in unpickle_outputs(summary.outputs).items():
             for epoch, records in epochs.items():
                 if records:
                     kept.setdefault(name, {}).setdefault(epoch, []).append(records)

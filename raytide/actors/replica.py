@@ -44,7 +44,7 @@ from raytide.actors.protocol import (
     ReplicaKey,
     Sequenced,
 )
-from raytide.actors.replica_state import LoggedBatch, ReplicaState, TakenState, complete, load, take
+from raytide.actors.replica_state import LoggedBatch, OutputPickles, ReplicaState, TakenState, complete, load, take
 from raytide.core.batches import batch_length, eager, to_records
 from raytide.core.routing import non_empty
 from raytide.core.vertex import Vertex
@@ -114,6 +114,7 @@ class ReplicaCore:
         self.positions: dict[str, int] = {}  # driver commands each hosted input consumed
         self.outputs: dict[str, dict[int, list]] = {}  # records per epoch not shipped yet
         self.kept: dict[str, dict[int, list]] = {}  # records per epoch the driver may not have yet
+        self.kept_pickles: OutputPickles = {}  # of the kept records at the last snapshot
         for name in self.chain.vertices:
             self._host(name)
         self.statuses: dict[Location, Status] = {}
@@ -247,8 +248,10 @@ class ReplicaCore:
             for epoch in [e for e in epochs if e <= done]:
                 del epochs[epoch]
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
-        return take(ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
-                                 self.outbox.tables(), self.source_positions()), alignment_s)
+        taken, self.kept_pickles = take(ReplicaState(user, self.notifications.pending, self.input_epochs,
+                                                     self.positions, self.kept, self.outbox.tables(),
+                                                     self.source_positions()), alignment_s, self.kept_pickles)
+        return taken
 
     def restore(self, data: bytes) -> None:
         """Become the replica whose local snapshot is ``data`` (a fresh core, before any event).

@@ -14,12 +14,20 @@ with the kept records and rewinds each input to its position. Held-back progress
 are not saved: they are part of what the rebuilt tracker already counts.
 
 The state is pickled with cloudpickle when the local snapshot is taken, which both
-copies it (processing goes on and mutates it) and lets user state hold functions.
+copies it (processing goes on and mutates it) and lets user state hold functions. The
+kept output records, most of a snapshot's bytes when the driver lags, are pickled once
+per output and epoch, outside the rest of the state: the same bytes go into the
+replica's part (restored into the replica) and its summary (read by recovery, sent to
+the coordinator as bytes, which Ray and the job part copy without looking into them).
+An epoch's records are only ever appended to, so an epoch whose list has not grown since
+the last snapshot reuses that snapshot's bytes (:func:`pickle_outputs`): a lagging
+driver costs each record one pickling, not one per snapshot.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +42,10 @@ from raytide.progress.tracker import Pointstamp
 
 #: A record batch as a replica received it: ``(channel, vertex, time, batch)``.
 LoggedBatch = tuple[ChannelId, str, Timestamp, Any]
+#: Per output, the pickled records of each epoch (a list of records when unpickled).
+PickledOutputs = dict[str, dict[int, bytes]]
+#: Per ``(output, epoch)``: the kept list that was pickled, its length then, and its bytes.
+OutputPickles = dict[tuple[str, int], tuple[list, int, bytes]]
 
 
 @dataclass(frozen=True)
@@ -56,23 +68,25 @@ class ReplicaSummary:
     Attributes:
         capabilities: the pointstamps the replica holds at the cut, logged records included.
         positions: per input it hosts, how many driver commands it had consumed.
-        outputs: per output it hosts, the records of each epoch not handed to the driver yet.
+        outputs: per output it hosts, the records of each epoch not handed to the driver
+            yet, pickled (:func:`unpickle_outputs` reads them).
     """
 
     capabilities: list[tuple[Pointstamp, int]]
     positions: dict[str, int]
-    outputs: dict[str, dict[int, list]]
+    outputs: PickledOutputs
     alignment_s: float = 0.0  # from the snapshot's first barrier here to the local snapshot
 
 
 @dataclass(frozen=True)
 class TakenState:
-    """A local snapshot taken at alignment, waiting for its back edges' barriers."""
+    """A local snapshot taken at alignment, waiting for its back edges' barriers: the
+    state without its kept records, which are in ``outputs``."""
 
     state: bytes
     capabilities: list[tuple[Pointstamp, int]]
     positions: dict[str, int]
-    outputs: dict[str, dict[int, list]]
+    outputs: PickledOutputs
     alignment_s: float
 
 
@@ -86,15 +100,47 @@ class LocalSnapshot:
     summary: ReplicaSummary
 
 
-def take(state: ReplicaState, alignment_s: float) -> TakenState:
+def take(state: ReplicaState, alignment_s: float, pickles: OutputPickles | None = None) -> tuple[TakenState, OutputPickles]:
     """Copy ``state`` (by pickling it) with the pointstamps it holds; ``alignment_s``: how long
-    the replica aligned its inputs for this snapshot."""
+    the replica aligned its inputs for this snapshot; ``pickles``: what the last snapshot
+    returned (its pickled kept records). Returns the snapshot and the pickles for the next."""
     capabilities: list[tuple[Pointstamp, int]] = [
         ((Location.of_vertex(vertex), time), 1) for vertex, times in state.notifications.items() for time in times]
     capabilities += [((Location.of_vertex(name), Timestamp(epoch)), 1)
                      for name, epoch in state.input_epochs.items() if epoch is not None]
-    outputs = {name: {epoch: list(records) for epoch, records in epochs.items()} for name, epochs in state.kept.items()}
-    return TakenState(cloudpickle.dumps(state), capabilities, dict(state.positions), outputs, alignment_s)
+    outputs, pickles = pickle_outputs(state.kept, pickles or {})
+    data = cloudpickle.dumps(dataclasses.replace(state, kept={}))
+    return TakenState(data, capabilities, dict(state.positions), outputs, alignment_s), pickles
+
+
+def pickle_outputs(kept: Mapping[str, Mapping[int, list]], pickles: OutputPickles) -> tuple[PickledOutputs, OutputPickles]:
+    """Per output and epoch the ``kept`` records, pickled; those of an epoch whose list is
+    the one in ``pickles`` with the same length are not pickled again (kept lists only
+    grow). Also returns the pickles of exactly these lists, for the next call.
+
+    >>> kept = {"out": {0: ["a", "b"], 1: ["c"]}}
+    >>> outputs, pickles = pickle_outputs(kept, {})
+    >>> kept["out"][1].append("d")
+    >>> again, _ = pickle_outputs(kept, pickles)
+    >>> again["out"][0] is outputs["out"][0], unpickle_outputs(again)
+    (True, {'out': {0: ['a', 'b'], 1: ['c', 'd']}})
+    """
+    fresh: OutputPickles = {}
+    outputs: PickledOutputs = {}
+    for name, epochs in kept.items():
+        outputs[name] = {}
+        for epoch, records in epochs.items():
+            cached = pickles.get((name, epoch))
+            if cached is None or cached[0] is not records or cached[1] != len(records):
+                cached = (records, len(records), cloudpickle.dumps(records))
+            fresh[name, epoch] = cached
+            outputs[name][epoch] = cached[2]
+    return outputs, fresh
+
+
+def unpickle_outputs(outputs: PickledOutputs) -> dict[str, dict[int, list]]:
+    """The kept records per output and epoch from what :func:`pickle_outputs` made of them."""
+    return {name: {epoch: cloudpickle.loads(data) for epoch, data in epochs.items()} for name, epochs in outputs.items()}
 
 
 def complete(snapshot_id: int, key: ReplicaKey, taken: TakenState, logged: Mapping[Any, tuple]) -> LocalSnapshot:
@@ -103,15 +149,16 @@ def complete(snapshot_id: int, key: ReplicaKey, taken: TakenState, logged: Mappi
     batches: list[LoggedBatch] = [batch for records in logged.values() for batch in records]
     capabilities = taken.capabilities + [((Location.of_input(vertex, channel.port), time), 1)
                                          for channel, vertex, time, _ in batches]
-    data = cloudpickle.dumps((taken.state, batches))
+    data = cloudpickle.dumps((taken.state, taken.outputs, batches))
     return LocalSnapshot(snapshot_id, key, data,
                          ReplicaSummary(capabilities, taken.positions, taken.outputs, taken.alignment_s))
 
 
 def load(data: bytes) -> tuple[ReplicaState, list[LoggedBatch]]:
-    """A replica's state and logged batches from the bytes of its :class:`LocalSnapshot`."""
-    state, batches = cloudpickle.loads(data)
-    return cloudpickle.loads(state), batches
+    """A replica's state (its kept records included) and logged batches from the bytes of its
+    :class:`LocalSnapshot`."""
+    state, outputs, batches = cloudpickle.loads(data)
+    return dataclasses.replace(cloudpickle.loads(state), kept=unpickle_outputs(outputs)), batches
 
 
 def pointstamps(summaries: list[ReplicaSummary]) -> list[tuple[Pointstamp, int]]:
