@@ -3,7 +3,8 @@
 The ``Dataflow`` builder composes them: ``map``, ``flat_map``, ``filter`` and ``inspect``
 are a :class:`BatchFunction`; per-epoch aggregations are a :class:`KeyedReduce` that
 combines before the exchange, then another that merges after it; ``stateful_map`` and
-``join`` keep keyed state.
+``join`` keep keyed state. Every stateful one splits its state by key (``take_keys``) and
+takes in another replica's (``put_keys``), for a change of parallelism.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from raytide.core.batches import batch_length, to_records
 from raytide.core.split_text import SplitText, WordTally
 from raytide.core.vertex import Vertex
+from raytide.errors import RescaleError
 from raytide.progress.timestamps import Timestamp
 
 BatchFn = Callable[[Any], Any]
@@ -46,6 +48,23 @@ def _per_time(vertex: Vertex, state: dict[Timestamp, Any], time: Timestamp, new:
         value = state[time] = new()
         vertex.notify_at(time)
     return value
+
+
+def _take_from(held: dict, moving: Callable[[Hashable], bool], taken: dict) -> dict:
+    """Move the entries of ``held`` whose key ``moving`` selects into ``taken``; returns ``taken``."""
+    for key in [key for key in held if moving(key)]:
+        taken[key] = held.pop(key)
+    return taken
+
+
+def _refuse_shared_keys(vertex: Vertex, held: Iterable[Hashable], incoming: Iterable[Hashable], where: str) -> None:
+    """A key's state lives on one replica (its input is exchanged by that key), so state of
+    a key this replica holds too means the replicas disagreed on who owns it."""
+    mine = set(held)
+    for key in incoming:
+        if key in mine:
+            raise RescaleError(f"vertex {vertex._label()!r}: the state of key {key!r}{where} is held by two replicas, "
+                               "but a key's state lives on one replica")
 
 
 class Ingress(Vertex):
@@ -90,13 +109,15 @@ class _PerTimeAggregate(Vertex):
     epoch is done with the previous one; and when the input it is fused behind moves on
     or closes (:meth:`on_input_epoch`), so a reader's last epoch leaves without waiting for
     the other readers. The pending notification is what lets it send at those earlier
-    times. Subclasses fold a message into an accumulator in ``on_recv``.
+    times. Subclasses fold a message into an accumulator in ``on_recv``; when two replicas'
+    accumulators of one time meet (:meth:`put_keys`), a key held by both (a combiner's
+    partial results) folds with ``reducer``.
     """
 
     takes_lazy_batches = True  # subclasses read their batches through raytide.core.batches
 
-    def __init__(self, max_keys: int | None) -> None:
-        self.max_keys = max_keys
+    def __init__(self, max_keys: int | None, reducer: Callable[[Any, Any], Any]) -> None:
+        self.max_keys, self.reducer = max_keys, reducer
         self.state: dict[Timestamp, dict[Hashable, Any]] = {}
 
     def _accumulator(self, time: Timestamp, new: Callable[[], dict]) -> dict:
@@ -136,12 +157,36 @@ class _PerTimeAggregate(Vertex):
             self.send_by(0, list(acc.items()), time)
 
     def snapshot(self) -> Any:
-        for time in self.state:
-            self._gather(time)
+        self._gather_all()
         return self.state
 
     def restore(self, state: Any) -> None:
         self.state = state
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> dict[Timestamp, dict[Hashable, Any]]:
+        """The accumulators of the moving keys, per time; a time left without keys goes (its
+        pending notification then finds nothing, as after a combiner's early shipment)."""
+        self._gather_all()
+        taken = {}
+        for time, acc in list(self.state.items()):
+            part = _take_from(acc, moving, type(acc)())  # a dict, or a KeyedCount's Counter
+            if part:
+                taken[time] = part
+            if not acc:
+                del self.state[time]
+        return taken
+
+    def put_keys(self, state: dict[Timestamp, dict[Hashable, Any]]) -> None:
+        """Adopt another replica's accumulators; a key both hold at a time folds with ``reducer``."""
+        for time, partial in state.items():
+            acc = self.state.setdefault(time, partial)
+            if acc is not partial:
+                _fold(acc, partial.items(), self.reducer)
+
+    def _gather_all(self) -> None:
+        """Bring everything held for every time into its accumulator (before it is read whole)."""
+        for time in self.state:
+            self._gather(time)
 
 
 class KeyedReduce(_PerTimeAggregate):
@@ -158,8 +203,8 @@ class KeyedReduce(_PerTimeAggregate):
         reducer: Callable[[Any, Any], Any],
         max_keys: int | None = None,
     ) -> None:
-        super().__init__(max_keys)
-        self.key_of, self.value_of, self.reducer = key_of, value_of, reducer
+        super().__init__(max_keys, reducer)
+        self.key_of, self.value_of = key_of, value_of
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         acc = self._accumulator(time, dict)
@@ -179,7 +224,7 @@ class KeyedCount(_PerTimeAggregate):
     """
 
     def __init__(self, key_of: Callable[[Any], Hashable], max_keys: int | None = None) -> None:
-        super().__init__(max_keys)
+        super().__init__(max_keys, operator.add)  # two replicas' counts of a key add up
         self.key_of = key_of
         self.counts_records = is_identity(key_of)
         self.tallies: dict[Timestamp, WordTally] = {}
@@ -228,8 +273,7 @@ class KeyedMerge(_PerTimeAggregate):
     """
 
     def __init__(self, reducer: Callable[[Any, Any], Any]) -> None:
-        super().__init__(None)
-        self.reducer = reducer
+        super().__init__(None, reducer)
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         records = to_records(message)
@@ -344,6 +388,29 @@ class StatefulMap(Vertex):
     def restore(self, state: Any) -> None:
         self.state, self.waiting = state["state"], state["waiting"]
 
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
+        """The state of the moving keys and, per time, their records waiting for it (in
+        arrival order); a time left without records goes."""
+        waiting = {}
+        for time, records in list(self.waiting.items()):
+            going = [moving(self.key(record)) for record in records]
+            if any(going):
+                waiting[time] = [record for record, goes in zip(records, going) if goes]
+                staying = [record for record, goes in zip(records, going) if not goes]
+                if staying:
+                    self.waiting[time] = staying
+                else:
+                    del self.waiting[time]
+        return {"state": _take_from(self.state, moving, {}), "waiting": waiting}
+
+    def put_keys(self, state: Any) -> None:
+        """Adopt another replica's keys; a key's state lives on one replica, so a key this one
+        holds too is refused. Waiting records join those of their time."""
+        _refuse_shared_keys(self, self.state, state["state"], "")
+        self.state.update(state["state"])
+        for time, records in state["waiting"].items():
+            self.waiting.setdefault(time, []).extend(records)
+
 
 class EpochJoin(Vertex):
     """Per-timestamp inner join of two keyed inputs: emits ``(key, left, right)``.
@@ -377,3 +444,25 @@ class EpochJoin(Vertex):
 
     def restore(self, state: Any) -> None:
         self.sides = state
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> dict[Timestamp, tuple[dict, dict]]:
+        """Both sides' records of the moving keys, per time; a time left without records goes."""
+        taken = {}
+        for time, (left, right) in list(self.sides.items()):
+            part = (_take_from(left, moving, defaultdict(list)), _take_from(right, moving, defaultdict(list)))
+            if any(part):
+                taken[time] = part
+            if not (left or right):
+                del self.sides[time]
+        return taken
+
+    def put_keys(self, state: dict[Timestamp, tuple[dict, dict]]) -> None:
+        """Adopt another replica's records. A key at a time is refused if this replica holds
+        it too: the records of the two were never matched against each other."""
+        for time, part in state.items():
+            held = self.sides.setdefault(time, part)
+            if held is part:
+                continue
+            _refuse_shared_keys(self, itertools.chain(*held), itertools.chain(*part), f" at {time}")
+            for mine, theirs in zip(held, part):
+                mine.update(theirs)

@@ -20,7 +20,9 @@ know that a timestamp is complete, :meth:`Vertex.on_notify`::
 columnar batch for vectorised operators) and ``time`` a :class:`~raytide.Timestamp`.
 A vertex may send only at times not earlier than the time it was called with; breaking
 that rule raises :class:`~raytide.errors.ProgressError` naming the vertex. ``snapshot``
-returns the state to save and ``restore`` puts it back (default: no state).
+returns the state to save and ``restore`` puts it back (default: no state); a vertex whose
+state is keyed also splits it by key with ``take_keys`` and ``put_keys``, so that it can
+change parallelism.
 :meth:`Vertex.on_input_epoch` is a hint for vertices fused behind an input.
 
 One object runs per replica, single-threaded: callbacks never run concurrently.
@@ -28,8 +30,10 @@ One object runs per replica, single-threaded: callbacks never run concurrently.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, Protocol
 
+from raytide.errors import RescaleError
 from raytide.progress.timestamps import Timestamp
 
 
@@ -126,3 +130,50 @@ class Vertex:
 
     def restore(self, state: Any) -> None:
         """Put back the state returned by :meth:`snapshot`."""
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
+        """Remove from this replica's state, and return, the state of every key for which
+        ``moving(key)`` is true.
+
+        Called when the vertex's parallelism changes (a snapshot restored at another
+        parallelism, a live rescale): the keys are those its exchange inputs route by, and
+        ``moving`` says which key groups go to another replica. The returned value is
+        handed to another replica's :meth:`put_keys` (possibly after pickling), so it must
+        hold everything this replica kept for those keys, at every time, and nothing else.
+        Pending notifications are the runtime's to move, not the vertex's.
+
+        Default: a vertex that does not override :meth:`snapshot` keeps no state and
+        returns None; one that does must override this too.
+
+        Raises:
+            RescaleError: The vertex overrides :meth:`snapshot` but not this method.
+        """
+        self._refuse_keyed_state()
+        return None
+
+    def put_keys(self, state: Any) -> None:
+        """Add state that :meth:`take_keys` of another replica of this vertex returned.
+
+        Several may arrive, in any order; a key may be held by both (a combiner's partial
+        results), in which case the two are merged as the operator merges partial results.
+        Like :meth:`restore`, it asks for no notifications (the runtime carries over the
+        pending ones) and takes ``state`` over: the caller does not use it afterwards.
+
+        Default: does nothing for a vertex that keeps no state (``state`` is None).
+
+        Raises:
+            RescaleError: The vertex overrides :meth:`snapshot` but not this method.
+        """
+        self._refuse_keyed_state()
+
+    def _refuse_keyed_state(self) -> None:
+        """The default split of state by key works only for a vertex without state; a vertex
+        that keeps some (it overrides ``snapshot``) must say how its state splits."""
+        if type(self).snapshot is not Vertex.snapshot:
+            raise RescaleError(
+                f"vertex {self._label()!r} keeps state (it overrides snapshot()) but does not implement "
+                "take_keys/put_keys, so its state cannot be split when its parallelism changes")
+
+    def _label(self) -> str:
+        """The vertex's name when it runs in a dataflow, else its class name (for messages)."""
+        return self.name if self._context is not None else type(self).__name__
