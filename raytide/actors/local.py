@@ -55,8 +55,9 @@ from raytide.actors.protocol import (
 from raytide.actors.recovery import RestartBudget, RestorePoint, commit_snapshot, part_name, restore_point
 from raytide.actors.replica import ReplicaCore
 from raytide.actors.replica_state import LocalSnapshot
+from raytide.actors.reshard import reshard_snapshot
 from raytide.core.dataflow import Dataflow
-from raytide.errors import RaytideError
+from raytide.errors import RaytideError, SnapshotError
 from raytide.progress.timestamps import Timestamp
 from raytide.snapshots.config import OutputCommit
 from raytide.snapshots.coordinator import Acknowledgement, Commit, CoordinatorCore
@@ -159,12 +160,15 @@ class LocalJob:
         markers: ``{input: [(epoch, marker)]}``: inject ``marker`` at every replica of the
             input before its first record of ``epoch`` (after the input moved to it).
         recovery: take snapshots and recover from crashes instead of failing.
+        restore: with ``recovery``, start from this committed snapshot of its store (an id,
+            or ``"latest"``), of an earlier run at this or another parallelism, as
+            ``rt.run(..., restore=)`` does.
     """
 
     def __init__(self, flow: Dataflow | PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[Any]]],
                  parallelism: int | None = None, seed: int = 0, chaining: bool = True,
                  markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None,
-                 recovery: LocalRecovery | None = None) -> None:
+                 recovery: LocalRecovery | None = None, restore: int | str | None = None) -> None:
         self.plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
         self.rng = random.Random(seed)
         self.recovery = recovery
@@ -202,6 +206,8 @@ class LocalJob:
         self.triggered: dict[int, dict[str, int]] = {}  # what the driver had at each snapshot's trigger
         if recovery is not None:
             self.budget = RestartBudget(recovery.max_restarts)
+            if restore is not None:
+                self._start_from(restore)
             self.coordinator = self._new_coordinator()
 
     def _keys(self) -> Iterable[ReplicaKey]:
@@ -440,12 +446,34 @@ class LocalJob:
         self.gate.rollback()
         if self.coordinator is not None:
             self.coordinator.reset(self.incarnation, self.result.steps)
-        point = restore_point(self.plan, self.recovery.store)
+        self._schedule_restore(restore_point(self.plan, self.recovery.store))
+
+    def _schedule_restore(self, point: RestorePoint) -> None:
+        """Restore every replica from ``point`` (in random order), then the progress core,
+        then resume every replica: the steps of a recovery, run one per step."""
         keys = list(self._keys())
         restores = [functools.partial(self._restore, key, point) for key in self.rng.sample(keys, len(keys))]
         resumes = [functools.partial(self._resume, key, point) for key in self.rng.sample(keys, len(keys))]
         self.recovery_steps = collections.deque(
             [*restores, functools.partial(self._rebuild_progress, point), *resumes, self._end_recovery])
+
+    def _start_from(self, restore: int | str) -> None:
+        """Begin at committed snapshot ``restore`` of an earlier run (laid out for this job's
+        parallelism first, if it was taken at another): incarnation 1, what that run handed
+        out is not handed out again, the inputs continue where the snapshot left them."""
+        assert self.recovery is not None
+        store = self.recovery.store
+        snapshot_id = reshard_snapshot(self.plan, store, None if restore == "latest" else int(restore),
+                                       self.recovery.retain)
+        if snapshot_id is None:
+            raise SnapshotError(f"restore={restore!r}: the store {store} has no committed snapshot")
+        point = restore_point(self.plan, store, snapshot_id)
+        self.incarnation = 1
+        self.progress = None  # nothing runs before the restore: no progress core, every replica waits
+        self.waiting = set(self._keys())
+        self.delivered.update(point.delivered)
+        self.gate.release(point.complete)
+        self._schedule_restore(point)
 
     def _recovery_step(self) -> None:
         self.recovery_steps.popleft()()

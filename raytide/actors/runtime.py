@@ -31,6 +31,7 @@ from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.pool import HostLease, host_pool
 from raytide.actors.protocol import Marker, ReplicaKey
 from raytide.actors.recovery import RestorePoint, restore_point
+from raytide.actors.reshard import reshard_snapshot
 from raytide.core.arguments import non_negative, positive_int
 from raytide.core.dataflow import Dataflow, Probe
 from raytide.errors import (
@@ -46,6 +47,7 @@ from raytide.errors import (
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.snapshots.config import Recovery
+from raytide.snapshots.store import SnapshotStore
 from raytide.sources.base import BlockRefs, Placement, Reader
 from raytide.sources.iterable import as_source
 
@@ -102,10 +104,12 @@ def run(
             replicas resume from their readers' positions, and the driver keeps what it
             sent an input itself until a committed snapshot covers it.
         restore: with ``recovery``, start from a committed snapshot of its store, ``"latest"``
-            or an id (from ``job.stop()``, say), of an earlier run of the same program at the
-            same parallelism: its state comes back, the epochs that run handed out are not
-            handed out again, and inputs fed the same way from their start continue where
-            the snapshot left them.
+            or an id (from ``job.stop()``, say), of an earlier run of the same program: its
+            state comes back, the epochs that run handed out are not handed out again, and
+            inputs fed the same way from their start continue where the snapshot left them.
+            Vertices other than inputs may have another parallelism than in that run: the
+            snapshot is first written again for this job's, keyed state moving to the new
+            owners of its key groups (:mod:`raytide.actors.reshard`).
 
     Raises:
         GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
@@ -131,11 +135,19 @@ def run(
     sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
+    restore_id = None
+    if restore is not None:  # laid out for this job's parallelism first, if need be (a new snapshot)
+        assert recovery is not None
+        store = SnapshotStore(recovery.store, recovery.signing_key)
+        restore_id = reshard_snapshot(plan, store, None if restore == "latest" else restore,  # type: ignore[arg-type]
+                                      recovery.retain)
+        if restore_id is None:
+            raise SnapshotError(f"restore={restore!r}: the store {recovery.store!r} has no committed snapshot")
     job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}", max_inflight, batch_size, num_cpus, pretouch_mb,
               recovery, restoring=restore is not None)
     try:
-        if restore is not None:
-            job.restore_from(None if restore == "latest" else restore)  # type: ignore[arg-type]
+        if restore_id is not None:
+            job.restore_from(restore_id)
         for input_name, source in sources.items():
             job.feed(input_name, source)
     except BaseException:  # a source that cannot start (a missing file): leave no actors behind
@@ -257,13 +269,10 @@ class Job:
         return {name: max(self._delivered_before.get(name, -1), -1 if epoch is None else epoch)
                 for name, epoch in self.outputs.latest().items()}
 
-    def restore_from(self, snapshot_id: int | None) -> None:
-        """Start from committed snapshot ``snapshot_id`` (None: the latest) of an earlier run."""
+    def restore_from(self, snapshot_id: int) -> None:
+        """Start from committed snapshot ``snapshot_id`` of an earlier run (laid out for this job)."""
         recovery = self._require_recovery("restore=")
         point = restore_point(self.plan, recovery.store, snapshot_id)
-        if point.snapshot_id is None:
-            raise SnapshotError(f"restore={'latest' if snapshot_id is None else snapshot_id}: the store "
-                                f"{recovery.recovery.store!r} has no committed snapshot")
         self._delivered_before = point.delivered
         self.outputs.release(point.complete)  # what it holds complete is final: it is never computed again
         recovery.start_from(self, point)

@@ -15,7 +15,7 @@ import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from types import FunctionType
-from typing import Any
+from typing import Any, TypeVar
 
 from raytide.core.batches import batch_length, to_records
 from raytide.core.split_text import SplitText, WordTally
@@ -24,6 +24,7 @@ from raytide.errors import RescaleError
 from raytide.progress.timestamps import Timestamp
 
 BatchFn = Callable[[Any], Any]
+_T = TypeVar("_T")
 
 
 class BatchFunction(Vertex):
@@ -48,6 +49,17 @@ def _per_time(vertex: Vertex, state: dict[Timestamp, Any], time: Timestamp, new:
         value = state[time] = new()
         vertex.notify_at(time)
     return value
+
+
+def _given(value: _T) -> Callable[[], _T]:
+    """A factory that makes nothing new: ``value`` becomes a time's state as it is."""
+    return lambda: value
+
+
+def _drop_time(vertex: Vertex, state: dict[Timestamp, Any], time: Timestamp) -> None:
+    """Forget ``time``, whose state all moved to other replicas, with its notification."""
+    del state[time]
+    vertex.cancel_notify(time)
 
 
 def _take_from(held: dict, moving: Callable[[Hashable], bool], taken: dict) -> dict:
@@ -164,8 +176,8 @@ class _PerTimeAggregate(Vertex):
         self.state = state
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> dict[Timestamp, dict[Hashable, Any]]:
-        """The accumulators of the moving keys, per time; a time left without keys goes (its
-        pending notification then finds nothing, as after a combiner's early shipment)."""
+        """The accumulators of the moving keys, per time; a time left without keys goes, with
+        its notification."""
         self._gather_all()
         taken = {}
         for time, acc in list(self.state.items()):
@@ -173,13 +185,14 @@ class _PerTimeAggregate(Vertex):
             if part:
                 taken[time] = part
             if not acc:
-                del self.state[time]
+                _drop_time(self, self.state, time)
         return taken
 
     def put_keys(self, state: dict[Timestamp, dict[Hashable, Any]]) -> None:
-        """Adopt another replica's accumulators; a key both hold at a time folds with ``reducer``."""
+        """Adopt another replica's accumulators (a new time with its notification); a key
+        both hold at a time folds with ``reducer``."""
         for time, partial in state.items():
-            acc = self.state.setdefault(time, partial)
+            acc = _per_time(self, self.state, time, _given(partial))
             if acc is not partial:
                 _fold(acc, partial.items(), self.reducer)
 
@@ -390,7 +403,7 @@ class StatefulMap(Vertex):
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
         """The state of the moving keys and, per time, their records waiting for it (in
-        arrival order); a time left without records goes."""
+        arrival order); a time left without records goes, with its notification."""
         waiting = {}
         for time, records in list(self.waiting.items()):
             going = [moving(self.key(record)) for record in records]
@@ -400,16 +413,17 @@ class StatefulMap(Vertex):
                 if staying:
                     self.waiting[time] = staying
                 else:
-                    del self.waiting[time]
+                    _drop_time(self, self.waiting, time)
         return {"state": _take_from(self.state, moving, {}), "waiting": waiting}
 
     def put_keys(self, state: Any) -> None:
         """Adopt another replica's keys; a key's state lives on one replica, so a key this one
-        holds too is refused. Waiting records join those of their time."""
+        holds too is refused. Waiting records join those of their time (a new time with its
+        notification)."""
         _refuse_shared_keys(self, self.state, state["state"], "")
         self.state.update(state["state"])
         for time, records in state["waiting"].items():
-            self.waiting.setdefault(time, []).extend(records)
+            _per_time(self, self.waiting, time, list).extend(records)
 
 
 class EpochJoin(Vertex):
@@ -446,21 +460,23 @@ class EpochJoin(Vertex):
         self.sides = state
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> dict[Timestamp, tuple[dict, dict]]:
-        """Both sides' records of the moving keys, per time; a time left without records goes."""
+        """Both sides' records of the moving keys, per time; a time left without records goes,
+        with its notification."""
         taken = {}
         for time, (left, right) in list(self.sides.items()):
             part = (_take_from(left, moving, defaultdict(list)), _take_from(right, moving, defaultdict(list)))
             if any(part):
                 taken[time] = part
             if not (left or right):
-                del self.sides[time]
+                _drop_time(self, self.sides, time)
         return taken
 
     def put_keys(self, state: dict[Timestamp, tuple[dict, dict]]) -> None:
-        """Adopt another replica's records. A key at a time is refused if this replica holds
-        it too: the records of the two were never matched against each other."""
+        """Adopt another replica's records (a new time with its notification). A key at a
+        time is refused if this replica holds it too: the records of the two were never
+        matched against each other."""
         for time, part in state.items():
-            held = self.sides.setdefault(time, part)
+            held = _per_time(self, self.sides, time, _given(part))
             if held is part:
                 continue
             _refuse_shared_keys(self, itertools.chain(*held), itertools.chain(*part), f" at {time}")

@@ -140,7 +140,8 @@ class Vertex:
         ``moving`` says which key groups go to another replica. The returned value is
         handed to another replica's :meth:`put_keys` (possibly after pickling), so it must
         hold everything this replica kept for those keys, at every time, and nothing else.
-        Pending notifications are the runtime's to move, not the vertex's.
+        A time for which the replica no longer holds anything should lose its notification
+        (:meth:`cancel_notify`), as the built-in operators do.
 
         Default: a vertex that does not override :meth:`snapshot` keeps no state and
         returns None; one that does must override this too.
@@ -156,8 +157,9 @@ class Vertex:
 
         Several may arrive, in any order; a key may be held by both (a combiner's partial
         results), in which case the two are merged as the operator merges partial results.
-        Like :meth:`restore`, it asks for no notifications (the runtime carries over the
-        pending ones) and takes ``state`` over: the caller does not use it afterwards.
+        It asks for the notifications the added state needs (:meth:`notify_at` at each
+        time it holds state for, as :meth:`on_recv` would have) and takes ``state`` over:
+        the caller does not use it afterwards. It must not send.
 
         Default: does nothing for a vertex that keeps no state (``state`` is None).
 

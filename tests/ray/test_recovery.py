@@ -23,7 +23,7 @@ from raytide.actors.protocol import ReplicaKey
 from raytide.integrations.parquet import write_parquet
 from raytide.snapshots.store import SnapshotStore
 from tests.ray.jobs import as_multisets
-from tests.sim.scenarios import SCENARIOS, Scenario
+from tests.sim.scenarios import SCENARIOS, Scenario, with_input_width
 from tests.sim.test_output_commit_sim import chain_breaks, chained_flow
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
@@ -235,8 +235,14 @@ def test_a_source_read_in_the_replicas_resumes_where_the_snapshot_left_it(ray_se
     assert recoveries["count"] == 1
 
 
-def test_stop_with_a_savepoint_then_a_fresh_job_restored_from_it_finishes_the_output(ray_session, tmp_path):
+@pytest.mark.parametrize("restored_at", [2, 3])
+def test_stop_with_a_savepoint_then_a_fresh_job_restored_from_it_finishes_the_output(ray_session, tmp_path,
+                                                                                      restored_at):
+    """Restored at parallelism 3, the savepoint is first written again with the keyed
+    state (the running totals of a ``stateful_map``, per-epoch sums) at the new owners of
+    its key groups; the inputs keep their 2 replicas."""
     keyed = scenario("keyed", seed=7)
+    flow = with_input_width(keyed.flow, 2)
     recovery = rt.Recovery(str(tmp_path / "store"), interval=0.1)
     outputs = sorted(keyed.expected)
 
@@ -247,15 +253,16 @@ def test_stop_with_a_savepoint_then_a_fresh_job_restored_from_it_finishes_the_ou
                 yield records
         return {name: paced(epochs) for name, epochs in keyed.inputs.items()}
 
-    with rt.run(keyed.flow, inputs=fed(), parallelism=2, recovery=recovery) as job:
+    with rt.run(flow, inputs=fed(), parallelism=2, recovery=recovery) as job:
         while max(job.collect(outputs[0]), default=-1) < EPOCHS // 3:
             time.sleep(0.02)
         savepoint = job.stop(timeout=60)
         before = {name: job.collect(name) for name in outputs}
     assert 0 < len(before[outputs[0]]) < len(keyed.expected[outputs[0]]), "stopped part way"
-    with rt.run(keyed.flow, inputs=fed(), parallelism=2, recovery=recovery, restore=savepoint) as job:
+    with rt.run(flow, inputs=fed(), parallelism=restored_at, recovery=recovery, restore=savepoint) as job:
         job.wait(timeout=120)
         after = {name: job.collect(name) for name in outputs}
+        assert job.plan.width("seen") == restored_at
     for name in outputs:
         assert not set(before[name]) & set(after[name]), f"{name}: an epoch handed out by both runs"
     check(keyed, {name: {**before[name], **after[name]} for name in outputs})

@@ -9,6 +9,7 @@ epochs to draw (3 by default: the simulations run thousands of short jobs).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -34,6 +35,15 @@ def as_counters(outputs: dict[str, dict[int, list]]) -> Reference:
     """A run's outputs in the references' form."""
     return {name: {epoch: Counter(records) for epoch, records in epochs.items() if records}
             for name, epochs in outputs.items()}
+
+
+def with_input_width(flow: rt.Dataflow, width: int) -> rt.Dataflow:
+    """``flow`` with its inputs at ``width`` replicas whatever the job's parallelism (as
+    ``flow.input(name, parallelism=width)`` would have built it)."""
+    for name, vertex in list(flow.vertices.items()):
+        if vertex.role == "input":
+            flow.vertices[name] = dataclasses.replace(vertex, parallelism=width)
+    return flow
 
 
 def _epochs(rng: random.Random, draw: Callable[[], Any], epochs: int = 3, most: int = 6) -> list[list[Any]]:
@@ -119,6 +129,21 @@ class IterationCounter(rt.Vertex):
 
     def restore(self, state: Counter) -> None:
         self.counts = state
+
+    def take_keys(self, moving: Callable[[Any], bool]) -> Counter:
+        """Every record here has the key 0 (the ``gather`` exchange before it): all or nothing moves."""
+        if not moving(0):
+            return Counter()
+        taken, self.counts = self.counts, Counter()
+        for time in taken:
+            self.cancel_notify(time)
+        return taken
+
+    def put_keys(self, counts: Counter) -> None:
+        for time, count in counts.items():
+            if time not in self.counts:
+                self.notify_at(time)
+            self.counts[time] += count
 
 
 def loop(rng: random.Random, epochs: int = 3) -> Scenario:

@@ -23,6 +23,9 @@ class RecordingContext:
     def notify_at(self, time: Timestamp) -> None:
         self.notifications.append(time)
 
+    def cancel_notify(self, time: Timestamp) -> None:
+        self.notifications = [t for t in self.notifications if t != time]
+
     def pairs_by_epoch(self) -> dict[int, list]:
         """Everything sent, concatenated per epoch."""
         out: dict[int, list] = {}

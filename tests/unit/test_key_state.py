@@ -95,8 +95,12 @@ class Cluster:
         self.left[time] -= 1
         while self.left and not self.left[first := min(self.left, key=tuple)]:
             del self.left[first]
-            for vertex in self.replicas:
-                vertex.on_notify(first)
+            for vertex in self.replicas:  # those that asked (moved state asks at its new owner)
+                context = vertex.context
+                assert isinstance(context, RecordingContext)
+                if first in context.notifications:
+                    context.cancel_notify(first)
+                    vertex.on_notify(first)
 
     def rescale(self, parallelism: int, rng: Random) -> None:
         """Move state to the owners of ``assignment.rescale(parallelism)``; the retiring replicas
@@ -132,7 +136,7 @@ class Cluster:
 
 def holds_nothing(factory: Callable[[], Vertex], taken: Any) -> bool:
     """Whether state ``take_keys`` returned holds nothing: put into a fresh vertex, it leaves it empty."""
-    fresh = factory()
+    fresh, _ = bound(factory())
     fresh.put_keys(taken)
     return bool(fresh.snapshot() == factory().snapshot())
 
