@@ -26,6 +26,8 @@ import threading
 import time
 from typing import Any
 
+import ray
+
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import Marker, ReplicaKey
 from raytide.actors.recovery import Committed, commit_snapshot
@@ -72,6 +74,12 @@ class CoordinatorActor:
     def ping(self) -> int:
         """Liveness check for the driver: this process's id."""
         return os.getpid()
+
+    @ray.method(concurrency_group="watch")
+    def watch(self) -> None:
+        """Never returns: the driver's pending call costs nothing and fails the moment this
+        process dies (in a concurrency group of its own, so it holds no thread of the others)."""
+        threading.Event().wait()
 
     def _clock(self) -> None:
         while True:

@@ -5,14 +5,13 @@ liveness of the actors it watches.
   (``next_events``), keeps each completed output epoch's record parts, fetches and
   unpacks records when asked (large parts stay in the object store until then), and
   forgets an epoch once it is consumed (``job.results``).
-* :class:`Liveness` pings every actor at most once a second without waiting for the
-  answers, and reports the first one that died.
+* :class:`Liveness` keeps one pending ``watch`` call per actor, which fails when the actor
+  dies, and reports the first one that did.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -25,8 +24,6 @@ from raytide.snapshots.config import OutputCommit
 
 #: Extra time a long poll's Ray call may take beyond the poll's own timeout.
 POLL_SLACK = 30.0
-#: Seconds between two rounds of liveness pings.
-PING_INTERVAL = 1.0
 
 
 class OutputCollector:
@@ -149,27 +146,28 @@ def fetch_records(parts: list) -> list:
 
 
 class Liveness:
-    """Pings actors in the background and reports the first one found dead."""
+    """Notices the death of the actors it watches, at no cost while they live.
 
-    def __init__(self, actors: Mapping[Hashable, Any], interval: float = PING_INTERVAL) -> None:
-        self.actors, self.interval = actors, interval
-        self.pings: dict[Hashable, Any] = {}
-        self.last = 0.0
+    Each actor is sent one ``watch()`` call that does not return while the job runs (a
+    host's returns when its lease ends); Ray fails a pending call the moment the actor's
+    process dies, so :meth:`check` only looks, without waiting, at which calls are done.
+    """
+
+    def __init__(self, actors: Mapping[Hashable, Any]) -> None:
+        """``actors``: per key, a handle whose ``watch.remote()`` starts the watch (a host's
+        :class:`~raytide.actors.hosts.Leased` handle passes its lease)."""
+        self.actors = dict(actors)
+        self.watches = {key: actor.watch.remote() for key, actor in self.actors.items()}
 
     def check(self) -> tuple[Hashable, BaseException] | None:
-        """At most once per ``interval`` seconds: the key of an actor that died, and the error."""
-        now = time.monotonic()
-        if now - self.last < self.interval:
+        """The key of an actor that died, and the error; None if all live."""
+        refs = list(self.watches.values())
+        if not refs:
             return None
-        self.last = now
-        for key, actor in self.actors.items():
-            ref = self.pings.get(key)
-            if ref is None:
-                self.pings[key] = actor.ping.remote()
-                continue
-            ready, _ = ray.wait([ref], timeout=0)
-            if ready:
-                del self.pings[key]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for key, ref in list(self.watches.items()):
+            if ref in done:
+                del self.watches[key]  # ended: the actor died (or its lease is over: nothing to watch)
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayActorError as error:

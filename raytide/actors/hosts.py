@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -69,6 +70,8 @@ class Host:
         self.label = label
         self.role: Any = None
         self.lease = -1
+        self.ended = -1  # the last lease given back
+        self.leases = threading.Condition()  # notified when a lease is taken or given back (for watch)
         self.early: dict[int, list[tuple[str, tuple]]] = {}  # calls of leases not taken yet
         announce(f"raytide idle host ({label})")
 
@@ -79,8 +82,18 @@ class Host:
         """Liveness check for the driver and the pool: this host's process id (any lease may ask)."""
         return os.getpid()
 
+    @ray.method(concurrency_group="watch")
+    def watch(self, lease: int) -> None:
+        """Returns once ``lease`` is over (given back, or a later one taken): while it lasts,
+        the driver's pending call costs nothing, and fails the moment this process dies
+        (the driver's liveness check, :class:`~raytide.actors.driver_side.Liveness`)."""
+        with self.leases:
+            self.leases.wait_for(lambda: self.ended >= lease or self.lease > lease)
+
     def _take(self, lease: int, role: Any, name: str) -> int:
-        self.role, self.lease = role, lease
+        with self.leases:
+            self.role, self.lease = role, lease
+            self.leases.notify_all()
         announce(f"raytide {name}")
         for method, args in self.early.pop(lease, []):
             getattr(role, method)(*args)
@@ -104,7 +117,9 @@ class Host:
         close = getattr(self.role, "close", None)
         if close is not None:
             close()
-        self.role, self.lease = None, -1
+        with self.leases:
+            self.role, self.lease, self.ended = None, -1, lease
+            self.leases.notify_all()
         gc.unfreeze()  # the role froze what existed at its start (see VertexActor.connect)
         gc.collect()
         announce(f"raytide idle host ({self.label})")

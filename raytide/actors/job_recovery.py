@@ -45,9 +45,6 @@ RECOVERY_TIMEOUT = 120.0
 #: How long the driver waits for a host's ping when it looks for the dead ones (a dead
 #: host's ping fails at once; one that does not answer in time is busy, so alive).
 PING_TIMEOUT = 0.3
-#: Seconds between the driver's liveness pings in a job with recovery (a death is noticed
-#: within about twice this, unless a peer or the long poll notices it first).
-RECOVERY_PING_INTERVAL = 0.1
 #: The longest the driver waits for job events between two liveness checks, with recovery.
 RECOVERY_POLL = 0.1
 
@@ -56,7 +53,7 @@ _COORDINATOR_CLASS: list[Any] = []
 
 def _coordinator_class() -> Any:
     if not _COORDINATOR_CLASS:  # made once: ray.remote pickles the class
-        _COORDINATOR_CLASS.append(ray.remote(max_concurrency=4)(CoordinatorActor))  # type: ignore[call-overload]
+        _COORDINATOR_CLASS.append(ray.remote(max_concurrency=4, concurrency_groups={"watch": 1})(CoordinatorActor))  # type: ignore[call-overload]
     return _COORDINATOR_CLASS[0]
 
 

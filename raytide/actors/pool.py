@@ -46,10 +46,8 @@ _CLASSES: dict[HostKind, Any] = {}
 def _remote_class(kind: HostKind) -> Any:
     """The Ray actor class of ``kind`` (made once: ``ray.remote`` pickles the class)."""
     if kind not in _CLASSES:
-        if kind == "vertex":
-            _CLASSES[kind] = ray.remote(VertexHost)
-        else:
-            _CLASSES[kind] = ray.remote(concurrency_groups={"poll": 1})(ProgressHost)  # type: ignore[call-overload]
+        groups = {"watch": 1} if kind == "vertex" else {"watch": 1, "poll": 1}  # see Host.watch, ProgressHost
+        _CLASSES[kind] = ray.remote(concurrency_groups=groups)(VertexHost if kind == "vertex" else ProgressHost)  # type: ignore[call-overload]
     return _CLASSES[kind]
 
 

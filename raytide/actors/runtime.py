@@ -25,8 +25,8 @@ import ray
 
 from raytide.actors.allocator import check_pretouch
 from raytide.actors.driver_inputs import InputFeeds
-from raytide.actors.driver_side import PING_INTERVAL, POLL_SLACK, Liveness, OutputCollector
-from raytide.actors.job_recovery import COORDINATOR, RECOVERY_PING_INTERVAL, RECOVERY_POLL, JobRecovery
+from raytide.actors.driver_side import POLL_SLACK, Liveness, OutputCollector
+from raytide.actors.job_recovery import COORDINATOR, RECOVERY_POLL, JobRecovery
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.pool import HostLease, host_pool
 from raytide.actors.protocol import Marker, ReplicaKey
@@ -229,11 +229,12 @@ class Job:
                                         self.max_inflight, self.pretouch_mb, lease.handle, recovery)
 
     def _watch(self) -> None:
-        """Ping every actor of the job (the hosts, and the coordinator if there is one)."""
-        actors: dict[Hashable, Any] = {key: host.handle for key, host in self._leases.items()}
+        """Watch every actor of the job for its death (the hosts, under their leases, and the
+        coordinator if there is one)."""
+        actors: dict[Hashable, Any] = {key: host.leased for key, host in self._leases.items()}
         if self._recovery is not None:
             actors[COORDINATOR] = self._recovery.coordinator
-        self.liveness = Liveness(actors, RECOVERY_PING_INTERVAL if self._recovery is not None else PING_INTERVAL)
+        self.liveness = Liveness(actors)
 
     def replace_dead_hosts(self, dead: list[Hashable]) -> list[str]:
         """Lease warm hosts for the dead replicas (and progress actor) in ``dead`` and give them
