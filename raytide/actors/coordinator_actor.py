@@ -37,8 +37,9 @@ from raytide.snapshots.coordinator import Abandon, Acknowledgement, Commit, Coor
 from raytide.snapshots.interval import IntervalTuner
 from raytide.snapshots.store import SnapshotStore
 
-#: Seconds between two ticks of the coordinator's clock.
-TICK = 0.02
+#: Seconds between two ticks of the coordinator's clock: how late a snapshot may start, or
+#: a timeout be noticed (each tick costs the job a little CPU).
+TICK = 0.05
 
 
 class CoordinatorActor:
