@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import random
+from collections.abc import Callable, Iterable
 
 from raytide.actors.local import COORDINATOR, PROGRESS, LocalJob
 
@@ -48,3 +49,14 @@ class Chaos:
             if job.result.snapshots:
                 self.seen["crash after a committed snapshot"] += 1
             self.seen[f"crash of {'a replica' if job.crashes[steps] not in (PROGRESS, COORDINATOR) else job.crashes[steps]}"] += 1
+
+
+def caught_by(names: Iterable[str], seeds: int, failed: Callable[[str, int], bool]) -> list[tuple[str, int]]:
+    """Per scenario in ``names``, the first of ``seeds`` trials that ``failed(name, seed)``
+    (where a planted bug shows); a scenario with none is left out."""
+    caught = []
+    for name in names:
+        seed = next((seed for seed in range(seeds) if failed(name, seed)), None)
+        if seed is not None:
+            caught.append((name, seed))
+    return caught

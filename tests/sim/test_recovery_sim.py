@@ -26,7 +26,7 @@ from raytide.actors.replica import ReplicaCore
 from raytide.progress.outputs import OutputLog
 from raytide.snapshots.barriers import SnapshotComplete
 from raytide.snapshots.store import SnapshotStore
-from tests.sim.chaos import MODES, Chaos
+from tests.sim.chaos import MODES, Chaos, caught_by
 from tests.sim.frontier_oracle import check_frontiers_cover_the_truth
 from tests.sim.scenarios import SCENARIOS, Scenario, as_counters
 
@@ -192,13 +192,7 @@ def _logging_nothing() -> Callable:
 def test_a_planted_bug_in_recovery_is_caught(monkeypatch, tmp_path, plant):
     apply, names = PLANTS[plant]
     apply(monkeypatch)
-    caught = []
-    for name in names:
-        for seed in range(120):
-            result = trial(name, seed, str(tmp_path / f"{name}-{seed}"))
-            if not result.exact:
-                caught.append((name, seed))
-                break
+    caught = caught_by(names, 120, lambda name, seed: not trial(name, seed, str(tmp_path / f"{name}-{seed}")).exact)
     assert caught, f"no trial caught the planted bug {plant!r}"
 
 

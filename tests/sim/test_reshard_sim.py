@@ -25,7 +25,7 @@ from raytide.actors.protocol import ChannelId
 from raytide.core.keygroups import KeyGroupAssignment, key_group
 from raytide.errors import SnapshotError
 from raytide.snapshots.store import SnapshotStore
-from tests.sim.chaos import Chaos
+from tests.sim.chaos import Chaos, caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
 
 TRIALS_PER_SCENARIO = 60  # x 5 scenarios
@@ -126,17 +126,14 @@ PLANTS = {
 def test_a_planted_bug_in_resharding_is_caught(monkeypatch, tmp_path, plant):
     apply, names = PLANTS[plant]
     apply(monkeypatch)
-    caught = []
-    for name in names:
-        for seed in range(TRIALS_PER_SCENARIO):
-            try:
-                wrong = trial(name, seed, str(tmp_path / f"{name}-{seed}"))[1]
-            except Exception as error:  # a hang, a livelock, an epoch handed over twice
-                wrong = repr(error)
-            if wrong is not None:
-                caught.append((name, seed))
-                break
-    assert caught, f"no trial caught the planted bug {plant!r}"
+
+    def failed(name: str, seed: int) -> bool:
+        try:
+            return trial(name, seed, str(tmp_path / f"{name}-{seed}"))[1] is not None
+        except Exception:  # a hang, a livelock, an epoch handed over twice
+            return True
+
+    assert caught_by(names, TRIALS_PER_SCENARIO, failed), f"no trial caught the planted bug {plant!r}"
 
 
 def test_a_logged_record_on_an_exchange_goes_to_its_keys_new_owner():
