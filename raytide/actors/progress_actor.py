@@ -112,6 +112,7 @@ class ProgressActor:
         """Liveness check for the driver."""
         return True
 
-    def stats(self) -> dict[str, int]:
-        """How many batches were applied and pushes sent."""
-        return self.core.stats()
+    def stats(self) -> dict[str, Any]:
+        """How many batches were applied and pushes sent, and each vertex's queued work and
+        frontier (:meth:`ProgressCore.vertex_progress`)."""
+        return {**self.core.stats(), "vertices": self.core.vertex_progress()}

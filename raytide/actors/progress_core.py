@@ -163,3 +163,19 @@ class ProgressCore:
     def stats(self) -> dict[str, int]:
         """How many batches were applied and pushes sent."""
         return {"batches_applied": self.publisher.batches_applied, "pushes": self.publisher.pushes}
+
+    def vertex_progress(self) -> dict[str, dict[str, int | None]]:
+        """Per vertex with inputs: ``queued``, the messages on their way to it or waiting in
+        its replicas (the tracker's counts at its input ports), and ``frontier``, the
+        earliest epoch that may still arrive at it (None: none can)."""
+        tracker = self.publisher.tracker
+        queued: dict[str, int] = {}
+        for (location, _), count in tracker.active_pointstamps().items():
+            if location.port is not None:
+                queued[location.vertex] = queued.get(location.vertex, 0) + count
+        progress: dict[str, dict[str, int | None]] = {}
+        for name, shape in tracker.graph.vertices.items():
+            if shape.inputs:
+                epochs = [time.epoch for port in range(shape.inputs) for time in tracker.frontier(Location.of_input(name, port))]
+                progress[name] = {"queued": queued.get(name, 0), "frontier": min(epochs, default=None)}
+        return progress

@@ -623,7 +623,13 @@ class Job:
     def stats(self) -> dict[str, Any]:
         """Records and batches per vertex, progress traffic, backpressure figures; in a job with
         recovery also ``snapshots`` and ``recoveries``. A replica that died (and is not
-        replaced yet) is left out of the counters and named under ``unreachable``."""
+        replaced yet) is left out of the counters and named under ``unreachable``.
+
+        Per vertex also its ``queued`` work (messages on their way to it or waiting in its
+        replicas), its ``frontier`` (the earliest epoch that may still arrive) and
+        ``frontier_lag`` (epochs behind the latest input); per replica (``replicas``, by
+        ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a
+        receiver's window (backpressure), and its own counters per vertex."""
         answers = self._replica_stats()
         alive = {key: answer for key, answer in answers.items() if answer is not None}
         keys, per_replica = list(alive), list(alive.values())
@@ -634,10 +640,12 @@ class Job:
         try:
             progress = ray.get(self.progress.stats.remote(), timeout=60)
         except ray.exceptions.RayActorError:
-            progress = {"batches_applied": None, "pushes": None}
+            progress = {"batches_applied": None, "pushes": None, "vertices": {}}
         data_batches = sum(s["vertices"][c.vertices[0]]["batches_in"] for s, c in zip(per_replica, (self.plan.chain(k[0]) for k in keys)))
         return {
-            "vertices": {n: dict(c) for n, c in vertices.items()},
+            "vertices": {n: {**c, **self._progress_of(n, progress["vertices"])} for n, c in vertices.items()},
+            "replicas": {self._host_name(key): {"busy_s": stats["busy_s"], "blocked_s": stats["blocked_s"],
+                                                "vertices": stats["vertices"]} for key, stats in alive.items()},
             "progress_batches": progress["batches_applied"],
             "progress_pushes": progress["pushes"],
             "data_messages": data_batches,
@@ -648,6 +656,21 @@ class Job:
             "unreachable": [self._host_name(key) for key, answer in answers.items() if answer is None],
             **self._recovery_stats(),
         }
+
+    def _progress_of(self, vertex: str, progress: dict[str, dict[str, int | None]]) -> dict[str, int | None]:
+        """``queued`` and ``frontier`` of ``vertex`` (from the progress tracker), and
+        ``frontier_lag``: how many epochs its frontier trails the latest epoch an open input
+        is at (None once nothing more can arrive, or no input is open)."""
+        if vertex not in progress:
+            return {}
+        frontier = progress[vertex]["frontier"]
+        fed = [epoch for epoch in self.inputs.open_inputs().values() if epoch is not None]
+        lag = max(fed) - frontier if fed and frontier is not None else None
+        return {**progress[vertex], "frontier_lag": lag}
+
+    def parallelism(self) -> dict[str, int]:
+        """Each vertex's number of replicas: ``{vertex_name: n}``."""
+        return {name: self.plan.width(name) for name in self.plan.vertices}
 
     def _replica_stats(self) -> dict[ReplicaKey, dict[str, Any] | None]:
         """Every replica's counters; None for one whose actor is dead."""

@@ -75,6 +75,7 @@ class _RayTransport:
         self.inflight: dict[ReplicaKey, collections.deque] = collections.defaultdict(collections.deque)
         self.max_seen = 0
         self.waits = 0
+        self.blocked_s = 0.0  # waiting for a receiver's window (backpressure)
         self.held_outputs: list[Sequenced] = []
         self.held_refs = False  # whether a held output part is an object ref
 
@@ -94,10 +95,12 @@ class _RayTransport:
         try:
             if len(window) >= self.max_inflight // 2:
                 self._prune(window)
-            if sender not in self.unbounded:
+            if sender not in self.unbounded and len(window) >= self.max_inflight:
+                started = time.perf_counter()
                 while len(window) >= self.max_inflight:
                     self.waits += 1
                     ray.get(window.popleft())  # the oldest call; raises if the receiver died
+                self.blocked_s += time.perf_counter() - started
         except ray.exceptions.RayActorError as error:
             raise self._lost(to, error) from error
         window.append(getattr(self.peers[to], method).remote(*args))
@@ -180,6 +183,7 @@ class VertexActor:
         self.transport = _RayTransport(self.key, plan, job, max_inflight, self.writer)
         self.core = self._new_core()
         self.failed: RaytideError | None = None
+        self.busy_s = 0.0  # handling events (see _guard)
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
 
     def _new_core(self) -> ReplicaCore:
@@ -340,11 +344,16 @@ class VertexActor:
         stats["markers"] = [(m.marker_id, m.records_in) for m in self.core.marker_log]
         stats["max_inflight_seen"] = self.transport.max_seen
         stats["backpressure_waits"] = self.transport.waits
+        stats["blocked_s"] = self.transport.blocked_s
+        stats["busy_s"] = self.busy_s
         return stats
 
     def _guard(self, method: Any, *args: Any) -> None:
+        """Run an event through the core; its time, less what it waited for backpressure,
+        counts as busy. A failure fails the job with where it happened."""
         if self.failed is not None:
             return
+        started, blocked = time.perf_counter(), self.transport.blocked_s
         try:
             method(*args)
         except RaytideError as error:  # says where it happened: user code, a broken rule, a dead peer
@@ -352,6 +361,8 @@ class VertexActor:
         except Exception as error:  # a bug or a dead peer: still fail the job with where it happened
             logger.exception("replica %s failed", self.transport.key)
             self._fail(RaytideError(f"replica {self.transport.key[0]!r} #{self.transport.key[1]} failed: {error!r}"))
+        finally:
+            self.busy_s += time.perf_counter() - started - (self.transport.blocked_s - blocked)
 
     def _fail(self, error: RaytideError) -> None:
         self.failed = error

@@ -97,3 +97,29 @@ def test_an_unknown_output_is_a_graph_error_naming_it_and_the_outputs(ray_sessio
             job.collect("counts")
         with pytest.raises(rt.GraphError, match=r"'counts' is not an output of dataflow 'job-api'; outputs: \['out'\]"):
             next(job.results("counts"))
+
+
+def test_stats_show_where_the_work_waits_and_who_is_busy(ray_session):
+    """A slow vertex behind a fast one: while the job runs its replicas are the busy ones, work
+    queues at it, its frontier trails the input, and the fast one upstream waits for its
+    window (backpressure); ``job.parallelism()`` gives every vertex's width."""
+    flow = rt.Dataflow("stats")
+    numbers = flow.input("numbers").map(lambda x: x + 1, name="fast")
+    numbers.exchange(lambda x: x % 7, name="spread").map(lambda x: time.sleep(0.01) or x, name="slow").output("out")
+    with rt.run(flow, parallelism=2, max_inflight=2, chaining=False) as job:
+        assert job.parallelism() == {"numbers": 2, "fast": 2, "spread": 2, "slow": 2, "out": 2}
+        for epoch in range(6):
+            job.push("numbers", list(range(epoch * 40, epoch * 40 + 40)), epoch)
+        stats = job.stats()
+        slow = stats["vertices"]["slow"]
+        assert slow["queued"] > 0 and slow["frontier"] is not None and slow["frontier_lag"] >= 1, slow
+        job.close("numbers")
+        job.wait(timeout=120)
+        stats = job.stats()
+    replicas = stats["replicas"]
+    slow_busy = sum(f["busy_s"] for n, f in replicas.items() if "/slow/" in n)
+    fast_busy = sum(f["busy_s"] for n, f in replicas.items() if "/fast/" in n)
+    assert slow_busy > 1.5 > fast_busy, (slow_busy, fast_busy)  # 240 records x 10 ms in the slow vertex
+    assert sum(f["blocked_s"] for n, f in replicas.items() if "/spread/" in n) > 0.1, replicas
+    assert sum(f["vertices"]["slow"]["records_in"] for n, f in replicas.items() if "/slow/" in n) == 240
+    assert stats["vertices"]["slow"]["queued"] == 0 and stats["vertices"]["slow"]["frontier"] is None
