@@ -38,6 +38,7 @@ from typing import Any
 import ray
 
 from raytide.actors.allocator import keep_freed_buffers, pretouch
+from raytide.actors.metrics import ReplicaMetrics
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced, decode, encode
 from raytide.actors.recovery import part_name
@@ -184,6 +185,7 @@ class VertexActor:
         self.core = self._new_core()
         self.failed: RaytideError | None = None
         self.busy_s = 0.0  # handling events (see _guard)
+        self.metrics = ReplicaMetrics(job, chain, replica)
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
 
     def _new_core(self) -> ReplicaCore:
@@ -211,7 +213,9 @@ class VertexActor:
         return self.core.subscriptions()
 
     def close(self) -> None:
-        """The job is over for this replica (its host is being reset): stop the snapshot writer."""
+        """The job is over for this replica (its host is being reset): publish its final
+        figures, stop the snapshot writer."""
+        self.metrics.publish(self.stats())
         if self.writer is not None:
             self.writer.close()
 
@@ -362,7 +366,10 @@ class VertexActor:
             logger.exception("replica %s failed", self.transport.key)
             self._fail(RaytideError(f"replica {self.transport.key[0]!r} #{self.transport.key[1]} failed: {error!r}"))
         finally:
-            self.busy_s += time.perf_counter() - started - (self.transport.blocked_s - blocked)
+            now = time.perf_counter()
+            self.busy_s += now - started - (self.transport.blocked_s - blocked)
+            if self.metrics.due(now):
+                self.metrics.publish(self.stats())
 
     def _fail(self, error: RaytideError) -> None:
         self.failed = error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections import Counter
 
 import pytest
@@ -123,3 +124,25 @@ def test_stats_show_where_the_work_waits_and_who_is_busy(ray_session):
     assert sum(f["blocked_s"] for n, f in replicas.items() if "/spread/" in n) > 0.1, replicas
     assert sum(f["vertices"]["slow"]["records_in"] for n, f in replicas.items() if "/slow/" in n) == 240
     assert stats["vertices"]["slow"]["queued"] == 0 and stats["vertices"]["slow"]["frontier"] is None
+
+
+def test_the_statistics_are_exported_as_ray_metrics(ray_session):
+    """Each replica's records in and out, busy and blocked seconds reach Ray's Prometheus
+    endpoint, tagged by job, vertex and replica (Ray reports them every few seconds)."""
+    with rt.run(word_count(), inputs={"lines": LINES}, parallelism=2, name="metrics-job") as job:
+        job.wait(timeout=120)
+        counted = job.stats()["vertices"]["out"]["records_in"]
+    port = ray._private.worker.global_worker.node.metrics_export_port
+    wanted = ("ray_raytide_records_in", "ray_raytide_records_out", "ray_raytide_busy_seconds",
+              "ray_raytide_blocked_seconds")
+    deadline = time.monotonic() + 60
+    while True:  # the final figures are published when the hosts are given back, then reported
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        ours = [line for line in text.splitlines() if 'job="metrics-job"' in line]
+        received = sum(float(line.rsplit(" ", 1)[1]) for line in ours
+                       if line.startswith("ray_raytide_records_in{") and 'vertex="out"' in line)
+        if all(any(line.startswith(name + "{") for line in ours) for name in wanted) and received == counted:
+            break
+        assert time.monotonic() < deadline, f"not exported within 60 s ({received} of {counted}); ours: {ours}"
+        time.sleep(1)
+    assert any('replica="1"' in line for line in ours)
