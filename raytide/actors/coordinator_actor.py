@@ -193,10 +193,12 @@ class CoordinatorActor:
                     self.tuner.record_recovery(recovery_seconds)
 
     def stats(self) -> dict[str, Any]:
-        """Snapshots taken, their last duration and size, what was abandoned, the interval in use."""
+        """Snapshots taken, their last duration and size, what was abandoned, the interval in
+        use, and the id of the one being taken (None: none is)."""
         with self.lock:
             stats = self.core.stats
             return {"committed": stats.committed, "abandoned": stats.abandoned, "last_id": stats.last_id,
                     "last_duration_s": stats.last_duration, "last_size_bytes": stats.last_size,
                     "last_alignment_s": self.last_alignment,
-                    "abandoned_reasons": list(self.abandoned[-5:]), "interval_s": self.core.interval}
+                    "abandoned_reasons": list(self.abandoned[-5:]), "interval_s": self.core.interval,
+                    "in_flight": None if self.core.in_flight is None else self.core.in_flight.snapshot_id}

@@ -133,6 +133,30 @@ def test_committed_at_snapshots_output_that_depends_on_arrival_order_survives_a_
     assert stats["recoveries"]["count"] == 1
 
 
+def test_a_kill_while_a_snapshot_is_being_taken(ray_session, tmp_path):
+    """The kill strikes between a snapshot's trigger and its commit: that snapshot is
+    abandoned, the job restores the one before, and the output is the failure-free one."""
+    keyed = scenario("keyed", seed=4)
+    rng = random.Random(6)
+    struck: list[int] = []
+
+    def kill_during_a_snapshot(job: rt.Job) -> None:
+        deadline = time.monotonic() + 60
+        while (flight := job.stats()["snapshots"]["in_flight"]) is None:
+            assert time.monotonic() < deadline, "no snapshot was in flight within 60 s"
+        sigkill(job, "{}/{}".format(*a_replica(job, rng)))
+        struck.append(flight)
+
+    got, stats = run_and_kill(keyed, tmp_path, [kill_during_a_snapshot])
+    check(keyed, got)
+    restored, snapshots = stats["recoveries"]["recoveries"][0]["snapshot_id"], stats["snapshots"]
+    # The struck snapshot is abandoned (the one before is restored), unless every part had
+    # been acknowledged before the death was noticed, when it commits and is restored.
+    assert restored is not None and restored <= struck[0], (restored, struck)
+    if restored < struck[0]:
+        assert any(reason.startswith(f"snapshot {struck[0]}:") for reason in snapshots["abandoned_reasons"]), snapshots
+
+
 def test_sigkill_of_a_replica_process_inside_a_loop(ray_session, tmp_path):
     loop = scenario("loop")
     got, stats = run_and_kill(loop, tmp_path, [lambda job: sigkill(job, next(
