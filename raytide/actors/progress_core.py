@@ -33,7 +33,7 @@ from raytide.actors.protocol import (
 from raytide.errors import ProgressError
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.inorder import InOrder
-from raytide.progress.outputs import NEVER, OutputLog
+from raytide.progress.outputs import OutputLog, earliest_epoch
 from raytide.progress.publisher import FrontierPublisher
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -124,7 +124,7 @@ class ProgressCore:
         tracker = self.publisher.tracker
         events: list[JobEvent] = []
         for name in self.outputs.complete:
-            low = min((f.epoch for f in tracker.frontier(Location.of_input(name, 0))), default=NEVER)
+            low = earliest_epoch(tracker.frontier(Location.of_input(name, 0)))
             events += [EpochComplete(*done) for done in self.outputs.advance(name, low)]
         if not self.done and self.publisher.is_idle() and self.outputs.finished():
             self.done = True

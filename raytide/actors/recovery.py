@@ -34,7 +34,7 @@ from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ReplicaKey
 from raytide.actors.replica_state import ReplicaSummary, pointstamps, unpickle_outputs
 from raytide.errors import RecoveryError, SnapshotError
-from raytide.progress.outputs import NEVER
+from raytide.progress.outputs import NEVER, earliest_epoch
 from raytide.progress.reachability import Location
 from raytide.progress.tracker import Pointstamp, Tracker
 from raytide.snapshots.coordinator import Commit
@@ -81,7 +81,7 @@ def complete_at_cut(plan: PhysicalPlan, summaries: Mapping[Hashable, ReplicaSumm
     tracker.propagate()
     complete: dict[str, int | None] = {}
     for name in plan.outputs:
-        low = min((time.epoch for time in tracker.frontier(Location.of_input(name, 0))), default=NEVER)
+        low = earliest_epoch(tracker.frontier(Location.of_input(name, 0)))
         complete[name] = None if low == NEVER else int(low) - 1
     return complete
 

@@ -33,7 +33,7 @@ import collections
 import logging
 import pickle
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -187,12 +187,11 @@ def reshard(plan: PhysicalPlan, old_widths: Mapping[str, int],
 class _State:
     """The parts of a new replica's state other than its vertices' own."""
 
-    def __post_init__(self) -> None:
-        self.input_epochs: dict[str, int | None] = {}
-        self.positions: dict[str, int] = {}
-        self.sources: dict[str, Any] = {}
-        self.kept: dict[str, dict[int, list]] = {}
-        self.tables: dict[RouteKey, KeyGroupAssignment] = {}
+    input_epochs: dict[str, int | None] = field(default_factory=dict)
+    positions: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, Any] = field(default_factory=dict)
+    kept: dict[str, dict[int, list]] = field(default_factory=dict)
+    tables: dict[RouteKey, KeyGroupAssignment] = field(default_factory=dict)
 
     def input(self, name: str, source: ReplicaState) -> None:
         """Input ``name`` as the old replica of the same index had it (inputs keep their width)."""
@@ -300,10 +299,10 @@ def _move_state(plan: PhysicalPlan, name: str, old_widths: Mapping[str, int],
         vertex.restore(source.user.get(name) if source is not None else None)
         for new in range(width):
             shares[new].append(vertex.take_keys(_owned_by(owners, group_of, new)))
-    stateless = type(_instance(plan, name, 0, width)[0]).take_keys is Vertex.take_keys
     moved = []
     for new, share in enumerate(shares):
         vertex, context = _instance(plan, name, new, width)
+        stateless = type(vertex).take_keys is Vertex.take_keys
         for part in share:
             vertex.put_keys(part)
         source = saved.find(name, new) if stateless and new < old_width else None

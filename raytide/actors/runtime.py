@@ -641,9 +641,10 @@ class Job:
             progress = ray.get(self.progress.stats.remote(), timeout=60)
         except ray.exceptions.RayActorError:
             progress = {"batches_applied": None, "pushes": None, "vertices": {}}
+        fed = [epoch for epoch in self.inputs.open_inputs().values() if epoch is not None]
         data_batches = sum(s["vertices"][c.vertices[0]]["batches_in"] for s, c in zip(per_replica, (self.plan.chain(k[0]) for k in keys)))
         return {
-            "vertices": {n: {**c, **self._progress_of(n, progress["vertices"])} for n, c in vertices.items()},
+            "vertices": {n: {**c, **self._progress_of(n, progress["vertices"], fed)} for n, c in vertices.items()},
             "replicas": {self._host_name(key): {"busy_s": stats["busy_s"], "blocked_s": stats["blocked_s"],
                                                 "vertices": stats["vertices"]} for key, stats in alive.items()},
             "progress_batches": progress["batches_applied"],
@@ -657,14 +658,14 @@ class Job:
             **self._recovery_stats(),
         }
 
-    def _progress_of(self, vertex: str, progress: dict[str, dict[str, int | None]]) -> dict[str, int | None]:
+    @staticmethod
+    def _progress_of(vertex: str, progress: dict[str, dict[str, int | None]], fed: list[int]) -> dict[str, int | None]:
         """``queued`` and ``frontier`` of ``vertex`` (from the progress tracker), and
         ``frontier_lag``: how many epochs its frontier trails the latest epoch an open input
-        is at (None once nothing more can arrive, or no input is open)."""
+        is at (``fed``; None once nothing more can arrive, or no input is open)."""
         if vertex not in progress:
             return {}
         frontier = progress[vertex]["frontier"]
-        fed = [epoch for epoch in self.inputs.open_inputs().values() if epoch is not None]
         lag = max(fed) - frontier if fed and frontier is not None else None
         return {**progress[vertex], "frontier_lag": lag}
 

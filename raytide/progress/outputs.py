@@ -8,12 +8,19 @@ the record parts (inline blobs or object refs) per output and epoch until then.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from raytide.errors import ProgressError
+from raytide.progress.timestamps import Timestamp
 
 NEVER = float("inf")
+
+
+def earliest_epoch(frontier: Iterable[Timestamp]) -> float:
+    """The earliest epoch that may still reach an output whose frontier is ``frontier``
+    (:data:`NEVER` once none can): the epochs before it are complete."""
+    return min((time.epoch for time in frontier), default=NEVER)
 
 #: ``(output, epoch, parts)``: an output epoch that is complete, with its record parts.
 CompleteEpoch = tuple[str, int, list]
