@@ -6,6 +6,7 @@ use, so ``import raytide`` stays cheap and the pure modules stay free of Ray.
 
 from typing import Any
 
+from raytide.autoscale.config import Autoscale as Autoscale
 from raytide.core.dataflow import Dataflow as Dataflow
 from raytide.core.dataflow import Loop as Loop
 from raytide.core.dataflow import Probe as Probe
@@ -19,6 +20,7 @@ from raytide.errors import RaytideError as RaytideError
 from raytide.errors import RecordError as RecordError
 from raytide.errors import RecoveryError as RecoveryError
 from raytide.errors import ReplicaLost as ReplicaLost
+from raytide.errors import RescaleError as RescaleError
 from raytide.errors import SourceError as SourceError
 from raytide.errors import SparkIntegrationError as SparkIntegrationError
 from raytide.errors import UserCodeError as UserCodeError
@@ -29,6 +31,7 @@ _RUNTIME = {"run", "Job"}
 _POOL = {"shutdown": "shutdown", "configure_pool": "configure"}
 
 __all__ = [
+    "Autoscale",
     "Dataflow",
     "GraphError",
     "Job",
@@ -42,6 +45,7 @@ __all__ = [
     "Recovery",
     "RecoveryError",
     "ReplicaLost",
+    "RescaleError",
     "SourceError",
     "SparkIntegrationError",
     "Stream",

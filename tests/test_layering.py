@@ -145,9 +145,9 @@ def test_public_api():
     import raytide
 
     assert sorted(raytide.__all__) == [
-        "Dataflow", "GraphError", "Job", "JobCancelled", "JobTimeout", "Loop", "Probe", "ProgressError", "RaytideError",
-        "RecordError", "Recovery", "RecoveryError", "ReplicaLost", "SourceError", "SparkIntegrationError", "Stream",
-        "Timestamp", "UserCodeError",
+        "Autoscale", "Dataflow", "GraphError", "Job", "JobCancelled", "JobTimeout", "Loop", "Probe", "ProgressError",
+        "RaytideError", "RecordError", "Recovery", "RecoveryError", "ReplicaLost", "RescaleError", "SourceError",
+        "SparkIntegrationError", "Stream", "Timestamp", "UserCodeError",
         "Vertex", "configure_pool", "run", "shutdown",
     ]
     assert callable(raytide.run)

@@ -51,7 +51,7 @@ class CoordinatorActor:
         :meth:`reset` (they are restored)."""
         self.plan, self.recovery = plan, recovery
         self.store = SnapshotStore(recovery.store, recovery.signing_key)
-        keys = [ReplicaKey(chain.name, r) for chain in plan.chains for r in range(chain.parallelism)]
+        keys = _replica_keys(plan)
         self.tuner = IntervalTuner(min_interval=0.2, initial_interval=1.0) if recovery.interval == "auto" else None
         interval = self.tuner.interval() if self.tuner else recovery.interval
         assert not isinstance(interval, str)
@@ -150,11 +150,13 @@ class CoordinatorActor:
             self.seen = max(self.seen, seen)
             return self.commits[seen - self.seen:]
 
-    def snapshot_now(self, timeout: float, delivered: dict[str, int]) -> int:
+    def snapshot_now(self, timeout: float, delivered: dict[str, int], pause: bool = False) -> int:
         """Take a snapshot now (after the one in flight, if any) and wait until it is committed; its id.
 
         ``delivered`` is what the driver has been handed, exactly: a savepoint
         (``job.stop()``) records it, and the driver takes no more events until it is committed.
+        ``pause``: take no periodic snapshot after it until :meth:`start` or :meth:`reset`
+        (a rescale's cut: the next snapshot is the rescaled job's).
 
         Raises:
             SnapshotError: it was abandoned, or not committed within ``timeout`` seconds.
@@ -171,12 +173,16 @@ class CoordinatorActor:
             if self.core.stats.last_id != snapshot_id:
                 why = self.abandoned[-1] if done and self.abandoned else f"not complete within {timeout:g} s"
                 raise SnapshotError(f"snapshot {snapshot_id} was not committed: {why}")
+            self.paused = self.paused or pause
             return snapshot_id
 
-    def start(self) -> None:
-        """The job's replicas are connected: take periodic snapshots from now (a barrier that
-        reached a replica before it knew its peers could not be forwarded)."""
+    def start(self, inputs: dict[ReplicaKey, Any] | None = None) -> None:
+        """The job's replicas are connected (or restored by a rescale, whose input replicas
+        are ``inputs``): take periodic snapshots from now (a barrier that reached a replica
+        before it knew its peers could not be forwarded)."""
         with self.lock:
+            if inputs is not None:
+                self.inputs = inputs
             self.paused = False
             self.core.last_end = time.monotonic()
 
@@ -192,6 +198,15 @@ class CoordinatorActor:
                 if recovery_seconds is not None:
                     self.tuner.record_recovery(recovery_seconds)
 
+    def reconfigure(self, plan: PhysicalPlan, incarnation: int) -> None:
+        """A rescale starts ``incarnation`` with ``plan``'s replicas; snapshots stay paused until
+        :meth:`reset` (the replicas are restored), and their ids follow the rescaled snapshot's."""
+        with self.lock:
+            self.plan = plan
+            self._abandoned(self.core.reconfigure(_replica_keys(plan), incarnation, self.store.next_id(),
+                                                  time.monotonic()))
+            self.paused = True
+
     def stats(self) -> dict[str, Any]:
         """Snapshots taken, their last duration and size, what was abandoned, the interval in
         use, and the id of the one being taken (None: none is)."""
@@ -202,3 +217,8 @@ class CoordinatorActor:
                     "last_alignment_s": self.last_alignment,
                     "abandoned_reasons": list(self.abandoned[-5:]), "interval_s": self.core.interval,
                     "in_flight": None if self.core.in_flight is None else self.core.in_flight.snapshot_id}
+
+
+def _replica_keys(plan: PhysicalPlan) -> list[ReplicaKey]:
+    """Every replica of ``plan``: those that acknowledge a snapshot."""
+    return [ReplicaKey(chain.name, r) for chain in plan.chains for r in range(chain.parallelism)]

@@ -91,6 +91,10 @@ class Host:
             self.leases.wait_for(lambda: self.ended >= lease or self.lease > lease)
 
     def _take(self, lease: int, role: Any, name: str) -> int:
+        """Play ``role`` for ``lease``; a role this lease had (a rescale gives a kept host a
+        new one) is closed first."""
+        if lease == self.lease and self.role is not None and hasattr(self.role, "close"):
+            self.role.close()
         with self.leases:
             self.role, self.lease = role, lease
             self.leases.notify_all()
@@ -174,11 +178,12 @@ class VertexHost(Host):
         import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
 
     def take(self, lease: int, plan: Any, job: str, chain: str, replica: int, max_inflight: int, pretouch_mb: int,
-             myself: Any, recovery: Any = None) -> int:
-        """Become replica ``replica`` of ``chain`` for ``lease``; returns this process's id."""
+             myself: Any, recovery: Any = None, incarnation: int = 0) -> int:
+        """Become replica ``replica`` of ``chain`` for ``lease`` in ``incarnation``; returns this process's id."""
         from raytide.actors.vertex_actor import VertexActor
 
-        role = VertexActor(plan, job, chain, replica, max_inflight, pretouch_mb, Leased(myself, lease), recovery)
+        role = VertexActor(plan, job, chain, replica, max_inflight, pretouch_mb, Leased(myself, lease), recovery,
+                           incarnation)
         return self._take(lease, role, f"{job}/{chain}/{replica}")
 
 

@@ -29,6 +29,8 @@ import ray
 from raytide.actors.coordinator_actor import CoordinatorActor
 from raytide.actors.protocol import ReplicaKey
 from raytide.actors.recovery import RestartBudget, RestorePoint, restore_point
+from raytide.actors.rescale import new_widths
+from raytide.actors.reshard import reshard_snapshot
 from raytide.errors import JobTimeout
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.store import SnapshotStore
@@ -85,6 +87,22 @@ class RecoveryRecord:
 
 
 @dataclass
+class RescaleRecord:
+    """One rescale, for ``job.stats()``."""
+
+    incarnation: int
+    before: dict[str, int]  # the widths that changed, before
+    after: dict[str, int]  # and after
+    snapshot_id: int  # the cut
+    rescaled_id: int  # the snapshot laid out for the new widths, restored
+    seconds: float  # the whole call
+    pause_s: float  # from the switch to the new plan to running again: nothing runs meanwhile
+    finished_at: float  # wall-clock time it was running again
+    hosts: dict[str, int]  # kept, added from the pool, returned to it
+    steps: dict[str, float]
+
+
+@dataclass
 class JobRecovery:
     """Snapshot and recovery state of one job on the driver."""
 
@@ -97,6 +115,7 @@ class JobRecovery:
     commits_seen: int = 0
     retained: list[dict[tuple[str, int], int]] = field(default_factory=list)
     records: list[RecoveryRecord] = field(default_factory=list)
+    rescales: list[RescaleRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.budget = RestartBudget(self.recovery.max_restarts)
@@ -170,6 +189,54 @@ class JobRecovery:
                                            steps.seconds))
         logger.warning("job %r recovered from snapshot %s in %.2f s", job.name, point.snapshot_id, seconds)
 
+    # -- rescaling (see raytide.actors.rescale) ---------------------------------------------
+
+    def rescale(self, job: Job, asked: dict[str, int], timeout: float) -> dict[str, Any]:
+        """Rescale ``job`` to the widths ``asked`` for, in the steps of :mod:`raytide.actors.rescale`."""
+        assert job.recompile is not None
+        widths = new_widths(job.plan, asked)
+        before = {name: job.plan.width(name) for name in job.plan.vertices if job.plan.width(name) != widths[name]}
+        if not before:
+            return {"before": {}, "after": {}, "seconds": 0.0, "pause_s": 0.0}
+        plan = job.recompile(widths)
+        started = time.monotonic()
+        steps = _Steps()
+        fresh = steps.time("start the new hosts", job.hosts_to_add, plan)
+        try:
+            snapshot_id = steps.time("take the snapshot", job.snapshot_and_pause, timeout)
+            try:
+                rescaled_id = steps.time("lay it out for the new widths", reshard_snapshot, plan, self.store,
+                                         snapshot_id, self.recovery.retain)
+                assert rescaled_id is not None
+                point = steps.time("read the snapshot", restore_point, plan, self.store, rescaled_id)
+            except BaseException:
+                self.coordinator.start.remote()  # the job goes on as it was
+                raise
+        except BaseException:
+            job.give_back(fresh)
+            raise
+        switched = time.monotonic()
+        self.incarnation += 1
+        incarnation = self.incarnation
+        job.outputs.release(point.complete)  # the cut's complete epochs are final
+        job.outputs.rollback()  # the rest is computed again from the cut
+        self._wait(job, [self.coordinator.reconfigure.remote(plan, incarnation)], "reconfiguring the coordinator")
+        hosts = steps.time("give the hosts their replicas", job.reconfigure_hosts, plan, incarnation, fresh)
+        job._watch()
+        self.sync_ref = None
+        try:
+            self.restore(job, point, incarnation, steps)
+            self.coordinator.start.remote(input_replicas(job))
+        except ray.exceptions.RayActorError as error:  # a death in the middle: the new configuration recovers
+            job._recover(f"an actor died during the rescale to incarnation {incarnation}: {type(error).__name__}")
+        now = time.monotonic()
+        record = RescaleRecord(incarnation, before, {name: widths[name] for name in before}, snapshot_id, rescaled_id,
+                               now - started, now - switched, time.time(), hosts, steps.seconds)
+        self.rescales.append(record)
+        logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)", job.name, record.before, record.after,
+                    record.seconds, record.pause_s)
+        return vars(record).copy()
+
     def start_from(self, job: Job, point: RestorePoint) -> None:
         """A new job starts where snapshot ``point`` of an earlier run left off (``restore=``):
         incarnation 1, the epochs that run handed out are not handed out again, and each
@@ -223,6 +290,10 @@ class JobRecovery:
         """Recoveries so far (the coordinator adds the snapshots)."""
         return {"count": len(self.records), "incarnation": self.incarnation,
                 "recoveries": [vars(record).copy() for record in self.records]}
+
+    def rescale_stats(self) -> list[dict[str, Any]]:
+        """Every rescale so far."""
+        return [vars(record).copy() for record in self.rescales]
 
 
 def input_replicas(job: Job) -> dict[ReplicaKey, Any]:

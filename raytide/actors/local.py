@@ -55,9 +55,10 @@ from raytide.actors.protocol import (
 from raytide.actors.recovery import RestartBudget, RestorePoint, commit_snapshot, part_name, restore_point
 from raytide.actors.replica import ReplicaCore
 from raytide.actors.replica_state import LocalSnapshot
+from raytide.actors.rescale import new_widths, width_groups
 from raytide.actors.reshard import reshard_snapshot
 from raytide.core.dataflow import Dataflow
-from raytide.errors import RaytideError, SnapshotError
+from raytide.errors import RaytideError, RescaleError, SnapshotError
 from raytide.progress.timestamps import Timestamp
 from raytide.snapshots.config import OutputCommit
 from raytide.snapshots.coordinator import Acknowledgement, Commit, CoordinatorCore
@@ -107,7 +108,7 @@ class ReplicaDied:
 @dataclass
 class LocalRun:
     """What a run did: records per output and epoch, every job event, the steps taken,
-    the recoveries (what caused each) and the snapshots committed."""
+    the recoveries (what caused each), the snapshots committed and the rescales done."""
 
     outputs: dict[str, dict[int, list]]
     events: list[JobEvent | ReplicaDied] = field(default_factory=list)
@@ -115,6 +116,7 @@ class LocalRun:
     finished: bool = False
     recoveries: list[str] = field(default_factory=list)
     snapshots: list[int] = field(default_factory=list)
+    rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut snapshot)
 
     @property
     def failure(self) -> Any:
@@ -163,6 +165,9 @@ class LocalJob:
         restore: with ``recovery``, start from this committed snapshot of its store (an id,
             or ``"latest"``), of an earlier run at this or another parallelism, as
             ``rt.run(..., restore=)`` does.
+
+    With ``recovery`` and a :class:`~raytide.Dataflow` (not a plan), :meth:`rescale` changes
+    the parallelism of vertices while the job runs, as ``job.rescale`` does on Ray.
     """
 
     def __init__(self, flow: Dataflow | PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[Any]]],
@@ -170,6 +175,8 @@ class LocalJob:
                  markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None,
                  recovery: LocalRecovery | None = None, restore: int | str | None = None) -> None:
         self.plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
+        self.flow = flow if isinstance(flow, Dataflow) else None
+        self.parallelism, self.chaining = parallelism, chaining
         self.rng = random.Random(seed)
         self.recovery = recovery
         #: Mailboxes; every entry is ``(sender's incarnation, message)``.
@@ -199,7 +206,9 @@ class LocalJob:
         self.delivered = {name: -1 for name in self.plan.outputs}  # last epoch handed to the driver
         self.gate = OutputGate(self.plan.outputs, recovery.output_commit if recovery is not None else "epoch")
         self.result = LocalRun({name: {} for name in self.plan.outputs})
-        self.planned: dict[ReplicaKey, list[Command]] = {}
+        self.planned: dict[tuple[str, int], list[Command]] = {}  # per (input, replica)
+        self.rescales: dict[int, dict[str, int]] = {}  # step -> widths asked for then
+        self.pending_rescale: dict[str, int] = {}  # asked for, waiting for the next committed snapshot
         self._plan_inputs(inputs, markers or {})
         self.coordinator: CoordinatorCore | None = None
         self.last_snapshot_id = 0
@@ -240,9 +249,19 @@ class LocalJob:
                     queue.append(("advance", name, epoch + 1))
             for queue in queues:
                 queue.append(("advance", name, None))
-            for key, queue in zip(replicas, queues):
-                self.planned[key] = queue
+            for replica, (key, queue) in enumerate(zip(replicas, queues)):
+                self.planned[(name, replica)] = queue
                 self.commands[key].extend(queue)
+
+    def rescale(self, widths: Mapping[str, int], at_step: int) -> None:
+        """At step ``at_step``, ask for vertices at the parallelism ``widths`` gives them
+        (``{vertex: n}``). The job changes at the next committed snapshot, the cut, in the
+        steps :mod:`raytide.actors.rescale` describes; a crash before or during it is
+        recovered from like any other, and the rescale still happens."""
+        if self.recovery is None or self.flow is None:
+            raise RescaleError("LocalJob.rescale needs recovery=LocalRecovery(...) and a Dataflow (not a plan)")
+        new_widths(self.plan, widths)  # refused now, not at the cut
+        self.rescales[at_step] = {**self.rescales.get(at_step, {}), **widths}
 
     def crash(self, target: Target, at_step: int) -> None:
         """Kill ``target`` (a replica key, :data:`PROGRESS` or :data:`COORDINATOR`) at step
@@ -265,6 +284,8 @@ class LocalJob:
             if self.result.steps in self.crashes:
                 self._kill(self.crashes.pop(self.result.steps))
                 continue
+            if self.result.steps in self.rescales:
+                self._ask_rescale(self.rescales.pop(self.result.steps))
             self._notice_failures()
             self._tick_coordinator()
             choices = self._mailboxes()
@@ -307,8 +328,9 @@ class LocalJob:
         return actions
 
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
-        """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of that incarnation)."""
-        return key not in self.dead and self.incarnations[key] == incarnation
+        """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of that incarnation,
+        not retired by a rescale)."""
+        return key not in self.dead and self.incarnations.get(key) == incarnation
 
     def _connect(self) -> None:
         assert self.progress is not None
@@ -501,9 +523,10 @@ class LocalJob:
     def _resume(self, key: ReplicaKey, point: RestorePoint) -> None:
         """Replica ``key`` runs again: its logged back-edge batches first, then its inputs from their positions."""
         self.waiting.discard(key)
-        if key in self.planned:
-            vertex = next(name for name in self.plan.chain(key.chain).vertices if name in self.plan.inputs)
-            self.commands[key] = collections.deque(_rewound(self.planned[key], point.position(key, vertex)))
+        vertex = next((name for name in self.plan.chain(key.chain).vertices if name in self.plan.inputs), None)
+        if vertex is not None:
+            planned = self.planned[(vertex, key.replica)]
+            self.commands[key] = collections.deque(_rewound(planned, point.position(key, vertex)))
         self._guard(key, self.replicas[key].resume)
 
     def _end_recovery(self) -> None:
@@ -549,8 +572,9 @@ class LocalJob:
         self.last_snapshot_id = trigger.snapshot_id
         self.triggered[trigger.snapshot_id] = dict(self.delivered)
         marker = Marker(trigger.snapshot_id, snapshot=True, delivered=dict(self.delivered))
-        for key in self.planned:
-            self.injects[key].append((trigger.incarnation, marker))
+        for name in self.plan.inputs:
+            for key in self._input_replicas(name):
+                self.injects[key].append((trigger.incarnation, marker))
 
     def _write(self) -> None:
         """A replica's writer stores one local snapshot, then acknowledges it."""
@@ -581,6 +605,53 @@ class LocalJob:
         self.result.snapshots.append(commit.snapshot_id)
         for name, epoch, parts in self.gate.release(complete):  # the driver learns of the commit
             self._hand_out(name, epoch, parts)
+        if self.pending_rescale and not self.result.finished:
+            self._rescale(commit.snapshot_id)
+
+    # -- rescaling ---------------------------------------------------------------------------
+
+    def _ask_rescale(self, widths: dict[str, int]) -> None:
+        """The driver asks for ``widths``: the next snapshot commit is the cut (one is due now)."""
+        if self.result.finished:
+            return
+        groups = width_groups(self.plan)
+        for name in widths:  # a later request overrides an earlier one for the same vertices
+            for member in groups[name]:
+                self.pending_rescale.pop(member, None)
+        self.pending_rescale.update(widths)
+        if self.coordinator is not None:
+            self.coordinator.last_end = None  # due at once
+
+    def _rescale(self, snapshot_id: int) -> None:
+        """Snapshot ``snapshot_id`` was just committed: lay it out for the new widths, switch
+        to the new plan, and restore every replica from it (the retired ones are dropped)."""
+        assert self.recovery is not None and self.flow is not None
+        widths = new_widths(self.plan, self.pending_rescale)
+        self.pending_rescale = {}
+        plan = compile_plan(self.flow, self.parallelism, self.chaining, widths)
+        new_id = reshard_snapshot(plan, self.recovery.store, snapshot_id, self.recovery.retain)
+        assert new_id is not None
+        point = restore_point(plan, self.recovery.store, new_id)
+        retired = set(self._keys())
+        self.plan = plan
+        retired -= set(self._keys())
+        for key in retired:
+            self._forget(key)
+        self.result.rescales.append((self.result.steps, widths, snapshot_id))
+        self.incarnation += 1
+        self.gate.rollback()
+        self.coordinator = self._new_coordinator()  # for the new replicas; paused while the restore runs
+        self._schedule_restore(point)
+
+    def _forget(self, key: ReplicaKey) -> None:
+        """A replica a rescale retired: its core, its mailboxes and what was sent to it go."""
+        for mapping in (self.replicas, self.incarnations, self.to_progress, self.pushes, self.commands, self.injects):
+            mapping.pop(key, None)
+        self.dead.discard(key)
+        self.waiting.discard(key)
+        for link in [link for link in self.links if key in link]:
+            del self.links[link]
+        self.writes = [(i, w) for i, w in self.writes if w.key != key]
 
 
 def _rewound(commands: list[Command], position: int) -> list[Command]:

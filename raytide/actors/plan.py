@@ -13,6 +13,7 @@ because a fused vertex is reachable only through the vertex it is fused to.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -147,35 +148,43 @@ def _width(parallelism: Any, what: str) -> int | None:
     return None if parallelism is None else positive_int(parallelism, what)
 
 
-def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool = True) -> PhysicalPlan:
+def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool = True,
+                 widths: Mapping[str, int] | None = None) -> PhysicalPlan:
     """Validate ``flow`` and compile it into a self-contained, immutable plan.
 
     Args:
         flow: the logical dataflow.
         parallelism: default replicas per vertex, overriding the dataflow's default.
         chaining: fuse pipeline-connected vertices into one actor where possible.
+        widths: replicas of the vertices named, overriding everything else (a rescale
+            compiles the plan again with the new widths).
 
     Raises:
         GraphError: on an invalid graph (no inputs, a dangling stream, a cycle outside a
             loop context, mismatched loop depths).
         ArgumentError: a parallelism that is not a positive integer.
     """
+    given = dict(widths or {})
+    unknown = sorted(set(given) - set(flow.vertices))
+    if unknown:
+        raise GraphError(f"dataflow {flow.name!r} has no vertex {unknown[0]!r}; its vertices: {sorted(flow.vertices)}")
     if not flow.inputs():
         raise GraphError(f"dataflow {flow.name!r} has no input: start it with flow.input(name)")
     default = _width(parallelism, "rt.run's parallelism") or _width(flow.parallelism, f"dataflow {flow.name!r}'s parallelism") or 1
-    widths = {name: _width(v.parallelism, f"vertex {name!r}'s parallelism") or default for name, v in flow.vertices.items()}
+    width_of = {name: _width(v.parallelism, f"vertex {name!r}'s parallelism") or default for name, v in flow.vertices.items()}
+    width_of.update({name: positive_int(width, f"vertex {name!r}'s parallelism") for name, width in given.items()})
     consumers = _consumers(flow)
     _check_connected(flow, consumers)
     for name, vertex in flow.vertices.items():
         if vertex.role == "feedback" and not vertex.inputs[0]:
             raise GraphError(f"feedback {name!r} is never connected: close the loop with feedback.connect(stream)")
     graph = _progress_graph(flow)
-    chains = _chains(flow, consumers, widths) if chaining else [ChainPlan(n, (n,), widths[n]) for n in flow.vertices]
+    chains = _chains(flow, consumers, width_of) if chaining else [ChainPlan(n, (n,), width_of[n]) for n in flow.vertices]
     chain_of = {v: c.name for c in chains for v in c.vertices}
     cyclic = _on_cycles(flow, graph)
     vertices = {
         name: VertexPlan(name, v.role, v.factory, tuple(map(tuple, v.inputs)), v.outputs, tuple(v.summaries),
-                         widths[name], chain_of[name], name in cyclic)
+                         width_of[name], chain_of[name], name in cyclic)
         for name, v in flow.vertices.items()
     }
     return PhysicalPlan(flow.name, graph, FrozenMap(vertices), tuple(chains),

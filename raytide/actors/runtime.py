@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import ray
 
 from raytide.actors.allocator import check_pretouch
+from raytide.actors.autoscaler_actor import AutoscalerActor
 from raytide.actors.driver_inputs import InputFeeds
 from raytide.actors.driver_side import POLL_SLACK, Liveness, OutputCollector
 from raytide.actors.job_recovery import COORDINATOR, RECOVERY_POLL, JobRecovery
@@ -32,6 +34,7 @@ from raytide.actors.pool import HostLease, host_pool
 from raytide.actors.protocol import Marker, ReplicaKey
 from raytide.actors.recovery import RestorePoint, restore_point
 from raytide.actors.reshard import reshard_snapshot
+from raytide.autoscale.config import Autoscale
 from raytide.core.arguments import non_negative, positive_int
 from raytide.core.dataflow import Dataflow, Probe
 from raytide.errors import (
@@ -42,6 +45,7 @@ from raytide.errors import (
     JobTimeout,
     RaytideError,
     ReplicaLost,
+    RescaleError,
     SnapshotError,
 )
 from raytide.progress.reachability import Location
@@ -60,6 +64,8 @@ PROGRESS = "the progress actor"
 SETUP_TIMEOUT = 120.0
 #: How long a replica may take to answer a ping before a timeout message calls it busy.
 BUSY_PROBE = 1.0
+#: The longest the autoscaler's long poll for changes waits (the driver keeps one pending).
+AUTOSCALE_POLL = 5.0
 #: How long tearing a job down waits for its actors' processes to exit.
 TEARDOWN_TIMEOUT = 10.0
 
@@ -77,6 +83,7 @@ def run(
     name: str | None = None,
     recovery: Recovery | None = None,
     restore: int | str | None = None,
+    autoscale: Autoscale | None = None,
 ) -> Job:
     """Start ``flow`` on the current Ray cluster (a local one if none is running).
 
@@ -110,6 +117,9 @@ def run(
             Vertices other than inputs may have another parallelism than in that run: the
             snapshot is first written again for this job's, keyed state moving to the new
             owners of its key groups (:mod:`raytide.actors.reshard`).
+        autoscale: with ``recovery``, an autoscaler actor that rescales the job's vertices
+            while it runs, towards a goal (see :class:`~raytide.Autoscale`); the driver
+            makes its changes while it waits on the job (``wait``, ``results``, ``collect``).
 
     Raises:
         GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
@@ -125,6 +135,9 @@ def run(
         raise ArgumentError(f"name must be a non-empty string, not {name!r}")
     if recovery is not None and not isinstance(recovery, Recovery):
         raise ArgumentError(f"recovery must be an rt.Recovery(...), not {type(recovery).__name__}")
+    if autoscale is not None and (recovery is None or not isinstance(autoscale, Autoscale)):
+        raise ArgumentError(f"autoscale must be an rt.Autoscale(...), with recovery=rt.Recovery(store) (a rescale "
+                            f"moves state through its store); got autoscale={autoscale!r}, recovery={recovery!r}")
     if restore is not None and (recovery is None or not (restore == "latest" or _is_id(restore))):
         raise ArgumentError(f"restore must be 'latest' or a snapshot id, with recovery=rt.Recovery(store) "
                             f"naming the store; got restore={restore!r}, recovery={recovery!r}")
@@ -144,7 +157,8 @@ def run(
         if restore_id is None:
             raise SnapshotError(f"restore={restore!r}: the store {recovery.store!r} has no committed snapshot")
     job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}", max_inflight, batch_size, num_cpus, pretouch_mb,
-              recovery, restoring=restore is not None)
+              recovery, restoring=restore is not None,
+              recompile=functools.partial(compile_plan, flow, parallelism, chaining), autoscale=autoscale)
     try:
         if restore_id is not None:
             job.restore_from(restore_id)
@@ -160,9 +174,14 @@ class Job:
     """A running dataflow: feed inputs, wait, read outputs, inspect, cancel."""
 
     def __init__(self, plan: PhysicalPlan, name: str, max_inflight: int, batch_size: int, num_cpus: float,
-                 pretouch_mb: int, recovery: Recovery | None = None, restoring: bool = False) -> None:
-        """``restoring``: the job will be restored from a snapshot (:meth:`restore_from`) before it runs."""
+                 pretouch_mb: int, recovery: Recovery | None = None, restoring: bool = False,
+                 recompile: Callable[[dict[str, int]], PhysicalPlan] | None = None,
+                 autoscale: Autoscale | None = None) -> None:
+        """``restoring``: the job will be restored from a snapshot (:meth:`restore_from`) before it runs.
+        ``recompile``: the plan of the same dataflow with other widths (for :meth:`rescale`).
+        ``autoscale``: start an autoscaler actor (:mod:`raytide.actors.autoscaler_actor`)."""
         self.plan, self.name = plan, name
+        self.recompile = recompile
         self.max_inflight, self.batch_size = max_inflight, batch_size
         self.num_cpus, self.pretouch_mb = num_cpus, pretouch_mb
         self._error: BaseException | None = None
@@ -176,7 +195,13 @@ class Job:
         self._delivered_before: dict[str, int] = {}
         #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
         self.replica_readers: dict[str, list[Reader[Any]]] = {}
+        self._rescaling = False
         self._start(num_cpus, pretouch_mb, restoring)
+        self._autoscaler: Any = None
+        if autoscale is not None:
+            self._autoscaler = _autoscaler_class().options(num_cpus=0, max_restarts=0).remote(
+                name, autoscale, plan, self.peers, self.progress, num_cpus)
+            self._autoscale_ref = self._autoscaler.next_change.remote(AUTOSCALE_POLL)
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -221,12 +246,54 @@ class Job:
         self._pids: dict[str, int | Any] = {self._host_name(key): pid for key, pid in zip(keys, vertex_pids)}
         self._pids[self._host_name(PROGRESS)] = pids[-1]
 
-    def _take_vertex(self, key: ReplicaKey) -> Any:
+    def _take_vertex(self, key: ReplicaKey, incarnation: int = 0) -> Any:
         """Tell the host leased for ``key`` to become that replica; the ref of its process id."""
         lease = self._leases[key]
         recovery = self._recovery.recovery if self._recovery is not None else None
         return lease.handle.take.remote(lease.lease, self._plan_ref, self.name, key.chain, key.replica,
-                                        self.max_inflight, self.pretouch_mb, lease.handle, recovery)
+                                        self.max_inflight, self.pretouch_mb, lease.handle, recovery, incarnation)
+
+    def hosts_to_add(self, plan: PhysicalPlan) -> list[HostLease]:
+        """Lease, from the warm pool, the hosts ``plan`` needs beyond the job's own (a rescale,
+        before its cut), and wait until they answer: a host that is still starting does so
+        before the job pauses, not during."""
+        have = sum(1 for key in self._leases if isinstance(key, ReplicaKey))
+        fresh = self._pool.lease("vertex", max(0, sum(chain.parallelism for chain in plan.chains) - have),
+                                 self.num_cpus)
+        self._wait_setup([lease.handle.ping.remote() for lease in fresh], f"starting {len(fresh)} hosts to rescale onto")
+        return fresh
+
+    def reconfigure_hosts(self, plan: PhysicalPlan, incarnation: int, fresh: list[HostLease]) -> dict[str, int]:
+        """Switch to ``plan`` (a rescale): every replica of it gets a host, the one that played
+        the same replica before, else another of the job's, else one of ``fresh``
+        (:meth:`hosts_to_add`); the job's hosts left over go back to the pool. Each takes its
+        role in ``incarnation`` and learns its peers. Returns how many hosts were ``kept``,
+        ``added`` and ``returned``."""
+        old = {key: lease for key, lease in self._leases.items() if isinstance(key, ReplicaKey)}
+        keys = [ReplicaKey(chain.name, replica) for chain in plan.chains for replica in range(chain.parallelism)]
+        leases: dict[Hashable, HostLease] = {key: old.pop(key) for key in keys if key in old}
+        spare = list(old.values())
+        missing = [key for key in keys if key not in leases]
+        kept = len(leases) + min(len(spare), len(missing))
+        leases.update(zip(missing, spare + fresh))
+        returned = spare[len(missing):]
+        self._pool.give_back(returned)
+        self._leases = {PROGRESS: self._leases[PROGRESS], **leases}
+        self.plan, self._plan_ref = plan, ray.put(plan)
+        self.actors = {key: leases[key].handle for key in keys}
+        self.peers = {key: leases[key].leased for key in keys}
+        coordinator = self._recovery.coordinator if self._recovery is not None else None
+        pids = [self._take_vertex(key, incarnation) for key in keys]
+        connects = [self.peers[key].connect.remote(self.peers, self._unbounded, self.progress, coordinator)
+                    for key in keys]
+        self._wait_setup(pids + connects, f"giving {len(keys)} hosts their replicas of the rescaled job")
+        self._pids = {name: pid for name, pid in self._pids.items() if name.endswith(("/progress", "/coordinator"))}
+        self._pids.update({self._host_name(key): pid for key, pid in zip(keys, ray.get(pids))})
+        return {"kept": kept, "added": len(fresh), "returned": len(returned)}
+
+    def give_back(self, leases: list[HostLease]) -> None:
+        """Give hosts the job does not use back to the pool (a rescale that did not happen)."""
+        self._pool.give_back(leases)
 
     def _watch(self) -> None:
         """Watch every actor of the job for its death (the hosts, under their leases, and the
@@ -431,6 +498,27 @@ class Job:
                 self._recover("; ".join(map(str, deaths)))
             elif failures:
                 self._fail(failures[0])
+            if self._autoscaler is not None and not self._rescaling:
+                self._autoscale()
+
+    def _autoscale(self) -> None:
+        """Make the changes the autoscaler decided on, if it has (without waiting for it)."""
+        if not ray.wait([self._autoscale_ref], timeout=0)[0]:
+            return
+        try:
+            changes = ray.get(self._autoscale_ref)
+        except ray.exceptions.RayActorError as error:
+            logger.warning("job %r: the autoscaler died (%s); the job goes on at its widths", self.name, error)
+            self._autoscaler = None
+            return
+        record = None
+        if changes and not self.outputs.finished:
+            try:
+                record = self.rescale(changes)
+            except RaytideError as error:
+                logger.warning("job %r: the autoscaler's rescale %s was not made: %s", self.name, changes, error)
+        self._autoscaler.rescaled.remote(record, self.plan, self.peers, self.progress)
+        self._autoscale_ref = self._autoscaler.next_change.remote(AUTOSCALE_POLL)
 
     def _recover(self, cause: str) -> None:
         assert self._recovery is not None
@@ -438,6 +526,8 @@ class Job:
             self._recovery.recover(self, cause)
         except RaytideError as error:
             self._fail(error)
+        if self._autoscaler is not None:  # it reads the replaced actors from now on
+            self._autoscaler.rescaled.remote(None, self.plan, self.peers, self.progress)
 
     @contextlib.contextmanager
     def _cancelled_on_interrupt(self) -> Iterator[None]:
@@ -640,10 +730,13 @@ class Job:
         try:
             progress = ray.get(self.progress.stats.remote(), timeout=60)
         except ray.exceptions.RayActorError:
+            progress = None
+        if progress is None:  # dead, or the job is torn down (its host's lease is over)
             progress = {"batches_applied": None, "pushes": None, "vertices": {}}
         fed = [epoch for epoch in self.inputs.open_inputs().values() if epoch is not None]
         data_batches = sum(s["vertices"][c.vertices[0]]["batches_in"] for s, c in zip(per_replica, (self.plan.chain(k[0]) for k in keys)))
         return {
+            "parallelism": self.parallelism(),
             "vertices": {n: {**c, **self._progress_of(n, progress["vertices"], fed)} for n, c in vertices.items()},
             "replicas": {self._host_name(key): {"busy_s": stats["busy_s"], "blocked_s": stats["blocked_s"],
                                                 "vertices": stats["vertices"]} for key, stats in alive.items()},
@@ -673,6 +766,55 @@ class Job:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""
         return {name: self.plan.width(name) for name in self.plan.vertices}
 
+    def rescale(self, widths: dict[str, int], timeout: float = 120.0) -> dict[str, Any]:
+        """Change the parallelism of vertices of the running job (``{vertex_name: n}``) and
+        return once the new configuration runs: what the rescale did and how long each step
+        took (also in ``job.stats()["rescales"]``).
+
+        The job is not restarted and nothing is lost or handed out twice: at a snapshot it
+        takes now, keyed state and pending notifications move to their key groups' new
+        owners, new replicas start on warm hosts and retiring ones give theirs back (see
+        :mod:`raytide.actors.rescale`). A vertex that reads another replica by replica (fused
+        behind it) is rescaled with it. Needs a job started with ``recovery=``: state moves
+        through its snapshot store.
+
+        Raises:
+            ArgumentError: the job was started without ``recovery``, or a width is not a
+                positive integer.
+            GraphError: a vertex the job does not have.
+            RescaleError: an input's width would change, two vertices that must keep one
+                width were given different ones, or the job has finished.
+            SnapshotError: no snapshot could be committed within ``timeout`` seconds.
+        """
+        recovery = self._require_recovery("job.rescale()")
+        self._raise_if_failed()
+        if self.outputs.finished or self._torn_down:
+            raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
+        self._rescaling = True
+        try:
+            return recovery.rescale(self, widths, timeout)
+        finally:
+            self._rescaling = False
+
+    def snapshot_and_pause(self, timeout: float) -> int:
+        """Take a snapshot now and wait until it is committed, noticing deaths (and recovering
+        from them) meanwhile; after it the coordinator takes no more until told. For a rescale:
+        a snapshot that a recovery abandons is taken again after it."""
+        recovery = self._require_recovery("a rescale")
+        deadline = time.monotonic() + timeout
+        while True:
+            ref = recovery.coordinator.snapshot_now.remote(max(0.1, deadline - time.monotonic()), self.delivered(),
+                                                           True)
+            while not ray.wait([ref], timeout=self._poll_s)[0]:
+                self._pump(0)
+            try:
+                return ray.get(ref)
+            except (SnapshotError, ray.exceptions.RayActorError) as error:
+                if time.monotonic() >= deadline:
+                    raise SnapshotError(f"job {self.name!r}: no snapshot to rescale at was committed within "
+                                        f"{timeout:g} s: {error}") from error
+                self._pump(0)  # a death abandoned it: recover, then take another
+
     def _replica_stats(self) -> dict[ReplicaKey, dict[str, Any] | None]:
         """Every replica's counters; None for one whose actor is dead."""
         refs = {key: peer.stats.remote() for key, peer in self.peers.items()}
@@ -692,7 +834,14 @@ class Job:
             snapshots = ray.get(self._recovery.coordinator.stats.remote(), timeout=60)
         except ray.exceptions.RayActorError as error:
             snapshots = {"coordinator": f"unreachable: {type(error).__name__}"}
-        return {"snapshots": snapshots, "recoveries": self._recovery.stats()}
+        autoscaler: Any = None
+        if self._autoscaler is not None:
+            try:
+                autoscaler = ray.get(self._autoscaler.timeline.remote(), timeout=60)
+            except ray.exceptions.RayActorError as error:
+                autoscaler = f"unreachable: {type(error).__name__}"
+        return {"snapshots": snapshots, "recoveries": self._recovery.stats(), "rescales": self._recovery.rescale_stats(),
+                "autoscaler": autoscaler}
 
     def cancel(self) -> None:
         """Stop the job and give its hosts back to the pool, which resets them for the next
@@ -716,6 +865,8 @@ class Job:
         killed = self._pool.give_back([*self._leases.values(), *self._dead_leases])
         if self._recovery is not None and self._recovery.coordinator is not None:
             ray.kill(self._recovery.coordinator)
+        if self._autoscaler is not None:
+            ray.kill(self._autoscaler)
         # Hosts that reserved CPUs are killed, not kept; ray.kill returns at once: wait (a bounded
         # time) until their processes are gone, so that the next job finds the CPUs free.
         if killed:
@@ -730,6 +881,16 @@ class Job:
 
     def __exit__(self, *exc: Any) -> None:
         self.cancel()
+
+
+_AUTOSCALER_CLASS: list[Any] = []
+
+
+def _autoscaler_class() -> Any:
+    """The autoscaler actor's Ray class (made once: ray.remote pickles the class)."""
+    if not _AUTOSCALER_CLASS:
+        _AUTOSCALER_CLASS.append(ray.remote(max_concurrency=3, concurrency_groups={"poll": 1})(AutoscalerActor))  # type: ignore[call-overload]
+    return _AUTOSCALER_CLASS[0]
 
 
 def _is_id(value: Any) -> bool:

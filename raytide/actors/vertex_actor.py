@@ -172,9 +172,10 @@ class VertexActor:
     """One replica of one chain of fused vertices."""
 
     def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int,
-                 pretouch_mb: int, myself: Any = None, recovery: Recovery | None = None) -> None:
+                 pretouch_mb: int, myself: Any = None, recovery: Recovery | None = None, incarnation: int = 0) -> None:
         """``myself``: this replica's own handle (bound to its host's lease), for the calls
-        a reader makes to itself. ``recovery``: the job takes snapshots (see the module docstring)."""
+        a reader makes to itself. ``recovery``: the job takes snapshots (see the module docstring).
+        ``incarnation``: the job's (a rescale's replica drops the calls of the configuration before)."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         if keep_freed_buffers() and pretouch_mb:
             pretouch(pretouch_mb)
@@ -182,6 +183,7 @@ class VertexActor:
         self.store = SnapshotStore(recovery.store, recovery.signing_key) if recovery is not None else None
         self.writer = SnapshotWriter(self.key, self.store) if self.store is not None else None
         self.transport = _RayTransport(self.key, plan, job, max_inflight, self.writer)
+        self.transport.incarnation = incarnation
         self.core = self._new_core()
         self.failed: RaytideError | None = None
         self.busy_s = 0.0  # handling events (see _guard)

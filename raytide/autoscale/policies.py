@@ -110,7 +110,8 @@ class ScalingPolicy(Protocol):
         ...
 
 
-def _fmt(value: float) -> str:
+def format_number(value: float) -> str:
+    """A rate or a duration in a decision's reason: one decimal."""
     return f"{value:.1f}"
 
 
@@ -129,8 +130,8 @@ def _scale_down_step(throughput: float, goal: float) -> tuple[int, str]:
     ratio = throughput / goal
     for bound, factor in _SCALE_DOWN_STEPS:
         if ratio > bound:
-            return factor, f"throughput {_fmt(throughput)} > {bound:g} x goal {_fmt(goal)}: scale down by {factor}"
-    return 0, f"throughput {_fmt(throughput)} <= 1.25 x goal {_fmt(goal)}"
+            return factor, f"throughput {format_number(throughput)} > {bound:g} x goal {format_number(goal)}: scale down by {factor}"
+    return 0, f"throughput {format_number(throughput)} <= 1.25 x goal {format_number(goal)}"
 
 
 def _scale_up_step(throughput: float, goal: float) -> tuple[int, str]:
@@ -138,8 +139,8 @@ def _scale_up_step(throughput: float, goal: float) -> tuple[int, str]:
     ratio = throughput / goal
     for bound, factor in _SCALE_UP_STEPS:
         if ratio < bound:
-            return factor, f"throughput {_fmt(throughput)} < {bound:g} x goal {_fmt(goal)}: scale up by {factor}"
-    return 0, f"throughput {_fmt(throughput)} >= 0.9375 x goal {_fmt(goal)}"
+            return factor, f"throughput {format_number(throughput)} < {bound:g} x goal {format_number(goal)}: scale up by {factor}"
+    return 0, f"throughput {format_number(throughput)} >= 0.9375 x goal {format_number(goal)}"
 
 
 def threshold_decision(stats: VertexStats, goal: float, process_limit: int = 48) -> ScalingDecision:
@@ -195,7 +196,7 @@ def threshold_decision(stats: VertexStats, goal: float, process_limit: int = 48)
             f"{why} refused, {current} + {factor} is not below the limit {process_limit}: keep {current}",
         )
     return ScalingDecision.keep(
-        stats.vertex, current, f"throughput {_fmt(throughput)} equals goal {_fmt(goal)}: keep {current}"
+        stats.vertex, current, f"throughput {format_number(throughput)} equals goal {format_number(goal)}: keep {current}"
     )
 
 
@@ -292,7 +293,7 @@ def rate_decision(stats: VertexStats, needed_rate: float | None, max_parallelism
     quotient = needed_rate / true_rate
     wanted = _ceil(quotient)
     reason = (
-        f"needs {_fmt(needed_rate)} records/s in at a true rate of {_fmt(true_rate)} per replica: "
+        f"needs {format_number(needed_rate)} records/s in at a true rate of {format_number(true_rate)} per replica: "
         f"ceil({quotient:.2f}) = {wanted}"
     )
     if wanted < 1:

@@ -115,10 +115,16 @@ class VertexStats:
         vertex: The vertex's name.
         replicas: One entry per running replica, by replica index; its length is
             the vertex's current parallelism (at least 1).
+        queued: Messages on their way to the vertex or waiting in its replicas at the
+            end of the window (progress tracking's counts at its inputs).
+        frontier_lag: Epochs its frontier trails the latest epoch any vertex's has
+            reached (None: unknown, or nothing more can arrive at it).
     """
 
     vertex: str
     replicas: tuple[ReplicaStats, ...]
+    queued: int = 0
+    frontier_lag: int | None = None
 
     def __post_init__(self) -> None:
         if not self.replicas:
@@ -164,6 +170,11 @@ class VertexStats:
         return _ratio(self.records_out, self.records_in)
 
     @property
+    def utilization(self) -> float:
+        """The mean fraction of the window its replicas were busy."""
+        return sum(r.utilization for r in self.replicas) / len(self.replicas)
+
+    @property
     def true_rate_per_replica(self) -> float | None:
         """Mean true processing rate of the replicas that were busy (DS2's aggregate / p).
 
@@ -185,12 +196,15 @@ class JobStats:
             Sources are graph nodes whose output rate is given rather than
             measured; they may also appear in ``vertices``.
         taken_at: When the snapshot was taken, in seconds on the caller's clock.
+        epoch_seconds: Seconds per epoch the inputs advanced by in the window (None:
+            they did not advance), which turns a frontier lag into seconds.
     """
 
     vertices: tuple[VertexStats, ...]
     edges: tuple[tuple[str, str], ...] = ()
     source_rates: Mapping[str, float] = field(default_factory=dict)
     taken_at: float = 0.0
+    epoch_seconds: float | None = None
 
     def __post_init__(self) -> None:
         names = [v.vertex for v in self.vertices]

@@ -198,7 +198,15 @@ class CoordinatorCore:
         if incarnation <= self.incarnation:
             raise SnapshotError(f"incarnation {incarnation} does not follow {self.incarnation}")
         self.incarnation = incarnation
-        return self.fail(f"a recovery started incarnation {incarnation}", now)
+        return self.fail(f"a recovery or rescale started incarnation {incarnation}", now)
+
+    def reconfigure(self, replicas: Iterable[Hashable], incarnation: int, first_id: int, now: float) -> Abandon | None:
+        """A rescale started ``incarnation`` with ``replicas``; the next snapshot's id is at
+        least ``first_id`` (the rescale wrote one itself). Abandons the snapshot in flight."""
+        abandoned = self.reset(incarnation, now)
+        self.replicas = frozenset(replicas)
+        self.next_id = max(self.next_id, first_id)
+        return abandoned
 
     def _abandon(self, reason: str, now: float) -> Abandon:
         assert self.in_flight is not None

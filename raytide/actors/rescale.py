@@ -1,0 +1,96 @@
+"""Changing the parallelism of a running job's vertices (``job.rescale``), and what widths it asks for.
+
+A rescale runs in these steps; the job object, the driver, its inputs and outputs, the
+progress actor, the coordinator and the hosts stay, and nothing is handed out twice::
+
+    driver ──snapshot now, then pause──▶ coordinator         (*waits* for the commit: the cut)
+    driver: lay the snapshot out for the new widths (:mod:`raytide.actors.reshard`: each
+            moving key group's state and notifications go to its new owner, routing tables
+            follow), commit it as a new snapshot
+    driver ──take the new role (new plan)──▶ every kept host, new hosts from the warm pool;
+            retiring hosts go back to the pool
+    driver ──restore / resume / rewind the inputs──▶ as a recovery does, from the new snapshot
+    driver ──reconfigure(plan), reset──▶ coordinator          (periodic snapshots again)
+
+The cut is a snapshot the job has just committed, so the work a rescale redoes is what
+the job did between that commit and the restore. A death before the new snapshot is
+committed leaves the job in its old configuration (it recovers as usual, then the rescale
+is tried again); after it, the job is in the new one, and a recovery restores the new
+snapshot. Either way, one consistent configuration.
+
+Which vertices change: the ones asked for, and with each the vertices that must keep its
+width. A vertex whose only input is one pipeline edge from a vertex of its width (other
+than an input) reads that vertex's records replica by replica, so its keys live where that
+vertex's do: a pipeline between different widths deals batches round robin and would
+scatter a key's records. Such a vertex and the one it reads are rescaled together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from raytide.actors.plan import PhysicalPlan
+from raytide.core.arguments import positive_int
+from raytide.errors import GraphError, RescaleError
+
+
+def _follows(plan: PhysicalPlan, name: str) -> str | None:
+    """The vertex ``name`` reads replica by replica and must keep the width of, if any."""
+    edges = [edge for port in plan.vertex(name).inputs for edge in port]
+    if len(edges) != 1 or edges[0].channel.kind != "pipeline":
+        return None
+    source = edges[0].source
+    if source in plan.inputs or plan.width(source) != plan.width(name):
+        return None
+    return source
+
+
+def width_groups(plan: PhysicalPlan) -> dict[str, frozenset[str]]:
+    """Per vertex, the vertices that are rescaled with it (itself included)."""
+    root: dict[str, str] = {}
+
+    def find(name: str) -> str:
+        while root.get(name, name) != name:
+            name = root[name]
+        return name
+
+    for name in plan.vertices:
+        upstream = _follows(plan, name)
+        if upstream is not None:
+            root[find(name)] = find(upstream)
+    members: dict[str, set[str]] = {}
+    for name in plan.vertices:
+        members.setdefault(find(name), set()).add(name)
+    return {name: frozenset(members[find(name)]) for name in plan.vertices}
+
+
+def new_widths(plan: PhysicalPlan, asked: Mapping[str, int]) -> dict[str, int]:
+    """Every vertex's width after a rescale that asks for ``asked`` (``{vertex: n}``).
+
+    Raises:
+        GraphError: ``asked`` names a vertex the job does not have.
+        ArgumentError: a width that is not a positive integer.
+        RescaleError: ``asked`` changes an input's width (its positions are per replica,
+            see :mod:`raytide.actors.reshard`), or gives two vertices that must keep one
+            width (:func:`width_groups`) different ones.
+    """
+    unknown = sorted(set(asked) - set(plan.vertices))
+    if unknown:
+        raise GraphError(f"job of dataflow {plan.name!r} has no vertex {unknown[0]!r}; its vertices: "
+                         f"{sorted(plan.vertices)}")
+    asked = {name: positive_int(width, f"the parallelism of vertex {name!r}") for name, width in asked.items()}
+    inputs = sorted(name for name, width in asked.items() if name in plan.inputs and width != plan.width(name))
+    if inputs:
+        raise RescaleError(f"input {inputs[0]!r} cannot change its parallelism ({plan.width(inputs[0])}) while the job "
+                           f"runs: its position in the stream is per replica; rescale the vertices after it")
+    widths = {name: plan.width(name) for name in plan.vertices}
+    groups = width_groups(plan)
+    for name, width in asked.items():
+        for member in groups[name]:
+            other = asked.get(member, width)
+            if other != width:
+                raise RescaleError(f"vertices {name!r} and {member!r} must keep one width ({member!r} reads {name!r}'s "
+                                   f"records replica by replica, or the other way round), but {width} and {other} "
+                                   f"were asked for")
+            widths[member] = width
+    return widths

@@ -1,0 +1,103 @@
+"""One round of the autoscaler's MAPE loop, pure: statistics in, decisions and changes out.
+
+The autoscaler actor (:mod:`raytide.actors.autoscaler_actor`) monitors
+(:mod:`raytide.autoscale.monitor`) and the driver executes; between them each round
+*analyses and plans* here: the policy's decisions for the vertices it may rescale, then
+the control steps of :mod:`raytide.autoscale.controls` in their order (bounds, hysteresis,
+persistence, cooldown, the free CPUs), and last the changes, one per group of vertices
+that keep one width (:func:`raytide.actors.rescale.width_groups`; the largest target in a
+group wins, as in :func:`~raytide.autoscale.controls.combine`).
+
+>>> from raytide.autoscale.stats import JobStats, ReplicaStats, VertexStats
+>>> busy = ReplicaStats(records_in=100, records_out=100, busy_seconds=1.0, window_seconds=1.0)
+>>> stats = JobStats((VertexStats("rows", (busy,)),), (("numbers", "rows"),), {"numbers": 250.0})
+>>> loop = ControlLoop(Autoscale(policy="rate", rate=250.0, max_parallelism=8), scaled={"rows"},
+...                    groups={"rows": frozenset({"rows"})})
+>>> decisions, changes = loop.round(stats, now=10.0, free_cpus=4)
+>>> changes, decisions[0].reason
+({'rows': 3}, 'needs 250.0 records/s in at a true rate of 100.0 per replica: ceil(2.50) = 3')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raytide.autoscale.config import Autoscale
+from raytide.autoscale.controls import (
+    Streak,
+    apply_cooldown,
+    cap_by_free_cpus,
+    clamp,
+    ignore_small_changes,
+    record_changes,
+    require_persistence,
+)
+from raytide.autoscale.latency import LatencyPolicy
+from raytide.autoscale.policies import FilePolicy, RatePolicy, ScalingDecision, ScalingPolicy, ThresholdPolicy
+from raytide.autoscale.stats import JobStats
+
+
+def make_policy(config: Autoscale, scaled: Set[str], max_parallelism: int) -> ScalingPolicy:
+    """The policy ``config`` names, for the vertices in ``scaled``."""
+    if config.policy == "rate":
+        return RatePolicy(max_parallelism)
+    if config.policy == "threshold":
+        goal = config.throughput
+        assert goal is not None
+        return ThresholdPolicy(dict(goal) if isinstance(goal, Mapping) else dict.fromkeys(sorted(scaled), goal),
+                               process_limit=max_parallelism + 1)
+    if config.policy == "file":
+        assert config.parameters is not None and config.stats is not None
+        return FilePolicy(Path(config.parameters), Path(config.stats))
+    assert config.latency is not None
+    return LatencyPolicy(config.latency)
+
+
+@dataclass
+class ControlLoop:
+    """The analysis and planning of every round, with what it remembers between rounds.
+
+    Attributes:
+        config: the goal and the limits.
+        scaled: the vertices the autoscaler may rescale.
+        groups: per vertex, those that keep its width.
+        max_parallelism: the most replicas of a vertex (the config's, else the cluster's CPUs).
+    """
+
+    config: Autoscale
+    scaled: Set[str]
+    groups: Mapping[str, frozenset[str]]
+    max_parallelism: int = 8
+    streaks: dict[str, Streak] = field(default_factory=dict)
+    last_changed: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.policy = make_policy(self.config, self.scaled, self.max_parallelism)
+        self.shortfall = 0
+
+    def round(self, stats: JobStats, now: float, free_cpus: float) -> tuple[tuple[ScalingDecision, ...], dict[str, int]]:
+        """This round's decisions (every step's reason in them) and the changes to make:
+        ``{vertex: replicas}``, one vertex per group that changes."""
+        decisions = tuple(d for d in self.policy.decide(stats) if d.vertex in self.scaled)
+        decisions = clamp(decisions, self.config.min_parallelism, self.max_parallelism)
+        decisions = ignore_small_changes(decisions, min_step=1)
+        decisions, self.streaks = require_persistence(decisions, self.streaks, self.config.rounds)
+        decisions = apply_cooldown(decisions, self.last_changed, now, self.config.cooldown)
+        wanted = sum(max(0, d.delta) for d in decisions)
+        decisions = cap_by_free_cpus(decisions, free_cpus)
+        #: Replicas the free CPUs could not hold this round (what to ask the cluster for).
+        self.shortfall = wanted - sum(max(0, d.delta) for d in decisions)
+        self.last_changed = record_changes(self.last_changed, decisions, now)
+        return decisions, self.changes(decisions)
+
+    def changes(self, decisions: tuple[ScalingDecision, ...]) -> dict[str, int]:
+        """One change per group of vertices that keep one width: its largest target."""
+        targets: dict[frozenset[str], tuple[str, int]] = {}
+        for d in decisions:
+            if d.changes:
+                group = self.groups.get(d.vertex, frozenset({d.vertex}))
+                if group not in targets or d.target > targets[group][1]:
+                    targets[group] = (d.vertex, d.target)
+        return dict(targets.values())

@@ -1,0 +1,85 @@
+"""The autoscaler actor on a real Ray: it finds the width a goal needs and the driver makes it.
+
+The workload is the thesis's Mandelbrot rows (``examples/unbalanced.py``): CPU-bound pure
+Python, one core per replica. The session's Ray has 2 CPUs, so a goal one replica cannot
+meet and two can is the test: the rate policy must get there from parallelism 1.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import raytide as rt
+from examples.unbalanced import mandelbrot_flow, mandelbrot_row, row_epochs
+
+pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
+
+
+def true_rate_of_one_replica(tmp_path: Path) -> float:
+    """Rows a second one ``mandelbrot`` replica computes while busy (DS2's true rate)."""
+    with rt.run(mandelbrot_flow(), {"rows": row_epochs(800)}, parallelism=1) as job:
+        job.wait(timeout=300)
+        stats = job.stats()
+    busy = sum(r["busy_s"] for name, r in stats["replicas"].items() if "mandelbrot" in name)
+    return stats["vertices"]["mandelbrot"]["records_in"] / busy
+
+
+def rate_at(timeline: list[dict], width: int) -> float:
+    """Rows a second ``mandelbrot`` computed over the autoscaler's windows at ``width`` replicas."""
+    windows = [(entry["throughput"]["mandelbrot"], entry["window_s"]) for entry in timeline
+               if entry["parallelism"].get("mandelbrot") == width]
+    assert windows, f"no window at {width} replicas: {timeline}"
+    return sum(rate * seconds for rate, seconds in windows) / sum(seconds for _, seconds in windows)
+
+
+@pytest.mark.timeout(600)
+def test_the_rate_policy_takes_mandelbrot_from_one_replica_to_the_goal(ray_session, tmp_path):
+    rate = true_rate_of_one_replica(tmp_path)
+    goal = 1.4 * rate  # one replica cannot, two can (the session's Ray has 2 CPUs)
+    autoscale = rt.Autoscale(policy="rate", rate=goal, interval=1.0, cooldown=1.0)
+    rows = int(goal * 14)
+    with rt.run(mandelbrot_flow(), {"rows": row_epochs(rows)}, parallelism=1,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=None), autoscale=autoscale) as job:
+        job.wait(timeout=300)
+        out = job.collect("out")
+        timeline = job.stats()["autoscaler"]
+    made = [entry for entry in timeline if entry["changes"]]
+    assert made and made[0]["changes"] == {"mandelbrot": 2}, timeline
+    assert "ceil(" in next(d["reason"] for d in made[0]["decisions"] if d["vertex"] == "mandelbrot")
+    assert len(made) <= 3 and made[0]["rescale"]["pause_s"] > 0
+    assert rate_at(timeline, 2) > 1.15 * rate_at(timeline, 1), timeline
+    got = sorted(row for records in out.values() for row in records)
+    assert [y for y, _ in got] == list(range(rows))
+    assert all(got[y] == mandelbrot_row(y) for y in range(0, rows, 97))
+
+
+@pytest.mark.timeout(600)
+def test_the_file_policy_follows_a_parameters_json_written_by_another_process(ray_session, tmp_path):
+    parameters, stats = tmp_path / "parameters.json", tmp_path / "stats.json"
+    autoscale = rt.Autoscale(policy="file", parameters=str(parameters), stats=str(stats), interval=0.5, cooldown=0.0)
+    writer = [sys.executable, "-c", "import json, sys; json.dump({'mandelbrot': 2, 'out': 2}, open(sys.argv[1], 'w'))",
+              str(parameters)]
+    with rt.run(mandelbrot_flow(), {"rows": row_epochs(6000)}, parallelism=1,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=None), autoscale=autoscale) as job:
+        deadline = time.monotonic() + 120
+        while not stats.exists() or not parameters.exists():
+            assert time.monotonic() < deadline, "the autoscaler wrote no stats.json"
+            job.collect("out")
+            time.sleep(0.1)
+        assert json.loads(parameters.read_text())["mandelbrot"] == 1  # created with the current widths
+        subprocess.run(writer, check=True)
+        while job.parallelism()["mandelbrot"] != 2:
+            assert time.monotonic() < deadline, f"not rescaled: {job.stats()['autoscaler'][-3:]}"
+            job.collect("out")
+            time.sleep(0.1)
+        job.cancel()
+    document = json.loads(stats.read_text())
+    samples = document["mandelbrot"]
+    assert samples and all(set(replicas) <= {"Replica0", "Replica1"} for replicas in samples.values())
+    assert {"ItemsConsumed", "ItemsProduced", "averageItemsProduced"} == set(next(iter(samples.values()))["Replica0"])

@@ -1,0 +1,234 @@
+"""Live rescaling on a real Ray: ``job.rescale`` while records flow, compared with plain Python.
+
+Every record carries its key's next sequence number, and the keyed state checks each one
+follows the last: a record lost, processed twice (after the state saw it) or reordered
+within its key fails the job with an error naming it. The job is rescaled 1 -> 4 -> 2 -> 3
+while the driver feeds it, and the output must hold every (key, sequence number) once.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import raytide as rt
+from examples.connected_components import build_flow, union_find
+from raytide.errors import ArgumentError, GraphError, RescaleError
+from tests.ray.test_recovery import sigkill
+
+pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
+
+KEYS = 12
+PER_KEY = 5  # records per key and epoch
+STEPS = (4, 2, 3)  # the widths the rescaled vertex goes through, from 1
+
+
+class Gates:
+    """Paces the feed around the rescales: from epoch 10 on, once the rescale before is
+    done, it lets the driver start the next one, and it goes on feeding while each runs
+    (records arrive before, at and after every cut); it stops 10 epochs after the last."""
+
+    def __init__(self) -> None:
+        self.reached = [threading.Event() for _ in STEPS]
+        self.started = [threading.Event() for _ in STEPS]
+        self.rescaled = [threading.Event() for _ in STEPS]
+        self.fed = 0  # epochs fed, once the feed is over
+
+    def epochs(self) -> Iterator[list[tuple[int, int]]]:
+        """Epochs of ``(key, sequence number)``, each key's numbers consecutive from 0 across epochs."""
+        epoch, step, last_done = 0, 0, None
+        while last_done is None or epoch < last_done + 10:
+            if step < len(STEPS) and epoch >= 10 * (step + 1) and (step == 0 or self.rescaled[step - 1].is_set()):
+                self.reached[step].set()
+                assert self.started[step].wait(300), "the driver did not rescale"
+                step += 1
+            if last_done is None and self.rescaled[-1].is_set():
+                last_done = epoch
+            assert epoch < 5000, "the rescales did not finish"
+            yield [(key, epoch * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)]
+            epoch += 1
+            time.sleep(0.005)
+        self.fed = epoch
+
+    def rescale(self, job: rt.Job, step: int, widths: dict[str, int]) -> dict[str, Any]:
+        """Rescale ``job`` as step ``step``, once the feed is there, while it goes on."""
+        assert self.reached[step].wait(300)
+        self.started[step].set()
+        record = job.rescale(widths, timeout=120)
+        self.rescaled[step].set()
+        return record
+
+
+def next_in_sequence(last: int | None, record: tuple[int, int]) -> tuple[int, tuple[int, int]]:
+    """``stateful_map``'s function: the record must follow the last one of its key."""
+    key, number = record
+    expected = 0 if last is None else last + 1
+    if number != expected:
+        raise ValueError(f"key {key}: record {number} arrived where {expected} was due (lost, repeated or reordered)")
+    return number, record
+
+
+class SequenceChecker(rt.Vertex):
+    """Keyed by the exchange before it: checks each key's sequence, and at the end of every
+    epoch (a notification) sends how many records each key had in it."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, int] = {}
+        self.counts: dict[rt.Timestamp, collections.Counter] = {}
+
+    def on_recv(self, edge: int, message: Any, time: rt.Timestamp) -> None:
+        for key, number in message:
+            expected = self.last.get(key, -1) + 1
+            if number != expected:
+                raise ValueError(f"key {key}: record {number} arrived where {expected} was due")
+            self.last[key] = number
+            if time not in self.counts:
+                self.counts[time] = collections.Counter()
+                self.notify_at(time)
+            self.counts[time][key] += 1
+
+    def on_notify(self, time: rt.Timestamp) -> None:
+        self.send_by(0, sorted(self.counts.pop(time).items()), time)
+
+    def snapshot(self) -> Any:
+        return self.last, self.counts
+
+    def restore(self, state: Any) -> None:
+        self.last, self.counts = state
+
+    def take_keys(self, moving: Callable[[Any], bool]) -> Any:
+        last = {key: n for key, n in self.last.items() if moving(key)}
+        counts = {}
+        for at, per_key in list(self.counts.items()):
+            counts[at] = collections.Counter({key: n for key, n in per_key.items() if moving(key)})
+            self.counts[at] = collections.Counter({key: n for key, n in per_key.items() if not moving(key)})
+            if not self.counts[at]:
+                del self.counts[at]
+                self.cancel_notify(at)
+        for key in last:
+            del self.last[key]
+        return last, counts
+
+    def put_keys(self, state: Any) -> None:
+        last, counts = state
+        self.last.update(last)
+        for at, per_key in counts.items():
+            if not per_key:
+                continue
+            if at not in self.counts:
+                self.counts[at] = collections.Counter()
+                self.notify_at(at)
+            self.counts[at].update(per_key)
+
+
+def run_with_rescales(flow: rt.Dataflow, vertex: str, tmp_path) -> tuple[dict[int, list], list[dict[str, Any]],
+                                                                          dict[str, Any], int]:
+    """Feed ``flow`` and rescale ``vertex`` through :data:`STEPS` meanwhile; the output, the
+    rescales' records, the job's final stats and how many epochs were fed."""
+    gates = Gates()
+    job = rt.run(flow, {"records": gates.epochs()}, parallelism=1,
+                 recovery=rt.Recovery(str(tmp_path / "store"), interval=0.5))
+    with job:
+        records = []
+        for step, width in enumerate(STEPS):
+            records.append(gates.rescale(job, step, {vertex: width}))
+            assert job.parallelism()[vertex] == width
+        job.wait(timeout=300)
+        return job.collect("out"), records, job.stats(), gates.fed
+
+
+@pytest.mark.timeout(600)
+def test_a_keyed_stateful_map_rescaled_1_4_2_3_sees_every_record_once_in_order(ray_session, tmp_path):
+    flow = rt.Dataflow("sequence")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    out, records, stats, epochs = run_with_rescales(flow, "check", tmp_path)
+    got = collections.Counter(record for records_ in out.values() for _, record in records_)
+    assert got == collections.Counter((key, n) for key in range(KEYS) for n in range(epochs * PER_KEY))
+    assert sorted(out) == list(range(epochs))
+    assert [r["after"] for r in records] == [{"check": w, "out": w} for w in STEPS]  # the output reads it replica by replica
+    assert all(r["pause_s"] > 0 and r["hosts"]["kept"] >= 1 for r in records)
+    assert stats["parallelism"]["check"] == 3 and len(stats["rescales"]) == 3
+    assert sum(1 for host in stats["replicas"] if "check" in host) == 3
+
+
+@pytest.mark.timeout(600)
+def test_a_custom_vertex_with_notifications_rescaled_1_4_2_3_counts_every_epoch_exactly(ray_session, tmp_path):
+    flow = rt.Dataflow("sequence-notified")
+    flow.input("records").exchange(lambda r: r[0], name="by_key").unary(SequenceChecker, name="check").output("out")
+    out, records, _, epochs = run_with_rescales(flow, "check", tmp_path)
+    assert sorted(out) == list(range(epochs))
+    for epoch, pairs in out.items():
+        counts = collections.Counter()
+        for key, n in pairs:
+            counts[key] += n
+        assert counts == {key: PER_KEY for key in range(KEYS)}, f"epoch {epoch}"
+    assert records[0]["after"] == {"by_key": 4, "check": 4, "out": 4}  # it reads by_key replica by replica: they move together
+
+
+@pytest.mark.timeout(600)
+def test_a_rescale_in_the_middle_of_connected_components_gives_the_union_find_labels(ray_session, tmp_path):
+    import random
+
+    rng = random.Random(4)
+    edges = [(rng.randrange(300), rng.randrange(300)) for _ in range(400)]
+    epochs = [edges[i::8] for i in range(8)]
+    with rt.run(build_flow(2), parallelism=2, recovery=rt.Recovery(str(tmp_path / "store"), interval=0.5)) as job:
+        results = job.results("labels", timeout=300)
+        labels: dict[int, int] = {}
+        for epoch, batch in enumerate(epochs):
+            job.push("edges", batch, epoch)
+            job.advance("edges", epoch + 1)
+            if epoch == 3:
+                job.rescale({"label-propagation": 3}, timeout=120)  # in the loop, state and all, mid-epoch
+            _, pairs = next(results)
+            for node, label in pairs:
+                labels[node] = min(label, labels.get(node, label))
+        job.close("edges")
+        job.wait(timeout=300)
+        assert job.parallelism()["label-propagation"] == 3
+    assert labels == union_find(edges)
+
+
+@pytest.mark.timeout(600)
+def test_a_replica_killed_as_the_rescale_starts_is_recovered_and_the_rescale_still_happens(ray_session, tmp_path):
+    """The kill strikes before the cut: the snapshot cannot complete, the driver notices the
+    death while it waits, recovers, and takes the cut again."""
+    flow = rt.Dataflow("sequence-killed")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    gates = Gates()
+    with rt.run(flow, {"records": gates.epochs()}, parallelism=1,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3, max_restarts=3)) as job:
+        for step, width in enumerate(STEPS):
+            if step == 1:
+                assert gates.reached[step].wait(300)
+                sigkill(job, "check+out/1")
+            gates.rescale(job, step, {"check": width})
+        job.wait(timeout=300)
+        out, stats = job.collect("out"), job.stats()
+    got = collections.Counter(record for records in out.values() for _, record in records)
+    assert got == collections.Counter((key, n) for key in range(KEYS) for n in range(gates.fed * PER_KEY))
+    assert stats["recoveries"]["count"] >= 1 and [r["after"]["check"] for r in stats["rescales"]] == list(STEPS)
+
+
+def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session, tmp_path):
+    flow = rt.Dataflow("refused")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    with rt.run(flow, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"), interval=0.5)) as job:
+        with pytest.raises(GraphError, match="no vertex 'nope'"):
+            job.rescale({"nope": 2})
+        with pytest.raises(RescaleError, match="input 'records' cannot change its parallelism"):
+            job.rescale({"records": 2})
+        job.push("records", [(0, 0), (0, 1)], 0)
+        job.close("records")
+        job.wait(timeout=120)
+        assert job.collect("out") == {0: [(0, (0, 0)), (0, (0, 1))]}
+        with pytest.raises(RescaleError, match="finished"):
+            job.rescale({"check": 2})
+    plain = rt.run(flow, parallelism=1)
+    with plain, pytest.raises(ArgumentError, match="recovery"):
+        plain.rescale({"check": 2})

@@ -1,0 +1,139 @@
+"""Rescaling a running job, on the in-process runtime, with crashes before, during and after.
+
+Each seeded trial starts a scenario's dataflow at 1 to 5 replicas and asks, at random
+steps, for one to three rescales of random vertices to 1 to 5 replicas (keyed and
+stateless vertices, vertices inside loops; inputs keep their width). In half the trials
+something crashes: a replica, the progress core or the coordinator, at a random step or
+during a rescale's restore. Every trial must hand out exactly the output of the scenario's
+plain-Python reference, each epoch once, and most trials must really have rescaled.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import warnings
+
+import pytest
+
+from raytide.actors import local, reshard
+from raytide.actors.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
+from raytide.actors.rescale import width_groups
+from raytide.snapshots.store import SnapshotStore
+from tests.sim.chaos import caught_by
+from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
+
+TRIALS_PER_SCENARIO = 100  # x 5 scenarios
+
+
+class _Crashes:
+    """Crashes a trial injects: at a random step, or a few steps into a rescale's restore."""
+
+    def __init__(self, job: LocalJob, rng: random.Random, seen: collections.Counter) -> None:
+        self.rng, self.seen = rng, seen
+        self.during_rescale = rng.random() < 0.5
+        self.left = rng.randint(1, 2)
+        self.rescales_seen = 0
+        if not self.during_rescale:
+            job.crash(self._target(job), at_step=rng.randrange(1, 120))
+
+    def _target(self, job: LocalJob) -> object:
+        return self.rng.choice([*job.replicas, PROGRESS, COORDINATOR])
+
+    def after_step(self, job: LocalJob) -> None:
+        if len(job.result.rescales) > self.rescales_seen:
+            self.rescales_seen = len(job.result.rescales)
+            if self.during_rescale and self.left and job.recovery_steps:
+                self.left -= 1
+                self.seen["crash during a rescale's restore"] += 1
+                job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(len(job.recovery_steps)))
+
+
+def trial(name: str, seed: int, store_dir: str, seen: collections.Counter) -> str | None:
+    """What went wrong in trial ``seed`` of scenario ``name`` (None: nothing)."""
+    rng = random.Random(seed)
+    scenario = SCENARIOS[name](rng, epochs=5)
+    flow = with_input_width(scenario.flow, rng.randint(1, 2))
+    movable = [vertex for vertex, v in flow.vertices.items() if v.role != "input"]
+    job = LocalJob(flow, scenario.inputs, rng.randint(1, 5), seed,
+                   recovery=LocalRecovery(SnapshotStore(store_dir), interval=rng.choice([5, 20, 60]), max_restarts=6))
+    groups = width_groups(job.plan)
+    asked = []
+    for _ in range(rng.randint(1, 3)):
+        chosen = {min(groups[vertex]) for vertex in rng.sample(movable, rng.randint(1, min(3, len(movable))))}
+        widths = {vertex: rng.randint(1, 5) for vertex in sorted(chosen)}  # one per group: they move together
+        asked.append(widths)
+        job.rescale(widths, at_step=rng.randrange(1, 150))
+    crashes = _Crashes(job, rng, seen) if seed % 2 else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a snapshot skipped after a crash
+        run = job.run(max_steps=200_000, after_step=crashes.after_step if crashes else None)
+    seen["rescales done"] += len(run.rescales)
+    seen["trials that rescaled"] += bool(run.rescales)
+    seen["recoveries"] += len(run.recoveries)
+    if run.failure is not None or not run.finished:
+        return f"failure={run.failure!r} finished={run.finished}"
+    got = as_counters(run.outputs)
+    if got != scenario.expected:
+        return f"rescales {run.rescales} (asked {asked}):\n got {got}\n expected {scenario.expected}"
+    for step, widths, _ in run.rescales:
+        if not all(job.plan.width(v) >= 1 for v in widths):
+            return f"rescale at step {step} left a vertex without replicas"
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_rescales_at_random_moments_with_crashes_give_the_output_of_the_plain_reference(name, tmp_path):
+    seen: collections.Counter = collections.Counter()
+    for seed in range(TRIALS_PER_SCENARIO):
+        wrong = trial(name, seed, str(tmp_path / str(seed)), seen)
+        assert wrong is None, f"{name}, seed {seed}: {wrong}"
+    assert seen["trials that rescaled"] >= TRIALS_PER_SCENARIO * 0.6, seen
+    assert seen["crash during a rescale's restore"] >= TRIALS_PER_SCENARIO // 10, seen
+
+
+def test_a_rescale_changes_the_parallelism_and_keeps_the_replicas_busy(tmp_path):
+    """The job really runs at the new widths after the rescale: the retired replicas are
+    gone, the new ones hold state and hand out records."""
+    scenario = SCENARIOS["keyed"](random.Random(3), epochs=8)
+    job = LocalJob(scenario.flow, scenario.inputs, 1, 3,
+                   recovery=LocalRecovery(SnapshotStore(str(tmp_path)), interval=10))
+    job.rescale({"running": 4}, at_step=20)
+    run = job.run()
+    assert run.rescales and run.rescales[0][1]["running"] == 4
+    assert job.plan.width("running") == 4
+    assert sorted(key.replica for key in job.replicas if "running" in job.plan.chain(key.chain).vertices) == [0, 1, 2, 3]
+    assert as_counters(run.outputs) == scenario.expected
+
+
+# -- planted bugs: each must make some trial give a wrong output, fail, or hang ----------------
+
+
+def _owned_by_the_next(owners, group_of, replica):
+    """A planted bug: the state of a key goes to the replica after its group's new owner."""
+    return lambda key: (owners[group_of(key)] + 1) % len(set(owners)) == replica
+
+
+PLANTS = {
+    "state moved to the wrong owner": (lambda mp: mp.setattr(reshard, "_owned_by", _owned_by_the_next),
+                                       ("keyed", "join")),
+    "the rescale restores from an older snapshot": (
+        lambda mp: mp.setattr(local, "reshard_snapshot",
+                              lambda plan, store, snapshot_id, retain: reshard.reshard_snapshot(
+                                  plan, store, snapshot_id - 1 if snapshot_id > 1 else snapshot_id, retain)),
+        ("word count", "keyed", "loop")),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_a_planted_bug_in_rescaling_is_caught(monkeypatch, tmp_path, plant):
+    apply, names = PLANTS[plant]
+    apply(monkeypatch)
+
+    def failed(name: str, seed: int) -> bool:
+        try:
+            return trial(name, seed, str(tmp_path / f"{name}-{seed}"), collections.Counter()) is not None
+        except Exception:  # a hang, a livelock, an epoch handed over twice
+            return True
+
+    assert caught_by(names, 40, failed), f"no trial caught the planted bug {plant!r}"
