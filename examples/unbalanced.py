@@ -71,9 +71,10 @@ def row_epochs(rows: int, per_epoch: int = 8) -> Iterator[list[int]]:
         yield chunk
 
 
-def range_epochs(ranges: int, per_epoch: int = 4, size: int = RANGE) -> Iterator[list[int]]:
-    """Range starts ``0, size, 2 size, ...`` (``ranges`` of them), ``per_epoch`` an epoch."""
-    starts = iter(range(0, ranges * size, size))
+def range_epochs(ranges: int, per_epoch: int = 4, size: int = RANGE, cycle: int = 200) -> Iterator[list[int]]:
+    """``ranges`` range starts ``0, size, 2 size, ...`` (back to 0 after ``cycle`` ranges, as
+    the Mandelbrot rows come back after an image), ``per_epoch`` an epoch."""
+    starts = (size * (i % cycle) for i in range(ranges))
     while chunk := list(itertools.islice(starts, per_epoch)):
         yield chunk
 
@@ -98,8 +99,8 @@ def plot_timeline(ax: Any, timeline: list[dict[str, Any]], vertex: str, goal: fl
     for at, entry in zip(seconds, timeline):
         if entry["changes"]:
             ax.axvline(at, color="grey", linestyle="--")
-            ax.annotate(", ".join(f"{name} -> {n}" for name, n in entry["changes"].items()), (at, 0),
-                        xytext=(3, 3), textcoords="offset points", fontsize=8, rotation=90)
+            ax.annotate(f"{vertex} -> {entry['changes'].get(vertex, '')}", (at, 0.02), xycoords=ax.get_xaxis_transform(),
+                        xytext=(3, 0), textcoords="offset points", fontsize=8, rotation=90)
     ax.set_title(vertex)
 
 

@@ -157,8 +157,8 @@ class AutoscalerActor:
 
     def rescaled(self, record: dict[str, Any] | None, plan: PhysicalPlan, peers: dict[ReplicaKey, Any],
                  progress: Any) -> None:
-        """The driver made the changes (``record``: what the rescale did; None: it failed or
-        a recovery replaced actors): read the job as it is now."""
+        """The driver made the changes (``record``: what the rescale did, or ``{"not_made": why}``;
+        None: a recovery replaced actors): read the job as it is now."""
         with self.lock:
             if record is not None and self.rounds:
                 self.rounds[-1]["rescale"] = record

@@ -511,12 +511,15 @@ class Job:
             logger.warning("job %r: the autoscaler died (%s); the job goes on at its widths", self.name, error)
             self._autoscaler = None
             return
-        record = None
-        if changes and not self.outputs.finished:
+        record: dict[str, Any] | None = None
+        if changes and self.outputs.finished:
+            record = {"not_made": "the job had finished"}
+        elif changes:
             try:
                 record = self.rescale(changes)
             except RaytideError as error:
                 logger.warning("job %r: the autoscaler's rescale %s was not made: %s", self.name, changes, error)
+                record = {"not_made": str(error)}
         self._autoscaler.rescaled.remote(record, self.plan, self.peers, self.progress)
         self._autoscale_ref = self._autoscaler.next_change.remote(AUTOSCALE_POLL)
 

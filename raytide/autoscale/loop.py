@@ -46,8 +46,10 @@ def make_policy(config: Autoscale, scaled: Set[str], max_parallelism: int) -> Sc
     if config.policy == "threshold":
         goal = config.throughput
         assert goal is not None
+        # the table's own guard refuses a step past its limit (48, the thesis's cores); the
+        # clamp to max_parallelism comes after it and trims the step instead
         return ThresholdPolicy(dict(goal) if isinstance(goal, Mapping) else dict.fromkeys(sorted(scaled), goal),
-                               process_limit=max_parallelism + 1)
+                               process_limit=max(48, max_parallelism + 1))
     if config.policy == "file":
         assert config.parameters is not None and config.stats is not None
         return FilePolicy(Path(config.parameters), Path(config.stats))

@@ -120,3 +120,15 @@ def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs, own_r
         assert (f"epoch {epoch}: pushed 3000, seen at notification 3000, notifications 2, "
                 f"distinct {distinct} (expected {distinct})") in lines, lines
     assert has_png(notebook)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_autoscaling_takes_both_workloads_from_one_replica_to_two_and_plots_it(kernel_dirs, own_ray_env):
+    notebook = execute("autoscaling", kernel_dirs, own_ray_env)
+
+    for vertex, policy in (("mandelbrot", "scale up by"), ("primes", "ceil(")):
+        shown = text_of(cell_with(notebook, f'job.parallelism()["{vertex}"]'))
+        assert "final parallelism: 2" in shown, shown
+        assert re.search(rf"{vertex}: 1 -> 2 replicas: .*{re.escape(policy)}.*paused \d+\.\d+ s", shown), shown
+    assert has_png(notebook)

@@ -1,0 +1,159 @@
+"""What a live rescale costs a running job, and how the autoscaler gets to a goal (raytide issue 19).
+
+Pause (``pause_*``): a keyed job holding ``state_mb`` MB of state (``keys`` keys, each
+with a blob in a ``stateful_map``) takes an epoch of records every ``pace`` seconds from
+the driver, while the driver rescales its keyed vertex 1 -> 2 -> 1 -> 2 (warm hosts: the
+pool is started before the clock). Per rescale:
+
+* ``pause_s``: from the switch to the new plan to running again (the job takes no
+  records meanwhile; ``job.stats()["rescales"]``), and ``call_s`` the whole
+  ``job.rescale`` call, its cut (a snapshot of all the state) included;
+* ``gap_s``: the longest time between two epochs' results at the driver around the
+  rescale, against ``gap_calm_s``, the longest in the calm epochs before the first;
+* ``latency_spike_s``: the longest epoch latency (pushed -> results at the driver)
+  around the rescale, against the calm epochs' median ``latency_calm_s``.
+
+Each is reported as the median and the max over the rescales of a run.
+
+Autoscaler (``autoscale_*``): the Mandelbrot rows of ``examples/unbalanced.py`` from
+parallelism 1 with a goal of 1.6 times one replica's true rate (measured first), once with
+the rate policy and once with the threshold policy: ``decisions`` (rounds that changed
+the width until the last change), the final width, and ``reconfiguring_share``: the
+rescales' ``call_s`` over the run's time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+from typing import Any
+
+import raytide as rt
+from bench.harness import ensure_ray
+from examples.unbalanced import mandelbrot_flow, row_epochs
+
+PARAMS = {"state_mb": 10, "keys": 1000, "per_epoch": 200, "pace": 0.02, "calm_epochs": 40, "rescales": 4,
+          "only": "all"}
+REPEAT = 3
+
+
+def grow(state: Any, record: tuple[int, int]) -> tuple[Any, tuple[int, int]]:
+    """The keyed vertex: the first record of a key makes its blob, the others count."""
+    key, size = record
+    blob, seen = state if state is not None else (bytes(size), 0)
+    return (blob, seen + 1), (key, seen + 1)
+
+
+def keyed_flow() -> rt.Dataflow:
+    flow = rt.Dataflow("rescale_bench")
+    flow.input("records", parallelism=1).stateful_map(lambda r: r[0], grow, name="state").output("out")
+    return flow
+
+
+def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int,
+                  rescales: int) -> dict[str, float]:
+    """One run of the pause measurement; see the module docstring."""
+    blob = state_mb * 1_000_000 // keys
+    pushed: dict[int, float] = {}
+    arrived: dict[int, float] = {}
+    windows: list[tuple[float, float]] = []
+    records: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as store, \
+            rt.run(keyed_flow(), parallelism=1, recovery=rt.Recovery(store, interval=None)) as job:
+        job.wait_ready()
+        job.push("records", [(key, blob) for key in range(keys)], 0)  # every key's blob
+        job.advance("records", 1)
+        stop = threading.Event()
+
+        def feed() -> None:
+            epoch = 1
+            while not stop.is_set():
+                pushed[epoch] = time.monotonic()
+                job.push("records", [(i % keys, 0) for i in range(epoch * per_epoch, (epoch + 1) * per_epoch)], epoch)
+                job.advance("records", epoch + 1)
+                epoch += 1
+                time.sleep(pace)
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        results = job.results("out", timeout=600)
+
+        def take(until: float) -> None:
+            for epoch, _ in results:
+                arrived[epoch] = time.monotonic()
+                if arrived[epoch] >= until:
+                    return
+
+        take(time.monotonic() + calm_epochs * pace)
+        for step in range(rescales):
+            started = time.monotonic()
+            records.append(job.rescale({"state": 2 if step % 2 == 0 else 1}, timeout=300))
+            take(time.monotonic() + 0.5)  # the epochs held up, and some after
+            windows.append((started, time.monotonic()))
+        stop.set()
+        feeder.join()
+        job.close("records")
+        for epoch, _ in results:
+            arrived[epoch] = time.monotonic()
+    calm = [e for e in sorted(arrived) if e in pushed and arrived[e] < windows[0][0]]
+    metrics = {"state_mb": float(state_mb), "latency_calm_s": statistics.median(arrived[e] - pushed[e] for e in calm),
+               "gap_calm_s": _longest_gap([arrived[e] for e in calm])}
+    per_rescale: dict[str, list[float]] = {"pause_s": [], "call_s": [], "gap_s": [], "latency_spike_s": []}
+    for (start, end), record in zip(windows, records):
+        inside = [e for e in sorted(arrived) if e in pushed and start - 1.0 <= arrived[e] <= end]
+        per_rescale["pause_s"].append(record["pause_s"])
+        per_rescale["call_s"].append(record["seconds"])
+        per_rescale["gap_s"].append(_longest_gap([arrived[e] for e in inside]))
+        per_rescale["latency_spike_s"].append(max(arrived[e] - pushed[e] for e in inside))
+    for name, values in per_rescale.items():
+        metrics[f"{name}_p50"] = statistics.median(values)
+        metrics[f"{name}_max"] = max(values)
+    return metrics
+
+
+def _longest_gap(times: list[float]) -> float:
+    times = sorted(times)
+    return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+
+def one_replica_rate() -> float:
+    """Rows a second one ``mandelbrot`` replica computes while busy."""
+    with rt.run(mandelbrot_flow(), {"rows": row_epochs(800)}, parallelism=1) as job:
+        job.wait(timeout=300)
+        stats = job.stats()
+    busy = sum(r["busy_s"] for name, r in stats["replicas"].items() if "mandelbrot" in name)
+    return stats["vertices"]["mandelbrot"]["records_in"] / busy
+
+
+def measure_autoscale(policy: str, goal: float) -> dict[str, float]:
+    """The autoscaler on Mandelbrot from one replica; see the module docstring."""
+    goals = {"rate": {"rate": goal}, "threshold": {"throughput": {"mandelbrot": goal}}}[policy]
+    autoscale = rt.Autoscale(policy=policy, interval=1.0, cooldown=2.0, **goals)  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory() as store, \
+            rt.run(mandelbrot_flow(), {"rows": row_epochs(int(goal * 20))}, parallelism=1,
+                   recovery=rt.Recovery(store, interval=None), autoscale=autoscale) as job:
+        started = time.monotonic()
+        job.wait(timeout=600)
+        elapsed = time.monotonic() - started
+        stats = job.stats()
+    made = [entry for entry in stats["autoscaler"] if entry["changes"]]
+    return {f"autoscale_{policy}_decisions": float(len(made)),
+            f"autoscale_{policy}_final_width": float(stats["parallelism"]["mandelbrot"]),
+            f"autoscale_{policy}_reconfiguring_share": sum(r["seconds"] for r in stats["rescales"]) / elapsed}
+
+
+def measure(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int, rescales: int,
+            only: str) -> dict[str, float]:
+    """One run: the pause at ``state_mb`` MB (``only="pause"``), the autoscaler (``"autoscale"``), or both."""
+    ensure_ray()
+    metrics: dict[str, float] = {}
+    if only in ("all", "pause"):
+        metrics.update(measure_pause(state_mb, keys, per_epoch, pace, calm_epochs, rescales))
+    if only in ("all", "autoscale"):
+        goal = 1.6 * one_replica_rate()
+        metrics["autoscale_goal_rows_per_s"] = goal
+        for policy in ("rate", "threshold"):
+            metrics.update(measure_autoscale(policy, goal))
+    return metrics
