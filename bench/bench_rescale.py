@@ -8,10 +8,11 @@ pool is started before the clock). Per rescale:
 * ``pause_s``: from the switch to the new plan to running again (the job takes no
   records meanwhile; ``job.stats()["rescales"]``), and ``call_s`` the whole
   ``job.rescale`` call, its cut (a snapshot of all the state) included;
-* ``gap_s``: the longest time between two epochs' results at the driver around the
-  rescale, against ``gap_calm_s``, the longest in the calm epochs before the first;
-* ``latency_spike_s``: the longest epoch latency (pushed -> results at the driver)
-  around the rescale, against the calm epochs' median ``latency_calm_s``.
+* ``gap_s``: the longest time between two records processed by the keyed vertex around
+  the rescale (each record's output is when it was processed; work a rescale rolls back
+  does not count, its redo does), against ``gap_calm_s``, the longest in the calm epochs;
+* ``latency_spike_s``: the longest epoch latency (pushed -> its last record processed)
+  of the epochs pushed during the rescale, against the calm epochs' median ``latency_calm_s``.
 
 Each is reported as the median and the max over the rescales of a run.
 
@@ -39,11 +40,13 @@ PARAMS = {"state_mb": 10, "keys": 1000, "per_epoch": 200, "pace": 0.02, "calm_ep
 REPEAT = 3
 
 
-def grow(state: Any, record: tuple[int, int]) -> tuple[Any, tuple[int, int]]:
-    """The keyed vertex: the first record of a key makes its blob, the others count."""
+def grow(state: Any, record: tuple[int, int]) -> tuple[Any, float]:
+    """The keyed vertex: the first record of a key makes its blob; each emits when it was
+    processed (the output keeps only the processing that counted: what a rescale rolls back
+    is processed again, later)."""
     key, size = record
     blob, seen = state if state is not None else (bytes(size), 0)
-    return (blob, seen + 1), (key, seen + 1)
+    return (blob, seen + 1), time.time()
 
 
 def keyed_flow() -> rt.Dataflow:
@@ -57,7 +60,6 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
     """One run of the pause measurement; see the module docstring."""
     blob = state_mb * 1_000_000 // keys
     pushed: dict[int, float] = {}
-    arrived: dict[int, float] = {}
     windows: list[tuple[float, float]] = []
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as store, \
@@ -70,7 +72,7 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
         def feed() -> None:
             epoch = 1
             while not stop.is_set():
-                pushed[epoch] = time.monotonic()
+                pushed[epoch] = time.time()
                 job.push("records", [(i % keys, 0) for i in range(epoch * per_epoch, (epoch + 1) * per_epoch)], epoch)
                 job.advance("records", epoch + 1)
                 epoch += 1
@@ -78,35 +80,28 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
 
         feeder = threading.Thread(target=feed, daemon=True)
         feeder.start()
-        results = job.results("out", timeout=600)
-
-        def take(until: float) -> None:
-            for epoch, _ in results:
-                arrived[epoch] = time.monotonic()
-                if arrived[epoch] >= until:
-                    return
-
-        take(time.monotonic() + calm_epochs * pace)
+        time.sleep(calm_epochs * pace)
         for step in range(rescales):
-            started = time.monotonic()
+            started = time.time()
             records.append(job.rescale({"state": 2 if step % 2 == 0 else 1}, timeout=300))
-            take(time.monotonic() + 0.5)  # the epochs held up, and some after
-            windows.append((started, time.monotonic()))
+            time.sleep(0.5)  # the epochs held up, and some after
+            windows.append((started, time.time()))
         stop.set()
         feeder.join()
         job.close("records")
-        for epoch, _ in results:
-            arrived[epoch] = time.monotonic()
-    calm = [e for e in sorted(arrived) if e in pushed and arrived[e] < windows[0][0]]
-    metrics = {"state_mb": float(state_mb), "latency_calm_s": statistics.median(arrived[e] - pushed[e] for e in calm),
-               "gap_calm_s": _longest_gap([arrived[e] for e in calm])}
+        job.wait(timeout=600)
+        out = job.collect("out")
+    done = {epoch: max(at for _, at in part) for epoch, part in out.items() if epoch in pushed}
+    processed = sorted(at for epoch, part in out.items() if epoch > 0 for _, at in part)
+    calm = [epoch for epoch in done if done[epoch] < windows[0][0]]
+    metrics = {"state_mb": float(state_mb), "latency_calm_s": statistics.median(done[e] - pushed[e] for e in calm),
+               "gap_calm_s": _longest_gap([at for at in processed if at < windows[0][0]])}
     per_rescale: dict[str, list[float]] = {"pause_s": [], "call_s": [], "gap_s": [], "latency_spike_s": []}
     for (start, end), record in zip(windows, records):
-        inside = [e for e in sorted(arrived) if e in pushed and start - 1.0 <= arrived[e] <= end]
         per_rescale["pause_s"].append(record["pause_s"])
         per_rescale["call_s"].append(record["seconds"])
-        per_rescale["gap_s"].append(_longest_gap([arrived[e] for e in inside]))
-        per_rescale["latency_spike_s"].append(max(arrived[e] - pushed[e] for e in inside))
+        per_rescale["gap_s"].append(_longest_gap([at for at in processed if start - 0.5 <= at <= end]))
+        per_rescale["latency_spike_s"].append(max(done[e] - pushed[e] for e in done if start <= pushed[e] <= end))
     for name, values in per_rescale.items():
         metrics[f"{name}_p50"] = statistics.median(values)
         metrics[f"{name}_max"] = max(values)
