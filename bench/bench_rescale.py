@@ -17,10 +17,12 @@ pool is started before the clock). Per rescale:
 Each is reported as the median and the max over the rescales of a run.
 
 Autoscaler (``autoscale_*``): the Mandelbrot rows of ``examples/unbalanced.py`` from
-parallelism 1 with a goal of 1.6 times one replica's true rate (measured first), once with
-the rate policy and once with the threshold policy: ``decisions`` (rounds that changed
-the width until the last change), the final width, and ``reconfiguring_share``: the
-rescales' ``call_s`` over the run's time.
+parallelism 1 with a goal of 1.6 times one replica's true rate (measured first), rows for
+about ``autoscale_s`` seconds at the goal, once with the rate policy and once with the
+threshold policy: ``decisions`` (rounds that changed the width), the final width, and
+``reconfiguring_share``: the rescales' time from their cut to running again (the replay
+of what was in flight at the cut included; the new hosts start before the cut, while the
+job runs as before), ``rescale_s``, over the run's time, ``run_s``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from bench.harness import ensure_ray
 from examples.unbalanced import mandelbrot_flow, row_epochs
 
 PARAMS = {"state_mb": 10, "keys": 1000, "per_epoch": 200, "pace": 0.02, "calm_epochs": 40, "rescales": 4,
-          "only": "all"}
+          "autoscale_s": 60, "only": "all"}
 REPEAT = 3
 
 
@@ -122,12 +124,12 @@ def one_replica_rate() -> float:
     return stats["vertices"]["mandelbrot"]["records_in"] / busy
 
 
-def measure_autoscale(policy: str, goal: float) -> dict[str, float]:
+def measure_autoscale(policy: str, goal: float, seconds: float) -> dict[str, float]:
     """The autoscaler on Mandelbrot from one replica; see the module docstring."""
     goals = {"rate": {"rate": goal}, "threshold": {"throughput": {"mandelbrot": goal}}}[policy]
     autoscale = rt.Autoscale(policy=policy, interval=1.0, cooldown=2.0, **goals)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory() as store, \
-            rt.run(mandelbrot_flow(), {"rows": row_epochs(int(goal * 20))}, parallelism=1,
+            rt.run(mandelbrot_flow(), {"rows": row_epochs(int(goal * seconds))}, parallelism=1,
                    recovery=rt.Recovery(store, interval=None), autoscale=autoscale) as job:
         started = time.monotonic()
         job.wait(timeout=600)
@@ -136,11 +138,19 @@ def measure_autoscale(policy: str, goal: float) -> dict[str, float]:
     made = [entry for entry in stats["autoscaler"] if entry["changes"]]
     return {f"autoscale_{policy}_decisions": float(len(made)),
             f"autoscale_{policy}_final_width": float(stats["parallelism"]["mandelbrot"]),
-            f"autoscale_{policy}_reconfiguring_share": sum(r["seconds"] for r in stats["rescales"]) / elapsed}
+            f"autoscale_{policy}_rescale_s": sum(_reconfiguring(r) for r in stats["rescales"]),
+            f"autoscale_{policy}_run_s": elapsed,
+            f"autoscale_{policy}_reconfiguring_share": sum(_reconfiguring(r) for r in stats["rescales"]) / elapsed}
+
+
+def _reconfiguring(record: dict[str, Any]) -> float:
+    """A rescale's time from its cut to running again, replay included (the new hosts start
+    before the cut, while the job runs as before)."""
+    return record["seconds"] - record["steps"].get("start the new hosts", 0.0)
 
 
 def measure(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int, rescales: int,
-            only: str) -> dict[str, float]:
+            autoscale_s: float, only: str) -> dict[str, float]:
     """One run: the pause at ``state_mb`` MB (``only="pause"``), the autoscaler (``"autoscale"``), or both."""
     ensure_ray()
     metrics: dict[str, float] = {}
@@ -150,5 +160,5 @@ def measure(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: 
         goal = 1.6 * one_replica_rate()
         metrics["autoscale_goal_rows_per_s"] = goal
         for policy in ("rate", "threshold"):
-            metrics.update(measure_autoscale(policy, goal))
+            metrics.update(measure_autoscale(policy, goal, autoscale_s))
     return metrics
