@@ -83,3 +83,40 @@ def test_the_file_policy_follows_a_parameters_json_written_by_another_process(ra
     samples = document["mandelbrot"]
     assert samples and all(set(replicas) <= {"Replica0", "Replica1"} for replicas in samples.values())
     assert {"ItemsConsumed", "ItemsProduced", "averageItemsProduced"} == set(next(iter(samples.values()))["Replica0"])
+
+
+def slow_score(x: int) -> int:
+    """The bottleneck: 4 ms a record (sleeping, so two replicas are twice as fast however busy the machine)."""
+    time.sleep(0.004)
+    return x
+
+
+@pytest.mark.timeout(600)
+def test_the_latency_policy_finds_the_bottleneck_by_progress_tracking_and_widens_it(ray_session, tmp_path):
+    """Records arrive faster than one replica of ``score`` handles them: the frontier of the
+    output falls behind the input's, the latency passes the goal, and the vertex with work
+    queued that is busiest is ``score`` (not ``parse`` before it, nor ``out`` after it)."""
+    flow = rt.Dataflow("bottleneck")
+    flow.input("numbers").map(lambda x: x + 1, name="parse").exchange(lambda x: x, name="spread") \
+        .map(slow_score, name="score").output("out")
+
+    def paced():
+        for epoch in range(400):
+            yield list(range(epoch * 40, (epoch + 1) * 40))  # 40 records every 0.1 s: 400 a second
+            time.sleep(0.1)
+
+    autoscale = rt.Autoscale(policy="latency", latency=0.5, interval=1.0, cooldown=3.0)
+    with rt.run(flow, {"numbers": paced()}, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"), interval=None),
+                autoscale=autoscale) as job:
+        deadline = time.monotonic() + 120
+        while job.parallelism()["score"] == 1:
+            assert time.monotonic() < deadline, job.stats()["autoscaler"]
+            job.collect("out")
+            time.sleep(0.2)
+        timeline = job.stats()["autoscaler"]
+        job.cancel()
+    made = next(entry for entry in timeline if entry["changes"])
+    assert set(made["changes"]) <= {"spread", "score", "out"}, made
+    reason = next(d["reason"] for d in made["decisions"] if d["target"] != d["current"])
+    assert "bottleneck 'score'" in reason or "bottleneck 'spread'" in reason, reason
+    assert made["frontier_lag"]["out"] >= 1
