@@ -221,10 +221,13 @@ class JobRecovery:
         job.outputs.release(point.complete)  # the cut's complete epochs are final
         job.outputs.rollback()  # the rest is computed again from the cut
         self._wait(job, [self.coordinator.reconfigure.remote(plan, incarnation)], "reconfiguring the coordinator")
-        hosts = steps.time("give the hosts their replicas", job.reconfigure_hosts, plan, incarnation, fresh)
-        job._watch()
         self.sync_ref = None
+        hosts: dict[str, int] = {}
         try:
+            try:
+                hosts = steps.time("give the hosts their replicas", job.reconfigure_hosts, plan, incarnation, fresh)
+            finally:
+                job._watch()  # the new configuration's actors, whatever happened
             self.restore(job, point, incarnation, steps)
             self.coordinator.start.remote(input_replicas(job))
         except ray.exceptions.RayActorError as error:  # a death in the middle: the new configuration recovers
