@@ -22,6 +22,7 @@ from raytide.actors.rescale import width_groups
 from raytide.snapshots.store import SnapshotStore
 from tests.sim.chaos import caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
+from tests.sim.test_reshard_sim import _owned_by_the_next
 
 TRIALS_PER_SCENARIO = 100  # x 5 scenarios
 
@@ -107,11 +108,6 @@ def test_a_rescale_changes_the_parallelism_and_keeps_the_replicas_busy(tmp_path)
 
 
 # -- planted bugs: each must make some trial give a wrong output, fail, or hang ----------------
-
-
-def _owned_by_the_next(owners, group_of, replica):
-    """A planted bug: the state of a key goes to the replica after its group's new owner."""
-    return lambda key: (owners[group_of(key)] + 1) % len(set(owners)) == replica
 
 
 PLANTS = {
