@@ -9,6 +9,8 @@ while the driver feeds it, and the output must hold every (key, sequence number)
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -213,6 +215,58 @@ def test_a_replica_killed_as_the_rescale_starts_is_recovered_and_the_rescale_sti
     got = collections.Counter(record for records in out.values() for _, record in records)
     assert got == collections.Counter((key, n) for key in range(KEYS) for n in range(gates.fed * PER_KEY))
     assert stats["recoveries"]["count"] >= 1 and [r["after"]["check"] for r in stats["rescales"]] == list(STEPS)
+
+
+class RestoresSlowly(SequenceChecker):
+    """Announces every restore in a file and takes a second over it: the window in which
+    the test kills another replica, in the middle of a rescale's restore."""
+
+    def __init__(self, announce: str) -> None:
+        super().__init__()
+        self.announce = announce
+
+    def restore(self, state: Any) -> None:
+        with open(self.announce, "a") as file:
+            file.write("restoring\n")
+        time.sleep(1.0)
+        super().restore(state)
+
+
+@pytest.mark.timeout(600)
+def test_a_replica_killed_during_the_rescales_restore_recovers_in_the_new_configuration(ray_session, tmp_path):
+    """The rescale's snapshot is committed when the kill strikes: the job recovers into the
+    new widths, and every record is still seen once, in order."""
+    announce = str(tmp_path / "restores")
+    flow = rt.Dataflow("sequence-killed-in-restore")
+    flow.input("records").unary(lambda: RestoresSlowly(announce), exchange=lambda r: r[0], name="check").output("out")
+    gates = Gates()
+    with rt.run(flow, {"records": gates.epochs()}, parallelism=1,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3, max_restarts=3)) as job:
+        input_pid = job.hosts()[f"{job.name}/records/0"]  # the input keeps its width, host and process
+
+        def kill_once_restoring() -> None:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(announce):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            os.kill(input_pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_once_restoring, daemon=True)
+        killer.start()
+        record = gates.rescale(job, 0, {"check": 3})
+        killer.join(timeout=120)
+        for step, width in enumerate(STEPS[1:], start=1):
+            gates.rescale(job, step, {"check": width})
+        job.wait(timeout=300)
+        out, stats = job.collect("out"), job.stats()
+    assert record["after"]["check"] == 3 and stats["recoveries"]["count"] >= 1
+    assert "during the rescale" in stats["recoveries"]["recoveries"][0]["cause"]
+    assert stats["recoveries"]["recoveries"][0]["snapshot_id"] == record["rescaled_id"]  # the new configuration's
+    counts = collections.Counter()
+    for pairs in out.values():
+        for key, n in pairs:
+            counts[key] += n
+    assert counts == {key: gates.fed * PER_KEY for key in range(KEYS)}
 
 
 def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session, tmp_path):
