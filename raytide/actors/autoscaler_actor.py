@@ -28,7 +28,7 @@ import ray
 
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ReplicaKey
-from raytide.actors.rescale import width_groups
+from raytide.actors.rescale import group_leaders
 from raytide.autoscale.config import Autoscale
 from raytide.autoscale.loop import ControlLoop
 from raytide.autoscale.monitor import Sample, free_cpus, window_stats
@@ -49,7 +49,7 @@ class AutoscalerActor:
         unknown = sorted(scaled - set(plan.vertices))
         if unknown:
             raise ValueError(f"Autoscale vertices {unknown} are not vertices of job {job!r}: {sorted(plan.vertices)}")
-        self.loop = ControlLoop(config, scaled, width_groups(plan),
+        self.loop = ControlLoop(config, scaled, group_leaders(plan),
                                 config.max_parallelism or max(config.min_parallelism, int(self.total_cpus)))
         self.lock = threading.Condition()
         self.rounds: list[dict[str, Any]] = []

@@ -45,23 +45,30 @@ def _follows(plan: PhysicalPlan, name: str) -> str | None:
     return source
 
 
-def width_groups(plan: PhysicalPlan) -> dict[str, frozenset[str]]:
-    """Per vertex, the vertices that are rescaled with it (itself included)."""
-    root: dict[str, str] = {}
+def group_leaders(plan: PhysicalPlan) -> dict[str, str]:
+    """Per vertex, the leader of the vertices rescaled with it: the one the others read
+    replica by replica (directly or through each other), itself if none."""
+    leader: dict[str, str] = {}
 
     def find(name: str) -> str:
-        while root.get(name, name) != name:
-            name = root[name]
+        while leader.get(name, name) != name:
+            name = leader[name]
         return name
 
     for name in plan.vertices:
         upstream = _follows(plan, name)
         if upstream is not None:
-            root[find(name)] = find(upstream)
+            leader[find(name)] = find(upstream)
+    return {name: find(name) for name in plan.vertices}
+
+
+def width_groups(plan: PhysicalPlan) -> dict[str, frozenset[str]]:
+    """Per vertex, the vertices that are rescaled with it (itself included)."""
+    leaders = group_leaders(plan)
     members: dict[str, set[str]] = {}
-    for name in plan.vertices:
-        members.setdefault(find(name), set()).add(name)
-    return {name: frozenset(members[find(name)]) for name in plan.vertices}
+    for name, leader in leaders.items():
+        members.setdefault(leader, set()).add(name)
+    return {name: frozenset(members[leader]) for name, leader in leaders.items()}
 
 
 def new_widths(plan: PhysicalPlan, asked: Mapping[str, int]) -> dict[str, int]:

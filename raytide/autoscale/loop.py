@@ -4,15 +4,17 @@ The autoscaler actor (:mod:`raytide.actors.autoscaler_actor`) monitors
 (:mod:`raytide.autoscale.monitor`) and the driver executes; between them each round
 *analyses and plans* here: the policy's decisions for the vertices it may rescale, then
 the control steps of :mod:`raytide.autoscale.controls` in their order (bounds, hysteresis,
-persistence, cooldown, the free CPUs), and last the changes, one per group of vertices
-that keep one width (:func:`raytide.actors.rescale.width_groups`; the largest target in a
-group wins, as in :func:`~raytide.autoscale.controls.combine`).
+persistence, cooldown, the free CPUs). Vertices that keep one width
+(:func:`raytide.actors.rescale.group_leaders`) are one decision from the start, their
+leader's, with the largest target any of them was given (as
+:func:`~raytide.autoscale.controls.combine` decides): the controls then count each group's
+replicas once.
 
 >>> from raytide.autoscale.stats import JobStats, ReplicaStats, VertexStats
 >>> busy = ReplicaStats(records_in=100, records_out=100, busy_seconds=1.0, window_seconds=1.0)
 >>> stats = JobStats((VertexStats("rows", (busy,)),), (("numbers", "rows"),), {"numbers": 250.0})
 >>> loop = ControlLoop(Autoscale(policy="rate", rate=250.0, max_parallelism=8), scaled={"rows"},
-...                    groups={"rows": frozenset({"rows"})})
+...                    leaders={"rows": "rows"})
 >>> decisions, changes = loop.round(stats, now=10.0, free_cpus=4)
 >>> changes, decisions[0].reason
 ({'rows': 3}, 'needs 250.0 records/s in at a true rate of 100.0 per replica: ceil(2.50) = 3')
@@ -20,8 +22,8 @@ group wins, as in :func:`~raytide.autoscale.controls.combine`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from raytide.autoscale.config import Autoscale
@@ -64,13 +66,13 @@ class ControlLoop:
     Attributes:
         config: the goal and the limits.
         scaled: the vertices the autoscaler may rescale.
-        groups: per vertex, those that keep its width.
+        leaders: per vertex, the leader of those that keep its width.
         max_parallelism: the most replicas of a vertex (the config's, else the cluster's CPUs).
     """
 
     config: Autoscale
     scaled: Set[str]
-    groups: Mapping[str, frozenset[str]]
+    leaders: Mapping[str, str]
     max_parallelism: int = 8
     streaks: dict[str, Streak] = field(default_factory=dict)
     last_changed: dict[str, float] = field(default_factory=dict)
@@ -81,8 +83,8 @@ class ControlLoop:
 
     def round(self, stats: JobStats, now: float, free_cpus: float) -> tuple[tuple[ScalingDecision, ...], dict[str, int]]:
         """This round's decisions (every step's reason in them) and the changes to make:
-        ``{vertex: replicas}``, one vertex per group that changes."""
-        decisions = tuple(d for d in self.policy.decide(stats) if d.vertex in self.scaled)
+        ``{leader: replicas}``, one per group of vertices that keep one width."""
+        decisions = self.per_group(d for d in self.policy.decide(stats) if d.vertex in self.scaled)
         decisions = clamp(decisions, self.config.min_parallelism, self.max_parallelism)
         decisions = ignore_small_changes(decisions, min_step=1)
         decisions, self.streaks = require_persistence(decisions, self.streaks, self.config.rounds)
@@ -92,14 +94,16 @@ class ControlLoop:
         #: Replicas the free CPUs could not hold this round (what to ask the cluster for).
         self.shortfall = wanted - sum(max(0, d.delta) for d in decisions)
         self.last_changed = record_changes(self.last_changed, decisions, now)
-        return decisions, self.changes(decisions)
+        return decisions, {d.vertex: d.target for d in decisions if d.changes}
 
-    def changes(self, decisions: tuple[ScalingDecision, ...]) -> dict[str, int]:
-        """One change per group of vertices that keep one width: its largest target."""
-        targets: dict[frozenset[str], tuple[str, int]] = {}
+    def per_group(self, decisions: Iterable[ScalingDecision]) -> tuple[ScalingDecision, ...]:
+        """One decision per group of vertices that keep one width, named after its leader:
+        the largest target any member was given, and why."""
+        chosen: dict[str, ScalingDecision] = {}
         for d in decisions:
-            if d.changes:
-                group = self.groups.get(d.vertex, frozenset({d.vertex}))
-                if group not in targets or d.target > targets[group][1]:
-                    targets[group] = (d.vertex, d.target)
-        return dict(targets.values())
+            leader = self.leaders.get(d.vertex, d.vertex)
+            if d.vertex != leader:
+                d = replace(d, vertex=leader, reason=f"{d.reason} (for {d.vertex!r}, which moves with {leader!r})")
+            if leader not in chosen or d.target > chosen[leader].target:
+                chosen[leader] = d
+        return tuple(chosen.values())

@@ -120,3 +120,31 @@ def test_the_latency_policy_finds_the_bottleneck_by_progress_tracking_and_widens
     reason = next(d["reason"] for d in made["decisions"] if d["target"] != d["current"])
     assert "bottleneck 'score'" in reason or "bottleneck 'spread'" in reason, reason
     assert made["frontier_lag"]["out"] >= 1
+
+
+@pytest.mark.timeout(600)
+def test_short_of_cpus_it_grants_what_is_free_and_asks_the_cluster_for_the_rest(ray_session, tmp_path):
+    """DS2 wants 6 replicas of ``mandelbrot``; one CPU is free: it adds one, and asks Ray's
+    cluster autoscaler (``request_resources``) for the CPUs the other four need."""
+    from ray.autoscaler._private.constants import AUTOSCALER_RESOURCE_REQUEST_CHANNEL
+    from ray.autoscaler.v2.utils import is_autoscaler_v2
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    if is_autoscaler_v2():
+        pytest.skip("Ray's v2 autoscaler keeps resource requests in the GCS, not in the KV store read here")
+    autoscale = rt.Autoscale(policy="rate", rate=100_000.0, max_parallelism=6, interval=1.0, cooldown=30.0,
+                             request_resources=True)
+    with rt.run(mandelbrot_flow(), {"rows": row_epochs(100_000)}, parallelism=1,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=None), autoscale=autoscale) as job:
+        deadline = time.monotonic() + 120
+        while job.parallelism()["mandelbrot"] == 1:
+            assert time.monotonic() < deadline, job.stats()["autoscaler"]
+            job.collect("out")
+            time.sleep(0.2)
+        made = next(entry for entry in job.stats()["autoscaler"] if entry["changes"])
+        job.cancel()
+    assert made["changes"] == {"mandelbrot": 2} and made["free_cpus"] == 1.0
+    reason = next(d["reason"] for d in made["decisions"] if d["vertex"] == "mandelbrot")
+    assert "capped at 6" in reason and "capped by free CPUs" in reason, reason
+    requested = json.loads(_internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL))
+    assert requested == [{"CPU": 1}] * 6, requested  # the cluster's 2 CPUs and 4 more

@@ -82,11 +82,11 @@ def test_a_round_merges_vertices_that_keep_one_width_into_one_change():
     busy = ReplicaStats(records_in=100, records_out=100, busy_seconds=1.0, window_seconds=1.0)
     stats = JobStats((VertexStats("count", (busy,)), VertexStats("out", (ReplicaStats(100, 0, 0.01, 1.0),))),
                      (("numbers", "count"), ("count", "out")), {"numbers": 350.0})
-    group = frozenset({"count", "out"})
     loop = ControlLoop(rt.Autoscale(policy="rate", rate=350.0, cooldown=5.0), {"count", "out"},
-                       {"count": group, "out": group}, max_parallelism=8)
+                       {"count": "count", "out": "count"}, max_parallelism=8)
     decisions, changes = loop.round(stats, now=1.0, free_cpus=8)
-    assert changes == {"count": 4}  # out asks for 1 and keeps; count's 4 wins for the group
+    assert changes == {"count": 4}  # out asks for 1; count's 4 wins for the group
+    assert [d.vertex for d in decisions] == ["count"]
     _, again = loop.round(stats, now=2.0, free_cpus=8)
     assert again == {}  # the cooldown holds the next change back
     assert any("cooldown" in d.reason for d in loop.round(stats, now=3.0, free_cpus=8)[0])
@@ -95,7 +95,7 @@ def test_a_round_merges_vertices_that_keep_one_width_into_one_change():
 def test_the_free_cpus_cap_a_round_and_the_shortfall_is_kept():
     busy = ReplicaStats(records_in=100, records_out=100, busy_seconds=1.0, window_seconds=1.0)
     stats = JobStats((VertexStats("rows", (busy,)),), (("numbers", "rows"),), {"numbers": 450.0})
-    loop = ControlLoop(rt.Autoscale(policy="rate", rate=450.0), {"rows"}, {"rows": frozenset({"rows"})}, 8)
+    loop = ControlLoop(rt.Autoscale(policy="rate", rate=450.0), {"rows"}, {"rows": "rows"}, 8)
     decisions, changes = loop.round(stats, now=1.0, free_cpus=1)
     assert changes == {"rows": 2} and loop.shortfall == 3 and "capped by free CPUs" in decisions[0].reason
 
@@ -111,3 +111,14 @@ def test_the_free_cpus_cap_a_round_and_the_shortfall_is_kept():
 def test_an_autoscale_that_cannot_work_is_refused_and_says_why(kwargs, message):
     with pytest.raises(ArgumentError, match=message):
         rt.Autoscale(**kwargs)
+
+
+def test_a_group_counts_its_replicas_once_against_the_free_cpus():
+    """Both members want 4 more replicas; they are one process per replica: 2 free CPUs give
+    the group 2 more, and the shortfall is 2, not 6."""
+    busy = ReplicaStats(records_in=100, records_out=100, busy_seconds=1.0, window_seconds=1.0)
+    stats = JobStats((VertexStats("rows", (busy,)), VertexStats("out", (busy,))), (("numbers", "rows"), ("rows", "out")),
+                     {"numbers": 500.0})
+    loop = ControlLoop(rt.Autoscale(policy="rate", rate=500.0), {"rows", "out"}, {"rows": "rows", "out": "rows"}, 8)
+    _, changes = loop.round(stats, now=1.0, free_cpus=2)
+    assert changes == {"rows": 3} and loop.shortfall == 2
