@@ -50,14 +50,17 @@ class _Crashes:
                 job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(len(job.recovery_steps)))
 
 
-def trial(name: str, seed: int, store_dir: str, seen: collections.Counter) -> str | None:
-    """What went wrong in trial ``seed`` of scenario ``name`` (None: nothing)."""
+def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, output_commit: str = "epoch") -> str | None:
+    """What went wrong in trial ``seed`` of scenario ``name`` (None: nothing); the driver
+    hands out an epoch as it completes, or (``output_commit="snapshot"``) once a committed
+    snapshot holds it."""
     rng = random.Random(seed)
     scenario = SCENARIOS[name](rng, epochs=5)
     flow = with_input_width(scenario.flow, rng.randint(1, 2))
     movable = [vertex for vertex, v in flow.vertices.items() if v.role != "input"]
     job = LocalJob(flow, scenario.inputs, rng.randint(1, 5), seed,
-                   recovery=LocalRecovery(SnapshotStore(store_dir), interval=rng.choice([5, 20, 60]), max_restarts=6))
+                   recovery=LocalRecovery(SnapshotStore(store_dir), interval=rng.choice([5, 20, 60]), max_restarts=6,
+                                          output_commit=output_commit))
     groups = width_groups(job.plan)
     asked = []
     for _ in range(rng.randint(1, 3)):
@@ -91,6 +94,17 @@ def test_rescales_at_random_moments_with_crashes_give_the_output_of_the_plain_re
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
     assert seen["trials that rescaled"] >= TRIALS_PER_SCENARIO * 0.6, seen
     assert seen["crash during a rescale's restore"] >= TRIALS_PER_SCENARIO // 10, seen
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_with_output_committed_at_snapshots_the_held_epochs_survive_rescales_and_crashes(name, tmp_path):
+    """A rescale releases what its cut holds complete and drops the epochs held for a later
+    commit: they are computed again, and handed out once."""
+    seen: collections.Counter = collections.Counter()
+    for seed in range(TRIALS_PER_SCENARIO // 5):
+        wrong = trial(name, seed, str(tmp_path / str(seed)), seen, output_commit="snapshot")
+        assert wrong is None, f"{name}, seed {seed}: {wrong}"
+    assert seen["trials that rescaled"] >= TRIALS_PER_SCENARIO // 10, seen
 
 
 def test_a_rescale_changes_the_parallelism_and_keeps_the_replicas_busy(tmp_path):
