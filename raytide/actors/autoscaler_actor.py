@@ -90,8 +90,8 @@ class AutoscalerActor:
             previous, self.previous = self.previous, sample
             if previous is None or self.rescaling or plan is not self.plan:
                 return
-            stats = window_stats(previous, sample, {name: (plan.vertex(name).chain, plan.width(name))
-                                                    for name in plan.vertices if name not in plan.inputs},
+            stats = window_stats(previous, sample, _placement(plan, [name for name in plan.vertices
+                                                                     if name not in plan.inputs]),
                                  _edges(plan), self._source_rates(plan, previous, sample))
             free = self._free_cpus(previous, sample)
             decisions, changes = self.loop.round(stats, sample.taken_at, free)
@@ -126,8 +126,7 @@ class AutoscalerActor:
             return {name: float(goal[name]) for name in plan.inputs if name in goal}
         if goal is not None:
             return dict.fromkeys(plan.inputs, float(goal))
-        observed = window_stats(previous, sample, {name: (plan.vertex(name).chain, plan.width(name))
-                                                   for name in plan.inputs}, (), {})
+        observed = window_stats(previous, sample, _placement(plan, plan.inputs), (), {})
         return {v.vertex: v.observed_output_rate for v in observed.vertices}
 
     def _free_cpus(self, previous: Sample, sample: Sample) -> float:
@@ -182,3 +181,8 @@ def _edges(plan: PhysicalPlan) -> list[tuple[str, str]]:
     back edge: rates need a DAG)."""
     return [(edge.source, name) for name in plan.vertices for port in plan.vertex(name).inputs for edge in port
             if plan.vertex(edge.source).role != "feedback"]
+
+
+def _placement(plan: PhysicalPlan, names: list[str]) -> dict[str, tuple[str, int]]:
+    """Per vertex of ``names``, its chain and width: where the monitor finds its counters."""
+    return {name: (plan.vertex(name).chain, plan.width(name)) for name in names}

@@ -51,7 +51,7 @@ class CoordinatorActor:
         :meth:`reset` (they are restored)."""
         self.plan, self.recovery = plan, recovery
         self.store = SnapshotStore(recovery.store, recovery.signing_key)
-        keys = _replica_keys(plan)
+        keys = plan.replica_keys()
         self.tuner = IntervalTuner(min_interval=0.2, initial_interval=1.0) if recovery.interval == "auto" else None
         interval = self.tuner.interval() if self.tuner else recovery.interval
         assert not isinstance(interval, str)
@@ -203,7 +203,7 @@ class CoordinatorActor:
         :meth:`reset` (the replicas are restored), and their ids follow the rescaled snapshot's."""
         with self.lock:
             self.plan = plan
-            self._abandoned(self.core.reconfigure(_replica_keys(plan), incarnation, self.store.next_id(),
+            self._abandoned(self.core.reconfigure(plan.replica_keys(), incarnation, self.store.next_id(),
                                                   time.monotonic()))
             self.paused = True
 
@@ -217,8 +217,3 @@ class CoordinatorActor:
                     "last_alignment_s": self.last_alignment,
                     "abandoned_reasons": list(self.abandoned[-5:]), "interval_s": self.core.interval,
                     "in_flight": None if self.core.in_flight is None else self.core.in_flight.snapshot_id}
-
-
-def _replica_keys(plan: PhysicalPlan) -> list[ReplicaKey]:
-    """Every replica of ``plan``: those that acknowledge a snapshot."""
-    return [ReplicaKey(chain.name, r) for chain in plan.chains for r in range(chain.parallelism)]

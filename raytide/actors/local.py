@@ -220,7 +220,7 @@ class LocalJob:
             self.coordinator = self._new_coordinator()
 
     def _keys(self) -> Iterable[ReplicaKey]:
-        return (ReplicaKey(chain.name, r) for chain in self.plan.chains for r in range(chain.parallelism))
+        return self.plan.replica_keys()
 
     def _core(self, key: ReplicaKey) -> ReplicaCore:
         transport = _Transport(self, key, self.incarnations[key])

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from raytide.actors.protocol import ReplicaKey
 from raytide.core.arguments import positive_int
 from raytide.core.dataflow import Channel, Dataflow, InputEdge, LogicalVertex, Role, VertexFactory
 from raytide.errors import GraphError
@@ -133,6 +134,10 @@ class PhysicalPlan:
     def outputs(self) -> list[str]:
         """Names of the dataflow's outputs."""
         return self.with_role("output")
+
+    def replica_keys(self) -> list[ReplicaKey]:
+        """Every replica of the plan, chain by chain (each one actor; each acknowledges a snapshot)."""
+        return [ReplicaKey(chain.name, replica) for chain in self.chains for replica in range(chain.parallelism)]
 
     def initial_pointstamps(self) -> list[tuple[tuple[Location, Timestamp], int]]:
         """The pointstamps held before anything runs: every input replica at epoch 0."""

@@ -145,7 +145,7 @@ def restore_point(plan: PhysicalPlan, store: SnapshotStore | None, snapshot_id: 
 
 def _from_manifest(plan: PhysicalPlan, store: SnapshotStore, manifest: Manifest) -> RestorePoint:
     summaries: dict[ReplicaKey, ReplicaSummary] = pickle.loads(store.read_part(manifest.snapshot_id, JOB_PART))
-    expected = {ReplicaKey(chain.name, r) for chain in plan.chains for r in range(chain.parallelism)}
+    expected = set(plan.replica_keys())
     if set(summaries) != expected:
         raise SnapshotError(f"snapshot {manifest.snapshot_id} holds replicas {sorted(map(str, summaries))}, but this "
                             f"job has {sorted(map(str, expected))}: it is of another program or parallelism")

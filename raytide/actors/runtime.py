@@ -211,7 +211,7 @@ class Job:
         progress host, which keeps what replicas send before it is connected."""
         plan = self.plan
         self._pool = pool = host_pool()
-        keys = [ReplicaKey(chain.name, replica) for chain in plan.chains for replica in range(chain.parallelism)]
+        keys = plan.replica_keys()
         self._leases: dict[Hashable, HostLease] = dict(zip(keys, pool.lease("vertex", len(keys), num_cpus)))
         self._leases[PROGRESS] = pool.lease("progress", 1)[0]
         #: Each replica's host (the raw actor handles: ``ray.kill`` and ``ping`` take them).
@@ -258,8 +258,7 @@ class Job:
         before its cut), and wait until they answer: a host that is still starting does so
         before the job pauses, not during."""
         have = sum(1 for key in self._leases if isinstance(key, ReplicaKey))
-        fresh = self._pool.lease("vertex", max(0, sum(chain.parallelism for chain in plan.chains) - have),
-                                 self.num_cpus)
+        fresh = self._pool.lease("vertex", max(0, len(plan.replica_keys()) - have), self.num_cpus)
         self._wait_setup([lease.handle.ping.remote() for lease in fresh], f"starting {len(fresh)} hosts to rescale onto")
         return fresh
 
@@ -270,7 +269,7 @@ class Job:
         role in ``incarnation`` and learns its peers. Returns how many hosts were ``kept``,
         ``added`` and ``returned``."""
         old = {key: lease for key, lease in self._leases.items() if isinstance(key, ReplicaKey)}
-        keys = [ReplicaKey(chain.name, replica) for chain in plan.chains for replica in range(chain.parallelism)]
+        keys = plan.replica_keys()
         leases: dict[Hashable, HostLease] = {key: old.pop(key) for key in keys if key in old}
         spare = list(old.values())
         missing = [key for key in keys if key not in leases]
@@ -286,9 +285,9 @@ class Job:
         pids = [self._take_vertex(key, incarnation) for key in keys]
         connects = [self.peers[key].connect.remote(self.peers, self._unbounded, self.progress, coordinator)
                     for key in keys]
-        self._wait_setup(pids + connects, f"giving {len(keys)} hosts their replicas of the rescaled job")
+        answers = self._wait_setup(pids + connects, f"giving {len(keys)} hosts their replicas of the rescaled job")
         self._pids = {name: pid for name, pid in self._pids.items() if name.endswith(("/progress", "/coordinator"))}
-        self._pids.update({self._host_name(key): pid for key, pid in zip(keys, ray.get(pids))})
+        self._pids.update({self._host_name(key): pid for key, pid in zip(keys, answers)})
         return {"kept": kept, "added": len(fresh), "returned": len(returned)}
 
     def give_back(self, leases: list[HostLease]) -> None:
