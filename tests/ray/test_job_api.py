@@ -111,9 +111,16 @@ def test_stats_show_where_the_work_waits_and_who_is_busy(ray_session):
         assert job.parallelism() == {"numbers": 2, "fast": 2, "spread": 2, "slow": 2, "out": 2}
         for epoch in range(6):
             job.push("numbers", list(range(epoch * 40, epoch * 40 + 40)), epoch)
-        stats = job.stats()
-        slow = stats["vertices"]["slow"]
-        assert slow["queued"] > 0 and slow["frontier"] is not None and slow["frontier_lag"] >= 1, slow
+        # the progress actor learns of queued messages from batched updates: sample until one
+        # shows the backlog (240 records x 10 ms over 2 replicas keep it for about a second)
+        samples, deadline = [], time.monotonic() + 30
+        while time.monotonic() < deadline:
+            samples.append(job.stats()["vertices"]["slow"])
+            if samples[-1]["queued"] > 0 or samples[-1]["records_in"] == 240:
+                break
+            time.sleep(0.02)
+        slow = samples[-1]
+        assert slow["queued"] > 0 and slow["frontier"] is not None and slow["frontier_lag"] >= 1, samples
         job.close("numbers")
         job.wait(timeout=120)
         stats = job.stats()
