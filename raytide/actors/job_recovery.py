@@ -93,8 +93,8 @@ class RescaleRecord:
     incarnation: int
     before: dict[str, int]  # the widths that changed, before
     after: dict[str, int]  # and after
-    snapshot_id: int  # the cut
-    rescaled_id: int  # the snapshot laid out for the new widths, restored
+    snapshot_id: int | None  # the cut (None: nothing changed, so none was taken)
+    rescaled_id: int | None  # the snapshot laid out for the new widths, restored
     seconds: float  # the whole call
     pause_s: float  # from the switch to the new plan to running again: nothing runs meanwhile
     finished_at: float  # wall-clock time it was running again
@@ -197,7 +197,8 @@ class JobRecovery:
         widths = new_widths(job.plan, asked)
         before = {name: job.plan.width(name) for name in job.plan.vertices if job.plan.width(name) != widths[name]}
         if not before:
-            return {"before": {}, "after": {}, "seconds": 0.0, "pause_s": 0.0}
+            unchanged = RescaleRecord(self.incarnation, {}, {}, None, None, 0.0, 0.0, time.time(), {}, {})
+            return vars(unchanged).copy()  # the same keys as a rescale's; not one of job.stats()'s
         plan = job.recompile(widths)
         started = time.monotonic()
         steps = _Steps()

@@ -23,8 +23,8 @@ CHILD = textwrap.dedent("""
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     flow = rt.Dataflow("interrupted")
     flow.input("numbers").map(lambda x: time.sleep(1) or x, name="sleepy").output("out")
-    job = rt.run(flow, parallelism=2)
-    job.push("numbers", list(range(100)))
+    job = rt.run(flow, parallelism=2, batch_size=1)  # a host is never long inside one batch
+    job.push("numbers", list(range(12)))  # 6 s of work: Ctrl-C comes after 1 s
     job.close("numbers")
     print("waiting", flush=True)
     try:

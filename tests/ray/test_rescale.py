@@ -9,6 +9,7 @@ while the driver feeds it, and the output must hold every (key, sequence number)
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import signal
 import threading
@@ -20,6 +21,7 @@ import pytest
 
 import raytide as rt
 from examples.connected_components import build_flow, union_find
+from raytide.actors.job_recovery import RescaleRecord
 from raytide.errors import ArgumentError, GraphError, RescaleError
 from tests.ray.test_recovery import sigkill
 
@@ -277,6 +279,10 @@ def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session,
             job.rescale({"nope": 2})
         with pytest.raises(RescaleError, match="input 'records' cannot change its parallelism"):
             job.rescale({"records": 2})
+        unchanged = job.rescale({"check": 1})  # the width it has: nothing to do, no snapshot taken
+        assert (unchanged["before"], unchanged["snapshot_id"], unchanged["pause_s"]) == ({}, None, 0.0), unchanged
+        assert set(unchanged) == {f.name for f in dataclasses.fields(RescaleRecord)}
+        assert job.stats()["rescales"] == [] and job.parallelism()["check"] == 1
         job.push("records", [(0, 0), (0, 1)], 0)
         job.close("records")
         job.wait(timeout=120)
