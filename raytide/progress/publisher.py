@@ -11,6 +11,11 @@ another pointstamp at ``t``, holds it)? A notification waits only for readiness;
 progress waits for coverage to end. So pushes follow what replicas wait for, not every
 move of a frontier.
 
+A location's status depends on its own counts and implications only, so it is computed
+once per change of them (:attr:`Tracker.touched`), and a batch looks only at the
+locations it touched, plus every location of the subscriber that declared new interests
+or asked for an acknowledgement: the other answers cannot have changed.
+
 Skipping pushes is safe: a frontier only ever moves up (a new frontier timestamp is
 implied by the pointstamp that caused it, which implied something at or below it), so a
 subscriber's older status is conservative. A subscriber that asks for an
@@ -19,7 +24,7 @@ acknowledgement gets, after its batch, every status it has not seen.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -44,19 +49,39 @@ class FrontierPublisher:
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker
         self.subscriptions: dict[Hashable, list[Location]] = {}
+        self.subscribers_of: dict[Location, list[Hashable]] = {}
         self.interests: dict[Hashable, Interests] = {}
         self._seen: dict[Hashable, dict[Location, Status]] = {}
+        self._statuses: dict[Location, Status] = {}
         self.batches_applied = 0
         self.pushes = 0
 
     def status(self, location: Location) -> Status:
         """The frontier at ``location`` and, per timestamp, whether it is held from elsewhere."""
-        tracker = self.tracker
-        return sorted(((f, tracker.is_blocked(location, f)) for f in tracker.frontier(location)), key=lambda s: tuple(s[0]))
+        status = self._statuses.get(location)
+        if status is None:
+            tracker = self.tracker
+            status = sorted(((f, tracker.is_blocked(location, f)) for f in tracker.frontier(location)),
+                            key=lambda s: tuple(s[0]))
+            self._statuses[location] = status
+        return status
+
+    def _propagate(self) -> set[Location]:
+        """Apply the tracker's buffered changes; forget the statuses they may have changed."""
+        self.tracker.propagate()
+        touched = self.tracker.touched
+        for location in touched:
+            self._statuses.pop(location, None)
+        return touched
 
     def subscribe(self, subscriber: Hashable, locations: list[Location]) -> Push:
         """Register ``subscriber``; returns its initial push (every status)."""
+        if subscriber in self.subscriptions:
+            for location in self.subscriptions[subscriber]:
+                self.subscribers_of[location].remove(subscriber)
         self.subscriptions[subscriber] = locations
+        for location in locations:
+            self.subscribers_of.setdefault(location, []).append(subscriber)
         self.interests[subscriber] = {}
         statuses = {loc: self.status(loc) for loc in locations}
         self._seen[subscriber] = dict(statuses)
@@ -66,7 +91,7 @@ class FrontierPublisher:
     def initialize(self, pointstamps: list[tuple[Pointstamp, int]]) -> None:
         """Apply the pointstamps held before anything runs (the inputs' first epochs)."""
         self.tracker.update_all(pointstamps)
-        self.tracker.propagate()
+        self._propagate()
 
     def apply(self, sender: Hashable, changes: list[tuple[Pointstamp, int]], ack: bool,
               interests: Interests | None = None) -> dict[Hashable, Push]:
@@ -74,25 +99,33 @@ class FrontierPublisher:
         if interests is not None:
             self.interests[sender] = interests
         self.tracker.update_all(changes)
-        self.tracker.propagate()
+        touched = self._propagate()
         self.batches_applied += 1
-        return self._pushes(acked=sender if ack else None)
+        # who may have a new answer: the subscribers of a touched location (there), and the
+        # sender if it declared interests or wants every status it has not seen (everywhere)
+        look: dict[Hashable, list[Location]] = {}
+        for location in touched:
+            for subscriber in self.subscribers_of.get(location, ()):
+                look.setdefault(subscriber, []).append(location)
+        if (interests is not None or ack) and sender in self.subscriptions:
+            look[sender] = list(self.subscriptions[sender])
+        return self._pushes(look, acked=sender if ack else None)
 
     def declare(self, subscriber: Hashable, interests: Interests) -> dict[Hashable, Push]:
         """``subscriber`` now waits on ``interests``; push it whatever already answers them."""
         self.interests[subscriber] = interests
-        return self._pushes(only=[subscriber])
+        return self._pushes({subscriber: list(self.subscriptions[subscriber])})
 
-    def _pushes(self, acked: Hashable = None, only: Iterable[Hashable] = ()) -> dict[Hashable, Push]:
-        current: dict[Location, Status] = {}
+    def _pushes(self, look: dict[Hashable, list[Location]], acked: Hashable = None) -> dict[Hashable, Push]:
+        """The pushes owed to the subscribers in ``look``, each judged at the locations given."""
         pushes: dict[Hashable, Push] = {}
-        for subscriber in list(only) or list(self.subscriptions):
+        if acked is not None and acked in self.subscriptions:
+            look.setdefault(acked, [])
+        for subscriber, locations in look.items():
             seen = self._seen[subscriber]
             changed = {}
-            for location in self.subscriptions[subscriber]:
-                if location not in current:
-                    current[location] = self.status(location)
-                new, old = current[location], seen[location]
+            for location in locations:
+                new, old = self.status(location), seen[location]
                 if new != old and (subscriber == acked or self._matters(subscriber, location, old, new)):
                     changed[location] = new
             if changed or subscriber == acked:

@@ -61,7 +61,9 @@ class Tracker:
     """Occurrence counts of pointstamps and the implied frontier at every location.
 
     Use :meth:`update` to buffer count changes and :meth:`propagate` to apply them; it
-    returns, per location, how the implication frontier changed.
+    returns, per location, how the implication frontier changed, and leaves in
+    :attr:`touched` every location whose counts or implications it changed (what a cache of
+    per-location answers must drop).
     """
 
     def __init__(self, graph: ProgressGraph) -> None:
@@ -77,6 +79,7 @@ class Tracker:
             ]
             for source, reached in graph.reach.items()
         }
+        self.touched: set[Location] = set()
 
     def update(self, location: Location, time: Timestamp, delta: int) -> None:
         """Buffer a change of the occurrence count of ``(time, location)``."""
@@ -104,6 +107,7 @@ class Tracker:
                     result = time if apply is None else apply(time)
                     if result is not None:
                         implied[target].append((result, delta))
+        self.touched = {*by_location, *implied}
         changes: FrontierChanges = {}
         for target, updates in implied.items():
             moved = self._implications[target].update_iter(updates)

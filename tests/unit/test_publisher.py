@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+import random
+
+import pytest
+
 from raytide.progress import GraphBuilder, Location, Timestamp, Tracker
 from raytide.progress.publisher import FrontierPublisher, answers
+from tests.strategies import random_graph
 
 
 def pipeline():
@@ -73,3 +79,97 @@ def test_a_batch_can_carry_new_interests_which_it_answers_at_once():
     pushes = publisher.apply("b", [], ack=False, interests={B_IN: [(Timestamp(0), False)]})
     assert pushes == {"b": ({B_IN: [(Timestamp(1), True)]}, False)}
     assert publisher.apply("b", [], ack=False) == {}, "nothing new to tell"
+
+
+class EveryStatusEveryTime:
+    """The oracle: after each batch, every subscriber's every location, each status computed
+    afresh from the tracker (what the publisher did before it cached statuses and looked only
+    where a batch touched)."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+        self.subscriptions: dict[str, list[Location]] = {}
+        self.interests: dict[str, dict] = {}
+        self.seen: dict[str, dict] = {}
+
+    def status(self, location: Location) -> list:
+        frontier = sorted(self.tracker.frontier(location), key=Timestamp.sort_key)
+        return [(f, self.tracker.is_blocked(location, f)) for f in frontier]
+
+    def subscribe(self, subscriber: str, locations: list[Location]) -> dict:
+        self.subscriptions[subscriber], self.interests[subscriber] = locations, {}
+        self.seen[subscriber] = {location: self.status(location) for location in locations}
+        return dict(self.seen[subscriber])
+
+    def apply(self, sender: str, changes: list, ack: bool, interests: dict | None) -> dict:
+        if interests is not None:
+            self.interests[sender] = interests
+        self.tracker.update_all(changes)
+        self.tracker.propagate()
+        return self.pushes(list(self.subscriptions), sender if ack else None)
+
+    def declare(self, subscriber: str, interests: dict) -> dict:
+        self.interests[subscriber] = interests
+        return self.pushes([subscriber], None)
+
+    def pushes(self, subscribers: list[str], acked: str | None) -> dict:
+        pushes = {}
+        for subscriber in subscribers:
+            changed = {}
+            for location in self.subscriptions[subscriber]:
+                new, old = self.status(location), self.seen[subscriber][location]
+                if new != old and (subscriber == acked or any(
+                        answers(old, t)[0] != answers(new, t)[0] or (held and answers(old, t)[1] != answers(new, t)[1])
+                        for t, held in self.interests[subscriber].get(location, ()))):
+                    changed[location] = new
+            if changed or subscriber == acked:
+                self.seen[subscriber].update(changed)
+                pushes[subscriber] = (changed, subscriber == acked)
+        return pushes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_pushes_are_those_of_computing_every_status_after_every_batch(seed):
+    """Random graphs with (nested) loops, subscribers reading random input ports, random
+    batches of pointstamp changes with random interests and acknowledgements: the same pushes
+    as the oracle, batch after batch."""
+    rng = random.Random(seed)
+    made = random_graph(seed, max_vertices=10)
+    publisher, oracle = FrontierPublisher(Tracker(made.graph)), EveryStatusEveryTime(Tracker(made.graph))
+    locations = sorted(made.graph.locations, key=str)
+
+    def at(location: Location) -> Timestamp:
+        depth = made.vertices[location.vertex].depth
+        return Timestamp(rng.randrange(4), tuple(rng.randrange(3) for _ in range(depth)))
+
+    counts: collections.Counter = collections.Counter()
+    start = [((location, at(location)), 1) for location in rng.sample(locations, 3)]
+    counts.update({pointstamp: delta for pointstamp, delta in start})
+    publisher.initialize(start)
+    oracle.tracker.update_all(start)
+    oracle.tracker.propagate()
+    inputs = [location for location in locations if location.port is not None]
+    subscribers = [f"replica{i}" for i in range(4)]
+    for subscriber in subscribers:
+        reads = rng.sample(inputs, min(len(inputs), rng.randint(1, 3)))
+        assert publisher.subscribe(subscriber, reads)[0] == oracle.subscribe(subscriber, reads)
+    for _ in range(60):
+        sender = rng.choice(subscribers)
+        interests = None
+        if rng.random() < 0.4:
+            interests = {location: [(at(location), rng.random() < 0.5)]
+                         for location in rng.sample(oracle.subscriptions[sender], 1)}
+        if rng.random() < 0.15:
+            assert publisher.declare(sender, interests or {}) == oracle.declare(sender, interests or {})
+            continue
+        changes = []
+        for _ in range(rng.randint(0, 4)):  # retire an active pointstamp, or add one
+            active = [p for p, n in counts.items() if n > 0]
+            if active and rng.random() < 0.5:
+                changes.append((rng.choice(active), -1))
+            else:
+                location = rng.choice(locations)
+                changes.append(((location, at(location)), 1))
+            counts[changes[-1][0]] += changes[-1][1]
+        ack = rng.random() < 0.3
+        assert publisher.apply(sender, changes, ack, interests) == oracle.apply(sender, changes, ack, interests)
