@@ -221,7 +221,14 @@ class JobRecovery:
         incarnation = self.incarnation
         job.outputs.release(point.complete)  # the cut's complete epochs are final
         job.outputs.rollback()  # the rest is computed again from the cut
-        self._wait(job, [self.coordinator.reconfigure.remote(plan, incarnation)], "reconfiguring the coordinator")
+        # Past the commit of the laid-out snapshot there is no way back: a death from here on
+        # is recovered from after the switch, in the new configuration, from that snapshot.
+        died: str | None = None
+        try:
+            self._wait(job, [self.coordinator.reconfigure.remote(plan, incarnation)], "reconfiguring the coordinator")
+        except ray.exceptions.RayActorError as error:  # the recovery below starts a new one
+            died = f"job {job.name!r}: {COORDINATOR} died during the rescale to incarnation {incarnation}: " \
+                   f"{type(error).__name__}"
         self.sync_ref = None
         hosts: dict[str, int] = {}
         try:
@@ -231,8 +238,11 @@ class JobRecovery:
                 job._watch()  # the new configuration's actors, whatever happened
             self.restore(job, point, incarnation, steps)
             self.coordinator.start.remote(input_replicas(job))
-        except ray.exceptions.RayActorError as error:  # a death in the middle: the new configuration recovers
-            job._recover(f"an actor died during the rescale to incarnation {incarnation}: {type(error).__name__}")
+        except ray.exceptions.RayActorError as error:
+            died = died or (f"job {job.name!r}: an actor died during the rescale to incarnation {incarnation}: "
+                            f"{type(error).__name__}")
+        if died is not None:
+            job._recover(died)
         now = time.monotonic()
         record = RescaleRecord(incarnation, before, {name: widths[name] for name in before}, snapshot_id, rescaled_id,
                                now - started, now - switched, time.time(), hosts, steps.seconds)

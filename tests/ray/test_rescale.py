@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import ray
 
 import raytide as rt
 from examples.connected_components import build_flow, union_find
 from raytide.actors.job_recovery import RescaleRecord
 from raytide.errors import ArgumentError, GraphError, RescaleError
+from raytide.snapshots.store import SnapshotStore
 from tests.ray.test_recovery import sigkill
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
@@ -269,6 +271,45 @@ def test_a_replica_killed_during_the_rescales_restore_recovers_in_the_new_config
         for key, n in pairs:
             counts[key] += n
     assert counts == {key: gates.fed * PER_KEY for key in range(KEYS)}
+
+
+@pytest.mark.timeout(600)
+def test_the_coordinator_killed_as_the_rescaled_snapshot_commits_leaves_the_job_in_the_new_widths(ray_session,
+                                                                                                  tmp_path):
+    """Past the commit of the snapshot laid out for the new widths there is no way back: a
+    coordinator that dies then (before, while or after it is told of the new replicas) is
+    replaced by the recovery that follows the switch, and every record is still seen once,
+    in order, through the rescales after it."""
+    flow = rt.Dataflow("sequence-coordinator-killed")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    gates, store = Gates(), str(tmp_path / "store")
+    with rt.run(flow, {"records": gates.epochs()}, parallelism=1,
+                recovery=rt.Recovery(store, interval=0.3, max_restarts=3)) as job:
+        coordinator = job._recovery.coordinator
+
+        def kill_once_rescaled() -> None:
+            watched, deadline = SnapshotStore(store), time.monotonic() + 120
+            while (latest := watched.latest()) is None or latest.metadata["vertices"]["check"] != STEPS[0]:
+                assert time.monotonic() < deadline
+                time.sleep(0.002)
+            ray.kill(coordinator)
+
+        killer = threading.Thread(target=kill_once_rescaled, daemon=True)
+        killer.start()
+        record = gates.rescale(job, 0, {"check": STEPS[0]})
+        killer.join(timeout=120)
+        assert job.parallelism()["check"] == STEPS[0]
+        for step, width in enumerate(STEPS[1:], start=1):
+            gates.rescale(job, step, {"check": width})
+        job.wait(timeout=300)
+        out, stats = job.collect("out"), job.stats()
+    assert record["after"] == {"check": STEPS[0], "out": STEPS[0]} and stats["recoveries"]["count"] >= 1, stats
+    assert "coordinator" in stats["recoveries"]["recoveries"][0]["cause"], stats["recoveries"]
+    numbers = collections.defaultdict(list)
+    for epoch in sorted(out):
+        for _, (key, number) in out[epoch]:
+            numbers[key].append(number)
+    assert all(sorted(numbers[key]) == list(range(gates.fed * PER_KEY)) for key in range(KEYS))  # once each
 
 
 def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session, tmp_path):
