@@ -97,7 +97,7 @@ def plot_timeline(ax: Any, timeline: list[dict[str, Any]], vertex: str, goal: fl
     replicas.set_ylabel("replicas", color="tab:orange")
     replicas.set_ylim(0, max(entry["parallelism"].get(vertex, 0) for entry in timeline) + 1)
     for at, entry in zip(seconds, timeline):
-        if entry["changes"]:
+        if entry["changes"] and "pause_s" in (entry["rescale"] or {}):  # made, not only decided
             ax.axvline(at, color="grey", linestyle="--")
             ax.annotate(f"{vertex} -> {entry['changes'].get(vertex, '')}", (at, 0.02), xycoords=ax.get_xaxis_transform(),
                         xytext=(3, 0), textcoords="offset points", fontsize=8, rotation=90)

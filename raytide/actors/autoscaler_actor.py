@@ -30,7 +30,7 @@ from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ReplicaKey
 from raytide.actors.rescale import group_leaders
 from raytide.autoscale.config import Autoscale
-from raytide.autoscale.loop import ControlLoop
+from raytide.autoscale.loop import ControlLoop, settled
 from raytide.autoscale.monitor import Sample, free_cpus, window_stats
 
 logger = logging.getLogger(__name__)
@@ -164,11 +164,11 @@ class AutoscalerActor:
             self.rescaling = False
             self._configure(plan, peers, progress)
 
-    def timeline(self) -> list[dict[str, Any]]:
+    def timeline(self, job_finished: bool = False) -> list[dict[str, Any]]:
         """Every round so far: the window's figures, the decisions with their reasons, the
-        changes and the rescale that made them (with its pause)."""
+        changes and the rescale that made them (with its pause); see :func:`settled`."""
         with self.lock:
-            return [dict(entry) for entry in self.rounds]
+            return settled(self.rounds, job_finished)
 
     def stop(self) -> None:
         with self.lock:

@@ -839,7 +839,7 @@ class Job:
         autoscaler: Any = None
         if self._autoscaler is not None:
             try:
-                autoscaler = ray.get(self._autoscaler.timeline.remote(), timeout=60)
+                autoscaler = ray.get(self._autoscaler.timeline.remote(self.outputs.finished), timeout=60)
             except ray.exceptions.RayActorError as error:
                 autoscaler = f"unreachable: {type(error).__name__}"
         return {"snapshots": snapshots, "recoveries": self._recovery.stats(), "rescales": self._recovery.rescale_stats(),

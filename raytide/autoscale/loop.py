@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from raytide.autoscale.config import Autoscale
 from raytide.autoscale.controls import (
@@ -107,3 +108,19 @@ class ControlLoop:
             if leader not in chosen or d.target > chosen[leader].target:
                 chosen[leader] = d
         return tuple(chosen.values())
+
+
+#: Why a round's changes were not made when the job finished with them still to make.
+FINISHED_FIRST = "the job finished before the driver made it"
+
+
+def settled(rounds: list[dict[str, Any]], job_finished: bool) -> list[dict[str, Any]]:
+    """A copy of ``rounds`` as the user reads it. A round with changes and no ``rescale`` yet
+    is waiting for the driver; once the job has finished it never will be made, and says so
+    (``{"not_made": ...}``) instead of reading as made."""
+    copies = [dict(entry) for entry in rounds]
+    if job_finished:
+        for entry in copies:
+            if entry["changes"] and entry["rescale"] is None:
+                entry["rescale"] = {"not_made": FINISHED_FIRST}
+    return copies

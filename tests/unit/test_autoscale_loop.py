@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import raytide as rt
 from raytide.autoscale.latency import LatencyPolicy, bottleneck, latency_seconds
-from raytide.autoscale.loop import ControlLoop
+from raytide.autoscale.loop import FINISHED_FIRST, ControlLoop, settled
 from raytide.autoscale.monitor import Sample, free_cpus, window_stats
 from raytide.autoscale.stats import JobStats, ReplicaStats, VertexStats
 from raytide.errors import ArgumentError
@@ -122,3 +122,14 @@ def test_a_group_counts_its_replicas_once_against_the_free_cpus():
     loop = ControlLoop(rt.Autoscale(policy="rate", rate=500.0), {"rows", "out"}, {"rows": "rows", "out": "rows"}, 8)
     _, changes = loop.round(stats, now=1.0, free_cpus=2)
     assert changes == {"rows": 3} and loop.shortfall == 2
+
+
+def test_a_change_still_to_make_when_the_job_finished_reads_as_not_made():
+    """The last round decided a change the driver never made (the job finished first): while
+    the job runs it is pending (None); after, it says why it was not made, never as made."""
+    rounds = [{"changes": {"rows": 2}, "rescale": {"pause_s": 0.2}}, {"changes": {}, "rescale": None},
+              {"changes": {"rows": 1}, "rescale": None}]
+    assert [r["rescale"] for r in settled(rounds, job_finished=False)] == [{"pause_s": 0.2}, None, None]
+    assert [r["rescale"] for r in settled(rounds, job_finished=True)] == [
+        {"pause_s": 0.2}, None, {"not_made": FINISHED_FIRST}]
+    assert rounds[2]["rescale"] is None  # the actor's own record is not changed
