@@ -109,6 +109,11 @@ class JobRecovery:
     recovery: Recovery
     budget: RestartBudget = field(init=False)
     store: SnapshotStore = field(init=False)
+    #: The snapshots this run may recover from, in a store other runs may have used too: its
+    #: own (ids from ``first_id`` on) and the one it was started from (``restore=``), never
+    #: another run's.
+    first_id: int = 1
+    started_from: int | None = None
     incarnation: int = 0
     coordinator: Any = None
     sync_ref: Any = None
@@ -122,6 +127,12 @@ class JobRecovery:
         self.store = SnapshotStore(self.recovery.store, self.recovery.signing_key)
 
     # -- the coordinator -------------------------------------------------------------------
+
+    def start_run(self, job: Job) -> None:
+        """The run's first coordinator; its snapshots, and only those (with the one a
+        ``restore=`` starts from), are the ones the run recovers from."""
+        self.first_id = self.store.next_id()
+        self.start_coordinator(job, self.first_id)
 
     def start_coordinator(self, job: Job, first_id: int = 1) -> None:
         """A coordinator for ``job``'s replicas, started without waiting for it; it takes no
@@ -172,7 +183,7 @@ class JobRecovery:
             steps = _Steps()
             dead = steps.time("find the dead", self._dead, job)
             replaced = steps.time("replace them", job.replace_dead_hosts, dead)
-            point = steps.time("read the snapshot", restore_point, job.plan, self.store)
+            point = steps.time("read the snapshot", self.latest_point, job)
             if self.coordinator is None:
                 # paused until the reset below: a barrier must not reach a replica before it is restored
                 self.start_coordinator(job, point.snapshot_id + 1 if point.snapshot_id is not None else 1)
@@ -251,10 +262,19 @@ class JobRecovery:
                     record.seconds, record.pause_s)
         return vars(record).copy()
 
+    def latest_point(self, job: Job) -> RestorePoint:
+        """Where a recovery restores ``job`` from: the run's latest intact snapshot, else the
+        snapshot it was started from, else the start."""
+        point = restore_point(job.plan, self.store, since=self.first_id)
+        if point.snapshot_id is None and self.started_from is not None:
+            return restore_point(job.plan, self.store, self.started_from)
+        return point
+
     def start_from(self, job: Job, point: RestorePoint) -> None:
         """A new job starts where snapshot ``point`` of an earlier run left off (``restore=``):
         incarnation 1, the epochs that run handed out are not handed out again, and each
         input replica skips the calls the snapshot had consumed."""
+        self.started_from = point.snapshot_id
         self.incarnation = 1
         job.skip_inputs(point)
         self.restore(job, point, self.incarnation, _Steps())

@@ -127,9 +127,11 @@ class RestorePoint:
         return self.positions.get(key, {}).get(vertex, 0)
 
 
-def restore_point(plan: PhysicalPlan, store: SnapshotStore | None, snapshot_id: int | None = None) -> RestorePoint:
-    """Committed snapshot ``snapshot_id`` of ``store``; by default the latest one (damaged ones
-    are skipped with a warning), or the start of the job if there is none.
+def restore_point(plan: PhysicalPlan, store: SnapshotStore | None, snapshot_id: int | None = None,
+                  since: int = 0) -> RestorePoint:
+    """Committed snapshot ``snapshot_id`` of ``store``; by default the latest one with an id of
+    at least ``since`` (damaged ones are skipped with a warning), or the start of the job if
+    there is none.
 
     Raises:
         SnapshotError: ``snapshot_id`` is not a committed, intact snapshot, or the snapshot
@@ -137,7 +139,7 @@ def restore_point(plan: PhysicalPlan, store: SnapshotStore | None, snapshot_id: 
     """
     if store is None:
         return RestorePoint(None, plan.initial_pointstamps())
-    manifest = store.latest() if snapshot_id is None else store.manifest(snapshot_id)
+    manifest = store.latest(since) if snapshot_id is None else store.manifest(snapshot_id)
     if manifest is None:
         return RestorePoint(None, plan.initial_pointstamps())
     return _from_manifest(plan, store, manifest)

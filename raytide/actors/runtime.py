@@ -234,7 +234,7 @@ class Job:
         coordinator = None
         if self._recovery is not None:
             pool.keep_spares(1)  # a warm host to replace a dead one
-            self._recovery.start_coordinator(self, self._recovery.store.next_id())
+            self._recovery.start_run(self)
             coordinator = self._recovery.coordinator
         self._watch()
         connects = [peer.connect.remote(peers, unbounded, self.progress, coordinator) for peer in peers.values()]

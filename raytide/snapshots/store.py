@@ -281,13 +281,16 @@ class SnapshotStore:
         """
         return [entry.manifest for entry in self._entries() if entry.manifest is not None]
 
-    def latest(self) -> Manifest | None:
-        """The newest committed snapshot whose every part exists with the right size and checksum.
+    def latest(self, since: int = 0) -> Manifest | None:
+        """The newest committed snapshot whose every part exists with the right size and checksum,
+        among those with an id of at least ``since`` (a run's own, in a store other runs used).
 
         A damaged newer snapshot (see the module docstring) is skipped with a
         :class:`RuntimeWarning` naming it and the damage. None if no snapshot is intact.
         """
         for entry in reversed(self._entries()):
+            if entry.snapshot_id < since:
+                break
             problem = entry.problem if entry.manifest is None else self._verify_parts(entry.manifest)
             if not problem:
                 return entry.manifest

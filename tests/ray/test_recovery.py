@@ -320,3 +320,45 @@ def test_a_parquet_sink_holds_every_epoch_once_across_a_recovery(ray_session, tm
                               consume=to_parquet)
     check(words, got)
     assert stats["recoveries"]["count"] == 1
+
+
+def running_sum(total: int | None, record: tuple[int, int]) -> tuple[int, tuple[int, int]]:
+    """``stateful_map``'s function: each key's running total after its record."""
+    total = (total or 0) + record[1]
+    return total, (record[0], total)
+
+
+def test_a_run_on_a_store_an_earlier_run_used_recovers_from_its_own_snapshots_only(ray_session, tmp_path):
+    """Users reuse a store path. The second run dies before it committed a snapshot of its
+    own: it must start over from its own first input, not restore the first run's state and
+    positions (it did: the run hung on the first run's pending epoch)."""
+    flow = rt.Dataflow("reused-store")
+    flow.input("numbers").stateful_map(lambda r: r[0], running_sum, name="sums").output("out")
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=0.05)
+    with rt.run(flow, parallelism=1, recovery=recovery) as job:
+        for epoch in range(20):
+            job.push("numbers", [(epoch % 3, 1000)], epoch)
+            time.sleep(0.02)
+        job.close("numbers")
+        job.wait(timeout=60)
+    assert SnapshotStore(recovery.store).latest() is not None, "the first run left snapshots"
+    records = [[(key, epoch * 10 + key) for key in range(3)] for epoch in range(6)]
+    totals: Counter = Counter()
+    expected: dict[int, list[tuple[int, int]]] = {}
+    for epoch, batch in enumerate(records):
+        for key, n in batch:
+            totals[key] += n
+            expected.setdefault(epoch, []).append((key, (key, totals[key])))  # stateful_map emits (key, output)
+    with rt.run(flow, parallelism=1, recovery=rt.Recovery(recovery.store, interval=None)) as job:
+        for epoch, batch in enumerate(records[:3]):
+            job.push("numbers", batch, epoch)
+        while max(job.collect("out"), default=-1) < 1:
+            time.sleep(0.02)
+        sigkill(job, "sums+out/0")  # the keyed state; no snapshot of this run exists
+        for epoch, batch in enumerate(records[3:], start=3):
+            job.push("numbers", batch, epoch)
+        job.close("numbers")
+        job.wait(timeout=60)
+        out, recoveries = job.collect("out"), job.stats()["recoveries"]
+    assert recoveries["count"] >= 1 and recoveries["recoveries"][0]["snapshot_id"] is None, recoveries
+    assert {epoch: sorted(records_) for epoch, records_ in out.items()} == expected
