@@ -362,3 +362,41 @@ def test_a_run_on_a_store_an_earlier_run_used_recovers_from_its_own_snapshots_on
         out, recoveries = job.collect("out"), job.stats()["recoveries"]
     assert recoveries["count"] >= 1 and recoveries["recoveries"][0]["snapshot_id"] is None, recoveries
     assert {epoch: sorted(records_) for epoch, records_ in out.items()} == expected
+
+
+def test_a_restored_run_that_dies_before_its_first_snapshot_goes_back_to_the_one_it_started_from(ray_session,
+                                                                                                   tmp_path):
+    """Started from a savepoint (``restore=``) and killed before it committed a snapshot of
+    its own: the recovery restores the savepoint again, not the start (whose empty sums
+    would be wrong) and not another run's."""
+    flow = rt.Dataflow("restored-then-killed")
+    flow.input("numbers").stateful_map(lambda r: r[0], running_sum, name="sums").output("out")
+    records = [[(key, epoch * 10 + key) for key in range(3)] for epoch in range(8)]
+    totals: Counter = Counter()
+    expected: dict[int, list[tuple[int, tuple[int, int]]]] = {}
+    for epoch, batch in enumerate(records):
+        for key, n in batch:
+            totals[key] += n
+            expected.setdefault(epoch, []).append((key, (key, totals[key])))
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=None)
+    with rt.run(flow, parallelism=1, recovery=recovery) as job:
+        for epoch, batch in enumerate(records[:3]):
+            job.push("numbers", batch, epoch)
+        while max(job.collect("out"), default=-1) < 1:
+            time.sleep(0.02)
+        savepoint = job.stop(timeout=60)
+        before = job.collect("out")
+    with rt.run(flow, parallelism=1, recovery=recovery, restore=savepoint) as job:
+        for epoch, batch in enumerate(records[:5]):  # fed from the start: what the savepoint consumed is skipped
+            job.push("numbers", batch, epoch)
+        while max(job.collect("out"), default=-1) < 3:
+            time.sleep(0.02)
+        sigkill(job, "sums+out/0")
+        for epoch, batch in enumerate(records[5:], start=5):
+            job.push("numbers", batch, epoch)
+        job.close("numbers")
+        job.wait(timeout=60)
+        after, recoveries = job.collect("out"), job.stats()["recoveries"]
+    assert recoveries["count"] >= 1 and recoveries["recoveries"][0]["snapshot_id"] == savepoint, recoveries
+    assert not set(before) & set(after), "an epoch handed out by both runs"
+    assert {epoch: sorted(got) for epoch, got in {**before, **after}.items()} == expected
