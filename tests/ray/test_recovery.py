@@ -334,14 +334,14 @@ def test_a_run_on_a_store_an_earlier_run_used_recovers_from_its_own_snapshots_on
     positions (it did: the run hung on the first run's pending epoch)."""
     flow = rt.Dataflow("reused-store")
     flow.input("numbers").stateful_map(lambda r: r[0], running_sum, name="sums").output("out")
-    recovery = rt.Recovery(str(tmp_path / "store"), interval=0.05)
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=None)
     with rt.run(flow, parallelism=1, recovery=recovery) as job:
         for epoch in range(20):
             job.push("numbers", [(epoch % 3, 1000)], epoch)
-            time.sleep(0.02)
+        job.snapshot(timeout=60)  # the first run's snapshot, with its state and positions
         job.close("numbers")
         job.wait(timeout=60)
-    assert SnapshotStore(recovery.store).latest() is not None, "the first run left snapshots"
+    assert SnapshotStore(recovery.store).latest() is not None, "the first run left a snapshot"
     records = [[(key, epoch * 10 + key) for key in range(3)] for epoch in range(6)]
     totals: Counter = Counter()
     expected: dict[int, list[tuple[int, int]]] = {}
