@@ -119,8 +119,6 @@ class FrontierPublisher:
     def _pushes(self, look: dict[Hashable, list[Location]], acked: Hashable = None) -> dict[Hashable, Push]:
         """The pushes owed to the subscribers in ``look``, each judged at the locations given."""
         pushes: dict[Hashable, Push] = {}
-        if acked is not None and acked in self.subscriptions:
-            look.setdefault(acked, [])
         for subscriber, locations in look.items():
             seen = self._seen[subscriber]
             changed = {}

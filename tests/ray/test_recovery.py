@@ -328,6 +328,23 @@ def running_sum(total: int | None, record: tuple[int, int]) -> tuple[int, tuple[
     return total, (record[0], total)
 
 
+def keyed_numbers(epochs: int) -> list[list[tuple[int, int]]]:
+    """Per epoch, one ``(key, number)`` for each of 3 keys."""
+    return [[(key, epoch * 10 + key) for key in range(3)] for epoch in range(epochs)]
+
+
+def running_sums(records: list[list[tuple[int, int]]]) -> dict[int, list[tuple[int, tuple[int, int]]]]:
+    """The plain-Python output of a ``stateful_map`` of :func:`running_sum` over ``records``,
+    per epoch (it emits ``(key, output)``)."""
+    totals: Counter = Counter()
+    expected: dict[int, list[tuple[int, tuple[int, int]]]] = {}
+    for epoch, batch in enumerate(records):
+        for key, n in batch:
+            totals[key] += n
+            expected.setdefault(epoch, []).append((key, (key, totals[key])))
+    return expected
+
+
 def test_a_run_on_a_store_an_earlier_run_used_recovers_from_its_own_snapshots_only(ray_session, tmp_path):
     """Users reuse a store path. The second run dies before it committed a snapshot of its
     own: it must start over from its own first input, not restore the first run's state and
@@ -342,13 +359,8 @@ def test_a_run_on_a_store_an_earlier_run_used_recovers_from_its_own_snapshots_on
         job.close("numbers")
         job.wait(timeout=60)
     assert SnapshotStore(recovery.store).latest() is not None, "the first run left a snapshot"
-    records = [[(key, epoch * 10 + key) for key in range(3)] for epoch in range(6)]
-    totals: Counter = Counter()
-    expected: dict[int, list[tuple[int, int]]] = {}
-    for epoch, batch in enumerate(records):
-        for key, n in batch:
-            totals[key] += n
-            expected.setdefault(epoch, []).append((key, (key, totals[key])))  # stateful_map emits (key, output)
+    records = keyed_numbers(6)
+    expected = running_sums(records)
     with rt.run(flow, parallelism=1, recovery=rt.Recovery(recovery.store, interval=None)) as job:
         for epoch, batch in enumerate(records[:3]):
             job.push("numbers", batch, epoch)
@@ -371,13 +383,8 @@ def test_a_restored_run_that_dies_before_its_first_snapshot_goes_back_to_the_one
     would be wrong) and not another run's."""
     flow = rt.Dataflow("restored-then-killed")
     flow.input("numbers").stateful_map(lambda r: r[0], running_sum, name="sums").output("out")
-    records = [[(key, epoch * 10 + key) for key in range(3)] for epoch in range(8)]
-    totals: Counter = Counter()
-    expected: dict[int, list[tuple[int, tuple[int, int]]]] = {}
-    for epoch, batch in enumerate(records):
-        for key, n in batch:
-            totals[key] += n
-            expected.setdefault(epoch, []).append((key, (key, totals[key])))
+    records = keyed_numbers(8)
+    expected = running_sums(records)
     recovery = rt.Recovery(str(tmp_path / "store"), interval=None)
     with rt.run(flow, parallelism=1, recovery=recovery) as job:
         for epoch, batch in enumerate(records[:3]):
