@@ -16,7 +16,7 @@ import warnings
 
 import pytest
 
-from raytide.actors import local, reshard
+from raytide.actors import layout, local, reshard
 from raytide.actors.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
 from raytide.actors.rescale import width_groups
 from raytide.snapshots.store import SnapshotStore
@@ -125,7 +125,7 @@ def test_a_rescale_changes_the_parallelism_and_keeps_the_replicas_busy(tmp_path)
 
 
 PLANTS = {
-    "state moved to the wrong owner": (lambda mp: mp.setattr(reshard, "_owned_by", _owned_by_the_next),
+    "state moved to the wrong owner": (lambda mp: mp.setattr(layout, "_owned_by", _owned_by_the_next),
                                        ("keyed", "join")),
     "the rescale restores from an older snapshot": (
         lambda mp: mp.setattr(local, "reshard_snapshot",

@@ -18,7 +18,7 @@ import warnings
 import pytest
 
 import raytide as rt
-from raytide.actors import reshard
+from raytide.actors import layout
 from raytide.actors.local import LocalJob, LocalRecovery
 from raytide.actors.plan import compile_plan
 from raytide.actors.protocol import ChannelId
@@ -113,11 +113,10 @@ def _owned_by_the_next(owners, group_of, replica):
 
 
 PLANTS = {
-    "state moved to the wrong owner": (lambda mp: mp.setattr(reshard, "_owned_by", _owned_by_the_next),
+    "state moved to the wrong owner": (lambda mp: mp.setattr(layout, "_owned_by", _owned_by_the_next),
                                        ("keyed", "join")),
-    "kept outputs dropped": (lambda mp: mp.setattr(reshard, "_deal_kept", lambda saved, name, old, width:
-                                                   [{} for _ in range(width)]), ("word count", "keyed")),
-    "logged records dropped": (lambda mp: mp.setattr(reshard, "_reroute", lambda *args: []),
+    "kept outputs dropped": (lambda mp: mp.setattr(layout, "_deal_kept", lambda kept, into: None), ("word count", "keyed")),
+    "logged records dropped": (lambda mp: mp.setattr(layout, "_reroute", lambda *args: []),
                                ("loop", "nested loop")),
 }
 
@@ -148,7 +147,7 @@ def test_a_logged_record_on_an_exchange_goes_to_its_keys_new_owner():
     plan = compile_plan(flow, 3)
     table = KeyGroupAssignment.contiguous(2, 128).rescale(3)[0]
     channel = ChannelId("round", 0, 1, 0)
-    parts = reshard._reroute(plan, channel, "sum", 1, list(range(40)), table)
+    parts = layout._reroute(plan, channel, "sum", 1, list(range(40)), table)
     assert sorted(r for _, part in parts for r in part) == list(range(40))
     for replica, part in parts:
         assert all(table.owners[key_group(x % 7, 128)] == replica for x in part)
