@@ -5,12 +5,12 @@ with a blob in a ``stateful_map``) takes an epoch of records every ``pace`` seco
 the driver, while the driver rescales its keyed vertex 1 -> 2 -> 1 -> 2 (warm hosts: the
 pool is started before the clock). Per rescale:
 
-* ``pause_s``: from the switch to the new plan to running again (the job takes no
-  records meanwhile; ``job.stats()["rescales"]``), and ``call_s`` the whole
-  ``job.rescale`` call, its cut (a snapshot of all the state) included;
+* ``pause_s``: from asking for the cut to running again (the replicas hold from the cut
+  on; ``job.stats()["rescales"]``), and ``call_s`` the whole ``job.rescale`` call, the new
+  hosts' lease included;
 * ``gap_s``: the longest time between two records processed by the keyed vertex around
-  the rescale (each record's output is when it was processed; work a rescale rolls back
-  does not count, its redo does), against ``gap_calm_s``, the longest in the calm epochs;
+  the rescale (each record's output is when it was processed, and only processing that
+  counted reaches the output), against ``gap_calm_s``, the longest in the calm epochs;
 * ``latency_spike_s``: the longest epoch latency (pushed -> its last record processed)
   of the epochs pushed during the rescale, against the calm epochs' median ``latency_calm_s``.
 
@@ -21,9 +21,9 @@ parallelism 1 with a goal of 1.4 times one replica's true rate (measured first),
 about ``autoscale_s`` seconds at the goal, once with the rate policy and once with the
 threshold policy: ``decisions`` (rounds that changed the width), the final width,
 ``goal_reached`` (the throughput after the last change over the goal), and
-``reconfiguring_share``: the rescales' time from their cut to running again (the replay
-of what was in flight at the cut included; the new hosts start before the cut, while the
-job runs as before), ``rescale_s``, over the run's time, ``run_s``.
+``reconfiguring_share``: the rescales' time from their cut to running again (the new
+hosts start before the cut, while the job runs as before), ``rescale_s``, over the run's
+time, ``run_s``.
 """
 
 from __future__ import annotations
@@ -140,9 +140,9 @@ def measure_autoscale(policy: str, goal: float, seconds: float) -> dict[str, flo
     return {f"autoscale_{policy}_decisions": float(len(made)),
             f"autoscale_{policy}_final_width": float(stats["parallelism"]["mandelbrot"]),
             f"autoscale_{policy}_goal_reached": entry_rate(stats["autoscaler"], goal),
-            f"autoscale_{policy}_rescale_s": sum(_reconfiguring(r) for r in stats["rescales"]),
+            f"autoscale_{policy}_rescale_s": sum(r["pause_s"] for r in stats["rescales"]),
             f"autoscale_{policy}_run_s": elapsed,
-            f"autoscale_{policy}_reconfiguring_share": sum(_reconfiguring(r) for r in stats["rescales"]) / elapsed}
+            f"autoscale_{policy}_reconfiguring_share": sum(r["pause_s"] for r in stats["rescales"]) / elapsed}
 
 
 def entry_rate(timeline: list[dict[str, Any]], goal: float) -> float:
@@ -150,12 +150,6 @@ def entry_rate(timeline: list[dict[str, Any]], goal: float) -> float:
     last = max((i for i, entry in enumerate(timeline) if entry["changes"]), default=-1)
     after = [(e["throughput"]["mandelbrot"], e["window_s"]) for e in timeline[last + 1:] if "mandelbrot" in e["throughput"]]
     return sum(rate * seconds for rate, seconds in after) / sum(seconds for _, seconds in after) / goal if after else 0.0
-
-
-def _reconfiguring(record: dict[str, Any]) -> float:
-    """A rescale's time from its cut to running again, replay included (the new hosts start
-    before the cut, while the job runs as before)."""
-    return record["seconds"] - record["steps"].get("start the new hosts", 0.0)
 
 
 def measure(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int, rescales: int,

@@ -8,6 +8,8 @@ Message flow (fire and forget unless marked *waits*)::
     coordinator: writes the job part and the manifest (last), applies retention
     driver ──sync(delivered)──▶ coordinator        (*waits* a moment: returns the commits since)
     driver ──snapshot_now(timeout)──▶ coordinator  (*waits* until committed: job.snapshot())
+    driver ──hold_now(timeout)──▶ coordinator      (*waits* until every replica holds at a
+                                                    rescale's cut: replica ──acknowledge──▶ coordinator)
     driver ──start()──▶ coordinator                 (the replicas are connected: snapshots begin)
     driver ──reset(incarnation, inputs, recovery time)──▶ coordinator   (a recovery)
 
@@ -66,6 +68,8 @@ class CoordinatorActor:
         self.seen = 0
         self.abandoned: list[str] = []
         self.last_alignment: float | None = None  # the longest a replica aligned for the last snapshot
+        self.holds: set[int] = set()  # the ids of rescale cuts (hold markers) in flight
+        self.held: dict[int, dict[Any, Any]] = {}  # per rescale cut complete: every replica's HeldReport
         self.lock = threading.Condition()
         self.last_tick = time.monotonic()
         self.paused = True
@@ -95,12 +99,14 @@ class CoordinatorActor:
                 if not self.paused and self.core.due(now):
                     self._trigger(now)
 
-    def _trigger(self, now: float) -> int | None:
+    def _trigger(self, now: float, hold: bool = False) -> int | None:
         trigger = self.core.trigger(now)
         if trigger is None:
             return None
         self.triggered[trigger.snapshot_id] = dict(self.delivered)
-        marker = Marker(trigger.snapshot_id, snapshot=True, delivered=dict(self.delivered))
+        if hold:
+            self.holds.add(trigger.snapshot_id)
+        marker = Marker(trigger.snapshot_id, snapshot=not hold, delivered=dict(self.delivered), hold=hold)
         for handle in self.inputs.values():
             handle.inject_marker.remote(trigger.incarnation, marker)
         return trigger.snapshot_id
@@ -112,10 +118,15 @@ class CoordinatorActor:
             self.lock.notify_all()
 
     def acknowledge(self, ack: Acknowledgement) -> None:
-        """A replica's local snapshot is written; the last one commits the snapshot."""
+        """A replica's local snapshot is written (or it holds at a rescale's cut); the last
+        one commits the snapshot (or completes the cut)."""
         with self.lock:
             commit = self.core.acknowledge(ack, time.monotonic())
-            if commit is not None:
+            if commit is not None and commit.snapshot_id in self.holds:
+                self.core.held(commit.snapshot_id, time.monotonic())
+                self.held[commit.snapshot_id] = commit.summaries
+                self.lock.notify_all()
+            elif commit is not None:
                 self._commit(commit)
 
     def write_failed(self, incarnation: int, snapshot_id: int, reason: str) -> None:
@@ -161,20 +172,43 @@ class CoordinatorActor:
         Raises:
             SnapshotError: it was abandoned, or not committed within ``timeout`` seconds.
         """
-        deadline = time.monotonic() + timeout
         with self.lock:
-            self.lock.wait_for(lambda: self.core.in_flight is None, timeout)
-            self.delivered = dict(delivered)
-            snapshot_id = self._trigger(time.monotonic()) if self.core.in_flight is None else None
-            if snapshot_id is None:
-                raise SnapshotError(f"the snapshot in flight did not complete within {timeout:g} s; "
-                                    f"abandoned so far: {self.abandoned[-3:]}")
-            done = self.lock.wait_for(lambda: self.core.in_flight is None, max(0.0, deadline - time.monotonic()))
-            if self.core.stats.last_id != snapshot_id:
-                why = self.abandoned[-1] if done and self.abandoned else f"not complete within {timeout:g} s"
-                raise SnapshotError(f"snapshot {snapshot_id} was not committed: {why}")
+            snapshot_id = self._take_now(timeout, delivered, hold=False)
             self.paused = self.paused or pause
             return snapshot_id
+
+    def hold_now(self, timeout: float, delivered: dict[str, int]) -> tuple[int, dict[Any, Any]]:
+        """A rescale's cut: every replica aligns on a marker, holds its state there and runs
+        nothing more (:mod:`raytide.actors.rescale`). Waits until all hold; returns the cut's
+        id and each replica's :class:`~raytide.actors.replica_state.HeldReport`. Nothing is written, and
+        no periodic snapshot is taken after it until :meth:`start`, :meth:`reset` or
+        :meth:`reconfigure`.
+
+        Raises:
+            SnapshotError: the cut was abandoned (a recovery), or not complete within ``timeout`` seconds.
+        """
+        with self.lock:
+            self.paused = True
+            cut_id = self._take_now(timeout, delivered, hold=True)
+            return cut_id, self.held.pop(cut_id)
+
+    def _take_now(self, timeout: float, delivered: dict[str, int], hold: bool) -> int:
+        """Trigger a snapshot (or rescale cut) after the one in flight and wait until it is
+        committed (or held); its id. Called with the lock held."""
+        deadline = time.monotonic() + timeout
+        what = "rescale cut" if hold else "snapshot"
+        self.lock.wait_for(lambda: self.core.in_flight is None, timeout)
+        self.delivered = dict(delivered)
+        snapshot_id = self._trigger(time.monotonic(), hold) if self.core.in_flight is None else None
+        if snapshot_id is None:
+            raise SnapshotError(f"the snapshot in flight did not complete within {timeout:g} s; "
+                                f"abandoned so far: {self.abandoned[-3:]}")
+        done = self.lock.wait_for(lambda: self.core.in_flight is None, max(0.0, deadline - time.monotonic()))
+        self.holds.discard(snapshot_id)
+        if (snapshot_id not in self.held) if hold else (self.core.stats.last_id != snapshot_id):
+            why = self.abandoned[-1] if done and self.abandoned else f"not complete within {timeout:g} s"
+            raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: {why}")
+        return snapshot_id
 
     def start(self, inputs: dict[ReplicaKey, Any] | None = None) -> None:
         """The job's replicas are connected (or restored by a rescale, whose input replicas
@@ -193,6 +227,7 @@ class CoordinatorActor:
                 self._abandoned(self.core.reset(incarnation, time.monotonic()))
             self.inputs, self.paused = inputs, False
             self.core.last_end = time.monotonic()
+            self.core.next_id = max(self.core.next_id, self.store.next_id())  # after a snapshot the recovery wrote
             if self.tuner is not None:
                 self.tuner.record_failure()
                 if recovery_seconds is not None:

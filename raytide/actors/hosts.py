@@ -161,7 +161,7 @@ def _forwarding(name: str) -> Callable[..., Any]:
 
 #: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
 VERTEX_METHODS = ("connect", "receive", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
-                  "start_reader", "pump", "advance", "restore", "resume", "stats", "debug_state")
+                  "start_reader", "pump", "advance", "restore", "hand_over", "adopt", "resume", "stats", "debug_state")
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
 PROGRESS_METHODS = ("connect", "restore", "receive", "fail", "frontier", "describe", "stats")
 
@@ -182,8 +182,9 @@ class VertexHost(Host):
         """Become replica ``replica`` of ``chain`` for ``lease`` in ``incarnation``; returns this process's id."""
         from raytide.actors.vertex_actor import VertexActor
 
+        kept = getattr(self.role, "kept", None) if lease == self.lease else None  # a rescale (see VertexActor.hand_over)
         role = VertexActor(plan, job, chain, replica, max_inflight, pretouch_mb, Leased(myself, lease), recovery,
-                           incarnation)
+                           incarnation, kept)
         return self._take(lease, role, f"{job}/{chain}/{replica}")
 
 

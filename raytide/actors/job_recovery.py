@@ -27,11 +27,15 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytide.actors.coordinator_actor import CoordinatorActor
+from raytide.actors.layout import check_splittable, hosted_positions, new_tables
+from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ReplicaKey
-from raytide.actors.recovery import RestartBudget, RestorePoint, restore_point
+from raytide.actors.recovery import RestartBudget, RestorePoint, kept_records, restore_point
+from raytide.actors.replica_state import HeldReport, summed
 from raytide.actors.rescale import new_widths
 from raytide.actors.reshard import reshard_snapshot
-from raytide.errors import JobTimeout
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.errors import JobTimeout, SnapshotError
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.store import SnapshotStore
 
@@ -93,13 +97,22 @@ class RescaleRecord:
     incarnation: int
     before: dict[str, int]  # the widths that changed, before
     after: dict[str, int]  # and after
-    snapshot_id: int | None  # the cut (None: nothing changed, so none was taken)
-    rescaled_id: int | None  # the snapshot laid out for the new widths, restored
+    cut_id: int | None  # the id of the cut the replicas held at (None: nothing changed, so none was taken)
     seconds: float  # the whole call
-    pause_s: float  # from the switch to the new plan to running again: nothing runs meanwhile
+    pause_s: float  # from asking for the cut to running again: the replicas hold from the cut on
     finished_at: float  # wall-clock time it was running again
     hosts: dict[str, int]  # kept, added from the pool, returned to it
     steps: dict[str, float]
+
+
+@dataclass(frozen=True)
+class _Adoption:
+    """What the replicas of a rescaled job start from: per replica the refs of the pieces
+    handed over to it, the widths before, and the routing tables after."""
+
+    refs: dict[ReplicaKey, list]
+    old_widths: dict[str, int]
+    tables: dict[str, KeyGroupAssignment]
 
 
 @dataclass
@@ -208,32 +221,27 @@ class JobRecovery:
         widths = new_widths(job.plan, asked)
         before = {name: job.plan.width(name) for name in job.plan.vertices if job.plan.width(name) != widths[name]}
         if not before:
-            unchanged = RescaleRecord(self.incarnation, {}, {}, None, None, 0.0, 0.0, time.time(), {}, {})
+            unchanged = RescaleRecord(self.incarnation, {}, {}, None, 0.0, 0.0, time.time(), {}, {})
             return vars(unchanged).copy()  # the same keys as a rescale's; not one of job.stats()'s
         plan = job.recompile(widths)
+        old_widths = {name: job.plan.width(name) for name in job.plan.vertices}
+        check_splittable(plan, old_widths)
         started = time.monotonic()
         steps = _Steps()
         fresh = steps.time("start the new hosts", job.hosts_to_add, plan)
         try:
-            snapshot_id = steps.time("take the snapshot", job.snapshot_and_pause, timeout)
-            try:
-                rescaled_id = steps.time("lay it out for the new widths", reshard_snapshot, plan, self.store,
-                                         snapshot_id, self.recovery.retain)
-                assert rescaled_id is not None
-                point = steps.time("read the snapshot", restore_point, plan, self.store, rescaled_id)
-            except BaseException:
-                self.coordinator.start.remote()  # the job goes on as it was
-                raise
+            held_at, cut_id, reports, tables, handed = self._hold_and_hand_over(job, plan, old_widths,
+                                                                                started + timeout, steps)
         except BaseException:
             job.give_back(fresh)
+            self.coordinator.start.remote()  # the job goes on as it was
             raise
-        switched = time.monotonic()
         self.incarnation += 1
         incarnation = self.incarnation
-        job.outputs.release(point.complete)  # the cut's complete epochs are final
-        job.outputs.rollback()  # the rest is computed again from the cut
-        # Past the commit of the laid-out snapshot there is no way back: a death from here on
-        # is recovered from after the switch, in the new configuration, from that snapshot.
+        job.outputs.rollback()  # what the driver held for a commit comes again from the kept records
+        # The held replicas have handed their state over: from here on the job is in the new
+        # configuration, and a death is recovered from in it (from the last committed snapshot,
+        # laid out for the new widths).
         died: str | None = None
         try:
             self._wait(job, [self.coordinator.reconfigure.remote(plan, incarnation)], "reconfiguring the coordinator")
@@ -241,13 +249,19 @@ class JobRecovery:
             died = f"job {job.name!r}: {COORDINATOR} died during the rescale to incarnation {incarnation}: " \
                    f"{type(error).__name__}"
         self.sync_ref = None
+        refs: dict[ReplicaKey, list] = {key: [] for key in plan.replica_keys()}
+        for pieces in handed:
+            for key, ref in pieces.items():
+                refs[key].append(ref)
+        positions = hosted_positions(plan, {key: report.summary.positions for key, report in reports.items()})
+        point = RestorePoint(None, [], kept_records(report.summary for report in reports.values()), positions)
         hosts: dict[str, int] = {}
         try:
             try:
                 hosts = steps.time("give the hosts their replicas", job.reconfigure_hosts, plan, incarnation, fresh)
             finally:
                 job._watch()  # the new configuration's actors, whatever happened
-            self.restore(job, point, incarnation, steps)
+            self.restore(job, point, incarnation, steps, _Adoption(refs, old_widths, tables))
             self.coordinator.start.remote(input_replicas(job))
         except ray.exceptions.RayActorError as error:
             died = died or (f"job {job.name!r}: an actor died during the rescale to incarnation {incarnation}: "
@@ -255,20 +269,55 @@ class JobRecovery:
         if died is not None:
             job._recover(died)
         now = time.monotonic()
-        record = RescaleRecord(incarnation, before, {name: widths[name] for name in before}, snapshot_id, rescaled_id,
-                               now - started, now - switched, time.time(), hosts, steps.seconds)
+        record = RescaleRecord(incarnation, before, {name: widths[name] for name in before}, cut_id, now - started,
+                               now - held_at, time.time(), hosts, steps.seconds)
         self.rescales.append(record)
         logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)", job.name, record.before, record.after,
                     record.seconds, record.pause_s)
         return vars(record).copy()
 
+    def _hold_and_hand_over(self, job: Job, plan: PhysicalPlan, old_widths: dict[str, int], deadline: float,
+                            steps: _Steps) -> tuple[float, int, dict[ReplicaKey, HeldReport],
+                                                    dict[str, KeyGroupAssignment], list[dict[ReplicaKey, Any]]]:
+        """Hold ``job`` at a cut and have every replica hand its state over for ``plan``:
+        when the cut was asked for (``time.monotonic()``), its id, the replicas' reports, the
+        new routing tables and, per old replica, the refs of the pieces it put in the object
+        store. A death meanwhile is recovered from (in
+        the old configuration) and the cut taken again.
+
+        Raises:
+            SnapshotError: no cut by ``deadline``.
+            RaytideError: a vertex's ``take_keys`` failed (the job is recovered first: its
+                replicas held at the cut run again).
+        """
+        while True:
+            held_at = time.monotonic()
+            cut_id, reports = steps.time("hold at a cut", job.hold_at_cut, deadline)
+            tables = new_tables(plan, old_widths, [report.tables for report in reports.values()])
+            keys = list(job.peers)
+            try:
+                handed = steps.time("hand the state over", self._wait, job, [
+                    job.peers[key].hand_over.remote(self.incarnation, self.incarnation + 1, plan, old_widths, tables)
+                    for key in keys], "handing the held state over")
+                return held_at, cut_id, reports, tables, handed
+            except ray.exceptions.RayActorError as error:
+                job._recover(f"job {job.name!r}: an actor died while the replicas handed their state over for a "
+                             f"rescale: {type(error).__name__}")
+                if time.monotonic() >= deadline:
+                    raise SnapshotError(f"job {job.name!r}: the rescale's state could not be handed over in time: "
+                                        f"{error}") from error
+            except Exception as error:
+                job._recover(f"job {job.name!r}: handing the state over for a rescale failed: {error}")
+                raise
+
     def latest_point(self, job: Job) -> RestorePoint:
         """Where a recovery restores ``job`` from: the run's latest intact snapshot, else the
-        snapshot it was started from, else the start."""
-        point = restore_point(job.plan, self.store, since=self.first_id)
-        if point.snapshot_id is None and self.started_from is not None:
-            return restore_point(job.plan, self.store, self.started_from)
-        return point
+        snapshot it was started from, else the start; laid out for the job's widths first if
+        it was taken at others (a rescale since)."""
+        snapshot_id = reshard_snapshot(job.plan, self.store, None, self.recovery.retain, since=self.first_id)
+        if snapshot_id is None and self.started_from is not None:
+            snapshot_id = reshard_snapshot(job.plan, self.store, self.started_from, self.recovery.retain)
+        return restore_point(job.plan, self.store if snapshot_id is not None else None, snapshot_id)
 
     def start_from(self, job: Job, point: RestorePoint) -> None:
         """A new job starts where snapshot ``point`` of an earlier run left off (``restore=``):
@@ -280,14 +329,26 @@ class JobRecovery:
         self.restore(job, point, self.incarnation, _Steps())
         self.coordinator.reset.remote(self.incarnation, input_replicas(job), None)
 
-    def restore(self, job: Job, point: RestorePoint, incarnation: int, steps: _Steps) -> None:
-        """Restore every replica and the progress actor at ``point``, resume, rewind the inputs."""
+    def restore(self, job: Job, point: RestorePoint, incarnation: int, steps: _Steps,
+                adoption: _Adoption | None = None) -> None:
+        """Restore every replica and the progress actor at ``point``, resume, rewind the inputs;
+        with ``adoption`` (a rescale), the replicas start from the pieces handed over instead
+        of a snapshot, and their pointstamps are what they hold then."""
         keys = list(job.peers)
-        subscriptions = steps.time("restore the replicas", self._wait, job, [
-            job.peers[key].restore.remote(incarnation, point.snapshot_id, job.peers, job.progress, self.coordinator)
-            for key in keys], "restoring the replicas")
+        pointstamps = point.pointstamps
+        if adoption is None:
+            subscriptions = steps.time("restore the replicas", self._wait, job, [
+                job.peers[key].restore.remote(incarnation, point.snapshot_id, job.peers, job.progress,
+                                              self.coordinator) for key in keys], "restoring the replicas")
+        else:
+            answers = steps.time("adopt the state", self._wait, job, [
+                job.peers[key].adopt.remote(incarnation, adoption.refs[key], adoption.old_widths, adoption.tables,
+                                            job.peers, job.progress, self.coordinator) for key in keys],
+                "the replicas adopting the state handed over")
+            subscriptions = [locations for locations, _ in answers]
+            pointstamps = summed(pair for _, held in answers for pair in held)
         steps.time("restore the progress actor", self._wait, job, [job.progress.restore.remote(
-            incarnation, point.pointstamps, job.delivered(), point.kept,
+            incarnation, pointstamps, job.delivered(), point.kept,
             {key: (job.peers[key], locations) for key, locations in zip(keys, subscriptions)},
             job.outputs.cursor)], "restoring the progress actor")
         steps.time("resume", self._wait, job, [job.peers[key].resume.remote(incarnation) for key in keys],

@@ -86,7 +86,7 @@ def reshard(plan: PhysicalPlan, old_widths: Mapping[str, int],
         SnapshotError: a logged record on a broadcast edge into a vertex of another width.
         RescaleError: a vertex of another width keeps state it cannot split by key.
     """
-    tables = new_tables(plan, old_widths, [state for state, _ in old.values()])
+    tables = new_tables(plan, old_widths, [state.tables for state, _ in old.values()])
     pieces: dict[ReplicaKey, list[Piece]] = {key: [] for key in plan.replica_keys()}
     for key, (state, logged) in old.items():
         for new, piece in split(plan, old_widths, tables, key.replica, state, logged).items():
@@ -94,14 +94,28 @@ def reshard(plan: PhysicalPlan, old_widths: Mapping[str, int],
     return {key: merge(plan, old_widths, tables, key, share) for key, share in pieces.items()}
 
 
+def check_splittable(plan: PhysicalPlan, old_widths: Mapping[str, int]) -> None:
+    """Refuse, before anything stops, a change of width for a vertex that keeps state it
+    cannot split by key (it overrides ``snapshot`` but not ``take_keys``/``put_keys``).
+
+    Raises:
+        RescaleError: naming the vertex.
+    """
+    for name in plan.vertices:
+        if old_widths[name] != plan.width(name) and plan.vertex(name).factory is not None:
+            vertex, _ = _instance(plan, name, 0, plan.width(name))
+            if type(vertex).take_keys is Vertex.take_keys:
+                vertex.take_keys(lambda key: False)  # the default: raises if the vertex keeps state
+
+
 def new_tables(plan: PhysicalPlan, old_widths: Mapping[str, int],
-               states: Iterable[ReplicaState]) -> dict[str, KeyGroupAssignment]:
-    """Per vertex, who owns its key groups in ``plan``: the table its senders routed by in
-    the old replicas' ``states`` (those of :func:`_keyed_by`), rescaled with the fewest moves
-    if its width changed (contiguous ranges if nobody routes to it by key)."""
+               routes: Iterable[Mapping[RouteKey, KeyGroupAssignment]]) -> dict[str, KeyGroupAssignment]:
+    """Per vertex, who owns its key groups in ``plan``: the table its senders routed by (the
+    old replicas' ``routes``; those of :func:`_keyed_by`), rescaled with the fewest moves if
+    its width changed (contiguous ranges if nobody routes to it by key)."""
     old_tables: dict[RouteKey, KeyGroupAssignment] = {}
-    for state in states:
-        old_tables.update(state.tables)
+    for sent_by in routes:
+        old_tables.update(sent_by)
     routed: dict[str, KeyGroupAssignment] = {}
     for name in plan.vertices:
         routed[name] = KeyGroupAssignment.contiguous(old_widths[name], DEFAULT_KEY_GROUPS)
@@ -212,6 +226,17 @@ def merge(plan: PhysicalPlan, old_widths: Mapping[str, int], tables: Mapping[str
                     routes[(name, port, index)] = tables[consumer.vertex]
     logged = [batch for piece in pieces for batch in piece.logged]
     return ReplicaState(user, notifications, input_epochs, positions, kept, routes, sources), logged
+
+
+def hosted_positions(plan: PhysicalPlan, positions: Mapping[ReplicaKey, Mapping[str, int]],
+                     ) -> dict[ReplicaKey, dict[str, int]]:
+    """The inputs' ``positions`` at a cut, per old replica, keyed by the replica of ``plan``
+    that hosts each input now (inputs keep their width, so their replica index)."""
+    moved: dict[ReplicaKey, dict[str, int]] = {}
+    for key, per_input in positions.items():
+        for name, position in per_input.items():
+            moved.setdefault(ReplicaKey(plan.chain_of(name).name, key.replica), {})[name] = position
+    return moved
 
 
 def _hosted(state: ReplicaState) -> set[str]:

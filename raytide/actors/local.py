@@ -32,12 +32,16 @@ dropped where it arrives if that is not the receiver's.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import cloudpickle
+
+from raytide.actors.layout import Piece, hosted_positions, new_tables
 from raytide.actors.output_gate import OutputGate
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.progress_core import ProgressCore, ProgressEffects
@@ -52,14 +56,23 @@ from raytide.actors.protocol import (
     Sequenced,
     StatusPush,
 )
-from raytide.actors.recovery import RestartBudget, RestorePoint, commit_snapshot, part_name, restore_point
+from raytide.actors.recovery import (
+    RestartBudget,
+    RestorePoint,
+    commit_snapshot,
+    kept_records,
+    part_name,
+    restore_point,
+)
 from raytide.actors.replica import ReplicaCore
-from raytide.actors.replica_state import LocalSnapshot
+from raytide.actors.replica_state import HeldReport, LocalSnapshot, summed
 from raytide.actors.rescale import new_widths, width_groups
 from raytide.actors.reshard import reshard_snapshot
 from raytide.core.dataflow import Dataflow
+from raytide.core.keygroups import KeyGroupAssignment
 from raytide.errors import RaytideError, RescaleError, SnapshotError
 from raytide.progress.timestamps import Timestamp
+from raytide.progress.tracker import Pointstamp
 from raytide.snapshots.config import OutputCommit
 from raytide.snapshots.coordinator import Acknowledgement, Commit, CoordinatorCore
 from raytide.snapshots.store import SnapshotStore
@@ -148,6 +161,9 @@ class _Transport:
     def local_snapshot(self, snapshot: LocalSnapshot) -> None:
         self.job.writes.append((self.incarnation, snapshot))
 
+    def held(self, marker_id: int, report: HeldReport) -> None:
+        self.job.acks.append((self.incarnation, Acknowledgement(self.key, marker_id, self.incarnation, (), report)))
+
 
 class LocalJob:
     """A dataflow running in this process under a seeded scheduler.
@@ -208,7 +224,8 @@ class LocalJob:
         self.result = LocalRun({name: {} for name in self.plan.outputs})
         self.planned: dict[tuple[str, int], list[Command]] = {}  # per (input, replica)
         self.rescales: dict[int, dict[str, int]] = {}  # step -> widths asked for then
-        self.pending_rescale: dict[str, int] = {}  # asked for, waiting for the next committed snapshot
+        self.pending_rescale: dict[str, int] = {}  # asked for, waiting for its cut
+        self.holds: set[int] = set()  # the ids of rescale cuts (hold markers)
         self._plan_inputs(inputs, markers or {})
         self.coordinator: CoordinatorCore | None = None
         self.last_snapshot_id = 0
@@ -468,7 +485,8 @@ class LocalJob:
         self.gate.rollback()
         if self.coordinator is not None:
             self.coordinator.reset(self.incarnation, self.result.steps)
-        self._schedule_restore(restore_point(self.plan, self.recovery.store))
+        snapshot_id = reshard_snapshot(self.plan, self.recovery.store, None, self.recovery.retain)
+        self._schedule_restore(restore_point(self.plan, self.recovery.store, snapshot_id))
 
     def _schedule_restore(self, point: RestorePoint) -> None:
         """Restore every replica from ``point`` (in random order), then the progress core,
@@ -500,14 +518,19 @@ class LocalJob:
     def _recovery_step(self) -> None:
         self.recovery_steps.popleft()()
 
-    def _restore(self, key: ReplicaKey, point: RestorePoint) -> None:
-        """Reset replica ``key`` in place, or replace it if it died, from its part of ``point``."""
-        assert self.recovery is not None
+    def _fresh(self, key: ReplicaKey) -> ReplicaCore:
+        """Replica ``key`` reset in place, or replaced if it died: a fresh core that waits to be resumed."""
         self.dead.discard(key)
         self.incarnations[key] = self.incarnation
         self.replicas[key] = core = self._core(key)
         self.waiting.add(key)
         self.commands[key].clear()
+        return core
+
+    def _restore(self, key: ReplicaKey, point: RestorePoint) -> None:
+        """Replica ``key``, fresh, from its part of ``point``."""
+        assert self.recovery is not None
+        core = self._fresh(key)
         if point.snapshot_id is not None:
             data = self.recovery.store.read_part(point.snapshot_id, part_name(key))
             self._guard(key, core.restore, data)
@@ -571,7 +594,10 @@ class LocalJob:
             return
         self.last_snapshot_id = trigger.snapshot_id
         self.triggered[trigger.snapshot_id] = dict(self.delivered)
-        marker = Marker(trigger.snapshot_id, snapshot=True, delivered=dict(self.delivered))
+        hold = bool(self.pending_rescale)  # a rescale's cut
+        if hold:
+            self.holds.add(trigger.snapshot_id)
+        marker = Marker(trigger.snapshot_id, snapshot=not hold, delivered=dict(self.delivered), hold=hold)
         for name in self.plan.inputs:
             for key in self._input_replicas(name):
                 self.injects[key].append((trigger.incarnation, marker))
@@ -599,14 +625,16 @@ class LocalJob:
         incarnation, commit = self.commits.popleft()
         if incarnation != self.coordinator.incarnation:
             return
+        if commit.snapshot_id in self.holds:
+            self.coordinator.held(commit.snapshot_id, self.result.steps)
+            self._rescale(commit)
+            return
         complete = commit_snapshot(self.recovery.store, self.plan, commit, self.triggered.pop(commit.snapshot_id, {}),
                                    self.recovery.retain)
         self.coordinator.committed(commit.snapshot_id, self.result.steps)
         self.result.snapshots.append(commit.snapshot_id)
         for name, epoch, parts in self.gate.release(complete):  # the driver learns of the commit
             self._hand_out(name, epoch, parts)
-        if self.pending_rescale and not self.result.finished:
-            self._rescale(commit.snapshot_id)
 
     # -- rescaling ---------------------------------------------------------------------------
 
@@ -622,26 +650,50 @@ class LocalJob:
         if self.coordinator is not None:
             self.coordinator.last_end = None  # due at once
 
-    def _rescale(self, snapshot_id: int) -> None:
-        """Snapshot ``snapshot_id`` was just committed: lay it out for the new widths, switch
-        to the new plan, and restore every replica from it (the retired ones are dropped)."""
-        assert self.recovery is not None and self.flow is not None
+    def _rescale(self, cut: Commit) -> None:
+        """Every replica is held at rescale cut ``cut``: each hands its state over in pieces
+        (the moving ones copied, as through Ray's object store), the job switches to the new
+        plan, and each replica of it adopts its pieces; the retired ones are dropped. A dead
+        replica cannot hand over: its recovery comes first, then another cut."""
+        assert self.flow is not None
+        if self.result.finished or self.dead & set(self._keys()):
+            return  # the recovery restores every replica, then the next cut is this rescale's
         widths = new_widths(self.plan, self.pending_rescale)
         self.pending_rescale = {}
         plan = compile_plan(self.flow, self.parallelism, self.chaining, widths)
-        new_id = reshard_snapshot(plan, self.recovery.store, snapshot_id, self.recovery.retain)
-        assert new_id is not None
-        point = restore_point(plan, self.recovery.store, new_id)
+        old_widths = {name: self.plan.width(name) for name in self.plan.vertices}
+        reports: dict[ReplicaKey, HeldReport] = dict(cut.summaries)  # type: ignore[arg-type]
+        tables = new_tables(plan, old_widths, [report.tables for report in reports.values()])
+        pieces: dict[ReplicaKey, list[Piece]] = {key: [] for key in plan.replica_keys()}
+        for key in self._keys():
+            for new, piece in self.replicas[key].hand_over(plan, old_widths, tables).items():
+                pieces[new].append(piece if new == key else cloudpickle.loads(cloudpickle.dumps(piece)))
+        summaries = [report.summary for report in reports.values()]
+        point = RestorePoint(None, [], kept_records(summaries),
+                             hosted_positions(plan, {key: report.summary.positions for key, report in reports.items()}))
         retired = set(self._keys())
         self.plan = plan
         retired -= set(self._keys())
         for key in retired:
             self._forget(key)
-        self.result.rescales.append((self.result.steps, widths, snapshot_id))
+        self.result.rescales.append((self.result.steps, widths, cut.snapshot_id))
         self.incarnation += 1
-        self.gate.rollback()
-        self.coordinator = self._new_coordinator()  # for the new replicas; paused while the restore runs
-        self._schedule_restore(point)
+        self.gate.rollback()  # what it held comes again from the kept records
+        self.coordinator = self._new_coordinator()  # for the new replicas; paused while they adopt
+        held: list[tuple[Pointstamp, int]] = []
+        keys = list(self._keys())
+        adopts = [functools.partial(self._adopt, key, old_widths, tables, pieces[key], held)
+                  for key in self.rng.sample(keys, len(keys))]
+        resumes = [functools.partial(self._resume, key, point) for key in self.rng.sample(keys, len(keys))]
+        self.recovery_steps = collections.deque(
+            [*adopts, lambda: self._rebuild_progress(dataclasses.replace(point, pointstamps=summed(held))),
+             *resumes, self._end_recovery])
+
+    def _adopt(self, key: ReplicaKey, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
+               pieces: list[Piece], held: list[tuple[Pointstamp, int]]) -> None:
+        """Replica ``key`` of the rescaled job, fresh, from the pieces handed over to it."""
+        core = self._fresh(key)
+        self._guard(key, lambda: held.extend(core.adopt(old_widths, tables, pieces)))
 
     def _forget(self, key: ReplicaKey) -> None:
         """A replica a rescale retired: its core, its mailboxes and what was sent to it go."""

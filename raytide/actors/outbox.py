@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Protocol
 
 from raytide.actors.plan import ChainPlan, Consumer, PhysicalPlan
 from raytide.actors.protocol import ChannelId, Marker, ReplicaKey, Sequenced
-from raytide.actors.replica_state import LocalSnapshot
+from raytide.actors.replica_state import HeldReport, LocalSnapshot
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Router
 from raytide.progress.timestamps import Timestamp
@@ -36,6 +36,9 @@ class Transport(Protocol):
 
     def local_snapshot(self, snapshot: LocalSnapshot) -> None:
         """A complete local snapshot: write it off the processing path, then acknowledge it."""
+
+    def held(self, marker_id: int, report: HeldReport) -> None:
+        """Held at rescale marker ``marker_id``, with the cut complete here: acknowledge it."""
 
 
 class Route(NamedTuple):

@@ -90,12 +90,15 @@ class Marker:
             snapshot when aligned on it.
         delivered: per output, the last epoch the driver had been handed when the
             snapshot was triggered: output replicas stop keeping records of those epochs.
+        hold: the marker is a rescale's cut: every replica, when aligned on it, holds
+            its state there and runs nothing more until the rescaled job takes over.
     """
 
     marker_id: int
     reroute: dict[tuple[str, int, str], KeyGroupAssignment] = field(default_factory=dict)
     snapshot: bool = False
     delivered: dict[str, int] = field(default_factory=dict)
+    hold: bool = False
 
     def __hash__(self) -> int:
         return hash(self.marker_id)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import pickle
 import urllib.parse
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -151,18 +151,25 @@ def _from_manifest(plan: PhysicalPlan, store: SnapshotStore, manifest: Manifest)
     if set(summaries) != expected:
         raise SnapshotError(f"snapshot {manifest.snapshot_id} holds replicas {sorted(map(str, summaries))}, but this "
                             f"job has {sorted(map(str, expected))}: it is of another program or parallelism")
-    kept: dict[str, dict[int, list]] = {}
-    for summary in summaries.values():
-        for name, epochs in unpickle_outputs(summary.outputs).items():
-            for epoch, records in epochs.items():
-                if records:
-                    kept.setdefault(name, {}).setdefault(epoch, []).append(records)
+    kept = kept_records(summaries.values())
     delivered = manifest.metadata.get("delivered", {})
     complete = manifest.metadata.get("complete", {})
     return RestorePoint(manifest.snapshot_id, pointstamps(list(summaries.values())), kept,
                         {key: summary.positions for key, summary in summaries.items()},
                         {str(name): int(epoch) for name, epoch in delivered.items()},
                         {str(name): None if epoch is None else int(epoch) for name, epoch in complete.items()})
+
+
+def kept_records(summaries: Iterable[ReplicaSummary]) -> dict[str, dict[int, list]]:
+    """Per output and epoch, the lists of records the output replicas kept at a cut (one
+    list per replica that kept any): what a new progress actor hands the driver again."""
+    kept: dict[str, dict[int, list]] = {}
+    for summary in summaries:
+        for name, epochs in unpickle_outputs(summary.outputs).items():
+            for epoch, records in epochs.items():
+                if records:
+                    kept.setdefault(name, {}).setdefault(epoch, []).append(records)
+    return kept
 
 
 @dataclass

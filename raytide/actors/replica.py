@@ -28,6 +28,7 @@ from time import monotonic
 from typing import Any
 
 from raytide.actors.holdback import HeldProgress, is_covered
+from raytide.actors.layout import Piece, merge, split
 from raytide.actors.notifications import NotificationQueue
 from raytide.actors.outbox import Outbox, Transport
 from raytide.actors.plan import PhysicalPlan
@@ -44,11 +45,24 @@ from raytide.actors.protocol import (
     ReplicaKey,
     Sequenced,
 )
-from raytide.actors.replica_state import LoggedBatch, OutputPickles, ReplicaState, TakenState, complete, load, take
+from raytide.actors.replica_state import (
+    HeldReport,
+    LoggedBatch,
+    OutputPickles,
+    ReplicaState,
+    ReplicaSummary,
+    TakenState,
+    capabilities,
+    complete,
+    load,
+    pickle_outputs,
+    take,
+)
 from raytide.core.batches import batch_length, eager, to_records
+from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import non_empty
 from raytide.core.vertex import Vertex
-from raytide.errors import GraphError, ProgressError, RaytideError, UserCodeError
+from raytide.errors import GraphError, ProgressError, RaytideError, RescaleError, UserCodeError
 from raytide.progress.publisher import Interests, Status, answers
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
@@ -131,6 +145,11 @@ class ReplicaCore:
         self.source_positions: Callable[[], dict[str, Any]] = dict
         self.restored_sources: dict[str, Any] = {}
         self.aligning: dict[int, float] = {}  # when each marker's first barrier arrived here
+        #: Held at a rescale's cut (a marker with ``hold``): the state there, by reference, and
+        #: the back-edge batches in flight in the cut; nothing runs here any more.
+        self.frozen: ReplicaState | None = None
+        self.frozen_logged: list[LoggedBatch] = []
+        self.holding: tuple[int, float] | None = None  # the hold marker aligned on, and its alignment time
         head = self.chain.vertices[0]
         channels = self._input_channels(head)
         self.aligner = BarrierAligner(head, inputs=channels, back_edges=self._back_edges(head, channels))
@@ -198,6 +217,8 @@ class ReplicaCore:
             self._consume(channel, vertex, time, batch)
 
     def _consume(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        if self.frozen is not None:
+            return  # after a rescale's cut: the rescaled job gets it again (the inputs replay their calls)
         location = Location.of_input(vertex, channel.port)
         self.held.update((location, time), -1)
         self.held.caused_by(HeldCause(Cause.MESSAGE, location, time))
@@ -225,12 +246,17 @@ class ReplicaCore:
                 marker = self.markers[effect.snapshot_id]
                 self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
                 first = self.aligning.pop(marker.marker_id, None)
+                alignment_s = 0.0 if first is None else monotonic() - first
                 if marker.snapshot:
-                    self.taken[marker.marker_id] = self._take(marker, 0.0 if first is None else monotonic() - first)
+                    self.taken[marker.marker_id] = self._take(marker, alignment_s)
+                elif marker.hold:
+                    self.frozen, self.holding = self._freeze(marker), (marker.marker_id, alignment_s)
                 self.outbox.switch_tables(marker)
             elif isinstance(effect, SnapshotComplete):
                 taken = self.taken.pop(effect.snapshot_id, None)
-                if taken is not None:
+                if self.holding is not None and self.holding[0] == effect.snapshot_id:
+                    self._report_held([batch for records in effect.logged.values() for batch in records])
+                elif taken is not None:
                     self.transport.local_snapshot(complete(effect.snapshot_id, self.outbox.key, taken, effect.logged))
             elif isinstance(effect, ForwardBarrier):
                 self.outbox.forward_marker(self.markers.pop(effect.snapshot_id))
@@ -240,18 +266,62 @@ class ReplicaCore:
 
     # -- snapshots and restore ----------------------------------------------------------
 
-    def _take(self, marker: Marker, alignment_s: float) -> TakenState:
-        """The local snapshot at ``marker`` (the chain is aligned on it, after ``alignment_s``
-        seconds), after dropping the kept output records of epochs the driver already has."""
+    def _state(self, marker: Marker) -> ReplicaState:
+        """The replica's state at ``marker`` (the chain is aligned on it), by reference, after
+        dropping the kept output records of epochs the driver already has."""
         for name, epochs in self.kept.items():
             done = marker.delivered.get(name, -1)
             for epoch in [e for e in epochs if e <= done]:
                 del epochs[epoch]
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
-        taken, self.kept_pickles = take(ReplicaState(user, self.notifications.pending, self.input_epochs,
-                                                     self.positions, self.kept, self.outbox.tables(),
-                                                     self.source_positions()), alignment_s, self.kept_pickles)
+        return ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
+                            self.outbox.tables(), self.source_positions())
+
+    def _take(self, marker: Marker, alignment_s: float) -> TakenState:
+        """The local snapshot at ``marker``, taken ``alignment_s`` seconds after its first
+        barrier came: the state, copied by pickling (processing goes on)."""
+        taken, self.kept_pickles = take(self._state(marker), alignment_s, self.kept_pickles)
         return taken
+
+    def _freeze(self, marker: Marker) -> ReplicaState:
+        """Hold at rescale marker ``marker``: the state there, not copied (nothing runs here
+        after it, so nothing changes it), but for the maps the core itself goes on writing."""
+        state = self._state(marker)
+        return ReplicaState(state.user, {name: set(times) for name, times in state.notifications.items()},
+                            dict(state.input_epochs), dict(state.positions),
+                            {name: dict(epochs) for name, epochs in state.kept.items()}, state.tables, state.sources)
+
+    def _report_held(self, logged: list[LoggedBatch]) -> None:
+        """The cut is complete here (``logged``: the back-edge batches in flight in it): tell the coordinator."""
+        assert self.frozen is not None and self.holding is not None
+        self.frozen_logged = logged
+        outputs, self.kept_pickles = pickle_outputs(self.frozen.kept, self.kept_pickles)
+        summary = ReplicaSummary(capabilities(self.frozen, logged), dict(self.frozen.positions), outputs,
+                                 self.holding[1])
+        self.transport.held(self.holding[0], HeldReport(summary, dict(self.frozen.tables)))
+
+    def hand_over(self, plan: PhysicalPlan, old_widths: dict[str, int],
+                  tables: dict[str, KeyGroupAssignment]) -> dict[ReplicaKey, Piece]:
+        """A rescale to ``plan`` (``tables``: who owns each vertex's key groups there): this
+        held replica's state cut into a piece per replica of ``plan`` that gets any of it
+        (:func:`~raytide.actors.layout.split`). Uses the state up: the core is done.
+
+        Raises:
+            RescaleError: the replica is not held at a rescale's cut.
+        """
+        if self.frozen is None or self.holding is None or self.taken:
+            raise RescaleError(f"replica {self.outbox.key} was asked for its state for a rescale, but it is not "
+                               f"held at a complete rescale cut")
+        return split(plan, old_widths, tables, self.replica, self.frozen, self.frozen_logged)
+
+    def adopt(self, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
+              pieces: list[Piece]) -> list[tuple[Pointstamp, int]]:
+        """Become this replica of a rescaled job from the ``pieces`` the held replicas handed
+        over (a fresh core, before any event; :func:`~raytide.actors.layout.merge`); returns
+        the pointstamps it holds now. Its logged back-edge batches go at :meth:`resume`."""
+        state, logged = merge(self.plan, old_widths, tables, self.outbox.key, pieces)
+        self._restore(state, logged)
+        return capabilities(state, logged)
 
     def restore(self, data: bytes) -> None:
         """Become the replica whose local snapshot is ``data`` (a fresh core, before any event).
@@ -259,7 +329,10 @@ class ReplicaCore:
         Its back-edge batches logged in the snapshot are delivered by :meth:`resume`, once
         every replica of the job is restored.
         """
-        state, self.replay = load(data)
+        self._restore(*load(data))
+
+    def _restore(self, state: ReplicaState, logged: list[LoggedBatch]) -> None:
+        self.replay = logged
         for name, saved in state.user.items():
             self._run(name, None, self.vertices[name].restore, saved)
         self.notifications.pending.update(state.notifications)
@@ -285,6 +358,8 @@ class ReplicaCore:
 
     def push_input(self, vertex: str, batch: Any, epoch: int) -> None:
         """The driver (or a source) delivers records of ``epoch`` to input ``vertex``."""
+        if self.frozen is not None:
+            return
         self.positions[vertex] += 1
         current = self.input_epochs[vertex]
         if current is None or epoch != current:
@@ -302,6 +377,8 @@ class ReplicaCore:
 
     def advance_input(self, vertex: str, epoch: int | None) -> None:
         """Move input ``vertex``'s capability to ``epoch`` (None: close the input)."""
+        if self.frozen is not None:
+            return
         self.positions[vertex] += 1
         current = self.input_epochs[vertex]
         if current is None:
@@ -507,6 +584,8 @@ class ReplicaCore:
         return True
 
     def _deliver_notifications(self) -> None:
+        if self.frozen is not None:
+            return
         for vertex in self.chain.vertices:
             if not self.notifications.of(vertex):
                 continue

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +91,21 @@ class TakenState:
 
 
 @dataclass(frozen=True)
+class HeldReport:
+    """A replica held at a rescale's cut (:mod:`raytide.actors.rescale`): what the driver
+    needs of it. Its state stays where it is, by reference, until it is handed over.
+
+    Attributes:
+        summary: as a snapshot's (its capabilities count its logged back-edge batches).
+        tables: the routing tables its exchanges used, per ``(vertex, output port,
+            consumer index)``: where the keys of the vertices it sends to lived.
+    """
+
+    summary: ReplicaSummary
+    tables: dict[tuple[str, int, int], KeyGroupAssignment]
+
+
+@dataclass(frozen=True)
 class LocalSnapshot:
     """A replica's complete local snapshot ``snapshot_id``: the bytes to write and the summary."""
 
@@ -104,13 +119,25 @@ def take(state: ReplicaState, alignment_s: float, pickles: OutputPickles | None 
     """Copy ``state`` (by pickling it) with the pointstamps it holds; ``alignment_s``: how long
     the replica aligned its inputs for this snapshot; ``pickles``: what the last snapshot
     returned (its pickled kept records). Returns the snapshot and the pickles for the next."""
-    capabilities: list[tuple[Pointstamp, int]] = [
-        ((Location.of_vertex(vertex), time), 1) for vertex, times in state.notifications.items() for time in times]
-    capabilities += [((Location.of_vertex(name), Timestamp(epoch)), 1)
-                     for name, epoch in state.input_epochs.items() if epoch is not None]
     outputs, pickles = pickle_outputs(state.kept, pickles or {})
     data = cloudpickle.dumps(dataclasses.replace(state, kept={}))
-    return TakenState(data, capabilities, dict(state.positions), outputs, alignment_s), pickles
+    return TakenState(data, capabilities(state), dict(state.positions), outputs, alignment_s), pickles
+
+
+def capabilities(state: ReplicaState, logged: Iterable[LoggedBatch] = ()) -> list[tuple[Pointstamp, int]]:
+    """The pointstamps a replica in ``state`` holds, with ``logged`` back-edge batches still
+    to deliver: +1 per pending notification at its vertex, per open input at its epoch and
+    per logged batch at the input it goes to."""
+    held: list[tuple[Pointstamp, int]] = [
+        ((Location.of_vertex(vertex), time), 1) for vertex, times in state.notifications.items() for time in times]
+    held += [((Location.of_vertex(name), Timestamp(epoch)), 1)
+             for name, epoch in state.input_epochs.items() if epoch is not None]
+    return held + _logged_capabilities(logged)
+
+
+def _logged_capabilities(logged: Iterable[LoggedBatch]) -> list[tuple[Pointstamp, int]]:
+    """+1 per logged back-edge batch at the input it goes to, at its time."""
+    return [((Location.of_input(vertex, channel.port), time), 1) for channel, vertex, time, _ in logged]
 
 
 def pickle_outputs(kept: Mapping[str, Mapping[int, list]], pickles: OutputPickles) -> tuple[PickledOutputs, OutputPickles]:
@@ -147,11 +174,9 @@ def complete(snapshot_id: int, key: ReplicaKey, taken: TakenState, logged: Mappi
     """The local snapshot once the back edges' barriers came: the taken state plus ``logged``
     (per back-edge channel, the batches that arrived after the local snapshot)."""
     batches: list[LoggedBatch] = [batch for records in logged.values() for batch in records]
-    capabilities = taken.capabilities + [((Location.of_input(vertex, channel.port), time), 1)
-                                         for channel, vertex, time, _ in batches]
+    held = taken.capabilities + _logged_capabilities(batches)
     data = cloudpickle.dumps((taken.state, taken.outputs, batches))
-    return LocalSnapshot(snapshot_id, key, data,
-                         ReplicaSummary(capabilities, taken.positions, taken.outputs, taken.alignment_s))
+    return LocalSnapshot(snapshot_id, key, data, ReplicaSummary(held, taken.positions, taken.outputs, taken.alignment_s))
 
 
 def load(data: bytes) -> tuple[ReplicaState, list[LoggedBatch]]:
@@ -163,8 +188,12 @@ def load(data: bytes) -> tuple[ReplicaState, list[LoggedBatch]]:
 
 def pointstamps(summaries: list[ReplicaSummary]) -> list[tuple[Pointstamp, int]]:
     """The tracker's pointstamps at the cut: every replica's capabilities, summed."""
+    return summed(pair for summary in summaries for pair in summary.capabilities)
+
+
+def summed(held: Iterable[tuple[Pointstamp, int]]) -> list[tuple[Pointstamp, int]]:
+    """``(pointstamp, count)`` pairs with the counts of each pointstamp added up (zeros dropped)."""
     total: collections.Counter[Pointstamp] = collections.Counter()
-    for summary in summaries:
-        for pointstamp, count in summary.capabilities:
-            total[pointstamp] += count
+    for pointstamp, count in held:
+        total[pointstamp] += count
     return [(pointstamp, count) for pointstamp, count in total.items() if count]

@@ -1,22 +1,35 @@
 """Changing the parallelism of a running job's vertices (``job.rescale``), and what widths it asks for.
 
 A rescale runs in these steps; the job object, the driver, its inputs and outputs, the
-progress actor, the coordinator and the hosts stay, and nothing is handed out twice::
+progress actor, the coordinator and the hosts stay, nothing is written to the snapshot
+store, nothing is redone and nothing is handed out twice::
 
-    driver ──snapshot now, then pause──▶ coordinator         (*waits* for the commit: the cut)
-    driver: lay the snapshot out for the new widths (:mod:`raytide.actors.reshard`: each
-            moving key group's state and notifications go to its new owner, routing tables
-            follow), commit it as a new snapshot
-    driver ──take the new role (new plan)──▶ every kept host, new hosts from the warm pool;
-            retiring hosts go back to the pool
-    driver ──restore / resume / rewind the inputs──▶ as a recovery does, from the new snapshot
-    driver ──reconfigure(plan), reset──▶ coordinator          (periodic snapshots again)
+    driver ──lease + ping──▶ new hosts from the warm pool            (the job runs meanwhile)
+    driver ──hold_now──▶ coordinator ──hold marker──▶ input replicas  (*waits* for every report)
+        each replica aligns on the marker as on a snapshot barrier (a loop head logs its back
+        edge until the marker comes round), then holds: it keeps its state there, by
+        reference, and runs nothing more (later records and driver calls are dropped: the
+        inputs replay them to the new configuration)
+        replica ──acknowledge(HeldReport: pointstamps, positions, kept outputs, tables)──▶ coordinator
+    driver: the new routing tables (raytide.actors.layout.new_tables)
+    driver ──hand_over(new plan, tables)──▶ every held replica        (*waits*)
+        each splits its state by key group (raytide.actors.layout.split): the piece for the
+        replica of its own key stays in its process, the others go to the object store
+    driver ──reconfigure──▶ coordinator; ──take the new role──▶ every host (a kept host's
+        new role inherits the piece its old one kept); retiring hosts go back to the pool
+    driver ──adopt(refs of its pieces)──▶ every new replica           (*waits*: its pointstamps)
+        each merges its pieces (raytide.actors.layout.merge: put_keys, notifications,
+        logged back-edge batches, kept outputs)
+    driver ──restore(summed pointstamps, kept outputs)──▶ progress actor; ──resume──▶ every
+        replica; the inputs replay the calls after their positions at the cut
+    driver ──start──▶ coordinator                                     (periodic snapshots again)
 
-The cut is a snapshot the job has just committed, so the work a rescale redoes is what
-the job did between that commit and the restore. A death before the new snapshot is
-committed leaves the job in its old configuration (it recovers as usual, then the rescale
-is tried again); after it, the job is in the new one, and a recovery restores the new
-snapshot. Either way, one consistent configuration.
+The pause is the alignment plus the moving key groups through the object store; the state
+that stays where it is is neither copied nor pickled. A death before the hand-over is done
+recovers the job in its old configuration from its last committed snapshot, and the cut is
+taken again; after it, the job is in the new one, and the recovery restores the last
+committed snapshot laid out for the new widths (:mod:`raytide.actors.reshard`). Either way,
+one consistent configuration. The next periodic snapshot is the rescaled job's.
 
 Which vertices change: the ones asked for, and with each the vertices that must keep its
 width. A vertex whose only input is one pipeline edge from a vertex of its width (other

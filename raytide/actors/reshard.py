@@ -58,8 +58,10 @@ def changed_widths(plan: PhysicalPlan, manifest: Manifest) -> dict[str, tuple[in
     return changed
 
 
-def reshard_snapshot(plan: PhysicalPlan, store: SnapshotStore, snapshot_id: int | None, retain: int) -> int | None:
-    """The id of a committed snapshot laid out for ``plan``: ``snapshot_id`` (None: the latest)
+def reshard_snapshot(plan: PhysicalPlan, store: SnapshotStore, snapshot_id: int | None, retain: int,
+                     since: int = 0) -> int | None:
+    """The id of a committed snapshot laid out for ``plan``: ``snapshot_id`` (None: the latest
+    intact one with an id of at least ``since``)
     itself if its widths are ``plan``'s, else a new one written from it. None if the store
     holds no committed snapshot.
 
@@ -68,7 +70,7 @@ def reshard_snapshot(plan: PhysicalPlan, store: SnapshotStore, snapshot_id: int 
             (:func:`changed_widths`).
         RescaleError: a vertex whose width changed keeps state it cannot split by key.
     """
-    manifest = store.latest() if snapshot_id is None else store.manifest(snapshot_id)
+    manifest = store.latest(since) if snapshot_id is None else store.manifest(snapshot_id)
     if manifest is None:
         return None
     changed = changed_widths(plan, manifest)

@@ -33,6 +33,7 @@ from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.pool import HostLease, host_pool
 from raytide.actors.protocol import Marker, ReplicaKey
 from raytide.actors.recovery import RestorePoint, restore_point
+from raytide.actors.replica_state import HeldReport
 from raytide.actors.reshard import reshard_snapshot
 from raytide.autoscale.config import Autoscale
 from raytide.core.arguments import non_negative, positive_int
@@ -773,20 +774,22 @@ class Job:
         return once the new configuration runs: what the rescale did and how long each step
         took (also in ``job.stats()["rescales"]``).
 
-        The job is not restarted and nothing is lost or handed out twice: at a snapshot it
-        takes now, keyed state and pending notifications move to their key groups' new
-        owners, new replicas start on warm hosts and retiring ones give theirs back (see
+        The job is not restarted and nothing is lost, redone or handed out twice: every
+        replica holds at a cut taken now, the keyed state and pending notifications of the
+        moving key groups go to their new owners through the object store (the rest stays
+        where it is), new replicas start on warm hosts and retiring ones give theirs back (see
         :mod:`raytide.actors.rescale`). A vertex that reads another replica by replica (fused
-        behind it) is rescaled with it. Needs a job started with ``recovery=``: state moves
-        through its snapshot store.
+        behind it) is rescaled with it. Needs a job started with ``recovery=``: its
+        coordinator takes the cut, and a death during a rescale is recovered from its snapshots.
 
         Raises:
             ArgumentError: the job was started without ``recovery``, or a width is not a
                 positive integer.
             GraphError: a vertex the job does not have.
             RescaleError: an input's width would change, two vertices that must keep one
-                width were given different ones, or the job has finished.
-            SnapshotError: no snapshot could be committed within ``timeout`` seconds.
+                width were given different ones, a vertex whose width changes keeps state it
+                cannot split by key, or the job has finished.
+            SnapshotError: no cut was complete within ``timeout`` seconds.
         """
         recovery = self._require_recovery("job.rescale()")
         self._raise_if_failed()
@@ -798,24 +801,29 @@ class Job:
         finally:
             self._rescaling = False
 
-    def snapshot_and_pause(self, timeout: float) -> int:
-        """Take a snapshot now and wait until it is committed, noticing deaths (and recovering
-        from them) meanwhile; after it the coordinator takes no more until told. For a rescale:
-        a snapshot that a recovery abandons is taken again after it."""
+    def hold_at_cut(self, deadline: float) -> tuple[int, dict[ReplicaKey, HeldReport]]:
+        """A rescale's cut: every replica holds its state at a marker the coordinator injects
+        (``hold_now``); returns the cut's id and the replicas' reports. Deaths meanwhile are noticed and recovered from,
+        and the cut is taken again after the recovery; a cut that fails without one is let go
+        by a recovery too (held replicas run nothing until restored).
+
+        Raises:
+            SnapshotError: no cut was complete by ``deadline`` (``time.monotonic()``).
+        """
         recovery = self._require_recovery("a rescale")
-        deadline = time.monotonic() + timeout
         while True:
-            ref = recovery.coordinator.snapshot_now.remote(max(0.1, deadline - time.monotonic()), self.delivered(),
-                                                           True)
+            incarnation = recovery.incarnation
+            ref = recovery.coordinator.hold_now.remote(max(0.1, deadline - time.monotonic()), self.delivered())
             while not ray.wait([ref], timeout=self._poll_s)[0]:
                 self._pump(0)
             try:
                 return ray.get(ref)
             except (SnapshotError, ray.exceptions.RayActorError) as error:
+                self._pump(0)  # a death: recover from it
+                if recovery.incarnation == incarnation:
+                    self._recover(f"job {self.name!r}: a rescale cut was not complete: {error}")
                 if time.monotonic() >= deadline:
-                    raise SnapshotError(f"job {self.name!r}: no snapshot to rescale at was committed within "
-                                        f"{timeout:g} s: {error}") from error
-                self._pump(0)  # a death abandoned it: recover, then take another
+                    raise SnapshotError(f"job {self.name!r}: no rescale cut was complete in time: {error}") from error
 
     def _replica_stats(self) -> dict[ReplicaKey, dict[str, Any] | None]:
         """Every replica's counters; None for one whose actor is dead."""

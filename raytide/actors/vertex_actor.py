@@ -38,19 +38,22 @@ from typing import Any
 import ray
 
 from raytide.actors.allocator import keep_freed_buffers, pretouch
+from raytide.actors.layout import Piece
 from raytide.actors.metrics import ReplicaMetrics
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced, decode, encode
 from raytide.actors.recovery import part_name
 from raytide.actors.replica import ReplicaCore
-from raytide.actors.replica_state import LocalSnapshot
+from raytide.actors.replica_state import HeldReport, LocalSnapshot
 from raytide.actors.snapshot_writer import SnapshotWriter
 from raytide.actors.wire import pack, pack_records, packed_size, unpack, unpicklable
 from raytide.core.batches import to_records
-from raytide.errors import RaytideError, ReplicaLost, SnapshotError, SourceError
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.errors import RaytideError, ReplicaLost, RescaleError, SnapshotError, SourceError
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.snapshots.config import Recovery
+from raytide.snapshots.coordinator import Acknowledgement
 from raytide.snapshots.store import SnapshotStore
 from raytide.sources.base import Reader
 
@@ -130,6 +133,13 @@ class _RayTransport:
                                 f"the job was started without recovery=rt.Recovery(...)")
         self.writer.submit(self.incarnation, snapshot)
 
+    def held(self, marker_id: int, report: HeldReport) -> None:
+        coordinator = self.writer.coordinator if self.writer is not None else None
+        if coordinator is None:
+            raise SnapshotError(f"replica {self.job}/{self.key} reached rescale cut {marker_id} without a snapshot "
+                                f"coordinator to report to")
+        coordinator.acknowledge.remote(Acknowledgement(self.key, marker_id, self.incarnation, (), report))
+
     def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: Any) -> None:
         """A recovery: new peers (replaced ones), and nothing of the calls still in flight is waited for."""
         self.incarnation, self.peers, self.progress = incarnation, peers, progress
@@ -172,10 +182,13 @@ class VertexActor:
     """One replica of one chain of fused vertices."""
 
     def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int,
-                 pretouch_mb: int, myself: Any = None, recovery: Recovery | None = None, incarnation: int = 0) -> None:
+                 pretouch_mb: int, myself: Any = None, recovery: Recovery | None = None, incarnation: int = 0,
+                 kept: tuple[int, Piece] | None = None) -> None:
         """``myself``: this replica's own handle (bound to its host's lease), for the calls
         a reader makes to itself. ``recovery``: the job takes snapshots (see the module docstring).
-        ``incarnation``: the job's (a rescale's replica drops the calls of the configuration before)."""
+        ``incarnation``: the job's (a rescale's replica drops the calls of the configuration before).
+        ``kept``: what the replica this host played before kept for this one, in a rescale to
+        that incarnation (:meth:`hand_over`)."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         if keep_freed_buffers() and pretouch_mb:
             pretouch(pretouch_mb)
@@ -189,6 +202,7 @@ class VertexActor:
         self.busy_s = 0.0  # handling events (see _guard)
         self.metrics = ReplicaMetrics(job, chain, replica)
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
+        self.kept = kept
 
     def _new_core(self) -> ReplicaCore:
         core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport,
@@ -264,15 +278,49 @@ class VertexActor:
         """Start incarnation ``incarnation`` as this replica was in committed snapshot
         ``snapshot_id`` (None: as at the job's start), with the job's actors as they are
         now; nothing runs until :meth:`resume`. Returns the locations to subscribe to."""
+        self._reset(incarnation, peers, progress, coordinator)
+        if snapshot_id is not None and self.store is not None:
+            self._guard(self.core.restore, self.store.read_part(snapshot_id, part_name(self.key)))
+        return self.core.subscriptions()
+
+    def _reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: Any, coordinator: Any) -> None:
+        """A fresh core for ``incarnation``, with the job's actors as they are now."""
         self.transport.reset(incarnation, peers, progress)
         if self.writer is not None:
             self.writer.reset(incarnation, coordinator)
         self.core = self._new_core()
         self.failed = None
         self.readers.clear()
-        if snapshot_id is not None and self.store is not None:
-            self._guard(self.core.restore, self.store.read_part(snapshot_id, part_name(self.key)))
-        return self.core.subscriptions()
+
+    def hand_over(self, incarnation: int, into: int, plan: PhysicalPlan, old_widths: dict[str, int],
+                  tables: dict[str, KeyGroupAssignment]) -> dict[ReplicaKey, Any]:
+        """A rescale to ``plan`` in incarnation ``into``: this replica, held at its cut, splits
+        its state into a piece per replica of ``plan`` (:meth:`ReplicaCore.hand_over`). The
+        piece for the replica of the same key, which this host goes on playing, stays here,
+        not copied (:class:`~raytide.actors.hosts.VertexHost` passes it to the new role); the
+        others go to the object store. Returns their refs."""
+        if not self._current(incarnation):
+            raise RescaleError(f"replica {self.transport.job}/{self.key} is in incarnation "
+                               f"{self.transport.incarnation}, not {incarnation}: it cannot hand over its state")
+        pieces = self.core.hand_over(plan, old_widths, tables)
+        own = pieces.pop(self.key, None)
+        self.kept = None if own is None else (into, own)
+        return {key: ray.put(piece) for key, piece in pieces.items()}
+
+    def adopt(self, incarnation: int, refs: list, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
+              peers: dict[ReplicaKey, Any], progress: Any, coordinator: Any) -> tuple[list[Location], list]:
+        """Start incarnation ``incarnation`` of a rescaled job as this replica, from the pieces
+        the held replicas handed over (``refs``, and what this host kept for it); nothing
+        runs until :meth:`resume`. Returns the locations to subscribe to and the pointstamps
+        the replica holds."""
+        self._reset(incarnation, peers, progress, coordinator)
+        pieces = list(ray.get(refs)) if refs else []
+        if self.kept is not None and self.kept[0] == incarnation:
+            pieces.append(self.kept[1])
+        self.kept = None
+        held: list = []
+        self._guard(lambda: held.extend(self.core.adopt(old_widths, tables, pieces)))
+        return self.core.subscriptions(), held
 
     def resume(self, incarnation: int) -> None:
         """Run again after :meth:`restore`: the restored back-edge batches first."""

@@ -179,6 +179,15 @@ class CoordinatorCore:
         self.stats.last_size = sum(part.size for a in flight.acks.values() for part in a.parts)
         self.in_flight, self.last_end = None, now
 
+    def held(self, snapshot_id: int, now: float) -> None:
+        """The complete snapshot in flight was a rescale's cut (every replica holds its state
+        there, and hands it over in place): nothing is written, and it counts as no commit."""
+        flight = self.in_flight
+        if flight is None or flight.snapshot_id != snapshot_id or not flight.complete:
+            raise SnapshotError(f"rescale cut {snapshot_id} was used but is not the complete one in flight "
+                                f"({flight.snapshot_id if flight else 'none'})")
+        self.in_flight, self.last_end = None, now
+
     def tick(self, now: float) -> Abandon | None:
         """Abandon the snapshot in flight if it has outlived its timeout."""
         flight = self.in_flight

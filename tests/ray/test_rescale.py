@@ -202,7 +202,7 @@ def test_a_rescale_in_the_middle_of_connected_components_gives_the_union_find_la
 
 @pytest.mark.timeout(600)
 def test_a_replica_killed_as_the_rescale_starts_is_recovered_and_the_rescale_still_happens(ray_session, tmp_path):
-    """The kill strikes before the cut: the snapshot cannot complete, the driver notices the
+    """The kill strikes before the cut: the cut cannot complete, the driver notices the
     death while it waits, recovers, and takes the cut again."""
     flow = rt.Dataflow("sequence-killed")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
@@ -221,41 +221,56 @@ def test_a_replica_killed_as_the_rescale_starts_is_recovered_and_the_rescale_sti
     assert stats["recoveries"]["count"] >= 1 and [r["after"]["check"] for r in stats["rescales"]] == list(STEPS)
 
 
-class RestoresSlowly(SequenceChecker):
-    """Announces every restore in a file and takes a second over it: the window in which
-    the test kills another replica, in the middle of a rescale's restore."""
+class Announces(SequenceChecker):
+    """Announces every ``restore`` (``phase="hand over"``: the held replica splitting its
+    state restores it into a fresh instance first) or every ``put_keys`` (``phase="adopt"``:
+    a replica of the rescaled job gathering its keys) in a file, and takes a second over it:
+    the window in which the test kills another replica."""
 
-    def __init__(self, announce: str) -> None:
+    def __init__(self, announce: str, phase: str) -> None:
         super().__init__()
-        self.announce = announce
+        self.announce, self.phase = announce, phase
+
+    def _announce(self, phase: str) -> None:
+        if phase == self.phase:
+            with open(self.announce, "a") as file:
+                file.write(f"{phase}\n")
+            time.sleep(1.0)
 
     def restore(self, state: Any) -> None:
-        with open(self.announce, "a") as file:
-            file.write("restoring\n")
-        time.sleep(1.0)
+        self._announce("hand over")
         super().restore(state)
+
+    def put_keys(self, state: Any) -> None:
+        self._announce("adopt")
+        super().put_keys(state)
 
 
 @pytest.mark.timeout(600)
-def test_a_replica_killed_during_the_rescales_restore_recovers_in_the_new_configuration(ray_session, tmp_path):
-    """The rescale's snapshot is committed when the kill strikes: the job recovers into the
-    new widths, and every record is still seen once, in order."""
-    announce = str(tmp_path / "restores")
-    flow = rt.Dataflow("sequence-killed-in-restore")
-    flow.input("records").unary(lambda: RestoresSlowly(announce), exchange=lambda r: r[0], name="check").output("out")
-    gates = Gates()
+@pytest.mark.parametrize("phase", ["hand over", "adopt"])
+def test_a_replica_killed_while_the_state_moves_recovers_into_one_configuration(ray_session, tmp_path, phase):
+    """Killed while the held replicas hand their state over, the job recovers in its old
+    widths and the rescale is made again; killed while the new replicas adopt it, the job
+    recovers in the new widths, from its last snapshot laid out for them. Either way every
+    record is seen once, in order."""
+    announce = str(tmp_path / "announced")
+    flow = rt.Dataflow("sequence-killed-moving")
+    flow.input("records").unary(lambda: Announces(announce, phase), exchange=lambda r: r[0], name="check").output("out")
+    gates, store = Gates(), str(tmp_path / "store")
     with rt.run(flow, {"records": gates.epochs()}, parallelism=1,
-                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3, max_restarts=3)) as job:
-        input_pid = job.hosts()[f"{job.name}/records/0"]  # the input keeps its width, host and process
+                recovery=rt.Recovery(store, interval=0.3, max_restarts=3)) as job:
+        pid = job.hosts()[f"{job.name}/check+out/0"]  # its host plays replica 0 of the new widths too
 
-        def kill_once_restoring() -> None:
+        def kill_once_announced() -> None:
             deadline = time.monotonic() + 120
             while not os.path.exists(announce):
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
-            os.kill(input_pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
 
-        killer = threading.Thread(target=kill_once_restoring, daemon=True)
+        assert gates.reached[0].wait(300)
+        snapshot_id = job.snapshot()  # at width 1: what a recovery in the new widths must lay out again
+        killer = threading.Thread(target=kill_once_announced, daemon=True)
         killer.start()
         record = gates.rescale(job, 0, {"check": 3})
         killer.join(timeout=120)
@@ -264,8 +279,13 @@ def test_a_replica_killed_during_the_rescales_restore_recovers_in_the_new_config
         job.wait(timeout=300)
         out, stats = job.collect("out"), job.stats()
     assert record["after"]["check"] == 3 and stats["recoveries"]["count"] >= 1
-    assert "during the rescale" in stats["recoveries"]["recoveries"][0]["cause"]
-    assert stats["recoveries"]["recoveries"][0]["snapshot_id"] == record["rescaled_id"]  # the new configuration's
+    first = stats["recoveries"]["recoveries"][0]
+    assert ("handed their state over" if phase == "hand over" else "during the rescale") in first["cause"], first
+    restored = SnapshotStore(store).manifest(first["snapshot_id"])
+    if phase == "adopt":  # in the new widths: snapshot_id laid out again for them
+        assert restored.snapshot_id > snapshot_id and restored.metadata["vertices"]["check"] == 3, restored
+    else:
+        assert restored.snapshot_id >= snapshot_id and restored.metadata["vertices"]["check"] == 1, restored
     counts = collections.Counter()
     for pairs in out.values():
         for key, n in pairs:
@@ -274,9 +294,8 @@ def test_a_replica_killed_during_the_rescales_restore_recovers_in_the_new_config
 
 
 @pytest.mark.timeout(600)
-def test_the_coordinator_killed_as_the_rescaled_snapshot_commits_leaves_the_job_in_the_new_widths(ray_session,
-                                                                                                  tmp_path):
-    """Past the commit of the snapshot laid out for the new widths there is no way back: a
+def test_the_coordinator_killed_as_the_job_switches_to_the_new_widths_leaves_it_in_them(ray_session, tmp_path):
+    """Once the held replicas have handed their state over there is no way back: a
     coordinator that dies then (before, while or after it is told of the new replicas) is
     replaced by the recovery that follows the switch, and every record is still seen once,
     in order, through the rescales after it."""
@@ -288,10 +307,10 @@ def test_the_coordinator_killed_as_the_rescaled_snapshot_commits_leaves_the_job_
         coordinator = job._recovery.coordinator
 
         def kill_once_rescaled() -> None:
-            watched, deadline = SnapshotStore(store), time.monotonic() + 120
-            while (latest := watched.latest()) is None or latest.metadata["vertices"]["check"] != STEPS[0]:
+            deadline = time.monotonic() + 120
+            while job._recovery.incarnation == 0:  # the switch to the new widths has begun
                 assert time.monotonic() < deadline
-                time.sleep(0.002)
+                time.sleep(0.001)
             ray.kill(coordinator)
 
         killer = threading.Thread(target=kill_once_rescaled, daemon=True)
@@ -321,7 +340,7 @@ def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session,
         with pytest.raises(RescaleError, match="input 'records' cannot change its parallelism"):
             job.rescale({"records": 2})
         unchanged = job.rescale({"check": 1})  # the width it has: nothing to do, no snapshot taken
-        assert (unchanged["before"], unchanged["snapshot_id"], unchanged["pause_s"]) == ({}, None, 0.0), unchanged
+        assert (unchanged["before"], unchanged["cut_id"], unchanged["pause_s"]) == ({}, None, 0.0), unchanged
         assert set(unchanged) == {f.name for f in dataclasses.fields(RescaleRecord)}
         assert job.stats()["rescales"] == [] and job.parallelism()["check"] == 1
         job.push("records", [(0, 0), (0, 1)], 0)

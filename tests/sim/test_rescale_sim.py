@@ -16,8 +16,9 @@ import warnings
 
 import pytest
 
-from raytide.actors import layout, local, reshard
+from raytide.actors import layout
 from raytide.actors.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
+from raytide.actors.replica import ReplicaCore
 from raytide.actors.rescale import width_groups
 from raytide.snapshots.store import SnapshotStore
 from tests.sim.chaos import caught_by
@@ -124,14 +125,34 @@ def test_a_rescale_changes_the_parallelism_and_keeps_the_replicas_busy(tmp_path)
 # -- planted bugs: each must make some trial give a wrong output, fail, or hang ----------------
 
 
+def _running_past_the_cut(monkeypatch) -> None:
+    """A planted bug: a held replica goes on running after the rescale's cut (it takes the
+    driver's later calls, the records on its back edges and its notifications)."""
+    for name in ("_consume", "push_input", "advance_input", "_deliver_notifications"):
+        monkeypatch.setattr(ReplicaCore, name, _unheld(getattr(ReplicaCore, name)))
+
+
+def _unheld(method):
+    def anyway(self, *args):
+        frozen, self.frozen = self.frozen, None
+        try:
+            method(self, *args)
+        finally:
+            self.frozen = frozen
+    return anyway
+
+
+def _losing_the_logged(monkeypatch) -> None:
+    """A planted bug: the back-edge batches in flight in the cut are not handed over."""
+    report = ReplicaCore._report_held
+    monkeypatch.setattr(ReplicaCore, "_report_held", lambda self, logged: report(self, []))
+
+
 PLANTS = {
     "state moved to the wrong owner": (lambda mp: mp.setattr(layout, "_owned_by", _owned_by_the_next),
                                        ("keyed", "join")),
-    "the rescale restores from an older snapshot": (
-        lambda mp: mp.setattr(local, "reshard_snapshot",
-                              lambda plan, store, snapshot_id, retain: reshard.reshard_snapshot(
-                                  plan, store, snapshot_id - 1 if snapshot_id > 1 else snapshot_id, retain)),
-        ("word count", "keyed", "loop")),
+    "held replicas run past the cut": (_running_past_the_cut, ("word count", "keyed", "loop")),
+    "records in flight on a back edge are lost": (_losing_the_logged, ("loop", "nested loop")),
 }
 
 
