@@ -129,7 +129,7 @@ class LocalRun:
     finished: bool = False
     recoveries: list[str] = field(default_factory=list)
     snapshots: list[int] = field(default_factory=list)
-    rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut snapshot)
+    rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut id)
 
     @property
     def failure(self) -> Any:
@@ -272,9 +272,9 @@ class LocalJob:
 
     def rescale(self, widths: Mapping[str, int], at_step: int) -> None:
         """At step ``at_step``, ask for vertices at the parallelism ``widths`` gives them
-        (``{vertex: n}``). The job changes at the next committed snapshot, the cut, in the
-        steps :mod:`raytide.actors.rescale` describes; a crash before or during it is
-        recovered from like any other, and the rescale still happens."""
+        (``{vertex: n}``). The job changes at its next cut (the coordinator's next trigger is
+        a hold marker), in the steps :mod:`raytide.actors.rescale` describes; a crash before
+        or during it is recovered from like any other, and the rescale still happens."""
         if self.recovery is None or self.flow is None:
             raise RescaleError("LocalJob.rescale needs recovery=LocalRecovery(...) and a Dataflow (not a plan)")
         new_widths(self.plan, widths)  # refused now, not at the cut

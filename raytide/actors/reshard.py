@@ -1,4 +1,5 @@
-"""A committed snapshot laid out again for another parallelism: ``restore=`` at another width.
+"""A committed snapshot laid out again for another parallelism: ``restore=`` at another width,
+and a recovery after a live rescale, before the rescaled job's first snapshot.
 
 A snapshot holds one part per replica. Restored at the parallelism it was taken at, each
 replica reads its own part. When a job restores it with some vertices at another width,

@@ -3,9 +3,10 @@
 Each seeded trial starts a scenario's dataflow at 1 to 5 replicas and asks, at random
 steps, for one to three rescales of random vertices to 1 to 5 replicas (keyed and
 stateless vertices, vertices inside loops; inputs keep their width). In half the trials
-something crashes: a replica, the progress core or the coordinator, at a random step or
-during a rescale's restore. Every trial must hand out exactly the output of the scenario's
-plain-Python reference, each epoch once, and most trials must really have rescaled.
+something crashes: a replica, the progress core or the coordinator, at a random step,
+while the replicas align on a rescale's cut, or while the rescaled replicas adopt their
+state. Every trial must hand out exactly the output of the scenario's plain-Python
+reference, each epoch once, and most trials must really have rescaled.
 """
 
 from __future__ import annotations
@@ -29,25 +30,33 @@ TRIALS_PER_SCENARIO = 100  # x 5 scenarios
 
 
 class _Crashes:
-    """Crashes a trial injects: at a random step, or a few steps into a rescale's restore."""
+    """Crashes a trial injects: at a random step, while the replicas align on a rescale's
+    cut, or a few steps into the rescaled replicas' adoption of their state."""
 
     def __init__(self, job: LocalJob, rng: random.Random, seen: collections.Counter) -> None:
         self.rng, self.seen = rng, seen
-        self.during_rescale = rng.random() < 0.5
+        self.when = rng.choice(["at a random step", "during a rescale's cut", "during a rescale's adoption"])
         self.left = rng.randint(1, 2)
         self.rescales_seen = 0
-        if not self.during_rescale:
+        if self.when == "at a random step":
             job.crash(self._target(job), at_step=rng.randrange(1, 120))
 
     def _target(self, job: LocalJob) -> object:
         return self.rng.choice([*job.replicas, PROGRESS, COORDINATOR])
 
     def after_step(self, job: LocalJob) -> None:
+        if not self.left:
+            return
+        flight = job.coordinator.in_flight if job.coordinator is not None else None
+        if self.when == "during a rescale's cut" and flight is not None and flight.snapshot_id in job.holds:
+            self.left -= 1
+            self.seen["crash during a rescale's cut"] += 1
+            job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(3))
         if len(job.result.rescales) > self.rescales_seen:
             self.rescales_seen = len(job.result.rescales)
-            if self.during_rescale and self.left and job.recovery_steps:
+            if self.when == "during a rescale's adoption" and job.recovery_steps:
                 self.left -= 1
-                self.seen["crash during a rescale's restore"] += 1
+                self.seen["crash during a rescale's adoption"] += 1
                 job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(len(job.recovery_steps)))
 
 
@@ -94,7 +103,8 @@ def test_rescales_at_random_moments_with_crashes_give_the_output_of_the_plain_re
         wrong = trial(name, seed, str(tmp_path / str(seed)), seen)
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
     assert seen["trials that rescaled"] >= TRIALS_PER_SCENARIO * 0.6, seen
-    assert seen["crash during a rescale's restore"] >= TRIALS_PER_SCENARIO // 10, seen
+    assert seen["crash during a rescale's cut"] >= TRIALS_PER_SCENARIO // 20, seen
+    assert seen["crash during a rescale's adoption"] >= TRIALS_PER_SCENARIO // 20, seen
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -117,6 +127,7 @@ def test_a_rescale_changes_the_parallelism_and_keeps_the_replicas_busy(tmp_path)
     job.rescale({"running": 4}, at_step=20)
     run = job.run()
     assert run.rescales and run.rescales[0][1]["running"] == 4
+    assert run.rescales[0][2] not in run.snapshots  # the cut: nothing written, the state moved in place
     assert job.plan.width("running") == 4
     assert sorted(key.replica for key in job.replicas if "running" in job.plan.chain(key.chain).vertices) == [0, 1, 2, 3]
     assert as_counters(run.outputs) == scenario.expected
