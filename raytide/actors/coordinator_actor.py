@@ -174,13 +174,17 @@ class CoordinatorActor:
         """
         with self.lock:
             snapshot_id = self._take_now(timeout, delivered, hold=False)
+            if snapshot_id is None:
+                raise SnapshotError(f"the snapshot in flight did not complete within {timeout:g} s; "
+                                    f"abandoned so far: {self.abandoned[-3:]}")
             self.paused = self.paused or pause
             return snapshot_id
 
-    def hold_now(self, timeout: float, delivered: dict[str, int]) -> tuple[int, dict[Any, Any]]:
+    def hold_now(self, timeout: float, delivered: dict[str, int]) -> tuple[int | None, dict[Any, Any]]:
         """A rescale's cut: every replica aligns on a marker, holds its state there and runs
         nothing more (:mod:`raytide.actors.rescale`). Waits until all hold; returns the cut's
-        id and each replica's :class:`~raytide.actors.replica_state.HeldReport`. Nothing is written, and
+        id and each replica's :class:`~raytide.actors.replica_state.HeldReport` (None and
+        nothing: the snapshot in flight did not complete in time, so no cut was started). Nothing is written, and
         no periodic snapshot is taken after it until :meth:`start`, :meth:`reset` or
         :meth:`reconfigure`.
 
@@ -190,19 +194,23 @@ class CoordinatorActor:
         with self.lock:
             self.paused = True
             cut_id = self._take_now(timeout, delivered, hold=True)
-            return cut_id, self.held.pop(cut_id)
+            return cut_id, {} if cut_id is None else self.held.pop(cut_id)
 
-    def _take_now(self, timeout: float, delivered: dict[str, int], hold: bool) -> int:
+    def _take_now(self, timeout: float, delivered: dict[str, int], hold: bool) -> int | None:
         """Trigger a snapshot (or rescale cut) after the one in flight and wait until it is
-        committed (or held); its id. Called with the lock held."""
+        committed (or held); its id (None: the one in flight did not complete within
+        ``timeout``, so none was triggered). Called with the lock held.
+
+        Raises:
+            SnapshotError: the one triggered was abandoned, or not complete in time.
+        """
         deadline = time.monotonic() + timeout
         what = "rescale cut" if hold else "snapshot"
         self.lock.wait_for(lambda: self.core.in_flight is None, timeout)
         self.delivered = dict(delivered)
         snapshot_id = self._trigger(time.monotonic(), hold) if self.core.in_flight is None else None
         if snapshot_id is None:
-            raise SnapshotError(f"the snapshot in flight did not complete within {timeout:g} s; "
-                                f"abandoned so far: {self.abandoned[-3:]}")
+            return None
         done = self.lock.wait_for(lambda: self.core.in_flight is None, max(0.0, deadline - time.monotonic()))
         self.holds.discard(snapshot_id)
         if (snapshot_id not in self.held) if hold else (self.core.stats.last_id != snapshot_id):

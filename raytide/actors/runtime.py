@@ -803,9 +803,10 @@ class Job:
 
     def hold_at_cut(self, deadline: float) -> tuple[int, dict[ReplicaKey, HeldReport]]:
         """A rescale's cut: every replica holds its state at a marker the coordinator injects
-        (``hold_now``); returns the cut's id and the replicas' reports. Deaths meanwhile are noticed and recovered from,
-        and the cut is taken again after the recovery; a cut that fails without one is let go
-        by a recovery too (held replicas run nothing until restored).
+        (``hold_now``); returns the cut's id and the replicas' reports. Deaths meanwhile are
+        noticed and recovered from, and the cut is taken again after the recovery; a cut that
+        fails without one is let go by a recovery too (held replicas run nothing until
+        restored).
 
         Raises:
             SnapshotError: no cut was complete by ``deadline`` (``time.monotonic()``).
@@ -817,13 +818,18 @@ class Job:
             while not ray.wait([ref], timeout=self._poll_s)[0]:
                 self._pump(0)
             try:
-                return ray.get(ref)
+                cut_id, reports = ray.get(ref)
             except (SnapshotError, ray.exceptions.RayActorError) as error:
                 self._pump(0)  # a death: recover from it
                 if recovery.incarnation == incarnation:
                     self._recover(f"job {self.name!r}: a rescale cut was not complete: {error}")
                 if time.monotonic() >= deadline:
                     raise SnapshotError(f"job {self.name!r}: no rescale cut was complete in time: {error}") from error
+                continue
+            if cut_id is None:  # nothing is held
+                raise SnapshotError(f"job {self.name!r}: the snapshot in flight did not complete in time, so no "
+                                    f"rescale cut could be taken")
+            return cut_id, reports
 
     def _replica_stats(self) -> dict[ReplicaKey, dict[str, Any] | None]:
         """Every replica's counters; None for one whose actor is dead."""
