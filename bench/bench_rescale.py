@@ -5,9 +5,10 @@ with a blob in a ``stateful_map``) takes an epoch of records every ``pace`` seco
 the driver, while the driver rescales its keyed vertex 1 -> 2 -> 1 -> 2 (warm hosts: the
 pool is started before the clock). Per rescale:
 
-* ``pause_s``: from asking for the cut to running again (the replicas hold from the cut
-  on; ``job.stats()["rescales"]``), and ``call_s`` the whole ``job.rescale`` call, the new
-  hosts' lease included;
+* ``cut_s``: from asking for the cut to every replica holding (each processes what came
+  before the cut, then holds), ``pause_s``: from then to every replica running again
+  (nothing runs; both from ``job.stats()["rescales"]``), and ``call_s`` the whole
+  ``job.rescale`` call, the new hosts' lease and the inputs' replay included;
 * ``gap_s``: the longest time between two records processed by the keyed vertex around
   the rescale (each record's output is when it was processed, and only processing that
   counted reaches the output), against ``gap_calm_s``, the longest in the calm epochs;
@@ -21,9 +22,10 @@ parallelism 1 with a goal of 1.4 times one replica's true rate (measured first),
 about ``autoscale_s`` seconds at the goal, once with the rate policy and once with the
 threshold policy: ``decisions`` (rounds that changed the width), the final width,
 ``goal_reached`` (the throughput after the last change over the goal), and
-``reconfiguring_share``: the rescales' time from their cut to running again (the new
-hosts start before the cut, while the job runs as before), ``rescale_s``, over the run's
-time, ``run_s``.
+``reconfiguring_share``: the rescales' time from asking for their cut to running again
+(``cut_s + pause_s``; the new hosts start before the cut, while the job runs as before, and
+the job runs while the driver replays the calls after the cut), ``rescale_s``, over the
+run's time, ``run_s``; ``paused_share``: the same with ``pause_s`` alone, when nothing runs.
 """
 
 from __future__ import annotations
@@ -99,8 +101,10 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
     calm = [epoch for epoch in done if done[epoch] < windows[0][0]]
     metrics = {"state_mb": float(state_mb), "latency_calm_s": statistics.median(done[e] - pushed[e] for e in calm),
                "gap_calm_s": _longest_gap([at for at in processed if at < windows[0][0]])}
-    per_rescale: dict[str, list[float]] = {"pause_s": [], "call_s": [], "gap_s": [], "latency_spike_s": []}
+    per_rescale: dict[str, list[float]] = {"cut_s": [], "pause_s": [], "call_s": [], "gap_s": [],
+                                           "latency_spike_s": []}
     for (start, end), record in zip(windows, records):
+        per_rescale["cut_s"].append(record["cut_s"])
         per_rescale["pause_s"].append(record["pause_s"])
         per_rescale["call_s"].append(record["seconds"])
         per_rescale["gap_s"].append(_longest_gap([at for at in processed if start - 0.5 <= at <= end]))
@@ -137,12 +141,15 @@ def measure_autoscale(policy: str, goal: float, seconds: float) -> dict[str, flo
         elapsed = time.monotonic() - started
         stats = job.stats()
     made = [entry for entry in stats["autoscaler"] if entry["changes"]]
+    reconfiguring = sum(r["cut_s"] + r["pause_s"] for r in stats["rescales"])
+    paused = sum(r["pause_s"] for r in stats["rescales"])
     return {f"autoscale_{policy}_decisions": float(len(made)),
             f"autoscale_{policy}_final_width": float(stats["parallelism"]["mandelbrot"]),
             f"autoscale_{policy}_goal_reached": entry_rate(stats["autoscaler"], goal),
-            f"autoscale_{policy}_rescale_s": sum(r["pause_s"] for r in stats["rescales"]),
+            f"autoscale_{policy}_rescale_s": reconfiguring,
             f"autoscale_{policy}_run_s": elapsed,
-            f"autoscale_{policy}_reconfiguring_share": sum(r["pause_s"] for r in stats["rescales"]) / elapsed}
+            f"autoscale_{policy}_reconfiguring_share": reconfiguring / elapsed,
+            f"autoscale_{policy}_paused_share": paused / elapsed}
 
 
 def entry_rate(timeline: list[dict[str, Any]], goal: float) -> float:

@@ -99,7 +99,8 @@ class RescaleRecord:
     after: dict[str, int]  # and after
     cut_id: int | None  # the id of the cut the replicas held at (None: nothing changed, so none was taken)
     seconds: float  # the whole call
-    pause_s: float  # from asking for the cut to running again: the replicas hold from the cut on
+    cut_s: float  # from asking for the cut to every replica holding (each runs what came before it, then holds)
+    pause_s: float  # from every replica holding at the cut to every replica running again: nothing runs
     finished_at: float  # wall-clock time it was running again
     hosts: dict[str, int]  # kept, added from the pool, returned to it
     steps: dict[str, float]
@@ -221,7 +222,7 @@ class JobRecovery:
         widths = new_widths(job.plan, asked)
         before = {name: job.plan.width(name) for name in job.plan.vertices if job.plan.width(name) != widths[name]}
         if not before:
-            unchanged = RescaleRecord(self.incarnation, {}, {}, None, 0.0, 0.0, time.time(), {}, {})
+            unchanged = RescaleRecord(self.incarnation, {}, {}, None, 0.0, 0.0, 0.0, time.time(), {}, {})
             return vars(unchanged).copy()  # the same keys as a rescale's; not one of job.stats()'s
         plan = job.recompile(widths)
         old_widths = {name: job.plan.width(name) for name in job.plan.vertices}
@@ -230,8 +231,8 @@ class JobRecovery:
         steps = _Steps()
         fresh = steps.time("start the new hosts", job.hosts_to_add, plan)
         try:
-            held_at, cut_id, reports, tables, handed = self._hold_and_hand_over(job, plan, old_widths,
-                                                                                started + timeout, steps)
+            asked_at, held_at, cut_id, reports, tables, handed = self._hold_and_hand_over(
+                job, plan, old_widths, started + timeout, steps)
         except BaseException:
             job.give_back(fresh)
             self.coordinator.start.remote()  # the job goes on as it was
@@ -256,34 +257,37 @@ class JobRecovery:
         positions = hosted_positions(plan, {key: report.summary.positions for key, report in reports.items()})
         point = RestorePoint(None, [], kept_records(report.summary for report in reports.values()), positions)
         hosts: dict[str, int] = {}
+        resumed = time.monotonic()
         try:
             try:
                 hosts = steps.time("give the hosts their replicas", job.reconfigure_hosts, plan, incarnation, fresh)
             finally:
                 job._watch()  # the new configuration's actors, whatever happened
-            self.restore(job, point, incarnation, steps, _Adoption(refs, old_widths, tables))
+            resumed = self.restore(job, point, incarnation, steps, _Adoption(refs, old_widths, tables))
             self.coordinator.start.remote(input_replicas(job))
         except ray.exceptions.RayActorError as error:
             died = died or (f"job {job.name!r}: an actor died during the rescale to incarnation {incarnation}: "
                             f"{type(error).__name__}")
         if died is not None:
             job._recover(died)
+            resumed = time.monotonic()
         now = time.monotonic()
         record = RescaleRecord(incarnation, before, {name: widths[name] for name in before}, cut_id, now - started,
-                               now - held_at, time.time(), hosts, steps.seconds)
+                               held_at - asked_at, resumed - held_at, time.time() - (now - resumed), hosts,
+                               steps.seconds)
         self.rescales.append(record)
         logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)", job.name, record.before, record.after,
                     record.seconds, record.pause_s)
         return vars(record).copy()
 
     def _hold_and_hand_over(self, job: Job, plan: PhysicalPlan, old_widths: dict[str, int], deadline: float,
-                            steps: _Steps) -> tuple[float, int, dict[ReplicaKey, HeldReport],
+                            steps: _Steps) -> tuple[float, float, int, dict[ReplicaKey, HeldReport],
                                                     dict[str, KeyGroupAssignment], list[dict[ReplicaKey, Any]]]:
         """Hold ``job`` at a cut and have every replica hand its state over for ``plan``:
-        when the cut was asked for (``time.monotonic()``), its id, the replicas' reports, the
-        new routing tables and, per old replica, the refs of the pieces it put in the object
-        store. A death meanwhile is recovered from (in
-        the old configuration) and the cut taken again.
+        when the cut was asked for and when every replica held (``time.monotonic()``), its id,
+        the replicas' reports, the new routing tables and, per old replica, the refs of the
+        pieces it put in the object store. A death meanwhile is recovered from (in the old
+        configuration) and the cut taken again.
 
         Raises:
             SnapshotError: no cut by ``deadline``.
@@ -291,15 +295,16 @@ class JobRecovery:
                 replicas held at the cut run again).
         """
         while True:
-            held_at = time.monotonic()
+            asked_at = time.monotonic()
             cut_id, reports = steps.time("hold at a cut", job.hold_at_cut, deadline)
+            held_at = time.monotonic()
             tables = new_tables(plan, old_widths, [report.tables for report in reports.values()])
             keys = list(job.peers)
             try:
                 handed = steps.time("hand the state over", self._wait, job, [
                     job.peers[key].hand_over.remote(self.incarnation, self.incarnation + 1, plan, old_widths, tables)
                     for key in keys], "handing the held state over")
-                return held_at, cut_id, reports, tables, handed
+                return asked_at, held_at, cut_id, reports, tables, handed
             except ray.exceptions.RayActorError as error:
                 job._recover(f"job {job.name!r}: an actor died while the replicas handed their state over for a "
                              f"rescale: {type(error).__name__}")
@@ -330,10 +335,11 @@ class JobRecovery:
         self.coordinator.reset.remote(self.incarnation, input_replicas(job), None)
 
     def restore(self, job: Job, point: RestorePoint, incarnation: int, steps: _Steps,
-                adoption: _Adoption | None = None) -> None:
+                adoption: _Adoption | None = None) -> float:
         """Restore every replica and the progress actor at ``point``, resume, rewind the inputs;
         with ``adoption`` (a rescale), the replicas start from the pieces handed over instead
-        of a snapshot, and their pointstamps are what they hold then."""
+        of a snapshot, and their pointstamps are what they hold then. Returns when every
+        replica ran again (``time.monotonic()``; the inputs' replay goes on while they run)."""
         keys = list(job.peers)
         pointstamps = point.pointstamps
         if adoption is None:
@@ -353,11 +359,13 @@ class JobRecovery:
             job.outputs.cursor)], "restoring the progress actor")
         steps.time("resume", self._wait, job, [job.peers[key].resume.remote(incarnation) for key in keys],
                    "resuming the replicas")
+        resumed = time.monotonic()
         positions = {(vertex, key.replica): point.position(key, vertex)
                      for key in keys for vertex in job.plan.chain(key.chain).vertices if vertex in job.plan.inputs}
         steps.time("rewind the inputs", job.inputs.rewind, incarnation, input_handles(job), positions)
         for name in job.replica_readers:
             steps.time("restart the readers", job.start_readers, name, incarnation)
+        return resumed
 
     def _dead(self, job: Job) -> list[Any]:
         """The keys of the job's actors that are dead (a ping that fails; a busy one is alive)."""

@@ -183,7 +183,7 @@ class VertexActor:
 
     def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int,
                  pretouch_mb: int, myself: Any = None, recovery: Recovery | None = None, incarnation: int = 0,
-                 kept: tuple[int, Piece] | None = None) -> None:
+                 kept: tuple[int, ReplicaKey, Piece] | None = None) -> None:
         """``myself``: this replica's own handle (bound to its host's lease), for the calls
         a reader makes to itself. ``recovery``: the job takes snapshots (see the module docstring).
         ``incarnation``: the job's (a rescale's replica drops the calls of the configuration before).
@@ -279,6 +279,7 @@ class VertexActor:
         ``snapshot_id`` (None: as at the job's start), with the job's actors as they are
         now; nothing runs until :meth:`resume`. Returns the locations to subscribe to."""
         self._reset(incarnation, peers, progress, coordinator)
+        self.kept = None  # a rescale's piece this replica did not adopt (a death during the switch)
         if snapshot_id is not None and self.store is not None:
             self._guard(self.core.restore, self.store.read_part(snapshot_id, part_name(self.key)))
         return self.core.subscriptions()
@@ -304,7 +305,7 @@ class VertexActor:
                                f"{self.transport.incarnation}, not {incarnation}: it cannot hand over its state")
         pieces = self.core.hand_over(plan, old_widths, tables)
         own = pieces.pop(self.key, None)
-        self.kept = None if own is None else (into, own)
+        self.kept = None if own is None else (into, self.key, own)
         return {key: ray.put(piece) for key, piece in pieces.items()}
 
     def adopt(self, incarnation: int, refs: list, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
@@ -315,8 +316,8 @@ class VertexActor:
         the replica holds."""
         self._reset(incarnation, peers, progress, coordinator)
         pieces = list(ray.get(refs)) if refs else []
-        if self.kept is not None and self.kept[0] == incarnation:
-            pieces.append(self.kept[1])
+        if self.kept is not None and self.kept[:2] == (incarnation, self.key):
+            pieces.append(self.kept[2])
         self.kept = None
         held: list = []
         self._guard(lambda: held.extend(self.core.adopt(old_widths, tables, pieces)))

@@ -157,7 +157,7 @@ def test_a_keyed_stateful_map_rescaled_1_4_2_3_sees_every_record_once_in_order(r
     assert got == collections.Counter((key, n) for key in range(KEYS) for n in range(epochs * PER_KEY))
     assert sorted(out) == list(range(epochs))
     assert [r["after"] for r in records] == [{"check": w, "out": w} for w in STEPS]  # the output reads it replica by replica
-    assert all(r["pause_s"] > 0 and r["hosts"]["kept"] >= 1 for r in records)
+    assert all(r["cut_s"] > 0 and r["pause_s"] > 0 and r["hosts"]["kept"] >= 1 for r in records)
     assert stats["parallelism"]["check"] == 3 and len(stats["rescales"]) == 3
     assert sum(1 for host in stats["replicas"] if "check" in host) == 3
 
