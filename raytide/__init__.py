@@ -67,4 +67,8 @@ def __getattr__(name: str) -> Any:
         from raytide.actors import pool
 
         return getattr(pool, _POOL[name])
+    if name == "sources":  # rt.sources.TextFileSource, without importing any source before it is used
+        import raytide.sources
+
+        return raytide.sources
     raise AttributeError(f"module 'raytide' has no attribute {name!r}")

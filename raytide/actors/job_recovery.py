@@ -27,15 +27,12 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytide.actors.coordinator_actor import CoordinatorActor
-from raytide.actors.layout import check_splittable, hosted_positions, new_tables
-from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ReplicaKey
-from raytide.actors.recovery import RestartBudget, RestorePoint, kept_records, restore_point
-from raytide.actors.replica_state import HeldReport, summed
-from raytide.actors.rescale import new_widths
+from raytide.actors.recovery import RestartBudget, RestorePoint, restore_point
+from raytide.actors.replica_state import summed
 from raytide.actors.reshard import reshard_snapshot
 from raytide.core.keygroups import KeyGroupAssignment
-from raytide.errors import JobTimeout, SnapshotError
+from raytide.errors import JobTimeout
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.store import SnapshotStore
 
@@ -64,7 +61,7 @@ def _coordinator_class() -> Any:
 
 
 @dataclass
-class _Steps:
+class Steps:
     """How long each step of a recovery took."""
 
     seconds: dict[str, float] = field(default_factory=dict)
@@ -107,7 +104,7 @@ class RescaleRecord:
 
 
 @dataclass(frozen=True)
-class _Adoption:
+class Adoption:
     """What the replicas of a rescaled job start from: per replica the refs of the pieces
     handed over to it, the widths before, and the routing tables after."""
 
@@ -194,7 +191,7 @@ class JobRecovery:
             incarnation = self.incarnation
             job.outputs.rollback()  # epochs no committed snapshot holds are computed again
             logger.warning("job %r: %s; recovering (incarnation %d)", job.name, cause, incarnation)
-            steps = _Steps()
+            steps = Steps()
             dead = steps.time("find the dead", self._dead, job)
             replaced = steps.time("replace them", job.replace_dead_hosts, dead)
             point = steps.time("read the snapshot", self.latest_point, job)
@@ -214,107 +211,6 @@ class JobRecovery:
                                            steps.seconds))
         logger.warning("job %r recovered from snapshot %s in %.2f s", job.name, point.snapshot_id, seconds)
 
-    # -- rescaling (see raytide.actors.rescale) ---------------------------------------------
-
-    def rescale(self, job: Job, asked: dict[str, int], timeout: float) -> dict[str, Any]:
-        """Rescale ``job`` to the widths ``asked`` for, in the steps of :mod:`raytide.actors.rescale`."""
-        assert job.recompile is not None
-        widths = new_widths(job.plan, asked)
-        before = {name: job.plan.width(name) for name in job.plan.vertices if job.plan.width(name) != widths[name]}
-        if not before:
-            unchanged = RescaleRecord(self.incarnation, {}, {}, None, 0.0, 0.0, 0.0, time.time(), {}, {})
-            return vars(unchanged).copy()  # the same keys as a rescale's; not one of job.stats()'s
-        plan = job.recompile(widths)
-        old_widths = {name: job.plan.width(name) for name in job.plan.vertices}
-        check_splittable(plan, old_widths)
-        started = time.monotonic()
-        steps = _Steps()
-        fresh = steps.time("start the new hosts", job.hosts_to_add, plan)
-        try:
-            asked_at, held_at, cut_id, reports, tables, handed = self._hold_and_hand_over(
-                job, plan, old_widths, started + timeout, steps)
-        except BaseException:
-            job.give_back(fresh)
-            self.coordinator.start.remote()  # the job goes on as it was
-            raise
-        self.incarnation += 1
-        incarnation = self.incarnation
-        job.outputs.rollback()  # what the driver held for a commit comes again from the kept records
-        # The held replicas have handed their state over: from here on the job is in the new
-        # configuration, and a death is recovered from in it (from the last committed snapshot,
-        # laid out for the new widths).
-        died: str | None = None
-        try:
-            self._wait(job, [self.coordinator.reconfigure.remote(plan, incarnation)], "reconfiguring the coordinator")
-        except ray.exceptions.RayActorError as error:  # the recovery below starts a new one
-            died = f"job {job.name!r}: {COORDINATOR} died during the rescale to incarnation {incarnation}: " \
-                   f"{type(error).__name__}"
-        self.sync_ref = None
-        refs: dict[ReplicaKey, list] = {key: [] for key in plan.replica_keys()}
-        for pieces in handed:
-            for key, ref in pieces.items():
-                refs[key].append(ref)
-        positions = hosted_positions(plan, {key: report.summary.positions for key, report in reports.items()})
-        point = RestorePoint(None, [], kept_records(report.summary for report in reports.values()), positions)
-        hosts: dict[str, int] = {}
-        resumed = time.monotonic()
-        try:
-            try:
-                hosts = steps.time("give the hosts their replicas", job.reconfigure_hosts, plan, incarnation, fresh)
-            finally:
-                job._watch()  # the new configuration's actors, whatever happened
-            resumed = self.restore(job, point, incarnation, steps, _Adoption(refs, old_widths, tables))
-            self.coordinator.start.remote(input_replicas(job))
-        except ray.exceptions.RayActorError as error:
-            died = died or (f"job {job.name!r}: an actor died during the rescale to incarnation {incarnation}: "
-                            f"{type(error).__name__}")
-        if died is not None:
-            job._recover(died)
-            resumed = time.monotonic()
-        now = time.monotonic()
-        record = RescaleRecord(incarnation, before, {name: widths[name] for name in before}, cut_id, now - started,
-                               held_at - asked_at, resumed - held_at, time.time() - (now - resumed), hosts,
-                               steps.seconds)
-        self.rescales.append(record)
-        logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)", job.name, record.before, record.after,
-                    record.seconds, record.pause_s)
-        return vars(record).copy()
-
-    def _hold_and_hand_over(self, job: Job, plan: PhysicalPlan, old_widths: dict[str, int], deadline: float,
-                            steps: _Steps) -> tuple[float, float, int, dict[ReplicaKey, HeldReport],
-                                                    dict[str, KeyGroupAssignment], list[dict[ReplicaKey, Any]]]:
-        """Hold ``job`` at a cut and have every replica hand its state over for ``plan``:
-        when the cut was asked for and when every replica held (``time.monotonic()``), its id,
-        the replicas' reports, the new routing tables and, per old replica, the refs of the
-        pieces it put in the object store. A death meanwhile is recovered from (in the old
-        configuration) and the cut taken again.
-
-        Raises:
-            SnapshotError: no cut by ``deadline``.
-            RaytideError: a vertex's ``take_keys`` failed (the job is recovered first: its
-                replicas held at the cut run again).
-        """
-        while True:
-            asked_at = time.monotonic()
-            cut_id, reports = steps.time("hold at a cut", job.hold_at_cut, deadline)
-            held_at = time.monotonic()
-            tables = new_tables(plan, old_widths, [report.tables for report in reports.values()])
-            keys = list(job.peers)
-            try:
-                handed = steps.time("hand the state over", self._wait, job, [
-                    job.peers[key].hand_over.remote(self.incarnation, self.incarnation + 1, plan, old_widths, tables)
-                    for key in keys], "handing the held state over")
-                return asked_at, held_at, cut_id, reports, tables, handed
-            except ray.exceptions.RayActorError as error:
-                job._recover(f"job {job.name!r}: an actor died while the replicas handed their state over for a "
-                             f"rescale: {type(error).__name__}")
-                if time.monotonic() >= deadline:
-                    raise SnapshotError(f"job {job.name!r}: the rescale's state could not be handed over in time: "
-                                        f"{error}") from error
-            except Exception as error:
-                job._recover(f"job {job.name!r}: handing the state over for a rescale failed: {error}")
-                raise
-
     def latest_point(self, job: Job) -> RestorePoint:
         """Where a recovery restores ``job`` from: the run's latest intact snapshot, else the
         snapshot it was started from, else the start; laid out for the job's widths first if
@@ -331,11 +227,11 @@ class JobRecovery:
         self.started_from = point.snapshot_id
         self.incarnation = 1
         job.skip_inputs(point)
-        self.restore(job, point, self.incarnation, _Steps())
+        self.restore(job, point, self.incarnation, Steps())
         self.coordinator.reset.remote(self.incarnation, input_replicas(job), None)
 
-    def restore(self, job: Job, point: RestorePoint, incarnation: int, steps: _Steps,
-                adoption: _Adoption | None = None) -> float:
+    def restore(self, job: Job, point: RestorePoint, incarnation: int, steps: Steps,
+                adoption: Adoption | None = None) -> float:
         """Restore every replica and the progress actor at ``point``, resume, rewind the inputs;
         with ``adoption`` (a rescale), the replicas start from the pieces handed over instead
         of a snapshot, and their pointstamps are what they hold then. Returns when every
@@ -343,21 +239,21 @@ class JobRecovery:
         keys = list(job.peers)
         pointstamps = point.pointstamps
         if adoption is None:
-            subscriptions = steps.time("restore the replicas", self._wait, job, [
+            subscriptions = steps.time("restore the replicas", self.wait, job, [
                 job.peers[key].restore.remote(incarnation, point.snapshot_id, job.peers, job.progress,
                                               self.coordinator) for key in keys], "restoring the replicas")
         else:
-            answers = steps.time("adopt the state", self._wait, job, [
+            answers = steps.time("adopt the state", self.wait, job, [
                 job.peers[key].adopt.remote(incarnation, adoption.refs[key], adoption.old_widths, adoption.tables,
                                             job.peers, job.progress, self.coordinator) for key in keys],
                 "the replicas adopting the state handed over")
             subscriptions = [locations for locations, _ in answers]
             pointstamps = summed(pair for _, held in answers for pair in held)
-        steps.time("restore the progress actor", self._wait, job, [job.progress.restore.remote(
+        steps.time("restore the progress actor", self.wait, job, [job.progress.restore.remote(
             incarnation, pointstamps, job.delivered(), point.kept,
             {key: (job.peers[key], locations) for key, locations in zip(keys, subscriptions)},
             job.outputs.cursor)], "restoring the progress actor")
-        steps.time("resume", self._wait, job, [job.peers[key].resume.remote(incarnation) for key in keys],
+        steps.time("resume", self.wait, job, [job.peers[key].resume.remote(incarnation) for key in keys],
                    "resuming the replicas")
         resumed = time.monotonic()
         positions = {(vertex, key.replica): point.position(key, vertex)
@@ -383,7 +279,7 @@ class JobRecovery:
             self.coordinator = None
         return [key for key in dead if key != COORDINATOR]
 
-    def _wait(self, job: Job, refs: list, what: str) -> list:
+    def wait(self, job: Job, refs: list, what: str) -> list:
         try:
             return ray.get(refs, timeout=RECOVERY_TIMEOUT)
         except ray.exceptions.GetTimeoutError as error:

@@ -29,6 +29,7 @@ from raytide.actors.autoscaler_actor import AutoscalerActor
 from raytide.actors.driver_inputs import InputFeeds
 from raytide.actors.driver_side import POLL_SLACK, Liveness, OutputCollector
 from raytide.actors.job_recovery import COORDINATOR, RECOVERY_POLL, JobRecovery
+from raytide.actors.job_rescale import rescale
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.pool import HostLease, host_pool
 from raytide.actors.protocol import Marker, ReplicaKey
@@ -797,7 +798,7 @@ class Job:
             raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
         self._rescaling = True
         try:
-            return recovery.rescale(self, widths, timeout)
+            return rescale(recovery, self, widths, timeout)
         finally:
             self._rescaling = False
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import random
 import signal
 import threading
 import time
@@ -25,7 +26,8 @@ from examples.connected_components import build_flow, union_find
 from raytide.actors.job_recovery import RescaleRecord
 from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.snapshots.store import SnapshotStore
-from tests.ray.test_recovery import sigkill
+from tests.ray.jobs import as_multisets
+from tests.ray.test_recovery import sigkill, slow_words
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
 
@@ -329,6 +331,35 @@ def test_the_coordinator_killed_as_the_job_switches_to_the_new_widths_leaves_it_
         for _, (key, number) in out[epoch]:
             numbers[key].append(number)
     assert all(sorted(numbers[key]) == list(range(gates.fed * PER_KEY)) for key in range(KEYS))  # once each
+
+
+@pytest.mark.timeout(600)
+def test_a_rescale_while_the_replicas_read_a_source_resumes_every_reader_at_the_cut(ray_session, tmp_path):
+    """The input replicas read text files themselves (their readers are part of the held
+    state): what a reader read after the cut is read again by the rescaled job, once."""
+    rng = random.Random(9)
+    paths = []
+    for number in range(40):
+        path = tmp_path / f"part-{number:02d}.txt"
+        path.write_text("".join(" ".join(rng.choice("abcdef") for _ in range(4)) + "\n" for _ in range(50)))
+        paths.append(str(path))
+    expected = {epoch: collections.Counter(collections.Counter(open(p).read().split()).items())
+                for epoch, p in enumerate(paths)}
+    flow = rt.Dataflow("files-rescaled")
+    flow.input("lines").flat_map(slow_words, name="words").count_by_key(lambda w: w, name="count").output("counts")
+    source = rt.sources.TextFileSource(paths, batch_lines=10)
+    with rt.run(flow, inputs={"lines": source}, parallelism=2,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3)) as job:
+        deadline = time.monotonic() + 60
+        while not job.collect("counts"):
+            assert time.monotonic() < deadline, "no epoch counted in 60 s"
+            time.sleep(0.02)
+        records = [job.rescale({"count": width}, timeout=120) for width in (3, 1)]
+        assert not job.collect("counts").keys() >= expected.keys(), "the readers were done before the rescales"
+        job.wait(timeout=120)
+        got = job.collect("counts")
+    assert [r["after"]["count"] for r in records] == [3, 1]
+    assert as_multisets(got) == expected
 
 
 def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from unittest import mock
 
 import pytest
@@ -49,3 +51,11 @@ def test_every_line_once_with_the_right_epoch(tmp_path_factory, files, readers, 
 def test_a_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.txt"):
         TextFileSource(str(tmp_path / "nope.txt")).readers(2)
+
+
+def test_the_sources_are_reached_from_the_package_without_an_import_of_their_own():
+    """``import raytide as rt`` then ``rt.sources.TextFileSource``, as the README writes it,
+    in a fresh interpreter (a test run imports the sources anyway)."""
+    code = ("import sys, raytide as rt; source = rt.sources.TextFileSource; "
+            "assert 'pyarrow.dataset' not in sys.modules and 'ray' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
