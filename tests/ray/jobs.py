@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import raytide as rt
@@ -23,6 +25,29 @@ def run_collect(flow: rt.Dataflow, inputs: dict[str, Any] | None = None, output:
 def as_multisets(result: dict[int, list]) -> dict[int, Counter]:
     """Each non-empty epoch's records as a multiset: their order within an epoch is not defined."""
     return {epoch: Counter(records) for epoch, records in result.items() if records}
+
+
+def text_parts(directory: Path, rng: random.Random, files: int = 40, lines: int = 50) -> tuple[list[str], dict]:
+    """``files`` text files of random words in ``directory`` (one per epoch when read by a
+    :class:`~raytide.sources.TextFileSource`), and per epoch the multiset of its word counts."""
+    paths = []
+    for number in range(files):
+        path = directory / f"part-{number:02d}.txt"
+        path.write_text("".join(" ".join(rng.choice("abcdef") for _ in range(4)) + "\n" for _ in range(lines)))
+        paths.append(str(path))
+    return paths, {epoch: Counter(Counter(open(p).read().split()).items()) for epoch, p in enumerate(paths)}
+
+
+def slow_words(line: str) -> list[str]:
+    time.sleep(0.002)  # keeps the input replicas reading while a test kills or rescales
+    return line.split()
+
+
+def counting_words(name: str) -> rt.Dataflow:
+    """Lines -> words (slowly) -> a count per word and epoch, output ``counts``."""
+    flow = rt.Dataflow(name)
+    flow.input("lines").flat_map(slow_words, name="words").count_by_key(lambda w: w, name="count").output("counts")
+    return flow
 
 
 def hosts_given_back(job: rt.Job, timeout: float = 60.0) -> bool:

@@ -22,7 +22,7 @@ import raytide as rt
 from raytide.actors.protocol import ReplicaKey
 from raytide.integrations.parquet import write_parquet
 from raytide.snapshots.store import SnapshotStore
-from tests.ray.jobs import as_multisets
+from tests.ray.jobs import as_multisets, counting_words, text_parts
 from tests.sim.scenarios import SCENARIOS, Scenario, with_input_width
 from tests.sim.test_output_commit_sim import chain_breaks, chained_flow
 
@@ -228,21 +228,10 @@ def test_snapshot_needs_a_job_with_recovery(ray_session):
             job.snapshot()
 
 
-def slow_words(line: str) -> list[str]:
-    time.sleep(0.002)  # keeps the input replicas reading while the test kills one
-    return line.split()
-
-
 def test_a_source_read_in_the_replicas_resumes_where_the_snapshot_left_it(ray_session, tmp_path):
     rng = random.Random(8)
-    paths = []
-    for number in range(40):
-        path = tmp_path / f"part-{number:02d}.txt"
-        path.write_text("".join(" ".join(rng.choice("abcdef") for _ in range(4)) + "\n" for _ in range(50)))
-        paths.append(str(path))
-    expected = {epoch: Counter(Counter(open(p).read().split()).items()) for epoch, p in enumerate(paths)}
-    flow = rt.Dataflow("files")
-    flow.input("lines").flat_map(slow_words, name="words").count_by_key(lambda w: w, name="count").output("counts")
+    paths, expected = text_parts(tmp_path, rng)
+    flow = counting_words("files")
     recovery = rt.Recovery(str(tmp_path / "store"), interval=0.1)
     source = rt.sources.TextFileSource(paths, batch_lines=10)
     with rt.run(flow, inputs={"lines": source}, parallelism=2, recovery=recovery) as job:

@@ -26,8 +26,8 @@ from examples.connected_components import build_flow, union_find
 from raytide.actors.job_recovery import RescaleRecord
 from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.snapshots.store import SnapshotStore
-from tests.ray.jobs import as_multisets
-from tests.ray.test_recovery import sigkill, slow_words
+from tests.ray.jobs import as_multisets, counting_words, text_parts
+from tests.ray.test_recovery import sigkill
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
 
@@ -337,16 +337,8 @@ def test_the_coordinator_killed_as_the_job_switches_to_the_new_widths_leaves_it_
 def test_a_rescale_while_the_replicas_read_a_source_resumes_every_reader_at_the_cut(ray_session, tmp_path):
     """The input replicas read text files themselves (their readers are part of the held
     state): what a reader read after the cut is read again by the rescaled job, once."""
-    rng = random.Random(9)
-    paths = []
-    for number in range(40):
-        path = tmp_path / f"part-{number:02d}.txt"
-        path.write_text("".join(" ".join(rng.choice("abcdef") for _ in range(4)) + "\n" for _ in range(50)))
-        paths.append(str(path))
-    expected = {epoch: collections.Counter(collections.Counter(open(p).read().split()).items())
-                for epoch, p in enumerate(paths)}
-    flow = rt.Dataflow("files-rescaled")
-    flow.input("lines").flat_map(slow_words, name="words").count_by_key(lambda w: w, name="count").output("counts")
+    paths, expected = text_parts(tmp_path, random.Random(9))
+    flow = counting_words("files-rescaled")
     source = rt.sources.TextFileSource(paths, batch_lines=10)
     with rt.run(flow, inputs={"lines": source}, parallelism=2,
                 recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3)) as job:
