@@ -103,9 +103,10 @@ class CoordinatorActor:
         trigger = self.core.trigger(now)
         if trigger is None:
             return None
-        self.triggered[trigger.snapshot_id] = dict(self.delivered)
         if hold:
             self.holds.add(trigger.snapshot_id)
+        else:
+            self.triggered[trigger.snapshot_id] = dict(self.delivered)
         marker = Marker(trigger.snapshot_id, snapshot=not hold, delivered=dict(self.delivered), hold=hold)
         for handle in self.inputs.values():
             handle.inject_marker.remote(trigger.incarnation, marker)
@@ -114,6 +115,7 @@ class CoordinatorActor:
     def _abandoned(self, abandon: Abandon | None) -> None:
         if abandon is not None:
             self.triggered.pop(abandon.snapshot_id, None)
+            self.holds.discard(abandon.snapshot_id)
             self.abandoned.append(f"snapshot {abandon.snapshot_id}: {abandon.reason}")
             self.lock.notify_all()
 
@@ -124,6 +126,7 @@ class CoordinatorActor:
             commit = self.core.acknowledge(ack, time.monotonic())
             if commit is not None and commit.snapshot_id in self.holds:
                 self.core.held(commit.snapshot_id, time.monotonic())
+                self.holds.discard(commit.snapshot_id)
                 self.held[commit.snapshot_id] = commit.summaries
                 self.lock.notify_all()
             elif commit is not None:
@@ -184,9 +187,10 @@ class CoordinatorActor:
         """A rescale's cut: every replica aligns on a marker, holds its state there and runs
         nothing more (:mod:`raytide.actors.rescale`). Waits until all hold; returns the cut's
         id and each replica's :class:`~raytide.actors.replica_state.HeldReport` (None and
-        nothing: the snapshot in flight did not complete in time, so no cut was started). Nothing is written, and
-        no periodic snapshot is taken after it until :meth:`start`, :meth:`reset` or
-        :meth:`reconfigure`.
+        nothing: the snapshot in flight did not complete in time, so no cut was started).
+        Nothing is written, and no periodic snapshot is taken after it until :meth:`start`,
+        :meth:`reset` or :meth:`reconfigure`. A cut not complete in time is abandoned at
+        once: replies that come later do not complete it.
 
         Raises:
             SnapshotError: the cut was abandoned (a recovery), or not complete within ``timeout`` seconds.
@@ -212,7 +216,8 @@ class CoordinatorActor:
         if snapshot_id is None:
             return None
         done = self.lock.wait_for(lambda: self.core.in_flight is None, max(0.0, deadline - time.monotonic()))
-        self.holds.discard(snapshot_id)
+        if hold and snapshot_id in self.holds:  # not held in time: given up here and now
+            self._abandoned(self.core.fail(f"rescale cut not complete within {timeout:g} s", time.monotonic()))
         if (snapshot_id not in self.held) if hold else (self.core.stats.last_id != snapshot_id):
             why = self.abandoned[-1] if done and self.abandoned else f"not complete within {timeout:g} s"
             raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: {why}")

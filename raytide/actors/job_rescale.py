@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytide.actors.job_recovery import COORDINATOR, Adoption, JobRecovery, RescaleRecord, Steps, input_replicas
-from raytide.actors.layout import check_splittable, hosted_positions, new_tables
+from raytide.actors.layout import check_splittable, cut_point, new_tables
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ReplicaKey
-from raytide.actors.recovery import RestorePoint, kept_records
 from raytide.actors.replica_state import HeldReport
 from raytide.actors.rescale import new_widths
 from raytide.core.keygroups import KeyGroupAssignment
@@ -59,7 +58,8 @@ def rescale(recovery: JobRecovery, job: Job, asked: dict[str, int], timeout: flo
     # laid out for the new widths).
     died: str | None = None
     try:
-        recovery.wait(job, [recovery.coordinator.reconfigure.remote(plan, incarnation)], "reconfiguring the coordinator")
+        recovery.wait(job, [recovery.coordinator.reconfigure.remote(plan, incarnation)],
+                      "reconfiguring the coordinator")
     except ray.exceptions.RayActorError as error:  # the recovery below starts a new one
         died = f"job {job.name!r}: {COORDINATOR} died during the rescale to incarnation {incarnation}: " \
                f"{type(error).__name__}"
@@ -68,8 +68,7 @@ def rescale(recovery: JobRecovery, job: Job, asked: dict[str, int], timeout: flo
     for pieces in handed:
         for key, ref in pieces.items():
             refs[key].append(ref)
-    positions = hosted_positions(plan, {key: report.summary.positions for key, report in reports.items()})
-    point = RestorePoint(None, [], kept_records(report.summary for report in reports.values()), positions)
+    point = cut_point(plan, reports)
     hosts: dict[str, int] = {}
     resumed = time.monotonic()
     try:
@@ -94,9 +93,11 @@ def rescale(recovery: JobRecovery, job: Job, asked: dict[str, int], timeout: flo
                 record.seconds, record.pause_s)
     return vars(record).copy()
 
-def _hold_and_hand_over(recovery: JobRecovery, job: Job, plan: PhysicalPlan, old_widths: dict[str, int], deadline: float,
-                        steps: Steps) -> tuple[float, float, int, dict[ReplicaKey, HeldReport],
-                                                dict[str, KeyGroupAssignment], list[dict[ReplicaKey, Any]]]:
+
+def _hold_and_hand_over(recovery: JobRecovery, job: Job, plan: PhysicalPlan, old_widths: dict[str, int],
+                        deadline: float, steps: Steps) -> tuple[float, float, int, dict[ReplicaKey, HeldReport],
+                                                                dict[str, KeyGroupAssignment],
+                                                                list[dict[ReplicaKey, Any]]]:
     """Hold ``job`` at a cut and have every replica hand its state over for ``plan``:
     when the cut was asked for and when every replica held (``time.monotonic()``), its id,
     the replicas' reports, the new routing tables and, per old replica, the refs of the
@@ -115,9 +116,10 @@ def _hold_and_hand_over(recovery: JobRecovery, job: Job, plan: PhysicalPlan, old
         tables = new_tables(plan, old_widths, [report.tables for report in reports.values()])
         keys = list(job.peers)
         try:
+            into = recovery.incarnation + 1
             handed = steps.time("hand the state over", recovery.wait, job, [
-                job.peers[key].hand_over.remote(recovery.incarnation, recovery.incarnation + 1, plan, old_widths, tables)
-                for key in keys], "handing the held state over")
+                job.peers[key].hand_over.remote(recovery.incarnation, into, plan, old_widths, tables) for key in keys],
+                "handing the held state over")
             return asked_at, held_at, cut_id, reports, tables, handed
         except ray.exceptions.RayActorError as error:
             job._recover(f"job {job.name!r}: an actor died while the replicas handed their state over for a "

@@ -41,7 +41,8 @@ import numpy as np
 
 from raytide.actors.plan import PhysicalPlan
 from raytide.actors.protocol import ChannelId, ReplicaKey
-from raytide.actors.replica_state import LoggedBatch, ReplicaState
+from raytide.actors.recovery import RestorePoint, kept_records
+from raytide.actors.replica_state import HeldReport, LoggedBatch, ReplicaState
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, key_group
 from raytide.core.routing import ExchangeRouter, column_key_groups
 from raytide.core.vertex import Vertex
@@ -237,6 +238,15 @@ def hosted_positions(plan: PhysicalPlan, positions: Mapping[ReplicaKey, Mapping[
         for name, position in per_input.items():
             moved.setdefault(ReplicaKey(plan.chain_of(name).name, key.replica), {})[name] = position
     return moved
+
+
+def cut_point(plan: PhysicalPlan, reports: Mapping[ReplicaKey, HeldReport]) -> RestorePoint:
+    """Where the job rescaled to ``plan`` starts, from the ``reports`` of the replicas held at
+    its cut: the kept output records, and its inputs' positions per replica of ``plan``. The
+    pointstamps are left empty: they are what the new replicas hold once they have adopted
+    their pieces."""
+    positions = hosted_positions(plan, {key: report.summary.positions for key, report in reports.items()})
+    return RestorePoint(None, [], kept_records(report.summary for report in reports.values()), positions)
 
 
 def _hosted(state: ReplicaState) -> set[str]:

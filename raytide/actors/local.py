@@ -41,7 +41,7 @@ from typing import Any
 
 import cloudpickle
 
-from raytide.actors.layout import Piece, hosted_positions, new_tables
+from raytide.actors.layout import Piece, cut_point, new_tables
 from raytide.actors.output_gate import OutputGate
 from raytide.actors.plan import PhysicalPlan, compile_plan
 from raytide.actors.progress_core import ProgressCore, ProgressEffects
@@ -60,7 +60,6 @@ from raytide.actors.recovery import (
     RestartBudget,
     RestorePoint,
     commit_snapshot,
-    kept_records,
     part_name,
     restore_point,
 )
@@ -593,10 +592,11 @@ class LocalJob:
         if trigger is None:
             return
         self.last_snapshot_id = trigger.snapshot_id
-        self.triggered[trigger.snapshot_id] = dict(self.delivered)
         hold = bool(self.pending_rescale)  # a rescale's cut
         if hold:
             self.holds.add(trigger.snapshot_id)
+        else:
+            self.triggered[trigger.snapshot_id] = dict(self.delivered)
         marker = Marker(trigger.snapshot_id, snapshot=not hold, delivered=dict(self.delivered), hold=hold)
         for name in self.plan.inputs:
             for key in self._input_replicas(name):
@@ -668,9 +668,7 @@ class LocalJob:
         for key in self._keys():
             for new, piece in self.replicas[key].hand_over(plan, old_widths, tables).items():
                 pieces[new].append(piece if new == key else cloudpickle.loads(cloudpickle.dumps(piece)))
-        summaries = [report.summary for report in reports.values()]
-        point = RestorePoint(None, [], kept_records(summaries),
-                             hosted_positions(plan, {key: report.summary.positions for key, report in reports.items()}))
+        point = cut_point(plan, reports)
         retired = set(self._keys())
         self.plan = plan
         retired -= set(self._keys())

@@ -249,8 +249,8 @@ class ReplicaCore:
                 alignment_s = 0.0 if first is None else monotonic() - first
                 if marker.snapshot:
                     self.taken[marker.marker_id] = self._take(marker, alignment_s)
-                elif marker.hold:
-                    self.frozen, self.holding = self._freeze(marker), (marker.marker_id, alignment_s)
+                elif marker.hold:  # nothing runs here from now on: the state stays as it is, uncopied
+                    self.frozen, self.holding = self._state(marker), (marker.marker_id, alignment_s)
                 self.outbox.switch_tables(marker)
             elif isinstance(effect, SnapshotComplete):
                 taken = self.taken.pop(effect.snapshot_id, None)
@@ -282,14 +282,6 @@ class ReplicaCore:
         barrier came: the state, copied by pickling (processing goes on)."""
         taken, self.kept_pickles = take(self._state(marker), alignment_s, self.kept_pickles)
         return taken
-
-    def _freeze(self, marker: Marker) -> ReplicaState:
-        """Hold at rescale marker ``marker``: the state there, not copied (nothing runs here
-        after it, so nothing changes it), but for the maps the core itself goes on writing."""
-        state = self._state(marker)
-        return ReplicaState(state.user, {name: set(times) for name, times in state.notifications.items()},
-                            dict(state.input_epochs), dict(state.positions),
-                            {name: dict(epochs) for name, epochs in state.kept.items()}, state.tables, state.sources)
 
     def _report_held(self, logged: list[LoggedBatch]) -> None:
         """The cut is complete here (``logged``: the back-edge batches in flight in it): tell the coordinator."""

@@ -169,24 +169,25 @@ class CoordinatorCore:
 
     def committed(self, snapshot_id: int, now: float) -> None:
         """The shell wrote the manifest of ``snapshot_id``."""
-        flight = self.in_flight
-        if flight is None or flight.snapshot_id != snapshot_id or not flight.complete:
-            raise SnapshotError(f"snapshot {snapshot_id} was committed but is not the complete one in flight "
-                                f"({flight.snapshot_id if flight else 'none'})")
+        flight = self._end(snapshot_id, now, "committed")
         self.stats.committed += 1
         self.stats.last_id = snapshot_id
         self.stats.last_duration = now - flight.started
         self.stats.last_size = sum(part.size for a in flight.acks.values() for part in a.parts)
-        self.in_flight, self.last_end = None, now
 
     def held(self, snapshot_id: int, now: float) -> None:
         """The complete snapshot in flight was a rescale's cut (every replica holds its state
         there, and hands it over in place): nothing is written, and it counts as no commit."""
+        self._end(snapshot_id, now, "used as a rescale cut")
+
+    def _end(self, snapshot_id: int, now: float, how: str) -> _InFlight:
+        """The complete snapshot in flight, ``snapshot_id``, is over (``how``); the next may start."""
         flight = self.in_flight
         if flight is None or flight.snapshot_id != snapshot_id or not flight.complete:
-            raise SnapshotError(f"rescale cut {snapshot_id} was used but is not the complete one in flight "
+            raise SnapshotError(f"snapshot {snapshot_id} was {how} but is not the complete one in flight "
                                 f"({flight.snapshot_id if flight else 'none'})")
         self.in_flight, self.last_end = None, now
+        return flight
 
     def tick(self, now: float) -> Abandon | None:
         """Abandon the snapshot in flight if it has outlived its timeout."""
