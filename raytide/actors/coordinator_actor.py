@@ -217,7 +217,9 @@ class CoordinatorActor:
             return None
         done = self.lock.wait_for(lambda: self.core.in_flight is None, max(0.0, deadline - time.monotonic()))
         if hold and snapshot_id in self.holds:  # not held in time: given up here and now
-            self._abandoned(self.core.fail(f"rescale cut not complete within {timeout:g} s", time.monotonic()))
+            self._abandoned(self.core.fail(f"rescale cut not complete within {timeout:g} s: "
+                                           f"{self.core.waiting_for()}", time.monotonic()))
+            done = True  # the reason is the one just given
         if (snapshot_id not in self.held) if hold else (self.core.stats.last_id != snapshot_id):
             why = self.abandoned[-1] if done and self.abandoned else f"not complete within {timeout:g} s"
             raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: {why}")

@@ -194,10 +194,15 @@ class CoordinatorCore:
         flight = self.in_flight
         if flight is None or now - flight.started < self.timeout:
             return None
-        missing = sorted(map(str, self.replicas - flight.acks.keys()))
-        waiting = f"still waiting for {len(missing)} replicas ({', '.join(missing[:5])})" if missing \
+        return self._abandon(f"not complete {self.timeout:g} s after it started: {self.waiting_for()}", now)
+
+    def waiting_for(self) -> str:
+        """What the snapshot in flight still waits for: the replicas that have not acknowledged
+        it (the first five named), or its manifest."""
+        assert self.in_flight is not None
+        missing = sorted(map(str, self.replicas - self.in_flight.acks.keys()))
+        return f"still waiting for {len(missing)} replicas ({', '.join(missing[:5])})" if missing \
             else "its manifest was not written"
-        return self._abandon(f"not complete {self.timeout:g} s after it started: {waiting}", now)
 
     def fail(self, reason: str, now: float) -> Abandon | None:
         """Abandon the snapshot in flight (writing it failed, say)."""

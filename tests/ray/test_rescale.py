@@ -354,6 +354,45 @@ def test_a_rescale_while_the_replicas_read_a_source_resumes_every_reader_at_the_
     assert as_multisets(got) == expected
 
 
+class StallsOnce(rt.Vertex):
+    """Passes records on; the first time it ever sees record -1 it takes 6 s over it (a
+    file remembers, so the replay after a recovery runs at full speed)."""
+
+    def __init__(self, flag: str) -> None:
+        self.flag = flag
+
+    def on_recv(self, edge: int, message: Any, time_: rt.Timestamp) -> None:
+        if -1 in message and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            time.sleep(6.0)
+        self.send_by(0, list(message), time_)
+
+
+@pytest.mark.timeout(300)
+def test_a_cut_that_a_busy_replica_does_not_reach_in_time_fails_the_rescale_naming_it(ray_session, tmp_path):
+    """The rescale's timeout runs out while a replica is stuck in a record: the error says
+    which replica the cut waited for, the job is let go of its cut (by a recovery) and gives
+    every record once."""
+    flow = rt.Dataflow("stuck")
+    flow.input("numbers").exchange(lambda n: n, name="by_value").unary(
+        lambda: StallsOnce(str(tmp_path / "stalled")), name="slow").output("out")
+    with rt.run(flow, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"), interval=None)) as job:
+        job.push("numbers", [1, 2, -1], 0)
+        job.advance("numbers", 1)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(tmp_path / "stalled"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(rt.RaytideError, match=r"rescale cut \d+ was not held: .*still waiting for 1 replicas "
+                                                  r"\(by_value\+slow\+out/0\)"):
+            job.rescale({"by_value": 2}, timeout=2.0)
+        job.push("numbers", [3], 1)
+        job.close("numbers")
+        job.wait(timeout=120)
+        assert job.parallelism()["slow"] == 1 and job.stats()["recoveries"]["count"] == 1
+        assert {epoch: sorted(records) for epoch, records in job.collect("out").items()} == {0: [-1, 1, 2], 1: [3]}
+
+
 def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session, tmp_path):
     flow = rt.Dataflow("refused")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
