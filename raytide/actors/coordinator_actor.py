@@ -126,9 +126,7 @@ class CoordinatorActor:
     def write_failed(self, incarnation: int, snapshot_id: int, reason: str) -> None:
         """A replica could not write its part: the snapshot in flight is abandoned."""
         with self.lock:
-            flight = self.core.in_flight
-            if incarnation == self.core.incarnation and flight is not None and flight.snapshot_id == snapshot_id:
-                self._abandoned(self.core.fail(reason, time.monotonic()))
+            self._abandoned(self.core.write_failed(incarnation, snapshot_id, reason, time.monotonic()))
 
     def _commit(self, commit: Commit) -> None:
         try:

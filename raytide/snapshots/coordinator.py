@@ -202,9 +202,10 @@ class CoordinatorCore:
         return flight
 
     def tick(self, now: float) -> Abandon | None:
-        """Abandon the snapshot in flight if it has outlived its timeout."""
+        """Abandon the snapshot in flight if it has outlived its timeout (not one every replica
+        acknowledged: its commit is being written)."""
         flight = self.in_flight
-        if flight is None or now - flight.started < self.timeout:
+        if flight is None or flight.complete or now - flight.started < self.timeout:
             return None
         return self._abandon(f"not complete {self.timeout:g} s after it started: {self.waiting_for()}", now)
 
@@ -220,6 +221,13 @@ class CoordinatorCore:
         missing = sorted(map(str, self.replicas - self.in_flight.acks.keys()))
         return f"still waiting for {len(missing)} replicas ({', '.join(missing[:5])})" if missing \
             else "its manifest was not written"
+
+    def write_failed(self, incarnation: int, snapshot_id: int, reason: str, now: float) -> Abandon | None:
+        """A replica could not write its part of ``snapshot_id``: abandon it, if it is the one in flight."""
+        flight = self.in_flight
+        if incarnation != self.incarnation or flight is None or flight.snapshot_id != snapshot_id:
+            return None
+        return self.fail(reason, now)
 
     def fail(self, reason: str, now: float) -> Abandon | None:
         """Abandon the snapshot in flight (writing it failed, say)."""

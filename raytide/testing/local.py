@@ -34,7 +34,7 @@ from __future__ import annotations
 import collections
 import functools
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -105,15 +105,16 @@ class LocalJob:
         self.recovery = recovery
         self.mail = Mailboxes()
         self.incarnation = 0
-        self.incarnations = {key: 0 for key in self._keys()}
-        self.replicas = {key: self._core(key) for key in self._keys()}
+        self.incarnations = {key: 0 for key in self.replica_keys()}
+        self.replicas = {key: self._core(key) for key in self.replica_keys()}
         self.progress: ProgressCore | None = ProgressCore(self.plan.graph, self.plan.outputs,
                                                           self.plan.initial_pointstamps())
         self.progress_incarnation = 0
         self.connected = False
         self.dead: set[ReplicaKey] = set()
         self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
-        self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
+        self.crashes: dict[int, list[Target]] = {}
+        self.slow: dict[ReplicaKey, float] = {}  # replicas slowed down (:meth:`slow_down`)  # step -> what dies then (several may, at once)
         self.failures: list[tuple[int, str]] = []  # (step at which it is noticed, what died)
         self.recovering: SteppedRecovery | None = None
         self.delivered = {name: -1 for name in self.plan.outputs}  # last epoch handed to the driver
@@ -133,9 +134,6 @@ class LocalJob:
             if restore is not None:
                 self._start_from(restore)
             self.coordinator = self._new_coordinator()
-
-    def _keys(self) -> Iterable[ReplicaKey]:
-        return self.plan.replica_keys()
 
     def _core(self, key: ReplicaKey) -> ReplicaCore:
         transport = LocalTransport(self.mail, key, self.incarnations[key], lambda: self.progress is not None)
@@ -194,7 +192,7 @@ class LocalJob:
             if self.result.steps >= max_steps:
                 raise RuntimeError(f"the job is still running after {max_steps} steps")
             self.result.steps += 1
-            self.rng.choice(choices)()
+            self._choose(choices)()
             if after_step is not None:
                 after_step(self)
         return self.result
@@ -204,15 +202,13 @@ class LocalJob:
         actions: list[Callable[[], None]] = []
         if not self.connected and self.progress is not None:
             actions.append(self._connect)
-        actions += [functools.partial(self._deliver, link) for link, queue in self.mail.links.items()
+        actions += [functools.partial(self._deliver, link, to=link[1]) for link, queue in self.mail.links.items()
                     if queue and link[1] not in self.waiting]
         actions += [functools.partial(self._apply_progress, key) for key, calls in self.mail.to_progress.items() if calls]
-        actions += [functools.partial(self._push_status, key) for key, queue in self.mail.pushes.items()
-                    if queue and key not in self.waiting]
-        actions += [functools.partial(self._command, key) for key, queue in self.mail.commands.items()
-                    if queue and key not in self.waiting]
-        actions += [functools.partial(self._inject, key) for key, queue in self.mail.injects.items()
-                    if queue and key not in self.waiting]
+        for deliver, mailbox in ((self._push_status, self.mail.pushes), (self._command, self.mail.commands),
+                                 (self._inject, self.mail.injects)):
+            actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
+                        if queue and key not in self.waiting]
         if self.mail.log and not self.recovery_steps:  # the driver recovers, then reads events again
             actions.append(self._poll)
         if self.recovery_steps:
@@ -220,6 +216,20 @@ class LocalJob:
         if self.recovery is not None:
             actions += self._snapshot_actions()
         return actions
+
+    def slow_down(self, key: ReplicaKey, weight: float) -> None:
+        """Make replica ``key`` slow but alive: whatever is on its way to it is delivered
+        ``weight`` times as often as another mailbox's (0 < weight < 1), as a busy actor's
+        queue drains; snapshot and rescale timeouts (in steps) may then run out."""
+        self.slow[key] = weight
+
+    def _choose(self, actions: list[Callable[[], None]]) -> Callable[[], None]:
+        """The next action: uniformly, or weighted by the slowness of the replica each delivers to."""
+        if not self.slow:
+            return self.rng.choice(actions)
+        weights = [self.slow.get(action.keywords["to"], 1.0) if isinstance(action, functools.partial) and "to" in
+                   action.keywords else 1.0 for action in actions]
+        return self.rng.choices(actions, weights)[0]
 
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
         """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of that incarnation,
@@ -231,7 +241,7 @@ class LocalJob:
         self.connected = True
         self._perform(self.progress.connect({key: core.subscriptions() for key, core in self.replicas.items()}))
 
-    def _deliver(self, link: tuple[ReplicaKey, ReplicaKey]) -> None:
+    def _deliver(self, link: tuple[ReplicaKey, ReplicaKey], to: ReplicaKey) -> None:
         incarnation, message = self.mail.links[link].popleft()
         key = link[1]
         if not self._current(key, incarnation):
@@ -249,25 +259,23 @@ class LocalJob:
         if self.progress is not None and incarnation == self.progress_incarnation:
             self._perform(self.progress.receive(call))
 
-    def _push_status(self, key: ReplicaKey) -> None:
-        incarnation, push = self.mail.pushes[key].popleft()
-        if self._current(key, incarnation):
-            self._guard(key, self.replicas[key].on_progress, *push)
+    def _push_status(self, to: ReplicaKey) -> None:
+        incarnation, push = self.mail.pushes[to].popleft()
+        if self._current(to, incarnation):
+            self._guard(to, self.replicas[to].on_progress, *push)
 
-    def _command(self, key: ReplicaKey) -> None:
-        command = self.mail.commands[key].popleft()
-        core = self.replicas[key]
-        if command[0] == "push":
-            self._guard(key, core.push_input, command[1], command[2], command[3])
-        elif command[0] == "advance":
-            self._guard(key, core.advance_input, command[1], command[2])
-        else:
-            self._guard(key, core.inject_marker, command[1])
+    def _command(self, to: ReplicaKey) -> None:
+        """The driver's next command for input replica ``to`` (see :data:`~raytide.testing.mailboxes.Command`)."""
+        kind, *args = self.mail.commands[to].popleft()
+        core = self.replicas[to]
+        methods: dict[str, Callable[..., None]] = {"push": core.push_input, "advance": core.advance_input,
+                                                   "marker": core.inject_marker}
+        self._guard(to, methods[kind], *args)
 
-    def _inject(self, key: ReplicaKey) -> None:
-        incarnation, marker = self.mail.injects[key].popleft()
-        if self._current(key, incarnation):
-            self._guard(key, self.replicas[key].inject_marker, marker)
+    def _inject(self, to: ReplicaKey) -> None:
+        incarnation, marker = self.mail.injects[to].popleft()
+        if self._current(to, incarnation):
+            self._guard(to, self.replicas[to].inject_marker, marker)
 
     def _guard(self, key: ReplicaKey, method: Callable[..., None], *args: Any) -> None:
         """Run a replica's event; a raytide error fails the job, as the actor's guard does."""
@@ -358,7 +366,7 @@ class LocalJob:
         return self.recovering.steps if self.recovering is not None else collections.deque()
 
     def replica_keys(self) -> list[ReplicaKey]:
-        return list(self._keys())
+        return self.plan.replica_keys()
 
     def roll_back_outputs(self) -> None:
         self.gate.rollback()
@@ -408,7 +416,7 @@ class LocalJob:
 
     def replay_inputs(self, point: RestorePoint) -> None:
         """Every input replica gets the driver's commands after its position in ``point``."""
-        for key in self._keys():
+        for key in self.replica_keys():
             vertex = next((name for name in self.plan.chain(key.chain).vertices if name in self.plan.inputs), None)
             if vertex is not None:
                 planned = self.planned[(vertex, key.replica)]
@@ -441,7 +449,7 @@ class LocalJob:
         point = restore_point(self.plan, store, snapshot_id)
         self.incarnation, self.started_from = 1, snapshot_id
         self.progress = None  # nothing runs before the restore: no progress core, every replica waits
-        self.waiting = set(self._keys())
+        self.waiting = set(self.replica_keys())
         self.delivered.update(point.delivered)
         self.gate.release(point.complete)
         self._recover(Recovering.from_point(self.plan.name, self.budget, point))
@@ -461,7 +469,7 @@ class LocalJob:
         """A coordinator whose ids follow every id used before (even of abandoned snapshots)."""
         assert self.recovery is not None
         first = max(self.recovery.store.next_id(), self.last_snapshot_id + 1)
-        core = CoordinatorCore(list(self._keys()), first, self.recovery.interval, self.recovery.timeout,
+        core = CoordinatorCore(list(self.replica_keys()), first, self.recovery.interval, self.recovery.timeout,
                                self.incarnation)
         core.last_end = self.result.steps
         return core
@@ -502,7 +510,12 @@ class LocalJob:
         incarnation, snapshot = self.mail.writes.pop(self.rng.randrange(len(self.mail.writes)))
         if not self._current(snapshot.key, incarnation):
             return
-        part = self.recovery.store.write_part(snapshot.snapshot_id, part_name(snapshot.key), snapshot.data)
+        try:
+            part = self.recovery.store.write_part(snapshot.snapshot_id, part_name(snapshot.key), snapshot.data)
+        except OSError as error:  # as the replica's writer thread does: the snapshot cannot complete
+            if self.coordinator is not None:
+                self.coordinator.write_failed(incarnation, snapshot.snapshot_id, repr(error), self.result.steps)
+            return
         self.mail.acks.append((incarnation, Acknowledgement(snapshot.key, snapshot.snapshot_id, incarnation, (part,),
                                                        snapshot.summary)))
 
@@ -523,7 +536,11 @@ class LocalJob:
             self.coordinator.held(commit.snapshot_id, self.result.steps)
             self._rescale(commit)
             return
-        complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
+        try:
+            complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
+        except OSError as error:  # as the coordinator actor does: this snapshot is lost, the job goes on
+            self.coordinator.fail(f"committing it failed: {error!r}", self.result.steps)
+            return
         self.coordinator.committed(commit.snapshot_id, self.result.steps)
         self.result.snapshots.append(commit.snapshot_id)
         for name, epoch, parts in self.gate.release(complete):  # the driver learns of the commit
@@ -549,7 +566,7 @@ class LocalJob:
         plan, and each replica of it adopts its pieces; the retired ones are dropped. A dead
         replica cannot hand over: its recovery comes first, then another cut."""
         assert self.flow is not None
-        if self.result.finished or self.dead & set(self._keys()):
+        if self.result.finished or self.dead & set(self.replica_keys()):
             return  # the recovery restores every replica, then the next cut is this rescale's
         widths = new_widths(self.plan, self.pending_rescale)
         self.pending_rescale = {}
@@ -558,13 +575,13 @@ class LocalJob:
         reports: dict[ReplicaKey, HeldReport] = dict(cut.summaries)  # type: ignore[arg-type]
         tables = new_tables(plan, old_widths, [report.tables for report in reports.values()])
         pieces: dict[ReplicaKey, list[Piece]] = {key: [] for key in plan.replica_keys()}
-        for key in self._keys():
+        for key in self.replica_keys():
             for new, piece in self.replicas[key].hand_over(plan, old_widths, tables).items():
                 pieces[new].append(piece if new == key else cloudpickle.loads(cloudpickle.dumps(piece)))
         point = cut_point(plan, reports)
-        retired = set(self._keys())
+        retired = set(self.replica_keys())
         self.plan = plan
-        retired -= set(self._keys())
+        retired -= set(self.replica_keys())
         for key in retired:
             self._forget(key)
         self.result.rescales.append((self.result.steps, widths, cut.snapshot_id))
@@ -581,5 +598,3 @@ class LocalJob:
         self.dead.discard(key)
         self.waiting.discard(key)
         self.mail.drop_replica(key)
-        for link in [link for link in self.mail.links if key in link]:
-            del self.mail.links[link]

@@ -55,10 +55,10 @@ class Mailboxes:
         self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]
 
     def drop_replica(self, key: ReplicaKey) -> None:
-        """Everything to or from replica ``key`` is lost (it died, or a rescale retired it)."""
-        for link, queue in self.links.items():
-            if key in link:
-                queue.clear()
+        """Replica ``key`` is gone for good (a rescale retired it): its mailboxes, and every
+        message to or from it, go."""
+        for link in [link for link in self.links if key in link]:
+            del self.links[link]
         for mailbox in (self.to_progress, self.pushes, self.commands, self.injects):
             mailbox.pop(key, None)
         self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]

@@ -4,12 +4,13 @@ of a run (:class:`LocalRun`)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey
 from raytide.snapshots.config import OutputCommit
-from raytide.snapshots.store import SnapshotStore
+from raytide.snapshots.store import Manifest, PartInfo, SnapshotStore
 
 #: Crash targets besides replicas.
 PROGRESS, COORDINATOR = "progress", "coordinator"
@@ -37,6 +38,29 @@ class LocalRecovery:
     max_restarts: int = 5
     detection: int = 5
     output_commit: OutputCommit = "epoch"
+
+
+class FlakyStore(SnapshotStore):
+    """A real store whose writes fail now and then (a full disk, an unreachable bucket): each
+    part written and each commit raises ``OSError`` with probability ``failure_rate``, as
+    ``random.Random(seed)`` draws. Reads never fail."""
+
+    def __init__(self, uri: str, failure_rate: float, seed: int) -> None:
+        super().__init__(uri)
+        self.failure_rate, self.rng, self.failures = failure_rate, random.Random(seed), 0
+
+    def write_part(self, snapshot_id: int, name: str, data: bytes) -> PartInfo:
+        self._maybe_fail(f"writing {name} of snapshot {snapshot_id}")
+        return super().write_part(snapshot_id, name, data)
+
+    def commit(self, snapshot_id: int, parts: list[PartInfo], metadata: dict[str, Any]) -> Manifest:
+        self._maybe_fail(f"committing snapshot {snapshot_id}")
+        return super().commit(snapshot_id, parts, metadata)
+
+    def _maybe_fail(self, what: str) -> None:
+        if self.rng.random() < self.failure_rate:
+            self.failures += 1
+            raise OSError(f"injected store failure: {what}")
 
 
 @dataclass(frozen=True)
