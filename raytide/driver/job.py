@@ -38,6 +38,7 @@ from raytide.errors import (
     ActorLost,
     ArgumentError,
     GraphError,
+    InternalError,
     JobCancelled,
     JobTimeout,
     RaytideError,
@@ -343,6 +344,7 @@ class Job:
         recovery = self._require_recovery("restore=")
         point = restore_point(self.plan, recovery.store, snapshot_id)
         self._delivered_before = point.delivered
+        self.outputs.resume_after(point.delivered)
         self.outputs.release(point.complete)  # what it holds complete is final: it is never computed again
         recovery.start_from(self, point)
 
@@ -536,9 +538,12 @@ class Job:
     @contextlib.contextmanager
     def _cancelled_on_interrupt(self) -> Iterator[None]:
         """Ctrl-C (KeyboardInterrupt) while the driver waits tears the job down, then goes on up:
-        a notebook's interrupted cell leaves no actors running."""
+        a notebook's interrupted cell leaves no actors running. A broken guarantee
+        (:class:`InternalError`) fails the job."""
         try:
             yield
+        except InternalError as error:
+            self._fail(error)
         except KeyboardInterrupt:
             self._cancel("Ctrl-C (KeyboardInterrupt) while the driver waited for it")
             raise

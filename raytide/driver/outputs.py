@@ -18,6 +18,7 @@ from typing import Any
 import ray
 
 from raytide.engine.output_gate import OutputGate
+from raytide.errors import InternalError
 from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished
 from raytide.physical.wire import pack_records, unpack_records
 from raytide.snapshots.config import OutputCommit
@@ -36,6 +37,10 @@ class OutputCollector:
 
     A completed epoch is shown once its :class:`~raytide.engine.output_gate.OutputGate`
     lets it pass: at once, or (``commit="snapshot"``) once a committed snapshot holds it.
+    An epoch is shown at most once, in order: an epoch at or before the last one shown (or
+    one an earlier run, restored from, had handed over: :meth:`resume_after`) is a broken
+    exactly-once promise, raised as :class:`~raytide.errors.InternalError`, never
+    overwritten in silence.
     """
 
     def __init__(self, progress: Any, outputs: list[str], commit: OutputCommit = "epoch") -> None:
@@ -43,6 +48,7 @@ class OutputCollector:
         self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}  # in epoch order, as they complete
         self.fetched: dict[str, dict[int, list]] = {name: {} for name in outputs}
         self.completed: dict[str, int | None] = dict.fromkeys(outputs)  # the last epoch shown
+        self.handed_before: dict[str, int] = dict.fromkeys(outputs, -1)  # by a run restored from
         self.gate = OutputGate(outputs, commit)
         self.cursor = 0
         self.finished = False
@@ -83,7 +89,19 @@ class OutputCollector:
         for name, epoch, parts in released:
             self._show(name, epoch, parts)
 
+    def resume_after(self, delivered: Mapping[str, int]) -> None:
+        """This job continues a run that had handed over, per output, the epochs up to
+        ``delivered``: those must not be shown again."""
+        for name, epoch in delivered.items():
+            if name in self.handed_before:
+                self.handed_before[name] = max(self.handed_before[name], epoch)
+
     def _show(self, name: str, epoch: int, parts: list) -> None:
+        last = max(self.handed_before[name], -1 if self.completed[name] is None else self.completed[name])
+        if epoch <= last:
+            raise InternalError(f"output {name!r} epoch {epoch} was completed again after epoch {last} had been "
+                                f"handed over: it would be delivered twice (or out of order); the job is failed "
+                                f"rather than give output that may be wrong")
         self.parts[name][epoch] = parts
         self.completed[name] = epoch
 
