@@ -31,7 +31,7 @@ from raytide.core.arguments import non_negative, positive_int
 from raytide.core.dataflow import Dataflow, Probe
 from raytide.driver.inputs import InputFeeds
 from raytide.driver.outputs import POLL_SLACK, Liveness, OutputCollector
-from raytide.driver.pool import HostLease, host_pool
+from raytide.driver.pool import HostLease, cluster_cpus, host_pool
 from raytide.driver.recovery import COORDINATOR, RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import rescale
 from raytide.errors import (
@@ -51,6 +51,7 @@ from raytide.physical.protocol import Marker, ReplicaKey
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.reshard import reshard_snapshot
+from raytide.rescale.widths import check_widths, new_widths
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.recovery import RestorePoint, restore_point
 from raytide.snapshots.replica_state import HeldReport
@@ -87,6 +88,7 @@ def run(
     recovery: Recovery | None = None,
     restore: int | str | None = None,
     autoscale: Autoscale | None = None,
+    oversubscribe: bool = False,
 ) -> Job:
     """Start ``flow`` on the current Ray cluster (a local one if none is running).
 
@@ -123,12 +125,16 @@ def run(
         autoscale: with ``recovery``, an autoscaler actor that rescales the job's vertices
             while it runs, towards a goal (see :class:`~raytide.Autoscale`); the driver
             makes its changes while it waits on the job (``wait``, ``results``, ``collect``).
+        oversubscribe: allow a vertex more replicas than the cluster can place
+            (:func:`~raytide.rescale.widths.width_limit`: its CPUs over ``num_cpus``, or 4 per
+            CPU when replicas reserve none).
 
     Raises:
         GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
         ArgumentError: a count that is not a positive integer (``parallelism``,
             ``max_inflight``, ``batch_size``), a negative ``num_cpus``, ``pretouch_mb`` out
-            of range (an ArgumentError is a ValueError too).
+            of range, a vertex wider than its key groups or (without ``oversubscribe``) than
+            the cluster can place (an ArgumentError is a ValueError too).
     """
     check_pretouch(pretouch_mb)
     max_inflight = positive_int(max_inflight, "max_inflight")
@@ -151,6 +157,7 @@ def run(
     sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
+    check_widths(plan, {name: plan.width(name) for name in plan.vertices}, cluster_cpus(), num_cpus, oversubscribe)
     restore_id = None
     if restore is not None:  # laid out for this job's parallelism first, if need be (a new snapshot)
         assert recovery is not None
@@ -775,7 +782,7 @@ class Job:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""
         return {name: self.plan.width(name) for name in self.plan.vertices}
 
-    def rescale(self, widths: dict[str, int], timeout: float = 120.0) -> dict[str, Any]:
+    def rescale(self, widths: dict[str, int], timeout: float = 120.0, oversubscribe: bool = False) -> dict[str, Any]:
         """Change the parallelism of vertices of the running job (``{vertex_name: n}``) and
         return once the new configuration runs: what the rescale did and how long each step
         took (also in ``job.stats()["rescales"]``).
@@ -788,9 +795,12 @@ class Job:
         behind it) is rescaled with it. Needs a job started with ``recovery=``: its
         coordinator takes the cut, and a death during a rescale is recovered from its snapshots.
 
+        ``oversubscribe``: as in :func:`run`, allow more replicas than the cluster can place.
+
         Raises:
-            ArgumentError: the job was started without ``recovery``, or a width is not a
-                positive integer.
+            ArgumentError: the job was started without ``recovery``, a width is not a
+                positive integer, or is more than a keyed vertex's key groups or (without
+                ``oversubscribe``) than the cluster can place.
             GraphError: a vertex the job does not have.
             RescaleError: an input's width would change, two vertices that must keep one
                 width were given different ones, a vertex whose width changes keeps state it
@@ -798,6 +808,7 @@ class Job:
             SnapshotError: no cut was complete within ``timeout`` seconds.
         """
         recovery = self._require_recovery("job.rescale()")
+        check_widths(self.plan, new_widths(self.plan, widths), cluster_cpus(), self.num_cpus, oversubscribe)
         self._raise_if_failed()
         if self.outputs.finished or self._torn_down:
             raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")

@@ -51,6 +51,12 @@ def _remote_class(kind: HostKind) -> Any:
     return _CLASSES[kind]
 
 
+def cluster_cpus() -> float:
+    """The CPUs of the Ray cluster the driver is connected to (what widths are checked against,
+    :func:`~raytide.rescale.widths.check_widths`)."""
+    return float(ray.cluster_resources().get("CPU", 0.0))
+
+
 @dataclass
 class HostLease:
     """A host leased to a job: its handle bound to the lease, the raw handle and the process id."""
