@@ -206,6 +206,9 @@ class Job:
         #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
         self.replica_readers: dict[str, list[Reader[Any]]] = {}
         self._rescaling = False
+        #: Held by a rescale throughout and by every pump: a rescale from another thread waits
+        #: for the one under way, and no thread takes events while a rescale changes the job.
+        self._driving = threading.RLock()
         self._start(num_cpus, pretouch_mb, restoring)
         self._autoscaler: Any = None
         if autoscale is not None:
@@ -486,8 +489,13 @@ class Job:
     def _pump(self, timeout: float) -> None:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
 
-        In a job with recovery, a death starts a recovery instead of failing the job.
+        In a job with recovery, a death starts a recovery instead of failing the job. Not
+        while another thread rescales the job (it waits for the rescale to end).
         """
+        with self._driving:
+            self._pump_now(timeout)
+
+    def _pump_now(self, timeout: float) -> None:
         self._raise_if_failed()
         with self._cancelled_on_interrupt():
             try:
@@ -796,6 +804,8 @@ class Job:
         coordinator takes the cut, and a death during a rescale is recovered from its snapshots.
 
         ``oversubscribe``: as in :func:`run`, allow more replicas than the cluster can place.
+        Rescales from several threads are made one after the other (each checked against
+        the widths the one before left); meanwhile no other thread takes the job's events.
 
         Raises:
             ArgumentError: the job was started without ``recovery``, a width is not a
@@ -804,19 +814,24 @@ class Job:
             GraphError: a vertex the job does not have.
             RescaleError: an input's width would change, two vertices that must keep one
                 width were given different ones, a vertex whose width changes keeps state it
-                cannot split by key, or the job has finished.
+                cannot split by key, the job has finished, or another thread's rescale did
+                not end within ``timeout``.
             SnapshotError: no cut was complete within ``timeout`` seconds.
         """
         recovery = self._require_recovery("job.rescale()")
-        check_widths(self.plan, new_widths(self.plan, widths), cluster_cpus(), self.num_cpus, oversubscribe)
-        self._raise_if_failed()
-        if self.outputs.finished or self._torn_down:
-            raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
-        self._rescaling = True
+        if not self._driving.acquire(timeout=timeout):
+            raise RescaleError(f"job {self.name!r}: the rescale to {widths} waited {timeout:g} s for another thread's "
+                               f"rescale (or recovery) of the job to end, and was not made")
         try:
+            check_widths(self.plan, new_widths(self.plan, widths), cluster_cpus(), self.num_cpus, oversubscribe)
+            self._raise_if_failed()
+            if self.outputs.finished or self._torn_down:
+                raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
+            self._rescaling = True
             return rescale(recovery, self, widths, timeout)
         finally:
             self._rescaling = False
+            self._driving.release()
 
     def hold_at_cut(self, deadline: float) -> tuple[int, dict[ReplicaKey, HeldReport]]:
         """A rescale's cut: every replica holds its state at a marker the coordinator injects

@@ -1,15 +1,22 @@
 """Exactly-once where it can break, on a real Ray (issue 32): an epoch handed over twice is
-an internal error, not a silent overwrite."""
+an internal error, not a silent overwrite; rescales from two threads at once are made one
+after the other."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import ray
 
 import raytide as rt
-from raytide.errors import InternalError
+from raytide.errors import InternalError, RescaleError
+from tests.delivery import assert_exactly_once, read_outputs
+from tests.ray.test_recovery import keyed_numbers, running_sum, running_sums
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
 
@@ -43,3 +50,53 @@ def test_an_epoch_completed_again_after_it_was_handed_over_fails_the_job(ray_ses
         job.close("numbers")
         with pytest.raises(InternalError, match=r"output 'out' epoch 1 was completed again after epoch 2"):
             job.wait(timeout=60)
+
+
+def paced(epochs: list[list[Any]], gates: dict[int, threading.Event], pace: float = 0.03) -> Iterator[list[Any]]:
+    """The epochs of an input, one every ``pace`` seconds; before each epoch of ``gates`` the
+    feed waits until its event is set."""
+    for epoch, records in enumerate(epochs):
+        if epoch in gates:
+            assert gates[epoch].wait(200), f"the feed waited for epoch {epoch}'s gate in vain"
+        time.sleep(pace)
+        yield records
+
+
+@pytest.mark.timeout(300)
+def test_two_rescales_from_two_threads_are_made_one_after_the_other_and_nothing_breaks(ray_session, tmp_path):
+    """Issue 32's trial: ``rescale({"total": 1})`` and ``rescale({"total": 2})`` at once, from
+    two threads, twice; each is made (one waits for the other) or refused with a
+    RescaleError, and the running sums are exactly the plain-Python ones. (With the lock
+    planted out, a caller got a bare KeyError of a ReplicaKey, or the job failed with a
+    ProgressError.)"""
+    flow = rt.Dataflow("two-threads")
+    flow.input("numbers").stateful_map(lambda r: r[0], running_sum, name="total").output("out")
+    records = keyed_numbers(40)
+    outcomes: list[Any] = []
+    rounds = {15: threading.Event(), 30: threading.Event()}  # the feed goes on during a round, up to its gate
+
+    def rescale(job: rt.Job, width: int, ready: threading.Barrier) -> None:
+        ready.wait(30)
+        try:
+            outcomes.append(job.rescale({"total": width}, timeout=120)["after"])
+        except RescaleError as error:
+            outcomes.append(error)
+        except Exception as error:  # anything else is the corruption this test looks for
+            outcomes.append(("broke", repr(error)))
+
+    with rt.run(flow, {"numbers": paced(records, rounds)}, parallelism=1,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.2)) as job:
+        for gate, done in rounds.items():
+            wait_for_epoch(job, "out", gate - 10)
+            ready = threading.Barrier(2)
+            threads = [threading.Thread(target=rescale, args=(job, width, ready)) for width in (1, 2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(150)
+            done.set()
+        out = read_outputs(job, ["out"])
+        width = job.parallelism()["total"]
+    assert not [o for o in outcomes if isinstance(o, tuple)], outcomes
+    assert len(outcomes) == 4 and width in (1, 2), (outcomes, width)
+    assert_exactly_once({"out": {e: Counter(r) for e, r in running_sums(records).items()}}, out)
