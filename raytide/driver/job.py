@@ -361,7 +361,8 @@ class Job:
     def skip_inputs(self, point: RestorePoint) -> None:
         """Skip, per input replica, the calls ``point`` had consumed (see :meth:`InputFeeds.skip`)."""
         self.inputs.skip({(vertex, key.replica): position for key, per_vertex in point.positions.items()
-                          for vertex, position in per_vertex.items()})
+                          for vertex, position in per_vertex.items()},
+                         {name: point.input_epoch(name) for name in self.plan.inputs})
 
     def _host_name(self, key: Hashable) -> str:
         """``job/chain/replica`` or ``job/progress``: how a host is named in Ray's log prefixes."""
