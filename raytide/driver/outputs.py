@@ -2,8 +2,8 @@
 liveness of the actors it watches.
 
 * :class:`OutputCollector` takes the progress actor's job events with a long poll
-  (``next_events``), keeps each completed output epoch's record parts, fetches and
-  unpacks records when asked (large parts stay in the object store until then), and
+  (``next_events``), keeps each completed output epoch's record parts, fetches the
+  large ones (object refs) as soon as it is handed them, unpacks records when asked, and
   forgets an epoch once it is consumed (``job.results``).
 * :class:`Liveness` keeps one pending ``watch`` call per actor, which fails when the actor
   dies, and reports the first one that did.
@@ -30,10 +30,17 @@ POLL_SLACK = 30.0
 class OutputCollector:
     """Completed output epochs as the progress actor reports them, held until they are taken.
 
-    An epoch is held in one form at a time: the record parts the sinks shipped (inline
-    blobs or object refs) until its records are asked for, then its records, the parts
-    dropped, so that the driver never holds both. An epoch :meth:`take` returned is
-    forgotten: a job that runs for weeks holds on the driver only what was not consumed.
+    An epoch of inline parts is held in one form at a time: the blobs the sinks shipped
+    until its records are asked for, then its records, the blobs dropped, so that the
+    driver never holds both. An epoch with large parts (object refs, owned by the output
+    replica that put them) is fetched when it is shown: its records are read-only views of
+    the object store, not copies, and they outlive the replica (whose death would make the
+    refs unreadable: Ray's ``OwnerDiedError``); its refs are kept beside them for
+    :meth:`packed`. A part that is already lost when it is fetched (its replica died since
+    the epoch completed) is not shown, nor is any later epoch of its output: the recovery
+    that the death starts computes them again, since the driver was not handed them. An
+    epoch :meth:`take` returned is forgotten: a job that runs for weeks holds on the driver
+    only what was not consumed.
 
     A completed epoch is shown once its :class:`~raytide.engine.output_gate.OutputGate`
     lets it pass: at once, or (``commit="snapshot"``) once a committed snapshot holds it.
@@ -47,6 +54,8 @@ class OutputCollector:
         self.progress = progress
         self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}  # in epoch order, as they complete
         self.fetched: dict[str, dict[int, list]] = {name: {} for name in outputs}
+        self.refs: dict[str, dict[int, list]] = {name: {} for name in outputs}  # a fetched epoch's large parts
+        self.lost_from: dict[str, int] = {}  # per output, the first epoch whose parts were lost (until a recovery)
         self.completed: dict[str, int | None] = dict.fromkeys(outputs)  # the last epoch shown
         self.handed_before: dict[str, int] = dict.fromkeys(outputs, -1)  # by a run restored from
         self.gate = OutputGate(outputs, commit)
@@ -84,6 +93,7 @@ class OutputCollector:
     def rollback(self) -> None:
         """A recovery: forget the completed epochs not shown yet (the restored job computes them again)."""
         self.gate.rollback()
+        self.lost_from.clear()
 
     def _show_all(self, released: list[tuple[str, int, list]]) -> None:
         for name, epoch, parts in released:
@@ -102,7 +112,17 @@ class OutputCollector:
             raise InternalError(f"output {name!r} epoch {epoch} was completed again after epoch {last} had been "
                                 f"handed over: it would be delivered twice (or out of order); the job is failed "
                                 f"rather than give output that may be wrong")
-        self.parts[name][epoch] = parts
+        if name in self.lost_from:
+            return
+        if not any(isinstance(part, ray.ObjectRef) for part in parts):
+            self.parts[name][epoch] = parts
+        else:
+            try:
+                self.fetched[name][epoch] = fetch_records(parts)
+            except ray.exceptions.ObjectLostError:  # its replica died: not handed over, so computed again
+                self.lost_from[name] = epoch
+                return
+            self.refs[name][epoch] = parts
         self.completed[name] = epoch
 
     def epochs(self, name: str) -> list[int]:
@@ -125,6 +145,7 @@ class OutputCollector:
         """The records of a completed epoch, forgotten here: the caller consumes them."""
         records = self.records(name, epoch)
         del self.fetched[name][epoch]
+        self.refs[name].pop(epoch, None)
         return records
 
     def keep_locally(self) -> list[tuple[str, int]]:
@@ -143,7 +164,7 @@ class OutputCollector:
         """Record parts per completed epoch not taken yet: as the sinks shipped them, or
         re-packed from the driver's copy of the records once fetched (every epoch when
         ``kept``: after teardown, the object store no longer holds the parts)."""
-        parts = {} if kept else self.parts[name]
+        parts = {} if kept else {**self.refs[name], **self.parts[name]}
         return {epoch: parts[epoch] if epoch in parts else [pack_records(self.records(name, epoch))]
                 for epoch in self.epochs(name)}
 

@@ -4,12 +4,15 @@ after the other."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 import ray
 
@@ -148,3 +151,37 @@ def test_a_feed_that_replays_part_of_the_savepoint_then_moves_on_is_refused_sayi
                                                    r"\d+ commands, up to epoch 4; this feed replayed only \d+ of them "
                                                    r"before moving on to epoch 6: .* push only epochs after 4"):
             job.push("numbers", records[6], 6)
+
+
+def large(record: int) -> tuple[int, np.ndarray]:
+    """A 160 KB output record: each epoch's output part goes to the object store."""
+    return record, np.full(20_000, record, dtype=np.float64)
+
+
+def test_large_outputs_of_completed_epochs_outlive_the_output_replicas(ray_session, tmp_path):
+    """Issue 32's trial: output parts over 64 KiB go to the object store; six epochs complete
+    and are handed to the driver (as refs, not fetched), every output replica is SIGKILLed,
+    the job recovers without computing them again, and every epoch reads back whole (they
+    used to be owned by the dead replica: Ray's OwnerDiedError)."""
+    flow = rt.Dataflow("large-outputs")
+    flow.input("numbers").map(large, name="big").output("out")
+    with rt.run(flow, parallelism=2, recovery=rt.Recovery(str(tmp_path / "store"), interval=None)) as job:
+        for epoch in range(6):
+            job.push("numbers", [epoch * 10, epoch * 10 + 1], epoch)
+        job.advance("numbers", 6)
+        deadline = time.monotonic() + 60
+        while len(job.output_parts("out")) < 6:  # handed over as object refs, not fetched
+            assert time.monotonic() < deadline, "six epochs did not complete within 60 s"
+            time.sleep(0.05)
+        for key in [key for key in job.actors if "out" in key.chain]:
+            os.kill(job.hosts()[f"{job.name}/{key.chain}/{key.replica}"], signal.SIGKILL)
+        job.push("numbers", [60], 6)
+        job.close("numbers")
+        job.wait(timeout=60)  # the recovery, then the end: nothing fetched yet
+        got = read_outputs(job, ["out"], timeout=60)["out"]
+        assert job.stats()["recoveries"]["count"] >= 1
+    assert [epoch for epoch, _ in got] == list(range(7))
+    for epoch, records in got:
+        expected = [epoch * 10, epoch * 10 + 1] if epoch < 6 else [60]
+        assert sorted(n for n, _ in records) == expected
+        assert all(array.shape == (20_000,) and (array == n).all() for n, array in records)
