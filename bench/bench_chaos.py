@@ -5,13 +5,17 @@ word count of the sim scenarios (``stateful_map`` across epochs), the halving lo
 notified vertex inside it, and a join; 30 epochs fed from the driver at a pace. At a
 random moment once at least two snapshots are committed, it kills a random one of the
 job's actors -- a replica, the progress actor or the snapshot coordinator -- by SIGKILL
-of its process (half the time) or ``ray.kill``, and compares the job's output with the
-failure-free reference. It reports how many trials gave exactly that output (the bar:
-all of them) and, per trial, the time from the kill to the end of the recovery.
+of its process (half the time) or ``ray.kill``. The trials alternate between the two
+output-commit modes (``"epoch"``, ``"snapshot"``). Each output is read through
+``job.results`` and counted against the failure-free reference
+(:func:`tests.delivery.count_outputs`): records lost, duplicated, unexpected, epochs out
+of order. It reports how many trials were exact (the bar: all of them), those counts
+summed over the trials, and, per trial, the time from the kill to the end of the recovery.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import signal
@@ -19,18 +23,20 @@ import statistics
 import tempfile
 import threading
 import time
-from collections import Counter
 from typing import Any
 
 import ray
 
 import raytide as rt
 from bench.harness import ensure_ray
+from tests.delivery import Delivery, count_outputs, read_outputs
 from tests.sim.scenarios import SCENARIOS
 
 PARAMS = {"trials": 100, "seed": 0}
 REPEAT = 1  # one run of ``trials`` trials
 JOBS = ("keyed", "loop", "join")
+COMMITS = ("epoch", "snapshot")
+DELIVERY_FIELDS = tuple(field.name for field in dataclasses.fields(Delivery))
 EPOCHS = 30
 PACE = 0.02
 
@@ -38,11 +44,12 @@ PACE = 0.02
 def trial(number: int, rng: random.Random, root: str) -> dict[str, Any]:
     """One trial; what was killed, whether the output was exact, the recovery time."""
     name = JOBS[number % len(JOBS)]
+    commit = COMMITS[number // len(JOBS) % len(COMMITS)]
     scenario = SCENARIOS[name](random.Random(number), epochs=EPOCHS)
     holder: list[rt.Job] = []
     started = threading.Event()
     kill_after = rng.uniform(0.0, 0.5)
-    outcome: dict[str, Any] = {"job": name}
+    outcome: dict[str, Any] = {"job": name, "commit": commit}
 
     def kill(job: rt.Job) -> None:
         hosts = job.hosts()
@@ -71,17 +78,17 @@ def trial(number: int, rng: random.Random, root: str) -> dict[str, Any]:
 
     first = sorted(scenario.inputs)[0]
     inputs = {input_name: feed(epochs, input_name == first) for input_name, epochs in scenario.inputs.items()}
-    recovery = rt.Recovery(f"{root}/{number}", interval=0.1)
+    recovery = rt.Recovery(f"{root}/{number}", interval=0.1, output_commit=commit)
     try:
         with rt.run(scenario.flow, inputs=inputs, parallelism=2, recovery=recovery) as job:
             holder.append(job)
             started.set()
-            job.wait(timeout=300)
-            got = {output: {e: Counter(r) for e, r in job.collect(output).items() if r} for output in scenario.expected}
+            got = read_outputs(job, sorted(scenario.expected), timeout=300)
             records = job.stats()["recoveries"]["recoveries"]
     except rt.RaytideError as error:
         return {**outcome, "exact": False, "error": repr(error)}
-    outcome["exact"] = got == scenario.expected
+    counts = sum(count_outputs(scenario.expected, got).values(), Delivery())
+    outcome.update(exact=counts.exact, **dataclasses.asdict(counts))
     outcome["recoveries"] = len(records)
     if records and "killed_at" in outcome:
         outcome["recovery_s"] = records[-1]["finished_at"] - outcome["killed_at"]
@@ -98,7 +105,8 @@ def measure(trials: int, seed: int) -> dict[str, float]:
             outcomes.append(outcome)
             print(f"  trial {number + 1}/{trials}: {outcome}", flush=True)
     times = [o["recovery_s"] for o in outcomes if "recovery_s" in o]
-    return {"trials": float(trials), "exact": float(sum(o["exact"] for o in outcomes)),
+    counted = {field: float(sum(o.get(field, 0) for o in outcomes)) for field in DELIVERY_FIELDS}
+    return {"trials": float(trials), "exact": float(sum(o["exact"] for o in outcomes)), **counted,
             "recovered": float(len(times)),
             "recovery_p50_s": statistics.median(times) if times else float("nan"),
             "recovery_max_s": max(times) if times else float("nan")}

@@ -23,6 +23,12 @@ class ProgressError(RaytideError):
     """A progress-tracking invariant was violated (for example a send into the past)."""
 
 
+class InternalError(RaytideError):
+    """raytide broke one of its own guarantees (an output epoch handed over twice, say): a
+    bug in raytide, not in the dataflow or its inputs. The job fails at once rather than
+    go on with output that may be wrong; the message names what broke, and where."""
+
+
 class SnapshotError(RaytideError):
     """A snapshot could not be taken, committed or restored: a barrier broke the protocol, or a
     snapshot could not be written, read or verified (the message names the snapshot and part)."""

@@ -12,6 +12,13 @@ In a job with recovery the driver also keeps, per input replica, every call it m
 (:class:`CallLog`) until committed snapshots cover it: a recovery rewinds each input
 replica to the position its snapshot recorded (how many pushes and advances it had
 consumed) and sends the rest again. Every call carries the job's incarnation.
+
+A job restored from an earlier run's snapshot (``restore=``) knows, per input replica,
+how many commands the snapshot had consumed and the epoch the input was at (:class:`Resume`):
+calls at or before that epoch are replays of what it consumed and are not sent again (an
+input fed again from its start), and a call past it is new data (an input continued where
+the snapshot left it). A feed that replays part of what was consumed and then moves past
+the epoch is refused with a RecoveryError that says what to push: never a silent drop.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import itertools
 import operator
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -77,6 +85,44 @@ class CallLog:
         return [(method, args) for _, method, args in itertools.islice(self.calls, first, None)]
 
 
+@dataclass
+class Resume:
+    """Where the restored snapshot left one input replica: ``consumed`` commands, the input
+    at ``epoch`` (None: closed); ``left`` of the consumed commands not replayed yet."""
+
+    name: str
+    replica: int
+    consumed: int
+    epoch: int | None
+    left: int
+
+    def replayed(self, at: int | None, weight: int) -> bool:
+        """Whether a call of ``weight`` commands at epoch ``at`` (an advance's target, None
+        to close) replays what the snapshot consumed, so it is not sent again.
+
+        Raises:
+            RecoveryError: a replay that ends inside a call, or one cut short by a call past
+                the restored epoch (the message says what to push).
+        """
+        if not self.left:
+            return False
+        if self.epoch is None or (at is not None and at <= self.epoch):
+            if weight > self.left:
+                raise RecoveryError(f"input {self.name!r} replica {self.replica}: the restored snapshot had consumed "
+                                    f"{self.left} more commands, which end inside a call of {weight}: feed the input as "
+                                    f"the earlier run did (the same batches, batch_size and parallelism)")
+            self.left -= weight
+            return True
+        if self.left < self.consumed:
+            raise RecoveryError(f"input {self.name!r} replica {self.replica}: the restored snapshot had consumed "
+                                f"{self.consumed} commands, up to epoch {self.epoch}; this feed replayed only "
+                                f"{self.consumed - self.left} of them before moving on to epoch {at}: either feed the "
+                                f"input again from its start as the earlier run did, or push only epochs after "
+                                f"{self.epoch} (a call at epoch {self.epoch} or before counts as a replay)")
+        self.left = 0  # nothing replayed: the input continues where the snapshot left it
+        return False
+
+
 class InputFeeds:
     """Epochs, locks, turns and windows of every input of one job."""
 
@@ -92,7 +138,7 @@ class InputFeeds:
         self.turns = dict.fromkeys(replicas, 0)
         self.windows: dict[Any, collections.deque] = collections.defaultdict(collections.deque)
         self.incarnation = 0
-        self.skips: dict[tuple[str, int], int] = {}
+        self.resumes: dict[tuple[str, int], Resume] = {}
         #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
         self.readers: dict[str, list[Reader[Any]]] = {}
         self.logs = {(name, index): CallLog() for name, handles in replicas.items()
@@ -197,24 +243,20 @@ class InputFeeds:
         self.turns[name] = (index + 1) % len(self.replicas[name])
         return index
 
-    def skip(self, positions: dict[tuple[str, int], int]) -> None:
-        """Drop the first ``positions[(input, replica)]`` commands sent to each input replica: a
-        job restored from a snapshot of an earlier run, fed the same inputs, continues where
-        the snapshot left them."""
+    def skip(self, positions: dict[tuple[str, int], int], epochs: dict[str, int | None]) -> None:
+        """A job restored from a snapshot of an earlier run: each input replica had consumed
+        ``positions[(input, replica)]`` commands, the input at ``epochs[input]`` (see
+        :class:`Resume`: what is fed at or before that epoch replays them, what is fed past
+        it is new)."""
         assert self.logs is not None
         for (name, index), position in positions.items():
-            self.skips[(name, index)] = position
+            self.resumes[(name, index)] = Resume(name, index, position, epochs.get(name), position)
             self.logs[(name, index)].base = position
 
     def _submit(self, name: str, index: int, method: str, *args: Any, weight: int = 1) -> None:
         """Call ``method`` on replica ``index`` of input ``name`` once its window has room (and log it)."""
-        left = self.skips.get((name, index), 0)
-        if left and weight:
-            if weight > left:
-                raise RecoveryError(f"input {name!r} replica {index}: the restored snapshot had consumed {left} more "
-                                    f"commands, which end inside a call of {weight}: feed the input as the earlier "
-                                    f"run did (the same batches, batch_size and parallelism)")
-            self.skips[(name, index)] = left - weight
+        resume = self.resumes.get((name, index))
+        if resume is not None and weight and resume.replayed(args[-1], weight):  # a counted call's epoch comes last
             return
         if self.logs is not None and weight:
             self.logs[(name, index)].append(weight, method, args)

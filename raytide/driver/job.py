@@ -32,12 +32,14 @@ from raytide.core.dataflow import Probe
 from raytide.driver.inputs import InputFeeds
 from raytide.driver.outputs import POLL_SLACK, OutputCollector
 from raytide.driver.placement import COORDINATOR, PROGRESS, SETUP_TIMEOUT, HostSettings, JobPlacement
+from raytide.driver.pool import cluster_cpus
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision, rescale
 from raytide.errors import (
     ActorLost,
     ArgumentError,
     GraphError,
+    InternalError,
     JobCancelled,
     JobTimeout,
     RaytideError,
@@ -48,6 +50,7 @@ from raytide.errors import (
 from raytide.physical.plan import PhysicalPlan
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.rescale.widths import check_widths, new_widths
 from raytide.sources.base import BlockRefs, Reader
 from raytide.sources.base import Placement as SourcePlacement
 from raytide.sources.iterable import as_source
@@ -81,6 +84,9 @@ class Job:
         self._torn_down = False
         self._feeders: list[threading.Thread] = []
         self._rescaling = False
+        #: Held by a rescale throughout and by every pump: a rescale from another thread waits
+        #: for the one under way, and no thread takes events while a rescale changes the job.
+        self._driving = threading.RLock()
         self._autoscaler: Any = None
         recovery = settings.recovery
         #: Longest wait for events between two liveness checks (shorter with recovery: a
@@ -228,8 +234,13 @@ class Job:
     def _pump(self, timeout: float) -> None:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
 
-        In a job with recovery, a death starts a recovery instead of failing the job.
+        In a job with recovery, a death starts a recovery instead of failing the job. Not
+        while another thread rescales the job (it waits for the rescale to end).
         """
+        with self._driving:
+            self._pump_now(timeout)
+
+    def _pump_now(self, timeout: float) -> None:
         self._raise_if_failed()
         with self._cancelled_on_interrupt():
             try:
@@ -287,9 +298,12 @@ class Job:
     @contextlib.contextmanager
     def _cancelled_on_interrupt(self) -> Iterator[None]:
         """Ctrl-C (KeyboardInterrupt) while the driver waits tears the job down, then goes on up:
-        a notebook's interrupted cell leaves no actors running."""
+        a notebook's interrupted cell leaves no actors running. A broken guarantee
+        (:class:`InternalError`) fails the job."""
         try:
             yield
+        except InternalError as error:
+            self._fail(error)
         except KeyboardInterrupt:
             self._cancel("Ctrl-C (KeyboardInterrupt) while the driver waited for it")
             raise
@@ -488,7 +502,7 @@ class Job:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""
         return {name: self.plan.width(name) for name in self.plan.vertices}
 
-    def rescale(self, widths: dict[str, int], timeout: float = 120.0) -> dict[str, Any]:
+    def rescale(self, widths: dict[str, int], timeout: float = 120.0, oversubscribe: bool = False) -> dict[str, Any]:
         """Change the parallelism of vertices of the running job (``{vertex_name: n}``) and
         return once the new configuration runs: what the rescale did and how long each step
         took (also in ``job.stats()["rescales"]``).
@@ -501,25 +515,38 @@ class Job:
         behind it) is rescaled with it. Needs a job started with ``recovery=``: its
         coordinator takes the cut, and a death during a rescale is recovered from its snapshots.
 
+        ``oversubscribe``: as in :func:`~raytide.driver.run.run`, allow more replicas than the
+        cluster can place. Rescales from several threads are made one after the other (each
+        checked against the widths the one before left); meanwhile no other thread takes the
+        job's events.
+
         Raises:
-            ArgumentError: the job was started without ``recovery``, or a width is not a
-                positive integer.
+            ArgumentError: the job was started without ``recovery``, a width is not a
+                positive integer, or is more than a keyed vertex's key groups or (without
+                ``oversubscribe``) than the cluster can place.
             GraphError: a vertex the job does not have.
             RescaleError: an input's width would change, two vertices that must keep one
                 width were given different ones, a vertex whose width changes keeps state it
-                cannot split by key, or the job has finished.
+                cannot split by key, the job has finished, or another thread's rescale did
+                not end within ``timeout``.
             SnapshotError: no cut was complete within ``timeout`` seconds.
         """
         recovery = self._require_recovery("job.rescale()")
-        self._raise_if_failed()
-        if self._outputs.finished or self._torn_down:
-            raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
-        self._rescaling = True
+        if not self._driving.acquire(timeout=timeout):
+            raise RescaleError(f"job {self.name!r}: the rescale to {widths} waited {timeout:g} s for another thread's "
+                               f"rescale (or recovery) of the job to end, and was not made")
         try:
+            check_widths(self.plan, new_widths(self.plan, widths), cluster_cpus(), self.placement.settings.num_cpus,
+                         oversubscribe)
+            self._raise_if_failed()
+            if self._outputs.finished or self._torn_down:
+                raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
+            self._rescaling = True
             assert self._recompile is not None
             return rescale(recovery, Supervision(self._recompile, self._pump, self._recover, self._fail), widths, timeout)
         finally:
             self._rescaling = False
+            self._driving.release()
 
     def _recovery_stats(self) -> dict[str, Any]:
         """``snapshots`` (the coordinator's figures) and ``recoveries``, in a job with recovery."""

@@ -2,8 +2,8 @@
 liveness of the actors it watches.
 
 * :class:`OutputCollector` takes the progress actor's job events with a long poll
-  (``next_events``), keeps each completed output epoch's record parts, fetches and
-  unpacks records when asked (large parts stay in the object store until then), and
+  (``next_events``), keeps each completed output epoch's record parts, fetches the
+  large ones (object refs) as soon as it is handed them, unpacks records when asked, and
   forgets an epoch once it is consumed (``job.results``).
 * :class:`Liveness` keeps one pending ``watch`` call per actor, which fails when the actor
   dies, and reports the first one that did.
@@ -18,6 +18,7 @@ from typing import Any
 import ray
 
 from raytide.engine.output_gate import OutputGate
+from raytide.errors import InternalError
 from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished
 from raytide.physical.wire import pack_records, unpack_records
 from raytide.snapshots.config import OutputCommit
@@ -29,25 +30,37 @@ POLL_SLACK = 30.0
 class OutputCollector:
     """Completed output epochs as the progress actor reports them, held until they are taken.
 
-    An epoch is held in one form at a time: the record parts the sinks shipped (inline
-    blobs or object refs) until its records are asked for, then its records, the parts
-    dropped, so that the driver never holds both. An epoch :meth:`take` returned is
-    forgotten: a job that runs for weeks holds on the driver only what was not consumed.
+    An epoch of inline parts is held in one form at a time: the blobs the sinks shipped
+    until its records are asked for, then its records, the blobs dropped, so that the
+    driver never holds both. An epoch with large parts (object refs, owned by the output
+    replica that put them) is fetched when it is shown: its records are read-only views of
+    the object store, not copies, and they outlive the replica (whose death would make the
+    refs unreadable: Ray's ``OwnerDiedError``); its refs are kept beside them for
+    :meth:`packed`. A part that is already lost when it is fetched (its replica died since
+    the epoch completed) is not shown, nor is any later epoch of its output: the recovery
+    that the death starts computes them again, since the driver was not handed them. An
+    epoch :meth:`take` returned is forgotten: a job that runs for weeks holds on the driver
+    only what was not consumed.
 
     A completed epoch is shown once its :class:`~raytide.engine.output_gate.OutputGate`
     lets it pass: at once, or (``commit="snapshot"``) once a committed snapshot holds it.
+    An epoch is shown at most once, in order: an epoch at or before the last one shown (or
+    one an earlier run, restored from, had handed over: :meth:`resume_after`) is a broken
+    exactly-once promise, raised as :class:`~raytide.errors.InternalError`, never
+    overwritten in silence.
     """
 
     def __init__(self, progress: Any, outputs: list[str], commit: OutputCommit = "epoch") -> None:
         self.progress = progress
         self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}  # in epoch order, as they complete
         self.fetched: dict[str, dict[int, list]] = {name: {} for name in outputs}
+        self.refs: dict[str, dict[int, list]] = {name: {} for name in outputs}  # a fetched epoch's large parts
+        self.lost_from: dict[str, int] = {}  # per output, the first epoch whose parts were lost (until a recovery)
         self.completed: dict[str, int | None] = dict.fromkeys(outputs)  # the last epoch shown
+        self.handed_before: dict[str, int] = dict.fromkeys(outputs, -1)  # by a run restored from
         self.gate = OutputGate(outputs, commit)
         self.cursor = 0
         self.finished = False
-        #: Per output, the last epoch an earlier run (whose snapshot this job was restored from) had been handed.
-        self.delivered_before: dict[str, int] = {}
 
     def poll(self, timeout: float) -> list[Any]:
         """Take new events, waiting up to ``timeout`` seconds for one; returns the failures among them.
@@ -80,13 +93,37 @@ class OutputCollector:
     def rollback(self) -> None:
         """A recovery: forget the completed epochs not shown yet (the restored job computes them again)."""
         self.gate.rollback()
+        self.lost_from.clear()
 
     def _show_all(self, released: list[tuple[str, int, list]]) -> None:
         for name, epoch, parts in released:
             self._show(name, epoch, parts)
 
+    def resume_after(self, delivered: Mapping[str, int]) -> None:
+        """This job continues a run that had handed over, per output, the epochs up to
+        ``delivered``: those must not be shown again."""
+        for name, epoch in delivered.items():
+            if name in self.handed_before:
+                self.handed_before[name] = max(self.handed_before[name], epoch)
+
     def _show(self, name: str, epoch: int, parts: list) -> None:
-        self.parts[name][epoch] = parts
+        completed = self.completed[name]
+        last = max(self.handed_before[name], -1 if completed is None else completed)
+        if epoch <= last:
+            raise InternalError(f"output {name!r} epoch {epoch} was completed again after epoch {last} had been "
+                                f"handed over: it would be delivered twice (or out of order); the job is failed "
+                                f"rather than give output that may be wrong")
+        if name in self.lost_from:
+            return
+        if not any(isinstance(part, ray.ObjectRef) for part in parts):
+            self.parts[name][epoch] = parts
+        else:
+            try:
+                self.fetched[name][epoch] = fetch_records(parts)
+            except ray.exceptions.ObjectLostError:  # its replica died: not handed over, so computed again
+                self.lost_from[name] = epoch
+                return
+            self.refs[name][epoch] = parts
         self.completed[name] = epoch
 
     def epochs(self, name: str) -> list[int]:
@@ -109,6 +146,7 @@ class OutputCollector:
         """The records of a completed epoch, forgotten here: the caller consumes them."""
         records = self.records(name, epoch)
         del self.fetched[name][epoch]
+        self.refs[name].pop(epoch, None)
         return records
 
     def keep_locally(self) -> list[tuple[str, int]]:
@@ -127,7 +165,7 @@ class OutputCollector:
         """Record parts per completed epoch not taken yet: as the sinks shipped them, or
         re-packed from the driver's copy of the records once fetched (every epoch when
         ``kept``: after teardown, the object store no longer holds the parts)."""
-        parts = {} if kept else self.parts[name]
+        parts = {} if kept else {**self.refs[name], **self.parts[name]}
         return {epoch: parts[epoch] if epoch in parts else [pack_records(self.records(name, epoch))]
                 for epoch in self.epochs(name)}
 
@@ -138,7 +176,7 @@ class OutputCollector:
     def delivered(self) -> dict[str, int]:
         """Per output, the last epoch the driver has been handed (-1: none yet; in a job
         restored from an earlier run's snapshot, what that run had been handed counts)."""
-        return {name: max(self.delivered_before.get(name, -1), -1 if epoch is None else epoch)
+        return {name: max(self.handed_before[name], -1 if epoch is None else epoch)
                 for name, epoch in self.latest().items()}
 
 

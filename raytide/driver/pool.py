@@ -3,8 +3,10 @@ and give them back; it keeps spares, notices deaths, and releases idle hosts.
 
 One pool per driver process and Ray connection (:func:`host_pool`). Its decisions are
 :class:`~raytide.driver.pool_book.PoolBook`'s; this shell creates, resets, pings and
-kills hosts, and never blocks a job on anything but a short wait for hosts whose reset is
-already under way. A daemon thread looks after it once a second: it takes the answers
+kills hosts, and never blocks a job on anything but short waits: for hosts whose reset is
+already under way, and for the idle hosts a lease hands out to answer a ping, so that a
+host that died since its reset (a SIGKILL the housekeeping has not noticed yet) is
+dropped, not handed to the next job. A daemon thread looks after it once a second: it takes the answers
 of resets and pings, replaces dead spares and releases hosts unused for ``idle_timeout``.
 
 Only hosts that reserve no CPUs are kept (``rt.run(num_cpus=0)``, the default): an idle
@@ -37,6 +39,10 @@ SPARES = 0
 RESET_TIMEOUT = 30.0
 #: Seconds a lease waits for hosts whose reset is under way before it starts new ones.
 RESET_WAIT = 2.0
+#: Seconds a lease waits for the idle hosts it hands out to answer a ping (a dead one is
+#: replaced; one that does not answer in time is leased all the same: its job's setup waits
+#: for it, with a timeout, and watches it).
+LEASE_CHECK = 2.0
 #: Seconds between two rounds of the pool's housekeeping.
 HOUSEKEEPING_INTERVAL = 1.0
 
@@ -49,6 +55,12 @@ def _remote_class(kind: HostKind) -> Any:
         groups = {"watch": 1} if kind == "vertex" else {"watch": 1, "poll": 1}  # see Host.watch, ProgressHost
         _CLASSES[kind] = ray.remote(concurrency_groups=groups)(VertexHost if kind == "vertex" else ProgressHost)  # type: ignore[call-overload]
     return _CLASSES[kind]
+
+
+def cluster_cpus() -> float:
+    """The CPUs of the Ray cluster the driver is connected to (what widths are checked against,
+    :func:`~raytide.rescale.widths.check_widths`)."""
+    return float(ray.cluster_resources().get("CPU", 0.0))
 
 
 @dataclass
@@ -97,19 +109,43 @@ class HostPool:
     # -- jobs ------------------------------------------------------------------------------
 
     def lease(self, kind: HostKind, count: int, num_cpus: float = 0.0) -> list[HostLease]:
-        """``count`` hosts of ``kind`` for a job: idle ones first, then new ones (not waited
-        for: the job's first calls queue behind their start)."""
+        """``count`` hosts of ``kind`` for a job: idle ones first, each checked alive (a ping;
+        a dead one is dropped and another taken), then new ones (not waited for: the job's
+        first calls queue behind their start)."""
         if num_cpus:
             with self.lock:
                 return [self._lease_one(self._create(kind, None, num_cpus), kind, pooled=False) for _ in range(count)]
         self._wait_for_resets(kind, count)
+        numbers: list[int] = []
+        while len(numbers) < count:
+            with self.lock:
+                reused, new = self.book.lease(kind, count - len(numbers), time.monotonic())
+                for number in new:
+                    self._create(kind, number)
+            numbers += self._alive(reused) + new
         with self.lock:
-            reused, new = self.book.lease(kind, count, time.monotonic())
-            for number in new:
-                self._create(kind, number)
-            leased = [self._lease_one(number, kind, pooled=True) for number in reused + new]
+            leased = [self._lease_one(number, kind, pooled=True) for number in numbers]
             self._start_spares()
             return leased
+
+    def _alive(self, numbers: list[int]) -> list[int]:
+        """The hosts among ``numbers`` (leased, idle a moment ago) that did not die: a ping
+        each, waited for up to :data:`LEASE_CHECK` s; the dead leave the pool."""
+        pings = {number: self.handles[number].ping.remote() for number in numbers}
+        ray.wait(list(pings.values()), num_returns=len(pings), timeout=LEASE_CHECK)
+        alive = []
+        for number, ref in pings.items():
+            try:
+                ray.get(ref, timeout=0)
+            except ray.exceptions.GetTimeoutError:  # slow, not known dead
+                pass
+            except Exception:  # the host died while idle (or while it was given back)
+                logger.info("a raytide host died while idle; the pool drops it instead of leasing it")
+                with self.lock:
+                    self._kill(number)
+                continue
+            alive.append(number)
+        return alive
 
     def keep_spares(self, count: int) -> None:
         """Keep at least ``count`` spare vertex hosts started from now on (a job with recovery

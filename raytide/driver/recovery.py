@@ -227,10 +227,11 @@ class JobRecovery:
         out are not handed out again (what it holds complete is final: it is never computed
         again), and each input replica skips the calls the snapshot had consumed."""
         point = restore_point(self.placement.plan, self.store, snapshot_id)
-        self.outputs.delivered_before = point.delivered
+        self.outputs.resume_after(point.delivered)
         self.outputs.release(point.complete)
         self.started_from = point.snapshot_id
-        self.inputs.skip(input_positions(point.positions))
+        self.inputs.skip(input_positions(point.positions),
+                         {name: point.input_epoch(name) for name in self.placement.plan.inputs})
         self.execute(Recovering.from_point(self.placement.name, self.budget, point))
 
     def execute(self, machine: Recovering, steps: Steps | None = None) -> float:

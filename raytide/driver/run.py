@@ -18,9 +18,11 @@ from raytide.core.arguments import non_negative, positive_int
 from raytide.core.dataflow import Dataflow
 from raytide.driver.job import Job
 from raytide.driver.placement import HostSettings
+from raytide.driver.pool import cluster_cpus
 from raytide.errors import ArgumentError, GraphError, SnapshotError
 from raytide.physical.plan import compile_plan
 from raytide.rescale.reshard import reshard_snapshot
+from raytide.rescale.widths import check_widths
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.store import SnapshotStore
 from raytide.sources.iterable import as_source
@@ -42,6 +44,7 @@ def run(
     recovery: Recovery | None = None,
     restore: int | str | None = None,
     autoscale: Autoscale | None = None,
+    oversubscribe: bool = False,
 ) -> Job:
     """Start ``flow`` on the current Ray cluster (a local one if none is running).
 
@@ -78,12 +81,16 @@ def run(
         autoscale: with ``recovery``, an autoscaler actor that rescales the job's vertices
             while it runs, towards a goal (see :class:`~raytide.Autoscale`); the driver
             makes its changes while it waits on the job (``wait``, ``results``, ``collect``).
+        oversubscribe: allow a vertex more replicas than the cluster can place
+            (:func:`~raytide.rescale.widths.width_limit`: its CPUs over ``num_cpus``, or 4 per
+            CPU when replicas reserve none).
 
     Raises:
         GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
         ArgumentError: a count that is not a positive integer (``parallelism``,
             ``max_inflight``, ``batch_size``), a negative ``num_cpus``, ``pretouch_mb`` out
-            of range (an ArgumentError is a ValueError too).
+            of range, a vertex wider than its key groups or (without ``oversubscribe``) than
+            the cluster can place (an ArgumentError is a ValueError too).
     """
     max_inflight, batch_size, num_cpus = _checked(max_inflight, batch_size, num_cpus, pretouch_mb, name, recovery,
                                                   restore, autoscale)
@@ -94,6 +101,7 @@ def run(
     sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
+    check_widths(plan, {name: plan.width(name) for name in plan.vertices}, cluster_cpus(), num_cpus, oversubscribe)
     restore_id = None
     if restore is not None:  # laid out for this job's parallelism first, if need be (a new snapshot)
         assert recovery is not None

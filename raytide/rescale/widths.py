@@ -43,7 +43,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from raytide.core.arguments import positive_int
-from raytide.errors import GraphError, RescaleError
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS
+from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.physical.plan import PhysicalPlan
 
 
@@ -114,3 +115,51 @@ def new_widths(plan: PhysicalPlan, asked: Mapping[str, int]) -> dict[str, int]:
                                    f"were asked for")
             widths[member] = width
     return widths
+
+
+#: Replicas of one vertex per CPU of the cluster, at most, when replicas reserve no CPU
+#: (``num_cpus=0``): each is a process of its own, and beyond a few per CPU more of them
+#: only contend for the same cores and memory.
+REPLICAS_PER_CPU = 4
+
+
+def keyed(plan: PhysicalPlan, name: str) -> bool:
+    """Whether vertex ``name`` reads an exchange: its keys are dealt out by key group."""
+    return any(edge.channel.kind == "exchange" for port in plan.vertex(name).inputs for edge in port)
+
+
+def width_limit(cluster_cpus: float, num_cpus: float) -> int:
+    """The most replicas of one vertex the cluster can place: those whose ``num_cpus``
+    (CPUs each reserves) fit in its ``cluster_cpus``, or, when they reserve none,
+    :data:`REPLICAS_PER_CPU` per CPU. At least 1."""
+    if num_cpus > 0:
+        return max(1, int(cluster_cpus / num_cpus + 1e-9))
+    return max(1, int(REPLICAS_PER_CPU * cluster_cpus))
+
+
+def check_widths(plan: PhysicalPlan, widths: Mapping[str, int], cluster_cpus: float, num_cpus: float,
+                 oversubscribe: bool = False) -> None:
+    """Refuse, before anything starts, widths nobody can run.
+
+    A vertex that reads an exchange cannot have more replicas than key groups (each
+    replica owns at least one); no vertex may have more than :func:`width_limit` replicas
+    unless ``oversubscribe`` says so (a cluster about to grow, say).
+
+    Raises:
+        ArgumentError: names the vertex, the width asked and the limit.
+    """
+    limit = width_limit(cluster_cpus, num_cpus)
+    for name, width in sorted(widths.items(), key=lambda item: -item[1]):
+        if width > DEFAULT_KEY_GROUPS and keyed(plan, name):
+            raise ArgumentError(f"vertex {name!r} reads an exchange, so it has at most {DEFAULT_KEY_GROUPS} replicas "
+                                f"(one per key group); {width} were asked for")
+        if width > limit and not oversubscribe:
+            raise ArgumentError(f"vertex {name!r}: {width} replicas were asked for, more than the {limit} this cluster "
+                                f"can place ({cluster_cpus:g} CPUs, {_per_replica(num_cpus)}); pass "
+                                f"oversubscribe=True to start them anyway")
+
+
+def _per_replica(num_cpus: float) -> str:
+    if num_cpus > 0:
+        return f"{num_cpus:g} reserved per replica (num_cpus)"
+    return f"at most {REPLICAS_PER_CPU} replicas per CPU when they reserve none (num_cpus=0)"

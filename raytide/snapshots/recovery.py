@@ -126,6 +126,12 @@ class RestorePoint:
         """How many of its driver commands input ``vertex``'s replica ``key`` had consumed."""
         return self.positions.get(key, {}).get(vertex, 0)
 
+    def input_epoch(self, vertex: str) -> int | None:
+        """The epoch input ``vertex`` was at here (None: it was closed): its capability."""
+        here = Location.of_vertex(vertex)
+        return min((time.epoch for (location, time), count in self.pointstamps if location == here and count > 0),
+                   default=None)
+
 
 def restore_point(plan: PhysicalPlan, store: SnapshotStore | None, snapshot_id: int | None = None,
                   since: int = 0) -> RestorePoint:

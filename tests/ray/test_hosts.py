@@ -4,7 +4,9 @@ the hosts hold, never on timings."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -183,6 +185,23 @@ def test_a_host_killed_while_idle_is_forgotten_and_a_job_on_a_killed_host_fails_
     with rt.run(_flow("again"), inputs={"numbers": [[1]]}, parallelism=2) as job:
         job.wait(timeout=60)
         assert dead_pid not in _vertex_pids(job)
+
+
+def test_a_host_that_dies_just_before_a_lease_is_not_handed_to_the_next_job(fresh_pool):
+    """SIGKILLed a moment before the next job starts, before the pool's housekeeping could
+    notice: the lease's own ping finds it dead and the job gets another host. (With the
+    check planted out, the job failed at its start with Ray's raw ActorDiedError.)"""
+    with rt.run(_flow("before"), inputs={"numbers": [[1]]}, parallelism=2) as job:
+        job.wait(timeout=60)
+    _wait_until(lambda: len(_idle(fresh_pool)) == 2, "the hosts' resets")
+    victims = {ray.get(fresh_pool.handles[number].ping.remote(), timeout=30) for number in _idle(fresh_pool)}
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    with rt.run(_flow("after"), inputs={"numbers": [[1, 2]]}, parallelism=2) as job:
+        job.wait(timeout=60)
+        assert sorted(job.collect("out")[0]) == [1, 2]
+        assert not victims & _vertex_pids(job)
+    assert not set(_idle(fresh_pool)) & victims
 
 
 def test_a_spare_is_kept_started_and_taken_by_the_next_job(fresh_pool):

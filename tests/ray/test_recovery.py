@@ -22,6 +22,7 @@ import raytide as rt
 from raytide.integrations.parquet import write_parquet
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
+from tests.delivery import Handed, assert_exactly_once, read_outputs
 from tests.ray.jobs import as_multisets, counting_words, text_parts
 from tests.sim.scenarios import SCENARIOS, Scenario, with_input_width
 from tests.sim.test_output_commit_sim import chain_breaks, chained_flow
@@ -46,12 +47,13 @@ def a_replica(job: rt.Job, rng: random.Random) -> ReplicaKey:
 def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], None]], *, after_snapshots: int = 2,
                  max_restarts: int = 3, interval: float = 0.1, then_committed: int = 0,
                  consume: Callable[[rt.Job, str], dict[int, list]] | None = None, store: str | None = None,
-                 output_commit: str = "epoch") -> tuple[dict[str, dict[int, list]], dict[str, Any]]:
+                 output_commit: str = "epoch") -> tuple[dict[str, Handed], dict[str, Any]]:
     """Run ``scenario`` with recovery, feeding its inputs at a pace; at a third (and, for a
     second kill, two thirds) of the epochs the feeding waits until ``after_snapshots`` more
     snapshots are committed and makes the next kill, so that every kill strikes while the
-    job still has work for every replica. Returns every output's epochs as the driver was
-    handed them, and the job's stats at its end (once ``then_committed`` snapshots are).
+    job still has work for every replica. Returns every output's ``(epoch, records)`` in the
+    order ``job.results`` handed them over (:func:`tests.delivery.read_outputs`), and the
+    job's stats at its end (once ``then_committed`` snapshots are).
     ``consume(job, output)`` takes the first output instead of ``job.results`` (a sink);
     ``store`` is where snapshots go (default: a directory under ``tmp_path``)."""
     recovery = rt.Recovery(store or str(tmp_path / "store"), interval=interval, max_restarts=max_restarts,
@@ -81,17 +83,11 @@ def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], No
     first = sorted(scenario.inputs)[0]
     inputs = {name: feed(epochs, name == first) for name, epochs in scenario.inputs.items()}
     outputs = sorted(scenario.expected)
-    got: dict[str, dict[int, list]] = {name: {} for name in outputs}
     with rt.run(scenario.flow, inputs=inputs, parallelism=2, recovery=recovery) as job:
         holder.append(job)
         started.set()
-        if consume is not None:
-            got[outputs[0]] = consume(job, outputs[0])
-        for epoch, records in job.results(outputs[0], timeout=120) if consume is None else ():
-            assert epoch not in got[outputs[0]], f"epoch {epoch} of {outputs[0]!r} handed over twice"
-            got[outputs[0]][epoch] = records
-        for name in outputs[1:]:
-            got[name] = job.collect(name)
+        got = {outputs[0]: sorted(consume(job, outputs[0]).items())} if consume is not None else {}
+        got.update(read_outputs(job, [name for name in outputs if name not in got]))
         assert not pending, "not every kill was made"
         deadline = time.monotonic() + 60
         while job.stats()["snapshots"]["committed"] < then_committed:
@@ -100,18 +96,21 @@ def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], No
         return got, job.stats()
 
 
-def check(scenario: Scenario, got: dict[str, dict[int, list]]) -> None:
-    assert {name: as_multisets(epochs) for name, epochs in got.items()} == scenario.expected
+def check(scenario: Scenario, got: dict[str, Handed]) -> None:
+    """Every output got every record of the reference once, its epochs in order."""
+    assert_exactly_once(scenario.expected, got)
 
 
 def scenario(name: str, seed: int = 1) -> Scenario:
     return SCENARIOS[name](random.Random(seed), epochs=EPOCHS)
 
 
-def test_a_killed_replica_is_replaced_and_the_output_is_exactly_the_failure_free_one(ray_session, tmp_path):
+@pytest.mark.parametrize("commit", ["epoch", "snapshot"])
+def test_a_killed_replica_is_replaced_and_the_output_is_exactly_the_failure_free_one(ray_session, tmp_path, commit):
     keyed = scenario("keyed")
     rng = random.Random(3)
-    got, stats = run_and_kill(keyed, tmp_path, [lambda job: ray.kill(job.placement.actors[a_replica(job, rng)])])
+    got, stats = run_and_kill(keyed, tmp_path, [lambda job: ray.kill(job.placement.actors[a_replica(job, rng)])],
+                              output_commit=commit)
     check(keyed, got)
     recoveries = stats["recoveries"]
     assert recoveries["count"] == 1 and recoveries["recoveries"][0]["snapshot_id"] >= 2
@@ -129,7 +128,9 @@ def test_committed_at_snapshots_output_that_depends_on_arrival_order_survives_a_
     rng = random.Random(5)
     got, stats = run_and_kill(chain, tmp_path, [lambda job: sigkill(job, "{}/{}".format(*a_replica(job, rng)))],
                               output_commit="snapshot")
-    assert chain_breaks(got["links"], inputs) is None, chain_breaks(got["links"], inputs)
+    links = dict(got["links"])
+    assert len(links) == len(got["links"]), "an epoch handed over twice"
+    assert chain_breaks(links, inputs) is None, chain_breaks(links, inputs)
     assert stats["recoveries"]["count"] == 1
 
 
@@ -276,9 +277,7 @@ def test_stop_with_a_savepoint_then_a_fresh_job_restored_from_it_finishes_the_ou
         job.wait(timeout=120)
         after = {name: job.collect(name) for name in outputs}
         assert job.plan.width("seen") == restored_at
-    for name in outputs:
-        assert not set(before[name]) & set(after[name]), f"{name}: an epoch handed out by both runs"
-    check(keyed, {name: {**before[name], **after[name]} for name in outputs})
+    check(keyed, {name: [*before[name].items(), *after[name].items()] for name in outputs})
 
 
 def test_restore_is_refused_without_a_store_or_a_snapshot(ray_session, tmp_path):

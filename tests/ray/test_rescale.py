@@ -26,6 +26,7 @@ from examples.connected_components import build_flow, union_find
 from raytide.driver.recovery import RescaleRecord
 from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.snapshots.store import SnapshotStore
+from tests.delivery import assert_exactly_once
 from tests.ray.jobs import as_multisets, counting_words, text_parts
 from tests.ray.test_recovery import sigkill
 
@@ -70,6 +71,14 @@ class Gates:
         record = job.rescale(widths, timeout=120)
         self.rescaled[step].set()
         return record
+
+
+def sequences(epochs: int) -> dict[str, dict[int, collections.Counter]]:
+    """The plain-Python output of :func:`next_in_sequence` over the first ``epochs`` epochs of
+    :meth:`Gates.epochs`: per epoch ``(key, (key, n))`` for each key and each of its numbers."""
+    return {"out": {epoch: collections.Counter((key, (key, n)) for key in range(KEYS)
+                                               for n in range(epoch * PER_KEY, (epoch + 1) * PER_KEY))
+                    for epoch in range(epochs)}}
 
 
 def next_in_sequence(last: int | None, record: tuple[int, int]) -> tuple[int, tuple[int, int]]:
@@ -217,9 +226,8 @@ def test_a_replica_killed_as_the_rescale_starts_is_recovered_and_the_rescale_sti
                 sigkill(job, "check+out/1")
             gates.rescale(job, step, {"check": width})
         job.wait(timeout=300)
-        out, stats = job.collect("out"), job.stats()
-    got = collections.Counter(record for records in out.values() for _, record in records)
-    assert got == collections.Counter((key, n) for key in range(KEYS) for n in range(gates.fed * PER_KEY))
+        out, stats = list(job.results("out")), job.stats()
+    assert_exactly_once(sequences(gates.fed), {"out": out})
     assert stats["recoveries"]["count"] >= 1 and [r["after"]["check"] for r in stats["rescales"]] == list(STEPS)
 
 
@@ -323,14 +331,10 @@ def test_the_coordinator_killed_as_the_job_switches_to_the_new_widths_leaves_it_
         for step, width in enumerate(STEPS[1:], start=1):
             gates.rescale(job, step, {"check": width})
         job.wait(timeout=300)
-        out, stats = job.collect("out"), job.stats()
+        out, stats = list(job.results("out")), job.stats()
     assert record["after"] == {"check": STEPS[0], "out": STEPS[0]} and stats["recoveries"]["count"] >= 1, stats
     assert "coordinator" in stats["recoveries"]["recoveries"][0]["cause"], stats["recoveries"]
-    numbers = collections.defaultdict(list)
-    for epoch in sorted(out):
-        for _, (key, number) in out[epoch]:
-            numbers[key].append(number)
-    assert all(sorted(numbers[key]) == list(range(gates.fed * PER_KEY)) for key in range(KEYS))  # once each
+    assert_exactly_once(sequences(gates.fed), {"out": out})
 
 
 @pytest.mark.timeout(600)

@@ -8,6 +8,7 @@ import weakref
 import pytest
 
 from raytide.driver.outputs import OutputCollector
+from raytide.errors import InternalError
 from raytide.physical.protocol import EpochComplete, JobFinished
 from raytide.physical.wire import pack_records, unpack_records
 
@@ -62,3 +63,22 @@ def test_the_end_and_nothing_else_yet():
     assert collector.apply([JobFinished()]) == []
     assert collector.finished and collector.latest() == {"out": None, "other": None}
     assert collector.first("out") is None and collector.epochs("other") == []
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_an_epoch_shown_twice_is_an_internal_error_not_an_overwrite(taken):
+    collector = collector_with(0, 1)
+    if taken:
+        collector.take("out", 1)
+    with pytest.raises(InternalError, match="output 'out' epoch 1 was completed again after epoch 1"):
+        collector.apply([EpochComplete("out", 1, [pack_records([Record(9)])])])
+    assert [r.value for r in collector.records("out", 0)] == [0], "what was shown stays as it was"
+
+
+def test_an_epoch_an_earlier_run_handed_over_is_not_shown_again():
+    collector = OutputCollector(progress=None, outputs=["out"])
+    collector.resume_after({"out": 3})
+    with pytest.raises(InternalError, match="epoch 2 was completed again after epoch 3"):
+        collector.apply([EpochComplete("out", 2, [pack_records([Record(2)])])])
+    collector.apply([EpochComplete("out", 4, [pack_records([Record(4)])])])
+    assert collector.epochs("out") == [4]

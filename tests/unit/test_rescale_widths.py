@@ -9,7 +9,7 @@ from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.physical.plan import compile_plan
 from raytide.physical.protocol import ReplicaKey
 from raytide.rescale.layout import check_splittable, hosted_positions
-from raytide.rescale.widths import new_widths, width_groups
+from raytide.rescale.widths import check_widths, new_widths, width_groups, width_limit
 
 
 def groups_flow() -> rt.Dataflow:
@@ -85,3 +85,20 @@ def test_the_inputs_positions_follow_them_to_the_replicas_that_host_them_after_a
     after = compile_plan(groups_flow(), 2, widths=new_widths(p, {"split": 3}))
     moved = hosted_positions(after, {ReplicaKey(p.chain_of("lines").name, r): {"lines": 10 + r} for r in range(2)})
     assert moved == {ReplicaKey(after.chain_of("lines").name, r): {"lines": 10 + r} for r in range(2)}
+
+
+def test_a_keyed_vertex_wider_than_its_key_groups_is_refused_even_oversubscribed():
+    p = plan()
+    with pytest.raises(ArgumentError, match=r"vertex 'count' reads an exchange, so it has at most 128 replicas .* 200"):
+        check_widths(p, new_widths(p, {"count": 200}), cluster_cpus=1000, num_cpus=0, oversubscribe=True)
+    check_widths(p, new_widths(p, {"split": 200}), cluster_cpus=1000, num_cpus=0)  # no keys: only the CPUs bound it
+
+
+@pytest.mark.parametrize(("cpus", "num_cpus", "limit"), [(2, 0, 8), (2, 1, 2), (4, 0.5, 8), (2.5, 1, 2)])
+def test_a_vertex_wider_than_the_cluster_can_place_is_refused_unless_oversubscribed(cpus, num_cpus, limit):
+    p = plan()
+    assert width_limit(cpus, num_cpus) == limit
+    check_widths(p, new_widths(p, {"kept": limit}), cpus, num_cpus)
+    with pytest.raises(ArgumentError, match=rf"vertex 'by_length': {limit + 1} replicas .* than the {limit} this cluster"):
+        check_widths(p, new_widths(p, {"kept": limit + 1}), cpus, num_cpus)
+    check_widths(p, new_widths(p, {"kept": limit + 1}), cpus, num_cpus, oversubscribe=True)
