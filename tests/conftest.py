@@ -1,5 +1,6 @@
 """Shared fixtures: one real local Ray for the whole session (2 CPUs, as on CI), Spark on it,
-and a check that every test's ``ray`` mark says whether it starts Ray."""
+a check that every test's ``ray`` mark says whether it starts Ray, and an order of the test
+files in which the session's Spark starts once and is stopped only by the last files."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def spark(_spark_on_ray):
     """Spark on the session's Ray through RayDP (raytide's start_spark).
 
     Started by the first test that asks for it (10-20 s) and kept for the others: start_spark
-    returns the running session. A test that stops Spark leaves the next one to start it again.
+    returns the running session. A test that stops Spark leaves the next one to start it again,
+    which is why the files that stop it (``stops_spark``) run after every other user of it
+    (see :func:`pytest_collection_modifyitems`).
     """
     from raytide.integrations.spark import start_spark
 
@@ -54,12 +57,21 @@ def own_ray_env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
 
 
+@pytest.fixture
+def session_ray_env(ray_session) -> dict[str, str]:
+    """The environment for a child process that joins the test session's Ray (``RAY_ADDRESS``
+    is its address), instead of taking seconds to start one of its own."""
+    return {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse to run when a test's marks disagree with the fixtures it uses.
+    """Refuse to run when a test's marks disagree with the fixtures it uses; then order the
+    files so that the session's Spark starts once.
 
     A test has the ``ray`` mark exactly when it uses a fixture of :data:`RAY_FIXTURES`, so that
     ``-m "not ray"`` runs every test that starts no Ray and none that does; a test using the
-    ``spark`` fixture also has the ``spark`` mark.
+    ``spark`` fixture also has the ``spark`` mark. A test with the ``stops_spark`` mark uses
+    the session's Ray.
     """
     wrong = []
     for item in items:
@@ -72,5 +84,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             wrong.append(f"{item.nodeid}: has the ray mark but uses none of {', '.join(sorted(RAY_FIXTURES))}")
         if "spark" in fixtures and item.get_closest_marker("spark") is None:
             wrong.append(f"{item.nodeid}: uses spark but has no spark mark")
+        if item.get_closest_marker("stops_spark") is not None and "ray_session" not in fixtures:
+            wrong.append(f"{item.nodeid}: has the stops_spark mark but does not use ray_session")
     if wrong:
         raise pytest.UsageError("marks that disagree with the fixtures used:\n  " + "\n  ".join(wrong))
+    items[:] = spark_last(items)
+
+
+def spark_last(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with the files that use the session's Spark moved to the end, those that stop
+    it (a ``stops_spark`` test) after the others; otherwise in the order collected.
+
+    Whole files move (their module fixtures are set up once); a file uses the session's Spark
+    if one of its tests uses ``_spark_on_ray`` (the ``spark`` fixture, or a fixture of the file
+    built on it). So Spark starts once, at the first of these files, holds a Ray CPU only
+    while they run, and no test after a stop starts it again (a restart costs 30 s or more).
+    """
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    stops = {module(item) for item in items if item.get_closest_marker("stops_spark") is not None}
+    users = {module(item) for item in items if "_spark_on_ray" in getattr(item, "fixturenames", ())} - stops
+    rank = {name: 1 for name in users} | {name: 2 for name in stops}
+    return sorted(items, key=lambda item: rank.get(module(item), 0))  # stable: collected order within a rank

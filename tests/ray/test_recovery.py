@@ -38,6 +38,14 @@ def sigkill(job: rt.Job, name: str) -> None:
     os.kill(job.hosts()[f"{job.name}/{name}"], signal.SIGKILL)
 
 
+def wait_for_epoch(job: rt.Job, output: str, epoch: int, timeout: float = 120) -> None:
+    """Poll until ``job`` handed out epoch ``epoch`` (or a later one) of ``output``; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while max(job.collect(output), default=-1) < epoch:
+        assert time.monotonic() < deadline, f"epoch {epoch} of {output!r} not handed out within {timeout} s"
+        time.sleep(0.02)
+
+
 def a_replica(job: rt.Job, rng: random.Random) -> ReplicaKey:
     """A random replica among those that surely still get work (an input's: every epoch is
     dealt to all of them), so that the job cannot finish without noticing its death."""
@@ -268,8 +276,7 @@ def test_stop_with_a_savepoint_then_a_fresh_job_restored_from_it_finishes_the_ou
         return {name: paced(epochs) for name, epochs in keyed.inputs.items()}
 
     with rt.run(flow, inputs=fed(), parallelism=2, recovery=recovery) as job:
-        while max(job.collect(outputs[0]), default=-1) < EPOCHS // 3:
-            time.sleep(0.02)
+        wait_for_epoch(job, outputs[0], EPOCHS // 3)
         savepoint = job.stop(timeout=60)
         before = {name: job.collect(name) for name in outputs}
     assert 0 < len(before[outputs[0]]) < len(keyed.expected[outputs[0]]), "stopped part way"
@@ -352,8 +359,7 @@ def test_a_run_on_a_store_an_earlier_run_used_recovers_from_its_own_snapshots_on
     with rt.run(flow, parallelism=1, recovery=rt.Recovery(recovery.store, interval=None)) as job:
         for epoch, batch in enumerate(records[:3]):
             job.push("numbers", batch, epoch)
-        while max(job.collect("out"), default=-1) < 1:
-            time.sleep(0.02)
+        wait_for_epoch(job, "out", 1)
         sigkill(job, "sums+out/0")  # the keyed state; no snapshot of this run exists
         for epoch, batch in enumerate(records[3:], start=3):
             job.push("numbers", batch, epoch)
@@ -377,15 +383,13 @@ def test_a_restored_run_that_dies_before_its_first_snapshot_goes_back_to_the_one
     with rt.run(flow, parallelism=1, recovery=recovery) as job:
         for epoch, batch in enumerate(records[:3]):
             job.push("numbers", batch, epoch)
-        while max(job.collect("out"), default=-1) < 1:
-            time.sleep(0.02)
+        wait_for_epoch(job, "out", 1)
         savepoint = job.stop(timeout=60)
         before = job.collect("out")
     with rt.run(flow, parallelism=1, recovery=recovery, restore=savepoint) as job:
         for epoch, batch in enumerate(records[:5]):  # fed from the start: what the savepoint consumed is skipped
             job.push("numbers", batch, epoch)
-        while max(job.collect("out"), default=-1) < 3:
-            time.sleep(0.02)
+        wait_for_epoch(job, "out", 3)
         sigkill(job, "sums+out/0")
         for epoch, batch in enumerate(records[5:], start=5):
             job.push("numbers", batch, epoch)

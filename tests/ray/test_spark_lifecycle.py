@@ -1,6 +1,7 @@
 """Starting, stopping and restarting Spark on Ray; what is refused while it is not running.
 
-The last two tests leave Spark stopped; the next test that asks for ``spark`` starts it again.
+The last two tests leave Spark stopped: this file has the ``stops_spark`` mark, so it runs after
+every other file that uses the session's Spark (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from raytide.errors import SparkIntegrationError
 from raytide.integrations.records import table_to_records
 from raytide.integrations.spark import active_spark, from_spark, start_spark, stop_spark, to_spark
 
-pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow, pytest.mark.stops_spark]
 
 
 def ids(frame) -> list[int]:
