@@ -25,6 +25,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "sources": frozenset({"errors", "progress", "core"}),
     "actors": frozenset({"errors", "progress", "core", "snapshots", "autoscale", "sources"}),
     "integrations": frozenset({"errors", "progress", "core", "sources", "actors"}),
+    "graph": frozenset({"errors", "progress", "core"}),
 }
 PUBLIC_FACE = "the public face"
 
@@ -35,6 +36,8 @@ PURE = [
     "raytide.core.dataflow",
     "raytide.core.operators",
     "raytide.core.routing",
+    "raytide.core.columnar",
+    "raytide.graph",
     "raytide.progress",
     "raytide.progress.tracker",
     "raytide.progress.publisher",

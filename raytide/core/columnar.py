@@ -112,11 +112,15 @@ class KeyedColumns(Vertex):
         column = self.spec.arranged[port]
         rows = {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
         slots = self._slots(integer_keys(rows, column, f"arranged input {port}"))
+        self._add_arranged(port, slots, rows)
+        return slots, rows
+
+    def _add_arranged(self, port: int, slots: np.ndarray, rows: Rows) -> None:
+        """Add rows to the arrangement of ``port``; its first rows fix its columns (all but the key)."""
         arrangement = self.arrangements[port]
         if not arrangement.names:
-            arrangement.names = tuple(name for name in rows if name != column)
+            arrangement.names = tuple(name for name in rows if name != self.spec.arranged[port])
         arrangement.add(slots, rows, len(self.index))
-        return slots, rows
 
     def _updates(self, batches: list[Rows]) -> tuple[np.ndarray, Rows]:
         """The update rows of a time, combined by key if the vertex has combiners."""
@@ -194,9 +198,9 @@ class KeyedColumns(Vertex):
         for name, values in state.items():
             self.state[name][slots] = values
         for port, rows in arranged.items():
-            column = self.spec.arranged[port]
-            self.arrangements[port].add(self.index.slots(rows[column]) if len(rows[column]) else rows[column],
-                                        rows, len(self.index))
+            keys = rows[self.spec.arranged[port]]
+            if len(keys):
+                self._add_arranged(port, self.index.slots(keys), rows)
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
         """The state, arranged rows and pending updates of the moving keys; this replica keeps the rest

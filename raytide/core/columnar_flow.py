@@ -56,7 +56,7 @@ def iterate_columns(stream: Stream, step: Callable[[Step], Any], key: str, state
     flow = stream.flow
     loop = flow._new_loop("iterate_columns", name, stream.scope, [stream])
     back = loop.feedback(name=f"{loop.name}.next")
-    vname = f"{loop.name}.state"
+    vname = loop.name  # the vertex holding the state is named as its loop (loop names are apart)
     inputs = [loop.enter(stream), back.stream]
     exchange: list[str | None] = [arrange or key, key]
     if every_replica:  # a tick per batch, to every replica: each runs the epoch's first iteration
