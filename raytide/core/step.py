@@ -51,6 +51,10 @@ class Step:
         """The key of every slot this replica holds (``ids[slot]``)."""
         return self._index.ids
 
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """The slots of ``keys`` in :attr:`state`, -1 for keys this replica does not hold."""
+        return self._index.lookup(np.asarray(keys))
+
     def arrangement(self, port: int = 0) -> Arrangement:
         """The rows arranged from input ``port`` so far (this time's included)."""
         return self._arrangements[port]

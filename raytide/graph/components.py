@@ -36,8 +36,16 @@ def propagate(s: Step) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     targets.append(more_targets)
     offers.append(more_offers)
     reported = np.concatenate([added, changed])  # new edges' sources report their label (new nodes: their id)
-    return ({"node": concat(targets), "label": concat(offers)},
-            {"node": s.ids[reported], "label": label[reported]})
+    return useful(s, concat(targets), concat(offers)), {"node": s.ids[reported], "label": label[reported]}
+
+
+def useful(s: Step, targets: np.ndarray, offers: np.ndarray) -> dict[str, np.ndarray]:
+    """The offers that may lower a label: those to nodes held here only if below their label."""
+    slots = s.lookup(targets)
+    local = slots >= 0
+    keep = ~local
+    keep[local] = offers[local] < s.state["label"][slots[local]]
+    return {"node": targets[keep], "label": offers[keep]}
 
 
 def connected_components(edges: Stream, *, name: str = "components") -> Stream:
