@@ -61,8 +61,8 @@ from bench.bench_soak import child_main, run_child
 from bench.bench_wordcount import dataset, handwritten_wordcount, raytide_wordcount
 from bench.harness import SETTLE_S, ensure_ray
 from bench.workloads.components import component_labels
-from raytide.actors import runtime
-from raytide.actors.pool import HostPool
+from raytide.driver import job as runtime
+from raytide.driver.pool import HostPool
 
 PARAMS = {"lines": 1_000_000, "epochs": 10, "nodes": 200_000, "rows": 1000, "parallelism": 2, "later_jobs": 2}
 RATIOS = [

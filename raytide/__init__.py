@@ -60,11 +60,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _RUNTIME:
-        from raytide.actors import runtime
+        from raytide.driver import job
 
-        return getattr(runtime, name)
+        return getattr(job, name)
     if name in _POOL:
-        from raytide.actors import pool
+        from raytide.driver import pool
 
         return getattr(pool, _POOL[name])
     if name == "sources":  # rt.sources.TextFileSource, without importing any source before it is used

@@ -20,11 +20,18 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "progress": frozenset({"errors"}),
     "core": frozenset({"errors", "progress"}),
-    "snapshots": frozenset({"errors", "progress", "core"}),
+    "physical": frozenset({"errors", "progress", "core"}),
+    "snapshots": frozenset({"errors", "progress", "core", "physical"}),
     "autoscale": frozenset({"errors", "progress", "core"}),
     "sources": frozenset({"errors", "progress", "core"}),
-    "actors": frozenset({"errors", "progress", "core", "snapshots", "autoscale", "sources"}),
-    "integrations": frozenset({"errors", "progress", "core", "sources", "actors"}),
+    "rescale": frozenset({"errors", "progress", "core", "physical", "snapshots"}),
+    "engine": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale"}),
+    "testing": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine"}),
+    "actors": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine", "autoscale",
+                         "sources"}),
+    "driver": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine", "autoscale",
+                         "sources", "actors"}),
+    "integrations": frozenset({"errors", "progress", "core", "sources", "physical", "driver"}),
     "graph": frozenset({"errors", "progress", "core"}),
 }
 PUBLIC_FACE = "the public face"
@@ -43,16 +50,16 @@ PURE = [
     "raytide.progress.publisher",
     "raytide.progress.inorder",
     "raytide.progress.outputs",
-    "raytide.actors.replica",
-    "raytide.actors.plan",
-    "raytide.actors.protocol",
-    "raytide.actors.progress_core",
-    "raytide.actors.holdback",
-    "raytide.actors.notifications",
-    "raytide.actors.outbox",
-    "raytide.actors.replica_state",
-    "raytide.actors.recovery",
-    "raytide.actors.local",
+    "raytide.engine.replica",
+    "raytide.physical.plan",
+    "raytide.physical.protocol",
+    "raytide.engine.progress_core",
+    "raytide.engine.holdback",
+    "raytide.engine.notifications",
+    "raytide.engine.outbox",
+    "raytide.snapshots.replica_state",
+    "raytide.snapshots.recovery",
+    "raytide.testing.local",
     "raytide.snapshots",
     "raytide.snapshots.barriers",
     "raytide.snapshots.store",
@@ -125,11 +132,11 @@ def test_every_package_has_a_row_in_the_table():
 
 
 @pytest.mark.parametrize(("module", "planted"), [
-    ("raytide.core.dataflow", "from raytide.actors.runtime import Job"),
+    ("raytide.core.dataflow", "from raytide.driver.job import Job"),
     ("raytide.progress.tracker", "import raytide.core.batches"),
     ("raytide.core.routing", "from raytide.autoscale.policies import RatePolicy"),
     ("raytide.sources.text", "from raytide import Dataflow"),
-    ("raytide.actors.replica", "from raytide.integrations import records"),
+    ("raytide.engine.replica", "from raytide.integrations import records"),
     ("raytide.core.keygroups", "from ..actors import plan"),
 ])
 def test_a_planted_back_up_import_is_caught(module, planted):
@@ -191,7 +198,7 @@ def test_subpackage_api(package):
 OLD_IMPORT_PATHS = [
     ("raytide.dataflow", "Dataflow"),
     ("raytide.dataflow", "Stream"),
-    ("raytide.actors.vertex", "Vertex"),
+    ("raytide.core.vertex", "Vertex"),
     ("raytide.autoscale.keygroups", "KeyGroupAssignment"),
     ("raytide.integrations.spark", "from_spark"),
     ("raytide.integrations.spark", "to_spark"),
@@ -208,7 +215,7 @@ def test_no_two_classes_or_type_aliases_share_a_name():
     """One name, one meaning: a second ``Status`` or ``ChannelId`` elsewhere is a trap for readers."""
     homes: dict[str, list[str]] = {}
     for module, source in package_sources().items():
-        if layer_of(module) == PUBLIC_FACE or module in ("raytide.autoscale.keygroups", "raytide.actors.vertex"):
+        if layer_of(module) == PUBLIC_FACE or module in ("raytide.autoscale.keygroups", "raytide.core.vertex"):
             continue  # re-exports of the old import paths
         for node in ast.parse(source).body:
             names = [node.name] if isinstance(node, ast.ClassDef) else []

@@ -26,12 +26,12 @@ from typing import Any
 
 import ray
 
-from raytide.actors.plan import PhysicalPlan
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.rescale import group_leaders
 from raytide.autoscale.config import Autoscale
 from raytide.autoscale.loop import ControlLoop, settled
 from raytide.autoscale.monitor import Sample, free_cpus, window_stats
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import ReplicaKey
+from raytide.rescale.widths import group_leaders
 
 logger = logging.getLogger(__name__)
 

@@ -30,13 +30,13 @@ from typing import Any
 
 import ray
 
-from raytide.actors.plan import PhysicalPlan
-from raytide.actors.protocol import Marker, ReplicaKey
-from raytide.actors.recovery import Committed, commit_snapshot
 from raytide.errors import SnapshotError
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import Marker, ReplicaKey
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.coordinator import Abandon, Acknowledgement, Commit, CoordinatorCore
 from raytide.snapshots.interval import IntervalTuner
+from raytide.snapshots.recovery import Committed, commit_snapshot
 from raytide.snapshots.store import SnapshotStore
 
 #: Seconds between two ticks of the coordinator's clock: how late a snapshot may start, or
@@ -185,8 +185,8 @@ class CoordinatorActor:
 
     def hold_now(self, timeout: float, delivered: dict[str, int]) -> tuple[int | None, dict[Any, Any]]:
         """A rescale's cut: every replica aligns on a marker, holds its state there and runs
-        nothing more (:mod:`raytide.actors.rescale`). Waits until all hold; returns the cut's
-        id and each replica's :class:`~raytide.actors.replica_state.HeldReport` (None and
+        nothing more (:mod:`raytide.rescale.widths`). Waits until all hold; returns the cut's
+        id and each replica's :class:`~raytide.snapshots.replica_state.HeldReport` (None and
         nothing: the snapshot in flight did not complete in time, so no cut was started).
         Nothing is written, and no periodic snapshot is taken after it until :meth:`start`,
         :meth:`reset` or :meth:`reconfigure`. A cut not complete in time is abandoned at

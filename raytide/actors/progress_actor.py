@@ -1,8 +1,8 @@
-"""The progress actor: a thin Ray shell around :class:`~raytide.actors.progress_core.ProgressCore`.
+"""The progress actor: a thin Ray shell around :class:`~raytide.engine.progress_core.ProgressCore`.
 
-It takes the replicas' numbered messages (:class:`~raytide.actors.protocol.Sequenced`),
+It takes the replicas' numbered messages (:class:`~raytide.physical.protocol.Sequenced`),
 performs the core's status pushes (fire and forget) and keeps the job's events for the
-driver's long poll. It never waits for anyone (see :mod:`raytide.actors.protocol`).
+driver's long poll. It never waits for anyone (see :mod:`raytide.physical.protocol`).
 
 Every call but the long poll runs on one thread, in turn; the long poll runs in a
 concurrency group of its own, so that it waits without blocking progress, and shares
@@ -12,7 +12,7 @@ the events the driver has not acknowledged: a poll from ``cursor`` says that eve
 before it has been read, so a job that runs for weeks holds no more than one poll's worth.
 
 In a job with recovery, :meth:`ProgressActor.restore` replaces the core with one rebuilt
-from a snapshot (:mod:`raytide.actors.recovery`); calls and pushes carry the incarnation,
+from a snapshot (:mod:`raytide.snapshots.recovery`); calls and pushes carry the incarnation,
 and calls of an older one are dropped.
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 
 import ray
 
-from raytide.actors.progress_core import ProgressCore, ProgressEffects
-from raytide.actors.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
-from raytide.actors.wire import pack_records
+from raytide.engine.progress_core import ProgressCore, ProgressEffects
+from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
+from raytide.physical.wire import pack_records
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -67,7 +67,7 @@ class ProgressActor:
 
     def receive(self, incarnation: int, *calls: Sequenced | bytes) -> None:
         """Numbered messages from a replica (progress batch, output parts, declaration), or
-        one encoded tuple of them (see :func:`~raytide.actors.protocol.encode`)."""
+        one encoded tuple of them (see :func:`~raytide.physical.protocol.encode`)."""
         if incarnation != self.incarnation:
             return
         for call in calls:

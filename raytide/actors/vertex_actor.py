@@ -13,7 +13,7 @@ Message flow (no actor ever waits for one that may wait for it):
   replica numbers its calls to the progress actor, which applies them in that order.
 * failures: ``replica -> progress actor.fail`` (fire and forget).
 * snapshots (a job with ``recovery``): at a snapshot barrier the core hands its local
-  snapshot to a writer thread (:class:`~raytide.actors.snapshot_writer.SnapshotWriter`),
+  snapshot to a writer thread (:class:`~raytide.snapshots.writer.SnapshotWriter`),
   which stores it and acknowledges it to the coordinator; processing goes on meanwhile.
 * incarnations: every call between the job's actors and from the driver carries the
   sender's incarnation, and a replica drops what is not of its own: after a recovery
@@ -37,24 +37,23 @@ from typing import Any
 
 import ray
 
-from raytide.actors.allocator import keep_freed_buffers, pretouch
-from raytide.actors.layout import Piece
 from raytide.actors.metrics import ReplicaMetrics
-from raytide.actors.plan import PhysicalPlan
-from raytide.actors.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced, decode, encode
-from raytide.actors.recovery import part_name
-from raytide.actors.replica import ReplicaCore
-from raytide.actors.replica_state import HeldReport, LocalSnapshot
-from raytide.actors.snapshot_writer import SnapshotWriter
-from raytide.actors.wire import pack, pack_records, packed_size, unpack, unpicklable
 from raytide.core.batches import to_records
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, ReplicaLost, RescaleError, SnapshotError, SourceError
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import ChannelId, Marker, OutputParts, ReplicaKey, Sequenced, decode, encode
+from raytide.physical.wire import pack, pack_records, packed_size, unpack, unpicklable
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.rescale.layout import Piece
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.coordinator import Acknowledgement
+from raytide.snapshots.recovery import part_name
+from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 from raytide.snapshots.store import SnapshotStore
+from raytide.snapshots.writer import SnapshotWriter
 from raytide.sources.base import Reader
 
 logger = logging.getLogger(__name__)
@@ -181,17 +180,14 @@ class _RayTransport:
 class VertexActor:
     """One replica of one chain of fused vertices."""
 
-    def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int,
-                 pretouch_mb: int, myself: Any = None, recovery: Recovery | None = None, incarnation: int = 0,
-                 kept: tuple[int, ReplicaKey, Piece] | None = None) -> None:
+    def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int, myself: Any = None,
+                 recovery: Recovery | None = None, incarnation: int = 0, kept: tuple[int, ReplicaKey, Piece] | None = None) -> None:
         """``myself``: this replica's own handle (bound to its host's lease), for the calls
         a reader makes to itself. ``recovery``: the job takes snapshots (see the module docstring).
         ``incarnation``: the job's (a rescale's replica drops the calls of the configuration before).
         ``kept``: what the replica this host played before kept for this one, in a rescale to
         that incarnation (:meth:`hand_over`)."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
-        if keep_freed_buffers() and pretouch_mb:
-            pretouch(pretouch_mb)
         self.plan, self.key = plan, ReplicaKey(chain, replica)
         self.store = SnapshotStore(recovery.store, recovery.signing_key) if recovery is not None else None
         self.writer = SnapshotWriter(self.key, self.store) if self.store is not None else None
@@ -241,8 +237,8 @@ class VertexActor:
 
     def receive(self, header: bytes, payload: Any, packed: bool) -> None:
         """A data batch for the chain's head vertex: ``header`` is its encoded incarnation,
-        channel, vertex and time (see :func:`~raytide.actors.protocol.encode`), the batch
-        travels as :mod:`raytide.actors.wire` packs it."""
+        channel, vertex and time (see :func:`~raytide.physical.protocol.encode`), the batch
+        travels as :mod:`raytide.physical.wire` packs it."""
         incarnation, channel, vertex, time = decode(header)
         if self._current(incarnation):
             self._guard(self.core.on_message, channel, vertex, time, unpack(payload, packed))
@@ -258,12 +254,12 @@ class VertexActor:
             self._guard(self.core.inject_marker, marker)
 
     def on_progress(self, incarnation: int, push: bytes) -> None:
-        """A frontier push from the progress actor: an encoded :class:`~raytide.actors.protocol.StatusPush`."""
+        """A frontier push from the progress actor: an encoded :class:`~raytide.physical.protocol.StatusPush`."""
         if self._current(incarnation):
             self._guard(self.core.on_progress, *decode(push))
 
     def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int) -> None:
-        """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.actors.wire`)."""
+        """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.physical.wire`)."""
         if self._current(incarnation):
             self._guard(self.core.push_input, vertex, unpack(payload, packed), epoch)
 

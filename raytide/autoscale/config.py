@@ -41,7 +41,7 @@ class Autoscale:
         parameters: the ``parameters.json`` path to follow, for ``"file"``.
         stats: the ``stats.json`` path to write, for ``"file"``.
         vertices: the vertices it may rescale (default: all but the inputs). A vertex
-            fused behind another moves with it (:mod:`raytide.actors.rescale`).
+            fused behind another moves with it (:mod:`raytide.rescale.widths`).
         interval: seconds between two decisions (the statistics' window).
         cooldown: seconds after a vertex changed before it may change again.
         min_parallelism: the fewest replicas of a vertex.

@@ -5,7 +5,7 @@ The autoscaler actor (:mod:`raytide.actors.autoscaler_actor`) monitors
 *analyses and plans* here: the policy's decisions for the vertices it may rescale, then
 the control steps of :mod:`raytide.autoscale.controls` in their order (bounds, hysteresis,
 persistence, cooldown, the free CPUs). Vertices that keep one width
-(:func:`raytide.actors.rescale.group_leaders`) are one decision from the start, their
+(:func:`raytide.rescale.widths.group_leaders`) are one decision from the start, their
 leader's, with the largest target any of them was given (as
 :func:`~raytide.autoscale.controls.combine` decides): the controls then count each group's
 replicas once.

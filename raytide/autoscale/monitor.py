@@ -7,7 +7,7 @@ The window's statistics are the differences. A replica whose counters went back 
 role after a rescale) counts from zero. Busy and blocked time are a chain's: every
 vertex fused in one actor is charged its whole time, which makes a light vertex fused
 behind a heavy one look slow (a rate policy then gives it the heavy one's width, which
-it must keep anyway, :mod:`raytide.actors.rescale`).
+it must keep anyway, :mod:`raytide.rescale.widths`).
 
 >>> before = Sample(0.0, {("map", 0): {"busy_s": 0.0, "blocked_s": 0.0, "vertices": {"map": {"records_in": 0, "records_out": 0}}}},
 ...                 {"map": {"queued": 0, "frontier": 0}})

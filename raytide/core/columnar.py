@@ -34,7 +34,7 @@ from raytide.core.arrangement import Arrangement, Rows
 from raytide.core.combine import combine_by_key
 from raytide.core.epochs import check_epoch_order, later
 from raytide.core.keyindex import KeyIndex
-from raytide.core.operators import _drop_time, _per_time, _refuse_shared_keys
+from raytide.core.operators import _per_time, _refuse_shared_keys
 from raytide.core.step import Step, checked_outputs, columns_of, integer_keys, keys_moving
 from raytide.core.vertex import Vertex
 from raytide.progress.timestamps import Timestamp
@@ -90,18 +90,24 @@ class KeyedColumns(Vertex):
 
     def on_notify(self, time: Timestamp) -> None:
         self.phase = check_epoch_order(self, self.phase, time)
-        inbox = self.pending.pop(time, {})
+        if self._round(self.pending.pop(time, {}), time, time.counters[-1] if time.counters else 0) < 0:
+            self.notify_at(Timestamp(time.epoch, time.counters[:-1] + (time.counters[-1] + 1,)))
+
+    def _round(self, inbox: dict[int, list[Rows]], time: Timestamp, iteration: int) -> int:
+        """Run the step over ``inbox`` as round ``iteration`` at ``time`` and send what it returns.
+
+        Returns the rows sent on output 0, negated (-1 at least) if the step asked to run again.
+        """
         for port in self.spec.ticks:
             inbox.pop(port, None)
         added = {port: self._arrange(port, inbox.pop(port, [])) for port in self.spec.arranged}
         keys, values = self._updates([batch for port in sorted(inbox) for batch in inbox[port]])
-        step = Step(time, keys, self._slots(keys), values, self.state, self.index, self.arrangements, added)
+        step = Step(time, keys, self._slots(keys), values, self.state, self.index, self.arrangements, added,
+                    iteration)
         result = self.spec.step(step)
         self._check_state()
-        for port, batch in enumerate(checked_outputs(result, self.spec.outputs)):
-            self._send(port, batch, time)
-        if step.wants_again:
-            self.notify_at(Timestamp(time.epoch, time.counters[:-1] + (time.counters[-1] + 1,)))
+        sent = [self._send(port, batch, time) for port, batch in enumerate(checked_outputs(result, self.spec.outputs))]
+        return -max(sent[0], 1) if step.wants_again else sent[0]
 
     # -- the parts of a notification ------------------------------------------------
 
@@ -162,13 +168,15 @@ class KeyedColumns(Vertex):
                 raise TypeError(f"the step left state column {name!r} as a {what}; it must stay a {np.dtype(dtype)} "
                                 f"array of one row per key ({len(self.index)}): change values in place")
 
-    def _send(self, port: int, batch: Rows | None, time: Timestamp) -> None:
+    def _send(self, port: int, batch: Rows | None, time: Timestamp) -> int:
+        """Send a batch of the step on ``port`` (combined first if the port says so); returns its rows."""
         if batch is None or not len(next(iter(batch.values()), ())):
-            return
+            return 0
         if port in self.spec.send_combine:
             keys, values = self._combined(batch, f"output {port} of the step")
             batch = {self.spec.key: keys, **values}
         self.send_by(port, batch, time)
+        return len(next(iter(batch.values())))
 
     # -- snapshots and rescaling ----------------------------------------------------
 
@@ -214,22 +222,31 @@ class KeyedColumns(Vertex):
         return taken
 
     def _take_pending(self, moving: Callable[[Hashable], bool]) -> dict[Timestamp, dict[int, list[Rows]]]:
-        taken: dict[Timestamp, dict[int, list[Rows]]] = {}
-        for time, inbox in list(self.pending.items()):
-            for port, batches in inbox.items():
-                if port in self.spec.ticks:  # every replica runs at a tick's time: each new one gets it too
-                    taken.setdefault(time, {})[port] = batches
-                    continue
-                column = self.spec.arranged.get(port, self.spec.key)
-                rows = {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
-                going = keys_moving(integer_keys(rows, column, f"input {port}"), moving)
-                if going.any():
-                    taken.setdefault(time, {})[port] = [{n: v[going] for n, v in rows.items()}]
-                inbox[port] = [{n: v[~going] for n, v in rows.items()}] if not going.all() else []
-            self.pending[time] = inbox = {port: batches for port, batches in inbox.items() if batches}
-            if not inbox:
-                _drop_time(self, self.pending, time)
+        """The moving keys' pending rows; a time left with none here loses its notification."""
+        taken, kept = self._split(self.pending, moving)
+        for time in set(self.pending) - set(kept):
+            self.cancel_notify(time)
+        self.pending = kept
         return taken
+
+    def _split(self, inboxes: Mapping[Any, dict[int, list[Rows]]],
+               moving: Callable[[Hashable], bool]) -> tuple[dict[Any, dict[int, list[Rows]]], dict]:
+        """Inboxes (per time, per port, batches) split into ``(the moving keys' rows, the rest)``;
+        tick ports go to both (every replica runs at a tick's time), empty inboxes to neither."""
+        taken: dict[Any, dict[int, list[Rows]]] = {}
+        kept: dict[Any, dict[int, list[Rows]]] = {}
+        for time, inbox in inboxes.items():
+            for port, batches in inbox.items():
+                if port in self.spec.ticks:
+                    taken.setdefault(time, {})[port] = kept.setdefault(time, {})[port] = batches
+                    continue
+                rows = {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+                going = keys_moving(integer_keys(rows, self.spec.arranged.get(port, self.spec.key), f"input {port}"),
+                                    moving)
+                for part, mask in ((taken, going), (kept, ~going)):
+                    if mask.any():
+                        part.setdefault(time, {})[port] = [{n: v[mask] for n, v in rows.items()}]
+        return taken, kept
 
     def put_keys(self, state: Any) -> None:
         """Adopt another replica's keys (a key held here too is refused); pending rows join their time."""

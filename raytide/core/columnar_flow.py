@@ -17,11 +17,15 @@ import numpy as np
 
 from raytide.core.columnar import ColumnsSpec, KeyedColumns, StateColumn
 from raytide.core.combine import check_combiners
+from raytide.core.gated import TICKS, TOKENS, GatedColumns
 from raytide.core.step import Step
 from raytide.errors import GraphError
 
 if TYPE_CHECKING:
     from raytide.core.dataflow import Stream
+
+#: The channel of an input every replica reads whole.
+BROADCAST = "broadcast"
 
 
 def _spec(vertex: str, step: Callable[[Step], Any], key: str, state: Mapping[str, StateColumn],
@@ -49,25 +53,28 @@ def keyed_columns(stream: Stream, step: Callable[[Step], Any], key: str, state: 
 
 def iterate_columns(stream: Stream, step: Callable[[Step], Any], key: str, state: Mapping[str, StateColumn],
                     combine: Mapping[str, np.ufunc] | None, arrange: str | None, outputs: int,
-                    every_replica: bool, name: str | None) -> list[Stream]:
-    """See :meth:`Stream.iterate_columns`; returns the streams leaving the loop."""
+                    name: str | None) -> list[Stream]:
+    """See :meth:`Stream.iterate_columns`; returns the streams leaving the loop.
+
+    The state vertex (:class:`~raytide.core.gated.GatedColumns`) reads the entering stream
+    (port 0), the next round's updates (1, the feedback), a tick per entering batch (2,
+    broadcast) and the replicas' tokens (3, broadcast round the loop): its epoch gate.
+    """
     if outputs < 1:
         raise GraphError(f"iterate_columns {name or ''!r}: outputs must be at least 1, got {outputs}")
     flow = stream.flow
     loop = flow._new_loop("iterate_columns", name, stream.scope, [stream])
-    back = loop.feedback(name=f"{loop.name}.next")
+    back, tokens = loop.feedback(name=f"{loop.name}.next"), loop.feedback(name=f"{loop.name}.tokens")
     vname = loop.name  # the vertex holding the state is named as its loop (loop names are apart)
-    inputs = [loop.enter(stream), back.stream]
-    exchange: list[str | None] = [arrange or key, key]
-    if every_replica:  # a tick per batch, to every replica: each runs the epoch's first iteration
-        inputs.append(loop.enter(stream.map_batches(_tick, name=f"{loop.name}.tick").broadcast()))
-        exchange.append(None)
     spec = _spec(vname, step, key, state, combine, arranged={} if arrange is None else {0: arrange},
                  outputs=1 + outputs, send_combine=frozenset({0}) if combine else frozenset(),
-                 ticks=frozenset({2}) if every_replica else frozenset())
-    made = flow.vertex(lambda: KeyedColumns(spec), inputs, 1 + outputs, exchange=exchange, name=vname)
+                 ticks=frozenset({TICKS, TOKENS}))
+    ticks = loop.enter(stream.map_batches(_tick, name=f"{loop.name}.tick"))
+    made = flow.vertex(lambda: GatedColumns(spec), [loop.enter(stream), back.stream, ticks, tokens.stream],
+                       2 + outputs, exchange=[arrange or key, key, BROADCAST, BROADCAST], name=vname)
     back.connect(made[0])
-    return [loop.leave(out) for out in made[1:]]
+    tokens.connect(made[-1])
+    return [loop.leave(out) for out in made[1:-1]]
 
 
 def _tick(batch: Any) -> dict[str, np.ndarray]:

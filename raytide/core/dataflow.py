@@ -144,8 +144,9 @@ class Dataflow:
                 one object is created per replica.
             inputs: input ``i`` of the vertex receives stream ``inputs[i]``.
             outputs: number of output ports.
-            exchange: per input, a key function to partition that input by, or None to
-                keep it local.
+            exchange: per input, a key function (or integer column name) to partition that
+                input by, ``"broadcast"`` to give every replica all of it, or None to keep
+                it local.
             name: the vertex id (unique in the dataflow); by default a stable one.
             parallelism: number of replicas (default: the dataflow's).
         """
@@ -155,8 +156,7 @@ class Dataflow:
             raise GraphError(f"vertex {name or label!r} of dataflow {self.name!r}: "
                              f"{len(inputs)} inputs but {len(keys)} exchange keys")
         scope = self._common_scope(inputs, name or label)
-        edges = tuple((InputEdge(s.vertex, s.port, Channel("exchange", key) if key else Channel()),)
-                      for s, key in zip(inputs, keys))
+        edges = tuple((InputEdge(s.vertex, s.port, _channel(key)),) for s, key in zip(inputs, keys))
         vname = name or self._fresh(label, inputs, scope)
         self._add(LogicalVertex(vname, factory, edges, outputs, scope.depth if scope else 0, parallelism=parallelism))
         return [Stream(self, vname, port, scope) for port in range(outputs)]
@@ -231,6 +231,13 @@ class Dataflow:
     def inputs(self) -> list[str]:
         """Names of the dataflow's inputs."""
         return [v.name for v in self.vertices.values() if v.role == "input"]
+
+
+def _channel(key: ExchangeKey | None) -> Channel:
+    """The channel of an input of :meth:`Dataflow.vertex`: by key, broadcast, or local."""
+    if key == "broadcast":
+        return Channel("broadcast")
+    return Channel("exchange", key) if key else Channel()
 
 
 def _label(factory: Any) -> str:
@@ -412,8 +419,7 @@ class Stream:
 
     def iterate_columns(self, step: Callable[[Step], Any], *, key: str, state: Mapping[str, StateColumn],
                         combine: Mapping[str, np.ufunc] | None = None, arrange: str | None = None,
-                        outputs: int = 1, every_replica: bool = False,
-                        name: str | None = None) -> Stream | list[Stream]:
+                        outputs: int = 1, name: str | None = None) -> Stream | list[Stream]:
         """A loop around columnar keyed state (Pregel-like): iterate until no update is left.
 
         This stream enters the loop once per epoch: arranged by column ``arrange`` (rows that
@@ -422,12 +428,12 @@ class Stream:
         tuple ``(next_round, out_1, ..., out_outputs)``: ``next_round``'s rows (keyed by
         ``key``, combined with ``combine`` before the exchange) are the updates of the next
         iteration; the other batches leave the loop, as the returned streams. ``state`` and
-        ``combine`` are as in :meth:`keyed_columns`. ``every_replica=True`` makes every
-        replica run the step at the first iteration of each epoch with input (for steps
-        that recompute all their keys, like PageRank). Epochs must enter one after another
-        (docs/iteration.md).
+        ``combine`` are as in :meth:`keyed_columns`. Every replica runs the step at the
+        first round of each epoch with input. Epochs may be pushed without waiting: they go
+        through the loop one after another, each from the state the ones before it left
+        (the step's ``iteration`` counts from the epoch's first round; docs/iteration.md).
         """
-        made = iterate_columns(self, step, key, state, combine, arrange, outputs, every_replica, name)
+        made = iterate_columns(self, step, key, state, combine, arrange, outputs, name)
         return made[0] if outputs == 1 else made
 
     # -- leaving the dataflow --------------------------------------------------------

@@ -25,7 +25,8 @@ class Step:
     """One (replica, timestamp) of a columnar vertex.
 
     Attributes:
-        time: the timestamp; :attr:`iteration` is its last loop counter.
+        time: the timestamp.
+        iteration: the round of the loop, from 0 at each epoch's first (0 outside a loop).
         keys, slots: the keys of this time's updates (distinct and sorted when the vertex
             has combiners) and their slots in :attr:`state`.
         values: the updates' value columns, row for row with ``keys``.
@@ -36,15 +37,11 @@ class Step:
 
     def __init__(self, time: Timestamp, keys: np.ndarray, slots: np.ndarray, values: Rows,
                  state: dict[str, np.ndarray], index: KeyIndex, arrangements: Mapping[int, Arrangement],
-                 added: Mapping[int, tuple[np.ndarray, Rows]]) -> None:
+                 added: Mapping[int, tuple[np.ndarray, Rows]], iteration: int = 0) -> None:
         self.time, self.keys, self.slots, self.values, self.state = time, keys, slots, values, state
         self.added, self._index, self._arrangements = added, index, arrangements
+        self.iteration = iteration
         self.wants_again = False
-
-    @property
-    def iteration(self) -> int:
-        """The loop counter of this time (0 outside a loop)."""
-        return self.time.counters[-1] if self.time.counters else 0
 
     @property
     def ids(self) -> np.ndarray:

@@ -47,6 +47,6 @@ def pagerank(edges: Stream, *, iterations: int = 20, damping: float = 0.85, name
     ``edges``: batches of columns ``src`` and ``dst``.
     """
     ranks = edges.iterate_columns(rounds(iterations, damping), key="node", state={"rank": (np.float64, 1.0)},
-                                  combine={"rank": np.add}, arrange="src", every_replica=True, name=name)
+                                  combine={"rank": np.add}, arrange="src", name=name)
     assert isinstance(ranks, Stream)
     return ranks.map_batches(lambda b: as_pairs(b, "rank"), name=f"{name}.pairs")

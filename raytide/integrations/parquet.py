@@ -30,7 +30,7 @@ from raytide.errors import ArgumentError
 from raytide.integrations.records import records_to_table
 
 if TYPE_CHECKING:
-    from raytide.actors.runtime import Job
+    from raytide.driver.job import Job
 
 #: The name of an epoch's file inside its partition directory.
 PART = "part-0.parquet"

@@ -19,7 +19,7 @@ from raytide.errors import ArgumentError
 DEFAULT_SNAPSHOT_TIMEOUT = 60.0
 
 #: When the driver hands out a completed output epoch: at once, or once a committed
-#: snapshot holds it (:mod:`raytide.actors.output_gate`).
+#: snapshot holds it (:mod:`raytide.engine.output_gate`).
 OutputCommit = Literal["epoch", "snapshot"]
 
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import raytide as rt
-from raytide.actors.allocator import PRETOUCH_LIMIT_MB
+from raytide.actors.hosts import PRETOUCH_LIMIT_MB
 from tests.ray.jobs import run_collect
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
@@ -23,7 +23,7 @@ CHURN = """
 import resource, sys
 import numpy as np
 if sys.argv[1] == "tuned":
-    from raytide.actors.allocator import keep_freed_buffers
+    from raytide.actors.hosts import keep_freed_buffers
     assert keep_freed_buffers()
 rng = np.random.default_rng(0)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -36,7 +36,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 FIRST_EPOCH = """
 import resource, sys
 import numpy as np
-from raytide.actors.allocator import keep_freed_buffers, pretouch
+from raytide.actors.hosts import keep_freed_buffers, pretouch
 assert keep_freed_buffers()
 pretouch(int(sys.argv[1]))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -11,8 +11,8 @@ import pytest
 import ray
 
 import raytide as rt
-from raytide.actors import pool as pool_module
-from raytide.actors.pool import host_pool
+from raytide.driver import pool as pool_module
+from raytide.driver.pool import host_pool
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 

@@ -128,7 +128,7 @@ def test_loop_misuse_is_rejected_when_the_job_is_built(ray_session):
 
 
 def test_a_vertex_fed_only_by_the_feedback_and_a_marker_in_a_loop(ray_session):
-    from raytide.actors.protocol import Marker
+    from raytide.physical.protocol import Marker
 
     flow = rt.Dataflow("feedback-only")
     loop = flow.loop()

@@ -19,8 +19,8 @@ import pytest
 import ray
 
 import raytide as rt
-from raytide.actors.protocol import ReplicaKey
 from raytide.integrations.parquet import write_parquet
+from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
 from tests.ray.jobs import as_multisets, counting_words, text_parts
 from tests.sim.scenarios import SCENARIOS, Scenario, with_input_width

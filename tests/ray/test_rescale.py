@@ -23,7 +23,7 @@ import ray
 
 import raytide as rt
 from examples.connected_components import build_flow, union_find
-from raytide.actors.job_recovery import RescaleRecord
+from raytide.driver.recovery import RescaleRecord
 from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.snapshots.store import SnapshotStore
 from tests.ray.jobs import as_multisets, counting_words, text_parts

@@ -8,8 +8,8 @@ import pytest
 import ray
 
 import raytide as rt
-from raytide.actors.protocol import Marker
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.physical.protocol import Marker
 
 pytestmark = pytest.mark.ray
 

@@ -8,7 +8,6 @@ import warnings
 import pyarrow as pa
 import pytest
 
-from raytide.actors.wire import pack_records
 from raytide.errors import SparkIntegrationError
 from raytide.integrations.records import records_to_table, table_to_records
 from raytide.integrations.spark import (
@@ -25,6 +24,7 @@ from raytide.integrations.spark import (
     tables_to_spark,
     to_spark,
 )
+from raytide.physical.wire import pack_records
 
 GIB = 2**30
 

@@ -22,9 +22,9 @@ from pyspark.sql import Row
 from pyspark.sql.types import StructField, StructType, YearMonthIntervalType
 
 import raytide as rt
-from raytide.actors.wire import pack_records
 from raytide.errors import SparkIntegrationError
 from raytide.integrations.spark import from_spark, start_spark, to_spark
+from raytide.physical.wire import pack_records
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
 

@@ -6,7 +6,7 @@ import collections
 import random
 from collections.abc import Callable, Iterable
 
-from raytide.actors.local import COORDINATOR, PROGRESS, LocalJob
+from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob
 
 #: When a trial crashes something: at a random step, once snapshots are committed, during a
 #: recovery, or twice close together.

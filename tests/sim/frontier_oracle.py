@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
-from raytide.actors.local import LocalJob
 from raytide.progress import Location, PathSummary, Timestamp
+from raytide.testing.local import LocalJob
 
 
 def true_pointstamps(job: LocalJob) -> Counter:

@@ -18,8 +18,8 @@ import warnings
 from typing import Any
 
 import raytide as rt
-from raytide.actors.local import LocalJob, LocalRecovery, LocalRun
 from raytide.snapshots.store import SnapshotStore
+from raytide.testing.local import LocalJob, LocalRecovery, LocalRun
 from tests.sim.chaos import MODES, Chaos
 
 TRIALS = 300

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from raytide.actors import local as local_module
-from raytide.actors import replica_state
-from raytide.actors.local import PROGRESS, LocalJob, LocalRecovery, LocalRun
-from raytide.actors.replica import ReplicaCore
+from raytide.engine.replica import ReplicaCore
 from raytide.progress.outputs import OutputLog
+from raytide.snapshots import replica_state
 from raytide.snapshots.barriers import SnapshotComplete
 from raytide.snapshots.store import SnapshotStore
+from raytide.testing import local as local_module
+from raytide.testing.local import PROGRESS, LocalJob, LocalRecovery, LocalRun
 from tests.sim.chaos import MODES, Chaos, caught_by
 from tests.sim.frontier_oracle import check_frontiers_cover_the_truth
 from tests.sim.scenarios import SCENARIOS, Scenario, as_counters
@@ -164,7 +164,7 @@ original_complete = replica_state.complete
 
 
 PLANTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], tuple[str, ...]]] = {
-    "logged records not counted": (lambda mp: mp.setattr("raytide.actors.replica.complete", uncounted_log),
+    "logged records not counted": (lambda mp: mp.setattr("raytide.engine.replica.complete", uncounted_log),
                                    ("loop", "nested loop")),
     "back-edge records not logged": (
         lambda mp: mp.setattr(local_module.ReplicaCore, "_apply_barrier_effects", _logging_nothing()),
@@ -209,7 +209,7 @@ def test_the_trials_restore_from_committed_snapshots(tmp_path):
         return state, batches
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("raytide.actors.replica.load", counting_load)
+        mp.setattr("raytide.engine.replica.load", counting_load)
         for seed in range(60):
             assert trial("loop", seed, str(tmp_path / str(seed))).exact
     assert restored_with_log > 0

@@ -17,11 +17,11 @@ import warnings
 
 import pytest
 
-from raytide.actors import layout
-from raytide.actors.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
-from raytide.actors.replica import ReplicaCore
-from raytide.actors.rescale import width_groups
+from raytide.engine.replica import ReplicaCore
+from raytide.rescale import layout
+from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
+from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
 from tests.sim.chaos import caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
 from tests.sim.test_reshard_sim import _owned_by_the_next

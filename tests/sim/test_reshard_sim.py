@@ -18,13 +18,13 @@ import warnings
 import pytest
 
 import raytide as rt
-from raytide.actors import layout
-from raytide.actors.local import LocalJob, LocalRecovery
-from raytide.actors.plan import compile_plan
-from raytide.actors.protocol import ChannelId
 from raytide.core.keygroups import KeyGroupAssignment, key_group
 from raytide.errors import SnapshotError
+from raytide.physical.plan import compile_plan
+from raytide.physical.protocol import ChannelId
+from raytide.rescale import layout
 from raytide.snapshots.store import SnapshotStore
+from raytide.testing.local import LocalJob, LocalRecovery
 from tests.sim.chaos import Chaos, caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
 

@@ -1,4 +1,4 @@
-"""The runtime's protocols in one process (raytide.actors.local): many seeded interleavings of
+"""The runtime's protocols in one process (raytide.testing.local): many seeded interleavings of
 the same replica and progress cores that run on Ray, each checked against a plain-Python
 reference, plus an oracle for the hold-back rule and injected crashes."""
 
@@ -10,12 +10,12 @@ from collections import Counter
 import pytest
 
 import raytide as rt
-from raytide.actors import replica as replica_module
-from raytide.actors.holdback import HeldProgress
-from raytide.actors.local import LocalJob, ReplicaDied
-from raytide.actors.protocol import Cause, Marker, ReplicaKey
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.engine import replica as replica_module
+from raytide.engine.holdback import HeldProgress
+from raytide.physical.protocol import Cause, Marker, ReplicaKey
 from raytide.progress.publisher import answers
+from raytide.testing.local import LocalJob, ReplicaDied
 from tests.sim.frontier_oracle import check_frontiers_cover_the_truth
 from tests.sim.scenarios import SCENARIOS, Scenario, as_counters
 

@@ -7,12 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import raytide as rt
-from raytide.actors.local import _rewound
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.recovery import RestartBudget, part_name
 from raytide.errors import ArgumentError, SnapshotError
+from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore, Trigger
+from raytide.snapshots.recovery import RestartBudget, part_name
 from raytide.snapshots.store import PartInfo
+from raytide.testing.local import _rewound
 
 REPLICAS = ["a/0", "a/1", "b/0"]
 
@@ -165,9 +165,9 @@ def test_inputs_rewind_to_the_commands_after_their_position():
 
 def test_the_coordinator_actor_commits_into_the_store_and_the_driver_learns_each_commit_once(tmp_path):
     from raytide.actors.coordinator_actor import CoordinatorActor
-    from raytide.actors.plan import compile_plan
-    from raytide.actors.recovery import JOB_PART, part_name
-    from raytide.actors.replica_state import ReplicaSummary
+    from raytide.physical.plan import compile_plan
+    from raytide.snapshots.recovery import JOB_PART, part_name
+    from raytide.snapshots.replica_state import ReplicaSummary
     from raytide.snapshots.store import SnapshotStore
 
     flow = rt.Dataflow("tiny")

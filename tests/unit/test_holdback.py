@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.actors.holdback import HeldProgress, is_covered
-from raytide.actors.protocol import Cause, HeldCause
+from raytide.engine.holdback import HeldProgress, is_covered
+from raytide.physical.protocol import Cause, HeldCause
 from raytide.progress import Location, Timestamp
 
 HERE = Location.of_input("v", 0)

@@ -1,4 +1,4 @@
-"""Replica states laid out for other widths (``raytide.actors.layout``), against brute force.
+"""Replica states laid out for other widths (``raytide.rescale.layout``), against brute force.
 
 Random cuts of a keyed ``stateful_map`` (each replica holding the keys its group table
 gives it: their values and, per time, the records waiting for a notification) are split
@@ -20,13 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raytide as rt
-from raytide.actors.layout import _MovingContext, merge, new_tables, split
-from raytide.actors.plan import compile_plan
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.replica_state import ReplicaState, capabilities, summed
-from raytide.actors.rescale import new_widths
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, key_group
+from raytide.physical.plan import compile_plan
+from raytide.physical.protocol import ReplicaKey
 from raytide.progress.timestamps import Timestamp
+from raytide.rescale.layout import _MovingContext, merge, new_tables, split
+from raytide.rescale.widths import new_widths
+from raytide.snapshots.replica_state import ReplicaState, capabilities, summed
 
 
 def running_sums() -> rt.Dataflow:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.actors.notifications import NotificationQueue
+from raytide.engine.notifications import NotificationQueue
 from raytide.progress import Timestamp
 
 times = st.builds(Timestamp, st.integers(0, 3), st.tuples(st.integers(0, 3), st.integers(0, 3)))

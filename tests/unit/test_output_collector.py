@@ -7,9 +7,9 @@ import weakref
 
 import pytest
 
-from raytide.actors.driver_side import OutputCollector
-from raytide.actors.protocol import EpochComplete, JobFinished
-from raytide.actors.wire import pack_records, unpack_records
+from raytide.driver.outputs import OutputCollector
+from raytide.physical.protocol import EpochComplete, JobFinished
+from raytide.physical.wire import pack_records, unpack_records
 
 
 class Record:

@@ -7,12 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import raytide as rt
-from raytide.actors.output_gate import OutputGate
-from raytide.actors.plan import compile_plan
-from raytide.actors.recovery import complete_at_cut
-from raytide.actors.replica_state import ReplicaSummary
+from raytide.engine.output_gate import OutputGate
+from raytide.physical.plan import compile_plan
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.recovery import complete_at_cut
+from raytide.snapshots.replica_state import ReplicaSummary
 
 #: A script: ("complete", None) completes the next epoch; ("commit", e) commits a snapshot
 #: holding epochs up to e complete (None: all); ("rollback", None) is a recovery.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import raytide as rt
-from raytide.actors.plan import compile_plan
+from raytide.physical.plan import compile_plan
 
 
 def chains(flow: rt.Dataflow) -> set[tuple[str, ...]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytide.actors.pool_book import PoolBook
+from raytide.driver.pool_book import PoolBook
 
 
 def test_a_second_job_reuses_the_hosts_the_first_gave_back_once_they_are_reset():

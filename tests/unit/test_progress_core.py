@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from raytide.actors.driver_side import fetch_records
 from raytide.actors.progress_actor import ProgressActor
-from raytide.actors.progress_core import ProgressCore
-from raytide.actors.protocol import (
+from raytide.driver.outputs import fetch_records
+from raytide.engine.progress_core import ProgressCore
+from raytide.physical.protocol import (
     EpochComplete,
     JobFailed,
     JobFinished,

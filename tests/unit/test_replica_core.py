@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raytide as rt
-from raytide.actors.plan import compile_plan
-from raytide.actors.protocol import ChannelId, Declaration, OutputParts, ProgressBatch
-from raytide.actors.replica import ReplicaCore
 from raytide.core import split_text
+from raytide.engine.replica import ReplicaCore
+from raytide.physical.plan import compile_plan
+from raytide.physical.protocol import ChannelId, Declaration, OutputParts, ProgressBatch
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 

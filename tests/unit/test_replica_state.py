@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.replica_state import ReplicaState, complete, load, pickle_outputs, take, unpickle_outputs
+from raytide.physical.protocol import ReplicaKey
 from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.replica_state import ReplicaState, complete, load, pickle_outputs, take, unpickle_outputs
 
 
 def state(kept: dict[str, dict[int, list]], user: dict | None = None) -> ReplicaState:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 import raytide as rt
-from raytide.actors.layout import check_splittable, hosted_positions
-from raytide.actors.plan import compile_plan
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.rescale import new_widths, width_groups
 from raytide.errors import ArgumentError, GraphError, RescaleError
+from raytide.physical.plan import compile_plan
+from raytide.physical.protocol import ReplicaKey
+from raytide.rescale.layout import check_splittable, hosted_positions
+from raytide.rescale.widths import new_widths, width_groups
 
 
 def groups_flow() -> rt.Dataflow:

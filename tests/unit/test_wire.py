@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raytide.actors.wire import OUT_OF_BAND_BYTES, pack, pack_records, packed_size, unpack, unpack_records
+from raytide.physical.wire import OUT_OF_BAND_BYTES, pack, pack_records, packed_size, unpack, unpack_records
 
 records = st.lists(st.one_of(st.tuples(st.text(), st.integers()), st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
                              st.none(), st.floats(allow_nan=False)), max_size=30)

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Protocol
 import pyarrow as pa
 import ray
 
-from raytide.actors.wire import Packed, unpack_records
 from raytide.errors import SparkIntegrationError
 from raytide.integrations import records
 from raytide.integrations.spark.session import (
@@ -28,6 +27,7 @@ from raytide.integrations.spark.session import (
     require_spark,
 )
 from raytide.integrations.spark.types import check_schema, widen_decimals
+from raytide.physical.wire import Packed, unpack_records
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame, SparkSession

@@ -1,8 +1,8 @@
 """An in-process runtime: every replica core, the progress core and the snapshot
 coordinator in one process, no Ray, under a seeded scheduler.
 
-It runs the same :class:`~raytide.actors.replica.ReplicaCore`,
-:class:`~raytide.actors.progress_core.ProgressCore` and
+It runs the same :class:`~raytide.engine.replica.ReplicaCore`,
+:class:`~raytide.engine.progress_core.ProgressCore` and
 :class:`~raytide.snapshots.coordinator.CoordinatorCore` as the Ray actors, and delivers
 their messages the way Ray may: FIFO from one replica to another (data batches and
 markers alike), FIFO from the progress actor to each replica, in *any* order from a
@@ -17,7 +17,7 @@ or the coordinator at step ``n``, losing its state and everything it had in flig
 Without ``recovery`` the job then fails. With a :class:`LocalRecovery` it takes
 snapshots into a real :class:`~raytide.snapshots.store.SnapshotStore` every few steps
 and, a few steps after a death (when it is noticed), recovers as
-:mod:`raytide.actors.recovery` describes, one step at a time, so that further crashes
+:mod:`raytide.snapshots.recovery` describes, one step at a time, so that further crashes
 can strike in the middle of it. Every message carries its sender's incarnation and is
 dropped where it arrives if that is not the receiver's.
 
@@ -41,11 +41,14 @@ from typing import Any
 
 import cloudpickle
 
-from raytide.actors.layout import Piece, cut_point, new_tables
-from raytide.actors.output_gate import OutputGate
-from raytide.actors.plan import PhysicalPlan, compile_plan
-from raytide.actors.progress_core import ProgressCore, ProgressEffects
-from raytide.actors.protocol import (
+from raytide.core.dataflow import Dataflow
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.engine.output_gate import OutputGate
+from raytide.engine.progress_core import ProgressCore, ProgressEffects
+from raytide.engine.replica import ReplicaCore
+from raytide.errors import RaytideError, RescaleError, SnapshotError
+from raytide.physical.plan import PhysicalPlan, compile_plan
+from raytide.physical.protocol import (
     ChannelId,
     EpochComplete,
     JobEvent,
@@ -56,24 +59,21 @@ from raytide.actors.protocol import (
     Sequenced,
     StatusPush,
 )
-from raytide.actors.recovery import (
+from raytide.progress.timestamps import Timestamp
+from raytide.progress.tracker import Pointstamp
+from raytide.rescale.layout import Piece, cut_point, new_tables
+from raytide.rescale.reshard import reshard_snapshot
+from raytide.rescale.widths import new_widths, width_groups
+from raytide.snapshots.config import OutputCommit
+from raytide.snapshots.coordinator import Acknowledgement, Commit, CoordinatorCore
+from raytide.snapshots.recovery import (
     RestartBudget,
     RestorePoint,
     commit_snapshot,
     part_name,
     restore_point,
 )
-from raytide.actors.replica import ReplicaCore
-from raytide.actors.replica_state import HeldReport, LocalSnapshot, summed
-from raytide.actors.rescale import new_widths, width_groups
-from raytide.actors.reshard import reshard_snapshot
-from raytide.core.dataflow import Dataflow
-from raytide.core.keygroups import KeyGroupAssignment
-from raytide.errors import RaytideError, RescaleError, SnapshotError
-from raytide.progress.timestamps import Timestamp
-from raytide.progress.tracker import Pointstamp
-from raytide.snapshots.config import OutputCommit
-from raytide.snapshots.coordinator import Acknowledgement, Commit, CoordinatorCore
+from raytide.snapshots.replica_state import HeldReport, LocalSnapshot, summed
 from raytide.snapshots.store import SnapshotStore
 
 #: A driver command for one input replica: ``("push", input, records, epoch)``,
@@ -96,7 +96,7 @@ class LocalRecovery:
         retain: committed snapshots kept.
         max_restarts: recoveries allowed before the job fails.
         detection: a death is noticed up to this many steps after it happened.
-        output_commit: when the driver takes a completed epoch (:mod:`raytide.actors.output_gate`).
+        output_commit: when the driver takes a completed epoch (:mod:`raytide.engine.output_gate`).
     """
 
     store: SnapshotStore
@@ -272,7 +272,7 @@ class LocalJob:
     def rescale(self, widths: Mapping[str, int], at_step: int) -> None:
         """At step ``at_step``, ask for vertices at the parallelism ``widths`` gives them
         (``{vertex: n}``). The job changes at its next cut (the coordinator's next trigger is
-        a hold marker), in the steps :mod:`raytide.actors.rescale` describes; a crash before
+        a hold marker), in the steps :mod:`raytide.rescale.widths` describes; a crash before
         or during it is recovered from like any other, and the rescale still happens."""
         if self.recovery is None or self.flow is None:
             raise RescaleError("LocalJob.rescale needs recovery=LocalRecovery(...) and a Dataflow (not a plan)")

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from raytide.actors.protocol import ReplicaKey
 from raytide.core.arguments import positive_int
 from raytide.core.dataflow import Channel, Dataflow, InputEdge, LogicalVertex, Role, VertexFactory
 from raytide.errors import GraphError
+from raytide.physical.protocol import ReplicaKey
 from raytide.progress.graph import GraphBuilder, ProgressGraph
 from raytide.progress.reachability import Location
 from raytide.progress.summaries import PathSummary

@@ -26,10 +26,10 @@ from typing import Any
 
 import ray
 
-from raytide.actors.protocol import Marker
-from raytide.actors.wire import pack, unpicklable
 from raytide.core.batches import BATCH_KINDS, batch_length, not_a_batch, split_batch, to_records
 from raytide.errors import GraphError, RecordError, RecoveryError
+from raytide.physical.protocol import Marker
+from raytide.physical.wire import pack, unpicklable
 
 #: How long one wait for a full window lasts before the job's failure is checked again.
 WINDOW_POLL = 1.0

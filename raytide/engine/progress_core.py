@@ -7,7 +7,7 @@ replicas' subscriptions are known (the driver does not wait for the progress act
 start) are kept and applied, in order, at :meth:`ProgressCore.connect`.
 
 The Ray shell (:mod:`raytide.actors.progress_actor`) and the in-process runtime
-(:mod:`raytide.actors.local`) both drive this class, so the protocol is the same in
+(:mod:`raytide.testing.local`) both drive this class, so the protocol is the same in
 both; deciding output completion here, where the frontier is known, saves the hops a
 sink would need to learn that its epoch is complete and to report it elsewhere.
 """
@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from raytide.actors.protocol import (
+from raytide.errors import ProgressError
+from raytide.physical.protocol import (
     Declaration,
     EpochComplete,
     JobEvent,
@@ -30,7 +31,6 @@ from raytide.actors.protocol import (
     Sequenced,
     StatusPush,
 )
-from raytide.errors import ProgressError
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.inorder import InOrder
 from raytide.progress.outputs import OutputLog, earliest_epoch

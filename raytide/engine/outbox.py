@@ -14,12 +14,12 @@ from __future__ import annotations
 import collections
 from typing import Any, NamedTuple, Protocol
 
-from raytide.actors.plan import ChainPlan, Consumer, PhysicalPlan
-from raytide.actors.protocol import ChannelId, Marker, ReplicaKey, Sequenced
-from raytide.actors.replica_state import HeldReport, LocalSnapshot
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Router
+from raytide.physical.plan import ChainPlan, Consumer, PhysicalPlan
+from raytide.physical.protocol import ChannelId, Marker, ReplicaKey, Sequenced
 from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 
 
 class Transport(Protocol):

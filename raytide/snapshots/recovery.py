@@ -19,7 +19,7 @@ A recovery, whatever died (a replica's actor, the progress actor, the coordinato
    is rewound to its position.
 
 A failure during a recovery starts the next one. The steps are those of the in-process
-runtime (:mod:`raytide.actors.local`), where crashes at every step are simulated.
+runtime (:mod:`raytide.testing.local`), where crashes at every step are simulated.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from raytide.actors.plan import PhysicalPlan
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.replica_state import ReplicaSummary, pointstamps, unpickle_outputs
 from raytide.errors import RecoveryError, SnapshotError
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import ReplicaKey
 from raytide.progress.outputs import NEVER, earliest_epoch
 from raytide.progress.reachability import Location
 from raytide.progress.tracker import Pointstamp, Tracker
 from raytide.snapshots.coordinator import Commit
+from raytide.snapshots.replica_state import ReplicaSummary, pointstamps, unpickle_outputs
 from raytide.snapshots.store import Manifest, SnapshotStore
 
 #: The part the coordinator writes at commit: every replica's summary.

@@ -8,14 +8,14 @@ arrival order (or the clock, or a random draw) could show output that the restor
 state no longer agrees with.
 
 With ``output_commit="snapshot"`` a completed epoch is held until a committed snapshot
-holds it complete (:func:`~raytide.actors.recovery.complete_at_cut`): a recovery
+holds it complete (:func:`~raytide.snapshots.recovery.complete_at_cut`): a recovery
 restores at least that snapshot, so the epoch is never computed again, and what was held
 but not yet committed is dropped and computed again by the restored job. The cost is
 latency: an epoch waits for the next snapshot to commit. When the job finishes, nothing
 can roll back any more and everything held is released.
 
 :class:`OutputGate` is that rule as pure logic, used by the driver of a Ray job
-(:class:`~raytide.actors.driver_side.OutputCollector`) and by the in-process runtime.
+(:class:`~raytide.driver.outputs.OutputCollector`) and by the in-process runtime.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ released once the pool has not been used for ``idle_timeout`` seconds; while it 
 use it keeps ``spares`` idle vertex hosts started, for the next job (or, later, a
 recovery or a scale-out) to take without starting a process.
 
-:class:`~raytide.actors.pool.HostPool` performs what this decides, on Ray.
+:class:`~raytide.driver.pool.HostPool` performs what this decides, on Ray.
 """
 
 from __future__ import annotations

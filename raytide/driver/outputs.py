@@ -17,9 +17,9 @@ from typing import Any
 
 import ray
 
-from raytide.actors.output_gate import OutputGate
-from raytide.actors.protocol import EpochComplete, JobFailed, JobFinished
-from raytide.actors.wire import pack_records, unpack_records
+from raytide.engine.output_gate import OutputGate
+from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished
+from raytide.physical.wire import pack_records, unpack_records
 from raytide.snapshots.config import OutputCommit
 
 #: Extra time a long poll's Ray call may take beyond the poll's own timeout.
@@ -34,7 +34,7 @@ class OutputCollector:
     dropped, so that the driver never holds both. An epoch :meth:`take` returned is
     forgotten: a job that runs for weeks holds on the driver only what was not consumed.
 
-    A completed epoch is shown once its :class:`~raytide.actors.output_gate.OutputGate`
+    A completed epoch is shown once its :class:`~raytide.engine.output_gate.OutputGate`
     lets it pass: at once, or (``commit="snapshot"``) once a committed snapshot holds it.
     """
 
@@ -138,7 +138,7 @@ def fetch_records(parts: list) -> list:
     """The records of an epoch's parts: inline blobs and object refs, in order.
 
     Large buffers are not copied out of the object store: the records' arrays are
-    read-only views of it (see :mod:`raytide.actors.wire`).
+    read-only views of it (see :mod:`raytide.physical.wire`).
     """
     refs = [p for p in parts if isinstance(p, ray.ObjectRef)]
     loaded = dict(zip(map(id, refs), ray.get(refs))) if refs else {}  # ray.get([]) would start a Ray

@@ -1,6 +1,6 @@
-"""The driver's side of a live rescale (``job.rescale``), in the steps of :mod:`raytide.actors.rescale`.
+"""The driver's side of a live rescale (``job.rescale``), in the steps of :mod:`raytide.rescale.widths`.
 
-It runs on the driver, with the job's recovery state (:class:`~raytide.actors.job_recovery.JobRecovery`:
+It runs on the driver, with the job's recovery state (:class:`~raytide.driver.recovery.JobRecovery`:
 the incarnation, the coordinator, the restore of every replica), and waits, with a timeout,
 for every actor it addresses; no actor waits for the driver.
 """
@@ -13,24 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raytide.actors.job_recovery import COORDINATOR, Adoption, JobRecovery, RescaleRecord, Steps, input_replicas
-from raytide.actors.layout import check_splittable, cut_point, new_tables
-from raytide.actors.plan import PhysicalPlan
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.replica_state import HeldReport
-from raytide.actors.rescale import new_widths
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.driver.recovery import COORDINATOR, Adoption, JobRecovery, RescaleRecord, Steps, input_replicas
 from raytide.errors import SnapshotError
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import ReplicaKey
+from raytide.rescale.layout import check_splittable, cut_point, new_tables
+from raytide.rescale.widths import new_widths
+from raytide.snapshots.replica_state import HeldReport
 
 if TYPE_CHECKING:
-    from raytide.actors.runtime import Job
+    from raytide.driver.job import Job
 
 logger = logging.getLogger(__name__)
 
 
 def rescale(recovery: JobRecovery, job: Job, asked: dict[str, int], timeout: float) -> dict[str, Any]:
-    """Rescale ``job`` to the widths ``asked`` for, in the steps of :mod:`raytide.actors.rescale`;
-    returns its :class:`~raytide.actors.job_recovery.RescaleRecord` as a dict."""
+    """Rescale ``job`` to the widths ``asked`` for, in the steps of :mod:`raytide.rescale.widths`;
+    returns its :class:`~raytide.driver.recovery.RescaleRecord` as a dict."""
     assert job.recompile is not None
     widths = new_widths(job.plan, asked)
     before = {name: job.plan.width(name) for name in job.plan.vertices if job.plan.width(name) != widths[name]}

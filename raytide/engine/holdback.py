@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from raytide.actors.protocol import Cause, HeldCause
+from raytide.physical.protocol import Cause, HeldCause
 from raytide.progress.change_batch import ChangeBatch
 from raytide.progress.publisher import Status, answers
 from raytide.progress.reachability import Location

@@ -2,7 +2,7 @@
 and give them back; it keeps spares, notices deaths, and releases idle hosts.
 
 One pool per driver process and Ray connection (:func:`host_pool`). Its decisions are
-:class:`~raytide.actors.pool_book.PoolBook`'s; this shell creates, resets, pings and
+:class:`~raytide.driver.pool_book.PoolBook`'s; this shell creates, resets, pings and
 kills hosts, and never blocks a job on anything but a short wait for hosts whose reset is
 already under way. A daemon thread looks after it once a second: it takes the answers
 of resets and pings, replaces dead spares and releases hosts unused for ``idle_timeout``.
@@ -24,8 +24,8 @@ from typing import Any
 import ray
 
 from raytide.actors.hosts import Leased, ProgressHost, VertexHost
-from raytide.actors.pool_book import HostKind, PoolBook
 from raytide.core.arguments import non_negative, non_negative_int
+from raytide.driver.pool_book import HostKind, PoolBook
 
 logger = logging.getLogger(__name__)
 

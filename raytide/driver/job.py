@@ -24,21 +24,16 @@ from typing import Any
 
 import ray
 
-from raytide.actors.allocator import check_pretouch
 from raytide.actors.autoscaler_actor import AutoscalerActor
-from raytide.actors.driver_inputs import InputFeeds
-from raytide.actors.driver_side import POLL_SLACK, Liveness, OutputCollector
-from raytide.actors.job_recovery import COORDINATOR, RECOVERY_POLL, JobRecovery
-from raytide.actors.job_rescale import rescale
-from raytide.actors.plan import PhysicalPlan, compile_plan
-from raytide.actors.pool import HostLease, host_pool
-from raytide.actors.protocol import Marker, ReplicaKey
-from raytide.actors.recovery import RestorePoint, restore_point
-from raytide.actors.replica_state import HeldReport
-from raytide.actors.reshard import reshard_snapshot
+from raytide.actors.hosts import check_pretouch
 from raytide.autoscale.config import Autoscale
 from raytide.core.arguments import non_negative, positive_int
 from raytide.core.dataflow import Dataflow, Probe
+from raytide.driver.inputs import InputFeeds
+from raytide.driver.outputs import POLL_SLACK, Liveness, OutputCollector
+from raytide.driver.pool import HostLease, host_pool
+from raytide.driver.recovery import COORDINATOR, RECOVERY_POLL, JobRecovery
+from raytide.driver.rescale import rescale
 from raytide.errors import (
     ActorLost,
     ArgumentError,
@@ -50,9 +45,14 @@ from raytide.errors import (
     RescaleError,
     SnapshotError,
 )
+from raytide.physical.plan import PhysicalPlan, compile_plan
+from raytide.physical.protocol import Marker, ReplicaKey
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.rescale.reshard import reshard_snapshot
 from raytide.snapshots.config import Recovery
+from raytide.snapshots.recovery import RestorePoint, restore_point
+from raytide.snapshots.replica_state import HeldReport
 from raytide.snapshots.store import SnapshotStore
 from raytide.sources.base import BlockRefs, Placement, Reader
 from raytide.sources.iterable import as_source
@@ -105,7 +105,7 @@ def run(
         num_cpus: CPUs Ray reserves per vertex actor.
         pretouch_mb: MiB of memory each vertex actor maps at start-up and keeps for its
             arrays (like the JVM's ``-XX:+AlwaysPreTouch``, see
-            :mod:`raytide.actors.allocator`): the page faults of a first large epoch move
+            :mod:`raytide.actors.hosts`): the page faults of a first large epoch move
             to start-up, at the cost of that much resident memory per actor. At most 64.
         name: the job name in actor names (default: the dataflow name plus a short id).
         recovery: take snapshots and recover from the death of any of the job's actors
@@ -118,7 +118,7 @@ def run(
             inputs fed the same way from their start continue where the snapshot left them.
             Vertices other than inputs may have another parallelism than in that run: the
             snapshot is first written again for this job's, keyed state moving to the new
-            owners of its key groups (:mod:`raytide.actors.reshard`).
+            owners of its key groups (:mod:`raytide.rescale.reshard`).
         autoscale: with ``recovery``, an autoscaler actor that rescales the job's vertices
             while it runs, towards a goal (see :class:`~raytide.Autoscale`); the driver
             makes its changes while it waits on the job (``wait``, ``results``, ``collect``).
@@ -779,7 +779,7 @@ class Job:
         replica holds at a cut taken now, the keyed state and pending notifications of the
         moving key groups go to their new owners through the object store (the rest stays
         where it is), new replicas start on warm hosts and retiring ones give theirs back (see
-        :mod:`raytide.actors.rescale`). A vertex that reads another replica by replica (fused
+        :mod:`raytide.rescale.widths`). A vertex that reads another replica by replica (fused
         behind it) is rescaled with it. Needs a job started with ``recovery=``: its
         coordinator takes the cut, and a death during a rescale is recovered from its snapshots.
 

@@ -4,14 +4,14 @@ A rescale (and a restore at another width) turns the states of the replicas of o
 taken at an aligned cut, into the states of the replicas of another plan whose vertices
 have other widths. It happens in two halves, so that each old replica can split its own
 state where it lives and each new replica can gather its own, with only the moving parts
-in between (:mod:`raytide.actors.rescale`):
+in between (:mod:`raytide.rescale.widths`):
 
 * :func:`split`: one old replica's state, cut into a :class:`Piece` per new replica that
   gets any of it.
 * :func:`merge`: one new replica's state, from the pieces addressed to it.
 
 :func:`reshard` is the two in one place (a snapshot laid out again in the driver,
-:mod:`raytide.actors.reshard`). What goes where, per vertex whose width changed from
+:mod:`raytide.rescale.reshard`). What goes where, per vertex whose width changed from
 ``p`` replicas to ``q``:
 
 * **Key groups move to new owners.** The owners of the vertex's key groups become
@@ -39,15 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from raytide.actors.plan import PhysicalPlan
-from raytide.actors.protocol import ChannelId, ReplicaKey
-from raytide.actors.recovery import RestorePoint, kept_records
-from raytide.actors.replica_state import HeldReport, LoggedBatch, ReplicaState
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, key_group
 from raytide.core.routing import ExchangeRouter, column_key_groups
 from raytide.core.vertex import Vertex
 from raytide.errors import RescaleError, SnapshotError
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import ChannelId, ReplicaKey
 from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.recovery import RestorePoint, kept_records
+from raytide.snapshots.replica_state import HeldReport, LoggedBatch, ReplicaState
 
 #: A route out of a sender vertex: ``(vertex, output port, consumer index)``, as routing tables are keyed.
 RouteKey = tuple[str, int, int]

@@ -15,10 +15,10 @@ import queue
 import threading
 from typing import Any
 
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.recovery import part_name
-from raytide.actors.replica_state import LocalSnapshot
+from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.coordinator import Acknowledgement
+from raytide.snapshots.recovery import part_name
+from raytide.snapshots.replica_state import LocalSnapshot
 from raytide.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)

@@ -4,17 +4,17 @@ A shell (the Ray actor in ``vertex_actor.py``, or the in-process runtime in
 ``local.py``) feeds a :class:`ReplicaCore` its events: a data batch or a marker from
 another replica, a status push from the progress actor, and, for input vertices,
 records and epoch advances. The core runs the user's callbacks, routes what they send
-(:class:`~raytide.actors.outbox.Outbox`: to fused vertices by a direct call, to itself
+(:class:`~raytide.engine.outbox.Outbox`: to fused vertices by a direct call, to itself
 through a queue it drains before shipping progress, to other replicas through the
 transport), and keeps the pointstamp deltas of everything it did.
 
 Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the
 consumed message and the ``+1`` of everything it caused) are shipped together, and a
 replica's messages to the progress actor are numbered and applied in that order.
-Deltas are held back while they cannot matter (:mod:`raytide.actors.holdback`), so the
+Deltas are held back while they cannot matter (:mod:`raytide.engine.holdback`), so the
 number of progress messages does not grow with the number of data batches.
 Notifications are delivered when no timestamp at or before them may still arrive
-(:mod:`raytide.actors.notifications`); a vertex on a cycle gets one round at a time and
+(:mod:`raytide.engine.notifications`); a vertex on a cycle gets one round at a time and
 waits until the tracker has absorbed it (an acknowledged flush).
 """
 
@@ -27,12 +27,16 @@ from dataclasses import dataclass
 from time import monotonic
 from typing import Any
 
-from raytide.actors.holdback import HeldProgress, is_covered
-from raytide.actors.layout import Piece, merge, split
-from raytide.actors.notifications import NotificationQueue
-from raytide.actors.outbox import Outbox, Transport
-from raytide.actors.plan import PhysicalPlan
-from raytide.actors.protocol import (
+from raytide.core.batches import batch_length, eager, to_records
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.core.routing import non_empty
+from raytide.core.vertex import Vertex
+from raytide.engine.holdback import HeldProgress, is_covered
+from raytide.engine.notifications import NotificationQueue
+from raytide.engine.outbox import Outbox, Transport
+from raytide.errors import GraphError, ProgressError, RaytideError, RescaleError, UserCodeError
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import (
     Cause,
     ChannelId,
     Declaration,
@@ -45,7 +49,20 @@ from raytide.actors.protocol import (
     ReplicaKey,
     Sequenced,
 )
-from raytide.actors.replica_state import (
+from raytide.progress.publisher import Interests, Status, answers
+from raytide.progress.reachability import Location
+from raytide.progress.timestamps import Timestamp, minimal_elements
+from raytide.progress.tracker import Pointstamp
+from raytide.rescale.layout import Piece, merge, split
+from raytide.snapshots.barriers import (
+    BarrierAligner,
+    Decision,
+    ForwardBarrier,
+    Release,
+    SnapshotComplete,
+    TakeSnapshot,
+)
+from raytide.snapshots.replica_state import (
     HeldReport,
     LoggedBatch,
     OutputPickles,
@@ -57,23 +74,6 @@ from raytide.actors.replica_state import (
     load,
     pickle_outputs,
     take,
-)
-from raytide.core.batches import batch_length, eager, to_records
-from raytide.core.keygroups import KeyGroupAssignment
-from raytide.core.routing import non_empty
-from raytide.core.vertex import Vertex
-from raytide.errors import GraphError, ProgressError, RaytideError, RescaleError, UserCodeError
-from raytide.progress.publisher import Interests, Status, answers
-from raytide.progress.reachability import Location
-from raytide.progress.timestamps import Timestamp, minimal_elements
-from raytide.progress.tracker import Pointstamp
-from raytide.snapshots.barriers import (
-    BarrierAligner,
-    Decision,
-    ForwardBarrier,
-    Release,
-    SnapshotComplete,
-    TakeSnapshot,
 )
 
 
@@ -296,7 +296,7 @@ class ReplicaCore:
                   tables: dict[str, KeyGroupAssignment]) -> dict[ReplicaKey, Piece]:
         """A rescale to ``plan`` (``tables``: who owns each vertex's key groups there): this
         held replica's state cut into a piece per replica of ``plan`` that gets any of it
-        (:func:`~raytide.actors.layout.split`). Uses the state up: the core is done.
+        (:func:`~raytide.rescale.layout.split`). Uses the state up: the core is done.
 
         Raises:
             RescaleError: the replica is not held at a rescale's cut.
@@ -309,7 +309,7 @@ class ReplicaCore:
     def adopt(self, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
               pieces: list[Piece]) -> list[tuple[Pointstamp, int]]:
         """Become this replica of a rescaled job from the ``pieces`` the held replicas handed
-        over (a fresh core, before any event; :func:`~raytide.actors.layout.merge`); returns
+        over (a fresh core, before any event; :func:`~raytide.rescale.layout.merge`); returns
         the pointstamps it holds now. Its logged back-edge batches go at :meth:`resume`."""
         state, logged = merge(self.plan, old_widths, tables, self.outbox.key, pieces)
         self._restore(state, logged)

@@ -131,7 +131,7 @@ class ProgressBatch:
 @dataclass(frozen=True)
 class OutputParts:
     """Records that reached a replica's outputs, per output and epoch, as packed parts
-    (inline blobs or object refs, see :mod:`raytide.actors.wire`)."""
+    (inline blobs or object refs, see :mod:`raytide.physical.wire`)."""
 
     parts: dict[str, dict[int, list]]
 

@@ -7,7 +7,7 @@ replica reads its own part. When a job restores it with some vertices at another
 job, which then restores from it as usual; later recoveries of that job use snapshots at
 its own parallelism.
 
-What goes where is :mod:`raytide.actors.layout`'s (the same as a live rescale's).
+What goes where is :mod:`raytide.rescale.layout`'s (the same as a live rescale's).
 
 Inputs keep their width: an input replica's position counts the driver calls *it* was
 sent, and a source reader's position is in *its* share of the source, neither of which
@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import pickle
 
-from raytide.actors.layout import reshard
-from raytide.actors.plan import PhysicalPlan
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.recovery import JOB_PART, commit_snapshot, part_name
-from raytide.actors.replica_state import ReplicaSummary, complete, load, take
 from raytide.errors import SnapshotError
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import ReplicaKey
+from raytide.rescale.layout import reshard
 from raytide.snapshots.coordinator import Commit
+from raytide.snapshots.recovery import JOB_PART, commit_snapshot, part_name
+from raytide.snapshots.replica_state import ReplicaSummary, complete, load, take
 from raytide.snapshots.store import Manifest, SnapshotStore
 
 logger = logging.getLogger(__name__)

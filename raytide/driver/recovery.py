@@ -2,7 +2,7 @@
 
 The driver supervises: it notices a death (a host that no longer answers its pings, the
 progress actor's long poll failing, a replica reporting a dead peer) and recovers, in
-the steps of :mod:`raytide.actors.recovery`, with the calls below; each waits, with a
+the steps of :mod:`raytide.snapshots.recovery`, with the calls below; each waits, with a
 timeout, for every actor it addresses, and no actor waits for the driver::
 
     driver ──take + connect──▶ a warm host, for each dead replica / the progress actor
@@ -14,7 +14,7 @@ timeout, for every actor it addresses, and no actor waits for the driver::
 
 Meanwhile it keeps the coordinator informed of the epochs it has been handed (so output
 replicas drop them) and learns of committed snapshots, which let it forget the input
-calls they cover (:class:`~raytide.actors.driver_inputs.CallLog`).
+calls they cover (:class:`~raytide.driver.inputs.CallLog`).
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytide.actors.coordinator_actor import CoordinatorActor
-from raytide.actors.protocol import ReplicaKey
-from raytide.actors.recovery import RestartBudget, RestorePoint, restore_point
-from raytide.actors.replica_state import summed
-from raytide.actors.reshard import reshard_snapshot
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.errors import JobTimeout
+from raytide.physical.protocol import ReplicaKey
+from raytide.rescale.reshard import reshard_snapshot
 from raytide.snapshots.config import Recovery
+from raytide.snapshots.recovery import RestartBudget, RestorePoint, restore_point
+from raytide.snapshots.replica_state import summed
 from raytide.snapshots.store import SnapshotStore
 
 if TYPE_CHECKING:
-    from raytide.actors.runtime import Job
+    from raytide.driver.job import Job
 
 logger = logging.getLogger(__name__)
 

@@ -11,14 +11,14 @@ store, nothing is redone and nothing is handed out twice::
         reference, and runs nothing more (later records and driver calls are dropped: the
         inputs replay them to the new configuration)
         replica ──acknowledge(HeldReport: pointstamps, positions, kept outputs, tables)──▶ coordinator
-    driver: the new routing tables (raytide.actors.layout.new_tables)
+    driver: the new routing tables (raytide.rescale.layout.new_tables)
     driver ──hand_over(new plan, tables)──▶ every held replica        (*waits*)
-        each splits its state by key group (raytide.actors.layout.split): the piece for the
+        each splits its state by key group (raytide.rescale.layout.split): the piece for the
         replica of its own key stays in its process, the others go to the object store
     driver ──reconfigure──▶ coordinator; ──take the new role──▶ every host (a kept host's
         new role inherits the piece its old one kept); retiring hosts go back to the pool
     driver ──adopt(refs of its pieces)──▶ every new replica           (*waits*: its pointstamps)
-        each merges its pieces (raytide.actors.layout.merge: put_keys, notifications,
+        each merges its pieces (raytide.rescale.layout.merge: put_keys, notifications,
         logged back-edge batches, kept outputs)
     driver ──restore(summed pointstamps, kept outputs)──▶ progress actor; ──resume──▶ every
         replica; the inputs replay the calls after their positions at the cut
@@ -28,7 +28,7 @@ The pause is the alignment plus the moving key groups through the object store; 
 that stays where it is is neither copied nor pickled. A death before the hand-over is done
 recovers the job in its old configuration from its last committed snapshot, and the cut is
 taken again; after it, the job is in the new one, and the recovery restores the last
-committed snapshot laid out for the new widths (:mod:`raytide.actors.reshard`). Either way,
+committed snapshot laid out for the new widths (:mod:`raytide.rescale.reshard`). Either way,
 one consistent configuration. The next periodic snapshot is the rescaled job's.
 
 Which vertices change: the ones asked for, and with each the vertices that must keep its
@@ -42,9 +42,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from raytide.actors.plan import PhysicalPlan
 from raytide.core.arguments import positive_int
 from raytide.errors import GraphError, RescaleError
+from raytide.physical.plan import PhysicalPlan
 
 
 def _follows(plan: PhysicalPlan, name: str) -> str | None:
@@ -91,7 +91,7 @@ def new_widths(plan: PhysicalPlan, asked: Mapping[str, int]) -> dict[str, int]:
         GraphError: ``asked`` names a vertex the job does not have.
         ArgumentError: a width that is not a positive integer.
         RescaleError: ``asked`` changes an input's width (its positions are per replica,
-            see :mod:`raytide.actors.reshard`), or gives two vertices that must keep one
+            see :mod:`raytide.rescale.reshard`), or gives two vertices that must keep one
             width (:func:`width_groups`) different ones.
     """
     unknown = sorted(set(asked) - set(plan.vertices))

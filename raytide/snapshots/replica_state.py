@@ -34,8 +34,8 @@ from typing import Any
 
 import cloudpickle
 
-from raytide.actors.protocol import ChannelId, ReplicaKey
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.physical.protocol import ChannelId, ReplicaKey
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.progress.tracker import Pointstamp
@@ -92,7 +92,7 @@ class TakenState:
 
 @dataclass(frozen=True)
 class HeldReport:
-    """A replica held at a rescale's cut (:mod:`raytide.actors.rescale`): what the driver
+    """A replica held at a rescale's cut (:mod:`raytide.rescale.widths`): what the driver
     needs of it. Its state stays where it is, by reference, until it is handed over.
 
     Attributes:
