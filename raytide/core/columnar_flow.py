@@ -17,7 +17,7 @@ import numpy as np
 
 from raytide.core.columnar import ColumnsSpec, KeyedColumns, StateColumn
 from raytide.core.combine import check_combiners
-from raytide.core.gated import TICKS, TOKENS, GatedColumns
+from raytide.core.gated import TICKS, TOKEN_KEY, TOKENS, GatedColumns
 from raytide.core.step import Step
 from raytide.errors import GraphError
 
@@ -58,7 +58,7 @@ def iterate_columns(stream: Stream, step: Callable[[Step], Any], key: str, state
 
     The state vertex (:class:`~raytide.core.gated.GatedColumns`) reads the entering stream
     (port 0), the next round's updates (1, the feedback), a tick per entering batch (2,
-    broadcast) and the replicas' tokens (3, broadcast round the loop): its epoch gate.
+    broadcast) and the replicas' tokens (3, round the loop to every replica): its epoch gate.
     """
     if outputs < 1:
         raise GraphError(f"iterate_columns {name or ''!r}: outputs must be at least 1, got {outputs}")
@@ -71,7 +71,7 @@ def iterate_columns(stream: Stream, step: Callable[[Step], Any], key: str, state
                  ticks=frozenset({TICKS, TOKENS}))
     ticks = loop.enter(stream.map_batches(_tick, name=f"{loop.name}.tick"))
     made = flow.vertex(lambda: GatedColumns(spec), [loop.enter(stream), back.stream, ticks, tokens.stream],
-                       2 + outputs, exchange=[arrange or key, key, BROADCAST, BROADCAST], name=vname)
+                       2 + outputs, exchange=[arrange or key, key, BROADCAST, TOKEN_KEY], name=vname)
     back.connect(made[0])
     tokens.connect(made[-1])
     return [loop.leave(out) for out in made[1:-1]]

@@ -8,6 +8,10 @@ that the loop has nothing left of the current one. Its ports:
 * inputs: 0 the entering stream, 1 the next round's updates (the feedback), 2 ticks (one
   per entering batch, to every replica), 3 tokens (rows each replica sent to the next round);
 * outputs: 0 the next round's updates, ``1 .. n`` the step's other outputs, ``n + 1`` tokens.
+
+A token reaches every replica as one row per key group (exchanged by :data:`TOKEN_KEY`, a
+key of each group), not through a broadcast: so whatever the routing table, after a
+rescale too, every replica gets one, and tokens logged in a snapshot are dealt again by key.
 """
 
 from __future__ import annotations
@@ -21,9 +25,16 @@ from raytide.core.arrangement import Rows
 from raytide.core.columnar import ColumnsSpec, KeyedColumns
 from raytide.core.epoch_gate import EpochGate, Phase, round_time
 from raytide.core.epochs import phase_of
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS
+from raytide.core.routing import column_key_groups
 from raytide.progress.timestamps import Timestamp
 
 TICKS, TOKENS = 2, 3
+#: The column tokens are exchanged by, and one key of every key group: a row for each reaches every replica.
+TOKEN_KEY = "token_key"
+_candidates = np.arange(64 * DEFAULT_KEY_GROUPS, dtype=np.int64)
+GROUP_KEYS = _candidates[np.unique(column_key_groups(_candidates), return_index=True)[1]]
+assert len(GROUP_KEYS) == DEFAULT_KEY_GROUPS, "every key group has a key among the candidates"
 
 
 class GatedColumns(KeyedColumns):
@@ -59,7 +70,7 @@ class GatedColumns(KeyedColumns):
         time = round_time(phase, counter)
         sent = abs(self._round(inbox, time, counter - start))
         if sent:
-            self.send_by(self.spec.outputs, {"sent": np.array([sent], dtype=np.int64)}, time)
+            self.send_by(self.spec.outputs, {TOKEN_KEY: GROUP_KEYS, "sent": np.full(len(GROUP_KEYS), sent)}, time)
         following = round_time(phase, counter + 1)
         self.gate.awaiting.add(following)
         self.notify_at(following)
