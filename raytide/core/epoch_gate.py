@@ -66,7 +66,7 @@ class EpochGate:
     def conclude(self, epoch: Phase, counter: int) -> tuple[Phase, int, Any] | None:
         """``epoch`` has nothing left at ``counter``: the next parked epoch, its start counter
         and its entry, if one waits."""
-        self.concluded[epoch] = counter
+        counter = self.concluded[epoch] = min(counter, self.concluded.get(epoch, counter))  # the same at every replica
         if not self.parked:
             return None
         following = min(self.parked)
