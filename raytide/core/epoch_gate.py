@@ -26,10 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytide.core.epochs import Phase
 from raytide.progress.timestamps import Timestamp
-
-#: An epoch and the counters of the loops around this one: what the gate lets through one at a time.
-Phase = tuple[int, tuple[int, ...]]
 
 
 @dataclass

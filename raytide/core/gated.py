@@ -23,8 +23,8 @@ import numpy as np
 
 from raytide.core.arrangement import Rows
 from raytide.core.columnar import ColumnsSpec, KeyedColumns
-from raytide.core.epoch_gate import EpochGate, Phase, round_time
-from raytide.core.epochs import phase_of
+from raytide.core.epoch_gate import EpochGate, round_time
+from raytide.core.epochs import Phase, phase_of
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS
 from raytide.core.routing import column_key_groups
 from raytide.progress.timestamps import Timestamp
