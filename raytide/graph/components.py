@@ -41,10 +41,12 @@ def propagate(s: Step) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
 
 def useful(s: Step, targets: np.ndarray, offers: np.ndarray) -> dict[str, np.ndarray]:
     """The offers that may lower a label: those to nodes held here only if below their label."""
+    label = s.state["label"]
+    if not len(label):
+        return {"node": targets, "label": offers}
     slots = s.lookup(targets)
-    local = slots >= 0
-    keep = ~local
-    keep[local] = offers[local] < s.state["label"][slots[local]]
+    keep = offers < label[slots]  # slot -1 (not held here) reads the last label: overruled next
+    keep |= slots < 0
     return {"node": targets[keep], "label": offers[keep]}
 
 
