@@ -29,7 +29,7 @@ def rounds(iterations: int, damping: float) -> Callable[[Step], tuple[dict | Non
         else:
             rank[:] = 1.0 - damping
             np.add.at(rank, s.slots, damping * s.values["rank"])
-        if s.iteration == iterations:
+        if s.iteration >= iterations:
             return None, {"node": s.ids.copy(), "rank": rank.copy()}
         s.again()
         degree = s.arrangement().degrees(len(rank))
