@@ -69,8 +69,9 @@ def iterate_columns(stream: Stream, step: Callable[[Step], Any], key: str, state
     spec = _spec(vname, step, key, state, combine, arranged={} if arrange is None else {0: arrange},
                  outputs=1 + outputs, send_combine=frozenset({0}) if combine else frozenset(),
                  ticks=frozenset({TICKS, TOKENS}))
-    ticks = loop.enter(stream.map_batches(_tick, name=f"{loop.name}.tick"))
-    made = flow.vertex(lambda: GatedColumns(spec), [loop.enter(stream), back.stream, ticks, tokens.stream],
+    entered = loop.enter(stream)  # fused behind the stream's vertex; the ticks branch off inside the loop
+    ticks = entered.map_batches(_tick, name=f"{loop.name}.tick")
+    made = flow.vertex(lambda: GatedColumns(spec), [entered, back.stream, ticks, tokens.stream],
                        2 + outputs, exchange=[arrange or key, key, BROADCAST, TOKEN_KEY], name=vname)
     back.connect(made[0])
     tokens.connect(made[-1])
