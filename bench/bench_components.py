@@ -30,6 +30,16 @@ What each time includes -- read this before comparing numbers:
   it is re-assembled here from the same parts to leave actor start-up out, as for raytide;
   the unmodified call is timed too, start-up included (``handwritten_with_startup_s``,
   next to ``raytide_with_startup_s``).
+* ``example_s``: ``examples/connected_components.py`` (``build_flow``: the graph layer's
+  ``rt.graph.connected_components``, columnar keyed state with the edges arranged in the
+  loop), parallelism 2, its actors started before the clock (``job.wait_ready()``); the
+  clock runs from pushing the ``(E, 2)`` edge array to the label array in the driver.
+  ``example_first_s`` / ``example_increment_s``: the same job fed 99% of the edges as
+  epoch 0, then the last 1% as epoch 1 (each clocked from its push to its output).
+  ``example_ten_serial_s`` / ``example_ten_pipelined_s``: the edges in ten epochs (90%,
+  then nine of about 1.1%, ``split_epochs``), fed one at a time waiting for each output,
+  or all pushed at once (the loop's epoch gate takes them in turn); clocked from the
+  first push to the last epoch's labels.
 * ``pyspark_s``: ``bench/baselines/cc_pyspark.py`` on ``local[2]`` (4 shuffle
   partitions). The Spark session is started once, before the clock; the clock covers
   the whole call: reading the edge file (written once, before), caching it, every
@@ -69,6 +79,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
+import raytide as rt
 from bench.baselines import data
 from bench.baselines.cc_ray import (
     EdgeIndex,
@@ -78,9 +89,14 @@ from bench.baselines.cc_ray import (
 )
 from bench.harness import ensure_ray
 from bench.workloads import components
+from examples import connected_components as example_cc
 
 PARAMS = {"nodes": 200_000, "edges": 600_000, "seed": 0, "parallelism": 2, "pretouch_mb": 64}
 RATIOS = [
+    ("example/handwritten", "example_s", "handwritten_s"),
+    ("example/pyspark", "example_s", "pyspark_s"),
+    ("example incremental epoch (+1% edges)/first epoch", "example_increment_s", "example_first_s"),
+    ("example ten epochs pushed at once/fed one at a time", "example_ten_pipelined_s", "example_ten_serial_s"),
     ("raytide/pyspark", "raytide_s", "pyspark_s"),
     ("raytide/handwritten", "raytide_s", "handwritten_s"),
     ("raytide without pretouch/handwritten", "raytide_no_pretouch_s", "handwritten_s"),
@@ -154,6 +170,49 @@ def raytide(nodes: int, edges: np.ndarray, parallelism: int,
         elapsed = time.perf_counter() - clock
     result.clock_started = wall  # type: ignore[attr-defined]
     return labels, result, clock - started, elapsed
+
+
+def example(nodes: int, edges: np.ndarray, parallelism: int, epochs: list[np.ndarray]) -> tuple[np.ndarray, list[float]]:
+    """The example's job fed ``epochs`` one after another; ``(labels, seconds per epoch)``."""
+    labels = np.arange(nodes, dtype=np.int64)
+    seconds = []
+    with rt.run(example_cc.build_flow(parallelism), parallelism=parallelism,
+                batch_size=-(-len(edges) // parallelism)) as job:
+        job.wait_ready()
+        results = job.results("labels")
+        for epoch, part in enumerate(epochs):
+            clock = time.perf_counter()
+            job.push("edges", part, epoch)
+            job.advance("edges", epoch + 1)
+            _, rows = next(results)
+            pairs = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+            np.minimum.at(labels, pairs[:, 0], pairs[:, 1])
+            seconds.append(time.perf_counter() - clock)
+        job.close("edges")
+    return labels, seconds
+
+
+def example_ten(nodes: int, edges: np.ndarray, parallelism: int, pipelined: bool) -> tuple[np.ndarray, float]:
+    """The example's job fed ten epochs, at once or one at a time; ``(labels, seconds)``."""
+    labels = np.arange(nodes, dtype=np.int64)
+    epochs = example_cc.split_epochs(list(range(len(edges))), 10)
+    with rt.run(example_cc.build_flow(parallelism), parallelism=parallelism,
+                batch_size=-(-len(edges) // parallelism)) as job:
+        job.wait_ready()
+        results = job.results("labels")
+        clock = time.perf_counter()
+        for epoch, part in enumerate(epochs):
+            job.push("edges", edges[part[0]: part[-1] + 1], epoch)
+            if not pipelined:
+                job.advance("edges", epoch + 1)
+                _, rows = next(results)
+                pairs = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+                np.minimum.at(labels, pairs[:, 0], pairs[:, 1])
+        job.close("edges")
+        for _, rows in results:
+            pairs = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+            np.minimum.at(labels, pairs[:, 0], pairs[:, 1])
+        return labels, time.perf_counter() - clock
 
 
 def floor_per_iteration(parallelism: int) -> float:
@@ -230,6 +289,18 @@ def measure(nodes: int = 200_000, edges: int = 600_000, seed: int = 0, paralleli
     labels, _, startup, elapsed = raytide(nodes, e, parallelism, 0)
     assert np.array_equal(labels, reference), "raytide labels differ from union-find"
     metrics.update(raytide_no_pretouch_s=elapsed, raytide_no_pretouch_startup_s=startup)
+
+    labels, (elapsed,) = example(nodes, e, parallelism, [e])
+    assert np.array_equal(labels, reference), "example labels differ from union-find"
+    metrics["example_s"] = elapsed
+    cut = len(e) * 99 // 100
+    labels, (first, increment) = example(nodes, e, parallelism, [e[:cut], e[cut:]])
+    assert np.array_equal(labels, reference), "example labels differ from union-find"
+    metrics.update(example_first_s=first, example_increment_s=increment)
+    for pipelined in (False, True):
+        labels, elapsed = example_ten(nodes, e, parallelism, pipelined)
+        assert np.array_equal(labels, reference), "example labels differ from union-find"
+        metrics["example_ten_pipelined_s" if pipelined else "example_ten_serial_s"] = elapsed
 
     labels, rounds, startup, elapsed = handwritten(nodes, e, parallelism)
     assert np.array_equal(labels, reference), "hand-written labels differ from union-find"

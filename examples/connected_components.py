@@ -1,24 +1,18 @@
-"""Connected components by label propagation in a raytide loop, kept up to date as edges arrive.
+"""Connected components kept up to date as edges arrive, with raytide's graph layer.
 
     python examples/connected_components.py [--nodes 5000] [--edges 5000] [--epochs 4] [--parallelism 2]
     ray job submit --working-dir . -- python examples/connected_components.py
 
-Every node starts with its own id as label. A node that gets a smaller label offers it
-to its neighbours, and a node keeps any offer smaller than its label. When no label
-drops, nothing is sent: the loop drains, progress tracking sees that the epoch can
-produce no more output, and its output is complete. Every label is then the smallest
-node id of its component.
-
-The dataflow is three operators: the edges (both directions) enter ``iterate``, whose
-body is one ``stateful_map`` keyed by node. Its state, a node's label and neighbours,
-lives across epochs, so the components are *incremental*: epoch ``e``'s edges start
-from the labels of the edges before them, and only the labels they lower move again --
-the work of an epoch follows what changes, not the size of the graph.
+``rt.graph.connected_components`` is label propagation in a loop: every node starts with
+its own id as label, a node whose label drops offers it to its neighbours, and when no
+label drops the loop drains and the epoch is complete. The edges enter the loop once and
+stay there, arranged by source (a CSR per replica); the labels are NumPy columns that live
+across epochs, so epoch ``e``'s edges start from the labels of the edges before them and
+only the labels they lower move again (the work follows the change, not the graph).
 
 The driver feeds one epoch at a time and waits for its output before pushing the next:
-inside the loop ``(e, (5,))`` and ``(e + 1, (0,))`` are incomparable timestamps, so
-without the wait the labels of one epoch could already hold the edges of the next.
-``bench/workloads/components.py`` is this algorithm vectorised, for the benchmark.
+inside the loop ``(e, (5,))`` and ``(e + 1, (0,))`` are incomparable timestamps, and the
+labels' state would refuse two epochs in the loop at once (docs/iteration.md).
 """
 
 from __future__ import annotations
@@ -31,41 +25,18 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 import raytide as rt
-
-Record = tuple[int, str, int]  # (node, kind, value): an "edge" to a neighbour, an "offer" or a "label"
-
-
-def visit(state: tuple[int, list[int]] | None, record: Record) -> tuple[tuple[int, list[int]], list[Record]]:
-    """Label propagation at one node, one record at a time; the state is the node's ``(label, neighbours)``.
-
-    Returns the new state and the records it makes: offers ``(neighbour, "offer", label)``
-    for the next round and ``(node, "label", label)`` for the output.
-    """
-    node, kind, value = record
-    label, neighbours = state if state is not None else (node, [])  # a new node: its own id
-    if kind == "edge":  # a new neighbour: offer it our label
-        neighbours.append(value)
-        return (label, neighbours), [(node, "label", label), (value, "offer", label)]
-    if value < label:  # a smaller label: keep it and offer it to every neighbour
-        return (value, neighbours), [(node, "label", value)] + [(n, "offer", value) for n in neighbours]
-    return (label, neighbours), []
-
-
-def propagate(records: rt.Stream) -> tuple[rt.Stream, rt.Stream]:
-    """One round: ``(offers, fed back to the next round; labels, which leave the loop)``."""
-    made = records.stateful_map(lambda r: r[0], visit, name="label-propagation").flat_map(lambda pair: pair[1])
-    return made.filter(lambda r: r[1] == "offer"), made.filter(lambda r: r[1] == "label")
+from raytide.graph import connected_components, edge_columns
 
 
 def build_flow(parallelism: int = 2) -> rt.Dataflow:
     """Input ``edges`` (``(u, v)`` pairs, direction ignored); output ``labels`` (``(node, label)`` pairs)."""
     flow = rt.Dataflow("connected-components", parallelism=parallelism)
-    edges = flow.input("edges").flat_map(lambda e: [(e[0], "edge", e[1]), (e[1], "edge", e[0])])
-    edges.iterate(propagate).map(lambda r: (r[0], r[2])).output("labels")
+    edges = flow.input("edges").map_batches(edge_columns, name="edge-columns")
+    connected_components(edges, name="label-propagation").output("labels")
     return flow
 
 
-def components_by_epoch(epochs: Sequence[list[tuple[int, int]]], parallelism: int = 2,
+def components_by_epoch(epochs: Sequence[Sequence[tuple[int, int]]] | Sequence[np.ndarray], parallelism: int = 2,
                         timeout: float = 600.0) -> Iterator[tuple[dict[int, int], int]]:
     """Push ``epochs[e]`` as epoch ``e``, one epoch at a time; yield ``(labels so far, records handled)`` after each.
 
@@ -77,9 +48,10 @@ def components_by_epoch(epochs: Sequence[list[tuple[int, int]]], parallelism: in
     with rt.run(build_flow(parallelism), parallelism=parallelism) as job:
         results = job.results("labels", timeout=timeout)
         for epoch, edges in enumerate(epochs):
-            job.push("edges", edges, epoch)
+            if len(edges):  # an (n, 2) array travels as one buffer, not n tuples
+                job.push("edges", np.asarray(edges, dtype=np.int64).reshape(-1, 2), epoch)
             job.advance("edges", epoch + 1)
-            if edges:  # an epoch without edges has no output to wait for
+            if len(edges):  # an epoch without edges has no output to wait for
                 _, pairs = next(results)
                 for node, label in pairs:  # labels only drop: keep the smallest
                     labels[node] = min(label, labels.get(node, label))

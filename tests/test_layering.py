@@ -32,6 +32,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "driver": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine", "autoscale",
                          "sources", "actors"}),
     "integrations": frozenset({"errors", "progress", "core", "sources", "physical", "driver"}),
+    "graph": frozenset({"errors", "progress", "core"}),
 }
 PUBLIC_FACE = "the public face"
 
@@ -42,6 +43,8 @@ PURE = [
     "raytide.core.dataflow",
     "raytide.core.operators",
     "raytide.core.routing",
+    "raytide.core.columnar",
+    "raytide.graph",
     "raytide.progress",
     "raytide.progress.tracker",
     "raytide.progress.publisher",

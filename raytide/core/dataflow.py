@@ -22,11 +22,15 @@ adding an operator elsewhere renames nothing. Snapshot state is keyed by these i
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+import numpy as np
+
 from raytide.core.batches import BatchFormat, checked_batch, to_format, to_records
+from raytide.core.columnar import StateColumn
+from raytide.core.columnar_flow import iterate_columns, keyed_columns
 from raytide.core.naming import VertexIds
 from raytide.core.operators import (
     BatchFunction,
@@ -41,6 +45,7 @@ from raytide.core.operators import (
     flat_map_batch,
     pair_key,
 )
+from raytide.core.step import Step
 from raytide.core.vertex import Vertex
 from raytide.errors import GraphError
 from raytide.progress.summaries import PathSummary
@@ -139,8 +144,9 @@ class Dataflow:
                 one object is created per replica.
             inputs: input ``i`` of the vertex receives stream ``inputs[i]``.
             outputs: number of output ports.
-            exchange: per input, a key function to partition that input by, or None to
-                keep it local.
+            exchange: per input, a key function (or integer column name) to partition that
+                input by, ``"broadcast"`` to give every replica all of it, or None to keep
+                it local.
             name: the vertex id (unique in the dataflow); by default a stable one.
             parallelism: number of replicas (default: the dataflow's).
         """
@@ -150,8 +156,7 @@ class Dataflow:
             raise GraphError(f"vertex {name or label!r} of dataflow {self.name!r}: "
                              f"{len(inputs)} inputs but {len(keys)} exchange keys")
         scope = self._common_scope(inputs, name or label)
-        edges = tuple((InputEdge(s.vertex, s.port, Channel("exchange", key) if key else Channel()),)
-                      for s, key in zip(inputs, keys))
+        edges = tuple((InputEdge(s.vertex, s.port, _channel(key)),) for s, key in zip(inputs, keys))
         vname = name or self._fresh(label, inputs, scope)
         self._add(LogicalVertex(vname, factory, edges, outputs, scope.depth if scope else 0, parallelism=parallelism))
         return [Stream(self, vname, port, scope) for port in range(outputs)]
@@ -226,6 +231,13 @@ class Dataflow:
     def inputs(self) -> list[str]:
         """Names of the dataflow's inputs."""
         return [v.name for v in self.vertices.values() if v.role == "input"]
+
+
+def _channel(key: ExchangeKey | None) -> Channel:
+    """The channel of an input of :meth:`Dataflow.vertex`: by key, broadcast, or local."""
+    if key == "broadcast":
+        return Channel("broadcast")
+    return Channel("exchange", key) if key else Channel()
 
 
 def _label(factory: Any) -> str:
@@ -383,6 +395,46 @@ class Stream:
         following, output = result if isinstance(result, tuple) else (result, result)
         back.connect(following)
         return loop.leave(output)
+
+    # -- columnar keyed state ---------------------------------------------------------
+
+    def keyed_columns(self, step: Callable[[Step], Any], *, key: str, state: Mapping[str, StateColumn],
+                      combine: Mapping[str, np.ufunc] | None = None, arranged: Stream | None = None,
+                      arrange_key: str = "key", outputs: int = 1, exchange: bool = True, name: str | None = None,
+                      parallelism: int | None = None) -> Stream | list[Stream]:
+        """Columnar keyed state: ``step(s)`` runs once per replica and timestamp over that time's batches.
+
+        Batches are dicts of NumPy columns; they are exchanged by the integer column ``key``
+        and, with ``combine`` (``{column: ufunc}``, associative ufuncs such as
+        ``np.minimum``), folded to one row per key. ``state`` gives each state column's
+        ``(dtype, initial value)`` (a scalar, or a function of the new keys); the columns
+        live across epochs. ``arranged`` rows (exchanged by ``arrange_key``) stay, indexed
+        by key, for every later step (``s.arrangement(1)``). ``step`` returns a batch, or a
+        tuple of ``outputs`` batches (see :class:`~raytide.core.step.Step`). ``exchange=False``
+        keeps each replica's rows where they are (when they are partitioned by ``key`` already).
+        """
+        made = keyed_columns(self, step, key, state, combine, arranged, arrange_key, outputs, exchange, name,
+                             parallelism)
+        return made[0] if outputs == 1 else made
+
+    def iterate_columns(self, step: Callable[[Step], Any], *, key: str, state: Mapping[str, StateColumn],
+                        combine: Mapping[str, np.ufunc] | None = None, arrange: str | None = None,
+                        outputs: int = 1, name: str | None = None) -> Stream | list[Stream]:
+        """A loop around columnar keyed state (Pregel-like): iterate until no update is left.
+
+        This stream enters the loop once per epoch: arranged by column ``arrange`` (rows that
+        stay visible at every later iteration and epoch, ``s.arrangement()``, and arrive as
+        ``s.added``), or, without ``arrange``, as the first updates. ``step`` returns a
+        tuple ``(next_round, out_1, ..., out_outputs)``: ``next_round``'s rows (keyed by
+        ``key``, combined with ``combine`` before the exchange) are the updates of the next
+        iteration; the other batches leave the loop, as the returned streams. ``state`` and
+        ``combine`` are as in :meth:`keyed_columns`. Every replica runs the step at the
+        first round of each epoch with input. Epochs may be pushed without waiting: they go
+        through the loop one after another, each from the state the ones before it left
+        (the step's ``iteration`` counts from the epoch's first round; docs/iteration.md).
+        """
+        made = iterate_columns(self, step, key, state, combine, arrange, outputs, name)
+        return made[0] if outputs == 1 else made
 
     # -- leaving the dataflow --------------------------------------------------------
 

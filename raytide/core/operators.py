@@ -18,6 +18,7 @@ from types import FunctionType
 from typing import Any, TypeVar
 
 from raytide.core.batches import batch_length, to_records
+from raytide.core.epochs import Phase, check_epoch_order
 from raytide.core.split_text import SplitText, WordTally
 from raytide.core.vertex import Vertex
 from raytide.errors import RescaleError
@@ -369,7 +370,9 @@ class StatefulMap(Vertex):
     timestamp at a time, in timestamp order, once their timestamp is complete (at its
     notification), so the state a record sees does not depend on which input replica or
     reader happened to deliver first; within a timestamp, one key's records are applied
-    in arrival order.
+    in arrival order. Inside a loop, a notification of an earlier epoch after one of a later
+    epoch (two epochs in the loop at once, which its state would mix) is refused with a
+    :class:`~raytide.errors.ProgressError` (:mod:`raytide.core.epochs`).
     """
 
     takes_lazy_batches = True  # reads its batches through raytide.core.batches
@@ -378,11 +381,13 @@ class StatefulMap(Vertex):
         self.key, self.fn = key, fn
         self.state: dict[Hashable, Any] = {}
         self.waiting: dict[Timestamp, list] = {}
+        self.phase: Phase | None = None
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         _per_time(self, self.waiting, time, list).extend(to_records(message))
 
     def on_notify(self, time: Timestamp) -> None:
+        self.phase = check_epoch_order(self, self.phase, time)  # inside a loop: never two epochs mixed
         out = []
         for record in self.waiting.pop(time, ()):
             k = self.key(record)

@@ -303,11 +303,23 @@ class BarrierAligner:
             self._blocked[channel].append(_QueuedBarrier(snapshot_id))
             return []
         if channel in self._back_edges:
-            return self._on_back_edge_barrier(channel, snapshot_id)
+            if not self._early_on_back_edge(channel, snapshot_id):
+                return self._on_back_edge_barrier(channel, snapshot_id)
         self._block(channel, snapshot_id)
-        if len(self._blocked) < len(self._regular):
+        if sum(c in self._blocked for c in self._regular) < len(self._regular):
             return []
         return self._align(snapshot_id)
+
+    def _early_on_back_edge(self, channel: ChannelKey, snapshot_id: int) -> bool:
+        """Whether barrier ``snapshot_id`` came round a back edge before this vertex took that snapshot.
+
+        That happens when the back edge is exchanged: another replica of the cycle aligned
+        first and its barrier arrives here from the feedback. What the channel brings after
+        it was sent after that replica's snapshot, so it must wait for this one's: the
+        channel is blocked like a regular one (without counting towards the alignment,
+        which its barrier cannot hold up) and its barrier is already in for the snapshot.
+        """
+        return self._last_snapshot is None or snapshot_id > self._last_snapshot
 
     def inject(self, snapshot_id: int) -> list[Effect]:
         """Start snapshot ``snapshot_id`` at a source, as the coordinator asks.
@@ -375,13 +387,15 @@ class BarrierAligner:
         effects: list[Effect] = [TakeSnapshot(snapshot_id), ForwardBarrier(snapshot_id)]
         self._last_snapshot = snapshot_id
         self._aligning = None
-        if self._back_edges:
-            self._waiting[snapshot_id] = _WaitingSnapshot(set(self._back_edges), {c: [] for c in self._back_edges})
+        awaiting = set(self._back_edges) - set(self._blocked)  # a blocked back edge brought its barrier early
+        if awaiting:
+            self._waiting[snapshot_id] = _WaitingSnapshot(awaiting, {c: [] for c in self._back_edges})
         else:
-            effects.append(SnapshotComplete(snapshot_id, {}))
+            effects.append(SnapshotComplete(snapshot_id, {c: () for c in self._back_edges}))
         backlogs, self._blocked = self._blocked, {}
-        for channel in self._regular:
-            effects.extend(self._release(channel, backlogs[channel]))
+        for channel in self._inputs:
+            if channel in backlogs:
+                effects.extend(self._release(channel, backlogs[channel]))
         return effects
 
     def _release(self, channel: ChannelKey, backlog: deque[Any]) -> list[Effect]:

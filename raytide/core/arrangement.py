@@ -1,0 +1,99 @@
+"""Arrangements: insert-only rows indexed by the slot of their key, in CSR segments.
+
+An arrangement holds what enters a loop once and stays visible at every later iteration
+and epoch (a graph's out-edges, say): rows of NumPy columns, grouped by the local slot of
+their key (:class:`~raytide.core.keyindex.KeyIndex`). Each :meth:`Arrangement.add` sorts
+only its own rows into a new CSR segment, so an epoch that adds 1% more rows costs 1% of
+the first; once there are more than :data:`MAX_SEGMENTS` segments they are merged into
+one. :meth:`Arrangement.expand` gives, for a set of slots, every row of each (the join of
+a column of keys with the arrangement), a handful of NumPy calls however many rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from raytide.core.keyindex import EMPTY, concat, group_by_first, runs
+
+#: Merge the segments into one once there are more than this many.
+MAX_SEGMENTS = 8
+
+Rows = dict[str, np.ndarray]
+
+
+class Segment:
+    """Rows sorted by slot: the rows of slot ``s`` are ``columns[c][offsets[s]:offsets[s + 1]]``."""
+
+    def __init__(self, offsets: np.ndarray, columns: Rows) -> None:
+        self.offsets, self.columns = offsets, columns
+
+    @property
+    def slots(self) -> int:
+        """How many slots the segment indexes (later slots have no rows in it)."""
+        return len(self.offsets) - 1
+
+    def slot_of_rows(self) -> np.ndarray:
+        """The slot of every row, in the segment's order."""
+        return np.repeat(np.arange(self.slots), np.diff(self.offsets))
+
+
+def grouped(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> Segment:
+    """A segment of the rows ``columns`` whose keys have slots ``slots`` (all below ``size``)."""
+    offsets, order = group_by_first(slots.astype(np.int64, copy=False), np.arange(len(slots)), size)
+    return Segment(offsets, {name: np.asarray(values)[order] for name, values in columns.items()})
+
+
+class Arrangement:
+    """Rows with columns ``names`` grouped by the slot of their key; rows are only ever added."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.segments: list[Segment] = []
+
+    def __len__(self) -> int:
+        return sum(int(segment.offsets[-1]) for segment in self.segments)
+
+    def add(self, slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> None:
+        """Add the rows ``columns`` whose keys have ``slots``; ``size`` is the number of slots now."""
+        if not len(slots):
+            return
+        self.segments.append(grouped(slots, {name: columns[name] for name in self.names}, size))
+        if len(self.segments) > MAX_SEGMENTS:
+            self.segments = [grouped(*self.rows(), size)]
+
+    def rows(self) -> tuple[np.ndarray, Rows]:
+        """Every row: ``(slot of each, columns)``, segment after segment."""
+        slots = concat([segment.slot_of_rows() for segment in self.segments])
+        return slots, {name: self._column(name, [s.columns[name] for s in self.segments]) for name in self.names}
+
+    def _column(self, name: str, parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else EMPTY
+
+    def expand(self, slots: np.ndarray) -> tuple[np.ndarray, Rows]:
+        """Every row of every slot in ``slots``: ``(which, rows)``, where row ``k`` belongs to
+        ``slots[which[k]]``; so ``values[which]`` repeats a value per slot along its rows."""
+        slots = np.asarray(slots, dtype=np.int64)
+        which: list[np.ndarray] = []
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in self.names}
+        for segment in self.segments:
+            inside = np.flatnonzero(slots < segment.slots)
+            starts = segment.offsets[slots[inside]]
+            lengths = segment.offsets[slots[inside] + 1] - starts
+            some = np.flatnonzero(lengths)
+            if not len(some):
+                continue
+            inside, starts, lengths = inside[some], starts[some], lengths[some]
+            positions = runs(starts, lengths)
+            which.append(np.repeat(inside, lengths))
+            for name in self.names:
+                parts[name].append(segment.columns[name][positions])
+        return concat(which), {name: self._column(name, values) for name, values in parts.items()}
+
+    def degrees(self, size: int) -> np.ndarray:
+        """How many rows each slot ``0 .. size-1`` has."""
+        counts = np.zeros(size, dtype=np.int64)
+        for segment in self.segments:
+            counts[: segment.slots] += np.diff(segment.offsets)
+        return counts

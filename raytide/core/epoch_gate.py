@@ -1,0 +1,87 @@
+"""The epoch gate of a columnar loop: epochs pipelined through it, processed one after another.
+
+Inside a loop ``(e, (5,))`` and ``(e + 1, (0,))`` are incomparable, so the frontier lets
+epoch ``e + 1`` in while ``e`` still iterates, and state that lives across epochs would mix
+them. The loop's state vertex (:class:`~raytide.core.columnar.KeyedColumns` built by
+``iterate_columns``) therefore keeps one epoch in the loop at a time, itself:
+
+* every replica learns of every epoch: the entering stream sends a *tick* to every
+  replica, so each is notified at ``(e, 0)`` (the entry) of each epoch with input;
+* an epoch's entry that comes while an earlier epoch is still in the loop is *parked*;
+* every round, each replica tells every replica (a broadcast round the loop) how many rows
+  it sent to the next round, so at the next round all replicas know, alike, whether the
+  loop has anything left of the epoch: if not, the epoch *concludes* at that counter ``c``;
+* the next epoch then starts at counter ``c + 1`` at every replica: its parked entry is
+  processed as its first round, its rows sent at ``(e + 1, c + 1)``. That send is allowed
+  from the notification of ``(e, c)`` (``(e + 1, c + 1)`` is later in the product order),
+  and the progress tracker holds the output of ``e + 1`` back until it is done, as always.
+
+So each epoch sees exactly the state the epochs before it left, whatever the driver pushes
+when; an epoch's rounds just carry higher loop counters (the step sees ``iteration``
+counted from the epoch's start). This module is the bookkeeping, pure; see docs/iteration.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from raytide.core.epochs import Phase
+from raytide.progress.timestamps import Timestamp
+
+
+@dataclass
+class EpochGate:
+    """What one replica knows of the epochs through the loop; facts only, so replicas' gates merge.
+
+    Attributes:
+        started: epoch -> the loop counter its first round ran at.
+        concluded: epoch -> the counter at which it was found to have nothing left.
+        parked: epoch -> its entry (the inbox of ``(epoch, 0)``), waiting for its turn.
+        awaiting: the round notifications this replica asked for (they move with its state).
+    """
+
+    started: dict[Phase, int] = field(default_factory=dict)
+    concluded: dict[Phase, int] = field(default_factory=dict)
+    parked: dict[Phase, Any] = field(default_factory=dict)
+    awaiting: set[Timestamp] = field(default_factory=set)
+
+    def live(self) -> Phase | None:
+        """The epoch in the loop now (started, not concluded), if any."""
+        return min((e for e in self.started if e not in self.concluded), default=None)
+
+    def start_counter(self, epoch: Phase) -> int | None:
+        """Where ``epoch``, entering now, starts: None if an earlier epoch is still in the loop
+        (then it is parked), else where it started already (another replica's state that
+        moved here knew) or after the latest conclusion."""
+        live = self.live()
+        if live is not None and live < epoch:
+            return None
+        if epoch in self.started:
+            return self.started[epoch]
+        return max(self.concluded.values(), default=-1) + 1
+
+    def conclude(self, epoch: Phase, counter: int) -> tuple[Phase, int, Any] | None:
+        """``epoch`` has nothing left at ``counter``: the next parked epoch, its start counter
+        and its entry, if one waits."""
+        counter = self.concluded[epoch] = min(counter, self.concluded.get(epoch, counter))  # the same at every replica
+        if not self.parked:
+            return None
+        following = min(self.parked)
+        start = self.started.get(following, counter + 1)
+        return following, start, self.parked.pop(following)
+
+    def merge(self, other: EpochGate) -> None:
+        """Take in another replica's gate (its keys moved here): its facts and its requests."""
+        self.started.update(other.started)
+        self.concluded.update(other.concluded)
+        self.awaiting |= other.awaiting
+        for epoch, entry in other.parked.items():
+            self.parked.setdefault(epoch, {})
+            for port, batches in entry.items():
+                self.parked[epoch].setdefault(port, []).extend(batches)
+
+
+def round_time(phase: Phase, counter: int) -> Timestamp:
+    """The timestamp of round ``counter`` of ``phase`` (an epoch, inside outer loops at their counters)."""
+    return Timestamp(phase[0], phase[1] + (counter,))

@@ -1,0 +1,97 @@
+"""The state vertex of ``iterate_columns``: columnar keyed state behind an epoch gate.
+
+:class:`GatedColumns` is a :class:`~raytide.core.columnar.KeyedColumns` whose
+notifications go through the :class:`~raytide.core.epoch_gate.EpochGate`: one epoch in the
+loop at a time, the next one parked until the replicas agree (through the token broadcast)
+that the loop has nothing left of the current one. Its ports:
+
+* inputs: 0 the entering stream, 1 the next round's updates (the feedback), 2 ticks (one
+  per entering batch, to every replica), 3 tokens (rows each replica sent to the next round);
+* outputs: 0 the next round's updates, ``1 .. n`` the step's other outputs, ``n + 1`` tokens.
+
+A token reaches every replica as one row per key group (exchanged by :data:`TOKEN_KEY`, a
+key of each group), not through a broadcast: so whatever the routing table, after a
+rescale too, every replica gets one, and tokens logged in a snapshot are dealt again by key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+from raytide.core.arrangement import Rows
+from raytide.core.columnar import ColumnsSpec, KeyedColumns
+from raytide.core.epoch_gate import EpochGate, round_time
+from raytide.core.epochs import Phase, phase_of
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS
+from raytide.core.routing import column_key_groups
+from raytide.progress.timestamps import Timestamp
+
+TICKS, TOKENS = 2, 3
+#: The column tokens are exchanged by, and one key of every key group: a row for each reaches every replica.
+TOKEN_KEY = "token_key"
+_candidates = np.arange(64 * DEFAULT_KEY_GROUPS, dtype=np.int64)
+GROUP_KEYS = _candidates[np.unique(column_key_groups(_candidates), return_index=True)[1]]
+assert len(GROUP_KEYS) == DEFAULT_KEY_GROUPS, "every key group has a key among the candidates"
+
+
+class GatedColumns(KeyedColumns):
+    """Columnar keyed state in a loop that epochs go through one after another (see the module docstring)."""
+
+    def __init__(self, spec: ColumnsSpec) -> None:
+        super().__init__(spec)
+        self.gate = EpochGate()
+
+    def on_notify(self, time: Timestamp) -> None:
+        phase, counter = phase_of(time), time.counters[-1]
+        assert phase is not None, "a gated vertex runs inside a loop"
+        inbox = self.pending.pop(time, {})
+        self.gate.awaiting.discard(time)
+        tokens = sum(int(batch["sent"].sum()) for batch in inbox.pop(TOKENS, []))
+        if counter == 0:  # the epoch's entry: its first round now, or once the epoch before it is done
+            start = self.gate.start_counter(phase)
+            if start is None:
+                self.gate.parked[phase] = inbox
+            else:
+                self._gated_round(phase, start, inbox)
+        elif phase in self.gate.concluded or tokens == 0:  # nothing was sent to this round anywhere
+            following = self.gate.conclude(phase, counter)
+            if following is not None:
+                self._gated_round(*following)
+        else:
+            self._gated_round(phase, counter, inbox)
+
+    def _gated_round(self, phase: Phase, counter: int, inbox: dict[int, list[Rows]]) -> None:
+        """Round ``counter`` of ``phase``: the step, a token to every replica if it sent
+        anything, and the notification of the next round (where the tokens are added up)."""
+        start = self.gate.started.setdefault(phase, counter)
+        time = round_time(phase, counter)
+        sent = abs(self._round(inbox, time, counter - start))
+        if sent:
+            self.send_by(self.spec.outputs, {TOKEN_KEY: GROUP_KEYS, "sent": np.full(len(GROUP_KEYS), sent)}, time)
+        following = round_time(phase, counter + 1)
+        self.gate.awaiting.add(following)
+        self.notify_at(following)
+
+    def snapshot(self) -> Any:
+        return {**super().snapshot(), "gate": self.gate}
+
+    def restore(self, state: Any) -> None:
+        super().restore(state)
+        self.gate = state["gate"]
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
+        """:meth:`KeyedColumns.take_keys`, with the gate's facts and requests (every new replica
+        gets them) and the moving keys' rows of the parked entries."""
+        taken = super().take_keys(moving)
+        gate = EpochGate(dict(self.gate.started), dict(self.gate.concluded), {}, set(self.gate.awaiting))
+        gate.parked, self.gate.parked = self._split(self.gate.parked, moving)
+        return {**taken, "gate": gate}
+
+    def put_keys(self, state: Any) -> None:
+        super().put_keys(state)
+        for time in state["gate"].awaiting - self.gate.awaiting:
+            self.notify_at(time)
+        self.gate.merge(state["gate"])

@@ -1,0 +1,64 @@
+"""Connected components by label propagation over columnar state, incremental across epochs.
+
+Every node's label starts as its own id; a node whose label drops offers it to its
+neighbours, and a node keeps any smaller offer. In the loop, the edges (both directions)
+are arranged by source at each replica, the labels are a state column, and offers are
+combined to the minimum per node before the exchange. A new edge ``u -> v`` offers
+``label(u)`` to ``v`` at the epoch's first iteration (``u``'s owner holds both), so the
+edges of a later epoch start from the labels of the earlier ones, and only labels they
+lower move again. When no label drops the loop drains and the epoch is complete.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raytide.core.dataflow import Stream
+from raytide.core.keyindex import concat
+from raytide.core.step import Step
+from raytide.graph.edges import as_pairs, both_directions, lowest_per_node, spread
+
+
+def own_id(keys: np.ndarray) -> np.ndarray:
+    """A new node's label: its own id."""
+    return keys.astype(np.int64)
+
+
+def propagate(s: Step) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One round at one replica: ``(offers to neighbours, label changes)``."""
+    label = s.state["label"]
+    added, rows = s.added.get(0, (np.empty(0, dtype=np.int64), {}))
+    targets, offers = [rows["dst"]] if len(added) else [], [label[added]] if len(added) else []
+    lower = s.values["label"] < label[s.slots]
+    changed, smaller = s.slots[lower], s.values["label"][lower]
+    label[changed] = smaller
+    more_targets, more_offers = spread(s, changed, smaller)
+    targets.append(more_targets)
+    offers.append(more_offers)
+    reported = np.concatenate([added, changed])  # new edges' sources report their label (new nodes: their id)
+    return useful(s, concat(targets), concat(offers)), {"node": s.ids[reported], "label": label[reported]}
+
+
+def useful(s: Step, targets: np.ndarray, offers: np.ndarray) -> dict[str, np.ndarray]:
+    """The offers that may lower a label: those to nodes held here only if below their label."""
+    label = s.state["label"]
+    if not len(label):
+        return {"node": targets, "label": offers}
+    slots = s.lookup(targets)
+    keep = offers < label[slots]  # slot -1 (not held here) reads the last label: overruled next
+    keep |= slots < 0
+    return {"node": targets[keep], "label": offers[keep]}
+
+
+def connected_components(edges: Stream, *, name: str = "components") -> Stream:
+    """Per epoch, ``(node, label)`` rows (an ``(n, 2)`` array batch) for every node whose label is new
+    or dropped in the epoch: the smallest label per node over epochs ``0..e`` is the smallest node id
+    of its component in the graph of the edges of epochs ``0..e``.
+
+    ``edges``: batches of columns ``src`` and ``dst`` (direction ignored).
+    """
+    changes = edges.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
+        propagate, key="node", state={"label": (np.int64, own_id)}, combine={"label": np.minimum},
+        arrange="src", name=name)
+    assert isinstance(changes, Stream)
+    return lowest_per_node(changes, "label").map_batches(lambda b: as_pairs(b, "label"), name=f"{name}.pairs")

@@ -1,0 +1,62 @@
+"""Edge batches as the graph layer takes them: dicts of NumPy columns ``src``, ``dst`` (and ``weight``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from raytide.core.batches import to_format
+from raytide.core.dataflow import Stream
+from raytide.core.step import Step
+
+EMPTY = np.empty(0, dtype=np.int64)
+
+
+def edge_columns(batch: Any) -> dict[str, np.ndarray]:
+    """A batch of ``(u, v)`` or ``(u, v, weight)`` records (or an ``(n, 2|3)`` array) as columns."""
+    array = to_format(batch, "numpy")
+    if isinstance(array, dict):
+        return array
+    if array.ndim != 2 or array.shape[1] not in (2, 3):
+        raise ValueError(f"edges must be (u, v) or (u, v, weight) records, got an array of shape {array.shape}")
+    columns = {"src": array[:, 0].astype(np.int64), "dst": array[:, 1].astype(np.int64)}
+    if array.shape[1] == 3:
+        columns["weight"] = array[:, 2].astype(np.float64)
+    return columns
+
+
+def both_directions(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every undirected edge ``{u, v}`` as the directed edges ``u -> v`` and ``v -> u``."""
+    src, dst = np.asarray(batch["src"]), np.asarray(batch["dst"])
+    out = {"src": np.concatenate([src, dst]), "dst": np.concatenate([dst, src])}
+    if "weight" in batch:
+        out["weight"] = np.concatenate([batch["weight"], batch["weight"]])
+    return out
+
+
+def spread(s: Step, slots: np.ndarray, values: np.ndarray, weighted: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``values[k]`` along every out-edge of ``slots[k]``: ``(targets, values)`` (plus the edge's weight)."""
+    which, rows = s.arrangement().expand(slots)
+    if not len(which):
+        return EMPTY, values[:0]
+    sent = values[which]
+    return rows["dst"], sent + rows["weight"] if weighted else sent
+
+
+def lowest_per_node(changes: Stream, column: str) -> Stream:
+    """Per epoch and node, the smallest ``column`` value among a replica's changes, as an ``(n, 2)`` array.
+
+    The changes of a node come from the replica that owns it, so no exchange is needed.
+    """
+    def emit(s: Step) -> dict[str, np.ndarray]:
+        return {"node": s.keys, column: s.values[column]}
+
+    folded = changes.keyed_columns(emit, key="node", state={}, combine={column: np.minimum}, exchange=False)
+    assert isinstance(folded, Stream)
+    return folded
+
+
+def as_pairs(batch: dict[str, np.ndarray], column: str) -> np.ndarray:
+    """``(node, value)`` rows of a column batch, as an ``(n, 2)`` array (records: ``[node, value]``)."""
+    return np.stack([batch["node"], batch[column]], axis=1)

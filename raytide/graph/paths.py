@@ -1,0 +1,66 @@
+"""Single-source shortest paths (Bellman-Ford rounds) over columnar state; BFS is the unit-weight case.
+
+A node's distance starts at infinity, the source's at 0. A node whose distance drops
+offers ``distance + weight`` along its out-edges; offers are combined to the minimum per
+node before the exchange. New edges of a later epoch offer from their source's current
+distance, so epochs are incremental. Weights must be non-negative (a negative cycle would
+never stop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from raytide.core.dataflow import Stream
+from raytide.core.keyindex import concat
+from raytide.core.step import Step
+from raytide.graph.edges import as_pairs, both_directions, lowest_per_node, spread
+
+
+def unit_weights(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Edges with weight 1 where they have none (BFS: distances are hop counts)."""
+    if "weight" in batch:
+        return batch
+    return {**batch, "weight": np.ones(len(batch["src"]), dtype=np.float64)}
+
+
+def relaxing(source: int) -> Callable[[Step], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """The step of shortest paths from ``source``: ``(offers, distance changes)``."""
+
+    def relax(s: Step) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        dist = s.state["distance"]
+        keys, slots, values = s.keys, s.slots, s.values["distance"].astype(np.float64)
+        start = np.flatnonzero(s.ids == source)
+        if len(start) and dist[start[0]] == np.inf:  # the source, first seen here: distance 0
+            keys, slots, values = np.append(keys, source), np.append(slots, start), np.append(values, 0.0)
+        lower = values < dist[slots]
+        changed, shorter = slots[lower], values[lower]
+        dist[changed] = shorter
+        added, rows = s.added.get(0, (np.empty(0, dtype=np.int64), {}))
+        reached = np.isfinite(dist[added])  # new edges from reached nodes offer at once
+        targets = [rows["dst"][reached]] if len(added) else []
+        offers = [dist[added[reached]] + rows["weight"][reached]] if len(added) else []
+        more_targets, more_offers = spread(s, changed, shorter, weighted=True)
+        return ({"node": concat(targets + [more_targets]), "distance": concat(offers + [more_offers])},
+                {"node": s.ids[changed], "distance": shorter})
+
+    return relax
+
+
+def shortest_paths(edges: Stream, source: int, *, directed: bool = True, name: str = "paths") -> Stream:
+    """Per epoch, ``(node, distance)`` rows (an ``(n, 2)`` float array batch) for every node reached or
+    brought nearer in the epoch: the smallest distance per node over epochs ``0..e`` is its distance
+    from ``source`` in the graph of the edges of epochs ``0..e``.
+
+    ``edges``: batches of columns ``src``, ``dst`` and optionally ``weight`` (non-negative; 1 if absent).
+    """
+    weighted = edges.map_batches(unit_weights, name=f"{name}.weights")
+    if not directed:
+        weighted = weighted.map_batches(both_directions, name=f"{name}.both-directions")
+    changes = weighted.iterate_columns(
+        relaxing(source), key="node", state={"distance": (np.float64, np.inf)}, combine={"distance": np.minimum},
+        arrange="src", name=name)
+    assert isinstance(changes, Stream)
+    return lowest_per_node(changes, "distance").map_batches(lambda b: as_pairs(b, "distance"), name=f"{name}.pairs")
