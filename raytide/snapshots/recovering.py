@@ -48,7 +48,7 @@ from raytide.progress.tracker import Pointstamp
 from raytide.snapshots.recovery import RestartBudget, RestorePoint
 
 
-class Phase(enum.Enum):
+class RecoveryPhase(enum.Enum):
     """Where a recovery is."""
 
     REPLACING = "finding the dead and replacing them"
@@ -236,7 +236,7 @@ class Recovering:
     job: str
     budget: RestartBudget
     incarnation: int
-    phase: Phase = Phase.REPLACING
+    phase: RecoveryPhase = RecoveryPhase.REPLACING
     point: RestorePoint | None = None
     pieces: Pieces | None = None
     causes: list[str] = field(default_factory=list)
@@ -249,24 +249,24 @@ class Recovering:
     @classmethod
     def from_point(cls, job: str, budget: RestartBudget, point: RestorePoint, incarnation: int = 1) -> Recovering:
         """A job's start from ``point`` of an earlier run (``restore=``), in ``incarnation``."""
-        return cls(job, budget, incarnation, Phase.RESTORING, point)
+        return cls(job, budget, incarnation, RecoveryPhase.RESTORING, point)
 
     @classmethod
     def adopting(cls, job: str, budget: RestartBudget, point: RestorePoint, pieces: Pieces,
                  incarnation: int) -> Recovering:
         """A rescale's switch: the replicas of the new widths start from ``pieces`` at ``point``."""
-        return cls(job, budget, incarnation, Phase.RESTORING, point, pieces)
+        return cls(job, budget, incarnation, RecoveryPhase.RESTORING, point, pieces)
 
     def start(self) -> list[RecoveryEffect]:
         """The first effects."""
-        if self.phase is Phase.RESTORING:
+        if self.phase is RecoveryPhase.RESTORING:
             assert self.point is not None
             return [RestoreReplicas(self.incarnation, self.point, self.pieces)]
         return self._begin(self.causes[-1])
 
     def on(self, event: RecoveryEvent) -> list[RecoveryEffect]:
         """The effects that follow ``event``."""
-        if self.phase in (Phase.DONE, Phase.FAILED):
+        if self.phase in (RecoveryPhase.DONE, RecoveryPhase.FAILED):
             return []
         if isinstance(event, Died):
             self.causes.append(event.cause)
@@ -283,7 +283,7 @@ class Recovering:
         except RaytideError as error:
             return self._fail(error)
         self.incarnation += 1
-        self.phase, self.point, self.pieces = Phase.REPLACING, None, None
+        self.phase, self.point, self.pieces = RecoveryPhase.REPLACING, None, None
         return [RollBackOutputs(), PauseCoordinator(self.incarnation), ReplaceDead(self.incarnation)]
 
     def _next(self, event: RecoveryEvent) -> list[RecoveryEffect]:
@@ -292,38 +292,38 @@ class Recovering:
             raise AssertionError(f"recovery of job {self.job!r} in {self.phase.name} got {event!r}, "
                                  f"not a {expected.__name__}")
         if isinstance(event, Replaced):
-            self.phase = Phase.READING
+            self.phase = RecoveryPhase.READING
             return [ReadPoint()]
         if isinstance(event, PointRead):
-            self.phase, self.point = Phase.RESTORING, event.point
+            self.phase, self.point = RecoveryPhase.RESTORING, event.point
             return [RestoreReplicas(self.incarnation, event.point)]
         assert self.point is not None
         if isinstance(event, Restored):
-            self.phase = Phase.RESTARTING
+            self.phase = RecoveryPhase.RESTARTING
             point = self.point if event.held is None else replace(self.point, pointstamps=event.held)
             return [RestartProgress(self.incarnation, point.pointstamps, point.kept, event.subscriptions)]
         if isinstance(event, ProgressRestarted):
-            self.phase = Phase.RESUMING
+            self.phase = RecoveryPhase.RESUMING
             return [ResumeReplicas(self.incarnation)]
         if isinstance(event, Resumed):
-            self.phase = Phase.REPLAYING
+            self.phase = RecoveryPhase.REPLAYING
             return [ReplayInputs(self.incarnation, self.point)]
-        self.phase = Phase.DONE
+        self.phase = RecoveryPhase.DONE
         how: Literal["recovered", "restored", "rescaled"] = \
             "recovered" if self.causes else "rescaled" if self.pieces is not None else "restored"
         return [ResetCoordinator(self.incarnation, how), Finished(self.incarnation, self.point.snapshot_id, self.causes)]
 
     def _fail(self, error: RaytideError) -> list[RecoveryEffect]:
-        self.phase = Phase.FAILED
+        self.phase = RecoveryPhase.FAILED
         return [Failed(error)]
 
 
 #: The answer each phase waits for.
-_ANSWERS: dict[Phase, type] = {
-    Phase.REPLACING: Replaced,
-    Phase.READING: PointRead,
-    Phase.RESTORING: Restored,
-    Phase.RESTARTING: ProgressRestarted,
-    Phase.RESUMING: Resumed,
-    Phase.REPLAYING: Replayed,
+_ANSWERS: dict[RecoveryPhase, type] = {
+    RecoveryPhase.REPLACING: Replaced,
+    RecoveryPhase.READING: PointRead,
+    RecoveryPhase.RESTORING: Restored,
+    RecoveryPhase.RESTARTING: ProgressRestarted,
+    RecoveryPhase.RESUMING: Resumed,
+    RecoveryPhase.REPLAYING: Replayed,
 }

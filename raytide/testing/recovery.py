@@ -25,7 +25,7 @@ from raytide.snapshots.recovering import (
     Failed,
     Finished,
     PauseCoordinator,
-    Phase,
+    RecoveryPhase,
     Pieces,
     PointRead,
     ProgressRestarted,
@@ -93,7 +93,7 @@ class SteppedRecovery:
     @property
     def over(self) -> bool:
         """Whether the job runs again (or failed): nothing is left to do."""
-        return not self.steps and self.machine.phase in (Phase.DONE, Phase.FAILED)
+        return not self.steps and self.machine.phase in (RecoveryPhase.DONE, RecoveryPhase.FAILED)
 
     def step(self) -> None:
         self.steps.popleft()()

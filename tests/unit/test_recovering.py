@@ -55,7 +55,7 @@ def test_a_recovery_takes_its_steps_in_order():
     assert {getattr(e, "incarnation", 1) for e in effects} == {1}
     assert effects[-2] == rc.ResetCoordinator(1, "recovered")
     assert effects[-1] == rc.Finished(1, 4, ["a/0 died"])
-    assert machine.phase is rc.Phase.DONE and machine.on(rc.Replayed()) == []
+    assert machine.phase is rc.RecoveryPhase.DONE and machine.on(rc.Replayed()) == []
 
 
 def test_a_start_from_a_savepoint_and_a_rescale_enter_at_the_restore():
@@ -103,7 +103,7 @@ def test_a_step_that_takes_too_long_fails_the_job_naming_it():
     (failed,) = machine.on(rc.TimedOut("restoring the replicas took longer than 120 s"))
     assert isinstance(failed, rc.Failed) and isinstance(failed.error, JobTimeout)
     assert "restoring the replicas" in str(failed.error) and "recovery 1" in str(failed.error)
-    assert machine.phase is rc.Phase.FAILED and machine.on(rc.Died("late")) == []
+    assert machine.phase is rc.RecoveryPhase.FAILED and machine.on(rc.Died("late")) == []
 
 
 def test_an_answer_out_of_turn_is_a_bug_not_a_step():
