@@ -57,13 +57,6 @@ def own_ray_env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
 
 
-@pytest.fixture
-def session_ray_env(ray_session) -> dict[str, str]:
-    """The environment for a child process that joins the test session's Ray (``RAY_ADDRESS``
-    is its address), instead of taking seconds to start one of its own."""
-    return {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse to run when a test's marks disagree with the fixtures it uses; then order the
     files so that the session's Spark starts once.

@@ -52,7 +52,9 @@ def execute(name: str, kernel_dirs: Path, own_ray_env: dict[str, str]):
     manager = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dirs)]))
     client = nbclient.NotebookClient(notebook, km=manager, timeout=CELL_TIMEOUT,
                                      resources={"metadata": {"path": str(NOTEBOOKS)}})
-    client.execute(env={k: v for k, v in own_ray_env.items() if k != "MPLBACKEND"})
+    # cleanup_kc: shut the kernel down at the end (nbclient leaves a kernel it did not start
+    # running, and with it the quickstart's idle Spark JVM, until the test session ends).
+    client.execute(env={k: v for k, v in own_ray_env.items() if k != "MPLBACKEND"}, cleanup_kc=True)
     return notebook
 
 
