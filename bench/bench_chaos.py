@@ -53,8 +53,8 @@ def trial(number: int, rng: random.Random, root: str) -> dict[str, Any]:
             os.kill(hosts[victim], signal.SIGKILL)
             outcome["how"] = "SIGKILL"
         else:
-            key = next(k for k in job.actors if f"{job.name}/{k.chain}/{k.replica}" == victim)
-            ray.kill(job.actors[key])
+            key = next(k for k in job.placement.actors if f"{job.name}/{k.chain}/{k.replica}" == victim)
+            ray.kill(job.placement.actors[key])
             outcome["how"] = "ray.kill"
 
     def feed(epochs: list[list[Any]], killer: bool) -> Any:

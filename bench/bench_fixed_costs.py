@@ -61,7 +61,8 @@ from bench.bench_soak import child_main, run_child
 from bench.bench_wordcount import dataset, handwritten_wordcount, raytide_wordcount
 from bench.harness import SETTLE_S, ensure_ray
 from bench.workloads.components import component_labels
-from raytide.driver import job as runtime
+from raytide.driver import run as runtime
+from raytide.driver.placement import JobPlacement
 from raytide.driver.pool import HostPool
 
 PARAMS = {"lines": 1_000_000, "epochs": 10, "nodes": 200_000, "rows": 1000, "parallelism": 2, "later_jobs": 2}
@@ -94,8 +95,9 @@ JOB_TIMEOUT, TIMELINE_FLUSH_S = 120.0, 3.0
 #: The children's module (``python -m``) and how long one may run.
 MODULE, CHILD_TIMEOUT = "bench.bench_fixed_costs", 1800.0
 #: What the raytide child's first start-up times on the driver: steps of ``rt.run`` (lease and
-#: put_plan happen inside start_hosts) and ``job.wait_ready``.
-DRIVER_STEPS = ((runtime, "compile_plan", "compile"), (runtime.Job, "_start", "start_hosts"),
+#: put_plan happen inside lease_hosts) and ``job.wait_ready``.
+DRIVER_STEPS = ((runtime, "compile_plan", "compile"), (JobPlacement, "__init__", "lease_hosts"),
+                (runtime.Job, "_start", "start_hosts"),
                 (HostPool, "lease", "lease"), (ray, "put", "put_plan"),
                 (runtime.Job, "wait_ready", "wait_progress_host"))
 
@@ -150,9 +152,9 @@ def profiled_first_startup(parallelism: int) -> dict[str, float]:
     """The first job's start-up, with where its seconds go.
 
     Driver side (``profile_<step>_s``, seconds inside the step): compiling the plan;
-    ``Job._start``, which leases the hosts (submits their creation, not waited for), puts
-    the plan in the object store and waits for the vertex hosts to take their roles and
-    connect; within it the lease and the put; waiting for the progress host. Host side,
+    ``JobPlacement.__init__``, which leases the hosts (submits their creation, not waited for)
+    and puts the plan in the object store (within it the lease and the put); ``Job._start``,
+    which waits for the vertex hosts to take their roles and connect; waiting for the progress host. Host side,
     from Ray's task events and the processes' start times (``profile_<phase>_s``, seconds
     after ``rt.run`` was called, for the last host):
     ``process_started``, ``worker_ready`` (Ray's worker runtime up, the host's creation

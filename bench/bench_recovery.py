@@ -144,7 +144,7 @@ def measure_recovery(data: list[list[str]], parallelism: int, store: str,
             arrivals.append(time.time())
             got[epoch] = records
             if killed_at is None and job.stats()["snapshots"]["committed"] >= 2:
-                victim = random.choice(sorted(key for key in job.actors if "lines" in key.chain))
+                victim = random.choice(sorted(key for key in job.placement.actors if "lines" in key.chain))
                 killed_at = time.time()
                 os.kill(job.hosts()[f"{job.name}/{victim.chain}/{victim.replica}"], signal.SIGKILL)
         record = job.stats()["recoveries"]["recoveries"][0]

@@ -60,9 +60,9 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _RUNTIME:
-        from raytide.driver import job
+        from raytide.driver import run
 
-        return getattr(job, name)
+        return getattr(run, name)
     if name in _POOL:
         from raytide.driver import pool
 

@@ -38,7 +38,7 @@ MOVED = {
     "rescale": "raytide.rescale.widths",
     "layout": "raytide.rescale.layout",
     "reshard": "raytide.rescale.reshard",
-    "runtime": "raytide.driver.job",
+    "runtime": "raytide.driver.run",
     "driver_inputs": "raytide.driver.inputs",
     "driver_side": "raytide.driver.outputs",
     "job_recovery": "raytide.driver.recovery",

@@ -32,7 +32,7 @@ import ray
 
 from raytide.errors import SnapshotError
 from raytide.physical.plan import PhysicalPlan
-from raytide.physical.protocol import Marker, ReplicaKey
+from raytide.physical.protocol import Marker, MarkerKind, ReplicaKey
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.coordinator import Abandon, Acknowledgement, Commit, CoordinatorCore
 from raytide.snapshots.interval import IntervalTuner
@@ -62,13 +62,11 @@ class CoordinatorActor:
         self.core.last_end = time.monotonic()
         self.inputs = inputs
         self.delivered: dict[str, int] = {}
-        self.triggered: dict[int, dict[str, int]] = {}  # what the driver had at each snapshot's trigger
         #: The commits the driver has not learnt of yet; ``seen`` of them before
         self.commits: list[Committed] = []
         self.seen = 0
         self.abandoned: list[str] = []
         self.last_alignment: float | None = None  # the longest a replica aligned for the last snapshot
-        self.holds: set[int] = set()  # the ids of rescale cuts (hold markers) in flight
         self.held: dict[int, dict[Any, Any]] = {}  # per rescale cut complete: every replica's HeldReport
         self.lock = threading.Condition()
         self.last_tick = time.monotonic()
@@ -100,22 +98,16 @@ class CoordinatorActor:
                     self._trigger(now)
 
     def _trigger(self, now: float, hold: bool = False) -> int | None:
-        trigger = self.core.trigger(now)
+        trigger = self.core.trigger(now, self.delivered, hold)
         if trigger is None:
             return None
-        if hold:
-            self.holds.add(trigger.snapshot_id)
-        else:
-            self.triggered[trigger.snapshot_id] = dict(self.delivered)
-        marker = Marker(trigger.snapshot_id, snapshot=not hold, delivered=dict(self.delivered), hold=hold)
+        marker = Marker(trigger.snapshot_id, MarkerKind.HOLD if hold else MarkerKind.SNAPSHOT, trigger.delivered)
         for handle in self.inputs.values():
             handle.inject_marker.remote(trigger.incarnation, marker)
         return trigger.snapshot_id
 
     def _abandoned(self, abandon: Abandon | None) -> None:
         if abandon is not None:
-            self.triggered.pop(abandon.snapshot_id, None)
-            self.holds.discard(abandon.snapshot_id)
             self.abandoned.append(f"snapshot {abandon.snapshot_id}: {abandon.reason}")
             self.lock.notify_all()
 
@@ -124,9 +116,8 @@ class CoordinatorActor:
         one commits the snapshot (or completes the cut)."""
         with self.lock:
             commit = self.core.acknowledge(ack, time.monotonic())
-            if commit is not None and commit.snapshot_id in self.holds:
+            if commit is not None and commit.hold:
                 self.core.held(commit.snapshot_id, time.monotonic())
-                self.holds.discard(commit.snapshot_id)
                 self.held[commit.snapshot_id] = commit.summaries
                 self.lock.notify_all()
             elif commit is not None:
@@ -135,14 +126,11 @@ class CoordinatorActor:
     def write_failed(self, incarnation: int, snapshot_id: int, reason: str) -> None:
         """A replica could not write its part: the snapshot in flight is abandoned."""
         with self.lock:
-            flight = self.core.in_flight
-            if incarnation == self.core.incarnation and flight is not None and flight.snapshot_id == snapshot_id:
-                self._abandoned(self.core.fail(reason, time.monotonic()))
+            self._abandoned(self.core.write_failed(incarnation, snapshot_id, reason, time.monotonic()))
 
     def _commit(self, commit: Commit) -> None:
         try:
-            complete = commit_snapshot(self.store, self.plan, commit, self.triggered.pop(commit.snapshot_id, {}),
-                                       self.recovery.retain)
+            complete = commit_snapshot(self.store, self.plan, commit, commit.delivered, self.recovery.retain)
         except Exception as error:  # the store failed: this snapshot is lost, the job goes on
             self._abandoned(self.core.fail(f"committing it failed: {error!r}", time.monotonic()))
             return
@@ -216,7 +204,7 @@ class CoordinatorActor:
         if snapshot_id is None:
             return None
         done = self.lock.wait_for(lambda: self.core.in_flight is None, max(0.0, deadline - time.monotonic()))
-        if hold and snapshot_id in self.holds:  # not held in time: given up here and now
+        if hold and self.core.holding_cut(snapshot_id):  # not held in time: given up here and now
             self._abandoned(self.core.fail(f"rescale cut not complete within {timeout:g} s: "
                                            f"{self.core.waiting_for()}", time.monotonic()))
             done = True  # the reason is the one just given
@@ -247,6 +235,14 @@ class CoordinatorActor:
                 self.tuner.record_failure()
                 if recovery_seconds is not None:
                     self.tuner.record_recovery(recovery_seconds)
+
+    def pause(self, incarnation: int) -> None:
+        """A recovery starts ``incarnation``: abandon the snapshot in flight and take none until
+        :meth:`reset` (none may commit while the replicas are restored from an older one)."""
+        with self.lock:
+            if incarnation > self.core.incarnation:
+                self._abandoned(self.core.reset(incarnation, time.monotonic()))
+            self.paused = True
 
     def reconfigure(self, plan: PhysicalPlan, incarnation: int) -> None:
         """A rescale starts ``incarnation`` with ``plan``'s replicas; snapshots stay paused until

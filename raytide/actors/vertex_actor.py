@@ -380,7 +380,7 @@ class VertexActor:
     def debug_state(self) -> dict[str, Any]:
         """What the replica holds back and knows, for diagnosing a stuck job."""
         core = self.core
-        return {"statuses": core.statuses, "held": core.held.changes.items(), "causes": sorted(map(str, core.held.causes)),
+        return {"statuses": core.statuses, "held": core.held_back.changes.items(), "causes": sorted(map(str, core.held_back.causes)),
                 "pending": {v: sorted(p, key=Timestamp.sort_key) for v, p in core.notifications.pending.items() if p},
                 "unacked": core.unacked,
                 "failed": repr(self.failed)}

@@ -27,12 +27,14 @@ from typing import Any
 import ray
 
 from raytide.core.batches import BATCH_KINDS, batch_length, not_a_batch, split_batch, to_records
-from raytide.errors import GraphError, RecordError, RecoveryError
-from raytide.physical.protocol import Marker
+from raytide.errors import GraphError, JobTimeout, RecordError, RecoveryError
 from raytide.physical.wire import pack, unpicklable
+from raytide.sources.base import Reader
 
 #: How long one wait for a full window lasts before the job's failure is checked again.
 WINDOW_POLL = 1.0
+#: How long the input replicas may take to start their readers.
+READER_TIMEOUT = 120.0
 
 
 def as_epoch(name: str, epoch: Any) -> int:
@@ -91,6 +93,8 @@ class InputFeeds:
         self.windows: dict[Any, collections.deque] = collections.defaultdict(collections.deque)
         self.incarnation = 0
         self.skips: dict[tuple[str, int], int] = {}
+        #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
+        self.readers: dict[str, list[Reader[Any]]] = {}
         self.logs = {(name, index): CallLog() for name, handles in replicas.items()
                      for index in range(len(handles))} if keep_calls else None
 
@@ -138,17 +142,29 @@ class InputFeeds:
             if self.epochs[name] is not None:
                 self._send_advance(name, None)
 
-    def hand_over(self, name: str) -> None:
-        """The input's replicas read it themselves from now on (a parallel source)."""
+    def hand_over(self, name: str, readers: list[Reader[Any]], timeout: float) -> None:
+        """The input's replicas read it themselves from now on (a parallel source), each with
+        its reader of ``readers``."""
         with self.locks[name]:
             self.epochs[name] = None
+        self.readers[name] = readers
+        self.start_readers(self.incarnation, timeout, only=name)
 
-    def inject_marker(self, marker: Marker) -> None:
-        """Send ``marker`` to every input replica, behind what was pushed before."""
-        for name, replicas in self.replicas.items():
-            with self.locks[name]:
-                for index in range(len(replicas)):
-                    self._submit(name, index, "inject_marker", marker, weight=0)
+    def start_readers(self, incarnation: int, timeout: float = READER_TIMEOUT, only: str | None = None) -> None:
+        """Give each replica of the inputs read in the replicas (or of input ``only``) its
+        reader, in ``incarnation``: again after a recovery, when each seeks to where its
+        restored snapshot says it was.
+
+        Raises:
+            JobTimeout: the replicas did not all take their readers within ``timeout`` seconds.
+        """
+        for name, readers in self.readers.items():
+            if only in (None, name):
+                refs = [r.start_reader.remote(incarnation, name, reader) for r, reader in zip(self.replicas[name], readers)]
+                try:
+                    ray.get(refs, timeout=timeout)
+                except ray.exceptions.GetTimeoutError as error:
+                    raise JobTimeout(f"starting the readers of input {name!r} took longer than {timeout:.0f} s") from error
 
     def open_inputs(self) -> dict[str, int]:
         """The inputs still open, with their current epoch."""

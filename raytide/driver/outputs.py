@@ -46,6 +46,8 @@ class OutputCollector:
         self.gate = OutputGate(outputs, commit)
         self.cursor = 0
         self.finished = False
+        #: Per output, the last epoch an earlier run (whose snapshot this job was restored from) had been handed.
+        self.delivered_before: dict[str, int] = {}
 
     def poll(self, timeout: float) -> list[Any]:
         """Take new events, waiting up to ``timeout`` seconds for one; returns the failures among them.
@@ -132,6 +134,12 @@ class OutputCollector:
     def latest(self) -> dict[str, int | None]:
         """The latest completed epoch per output shown to the user, taken or not."""
         return dict(self.completed)
+
+    def delivered(self) -> dict[str, int]:
+        """Per output, the last epoch the driver has been handed (-1: none yet; in a job
+        restored from an earlier run's snapshot, what that run had been handed counts)."""
+        return {name: max(self.delivered_before.get(name, -1), -1 if epoch is None else epoch)
+                for name, epoch in self.latest().items()}
 
 
 def fetch_records(parts: list) -> list:

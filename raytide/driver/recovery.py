@@ -22,27 +22,47 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 
 from raytide.actors.coordinator_actor import CoordinatorActor
-from raytide.core.keygroups import KeyGroupAssignment
+from raytide.driver.inputs import InputFeeds
+from raytide.driver.outputs import OutputCollector
+from raytide.driver.placement import COORDINATOR, JobPlacement
 from raytide.errors import JobTimeout
 from raytide.physical.protocol import ReplicaKey
-from raytide.rescale.reshard import reshard_snapshot
+from raytide.rescale.reshard import latest_restore_point
 from raytide.snapshots.config import Recovery
+from raytide.snapshots.recovering import (
+    Died,
+    Finished,
+    PauseCoordinator,
+    PointRead,
+    ProgressRestarted,
+    ReadPoint,
+    Recovering,
+    RecoveryEffect,
+    RecoveryEvent,
+    Replaced,
+    ReplaceDead,
+    Replayed,
+    ReplayInputs,
+    ResetCoordinator,
+    RestartProgress,
+    Restored,
+    RestoreReplicas,
+    Resumed,
+    ResumeReplicas,
+    RollBackOutputs,
+    TimedOut,
+)
 from raytide.snapshots.recovery import RestartBudget, RestorePoint, restore_point
 from raytide.snapshots.replica_state import summed
 from raytide.snapshots.store import SnapshotStore
 
-if TYPE_CHECKING:
-    from raytide.driver.job import Job
-
 logger = logging.getLogger(__name__)
 
-#: The coordinator's key among the actors the driver watches.
-COORDINATOR = "the snapshot coordinator"
 #: How long a recovery's calls may take.
 RECOVERY_TIMEOUT = 120.0
 #: How long the driver waits for a host's ping when it looks for the dead ones (a dead
@@ -75,11 +95,23 @@ class Steps:
 
 
 @dataclass
+class _Execution:
+    """One execution of a recovery machine on Ray: when it started, the step timings, the
+    hosts it replaced and when the replicas ran again."""
+
+    started: float
+    steps: Steps
+    replaced: list[str] = field(default_factory=list)
+    resumed: float = 0.0
+
+
+@dataclass
 class RecoveryRecord:
     """One recovery, for ``job.stats()``."""
 
     incarnation: int
     cause: str
+    restarts: int  # the incarnations it started: one, and one more for each death during it
     snapshot_id: int | None
     replaced: list[str]
     seconds: float  # from noticing the failure to running again
@@ -103,21 +135,15 @@ class RescaleRecord:
     steps: dict[str, float]
 
 
-@dataclass(frozen=True)
-class Adoption:
-    """What the replicas of a rescaled job start from: per replica the refs of the pieces
-    handed over to it, the widths before, and the routing tables after."""
-
-    refs: dict[ReplicaKey, list]
-    old_widths: dict[str, int]
-    tables: dict[str, KeyGroupAssignment]
-
-
 @dataclass
 class JobRecovery:
-    """Snapshot and recovery state of one job on the driver."""
+    """Snapshot and recovery state of one job on the driver, and the job's parts a recovery
+    brings back: where its actors run, its inputs and its outputs."""
 
     recovery: Recovery
+    placement: JobPlacement
+    inputs: InputFeeds
+    outputs: OutputCollector
     budget: RestartBudget = field(init=False)
     store: SnapshotStore = field(init=False)
     #: The snapshots this run may recover from, in a store other runs may have used too: its
@@ -139,19 +165,23 @@ class JobRecovery:
 
     # -- the coordinator -------------------------------------------------------------------
 
-    def start_run(self, job: Job) -> None:
+    def start_run(self) -> None:
         """The run's first coordinator; its snapshots, and only those (with the one a
         ``restore=`` starts from), are the ones the run recovers from."""
         self.first_id = self.store.next_id()
-        self.start_coordinator(job, self.first_id)
+        self.start_coordinator(self.first_id)
 
-    def start_coordinator(self, job: Job, first_id: int = 1) -> None:
-        """A coordinator for ``job``'s replicas, started without waiting for it; it takes no
+    def start_coordinator(self, first_id: int = 1) -> None:
+        """A coordinator for the job's replicas, started without waiting for it; it takes no
         periodic snapshot before it is told to start (or reset by a recovery)."""
         self.coordinator = _coordinator_class().options(num_cpus=0, max_restarts=0).remote(
-            job.plan, self.recovery, input_replicas(job), self.incarnation, first_id)
+            self.placement.plan, self.recovery, self.placement.input_replicas(), self.incarnation, first_id)
 
-    def sync(self, job: Job) -> str | None:
+    def watch(self) -> None:
+        """Watch the job's actors, the coordinator included, for their deaths."""
+        self.placement.watch(self.coordinator)
+
+    def sync(self) -> str | None:
         """Without waiting: tell the coordinator what the driver was handed, learn new commits
         and forget the input calls that the oldest retained snapshot covers. Returns what
         happened if the coordinator died."""
@@ -163,109 +193,180 @@ class JobRecovery:
                 commits = ray.get(self.sync_ref)
             except ray.exceptions.RayActorError as error:
                 self.sync_ref = None
-                return f"job {job.name!r}: {COORDINATOR} died: {type(error).__name__}"
+                return f"job {self.placement.name!r}: {COORDINATOR} died: {type(error).__name__}"
             self.commits_seen += len(commits)
             for commit in commits:
-                self.retained.append(input_positions(job, commit.positions))
-                job.outputs.release(commit.complete)
+                self.retained.append(input_positions(commit.positions))
+                self.outputs.release(commit.complete)
             self.retained = self.retained[-self.recovery.retain:]
             if self.retained:
-                job.inputs.trim(self.retained[0])
-        self.sync_ref = self.coordinator.sync.remote(job.delivered(), self.commits_seen)
+                self.inputs.trim(self.retained[0])
+        self.sync_ref = self.coordinator.sync.remote(self.outputs.delivered(), self.commits_seen)
         return None
 
     # -- recovery --------------------------------------------------------------------------
 
-    def recover(self, job: Job, cause: str) -> None:
-        """Bring ``job`` back from its last committed snapshot in a new incarnation.
+    def recover(self, cause: str) -> None:
+        """Bring the job back from its last committed snapshot in a new incarnation.
 
         Raises:
             RecoveryError: more failures than ``max_restarts`` allow, or an input cannot
                 go back to where the snapshot left it.
             JobTimeout: a step of the recovery did not finish in time.
         """
-        started = time.monotonic()
-        while True:
-            self.budget.spend(cause)
-            self.incarnation += 1
-            incarnation = self.incarnation
-            job.outputs.rollback()  # epochs no committed snapshot holds are computed again
-            logger.warning("job %r: %s; recovering (incarnation %d)", job.name, cause, incarnation)
-            steps = Steps()
-            dead = steps.time("find the dead", self._dead, job)
-            replaced = steps.time("replace them", job.replace_dead_hosts, dead)
-            point = steps.time("read the snapshot", self.latest_point, job)
-            if self.coordinator is None:
-                # paused until the reset below: a barrier must not reach a replica before it is restored
-                self.start_coordinator(job, point.snapshot_id + 1 if point.snapshot_id is not None else 1)
-            job._watch()  # the replaced actors and coordinator
-            self.sync_ref = None
-            try:
-                self.restore(job, point, incarnation, steps)
-                break
-            except ray.exceptions.RayActorError as error:  # another death during the recovery: start over
-                cause = f"an actor died during recovery {incarnation}: {type(error).__name__}"
-        seconds = time.monotonic() - started
-        self.coordinator.reset.remote(incarnation, input_replicas(job), seconds)
-        self.records.append(RecoveryRecord(incarnation, cause, point.snapshot_id, replaced, seconds, time.time(),
-                                           steps.seconds))
-        logger.warning("job %r recovered from snapshot %s in %.2f s", job.name, point.snapshot_id, seconds)
+        self.execute(Recovering.after_death(self.placement.name, self.budget, self.incarnation, cause))
 
-    def latest_point(self, job: Job) -> RestorePoint:
-        """Where a recovery restores ``job`` from: the run's latest intact snapshot, else the
-        snapshot it was started from, else the start; laid out for the job's widths first if
-        it was taken at others (a rescale since)."""
-        snapshot_id = reshard_snapshot(job.plan, self.store, None, self.recovery.retain, since=self.first_id)
-        if snapshot_id is None and self.started_from is not None:
-            snapshot_id = reshard_snapshot(job.plan, self.store, self.started_from, self.recovery.retain)
-        return restore_point(job.plan, self.store if snapshot_id is not None else None, snapshot_id)
+    def latest_point(self) -> RestorePoint:
+        """Where a recovery restores the job from (:func:`~raytide.rescale.reshard.latest_restore_point`)."""
+        return latest_restore_point(self.placement.plan, self.store, self.recovery.retain, self.first_id,
+                                    self.started_from)
 
-    def start_from(self, job: Job, point: RestorePoint) -> None:
-        """A new job starts where snapshot ``point`` of an earlier run left off (``restore=``):
-        incarnation 1, the epochs that run handed out are not handed out again, and each
-        input replica skips the calls the snapshot had consumed."""
+    def start_from(self, snapshot_id: int) -> None:
+        """A new job starts where committed snapshot ``snapshot_id`` of an earlier run (laid
+        out for this job) left off (``restore=``): incarnation 1, the epochs that run handed
+        out are not handed out again (what it holds complete is final: it is never computed
+        again), and each input replica skips the calls the snapshot had consumed."""
+        point = restore_point(self.placement.plan, self.store, snapshot_id)
+        self.outputs.delivered_before = point.delivered
+        self.outputs.release(point.complete)
         self.started_from = point.snapshot_id
-        self.incarnation = 1
-        job.skip_inputs(point)
-        self.restore(job, point, self.incarnation, Steps())
-        self.coordinator.reset.remote(self.incarnation, input_replicas(job), None)
+        self.inputs.skip(input_positions(point.positions))
+        self.execute(Recovering.from_point(self.placement.name, self.budget, point))
 
-    def restore(self, job: Job, point: RestorePoint, incarnation: int, steps: Steps,
-                adoption: Adoption | None = None) -> float:
-        """Restore every replica and the progress actor at ``point``, resume, rewind the inputs;
-        with ``adoption`` (a rescale), the replicas start from the pieces handed over instead
-        of a snapshot, and their pointstamps are what they hold then. Returns when every
-        replica ran again (``time.monotonic()``; the inputs' replay goes on while they run)."""
-        keys = list(job.peers)
-        pointstamps = point.pointstamps
-        if adoption is None:
-            subscriptions = steps.time("restore the replicas", self.wait, job, [
-                job.peers[key].restore.remote(incarnation, point.snapshot_id, job.peers, job.progress,
-                                              self.coordinator) for key in keys], "restoring the replicas")
+    def execute(self, machine: Recovering, steps: Steps | None = None) -> float:
+        """Perform the effects of recovery ``machine`` (:mod:`raytide.snapshots.recovering`),
+        each on every actor it addresses at once, until the job runs again; returns when its
+        replicas ran again (``time.monotonic()``; the inputs' replay goes on while they run).
+
+        Raises:
+            RaytideError: the machine failed the job (the restart budget is spent, a step
+                took too long, an input cannot go back to where its snapshot left it).
+        """
+        run = _Execution(time.monotonic(), steps or Steps())
+        effects = machine.start()
+        while effects:
+            answers = [self._perform(effect, run, machine) for effect in effects]
+            effects = [effect for answer in answers if answer is not None for effect in machine.on(answer)]
+        return run.resumed
+
+    def _perform(self, effect: RecoveryEffect, run: _Execution, machine: Recovering) -> RecoveryEvent | None:
+        """Perform one effect; its answer, a death (:class:`Died`) or a timeout (:class:`TimedOut`)."""
+        try:
+            return self._act(effect, run)
+        except ray.exceptions.RayActorError as error:
+            during = f"the rescale to incarnation {self.incarnation}" if machine.pieces is not None \
+                else f"recovery {self.incarnation}"
+            return Died(f"job {self.placement.name!r}: an actor died during {during}: {type(error).__name__}")
+        except JobTimeout as error:
+            return TimedOut(str(error))
+
+    def _act(self, effect: RecoveryEffect, run: _Execution) -> RecoveryEvent | None:
+        steps, placement = run.steps, self.placement
+        if isinstance(effect, RollBackOutputs):
+            self.outputs.rollback()  # epochs no committed snapshot holds are computed again
+        elif isinstance(effect, PauseCoordinator):
+            self._pause_coordinator(effect.incarnation)
+        elif isinstance(effect, ReplaceDead):
+            return self._replace_dead(effect, run)
+        elif isinstance(effect, ReadPoint):
+            return self._read_point(steps)
+        elif isinstance(effect, RestoreReplicas):
+            self.incarnation = effect.incarnation
+            return self._restore_replicas(effect, steps)
+        elif isinstance(effect, RestartProgress):
+            progress, peers = placement.progress, placement.peers
+            steps.time("restore the progress actor", self.wait, [progress.restore.remote(
+                effect.incarnation, effect.pointstamps, self.outputs.delivered(), effect.kept,
+                {key: (peers[key], locations) for key, locations in effect.subscriptions.items()},
+                self.outputs.cursor)], "restoring the progress actor")
+            return ProgressRestarted()
+        elif isinstance(effect, ResumeReplicas):
+            steps.time("resume", self.wait, [peer.resume.remote(effect.incarnation) for peer in placement.peers.values()],
+                       "resuming the replicas")
+            run.resumed = time.monotonic()
+            return Resumed()
+        elif isinstance(effect, ReplayInputs):
+            self._replay(effect, steps)
+            return Replayed()
+        elif isinstance(effect, ResetCoordinator):
+            self._reset_coordinator(effect, time.monotonic() - run.started)
+        elif isinstance(effect, Finished):
+            self._finished(effect, run)
         else:
-            answers = steps.time("adopt the state", self.wait, job, [
-                job.peers[key].adopt.remote(incarnation, adoption.refs[key], adoption.old_widths, adoption.tables,
-                                            job.peers, job.progress, self.coordinator) for key in keys],
-                "the replicas adopting the state handed over")
-            subscriptions = [locations for locations, _ in answers]
-            pointstamps = summed(pair for _, held in answers for pair in held)
-        steps.time("restore the progress actor", self.wait, job, [job.progress.restore.remote(
-            incarnation, pointstamps, job.delivered(), point.kept,
-            {key: (job.peers[key], locations) for key, locations in zip(keys, subscriptions)},
-            job.outputs.cursor)], "restoring the progress actor")
-        steps.time("resume", self.wait, job, [job.peers[key].resume.remote(incarnation) for key in keys],
-                   "resuming the replicas")
-        resumed = time.monotonic()
-        positions = {(vertex, key.replica): point.position(key, vertex)
-                     for key in keys for vertex in job.plan.chain(key.chain).vertices if vertex in job.plan.inputs}
-        steps.time("rewind the inputs", job.inputs.rewind, incarnation, input_handles(job), positions)
-        for name in job.replica_readers:
-            steps.time("restart the readers", job.start_readers, name, incarnation)
-        return resumed
+            raise effect.error
+        return None
 
-    def _dead(self, job: Job) -> list[Any]:
+    def _replace_dead(self, effect: ReplaceDead, run: _Execution) -> Replaced:
+        """Find the dead actors and lease warm hosts for their roles."""
+        self.incarnation = effect.incarnation
+        logger.warning("job %r: recovering (incarnation %d)", self.placement.name, effect.incarnation)
+        steps = run.steps
+        run.replaced = steps.time("replace them", self.placement.replace_dead, steps.time("find the dead", self._dead),
+                                  self.coordinator)
+        self.outputs.progress = self.placement.progress
+        return Replaced(run.replaced)
+
+    def _read_point(self, steps: Steps) -> PointRead:
+        """Where to restore from; a new coordinator if the old one died (paused until the reset:
+        a barrier must not reach a replica before it is restored)."""
+        point = steps.time("read the snapshot", self.latest_point)
+        if self.coordinator is None:
+            self.start_coordinator(point.snapshot_id + 1 if point.snapshot_id is not None else 1)
+        self.watch()  # the replaced actors and coordinator
+        self.sync_ref = None
+        return PointRead(point)
+
+    def _pause_coordinator(self, incarnation: int) -> None:
+        """Pause the coordinator (and wait: no snapshot may commit after this); a dead one is replaced later."""
+        if self.coordinator is None:
+            return
+        try:
+            self.wait([self.coordinator.pause.remote(incarnation)], "pausing the snapshot coordinator")
+        except ray.exceptions.RayActorError:
+            self.coordinator = None
+
+    def _restore_replicas(self, effect: RestoreReplicas, steps: Steps) -> Restored:
+        """Every replica from its part of the snapshot, or from the pieces handed over to it."""
+        peers, progress, pieces = self.placement.peers, self.placement.progress, effect.pieces
+        keys = list(peers)
+        if pieces is None:
+            answers = steps.time("restore the replicas", self.wait, [
+                peers[key].restore.remote(effect.incarnation, effect.point.snapshot_id, peers, progress,
+                                          self.coordinator) for key in keys], "restoring the replicas")
+            return Restored(dict(zip(keys, answers)))
+        adopted = steps.time("adopt the state", self.wait, [
+            peers[key].adopt.remote(effect.incarnation, pieces.refs[key], pieces.old_widths, pieces.tables,
+                                    peers, progress, self.coordinator) for key in keys],
+            "the replicas adopting the state handed over")
+        return Restored({key: locations for key, (locations, _) in zip(keys, adopted)},
+                        summed(pair for _, held in adopted for pair in held))
+
+    def _replay(self, effect: ReplayInputs, steps: Steps) -> None:
+        """The calls after each input replica's position, and the readers of sources read in the replicas."""
+        plan, point = self.placement.plan, effect.point
+        positions = {(vertex, key.replica): point.position(key, vertex) for key in self.placement.peers
+                     for vertex in plan.chain(key.chain).vertices if vertex in plan.inputs}
+        steps.time("rewind the inputs", self.inputs.rewind, effect.incarnation, self.placement.input_handles(), positions)
+        steps.time("restart the readers", self.inputs.start_readers, effect.incarnation)
+
+    def _reset_coordinator(self, effect: ResetCoordinator, seconds: float) -> None:
+        inputs = self.placement.input_replicas()
+        if effect.how == "rescaled":  # reconfigured for the new widths before the replicas adopted
+            self.coordinator.start.remote(inputs)
+        else:
+            self.coordinator.reset.remote(effect.incarnation, inputs, seconds if effect.how == "recovered" else None)
+
+    def _finished(self, effect: Finished, run: _Execution) -> None:
+        if not effect.causes:  # a start from a savepoint, or a rescale's switch, that nothing interrupted
+            return
+        seconds = time.monotonic() - run.started
+        self.records.append(RecoveryRecord(effect.incarnation, "; ".join(effect.causes), len(effect.causes),
+                                           effect.snapshot_id, run.replaced, seconds, time.time(), run.steps.seconds))
+        logger.warning("job %r recovered from snapshot %s in %.2f s", self.placement.name, effect.snapshot_id, seconds)
+
+    def _dead(self) -> list[Any]:
         """The keys of the job's actors that are dead (a ping that fails; a busy one is alive)."""
-        actors = {**job.liveness.actors}
+        actors = {**self.placement.liveness.actors}
         pings = {key: actor.ping.remote() for key, actor in actors.items()}
         ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=PING_TIMEOUT)
         dead = []
@@ -279,15 +380,21 @@ class JobRecovery:
             self.coordinator = None
         return [key for key in dead if key != COORDINATOR]
 
-    def wait(self, job: Job, refs: list, what: str) -> list:
+    def wait(self, refs: list, what: str) -> list:
+        """``ray.get(refs)`` within :data:`RECOVERY_TIMEOUT`.
+
+        Raises:
+            JobTimeout: naming ``what`` took too long.
+        """
         try:
             return ray.get(refs, timeout=RECOVERY_TIMEOUT)
         except ray.exceptions.GetTimeoutError as error:
-            raise JobTimeout(f"job {job.name!r}: {what} took longer than {RECOVERY_TIMEOUT:.0f} s") from error
+            raise JobTimeout(f"job {self.placement.name!r}: {what} took longer than {RECOVERY_TIMEOUT:.0f} s") from error
 
     def stats(self) -> dict[str, Any]:
-        """Recoveries so far (the coordinator adds the snapshots)."""
-        return {"count": len(self.records), "incarnation": self.incarnation,
+        """Recoveries so far (the coordinator adds the snapshots): ``count`` restarts after a
+        death (a death during a recovery starts it over: one record, one more restart)."""
+        return {"count": sum(record.restarts for record in self.records), "incarnation": self.incarnation,
                 "recoveries": [vars(record).copy() for record in self.records]}
 
     def rescale_stats(self) -> list[dict[str, Any]]:
@@ -295,19 +402,7 @@ class JobRecovery:
         return [vars(record).copy() for record in self.rescales]
 
 
-def input_replicas(job: Job) -> dict[ReplicaKey, Any]:
-    """The replicas that host an input (where barriers are injected)."""
-    return {key: peer for key, peer in job.peers.items()
-            if any(vertex in job.plan.inputs for vertex in job.plan.chain(key.chain).vertices)}
-
-
-def input_handles(job: Job) -> dict[str, list[Any]]:
-    """Per input, its replicas' handles in replica order."""
-    return {name: [job.peers[ReplicaKey(job.plan.chain_of(name).name, r)] for r in range(job.plan.width(name))]
-            for name in job.plan.inputs}
-
-
-def input_positions(job: Job, positions: dict[ReplicaKey, dict[str, int]]) -> dict[tuple[str, int], int]:
+def input_positions(positions: dict[ReplicaKey, dict[str, int]]) -> dict[tuple[str, int], int]:
     """A snapshot's positions per ``(input, replica)``."""
     return {(vertex, key.replica): position for key, per_vertex in positions.items()
             for vertex, position in per_vertex.items()}

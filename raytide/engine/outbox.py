@@ -125,9 +125,3 @@ class Outbox:
             if isinstance(router, ExchangeRouter):
                 router.swap_table(table)
 
-    def switch_tables(self, marker: Marker) -> None:
-        """Route by the tables ``marker`` carries from now on (the chain is at the marker)."""
-        for (vertex, output, index), router in self.routers.items():
-            table = marker.reroute.get((vertex, output, self.plan.consumers_of(vertex, output)[index].vertex))
-            if table is not None and isinstance(router, ExchangeRouter):
-                router.swap_table(table)

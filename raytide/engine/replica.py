@@ -20,10 +20,11 @@ waits until the tracker has absorbed it (an acknowledged flush).
 
 from __future__ import annotations
 
+import enum
 import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import monotonic
 from typing import Any
 
@@ -31,6 +32,7 @@ from raytide.core.batches import batch_length, eager, to_records
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import non_empty
 from raytide.core.vertex import Vertex
+from raytide.engine.context import ReplicaContext, VertexCounters
 from raytide.engine.holdback import HeldProgress, is_covered
 from raytide.engine.notifications import NotificationQueue
 from raytide.engine.outbox import Outbox, Transport
@@ -42,6 +44,7 @@ from raytide.physical.protocol import (
     Declaration,
     HeldCause,
     Marker,
+    MarkerKind,
     MarkerRecord,
     OutputParts,
     ProgressBatch,
@@ -54,14 +57,7 @@ from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
 from raytide.progress.tracker import Pointstamp
 from raytide.rescale.layout import Piece, merge, split
-from raytide.snapshots.barriers import (
-    BarrierAligner,
-    Decision,
-    ForwardBarrier,
-    Release,
-    SnapshotComplete,
-    TakeSnapshot,
-)
+from raytide.snapshots.barriers import BarrierAligner, Decision, ForwardBarrier, Release, SnapshotComplete, TakeSnapshot
 from raytide.snapshots.replica_state import (
     HeldReport,
     LoggedBatch,
@@ -77,32 +73,24 @@ from raytide.snapshots.replica_state import (
 )
 
 
+class ReplicaMode(enum.Enum):
+    """What a replica does with the events it gets."""
+
+    RUNNING = "running"
+    RESTORED = "restored, waiting to resume once every replica is"
+    HOLDING = "holding at a rescale's cut: nothing runs, the state waits to be handed over"
+
+
 @dataclass
-class VertexCounters:
-    """Counters of one hosted vertex in this replica."""
+class HeldCut:
+    """A replica held at a rescale's cut: the cut (its marker), how long the replica aligned on
+    it, its state there (by reference: nothing runs to change it) and, once the cut is
+    complete here, the back-edge batches that were in flight in it."""
 
-    records_in: int = 0
-    records_out: int = 0
-    batches_in: int = 0
-    batches_out: int = 0
-    notifications: int = 0
-
-
-class _Context:
-    """The :class:`~raytide.core.vertex.VertexContext` of one hosted vertex."""
-
-    def __init__(self, core: ReplicaCore, vertex: str, replica: int, parallelism: int) -> None:
-        self.core, self.vertex, self.replica, self.parallelism = core, vertex, replica, parallelism
-        self.current: Timestamp | None = None
-
-    def send_by(self, output: int, message: Any, time: Timestamp) -> None:
-        self.core.send(self, output, message, time)
-
-    def notify_at(self, time: Timestamp) -> None:
-        self.core.request_notification(self, time)
-
-    def cancel_notify(self, time: Timestamp) -> None:
-        self.core.cancel_notification(self, time)
+    marker_id: int
+    alignment_s: float
+    state: ReplicaState
+    logged: list[LoggedBatch] = field(default_factory=list)
 
 
 class ReplicaCore:
@@ -119,10 +107,10 @@ class ReplicaCore:
         self.keep_outputs = keep_outputs
         self.chain = plan.chain(chain)
         self.outbox = Outbox(plan, self.chain, replica, transport)
-        self.contexts = {name: _Context(self, name, replica, plan.width(name)) for name in self.chain.vertices}
+        self.contexts = {name: ReplicaContext(self, name, replica, plan.width(name)) for name in self.chain.vertices}
         self.stats = {name: VertexCounters() for name in self.chain.vertices}
         self.notifications = NotificationQueue(self.chain.vertices)
-        self.held = HeldProgress()
+        self.held_back = HeldProgress()
         self.vertices: dict[str, Vertex] = {}
         self.input_epochs: dict[str, int | None] = {}
         self.positions: dict[str, int] = {}  # driver commands each hosted input consumed
@@ -145,14 +133,13 @@ class ReplicaCore:
         self.source_positions: Callable[[], dict[str, Any]] = dict
         self.restored_sources: dict[str, Any] = {}
         self.aligning: dict[int, float] = {}  # when each marker's first barrier arrived here
-        #: Held at a rescale's cut (a marker with ``hold``): the state there, by reference, and
-        #: the back-edge batches in flight in the cut; nothing runs here any more.
-        self.frozen: ReplicaState | None = None
-        self.frozen_logged: list[LoggedBatch] = []
-        self.holding: tuple[int, float] | None = None  # the hold marker aligned on, and its alignment time
+        #: What the replica does now: runs, waits to be resumed after a restore, or holds at a cut.
+        self.mode = ReplicaMode.RUNNING
+        #: In :attr:`ReplicaMode.HOLDING`: the cut it holds at and its state there.
+        self.cut: HeldCut | None = None
         head = self.chain.vertices[0]
-        channels = self._input_channels(head)
-        self.aligner = BarrierAligner(head, inputs=channels, back_edges=self._back_edges(head, channels))
+        channels = plan.input_channels(head, replica)
+        self.aligner = BarrierAligner(head, inputs=channels, back_edges=plan.back_edges(head, channels))
         self.in_cycle = any(plan.vertex(v).cyclic for v in self.chain.vertices)
 
     # -- setup -------------------------------------------------------------------------
@@ -169,30 +156,6 @@ class ReplicaCore:
             instance = vertex.factory() if vertex.factory else Vertex()
             instance.bind(self.contexts[name])
             self.vertices[name] = instance
-
-    def _input_channels(self, vertex: str) -> list[ChannelId]:
-        """Every channel that can deliver to ``vertex`` (a replica of each upstream edge sending here)."""
-        channels: list[ChannelId] = []
-        width = self.plan.width(vertex)
-        for port, edges in enumerate(self.plan.vertex(vertex).inputs):
-            for edge in edges:
-                senders = self.plan.width(edge.source)
-                if edge.channel.kind == "pipeline" and senders == width:
-                    channels.append(ChannelId(edge.source, edge.output, self.replica, port))
-                else:
-                    channels += [ChannelId(edge.source, edge.output, r, port) for r in range(senders)]
-        return channels
-
-    def _back_edges(self, head: str, channels: list[ChannelId]) -> list[ChannelId]:
-        """Channels that close a cycle through ``head`` (their sender is downstream of it).
-
-        Markers come back on those only after ``head`` forwarded them, so they are not
-        aligned on. A vertex all of whose inputs lie on the cycle (inside a loop body) is
-        not where the cycle is entered, and aligns on them as usual.
-        """
-        graph, start = self.plan.graph, Location.of_vertex(head)
-        back = [c for c in channels if graph.summaries(start, Location.of_vertex(c.source))]
-        return back if len(back) < len(channels) else []
 
     def subscriptions(self) -> list[Location]:
         """The locations whose frontier this replica needs: every input of its vertices.
@@ -217,11 +180,11 @@ class ReplicaCore:
             self._consume(channel, vertex, time, batch)
 
     def _consume(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        if self.frozen is not None:
+        if self.mode is ReplicaMode.HOLDING:
             return  # after a rescale's cut: the rescaled job gets it again (the inputs replay their calls)
         location = Location.of_input(vertex, channel.port)
-        self.held.update((location, time), -1)
-        self.held.caused_by(HeldCause(Cause.MESSAGE, location, time))
+        self.held_back.update((location, time), -1)
+        self.held_back.caused_by(HeldCause(Cause.MESSAGE, location, time))
         self.deliver(vertex, channel.port, time, batch)
 
     def on_marker(self, channel: ChannelId, marker: Marker) -> None:
@@ -247,14 +210,13 @@ class ReplicaCore:
                 self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
                 first = self.aligning.pop(marker.marker_id, None)
                 alignment_s = 0.0 if first is None else monotonic() - first
-                if marker.snapshot:
+                if marker.kind is MarkerKind.SNAPSHOT:
                     self.taken[marker.marker_id] = self._take(marker, alignment_s)
-                elif marker.hold:  # nothing runs here from now on: the state stays as it is, uncopied
-                    self.frozen, self.holding = self._state(marker), (marker.marker_id, alignment_s)
-                self.outbox.switch_tables(marker)
+                elif marker.kind is MarkerKind.HOLD:  # nothing runs here from now on: the state stays as it is, uncopied
+                    self.mode, self.cut = ReplicaMode.HOLDING, HeldCut(marker.marker_id, alignment_s, self._state(marker))
             elif isinstance(effect, SnapshotComplete):
                 taken = self.taken.pop(effect.snapshot_id, None)
-                if self.holding is not None and self.holding[0] == effect.snapshot_id:
+                if self.cut is not None and self.cut.marker_id == effect.snapshot_id:
                     self._report_held([batch for records in effect.logged.values() for batch in records])
                 elif taken is not None:
                     self.transport.local_snapshot(complete(effect.snapshot_id, self.outbox.key, taken, effect.logged))
@@ -285,12 +247,12 @@ class ReplicaCore:
 
     def _report_held(self, logged: list[LoggedBatch]) -> None:
         """The cut is complete here (``logged``: the back-edge batches in flight in it): tell the coordinator."""
-        assert self.frozen is not None and self.holding is not None
-        self.frozen_logged = logged
-        outputs, self.kept_pickles = pickle_outputs(self.frozen.kept, self.kept_pickles)
-        summary = ReplicaSummary(capabilities(self.frozen, logged), dict(self.frozen.positions), outputs,
-                                 self.holding[1])
-        self.transport.held(self.holding[0], HeldReport(summary, dict(self.frozen.tables)))
+        cut = self.cut
+        assert cut is not None
+        cut.logged = logged
+        outputs, self.kept_pickles = pickle_outputs(cut.state.kept, self.kept_pickles)
+        summary = ReplicaSummary(capabilities(cut.state, logged), dict(cut.state.positions), outputs, cut.alignment_s)
+        self.transport.held(cut.marker_id, HeldReport(summary, dict(cut.state.tables)))
 
     def hand_over(self, plan: PhysicalPlan, old_widths: dict[str, int],
                   tables: dict[str, KeyGroupAssignment]) -> dict[ReplicaKey, Piece]:
@@ -301,10 +263,10 @@ class ReplicaCore:
         Raises:
             RescaleError: the replica is not held at a rescale's cut.
         """
-        if self.frozen is None or self.holding is None or self.taken:
+        if self.cut is None or self.taken:
             raise RescaleError(f"replica {self.outbox.key} was asked for its state for a rescale, but it is not "
                                f"held at a complete rescale cut")
-        return split(plan, old_widths, tables, self.replica, self.frozen, self.frozen_logged)
+        return split(plan, old_widths, tables, self.replica, self.cut.state, self.cut.logged)
 
     def adopt(self, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
               pieces: list[Piece]) -> list[tuple[Pointstamp, int]]:
@@ -324,7 +286,7 @@ class ReplicaCore:
         self._restore(*load(data))
 
     def _restore(self, state: ReplicaState, logged: list[LoggedBatch]) -> None:
-        self.replay = logged
+        self.mode, self.replay = ReplicaMode.RESTORED, logged
         for name, saved in state.user.items():
             self._run(name, None, self.vertices[name].restore, saved)
         self.notifications.pending.update(state.notifications)
@@ -336,6 +298,7 @@ class ReplicaCore:
 
     def resume(self) -> None:
         """Deliver the restored back-edge batches (ahead of any new traffic), then run as usual."""
+        self.mode = ReplicaMode.RUNNING
         replay, self.replay = self.replay, []
         for channel, vertex, time, batch in replay:
             self._consume(channel, vertex, time, batch)
@@ -350,7 +313,7 @@ class ReplicaCore:
 
     def push_input(self, vertex: str, batch: Any, epoch: int) -> None:
         """The driver (or a source) delivers records of ``epoch`` to input ``vertex``."""
-        if self.frozen is not None:
+        if self.mode is ReplicaMode.HOLDING:
             return
         self.positions[vertex] += 1
         current = self.input_epochs[vertex]
@@ -358,7 +321,7 @@ class ReplicaCore:
             raise ProgressError(f"input {vertex!r} replica {self.replica} got records for epoch {epoch} "
                                 f"but is at epoch {current}: advance the input first")
         time = Timestamp(epoch)
-        self.held.caused_by(HeldCause(Cause.CAPABILITY, Location.of_vertex(vertex), time))
+        self.held_back.caused_by(HeldCause(Cause.CAPABILITY, Location.of_vertex(vertex), time))
         self.stats[vertex].records_in += batch_length(batch)
         self.stats[vertex].batches_in += 1
         context = self.contexts[vertex]
@@ -369,7 +332,7 @@ class ReplicaCore:
 
     def advance_input(self, vertex: str, epoch: int | None) -> None:
         """Move input ``vertex``'s capability to ``epoch`` (None: close the input)."""
-        if self.frozen is not None:
+        if self.mode is ReplicaMode.HOLDING:
             return
         self.positions[vertex] += 1
         current = self.input_epochs[vertex]
@@ -380,11 +343,11 @@ class ReplicaCore:
         if epoch == current:
             return
         location = Location.of_vertex(vertex)
-        self.held.update((location, Timestamp(current)), -1)
+        self.held_back.update((location, Timestamp(current)), -1)
         if epoch is not None:
-            self.held.update((location, Timestamp(epoch)), 1)
+            self.held_back.update((location, Timestamp(epoch)), 1)
         self.input_epochs[vertex] = epoch
-        self.held.force()
+        self.held_back.force()
         for name in self.chain.vertices[1:]:  # an input heads its chain: the rest get nothing more from it before epoch
             if name in self.vertices:
                 self._run(name, None, self.vertices[name].on_input_epoch, epoch)
@@ -405,7 +368,7 @@ class ReplicaCore:
             self.outputs[vertex].setdefault(time.epoch, []).extend(records)
             if self.keep_outputs:
                 self.kept[vertex].setdefault(time.epoch, []).extend(records)
-            self.held.force()  # records go with the batch that retires them: at once, for latency
+            self.held_back.force()  # records go with the batch that retires them: at once, for latency
 
     def _run(self, vertex: str, time: Timestamp | None, callback: Any, *args: Any) -> None:
         context = self.contexts[vertex]
@@ -419,7 +382,7 @@ class ReplicaCore:
         finally:
             context.current = outer
 
-    def send(self, context: _Context, output: int, message: Any, time: Timestamp) -> None:
+    def send(self, context: ReplicaContext, output: int, message: Any, time: Timestamp) -> None:
         """``send_by`` of a hosted vertex: check the time, route, count progress."""
         vertex = context.vertex
         current = context.current
@@ -447,7 +410,7 @@ class ReplicaCore:
                 raise UserCodeError(consumer.vertex, self.replica, time, error,
                                     where=f"its input's key function, run where {vertex!r} sends") from error
             for replica, part in parts:
-                self.held.update((target, time), 1)
+                self.held_back.update((target, time), 1)
                 self.outbox.send(ReplicaKey(chain, replica), channel, consumer.vertex, time, part)
 
     def _check_port(self, vertex: str, output: Any, time: Timestamp) -> None:
@@ -470,21 +433,21 @@ class ReplicaCore:
         held = pending if current is None else (current, *pending)
         return any(earliest is not None and earliest.less_equal(time) for earliest in map(summary.results_in, held))
 
-    def request_notification(self, context: _Context, time: Timestamp) -> None:
+    def request_notification(self, context: ReplicaContext, time: Timestamp) -> None:
         """``notify_at`` of a hosted vertex."""
         current = context.current
         if current is not None and not current.less_equal(time):
             raise ProgressError(f"vertex {context.vertex!r} replica {self.replica} asked to be notified at {time} "
                                 f"while processing {current}: notifications cannot be in the past")
         if self.notifications.request(context.vertex, time):
-            self.held.update((Location.of_vertex(context.vertex), time), 1)
+            self.held_back.update((Location.of_vertex(context.vertex), time), 1)
 
-    def cancel_notification(self, context: _Context, time: Timestamp) -> None:
+    def cancel_notification(self, context: ReplicaContext, time: Timestamp) -> None:
         """``cancel_notify`` of a hosted vertex: its pointstamp goes as a delivered one's does,
         shipped at the next chance (what waits downstream need not wait for a delivery)."""
         if self.notifications.cancel(context.vertex, time):
-            self.held.update((Location.of_vertex(context.vertex), time), -1)
-            self.held.force()
+            self.held_back.update((Location.of_vertex(context.vertex), time), -1)
+            self.held_back.force()
 
     # -- after every event ---------------------------------------------------------------
 
@@ -563,7 +526,7 @@ class ReplicaCore:
                 times = waits.setdefault(Location.of_input(vertex, port), {})
                 for time in pending:
                     times.setdefault(time, False)
-        for location, time in self.held.waits() if held else ():
+        for location, time in self.held_back.waits() if held else ():
             waits.setdefault(location, {})[time] = True
         return {loc: [(t, times[t]) for t in sorted(minimal_elements(times), key=Timestamp.sort_key)]
                 for loc, times in waits.items() if times}
@@ -576,7 +539,7 @@ class ReplicaCore:
         return True
 
     def _deliver_notifications(self) -> None:
-        if self.frozen is not None:
+        if self.mode is ReplicaMode.HOLDING:
             return
         for vertex in self.chain.vertices:
             if not self.notifications.of(vertex):
@@ -588,8 +551,8 @@ class ReplicaCore:
             for time in due:
                 self.stats[vertex].notifications += 1
                 self._run(vertex, time, self.vertices[vertex].on_notify, time)
-                self.held.update((Location.of_vertex(vertex), time), -1)
-                self.held.force()
+                self.held_back.update((Location.of_vertex(vertex), time), -1)
+                self.held_back.force()
             self._drain_local()
             if cyclic and due:
                 self._send_held(*self._take_held(), ack=True, interests=None)
@@ -598,14 +561,14 @@ class ReplicaCore:
         def covered(cause: HeldCause) -> bool:
             return is_covered(cause, self.statuses, self.input_epochs)
 
-        return self.held.should_ship(covered, self.in_cycle, has_outputs=any(self.outputs.values()))
+        return self.held_back.should_ship(covered, self.in_cycle, has_outputs=any(self.outputs.values()))
 
     def _take_held(self) -> tuple[list[tuple[Pointstamp, int]], dict[str, dict[int, list]]]:
         """Everything held back: the progress deltas and the output records they retire."""
         outputs = {name: epochs for name, epochs in self.outputs.items() if epochs}
         for name in outputs:
             self.outputs[name] = {}
-        return self.held.take(), outputs
+        return self.held_back.take(), outputs
 
     def _send_held(self, changes: list[tuple[Pointstamp, int]], outputs: dict[str, dict[int, list]], ack: bool,
                    interests: Interests | None) -> None:

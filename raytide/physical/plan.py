@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from raytide.core.arguments import positive_int
 from raytide.core.dataflow import Channel, Dataflow, InputEdge, LogicalVertex, Role, VertexFactory
 from raytide.errors import GraphError
-from raytide.physical.protocol import ReplicaKey
+from raytide.physical.protocol import ChannelId, ReplicaKey
 from raytide.progress.graph import GraphBuilder, ProgressGraph
 from raytide.progress.reachability import Location
 from raytide.progress.summaries import PathSummary
@@ -142,6 +142,31 @@ class PhysicalPlan:
     def initial_pointstamps(self) -> list[tuple[tuple[Location, Timestamp], int]]:
         """The pointstamps held before anything runs: every input replica at epoch 0."""
         return [((Location.of_vertex(n), Timestamp(0)), self.width(n)) for n in self.inputs]
+
+    def input_channels(self, vertex: str, replica: int) -> list[ChannelId]:
+        """Every channel that can deliver to replica ``replica`` of ``vertex`` (a replica of each
+        upstream edge sending there)."""
+        channels: list[ChannelId] = []
+        width = self.width(vertex)
+        for port, edges in enumerate(self.vertex(vertex).inputs):
+            for edge in edges:
+                senders = self.width(edge.source)
+                if edge.channel.kind == "pipeline" and senders == width:
+                    channels.append(ChannelId(edge.source, edge.output, replica, port))
+                else:
+                    channels += [ChannelId(edge.source, edge.output, r, port) for r in range(senders)]
+        return channels
+
+    def back_edges(self, head: str, channels: list[ChannelId]) -> list[ChannelId]:
+        """Channels that close a cycle through ``head`` (their sender is downstream of it).
+
+        Markers come back on those only after ``head`` forwarded them, so they are not
+        aligned on. A vertex all of whose inputs lie on the cycle (inside a loop body) is
+        not where the cycle is entered, and aligns on them as usual.
+        """
+        start = Location.of_vertex(head)
+        back = [c for c in channels if self.graph.summaries(start, Location.of_vertex(c.source))]
+        return back if len(back) < len(channels) else []
 
     def is_fused(self, consumer: Consumer) -> bool:
         """Whether ``consumer`` runs in the same actor as its upstream (not a chain head)."""

@@ -35,7 +35,6 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from raytide.core.keygroups import KeyGroupAssignment
 from raytide.progress.publisher import Interests, Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -78,27 +77,28 @@ class HeldCause(NamedTuple):
     time: Timestamp
 
 
+class MarkerKind(enum.Enum):
+    """What every replica does when it is aligned on a marker (it forwards it in any case)."""
+
+    SNAPSHOT = "take its local snapshot"
+    HOLD = "hold its state there for a rescale and run nothing more until the rescaled job takes over"
+    PROBE = "nothing but note what it had received by then (the simulator's tests of channel order)"
+
+
 @dataclass(frozen=True)
 class Marker:
     """A control marker that travels in band on every channel.
 
     Attributes:
         marker_id: increasing id (markers share the id space of snapshot barriers).
-        reroute: routing tables to switch to, per ``(vertex, output port, target vertex)``
-            exchange edge; the sender switches when it passes the marker.
-        snapshot: the marker is a snapshot barrier: every replica takes its local
-            snapshot when aligned on it.
+        kind: what a replica does at it.
         delivered: per output, the last epoch the driver had been handed when the
-            snapshot was triggered: output replicas stop keeping records of those epochs.
-        hold: the marker is a rescale's cut: every replica, when aligned on it, holds
-            its state there and runs nothing more until the rescaled job takes over.
+            marker was triggered: output replicas stop keeping records of those epochs.
     """
 
     marker_id: int
-    reroute: dict[tuple[str, int, str], KeyGroupAssignment] = field(default_factory=dict)
-    snapshot: bool = False
+    kind: MarkerKind = MarkerKind.PROBE
     delivered: dict[str, int] = field(default_factory=dict)
-    hold: bool = False
 
     def __hash__(self) -> int:
         return hash(self.marker_id)

@@ -26,7 +26,7 @@ from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ReplicaKey
 from raytide.rescale.layout import reshard
 from raytide.snapshots.coordinator import Commit
-from raytide.snapshots.recovery import JOB_PART, commit_snapshot, part_name
+from raytide.snapshots.recovery import JOB_PART, RestorePoint, commit_snapshot, part_name, restore_point
 from raytide.snapshots.replica_state import ReplicaSummary, complete, load, take
 from raytide.snapshots.store import Manifest, SnapshotStore
 
@@ -95,3 +95,15 @@ def reshard_snapshot(plan: PhysicalPlan, store: SnapshotStore, snapshot_id: int 
                    {name: widths[0] for name, widths in changed.items()}, new_id,
                    {name: widths[1] for name, widths in changed.items()})
     return new_id
+
+
+def latest_restore_point(plan: PhysicalPlan, store: SnapshotStore, retain: int, since: int,
+                         started_from: int | None) -> RestorePoint:
+    """Where a recovery restores a run from: its latest intact snapshot (an id of at least
+    ``since``, its first), else the snapshot it was started from (``restore=``), else the
+    start; laid out for ``plan``'s widths first if it was taken at others (a rescale since).
+    Never another run's snapshot, though the store may hold some."""
+    snapshot_id = reshard_snapshot(plan, store, None, retain, since=since)
+    if snapshot_id is None and started_from is not None:
+        snapshot_id = reshard_snapshot(plan, store, started_from, retain)
+    return restore_point(plan, store if snapshot_id is not None else None, snapshot_id)

@@ -20,13 +20,13 @@ snapshot are ignored, so late Ray calls from before a rollback do no harm. Nothi
 blocks the job: a snapshot that cannot complete costs its timeout, never progress.
 
 >>> core = CoordinatorCore(["a/0", "b/0"], first_id=1, interval=1.0, timeout=10.0)
->>> core.due(now=0.0), core.trigger(now=0.0)
-(True, Trigger(snapshot_id=1, incarnation=0))
+>>> core.due(now=0.0), core.trigger(now=0.0, delivered={"out": 3})
+(True, Trigger(snapshot_id=1, incarnation=0, hold=False, delivered={'out': 3}))
 >>> core.acknowledge(Acknowledgement("a/0", 1, 0, (), {"size": 3}), now=0.2) is None
 True
 >>> commit = core.acknowledge(Acknowledgement("b/0", 1, 0, (), None), now=0.3)
->>> commit.snapshot_id, sorted(commit.summaries)
-(1, ['a/0', 'b/0'])
+>>> commit.snapshot_id, sorted(commit.summaries), commit.delivered
+(1, ['a/0', 'b/0'], {'out': 3})
 >>> core.committed(1, now=0.4)
 >>> core.due(now=0.5), core.due(now=1.5)
 (False, True)
@@ -44,10 +44,14 @@ from raytide.snapshots.store import PartInfo
 
 @dataclass(frozen=True)
 class Trigger:
-    """Effect: inject barrier ``snapshot_id`` at every input replica of incarnation ``incarnation``."""
+    """Effect: inject barrier ``snapshot_id`` at every input replica of incarnation
+    ``incarnation``: a rescale's cut if ``hold``, carrying ``delivered``, what the driver had
+    been handed when it was triggered."""
 
     snapshot_id: int
     incarnation: int
+    hold: bool = False
+    delivered: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,13 +76,17 @@ class Acknowledgement:
 @dataclass(frozen=True)
 class Commit:
     """Effect: every replica acknowledged ``snapshot_id``; write its manifest with these
-    parts and summaries, then apply retention and call :meth:`CoordinatorCore.committed`."""
+    parts and summaries and ``delivered`` (what the driver had at the trigger), then apply
+    retention and call :meth:`CoordinatorCore.committed`. A rescale's cut (``hold``) is
+    written nowhere: hand the replicas' reports over and call :meth:`CoordinatorCore.held`."""
 
     snapshot_id: int
     incarnation: int
     parts: tuple[PartInfo, ...]
     summaries: dict[Hashable, Any]
     duration: float
+    hold: bool = False
+    delivered: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,8 @@ class SnapshotStats:
 class _InFlight:
     snapshot_id: int
     started: float
+    hold: bool
+    delivered: dict[str, int]
     acks: dict[Hashable, Acknowledgement] = field(default_factory=dict)
     complete: bool = False
 
@@ -137,13 +147,14 @@ class CoordinatorCore:
             return False
         return self.last_end is None or now - self.last_end >= self.interval
 
-    def trigger(self, now: float) -> Trigger | None:
-        """Start the next snapshot; None while one is being taken."""
+    def trigger(self, now: float, delivered: dict[str, int] | None = None, hold: bool = False) -> Trigger | None:
+        """Start the next snapshot (a rescale's cut, with ``hold``), recording ``delivered``
+        (what the driver had been handed); None while one is being taken."""
         if self.in_flight is not None:
             return None
-        self.in_flight = _InFlight(self.next_id, now)
+        self.in_flight = _InFlight(self.next_id, now, hold, dict(delivered or {}))
         self.next_id += 1
-        return Trigger(self.in_flight.snapshot_id, self.incarnation)
+        return Trigger(self.in_flight.snapshot_id, self.incarnation, hold, self.in_flight.delivered)
 
     def acknowledge(self, ack: Acknowledgement, now: float) -> Commit | None:
         """A replica's acknowledgement; the :class:`Commit` once every replica has sent one.
@@ -165,7 +176,8 @@ class CoordinatorCore:
         flight.complete = True
         parts = tuple(part for a in flight.acks.values() for part in a.parts)
         return Commit(flight.snapshot_id, self.incarnation, parts,
-                      {key: a.summary for key, a in flight.acks.items()}, now - flight.started)
+                      {key: a.summary for key, a in flight.acks.items()}, now - flight.started, flight.hold,
+                      flight.delivered)
 
     def committed(self, snapshot_id: int, now: float) -> None:
         """The shell wrote the manifest of ``snapshot_id``."""
@@ -190,11 +202,17 @@ class CoordinatorCore:
         return flight
 
     def tick(self, now: float) -> Abandon | None:
-        """Abandon the snapshot in flight if it has outlived its timeout."""
+        """Abandon the snapshot in flight if it has outlived its timeout (not one every replica
+        acknowledged: its commit is being written)."""
         flight = self.in_flight
-        if flight is None or now - flight.started < self.timeout:
+        if flight is None or flight.complete or now - flight.started < self.timeout:
             return None
         return self._abandon(f"not complete {self.timeout:g} s after it started: {self.waiting_for()}", now)
+
+    def holding_cut(self, cut_id: int) -> bool:
+        """Whether rescale cut ``cut_id`` is in flight and not complete yet."""
+        flight = self.in_flight
+        return flight is not None and flight.hold and flight.snapshot_id == cut_id and not flight.complete
 
     def waiting_for(self) -> str:
         """What the snapshot in flight still waits for: the replicas that have not acknowledged
@@ -203,6 +221,13 @@ class CoordinatorCore:
         missing = sorted(map(str, self.replicas - self.in_flight.acks.keys()))
         return f"still waiting for {len(missing)} replicas ({', '.join(missing[:5])})" if missing \
             else "its manifest was not written"
+
+    def write_failed(self, incarnation: int, snapshot_id: int, reason: str, now: float) -> Abandon | None:
+        """A replica could not write its part of ``snapshot_id``: abandon it, if it is the one in flight."""
+        flight = self.in_flight
+        if incarnation != self.incarnation or flight is None or flight.snapshot_id != snapshot_id:
+            return None
+        return self.fail(reason, now)
 
     def fail(self, reason: str, now: float) -> Abandon | None:
         """Abandon the snapshot in flight (writing it failed, say)."""

@@ -3,7 +3,7 @@ as on Ray, every interleaving Ray allows reproducible by its seed, with injected
 recovery and rescales (FoundationDB's simulation testing; like ``trio.testing``)."""
 
 from raytide.testing.local import LocalJob as LocalJob
-from raytide.testing.local import LocalRecovery as LocalRecovery
-from raytide.testing.local import LocalRun as LocalRun
+from raytide.testing.outcome import LocalRecovery as LocalRecovery
+from raytide.testing.outcome import LocalRun as LocalRun
 
 __all__ = ["LocalJob", "LocalRecovery", "LocalRun"]

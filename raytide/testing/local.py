@@ -32,40 +32,34 @@ dropped where it arrives if that is not the receiver's.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
 
 from raytide.core.dataflow import Dataflow
-from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine.output_gate import OutputGate
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import (
-    ChannelId,
     EpochComplete,
     JobEvent,
     JobFailed,
     JobFinished,
     Marker,
+    MarkerKind,
     ReplicaKey,
-    Sequenced,
-    StatusPush,
 )
-from raytide.progress.timestamps import Timestamp
 from raytide.progress.tracker import Pointstamp
 from raytide.rescale.layout import Piece, cut_point, new_tables
-from raytide.rescale.reshard import reshard_snapshot
+from raytide.rescale.reshard import latest_restore_point, reshard_snapshot
 from raytide.rescale.widths import new_widths, width_groups
-from raytide.snapshots.config import OutputCommit
 from raytide.snapshots.coordinator import Acknowledgement, Commit, CoordinatorCore
+from raytide.snapshots.recovering import Finished, Pieces, Recovering, ResetCoordinator, RestartProgress
 from raytide.snapshots.recovery import (
     RestartBudget,
     RestorePoint,
@@ -73,95 +67,10 @@ from raytide.snapshots.recovery import (
     part_name,
     restore_point,
 )
-from raytide.snapshots.replica_state import HeldReport, LocalSnapshot, summed
-from raytide.snapshots.store import SnapshotStore
-
-#: A driver command for one input replica: ``("push", input, records, epoch)``,
-#: ``("advance", input, epoch)`` (None closes) or ``("marker", marker)``.
-Command = tuple[Any, ...]
-
-#: Crash targets besides replicas.
-PROGRESS, COORDINATOR = "progress", "coordinator"
-Target = ReplicaKey | str
-
-
-@dataclass(frozen=True)
-class LocalRecovery:
-    """Snapshots and recovery in the in-process runtime, with steps for seconds.
-
-    Attributes:
-        store: where snapshots go (a real store: the simulation writes and reads files).
-        interval: steps between the end of a snapshot and the next trigger.
-        timeout: steps after which an incomplete snapshot is abandoned.
-        retain: committed snapshots kept.
-        max_restarts: recoveries allowed before the job fails.
-        detection: a death is noticed up to this many steps after it happened.
-        output_commit: when the driver takes a completed epoch (:mod:`raytide.engine.output_gate`).
-    """
-
-    store: SnapshotStore
-    interval: int = 40
-    timeout: int = 3_000
-    retain: int = 2
-    max_restarts: int = 5
-    detection: int = 5
-    output_commit: OutputCommit = "epoch"
-
-
-@dataclass(frozen=True)
-class ReplicaDied:
-    """An actor (a replica, or ``"progress"``, ``"coordinator"``) was crashed by fault
-    injection at ``step``; without recovery the job fails."""
-
-    key: Target
-    step: int
-
-
-@dataclass
-class LocalRun:
-    """What a run did: records per output and epoch, every job event, the steps taken,
-    the recoveries (what caused each), the snapshots committed and the rescales done."""
-
-    outputs: dict[str, dict[int, list]]
-    events: list[JobEvent | ReplicaDied] = field(default_factory=list)
-    steps: int = 0
-    finished: bool = False
-    recoveries: list[str] = field(default_factory=list)
-    snapshots: list[int] = field(default_factory=list)
-    rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut id)
-
-    @property
-    def failure(self) -> Any:
-        """The first failure (a :class:`JobFailed` error or a :class:`ReplicaDied`), or None."""
-        for event in self.events:
-            if isinstance(event, JobFailed):
-                return event.error
-            if isinstance(event, ReplicaDied):
-                return event
-        return None
-
-
-class _Transport:
-    """One replica's transport: appends to the runtime's mailboxes, tagged with its incarnation."""
-
-    def __init__(self, job: LocalJob, key: ReplicaKey, incarnation: int) -> None:
-        self.job, self.key, self.incarnation = job, key, incarnation
-
-    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        self.job.links[(self.key, to)].append((self.incarnation, ("data", channel, vertex, time, batch)))
-
-    def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
-        self.job.links[(self.key, to)].append((self.incarnation, ("marker", channel, marker)))
-
-    def to_progress(self, call: Sequenced) -> None:
-        if self.job.progress is not None:
-            self.job.to_progress[self.key].append((self.incarnation, call))
-
-    def local_snapshot(self, snapshot: LocalSnapshot) -> None:
-        self.job.writes.append((self.incarnation, snapshot))
-
-    def held(self, marker_id: int, report: HeldReport) -> None:
-        self.job.acks.append((self.incarnation, Acknowledgement(self.key, marker_id, self.incarnation, (), report)))
+from raytide.snapshots.replica_state import HeldReport
+from raytide.testing.mailboxes import LocalTransport, Mailboxes, planned_commands, rewound
+from raytide.testing.outcome import COORDINATOR, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
+from raytide.testing.recovery import SteppedRecovery
 
 
 class LocalJob:
@@ -194,80 +103,45 @@ class LocalJob:
         self.parallelism, self.chaining = parallelism, chaining
         self.rng = random.Random(seed)
         self.recovery = recovery
-        #: Mailboxes; every entry is ``(sender's incarnation, message)``.
-        self.links: dict[tuple[ReplicaKey, ReplicaKey], collections.deque] = collections.defaultdict(collections.deque)
-        self.to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = collections.defaultdict(list)
-        self.pushes: dict[ReplicaKey, collections.deque[tuple[int, StatusPush]]] = \
-            collections.defaultdict(collections.deque)
-        self.commands: dict[ReplicaKey, collections.deque[Command]] = collections.defaultdict(collections.deque)
-        self.injects: dict[ReplicaKey, collections.deque[tuple[int, Marker]]] = \
-            collections.defaultdict(collections.deque)
-        self.log: collections.deque[tuple[int, JobEvent]] = collections.deque()  # the driver's long poll
-        self.writes: list[tuple[int, LocalSnapshot]] = []  # replicas' snapshot writers
-        self.acks: list[tuple[int, Acknowledgement]] = []  # to the coordinator
-        self.commits: collections.deque[tuple[int, Commit]] = collections.deque()
+        self.mail = Mailboxes()
         self.incarnation = 0
-        self.incarnations = {key: 0 for key in self._keys()}
-        self.replicas = {key: self._core(key) for key in self._keys()}
+        self.incarnations = {key: 0 for key in self.replica_keys()}
+        self.replicas = {key: self._core(key) for key in self.replica_keys()}
         self.progress: ProgressCore | None = ProgressCore(self.plan.graph, self.plan.outputs,
                                                           self.plan.initial_pointstamps())
         self.progress_incarnation = 0
         self.connected = False
         self.dead: set[ReplicaKey] = set()
         self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
-        self.crashes: dict[int, Target] = {}
+        self.crashes: dict[int, list[Target]] = {}
+        self.slow: dict[ReplicaKey, float] = {}  # replicas slowed down (:meth:`slow_down`)  # step -> what dies then (several may, at once)
         self.failures: list[tuple[int, str]] = []  # (step at which it is noticed, what died)
-        self.recovery_steps: collections.deque[Callable[[], None]] = collections.deque()
+        self.recovering: SteppedRecovery | None = None
         self.delivered = {name: -1 for name in self.plan.outputs}  # last epoch handed to the driver
         self.gate = OutputGate(self.plan.outputs, recovery.output_commit if recovery is not None else "epoch")
         self.result = LocalRun({name: {} for name in self.plan.outputs})
-        self.planned: dict[tuple[str, int], list[Command]] = {}  # per (input, replica)
         self.rescales: dict[int, dict[str, int]] = {}  # step -> widths asked for then
         self.pending_rescale: dict[str, int] = {}  # asked for, waiting for its cut
-        self.holds: set[int] = set()  # the ids of rescale cuts (hold markers)
-        self._plan_inputs(inputs, markers or {})
+        self.planned = planned_commands(self.plan, inputs, markers or {})
+        for (name, replica), commands in self.planned.items():
+            self.mail.commands[self._input_replicas(name)[replica]].extend(commands)
         self.coordinator: CoordinatorCore | None = None
         self.last_snapshot_id = 0
-        self.triggered: dict[int, dict[str, int]] = {}  # what the driver had at each snapshot's trigger
+        self.started_from: int | None = None
         if recovery is not None:
             self.budget = RestartBudget(recovery.max_restarts)
+            self.first_id = recovery.store.next_id()  # this run recovers from its own snapshots (and restore=)
             if restore is not None:
                 self._start_from(restore)
             self.coordinator = self._new_coordinator()
 
-    def _keys(self) -> Iterable[ReplicaKey]:
-        return self.plan.replica_keys()
-
     def _core(self, key: ReplicaKey) -> ReplicaCore:
-        transport = _Transport(self, key, self.incarnations[key])
+        transport = LocalTransport(self.mail, key, self.incarnations[key], lambda: self.progress is not None)
         return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=self.recovery is not None)
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
         chain = self.plan.chain_of(name).name
         return [ReplicaKey(chain, r) for r in range(self.plan.width(name))]
-
-    def _plan_inputs(self, inputs: Mapping[str, Sequence[Sequence[Any]]],
-                     markers: Mapping[str, Sequence[tuple[int, Marker]]]) -> None:
-        """Queue each input's commands: its records spread over its replicas in turn, epoch by epoch."""
-        for name in self.plan.inputs:
-            replicas = self._input_replicas(name)
-            before = {epoch: marker for epoch, marker in markers.get(name, ())}
-            queues: list[list[Command]] = [[] for _ in replicas]
-            turn = 0
-            for epoch, records in enumerate(inputs.get(name, ())):
-                if epoch in before:
-                    for queue in queues:
-                        queue.append(("marker", before[epoch]))
-                for record in records:
-                    queues[turn % len(replicas)].append(("push", name, [record], epoch))
-                    turn += 1
-                for queue in queues:
-                    queue.append(("advance", name, epoch + 1))
-            for queue in queues:
-                queue.append(("advance", name, None))
-            for replica, (key, queue) in enumerate(zip(replicas, queues)):
-                self.planned[(name, replica)] = queue
-                self.commands[key].extend(queue)
 
     def rescale(self, widths: Mapping[str, int], at_step: int) -> None:
         """At step ``at_step``, ask for vertices at the parallelism ``widths`` gives them
@@ -281,8 +155,9 @@ class LocalJob:
 
     def crash(self, target: Target, at_step: int) -> None:
         """Kill ``target`` (a replica key, :data:`PROGRESS` or :data:`COORDINATOR`) at step
-        ``at_step``: its state and the messages it had in flight are lost."""
-        self.crashes[at_step] = target
+        ``at_step`` (with whatever else dies then): its state and what it had not sent yet
+        are lost; what it had sent still arrives, late, from its dead incarnation."""
+        self.crashes.setdefault(at_step, []).append(target)
 
     # -- running -------------------------------------------------------------------------
 
@@ -298,7 +173,8 @@ class LocalJob:
         """
         while self.result.failure is None:
             if self.result.steps in self.crashes:
-                self._kill(self.crashes.pop(self.result.steps))
+                for target in self.crashes.pop(self.result.steps):
+                    self._kill(target)
                 continue
             if self.result.steps in self.rescales:
                 self._ask_rescale(self.rescales.pop(self.result.steps))
@@ -316,7 +192,7 @@ class LocalJob:
             if self.result.steps >= max_steps:
                 raise RuntimeError(f"the job is still running after {max_steps} steps")
             self.result.steps += 1
-            self.rng.choice(choices)()
+            self._choose(choices)()
             if after_step is not None:
                 after_step(self)
         return self.result
@@ -326,22 +202,34 @@ class LocalJob:
         actions: list[Callable[[], None]] = []
         if not self.connected and self.progress is not None:
             actions.append(self._connect)
-        actions += [functools.partial(self._deliver, link) for link, queue in self.links.items()
+        actions += [functools.partial(self._deliver, link, to=link[1]) for link, queue in self.mail.links.items()
                     if queue and link[1] not in self.waiting]
-        actions += [functools.partial(self._apply_progress, key) for key, calls in self.to_progress.items() if calls]
-        actions += [functools.partial(self._push_status, key) for key, queue in self.pushes.items()
-                    if queue and key not in self.waiting]
-        actions += [functools.partial(self._command, key) for key, queue in self.commands.items()
-                    if queue and key not in self.waiting]
-        actions += [functools.partial(self._inject, key) for key, queue in self.injects.items()
-                    if queue and key not in self.waiting]
-        if self.log and not self.recovery_steps:  # the driver recovers, then reads events again
+        actions += [functools.partial(self._apply_progress, key) for key, calls in self.mail.to_progress.items() if calls]
+        for deliver, mailbox in ((self._push_status, self.mail.pushes), (self._command, self.mail.commands),
+                                 (self._inject, self.mail.injects)):
+            actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
+                        if queue and key not in self.waiting]
+        if self.mail.log and not self.recovery_steps:  # the driver recovers, then reads events again
             actions.append(self._poll)
         if self.recovery_steps:
-            actions.append(self._recovery_step)
+            actions.append(self.recovering.step)  # type: ignore[union-attr]
         if self.recovery is not None:
             actions += self._snapshot_actions()
         return actions
+
+    def slow_down(self, key: ReplicaKey, weight: float) -> None:
+        """Make replica ``key`` slow but alive: whatever is on its way to it is delivered
+        ``weight`` times as often as another mailbox's (0 < weight < 1), as a busy actor's
+        queue drains; snapshot and rescale timeouts (in steps) may then run out."""
+        self.slow[key] = weight
+
+    def _choose(self, actions: list[Callable[[], None]]) -> Callable[[], None]:
+        """The next action: uniformly, or weighted by the slowness of the replica each delivers to."""
+        if not self.slow:
+            return self.rng.choice(actions)
+        weights = [self.slow.get(action.keywords["to"], 1.0) if isinstance(action, functools.partial) and "to" in
+                   action.keywords else 1.0 for action in actions]
+        return self.rng.choices(actions, weights)[0]
 
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
         """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of that incarnation,
@@ -353,8 +241,8 @@ class LocalJob:
         self.connected = True
         self._perform(self.progress.connect({key: core.subscriptions() for key, core in self.replicas.items()}))
 
-    def _deliver(self, link: tuple[ReplicaKey, ReplicaKey]) -> None:
-        incarnation, message = self.links[link].popleft()
+    def _deliver(self, link: tuple[ReplicaKey, ReplicaKey], to: ReplicaKey) -> None:
+        incarnation, message = self.mail.links[link].popleft()
         key = link[1]
         if not self._current(key, incarnation):
             return
@@ -366,30 +254,28 @@ class LocalJob:
 
     def _apply_progress(self, key: ReplicaKey) -> None:
         """One of ``key``'s messages to the progress actor, not necessarily the oldest."""
-        calls = self.to_progress[key]
+        calls = self.mail.to_progress[key]
         incarnation, call = calls.pop(self.rng.randrange(len(calls)))
         if self.progress is not None and incarnation == self.progress_incarnation:
             self._perform(self.progress.receive(call))
 
-    def _push_status(self, key: ReplicaKey) -> None:
-        incarnation, push = self.pushes[key].popleft()
-        if self._current(key, incarnation):
-            self._guard(key, self.replicas[key].on_progress, *push)
+    def _push_status(self, to: ReplicaKey) -> None:
+        incarnation, push = self.mail.pushes[to].popleft()
+        if self._current(to, incarnation):
+            self._guard(to, self.replicas[to].on_progress, *push)
 
-    def _command(self, key: ReplicaKey) -> None:
-        command = self.commands[key].popleft()
-        core = self.replicas[key]
-        if command[0] == "push":
-            self._guard(key, core.push_input, command[1], command[2], command[3])
-        elif command[0] == "advance":
-            self._guard(key, core.advance_input, command[1], command[2])
-        else:
-            self._guard(key, core.inject_marker, command[1])
+    def _command(self, to: ReplicaKey) -> None:
+        """The driver's next command for input replica ``to`` (see :data:`~raytide.testing.mailboxes.Command`)."""
+        kind, *args = self.mail.commands[to].popleft()
+        core = self.replicas[to]
+        methods: dict[str, Callable[..., None]] = {"push": core.push_input, "advance": core.advance_input,
+                                                   "marker": core.inject_marker}
+        self._guard(to, methods[kind], *args)
 
-    def _inject(self, key: ReplicaKey) -> None:
-        incarnation, marker = self.injects[key].popleft()
-        if self._current(key, incarnation):
-            self._guard(key, self.replicas[key].inject_marker, marker)
+    def _inject(self, to: ReplicaKey) -> None:
+        incarnation, marker = self.mail.injects[to].popleft()
+        if self._current(to, incarnation):
+            self._guard(to, self.replicas[to].inject_marker, marker)
 
     def _guard(self, key: ReplicaKey, method: Callable[..., None], *args: Any) -> None:
         """Run a replica's event; a raytide error fails the job, as the actor's guard does."""
@@ -403,13 +289,13 @@ class LocalJob:
     def _perform(self, effects: ProgressEffects) -> None:
         for key, push in effects.pushes:
             if key not in self.dead:
-                self.pushes[key].append((self.progress_incarnation, push))
-        self.log.extend((self.progress_incarnation, event) for event in effects.events)
+                self.mail.pushes[key].append((self.progress_incarnation, push))
+        self.mail.log.extend((self.progress_incarnation, event) for event in effects.events)
 
     def _poll(self) -> None:
         """The driver reads the oldest job event (events of an older incarnation are dropped:
         a recovery replays their epochs)."""
-        incarnation, event = self.log.popleft()
+        incarnation, event = self.mail.log.popleft()
         if incarnation == self.progress_incarnation:
             self._record([event])
 
@@ -439,20 +325,15 @@ class LocalJob:
             return  # the driver has seen the end: the job is gone
         if isinstance(target, ReplicaKey):
             self.dead.add(target)
-            for link, queue in self.links.items():
-                if target in link:
-                    queue.clear()
-            for mailbox in (self.to_progress, self.pushes, self.commands, self.injects):
-                mailbox[target].clear()
-            self.writes = [(i, w) for i, w in self.writes if w.key != target]
+            self.mail.drop_inbound(target)
         elif target == PROGRESS:
             self.progress = None
-            self.to_progress.clear()
-            self.log.clear()
+            self.mail.to_progress.clear()
+            self.mail.log.clear()
         elif target == COORDINATOR:
             self.coordinator = None
-            self.acks.clear()
-            self.commits.clear()
+            self.mail.acks.clear()
+            self.mail.commits.clear()
         else:
             raise ValueError(f"no such crash target: {target!r}")
         if self.recovery is None:
@@ -462,39 +343,98 @@ class LocalJob:
             self.failures.append((noticed, f"{target} died at step {self.result.steps}"))
 
     def _notice_failures(self) -> None:
-        """Start a recovery for the deaths noticed by now."""
+        """Start a recovery for the deaths noticed by now (or start the one under way over)."""
         due = [cause for step, cause in self.failures if step <= self.result.steps]
         if not due or self.result.finished:
             return
         self.failures = [(step, cause) for step, cause in self.failures if step > self.result.steps]
-        try:
-            self.budget.spend("; ".join(due))
-        except RaytideError as error:
-            self._record([JobFailed(error)])
-            return
-        self._begin_recovery("; ".join(due))
-
-    # -- recovery ----------------------------------------------------------------------------
-
-    def _begin_recovery(self, cause: str) -> None:
-        """Start incarnation n + 1 from the last committed snapshot, one step at a time."""
-        assert self.recovery is not None
+        cause = "; ".join(due)
         self.result.recoveries.append(cause)
-        self.incarnation += 1
-        self.gate.rollback()
-        if self.coordinator is not None:
-            self.coordinator.reset(self.incarnation, self.result.steps)
-        snapshot_id = reshard_snapshot(self.plan, self.recovery.store, None, self.recovery.retain)
-        self._schedule_restore(restore_point(self.plan, self.recovery.store, snapshot_id))
+        if self.recovering is not None and not self.recovering.over:
+            self.recovering.died(cause)
+        else:
+            self._recover(Recovering.after_death(self.plan.name, self.budget, self.incarnation, cause))
 
-    def _schedule_restore(self, point: RestorePoint) -> None:
-        """Restore every replica from ``point`` (in random order), then the progress core,
-        then resume every replica: the steps of a recovery, run one per step."""
-        keys = list(self._keys())
-        restores = [functools.partial(self._restore, key, point) for key in self.rng.sample(keys, len(keys))]
-        resumes = [functools.partial(self._resume, key, point) for key in self.rng.sample(keys, len(keys))]
-        self.recovery_steps = collections.deque(
-            [*restores, functools.partial(self._rebuild_progress, point), *resumes, self._end_recovery])
+    # -- recovery: the runtime side of raytide.testing.recovery.RecoveryRuntime ---------------
+
+    def _recover(self, machine: Recovering) -> None:
+        self.recovering = SteppedRecovery(self, machine, self.rng)
+
+    @property
+    def recovery_steps(self) -> collections.deque[Callable[[], None]]:
+        """The steps of the recovery under way (empty: none is)."""
+        return self.recovering.steps if self.recovering is not None else collections.deque()
+
+    def replica_keys(self) -> list[ReplicaKey]:
+        return self.plan.replica_keys()
+
+    def roll_back_outputs(self) -> None:
+        self.gate.rollback()
+
+    def pause_coordinator(self, incarnation: int) -> None:
+        """The coordinator abandons the snapshot in flight (triggers wait while a recovery runs)."""
+        if self.coordinator is not None and self.coordinator.incarnation < incarnation:
+            self.coordinator.reset(incarnation, self.result.steps)
+
+    def begin_incarnation(self, incarnation: int) -> None:
+        self.incarnation = incarnation
+
+    def latest_point(self) -> RestorePoint:
+        assert self.recovery is not None
+        return latest_restore_point(self.plan, self.recovery.store, self.recovery.retain, self.first_id,
+                                    self.started_from)
+
+    def restore_replica(self, key: ReplicaKey, point: RestorePoint) -> None:
+        """Replica ``key``, fresh (reset in place, or replaced if it died), from its part of ``point``."""
+        assert self.recovery is not None
+        core = self._fresh(key)
+        if point.snapshot_id is not None:
+            data = self.recovery.store.read_part(point.snapshot_id, part_name(key))
+            self._guard(key, core.restore, data)
+
+    def adopt_pieces(self, key: ReplicaKey, pieces: Pieces, held: list[tuple[Pointstamp, int]]) -> None:
+        """Replica ``key`` of the rescaled job, fresh, from the pieces handed over to it."""
+        core = self._fresh(key)
+        self._guard(key, lambda: held.extend(core.adopt(pieces.old_widths, pieces.tables, pieces.refs[key])))
+
+    def subscriptions(self) -> dict[ReplicaKey, list]:
+        return {key: core.subscriptions() for key, core in self.replicas.items()}
+
+    def restart_progress(self, effect: RestartProgress) -> None:
+        """A new progress core from the restored replicas' pointstamps and kept output records."""
+        self.progress = ProgressCore(self.plan.graph, self.plan.outputs, effect.pointstamps, delivered=self.delivered,
+                                     kept=effect.kept)
+        self.progress_incarnation = effect.incarnation
+        self.mail.to_progress.clear()
+        self.connected = True
+        self._perform(self.progress.connect(effect.subscriptions))
+
+    def resume_replica(self, key: ReplicaKey) -> None:
+        """Replica ``key`` runs again: its logged back-edge batches first."""
+        self.waiting.discard(key)
+        self._guard(key, self.replicas[key].resume)
+
+    def replay_inputs(self, point: RestorePoint) -> None:
+        """Every input replica gets the driver's commands after its position in ``point``."""
+        for key in self.replica_keys():
+            vertex = next((name for name in self.plan.chain(key.chain).vertices if name in self.plan.inputs), None)
+            if vertex is not None:
+                planned = self.planned[(vertex, key.replica)]
+                self.mail.commands[key] = collections.deque(rewound(planned, point.position(key, vertex)))
+
+    def reset_coordinator(self, effect: ResetCoordinator) -> None:
+        """The coordinator snapshots the restored job (a new one if it died)."""
+        if self.coordinator is None:
+            self.coordinator = self._new_coordinator()
+        elif self.coordinator.incarnation < effect.incarnation:
+            self.coordinator.reset(effect.incarnation, self.result.steps)
+        self.coordinator.last_end = self.result.steps
+
+    def recovered(self, effect: Finished) -> None:
+        """The job runs again (nothing to record: :attr:`LocalRun.recoveries` has every cause)."""
+
+    def fail(self, error: RaytideError) -> None:
+        self._record([JobFailed(error)])
 
     def _start_from(self, restore: int | str) -> None:
         """Begin at committed snapshot ``restore`` of an earlier run (laid out for this job's
@@ -507,15 +447,12 @@ class LocalJob:
         if snapshot_id is None:
             raise SnapshotError(f"restore={restore!r}: the store {store} has no committed snapshot")
         point = restore_point(self.plan, store, snapshot_id)
-        self.incarnation = 1
+        self.incarnation, self.started_from = 1, snapshot_id
         self.progress = None  # nothing runs before the restore: no progress core, every replica waits
-        self.waiting = set(self._keys())
+        self.waiting = set(self.replica_keys())
         self.delivered.update(point.delivered)
         self.gate.release(point.complete)
-        self._schedule_restore(point)
-
-    def _recovery_step(self) -> None:
-        self.recovery_steps.popleft()()
+        self._recover(Recovering.from_point(self.plan.name, self.budget, point))
 
     def _fresh(self, key: ReplicaKey) -> ReplicaCore:
         """Replica ``key`` reset in place, or replaced if it died: a fresh core that waits to be resumed."""
@@ -523,38 +460,8 @@ class LocalJob:
         self.incarnations[key] = self.incarnation
         self.replicas[key] = core = self._core(key)
         self.waiting.add(key)
-        self.commands[key].clear()
+        self.mail.commands[key].clear()
         return core
-
-    def _restore(self, key: ReplicaKey, point: RestorePoint) -> None:
-        """Replica ``key``, fresh, from its part of ``point``."""
-        assert self.recovery is not None
-        core = self._fresh(key)
-        if point.snapshot_id is not None:
-            data = self.recovery.store.read_part(point.snapshot_id, part_name(key))
-            self._guard(key, core.restore, data)
-
-    def _rebuild_progress(self, point: RestorePoint) -> None:
-        """A new progress core from the restored replicas' pointstamps and kept output records."""
-        self.progress = ProgressCore(self.plan.graph, self.plan.outputs, point.pointstamps, delivered=self.delivered,
-                                     kept=point.kept)
-        self.progress_incarnation = self.incarnation
-        self.to_progress.clear()
-        self._connect()
-
-    def _resume(self, key: ReplicaKey, point: RestorePoint) -> None:
-        """Replica ``key`` runs again: its logged back-edge batches first, then its inputs from their positions."""
-        self.waiting.discard(key)
-        vertex = next((name for name in self.plan.chain(key.chain).vertices if name in self.plan.inputs), None)
-        if vertex is not None:
-            planned = self.planned[(vertex, key.replica)]
-            self.commands[key] = collections.deque(_rewound(planned, point.position(key, vertex)))
-        self._guard(key, self.replicas[key].resume)
-
-    def _end_recovery(self) -> None:
-        if self.coordinator is None:
-            self.coordinator = self._new_coordinator()
-        self.coordinator.last_end = self.result.steps
 
     # -- snapshots ---------------------------------------------------------------------------
 
@@ -562,7 +469,7 @@ class LocalJob:
         """A coordinator whose ids follow every id used before (even of abandoned snapshots)."""
         assert self.recovery is not None
         first = max(self.recovery.store.next_id(), self.last_snapshot_id + 1)
-        core = CoordinatorCore(list(self._keys()), first, self.recovery.interval, self.recovery.timeout,
+        core = CoordinatorCore(list(self.replica_keys()), first, self.recovery.interval, self.recovery.timeout,
                                self.incarnation)
         core.last_end = self.result.steps
         return core
@@ -577,60 +484,63 @@ class LocalJob:
         if (coordinator is not None and not self.recovery_steps and not self.result.finished
                 and coordinator.due(self.result.steps)):
             actions.append(self._trigger)
-        if self.writes:
+        if self.mail.writes:
             actions.append(self._write)
-        if self.acks and coordinator is not None:
+        if self.mail.acks and coordinator is not None:
             actions.append(self._acknowledge)
-        if self.commits and coordinator is not None:
+        if self.mail.commits and coordinator is not None:
             actions.append(self._commit)
         return actions
 
     def _trigger(self) -> None:
         """The coordinator starts a snapshot: a barrier for every input replica."""
         assert self.coordinator is not None
-        trigger = self.coordinator.trigger(self.result.steps)
+        trigger = self.coordinator.trigger(self.result.steps, self.delivered, hold=bool(self.pending_rescale))
         if trigger is None:
             return
         self.last_snapshot_id = trigger.snapshot_id
-        hold = bool(self.pending_rescale)  # a rescale's cut
-        if hold:
-            self.holds.add(trigger.snapshot_id)
-        else:
-            self.triggered[trigger.snapshot_id] = dict(self.delivered)
-        marker = Marker(trigger.snapshot_id, snapshot=not hold, delivered=dict(self.delivered), hold=hold)
+        marker = Marker(trigger.snapshot_id, MarkerKind.HOLD if trigger.hold else MarkerKind.SNAPSHOT, trigger.delivered)
         for name in self.plan.inputs:
             for key in self._input_replicas(name):
-                self.injects[key].append((trigger.incarnation, marker))
+                self.mail.injects[key].append((trigger.incarnation, marker))
 
     def _write(self) -> None:
         """A replica's writer stores one local snapshot, then acknowledges it."""
         assert self.recovery is not None
-        incarnation, snapshot = self.writes.pop(self.rng.randrange(len(self.writes)))
+        incarnation, snapshot = self.mail.writes.pop(self.rng.randrange(len(self.mail.writes)))
         if not self._current(snapshot.key, incarnation):
             return
-        part = self.recovery.store.write_part(snapshot.snapshot_id, part_name(snapshot.key), snapshot.data)
-        self.acks.append((incarnation, Acknowledgement(snapshot.key, snapshot.snapshot_id, incarnation, (part,),
+        try:
+            part = self.recovery.store.write_part(snapshot.snapshot_id, part_name(snapshot.key), snapshot.data)
+        except OSError as error:  # as the replica's writer thread does: the snapshot cannot complete
+            if self.coordinator is not None:
+                self.coordinator.write_failed(incarnation, snapshot.snapshot_id, repr(error), self.result.steps)
+            return
+        self.mail.acks.append((incarnation, Acknowledgement(snapshot.key, snapshot.snapshot_id, incarnation, (part,),
                                                        snapshot.summary)))
 
     def _acknowledge(self) -> None:
         assert self.coordinator is not None
-        _, ack = self.acks.pop(self.rng.randrange(len(self.acks)))
+        _, ack = self.mail.acks.pop(self.rng.randrange(len(self.mail.acks)))
         commit = self.coordinator.acknowledge(ack, self.result.steps)
         if commit is not None:
-            self.commits.append((commit.incarnation, commit))
+            self.mail.commits.append((commit.incarnation, commit))
 
     def _commit(self) -> None:
         """The coordinator writes the job part and the manifest, then applies retention."""
         assert self.recovery is not None and self.coordinator is not None
-        incarnation, commit = self.commits.popleft()
+        incarnation, commit = self.mail.commits.popleft()
         if incarnation != self.coordinator.incarnation:
             return
-        if commit.snapshot_id in self.holds:
+        if commit.hold:
             self.coordinator.held(commit.snapshot_id, self.result.steps)
             self._rescale(commit)
             return
-        complete = commit_snapshot(self.recovery.store, self.plan, commit, self.triggered.pop(commit.snapshot_id, {}),
-                                   self.recovery.retain)
+        try:
+            complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
+        except OSError as error:  # as the coordinator actor does: this snapshot is lost, the job goes on
+            self.coordinator.fail(f"committing it failed: {error!r}", self.result.steps)
+            return
         self.coordinator.committed(commit.snapshot_id, self.result.steps)
         self.result.snapshots.append(commit.snapshot_id)
         for name, epoch, parts in self.gate.release(complete):  # the driver learns of the commit
@@ -656,7 +566,7 @@ class LocalJob:
         plan, and each replica of it adopts its pieces; the retired ones are dropped. A dead
         replica cannot hand over: its recovery comes first, then another cut."""
         assert self.flow is not None
-        if self.result.finished or self.dead & set(self._keys()):
+        if self.result.finished or self.dead & set(self.replica_keys()):
             return  # the recovery restores every replica, then the next cut is this rescale's
         widths = new_widths(self.plan, self.pending_rescale)
         self.pending_rescale = {}
@@ -665,50 +575,26 @@ class LocalJob:
         reports: dict[ReplicaKey, HeldReport] = dict(cut.summaries)  # type: ignore[arg-type]
         tables = new_tables(plan, old_widths, [report.tables for report in reports.values()])
         pieces: dict[ReplicaKey, list[Piece]] = {key: [] for key in plan.replica_keys()}
-        for key in self._keys():
+        for key in self.replica_keys():
             for new, piece in self.replicas[key].hand_over(plan, old_widths, tables).items():
                 pieces[new].append(piece if new == key else cloudpickle.loads(cloudpickle.dumps(piece)))
         point = cut_point(plan, reports)
-        retired = set(self._keys())
+        retired = set(self.replica_keys())
         self.plan = plan
-        retired -= set(self._keys())
+        retired -= set(self.replica_keys())
         for key in retired:
             self._forget(key)
         self.result.rescales.append((self.result.steps, widths, cut.snapshot_id))
         self.incarnation += 1
         self.gate.rollback()  # what it held comes again from the kept records
         self.coordinator = self._new_coordinator()  # for the new replicas; paused while they adopt
-        held: list[tuple[Pointstamp, int]] = []
-        keys = list(self._keys())
-        adopts = [functools.partial(self._adopt, key, old_widths, tables, pieces[key], held)
-                  for key in self.rng.sample(keys, len(keys))]
-        resumes = [functools.partial(self._resume, key, point) for key in self.rng.sample(keys, len(keys))]
-        self.recovery_steps = collections.deque(
-            [*adopts, lambda: self._rebuild_progress(dataclasses.replace(point, pointstamps=summed(held))),
-             *resumes, self._end_recovery])
-
-    def _adopt(self, key: ReplicaKey, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
-               pieces: list[Piece], held: list[tuple[Pointstamp, int]]) -> None:
-        """Replica ``key`` of the rescaled job, fresh, from the pieces handed over to it."""
-        core = self._fresh(key)
-        self._guard(key, lambda: held.extend(core.adopt(old_widths, tables, pieces)))
+        self._recover(Recovering.adopting(self.plan.name, self.budget, point, Pieces(pieces, old_widths, tables),
+                                          self.incarnation))
 
     def _forget(self, key: ReplicaKey) -> None:
         """A replica a rescale retired: its core, its mailboxes and what was sent to it go."""
-        for mapping in (self.replicas, self.incarnations, self.to_progress, self.pushes, self.commands, self.injects):
+        for mapping in (self.replicas, self.incarnations):
             mapping.pop(key, None)
         self.dead.discard(key)
         self.waiting.discard(key)
-        for link in [link for link in self.links if key in link]:
-            del self.links[link]
-        self.writes = [(i, w) for i, w in self.writes if w.key != key]
-
-
-def _rewound(commands: list[Command], position: int) -> list[Command]:
-    """``commands`` after the first ``position`` pushes and advances (markers between them skipped)."""
-    consumed = 0
-    for index, command in enumerate(commands):
-        if consumed == position:
-            return commands[index:]
-        consumed += command[0] in ("push", "advance")
-    return []
+        self.mail.drop_replica(key)

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.ray
 
 def records_per_input_replica(job, name):
     return {key.replica: stats["vertices"][name]["records_in"]
-            for key, stats in job.replica_stats().items() if name in stats["vertices"]}
+            for key, stats in job.placement.replica_stats().items() if name in stats["vertices"]}
 
 
 def test_many_small_pushes_spread_over_the_input_replicas(ray_session):

@@ -46,7 +46,7 @@ def test_dead_actor_is_detected_and_reported(ray_session):
     flow.input("numbers").map(lambda x: x, name="doomed").output("out")
     job = rt.run(flow, parallelism=1)
     job.push("numbers", [1, 2, 3])
-    ray.kill(job.actors[("numbers+doomed+out", 0)])
+    ray.kill(job.placement.actors[("numbers+doomed+out", 0)])
     with pytest.raises(rt.RaytideError, match="numbers\\+doomed\\+out.*died"):
         job.wait(timeout=60)
 

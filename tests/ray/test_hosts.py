@@ -106,7 +106,7 @@ def test_a_reset_host_of_a_job_with_recovery_stops_its_snapshot_writer(fresh_poo
     with rt.run(_flow("writer"), inputs={"numbers": [[1], [2]]}, parallelism=1, recovery=recovery) as job:
         job.wait(timeout=60)
         job.snapshot(timeout=60)
-        numbers = [lease.number for key, lease in job._leases.items() if key != "the progress actor"]
+        numbers = [lease.number for key, lease in job.placement.leases.items() if key != "the progress actor"]
     _wait_until(lambda: set(numbers) <= set(_idle(fresh_pool)), "the hosts' resets")
     for number in numbers:
         held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
@@ -125,7 +125,7 @@ def test_a_failed_jobs_host_is_reused_after_a_clean_reset_and_killed_if_it_never
     monkeypatch.setattr(pool_module, "RESET_TIMEOUT", 1.0)
     job = rt.run(_flow("stuck", sleep_long), parallelism=1)
     job.push("numbers", [1])
-    stuck, (handle,) = _vertex_pids(job), list(job.actors.values())
+    stuck, (handle,) = _vertex_pids(job), list(job.placement.actors.values())
     time.sleep(2.0)  # the vertex is inside its long sleep: its reset cannot run
     job.cancel()
     _wait_until(lambda: _dead(handle), "the pool to kill the host that did not reset")
@@ -139,7 +139,7 @@ def test_idle_hosts_are_released_after_the_idle_timeout(fresh_pool):
     rt.configure_pool(idle_timeout=1.0)
     with rt.run(_flow("brief"), inputs={"numbers": [[1]]}, parallelism=2) as job:
         job.wait(timeout=60)
-        handles = list(job.actors.values())
+        handles = list(job.placement.actors.values())
     _wait_until(lambda: fresh_pool.describe() == {}, "the pool to release its idle hosts")
     _wait_until(lambda: all(map(_dead, handles)), "the released hosts' processes to exit")
 
@@ -174,8 +174,8 @@ def test_a_host_killed_while_idle_is_forgotten_and_a_job_on_a_killed_host_fails_
         assert victim_pid not in _vertex_pids(job)
 
     job = rt.run(_flow("leased"), parallelism=2)
-    key = next(iter(job.actors))
-    ray.kill(job.actors[key])
+    key = next(iter(job.placement.actors))
+    ray.kill(job.placement.actors[key])
     job.push("numbers", [1, 2, 3])
     with pytest.raises(rt.ReplicaLost, match=re.escape(f"replica {job.name}/{key.chain}/{key.replica} (vertices")):
         job.wait(timeout=60)

@@ -33,15 +33,15 @@ CHILD = textwrap.dedent("""
     except KeyboardInterrupt:
         outcome = "interrupted"
     # every host was given back: reset (idle in the pool, holding nothing of the job) or dead
-    numbers = {lease.number for lease in job._leases.values()}
+    numbers = {lease.number for lease in job.placement.leases.values()}
     deadline = time.monotonic() + 60
     while True:
-        states = job._pool.describe()
+        states = job.placement.pool.describe()
         alive = sorted(n for state, hosts in states.items() if not state.endswith("idle") for n in hosts if n in numbers)
         if not alive or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    held = [ray.get(job._pool.handles[n].raytide_objects.remote(), timeout=30) for n in states.get("vertex idle", [])]
+    held = [ray.get(job.placement.pool.handles[n].raytide_objects.remote(), timeout=30) for n in states.get("vertex idle", [])]
     alive += [counts for counts in held if any(counts.values())]
     try:
         job.wait(timeout=5)

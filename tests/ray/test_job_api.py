@@ -32,7 +32,7 @@ def test_without_chaining_every_vertex_has_its_own_actors_and_the_result_is_the_
     with rt.run(flow, inputs={"lines": LINES}, parallelism=2, chaining=False) as job:
         job.wait(timeout=120)
         result = job.collect("out")
-        chains = {chain for chain, _ in job.actors}
+        chains = {chain for chain, _ in job.placement.actors}
     assert chains == set(flow.vertices), "one chain per vertex: nothing fused"
     assert {e: dict(r) for e, r in result.items()} == word_counts(LINES)
 
@@ -54,7 +54,7 @@ def eventually(condition, timeout: float = 30.0) -> bool:
 def test_num_cpus_reserves_that_many_cpus_per_vertex_actor_while_the_job_runs(ray_session):
     before = free_cpus()
     with rt.run(word_count(), parallelism=1, num_cpus=0.25) as job:
-        reserved = 0.25 * len(job.actors)
+        reserved = 0.25 * len(job.placement.actors)
         assert eventually(lambda: free_cpus() == pytest.approx(before - reserved)), (free_cpus(), before, reserved)
         job.push("lines", ["a b a"])
         job.close("lines")

@@ -65,7 +65,7 @@ def test_notifications_per_iteration_see_the_whole_iteration(ray_session):
     with rt.run(flow, inputs={"numbers": data}, parallelism=2, batch_size=1) as job:
         job.wait(timeout=120)
         result = job.collect("out")
-        local_sends = sum(s["local_sends"] for s in job.replica_stats().values())
+        local_sends = sum(s["local_sends"] for s in job.placement.replica_stats().values())
     assert local_sends > 0, "some feedback batches went back to the replica that sent them, without Ray"
     for epoch, xs in enumerate(data):
         per_iteration = Counter()
@@ -127,22 +127,20 @@ def test_loop_misuse_is_rejected_when_the_job_is_built(ray_session):
         rt.run(flow, inputs={"numbers": [[1]]})
 
 
-def test_a_vertex_fed_only_by_the_feedback_and_a_marker_in_a_loop(ray_session):
-    from raytide.physical.protocol import Marker
-
+def test_a_vertex_fed_only_by_the_feedback_and_a_snapshot_barrier_in_a_loop(ray_session, tmp_path):
     flow = rt.Dataflow("feedback-only")
     loop = flow.loop()
     back = loop.feedback(max_iterations=3)
     body = loop.enter(flow.input("x")).concat(back.stream.map(lambda x: x))
     back.connect(body.map(lambda x: x + 1))
     loop.leave(body).output("out")
-    with rt.run(flow, parallelism=2) as job:
+    with rt.run(flow, parallelism=2, recovery=rt.Recovery(str(tmp_path / "store"), interval=None)) as job:
         job.push("x", [1, 10])
-        job.inject_marker(Marker(1))
+        job.snapshot(timeout=60)
         job.push("x", [100])
         job.close("x")
         job.wait(timeout=120)
         result = job.collect("out")
-        markers = [m for s in job.replica_stats().values() for m in s["markers"]]
+        markers = [m for s in job.placement.replica_stats().values() for m in s["markers"]]
     assert sorted(result[0]) == [1, 2, 3, 10, 11, 12, 100, 101, 102]
-    assert len(markers) == len(job.actors), "the marker passed every replica, around the loop too"
+    assert len(markers) == len(job.placement.actors), "the barrier passed every replica, around the loop too"

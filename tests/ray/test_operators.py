@@ -59,7 +59,7 @@ def test_a_job_can_wait_until_all_its_actors_are_up_before_any_input(ray_session
     flow.input("lines").flat_map(str.split).count_by_key(lambda w: w).output("out")
     with rt.run(flow, parallelism=2) as job:
         job.wait_ready(timeout=60)
-        assert ray.get(job.progress.ping.remote(), timeout=5), "the progress actor is up: it answers at once"
+        assert ray.get(job.placement.progress.ping.remote(), timeout=5), "the progress actor is up: it answers at once"
         job.push("lines", ["a b a"])
         job.close("lines")
         job.wait(timeout=60)

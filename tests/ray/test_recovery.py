@@ -40,7 +40,7 @@ def sigkill(job: rt.Job, name: str) -> None:
 def a_replica(job: rt.Job, rng: random.Random) -> ReplicaKey:
     """A random replica among those that surely still get work (an input's: every epoch is
     dealt to all of them), so that the job cannot finish without noticing its death."""
-    return rng.choice(sorted(key for key in job.actors if any(name in key.chain for name in job.plan.inputs)))
+    return rng.choice(sorted(key for key in job.placement.actors if any(name in key.chain for name in job.plan.inputs)))
 
 
 def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], None]], *, after_snapshots: int = 2,
@@ -111,7 +111,7 @@ def scenario(name: str, seed: int = 1) -> Scenario:
 def test_a_killed_replica_is_replaced_and_the_output_is_exactly_the_failure_free_one(ray_session, tmp_path):
     keyed = scenario("keyed")
     rng = random.Random(3)
-    got, stats = run_and_kill(keyed, tmp_path, [lambda job: ray.kill(job.actors[a_replica(job, rng)])])
+    got, stats = run_and_kill(keyed, tmp_path, [lambda job: ray.kill(job.placement.actors[a_replica(job, rng)])])
     check(keyed, got)
     recoveries = stats["recoveries"]
     assert recoveries["count"] == 1 and recoveries["recoveries"][0]["snapshot_id"] >= 2
@@ -160,7 +160,7 @@ def test_a_kill_while_a_snapshot_is_being_taken(ray_session, tmp_path):
 def test_sigkill_of_a_replica_process_inside_a_loop(ray_session, tmp_path):
     loop = scenario("loop")
     got, stats = run_and_kill(loop, tmp_path, [lambda job: sigkill(job, next(
-        f"{key.chain}/{key.replica}" for key in sorted(job.actors) if "this_round" in key.chain))])
+        f"{key.chain}/{key.replica}" for key in sorted(job.placement.actors) if "this_round" in key.chain))])
     check(loop, got)
     assert stats["recoveries"]["count"] == 1
 

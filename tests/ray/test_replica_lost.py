@@ -16,9 +16,9 @@ def test_a_dead_downstream_replica_is_named_and_user_code_is_not_blamed(ray_sess
     flow = rt.Dataflow("lost")
     flow.input("numbers").map(lambda x: x, name="stage1").exchange(lambda x: x, name="stage2").output("out")
     with rt.run(flow, parallelism=2) as job:
-        victim = next(key for key in job.actors if key.chain.startswith("stage2") and key.replica == 1)
+        victim = next(key for key in job.placement.actors if key.chain.startswith("stage2") and key.replica == 1)
         job.push("numbers", list(range(100)), epoch=0)
-        ray.kill(job.actors[victim])
+        ray.kill(job.placement.actors[victim])
         with pytest.raises(rt.ReplicaLost) as caught:
             deadline = time.monotonic() + 60
             epoch = 1

@@ -1,4 +1,4 @@
-"""In-band markers with routing-table swaps, and backpressure, on a real local Ray."""
+"""Backpressure on a real local Ray: a sender waits while its receiver's window is full."""
 
 from __future__ import annotations
 
@@ -8,44 +8,8 @@ import pytest
 import ray
 
 import raytide as rt
-from raytide.core.keygroups import KeyGroupAssignment
-from raytide.physical.protocol import Marker
 
 pytestmark = pytest.mark.ray
-
-
-class Tag(rt.Vertex):
-    """Tags each record with the replica that processed it."""
-
-    def on_recv(self, edge, message, time):
-        self.send_by(0, [(r, self.replica) for r in message], time)
-
-
-def test_marker_arrives_after_all_earlier_data_and_swaps_the_routing_table(ray_session):
-    flow = rt.Dataflow("markers")
-    flow.input("numbers").map(lambda x: x, name="copy").exchange(lambda x: x % 16, name="route").unary(Tag, name="tag").output("out")
-    everything_to_1 = KeyGroupAssignment(tuple([1] * 128), 2)
-    before, after = list(range(0, 4000)), list(range(4000, 6000))
-    with rt.run(flow, parallelism=2, batch_size=97) as job:
-        job.push("numbers", before, epoch=0)
-        job.inject_marker(Marker(1, reroute={("copy", 0, "route"): everything_to_1}))
-        job.push("numbers", after, epoch=0)
-        job.close("numbers")
-        job.wait(timeout=120)
-        out = job.collect("out")[0]
-        stats = job.replica_stats()
-    seen_at_marker = sum(
-        dict(s["markers"])[1]["route"] for key, s in stats.items() if "route" in key[0]
-    )
-    assert seen_at_marker == len(before), "records sent before the marker must all arrive before it"
-    owners_before = {}
-    for value, replica in out:
-        if value >= 4000:
-            assert replica == 1, "after the marker every key goes where the new table says"
-        else:
-            assert owners_before.setdefault(value % 16, replica) == replica
-    assert set(owners_before.values()) == {0, 1}, "before the marker the contiguous table spreads keys"
-    assert sorted(v for v, _ in out) == before + after
 
 
 @ray.remote(num_cpus=0)

@@ -16,7 +16,7 @@ def true_pointstamps(job: LocalJob) -> Counter:
     snapshot's back-edge log and not delivered yet), pending notifications, and open
     inputs' capabilities."""
     counts: Counter = Counter()
-    for (_, receiver), queue in job.links.items():
+    for (_, receiver), queue in job.mail.links.items():
         for incarnation, message in queue:
             if message[0] == "data" and job.incarnations[receiver] == incarnation:
                 _, channel, vertex, time, _ = message

@@ -100,6 +100,7 @@ def test_every_crash_recovers_with_exactly_the_failure_free_output(name, tmp_pat
     for state in ("crash during a recovery", "crash while a snapshot is being taken",
                   "crash after a committed snapshot", "crash of progress", "crash of coordinator", "crash of a replica"):
         assert seen[state] >= 5, dict(seen)
+    assert seen["two crashes at the same step"] >= 1, dict(seen)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

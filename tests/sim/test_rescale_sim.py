@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 
-from raytide.engine.replica import ReplicaCore
+from raytide.engine.replica import ReplicaCore, ReplicaMode
 from raytide.rescale import layout
 from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
@@ -48,7 +48,7 @@ class _Crashes:
         if not self.left:
             return
         flight = job.coordinator.in_flight if job.coordinator is not None else None
-        if self.when == "during a rescale's cut" and flight is not None and flight.snapshot_id in job.holds:
+        if self.when == "during a rescale's cut" and flight is not None and flight.hold:
             self.left -= 1
             self.seen["crash during a rescale's cut"] += 1
             job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(3))
@@ -145,11 +145,11 @@ def _running_past_the_cut(monkeypatch) -> None:
 
 def _unheld(method):
     def anyway(self, *args):
-        frozen, self.frozen = self.frozen, None
+        mode, self.mode = self.mode, ReplicaMode.RUNNING
         try:
             method(self, *args)
         finally:
-            self.frozen = frozen
+            self.mode = mode
     return anyway
 
 

@@ -10,7 +10,6 @@ from collections import Counter
 import pytest
 
 import raytide as rt
-from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import replica as replica_module
 from raytide.engine.holdback import HeldProgress
 from raytide.physical.protocol import Cause, Marker, ReplicaKey
@@ -45,7 +44,7 @@ def test_seeds_choose_different_interleavings():
         _, job = run_scenario(SCENARIOS["word count"], 0)
         job.rng.seed(seed)
         order: list[int] = []
-        job.run(after_step=lambda j, order=order: order.append(sum(len(q) for q in j.links.values())))
+        job.run(after_step=lambda j, order=order: order.append(sum(len(q) for q in j.mail.links.values())))
         traces.add(tuple(order))
     assert len(traces) == 5
 
@@ -114,7 +113,9 @@ class Tag(rt.Vertex):
         self.send_by(0, [(r, self.replica) for r in message], time)
 
 
-def test_a_marker_arrives_after_everything_sent_before_it_and_switches_routing_there():
+def test_a_marker_arrives_after_everything_sent_before_it():
+    """Channels are FIFO for markers too (what snapshot barriers rely on): at a probe marker,
+    the exchange's replicas together have received exactly the records sent before it."""
     for seed in SEEDS:
         rng = random.Random(seed)
         flow = rt.Dataflow("markers")
@@ -122,15 +123,12 @@ def test_a_marker_arrives_after_everything_sent_before_it_and_switches_routing_t
             .unary(Tag, name="tag").output("out")
         data = [[rng.randrange(1000) for _ in range(rng.randrange(8))] for _ in range(4)]
         switch = rng.randrange(len(data) + 1)  # the epoch before whose records the marker goes
-        marker = Marker(1, reroute={("copy", 0, "route"): KeyGroupAssignment(tuple([1] * 128), 2)})
         job = LocalJob(flow, {"numbers": data}, parallelism=2, seed=seed, chaining=rng.random() < 0.8,
-                       markers={"numbers": [(switch, marker)]})
+                       markers={"numbers": [(switch, Marker(1))]})
         run = job.run()
         assert run.finished, f"seed {seed}: {run.failure}"
         for epoch, records in run.outputs["out"].items():
             assert Counter(v for v, _ in records) == Counter(data[epoch]), f"seed {seed} epoch {epoch}"
-            if epoch >= switch:
-                assert {r for _, r in records} == {1}, f"seed {seed}: after the marker every key goes to replica 1"
         before = sum(len(records) for records in data[:switch])
         seen = [dict((m.marker_id, m.records_in) for m in core.marker_log)
                 for key, core in job.replicas.items() if "route" in key.chain]
@@ -164,5 +162,5 @@ def test_a_crash_drops_what_the_dead_replica_had_in_flight():
     job.crash(victim, at_step=10)
     run = job.run()
     assert isinstance(run.failure, ReplicaDied) and run.failure.key == victim
-    assert not any(victim in link and queue for link, queue in job.links.items())
-    assert not job.to_progress[victim] and not job.pushes[victim] and not job.commands[victim]
+    assert not any(victim in link and queue for link, queue in job.mail.links.items())
+    assert not job.mail.to_progress[victim] and not job.mail.pushes[victim] and not job.mail.commands[victim]

@@ -12,7 +12,7 @@ from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore, Trigger
 from raytide.snapshots.recovery import RestartBudget, part_name
 from raytide.snapshots.store import PartInfo
-from raytide.testing.local import _rewound
+from raytide.testing.mailboxes import rewound
 
 REPLICAS = ["a/0", "a/1", "b/0"]
 
@@ -157,10 +157,10 @@ def test_part_names_are_plain_file_names_whatever_the_vertex_is_called():
 
 def test_inputs_rewind_to_the_commands_after_their_position():
     commands = [("push", "in", [1], 0), ("marker", None), ("advance", "in", 1), ("push", "in", [2], 1)]
-    assert _rewound(commands, 0) == commands
-    assert _rewound(commands, 1) == commands[1:]
-    assert _rewound(commands, 2) == commands[3:]
-    assert _rewound(commands, 3) == []
+    assert rewound(commands, 0) == commands
+    assert rewound(commands, 1) == commands[1:]
+    assert rewound(commands, 2) == commands[3:]
+    assert rewound(commands, 3) == []
 
 
 def test_the_coordinator_actor_commits_into_the_store_and_the_driver_learns_each_commit_once(tmp_path):
@@ -188,3 +188,20 @@ def test_the_coordinator_actor_commits_into_the_store_and_the_driver_learns_each
                                          (2, {key: {"numbers": 3}}, {"out": None})]
     assert actor.sync({"out": 4}, 2) == [] and actor.commits == [], "what the driver has is forgotten"
     assert actor.stats()["committed"] == 2
+
+
+def test_the_core_keeps_what_a_trigger_was_for_until_its_commit():
+    """A rescale's cut and the driver's delivered epochs at the trigger travel with the
+    snapshot, so that neither shell keeps them beside the core."""
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=None, timeout=10.0)
+    trigger = core.trigger(0.0, {"out": 2}, hold=True)
+    assert trigger == Trigger(1, 0, True, {"out": 2}) and core.holding_cut(1)
+    for replica in REPLICAS:
+        commit = core.acknowledge(Acknowledgement(replica, 1, 0, (), None), 1.0)
+    assert commit is not None and commit.hold and commit.delivered == {"out": 2} and not core.holding_cut(1)
+    core.held(1, 1.5)
+    commit_of_snapshot = None
+    assert core.trigger(2.0, {"out": 5}) == Trigger(2, 0, False, {"out": 5}) and not core.holding_cut(2)
+    for replica in REPLICAS:
+        commit_of_snapshot = core.acknowledge(Acknowledgement(replica, 2, 0, (), None), 3.0)
+    assert commit_of_snapshot is not None and not commit_of_snapshot.hold and commit_of_snapshot.delivered == {"out": 5}

@@ -1,0 +1,269 @@
+"""Where a job's actors run: the hosts it leased from the driver's pool, the role each plays,
+and the handles the driver, the recovery and the rescale address them by.
+
+A :class:`JobPlacement` is the one object that knows the job's actors. ``Job`` (the user's
+handle) feeds and reads the job through it; a recovery (:mod:`raytide.driver.recovery`)
+replaces the dead hosts in it, and a rescale (:mod:`raytide.driver.rescale`) switches it to
+another plan. Every call that waits, waits with a timeout that says what it waited for.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from raytide.driver.outputs import Liveness
+from raytide.driver.pool import HostLease, host_pool
+from raytide.errors import JobTimeout
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import ReplicaKey
+from raytide.progress.reachability import Location
+from raytide.snapshots.config import Recovery
+
+logger = logging.getLogger(__name__)
+
+#: The progress actor's key among the actors a placement holds (the others are ReplicaKeys).
+PROGRESS = "the progress actor"
+#: The coordinator's key among the actors the driver watches.
+COORDINATOR = "the snapshot coordinator"
+#: How long setup calls (creating and connecting actors) may take.
+SETUP_TIMEOUT = 120.0
+#: How long tearing a job down waits for its actors' processes to exit.
+TEARDOWN_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """What every vertex host of a job is given with its role."""
+
+    max_inflight: int
+    num_cpus: float
+    pretouch_mb: int
+    recovery: Recovery | None
+
+
+class JobPlacement:
+    """The hosts of one job and the roles they play.
+
+    Attributes:
+        plan: the plan the hosts play now (a rescale replaces it).
+        actors: each replica's host (the raw actor handles: ``ray.kill`` and ``ping`` take them).
+        peers: each replica's handle bound to its host's lease (what other actors call).
+        progress: the progress actor's handle, bound to its lease.
+        liveness: one pending watch per actor (:meth:`watch`).
+    """
+
+    def __init__(self, plan: PhysicalPlan, name: str, settings: HostSettings) -> None:
+        """Lease the job's hosts (warm ones from earlier jobs first; new ones start in
+        parallel) without waiting for them: :meth:`take_roles` gives them their roles."""
+        self.plan, self.name, self.settings = plan, name, settings
+        self.pool = host_pool()
+        keys = plan.replica_keys()
+        self.leases: dict[Hashable, HostLease] = dict(zip(keys, self.pool.lease("vertex", len(keys), settings.num_cpus)))
+        self.leases[PROGRESS] = self.pool.lease("progress", 1)[0]
+        self.dead_leases: list[HostLease] = []
+        self.actors: dict[ReplicaKey, Any] = {key: self.leases[key].handle for key in keys}
+        self.peers: dict[ReplicaKey, Any] = {key: self.leases[key].leased for key in keys}
+        self.progress: Any = self.leases[PROGRESS].leased
+        self.unbounded = set(plan.with_role("feedback"))  # sends out of a feedback vertex never wait
+        self.liveness = Liveness({})
+        self._plan_ref = ray.put(plan)
+        self._pids: dict[str, int | Any] = {}
+
+    # -- roles -----------------------------------------------------------------------------
+
+    def take_roles(self, coordinator: Any) -> tuple[list, list]:
+        """Tell every leased host its role and connect the replicas; returns the refs of the
+        vertex hosts' process ids and of their connections (each connection answers with
+        the locations that replica subscribes to), for :meth:`started` to wait on."""
+        keys = self.plan.replica_keys()
+        pids = [self._take_vertex(key) for key in keys]
+        progress = self.leases[PROGRESS]
+        self._pids[self.host_name(PROGRESS)] = progress.handle.take.remote(
+            progress.lease, self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps())
+        return pids, [self.peers[key].connect.remote(self.peers, self.unbounded, self.progress, coordinator)
+                      for key in keys]
+
+    def started(self, pids: list, connections: list, timeout: float) -> None:
+        """Wait for the hosts :meth:`take_roles` addressed, then connect the progress actor to
+        the replicas' subscriptions. The driver does not wait for the progress host, which
+        keeps what replicas send before it is connected.
+
+        Raises:
+            JobTimeout: the hosts did not all answer within ``timeout`` seconds.
+        """
+        keys = self.plan.replica_keys()
+        answers = self.wait(pids + connections, "starting and connecting vertex hosts", timeout)
+        vertex_pids, subscriptions = answers[: len(keys)], answers[len(keys):]
+        self.progress.connect.remote({key: (self.peers[key], locs) for key, locs in zip(keys, subscriptions)})
+        self._pids.update({self.host_name(key): pid for key, pid in zip(keys, vertex_pids)})
+
+    def _take_vertex(self, key: ReplicaKey, incarnation: int = 0) -> Any:
+        """Tell the host leased for ``key`` to become that replica; the ref of its process id."""
+        lease, settings = self.leases[key], self.settings
+        return lease.handle.take.remote(lease.lease, self._plan_ref, self.name, key.chain, key.replica,
+                                        settings.max_inflight, settings.pretouch_mb, lease.handle, settings.recovery,
+                                        incarnation)
+
+    def watch(self, coordinator: Any = None) -> None:
+        """Watch every actor of the job for its death: the hosts, under their leases, and the
+        coordinator if there is one."""
+        actors: dict[Hashable, Any] = {key: host.leased for key, host in self.leases.items()}
+        if coordinator is not None:
+            actors[COORDINATOR] = coordinator
+        self.liveness = Liveness(actors)
+
+    # -- a recovery and a rescale ----------------------------------------------------------
+
+    def replace_dead(self, dead: list[Hashable], coordinator: Any) -> list[str]:
+        """Lease warm hosts for the dead replicas (and progress actor) in ``dead`` and give them
+        their roles; returns the names of the replaced."""
+        for key in dead:
+            self.dead_leases.append(self.leases.pop(key))
+            if key == PROGRESS:
+                self.leases[PROGRESS] = lease = self.pool.lease("progress", 1)[0]
+                self.wait([lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
+                                                    self.plan.initial_pointstamps())], "replacing the progress host")
+                self.progress = lease.leased
+            else:
+                assert isinstance(key, ReplicaKey)
+                self.leases[key] = lease = self.pool.lease("vertex", 1, self.settings.num_cpus)[0]
+                self.actors[key], self.peers[key] = lease.handle, lease.leased
+                self.wait([self._take_vertex(key)], f"replacing replica {key}")
+                self.wait([lease.leased.connect.remote(self.peers, self.unbounded, self.progress, coordinator)],
+                          f"connecting replica {key}")
+            self._pids[self.host_name(key)] = lease.handle.ping.remote()
+        return [self.host_name(key) for key in dead]
+
+    def add_hosts(self, plan: PhysicalPlan) -> list[HostLease]:
+        """Lease, from the warm pool, the hosts ``plan`` needs beyond the job's own (a rescale,
+        before its cut), and wait until they answer: a host that is still starting does so
+        before the job pauses, not during."""
+        have = sum(1 for key in self.leases if isinstance(key, ReplicaKey))
+        fresh = self.pool.lease("vertex", max(0, len(plan.replica_keys()) - have), self.settings.num_cpus)
+        self.wait([lease.handle.ping.remote() for lease in fresh], f"starting {len(fresh)} hosts to rescale onto")
+        return fresh
+
+    def reconfigure(self, plan: PhysicalPlan, incarnation: int, fresh: list[HostLease], coordinator: Any) -> dict[str, int]:
+        """Switch to ``plan`` (a rescale): every replica of it gets a host, the one that played
+        the same replica before, else another of the job's, else one of ``fresh``
+        (:meth:`add_hosts`); the job's hosts left over go back to the pool. Each takes its
+        role in ``incarnation`` and learns its peers. Returns how many hosts were ``kept``,
+        ``added`` and ``returned``."""
+        old = {key: lease for key, lease in self.leases.items() if isinstance(key, ReplicaKey)}
+        keys = plan.replica_keys()
+        leases: dict[Hashable, HostLease] = {key: old.pop(key) for key in keys if key in old}
+        spare = list(old.values())
+        missing = [key for key in keys if key not in leases]
+        kept = len(leases) + min(len(spare), len(missing))
+        leases.update(zip(missing, spare + fresh))
+        returned = spare[len(missing):]
+        self.pool.give_back(returned)
+        self.leases = {PROGRESS: self.leases[PROGRESS], **leases}
+        self.plan, self._plan_ref = plan, ray.put(plan)
+        self.actors = {key: leases[key].handle for key in keys}
+        self.peers = {key: leases[key].leased for key in keys}
+        pids = [self._take_vertex(key, incarnation) for key in keys]
+        connects = [self.peers[key].connect.remote(self.peers, self.unbounded, self.progress, coordinator)
+                    for key in keys]
+        answers = self.wait(pids + connects, f"giving {len(keys)} hosts their replicas of the rescaled job")
+        self._pids = {name: pid for name, pid in self._pids.items() if name.endswith(("/progress", "/coordinator"))}
+        self._pids.update({self.host_name(key): pid for key, pid in zip(keys, answers)})
+        return {"kept": kept, "added": len(fresh), "returned": len(returned)}
+
+    def give_back(self, leases: list[HostLease]) -> None:
+        """Give hosts the job does not use back to the pool (a rescale that did not happen)."""
+        self.pool.give_back(leases)
+
+    def input_replicas(self) -> dict[ReplicaKey, Any]:
+        """The replicas that host an input (where barriers are injected)."""
+        plan = self.plan
+        return {key: peer for key, peer in self.peers.items()
+                if any(vertex in plan.inputs for vertex in plan.chain(key.chain).vertices)}
+
+    def input_handles(self) -> dict[str, list[Any]]:
+        """Per input, its replicas' handles in replica order."""
+        plan = self.plan
+        return {name: [self.peers[ReplicaKey(plan.chain_of(name).name, r)] for r in range(plan.width(name))]
+                for name in plan.inputs}
+
+    # -- inspection and teardown -----------------------------------------------------------
+
+    def host_name(self, key: Hashable) -> str:
+        """``job/chain/replica`` or ``job/progress``: how a host is named in Ray's log prefixes."""
+        return f"{self.name}/progress" if key == PROGRESS else f"{self.name}/{key.chain}/{key.replica}"  # type: ignore[attr-defined]
+
+    def hosts(self, coordinator: Any = None) -> dict[str, int]:
+        """The process id of each host, by ``job/chain/replica`` (and ``job/progress``, and
+        ``job/coordinator`` given the coordinator); -1 for one that died before its first answer."""
+        if coordinator is not None:
+            self._pids[f"{self.name}/coordinator"] = coordinator.ping.remote()
+        for name, pid in self._pids.items():
+            if isinstance(pid, ray.ObjectRef):
+                try:
+                    self._pids[name] = ray.get(pid, timeout=SETUP_TIMEOUT)
+                except ray.exceptions.RayActorError:
+                    self._pids[name] = -1
+        return dict(self._pids)
+
+    def replica_stats(self) -> dict[ReplicaKey, dict[str, Any] | None]:
+        """Every replica's counters; None for one whose actor is dead."""
+        refs = {key: peer.stats.remote() for key, peer in self.peers.items()}
+        answers: dict[ReplicaKey, dict[str, Any] | None] = {}
+        for key, ref in refs.items():
+            try:
+                answers[key] = ray.get(ref, timeout=60)
+            except ray.exceptions.RayActorError:
+                answers[key] = None
+        return answers
+
+    def slowest_busy(self, within: float) -> str:
+        """The busy replicas furthest downstream, for timeout messages.
+
+        Replicas hold back the progress of what they send while it cannot matter, so the
+        tracker sees pending work upstream of a bottleneck (the progress description's
+        "earliest pending work"). A replica that does not answer a ping within ``within``
+        seconds is busy: running user code, or waiting for a slower receiver. Of the busy
+        ones, those from which no other busy one is reachable are where the work waits.
+        """
+        pings = {key: handle.ping.remote() for key, handle in self.actors.items()}
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=within)
+        busy = [key for key, ref in pings.items() if ref not in set(ready)]
+        plan = self.plan
+
+        def reaches(a: ReplicaKey, b: ReplicaKey) -> bool:
+            last, head = plan.chain(a.chain).vertices[-1], plan.chain(b.chain).vertices[0]
+            return a.chain != b.chain and bool(plan.graph.summaries(Location.of_vertex(last), Location.of_vertex(head)))
+
+        slowest = [key for key in busy if not any(reaches(key, other) for other in busy)]
+        if not slowest:
+            return f"no replica was busy for {within:.0f} s"
+        return "slowest (busy, furthest downstream): " + ", ".join(
+            f"vertex {plan.chain(key.chain).vertices[0]!r} ({self.host_name(key)})" for key in slowest)
+
+    def release(self) -> None:
+        """Give every host back to the pool, which resets them for the next job. Hosts that
+        reserved CPUs are killed, not kept, and ``ray.kill`` returns at once: wait (a bounded
+        time) until their processes are gone, so that the next job finds the CPUs free."""
+        killed = self.pool.give_back([*self.leases.values(), *self.dead_leases])
+        if killed:
+            gone = [handle.ping.remote() for handle in killed]
+            _, alive = ray.wait(gone, num_returns=len(gone), timeout=TEARDOWN_TIMEOUT)
+            if alive:
+                logger.warning("job %r: %d hosts still alive %.0f s after being killed", self.name, len(alive),
+                               TEARDOWN_TIMEOUT)
+
+    def wait(self, refs: list, what: str, timeout: float = SETUP_TIMEOUT) -> list:
+        """``ray.get(refs)`` within ``timeout``.
+
+        Raises:
+            JobTimeout: naming ``what`` took too long.
+        """
+        try:
+            return ray.get(refs, timeout=timeout)
+        except ray.exceptions.GetTimeoutError as error:
+            raise JobTimeout(f"job {self.name!r}: {what} took longer than {timeout:.0f} s") from error

@@ -1,0 +1,139 @@
+"""Starting a dataflow on Ray: ``rt.run(flow, ...)`` checks its arguments, compiles the plan,
+lays a snapshot to restore out for it, and returns the running :class:`~raytide.driver.job.Job`.
+
+``Job`` is importable from here too (the old ``raytide.actors.runtime`` path names this module).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import Any
+
+import ray
+
+from raytide.actors.hosts import check_pretouch
+from raytide.autoscale.config import Autoscale
+from raytide.core.arguments import non_negative, positive_int
+from raytide.core.dataflow import Dataflow
+from raytide.driver.job import Job
+from raytide.driver.placement import HostSettings
+from raytide.errors import ArgumentError, GraphError, SnapshotError
+from raytide.physical.plan import compile_plan
+from raytide.rescale.reshard import reshard_snapshot
+from raytide.snapshots.config import Recovery
+from raytide.snapshots.store import SnapshotStore
+from raytide.sources.iterable import as_source
+
+__all__ = ["Job", "run"]
+
+
+def run(
+    flow: Dataflow,
+    inputs: dict[str, Any] | None = None,
+    parallelism: int | None = None,
+    *,
+    max_inflight: int = 16,
+    batch_size: int = 4096,
+    chaining: bool = True,
+    num_cpus: float = 0,
+    pretouch_mb: int = 0,
+    name: str | None = None,
+    recovery: Recovery | None = None,
+    restore: int | str | None = None,
+    autoscale: Autoscale | None = None,
+) -> Job:
+    """Start ``flow`` on the current Ray cluster (a local one if none is running).
+
+    Args:
+        flow: the dataflow to run.
+        inputs: records per input, consumed lazily with backpressure: a
+            :class:`~raytide.sources.base.Source` (read in the input replicas, such as
+            :class:`~raytide.sources.TextFileSource` and
+            :func:`~raytide.integrations.ray_data.from_dataset`, or on the driver, such as
+            :func:`~raytide.integrations.spark.from_spark`) or an iterable of per-epoch
+            record lists (epoch 0, 1, ...), read on the driver. Inputs not given here are
+            fed with :meth:`Job.push`, :meth:`Job.advance` and :meth:`Job.close`.
+        parallelism: replicas per vertex, overriding the dataflow's default.
+        max_inflight: unacknowledged batches allowed per channel before a sender waits.
+        batch_size: records per message when the driver pushes records.
+        chaining: fuse pipeline-connected vertices into one actor.
+        num_cpus: CPUs Ray reserves per vertex actor.
+        pretouch_mb: MiB of memory each vertex actor maps at start-up and keeps for its
+            arrays (like the JVM's ``-XX:+AlwaysPreTouch``, see
+            :mod:`raytide.actors.hosts`): the page faults of a first large epoch move
+            to start-up, at the cost of that much resident memory per actor. At most 64.
+        name: the job name in actor names (default: the dataflow name plus a short id).
+        recovery: take snapshots and recover from the death of any of the job's actors
+            with exactly-once output (see :class:`~raytide.Recovery`): sources read in the
+            replicas resume from their readers' positions, and the driver keeps what it
+            sent an input itself until a committed snapshot covers it.
+        restore: with ``recovery``, start from a committed snapshot of its store, ``"latest"``
+            or an id (from ``job.stop()``, say), of an earlier run of the same program: its
+            state comes back, the epochs that run handed out are not handed out again, and
+            inputs fed the same way from their start continue where the snapshot left them.
+            Vertices other than inputs may have another parallelism than in that run: the
+            snapshot is first written again for this job's, keyed state moving to the new
+            owners of its key groups (:mod:`raytide.rescale.reshard`).
+        autoscale: with ``recovery``, an autoscaler actor that rescales the job's vertices
+            while it runs, towards a goal (see :class:`~raytide.Autoscale`); the driver
+            makes its changes while it waits on the job (``wait``, ``results``, ``collect``).
+
+    Raises:
+        GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
+        ArgumentError: a count that is not a positive integer (``parallelism``,
+            ``max_inflight``, ``batch_size``), a negative ``num_cpus``, ``pretouch_mb`` out
+            of range (an ArgumentError is a ValueError too).
+    """
+    max_inflight, batch_size, num_cpus = _checked(max_inflight, batch_size, num_cpus, pretouch_mb, name, recovery,
+                                                  restore, autoscale)
+    plan = compile_plan(flow, parallelism, chaining)
+    unknown = sorted(set(inputs or {}) - set(plan.inputs))
+    if unknown:
+        raise GraphError(f"inputs {unknown} are not inputs of dataflow {plan.name!r}; its inputs are {plan.inputs}")
+    sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
+    if not ray.is_initialized():
+        ray.init(ignore_reinit_error=True, log_to_driver=False)
+    restore_id = None
+    if restore is not None:  # laid out for this job's parallelism first, if need be (a new snapshot)
+        assert recovery is not None
+        store = SnapshotStore(recovery.store, recovery.signing_key)
+        restore_id = reshard_snapshot(plan, store, None if restore == "latest" else restore,  # type: ignore[arg-type]
+                                      recovery.retain)
+        if restore_id is None:
+            raise SnapshotError(f"restore={restore!r}: the store {recovery.store!r} has no committed snapshot")
+    job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}",
+              HostSettings(max_inflight, num_cpus, pretouch_mb, recovery), batch_size, restore_id,
+              recompile=functools.partial(compile_plan, flow, parallelism, chaining), autoscale=autoscale)
+    try:
+        for input_name, source in sources.items():
+            job.feed(input_name, source)
+    except BaseException:  # a source that cannot start (a missing file): leave no actors behind
+        job.cancel()
+        raise
+    return job
+
+
+def _checked(max_inflight: int, batch_size: int, num_cpus: float, pretouch_mb: int, name: str | None,
+             recovery: Recovery | None, restore: int | str | None, autoscale: Autoscale | None) -> tuple[int, int, float]:
+    """``run``'s arguments checked (see its Raises); the counts as ``(max_inflight, batch_size, num_cpus)``."""
+    check_pretouch(pretouch_mb)
+    max_inflight = positive_int(max_inflight, "max_inflight")
+    batch_size = positive_int(batch_size, "batch_size")
+    num_cpus = non_negative(num_cpus, "num_cpus")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ArgumentError(f"name must be a non-empty string, not {name!r}")
+    if recovery is not None and not isinstance(recovery, Recovery):
+        raise ArgumentError(f"recovery must be an rt.Recovery(...), not {type(recovery).__name__}")
+    if autoscale is not None and (recovery is None or not isinstance(autoscale, Autoscale)):
+        raise ArgumentError(f"autoscale must be an rt.Autoscale(...), with recovery=rt.Recovery(store) (a rescale "
+                            f"moves state through its store); got autoscale={autoscale!r}, recovery={recovery!r}")
+    if restore is not None and (recovery is None or not (restore == "latest" or _is_id(restore))):
+        raise ArgumentError(f"restore must be 'latest' or a snapshot id, with recovery=rt.Recovery(store) "
+                            f"naming the store; got restore={restore!r}, recovery={recovery!r}")
+    return max_inflight, batch_size, num_cpus
+
+
+def _is_id(value: Any) -> bool:
+    """Whether ``value`` can be a snapshot id (a non-negative int, not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

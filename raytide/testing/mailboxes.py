@@ -1,0 +1,123 @@
+"""Everything in flight between the in-process runtime's actors, per mailbox, and the
+transport through which a replica core sends into them.
+
+Every entry is ``(sender's incarnation, message)``, so that a message of a dead or
+replaced incarnation is dropped where it arrives. :class:`~raytide.testing.local.LocalJob`
+chooses, at each step, which mailbox delivers next.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import ChannelId, JobEvent, Marker, ReplicaKey, Sequenced, StatusPush
+from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.coordinator import Acknowledgement, Commit
+from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
+
+#: A driver command for one input replica: ``("push", input, records, epoch)``,
+#: ``("advance", input, epoch)`` (None closes) or ``("marker", marker)``.
+Command = tuple[Any, ...]
+
+
+def _deques() -> collections.defaultdict:
+    return collections.defaultdict(collections.deque)
+
+
+@dataclass
+class Mailboxes:
+    """The messages on their way, by kind and receiver."""
+
+    links: dict[tuple[ReplicaKey, ReplicaKey], collections.deque] = field(default_factory=_deques)  # replica to replica
+    to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = field(  # any order: the progress actor is threaded
+        default_factory=lambda: collections.defaultdict(list))
+    pushes: dict[ReplicaKey, collections.deque[tuple[int, StatusPush]]] = field(default_factory=_deques)
+    commands: dict[ReplicaKey, collections.deque[Command]] = field(default_factory=_deques)  # the driver's, per input replica
+    injects: dict[ReplicaKey, collections.deque[tuple[int, Marker]]] = field(default_factory=_deques)  # barriers
+    log: collections.deque[tuple[int, JobEvent]] = field(default_factory=collections.deque)  # the driver's long poll
+    writes: list[tuple[int, LocalSnapshot]] = field(default_factory=list)  # replicas' snapshot writers
+    acks: list[tuple[int, Acknowledgement]] = field(default_factory=list)  # to the coordinator
+    commits: collections.deque[tuple[int, Commit]] = field(default_factory=collections.deque)
+
+    def drop_inbound(self, key: ReplicaKey) -> None:
+        """Replica ``key`` died: what was on its way to it, and what its snapshot writer had
+        not written, is lost. What it sent before it died stays on its way (to other replicas
+        and to the progress actor) and arrives late, tagged with its dead incarnation."""
+        for (_, receiver), queue in self.links.items():
+            if receiver == key:
+                queue.clear()
+        for mailbox in (self.pushes, self.commands, self.injects):
+            mailbox.pop(key, None)
+        self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]
+
+    def drop_replica(self, key: ReplicaKey) -> None:
+        """Replica ``key`` is gone for good (a rescale retired it): its mailboxes, and every
+        message to or from it, go."""
+        for link in [link for link in self.links if key in link]:
+            del self.links[link]
+        for mailbox in (self.to_progress, self.pushes, self.commands, self.injects):
+            mailbox.pop(key, None)
+        self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]
+
+
+class LocalTransport:
+    """One replica's transport: appends to the mailboxes, tagged with its incarnation; its
+    messages to the progress actor are lost while there is none (``progress_alive``)."""
+
+    def __init__(self, mail: Mailboxes, key: ReplicaKey, incarnation: int, progress_alive: Callable[[], bool]) -> None:
+        self.mail, self.key, self.incarnation, self.progress_alive = mail, key, incarnation, progress_alive
+
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        self.mail.links[(self.key, to)].append((self.incarnation, ("data", channel, vertex, time, batch)))
+
+    def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
+        self.mail.links[(self.key, to)].append((self.incarnation, ("marker", channel, marker)))
+
+    def to_progress(self, call: Sequenced) -> None:
+        if self.progress_alive():
+            self.mail.to_progress[self.key].append((self.incarnation, call))
+
+    def local_snapshot(self, snapshot: LocalSnapshot) -> None:
+        self.mail.writes.append((self.incarnation, snapshot))
+
+    def held(self, marker_id: int, report: HeldReport) -> None:
+        self.mail.acks.append((self.incarnation, Acknowledgement(self.key, marker_id, self.incarnation, (), report)))
+
+
+def rewound(commands: list[Command], position: int) -> list[Command]:
+    """``commands`` after the first ``position`` pushes and advances (markers between them skipped)."""
+    consumed = 0
+    for index, command in enumerate(commands):
+        if consumed == position:
+            return commands[index:]
+        consumed += command[0] in ("push", "advance")
+    return []
+
+
+def planned_commands(plan: PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[Any]]],
+                     markers: Mapping[str, Sequence[tuple[int, Marker]]]) -> dict[tuple[str, int], list[Command]]:
+    """The driver's commands for each ``(input, replica)``: every input's records spread over
+    its replicas in turn, epoch by epoch, each epoch closed by an advance (and preceded by the
+    marker ``markers`` puts before it), then the input closed."""
+    planned: dict[tuple[str, int], list[Command]] = {}
+    for name in plan.inputs:
+        width = plan.width(name)
+        before = dict(markers.get(name, ()))
+        queues: list[list[Command]] = [[] for _ in range(width)]
+        turn = 0
+        for epoch, records in enumerate(inputs.get(name, ())):
+            if epoch in before:
+                for queue in queues:
+                    queue.append(("marker", before[epoch]))
+            for record in records:
+                queues[turn % width].append(("push", name, [record], epoch))
+                turn += 1
+            for queue in queues:
+                queue.append(("advance", name, epoch + 1))
+        for replica, queue in enumerate(queues):
+            planned[(name, replica)] = [*queue, ("advance", name, None)]
+    return planned

@@ -1,0 +1,96 @@
+"""What a simulated run is given for its faults and what it gives back: the recovery
+settings of the in-process runtime (steps for seconds), the crash targets, and the record
+of a run (:class:`LocalRun`)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey
+from raytide.snapshots.config import OutputCommit
+from raytide.snapshots.store import Manifest, PartInfo, SnapshotStore
+
+#: Crash targets besides replicas.
+PROGRESS, COORDINATOR = "progress", "coordinator"
+Target = ReplicaKey | str
+
+
+@dataclass(frozen=True)
+class LocalRecovery:
+    """Snapshots and recovery in the in-process runtime, with steps for seconds.
+
+    Attributes:
+        store: where snapshots go (a real store: the simulation writes and reads files).
+        interval: steps between the end of a snapshot and the next trigger.
+        timeout: steps after which an incomplete snapshot is abandoned.
+        retain: committed snapshots kept.
+        max_restarts: recoveries allowed before the job fails.
+        detection: a death is noticed up to this many steps after it happened.
+        output_commit: when the driver takes a completed epoch (:mod:`raytide.engine.output_gate`).
+    """
+
+    store: SnapshotStore
+    interval: int = 40
+    timeout: int = 3_000
+    retain: int = 2
+    max_restarts: int = 5
+    detection: int = 5
+    output_commit: OutputCommit = "epoch"
+
+
+class FlakyStore(SnapshotStore):
+    """A real store whose writes fail now and then (a full disk, an unreachable bucket): each
+    part written and each commit raises ``OSError`` with probability ``failure_rate``, as
+    ``random.Random(seed)`` draws. Reads never fail."""
+
+    def __init__(self, uri: str, failure_rate: float, seed: int) -> None:
+        super().__init__(uri)
+        self.failure_rate, self.rng, self.failures = failure_rate, random.Random(seed), 0
+
+    def write_part(self, snapshot_id: int, name: str, data: bytes) -> PartInfo:
+        self._maybe_fail(f"writing {name} of snapshot {snapshot_id}")
+        return super().write_part(snapshot_id, name, data)
+
+    def commit(self, snapshot_id: int, parts: list[PartInfo], metadata: dict[str, Any]) -> Manifest:
+        self._maybe_fail(f"committing snapshot {snapshot_id}")
+        return super().commit(snapshot_id, parts, metadata)
+
+    def _maybe_fail(self, what: str) -> None:
+        if self.rng.random() < self.failure_rate:
+            self.failures += 1
+            raise OSError(f"injected store failure: {what}")
+
+
+@dataclass(frozen=True)
+class ReplicaDied:
+    """An actor (a replica, or ``"progress"``, ``"coordinator"``) was crashed by fault
+    injection at ``step``; without recovery the job fails."""
+
+    key: Target
+    step: int
+
+
+@dataclass
+class LocalRun:
+    """What a run did: records per output and epoch, every job event, the steps taken,
+    the recoveries (what caused each), the snapshots committed and the rescales done."""
+
+    outputs: dict[str, dict[int, list]]
+    events: list[JobEvent | ReplicaDied] = field(default_factory=list)
+    steps: int = 0
+    finished: bool = False
+    recoveries: list[str] = field(default_factory=list)
+    snapshots: list[int] = field(default_factory=list)
+    rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut id)
+
+    @property
+    def failure(self) -> Any:
+        """The first failure (a :class:`JobFailed` error or a :class:`ReplicaDied`), or None."""
+        for event in self.events:
+            if isinstance(event, JobFailed):
+                return event.error
+            if isinstance(event, ReplicaDied):
+                return event
+        return None

@@ -1,0 +1,23 @@
+"""The recovery machine the Ray driver runs, run by the in-process runtime: a planted
+departure from its steps is caught by the seeded crash trials."""
+
+from __future__ import annotations
+
+from raytide.snapshots import recovering
+from tests.sim.test_recovery_sim import trial
+
+
+def test_a_recovery_pauses_the_coordinator_before_it_reads_the_restore_point(tmp_path, monkeypatch):
+    """Without the pause, a snapshot of the lost incarnation that was almost complete commits
+    while the replicas are restored from the one before it, and its retention deletes the
+    files they read (found by these trials once the simulator ran the driver's machine: the
+    old simulator reset its coordinator at once, the Ray driver only at the end)."""
+    assert trial("join", 99, str(tmp_path / "paused")).exact
+    begin = recovering.Recovering._begin
+
+    def without_the_pause(self: recovering.Recovering, cause: str) -> list:
+        return [effect for effect in begin(self, cause) if not isinstance(effect, recovering.PauseCoordinator)]
+
+    monkeypatch.setattr(recovering.Recovering, "_begin", without_the_pause)
+    planted = trial("join", 99, str(tmp_path / "planted"))
+    assert not planted.exact and "not committed" in planted.describe()

@@ -1,0 +1,166 @@
+"""The shape of the package, pinned: no import circle anywhere (imports under ``TYPE_CHECKING``
+and inside functions count), no room holding more than a quarter of the lines, no module
+over 600 lines, no function body over 40, the Ray shells (``actors/``) all Ray, and the
+hosts forwarding exactly the calls their roles take from outside. Each rule has a planted
+breach that it catches."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from tests.test_layering import PACKAGE, package_sources, raytide_imports
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 40
+MAX_ROOM_SHARE = 0.25
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the raytide modules it imports (``from package import module`` names the module)."""
+    graph: dict[str, set[str]] = {}
+    for module, source in sources.items():
+        targets = set()
+        for target in raytide_imports(source, module):
+            targets.add(target)
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("raytide"):
+                targets.update(f"{node.module}.{alias.name}" for alias in node.names
+                               if f"{node.module}.{alias.name}" in sources)
+        graph[module] = {target for target in targets if target in sources and target != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles():
+    assert circles(import_graph(package_sources())) == []
+
+
+def test_a_planted_circle_is_caught():
+    sources = package_sources()
+    sources["raytide.physical.wire"] += "\n\ndef _planted():\n    from raytide.physical import plan\n"
+    sources["raytide.physical.plan"] += "\n\nfrom raytide.physical.wire import pack\n"
+    assert circles(import_graph(sources)) == [["raytide.physical.plan", "raytide.physical.wire"]]
+
+
+def line_counts() -> dict[Path, int]:
+    return {path: len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+
+
+def rooms(counts: dict[Path, int]) -> dict[str, int]:
+    """Lines per room (a top-level package; the top-level modules together)."""
+    per_room: dict[str, int] = {}
+    for path, lines in counts.items():
+        parts = path.relative_to(PACKAGE).parts
+        room = parts[0] if len(parts) > 1 else "(top level)"
+        per_room[room] = per_room.get(room, 0) + lines
+    return per_room
+
+
+def oversized_rooms(per_room: dict[str, int]) -> list[str]:
+    total = sum(per_room.values())
+    return [f"{room}: {lines / total:.0%}" for room, lines in per_room.items() if lines > MAX_ROOM_SHARE * total]
+
+
+def test_no_room_holds_more_than_a_quarter_of_the_package():
+    assert oversized_rooms(rooms(line_counts())) == []
+    assert oversized_rooms({"actors": 7_072, "core": 2_000, "progress": 1_300}) == ["actors: 68%"]
+
+
+def test_no_module_is_over_600_lines():
+    assert {str(p.relative_to(PACKAGE)): n for p, n in line_counts().items() if n > MAX_MODULE_LINES} == {}
+
+
+def long_functions(sources: Iterable[tuple[str, str]]) -> list[str]:
+    """Functions whose body, the docstring left out, is over :data:`MAX_FUNCTION_LINES` lines."""
+    found = []
+    for name, source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = node.body
+                has_docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1
+                first = body[1] if has_docstring else body[0]
+                length = node.end_lineno - first.lineno + 1  # type: ignore[operator]
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{name}:{node.name} ({length} lines)")
+    return found
+
+
+def test_no_function_body_is_over_40_lines():
+    assert long_functions(package_sources().items()) == []
+    planted = "def f():\n    '''doc'''\n" + "    x = 1\n" * 41
+    assert long_functions([("planted", planted)]) == ["planted:f (41 lines)"]
+
+
+def test_every_module_under_actors_is_a_ray_shell():
+    """``actors/`` holds the Ray shells only; the pure code they run lives in the rooms below."""
+    actors = PACKAGE / "actors"
+    not_ray = [path.name for path in actors.glob("*.py") if path.name != "__init__.py"
+               and not any(isinstance(node, (ast.Import, ast.ImportFrom))
+                           and ("ray" in [alias.name.split(".")[0] for alias in getattr(node, "names", [])]
+                                if isinstance(node, ast.Import) else (node.module or "").split(".")[0] == "ray")
+                           for node in ast.walk(ast.parse(path.read_text())))]
+    assert not_ray == []
+
+
+@pytest.mark.parametrize(("host", "role", "own"), [
+    ("VERTEX_METHODS", "raytide.actors.vertex_actor:VertexActor", {"close", "ping"}),
+    ("PROGRESS_METHODS", "raytide.actors.progress_actor:ProgressActor", {"ping", "next_events"}),
+])
+def test_hosts_forward_every_call_their_roles_take(host, role, own):
+    """A host forwards to its role every public method but those the host answers itself
+    (``ping``; ``close`` at a reset; the progress host's long poll, in its own concurrency
+    group): a method added to a role and not forwarded would fail only on Ray."""
+    from raytide.actors import hosts
+
+    module, cls = role.split(":")
+    role_class = getattr(importlib.import_module(module), cls)
+    public = {name for name in vars(role_class) if not name.startswith("_") and callable(getattr(role_class, name))}
+    assert set(getattr(hosts, host)) == public - own
+
+
+def test_old_import_paths_name_the_moved_modules():
+    """``raytide.actors.<old>`` is the module that moved, not a copy: a class has one identity."""
+    from raytide.actors import MOVED
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(f"raytide.actors.{old}") is importlib.import_module(new)
+
