@@ -11,7 +11,7 @@ replica sends to its own keys never leave its process.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +21,9 @@ from raytide.core.gated import TICKS, TOKEN_KEY, TOKENS, GatedColumns
 from raytide.core.step import Step
 from raytide.errors import GraphError
 
-if TYPE_CHECKING:
-    from raytide.core.dataflow import Stream
+#: A :class:`~raytide.core.dataflow.Stream`: these builders are called by its methods, and the
+#: dataflow module imports this one, so it is not imported back (not even for type checking).
+AnyStream = Any
 
 #: The channel of an input every replica reads whole.
 BROADCAST = "broadcast"
@@ -37,9 +38,9 @@ def _spec(vertex: str, step: Callable[[Step], Any], key: str, state: Mapping[str
     return ColumnsSpec(step, key, dict(state), dict(combine or {}), **more)
 
 
-def keyed_columns(stream: Stream, step: Callable[[Step], Any], key: str, state: Mapping[str, StateColumn],
-                  combine: Mapping[str, np.ufunc] | None, arranged: Stream | None, arrange_key: str,
-                  outputs: int, exchange: bool, name: str | None, parallelism: int | None) -> list[Stream]:
+def keyed_columns(stream: AnyStream, step: Callable[[Step], Any], key: str, state: Mapping[str, StateColumn],
+                  combine: Mapping[str, np.ufunc] | None, arranged: AnyStream | None, arrange_key: str,
+                  outputs: int, exchange: bool, name: str | None, parallelism: int | None) -> list[AnyStream]:
     """See :meth:`Stream.keyed_columns`; returns the output streams."""
     inputs = [stream] if arranged is None else [stream, arranged]
     flow = stream.flow
@@ -51,9 +52,9 @@ def keyed_columns(stream: Stream, step: Callable[[Step], Any], key: str, state: 
                        parallelism=parallelism)
 
 
-def iterate_columns(stream: Stream, step: Callable[[Step], Any], key: str, state: Mapping[str, StateColumn],
+def iterate_columns(stream: AnyStream, step: Callable[[Step], Any], key: str, state: Mapping[str, StateColumn],
                     combine: Mapping[str, np.ufunc] | None, arrange: str | None, outputs: int,
-                    name: str | None) -> list[Stream]:
+                    name: str | None) -> list[AnyStream]:
     """See :meth:`Stream.iterate_columns`; returns the streams leaving the loop.
 
     The state vertex (:class:`~raytide.core.gated.GatedColumns`) reads the entering stream

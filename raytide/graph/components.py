@@ -61,4 +61,5 @@ def connected_components(edges: Stream, *, name: str = "components") -> Stream:
         propagate, key="node", state={"label": (np.int64, own_id)}, combine={"label": np.minimum},
         arrange="src", name=name)
     assert isinstance(changes, Stream)
-    return lowest_per_node(changes, "label").map_batches(lambda b: as_pairs(b, "label"), name=f"{name}.pairs")
+    lowest = lowest_per_node(changes, "label", f"{name}.lowest")
+    return lowest.map_batches(lambda b: as_pairs(b, "label"), name=f"{name}.pairs")

@@ -44,7 +44,7 @@ def spread(s: Step, slots: np.ndarray, values: np.ndarray, weighted: bool = Fals
     return rows["dst"], sent + rows["weight"] if weighted else sent
 
 
-def lowest_per_node(changes: Stream, column: str) -> Stream:
+def lowest_per_node(changes: Stream, column: str, name: str) -> Stream:
     """Per epoch and node, the smallest ``column`` value among a replica's changes, as an ``(n, 2)`` array.
 
     The changes of a node come from the replica that owns it, so no exchange is needed.
@@ -52,7 +52,8 @@ def lowest_per_node(changes: Stream, column: str) -> Stream:
     def emit(s: Step) -> dict[str, np.ndarray]:
         return {"node": s.keys, column: s.values[column]}
 
-    folded = changes.keyed_columns(emit, key="node", state={}, combine={column: np.minimum}, exchange=False)
+    folded = changes.keyed_columns(emit, key="node", state={}, combine={column: np.minimum}, exchange=False,
+                                   name=name)
     assert isinstance(folded, Stream)
     return folded
 

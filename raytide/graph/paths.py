@@ -63,4 +63,5 @@ def shortest_paths(edges: Stream, source: int, *, directed: bool = True, name: s
         relaxing(source), key="node", state={"distance": (np.float64, np.inf)}, combine={"distance": np.minimum},
         arrange="src", name=name)
     assert isinstance(changes, Stream)
-    return lowest_per_node(changes, "distance").map_batches(lambda b: as_pairs(b, "distance"), name=f"{name}.pairs")
+    lowest = lowest_per_node(changes, "distance", f"{name}.lowest")
+    return lowest.map_batches(lambda b: as_pairs(b, "distance"), name=f"{name}.pairs")
