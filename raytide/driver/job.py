@@ -135,6 +135,8 @@ def run(
             ``max_inflight``, ``batch_size``), a negative ``num_cpus``, ``pretouch_mb`` out
             of range, a vertex wider than its key groups or (without ``oversubscribe``) than
             the cluster can place (an ArgumentError is a ValueError too).
+        SnapshotError: ``recovery``'s store cannot be written (a probe file is written and
+            deleted first).
     """
     check_pretouch(pretouch_mb)
     max_inflight = positive_int(max_inflight, "max_inflight")
@@ -150,6 +152,8 @@ def run(
     if restore is not None and (recovery is None or not (restore == "latest" or _is_id(restore))):
         raise ArgumentError(f"restore must be 'latest' or a snapshot id, with recovery=rt.Recovery(store) "
                             f"naming the store; got restore={restore!r}, recovery={recovery!r}")
+    if recovery is not None:  # a store it cannot write would abandon every snapshot, silently
+        SnapshotStore(recovery.store, recovery.signing_key).check_writable()
     plan = compile_plan(flow, parallelism, chaining)
     unknown = sorted(set(inputs or {}) - set(plan.inputs))
     if unknown:
@@ -692,15 +696,21 @@ class Job:
         """Take a snapshot now and wait until it is committed; returns its id (a job with recovery).
 
         Raises:
-            SnapshotError: the snapshot was abandoned or not committed within ``timeout``.
+            SnapshotError: the snapshot was abandoned or not committed within ``timeout`` (the
+                message names the job, its inputs' epochs and the coordinator's reason; a
+                vertex whose state does not pickle fails the job with a SnapshotError naming
+                it, the replica and the snapshot).
             ArgumentError: the job was started without ``recovery``.
         """
         recovery = self._require_recovery("job.snapshot()")
+        at = self.inputs.open_inputs()
         try:
             return ray.get(recovery.coordinator.snapshot_now.remote(timeout, self.delivered()),
                            timeout=timeout + POLL_SLACK)
         except ray.exceptions.GetTimeoutError as error:
             raise SnapshotError(f"job {self.name!r}: no snapshot committed within {timeout:g} s") from error
+        except ray.exceptions.RayTaskError as error:  # the coordinator's own error, without Ray's banner
+            raise SnapshotError(f"job {self.name!r} (inputs at epochs {at}): {error.cause}") from None
 
     def stop(self, timeout: float = 60.0) -> int:
         """Take a final snapshot (a savepoint), tear the job down and return the snapshot's id.
