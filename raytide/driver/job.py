@@ -158,6 +158,8 @@ def run(
     unknown = sorted(set(inputs or {}) - set(plan.inputs))
     if unknown:
         raise GraphError(f"inputs {unknown} are not inputs of dataflow {plan.name!r}; its inputs are {plan.inputs}")
+    if autoscale is not None:
+        autoscale.check_names(plan.vertices, plan.inputs)
     sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
