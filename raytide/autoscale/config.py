@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+import os
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,10 +79,12 @@ class Autoscale:
             goal = getattr(self, name)
             for value in (goal.values() if isinstance(goal, Mapping) else [] if goal is None else [goal]):
                 if not _positive(value):
-                    raise ArgumentError(f"Autoscale {name} must be records per second above 0, not {value!r}")
+                    raise ArgumentError(f"Autoscale {name} must be records per second above 0 and finite (a goal "
+                                        f"it can meet), not {value!r}")
         for name in ("latency", "interval"):
             if getattr(self, name) is not None and not _positive(getattr(self, name)):
-                raise ArgumentError(f"Autoscale {name} must be seconds above 0, not {getattr(self, name)!r}")
+                raise ArgumentError(f"Autoscale {name} must be seconds above 0 and finite, not {getattr(self, name)!r}")
+        self._check_files()
         if not isinstance(self.cooldown, (int, float)) or isinstance(self.cooldown, bool) or self.cooldown < 0:
             raise ArgumentError(f"Autoscale cooldown must be seconds, at least 0, not {self.cooldown!r}")
         positive_int(self.min_parallelism, "Autoscale min_parallelism")
@@ -93,6 +97,35 @@ class Autoscale:
                 isinstance(name, str) for name in self.vertices)):
             raise ArgumentError(f"Autoscale vertices must be a list of vertex names, not {self.vertices!r}")
 
+    def _check_files(self) -> None:
+        """``policy="file"``: the directories of ``parameters`` and ``stats`` must exist (a
+        parameters file nobody can write there would never decide anything)."""
+        if self.policy != "file":
+            return
+        for name in ("parameters", "stats"):
+            path = getattr(self, name)
+            directory = os.path.dirname(os.path.abspath(os.fspath(path)))
+            if not os.path.isdir(directory):
+                raise ArgumentError(f"Autoscale {name}={path!r}: its directory {directory!r} does not exist, so the "
+                                    f"file policy would never read (or write) it")
+
+    def check_names(self, vertices: Collection[str], inputs: Collection[str]) -> None:
+        """Refuse names the job does not have (``rt.run`` calls this with the plan's):
+        ``vertices`` to rescale (not inputs), ``rate`` per input, ``throughput`` per vertex.
+
+        Raises:
+            ArgumentError: names the setting, the unknown name and the names there are.
+        """
+        scalable = sorted(set(vertices) - set(inputs))
+        for setting, names, known in (("vertices", self.vertices, scalable),
+                                      ("rate", self.rate, sorted(inputs)), ("throughput", self.throughput, scalable)):
+            if names is None or isinstance(names, (int, float)):
+                continue
+            unknown = sorted(set(names) - set(known))
+            if unknown:
+                raise ArgumentError(f"Autoscale {setting} names {unknown[0]!r}, which is not one of the job's "
+                                    f"{'inputs' if setting == 'rate' else 'vertices it can rescale'}: {known}")
+
 
 def _positive(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)

@@ -16,7 +16,6 @@ wait on the driver has a timeout and says what it waited for.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import threading
@@ -35,6 +34,7 @@ from raytide.driver.placement import COORDINATOR, PROGRESS, SETUP_TIMEOUT, HostS
 from raytide.driver.pool import cluster_cpus
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision, rescale
+from raytide.driver.stats import actor_stats
 from raytide.errors import (
     ActorLost,
     ArgumentError,
@@ -412,15 +412,21 @@ class Job:
         """Take a snapshot now and wait until it is committed; returns its id (a job with recovery).
 
         Raises:
-            SnapshotError: the snapshot was abandoned or not committed within ``timeout``.
+            SnapshotError: the snapshot was abandoned or not committed within ``timeout`` (the
+                message names the job, its inputs' epochs and the coordinator's reason; a
+                vertex whose state does not pickle fails the job with a SnapshotError naming
+                it, the replica and the snapshot).
             ArgumentError: the job was started without ``recovery``.
         """
         recovery = self._require_recovery("job.snapshot()")
+        at = self._inputs.open_inputs()
         try:
             return ray.get(recovery.coordinator.snapshot_now.remote(timeout, self._outputs.delivered()),
                            timeout=timeout + POLL_SLACK)
         except ray.exceptions.GetTimeoutError as error:
             raise SnapshotError(f"job {self.name!r}: no snapshot committed within {timeout:g} s") from error
+        except ray.exceptions.RayTaskError as error:  # the coordinator's own error, without Ray's banner
+            raise SnapshotError(f"job {self.name!r} (inputs at epochs {at}): {error.cause}") from None
 
     def stop(self, timeout: float = 60.0) -> int:
         """Take a final snapshot (a savepoint), tear the job down and return the snapshot's id.
@@ -456,47 +462,9 @@ class Job:
         ``frontier_lag`` (epochs behind the latest input); per replica (``replicas``, by
         ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a
         receiver's window (backpressure), and its own counters per vertex."""
-        answers = self.placement.replica_stats()
-        alive = {key: answer for key, answer in answers.items() if answer is not None}
-        keys, per_replica = list(alive), list(alive.values())
-        vertices: dict[str, dict[str, int]] = collections.defaultdict(lambda: collections.Counter())
-        for stats in per_replica:
-            for name, counters in stats["vertices"].items():
-                vertices[name].update(counters)
-        try:
-            progress = ray.get(self.placement.progress.stats.remote(), timeout=60)
-        except ray.exceptions.RayActorError:
-            progress = None
-        if progress is None:  # dead, or the job is torn down (its host's lease is over)
-            progress = {"batches_applied": None, "pushes": None, "vertices": {}}
         fed = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None]
-        data_batches = sum(s["vertices"][c.vertices[0]]["batches_in"] for s, c in zip(per_replica, (self.plan.chain(k[0]) for k in keys)))
-        return {
-            "parallelism": self.parallelism(),
-            "vertices": {n: {**c, **self._progress_of(n, progress["vertices"], fed)} for n, c in vertices.items()},
-            "replicas": {self.placement.host_name(key): {"busy_s": stats["busy_s"], "blocked_s": stats["blocked_s"],
-                                                "vertices": stats["vertices"]} for key, stats in alive.items()},
-            "progress_batches": progress["batches_applied"],
-            "progress_pushes": progress["pushes"],
-            "data_messages": data_batches,
-            "max_inflight_seen": max((s["max_inflight_seen"] for s in per_replica), default=0),
-            "backpressure_waits": sum(s["backpressure_waits"] for s in per_replica),
-            "local_sends": sum(s["local_sends"] for s in per_replica),
-            "hosts": self.hosts(),
-            "unreachable": [self.placement.host_name(key) for key, answer in answers.items() if answer is None],
-            **self._recovery_stats(),
-        }
-
-    @staticmethod
-    def _progress_of(vertex: str, progress: dict[str, dict[str, int | None]], fed: list[int]) -> dict[str, int | None]:
-        """``queued`` and ``frontier`` of ``vertex`` (from the progress tracker), and
-        ``frontier_lag``: how many epochs its frontier trails the latest epoch an open input
-        is at (``fed``; None once nothing more can arrive, or no input is open)."""
-        if vertex not in progress:
-            return {}
-        frontier = progress[vertex]["frontier"]
-        lag = max(fed) - frontier if fed and frontier is not None else None
-        return {**progress[vertex], "frontier_lag": lag}
+        return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed), "hosts": self.hosts(),
+                **self._recovery_stats()}
 
     def parallelism(self) -> dict[str, int]:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""

@@ -107,8 +107,8 @@ class OutputCollector:
                 self.handed_before[name] = max(self.handed_before[name], epoch)
 
     def _show(self, name: str, epoch: int, parts: list) -> None:
-        completed = self.completed[name]
-        last = max(self.handed_before[name], -1 if completed is None else completed)
+        shown = self.completed[name]
+        last = max(self.handed_before[name], -1 if shown is None else shown)
         if epoch <= last:
             raise InternalError(f"output {name!r} epoch {epoch} was completed again after epoch {last} had been "
                                 f"handed over: it would be delivered twice (or out of order); the job is failed "

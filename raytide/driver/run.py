@@ -91,13 +91,19 @@ def run(
             ``max_inflight``, ``batch_size``), a negative ``num_cpus``, ``pretouch_mb`` out
             of range, a vertex wider than its key groups or (without ``oversubscribe``) than
             the cluster can place (an ArgumentError is a ValueError too).
+        SnapshotError: ``recovery``'s store cannot be written (a probe file is written and
+            deleted first).
     """
     max_inflight, batch_size, num_cpus = _checked(max_inflight, batch_size, num_cpus, pretouch_mb, name, recovery,
                                                   restore, autoscale)
+    if recovery is not None:  # a store it cannot write would abandon every snapshot, silently
+        SnapshotStore(recovery.store, recovery.signing_key).check_writable()
     plan = compile_plan(flow, parallelism, chaining)
     unknown = sorted(set(inputs or {}) - set(plan.inputs))
     if unknown:
         raise GraphError(f"inputs {unknown} are not inputs of dataflow {plan.name!r}; its inputs are {plan.inputs}")
+    if autoscale is not None:
+        autoscale.check_names(plan.vertices, plan.inputs)
     sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)

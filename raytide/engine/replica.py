@@ -70,6 +70,7 @@ from raytide.snapshots.replica_state import (
     load,
     pickle_outputs,
     take,
+    unpicklable_state,
 )
 
 
@@ -242,7 +243,11 @@ class ReplicaCore:
     def _take(self, marker: Marker, alignment_s: float) -> TakenState:
         """The local snapshot at ``marker``, taken ``alignment_s`` seconds after its first
         barrier came: the state, copied by pickling (processing goes on)."""
-        taken, self.kept_pickles = take(self._state(marker), alignment_s, self.kept_pickles)
+        state = self._state(marker)
+        try:
+            taken, self.kept_pickles = take(state, alignment_s, self.kept_pickles)
+        except Exception as error:  # user state that does not pickle: say whose, where and which snapshot
+            raise unpicklable_state(state, error, f"{self.chain.name}/{self.replica}", marker.marker_id) from error
         return taken
 
     def _report_held(self, logged: list[LoggedBatch]) -> None:

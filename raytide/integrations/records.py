@@ -333,6 +333,32 @@ def unify_schemas(schemas: Iterable[pa.Schema]) -> pa.Schema:
     return pa.schema([_nullable_if_partial(field, present) for field in unified])
 
 
+def epochs_that_disagree(schemas: Sequence[pa.Schema], epochs: Sequence[int]) -> str | None:
+    """Which epochs' blocks (``schemas[i]`` is of epoch ``epochs[i]``) cannot be unified, and
+    on which column: the earliest epoch whose schema does not unify with an earlier one's,
+    said as ``"epochs 0 and 3 disagree on column '_2' (int64 vs string)"``; None if all unify."""
+    seen: list[tuple[int, pa.Schema]] = []
+    for epoch, schema in sorted(zip(epochs, schemas), key=lambda pair: pair[0]):
+        if len(schema) == 0 or any(schema.equals(other) for _, other in seen):
+            continue
+        for before, other in seen:
+            clash = next((name for name in schema.names if name in other.names
+                          and not _unifies(other.field(name), schema.field(name))), None)
+            if clash is not None:
+                return (f"epochs {before} and {epoch} disagree on column {clash!r} "
+                        f"({other.field(clash).type} vs {schema.field(clash).type})")
+        seen.append((epoch, schema))
+    return None
+
+
+def _unifies(a: pa.Field, b: pa.Field) -> bool:
+    try:
+        unify_schemas([pa.schema([a]), pa.schema([b])])
+    except SparkIntegrationError:
+        return False
+    return True
+
+
 def _spark_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([field.with_type(spark_compatible_type(field.type)) for field in schema])
 

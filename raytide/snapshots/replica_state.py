@@ -35,6 +35,7 @@ from typing import Any
 import cloudpickle
 
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.errors import SnapshotError
 from raytide.physical.protocol import ChannelId, ReplicaKey
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -122,6 +123,21 @@ def take(state: ReplicaState, alignment_s: float, pickles: OutputPickles | None 
     outputs, pickles = pickle_outputs(state.kept, pickles or {})
     data = cloudpickle.dumps(dataclasses.replace(state, kept={}))
     return TakenState(data, capabilities(state), dict(state.positions), outputs, alignment_s), pickles
+
+
+def unpicklable_state(state: ReplicaState, error: Exception, replica: str, snapshot_id: int) -> SnapshotError:
+    """The error of a snapshot whose ``state`` did not pickle (``error``), naming the vertex
+    whose state it was (the first that does not pickle alone), the ``replica`` and the snapshot."""
+    where = "its notifications, positions or kept output records"
+    for name, user in state.user.items():
+        try:
+            cloudpickle.dumps(user)
+        except Exception:
+            where = f"vertex {name!r}"
+            break
+    return SnapshotError(f"snapshot {snapshot_id}: the state of {where} on replica {replica} cannot be pickled, so it "
+                         f"cannot be snapshotted: {error!r}; keep only picklable values in vertex state (open a "
+                         f"lock, file or connection again in restore())")
 
 
 def capabilities(state: ReplicaState, logged: Iterable[LoggedBatch] = ()) -> list[tuple[Pointstamp, int]]:

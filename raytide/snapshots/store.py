@@ -153,6 +153,25 @@ class SnapshotStore:
 
     # -- writing -----------------------------------------------------------------------------
 
+    def check_writable(self) -> None:
+        """Write and delete a probe file under the store's root (creating the root): a store
+        that cannot be written would abandon every snapshot, and the job would run on with
+        no fault tolerance, so ``rt.run`` refuses it first.
+
+        Raises:
+            SnapshotError: names the store and what the filesystem said.
+        """
+        probe = f"{self.root}/.raytide-probe-{uuid.uuid4().hex}"
+        try:
+            self.filesystem.create_dir(self.root, recursive=True)
+            with self.filesystem.open_output_stream(probe) as out:
+                out.write(b"probe")
+            self.filesystem.delete_file(probe)
+        except (OSError, ValueError) as error:  # pyarrow's errors are OSErrors (ArrowInvalid: ValueError)
+            raise SnapshotError(f"the snapshot store {self.uri!r} cannot be written ({type(error).__name__}: "
+                                f"{error}): every snapshot would be abandoned and the job would run with no fault "
+                                f"tolerance; give rt.Recovery a directory (or URI) it can write") from error
+
     def write_part(self, snapshot_id: int, name: str, data: bytes) -> PartInfo:
         """Writes one part of an uncommitted snapshot and returns what the manifest needs of it.
 

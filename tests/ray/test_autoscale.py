@@ -17,6 +17,7 @@ import pytest
 
 import raytide as rt
 from examples.unbalanced import mandelbrot_flow, mandelbrot_row, row_epochs
+from raytide.errors import ArgumentError
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
 
@@ -148,3 +149,13 @@ def test_short_of_cpus_it_grants_what_is_free_and_asks_the_cluster_for_the_rest(
     assert "capped at 6" in reason and "capped by free CPUs" in reason, reason
     requested = json.loads(_internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL))
     assert requested == [{"CPU": 1}] * 6, requested  # the cluster's 2 CPUs and 4 more
+
+
+def test_run_refuses_an_autoscaler_naming_a_vertex_the_job_does_not_have(ray_session, tmp_path):
+    """(Before, the job started and the autoscaler never rescaled anything, saying nothing.)"""
+    flow = rt.Dataflow("named")
+    flow.input("numbers").map(lambda x: x, name="rows").output("out")
+    with pytest.raises(ArgumentError, match=r"Autoscale vertices names 'nosuch', which is not one of the job's "
+                                               r"vertices it can rescale: \['out', 'rows'\]"):
+        rt.run(flow, recovery=rt.Recovery(str(tmp_path / "store")),
+               autoscale=rt.Autoscale(policy="rate", rate=100.0, vertices=["nosuch"]))

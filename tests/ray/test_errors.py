@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import threading
+import time
+
 import pytest
 import ray
 
 import raytide as rt
+from raytide.errors import SnapshotError
 from tests.ray.jobs import hosts_given_back
 
 pytestmark = pytest.mark.ray
@@ -88,3 +93,43 @@ def test_pushing_into_the_past_or_a_closed_input_is_refused(ray_session):
         with pytest.raises(rt.GraphError, match="'numbers' is closed"):
             job.push("numbers", [1])
         job.wait(timeout=60)
+
+
+def keeps_a_lock(state, record):
+    """``stateful_map``'s function whose state is a lock: it cannot be snapshotted."""
+    return threading.Lock(), record
+
+
+def test_state_that_does_not_pickle_fails_the_snapshot_and_the_job_naming_vertex_replica_and_snapshot(
+        ray_session, tmp_path):
+    """(Before: ``job.snapshot()`` raised Ray's ``RayTaskError(SnapshotError)`` with its
+    ``ray::CoordinatorActor.snapshot_now()`` banner, and the job failed with "replica
+    'locked+out' #0 failed: TypeError(...)", naming neither the vertex nor the snapshot.)"""
+    flow = rt.Dataflow("locked")
+    flow.input("numbers").stateful_map(lambda r: r % 2, keeps_a_lock, name="locked").output("out")
+    with rt.run(flow, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"), interval=None)) as job:
+        job.push("numbers", [1, 2], 0)
+        job.advance("numbers", 1)
+        deadline = time.monotonic() + 60
+        while not job.collect("out"):  # epoch 0 done: the state holds locks
+            assert time.monotonic() < deadline, "epoch 0 did not complete within 60 s"
+            time.sleep(0.05)
+        with pytest.raises(SnapshotError) as snapshot:
+            job.snapshot(timeout=5)
+        assert type(snapshot.value) is SnapshotError and "ray::" not in str(snapshot.value)
+        assert f"job {job.name!r} (inputs at epochs {{'numbers': 1}}): snapshot 1 was not committed" in str(
+            snapshot.value)
+        with pytest.raises(SnapshotError, match=r"snapshot 1: the state of vertex 'locked' on replica locked\+out/0 "
+                                                r"cannot be pickled"):
+            job.wait(timeout=30)
+
+
+@pytest.mark.parametrize("where", ["under a file", "/proc"])
+def test_a_store_that_cannot_be_written_is_refused_at_run(ray_session, tmp_path, where):
+    (tmp_path / "file").write_text("not a directory")
+    store = str(tmp_path / "file" / "store") if where == "under a file" else "/proc/raytide-store"
+    flow = rt.Dataflow("unwritable")
+    flow.input("numbers").output("out")
+    with pytest.raises(SnapshotError, match=rf"the snapshot store {re.escape(repr(store))} cannot be written .* no "
+                                            r"fault tolerance"):
+        rt.run(flow, recovery=rt.Recovery(store))

@@ -283,3 +283,15 @@ def test_a_failing_spark_computation_says_why_first(spark):
     assert first_line(error.value).startswith("converting a DataFrame to Arrow failed: ")
     assert "bad row 2" in first_line(error.value)
     assert isinstance(error.value.__cause__, Py4JJavaError)
+
+
+def test_to_spark_of_an_output_whose_epochs_disagree_names_the_output_and_the_epochs(spark):
+    """(Before: "output blocks have incompatible schemas: Unable to merge: Field _2 has
+    incompatible types", naming neither the output nor the epochs.)"""
+    flow = rt.Dataflow("mixed")
+    flow.input("x").output("out")
+    with rt.run(flow, inputs={"x": [[(1, 2)], [(1, 3)], [(1, "a")]]}, parallelism=1) as job:
+        job.wait(timeout=60)
+        with pytest.raises(SparkIntegrationError, match=r"converting output 'out' to Spark: epochs 0 and 2 disagree "
+                                                        r"on column '_2' \(int64 vs string\)"):
+            to_spark(job, "out")

@@ -107,10 +107,26 @@ def test_the_free_cpus_cap_a_round_and_the_shortfall_is_kept():
     ({"policy": "threshold", "throughput": -1}, r"throughput must be records per second above 0"),
     ({"policy": "latency", "latency": 1, "min_parallelism": 3, "max_parallelism": 2}, r"below min_parallelism"),
     ({"policy": "rate", "rate": 5, "vertices": "rows"}, r"a list of vertex names"),
+    ({"policy": "rate", "rate": float("inf")}, r"rate must be records per second above 0 and finite"),
+    ({"policy": "rate", "rate": {"numbers": float("nan")}}, r"rate must be records per second above 0 and finite"),
+    ({"policy": "latency", "latency": float("inf")}, r"latency must be seconds above 0 and finite"),
+    ({"policy": "file", "parameters": "/no/such/dir/parameters.json", "stats": "stats.json"},
+     r"parameters='/no/such/dir/parameters.json': its directory '/no/such/dir' does not exist"),
 ])
 def test_an_autoscale_that_cannot_work_is_refused_and_says_why(kwargs, message):
     with pytest.raises(ArgumentError, match=message):
         rt.Autoscale(**kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"rate": 5, "vertices": ["nosuch"]}, r"vertices names 'nosuch', which is not one of the job's vertices it can "
+                                          r"rescale: \['out', 'rows'\]"),
+    ({"rate": 5, "vertices": ["numbers"]}, r"vertices names 'numbers'"),
+    ({"rate": {"nosuch": 5.0}}, r"rate names 'nosuch', which is not one of the job's inputs: \['numbers'\]"),
+])
+def test_names_the_job_does_not_have_are_refused(kwargs, message):
+    with pytest.raises(ArgumentError, match=message):
+        rt.Autoscale(policy="rate", **kwargs).check_names(["numbers", "rows", "out"], ["numbers"])
 
 
 def test_a_group_counts_its_replicas_once_against_the_free_cpus():

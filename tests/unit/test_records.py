@@ -17,6 +17,7 @@ from raytide.integrations.records import (
     SCALAR_COLUMN,
     conform,
     epoch_summary,
+    epochs_that_disagree,
     records_to_table,
     spark_compatible_type,
     split_by_epoch,
@@ -335,3 +336,10 @@ def test_split_by_epoch_partitions_rows(epochs):
 def test_split_single_epoch_is_the_block_itself():
     table = pa.table({"e": [2, 2]})
     assert split_by_epoch(table, "e", [2])[0] is table
+
+
+def test_the_epochs_whose_records_disagree_are_named_with_the_column_and_types():
+    schemas = [pa.schema([("_1", pa.int64()), ("_2", pa.int64())]), pa.schema([]),
+               pa.schema([("_1", pa.int64()), ("_2", pa.string())]), pa.schema([("_1", pa.int64()), ("_2", pa.int64())])]
+    assert epochs_that_disagree(schemas, [0, 1, 3, 2]) == "epochs 0 and 3 disagree on column '_2' (int64 vs string)"
+    assert epochs_that_disagree(schemas[:2], [0, 1]) is None

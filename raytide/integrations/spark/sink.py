@@ -162,11 +162,17 @@ class _Target:
         self.given_arrow = to_arrow_schema(given) if given is not None else None
         self.widen_decimals = widen_decimals
 
-    def arrow_schema(self, blocks: list[pa.Schema]) -> pa.Schema:
-        """The records' Arrow schema (no epoch column): the given one, or the blocks' unified."""
+    def arrow_schema(self, blocks: list[pa.Schema], epochs: list[int]) -> pa.Schema:
+        """The records' Arrow schema (no epoch column): the given one, or the blocks' unified
+        (``blocks[i]`` is of epoch ``epochs[i]``: a clash names the epochs that disagree)."""
         if self.given_arrow is not None:
             return self.given_arrow
-        unified = records.unify_schemas(blocks)
+        try:
+            unified = records.unify_schemas(blocks)
+        except SparkIntegrationError as error:
+            clash = records.epochs_that_disagree(blocks, epochs)
+            raise SparkIntegrationError(f"{self.doing}: {clash or error}; records of one output must have one type "
+                                        f"in every epoch (or pass schema=)") from error
         return widen_decimals(unified) if self.widen_decimals else unified
 
     def spark_schema(self, arrow: pa.Schema) -> StructType:
@@ -189,7 +195,7 @@ def _convert(target: _Target, refs_by_epoch: Mapping[int, Sequence[ray.ObjectRef
     selected = _select(refs_by_epoch, target.epoch)
     pairs = [(e, ref) for e, refs in selected.items() for ref in refs]
     infos = get_results([_block_info_task.remote(ref) for _, ref in pairs], target.doing)
-    schema = target.arrow_schema([info[0] for info in infos])
+    schema = target.arrow_schema([info[0] for info in infos], [e for e, _ in pairs])
     columns = target.spark_schema(schema)
     blocks = [
         _ipc_task.remote(ref, schema, target.label, e) for (e, ref), (_, rows) in zip(pairs, infos) if rows > 0

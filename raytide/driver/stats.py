@@ -1,0 +1,55 @@
+"""What ``job.stats()`` reports of a job's actors: the replicas' counters summed per vertex
+and kept per replica, and the progress actor's view of each vertex (its queued work, its
+frontier and how far that trails the inputs)."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import ray
+
+from raytide.driver.placement import JobPlacement
+
+
+def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
+    """The counters of ``placement``'s actors; ``fed``: the epochs the open inputs are at. A
+    replica that died (and is not replaced yet) is left out and named under ``unreachable``."""
+    answers = placement.replica_stats()
+    alive = {key: answer for key, answer in answers.items() if answer is not None}
+    per_replica = list(alive.values())
+    vertices: dict[str, dict[str, int]] = collections.defaultdict(lambda: collections.Counter())
+    for stats in per_replica:
+        for name, counters in stats["vertices"].items():
+            vertices[name].update(counters)
+    try:
+        progress = ray.get(placement.progress.stats.remote(), timeout=60)
+    except ray.exceptions.RayActorError:
+        progress = None
+    if progress is None:  # dead, or the job is torn down (its host's lease is over)
+        progress = {"batches_applied": None, "pushes": None, "vertices": {}}
+    data_batches = sum(stats["vertices"][placement.plan.chain(key.chain).vertices[0]]["batches_in"]
+                       for key, stats in alive.items())
+    return {
+        "vertices": {n: {**c, **_progress_of(n, progress["vertices"], fed)} for n, c in vertices.items()},
+        "replicas": {placement.host_name(key): {"busy_s": stats["busy_s"], "blocked_s": stats["blocked_s"],
+                                                "vertices": stats["vertices"]} for key, stats in alive.items()},
+        "progress_batches": progress["batches_applied"],
+        "progress_pushes": progress["pushes"],
+        "data_messages": data_batches,
+        "max_inflight_seen": max((s["max_inflight_seen"] for s in per_replica), default=0),
+        "backpressure_waits": sum(s["backpressure_waits"] for s in per_replica),
+        "local_sends": sum(s["local_sends"] for s in per_replica),
+        "unreachable": [placement.host_name(key) for key, answer in answers.items() if answer is None],
+    }
+
+
+def _progress_of(vertex: str, progress: dict[str, dict[str, int | None]], fed: list[int]) -> dict[str, int | None]:
+    """``queued`` and ``frontier`` of ``vertex`` (from the progress tracker), and
+    ``frontier_lag``: how many epochs its frontier trails the latest epoch an open input
+    is at (``fed``; None once nothing more can arrive, or no input is open)."""
+    if vertex not in progress:
+        return {}
+    frontier = progress[vertex]["frontier"]
+    lag = max(fed) - frontier if fed and frontier is not None else None
+    return {**progress[vertex], "frontier_lag": lag}
