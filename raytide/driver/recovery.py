@@ -387,10 +387,7 @@ class JobRecovery:
         Raises:
             JobTimeout: naming ``what`` took too long.
         """
-        try:
-            return ray.get(refs, timeout=RECOVERY_TIMEOUT)
-        except ray.exceptions.GetTimeoutError as error:
-            raise JobTimeout(f"job {self.placement.name!r}: {what} took longer than {RECOVERY_TIMEOUT:.0f} s") from error
+        return self.placement.wait(refs, what, RECOVERY_TIMEOUT)
 
     def stats(self) -> dict[str, Any]:
         """Recoveries so far (the coordinator adds the snapshots): ``count`` restarts after a
