@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable, Iterable
 
 from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob
+from tests.sim.scenarios import Scenario, as_counters
 
 #: When a trial crashes something: at a random step, once snapshots are committed, during a
 #: recovery, or twice close together.
@@ -63,3 +64,22 @@ def caught_by(names: Iterable[str], seeds: int, failed: Callable[[str, int], boo
         if seed is not None:
             caught.append((name, seed))
     return caught
+
+
+def exact_under_chaos(job: LocalJob, scenario: Scenario, rng: random.Random, seed: int, calm_steps: int,
+                      max_steps: int, watch: Callable[[LocalJob], None] | None = None) -> bool:
+    """Run ``job`` (of ``scenario``) with the crashes of a recovery trial, in the mode ``seed``
+    picks (``calm_steps``: how long the same job runs without a crash; ``watch(job)`` after
+    every step); whether it finished with exactly the scenario's output."""
+    chaos = Chaos(job, rng, MODES[seed % len(MODES)], collections.Counter(), calm_steps)
+
+    def after(job: LocalJob) -> None:
+        chaos.after_step(job)
+        if watch is not None:
+            watch(job)
+
+    try:
+        run = job.run(max_steps=max_steps, after_step=after)
+    except Exception:  # a hang, a livelock, an epoch handed over twice, a snapshot that cannot be read
+        return False
+    return run.failure is None and run.finished and as_counters(run.outputs) == scenario.expected

@@ -4,7 +4,6 @@ acknowledgements come late; every trial still gives exactly the failure-free out
 
 from __future__ import annotations
 
-import collections
 import random
 
 import pytest
@@ -13,8 +12,8 @@ from raytide.snapshots import coordinator
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import LocalJob
 from raytide.testing.outcome import LocalRecovery
-from tests.sim.chaos import MODES, Chaos
-from tests.sim.scenarios import SCENARIOS, as_counters
+from tests.sim.chaos import exact_under_chaos
+from tests.sim.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")
 
@@ -36,21 +35,14 @@ def slow_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
     job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed,
                    recovery=LocalRecovery(SnapshotStore(directory), **options))
     job.slow_down(rng.choice(job.replica_keys()), rng.choice([0.02, 0.05, 0.1]))
-    chaos = Chaos(job, rng, MODES[seed % len(MODES)], collections.Counter(), calm.steps)
     abandoned = 0
 
     def count(job: LocalJob) -> None:
         nonlocal abandoned
-        chaos.after_step(job)
         if job.coordinator is not None:
             abandoned = max(abandoned, job.coordinator.stats.abandoned)
 
-    try:
-        run = job.run(max_steps=200_000, after_step=count)
-    except Exception:  # a hang, a livelock or an epoch handed over twice
-        return False, abandoned
-    return run.failure is None and run.finished and as_counters(run.outputs) == scenario.expected, abandoned
-
+    return exact_under_chaos(job, scenario, rng, seed, calm.steps, 200_000, watch=count), abandoned
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_slow_replica_costs_snapshots_never_the_output(name, tmp_path):

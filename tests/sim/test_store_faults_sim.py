@@ -4,7 +4,6 @@ on, and every trial still gives exactly the failure-free output."""
 
 from __future__ import annotations
 
-import collections
 import random
 
 import pytest
@@ -14,8 +13,8 @@ from raytide.snapshots.recovery import part_name
 from raytide.snapshots.store import PartInfo, SnapshotStore
 from raytide.testing.local import LocalJob
 from raytide.testing.outcome import FlakyStore, LocalRecovery
-from tests.sim.chaos import MODES, Chaos
-from tests.sim.scenarios import SCENARIOS, as_counters
+from tests.sim.chaos import exact_under_chaos
+from tests.sim.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")  # one the store failed to commit
 
@@ -36,13 +35,7 @@ def faulty_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
                     recovery=LocalRecovery(SnapshotStore(directory + "-calm"), **options)).run()
     store = FlakyStore(directory, FAILURE_RATE, seed)
     job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed, recovery=LocalRecovery(store, **options))
-    chaos = Chaos(job, rng, MODES[seed % len(MODES)], collections.Counter(), calm.steps)
-    try:
-        run = job.run(max_steps=100_000, after_step=chaos.after_step)
-    except Exception:  # a hang, a livelock, an epoch handed over twice, a snapshot that cannot be read
-        return False, store.failures
-    return run.failure is None and run.finished and as_counters(run.outputs) == scenario.expected, store.failures
-
+    return exact_under_chaos(job, scenario, rng, seed, calm.steps, 100_000), store.failures
 
 @pytest.mark.parametrize("name", NAMES)
 def test_failed_writes_and_commits_are_abandoned_and_the_output_stays_exact(name, tmp_path):
