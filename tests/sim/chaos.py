@@ -6,7 +6,9 @@ import collections
 import random
 from collections.abc import Callable, Iterable
 
+from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob
+from raytide.testing.outcome import LocalRecovery
 from tests.sim.scenarios import Scenario, as_counters
 
 #: When a trial crashes something: at a random step, once snapshots are committed, during a
@@ -83,3 +85,9 @@ def exact_under_chaos(job: LocalJob, scenario: Scenario, rng: random.Random, see
     except Exception:  # a hang, a livelock, an epoch handed over twice, a snapshot that cannot be read
         return False
     return run.failure is None and run.finished and as_counters(run.outputs) == scenario.expected
+
+
+def calm_steps(scenario: Scenario, parallelism: int, seed: int, options: dict, directory: str) -> int:
+    """How many steps ``scenario``'s job takes with no crash (where a trial's crashes are drawn from)."""
+    recovery = LocalRecovery(SnapshotStore(directory + "-calm"), **options)
+    return LocalJob(scenario.flow, scenario.inputs, parallelism, seed, recovery=recovery).run().steps

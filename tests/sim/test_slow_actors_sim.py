@@ -12,7 +12,7 @@ from raytide.snapshots import coordinator
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import LocalJob
 from raytide.testing.outcome import LocalRecovery
-from tests.sim.chaos import exact_under_chaos
+from tests.sim.chaos import calm_steps, exact_under_chaos
 from tests.sim.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")
@@ -30,8 +30,7 @@ def slow_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
     options = {"interval": rng.choice([3, 10]), "timeout": rng.choice([20, 40, 80]), "retain": rng.randint(1, 3),
                "max_restarts": 4, "detection": rng.randint(0, 6)}
     parallelism = rng.randint(2, 3)
-    calm = LocalJob(scenario.flow, scenario.inputs, parallelism, seed,
-                    recovery=LocalRecovery(SnapshotStore(directory + "-calm"), **options)).run()
+    calm = calm_steps(scenario, parallelism, seed, options, directory)
     job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed,
                    recovery=LocalRecovery(SnapshotStore(directory), **options))
     job.slow_down(rng.choice(job.replica_keys()), rng.choice([0.02, 0.05, 0.1]))
@@ -42,7 +41,8 @@ def slow_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
         if job.coordinator is not None:
             abandoned = max(abandoned, job.coordinator.stats.abandoned)
 
-    return exact_under_chaos(job, scenario, rng, seed, calm.steps, 200_000, watch=count), abandoned
+    return exact_under_chaos(job, scenario, rng, seed, calm, 200_000, watch=count), abandoned
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_slow_replica_costs_snapshots_never_the_output(name, tmp_path):

@@ -10,10 +10,10 @@ import pytest
 
 from raytide.snapshots.coordinator import Acknowledgement
 from raytide.snapshots.recovery import part_name
-from raytide.snapshots.store import PartInfo, SnapshotStore
+from raytide.snapshots.store import PartInfo
 from raytide.testing.local import LocalJob
 from raytide.testing.outcome import FlakyStore, LocalRecovery
-from tests.sim.chaos import exact_under_chaos
+from tests.sim.chaos import calm_steps, exact_under_chaos
 from tests.sim.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")  # one the store failed to commit
@@ -31,11 +31,11 @@ def faulty_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
     options = {"interval": rng.choice([3, 10]), "retain": rng.randint(1, 3), "max_restarts": 4,
                "detection": rng.randint(0, 6)}
     parallelism = rng.randint(1, 3)
-    calm = LocalJob(scenario.flow, scenario.inputs, parallelism, seed,
-                    recovery=LocalRecovery(SnapshotStore(directory + "-calm"), **options)).run()
+    calm = calm_steps(scenario, parallelism, seed, options, directory)
     store = FlakyStore(directory, FAILURE_RATE, seed)
     job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed, recovery=LocalRecovery(store, **options))
-    return exact_under_chaos(job, scenario, rng, seed, calm.steps, 100_000), store.failures
+    return exact_under_chaos(job, scenario, rng, seed, calm, 100_000), store.failures
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_failed_writes_and_commits_are_abandoned_and_the_output_stays_exact(name, tmp_path):
