@@ -22,6 +22,14 @@ def run_collect(flow: rt.Dataflow, inputs: dict[str, Any] | None = None, output:
         return job.collect(output)
 
 
+def wait_for_epoch(job: rt.Job, output: str, epoch: int, timeout: float = 120.0) -> None:
+    """Poll until ``job`` handed out epoch ``epoch`` (or a later one) of ``output``; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while max(job.collect(output), default=-1) < epoch:
+        assert time.monotonic() < deadline, f"epoch {epoch} of {output!r} not handed out within {timeout:g} s"
+        time.sleep(0.02)
+
+
 def as_multisets(result: dict[int, list]) -> dict[int, Counter]:
     """Each non-empty epoch's records as a multiset: their order within an epoch is not defined."""
     return {epoch: Counter(records) for epoch, records in result.items() if records}

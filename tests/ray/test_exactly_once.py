@@ -20,17 +20,10 @@ import raytide as rt
 from raytide.driver.outputs import OutputCollector
 from raytide.errors import InternalError, RescaleError
 from tests.delivery import assert_exactly_once, read_outputs
+from tests.ray.jobs import wait_for_epoch
 from tests.ray.test_recovery import keyed_numbers, running_sum, running_sums
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
-
-
-def wait_for_epoch(job: rt.Job, output: str, epoch: int, timeout: float = 60.0) -> None:
-    """Wait until ``output`` of ``job`` has completed ``epoch``."""
-    deadline = time.monotonic() + timeout
-    while max(job.collect(output), default=-1) < epoch:
-        assert time.monotonic() < deadline, f"epoch {epoch} of {output!r} not complete within {timeout:g} s"
-        time.sleep(0.02)
 
 
 def test_an_epoch_completed_again_after_it_was_handed_over_fails_the_job(ray_session, tmp_path, monkeypatch):

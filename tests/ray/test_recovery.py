@@ -23,7 +23,7 @@ from raytide.integrations.parquet import write_parquet
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
 from tests.delivery import Handed, assert_exactly_once, read_outputs
-from tests.ray.jobs import as_multisets, counting_words, text_parts
+from tests.ray.jobs import as_multisets, counting_words, text_parts, wait_for_epoch
 from tests.sim.scenarios import SCENARIOS, Scenario, with_input_width
 from tests.sim.test_output_commit_sim import chain_breaks, chained_flow
 
@@ -36,14 +36,6 @@ PACE = 0.02  # seconds between epochs fed (the kills wait at gates in the feed, 
 def sigkill(job: rt.Job, name: str) -> None:
     """SIGKILL the worker process of ``job``'s host ``name`` (``job/chain/replica``, ``job/progress``...)."""
     os.kill(job.hosts()[f"{job.name}/{name}"], signal.SIGKILL)
-
-
-def wait_for_epoch(job: rt.Job, output: str, epoch: int, timeout: float = 120) -> None:
-    """Poll until ``job`` handed out epoch ``epoch`` (or a later one) of ``output``; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while max(job.collect(output), default=-1) < epoch:
-        assert time.monotonic() < deadline, f"epoch {epoch} of {output!r} not handed out within {timeout} s"
-        time.sleep(0.02)
 
 
 def a_replica(job: rt.Job, rng: random.Random) -> ReplicaKey:
