@@ -1,11 +1,6 @@
 """Shared fixtures: one real local Ray for the whole session (2 CPUs, as on CI), Spark on it,
 a check that every test's ``ray`` mark says whether it starts Ray, and an order of the test
-files in which the session's Spark starts once and is stopped only by the last files.
-
-The suite runs in two pytest-xdist workers (``-n 2`` in pyproject.toml): every test that uses
-Ray (they all live under ``tests/ray/``) goes to one of them, in the order below, so one Ray
-(and one Spark) runs at a time, while the other worker takes the tests that start no Ray (the
-unit tests, the simulations, the contract) as it is free."""
+files in which the session's Spark starts once and is stopped only by the last files."""
 
 from __future__ import annotations
 
@@ -62,26 +57,6 @@ def own_ray_env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
 
 
-#: The folder of every test that uses Ray (checked in :func:`pytest_collection_modifyitems`).
-RAY_TESTS = "tests/ray/"
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """pytest-xdist's scheduler for this suite: the tests under :data:`RAY_TESTS` are one unit of
-    work (one worker runs them, in the order :func:`pytest_collection_modifyitems` gives them),
-    and every other test is a unit of its own, for whichever worker is free.
-
-    (xdist's own ``--dist loadgroup`` groups by a suffix of the test id that pytest 9 ignores.)
-    """
-    from xdist.scheduler import LoadScopeScheduling
-
-    class RayTestsTogether(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return RAY_TESTS if nodeid.startswith(RAY_TESTS) else nodeid
-
-    return RayTestsTogether(config, log)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse to run when a test's marks disagree with the fixtures it uses; then order the
     files so that the session's Spark starts once.
@@ -102,8 +77,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             wrong.append(f"{item.nodeid}: has the ray mark but uses none of {', '.join(sorted(RAY_FIXTURES))}")
         if "spark" in fixtures and item.get_closest_marker("spark") is None:
             wrong.append(f"{item.nodeid}: uses spark but has no spark mark")
-        if marked and not item.nodeid.startswith(RAY_TESTS):
-            wrong.append(f"{item.nodeid}: has the ray mark but is not under {RAY_TESTS} (one worker runs those)")
         if item.get_closest_marker("stops_spark") is not None and "ray_session" not in fixtures:
             wrong.append(f"{item.nodeid}: has the stops_spark mark but does not use ray_session")
     if wrong:
