@@ -19,7 +19,7 @@ lexicographic counters with a bound on an inner counter would not be.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from raytide.errors import GraphError
@@ -81,6 +81,62 @@ def all_pairs(edges: Edges, locations: Iterable[Location]) -> Reachability:
     locations = list(locations)
     budget = 64 * (len(locations) + 1) ** 2
     return {source: minimal_summaries(edges, source, budget) for source in locations}
+
+
+def components(edges: Edges, locations: Iterable[Location]) -> list[list[Location]]:
+    """The strongly connected components, each listed before every component it has edges into.
+
+    Tarjan's algorithm, with an explicit stack so that long pipelines do not hit Python's
+    recursion limit. Tarjan finishes a component after every component it reaches, so the
+    list is reversed at the end; within a component, locations keep the order in which the
+    search found them, which follows the edges.
+    """
+    index: dict[Location, int] = {}
+    low: dict[Location, int] = {}
+    stack: list[Location] = []
+    found: list[list[Location]] = []
+    for root in locations:
+        if root in index:
+            continue
+        calls = [(root, _enter(root, edges, index, low, stack))]
+        while calls:
+            node, targets = calls[-1]
+            for target, _ in targets:
+                if target not in index:
+                    calls.append((target, _enter(target, edges, index, low, stack)))
+                    break
+                if target in low:
+                    low[node] = min(low[node], index[target])
+            else:
+                calls.pop()
+                if calls:
+                    parent = calls[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    found.append(_pop_component(node, stack, low))
+    found.reverse()
+    return found
+
+
+def _enter(node: Location, edges: Edges, index: dict[Location, int], low: dict[Location, int],
+           stack: list[Location]) -> Iterator[tuple[Location, PathSummary]]:
+    """Number ``node``, push it on Tarjan's stack; return an iterator over its outgoing edges."""
+    index[node] = low[node] = len(index)
+    stack.append(node)
+    return iter(edges.get(node, ()))
+
+
+def _pop_component(root: Location, stack: list[Location], low: dict[Location, int]) -> list[Location]:
+    """Pop the component whose root is ``root`` off Tarjan's stack, in the order it was found.
+
+    Its members leave ``low``, which holds exactly the locations still on the stack.
+    """
+    component: list[Location] = []
+    while not component or component[-1] != root:
+        member = stack.pop()
+        del low[member]
+        component.append(member)
+    return component[::-1]
 
 
 def non_advancing_cycle(edges: Edges, reach: Reachability) -> list[Location] | None:
