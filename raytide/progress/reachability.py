@@ -1,19 +1,23 @@
-"""Could-result-in: the minimal path summaries between every pair of locations.
+"""Could-result-in: the minimal path summaries between locations, and the graph's cycles.
 
 The location graph has an edge ``input(v, i) -> vertex(v)`` with the identity summary
 (a message at an input of ``v`` is processed by ``v``) and an edge
 ``vertex(v) -> input(w, j)`` with the summary of the output port of ``v`` that feeds
 ``w``'s input ``j`` (identity for ordinary vertices; ingress, egress or feedback for the
-loop vertices). For every source location we run a worklist: a summary reaching a
-location is composed with every outgoing edge, and kept when it is not dominated by a
-summary already known there. Summaries only get larger around a cycle that strictly
-advances timestamps, so the worklist stops; a cycle that does not advance is found by
-:func:`non_advancing_cycle` and rejected by the graph builder.
+loop vertices). From a source location a worklist composes each summary reaching a
+location with every outgoing edge, and keeps it when no summary known there is below it.
+Summaries only get larger around a cycle that strictly advances timestamps, so the
+worklist stops. Every cycle lies inside one strongly connected component
+(:func:`components`); a cycle that does not advance is found by
+:func:`non_advancing_cycle` on the summaries inside a component, and rejected by the
+graph builder.
 
 Iteration bounds are stripped from the summaries kept here: bounds only drop records, so
 ignoring them over-approximates could-result-in (safe: at worst a notification waits
 for a record that will be dropped), and it keeps ``results_in`` monotone, which
-lexicographic counters with a bound on an inner counter would not be.
+lexicographic counters with a bound on an inner counter would not be. A path is dropped
+only where a bound drops every timestamp the path can carry (``followed_by`` is None:
+a feedback bounded at 0, or one whose bound the path's own increments already pass).
 """
 
 from __future__ import annotations
@@ -51,13 +55,14 @@ Edges = Mapping[Location, Sequence[tuple[Location, PathSummary]]]
 Reachability = dict[Location, dict[Location, Antichain[PathSummary]]]
 
 
-def minimal_summaries(edges: Edges, source: Location, max_steps: int) -> dict[Location, Antichain[PathSummary]]:
+def minimal_summaries(edges: Edges, source: Location) -> dict[Location, Antichain[PathSummary]]:
     """The antichain of minimal summaries from ``source`` to every location it reaches.
 
     Raises:
-        GraphError: if more than ``max_steps`` summaries are explored, which only a cycle
-            that does not advance timestamps can cause.
+        GraphError: if more than ``64 * (locations + 1) ** 2`` summaries are explored, which
+            only a cycle that does not advance timestamps can cause.
     """
+    max_steps = 64 * (len(edges) + 1) ** 2
     found: dict[Location, Antichain[PathSummary]] = {source: Antichain([PathSummary.identity()])}
     work: deque[tuple[Location, PathSummary]] = deque([(source, PathSummary.identity())])
     steps = 0
@@ -78,9 +83,7 @@ def minimal_summaries(edges: Edges, source: Location, max_steps: int) -> dict[Lo
 
 def all_pairs(edges: Edges, locations: Iterable[Location]) -> Reachability:
     """Minimal summaries between every pair of locations (absent pairs are unreachable)."""
-    locations = list(locations)
-    budget = 64 * (len(locations) + 1) ** 2
-    return {source: minimal_summaries(edges, source, budget) for source in locations}
+    return {source: minimal_summaries(edges, source) for source in locations}
 
 
 def components(edges: Edges, locations: Iterable[Location]) -> list[list[Location]]:

@@ -40,8 +40,8 @@ def test_random_graphs_have_multi_output_vertices_and_bounded_loops():
 @given(st.integers(0, 10_000))
 def test_summaries_are_antichains_and_every_cycle_advances(seed):
     graph = random_graph(seed).graph
-    for source, reached in graph.reach.items():
-        for target, chain in reached.items():
+    for source in graph.locations:
+        for target, chain in graph.reached_from(source).items():
             members = chain.elements()
             assert all(not a.less_equal(b) for a in members for b in members if a != b)
             if source == target:
