@@ -236,9 +236,11 @@ def _compile(step: PathSummary) -> Apply:
 
 
 def _net(steps: list[tuple[Timestamp, int]]) -> list[tuple[Timestamp, int]]:
-    """The net effect of successive frontier changes at one location, in a fixed order: what
-    left the frontier, then what joined it, each by time (a time that joined and left again
-    is not there)."""
+    """The net effect of successive frontier changes at one location: what left the frontier,
+    then what joined it (a time that joined and left again, or left and joined, is not there)."""
     if len(steps) == 1:
         return steps
-    return sorted(ChangeBatch(steps).items(), key=lambda step: (step[1], step[0].sort_key()))
+    total: dict[Timestamp, int] = {}
+    for time, change in steps:
+        total[time] = total.get(time, 0) + change
+    return [(t, c) for t, c in total.items() if c < 0] + [(t, c) for t, c in total.items() if c > 0]
