@@ -16,6 +16,11 @@ graph, and the all-pairs summaries that building it computed before (the all-pai
 tracker still does). The cost per update is also measured for 1, 8 and 64 epochs in
 flight on the 20-location graph, to show how it grows with the number of active
 pointstamps.
+
+Times are CPU seconds of this process (``time.process_time``), not wall time: the
+trackers are single-threaded pure Python, so on an idle machine the two agree, and on the
+shared 2-core machine wall time measured mostly the other jobs (one 5-run median came out
+4x the CPU time, the runs of one size differing up to 20x).
 """
 
 from __future__ import annotations
@@ -111,12 +116,12 @@ def workload(graph: ProgressGraph, path: list[Location], epochs_in_flight: int, 
 
 
 def drive(tracker: Tracker | AllPairsTracker, batches: list[Batch]) -> float:
-    """Apply every batch to ``tracker``, propagating after each; return the seconds it took."""
-    started = time.perf_counter()
+    """Apply every batch to ``tracker``, propagating after each; return the CPU seconds it took."""
+    started = time.process_time()
     for batch in batches:
         tracker.update_all(batch)
         tracker.propagate()
-    return time.perf_counter() - started
+    return time.process_time() - started
 
 
 def prefix(batches: list[Batch], updates: int) -> list[Batch]:
@@ -140,15 +145,15 @@ def per_size(name: str, make: Callable[[ProgressGraph], Tracker | AllPairsTracke
 
 
 def build_times() -> dict[str, float]:
-    """Milliseconds to build the 1,000-location graph now, and to compute what building it
+    """CPU milliseconds to build the 1,000-location graph now, and to compute what building it
     computed before: all-pairs summaries and the cycle check on them."""
     builder, _ = looped_builder(SIZES[-1])
-    started = time.perf_counter()
+    started = time.process_time()
     graph = builder.build()
-    built = time.perf_counter() - started
-    started = time.perf_counter()
+    built = time.process_time() - started
+    started = time.process_time()
     non_advancing_cycle(graph.location_edges, all_pairs(graph.location_edges, graph.locations))
-    return {"graph_build_ms_1000loc": built * 1e3, "allpairs_summaries_ms_1000loc": (time.perf_counter() - started) * 1e3}
+    return {"graph_build_ms_1000loc": built * 1e3, "allpairs_summaries_ms_1000loc": (time.process_time() - started) * 1e3}
 
 
 def measure(updates: int, oracle_updates: int) -> dict[str, float]:
