@@ -24,7 +24,12 @@ first) and sums the entries for one time at one location; it applies the sum to 
 location's implications, and only the changes of their frontier travel on, along the
 location's edges through the edge's summary. So a change travels as far as it moves
 frontiers, and costs nothing beyond: a message moving one hop while an earlier timestamp
-holds both ends costs two count updates, whatever the size of the graph.
+holds both ends costs two count updates, whatever the size of the graph, and a frontier
+change costs a step per location whose frontier it moves. Measured (``python -m bench
+tracker``, 8 epochs in flight, CPU time on the shared 2-core machine): 234,000 updates/s
+at 20 locations, 137,000 at 1,000, where propagating each local frontier change to every
+reachable location through all-pairs path summaries (``tests/all_pairs.py``, the oracle of
+the tests) managed 184,000 and 1,500.
 
 The order makes cycles finish (popped first in, first out, the oracle test does not). When
 a frontier element ``t`` leaves a location on a loop, what it implied there through the
@@ -117,6 +122,7 @@ class Tracker:
     def __init__(self, graph: ProgressGraph) -> None:
         self.graph = graph
         self._pending: ChangeBatch[Pointstamp] = ChangeBatch()
+        # upstream first: at one time, the worklist takes a location after those feeding it
         self._locations = [loc for component in components(graph.location_edges, graph.locations) for loc in component]
         self._rank = {loc: rank for rank, loc in enumerate(self._locations)}
         self._pointstamps = [MutableAntichain() for _ in self._locations]
