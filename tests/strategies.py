@@ -98,7 +98,7 @@ class RandomGraph:
     edges: list[tuple[str, int, str, int]] = field(default_factory=list)
 
 
-def random_graph(seed: int, max_vertices: int = 14, max_nesting: int = 2) -> RandomGraph:
+def random_graph(seed: int, max_vertices: int = 14, max_nesting: int = 2, bounds: tuple[int, int] = (1, 3)) -> RandomGraph:
     """A connected random graph: a source, scopes of DAG vertices, loops nested up to ``max_nesting``.
 
     A loop starts only while the graph has room for it under ``max_vertices``; the
@@ -106,7 +106,8 @@ def random_graph(seed: int, max_vertices: int = 14, max_nesting: int = 2) -> Ran
 
     Some vertices have two outputs: ordinary ones (both identity) and loop heads, whose
     second output leaves the loop (egress). About half of the loops bound their feedback
-    (``PathSummary.feedback(bound)``, bound 1 to 3).
+    (``PathSummary.feedback(bound)``, a bound drawn from ``bounds``: 1 to 3 unless asked;
+    0 drops every record, a loop body that runs once).
     """
     rng = random.Random(seed)
     builder = GraphBuilder()
@@ -137,7 +138,7 @@ def random_graph(seed: int, max_vertices: int = 14, max_nesting: int = 2) -> Ran
         head = vertex("head", depth + 1, (PathSummary.identity(), PathSummary.egress()))
         connect((enter, 0), head)
         tail = scope([(head, 0)], depth + 1, rng.randint(1, 3))
-        bound = rng.choice([None, rng.randint(1, 3)])
+        bound = rng.choice([None, rng.randint(*bounds)])
         back = vertex("back", depth + 1, (PathSummary.feedback(bound),), inputs=1)
         connect(tail, back)
         connect((back, 0), head)

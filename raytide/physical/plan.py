@@ -165,6 +165,8 @@ class PhysicalPlan:
         not where the cycle is entered, and aligns on them as usual.
         """
         start = Location.of_vertex(head)
+        if start not in self.graph.cyclic:
+            return []
         back = [c for c in channels if self.graph.summaries(start, Location.of_vertex(c.source))]
         return back if len(back) < len(channels) else []
 
@@ -222,10 +224,14 @@ def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool 
 
 
 def _on_cycles(flow: Dataflow, graph: ProgressGraph) -> frozenset[str]:
-    """Vertices whose output can come back to one of their inputs (they sit inside a loop)."""
+    """Vertices whose output can come back to one of their inputs (they sit inside a loop).
+
+    Only a vertex on a cycle of the graph can; the summaries from the others are not computed.
+    """
     return frozenset(
         name for name, v in flow.vertices.items()
-        if any(graph.summaries(Location.of_vertex(name), Location.of_input(name, p)) for p in range(len(v.inputs)))
+        if Location.of_vertex(name) in graph.cyclic
+        and any(graph.summaries(Location.of_vertex(name), Location.of_input(name, p)) for p in range(len(v.inputs)))
     )
 
 

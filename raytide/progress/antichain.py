@@ -106,9 +106,14 @@ class MutableAntichain:
         self._frontier: list[Timestamp] = []
 
     def update_iter(self, updates: Iterable[tuple[Timestamp, int]]) -> list[tuple[Timestamp, int]]:
-        """Apply ``(time, delta)`` updates; return the changes of the frontier."""
-        counts = self._counts
-        stale = False
+        """Apply ``(time, delta)`` updates; return the changes of the frontier.
+
+        Only a frontier element losing its positive count makes the frontier be recomputed
+        from all counts; a time gaining one, not above the frontier, joins it directly.
+        """
+        counts, frontier = self._counts, self._frontier
+        removed = False
+        joined: list[Timestamp] = []
         for time, delta in updates:
             if not delta:
                 continue
@@ -118,23 +123,39 @@ class MutableAntichain:
                 counts[time] = after
             else:
                 del counts[time]
-            if stale:
-                continue
             if before > 0 >= after:
-                stale = time in self._frontier
-            elif after > 0 >= before:
-                stale = not any(f.less_equal(time) for f in self._frontier)
-        return self._rebuild() if stale else []
+                removed = removed or time in frontier
+            elif after > 0 >= before and not _covers(frontier, time):
+                joined.append(time)
+        if removed:
+            return self._rebuild()
+        return self._join(joined) if joined else []
+
+    def _join(self, joined: list[Timestamp]) -> list[tuple[Timestamp, int]]:
+        """The frontier with ``joined`` (times that gained a positive count) added, when no
+        frontier element lost its count: every other positive time is above the old frontier."""
+        frontier = self._frontier
+        for time in joined:
+            if self._counts.get(time, 0) > 0 and not _covers(frontier, time):
+                frontier = [f for f in frontier if not time.less_equal(f)] + [time]
+        return self._replace(frontier)
 
     def _rebuild(self) -> list[tuple[Timestamp, int]]:
-        positive = sorted((t for t, c in self._counts.items() if c > 0), key=Timestamp.sort_key)
+        """The frontier recomputed from every positive count."""
+        positive = [t for t, c in self._counts.items() if c > 0]
+        if len(positive) > 1:
+            positive.sort(key=Timestamp.sort_key)
         frontier: list[Timestamp] = []
         for time in positive:
-            if not any(f.less_equal(time) for f in frontier):
+            if not _covers(frontier, time):
                 frontier.append(time)
-        old, new = set(self._frontier), set(frontier)
+        return self._replace(frontier)
+
+    def _replace(self, frontier: list[Timestamp]) -> list[tuple[Timestamp, int]]:
+        """Make ``frontier`` the frontier; return what left (-1) and what joined (+1)."""
+        old = self._frontier
         self._frontier = frontier
-        return [(t, -1) for t in old - new] + [(t, 1) for t in frontier if t not in old]
+        return [(t, -1) for t in old if t not in frontier] + [(t, 1) for t in frontier if t not in old]
 
     def frontier(self) -> list[Timestamp]:
         """The minimal timestamps with a positive count."""
@@ -146,7 +167,7 @@ class MutableAntichain:
 
     def less_equal(self, time: Timestamp) -> bool:
         """Whether some frontier element is ``<=`` ``time``."""
-        return any(f.less_equal(time) for f in self._frontier)
+        return _covers(self._frontier, time)
 
     def less_than(self, time: Timestamp) -> bool:
         """Whether some frontier element is strictly less than ``time``."""
@@ -159,3 +180,12 @@ class MutableAntichain:
     def counts(self) -> dict[Timestamp, int]:
         """A copy of the non-zero counts."""
         return dict(self._counts)
+
+
+def _covers(frontier: list[Timestamp], time: Timestamp) -> bool:
+    """Whether some element of ``frontier`` is ``<=`` ``time``: a loop, as frontiers are short
+    and this runs on the tracker's hot path (cheaper than ``any`` over a generator)."""
+    for f in frontier:
+        if f.less_equal(time):
+            return True
+    return False

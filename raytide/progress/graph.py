@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from raytide.errors import GraphError
 from raytide.progress.antichain import Antichain
-from raytide.progress.reachability import Location, Reachability, all_pairs, non_advancing_cycle
+from raytide.progress.reachability import Location, Reachability, all_pairs, components, minimal_summaries, non_advancing_cycle
 from raytide.progress.summaries import PathSummary
 from raytide.progress.timestamps import Timestamp
 
@@ -90,7 +90,7 @@ class GraphBuilder:
         self.edges.append(Edge(source, output, target, input))
 
     def build(self) -> ProgressGraph:
-        """Validate the graph and compute could-result-in between all locations.
+        """Validate the graph and compile it.
 
         Raises:
             GraphError: unknown vertices or ports, mismatched loop depths, or a cycle that
@@ -118,7 +118,13 @@ class GraphBuilder:
 
 
 class ProgressGraph:
-    """A validated graph with the minimal path summaries between all its locations."""
+    """A validated graph: its locations, the edges between them, and their minimal path summaries.
+
+    The summaries from a location are computed the first time they are asked for and kept:
+    the tracker needs none of them, and building all pairs costs O(locations^2). Building
+    the graph computes the strongly connected components and, to reject a cycle that does
+    not advance timestamps, the summaries inside each component that has a cycle.
+    """
 
     def __init__(self, vertices: dict[str, VertexShape], edges: tuple[Edge, ...]) -> None:
         self.vertices = vertices
@@ -127,14 +133,13 @@ class ProgressGraph:
             loc for v in vertices.values() for loc in [Location.of_vertex(v.name)] + [Location.of_input(v.name, i) for i in range(v.inputs)]
         ]
         self.location_edges = self._location_edges()
-        self.reach: Reachability = all_pairs(self.location_edges, self.locations)
-        cycle = non_advancing_cycle(self.location_edges, self.reach)
-        if cycle is not None:
-            names = " -> ".join(dict.fromkeys(loc.vertex for loc in cycle))
-            raise GraphError(
-                f"cycle {names} -> {cycle[0].vertex} does not advance timestamps: "
-                "build it inside a loop context, with its back edge through a feedback stream"
-            )
+        self.components = components(self.location_edges, self.locations)
+        #: The locations on some cycle: only these can reach themselves, or be reached from a location they reach.
+        self.cyclic = frozenset(loc for component in self.components if len(component) > 1 for loc in component)
+        self._reached: Reachability = {}
+        for component in self.components:
+            if len(component) > 1:
+                self._reject_non_advancing_cycle(component)
 
     def _location_edges(self) -> dict[Location, list[tuple[Location, PathSummary]]]:
         out: dict[Location, list[tuple[Location, PathSummary]]] = {loc: [] for loc in self.locations}
@@ -146,9 +151,32 @@ class ProgressGraph:
             out[Location.of_vertex(edge.source)].append((Location.of_input(edge.target, edge.input), summary))
         return out
 
+    def _reject_non_advancing_cycle(self, component: list[Location]) -> None:
+        """Raise GraphError for a cycle in ``component`` that does not advance timestamps.
+
+        Every path between two locations of a component stays inside it, so the summaries
+        over the component's own edges are the graph's.
+        """
+        members = set(component)
+        inside = {loc: [(target, step) for target, step in self.location_edges[loc] if target in members] for loc in component}
+        cycle = non_advancing_cycle(inside, all_pairs(inside, component))
+        if cycle is not None:
+            names = " -> ".join(dict.fromkeys(loc.vertex for loc in cycle))
+            raise GraphError(
+                f"cycle {names} -> {cycle[0].vertex} does not advance timestamps: "
+                "build it inside a loop context, with its back edge through a feedback stream"
+            )
+
+    def reached_from(self, source: Location) -> dict[Location, Antichain[PathSummary]]:
+        """The minimal summaries from ``source`` to every location it reaches (itself: the identity)."""
+        reached = self._reached.get(source)
+        if reached is None:
+            reached = self._reached[source] = minimal_summaries(self.location_edges, source)
+        return reached
+
     def summaries(self, source: Location, target: Location) -> Antichain[PathSummary]:
         """The minimal summaries of the paths from ``source`` to ``target`` (empty if none)."""
-        return self.reach.get(source, {}).get(target, Antichain())
+        return self.reached_from(source).get(target, Antichain())
 
     def could_result_in(self, source: Location, time: Timestamp, target: Location, target_time: Timestamp) -> bool:
         """Whether an event at ``(time, source)`` could lead to one at ``(target_time, target)``."""

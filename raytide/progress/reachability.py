@@ -1,25 +1,29 @@
-"""Could-result-in: the minimal path summaries between every pair of locations.
+"""Could-result-in: the minimal path summaries between locations, and the graph's cycles.
 
 The location graph has an edge ``input(v, i) -> vertex(v)`` with the identity summary
 (a message at an input of ``v`` is processed by ``v``) and an edge
 ``vertex(v) -> input(w, j)`` with the summary of the output port of ``v`` that feeds
 ``w``'s input ``j`` (identity for ordinary vertices; ingress, egress or feedback for the
-loop vertices). For every source location we run a worklist: a summary reaching a
-location is composed with every outgoing edge, and kept when it is not dominated by a
-summary already known there. Summaries only get larger around a cycle that strictly
-advances timestamps, so the worklist stops; a cycle that does not advance is found by
-:func:`non_advancing_cycle` and rejected by the graph builder.
+loop vertices). From a source location a worklist composes each summary reaching a
+location with every outgoing edge, and keeps it when no summary known there is below it.
+Summaries only get larger around a cycle that strictly advances timestamps, so the
+worklist stops. Every cycle lies inside one strongly connected component
+(:func:`components`); a cycle that does not advance is found by
+:func:`non_advancing_cycle` on the summaries inside a component, and rejected by the
+graph builder.
 
 Iteration bounds are stripped from the summaries kept here: bounds only drop records, so
 ignoring them over-approximates could-result-in (safe: at worst a notification waits
 for a record that will be dropped), and it keeps ``results_in`` monotone, which
-lexicographic counters with a bound on an inner counter would not be.
+lexicographic counters with a bound on an inner counter would not be. A path is dropped
+only where a bound drops every timestamp the path can carry (``followed_by`` is None:
+a feedback bounded at 0, or one whose bound the path's own increments already pass).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from raytide.errors import GraphError
@@ -51,13 +55,14 @@ Edges = Mapping[Location, Sequence[tuple[Location, PathSummary]]]
 Reachability = dict[Location, dict[Location, Antichain[PathSummary]]]
 
 
-def minimal_summaries(edges: Edges, source: Location, max_steps: int) -> dict[Location, Antichain[PathSummary]]:
+def minimal_summaries(edges: Edges, source: Location) -> dict[Location, Antichain[PathSummary]]:
     """The antichain of minimal summaries from ``source`` to every location it reaches.
 
     Raises:
-        GraphError: if more than ``max_steps`` summaries are explored, which only a cycle
-            that does not advance timestamps can cause.
+        GraphError: if more than ``64 * (locations + 1) ** 2`` summaries are explored, which
+            only a cycle that does not advance timestamps can cause.
     """
+    max_steps = 64 * (len(edges) + 1) ** 2
     found: dict[Location, Antichain[PathSummary]] = {source: Antichain([PathSummary.identity()])}
     work: deque[tuple[Location, PathSummary]] = deque([(source, PathSummary.identity())])
     steps = 0
@@ -78,9 +83,63 @@ def minimal_summaries(edges: Edges, source: Location, max_steps: int) -> dict[Lo
 
 def all_pairs(edges: Edges, locations: Iterable[Location]) -> Reachability:
     """Minimal summaries between every pair of locations (absent pairs are unreachable)."""
-    locations = list(locations)
-    budget = 64 * (len(locations) + 1) ** 2
-    return {source: minimal_summaries(edges, source, budget) for source in locations}
+    return {source: minimal_summaries(edges, source) for source in locations}
+
+
+def components(edges: Edges, locations: Iterable[Location]) -> list[list[Location]]:
+    """The strongly connected components, each listed before every component it has edges into.
+
+    Tarjan's algorithm, with an explicit stack so that long pipelines do not hit Python's
+    recursion limit. Tarjan finishes a component after every component it reaches, so the
+    list is reversed at the end; within a component, locations keep the order in which the
+    search found them, which follows the edges.
+    """
+    index: dict[Location, int] = {}
+    low: dict[Location, int] = {}
+    stack: list[Location] = []
+    found: list[list[Location]] = []
+    for root in locations:
+        if root in index:
+            continue
+        calls = [(root, _enter(root, edges, index, low, stack))]
+        while calls:
+            node, targets = calls[-1]
+            for target, _ in targets:
+                if target not in index:
+                    calls.append((target, _enter(target, edges, index, low, stack)))
+                    break
+                if target in low:
+                    low[node] = min(low[node], index[target])
+            else:
+                calls.pop()
+                if calls:
+                    parent = calls[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    found.append(_pop_component(node, stack, low))
+    found.reverse()
+    return found
+
+
+def _enter(node: Location, edges: Edges, index: dict[Location, int], low: dict[Location, int],
+           stack: list[Location]) -> Iterator[tuple[Location, PathSummary]]:
+    """Number ``node``, push it on Tarjan's stack; return an iterator over its outgoing edges."""
+    index[node] = low[node] = len(index)
+    stack.append(node)
+    return iter(edges.get(node, ()))
+
+
+def _pop_component(root: Location, stack: list[Location], low: dict[Location, int]) -> list[Location]:
+    """Pop the component whose root is ``root`` off Tarjan's stack, in the order it was found.
+
+    Its members leave ``low``, which holds exactly the locations still on the stack.
+    """
+    component: list[Location] = []
+    while not component or component[-1] != root:
+        member = stack.pop()
+        del low[member]
+        component.append(member)
+    return component[::-1]
 
 
 def non_advancing_cycle(edges: Edges, reach: Reachability) -> list[Location] | None:

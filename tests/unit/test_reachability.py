@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from raytide.errors import GraphError
 from raytide.progress import GraphBuilder, Location, PathSummary, Timestamp
+from raytide.progress.reachability import components
 from tests.oracles import ReachabilityOracle
 from tests.strategies import random_graph, timestamps
 
@@ -39,8 +40,8 @@ def test_random_graphs_have_multi_output_vertices_and_bounded_loops():
 @given(st.integers(0, 10_000))
 def test_summaries_are_antichains_and_every_cycle_advances(seed):
     graph = random_graph(seed).graph
-    for source, reached in graph.reach.items():
-        for target, chain in reached.items():
+    for source in graph.locations:
+        for target, chain in graph.reached_from(source).items():
             members = chain.elements()
             assert all(not a.less_equal(b) for a in members for b in members if a != b)
             if source == target:
@@ -119,3 +120,26 @@ def test_nested_loop_summaries():
     assert g.could_result_in(inner, Timestamp(0, (2, 5)), Location.of_input("outer", 1), Timestamp(0, (3,)))
     assert not g.could_result_in(inner, Timestamp(0, (2, 5)), Location.of_input("outer", 1), Timestamp(0, (2,)))
     assert g.could_result_in(outer, Timestamp(0, (2,)), Location.of_input("inner", 1), Timestamp(0, (2, 1)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000))
+def test_components_are_the_mutually_reachable_locations_in_edge_order(seed):
+    graph = random_graph(seed).graph
+    found = components(graph.location_edges, graph.locations)
+    reached = {source: reachable_locations(graph, source) for source in graph.locations}
+    assert sorted(map(str, (loc for component in found for loc in component))) == sorted(map(str, graph.locations))
+    for component in found:
+        for a in component:
+            assert {b for b in graph.locations if a in reached[b] and b in reached[a]} == set(component)
+    position = {loc: i for i, component in enumerate(found) for loc in component}
+    assert all(position[a] <= position[b] for a, out in graph.location_edges.items() for b, _ in out)
+
+
+def reachable_locations(graph, source: Location) -> set[Location]:
+    """Every location a path of edges leads to from ``source``, itself included (breadth first)."""
+    seen, frontier = {source}, [source]
+    while frontier:
+        frontier = [b for a in frontier for b, _ in graph.location_edges[a] if b not in seen]
+        seen.update(frontier)
+    return seen
