@@ -19,9 +19,11 @@ import pytest
 
 from raytide.engine.replica import ReplicaCore, ReplicaMode
 from raytide.rescale import layout
+from raytide.rescale.rescaling import RescalePhase
 from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
+from raytide.testing.rescaling import SteppedRescale, rescaling_in
 from tests.sim.chaos import caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
 from tests.sim.test_reshard_sim import _owned_by_the_next
@@ -43,7 +45,7 @@ class _Crashes:
         self.rng, self.seen = rng, seen
         self.when = rng.choice(["at a random step", "during a rescale's cut", "during a rescale's adoption"])
         self.left = rng.randint(1, 2)
-        self.rescales_seen = 0
+        self.adopting: SteppedRescale | None = None  # the last rescale seen adopting its state
         if self.when == "at a random step":
             job.crash(self._target(job), at_step=rng.randrange(1, 120))
 
@@ -58,8 +60,9 @@ class _Crashes:
             self.left -= 1
             self.seen["crash during a rescale's cut"] += 1
             job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(3))
-        if len(job.result.rescales) > self.rescales_seen:
-            self.rescales_seen = len(job.result.rescales)
+        adopting = job.rescaling if rescaling_in(job.rescaling, RescalePhase.ADOPTING) else None
+        if adopting is not None and adopting is not self.adopting:
+            self.adopting = adopting
             if self.when == "during a rescale's adoption" and job.recovery_steps:
                 self.left -= 1
                 self.seen["crash during a rescale's adoption"] += 1
