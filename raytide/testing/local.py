@@ -491,9 +491,10 @@ class LocalJob:
 
     def _snapshot_actions(self) -> list[Callable[[], None]]:
         actions: list[Callable[[], None]] = []
-        coordinator = self.coordinator
+        coordinator, cut = self.coordinator, rescaling_in(self.rescaling, RescalePhase.HOLDING)  # a cut: at once
         if (coordinator is not None and not self.recovery_steps and not self.result.finished
-                and not rescaling_in(self.rescaling, RescalePhase.HANDING_OVER) and coordinator.due(self.result.steps)):
+                and not rescaling_in(self.rescaling, RescalePhase.HANDING_OVER)
+                and (coordinator.due(self.result.steps) or cut and coordinator.in_flight is None)):
             actions.append(self._trigger)
         if self.mail.writes:
             actions.append(self._write)
@@ -570,11 +571,6 @@ class LocalJob:
                                                                 self.plan, plan), self.rng)
 
     # -- rescaling: the runtime side of raytide.testing.rescaling.RescaleRuntime -------------
-
-    def ask_for_cut(self) -> None:
-        """The coordinator's next trigger is the rescale's cut, and it is due at once."""
-        if self.coordinator is not None:
-            self.coordinator.last_end = None
 
     def hand_over(self, key: ReplicaKey, effect: HandOver) -> dict[ReplicaKey, Piece] | None:
         """Replica ``key``, held at the cut, splits its state (None: it died)."""

@@ -1,8 +1,9 @@
 """The in-process runtime's executor of a rescale: the same machine the Ray driver runs
 (:class:`~raytide.rescale.rescaling.Rescaling`), performed under the seeded scheduler.
 
-The cut is the coordinator core's: its next trigger is a hold marker, and the commit of
-that cut answers the machine (a cut the core abandons, too). The hand-over is one replica's
+The cut is the coordinator core's: its next trigger (at once, after the snapshot in flight)
+is a hold marker, and the commit of that cut answers the machine (a cut the core abandons,
+too). The hand-over is one replica's
 part per scheduler step, in an order the runtime's seeded random draws, so that a crash
 can strike between any two; the moving pieces are pickled on their way, as through Ray's
 object store. Each recovery the machine asks for is a
@@ -32,7 +33,6 @@ from raytide.rescale.rescaling import (
     HandOver,
     HandOverFailed,
     Held,
-    HoldAtCut,
     HostsStarted,
     Recover,
     Recovered,
@@ -55,8 +55,6 @@ class RescaleRuntime(Protocol):
     """What a rescale does to the in-process runtime (:class:`~raytide.testing.local.LocalJob`)."""
 
     def replica_keys(self) -> list[ReplicaKey]: ...
-
-    def ask_for_cut(self) -> None: ...
 
     def hand_over(self, key: ReplicaKey, effect: HandOver) -> dict[ReplicaKey, Piece] | None: ...
 
@@ -118,9 +116,7 @@ class SteppedRescale:
         runtime = self.runtime
         if isinstance(effect, StartHosts):
             return HostsStarted()  # one process: no hosts to start
-        if isinstance(effect, HoldAtCut):
-            runtime.ask_for_cut()
-        elif isinstance(effect, HandOver):
+        if isinstance(effect, HandOver):
             self._hand_over(effect)
         elif isinstance(effect, RollBackOutputs):
             runtime.roll_back_outputs()
@@ -133,7 +129,8 @@ class SteppedRescale:
             raise effect.error
         elif isinstance(effect, Rescaled):
             runtime.rescaled(self.machine.widths, effect.cut_id)
-        return None  # KeepOldWidths: no hosts to give back; the coordinator triggers again
+        return None  # HoldAtCut: the runtime's coordinator triggers the cut next, at once (it reads the
+        # phase); KeepOldWidths: no hosts to give back, and the coordinator triggers snapshots again
 
     def _hand_over(self, effect: HandOver) -> None:
         """A step per held replica, in a seeded order; then the answer."""
