@@ -30,9 +30,10 @@ leaves it in the old ones::
              ▼
              DONE          Rescaled(n + 1, cut)
 
-    FAILED   KeepOldWidths, Refused(error): a cut asked again past the deadline (TimedOut),
-             a hand-over that failed; KeepOldWidths alone: the executor was interrupted
-             (Aborted) before the switch.
+    FAILED   KeepOldWidths, Refused(error): no cut in time (TimedOut: the snapshot in flight
+             did not end, or the cut is asked again past the deadline), a hand-over that
+             failed; KeepOldWidths alone: the executor was interrupted (Aborted) before the
+             switch; nothing: interrupted after it.
 
 Until the replicas have handed their state over, the job is in its old widths: a death (or
 a cut that did not complete) is recovered from there, in a recovery machine of its own,
