@@ -129,8 +129,9 @@ class SteppedRescale:
             raise effect.error
         elif isinstance(effect, Rescaled):
             runtime.rescaled(self.machine.widths, effect.cut_id)
-        return None  # HoldAtCut: the runtime's coordinator triggers the cut next, at once (it reads the
-        # phase); KeepOldWidths: no hosts to give back, and the coordinator triggers snapshots again
+        # HoldAtCut: the runtime's coordinator triggers the cut next, at once (it reads the phase);
+        # KeepOldWidths: no hosts to give back, and the coordinator triggers snapshots again.
+        return None
 
     def _hand_over(self, effect: HandOver) -> None:
         """A step per held replica, in a seeded order; then the answer."""
