@@ -60,6 +60,7 @@ PURE = [
     "raytide.snapshots.replica_state",
     "raytide.snapshots.recovery",
     "raytide.testing.local",
+    "raytide.rescale.rescaling",
     "raytide.snapshots",
     "raytide.snapshots.barriers",
     "raytide.snapshots.store",

@@ -51,6 +51,7 @@ from raytide.physical.plan import PhysicalPlan
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.widths import check_widths, new_widths
+from raytide.snapshots.recovering import Recovering
 from raytide.sources.base import BlockRefs, Reader
 from raytide.sources.base import Placement as SourcePlacement
 from raytide.sources.iterable import as_source
@@ -241,6 +242,17 @@ class Job:
             self._pump_now(timeout)
 
     def _pump_now(self, timeout: float) -> None:
+        with self._cancelled_on_interrupt():
+            deaths = self._take_events(timeout)
+            if deaths is not None:
+                self._recover(deaths)
+            if self._autoscaler is not None and not self._rescaling:
+                self._autoscale()
+
+    def _take_events(self, timeout: float) -> str | None:
+        """Take new events from the progress actor (waiting up to ``timeout``) and check
+        liveness; returns the deaths noticed, in a job with recovery (None: none were). Any
+        other failure fails the job."""
         self._raise_if_failed()
         with self._cancelled_on_interrupt():
             try:
@@ -258,11 +270,10 @@ class Job:
                     failures.append(ActorLost(coordinator_died))
             deaths = [f for f in failures if isinstance(f, (ReplicaLost, ActorLost))]
             if self._recovery is not None and deaths and len(deaths) == len(failures):
-                self._recover("; ".join(map(str, deaths)))
-            elif failures:
+                return "; ".join(map(str, deaths))
+            if failures:
                 self._fail(failures[0])
-            if self._autoscaler is not None and not self._rescaling:
-                self._autoscale()
+        return None
 
     def _autoscale(self) -> None:
         """Make the changes the autoscaler decided on, if it has (without waiting for it)."""
@@ -288,8 +299,14 @@ class Job:
 
     def _recover(self, cause: str) -> None:
         assert self._recovery is not None
+        self._run_recovery(self._recovery.after_death(cause))
+
+    def _run_recovery(self, machine: Recovering) -> None:
+        """Bring the job back with recovery ``machine`` (the job fails if it cannot); the
+        autoscaler reads the replaced actors."""
+        assert self._recovery is not None
         try:
-            self._recovery.recover(cause)
+            self._recovery.execute(machine)
         except RaytideError as error:
             self._fail(error)
         if self._autoscaler is not None:  # it reads the replaced actors from now on
@@ -511,7 +528,8 @@ class Job:
                 raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
             self._rescaling = True
             assert self._recompile is not None
-            return rescale(recovery, Supervision(self._recompile, self._pump, self._recover, self._fail), widths, timeout)
+            return rescale(recovery, Supervision(self._recompile, self._take_events, self._run_recovery, self._fail), widths,
+                           timeout)
         finally:
             self._rescaling = False
             self._driving.release()

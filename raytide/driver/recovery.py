@@ -206,15 +206,10 @@ class JobRecovery:
 
     # -- recovery --------------------------------------------------------------------------
 
-    def recover(self, cause: str) -> None:
-        """Bring the job back from its last committed snapshot in a new incarnation.
-
-        Raises:
-            RecoveryError: more failures than ``max_restarts`` allow, or an input cannot
-                go back to where the snapshot left it.
-            JobTimeout: a step of the recovery did not finish in time.
-        """
-        self.execute(Recovering.after_death(self.placement.name, self.budget, self.incarnation, cause))
+    def after_death(self, cause: str) -> Recovering:
+        """The recovery (:meth:`execute` it) that brings the job back from its last committed
+        snapshot in a new incarnation, after ``cause``."""
+        return Recovering.after_death(self.placement.name, self.budget, self.incarnation, cause)
 
     def latest_point(self) -> RestorePoint:
         """Where a recovery restores the job from (:func:`~raytide.rescale.reshard.latest_restore_point`)."""

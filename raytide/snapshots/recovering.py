@@ -210,14 +210,16 @@ class Replayed:
 
 @dataclass(frozen=True)
 class Died:
-    """An actor of the job died (or could not be reached) during the recovery."""
+    """An actor of the job died (or could not be reached) during the recovery (or during a
+    rescale: :mod:`raytide.rescale.rescaling` takes it too)."""
 
     cause: str
 
 
 @dataclass(frozen=True)
 class TimedOut:
-    """The step of ``phase`` did not finish within the recovery's timeout."""
+    """A step (``what``) did not finish within the recovery's timeout (or a rescale's
+    deadline: :mod:`raytide.rescale.rescaling`)."""
 
     what: str
 

@@ -37,8 +37,6 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import cloudpickle
-
 from raytide.core.dataflow import Dataflow
 from raytide.engine.output_gate import OutputGate
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
@@ -55,10 +53,11 @@ from raytide.physical.protocol import (
     ReplicaKey,
 )
 from raytide.progress.tracker import Pointstamp
-from raytide.rescale.layout import Piece, cut_point, new_tables
+from raytide.rescale.layout import Piece
+from raytide.rescale.rescaling import HandOver, RescalePhase, Rescaling
 from raytide.rescale.reshard import latest_restore_point, reshard_snapshot
-from raytide.rescale.widths import new_widths, width_groups
-from raytide.snapshots.coordinator import Acknowledgement, Commit, CoordinatorCore
+from raytide.rescale.widths import new_widths
+from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovering import Finished, Pieces, Recovering, ResetCoordinator, RestartProgress
 from raytide.snapshots.recovery import (
     RestartBudget,
@@ -67,10 +66,10 @@ from raytide.snapshots.recovery import (
     part_name,
     restore_point,
 )
-from raytide.snapshots.replica_state import HeldReport
 from raytide.testing.mailboxes import LocalTransport, Mailboxes, planned_commands, rewound
 from raytide.testing.outcome import COORDINATOR, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.recovery import SteppedRecovery
+from raytide.testing.rescaling import RescaleAsks, SteppedRescale, rescaling_in
 
 
 class LocalJob:
@@ -120,8 +119,8 @@ class LocalJob:
         self.delivered = {name: -1 for name in self.plan.outputs}  # last epoch handed to the driver
         self.gate = OutputGate(self.plan.outputs, recovery.output_commit if recovery is not None else "epoch")
         self.result = LocalRun({name: {} for name in self.plan.outputs})
-        self.rescales: dict[int, dict[str, int]] = {}  # step -> widths asked for then
-        self.pending_rescale: dict[str, int] = {}  # asked for, waiting for its cut
+        self.asks = RescaleAsks()
+        self.rescaling: SteppedRescale | None = None
         self.planned = planned_commands(self.plan, inputs, markers or {})
         for (name, replica), commands in self.planned.items():
             self.mail.commands[self._input_replicas(name)[replica]].extend(commands)
@@ -145,13 +144,14 @@ class LocalJob:
 
     def rescale(self, widths: Mapping[str, int], at_step: int) -> None:
         """At step ``at_step``, ask for vertices at the parallelism ``widths`` gives them
-        (``{vertex: n}``). The job changes at its next cut (the coordinator's next trigger is
-        a hold marker), in the steps :mod:`raytide.rescale.widths` describes; a crash before
-        or during it is recovered from like any other, and the rescale still happens."""
+        (``{vertex: n}``). Once no recovery or other rescale is under way, the job rescales in
+        the steps the Ray driver takes (:class:`~raytide.rescale.rescaling.Rescaling`, its cut
+        the coordinator's next trigger); a crash before or during it is recovered from, and
+        the rescale still happens."""
         if self.recovery is None or self.flow is None:
             raise RescaleError("LocalJob.rescale needs recovery=LocalRecovery(...) and a Dataflow (not a plan)")
         new_widths(self.plan, widths)  # refused now, not at the cut
-        self.rescales[at_step] = {**self.rescales.get(at_step, {}), **widths}
+        self.asks.ask(widths, at_step)
 
     def crash(self, target: Target, at_step: int) -> None:
         """Kill ``target`` (a replica key, :data:`PROGRESS` or :data:`COORDINATOR`) at step
@@ -176,9 +176,10 @@ class LocalJob:
                 for target in self.crashes.pop(self.result.steps):
                     self._kill(target)
                 continue
-            if self.result.steps in self.rescales:
-                self._ask_rescale(self.rescales.pop(self.result.steps))
+            if not self.result.finished:
+                self.asks.arrive(self.result.steps, self.plan)
             self._notice_failures()
+            self._start_rescale()
             self._tick_coordinator()
             choices = self._mailboxes()
             if not choices:
@@ -209,10 +210,10 @@ class LocalJob:
                                  (self._inject, self.mail.injects)):
             actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
                         if queue and key not in self.waiting]
-        if self.mail.log and not self.recovery_steps:  # the driver recovers, then reads events again
+        driving = [under_way.step for under_way in (self.recovering, self.rescaling) if under_way and under_way.steps]
+        if self.mail.log and not driving:  # the driver recovers (or hands state over), then reads events again
             actions.append(self._poll)
-        if self.recovery_steps:
-            actions.append(self.recovering.step)  # type: ignore[union-attr]
+        actions += driving
         if self.recovery is not None:
             actions += self._snapshot_actions()
         return actions
@@ -352,12 +353,14 @@ class LocalJob:
         self.result.recoveries.append(cause)
         if self.recovering is not None and not self.recovering.over:
             self.recovering.died(cause)
+        elif rescaling_in(self.rescaling, RescalePhase.HOLDING, RescalePhase.HANDING_OVER):
+            self.rescaling.died(cause)  # type: ignore[union-attr]
         else:
-            self._recover(Recovering.after_death(self.plan.name, self.budget, self.incarnation, cause))
+            self.run_recovery(Recovering.after_death(self.plan.name, self.budget, self.incarnation, cause))
 
     # -- recovery: the runtime side of raytide.testing.recovery.RecoveryRuntime ---------------
 
-    def _recover(self, machine: Recovering) -> None:
+    def run_recovery(self, machine: Recovering) -> None:
         self.recovering = SteppedRecovery(self, machine, self.rng)
 
     @property
@@ -431,7 +434,10 @@ class LocalJob:
         self.coordinator.last_end = self.result.steps
 
     def recovered(self, effect: Finished) -> None:
-        """The job runs again (nothing to record: :attr:`LocalRun.recoveries` has every cause)."""
+        """The job runs again (nothing to record: :attr:`LocalRun.recoveries` has every cause);
+        a rescale waiting for the recovery goes on."""
+        if rescaling_in(self.rescaling, RescalePhase.RECOVERING, RescalePhase.ADOPTING):
+            self.rescaling.recovered(effect.incarnation)  # type: ignore[union-attr]
 
     def fail(self, error: RaytideError) -> None:
         self._record([JobFailed(error)])
@@ -452,7 +458,7 @@ class LocalJob:
         self.waiting = set(self.replica_keys())
         self.delivered.update(point.delivered)
         self.gate.release(point.complete)
-        self._recover(Recovering.from_point(self.plan.name, self.budget, point))
+        self.run_recovery(Recovering.from_point(self.plan.name, self.budget, point))
 
     def _fresh(self, key: ReplicaKey) -> ReplicaCore:
         """Replica ``key`` reset in place, or replaced if it died: a fresh core that waits to be resumed."""
@@ -475,14 +481,20 @@ class LocalJob:
         return core
 
     def _tick_coordinator(self) -> None:
-        if self.coordinator is not None:
-            self.coordinator.tick(self.result.steps)
+        """The coordinator's clock: it abandons a snapshot (or rescale cut) that took too long."""
+        if self.coordinator is None:
+            return
+        flight = self.coordinator.in_flight
+        abandoned = self.coordinator.tick(self.result.steps)
+        if abandoned is not None and flight is not None and flight.hold:
+            self.rescaling.cut_missed(abandoned.reason)  # type: ignore[union-attr]
 
     def _snapshot_actions(self) -> list[Callable[[], None]]:
         actions: list[Callable[[], None]] = []
-        coordinator = self.coordinator
+        coordinator, cut = self.coordinator, rescaling_in(self.rescaling, RescalePhase.HOLDING)  # a cut: at once
         if (coordinator is not None and not self.recovery_steps and not self.result.finished
-                and coordinator.due(self.result.steps)):
+                and not rescaling_in(self.rescaling, RescalePhase.HANDING_OVER)
+                and (coordinator.due(self.result.steps) or cut and coordinator.in_flight is None)):
             actions.append(self._trigger)
         if self.mail.writes:
             actions.append(self._write)
@@ -495,7 +507,7 @@ class LocalJob:
     def _trigger(self) -> None:
         """The coordinator starts a snapshot: a barrier for every input replica."""
         assert self.coordinator is not None
-        trigger = self.coordinator.trigger(self.result.steps, self.delivered, hold=bool(self.pending_rescale))
+        trigger = self.coordinator.trigger(self.result.steps, self.delivered, hold=rescaling_in(self.rescaling, RescalePhase.HOLDING))
         if trigger is None:
             return
         self.last_snapshot_id = trigger.snapshot_id
@@ -534,7 +546,7 @@ class LocalJob:
             return
         if commit.hold:
             self.coordinator.held(commit.snapshot_id, self.result.steps)
-            self._rescale(commit)
+            self.rescaling.held(commit.snapshot_id, dict(commit.summaries), self.result.finished)  # type: ignore[union-attr, arg-type]
             return
         try:
             complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
@@ -548,53 +560,35 @@ class LocalJob:
 
     # -- rescaling ---------------------------------------------------------------------------
 
-    def _ask_rescale(self, widths: dict[str, int]) -> None:
-        """The driver asks for ``widths``: the next snapshot commit is the cut (one is due now)."""
-        if self.result.finished:
+    def _start_rescale(self) -> None:
+        """The rescale asked for, once no other recovery or rescale is under way."""
+        busy = [under_way for under_way in (self.recovering, self.rescaling) if under_way and not under_way.over]
+        if not self.asks.pending or self.result.finished or busy:
             return
-        groups = width_groups(self.plan)
-        for name in widths:  # a later request overrides an earlier one for the same vertices
-            for member in groups[name]:
-                self.pending_rescale.pop(member, None)
-        self.pending_rescale.update(widths)
-        if self.coordinator is not None:
-            self.coordinator.last_end = None  # due at once
-
-    def _rescale(self, cut: Commit) -> None:
-        """Every replica is held at rescale cut ``cut``: each hands its state over in pieces
-        (the moving ones copied, as through Ray's object store), the job switches to the new
-        plan, and each replica of it adopts its pieces; the retired ones are dropped. A dead
-        replica cannot hand over: its recovery comes first, then another cut."""
         assert self.flow is not None
-        if self.result.finished or self.dead & set(self.replica_keys()):
-            return  # the recovery restores every replica, then the next cut is this rescale's
-        widths = new_widths(self.plan, self.pending_rescale)
-        self.pending_rescale = {}
-        plan = compile_plan(self.flow, self.parallelism, self.chaining, widths)
-        old_widths = {name: self.plan.width(name) for name in self.plan.vertices}
-        reports: dict[ReplicaKey, HeldReport] = dict(cut.summaries)  # type: ignore[arg-type]
-        tables = new_tables(plan, old_widths, [report.tables for report in reports.values()])
-        pieces: dict[ReplicaKey, list[Piece]] = {key: [] for key in plan.replica_keys()}
-        for key in self.replica_keys():
-            for new, piece in self.replicas[key].hand_over(plan, old_widths, tables).items():
-                pieces[new].append(piece if new == key else cloudpickle.loads(cloudpickle.dumps(piece)))
-        point = cut_point(plan, reports)
-        retired = set(self.replica_keys())
-        self.plan = plan
-        retired -= set(self.replica_keys())
-        for key in retired:
-            self._forget(key)
-        self.result.rescales.append((self.result.steps, widths, cut.snapshot_id))
-        self.incarnation += 1
-        self.gate.rollback()  # what it held comes again from the kept records
-        self.coordinator = self._new_coordinator()  # for the new replicas; paused while they adopt
-        self._recover(Recovering.adopting(self.plan.name, self.budget, point, Pieces(pieces, old_widths, tables),
-                                          self.incarnation))
+        plan = compile_plan(self.flow, self.parallelism, self.chaining, new_widths(self.plan, self.asks.take()))
+        self.rescaling = SteppedRescale(self, Rescaling.between(self.plan.name, self.budget, self.incarnation,
+                                                                self.plan, plan), self.rng)
 
-    def _forget(self, key: ReplicaKey) -> None:
-        """A replica a rescale retired: its core, its mailboxes and what was sent to it go."""
-        for mapping in (self.replicas, self.incarnations):
-            mapping.pop(key, None)
-        self.dead.discard(key)
-        self.waiting.discard(key)
-        self.mail.drop_replica(key)
+    # -- rescaling: the runtime side of raytide.testing.rescaling.RescaleRuntime -------------
+
+    def hand_over(self, key: ReplicaKey, effect: HandOver) -> dict[ReplicaKey, Piece] | None:
+        """Replica ``key``, held at the cut, splits its state (None: it died)."""
+        return None if key in self.dead else self.replicas[key].hand_over(effect.plan, effect.old_widths, effect.tables)
+
+    def switch(self, plan: PhysicalPlan, incarnation: int) -> None:
+        """Incarnation ``incarnation`` begins in ``plan``'s widths: the retired replicas go (their
+        cores, their mailboxes and what was sent to them), the coordinator (if alive) takes the
+        new replica set."""
+        for key in set(self.replica_keys()) - set(plan.replica_keys()):
+            for mapping in (self.replicas, self.incarnations):
+                mapping.pop(key, None)
+            self.dead.discard(key)
+            self.waiting.discard(key)
+            self.mail.drop_replica(key)
+        self.plan, self.incarnation = plan, incarnation
+        if self.coordinator is not None and self.recovery is not None:
+            self.coordinator.reconfigure(self.replica_keys(), incarnation, self.recovery.store.next_id(), self.result.steps)
+
+    def rescaled(self, widths: dict[str, int], cut_id: int) -> None:
+        self.result.rescales.append((self.result.steps, widths, cut_id))

@@ -4,9 +4,12 @@ Each seeded trial starts a scenario's dataflow at 1 to 5 replicas and asks, at r
 steps, for one to three rescales of random vertices to 1 to 5 replicas (keyed and
 stateless vertices, vertices inside loops; inputs keep their width). In half the trials
 something crashes: a replica, the progress core or the coordinator, at a random step,
-while the replicas align on a rescale's cut, or while the rescaled replicas adopt their
-state. Every trial must hand out exactly the output of the scenario's plain-Python
-reference, each epoch once, and most trials must really have rescaled.
+while the replicas align on a rescale's cut, while the held replicas hand their state over
+(one replica per step, so between two), or while the rescaled replicas adopt their state.
+The rescale runs in the steps of the Ray driver: both execute
+:class:`~raytide.rescale.rescaling.Rescaling`. Every trial must hand out exactly the output
+of the scenario's plain-Python reference, each epoch once, and most trials must really have
+rescaled.
 """
 
 from __future__ import annotations
@@ -19,31 +22,45 @@ import pytest
 
 from raytide.engine.replica import ReplicaCore, ReplicaMode
 from raytide.rescale import layout
+from raytide.rescale.rescaling import RescalePhase
 from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
+from raytide.testing.rescaling import SteppedRescale
 from tests.sim.chaos import caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
 from tests.sim.test_reshard_sim import _owned_by_the_next
 
 #: Trials per scenario, 400 in all. The loops cost 2-4 times as much per trial as the others
-#: and get half as many: enough to crash 5 times during a rescale's cut and 5 times during its
-#: adoption (the loop's 5th of both is in trial 37, the nested loop's in trial 35). Every
-#: planted bug below fails the loops' trials at seed 0.
+#: and get half as many: enough for 5 crashes to strike while the replicas hold at a cut, 5
+#: while they hand their state over and 5 while the new replicas adopt it (the loops' 5th of
+#: each is by trial 27 when last run). Every planted bug below fails the loops' trials at seed 0.
 TRIALS = {"word count": 100, "keyed": 100, "join": 100, "loop": 50, "nested loop": 50}
 #: Trials per scenario with output committed at snapshots.
 SNAPSHOT_COMMIT_TRIALS = 20
 
 
+#: When a trial crashes something, and the rescale's phase (with the steps it runs then) the
+#: crash is aimed at.
+WHEN = {"at a random step": None, "during a rescale's cut": None,
+        "during a rescale's hand-over": RescalePhase.HANDING_OVER, "during a rescale's adoption": RescalePhase.ADOPTING}
+#: The crash trials take these in turn: the hand-over and the adoption twice as often (a
+#: random crash strikes the cut too; a trial whose job ends before its rescale reaches none).
+TURNS = ["at a random step", "during a rescale's hand-over", "during a rescale's adoption", "during a rescale's cut",
+         "during a rescale's hand-over", "during a rescale's adoption"]
+
+
 class _Crashes:
     """Crashes a trial injects: at a random step, while the replicas align on a rescale's
-    cut, or a few steps into the rescaled replicas' adoption of their state."""
+    cut, or a few steps into the held replicas' hand-over of their state or the rescaled
+    replicas' adoption of it."""
 
-    def __init__(self, job: LocalJob, rng: random.Random, seen: collections.Counter) -> None:
+    def __init__(self, job: LocalJob, rng: random.Random, seen: collections.Counter, seed: int) -> None:
+        """The odd seeds crash: ``seed`` picks when, each choice in turn."""
         self.rng, self.seen = rng, seen
-        self.when = rng.choice(["at a random step", "during a rescale's cut", "during a rescale's adoption"])
-        self.left = rng.randint(1, 2)
-        self.rescales_seen = 0
+        self.when = TURNS[seed // 2 % len(TURNS)]
+        self.left = rng.randint(1, 3)
+        self.struck: SteppedRescale | None = None  # the last rescale struck in its phase
         if self.when == "at a random step":
             job.crash(self._target(job), at_step=rng.randrange(1, 120))
 
@@ -51,19 +68,26 @@ class _Crashes:
         return self.rng.choice([*job.replicas, PROGRESS, COORDINATOR])
 
     def after_step(self, job: LocalJob) -> None:
+        rescaling = job.rescaling
+        if job.result.steps in job.crashes and rescaling is not None and not rescaling.over:
+            self.seen[f"crash strikes {rescaling.machine.phase.name}"] += 1  # the phase it really struck in
         if not self.left:
             return
         flight = job.coordinator.in_flight if job.coordinator is not None else None
         if self.when == "during a rescale's cut" and flight is not None and flight.hold:
-            self.left -= 1
-            self.seen["crash during a rescale's cut"] += 1
-            job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(3))
-        if len(job.result.rescales) > self.rescales_seen:
-            self.rescales_seen = len(job.result.rescales)
-            if self.when == "during a rescale's adoption" and job.recovery_steps:
-                self.left -= 1
-                self.seen["crash during a rescale's adoption"] += 1
-                job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(len(job.recovery_steps)))
+            self._crash(job, 3)
+        phase, rescaling = WHEN[self.when], job.rescaling
+        if rescaling is not None and rescaling.machine.phase is phase and rescaling is not self.struck:
+            self.struck = rescaling
+            steps = job.recovery_steps if phase is RescalePhase.ADOPTING else rescaling.steps
+            if steps:
+                self._crash(job, len(steps))
+
+    def _crash(self, job: LocalJob, within: int) -> None:
+        """Crash something within ``within`` steps from now."""
+        self.left -= 1
+        self.seen[f"crash {self.when}"] += 1
+        job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(within))
 
 
 def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, output_commit: str = "epoch") -> str | None:
@@ -84,7 +108,7 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, outpu
         widths = {vertex: rng.randint(1, 5) for vertex in sorted(chosen)}  # one per group: they move together
         asked.append(widths)
         job.rescale(widths, at_step=rng.randrange(1, 150))
-    crashes = _Crashes(job, rng, seen) if seed % 2 else None
+    crashes = _Crashes(job, rng, seen, seed) if seed % 2 else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a snapshot skipped after a crash
         run = job.run(max_steps=200_000, after_step=crashes.after_step if crashes else None)
@@ -109,8 +133,8 @@ def test_rescales_at_random_moments_with_crashes_give_the_output_of_the_plain_re
         wrong = trial(name, seed, str(tmp_path / str(seed)), seen)
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
     assert seen["trials that rescaled"] >= TRIALS[name] * 0.6, seen
-    assert seen["crash during a rescale's cut"] >= 5, seen
-    assert seen["crash during a rescale's adoption"] >= 5, seen
+    for phase in ("HOLDING", "HANDING_OVER", "ADOPTING"):
+        assert seen[f"crash strikes {phase}"] >= 5, seen
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
