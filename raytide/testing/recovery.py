@@ -11,9 +11,7 @@ happens at once, inside the step whose answer led to it. A death noticed meanwhi
 
 from __future__ import annotations
 
-import collections
 import functools
-import random
 from collections.abc import Callable
 from typing import Protocol
 
@@ -21,7 +19,6 @@ from raytide.errors import RaytideError
 from raytide.physical.protocol import ReplicaKey
 from raytide.progress.tracker import Pointstamp
 from raytide.snapshots.recovering import (
-    Died,
     Failed,
     Finished,
     PauseCoordinator,
@@ -47,6 +44,7 @@ from raytide.snapshots.recovering import (
 )
 from raytide.snapshots.recovery import RestorePoint
 from raytide.snapshots.replica_state import summed
+from raytide.testing.stepped import SteppedMachine
 
 
 class RecoveryRuntime(Protocol):
@@ -81,36 +79,13 @@ class RecoveryRuntime(Protocol):
     def fail(self, error: RaytideError) -> None: ...
 
 
-class SteppedRecovery:
-    """One recovery machine executed on ``runtime``, a step per :meth:`step`."""
+class SteppedRecovery(SteppedMachine):
+    """One recovery machine executed on ``runtime``, a step per :meth:`step`; it is
+    :attr:`over` once the job runs again (or failed)."""
 
-    def __init__(self, runtime: RecoveryRuntime, machine: Recovering, rng: random.Random) -> None:
-        self.runtime, self.machine, self.rng = runtime, machine, rng
-        #: The steps queued; the runtime runs the first at :meth:`step`.
-        self.steps: collections.deque[Callable[[], None]] = collections.deque()
-        self._follow(machine.start())
-
-    @property
-    def over(self) -> bool:
-        """Whether the job runs again (or failed): nothing is left to do."""
-        return not self.steps and self.machine.phase in (RecoveryPhase.DONE, RecoveryPhase.FAILED)
-
-    def step(self) -> None:
-        self.steps.popleft()()
-
-    def died(self, cause: str) -> None:
-        """A death noticed during the recovery: what was queued is dropped, the machine starts over."""
-        self.steps.clear()
-        self._answer(Died(cause))
-
-    def _answer(self, event: RecoveryEvent) -> None:
-        self._follow(self.machine.on(event))
-
-    def _follow(self, effects: list[RecoveryEffect]) -> None:
-        for effect in effects:
-            answer = self._act(effect)
-            if answer is not None:
-                self._answer(answer)
+    ENDS = (RecoveryPhase.DONE, RecoveryPhase.FAILED)
+    runtime: RecoveryRuntime
+    machine: Recovering
 
     def _act(self, effect: RecoveryEffect) -> RecoveryEvent | None:
         """Do ``effect`` at once (and return its answer) or queue its steps (the last answers)."""

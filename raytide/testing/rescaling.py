@@ -14,10 +14,8 @@ object store. Each recovery the machine asks for is a
 
 from __future__ import annotations
 
-import collections
 import functools
-import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import cloudpickle
@@ -47,8 +45,9 @@ from raytide.rescale.rescaling import (
     Switched,
 )
 from raytide.rescale.widths import width_groups
-from raytide.snapshots.recovering import Died, Recovering, RollBackOutputs
+from raytide.snapshots.recovering import Recovering, RollBackOutputs
 from raytide.snapshots.replica_state import HeldReport
+from raytide.testing.stepped import SteppedMachine
 
 
 class RescaleRuntime(Protocol):
@@ -67,22 +66,13 @@ class RescaleRuntime(Protocol):
     def rescaled(self, widths: dict[str, int], cut_id: int) -> None: ...
 
 
-class SteppedRescale:
-    """One rescale machine executed on ``runtime``; its hand-over a step per :meth:`step`."""
+class SteppedRescale(SteppedMachine):
+    """One rescale machine executed on ``runtime``; its hand-over a step per :meth:`step`. It
+    is :attr:`over` once the rescale was made (or not made)."""
 
-    def __init__(self, runtime: RescaleRuntime, machine: Rescaling, rng: random.Random) -> None:
-        self.runtime, self.machine, self.rng = runtime, machine, rng
-        #: The steps queued; the runtime runs the first at :meth:`step`.
-        self.steps: collections.deque[Callable[[], None]] = collections.deque()
-        self._follow(machine.start())
-
-    @property
-    def over(self) -> bool:
-        """Whether the rescale was made (or not made): nothing is left to do."""
-        return not self.steps and self.machine.phase in (RescalePhase.DONE, RescalePhase.FAILED)
-
-    def step(self) -> None:
-        self.steps.popleft()()
+    ENDS = (RescalePhase.DONE, RescalePhase.FAILED)
+    runtime: RescaleRuntime
+    machine: Rescaling
 
     def held(self, cut_id: int, reports: dict[ReplicaKey, HeldReport], finished: bool) -> None:
         """Every replica holds at the cut ``cut_id`` the coordinator core committed (a job
@@ -93,23 +83,9 @@ class SteppedRescale:
         """The coordinator core abandoned the cut (``reason``)."""
         self._answer(CutMissed(reason))
 
-    def died(self, cause: str) -> None:
-        """A death noticed while the replicas hold or hand over: the steps queued are dropped."""
-        self.steps.clear()
-        self._answer(Died(cause))
-
     def recovered(self, incarnation: int) -> None:
         """The recovery the machine asked for ended: the job runs in ``incarnation``."""
         self._answer(Recovered(incarnation))
-
-    def _answer(self, event: RescaleEvent) -> None:
-        self._follow(self.machine.on(event))
-
-    def _follow(self, effects: list[RescaleEffect]) -> None:
-        for effect in effects:
-            answer = self._act(effect)
-            if answer is not None:
-                self._answer(answer)
 
     def _act(self, effect: RescaleEffect) -> RescaleEvent | None:
         """Do ``effect`` at once (and return its answer), or start what answers it later."""
