@@ -260,19 +260,26 @@ def test_stop_with_a_savepoint_then_a_fresh_job_restored_from_it_finishes_the_ou
     recovery = rt.Recovery(str(tmp_path / "store"), interval=0.1)
     outputs = sorted(keyed.expected)
 
-    def fed() -> dict[str, Iterator[list[Any]]]:
+    stopped = threading.Event()
+
+    def fed(held_at: int | None) -> dict[str, Iterator[list[Any]]]:
+        """The inputs at a pace; with ``held_at``, the feed waits there until the job has
+        stopped, so that the stop always falls part way however slow the savepoint is."""
         def paced(epochs: list[list[Any]]) -> Iterator[list[Any]]:
-            for records in epochs:
+            for epoch, records in enumerate(epochs):
+                if epoch == held_at:
+                    assert stopped.wait(120), f"the feed waited at epoch {epoch} for job.stop() in vain"
                 time.sleep(PACE)
                 yield records
         return {name: paced(epochs) for name, epochs in keyed.inputs.items()}
 
-    with rt.run(flow, inputs=fed(), parallelism=2, recovery=recovery) as job:
+    with rt.run(flow, inputs=fed(held_at=2 * EPOCHS // 3), parallelism=2, recovery=recovery) as job:
         wait_for_epoch(job, outputs[0], EPOCHS // 3)
         savepoint = job.stop(timeout=60)
+        stopped.set()
         before = {name: job.collect(name) for name in outputs}
     assert 0 < len(before[outputs[0]]) < len(keyed.expected[outputs[0]]), "stopped part way"
-    with rt.run(flow, inputs=fed(), parallelism=restored_at, recovery=recovery, restore=savepoint) as job:
+    with rt.run(flow, inputs=fed(held_at=None), parallelism=restored_at, recovery=recovery, restore=savepoint) as job:
         job.wait(timeout=120)
         after = {name: job.collect(name) for name in outputs}
         assert job.plan.width("seen") == restored_at
