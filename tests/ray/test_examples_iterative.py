@@ -119,10 +119,11 @@ def test_nested_loop_levels_match_plain_python(ray_session):
     ("nested_loop.py", ["--nodes", "300", "--edges", "400", "--thresholds", "0.3,0.7"], "matches plain Python: True"),
     ("pagerank.py", ["--nodes", "300", "--edges", "1000", "--iterations", "5"], "max |raytide - numpy|"),
 ])
-def test_an_example_runs_as_a_script_from_the_repository_root(tmp_path, own_ray_env, script, args, expected):
-    # A fresh process with its own Ray: ``python examples/NAME.py`` has only examples/ on sys.path, so this fails if
-    # an example imports another example or bench/. Output goes to files: Ray's helpers inherit the descriptors.
-    env = {k: v for k, v in own_ray_env.items() if k != "PYTHONPATH"}
+def test_an_example_runs_as_a_script_from_the_repository_root(tmp_path, session_ray_env, script, args, expected):
+    # A fresh process joining the session's Ray, as under ``ray job submit``: ``python examples/NAME.py`` has only
+    # examples/ on sys.path, so this fails if an example imports another example or bench/. Output goes to files:
+    # Ray's helpers inherit the descriptors.
+    env = {k: v for k, v in session_ray_env.items() if k != "PYTHONPATH"}
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with open(stdout, "w") as out, open(stderr, "w") as err:
         run = subprocess.Popen([sys.executable, f"examples/{script}", *args], cwd=ROOT, env=env, stdout=out,

@@ -6,9 +6,12 @@ saved output never passes for a fresh one.
 
 The kernel is this venv's Python (a kernel spec written to a temporary directory whose
 ``argv`` is ``sys.executable``), so the test works in a fresh venv without ``jupyter
-kernelspec install``. Each notebook starts (and at its end shuts down) a local Ray of its
-own: the kernel gets the ``own_ray_env`` environment, without ``RAY_ADDRESS``, so that it
-never joins the test session's Ray, whose CPUs the session's Spark already holds in part.
+kernelspec install``. Each notebook joins the test session's Ray, as a notebook on a
+cluster does (its first cell takes ``RAY_ADDRESS``; the kernel gets ``session_ray_env``),
+which saves every kernel a Ray start and stop of its own; the quickstart starts and stops
+a Spark of its own on it. This file runs before the session's Spark starts, so the
+session's CPUs are free for the autoscaling notebook's two replicas. (A notebook's other
+branch, a local Ray of its own, is what its committed outputs show.)
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import collections
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import nbclient
 import nbformat
 import pytest
+import ray
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
@@ -44,8 +49,13 @@ def kernel_dirs(tmp_path_factory) -> Path:
     return root
 
 
-def execute(name: str, kernel_dirs: Path, own_ray_env: dict[str, str]):
-    """Run notebook ``name`` in a new kernel, its committed outputs cleared first; return the executed notebook."""
+def execute(name: str, kernel_dirs: Path, env: dict[str, str]):
+    """Run notebook ``name`` in a new kernel, its committed outputs cleared first; return the executed notebook.
+
+    It starts once every CPU of the session's Ray is free again (the quickstart's Spark
+    executors give theirs back a moment after its ``stop_spark()``), so that the
+    autoscaling notebook finds the second CPU it scales onto."""
+    wait_for_free_cpus(timeout=60)
     notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     for cell in code_cells(notebook):
         cell.outputs, cell.execution_count = [], None
@@ -54,8 +64,15 @@ def execute(name: str, kernel_dirs: Path, own_ray_env: dict[str, str]):
                                      resources={"metadata": {"path": str(NOTEBOOKS)}})
     # cleanup_kc: shut the kernel down at the end (nbclient leaves a kernel it did not start
     # running, and with it the quickstart's idle Spark JVM, until the test session ends).
-    client.execute(env={k: v for k, v in own_ray_env.items() if k != "MPLBACKEND"}, cleanup_kc=True)
+    client.execute(env={k: v for k, v in env.items() if k != "MPLBACKEND"}, cleanup_kc=True)
     return notebook
+
+
+def wait_for_free_cpus(timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while (free := ray.available_resources().get("CPU", 0)) < (total := ray.cluster_resources()["CPU"]):
+        assert time.monotonic() < deadline, f"{total - free:g} of the session's {total:g} CPUs still taken after {timeout} s"
+        time.sleep(0.2)
 
 
 def code_cells(notebook) -> list:
@@ -95,8 +112,8 @@ def test_notebook_is_committed_executed_with_its_plot(path: Path):
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.spark
-def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs, own_ray_env):
-    notebook = execute("quickstart", kernel_dirs, own_ray_env)
+def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs, session_ray_env):
+    notebook = execute("quickstart", kernel_dirs, session_ray_env)
 
     corpus: dict = {}
     exec(next(c.source for c in notebook.cells if "corpus" in c.metadata.get("tags", [])), corpus)
@@ -112,8 +129,8 @@ def test_quickstart_counts_words_like_python_and_plots_them(kernel_dirs, own_ray
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs, own_ray_env):
-    notebook = execute("vertex_api", kernel_dirs, own_ray_env)
+def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs, session_ray_env):
+    notebook = execute("vertex_api", kernel_dirs, session_ray_env)
 
     assert "before advance, epoch 0 reported: False" in text_of(cell_with(notebook, "before advance"))
     lines = text_of(cell_with(notebook, "per_epoch.append"))
@@ -126,8 +143,8 @@ def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs, own_r
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_autoscaling_takes_both_workloads_from_one_replica_to_two_and_plots_it(kernel_dirs, own_ray_env):
-    notebook = execute("autoscaling", kernel_dirs, own_ray_env)
+def test_autoscaling_takes_both_workloads_from_one_replica_to_two_and_plots_it(kernel_dirs, session_ray_env):
+    notebook = execute("autoscaling", kernel_dirs, session_ray_env)
 
     for vertex, policy in (("mandelbrot", "scale up by"), ("primes", "ceil(")):
         shown = text_of(cell_with(notebook, f'job.parallelism()["{vertex}"]'))
