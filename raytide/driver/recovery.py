@@ -249,10 +249,14 @@ class JobRecovery:
         """Perform one effect; its answer, a death (:class:`Died`) or a timeout (:class:`TimedOut`)."""
         try:
             return self._act(effect, run)
-        except ray.exceptions.RayActorError as error:
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
+            # An object lost with its owner is a death too: a rescale's pieces, put by a
+            # replica that died before the new replicas fetched them (Ray's OwnerDiedError).
             during = f"the rescale to incarnation {self.incarnation}" if machine.pieces is not None \
                 else f"recovery {self.incarnation}"
-            return Died(f"job {self.placement.name!r}: an actor died during {during}: {type(error).__name__}")
+            what = "an actor died" if isinstance(error, ray.exceptions.RayActorError) else \
+                "an object whose owner died was lost"
+            return Died(f"job {self.placement.name!r}: {what} during {during}: {type(error).__name__}")
         except JobTimeout as error:
             return TimedOut(str(error))
 

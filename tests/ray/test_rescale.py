@@ -18,12 +18,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psutil
 import pytest
 import ray
 
 import raytide as rt
 from examples.connected_components import build_flow, union_find
 from raytide.driver.recovery import RescaleRecord
+from raytide.driver.rescale import _OnRay
 from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.snapshots.store import SnapshotStore
 from tests.delivery import assert_exactly_once
@@ -304,36 +306,92 @@ def test_a_replica_killed_while_the_state_moves_recovers_into_one_configuration(
 
 
 @pytest.mark.timeout(600)
-def test_the_coordinator_killed_as_the_job_switches_to_the_new_widths_leaves_it_in_them(ray_session, tmp_path):
+@pytest.mark.parametrize("before", [True, False], ids=["before the switch", "after the switch"])
+def test_the_coordinator_killed_as_the_job_switches_to_the_new_widths_leaves_it_in_them(ray_session, tmp_path,
+                                                                                        monkeypatch, before):
     """Once the held replicas have handed their state over there is no way back: a
-    coordinator that dies then (before, while or after it is told of the new replicas) is
-    replaced by the recovery that follows the switch, and every record is still seen once,
-    in order, through the rescales after it."""
+    coordinator killed (from the driver, at that step) before it is told of the new widths,
+    or right after the switch, before the new replicas adopt their state, is replaced by
+    the recovery that follows the switch, and every record is still seen once, in order,
+    through the rescales after it."""
     flow = rt.Dataflow("sequence-coordinator-killed")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
     gates, store = Gates(), str(tmp_path / "store")
     with rt.run(flow, {"records": gates.epochs()}, parallelism=1,
                 recovery=rt.Recovery(store, interval=0.3, max_restarts=3)) as job:
         coordinator = job._recovery.coordinator
-
-        def kill_once_rescaled() -> None:
-            deadline = time.monotonic() + 120
-            while job._recovery.incarnation == 0:  # the switch to the new widths has begun
-                assert time.monotonic() < deadline
-                time.sleep(0.001)
-            ray.kill(coordinator)
-
-        killer = threading.Thread(target=kill_once_rescaled, daemon=True)
-        killer.start()
+        killed = at_the_switch(monkeypatch, lambda: ray.kill(coordinator), before=before)
         record = gates.rescale(job, 0, {"check": STEPS[0]})
-        killer.join(timeout=120)
+        assert killed == [1], killed
+        monkeypatch.undo()
         assert job.parallelism()["check"] == STEPS[0]
         for step, width in enumerate(STEPS[1:], start=1):
             gates.rescale(job, step, {"check": width})
         job.wait(timeout=300)
         out, stats = list(job.results("out")), job.stats()
-    assert record["after"] == {"check": STEPS[0], "out": STEPS[0]} and stats["recoveries"]["count"] >= 1, stats
+    assert record["after"] == {"check": STEPS[0], "out": STEPS[0]} and stats["recoveries"]["count"] == 1, stats
     assert "coordinator" in stats["recoveries"]["recoveries"][0]["cause"], stats["recoveries"]
+    assert_exactly_once(sequences(gates.fed), {"out": out})
+
+
+def at_the_switch(monkeypatch: pytest.MonkeyPatch, kill: Callable[[], None], *, before: bool) -> list[int]:
+    """Make ``kill`` at the next rescale's switch to the new widths, from the driver (its
+    rescale executor, :class:`~raytide.driver.rescale._OnRay`): before the coordinator and
+    the hosts are told of the new widths (``before``), or right after, before the new
+    replicas adopt the state handed over to them. Returns a list that gets the switch's
+    incarnation once the kill is made."""
+    made: list[int] = []
+    switch = _OnRay._switch
+
+    def killing_switch(self: _OnRay, effect: Any) -> Any:
+        if before and not made:
+            kill()
+            made.append(effect.incarnation)
+        event = switch(self, effect)
+        if not made:
+            kill()
+            made.append(effect.incarnation)
+        return event
+
+    monkeypatch.setattr(_OnRay, "_switch", killing_switch)
+    return made
+
+
+def kill_and_wait_gone(pid: int) -> None:
+    """SIGKILL process ``pid``, wait until it is gone, then a second more: the time Ray's
+    raylet takes to notice and free the objects the process owned."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"process {pid} still there 30 s after SIGKILL"
+        time.sleep(0.01)
+    time.sleep(1.0)
+
+
+@pytest.mark.timeout(600)
+def test_a_replica_that_handed_its_keys_over_and_died_before_they_were_adopted_is_recovered_from(
+        ray_session, tmp_path, monkeypatch):
+    """From 4 replicas to 2, replicas 2 and 3 hand all their keys over (as objects they own
+    in Ray's object store) and retire. Replica 3's process is SIGKILLed right after the
+    switch, before replicas 0 and 1 fetch its pieces, which are lost with it: the job
+    recovers in the new widths from its last snapshot, and every record is still seen
+    once, in order (Ray's ``OwnerDiedError`` escaped to the caller before)."""
+    flow = rt.Dataflow("sequence-owner-killed")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    gates = Gates()
+    with rt.run(flow, {"records": gates.epochs()}, parallelism=1,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3, max_restarts=3)) as job:
+        gates.rescale(job, 0, {"check": STEPS[0]})
+        owner = job.hosts()[f"{job.name}/check+out/3"]
+        killed = at_the_switch(monkeypatch, lambda: kill_and_wait_gone(owner), before=False)
+        gates.rescale(job, 1, {"check": STEPS[1]})
+        assert killed, "no kill was made at the switch"
+        monkeypatch.undo()
+        gates.rescale(job, 2, {"check": STEPS[2]})
+        job.wait(timeout=300)
+        out, stats = list(job.results("out")), job.stats()
+    assert stats["recoveries"]["count"] == 1, stats["recoveries"]
+    assert "during the rescale" in stats["recoveries"]["recoveries"][0]["cause"], stats["recoveries"]
     assert_exactly_once(sequences(gates.fed), {"out": out})
 
 
