@@ -134,28 +134,51 @@ def test_committed_at_snapshots_output_that_depends_on_arrival_order_survives_a_
     assert stats["recoveries"]["count"] == 1
 
 
-def test_a_kill_while_a_snapshot_is_being_taken(ray_session, tmp_path):
-    """The kill strikes between a snapshot's trigger and its commit: that snapshot is
-    abandoned, the job restores the one before, and the output is the failure-free one."""
+def coordinator_figures(job: rt.Job) -> dict[str, Any]:
+    """The snapshot coordinator's figures alone (``job.stats()`` also asks every replica,
+    which a stopped one does not answer)."""
+    return ray.get(job._recovery.coordinator.stats.remote(), timeout=30)
+
+
+@pytest.mark.parametrize("moment", ["before its part is written", "as a snapshot commits"])
+def test_a_kill_while_a_snapshot_is_being_taken(ray_session, tmp_path, moment):
+    """Killed before it wrote its part of the snapshot in flight, a replica takes that
+    snapshot with it: it is abandoned, the job restores the one before, and the output is
+    the failure-free one. (The replica is stopped first, SIGSTOP, and killed once the
+    snapshot in flight has waited a second for it.) Killed the moment a snapshot commits,
+    that snapshot is the one restored."""
     keyed = scenario("keyed", seed=4)
     rng = random.Random(6)
     struck: list[int] = []
 
-    def kill_during_a_snapshot(job: rt.Job) -> None:
-        deadline = time.monotonic() + 60
-        while (flight := job.stats()["snapshots"]["in_flight"]) is None:
-            assert time.monotonic() < deadline, "no snapshot was in flight within 60 s"
-        sigkill(job, "{}/{}".format(*a_replica(job, rng)))
-        struck.append(flight)
+    def kill_before_its_part(job: rt.Job) -> None:
+        pid = job.hosts()["{}/{}/{}".format(job.name, *a_replica(job, rng))]
+        os.kill(pid, signal.SIGSTOP)
+        deadline, waiting, since = time.monotonic() + 60, None, time.monotonic()
+        while waiting is None or time.monotonic() - since < 1.0:
+            assert time.monotonic() < deadline, "no snapshot waited for the stopped replica within 60 s"
+            if (flight := coordinator_figures(job)["in_flight"]) != waiting:
+                waiting, since = flight, time.monotonic()
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+        struck.append(waiting)
 
-    got, stats = run_and_kill(keyed, tmp_path, [kill_during_a_snapshot])
+    def kill_as_a_snapshot_commits(job: rt.Job) -> None:
+        before, deadline = coordinator_figures(job)["last_id"], time.monotonic() + 60
+        while (last := coordinator_figures(job)["last_id"]) == before:
+            assert time.monotonic() < deadline, "no snapshot committed within 60 s"
+        sigkill(job, "{}/{}".format(*a_replica(job, rng)))
+        struck.append(last)
+
+    kill = kill_before_its_part if moment.startswith("before") else kill_as_a_snapshot_commits
+    got, stats = run_and_kill(keyed, tmp_path, [kill])
     check(keyed, got)
     restored, snapshots = stats["recoveries"]["recoveries"][0]["snapshot_id"], stats["snapshots"]
-    # The struck snapshot is abandoned (the one before is restored), unless every part had
-    # been acknowledged before the death was noticed, when it commits and is restored.
-    assert restored is not None and restored <= struck[0], (restored, struck)
-    if restored < struck[0]:
+    if kill is kill_before_its_part:
+        assert restored is not None and restored < struck[0], (restored, struck)
         assert any(reason.startswith(f"snapshot {struck[0]}:") for reason in snapshots["abandoned_reasons"]), snapshots
+    else:
+        assert restored is not None and restored >= struck[0], (restored, struck)
 
 
 def test_sigkill_of_a_replica_process_inside_a_loop(ray_session, tmp_path):
