@@ -19,6 +19,7 @@ import pytest
 import ray
 
 import raytide as rt
+from raytide.driver.recovery import JobRecovery
 from raytide.integrations.parquet import write_parquet
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
@@ -213,6 +214,23 @@ def test_two_kills_in_a_row(ray_session, tmp_path):
     assert stats["recoveries"]["count"] == 2
 
 
+def test_two_replicas_killed_50_ms_apart(ray_session, tmp_path):
+    """Probe: the second death may come while the first one's recovery runs; either way the
+    job recovers (once or twice) and the output is the failure-free one."""
+    keyed = scenario("keyed", seed=11)
+    rng = random.Random(12)
+
+    def two_kills(job: rt.Job) -> None:
+        first, second = rng.sample(sorted(job.placement.peers, key=str), 2)
+        sigkill(job, f"{first.chain}/{first.replica}")
+        time.sleep(0.05)
+        sigkill(job, f"{second.chain}/{second.replica}")
+
+    got, stats = run_and_kill(keyed, tmp_path, [two_kills], max_restarts=4)
+    check(keyed, got)
+    assert 1 <= stats["recoveries"]["count"] <= 2, stats["recoveries"]
+
+
 def test_more_failures_than_max_restarts_fail_the_job_naming_what_died(ray_session, tmp_path):
     words = scenario("word count")
     victim: list[str] = []
@@ -390,6 +408,46 @@ def test_a_run_on_a_store_an_earlier_run_used_recovers_from_its_own_snapshots_on
         out, recoveries = job.collect("out"), job.stats()["recoveries"]
     assert recoveries["count"] >= 1 and recoveries["recoveries"][0]["snapshot_id"] is None, recoveries
     assert {epoch: sorted(records_) for epoch, records_ in out.items()} == expected
+
+
+def test_a_replica_killed_while_a_restored_job_restores_is_replaced_and_the_restore_made_again(
+        ray_session, tmp_path, monkeypatch):
+    """Probe: a job started from a savepoint (``restore=``) loses a replica (SIGKILLed from
+    the driver as the replicas are told to restore): the restore starts over from the
+    savepoint on a new host, and what both runs handed out is the reference, once."""
+    flow = rt.Dataflow("killed-while-restoring")
+    flow.input("numbers").stateful_map(lambda r: r[0], running_sum, name="sums").output("out")
+    records = keyed_numbers(8)
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=None)
+    with rt.run(flow, parallelism=2, recovery=recovery) as job:
+        for epoch, batch in enumerate(records[:3]):
+            job.push("numbers", batch, epoch)
+        wait_for_epoch(job, "out", 1)
+        savepoint = job.stop(timeout=60)
+        before = job.collect("out")
+
+    restore, killed = JobRecovery._restore_replicas, []
+
+    def killing_restore(self: JobRecovery, effect: Any, steps: Any) -> Any:
+        if not killed:
+            key = sorted(self.placement.peers, key=str)[-1]
+            pid = self.placement.hosts()[f"{self.placement.name}/{key.chain}/{key.replica}"]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(key)
+        return restore(self, effect, steps)
+
+    monkeypatch.setattr(JobRecovery, "_restore_replicas", killing_restore)
+    with rt.run(flow, parallelism=2, recovery=recovery, restore=savepoint) as job:
+        monkeypatch.undo()
+        for epoch, batch in enumerate(records):
+            job.push("numbers", batch, epoch)
+        job.close("numbers")
+        job.wait(timeout=120)
+        after, recoveries = job.collect("out"), job.stats()["recoveries"]
+    assert killed, "no replica was killed while restoring"
+    assert recoveries["count"] == 1 and recoveries["recoveries"][0]["snapshot_id"] == savepoint, recoveries
+    assert not set(before) & set(after), "an epoch handed out by both runs"
+    assert {epoch: sorted(got) for epoch, got in {**before, **after}.items()} == running_sums(records)
 
 
 def test_a_restored_run_that_dies_before_its_first_snapshot_goes_back_to_the_one_it_started_from(ray_session,

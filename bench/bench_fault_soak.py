@@ -1,0 +1,205 @@
+"""A soak under faults: ``python -m bench fault_soak`` (30 minutes; ``--param minutes=N``).
+
+A keyed job runs for ``minutes`` with a snapshot every ``interval`` seconds: every key's
+numbers run on from 0 across epochs, and a ``stateful_map`` checks that each follows the
+one before (a lost, repeated or reordered record fails the job). The driver feeds an
+epoch every ``pace`` seconds from a generator and reads ``job.results`` meanwhile; every
+``rescale_every_s`` it rescales the keyed vertex (2 -> 3 -> 2 ...), and every
+``kill_every_s`` it SIGKILLs the process of a random actor of the job (a replica, the
+progress actor or the coordinator).
+
+Every epoch read is checked against what was fed, as it arrives (nothing is kept, so that
+the check does not grow the driver): records ``lost``, ``duplicated`` and ``unexpected``,
+and epochs ``out_of_order``; epochs never handed out count as lost at the end. The
+latency of an epoch is the time from its feeding to its reading; ``p50``/``p99`` per
+minute are printed (on stderr) as it runs and reported, with those over the whole soak. The resident memory of
+the driver and of every process of the job is sampled every ``sample_every_s``; a
+process's growth is measured from its first sample after ``warmup_s`` (five minutes) to
+its last, in MiB per hour, for the processes that lived through that span (a killed
+actor's replacement starts over). The targets: 0 lost, 0 duplicated, no process growing.
+
+The soak runs in a child process with a Ray of its own (:func:`bench.bench_soak.run_child`),
+so that the driver measured holds nothing but this job.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import raytide as rt
+from bench.bench_soak import child_main, process_ids, resident_mib, run_child
+from bench.harness import ensure_ray
+
+PARAMS = {"minutes": 30.0, "interval": 0.5, "pace": 0.05, "rescale_every_s": 60.0, "kill_every_s": 120.0,
+          "sample_every_s": 30.0, "warmup_s": 300.0, "seed": 0}
+REPEAT = 1
+#: Keys, and each key's numbers per epoch.
+KEYS, PER_KEY = 12, 5
+#: The widths the keyed vertex takes in turn.
+WIDTHS = (3, 2)
+
+
+def next_in_sequence(last: int | None, record: tuple[int, int]) -> tuple[int, tuple[int, int]]:
+    """``stateful_map``'s function: the record must follow the last one of its key."""
+    key, number = record
+    expected = 0 if last is None else last + 1
+    if number != expected:
+        raise ValueError(f"key {key}: record {number} arrived where {expected} was due (lost, repeated or reordered)")
+    return number, record
+
+
+def epoch_records(epoch: int) -> list[tuple[int, int]]:
+    """What is fed at ``epoch``: each key's next ``PER_KEY`` numbers."""
+    return [(key, epoch * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)]
+
+
+@dataclass
+class Tally:
+    """Records and epochs read, against what was fed; latencies of the current minute."""
+
+    next_epoch: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    unexpected: int = 0
+    out_of_order: int = 0
+    latencies: list[float] = field(default_factory=list)
+    minute: list[float] = field(default_factory=list)
+
+    def read(self, epoch: int, records: list, fed_at: float | None) -> None:
+        if epoch < self.next_epoch:
+            self.out_of_order += 1
+        else:
+            self.lost += (epoch - self.next_epoch) * KEYS * PER_KEY  # epochs skipped are lost
+            self.next_epoch = epoch + 1
+        got = Counter(record for _, record in records)
+        expected = Counter(epoch_records(epoch))
+        self.lost += sum((expected - got).values())
+        extra = got - expected
+        self.duplicated += sum(n for record, n in extra.items() if record in expected)
+        self.unexpected += sum(n for record, n in extra.items() if record not in expected)
+        if fed_at is not None:
+            latency = time.monotonic() - fed_at
+            self.latencies.append(latency)
+            self.minute.append(latency)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
+         sample_every_s: float, warmup_s: float, seed: int) -> dict[str, float]:
+    """Run the soak in this process (a fresh one: it starts Ray); see the module docstring."""
+    ensure_ray()
+    rng = random.Random(seed)
+    flow = rt.Dataflow("fault-soak")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    fed_at: dict[int, float] = {}
+    stop = threading.Event()
+    fed = [0]
+
+    def feed() -> Iterator[list[tuple[int, int]]]:
+        epoch = 0
+        while not stop.is_set():
+            fed_at[epoch] = time.monotonic()
+            yield epoch_records(epoch)
+            epoch += 1
+            fed[0] = epoch
+            time.sleep(pace)
+
+    tally = Tally()
+    memory: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    over_time: dict[str, float] = {}
+    kills = rescales = 0
+    recovery = rt.Recovery(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"raytide-fault-soak-{os.getpid()}"),
+                           interval=interval, max_restarts=10_000)
+    started = time.monotonic()
+    end = started + minutes * 60
+    next_rescale, next_kill, next_sample, next_minute = (started + rescale_every_s, started + kill_every_s,
+                                                         started, started + 60)
+    with rt.run(flow, {"records": feed()}, parallelism=2, recovery=recovery) as job:
+        results = job.results("out", timeout=minutes * 60 + 600)
+        for epoch, records in results:
+            tally.read(epoch, records, fed_at.pop(epoch, None))
+            now = time.monotonic()
+            if now >= next_sample:
+                for name, pid in process_ids(job).items():
+                    sample = _resident(pid)
+                    if sample is not None:
+                        memory.setdefault((name, pid), []).append((now - started, sample))
+                next_sample = now + sample_every_s
+            if now >= next_minute:
+                minute = round((now - started) / 60)
+                over_time[f"latency_p50_ms_minute_{minute:02d}"] = percentile(tally.minute, 0.5) * 1000
+                over_time[f"latency_p99_ms_minute_{minute:02d}"] = percentile(tally.minute, 0.99) * 1000
+                print(f"  minute {minute}: epochs {tally.next_epoch}, latency p50 "
+                      f"{over_time[f'latency_p50_ms_minute_{minute:02d}']:.0f} ms p99 "
+                      f"{over_time[f'latency_p99_ms_minute_{minute:02d}']:.0f} ms, lost {tally.lost}, duplicated "
+                      f"{tally.duplicated}, kills {kills}, rescales {rescales}", file=sys.stderr, flush=True)
+                tally.minute.clear()
+                next_minute = now + 60
+            if now >= end:
+                stop.set()
+            elif now >= next_rescale:
+                job.rescale({"check": WIDTHS[rescales % len(WIDTHS)]}, timeout=120)
+                rescales += 1
+                next_rescale = time.monotonic() + rescale_every_s
+            elif now >= next_kill:
+                hosts = {name: pid for name, pid in job.hosts().items() if pid > 0}
+                os.kill(hosts[rng.choice(sorted(hosts))], signal.SIGKILL)
+                kills += 1
+                next_kill = time.monotonic() + kill_every_s
+        recoveries = job.stats()["recoveries"]["count"]
+    tally.lost += max(0, fed[0] - tally.next_epoch) * KEYS * PER_KEY  # fed, never handed out
+    metrics = {"minutes": minutes, "epochs": float(tally.next_epoch), "kills": float(kills),
+               "rescales": float(rescales), "recoveries": float(recoveries), "lost": float(tally.lost),
+               "duplicated": float(tally.duplicated), "unexpected": float(tally.unexpected),
+               "out_of_order": float(tally.out_of_order),
+               "latency_p50_ms": percentile(tally.latencies, 0.5) * 1000,
+               "latency_p99_ms": percentile(tally.latencies, 0.99) * 1000,
+               "latency_mean_ms": statistics.fmean(tally.latencies) * 1000 if tally.latencies else float("nan")}
+    metrics.update(_growth(memory, warmup_s))
+    return {**metrics, **over_time}
+
+
+def _resident(pid: int) -> float | None:
+    try:
+        return resident_mib(pid)
+    except Exception:  # psutil.NoSuchProcess: killed since job.hosts() named it
+        return None
+
+
+def _growth(memory: dict[tuple[str, int], list[tuple[float, float]]], warmup_s: float) -> dict[str, float]:
+    """Per process that lived through the measured span, its growth in MiB per hour after
+    the warm-up; the largest, the driver's, and how many processes were measured."""
+    growth: dict[str, float] = {}
+    for (name, pid), samples in memory.items():
+        after = [(at, mib) for at, mib in samples if at >= warmup_s]
+        if len(after) >= 2 and after[-1][0] - after[0][0] >= 60:
+            growth[f"{name}#{pid}"] = (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0]) * 3600
+    driver = next((rate for name, rate in growth.items() if name.startswith("driver#")), float("nan"))
+    return {"processes_measured": float(len(growth)), "driver_growth_mib_per_hour": driver,
+            "max_process_growth_mib_per_hour": max(growth.values(), default=float("nan"))}
+
+
+def measure(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
+            sample_every_s: float, warmup_s: float, seed: int) -> dict[str, float]:
+    params = {"minutes": minutes, "interval": interval, "pace": pace, "rescale_every_s": rescale_every_s,
+              "kill_every_s": kill_every_s, "sample_every_s": sample_every_s, "warmup_s": warmup_s, "seed": seed}
+    return run_child("bench.bench_fault_soak", params, timeout=minutes * 60 + 900)
+
+
+if __name__ == "__main__":
+    child_main(soak)
