@@ -183,7 +183,8 @@ def _resident(pid: int) -> float | None:
 
 def _growth(memory: dict[tuple[str, int], list[tuple[float, float]]], warmup_s: float) -> dict[str, float]:
     """Per process that lived through the measured span, its growth in MiB per hour after
-    the warm-up; the largest, the driver's, and how many processes were measured."""
+    the warm-up (``growth_mib_per_hour_<name>#<pid>``); the largest, the driver's, and how
+    many processes were measured."""
     growth: dict[str, float] = {}
     for (name, pid), samples in memory.items():
         after = [(at, mib) for at, mib in samples if at >= warmup_s]
@@ -191,7 +192,8 @@ def _growth(memory: dict[tuple[str, int], list[tuple[float, float]]], warmup_s: 
             growth[f"{name}#{pid}"] = (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0]) * 3600
     driver = next((rate for name, rate in growth.items() if name.startswith("driver#")), float("nan"))
     return {"processes_measured": float(len(growth)), "driver_growth_mib_per_hour": driver,
-            "max_process_growth_mib_per_hour": max(growth.values(), default=float("nan"))}
+            "max_process_growth_mib_per_hour": max(growth.values(), default=float("nan")),
+            **{f"growth_mib_per_hour_{name}": rate for name, rate in sorted(growth.items())}}
 
 
 def measure(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
