@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import raytide as rt
 from bench.bench_soak import child_main, process_ids, resident_mib, run_child
 from bench.harness import ensure_ray
+from tests.ray.jobs import next_in_sequence
 
 PARAMS = {"minutes": 30.0, "interval": 0.5, "pace": 0.05, "rescale_every_s": 60.0, "kill_every_s": 120.0,
           "sample_every_s": 30.0, "warmup_s": 300.0, "seed": 0}
@@ -46,15 +47,6 @@ REPEAT = 1
 KEYS, PER_KEY = 12, 5
 #: The widths the keyed vertex takes in turn.
 WIDTHS = (3, 2)
-
-
-def next_in_sequence(last: int | None, record: tuple[int, int]) -> tuple[int, tuple[int, int]]:
-    """``stateful_map``'s function: the record must follow the last one of its key."""
-    key, number = record
-    expected = 0 if last is None else last + 1
-    if number != expected:
-        raise ValueError(f"key {key}: record {number} arrived where {expected} was due (lost, repeated or reordered)")
-    return number, record
 
 
 def epoch_records(epoch: int) -> list[tuple[int, int]]:

@@ -6,6 +6,7 @@ time, the answers fed back, and a death noticed meanwhile that drops what was qu
 
 from __future__ import annotations
 
+import abc
 import collections
 import random
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from typing import Any
 from raytide.snapshots.recovering import Died
 
 
-class SteppedMachine:
+class SteppedMachine(abc.ABC):
     """One machine executed on ``runtime``, a queued step per :meth:`step`.
 
     A subclass says how to do each effect (:meth:`_act`: at once, returning its answer, or by
@@ -52,6 +53,6 @@ class SteppedMachine:
             if answer is not None:
                 self._answer(answer)
 
+    @abc.abstractmethod
     def _act(self, effect: Any) -> Any:
         """Do ``effect`` at once (and return its answer, or None) or queue the steps that answer it."""
-        raise NotImplementedError

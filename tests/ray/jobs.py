@@ -69,3 +69,12 @@ def hosts_given_back(job: rt.Job, timeout: float = 60.0) -> bool:
             return True
         assert time.monotonic() < deadline, f"hosts {sorted(held)} of job {job.name!r} were not given back: {states}"
         time.sleep(0.1)
+
+
+def next_in_sequence(last: int | None, record: tuple[int, int]) -> tuple[int, tuple[int, int]]:
+    """``stateful_map``'s function: the record must follow the last one of its key."""
+    key, number = record
+    expected = 0 if last is None else last + 1
+    if number != expected:
+        raise ValueError(f"key {key}: record {number} arrived where {expected} was due (lost, repeated or reordered)")
+    return number, record

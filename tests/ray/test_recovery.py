@@ -410,6 +410,18 @@ def test_a_run_on_a_store_an_earlier_run_used_recovers_from_its_own_snapshots_on
     assert {epoch: sorted(records_) for epoch, records_ in out.items()} == expected
 
 
+def stopped_after_three_epochs(flow: rt.Dataflow, records: list[list[tuple[int, int]]], recovery: rt.Recovery,
+                               parallelism: int) -> tuple[int, dict[int, list]]:
+    """Run ``flow`` on the first three epochs of ``records`` and stop it with a savepoint
+    once epoch 1 is out: the savepoint's id and what the run handed out."""
+    with rt.run(flow, parallelism=parallelism, recovery=recovery) as job:
+        for epoch, batch in enumerate(records[:3]):
+            job.push("numbers", batch, epoch)
+        wait_for_epoch(job, "out", 1)
+        savepoint = job.stop(timeout=60)
+        return savepoint, job.collect("out")
+
+
 def test_a_replica_killed_while_a_restored_job_restores_is_replaced_and_the_restore_made_again(
         ray_session, tmp_path, monkeypatch):
     """Probe: a job started from a savepoint (``restore=``) loses a replica (SIGKILLed from
@@ -419,12 +431,7 @@ def test_a_replica_killed_while_a_restored_job_restores_is_replaced_and_the_rest
     flow.input("numbers").stateful_map(lambda r: r[0], running_sum, name="sums").output("out")
     records = keyed_numbers(8)
     recovery = rt.Recovery(str(tmp_path / "store"), interval=None)
-    with rt.run(flow, parallelism=2, recovery=recovery) as job:
-        for epoch, batch in enumerate(records[:3]):
-            job.push("numbers", batch, epoch)
-        wait_for_epoch(job, "out", 1)
-        savepoint = job.stop(timeout=60)
-        before = job.collect("out")
+    savepoint, before = stopped_after_three_epochs(flow, records, recovery, parallelism=2)
 
     restore, killed = JobRecovery._restore_replicas, []
 
@@ -460,12 +467,7 @@ def test_a_restored_run_that_dies_before_its_first_snapshot_goes_back_to_the_one
     records = keyed_numbers(8)
     expected = running_sums(records)
     recovery = rt.Recovery(str(tmp_path / "store"), interval=None)
-    with rt.run(flow, parallelism=1, recovery=recovery) as job:
-        for epoch, batch in enumerate(records[:3]):
-            job.push("numbers", batch, epoch)
-        wait_for_epoch(job, "out", 1)
-        savepoint = job.stop(timeout=60)
-        before = job.collect("out")
+    savepoint, before = stopped_after_three_epochs(flow, records, recovery, parallelism=1)
     with rt.run(flow, parallelism=1, recovery=recovery, restore=savepoint) as job:
         for epoch, batch in enumerate(records[:5]):  # fed from the start: what the savepoint consumed is skipped
             job.push("numbers", batch, epoch)

@@ -29,7 +29,7 @@ from raytide.driver.rescale import _OnRay
 from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.snapshots.store import SnapshotStore
 from tests.delivery import assert_exactly_once
-from tests.ray.jobs import as_multisets, counting_words, text_parts
+from tests.ray.jobs import as_multisets, counting_words, next_in_sequence, text_parts
 from tests.ray.test_recovery import sigkill
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
@@ -81,15 +81,6 @@ def sequences(epochs: int) -> dict[str, dict[int, collections.Counter]]:
     return {"out": {epoch: collections.Counter((key, (key, n)) for key in range(KEYS)
                                                for n in range(epoch * PER_KEY, (epoch + 1) * PER_KEY))
                     for epoch in range(epochs)}}
-
-
-def next_in_sequence(last: int | None, record: tuple[int, int]) -> tuple[int, tuple[int, int]]:
-    """``stateful_map``'s function: the record must follow the last one of its key."""
-    key, number = record
-    expected = 0 if last is None else last + 1
-    if number != expected:
-        raise ValueError(f"key {key}: record {number} arrived where {expected} was due (lost, repeated or reordered)")
-    return number, record
 
 
 class SequenceChecker(rt.Vertex):
