@@ -12,11 +12,18 @@ Every epoch read is checked against what was fed, as it arrives (nothing is kept
 the check does not grow the driver): records ``lost``, ``duplicated`` and ``unexpected``,
 and epochs ``out_of_order``; epochs never handed out count as lost at the end. The
 latency of an epoch is the time from its feeding to its reading; ``p50``/``p99`` per
-minute are printed (on stderr) as it runs and reported, with those over the whole soak. The resident memory of
-the driver and of every process of the job is sampled every ``sample_every_s``; a
-process's growth is measured from its first sample after ``warmup_s`` (five minutes) to
-its last, in MiB per hour, for the processes that lived through that span (a killed
-actor's replacement starts over). The targets: 0 lost, 0 duplicated, no process growing.
+minute are printed (on stderr) as it runs and reported, with those over the whole soak.
+
+Every ``sample_every_s`` the soak samples the private memory (unique set size) of the
+driver and of every process of the job, and how much of Ray's object store is in use. A
+process's growth is the least-squares slope of its samples after ``warmup_s`` (five
+minutes), in MiB per hour, for the processes that lived through at least ten minutes of
+that span (a killed actor's replacement starts over); the object store's is the same
+slope of its use. Private memory, not the resident size: a process's resident size also
+counts the object store's pages it has touched, which belong to the store (bounded by its
+size, measured on its own) and grow for a while in every process that reads objects. The
+resident slopes are reported beside (``rss_growth_*``) for comparison. The targets: 0 lost,
+0 duplicated, no process growing.
 
 The soak runs in a child process with a Ray of its own (:func:`bench.bench_soak.run_child`),
 so that the driver measured holds nothing but this job.
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import statistics
 import sys
@@ -36,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import raytide as rt
-from bench.bench_soak import child_main, process_ids, resident_mib, run_child
+from bench.bench_soak import child_main, private_mib, process_ids, resident_mib, run_child
 from bench.harness import ensure_ray
 from tests.ray.jobs import next_in_sequence
 
@@ -45,6 +53,8 @@ PARAMS = {"minutes": 30.0, "interval": 0.5, "pace": 0.05, "rescale_every_s": 60.
 REPEAT = 1
 #: Keys, and each key's numbers per epoch.
 KEYS, PER_KEY = 12, 5
+#: The shortest time after the warm-up over which a process's growth is measured.
+MEASURED_SPAN_S = 600.0
 #: The widths the keyed vertex takes in turn.
 WIDTHS = (3, 2)
 
@@ -112,7 +122,8 @@ def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, k
             time.sleep(pace)
 
     tally = Tally()
-    memory: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    memory: dict[tuple[str, int], list[tuple[float, float, float]]] = {}  # (at, private, resident)
+    store: list[tuple[float, float]] = []
     over_time: dict[str, float] = {}
     kills = rescales = 0
     recovery = rt.Recovery(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"raytide-fault-soak-{os.getpid()}"),
@@ -128,9 +139,10 @@ def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, k
             now = time.monotonic()
             if now >= next_sample:
                 for name, pid in process_ids(job).items():
-                    sample = _resident(pid)
+                    sample = _memory(pid)
                     if sample is not None:
-                        memory.setdefault((name, pid), []).append((now - started, sample))
+                        memory.setdefault((name, pid), []).append((now - started, *sample))
+                store.append((now - started, _object_store_mib()))
                 next_sample = now + sample_every_s
             if now >= next_minute:
                 minute = round((now - started) / 60)
@@ -162,30 +174,54 @@ def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, k
                "latency_p50_ms": percentile(tally.latencies, 0.5) * 1000,
                "latency_p99_ms": percentile(tally.latencies, 0.99) * 1000,
                "latency_mean_ms": statistics.fmean(tally.latencies) * 1000 if tally.latencies else float("nan")}
-    metrics.update(_growth(memory, warmup_s))
+    metrics.update(_growth(memory, store, warmup_s))
     return {**metrics, **over_time}
 
 
-def _resident(pid: int) -> float | None:
+def _memory(pid: int) -> tuple[float, float] | None:
+    """``(private, resident)`` MiB of process ``pid``; None if it is gone."""
     try:
-        return resident_mib(pid)
+        return private_mib(pid), resident_mib(pid)
     except Exception:  # psutil.NoSuchProcess: killed since job.hosts() named it
         return None
 
 
-def _growth(memory: dict[tuple[str, int], list[tuple[float, float]]], warmup_s: float) -> dict[str, float]:
-    """Per process that lived through the measured span, its growth in MiB per hour after
-    the warm-up (``growth_mib_per_hour_<name>#<pid>``); the largest, the driver's, and how
-    many processes were measured."""
+def _object_store_mib() -> float:
+    """MiB of Ray's object store in use, as ``ray memory --stats-only`` reports it (NaN if
+    its wording changed)."""
+    from ray._private.internal_api import memory_summary  # what the ``ray memory`` command calls
+
+    found = re.search(r"Plasma memory usage (\d+) MiB", memory_summary(stats_only=True))
+    return float(found.group(1)) if found else float("nan")
+
+
+def _slope_per_hour(samples: list[tuple[float, float]]) -> float:
+    """The least-squares slope of ``(seconds, MiB)`` samples, in MiB per hour."""
+    times, values = zip(*samples)
+    return statistics.linear_regression(times, values).slope * 3600
+
+
+def _growth(memory: dict[tuple[str, int], list[tuple[float, float, float]]], store: list[tuple[float, float]],
+            warmup_s: float) -> dict[str, float]:
+    """Per process that lived through at least ten minutes after the warm-up, the slope of
+    its private memory (``growth_mib_per_hour_<name>#<pid>``) and of its resident size
+    (``rss_growth_...``); the largest, the driver's, the object store's, and how many
+    processes were measured."""
     growth: dict[str, float] = {}
+    rss: dict[str, float] = {}
     for (name, pid), samples in memory.items():
-        after = [(at, mib) for at, mib in samples if at >= warmup_s]
-        if len(after) >= 2 and after[-1][0] - after[0][0] >= 60:
-            growth[f"{name}#{pid}"] = (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0]) * 3600
+        after = [sample for sample in samples if sample[0] >= warmup_s]
+        if len(after) >= 3 and after[-1][0] - after[0][0] >= MEASURED_SPAN_S:
+            growth[f"{name}#{pid}"] = _slope_per_hour([(at, private) for at, private, _ in after])
+            rss[f"{name}#{pid}"] = _slope_per_hour([(at, resident) for at, _, resident in after])
     driver = next((rate for name, rate in growth.items() if name.startswith("driver#")), float("nan"))
+    used = [(at, mib) for at, mib in store if at >= warmup_s and mib == mib]
     return {"processes_measured": float(len(growth)), "driver_growth_mib_per_hour": driver,
             "max_process_growth_mib_per_hour": max(growth.values(), default=float("nan")),
-            **{f"growth_mib_per_hour_{name}": rate for name, rate in sorted(growth.items())}}
+            "object_store_growth_mib_per_hour": _slope_per_hour(used) if len(used) >= 3 else float("nan"),
+            "object_store_mib_at_end": store[-1][1] if store else float("nan"),
+            **{f"growth_mib_per_hour_{name}": rate for name, rate in sorted(growth.items())},
+            **{f"rss_growth_mib_per_hour_{name}": rate for name, rate in sorted(rss.items())}}
 
 
 def measure(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,

@@ -76,6 +76,13 @@ def resident_mib(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / MIB
 
 
+def private_mib(pid: int) -> float:
+    """The memory of process ``pid`` that no other process shares (its unique set size) in
+    MiB: unlike the resident size, it does not count the object store's pages the process
+    touched, which belong to the store and are bounded by its size."""
+    return psutil.Process(pid).memory_full_info().uss / MIB
+
+
 # -- the soak ------------------------------------------------------------------------------
 
 
