@@ -127,12 +127,16 @@ class InputFeeds:
     """Epochs, locks, turns and windows of every input of one job."""
 
     def __init__(self, flow_name: str, replicas: dict[str, list[Any]], max_inflight: int, batch_size: int,
-                 raise_if_failed: Callable[[], None], keep_calls: bool = False) -> None:
+                 raise_if_failed: Callable[[], None], keep_calls: bool = False,
+                 on_open: Callable[[int], None] | None = None) -> None:
         """``replicas``: per input, the actor handles of its replicas in replica order.
-        ``keep_calls``: keep every call for a recovery (see the module docstring)."""
+        ``keep_calls``: keep every call for a recovery (see the module docstring).
+        ``on_open``: called with each epoch an input is at when the driver feeds it (its
+        first, and each it moves to), before anything of that epoch is sent."""
         self.flow_name, self.replicas = flow_name, replicas
         self.max_inflight, self.batch_size = max_inflight, batch_size
         self.raise_if_failed = raise_if_failed
+        self.on_open = on_open
         self.epochs: dict[str, int | None] = dict.fromkeys(replicas, 0)
         self.locks = {name: threading.Lock() for name in replicas}
         self.turns = dict.fromkeys(replicas, 0)
@@ -217,14 +221,20 @@ class InputFeeds:
         return {name: epoch for name, epoch in self.epochs.items() if epoch is not None}
 
     def _check_epoch(self, name: str, epoch: Any) -> int:
-        """``epoch`` as an int, if the input is open and not past it."""
+        """``epoch`` as an int, if the input is open and not past it; the input's current
+        epoch counts as opened (the driver feeds it)."""
         current = self.epochs[name]
         if current is None:
             raise GraphError(f"input {name!r} is closed; it cannot take epoch {epoch!r}")
         epoch = as_epoch(name, epoch)
         if epoch < current:
             raise GraphError(f"input {name!r} is at epoch {current}; epoch {epoch} is in its past")
+        self._opened(current)
         return epoch
+
+    def _opened(self, epoch: int | None) -> None:
+        if self.on_open is not None and epoch is not None:
+            self.on_open(epoch)
 
     def _move_to(self, name: str, epoch: Any) -> int:
         """Check ``epoch`` against the input's and advance the input to it if it is later."""
@@ -234,6 +244,8 @@ class InputFeeds:
         return epoch
 
     def _send_advance(self, name: str, epoch: int | None) -> None:
+        self._opened(self.epochs[name])
+        self._opened(epoch)
         for index in range(len(self.replicas[name])):
             self._submit(name, index, "advance", name, epoch)
         self.epochs[name] = epoch

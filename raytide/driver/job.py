@@ -34,7 +34,7 @@ from raytide.driver.placement import COORDINATOR, PROGRESS, SETUP_TIMEOUT, HostS
 from raytide.driver.pool import cluster_cpus
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision, rescale
-from raytide.driver.stats import actor_stats
+from raytide.driver.stats import actor_stats, recovery_stats
 from raytide.errors import (
     ActorLost,
     ArgumentError,
@@ -98,7 +98,7 @@ class Job:
         self._outputs = OutputCollector(placement.progress, plan.outputs,
                                         recovery.output_commit if recovery is not None else "epoch")
         self._inputs = InputFeeds(plan.name, placement.input_handles(), settings.max_inflight, batch_size,
-                                  self._raise_if_failed, keep_calls=recovery is not None)
+                                  self._raise_if_failed, keep_calls=recovery is not None, on_open=self._outputs.open)
         self._recovery = JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
         try:
             self._start(restore_id)
@@ -123,8 +123,8 @@ class Job:
         placement.started(*placement.take_roles(coordinator), SETUP_TIMEOUT)
         if recovery is not None and restore_id is not None:
             recovery.start_from(restore_id)
-        elif coordinator is not None:
-            coordinator.start.remote()
+        elif recovery is not None:
+            recovery.start_fresh()
 
     @property
     def plan(self) -> PhysicalPlan:
@@ -376,16 +376,30 @@ class Job:
     def results(self, name: str, timeout: float = 600.0) -> Iterator[tuple[int, list]]:
         """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes.
 
+        An epoch an input fed from the driver was at (``push``, ``advance``, a driver-side
+        source, an iterable of record lists) that completed with no records here comes as
+        ``(epoch, [])``, in its place: a consumer that feeds an epoch and waits for it never
+        waits forever (epochs of sources read in the replicas come when they have records).
+
         Consuming releases: an epoch yielded here is dropped from the driver (so a job that
         runs for weeks keeps there only what was not consumed yet), and :meth:`collect`
         afterwards returns only the epochs not yet yielded. Each epoch is yielded once,
         across all iterators over this output.
+
+        With recovery, an epoch counts as delivered (in the snapshots a new driver restores
+        from, ``restore=``) once the consumer asks for the next one: a driver killed while
+        its consumer holds an epoch, or with epochs received and not yet yielded, loses
+        none; the restored job yields them again, so the epoch in hand may be seen twice by
+        a consumer that is not idempotent (a sink keyed by epoch, such as
+        :func:`~raytide.integrations.parquet.write_parquet`, sees it once).
         """
         self._check_output(name)
+        self._outputs.stream(name)
         deadline = time.monotonic() + timeout
         while True:
             for epoch in iter(lambda: self._outputs.first(name), None):
-                yield epoch, self._outputs.take(name, epoch)
+                yield epoch, self._outputs.hand(name, epoch)
+                self._outputs.acknowledge(name, epoch)  # the consumer asked for the next one: it has this one
             if self._outputs.finished:
                 return
             if time.monotonic() > deadline:
@@ -403,7 +417,8 @@ class Job:
             raise GraphError(f"{name!r} is not an output of dataflow {self.plan.name!r}; outputs: {self.plan.outputs}")
 
     def collect(self, name: str) -> dict[int, list]:
-        """The records of output ``name`` per completed epoch so far: ``{epoch: records}``.
+        """The records of output ``name`` per completed epoch so far: ``{epoch: records}``,
+        for the epochs with records (unlike :meth:`results`, which yields empty epochs too).
 
         The driver keeps what this returns (for batch use: call it again and get the same
         epochs and more) until :meth:`results` yields those epochs, which releases them; so
@@ -412,7 +427,7 @@ class Job:
         self._check_output(name)
         if not self._torn_down:
             self._pump(0)
-        return {epoch: self._outputs.records(name, epoch) for epoch in self._outputs.epochs(name)}
+        return {epoch: records for epoch in self._outputs.epochs(name) if (records := self._outputs.records(name, epoch))}
 
     def output_parts(self, name: str) -> dict[int, list]:
         """The packed record lists of output ``name`` per completed epoch (object refs or inline blobs).
@@ -435,10 +450,13 @@ class Job:
                 it, the replica and the snapshot).
             ArgumentError: the job was started without ``recovery``.
         """
+        return self._snapshot(timeout, self._outputs.durable())
+
+    def _snapshot(self, timeout: float, delivered: dict[str, int]) -> int:
         recovery = self._require_recovery("job.snapshot()")
         at = self._inputs.open_inputs()
         try:
-            return ray.get(recovery.coordinator.snapshot_now.remote(timeout, self._outputs.delivered()),
+            return ray.get(recovery.coordinator.snapshot_now.remote(timeout, delivered),
                            timeout=timeout + POLL_SLACK)
         except ray.exceptions.GetTimeoutError as error:
             raise SnapshotError(f"job {self.name!r}: no snapshot committed within {timeout:g} s") from error
@@ -454,7 +472,7 @@ class Job:
         the same program, fed the same inputs from their start, continues from there and
         hands out only the epochs after them.
         """
-        snapshot_id = self.snapshot(timeout)
+        snapshot_id = self._snapshot(timeout, self._outputs.delivered())
         self._cancel(f"job.stop() after savepoint {snapshot_id}")
         return snapshot_id
 
@@ -535,21 +553,10 @@ class Job:
             self._driving.release()
 
     def _recovery_stats(self) -> dict[str, Any]:
-        """``snapshots`` (the coordinator's figures) and ``recoveries``, in a job with recovery."""
+        """``snapshots``, ``recoveries``, ``rescales`` and ``autoscaler``, in a job with recovery."""
         if self._recovery is None:
             return {}
-        try:
-            snapshots = ray.get(self._recovery.coordinator.stats.remote(), timeout=60)
-        except ray.exceptions.RayActorError as error:
-            snapshots = {"coordinator": f"unreachable: {type(error).__name__}"}
-        autoscaler: Any = None
-        if self._autoscaler is not None:
-            try:
-                autoscaler = ray.get(self._autoscaler.timeline.remote(self._outputs.finished), timeout=60)
-            except ray.exceptions.RayActorError as error:
-                autoscaler = f"unreachable: {type(error).__name__}"
-        return {"snapshots": snapshots, "recoveries": self._recovery.stats(), "rescales": self._recovery.rescale_stats(),
-                "autoscaler": autoscaler}
+        return recovery_stats(self._recovery, self._autoscaler, self._outputs.finished)
 
     def cancel(self) -> None:
         """Stop the job and give its hosts back to the pool, which resets them for the next

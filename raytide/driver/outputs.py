@@ -12,14 +12,15 @@ liveness of the actors it watches.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Mapping
+import threading
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import ray
 
 from raytide.engine.output_gate import OutputGate
 from raytide.errors import InternalError
-from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished
+from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished, OutputFrontier
 from raytide.physical.wire import pack_records, unpack_records
 from raytide.snapshots.config import OutputCommit
 
@@ -42,6 +43,13 @@ class OutputCollector:
     epoch :meth:`take` returned is forgotten: a job that runs for weeks holds on the driver
     only what was not consumed.
 
+    An epoch that an input fed by the driver was at (:meth:`open`) and that completes with
+    no records is shown too, with none (``job.results`` yields ``(epoch, [])``): a consumer
+    that feeds an epoch and waits for it is never left waiting on an empty one. The
+    progress actor reports how far each output is complete (:class:`OutputFrontier`) after
+    the epochs with records, so the empty epochs take their places in order. Epochs of
+    sources read in the replicas are not known here; their empty epochs are not shown.
+
     A completed epoch is shown once its :class:`~raytide.engine.output_gate.OutputGate`
     lets it pass: at once, or (``commit="snapshot"``) once a committed snapshot holds it.
     An epoch is shown at most once, in order: an epoch at or before the last one shown (or
@@ -58,6 +66,13 @@ class OutputCollector:
         self.lost_from: dict[str, int] = {}  # per output, the first epoch whose parts were lost (until a recovery)
         self.completed: dict[str, int | None] = dict.fromkeys(outputs)  # the last epoch shown
         self.handed_before: dict[str, int] = dict.fromkeys(outputs, -1)  # by a run restored from
+        self.offered: dict[str, int] = dict.fromkeys(outputs, -1)  # the last epoch offered to the gate
+        self.opened: set[int] = set()  # epochs the driver's inputs were at, not shown everywhere yet
+        self.opened_lock = threading.Lock()  # inputs are fed from other threads than the one polling
+        self.streamed: set[str] = set()  # outputs read with job.results (see durable())
+        self.in_hand: dict[str, set[int]] = {name: set() for name in outputs}  # handed to a consumer, not acknowledged
+        #: Told :meth:`durable` at each acknowledgement (a job with recovery records it in its store).
+        self.on_consumed: Callable[[dict[str, int]], None] | None = None
         self.gate = OutputGate(outputs, commit)
         self.cursor = 0
         self.finished = False
@@ -77,14 +92,43 @@ class OutputCollector:
         failures = []
         for event in events:
             if isinstance(event, EpochComplete):  # an output's epochs complete in order
-                for epoch, parts in self.gate.offer(event.output, event.epoch, event.parts):
-                    self._show(event.output, epoch, parts)
+                self._offer_empty(event.output, event.epoch)
+                self._offer(event.output, event.epoch, event.parts)
+            elif isinstance(event, OutputFrontier):
+                self._offer_empty(event.output, event.before)
             elif isinstance(event, JobFailed):
                 failures.append(event.error)
             elif isinstance(event, JobFinished):
                 self._show_all(self.gate.finish())
                 self.finished = True
         return failures
+
+    def open(self, epoch: int) -> None:
+        """An input fed by the driver is at ``epoch``: it is an epoch of the job, shown once
+        complete even if it has no records."""
+        with self.opened_lock:
+            self.opened.add(epoch)
+
+    def _offer(self, name: str, epoch: int, parts: list) -> None:
+        self.offered[name] = epoch
+        for passed, passed_parts in self.gate.offer(name, epoch, parts):
+            self._show(name, passed, passed_parts)
+
+    def _offer_empty(self, name: str, before: float) -> None:
+        """Offer the opened epochs of output ``name`` after the last one offered and before
+        ``before`` (complete, with no records, since none came), in order."""
+        after = max(self.offered[name], self.handed_before[name])
+        with self.opened_lock:
+            empty = sorted(epoch for epoch in self.opened if after < epoch < before)
+        for epoch in empty:
+            self._offer(name, epoch, [])
+        self._forget_opened()
+
+    def _forget_opened(self) -> None:
+        """Forget the opened epochs every output has shown (a rollback never needs them again)."""
+        shown = min(self.delivered().values(), default=-1)
+        with self.opened_lock:
+            self.opened = {epoch for epoch in self.opened if epoch > shown}
 
     def release(self, complete: dict[str, int | None]) -> None:
         """A snapshot holding ``complete`` (per output, its last complete epoch) was committed."""
@@ -94,10 +138,12 @@ class OutputCollector:
         """A recovery: forget the completed epochs not shown yet (the restored job computes them again)."""
         self.gate.rollback()
         self.lost_from.clear()
+        self.offered = {name: -1 if epoch is None else epoch for name, epoch in self.completed.items()}
 
     def _show_all(self, released: list[tuple[str, int, list]]) -> None:
         for name, epoch, parts in released:
             self._show(name, epoch, parts)
+        self._forget_opened()
 
     def resume_after(self, delivered: Mapping[str, int]) -> None:
         """This job continues a run that had handed over, per output, the epochs up to
@@ -149,6 +195,43 @@ class OutputCollector:
         self.refs[name].pop(epoch, None)
         return records
 
+    def hand(self, name: str, epoch: int) -> list:
+        """The records of a completed epoch, taken (:meth:`take`) for a ``job.results``
+        consumer: delivered once it is acknowledged (see :meth:`durable`)."""
+        self.streamed.add(name)
+        records = self.take(name, epoch)
+        self.in_hand[name].add(epoch)
+        return records
+
+    def acknowledge(self, name: str, epoch: int) -> None:
+        """The consumer of output ``name`` has epoch ``epoch`` (it asked for the next one)."""
+        self.in_hand[name].discard(epoch)
+        if self.on_consumed is not None:
+            self.on_consumed(self.durable())
+
+    def stream(self, name: str) -> None:
+        """Output ``name`` is read with ``job.results`` from now on (see :meth:`durable`)."""
+        self.streamed.add(name)
+
+    def durable(self) -> dict[str, int]:
+        """Per output, the last epoch that counts as delivered in a snapshot (-1: none): what a
+        new driver restored from it (``restore=``) does not hand out again.
+
+        An output read with ``job.results`` counts an epoch delivered once its consumer has
+        it: the epochs before the first one polled but not yet handed out, or handed out
+        and not yet acknowledged. So a driver killed with epochs polled and not consumed,
+        or with one in its consumer's hands, loses none of them: the restored job hands
+        them out again (the one in hand is repeated, as at-least-once consumers expect).
+        An output only collected counts what the driver has been handed (:meth:`delivered`):
+        a batch job keeps nothing twice for its snapshots.
+        """
+        marks = self.delivered()
+        for name in self.streamed:
+            pending = [*self.in_hand[name], *self.epochs(name)]
+            if pending:
+                marks[name] = max(self.handed_before[name], min(pending) - 1)
+        return marks
+
     def keep_locally(self) -> list[tuple[str, int]]:
         """Fetch every completed epoch now (the actors that own the parts are about to go);
         returns the epochs that could not be fetched."""
@@ -162,12 +245,12 @@ class OutputCollector:
         return lost
 
     def packed(self, name: str, kept: bool) -> dict[int, list]:
-        """Record parts per completed epoch not taken yet: as the sinks shipped them, or
+        """Record parts per completed epoch with records not taken yet: as the sinks shipped them, or
         re-packed from the driver's copy of the records once fetched (every epoch when
         ``kept``: after teardown, the object store no longer holds the parts)."""
         parts = {} if kept else {**self.refs[name], **self.parts[name]}
         return {epoch: parts[epoch] if epoch in parts else [pack_records(self.records(name, epoch))]
-                for epoch in self.epochs(name)}
+                for epoch in self.epochs(name) if epoch in parts or self.records(name, epoch)}
 
     def latest(self) -> dict[str, int | None]:
         """The latest completed epoch per output shown to the user, taken or not."""

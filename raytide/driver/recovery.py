@@ -63,6 +63,8 @@ from raytide.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)
 
+#: The store's record of what a job's consumers have had (:meth:`JobRecovery.record_consumed`).
+CONSUMED = "consumed"
 #: How long a recovery's calls may take.
 RECOVERY_TIMEOUT = 120.0
 #: How long the driver waits for a host's ping when it looks for the dead ones (a dead
@@ -156,12 +158,14 @@ class JobRecovery:
     sync_ref: Any = None
     commits_seen: int = 0
     retained: list[dict[tuple[str, int], int]] = field(default_factory=list)
+    consumed: dict[str, int] | None = None  # as last written to the store (None: not yet)
     records: list[RecoveryRecord] = field(default_factory=list)
     rescales: list[RescaleRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.budget = RestartBudget(self.recovery.max_restarts)
         self.store = SnapshotStore(self.recovery.store, self.recovery.signing_key)
+        self.outputs.on_consumed = self.record_consumed
 
     # -- the coordinator -------------------------------------------------------------------
 
@@ -201,7 +205,7 @@ class JobRecovery:
             self.retained = self.retained[-self.recovery.retain:]
             if self.retained:
                 self.inputs.trim(self.retained[0])
-        self.sync_ref = self.coordinator.sync.remote(self.outputs.delivered(), self.commits_seen)
+        self.sync_ref = self.coordinator.sync.remote(self.outputs.durable(), self.commits_seen)
         return None
 
     # -- recovery --------------------------------------------------------------------------
@@ -223,11 +227,39 @@ class JobRecovery:
         again), and each input replica skips the calls the snapshot had consumed."""
         point = restore_point(self.placement.plan, self.store, snapshot_id)
         self.outputs.resume_after(point.delivered)
+        self.outputs.resume_after(self.consumed_after(snapshot_id))
         self.outputs.release(point.complete)
         self.started_from = point.snapshot_id
         self.inputs.skip(input_positions(point.positions),
                          {name: point.input_epoch(name) for name in self.placement.plan.inputs})
+        self.record_consumed(self.outputs.durable())  # this run's record from now on
         self.execute(Recovering.from_point(self.placement.name, self.budget, point))
+
+    def start_fresh(self) -> None:
+        """A run from the start (no ``restore=``): nothing is consumed yet, whatever an
+        earlier run's record says; the coordinator starts taking snapshots."""
+        self.record_consumed({})
+        self.coordinator.start.remote()
+
+    def record_consumed(self, marks: dict[str, int]) -> None:
+        """Write what the job's consumers have had (``OutputCollector.durable``) to the store,
+        if it changed: a new driver restored from this run's snapshots (or from the one it
+        started from) does not hand those epochs out again, though the snapshot it restores
+        was committed before they were consumed. Called before the consumer is handed its
+        next epoch, so only the epoch in its hands can be handed out twice."""
+        if marks != self.consumed:
+            self.store.write_record(CONSUMED, {"run_first": self.first_id, "started_from": self.started_from,
+                                               "delivered": marks})
+            self.consumed = dict(marks)
+
+    def consumed_after(self, snapshot_id: int) -> dict[str, int]:
+        """Per output, the last epoch consumed (:meth:`record_consumed`) by the run that took
+        snapshot ``snapshot_id`` or started from it; empty if another run wrote the record
+        last (a restore of an older run's snapshot hands out what that run's snapshot says)."""
+        record = self.store.read_record(CONSUMED)
+        if record is None or not (record["run_first"] <= snapshot_id or record["started_from"] == snapshot_id):
+            return {}
+        return {str(name): int(epoch) for name, epoch in record["delivered"].items()}
 
     def execute(self, machine: Recovering, steps: Steps | None = None) -> float:
         """Perform the effects of recovery ``machine`` (:mod:`raytide.snapshots.recovering`),

@@ -175,7 +175,7 @@ class _OnRay:
         if effect.attempt > 1 and time.monotonic() >= run.deadline:
             return TimedOut("no rescale cut was complete in time")
         run.asked_at = time.monotonic()
-        ref = recovery.coordinator.hold_now.remote(max(0.1, run.deadline - run.asked_at), recovery.outputs.delivered())
+        ref = recovery.coordinator.hold_now.remote(max(0.1, run.deadline - run.asked_at), recovery.outputs.durable())
         while not ray.wait([ref], timeout=RECOVERY_POLL)[0]:
             died = self.supervision.watch(0)
             if died is not None:

@@ -1,6 +1,7 @@
 """What ``job.stats()`` reports of a job's actors: the replicas' counters summed per vertex
 and kept per replica, and the progress actor's view of each vertex (its queued work, its
-frontier and how far that trails the inputs)."""
+frontier and how far that trails the inputs); in a job with recovery, the coordinator's,
+the recoveries', the rescales' and the autoscaler's figures."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import ray
 
 from raytide.driver.placement import JobPlacement
+from raytide.driver.recovery import JobRecovery
 
 
 def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
@@ -53,3 +55,20 @@ def _progress_of(vertex: str, progress: dict[str, dict[str, int | None]], fed: l
     frontier = progress[vertex]["frontier"]
     lag = max(fed) - frontier if fed and frontier is not None else None
     return {**progress[vertex], "frontier_lag": lag}
+
+
+def recovery_stats(recovery: JobRecovery, autoscaler: Any, finished: bool) -> dict[str, Any]:
+    """``snapshots`` (the coordinator's figures), ``recoveries``, ``rescales`` and the
+    ``autoscaler``'s timeline (None without one); an actor that died is named unreachable."""
+    try:
+        snapshots = ray.get(recovery.coordinator.stats.remote(), timeout=60)
+    except ray.exceptions.RayActorError as error:
+        snapshots = {"coordinator": f"unreachable: {type(error).__name__}"}
+    timeline: Any = None
+    if autoscaler is not None:
+        try:
+            timeline = ray.get(autoscaler.timeline.remote(finished), timeout=60)
+        except ray.exceptions.RayActorError as error:
+            timeline = f"unreachable: {type(error).__name__}"
+    return {"snapshots": snapshots, "recoveries": recovery.stats(), "rescales": recovery.rescale_stats(),
+            "autoscaler": timeline}

@@ -24,6 +24,7 @@ from raytide.physical.protocol import (
     JobEvent,
     JobFailed,
     JobFinished,
+    OutputFrontier,
     OutputParts,
     ProgressBatch,
     ProgressMessage,
@@ -120,12 +121,15 @@ class ProgressCore:
         return effects
 
     def _completions(self) -> list[JobEvent]:
-        """The output epochs the frontier has passed, and the end once nothing is active."""
+        """The output epochs the frontier has passed (each with records, then how far every
+        epoch is complete), and the end once nothing is active."""
         tracker = self.publisher.tracker
         events: list[JobEvent] = []
-        for name in self.outputs.complete:
+        for name, before in self.outputs.complete.items():
             low = earliest_epoch(tracker.frontier(Location.of_input(name, 0)))
             events += [EpochComplete(*done) for done in self.outputs.advance(name, low)]
+            if low > before:
+                events.append(OutputFrontier(name, low))
         if not self.done and self.publisher.is_idle() and self.outputs.finished():
             self.done = True
             events.append(JobFinished())

@@ -82,7 +82,8 @@ def write_parquet(job: Job, output: str, root: str, *, schema: pa.Schema | None 
     """Write every epoch of ``job``'s output ``output`` to Parquet under ``root`` as it completes,
     until the job finishes; returns the epochs this call committed (see the module docstring).
 
-    Epochs are taken with ``job.results``, so they are released from the driver once written.
+    Epochs are taken with ``job.results``, so they are released from the driver once written;
+    an epoch that completed with no records writes nothing.
     """
     sink = ParquetSink(root, output, schema)
-    return [epoch for epoch, records in job.results(output, timeout=timeout) if sink.write(epoch, records)]
+    return [epoch for epoch, records in job.results(output, timeout=timeout) if records and sink.write(epoch, records)]

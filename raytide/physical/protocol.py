@@ -172,6 +172,19 @@ class EpochComplete:
 
 
 @dataclass(frozen=True)
+class OutputFrontier:
+    """Every epoch of output ``output`` before ``before`` is complete (``inf``: all are).
+
+    Sent each time that epoch moves, after the :class:`EpochComplete` of the epochs it
+    passed: the epochs it passed without records are complete too, which the driver needs
+    to hand out an epoch that completed empty.
+    """
+
+    output: str
+    before: float
+
+
+@dataclass(frozen=True)
 class JobFailed:
     """The job failed; the driver tears it down and raises ``error``."""
 
@@ -183,7 +196,7 @@ class JobFinished:
     """No pointstamp is active and every output is complete."""
 
 
-JobEvent = EpochComplete | JobFailed | JobFinished
+JobEvent = EpochComplete | OutputFrontier | JobFailed | JobFinished
 
 
 def encode(message: Any) -> bytes:

@@ -34,8 +34,9 @@ class OutputLog:
         to the driver (after a recovery): records of those epochs are dropped, not released
         again."""
         self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}
-        self.complete: dict[str, float] = {name: 0 for name in outputs}
         self.delivered = {name: (delivered or {}).get(name, -1) for name in outputs}
+        #: Per output, every epoch before this one is complete (those delivered were).
+        self.complete: dict[str, float] = {name: self.delivered[name] + 1 for name in outputs}
 
     def add(self, output: str, sender: Hashable, epochs: dict[int, list[Any]]) -> None:
         """Record parts of ``output`` from replica ``sender``, per epoch.

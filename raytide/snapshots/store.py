@@ -8,6 +8,8 @@ Layout, under the store's root::
     snapshot-00000000000000000007/    one directory per snapshot id, zero-padded so names sort
         <part>                        the parts, written first (any order, any writer)
         _manifest.json                written LAST: the snapshot exists once this does
+    _record-<name>.json               small records kept beside the snapshots (what a job's
+                                      consumers have had: raytide.driver.recovery)
 
 The manifest lists every part with its size and SHA-256 and carries the caller's metadata
 (input positions, vertex ids, parallelism, times). It is written under a temporary name and
@@ -58,6 +60,7 @@ from raytide.errors import ArgumentError, SnapshotError
 MANIFEST = "_manifest.json"
 _TEMP_PREFIX = "_manifest.json.tmp-"
 _DIR_PREFIX = "snapshot-"
+_RECORD_PREFIX = "_record-"
 _ID_DIGITS = 20  # wide enough for any non-negative int64
 _DIR_PATTERN = re.compile(rf"{_DIR_PREFIX}(\d{{{_ID_DIGITS}}})")
 _FORMAT = 1
@@ -237,6 +240,37 @@ class SnapshotStore:
     def _sign(self, body: dict[str, Any]) -> str:
         assert self._key is not None
         return hmac.new(self._key, _canonical(body), hashlib.sha256).hexdigest()
+
+    def write_record(self, name: str, body: dict[str, Any]) -> None:
+        """Replace the small JSON record ``name`` under the store's root (``_record-<name>.json``,
+        signed like a manifest with a signing key): written under a temporary name, then
+        moved into place, so a reader sees the old record or the new one whole."""
+        _check_part_name(name)
+        text = _canonical({**body, "hmac": self._sign(body)} if self._key else body)
+        temp = f"{self.root}/{_TEMP_PREFIX}{uuid.uuid4().hex}"
+        with self.filesystem.open_output_stream(temp) as out:
+            out.write(text)
+        self.filesystem.move(temp, f"{self.root}/{_RECORD_PREFIX}{name}.json")
+
+    def read_record(self, name: str) -> dict[str, Any] | None:
+        """Record ``name`` as :meth:`write_record` left it; None if there is none.
+
+        Raises:
+            SnapshotError: it does not parse or (with a signing key) its signature does not verify.
+        """
+        _check_part_name(name)
+        try:
+            with self.filesystem.open_input_stream(f"{self.root}/{_RECORD_PREFIX}{name}.json") as stream:
+                body = json.loads(stream.read())
+        except FileNotFoundError:
+            return None
+        except ValueError as error:
+            raise SnapshotError(f"record {name!r} of store {self.uri!r} does not parse: {error!r}") from error
+        signature = body.pop("hmac", None)
+        if self._key is not None and not (isinstance(signature, str)
+                                          and hmac.compare_digest(signature.encode(), self._sign(body).encode())):
+            raise SnapshotError(f"record {name!r} of store {self.uri!r}: its signature does not verify")
+        return body
 
     # -- reading -----------------------------------------------------------------------------
 

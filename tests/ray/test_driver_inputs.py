@@ -52,3 +52,24 @@ def test_integer_like_epochs_are_taken_and_bad_ones_named(ray_session):
         job.close("numbers")
         job.wait(timeout=60)
         assert job.collect("out") == {0: [1], 2: [2]}
+
+
+@pytest.mark.parametrize("recovery", [False, True], ids=["plain", "output committed at snapshots"])
+def test_an_epoch_that_completes_empty_is_yielded_so_a_consumer_waiting_for_it_goes_on(ray_session, tmp_path, recovery):
+    """Feed one epoch, wait for it, feed the next: the epochs whose records are all filtered
+    out come as ``(epoch, [])``; an epoch the input skipped over (2) is not one of the job's."""
+    flow = rt.Dataflow("empty-epochs")
+    flow.input("numbers").filter(lambda n: n > 0, name="positive").output("out")
+    options = {"recovery": rt.Recovery(str(tmp_path), interval=0.2, output_commit="snapshot")} if recovery else {}
+    fed = {0: [1, -1], 1: [-2], 3: [5], 4: []}
+    with rt.run(flow, parallelism=2, **options) as job:
+        results = job.results("out", timeout=120)
+        seen = []
+        for epoch, records in fed.items():
+            job.push("numbers", records, epoch)
+            if epoch:  # epoch 0 stays open until the input moves on
+                seen.append(next(results))
+        job.close("numbers")
+        seen += list(results)
+        assert seen == [(0, [1]), (1, []), (3, [5]), (4, [])]
+        assert job.collect("out") == {}, "everything was consumed"

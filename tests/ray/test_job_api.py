@@ -66,7 +66,8 @@ def test_num_cpus_reserves_that_many_cpus_per_vertex_actor_while_the_job_runs(ra
 def test_a_job_with_one_output_iterates_over_its_epochs_as_they_complete(ray_session):
     with rt.run(word_count(), inputs={"lines": LINES}, parallelism=2) as job:
         seen = [(epoch, dict(records)) for epoch, records in job]
-    assert seen == sorted(word_counts(LINES).items())
+    counts = word_counts(LINES)
+    assert seen == [(epoch, counts.get(epoch, {})) for epoch in range(len(LINES))], "the empty epoch 1 comes in its place"
 
 
 def test_a_job_with_several_outputs_refuses_to_be_iterated(ray_session):

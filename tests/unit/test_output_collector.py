@@ -6,10 +6,12 @@ import gc
 import weakref
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raytide.driver.outputs import OutputCollector
 from raytide.errors import InternalError
-from raytide.physical.protocol import EpochComplete, JobFinished
+from raytide.physical.protocol import EpochComplete, JobFinished, OutputFrontier
 from raytide.physical.wire import pack_records, unpack_records
 
 
@@ -82,3 +84,58 @@ def test_an_epoch_an_earlier_run_handed_over_is_not_shown_again():
         collector.apply([EpochComplete("out", 2, [pack_records([Record(2)])])])
     collector.apply([EpochComplete("out", 4, [pack_records([Record(4)])])])
     assert collector.epochs("out") == [4]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_every_epoch_with_records_or_opened_by_the_driver_is_shown_once_in_order_through_gates_and_rollbacks(data):
+    """A brute-force oracle: whatever the order of opens, completions, snapshot commits and
+    recoveries, the epochs shown are exactly the opened ones and those with records, in
+    order, each once, with its records (an opened epoch with none: ``[]``)."""
+    count = data.draw(st.integers(1, 10), label="epochs")
+    epochs = st.sets(st.integers(0, count - 1))
+    opened, with_records = data.draw(epochs, label="opened"), data.draw(epochs, label="with records")
+    commit = data.draw(st.sampled_from(["epoch", "snapshot"]), label="commit")
+    collector = OutputCollector(progress=None, outputs=["out"], commit=commit)
+    shown: list[tuple[int, list]] = []
+    low = 0  # the progress core's frontier at the output: epochs before it are complete
+    while low < count:
+        for epoch in sorted(opened):  # the driver opens an epoch before it can complete
+            if epoch >= low and data.draw(st.booleans()):
+                collector.open(epoch)
+        action = data.draw(st.sampled_from(["complete", "commit", "recover"]), label="action")
+        if action == "complete":
+            upto = data.draw(st.integers(low + 1, count), label="frontier")
+            for epoch in sorted(e for e in opened if low <= e < upto):
+                collector.open(epoch)  # at the latest now
+            collector.apply([EpochComplete("out", e, [pack_records([e])]) for e in sorted(with_records)
+                             if low <= e < upto] + [OutputFrontier("out", upto)])
+            low = upto
+        elif action == "commit" and low > 0:
+            collector.release({"out": data.draw(st.integers(0, low - 1), label="committed")})
+        elif action == "recover":  # the restored job completes again what was not shown
+            collector.rollback()
+            low = collector.delivered()["out"] + 1
+        shown += [(epoch, collector.take("out", epoch)) for epoch in iter(lambda: collector.first("out"), None)]
+    collector.apply([OutputFrontier("out", float("inf")), JobFinished()])
+    shown += [(epoch, collector.take("out", epoch)) for epoch in iter(lambda: collector.first("out"), None)]
+    assert shown == [(e, [e] if e in with_records else []) for e in sorted(opened | with_records)]
+    assert not collector.opened, "opened epochs are forgotten once shown"
+
+
+def test_a_streamed_output_counts_delivered_what_its_consumer_had_a_collected_one_what_the_driver_had():
+    collector = collector_with(0, 1, 2, 3)
+    assert collector.durable() == collector.delivered() == {"out": 3}, "only collected: what the driver was handed"
+    collector.stream("out")
+    assert collector.durable() == {"out": -1}, "read with job.results: epochs received, not yet consumed"
+    told = []
+    collector.on_consumed = told.append
+    collector.hand("out", 0)
+    collector.hand("out", 1)
+    assert collector.durable() == {"out": -1}, "epochs in the consumer's hands are not delivered"
+    collector.acknowledge("out", 1)
+    assert told == [{"out": -1}], "epoch 0 is still in hand"
+    collector.acknowledge("out", 0)
+    assert told[-1] == {"out": 1} and collector.durable() == {"out": 1}
+    collector.resume_after({"out": 5})
+    assert collector.durable() == {"out": 5}, "what an earlier run's consumer had stays delivered"

@@ -9,6 +9,7 @@ from raytide.physical.protocol import (
     EpochComplete,
     JobFailed,
     JobFinished,
+    OutputFrontier,
     OutputParts,
     ProgressBatch,
     ReplicaKey,
@@ -44,10 +45,11 @@ def test_messages_before_connect_wait_then_apply_in_sequence_order_and_release_o
     core.receive(batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1), ((OUT, T0), 1)]))
     effects = core.connect({SOURCE: [], SINK: [OUT]})
     assert (SINK, StatusPush({OUT: [(T0, True)]}, False)) in effects.pushes, "the initial status, taken at connect"
-    assert effects.events == [EpochComplete("out", 0, ["x"])]
+    assert effects.events == [EpochComplete("out", 0, ["x"]), OutputFrontier("out", 1)]
     # The source's later batches arrive out of order: number 2 (closing the input) first.
     assert core.receive(batch(SOURCE, 2, [((SRC, T2), -1)])).events == [], "batch 2 waits for batch 1"
-    assert core.receive(batch(SOURCE, 1, [((SRC, T1), -1), ((SRC, T2), 1)])).events == [JobFinished()]
+    assert core.receive(batch(SOURCE, 1, [((SRC, T1), -1), ((SRC, T2), 1)])).events == [
+        OutputFrontier("out", float("inf")), JobFinished()], "epoch 1 completed empty, then all did"
 
 
 def test_records_after_their_epoch_completed_fail_the_job_naming_the_output():
@@ -91,9 +93,9 @@ def test_the_event_log_keeps_only_what_the_driver_has_not_read():
         actor.receive(0, batch(SOURCE, epoch, [((SRC, Timestamp(epoch)), -1), ((SRC, Timestamp(epoch + 1)), 1),
                                                ((OUT, Timestamp(epoch)), 1)]))
         events, cursor = actor.next_events(cursor, 0)
-        assert events == [EpochComplete("out", epoch, [epoch])]
-        assert len(actor.events) <= 1, "events the driver has read are dropped at its next poll"
-    assert cursor == 1000
+        assert events == [EpochComplete("out", epoch, [epoch]), OutputFrontier("out", epoch + 1)]
+        assert len(actor.events) <= 2, "events the driver has read are dropped at its next poll"
+    assert cursor == 2000, "two events an epoch: its records, then how far the output is complete"
 
 
 def test_a_restored_progress_actor_drops_older_incarnations_and_what_the_driver_has():

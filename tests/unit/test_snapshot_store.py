@@ -493,3 +493,26 @@ class StoreMachine(RuleBasedStateMachine):
 
 TestStoreMachine = StoreMachine.TestCase
 TestStoreMachine.settings = settings(max_examples=100, stateful_step_count=20, deadline=None)
+
+
+def test_a_record_is_replaced_whole_read_back_and_ignored_by_the_snapshot_listing(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    assert store.read_record("consumed") is None
+    store.write_record("consumed", {"delivered": {"out": 3}})
+    store.write_record("consumed", {"delivered": {"out": 4}, "run_first": 2})
+    assert store.read_record("consumed") == {"delivered": {"out": 4}, "run_first": 2}
+    assert store.committed() == [] and store.next_id() == 1, "a record is not a snapshot"
+    assert [p.name for p in tmp_path.iterdir()] == ["_record-consumed.json"], "no temporary file is left"
+
+
+def test_a_signed_stores_record_that_was_altered_or_is_unsigned_is_refused(tmp_path):
+    signed = SnapshotStore(str(tmp_path), signing_key=b"key")
+    signed.write_record("consumed", {"delivered": {"out": 4}})
+    assert signed.read_record("consumed") == {"delivered": {"out": 4}}
+    path = tmp_path / "_record-consumed.json"
+    path.write_text(path.read_text().replace("4", "9"))
+    with pytest.raises(SnapshotError, match="record 'consumed' .* signature does not verify"):
+        signed.read_record("consumed")
+    SnapshotStore(str(tmp_path)).write_record("consumed", {"delivered": {"out": 9}})
+    with pytest.raises(SnapshotError, match="signature does not verify"):
+        signed.read_record("consumed")

@@ -1,0 +1,85 @@
+"""A driver SIGKILLed while its consumer reads ``job.results``, then a new driver restored
+from the latest snapshot: real processes on the session's Ray.
+
+The consumer is slow (as a consumer with side effects is), so when the driver dies it has
+received epochs its consumer has not had yet. An epoch counts as delivered only once its
+consumer asked for the next one, so the restored run hands out again everything after
+the last epoch consumed: nothing is lost, and at most the epoch in the consumer's hands
+when the driver died is seen twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+EPOCHS = 40
+
+DRIVER = textwrap.dedent("""
+    import os, sys, time
+    import raytide as rt
+
+    store, log, restore = sys.argv[1], sys.argv[2], sys.argv[3] == "restore"
+    flow = rt.Dataflow("consumed")
+    flow.input("numbers").map(lambda n: n * 10, name="times-ten").output("out")
+
+    def fed():  # the same feed from its start in both runs: the restored run skips what its snapshot had
+        for epoch in range(EPOCHS):
+            time.sleep(0.02)
+            yield [epoch]
+
+    options = {"restore": "latest"} if restore else {}
+    with rt.run(flow, {"numbers": fed()}, parallelism=2, recovery=rt.Recovery(store, interval=0.2), **options) as job:
+        with open(log, "a") as consumed:
+            for epoch, records in job.results("out", timeout=120):
+                consumed.write(f"{epoch} {records}\\n")  # the consumer's side effect, made durable
+                consumed.flush()
+                os.fsync(consumed.fileno())
+                time.sleep(0.15)  # a slow consumer: the driver receives epochs well ahead of it
+    print("finished", flush=True)
+""").replace("EPOCHS", str(EPOCHS))
+
+
+def consumed(log: Path) -> list[tuple[int, str]]:
+    return [(int(epoch), records) for epoch, records in (line.split(" ", 1) for line in log.read_text().splitlines())]
+
+
+def test_a_driver_killed_while_its_consumer_lags_loses_no_epoch_when_a_new_driver_restores(session_ray_env, tmp_path):
+    store, log = str(tmp_path / "store"), tmp_path / "consumed.txt"
+    log.touch()
+    first = subprocess.Popen([sys.executable, "-c", DRIVER, store, str(log), "start"], env=session_ray_env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(consumed(log)) < 12:  # the feed is done by then: the driver holds epochs its consumer has not had
+            assert first.poll() is None, f"the first driver exited early:\n{first.communicate()[1][-3000:]}"
+            assert time.monotonic() < deadline, "the first driver's consumer did not reach epoch 12 within 120 s"
+            time.sleep(0.05)
+        os.kill(first.pid, signal.SIGKILL)
+    finally:
+        first.kill()
+        first.communicate()
+    killed_at = len(consumed(log))
+    second = subprocess.run([sys.executable, "-c", DRIVER, store, str(log), "restore"], env=session_ray_env,
+                            capture_output=True, text=True, timeout=180)
+    assert second.returncode == 0 and "finished" in second.stdout, second.stderr[-3000:]
+
+    seen = consumed(log)
+    epochs = [epoch for epoch, _ in seen]
+    assert all(records == f"[{epoch * 10}]" for epoch, records in seen), "an epoch's records changed"
+    assert sorted(set(epochs)) == list(range(EPOCHS)), f"lost epochs: {sorted(set(range(EPOCHS)) - set(epochs))}"
+    repeated = [epoch for epoch in set(epochs) if epochs.count(epoch) > 1]
+    assert len(repeated) <= 1, f"epochs seen twice: {sorted(repeated)} (only the one in the consumer's hands may be)"
+    assert epochs[:killed_at] == list(range(killed_at)), "the first run's consumer read in order"
+    restarted = epochs[killed_at:]
+    assert restarted == list(range(restarted[0], EPOCHS)) and restarted[0] >= killed_at - 1, \
+        f"the restored run starts at the epoch in hand or the next: {restarted[:3]} after {killed_at} consumed"
