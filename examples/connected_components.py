@@ -51,10 +51,9 @@ def components_by_epoch(epochs: Sequence[Sequence[tuple[int, int]]] | Sequence[n
             if len(edges):  # an (n, 2) array travels as one buffer, not n tuples
                 job.push("edges", np.asarray(edges, dtype=np.int64).reshape(-1, 2), epoch)
             job.advance("edges", epoch + 1)
-            if len(edges):  # an epoch without edges has no output to wait for
-                _, pairs = next(results)
-                for node, label in pairs:  # labels only drop: keep the smallest
-                    labels[node] = min(label, labels.get(node, label))
+            _, pairs = next(results)  # an epoch without edges comes too, with no labels
+            for node, label in pairs:  # labels only drop: keep the smallest
+                labels[node] = min(label, labels.get(node, label))
             total = job.stats()["vertices"]["label-propagation"]["records_in"]
             yield dict(labels), total - handled
             handled = total

@@ -23,6 +23,7 @@ measured snapshot durations, recovery times and failures.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -65,7 +66,7 @@ class CoordinatorActor:
         #: The commits the driver has not learnt of yet; ``seen`` of them before
         self.commits: list[Committed] = []
         self.seen = 0
-        self.abandoned: list[str] = []
+        self.abandoned: collections.deque[str] = collections.deque(maxlen=5)  # the last reasons (the count is in stats)
         self.last_alignment: float | None = None  # the longest a replica aligned for the last snapshot
         self.held: dict[int, dict[Any, Any]] = {}  # per rescale cut complete: every replica's HeldReport
         self.lock = threading.Condition()
@@ -167,7 +168,7 @@ class CoordinatorActor:
             snapshot_id = self._take_now(timeout, delivered, hold=False)
             if snapshot_id is None:
                 raise SnapshotError(f"the snapshot in flight did not complete within {timeout:g} s; "
-                                    f"abandoned so far: {self.abandoned[-3:]}")
+                                    f"abandoned so far: {list(self.abandoned)[-3:]}")
             self.paused = self.paused or pause
             return snapshot_id
 
@@ -261,5 +262,5 @@ class CoordinatorActor:
             return {"committed": stats.committed, "abandoned": stats.abandoned, "last_id": stats.last_id,
                     "last_duration_s": stats.last_duration, "last_size_bytes": stats.last_size,
                     "last_alignment_s": self.last_alignment,
-                    "abandoned_reasons": list(self.abandoned[-5:]), "interval_s": self.core.interval,
+                    "abandoned_reasons": list(self.abandoned), "interval_s": self.core.interval,
                     "in_flight": None if self.core.in_flight is None else self.core.in_flight.snapshot_id}

@@ -1,25 +1,24 @@
 """One replica of a chain of fused vertices, as pure logic: events in, sends and progress out.
 
-A shell (the Ray actor in ``vertex_actor.py``, or the in-process runtime in
-``local.py``) feeds a :class:`ReplicaCore` its events: a data batch or a marker from
-another replica, a status push from the progress actor, and, for input vertices,
-records and epoch advances. The core runs the user's callbacks, routes what they send
-(:class:`~raytide.engine.outbox.Outbox`: to fused vertices by a direct call, to itself
-through a queue it drains before shipping progress, to other replicas through the
-transport), and keeps the pointstamp deltas of everything it did.
+A shell (the Ray actor in ``vertex_actor.py``, or the in-process runtime in ``local.py``) feeds a
+:class:`ReplicaCore` its events: a data batch or a marker from another replica, a status push from
+the progress actor, and, for input vertices, records and epoch advances. The core runs the user's
+callbacks, routes what they send (:class:`~raytide.engine.outbox.Outbox`: to fused vertices by a
+direct call, to itself through a queue it drains before shipping progress, to other replicas through
+the transport), and keeps the pointstamp deltas of everything it did.
 
-Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the
-consumed message and the ``+1`` of everything it caused) are shipped together, and a
-replica's messages to the progress actor are numbered and applied in that order.
-Deltas are held back while they cannot matter (:mod:`raytide.engine.holdback`), so the
-number of progress messages does not grow with the number of data batches.
-Notifications are delivered when no timestamp at or before them may still arrive
-(:mod:`raytide.engine.notifications`); a vertex on a cycle gets one round at a time and
-waits until the tracker has absorbed it (an acknowledged flush).
+Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the consumed
+message and the ``+1`` of everything it caused) are shipped together, and a replica's messages to
+the progress actor are numbered and applied in that order. Deltas are held back while they cannot
+matter (:mod:`raytide.engine.holdback`), so the number of progress messages does not grow with the
+number of data batches. Notifications are delivered when no timestamp at or before them may still
+arrive (:mod:`raytide.engine.notifications`); a vertex on a cycle gets one round at a time and waits
+until the tracker has absorbed it (an acknowledged flush).
 """
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import itertools
@@ -72,6 +71,10 @@ from raytide.snapshots.replica_state import (
     take,
     unpicklable_state,
 )
+
+#: How many of the markers that passed it a replica remembers (for tests and ``replica_stats()``):
+#: not all, since a job that runs for weeks passes one every snapshot.
+MARKERS_KEPT = 64
 
 
 class ReplicaMode(enum.Enum):
@@ -126,7 +129,7 @@ class ReplicaCore:
         self.flushes = 0
         self.unacked = 0
         self.markers: dict[int, Marker] = {}
-        self.marker_log: list[MarkerRecord] = []
+        self.marker_log: collections.deque[MarkerRecord] = collections.deque(maxlen=MARKERS_KEPT)  # the last ones
         self.taken: dict[int, TakenState] = {}  # local snapshots waiting for their back edges' barriers
         self.replay: list[LoggedBatch] = []  # restored back-edge batches, delivered at resume()
         #: Where this replica's source readers are (the shell sets it; part of a snapshot), and
@@ -593,8 +596,5 @@ class ReplicaCore:
 
     def snapshot_stats(self) -> dict[str, Any]:
         """Counters per hosted vertex plus this replica's progress flushes."""
-        return {
-            "vertices": {name: vars(s).copy() for name, s in self.stats.items()},
-            "progress_flushes": self.flushes,
-            "local_sends": self.outbox.local_sends,
-        }
+        return {"vertices": {name: vars(s).copy() for name, s in self.stats.items()},
+                "progress_flushes": self.flushes, "local_sends": self.outbox.local_sends}
