@@ -381,25 +381,25 @@ class Job:
         ``(epoch, [])``, in its place: a consumer that feeds an epoch and waits for it never
         waits forever (epochs of sources read in the replicas come when they have records).
 
-        Consuming releases: an epoch yielded here is dropped from the driver (so a job that
-        runs for weeks keeps there only what was not consumed yet), and :meth:`collect`
-        afterwards returns only the epochs not yet yielded. Each epoch is yielded once,
-        across all iterators over this output.
+        Consuming releases: an epoch yielded here is dropped from the driver (a job that runs
+        for weeks keeps there only what was not consumed), and :meth:`collect` afterwards
+        returns only the epochs not yielded. Each epoch is yielded once, across all iterators.
 
-        With recovery, an epoch counts as delivered (in the snapshots a new driver restores
-        from, ``restore=``) once the consumer asks for the next one: a driver killed while
-        its consumer holds an epoch, or with epochs received and not yet yielded, loses
-        none; the restored job yields them again, so the epoch in hand may be seen twice by
-        a consumer that is not idempotent (a sink keyed by epoch, such as
-        :func:`~raytide.integrations.parquet.write_parquet`, sees it once).
+        With recovery, an epoch counts as delivered (for a new driver restored with
+        ``restore=``) once the consumer asks for the next one or drops the iterator: a driver
+        killed with epochs received and not yielded, or one in its consumer's hands, loses
+        none; the restored job yields them again, so the epoch in hand may be seen twice by a
+        consumer that is not idempotent (a sink keyed by epoch, like ``write_parquet``, not).
         """
         self._check_output(name)
         self._outputs.stream(name)
         deadline = time.monotonic() + timeout
         while True:
             for epoch in iter(lambda: self._outputs.first(name), None):
-                yield epoch, self._outputs.hand(name, epoch)
-                self._outputs.acknowledge(name, epoch)  # the consumer asked for the next one: it has this one
+                try:
+                    yield epoch, self._outputs.hand(name, epoch)
+                finally:  # the consumer asked for the next one, or dropped the iterator: it has this one
+                    self._outputs.acknowledge(name, epoch)
             if self._outputs.finished:
                 return
             if time.monotonic() > deadline:

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+import raytide as rt
+from raytide.snapshots import SnapshotStore
+
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 EPOCHS = 40
@@ -83,3 +86,18 @@ def test_a_driver_killed_while_its_consumer_lags_loses_no_epoch_when_a_new_drive
     restarted = epochs[killed_at:]
     assert restarted == list(range(restarted[0], EPOCHS)) and restarted[0] >= killed_at - 1, \
         f"the restored run starts at the epoch in hand or the next: {restarted[:3]} after {killed_at} consumed"
+
+
+def test_an_epoch_taken_with_a_fresh_iterator_each_time_counts_as_consumed(ray_session, tmp_path):
+    """``next(job.results(...))`` per epoch drops each iterator with its epoch in hand: that
+    epoch is consumed (else the output replicas would keep every epoch for the snapshots,
+    and a restore would hand them all out again)."""
+    flow = rt.Dataflow("fresh-iterators")
+    flow.input("numbers").map(lambda n: n + 1, name="plus-one").output("out")
+    store = SnapshotStore(str(tmp_path))
+    with rt.run(flow, parallelism=2, recovery=rt.Recovery(str(tmp_path), interval=0.2)) as job:
+        for epoch in range(5):
+            job.push("numbers", [epoch], epoch)
+            job.advance("numbers", epoch + 1)
+            assert next(job.results("out", timeout=60)) == (epoch, [epoch + 1])
+        assert store.read_record("consumed")["delivered"] == {"out": 4}
