@@ -126,6 +126,8 @@ class OutputCollector:
 
     def _forget_opened(self) -> None:
         """Forget the opened epochs every output has shown (a rollback never needs them again)."""
+        if not self.opened:  # nothing to forget (a job fed only from the replicas): no work per event
+            return
         shown = min(self.delivered().values(), default=-1)
         with self.opened_lock:
             self.opened = {epoch for epoch in self.opened if epoch > shown}
@@ -198,7 +200,6 @@ class OutputCollector:
     def hand(self, name: str, epoch: int) -> list:
         """The records of a completed epoch, taken (:meth:`take`) for a ``job.results``
         consumer: delivered once it is acknowledged (see :meth:`durable`)."""
-        self.streamed.add(name)
         records = self.take(name, epoch)
         self.in_hand[name].add(epoch)
         return records
