@@ -263,11 +263,15 @@ class VertexActor:
         if self._current(incarnation):
             self._guard(self.core.push_input, vertex, unpack(payload, packed), epoch)
 
-    def push_refs(self, incarnation: int, vertex: str, refs: list, epoch: int) -> None:
-        """Records of ``epoch`` for input ``vertex`` as object refs (read here, not on the driver)."""
+    def push_refs(self, incarnation: int, vertex: str, refs: list, epoch: int, then: int | None = None) -> None:
+        """Records of ``epoch`` for input ``vertex`` as object refs (read here, not on the
+        driver); then, if ``then`` is given, move the input to epoch ``then`` in the same call
+        (a stream's batch: no snapshot falls inside it)."""
         if self._current(incarnation):
             for batch in ray.get(refs):
                 self._guard(self.core.push_input, vertex, batch, epoch)
+            if then is not None:
+                self._guard(self.core.advance_input, vertex, then)
 
     def restore(self, incarnation: int, snapshot_id: int | None, peers: dict[ReplicaKey, Any], progress: Any,
                 coordinator: Any) -> list[Location]:

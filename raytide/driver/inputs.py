@@ -63,10 +63,16 @@ class CallLog:
 
     def __init__(self) -> None:
         self.base = 0  # commands before the first kept call
+        self.end = 0  # commands up to the last call: where the replica will be once it takes them
         self.calls: collections.deque[tuple[int, str, tuple]] = collections.deque()
 
     def append(self, weight: int, method: str, args: tuple) -> None:
         self.calls.append((weight, method, args))
+        self.end += weight
+
+    def skip_to(self, position: int) -> None:
+        """Start counting at ``position``: the commands a restored snapshot had consumed."""
+        self.base = self.end = position
 
     def trim(self, position: int) -> None:
         """Forget the calls before ``position`` (a committed snapshot covers them)."""
@@ -145,6 +151,9 @@ class InputFeeds:
         self.resumes: dict[tuple[str, int], Resume] = {}
         #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
         self.readers: dict[str, list[Reader[Any]]] = {}
+        #: Per input replica, its command count in the latest committed snapshot (of id ``committed_id``).
+        self.committed: dict[tuple[str, int], int] = {}
+        self.committed_id = -1
         self.logs = {(name, index): CallLog() for name, handles in replicas.items()
                      for index in range(len(handles))} if keep_calls else None
 
@@ -199,6 +208,46 @@ class InputFeeds:
             self.epochs[name] = None
         self.readers[name] = readers
         self.start_readers(self.incarnation, timeout, only=name)
+
+    def push_batch(self, name: str, refs: list, epoch: Any) -> tuple[dict[int, int], list]:
+        """Batch ``epoch`` of a stream input (:mod:`raytide.sources.stream`): each replica gets
+        its share of ``refs`` and moves to epoch ``epoch + 1`` in one call, so that a snapshot
+        never cuts the batch. Returns, per replica, the command count it is at once it has
+        taken the call (what a snapshot that holds the batch records, at least), and the
+        calls' object refs. The next epoch is not opened: it is the next batch's."""
+        self.check(name)
+        assert self.logs is not None, "a stream input needs a job with recovery"
+        with self.locks[name]:
+            epoch = self._move_to(name, epoch)
+            dealt: dict[int, list] = {index: [] for index in range(len(self.replicas[name]))}
+            for ref in refs:
+                dealt[self._next_index(name)].append(ref)
+            calls = [self._submit(name, index, "push_refs", name, mine, epoch, epoch + 1, weight=len(mine) + 1)
+                     for index, mine in dealt.items()]
+            self.epochs[name] = epoch + 1
+            return {index: self.logs[(name, index)].end for index in dealt}, [call for call in calls if call is not None]
+
+    def continue_stream(self, name: str) -> int:
+        """Where stream input ``name`` goes on: the epoch a restored snapshot left every one of
+        its replicas at (0 in a fresh job). Its calls count from there, none is a replay: the
+        stream's reader skips the batches the snapshot holds itself."""
+        with self.locks[name]:
+            resumes = [self.resumes.pop(key) for key in list(self.resumes) if key[0] == name]
+            epochs = {resume.epoch for resume in resumes}
+            if len(epochs) > 1 or None in epochs:
+                raise RecoveryError(f"stream input {name!r}: the restored snapshot has its replicas at epochs "
+                                    f"{sorted(map(str, epochs))}, not at one batch boundary")
+            self.epochs[name] = epochs.pop() if epochs else 0
+            return self.epochs[name]  # type: ignore[return-value]
+
+    def commit(self, snapshot_id: int, positions: dict[tuple[str, int], int]) -> None:
+        """Snapshot ``snapshot_id`` committed with each input replica at ``positions`` (commands consumed)."""
+        self.committed.update(positions)
+        self.committed_id = max(self.committed_id, snapshot_id)
+
+    def holds(self, name: str, marks: dict[int, int]) -> bool:
+        """Whether a committed snapshot has every replica of input ``name`` at ``marks`` or past them."""
+        return all(self.committed.get((name, index), -1) >= mark for index, mark in marks.items())
 
     def start_readers(self, incarnation: int, timeout: float = READER_TIMEOUT, only: str | None = None) -> None:
         """Give each replica of the inputs read in the replicas (or of input ``only``) its
@@ -263,18 +312,19 @@ class InputFeeds:
         assert self.logs is not None
         for (name, index), position in positions.items():
             self.resumes[(name, index)] = Resume(name, index, position, epochs.get(name), position)
-            self.logs[(name, index)].base = position
+            self.logs[(name, index)].skip_to(position)
 
-    def _submit(self, name: str, index: int, method: str, *args: Any, weight: int = 1) -> None:
-        """Call ``method`` on replica ``index`` of input ``name`` once its window has room (and log it)."""
+    def _submit(self, name: str, index: int, method: str, *args: Any, weight: int = 1) -> Any:
+        """Call ``method`` on replica ``index`` of input ``name`` once its window has room (and
+        log it); the call's object ref (None: not sent, a replay of what a restored snapshot holds)."""
         resume = self.resumes.get((name, index))
         if resume is not None and weight and resume.replayed(args[-1], weight):  # a counted call's epoch comes last
-            return
+            return None
         if self.logs is not None and weight:
             self.logs[(name, index)].append(weight, method, args)
-        self._send(self.replicas[name][index], method, args)
+        return self._send(self.replicas[name][index], method, args)
 
-    def _send(self, actor: Any, method: str, args: tuple) -> None:
+    def _send(self, actor: Any, method: str, args: tuple) -> Any:
         window = self.windows[actor]
         while len(window) >= self.max_inflight:
             self.raise_if_failed()
@@ -286,7 +336,9 @@ class InputFeeds:
                     if self.logs is None:
                         raise
                     # a recovery will replace the replica and send the logged calls again
-        window.append(getattr(actor, method).remote(self.incarnation, *args))
+        ref = getattr(actor, method).remote(self.incarnation, *args)
+        window.append(ref)
+        return ref
 
     def trim(self, positions: dict[tuple[str, int], int]) -> None:
         """Forget the calls that a committed snapshot's ``positions`` cover (per input replica)."""

@@ -28,6 +28,7 @@ import ray
 from raytide.actors.autoscaler_actor import AutoscalerActor
 from raytide.autoscale.config import Autoscale
 from raytide.core.dataflow import Probe
+from raytide.driver.feeders import Feeders
 from raytide.driver.inputs import InputFeeds
 from raytide.driver.outputs import POLL_SLACK, OutputCollector
 from raytide.driver.placement import COORDINATOR, PROGRESS, SETUP_TIMEOUT, HostSettings, JobPlacement
@@ -52,9 +53,9 @@ from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.widths import check_widths, new_widths
 from raytide.snapshots.recovering import Recovering
-from raytide.sources.base import BlockRefs, Reader
 from raytide.sources.base import Placement as SourcePlacement
 from raytide.sources.iterable import as_source
+from raytide.sources.stream import StreamSource
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,6 @@ class Job:
         self._recompile = recompile
         self._error: BaseException | None = None
         self._torn_down = False
-        self._feeders: list[threading.Thread] = []
         self._rescaling = False
         #: Held by a rescale throughout and by every pump: a rescale from another thread waits
         #: for the one under way, and no thread takes events while a rescale changes the job.
@@ -99,6 +99,7 @@ class Job:
                                         recovery.output_commit if recovery is not None else "epoch")
         self._inputs = InputFeeds(plan.name, placement.input_handles(), settings.max_inflight, batch_size,
                                   self._raise_if_failed, keep_calls=recovery is not None, on_open=self._outputs.open)
+        self._feeders = Feeders(self, self._inputs, self._feed_failed)
         self._recovery = JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
         try:
             self._start(restore_id)
@@ -210,25 +211,22 @@ class Job:
         readers = source.readers(wanted)
         if len(readers) != wanted:
             raise GraphError(f"source for input {name!r} made {len(readers)} readers, not {wanted}")
-        if on_driver:
-            thread = threading.Thread(target=self._feed, args=(name, readers[0]), name=f"raytide-feed-{name}", daemon=True)
-            self._feeders.append(thread)
-            thread.start()
-            return
-        self._inputs.hand_over(name, readers, SETUP_TIMEOUT)
+        if not on_driver:
+            self._inputs.hand_over(name, readers, SETUP_TIMEOUT)
+        elif isinstance(source, StreamSource):
+            self._require_recovery(f"stream input {name!r}")
+            self._feeders.stream(name, source.reader(), self._stream_snapshot, self._pump, source.hold_timeout)
+        else:
+            self._feeders.driver_source(name, readers[0])
 
-    def _feed(self, name: str, reader: Reader[Any]) -> None:
-        try:
-            for epoch, batch in reader:
-                if isinstance(batch, BlockRefs):
-                    self.push_refs(name, list(batch.refs), epoch)
-                else:
-                    self.push(name, batch, epoch)
-            self.close(name)
-        except BaseException as error:  # surfaced by wait()/results()
-            if not self._torn_down:
-                self._error = RaytideError(f"feeding input {name!r} failed: {error!r}")
-                self._error.__cause__ = error
+    def _feed_failed(self, name: str, error: BaseException) -> None:
+        if not self._torn_down:
+            self._error = RaytideError(f"feeding input {name!r} failed: {error!r}")
+            self._error.__cause__ = error
+
+    def _stream_snapshot(self, timeout: float) -> int:
+        """A stream's batch is held by the snapshot this takes (what was handed out: ``durable``)."""
+        return self._snapshot(timeout, self._outputs.durable())
 
     # -- outputs and waiting -------------------------------------------------------------
 
@@ -472,6 +470,7 @@ class Job:
         the same program, fed the same inputs from their start, continues from there and
         hands out only the epochs after them.
         """
+        self._feeders.stop_streams(timeout)
         snapshot_id = self._snapshot(timeout, self._outputs.delivered())
         self._cancel(f"job.stop() after savepoint {snapshot_id}")
         return snapshot_id
@@ -571,6 +570,7 @@ class Job:
         if self._torn_down:
             return
         self._torn_down = True
+        self._feeders.stop_streams(None)  # no batch is acknowledged to a producer from now on
         if self._error is None and not self._outputs.finished:
             self._error = JobCancelled(f"job {self.name!r} was cancelled by {by} before it finished; it takes no more "
                                        f"input; the epochs completed before and not consumed by job.results() stay readable "

@@ -201,6 +201,7 @@ class JobRecovery:
             self.commits_seen += len(commits)
             for commit in commits:
                 self.retained.append(input_positions(commit.positions))
+                self.inputs.commit(commit.snapshot_id, self.retained[-1])
                 self.outputs.release(commit.complete)
             self.retained = self.retained[-self.recovery.retain:]
             if self.retained:

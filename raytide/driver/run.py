@@ -6,6 +6,7 @@ lays a snapshot to restore out for it, and returns the running :class:`~raytide.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import uuid
 from typing import Any
@@ -19,6 +20,7 @@ from raytide.core.dataflow import Dataflow
 from raytide.driver.job import Job
 from raytide.driver.placement import HostSettings
 from raytide.driver.pool import cluster_cpus
+from raytide.driver.streams import restore_id as stream_restore_id
 from raytide.errors import ArgumentError, GraphError, SnapshotError
 from raytide.physical.plan import compile_plan
 from raytide.rescale.reshard import reshard_snapshot
@@ -26,6 +28,7 @@ from raytide.rescale.widths import check_widths
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.store import SnapshotStore
 from raytide.sources.iterable import as_source
+from raytide.sources.stream import StreamSource
 
 __all__ = ["Job", "run"]
 
@@ -55,7 +58,11 @@ def run(
             :class:`~raytide.sources.TextFileSource` and
             :func:`~raytide.integrations.ray_data.from_dataset`, or on the driver, such as
             :func:`~raytide.integrations.spark.from_spark`) or an iterable of per-epoch
-            record lists (epoch 0, 1, ...), read on the driver. Inputs not given here are
+            record lists (epoch 0, 1, ...), read on the driver. A stream source
+            (:func:`~raytide.integrations.spark.from_spark_stream`) needs ``recovery``: each
+            of its batches is one epoch, acknowledged to its producer once a snapshot holds
+            it, and the job's snapshots are taken at its batch ends (``recovery.interval``
+            does not apply; see :mod:`raytide.sources.stream`). Inputs not given here are
             fed with :meth:`Job.push`, :meth:`Job.advance` and :meth:`Job.close`.
         parallelism: replicas per vertex, overriding the dataflow's default.
         max_inflight: unacknowledged batches allowed per channel before a sender waits.
@@ -77,7 +84,8 @@ def run(
             inputs fed the same way from their start continue where the snapshot left them.
             Vertices other than inputs may have another parallelism than in that run: the
             snapshot is first written again for this job's, keyed state moving to the new
-            owners of its key groups (:mod:`raytide.rescale.reshard`).
+            owners of its key groups (:mod:`raytide.rescale.reshard`). With stream inputs,
+            ``"latest"`` is the latest snapshot at a batch boundary of every stream.
         autoscale: with ``recovery``, an autoscaler actor that rescales the job's vertices
             while it runs, towards a goal (see :class:`~raytide.Autoscale`); the driver
             makes its changes while it waits on the job (``wait``, ``results``, ``collect``).
@@ -87,12 +95,12 @@ def run(
 
     Raises:
         GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
-        ArgumentError: a count that is not a positive integer (``parallelism``,
+        ArgumentError: a stream input without ``recovery``, a count that is not a positive integer (``parallelism``,
             ``max_inflight``, ``batch_size``), a negative ``num_cpus``, ``pretouch_mb`` out
             of range, a vertex wider than its key groups or (without ``oversubscribe``) than
             the cluster can place (an ArgumentError is a ValueError too).
         SnapshotError: ``recovery``'s store cannot be written (a probe file is written and
-            deleted first).
+            deleted first), or ``restore`` names no snapshot this job can start from.
     """
     max_inflight, batch_size, num_cpus = _checked(max_inflight, batch_size, num_cpus, pretouch_mb, name, recovery,
                                                   restore, autoscale)
@@ -105,6 +113,12 @@ def run(
     if autoscale is not None:
         autoscale.check_names(plan.vertices, plan.inputs)
     sources = {input_name: as_source(source, input_name) for input_name, source in (inputs or {}).items()}
+    streams = sorted(input_name for input_name, source in sources.items() if isinstance(source, StreamSource))
+    if streams:  # snapshots at batch ends, taken by the streams' feeds (raytide.sources.stream)
+        if recovery is None:
+            raise ArgumentError(f"stream inputs {streams} need recovery=rt.Recovery(store): a batch is acknowledged "
+                                f"to its producer once a committed snapshot holds it")
+        recovery = dataclasses.replace(recovery, interval=None)
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     check_widths(plan, {name: plan.width(name) for name in plan.vertices}, cluster_cpus(), num_cpus, oversubscribe)
@@ -112,6 +126,8 @@ def run(
     if restore is not None:  # laid out for this job's parallelism first, if need be (a new snapshot)
         assert recovery is not None
         store = SnapshotStore(recovery.store, recovery.signing_key)
+        if streams and store.committed():
+            restore = stream_restore_id(store, restore, streams)
         restore_id = reshard_snapshot(plan, store, None if restore == "latest" else restore,  # type: ignore[arg-type]
                                       recovery.retain)
         if restore_id is None:

@@ -26,10 +26,12 @@ _HOMES = {
     "Placement": "raytide.sources.base",
     "BlockRefs": "raytide.sources.base",
     "as_source": "raytide.sources.iterable",
+    "StreamSource": "raytide.sources.stream",
+    "StreamReader": "raytide.sources.stream",
 }
 
-__all__ = ["ArrowDatasetSource", "BlockRefs", "DriverSource", "Placement", "Reader", "Source", "TextFileSource",
-           "as_source"]
+__all__ = ["ArrowDatasetSource", "BlockRefs", "DriverSource", "Placement", "Reader", "Source", "StreamReader",
+           "StreamSource", "TextFileSource", "as_source"]
 
 
 def __getattr__(name: str) -> Any:

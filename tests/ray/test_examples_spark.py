@@ -1,4 +1,5 @@
-"""The Spark examples: spark_wordcount's word count against Spark's groupBy, and the demo end to end."""
+"""The Spark examples: spark_wordcount's word count against Spark's groupBy, spark_streaming's
+counts of files landing under a streaming query against plain Python, and the demo end to end."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from examples.spark_streaming import expected_counts, stream_word_counts
 from examples.spark_wordcount import sample_lines, word_count
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
@@ -39,6 +41,12 @@ def test_word_count_of_a_text_file_equals_spark_group_by(ray_session, spark, tmp
     counts = as_dict(word_count(lines, parallelism=1))
     assert counts == spark_word_counts(lines, r"\s+")
     assert counts["héllo"] == 100 and counts["π"] == 150
+
+
+def test_streaming_word_count_of_landing_files_written_and_read_back_equals_plain_python(ray_session, spark, tmp_path):
+    totals, batches, committed = stream_word_counts(spark, tmp_path, files=3, every=0.3)
+    assert totals == dict(expected_counts(3))
+    assert sorted(batches) == committed and sum(batches.values()) == sum(totals.values())
 
 
 #: Lines of Ray's, Spark's or log4j's logging that say WARN or ERROR (Spark's "26/11/22 12:50:07 WARN

@@ -280,7 +280,7 @@ def test_a_failing_spark_computation_says_why_first(spark):
     frame = spark.range(0, 3, numPartitions=1).selectExpr("if(id = 2, raise_error('bad row 2'), id) as id")
     with pytest.raises(SparkIntegrationError) as error:
         list(from_spark(frame).epochs())
-    assert first_line(error.value).startswith("converting a DataFrame to Arrow failed: ")
+    assert first_line(error.value).startswith("converting the DataFrame of epoch 0 to Arrow failed: ")
     assert "bad row 2" in first_line(error.value)
     assert isinstance(error.value.__cause__, Py4JJavaError)
 

@@ -2,7 +2,7 @@
 
 Spark runs *on* Ray (RayDP): its executors are Ray actors, so a DataFrame becomes Arrow
 tables in Ray's object store without passing through the driver, and Arrow tables in the
-object store become a DataFrame that Spark executors read directly. Three modules:
+object store become a DataFrame that Spark executors read directly. Four modules:
 
 * :mod:`~raytide.integrations.spark.session`: :func:`start_spark` / :func:`stop_spark`
   start and stop Spark on Ray, sized for the cluster and with the JVM flags Java 17
@@ -11,6 +11,9 @@ object store become a DataFrame that Spark executors read directly. Three module
   from a column, or epoch 0) or a sequence / generator of DataFrames (one epoch each)
   into a :class:`SparkSource`, a source read on the driver whose reader yields object
   refs of Arrow tables per epoch, lazily.
+* :mod:`~raytide.integrations.spark.stream`: :func:`from_spark_stream` turns a Spark
+  Structured Streaming query into a stream source, micro-batch ``n`` as epoch ``n``,
+  acknowledged to Spark once a committed snapshot holds it (exactly once end to end).
 * :mod:`~raytide.integrations.spark.sink`: :func:`to_spark` and :func:`tables_to_spark`
   turn ``{epoch: [ObjectRef to pyarrow.Table]}`` (a sink's output) back into a DataFrame.
 
@@ -43,6 +46,7 @@ from raytide.integrations.spark.source import (
     dataframe_to_blocks,
     from_spark,
 )
+from raytide.integrations.spark.stream import SparkStreamReader, SparkStreamSource, from_spark_stream
 
 __all__ = [
     "APP_MASTER_JAVA_OPTIONS",
@@ -55,9 +59,12 @@ __all__ = [
     "OutputJob",
     "SparkReader",
     "SparkSource",
+    "SparkStreamReader",
+    "SparkStreamSource",
     "active_spark",
     "dataframe_to_blocks",
     "from_spark",
+    "from_spark_stream",
     "output_tables",
     "plan_executors",
     "spark_configs",

@@ -324,7 +324,7 @@ def dataframe_to_blocks(frame: DataFrame, *, what: str = _SINGLE) -> list[ray.Ob
             dataset = from_spark_recoverable(frame)
         return dataset.to_arrow_refs()
     except (Py4JJavaError, ray.exceptions.RayError) as error:
-        raise SparkIntegrationError(f"converting a DataFrame to Arrow failed: {failure_reason(error)}") from error
+        raise SparkIntegrationError(f"converting {what} to Arrow failed: {failure_reason(error)}") from error
 
 
 @contextlib.contextmanager

@@ -1,0 +1,147 @@
+"""The driver's side of a stream input (:mod:`raytide.sources.stream`): each batch dealt in one
+call per input replica, then held by a committed snapshot before its producer may record it.
+
+Message flow for batch ``e`` (the feed runs on a thread of its own; the producer, Spark say,
+waits in its callback for ``held``)::
+
+    producer ──(e, refs)──▶ feed ──push_refs(share, e, then=e+1)──▶ every input replica
+                            feed ◀──────── the calls are answered (the batch is taken)
+                            feed ──snapshot_now──▶ coordinator ──markers──▶ replicas ... commit
+                            feed ◀── sync: the commit's positions ≥ the batch's (pumped here)
+    producer ◀──held(e)──── feed
+
+Nothing waits on the feed: the replicas and the coordinator answer without it, and the
+producer has no other batch to give until ``held`` (a micro-batch query runs one batch at a
+time). A replica that dies meanwhile is recovered as usual (the driver sends its calls
+again); the feed then takes snapshots until one holds the batch.
+
+A driver started again restores the latest snapshot at a batch boundary
+(:func:`restore_id`): the one the last ``held`` came from, or a later one.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+import time
+from collections.abc import Callable
+
+import ray
+
+from raytide.driver.inputs import InputFeeds
+from raytide.errors import JobTimeout, SnapshotError
+from raytide.physical.protocol import ReplicaKey
+from raytide.progress.reachability import Location
+from raytide.snapshots.recovery import JOB_PART
+from raytide.snapshots.replica_state import ReplicaSummary
+from raytide.snapshots.store import SnapshotStore
+from raytide.sources.base import BlockRefs
+from raytide.sources.stream import StreamReader, boundary_epoch
+
+logger = logging.getLogger(__name__)
+
+#: Longest one wait for a snapshot lasts before the feed checks the time left.
+SNAPSHOT_WAIT = 30.0
+#: How long the feed waits for a sync between two checks.
+SYNC_POLL = 0.02
+
+
+class StreamFeed:
+    """Feeds one stream input of a job from its reader, batch by batch (see the module docstring)."""
+
+    def __init__(self, name: str, reader: StreamReader, inputs: InputFeeds, snapshot: Callable[[float], int],
+                 pump: Callable[[float], None], hold_timeout: float) -> None:
+        """``snapshot(timeout)``: take a snapshot and wait until it commits (its id);
+        ``pump(timeout)``: take the job's events, syncing with the coordinator;
+        ``hold_timeout``: longest a batch may take from its arrival to being held."""
+        self.name, self.reader, self.inputs = name, reader, inputs
+        self.snapshot, self.pump, self.hold_timeout = snapshot, pump, hold_timeout
+        self.stopping = False
+        self.ended = threading.Event()
+
+    def run(self) -> bool:
+        """Feed every batch the reader yields; returns whether the stream ended by itself (then
+        the input is closed), rather than being stopped (then it stays open for a savepoint)."""
+        try:
+            self.reader.seek(self.inputs.continue_stream(self.name))
+            for epoch, batch in self.reader:
+                if not isinstance(batch, BlockRefs):
+                    raise TypeError(f"a stream reader yields BlockRefs, not {type(batch).__name__}")
+                deadline = time.monotonic() + self.hold_timeout
+                marks, calls = self.inputs.push_batch(self.name, list(batch.refs), epoch)
+                self._wait_taken(calls, epoch, deadline)
+                self._hold(marks, epoch, deadline)
+                self.reader.held(epoch)
+            return not self.stopping
+        finally:
+            self.ended.set()
+
+    def stop(self) -> None:
+        """Stop the producer; the batch in hand, if any, is still held before the feed ends."""
+        self.stopping = True
+        self.reader.stop()
+
+    def _wait_taken(self, calls: list, epoch: int, deadline: float) -> None:
+        """Wait until every input replica has taken its call of batch ``epoch``, so the next
+        snapshot is at the batch's end. A replica that died will get it again from a recovery."""
+        try:
+            ray.get(calls, timeout=max(0.0, deadline - time.monotonic()))
+        except ray.exceptions.GetTimeoutError as error:
+            raise JobTimeout(f"stream input {self.name!r}: the input replicas did not take batch {epoch} within "
+                             f"{self.hold_timeout:g} s") from error
+        except ray.exceptions.RayError:
+            logger.info("stream input %r: a replica died while taking batch %d; a recovery sends it again",
+                        self.name, epoch)
+
+    def _hold(self, marks: dict[int, int], epoch: int, deadline: float) -> None:
+        """Take snapshots until a committed one holds batch ``epoch`` (every replica at ``marks``)."""
+        why = "no snapshot was committed"
+        while not self.inputs.holds(self.name, marks):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise JobTimeout(f"stream input {self.name!r}: batch {epoch} was not held by a committed snapshot "
+                                 f"within {self.hold_timeout:g} s ({why})")
+            try:
+                snapshot_id = self.snapshot(min(left, SNAPSHOT_WAIT))
+            except SnapshotError as error:
+                why = str(error)
+                continue
+            while self.inputs.committed_id < snapshot_id and time.monotonic() < deadline:
+                self.pump(SYNC_POLL)
+
+
+def restore_id(store: SnapshotStore, wanted: int | str, streams: list[str]) -> int:
+    """The snapshot a job with stream inputs ``streams`` restores for ``restore=wanted``: the
+    latest committed one at a batch boundary of every stream (``"latest"``), or snapshot
+    ``wanted`` if it is at one.
+
+    Raises:
+        SnapshotError: no such snapshot; the message says why.
+    """
+    candidates = [m.snapshot_id for m in store.committed()] if wanted == "latest" else [int(wanted)]
+    for snapshot_id in reversed(candidates):
+        epochs = stream_epochs(store, snapshot_id, streams)
+        if all(boundary_epoch(at) is not None for at in epochs.values()):
+            return snapshot_id
+        if wanted != "latest":
+            raise SnapshotError(f"snapshot {snapshot_id} cut stream inputs between the calls of one batch (their "
+                                f"replicas were at epochs {epochs}); restore 'latest' or a snapshot at a batch end")
+    raise SnapshotError(f"the store {store.uri!r} has no committed snapshot at a batch boundary of the stream inputs "
+                        f"{streams} (of {len(candidates)} committed)")
+
+
+def stream_epochs(store: SnapshotStore, snapshot_id: int, streams: list[str]) -> dict[str, list[int | None]]:
+    """Per stream input, the epoch each of its replicas was at in snapshot ``snapshot_id``
+    (None: closed), read from the summaries of its ``job`` part."""
+    summaries: dict[ReplicaKey, ReplicaSummary] = pickle.loads(store.read_part(snapshot_id, JOB_PART))
+    epochs: dict[str, list[int | None]] = {name: [] for name in streams}
+    for key in sorted(summaries, key=lambda key: (key.chain, key.replica)):
+        summary = summaries[key]
+        for name in streams:
+            if name in summary.positions:
+                here = Location.of_vertex(name)
+                held = [time.epoch for (location, time), count in summary.capabilities if location == here and count > 0]
+                epochs[name].append(min(held, default=None))
+    return epochs
+

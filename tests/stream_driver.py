@@ -1,0 +1,102 @@
+"""A driver program fed by a Spark Structured Streaming query, to be SIGKILLed and restarted:
+shared by ``tests/ray/test_stream_driver_restart.py`` (the two moments that matter) and
+``bench/stream_driver_kills.py`` (random moments, many trials).
+
+The program (:data:`DRIVER`, run as ``python -c DRIVER <root> <files> <how>``) counts the
+words of the files under ``<root>/in`` per micro-batch (one file each), appends every epoch
+its ``job.results`` consumer is handed to ``<root>/consumed.txt`` (fsynced: a consumer's
+side effect) and writes it to a Parquet sink under ``<root>/parquet``; it stops once every
+file has been counted. ``<how>``: ``start``; ``restore`` (``restore="latest"``); or
+``held:<n>`` / ``offsets:<n>``, a start that SIGKILLs itself when batch ``n`` is held by a
+snapshot but before Spark commits it, or when Spark has planned batch ``n`` but before the
+batch reaches raytide.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.dataset as ds
+
+LINES = 30
+
+DRIVER = textwrap.dedent("""
+    import os, re, signal, sys
+    import ray
+    import raytide as rt
+    from raytide.integrations.parquet import ParquetSink
+    from raytide.integrations.spark import start_spark, from_spark_stream
+    from raytide.integrations.spark.stream import SparkStreamReader
+
+    root, files, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if ":" in how:  # die at that moment of batch n, as a crash would
+        moment, n = how.split(":")
+        die = lambda: os.kill(os.getpid(), signal.SIGKILL)
+        if moment == "held":
+            held = SparkStreamReader.held
+            SparkStreamReader.held = lambda self, epoch: die() if epoch == int(n) else held(self, epoch)
+        else:
+            on_batch = SparkStreamReader._on_batch
+            SparkStreamReader._on_batch = lambda self, frame, i: die() if i == int(n) else on_batch(self, frame, i)
+    ray.init(log_to_driver=False)
+    spark = start_spark("stream-driver")
+    frame = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(f"{root}/in")
+    flow = rt.Dataflow("stream-driver")
+    flow.input("lines").flat_map(lambda row: row["value"].split()).count_by_key(lambda w: w).output("counts")
+    source = from_spark_stream(frame, f"{root}/checkpoint", processing_time="0.2 seconds")
+    options = {"restore": "latest"} if how == "restore" else {}
+    sink, counted = ParquetSink(f"{root}/parquet", "counts"), set()
+    if os.path.exists(f"{root}/consumed.txt"):  # what the consumer had from the run before
+        counted = {tag for line in open(f"{root}/consumed.txt") for tag in re.findall(r"'(f[0-9]+)'", line)}
+    with rt.run(flow, {"lines": source}, parallelism=2, recovery=rt.Recovery(f"{root}/store"), **options) as job:
+        with open(f"{root}/consumed.txt", "a") as consumed:
+            for epoch, records in job.results("counts", timeout=150):
+                consumed.write(f"{epoch} {sorted(records)!r}\\n")
+                consumed.flush()
+                os.fsync(consumed.fileno())
+                if records:
+                    sink.write(epoch, records)
+                counted |= {word for word, _ in records if word.startswith("f")}
+                if len(counted) == files:
+                    break
+        job.stop()
+    print("finished", flush=True)
+""")
+
+
+def land_files(root: Path, files: int) -> None:
+    """``files`` text files under ``root/in``: lines ``w<j % 4> f<i>``, file ``i`` tagged ``f<i>``."""
+    (root / "in").mkdir()
+    for index in range(files):
+        (root / "in" / f"part-{index:04d}.txt").write_text("".join(f"w{j % 4} f{index}\n" for j in range(LINES)))
+
+
+def file_counts(index: int) -> Counter:
+    """The ``(word, count)`` records of an epoch that read file ``index`` alone."""
+    return Counter({**{(f"w{k}", LINES // 4 + (k < LINES % 4)): 1 for k in range(4)}, (f"f{index}", LINES): 1})
+
+
+def check_exactly_once(root: Path, files: int) -> None:
+    """Every file counted once, alone in its epoch, in the Parquet sink; the consumer saw
+    every epoch, in order within each run, and at most one twice (the one in its hands)."""
+    consumed = [(int(epoch), ast.literal_eval(records))
+                for epoch, records in (line.split(" ", 1) for line in (root / "consumed.txt").read_text().splitlines())]
+    epochs = [epoch for epoch, _ in consumed]
+    repeated = sorted({epoch for epoch in epochs if epochs.count(epoch) > 1})
+    assert len(repeated) <= 1, f"epochs the consumer saw twice: {repeated} (only the one in its hands may be)"
+    by_epoch = dict(consumed)
+    tags = {epoch: [w for w, _ in records if w.startswith("f")] for epoch, records in by_epoch.items()}
+    assert sorted(t for ts in tags.values() for t in ts) == sorted(f"f{i}" for i in range(files)), \
+        f"files lost or counted twice: {tags}"
+    for epoch, records in by_epoch.items():
+        if tags[epoch]:
+            assert Counter(records) == file_counts(int(tags[epoch][0][1:])), f"epoch {epoch}: {records}"
+    written = ds.dataset(os.fspath(root / "parquet"), partitioning="hive").to_table().to_pylist()
+    in_files: dict[int, Counter] = {}
+    for row in written:
+        in_files.setdefault(row["epoch"], Counter())[(row["_1"], row["_2"])] += 1
+    assert in_files == {epoch: Counter(records) for epoch, records in by_epoch.items() if records}
