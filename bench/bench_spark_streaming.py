@@ -38,7 +38,7 @@ from typing import Any
 import raytide as rt
 from bench.harness import ensure_ray
 
-PARAMS = {"files": 8, "lines": 25_000, "files_per_batch": 2, "rounds": 2, "latency_files": 15, "trigger_s": 1.0,
+PARAMS = {"files": 8, "lines": 100_000, "files_per_batch": 4, "rounds": 2, "latency_files": 15, "trigger_s": 1.0,
           "gap_s": 1.3}
 RATIOS = [("stream / batch throughput", "batch_s", "stream_s")]
 REPEAT = 3
