@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.harness import ensure_ray
 from tests.stream_driver import DRIVER, check_exactly_once, land_files
 
-PARAMS = {"trials": 20, "files": 6, "window_s": 6.0, "seed": 1}
+PARAMS = {"trials": 20, "files": 6, "window_s": 3.0, "seed": 1}
 REPEAT = 1
 
 

@@ -42,6 +42,12 @@ DRIVER = textwrap.dedent("""
         else:
             on_batch = SparkStreamReader._on_batch
             SparkStreamReader._on_batch = lambda self, frame, i: die() if i == int(n) else on_batch(self, frame, i)
+    counted = set()
+    if os.path.exists(f"{root}/consumed.txt"):  # what the consumer had from the run before
+        counted = {tag for line in open(f"{root}/consumed.txt") for tag in re.findall(r"'(f[0-9]+)'", line)}
+    if len(counted) == files:  # the run before was done
+        print("finished", flush=True)
+        sys.exit(0)
     ray.init(log_to_driver=False)
     spark = start_spark("stream-driver")
     frame = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(f"{root}/in")
@@ -49,17 +55,15 @@ DRIVER = textwrap.dedent("""
     flow.input("lines").flat_map(lambda row: row["value"].split()).count_by_key(lambda w: w).output("counts")
     source = from_spark_stream(frame, f"{root}/checkpoint", processing_time="0.2 seconds")
     options = {"restore": "latest"} if "restore" in how else {}
-    sink, counted = ParquetSink(f"{root}/parquet", "counts"), set()
-    if os.path.exists(f"{root}/consumed.txt"):  # what the consumer had from the run before
-        counted = {tag for line in open(f"{root}/consumed.txt") for tag in re.findall(r"'(f[0-9]+)'", line)}
+    sink = ParquetSink(f"{root}/parquet", "counts")
     with rt.run(flow, {"lines": source}, parallelism=2, recovery=rt.Recovery(f"{root}/store"), **options) as job:
         with open(f"{root}/consumed.txt", "a") as consumed:
             for epoch, records in job.results("counts", timeout=150):
+                if records:  # the sink first: an epoch in the log is in the sink too
+                    sink.write(epoch, records)
                 consumed.write(f"{epoch} {sorted(records)!r}\\n")
                 consumed.flush()
                 os.fsync(consumed.fileno())
-                if records:
-                    sink.write(epoch, records)
                 counted |= {word for word, _ in records if word.startswith("f")}
                 if len(counted) == files:
                     break

@@ -35,7 +35,7 @@ from raytide.driver.placement import COORDINATOR, PROGRESS, SETUP_TIMEOUT, HostS
 from raytide.driver.pool import cluster_cpus
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision, rescale
-from raytide.driver.stats import actor_stats, recovery_stats
+from raytide.driver.stats import actor_stats, recovery_stats, unfinished
 from raytide.errors import (
     ActorLost,
     ArgumentError,
@@ -149,14 +149,12 @@ class Job:
         refs = [self.placement.progress.ping.remote()]
         if self._recovery is not None:
             refs.append(self._recovery.coordinator.ping.remote())
-        self._get(refs, "starting the progress host and the snapshot coordinator", timeout)
-
-    def _get(self, refs: list, what: str, timeout: float = SETUP_TIMEOUT) -> list:
         try:
-            return ray.get(refs, timeout=timeout)
+            ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError as error:
             self.cancel()
-            raise JobTimeout(f"job {self.name!r}: {what} took longer than {timeout:.0f} s") from error
+            raise JobTimeout(f"job {self.name!r}: starting the progress host and the snapshot coordinator took "
+                             f"longer than {timeout:.0f} s") from error
 
     # -- inputs --------------------------------------------------------------------------
 
@@ -194,30 +192,27 @@ class Job:
         """Feed input ``name`` from ``source``, then close it.
 
         ``source`` is a :class:`~raytide.sources.base.Source` or an iterable of per-epoch
-        record lists (see :func:`~raytide.sources.iterable.as_source`). A source read in
-        the replicas gets one reader per input replica, each read there; a driver-side
-        source's one reader runs on a background thread of the driver, which pushes what
-        it yields.
+        record lists (see :func:`~raytide.sources.iterable.as_source`). A source read in the
+        replicas gets one reader per input replica, each read there; a driver-side source's
+        one reader runs on a thread of the driver (:mod:`raytide.driver.feeders`), a stream's
+        batch by batch (:mod:`raytide.sources.stream`, in a job with recovery).
 
         Raises:
             GraphError: ``name`` is not an input, ``source`` is neither a source nor an
                 iterable, or it made the wrong number of readers.
         """
         self._inputs.check(name)
-        replicas = self._inputs.replicas[name]
         source = as_source(source, name)
+        if isinstance(source, StreamSource):
+            self._require_recovery(f"stream input {name!r}")
+            return self._feeders.stream(name, source.reader(), self._stream_snapshot, self._pump, source.hold_timeout)
         on_driver = source.placement is SourcePlacement.DRIVER
-        wanted = 1 if on_driver else len(replicas)
-        readers = source.readers(wanted)
+        readers = source.readers(wanted := 1 if on_driver else len(self._inputs.replicas[name]))
         if len(readers) != wanted:
             raise GraphError(f"source for input {name!r} made {len(readers)} readers, not {wanted}")
-        if not on_driver:
-            self._inputs.hand_over(name, readers, SETUP_TIMEOUT)
-        elif isinstance(source, StreamSource):
-            self._require_recovery(f"stream input {name!r}")
-            self._feeders.stream(name, source.reader(), self._stream_snapshot, self._pump, source.hold_timeout)
-        else:
-            self._feeders.driver_source(name, readers[0])
+        if on_driver:
+            return self._feeders.driver_source(name, readers[0])
+        self._inputs.hand_over(name, readers, SETUP_TIMEOUT)
 
     def _feed_failed(self, name: str, error: BaseException) -> None:
         if not self._torn_down:
@@ -226,7 +221,9 @@ class Job:
 
     def _stream_snapshot(self, timeout: float) -> int:
         """A stream's batch is held by the snapshot this takes (what was handed out: ``durable``)."""
-        return self._snapshot(timeout, self._outputs.durable())
+        with self._driving:
+            delivered = self._outputs.durable()
+        return self._snapshot(timeout, delivered)
 
     # -- outputs and waiting -------------------------------------------------------------
 
@@ -361,15 +358,8 @@ class Job:
                 self._pump(min(left, self._poll_s))
 
     def _describe_unfinished(self, timeout: float) -> str:
-        open_inputs = self._inputs.open_inputs()
-        done = self._outputs.latest()
-        try:
-            pending = ray.get(self.placement.progress.describe.remote(), timeout=10)
-        except Exception as error:  # the description must not fail itself
-            pending = {"progress actor": f"unreachable: {error!r}"}
-        return (f"job {self.name!r} did not finish within {timeout:.0f} s; {self.placement.slowest_busy(BUSY_PROBE)}; inputs still open "
-                f"(at epoch): {open_inputs}; latest complete epoch per output: {done}; "
-                + "; ".join(f"{k}: {v or 'none'}" for k, v in pending.items()))
+        return f"job {self.name!r} did not finish within {timeout:.0f} s; " + unfinished(
+            self.placement, self._inputs.open_inputs(), self._outputs.latest(), BUSY_PROBE)
 
     def results(self, name: str, timeout: float = 600.0) -> Iterator[tuple[int, list]]:
         """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes.
@@ -393,16 +383,24 @@ class Job:
         self._outputs.stream(name)
         deadline = time.monotonic() + timeout
         while True:
-            for epoch in iter(lambda: self._outputs.first(name), None):
+            while (taken := self._hand_next(name)) is not None:
                 try:
-                    yield epoch, self._outputs.hand(name, epoch)
+                    yield taken
                 finally:  # the consumer asked for the next one, or dropped the iterator: it has this one
-                    self._outputs.acknowledge(name, epoch)
+                    with self._driving:
+                        self._outputs.acknowledge(name, taken[0])
             if self._outputs.finished:
                 return
             if time.monotonic() > deadline:
                 raise JobTimeout(self._describe_unfinished(timeout))
             self._pump(self._poll_s)
+
+    def _hand_next(self, name: str) -> tuple[int, list] | None:
+        """The next complete epoch of output ``name``, handed to a consumer (None: none yet);
+        taken while no other thread (a stream's feed) takes events."""
+        with self._driving:
+            epoch = self._outputs.first(name)
+            return None if epoch is None else (epoch, self._outputs.hand(name, epoch))
 
     def __iter__(self) -> Iterator[tuple[int, list]]:
         outputs = self.plan.outputs
@@ -423,9 +421,10 @@ class Job:
         after ``results`` this returns only the epochs it has not yielded yet.
         """
         self._check_output(name)
-        if not self._torn_down:
-            self._pump(0)
-        return {epoch: records for epoch in self._outputs.epochs(name) if (records := self._outputs.records(name, epoch))}
+        with self._driving:
+            if not self._torn_down:
+                self._pump_now(0)
+            return {epoch: records for epoch in self._outputs.epochs(name) if (records := self._outputs.records(name, epoch))}
 
     def output_parts(self, name: str) -> dict[int, list]:
         """The packed record lists of output ``name`` per completed epoch (object refs or inline blobs).
@@ -434,9 +433,10 @@ class Job:
         torn down, the records it kept on the driver are packed again.
         """
         self._check_output(name)
-        if not self._torn_down:
-            self._pump(0)
-        return self._outputs.packed(name, kept=self._torn_down)
+        with self._driving:
+            if not self._torn_down:
+                self._pump_now(0)
+            return self._outputs.packed(name, kept=self._torn_down)
 
     def snapshot(self, timeout: float = 60.0) -> int:
         """Take a snapshot now and wait until it is committed; returns its id (a job with recovery).

@@ -85,7 +85,8 @@ def run(
             Vertices other than inputs may have another parallelism than in that run: the
             snapshot is first written again for this job's, keyed state moving to the new
             owners of its key groups (:mod:`raytide.rescale.reshard`). With stream inputs,
-            ``"latest"`` is the latest snapshot at a batch boundary of every stream.
+            ``"latest"`` is the latest snapshot at a batch boundary of every stream, and a
+            store without any starts the job afresh (no batch was held yet).
         autoscale: with ``recovery``, an autoscaler actor that rescales the job's vertices
             while it runs, towards a goal (see :class:`~raytide.Autoscale`); the driver
             makes its changes while it waits on the job (``wait``, ``results``, ``collect``).
@@ -123,11 +124,12 @@ def run(
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     check_widths(plan, {name: plan.width(name) for name in plan.vertices}, cluster_cpus(), num_cpus, oversubscribe)
     restore_id = None
+    if restore is not None and streams:
+        assert recovery is not None
+        restore = stream_restore_id(SnapshotStore(recovery.store, recovery.signing_key), restore, streams)
     if restore is not None:  # laid out for this job's parallelism first, if need be (a new snapshot)
         assert recovery is not None
         store = SnapshotStore(recovery.store, recovery.signing_key)
-        if streams and store.committed():
-            restore = stream_restore_id(store, restore, streams)
         restore_id = reshard_snapshot(plan, store, None if restore == "latest" else restore,  # type: ignore[arg-type]
                                       recovery.retain)
         if restore_id is None:

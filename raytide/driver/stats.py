@@ -1,4 +1,4 @@
-"""What ``job.stats()`` reports of a job's actors: the replicas' counters summed per vertex
+"""What ``job.stats()`` reports of a job's actors, and what a wait that timed out says: the replicas' counters summed per vertex
 and kept per replica, and the progress actor's view of each vertex (its queued work, its
 frontier and how far that trails the inputs); in a job with recovery, the coordinator's,
 the recoveries', the rescales' and the autoscaler's figures."""
@@ -12,6 +12,19 @@ import ray
 
 from raytide.driver.placement import JobPlacement
 from raytide.driver.recovery import JobRecovery
+
+
+def unfinished(placement: JobPlacement, open_inputs: dict[str, int], done: dict[str, int | None],
+               busy_probe: float) -> str:
+    """What an unfinished job is waiting for: the slowest busy replica (each answering a ping
+    within ``busy_probe`` s or called busy), the inputs still open, the latest complete epoch
+    per output, and the progress actor's account of the pending work."""
+    try:
+        pending = ray.get(placement.progress.describe.remote(), timeout=10)
+    except Exception as error:  # the description must not fail itself
+        pending = {"progress actor": f"unreachable: {error!r}"}
+    return (f"{placement.slowest_busy(busy_probe)}; inputs still open (at epoch): {open_inputs}; latest complete "
+            f"epoch per output: {done}; " + "; ".join(f"{k}: {v or 'none'}" for k, v in pending.items()))
 
 
 def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:

@@ -111,15 +111,18 @@ class StreamFeed:
                 self.pump(SYNC_POLL)
 
 
-def restore_id(store: SnapshotStore, wanted: int | str, streams: list[str]) -> int:
+def restore_id(store: SnapshotStore, wanted: int | str, streams: list[str]) -> int | None:
     """The snapshot a job with stream inputs ``streams`` restores for ``restore=wanted``: the
-    latest committed one at a batch boundary of every stream (``"latest"``), or snapshot
-    ``wanted`` if it is at one.
+    latest committed one at a batch boundary of every stream (``"latest"``; None if the store
+    has none at all: no batch was held yet, so the job starts afresh, as a query on a new
+    checkpoint does), or snapshot ``wanted`` if it is at one.
 
     Raises:
         SnapshotError: no such snapshot; the message says why.
     """
     candidates = [m.snapshot_id for m in store.committed()] if wanted == "latest" else [int(wanted)]
+    if not candidates:
+        return None
     for snapshot_id in reversed(candidates):
         epochs = stream_epochs(store, snapshot_id, streams)
         if all(boundary_epoch(at) is not None for at in epochs.values()):

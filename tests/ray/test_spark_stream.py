@@ -2,8 +2,9 @@
 through RayDP and a real Ray: files land in a directory while the query runs, micro-batch
 ``n`` is epoch ``n``, and every file's words are counted exactly once, across a replica
 SIGKILLed mid-stream and across a job stopped with a savepoint and restored on the same
-checkpoint. Counted against a plain-Python reference (:mod:`tests.delivery`): per epoch,
-the words of the files Spark put in that micro-batch."""
+checkpoint; a rate source's numbered rows, once each across a savepoint. Counted against
+a plain-Python reference (:mod:`tests.delivery`): per epoch, the words of the files Spark
+put in that micro-batch."""
 
 from __future__ import annotations
 
@@ -117,6 +118,9 @@ def test_micro_batches_are_epochs_exactly_once_across_a_savepoint_and_a_restart_
     job = stream.run(spark)
     consume(job, stream, handed, until_files=4, land_each=True)
     savepoint = job.stop()
+    for epoch, records in sorted(job.collect("counts").items()):  # polled before the savepoint, not yet read
+        handed.append((epoch, records))
+        ParquetSink(stream.parquet, "counts").write(epoch, records)
     first_run = len(handed)
     with stream.run(spark) as fresh, pytest.raises(rt.RaytideError, match="micro-batches of an earlier run"):
         fresh.wait(timeout=120)  # a job started afresh would not hold what the checkpoint says was taken
@@ -153,6 +157,30 @@ def test_a_replica_killed_mid_stream_loses_and_repeats_nothing(ray_session, spar
     assert_each_file_once(handed, 6)
 
 
+def test_a_rate_source_continues_across_a_savepoint_with_every_value_once(ray_session, spark, tmp_path):
+    """Spark's rate source numbers its rows 0, 1, 2, ...: across two runs on one checkpoint,
+    every value up to the last one seen comes once (a micro-batch lost or repeated would show)."""
+    flow = rt.Dataflow("rate")
+    flow.input("rows").map(lambda row: row["value"]).output("values")
+    checkpoint, store = str(tmp_path / "checkpoint"), str(tmp_path / "store")
+    handed: list = []
+    restore = None
+    for _ in range(2):
+        frame = spark.readStream.format("rate").option("rowsPerSecond", 200).load()
+        source = from_spark_stream(frame, checkpoint, processing_time="0.3 seconds")
+        with rt.run(flow, inputs={"rows": source}, recovery=rt.Recovery(store), restore=restore) as job:
+            for epoch, values in job.results("values", timeout=120):
+                handed.append((epoch, values))
+                if sum(1 for _, v in handed if v) % 3 == 0 and values:
+                    break
+            restore = job.stop()
+            handed.extend(sorted(job.collect("values").items()))  # polled before the savepoint, not yet read
+    values = sorted(v for _, vs in handed for v in vs)
+    assert values == list(range(len(values))) and len(values) > 0, "rate values lost or repeated"
+    epochs = [epoch for epoch, _ in handed]
+    assert epochs == sorted(set(epochs))
+
+
 def test_a_streaming_dataframe_is_required_and_a_socket_refused(spark, tmp_path):
     with pytest.raises(SparkIntegrationError, match="for a DataFrame read in batch, use from_spark"):
         from_spark_stream(spark.range(3), str(tmp_path / "c"))
@@ -165,6 +193,18 @@ def test_a_streaming_dataframe_is_required_and_a_socket_refused(spark, tmp_path)
     intervals = rate.selectExpr("make_interval(0, 0, 0, 1) as gap")
     with pytest.raises(SparkIntegrationError, match="gap"):
         from_spark_stream(intervals, str(tmp_path / "c"))
+    with pytest.raises(rt.ArgumentError, match=r"stream inputs \['lines'\] need recovery"):
+        rt.run(word_count(), inputs={"lines": from_spark_stream(rate, str(tmp_path / "c"))})
+
+
+def test_a_batch_not_held_in_time_fails_the_job_naming_the_input_and_the_batch(ray_session, spark, tmp_path):
+    stream = Stream(tmp_path)
+    stream.land(1)
+    frame = spark.readStream.format("text").load(str(stream.incoming))
+    source = from_spark_stream(frame, stream.checkpoint, processing_time="0.2 seconds", hold_timeout=0.001)
+    with rt.run(word_count(), inputs={"lines": source}, recovery=rt.Recovery(stream.store)) as job:
+        with pytest.raises(rt.RaytideError, match="stream input 'lines'.* batch 0 .*within 0.001 s"):
+            job.wait(timeout=120)
 
 
 def test_a_checkpoint_of_another_query_or_of_an_earlier_run_is_refused_before_data_moves(

@@ -71,6 +71,10 @@ def test_latest_is_the_newest_snapshot_with_every_stream_input_at_one_epoch(tmp_
                 restore_id(store, snapshot_id, ["a", "b"])
 
 
+def test_latest_of_an_empty_store_starts_afresh(tmp_path):
+    assert restore_id(SnapshotStore(str(tmp_path)), "latest", ["a"]) is None
+
+
 def test_a_closed_input_or_replicas_apart_are_at_no_boundary():
     assert boundary_epoch([4, 4, 4]) == 4
     assert boundary_epoch([4, 5]) is None

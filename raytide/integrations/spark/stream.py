@@ -89,14 +89,16 @@ class SparkStreamSource(StreamSource):
         """The one reader, on the driver."""
         return SparkStreamReader(self)
 
-    def claim_checkpoint(self, resuming: bool) -> None:
-        """Check the checkpoint location and mark it as this stream's.
+    def claim_checkpoint(self, resume_at: int) -> None:
+        """Check the checkpoint location for a job that takes batches from ``resume_at`` on
+        (0: a fresh job), and mark it as this stream's.
 
         Raises:
             SparkIntegrationError: the location holds another query's checkpoint (one not
-                fed to raytide, or one of another schema), or a job resumed past batch 0
-                finds no checkpoint there (the query would start over, and the batches the
-                restored snapshot holds would hide new data).
+                fed to raytide, or one of another schema); a fresh job finds batches Spark
+                committed (a snapshot of an earlier run holds them: restore it); a restored
+                job finds no record of the batches its snapshot holds (the query would start
+                over, and its first batches would be taken for those).
         """
         filesystem, root = pyarrow.fs.FileSystem.from_uri(self.checkpoint_location)
         owner_path = f"{root}/{OWNER_FILE}"
@@ -110,18 +112,24 @@ class SparkStreamSource(StreamSource):
         elif entries & set(_CHECKPOINT_ENTRIES):
             raise SparkIntegrationError(f"{self.label}: the checkpoint location holds the checkpoint of a query that "
                                         f"did not feed raytide ({sorted(entries)}); give this query a location of its own")
-        if not resuming and "commits" in entries:
+        if not resume_at and _batch_ids(filesystem, f"{root}/commits"):
             raise SparkIntegrationError(f"{self.label}: the checkpoint location has micro-batches of an earlier run, "
                                         f"which this job, started afresh, does not hold; restore the job from that "
                                         f"run's snapshots (restore='latest'), or give the query a new location")
-        if resuming and "commits" not in entries:
-            raise SparkIntegrationError(f"{self.label}: the job resumes from a snapshot that holds micro-batches, but "
-                                        f"the checkpoint location has no record of them: the query would start over "
-                                        f"and its first batches would be taken for those (point it at the location "
-                                        f"the earlier run used)")
+        if resume_at and max(_batch_ids(filesystem, f"{root}/offsets"), default=-1) < resume_at - 1:
+            raise SparkIntegrationError(f"{self.label}: the job resumes from a snapshot that holds micro-batches "
+                                        f"0-{resume_at - 1}, but the checkpoint location has no record of them: the "
+                                        f"query would start over and its first batches would be taken for those "
+                                        f"(point it at the location the earlier run used)")
         filesystem.create_dir(root, recursive=True)
         with filesystem.open_output_stream(owner_path) as stream:
             stream.write(json.dumps({"schema": self.schema}).encode())
+
+
+def _batch_ids(filesystem: pyarrow.fs.FileSystem, directory: str) -> list[int]:
+    """The micro-batch ids Spark logged in ``directory`` (``offsets`` or ``commits``): files named by the id."""
+    selector = pyarrow.fs.FileSelector(directory, allow_not_found=True)
+    return [int(info.base_name) for info in filesystem.get_file_info(selector) if info.base_name.isdigit()]
 
 
 class SparkStreamReader(StreamReader):
@@ -140,7 +148,7 @@ class SparkStreamReader(StreamReader):
 
     def read_from(self, position: int) -> Iterator[tuple[int, Any, int]]:
         self.first = position
-        self.source.claim_checkpoint(resuming=position > 0)
+        self.source.claim_checkpoint(position)
         self.query = self.source.query = self._start()
         try:
             while True:
