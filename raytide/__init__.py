@@ -12,6 +12,7 @@ from raytide.core.dataflow import Loop as Loop
 from raytide.core.dataflow import Probe as Probe
 from raytide.core.dataflow import Stream as Stream
 from raytide.core.vertex import Vertex as Vertex
+from raytide.errors import ArgumentError as ArgumentError
 from raytide.errors import GraphError as GraphError
 from raytide.errors import JobCancelled as JobCancelled
 from raytide.errors import JobTimeout as JobTimeout
@@ -31,6 +32,7 @@ _RUNTIME = {"run", "Job"}
 _POOL = {"shutdown": "shutdown", "configure_pool": "configure"}
 
 __all__ = [
+    "ArgumentError",
     "Autoscale",
     "Dataflow",
     "GraphError",

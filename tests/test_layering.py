@@ -156,7 +156,7 @@ def test_public_api():
     import raytide
 
     assert sorted(raytide.__all__) == [
-        "Autoscale", "Dataflow", "GraphError", "Job", "JobCancelled", "JobTimeout", "Loop", "Probe", "ProgressError",
+        "ArgumentError", "Autoscale", "Dataflow", "GraphError", "Job", "JobCancelled", "JobTimeout", "Loop", "Probe", "ProgressError",
         "RaytideError", "RecordError", "Recovery", "RecoveryError", "ReplicaLost", "RescaleError", "SourceError",
         "SparkIntegrationError", "Stream", "Timestamp", "UserCodeError",
         "Vertex", "configure_pool", "run", "shutdown",

@@ -18,7 +18,7 @@ import pyarrow.dataset as ds
 import pytest
 
 import raytide as rt
-from raytide.errors import ArgumentError, SparkIntegrationError
+from raytide.errors import SparkIntegrationError
 from raytide.integrations.parquet import ParquetSink
 from raytide.integrations.spark import from_spark_stream
 from tests.delivery import count_delivery
@@ -193,7 +193,7 @@ def test_a_streaming_dataframe_is_required_and_a_socket_refused(spark, tmp_path)
     intervals = rate.selectExpr("make_interval(0, 0, 0, 1) as gap")
     with pytest.raises(SparkIntegrationError, match="gap"):
         from_spark_stream(intervals, str(tmp_path / "c"))
-    with pytest.raises(ArgumentError, match=r"stream inputs \['lines'\] need recovery"):
+    with pytest.raises(rt.ArgumentError, match=r"stream inputs \['lines'\] need recovery"):
         rt.run(word_count(), inputs={"lines": from_spark_stream(rate, str(tmp_path / "c"))})
 
 
