@@ -22,7 +22,7 @@ from raytide.driver.placement import HostSettings
 from raytide.driver.pool import cluster_cpus
 from raytide.driver.streams import restore_id as stream_restore_id
 from raytide.errors import ArgumentError, GraphError, SnapshotError
-from raytide.physical.plan import compile_plan
+from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.rescale.reshard import reshard_snapshot
 from raytide.rescale.widths import check_widths
 from raytide.snapshots.config import Recovery
@@ -123,17 +123,7 @@ def run(
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     check_widths(plan, {name: plan.width(name) for name in plan.vertices}, cluster_cpus(), num_cpus, oversubscribe)
-    restore_id = None
-    if restore is not None and streams:
-        assert recovery is not None
-        restore = stream_restore_id(SnapshotStore(recovery.store, recovery.signing_key), restore, streams)
-    if restore is not None:  # laid out for this job's parallelism first, if need be (a new snapshot)
-        assert recovery is not None
-        store = SnapshotStore(recovery.store, recovery.signing_key)
-        restore_id = reshard_snapshot(plan, store, None if restore == "latest" else restore,  # type: ignore[arg-type]
-                                      recovery.retain)
-        if restore_id is None:
-            raise SnapshotError(f"restore={restore!r}: the store {recovery.store!r} has no committed snapshot")
+    restore_id = _restore_id(plan, recovery, restore, streams) if restore is not None else None
     job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}",
               HostSettings(max_inflight, num_cpus, pretouch_mb, recovery), batch_size, restore_id,
               recompile=functools.partial(compile_plan, flow, parallelism, chaining), autoscale=autoscale)
@@ -144,6 +134,21 @@ def run(
         job.cancel()
         raise
     return job
+
+
+def _restore_id(plan: PhysicalPlan, recovery: Recovery | None, restore: int | str, streams: list[str]) -> int | None:
+    """The committed snapshot ``restore=`` names, laid out for ``plan``'s widths (a new snapshot
+    if need be); with stream inputs, the latest one at a batch boundary, or None (a fresh start)
+    if the store has none yet."""
+    assert recovery is not None
+    store = SnapshotStore(recovery.store, recovery.signing_key)
+    if streams and (restore := stream_restore_id(store, restore, streams)) is None:  # type: ignore[assignment]
+        return None
+    restore_id = reshard_snapshot(plan, store, None if restore == "latest" else restore,  # type: ignore[arg-type]
+                                  recovery.retain)
+    if restore_id is None:
+        raise SnapshotError(f"restore={restore!r}: the store {recovery.store!r} has no committed snapshot")
+    return restore_id
 
 
 def _checked(max_inflight: int, batch_size: int, num_cpus: float, pretouch_mb: int, name: str | None,

@@ -104,8 +104,9 @@ class StreamFeed:
                                  f"within {self.hold_timeout:g} s ({why})")
             try:
                 snapshot_id = self.snapshot(min(left, SNAPSHOT_WAIT))
-            except SnapshotError as error:
-                why = str(error)
+            except (SnapshotError, ray.exceptions.RayActorError) as error:  # abandoned, or the coordinator died:
+                why = str(error)  # the job's pump notices a death and recovers; then try again
+                self.pump(SYNC_POLL)
                 continue
             while self.inputs.committed_id < snapshot_id and time.monotonic() < deadline:
                 self.pump(SYNC_POLL)

@@ -141,19 +141,22 @@ def test_micro_batches_are_epochs_exactly_once_across_a_savepoint_and_a_restart_
     assert by_epoch == {epoch: Counter(records) for epoch, records in handed if records}
 
 
-def test_a_replica_killed_mid_stream_loses_and_repeats_nothing(ray_session, spark, tmp_path):
+@pytest.mark.parametrize("victim", ["replica", "progress", "coordinator"])
+def test_an_actor_killed_mid_stream_loses_and_repeats_nothing(ray_session, spark, tmp_path, victim):
     stream = Stream(tmp_path)
     stream.land(1)
     handed: list = []
     with stream.run(spark) as job:
+        host = {"replica": f"{job.plan.chain_of('counts').name}/1"}.get(victim, victim)
+
         def kill_at_the_second_epoch(taken: int) -> None:
             if taken == 2:
-                os.kill(job.hosts()[f"{job.name}/{job.plan.chain_of('counts').name}/1"], signal.SIGKILL)
+                os.kill(job.hosts()[f"{job.name}/{host}"], signal.SIGKILL)
 
         consume(job, stream, handed, until_files=6, land_each=True, each=kill_at_the_second_epoch)
         recoveries = job.stats()["recoveries"]
         job.stop()
-    assert recoveries, "the replica was killed: the job recovered"
+    assert recoveries, f"the {victim} was killed: the job recovered"
     assert_each_file_once(handed, 6)
 
 
