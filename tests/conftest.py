@@ -1,12 +1,21 @@
 """Shared fixtures: one real local Ray for the whole session (2 CPUs, as on CI), Spark on it,
-a check that every test's ``ray`` mark says whether it starts Ray, and an order of the test
-files in which the session's Spark starts once and is stopped only by the last files."""
+a check that every test's ``ray`` mark says whether it starts Ray, an order of the test
+files in which the session's Spark starts once and is stopped only by the last files, and
+the two lanes the suite runs in side by side (tests/lanes.py)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from hypothesis import settings
+
+from tests import lanes
+
+# A test may be paused while the other lane runs a test that needs both cores
+# (tests/lanes.py), and times are measured in bench/, not asserted here: no deadlines.
+settings.register_profile("raytide", deadline=None)
+settings.load_profile("raytide")
 
 #: Fixtures that give a test a real Ray: the session's (``ray_session``, ``spark``, and
 #: ``session_ray_env`` for a child process that joins it) or one that a child process
@@ -92,9 +101,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             wrong.append(f"{item.nodeid}: uses spark but has no spark mark")
         if item.get_closest_marker("stops_spark") is not None and "ray_session" not in fixtures:
             wrong.append(f"{item.nodeid}: has the stops_spark mark but does not use ray_session")
+    wrong += lanes.misplaced(items)
     if wrong:
         raise pytest.UsageError("marks that disagree with the fixtures used:\n  " + "\n  ".join(wrong))
     items[:] = spark_last(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """The suite's two lanes side by side (tests/lanes.py)."""
+    return lanes.scheduler(config, log)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    lanes.lower_priority(item)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_turn(request):
+    """A test that must not share the CPUs with the other lane runs in its turn (tests/lanes.py)."""
+    with lanes.cpu_turn(request.node):
+        yield
 
 
 def spark_last(items: list[pytest.Item]) -> list[pytest.Item]:

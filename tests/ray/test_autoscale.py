@@ -21,7 +21,8 @@ import raytide as rt
 from examples.unbalanced import mandelbrot_flow, mandelbrot_row, row_epochs
 from raytide.errors import ArgumentError
 
-pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
+# The policies decide from measured rates and free CPUs: the other lane waits (tests/lanes.py).
+pytestmark = [pytest.mark.ray, pytest.mark.needs_both_cores, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
 
 
 def true_rate_of_one_replica(tmp_path: Path) -> float:

@@ -143,6 +143,7 @@ def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs, sessi
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.needs_both_cores  # the autoscaler decides from measured rates (tests/lanes.py)
 def test_autoscaling_takes_both_workloads_from_one_replica_to_two_and_plots_it(kernel_dirs, session_ray_env):
     notebook = execute("autoscaling", kernel_dirs, session_ray_env)
 

@@ -1,0 +1,143 @@
+"""The suite's two lanes, run side by side under pytest-xdist (``-n 2``, pyproject's default).
+
+* The **session lane**: every test that uses the test session's Ray or Spark, one after the
+  other in one worker (in the order of ``conftest.spark_last``), as in a run without xdist.
+  It leaves about a quarter of two cores idle: it waits on actors starting, on child
+  processes and on polls.
+* The **other lane**: first the programs that start a Ray of their own in child processes
+  (:data:`OWN_RAY_FILES`: the demo, ``ray job submit``, Ctrl-C, the memory children, the
+  lost node), then every test that starts no Ray (unit, simulation, contract, doctests).
+  Those last are CPU-bound and run at the lowest CPU priority (:func:`lower_priority`), so
+  they fill the session lane's idle time without slowing it.
+
+Two kinds of test must not share the CPUs: a program with a Ray of its own, and a session
+test marked ``needs_both_cores`` (what it asserts depends on two free cores, as an
+autoscaler's decision does). Each runs in its turn (:func:`cpu_turn`, a lock shared by the
+two workers), and a ``needs_both_cores`` test also stops the other lane's worker while it
+runs (SIGSTOP, then SIGCONT).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+SESSION_LANE, OTHER_LANE = "session", "other"
+
+#: The files whose tests start a Ray of their own (``own_ray_env``) and no test uses the
+#: session's; :func:`misplaced` checks both halves.
+OWN_RAY_FILES = frozenset({
+    "tests/ray/test_demo.py",
+    "tests/ray/test_interrupt.py",
+    "tests/ray/test_job_submit.py",
+    "tests/ray/test_memory.py",
+    "tests/ray/test_node_loss.py",
+})
+#: The fixtures of the test session's Ray and Spark (conftest.py).
+SESSION_FIXTURES = frozenset({"ray_session", "spark", "session_ray_env"})
+
+#: Where the other lane's worker writes its process id and start time once it lowers its priority.
+_PID_FILE = "other-lane.pid"
+
+
+def lane_of(nodeid: str) -> str:
+    """The lane of the test with this node id."""
+    in_session = nodeid.startswith("tests/ray/") and nodeid.split("::", 1)[0] not in OWN_RAY_FILES
+    return SESSION_LANE if in_session else OTHER_LANE
+
+
+def misplaced(items: list[pytest.Item]) -> list[str]:
+    """What is wrong with the lanes of ``items``: a test in the other lane that uses the
+    session's Ray (it would start a second one there), or a session-lane test that starts a
+    Ray of its own (it would share the CPUs with the session's tests)."""
+    wrong = []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        lane = lane_of(item.nodeid)
+        if lane == OTHER_LANE and fixtures & SESSION_FIXTURES:
+            wrong.append(f"{item.nodeid}: uses the session's Ray, so its file must leave lanes.OWN_RAY_FILES")
+        if lane == SESSION_LANE and "own_ray_env" in fixtures:
+            wrong.append(f"{item.nodeid}: starts a Ray of its own, so its file belongs in lanes.OWN_RAY_FILES")
+    return wrong
+
+
+def scheduler(config: pytest.Config, log):
+    """xdist's scheduler for the lanes: each lane one unit of work, given whole to one worker,
+    which runs it in the collected order. (xdist's own ``loadgroup`` cannot be used: it
+    marks a group in a node id, which pytest 9's node ids no longer take.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane_of(nodeid)
+
+    return LaneScheduling(config, log)
+
+
+def shared_dir(config: pytest.Config) -> Path | None:
+    """A directory both workers of this run share, or None outside xdist."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    path = Path(tempfile.gettempdir()) / f"raytide-lanes-{workerinput['testrunuid']}"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def lower_priority(item: pytest.Item) -> None:
+    """Before a test that starts no Ray, in the other lane's worker: drop to the lowest CPU
+    priority (once; an unprivileged process cannot raise it again, which is why the programs
+    with a Ray of their own run first) and say where this worker can be paused."""
+    shared = shared_dir(item.config)
+    if (shared is None or lane_of(item.nodeid) != OTHER_LANE or item.get_closest_marker("ray") is not None
+            or (shared / _PID_FILE).exists()):
+        return
+    os.nice(19)
+    me = psutil.Process()
+    (shared / _PID_FILE).write_text(f"{me.pid} {me.create_time()}")
+
+
+@contextlib.contextmanager
+def cpu_turn(item: pytest.Item) -> Iterator[None]:
+    """Run ``item`` in its turn if it must not share the CPUs (see the module docstring)."""
+    shared = shared_dir(item.config)
+    alone = item.get_closest_marker("needs_both_cores") is not None
+    if shared is None or not (alone or "own_ray_env" in getattr(item, "fixturenames", ())):
+        yield
+        return
+    with open(shared / "cpu.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker holds it for one test at most
+        with _other_lane_paused(shared) if alone else contextlib.nullcontext():
+            yield
+
+
+@contextlib.contextmanager
+def _other_lane_paused(shared: Path) -> Iterator[None]:
+    """The other lane's worker stopped (if it has lowered its priority and still runs)."""
+    worker = _other_worker(shared)
+    if worker is None:
+        yield
+        return
+    worker.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        worker.send_signal(signal.SIGCONT)
+
+
+def _other_worker(shared: Path) -> psutil.Process | None:
+    """The other lane's worker, checked by its start time (its process id may have been reused)."""
+    try:
+        pid, started = (shared / _PID_FILE).read_text().split()
+        process = psutil.Process(int(pid))
+        return process if process.create_time() == float(started) else None
+    except (FileNotFoundError, ValueError, psutil.NoSuchProcess):
+        return None
