@@ -116,6 +116,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     lanes.lower_priority(item)
 
 
+def pytest_testnodedown(node, error) -> None:
+    """A worker went down (in the controller): the other lane must not stay paused (tests/lanes.py)."""
+    lanes.resume_other_lane(node.workerinput["testrunuid"])
+
+
 @pytest.fixture(autouse=True)
 def _cpu_turn(request):
     """A test that must not share the CPUs with the other lane runs in its turn (tests/lanes.py)."""

@@ -87,9 +87,21 @@ def shared_dir(config: pytest.Config) -> Path | None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
         return None
-    path = Path(tempfile.gettempdir()) / f"raytide-lanes-{workerinput['testrunuid']}"
+    path = _run_dir(workerinput["testrunuid"])
     path.mkdir(exist_ok=True)
     return path
+
+
+def _run_dir(testrunuid: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"raytide-lanes-{testrunuid}"
+
+
+def resume_other_lane(testrunuid: str) -> None:
+    """SIGCONT to the other lane's worker, if it still runs: called by the controller when a
+    worker goes down, since a worker that died pausing the other lane cannot resume it."""
+    worker = _other_worker(_run_dir(testrunuid))
+    if worker is not None:
+        worker.send_signal(signal.SIGCONT)
 
 
 def lower_priority(item: pytest.Item) -> None:
@@ -139,5 +151,5 @@ def _other_worker(shared: Path) -> psutil.Process | None:
         pid, started = (shared / _PID_FILE).read_text().split()
         process = psutil.Process(int(pid))
         return process if process.create_time() == float(started) else None
-    except (FileNotFoundError, ValueError, psutil.NoSuchProcess):
+    except (FileNotFoundError, ValueError, psutil.Error):
         return None
