@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import signal
 import tempfile
@@ -87,7 +88,12 @@ def shared_dir(config: pytest.Config) -> Path | None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
         return None
-    path = _run_dir(workerinput["testrunuid"])
+    return _made(_run_dir(workerinput["testrunuid"]))
+
+
+@functools.cache
+def _made(path: Path) -> Path:
+    """``path``, made once per process (asked for twice by every test)."""
     path.mkdir(exist_ok=True)
     return path
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -78,3 +80,23 @@ def next_in_sequence(last: int | None, record: tuple[int, int]) -> tuple[int, tu
     if number != expected:
         raise ValueError(f"key {key}: record {number} arrived where {expected} was due (lost, repeated or reordered)")
     return number, record
+
+
+def run_example(tmp_path: Path, env: dict[str, str], script: str, *args: str) -> tuple[str, str]:
+    """Run ``examples/<script>`` in a fresh process from the repository's root; its stdout and
+    stderr, after checking it exited with 0 within 240 s.
+
+    Output goes to files, not pipes: Ray's and Spark's helper processes inherit the
+    descriptors, and reading a pipe to its end would also wait for them."""
+    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(stdout, "w") as out, open(stderr, "w") as err:
+        run = subprocess.Popen([sys.executable, f"examples/{script}", *args], cwd=Path(__file__).resolve().parents[2],
+                               env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        try:
+            run.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+    out, err = stdout.read_text(), stderr.read_text()
+    assert run.returncode == 0, f"exit code {run.returncode}\n{out[-3000:]}\n{err[-5000:]}"
+    return out, err

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -13,8 +9,7 @@ from bench.baselines.cc_ray import components_union_find
 from bench.baselines.data import random_graph_edges
 from examples import connected_components as cc
 from examples import nested_loop, pagerank
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.ray.jobs import run_example
 
 
 def reference_dict(nodes: int, edges: np.ndarray) -> dict[int, int]:
@@ -122,17 +117,7 @@ def test_nested_loop_levels_match_plain_python(ray_session):
 def test_an_example_runs_as_a_script_from_the_repository_root(tmp_path, session_ray_env, script, args, expected):
     # A fresh process joining the session's Ray, as under ``ray job submit``: ``python examples/NAME.py`` has only
     # examples/ on sys.path, so this fails if an example imports another example or bench/. Output goes to files:
-    # Ray's helpers inherit the descriptors.
+    # Ray's helpers inherit the descriptors (run_example).
     env = {k: v for k, v in session_ray_env.items() if k != "PYTHONPATH"}
-    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    with open(stdout, "w") as out, open(stderr, "w") as err:
-        run = subprocess.Popen([sys.executable, f"examples/{script}", *args], cwd=ROOT, env=env, stdout=out,
-                               stderr=err, stdin=subprocess.DEVNULL)
-        try:
-            run.wait(timeout=240)
-        except subprocess.TimeoutExpired:
-            run.kill()
-            run.wait()
-    out, err = stdout.read_text(), stderr.read_text()
-    assert run.returncode == 0, f"exit code {run.returncode}\n{out[-3000:]}\n{err[-5000:]}"
+    out, _ = run_example(tmp_path, env, script, *args)
     assert expected in out and "False" not in out, out
