@@ -17,6 +17,17 @@ from tests import lanes
 settings.register_profile("raytide", deadline=None)
 settings.load_profile("raytide")
 
+#: JVM options for every JVM the tests start (Spark's driver, RayDP's app master and
+#: executors, through the session's Ray and every child process): JIT-compile with the
+#: client compiler only. The tests' JVMs live seconds to minutes, where the server
+#: compiler's work never pays back: measured, a Spark start and a small conversion took
+#: 51 CPU-seconds with it and 30-34 without, on 2 cores. The JVM reads the variable itself
+#: and says so on stderr ("Picked up JAVA_TOOL_OPTIONS"). The demo's test, which runs the
+#: demo as a newcomer does, leaves it out (``newcomer_env``).
+TEST_JVM_OPTIONS = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}
+for _name, _value in TEST_JVM_OPTIONS.items():
+    os.environ.setdefault(_name, _value)
+
 #: Fixtures that give a test a real Ray: the session's (``ray_session``, ``spark``, and
 #: ``session_ray_env`` for a child process that joins it) or one that a child process
 #: starts for itself (``own_ray_env``).
@@ -65,6 +76,13 @@ def own_ray_env() -> dict[str, str]:
     whose CPUs are taken in part by the session's Spark.
     """
     return {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+
+
+@pytest.fixture
+def newcomer_env(own_ray_env) -> dict[str, str]:
+    """The environment of a newcomer's shell for a child process with a Ray of its own:
+    ``own_ray_env`` without the tests' JVM options (:data:`TEST_JVM_OPTIONS`)."""
+    return {name: value for name, value in own_ray_env.items() if name not in TEST_JVM_OPTIONS}
 
 
 @pytest.fixture
@@ -130,17 +148,23 @@ def _cpu_turn(request):
 
 def spark_last(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` with the files that use the session's Spark moved to the end, those that stop
-    it (a ``stops_spark`` test) after the others; otherwise in the order collected.
+    it (a ``stops_spark`` test) after the others; otherwise in the order collected, except that
+    the files holding a ``needs_both_cores`` test come last before the Spark users.
 
     Whole files move (their module fixtures are set up once); a file uses the session's Spark
     if one of its tests uses ``_spark_on_ray`` (the ``spark`` fixture, or a fixture of the file
     built on it). So Spark starts once, at the first of these files, holds a Ray CPU only
     while they run, and no test after a stop starts it again (a restart costs 30 s or more).
+
+    A ``needs_both_cores`` test waits for the CPU turn (tests/lanes.py) that the other lane's
+    programs with a Ray of their own, which that lane runs first, take one after the other:
+    placed early, the session lane would stand idle through them (2.5 minutes measured).
     """
     def module(item: pytest.Item) -> str:
         return item.nodeid.split("::", 1)[0]
 
     stops = {module(item) for item in items if item.get_closest_marker("stops_spark") is not None}
     users = {module(item) for item in items if "_spark_on_ray" in getattr(item, "fixturenames", ())} - stops
-    rank = {name: 1 for name in users} | {name: 2 for name in stops}
+    alone = {module(item) for item in items if item.get_closest_marker("needs_both_cores") is not None}
+    rank = {name: 0.5 for name in alone} | {name: 1 for name in users} | {name: 2 for name in stops}
     return sorted(items, key=lambda item: rank.get(module(item), 0))  # stable: collected order within a rank
