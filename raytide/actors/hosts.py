@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import importlib
 import logging
 import os
 import sys
@@ -76,15 +75,13 @@ def announce(name: str) -> None:
 class Host:
     """A process that plays one role at a time; the base of :class:`VertexHost` and :class:`ProgressHost`."""
 
-    def __init__(self, label: str, role_module: str) -> None:
+    def __init__(self, label: str) -> None:
         self.label = label
         self.role: Any = None
         self.lease = -1
         self.ended = -1  # the last lease given back
         self.leases = threading.Condition()  # notified when a lease is taken or given back (for watch)
         self.early: dict[int, list[tuple[str, tuple]]] = {}  # calls of leases not taken yet
-        importlib.import_module(role_module)  # warm: imported once per process, not per job
-        _freeze_start_up()
         announce(f"raytide idle host ({label})")
 
     def __repr__(self) -> str:
@@ -198,7 +195,10 @@ class VertexHost(Host):
     """
 
     def __init__(self, number: int) -> None:
-        super().__init__(f"vertex host {number}", "raytide.actors.vertex_actor")
+        super().__init__(f"vertex host {number}")
+        import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
+
+        _freeze_start_up()
 
     def take(self, lease: int, plan: Any, job: str, chain: str, replica: int, max_inflight: int, pretouch_mb: int,
              myself: Any, recovery: Any = None, incarnation: int = 0) -> int:
@@ -221,7 +221,10 @@ class ProgressHost(Host):
     """
 
     def __init__(self, number: int) -> None:
-        super().__init__(f"progress host {number}", "raytide.actors.progress_actor")
+        super().__init__(f"progress host {number}")
+        import raytide.actors.progress_actor  # noqa: F401  (warm)
+
+        _freeze_start_up()
 
     def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list) -> int:
         """Become the progress actor of ``job`` for ``lease``; returns this process's id."""
