@@ -10,9 +10,10 @@ stay there, arranged by source (a CSR per replica); the labels are NumPy columns
 across epochs, so epoch ``e``'s edges start from the labels of the edges before them and
 only the labels they lower move again (the work follows the change, not the graph).
 
-The driver feeds one epoch at a time and waits for its output before pushing the next:
-inside the loop ``(e, (5,))`` and ``(e + 1, (0,))`` are incomparable timestamps, and the
-labels' state would refuse two epochs in the loop at once (docs/iteration.md).
+``components_by_epoch`` feeds one epoch at a time and waits for its output before pushing
+the next, to report each epoch's labels as it comes. A driver may also push every epoch at
+once: the loop's epoch gate admits epoch ``e + 1`` once nothing of epoch ``e`` is left in
+it, so each epoch's labels are the same (docs/iteration.md).
 """
 
 from __future__ import annotations
