@@ -20,7 +20,7 @@ settings.load_profile("raytide")
 #: JVM options for every JVM the tests start (Spark's driver, RayDP's app master and
 #: executors, through the session's Ray and every child process): JIT-compile with the
 #: client compiler only. The tests' JVMs live seconds to minutes, where the server
-#: compiler's work never pays back: measured, a Spark start and a small conversion took
+#: compiler's work never pays back: measured, a Ray start, a Spark start and a small conversion took
 #: 51 CPU-seconds with it and 30-34 without, on 2 cores. The JVM reads the variable itself
 #: and says so on stderr ("Picked up JAVA_TOOL_OPTIONS"). The demo's test, which runs the
 #: demo as a newcomer does, leaves it out (``newcomer_env``).
