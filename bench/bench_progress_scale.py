@@ -1,0 +1,129 @@
+"""The central progress actor's load at cluster scale, simulated in one process.
+
+Run with ``python -m bench progress_scale`` (``--param nodes=64 --param per_node=8``). Two
+jobs run in :class:`raytide.testing.LocalJob` (the same replica and progress cores as on
+Ray, under the seeded scheduler) with ``nodes * per_node`` replicas in all:
+
+* ``keyed``: a three-stage keyed pipeline, ``input -> map -> exchange -> map -> exchange
+  -> map -> output``, its two keyed stages at a quarter of the replicas each (at most 128,
+  the number of key groups) and its input stage at the rest;
+* ``loop``: halving to a fixed point, exchanged every round, its five stages at a fifth
+  of the replicas each (at most 128).
+
+Each epoch carries ``records_per_replica`` records per replica. Per job it reports what
+the progress core took per epoch: numbered messages, the Ray calls they make on Ray (a
+replica's output parts ride in the call of its next progress batch, so every message but
+output parts is one call), calls per node, and the core's CPU time, whence the epochs per
+second the central actor sustains with one core to itself (Ray's own cost per call comes
+on top: it is not simulated). These are today's figures, where every replica calls the
+central actor itself; issue 31 asks for at most 2 calls per node per epoch and at least
+50 epochs/s at 64 nodes x 8 replicas.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import raytide as rt
+import raytide.testing.local as local_runtime
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS
+from raytide.engine.progress_core import ProgressCore, ProgressEffects
+from raytide.physical.protocol import OutputParts, Sequenced
+from tests.sim.scenarios import halvings
+
+PARAMS = {"nodes": 64, "per_node": 8, "epochs": 3, "records_per_replica": 4, "seed": 0}
+RATIOS: list = []
+REPEAT = 1
+
+
+class CountingCore(ProgressCore):
+    """The progress core, counting the messages it takes and the CPU time it spends on them."""
+
+    messages = 0
+    calls = 0
+    cpu = 0.0
+
+    def receive(self, call: Sequenced) -> ProgressEffects:
+        started = time.process_time()
+        try:
+            return super().receive(call)
+        finally:
+            CountingCore.cpu += time.process_time() - started
+            CountingCore.messages += 1
+            CountingCore.calls += not isinstance(call.message, OutputParts)
+
+
+def keyed_expected(records: list[int]) -> Counter:
+    """What the keyed pipeline outputs for one epoch's ``records``, in plain Python."""
+    return Counter(((r % 1009) % 101, 1) for r in records)
+
+
+def loop_expected(records: list[int]) -> Counter:
+    """What the halving loop outputs for one epoch's ``records``, in plain Python."""
+    return Counter(h for r in records for h in halvings(r))
+
+
+def keyed_pipeline(replicas: int) -> tuple[rt.Dataflow, int]:
+    """Three stages: the input, then two keyed stages (exchanges) at a quarter of ``replicas`` each
+    (at most the number of key groups); the input stage has the rest. Also the width of the
+    vertices that do not say (the output's)."""
+    keyed = min(DEFAULT_KEY_GROUPS, replicas // 4)
+    first = replicas - 2 * keyed
+    flow = rt.Dataflow("keyed-at-scale")
+    (flow.input("records", parallelism=first).map(lambda r: (r % 1009, 1), parallelism=first)
+     .exchange(lambda kv: kv[0], name="by_key", parallelism=keyed).map(lambda kv: (kv[0] % 101, kv[1]), parallelism=keyed)
+     .exchange(lambda kv: kv[0], name="by_bucket", parallelism=keyed).map(lambda kv: kv, parallelism=keyed)
+     .output("out"))
+    return flow, keyed
+
+
+def halving_loop(replicas: int) -> tuple[rt.Dataflow, int]:
+    """Halving to a fixed point, exchanged every round: five stages at a fifth of ``replicas``
+    each (at most the number of key groups); also that width."""
+    width = min(DEFAULT_KEY_GROUPS, replicas // 5)
+    flow = rt.Dataflow("loop-at-scale")
+    lp = flow.loop("halve")
+    back = lp.feedback(name="back")
+    rounds = lp.enter(flow.input("records", parallelism=width), name="enter").concat(back.stream, name="round")
+    halved = rounds.exchange(lambda x: x, name="spread", parallelism=width).map(lambda x: x // 2, name="half")
+    back.connect(halved.filter(lambda x: x > 0, name="positive"))
+    lp.leave(halved, name="leave").output("out")
+    return flow, width
+
+
+def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Counter], epochs: int, records: int,
+             nodes: int, seed: int) -> dict[str, float]:
+    """Run ``flow`` (``width``: the replicas of a vertex that does not say) for ``epochs``
+    epochs of ``records`` records; the central core's load per epoch. Its output must be
+    what ``expected`` computes from each epoch's records."""
+    CountingCore.messages = CountingCore.calls = 0
+    CountingCore.cpu = 0.0
+    inputs = {"records": [[1 + (e * records + i) % 997 for i in range(records)] for e in range(epochs)]}
+    started = time.perf_counter()
+    job = local_runtime.LocalJob(flow, inputs, parallelism=width, seed=seed)
+    run = job.run(max_steps=100_000_000)
+    outputs = {epoch: Counter(found) for epoch, found in run.outputs["out"].items()}
+    if not run.finished or outputs != {epoch: expected(fed) for epoch, fed in enumerate(inputs["records"])}:
+        raise AssertionError(f"{flow.name} did not finish with the expected output")
+    per_epoch = CountingCore.cpu / epochs
+    return {"replicas": float(len(job.replicas)), "messages_per_epoch": CountingCore.messages / epochs,
+            "calls_per_epoch": CountingCore.calls / epochs, "calls_per_node_per_epoch": CountingCore.calls / epochs / nodes,
+            "core_ms_per_epoch": per_epoch * 1000, "central_epochs_per_s": 1 / per_epoch,
+            "simulated_s": time.perf_counter() - started}
+
+
+def measure(nodes: int, per_node: int, epochs: int, records_per_replica: int, seed: int) -> dict[str, Any]:
+    replicas = nodes * per_node
+    original = local_runtime.ProgressCore
+    local_runtime.ProgressCore = CountingCore  # type: ignore[misc]
+    try:
+        metrics: dict[str, Any] = {}
+        for name, build, expected in (("keyed", keyed_pipeline, keyed_expected), ("loop", halving_loop, loop_expected)):
+            found = simulate(*build(replicas), expected, epochs, records_per_replica * replicas, nodes, seed)
+            metrics.update({f"{name}_{key}": value for key, value in found.items()})
+        return metrics
+    finally:
+        local_runtime.ProgressCore = original  # type: ignore[misc]
