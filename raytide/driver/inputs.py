@@ -304,14 +304,15 @@ class InputFeeds:
         self.turns[name] = (index + 1) % len(self.replicas[name])
         return index
 
-    def skip(self, positions: dict[tuple[str, int], int], epochs: dict[str, int | None]) -> None:
+    def skip(self, positions: dict[tuple[str, int], int], epochs: dict[tuple[str, int], int | None]) -> None:
         """A job restored from a snapshot of an earlier run: each input replica had consumed
-        ``positions[(input, replica)]`` commands, the input at ``epochs[input]`` (see
-        :class:`Resume`: what is fed at or before that epoch replays them, what is fed past
-        it is new)."""
+        ``positions[(input, replica)]`` commands and was at epoch ``epochs[(input, replica)]``
+        (see :class:`Resume`: what is fed at or before that epoch replays them, what is fed
+        past it is new). Each replica's own epoch: the replicas of an input took the
+        snapshot's marker between different commands of theirs."""
         assert self.logs is not None
         for (name, index), position in positions.items():
-            self.resumes[(name, index)] = Resume(name, index, position, epochs.get(name), position)
+            self.resumes[(name, index)] = Resume(name, index, position, epochs.get((name, index)), position)
             self.logs[(name, index)].skip_to(position)
 
     def _submit(self, name: str, index: int, method: str, *args: Any, weight: int = 1) -> Any:

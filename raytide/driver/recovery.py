@@ -231,8 +231,7 @@ class JobRecovery:
         self.outputs.resume_after(self.consumed_after(snapshot_id))
         self.outputs.release(point.complete)
         self.started_from = point.snapshot_id
-        self.inputs.skip(input_positions(point.positions),
-                         {name: point.input_epoch(name) for name in self.placement.plan.inputs})
+        self.inputs.skip(input_positions(point.positions), point.input_epochs)
         self.record_consumed(self.outputs.durable())  # this run's record from now on
         self.execute(Recovering.from_point(self.placement.name, self.budget, point))
 

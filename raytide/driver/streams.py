@@ -31,10 +31,7 @@ import ray
 
 from raytide.driver.inputs import InputFeeds
 from raytide.errors import JobTimeout, SnapshotError
-from raytide.physical.protocol import ReplicaKey
-from raytide.progress.reachability import Location
-from raytide.snapshots.recovery import JOB_PART
-from raytide.snapshots.replica_state import ReplicaSummary
+from raytide.snapshots.recovery import JOB_PART, input_epochs
 from raytide.snapshots.store import SnapshotStore
 from raytide.sources.base import BlockRefs
 from raytide.sources.stream import StreamReader, boundary_epoch
@@ -137,15 +134,6 @@ def restore_id(store: SnapshotStore, wanted: int | str, streams: list[str]) -> i
 
 def stream_epochs(store: SnapshotStore, snapshot_id: int, streams: list[str]) -> dict[str, list[int | None]]:
     """Per stream input, the epoch each of its replicas was at in snapshot ``snapshot_id``
-    (None: closed), read from the summaries of its ``job`` part."""
-    summaries: dict[ReplicaKey, ReplicaSummary] = pickle.loads(store.read_part(snapshot_id, JOB_PART))
-    epochs: dict[str, list[int | None]] = {name: [] for name in streams}
-    for key in sorted(summaries, key=lambda key: (key.chain, key.replica)):
-        summary = summaries[key]
-        for name in streams:
-            if name in summary.positions:
-                here = Location.of_vertex(name)
-                held = [time.epoch for (location, time), count in summary.capabilities if location == here and count > 0]
-                epochs[name].append(min(held, default=None))
-    return epochs
-
+    (None: closed), in replica order, read from the summaries of its ``job`` part."""
+    epochs = input_epochs(pickle.loads(store.read_part(snapshot_id, JOB_PART)))
+    return {name: [epochs[key] for key in sorted(key for key in epochs if key[0] == name)] for name in streams}

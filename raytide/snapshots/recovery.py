@@ -121,16 +121,25 @@ class RestorePoint:
     positions: dict[ReplicaKey, dict[str, int]] = field(default_factory=dict)
     delivered: dict[str, int] = field(default_factory=dict)
     complete: dict[str, int | None] = field(default_factory=dict)  # per output, its last epoch complete here
+    #: per ``(input, replica)``, the epoch that replica of the input was at (None: closed)
+    input_epochs: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
     def position(self, key: ReplicaKey, vertex: str) -> int:
         """How many of its driver commands input ``vertex``'s replica ``key`` had consumed."""
         return self.positions.get(key, {}).get(vertex, 0)
 
-    def input_epoch(self, vertex: str) -> int | None:
-        """The epoch input ``vertex`` was at here (None: it was closed): its capability."""
-        here = Location.of_vertex(vertex)
-        return min((time.epoch for (location, time), count in self.pointstamps if location == here and count > 0),
-                   default=None)
+
+def input_epochs(summaries: Mapping[ReplicaKey, ReplicaSummary]) -> dict[tuple[str, int], int | None]:
+    """Per ``(input, replica)``, the epoch that input replica was at in a snapshot (None: it
+    was closed): its own capability. The replicas of one input may be at different epochs:
+    each took the snapshot's marker between two of its own driver commands."""
+    epochs: dict[tuple[str, int], int | None] = {}
+    for key, summary in summaries.items():
+        for name in summary.positions:
+            here = Location.of_vertex(name)
+            epochs[(name, key.replica)] = min((time.epoch for (location, time), count in summary.capabilities
+                                              if location == here and count > 0), default=None)
+    return epochs
 
 
 def restore_point(plan: PhysicalPlan, store: SnapshotStore | None, snapshot_id: int | None = None,
@@ -163,7 +172,8 @@ def _from_manifest(plan: PhysicalPlan, store: SnapshotStore, manifest: Manifest)
     return RestorePoint(manifest.snapshot_id, pointstamps(list(summaries.values())), kept,
                         {key: summary.positions for key, summary in summaries.items()},
                         {str(name): int(epoch) for name, epoch in delivered.items()},
-                        {str(name): None if epoch is None else int(epoch) for name, epoch in complete.items()})
+                        {str(name): None if epoch is None else int(epoch) for name, epoch in complete.items()},
+                        input_epochs(summaries))
 
 
 def kept_records(summaries: Iterable[ReplicaSummary]) -> dict[str, dict[int, list]]:
