@@ -25,7 +25,8 @@ CHILD = textwrap.dedent("""
     flow.input("numbers").map(lambda x: time.sleep(1) or x, name="sleepy").output("out")
     job = rt.run(flow, parallelism=2, batch_size=1)  # a host is never long inside one batch
     job.push("numbers", list(range(12)))  # 6 s of work: Ctrl-C comes after 1 s
-    job.close("numbers")
+    # the input stays open, so the job cannot finish before the Ctrl-C however slowly this
+    # process runs (a loaded machine once starved it past the 6 s of work before it waited)
     print("waiting", flush=True)
     try:
         job.wait(timeout=120)
