@@ -14,14 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-import ray
 
 import raytide as rt
 from raytide.driver.outputs import OutputCollector
 from raytide.errors import InternalError, RescaleError
 from tests.delivery import assert_exactly_once, read_outputs
 from tests.ray.jobs import wait_for_epoch
-from tests.ray.test_recovery import keyed_numbers, running_sum, running_sums
+from tests.ray.test_recovery import keyed_numbers, running_sum, running_sums, sigkill
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
 
@@ -42,7 +41,8 @@ def test_an_epoch_completed_again_after_it_was_handed_over_fails_the_job(ray_ses
         job.advance("numbers", 3)
         wait_for_epoch(job, "out", 2)
         monkeypatch.setattr(OutputCollector, "delivered", lambda self: {"out": 0})  # the planted bookkeeping bug
-        ray.kill(job.placement.actors[next(iter(job.placement.actors))])
+        victim = next(iter(job.placement.actors))  # SIGKILLed, dead at once (ray.kill is asynchronous: on a
+        sigkill(job, f"{victim.chain}/{victim.replica}")  # loaded machine it once let epoch 3 finish first)
         job.push("numbers", [30], epoch=3)
         job.close("numbers")
         with pytest.raises(InternalError, match=r"output 'out' epoch 1 was completed again after epoch 2"):
