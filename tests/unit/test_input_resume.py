@@ -61,17 +61,23 @@ def restored(calls: list[list[int]], cuts: list[int]) -> dict[tuple[str, int], i
     return input_epochs(summaries)
 
 
+def assert_each_replays_what_it_consumed(calls: list[list[int]], cuts: list[int]) -> None:
+    """The same calls fed again after a restore at ``cuts``: each replica's first ``cuts[i]``
+    are replays (not sent), the rest are sent, and nothing is refused."""
+    epochs = restored(calls, cuts)
+    for replica, cut in enumerate(cuts):
+        resume = Resume("numbers", replica, consumed=cut, epoch=epochs[("numbers", replica)], left=cut)
+        assert [resume.replayed(at, 1) for at in calls[replica]] == [True] * cut + [False] * (len(calls[replica]) - cut)
+
+
 def test_replicas_cut_at_different_epochs_replay_exactly_what_each_consumed():
     """The CI failure of 2026-11-24: replica 1 had taken the advance to epoch 28, replica 0
     not yet; with one epoch for the whole input (27) the replay of replica 1 was refused as
     "replayed only 41 of 44 commands before moving on to epoch 28"."""
     calls = driver_calls(40)
     cuts = [calls[0].index(28), calls[1].index(28) + 1]
-    epochs = restored(calls, cuts)
-    assert epochs == {("numbers", 0): 27, ("numbers", 1): 28}
-    for replica, cut in enumerate(cuts):
-        resume = Resume("numbers", replica, consumed=cut, epoch=epochs[("numbers", replica)], left=cut)
-        assert [resume.replayed(at, 1) for at in calls[replica]] == [True] * cut + [False] * (len(calls[replica]) - cut)
+    assert restored(calls, cuts) == {("numbers", 0): 27, ("numbers", 1): 28}
+    assert_each_replays_what_it_consumed(calls, cuts)
 
 
 @settings(max_examples=200, deadline=None)
@@ -79,7 +85,4 @@ def test_replicas_cut_at_different_epochs_replay_exactly_what_each_consumed():
 def test_any_cut_of_the_input_replicas_replays_each_ones_consumed_calls_and_sends_the_rest(data):
     calls = driver_calls(data.draw(st.integers(1, 12)), replicas=data.draw(st.integers(1, 3)))
     cuts = [data.draw(st.integers(0, len(mine))) for mine in calls]
-    epochs = restored(calls, cuts)
-    for replica, cut in enumerate(cuts):
-        resume = Resume("numbers", replica, consumed=cut, epoch=epochs[("numbers", replica)], left=cut)
-        assert [resume.replayed(at, 1) for at in calls[replica]] == [True] * cut + [False] * (len(calls[replica]) - cut)
+    assert_each_replays_what_it_consumed(calls, cuts)
