@@ -58,14 +58,11 @@ def check_frontiers_cover_the_truth(job: LocalJob) -> None:
     if job.dead or job.failures or job.recovery_steps or job.progress is None:
         return
     tracker = job.progress.publisher.tracker
-    caused: set[tuple[Location, Timestamp]] = set()
-    causes: dict[tuple[Location, Timestamp], tuple[Location, Timestamp]] = {}
+    causes: dict[tuple[Location, Timestamp], tuple[Location, Timestamp]] = {}  # (input, time) -> one pointstamp causing it
     for location, time in true_pointstamps(job):
-        for pair in reached_from(job.plan, location, time) - caused:
-            caused.add(pair)
-            causes[pair] = (location, time)
-    for target, reached in caused:
+        for caused in reached_from(job.plan, location, time):
+            causes.setdefault(caused, (location, time))
+    for (target, reached), (location, time) in causes.items():
         if not any(f.less_equal(reached) for f in tracker.frontier(target)):
-            location, time = causes[(target, reached)]
             raise AssertionError(f"the frontier at {target} is {tracker.frontier(target)}, past {reached} "
                                  f"which ({time} at {location}) may still cause")
