@@ -148,24 +148,27 @@ def _cpu_turn(request):
 
 def spark_last(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` with the files that use the session's Spark moved to the end, those that stop
-    it (a ``stops_spark`` test) after the others; otherwise in the order collected.
+    it (a ``stops_spark`` test) after the others; otherwise in the order collected, except that
+    the files holding a ``needs_both_cores`` test come last before the Spark users.
 
     Whole files move (their module fixtures are set up once); a file uses the session's Spark
     if one of its tests uses ``_spark_on_ray`` (the ``spark`` fixture, or a fixture of the file
     built on it). So Spark starts once, at the first of these files, holds a Ray CPU only
     while they run, and no test after a stop starts it again (a restart costs 30 s or more).
 
-    (Moving the ``needs_both_cores`` files later saved their 2.5 minutes of waiting for the
-    CPU turn, but then the other lane's programs with a Ray of their own ran beside the
-    session's tests, and a Ctrl-C test and a driver-restart test failed in a fresh clone.
-    Both failures had causes of their own, since fixed: the Ctrl-C test's job could finish
-    before the interrupt, and a restore read one epoch for all of an input's replicas. The
-    move has not been tried again since.)
+    A ``needs_both_cores`` test waits for the CPU turn (tests/lanes.py) that the other lane's
+    programs with a Ray of their own, which that lane runs first, take one after the other:
+    placed early, the session lane stood idle through them (2.5 minutes measured). Placed
+    late, those programs run beside the session's first files. (This order was tried once
+    before and undone when a Ctrl-C test and a driver-restart test failed beside it; both
+    failures had causes of their own, since fixed: the Ctrl-C test's job could finish before
+    the interrupt, and a restore read one epoch for all of an input's replicas.)
     """
     def module(item: pytest.Item) -> str:
         return item.nodeid.split("::", 1)[0]
 
     stops = {module(item) for item in items if item.get_closest_marker("stops_spark") is not None}
     users = {module(item) for item in items if "_spark_on_ray" in getattr(item, "fixturenames", ())} - stops
-    rank = {name: 1 for name in users} | {name: 2 for name in stops}
+    alone = {module(item) for item in items if item.get_closest_marker("needs_both_cores") is not None}
+    rank = {name: 0.5 for name in alone} | {name: 1 for name in users} | {name: 2 for name in stops}
     return sorted(items, key=lambda item: rank.get(module(item), 0))  # stable: collected order within a rank
