@@ -76,13 +76,13 @@ class Trial:
             return calm, chaotic.run(max_steps=100_000, after_step=chaos.after_step)
 
 
-def test_pipelined_epochs_of_components_under_crashes_equal_the_sequential_run_exactly_once(tmp_path):
+def test_pipelined_epochs_of_components_under_crashes_equal_the_sequential_run_exactly_once(store_root):
     seen: collections.Counter = collections.Counter()
     recoveries = 0
     for seed in range(TRIALS):
         trial = Trial(seed)
         expected = expected_rows(trial.epochs)
-        calm, run = trial.run(str(tmp_path / str(seed)), seen)
+        calm, run = trial.run(str(store_root / str(seed)), seen)
         assert calm.finished and rows(calm.outputs) == expected, f"seed {seed}, no crash: {calm.failure!r}"
         assert run.finished and run.failure is None, f"seed {seed}: {run.failure!r}"
         assert rows(run.outputs) == expected, f"seed {seed}: {rows(run.outputs)} != {expected}"

@@ -79,11 +79,11 @@ def trial(seed: int, store_dir: str, commit: str, seen: collections.Counter) -> 
     return run, chain_breaks(run.outputs["links"], inputs)
 
 
-def test_committed_at_snapshots_the_output_agrees_with_one_run_across_every_crash(tmp_path):
+def test_committed_at_snapshots_the_output_agrees_with_one_run_across_every_crash(store_root):
     seen: collections.Counter = collections.Counter()
     recoveries = 0
     for seed in range(TRIALS):
-        run, wrong = trial(seed, str(tmp_path / str(seed)), "snapshot", seen)
+        run, wrong = trial(seed, str(store_root / str(seed)), "snapshot", seen)
         assert wrong is None, f"seed {seed} ({MODES[seed % len(MODES)]}): {wrong}; recoveries {run and run.recoveries}"
         assert run is not None
         recoveries += len(run.recoveries)
@@ -91,20 +91,20 @@ def test_committed_at_snapshots_the_output_agrees_with_one_run_across_every_cras
     assert seen["crash after a committed snapshot"] >= 20, dict(seen)
 
 
-def test_committed_per_epoch_the_same_crashes_break_the_chain(tmp_path):
+def test_committed_per_epoch_the_same_crashes_break_the_chain(store_root):
     """The teeth of the test above: handing out each epoch as it completes, some trials show
     output that a recovery then computed differently."""
     seen: collections.Counter = collections.Counter()
-    broken = [seed for seed in range(TRIALS) if trial(seed, str(tmp_path / str(seed)), "epoch", seen)[1] is not None]
+    broken = [seed for seed in range(TRIALS) if trial(seed, str(store_root / str(seed)), "epoch", seen)[1] is not None]
     assert broken, "no trial broke the chain with output committed per epoch"
 
 
-def test_an_epoch_is_handed_out_only_once_a_committed_snapshot_holds_it_complete(tmp_path):
+def test_an_epoch_is_handed_out_only_once_a_committed_snapshot_holds_it_complete(store_root):
     """At every step of a run without crashes, each epoch the driver has is complete in a
     committed snapshot of the store (as its manifest says), until the job finishes."""
     held_back = 0
     for seed in range(20):
-        store = SnapshotStore(str(tmp_path / str(seed)))
+        store = SnapshotStore(str(store_root / str(seed)))
         inputs = [[seed * 100 + i, seed * 100 + 50 + i] for i in range(4)]
         job = LocalJob(chained_flow(), {"records": inputs}, parallelism=2, seed=seed,
                        recovery=LocalRecovery(store, interval=15, output_commit="snapshot"))

@@ -98,7 +98,7 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter | None
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_every_crash_recovers_with_exactly_the_failure_free_output(name, tmp_path):
+def test_every_crash_recovers_with_exactly_the_failure_free_output(name, store_root):
     """Every trial ends with the failure-free output; in the first :data:`ORACLE_TRIALS`, the
     rebuilt tracker (restored capabilities, logged back-edge records) also covers the truth
     at every step once a recovery is over, as the hold-back rule's oracle checks."""
@@ -106,7 +106,7 @@ def test_every_crash_recovers_with_exactly_the_failure_free_output(name, tmp_pat
     recoveries = 0
     for seed in range(TRIALS[name]):
         oracle = check_frontiers_cover_the_truth if seed < ORACLE_TRIALS[name] else None
-        result = trial(name, seed, str(tmp_path / str(seed)), seen, oracle=oracle)
+        result = trial(name, seed, str(store_root / str(seed)), seen, oracle=oracle)
         assert result.exact, f"{name}, seed {seed}: {result.describe()}"
         recoveries += len(result.run.recoveries) if result.run else 0
     # The trials reached the states they are meant to crash in (or this test proves little).
@@ -117,10 +117,10 @@ def test_every_crash_recovers_with_exactly_the_failure_free_output(name, tmp_pat
     assert seen["two crashes at the same step"] >= 1, dict(seen)
 
 
-def test_restarts_are_bounded_and_the_error_names_every_failure(tmp_path):
+def test_restarts_are_bounded_and_the_error_names_every_failure(store_root):
     scenario = SCENARIOS["word count"](random.Random(1))
     job = LocalJob(scenario.flow, scenario.inputs, parallelism=2, seed=1,
-                   recovery=LocalRecovery(SnapshotStore(str(tmp_path)), max_restarts=1, detection=0))
+                   recovery=LocalRecovery(SnapshotStore(str(store_root)), max_restarts=1, detection=0))
     victim = next(iter(job.replicas))
     job.crash(victim, at_step=5)
     job.crash(PROGRESS, at_step=30)
@@ -195,14 +195,14 @@ def _logging_nothing() -> Callable:
 
 
 @pytest.mark.parametrize("plant", sorted(PLANTS))
-def test_a_planted_bug_in_recovery_is_caught(monkeypatch, tmp_path, plant):
+def test_a_planted_bug_in_recovery_is_caught(monkeypatch, store_root, plant):
     apply, names = PLANTS[plant]
     apply(monkeypatch)
-    caught = caught_by(names, 120, lambda name, seed: not trial(name, seed, str(tmp_path / f"{name}-{seed}")).exact)
+    caught = caught_by(names, 120, lambda name, seed: not trial(name, seed, str(store_root / f"{name}-{seed}")).exact)
     assert caught, f"no trial caught the planted bug {plant!r}"
 
 
-def test_the_trials_restore_from_committed_snapshots(tmp_path):
+def test_the_trials_restore_from_committed_snapshots(store_root):
     """The trials are not all restarts from scratch: recoveries restore committed snapshots
     whose back-edge logs are not empty, in the loops."""
     restored_with_log = 0
@@ -217,7 +217,7 @@ def test_the_trials_restore_from_committed_snapshots(tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("raytide.engine.replica.load", counting_load)
         for seed in range(60):  # stops at the first such trial: the main test runs all of these seeds
-            assert trial("loop", seed, str(tmp_path / str(seed))).exact
+            assert trial("loop", seed, str(store_root / str(seed))).exact
             if restored_with_log:
                 break
     assert restored_with_log > 0

@@ -127,10 +127,10 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, outpu
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_rescales_at_random_moments_with_crashes_give_the_output_of_the_plain_reference(name, tmp_path):
+def test_rescales_at_random_moments_with_crashes_give_the_output_of_the_plain_reference(name, store_root):
     seen: collections.Counter = collections.Counter()
     for seed in range(TRIALS[name]):
-        wrong = trial(name, seed, str(tmp_path / str(seed)), seen)
+        wrong = trial(name, seed, str(store_root / str(seed)), seen)
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
     assert seen["trials that rescaled"] >= TRIALS[name] * 0.6, seen
     for phase in ("HOLDING", "HANDING_OVER", "ADOPTING"):
@@ -138,22 +138,22 @@ def test_rescales_at_random_moments_with_crashes_give_the_output_of_the_plain_re
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_with_output_committed_at_snapshots_the_held_epochs_survive_rescales_and_crashes(name, tmp_path):
+def test_with_output_committed_at_snapshots_the_held_epochs_survive_rescales_and_crashes(name, store_root):
     """A rescale releases what its cut holds complete and drops the epochs held for a later
     commit: they are computed again, and handed out once."""
     seen: collections.Counter = collections.Counter()
     for seed in range(SNAPSHOT_COMMIT_TRIALS):
-        wrong = trial(name, seed, str(tmp_path / str(seed)), seen, output_commit="snapshot")
+        wrong = trial(name, seed, str(store_root / str(seed)), seen, output_commit="snapshot")
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
     assert seen["trials that rescaled"] >= SNAPSHOT_COMMIT_TRIALS // 2, seen
 
 
-def test_a_rescale_changes_the_parallelism_and_keeps_the_replicas_busy(tmp_path):
+def test_a_rescale_changes_the_parallelism_and_keeps_the_replicas_busy(store_root):
     """The job really runs at the new widths after the rescale: the retired replicas are
     gone, the new ones hold state and hand out records."""
     scenario = SCENARIOS["keyed"](random.Random(3), epochs=8)
     job = LocalJob(scenario.flow, scenario.inputs, 1, 3,
-                   recovery=LocalRecovery(SnapshotStore(str(tmp_path)), interval=10))
+                   recovery=LocalRecovery(SnapshotStore(str(store_root)), interval=10))
     job.rescale({"running": 4}, at_step=20)
     run = job.run()
     assert run.rescales and run.rescales[0][1]["running"] == 4
@@ -198,13 +198,13 @@ PLANTS = {
 
 
 @pytest.mark.parametrize("plant", sorted(PLANTS))
-def test_a_planted_bug_in_rescaling_is_caught(monkeypatch, tmp_path, plant):
+def test_a_planted_bug_in_rescaling_is_caught(monkeypatch, store_root, plant):
     apply, names = PLANTS[plant]
     apply(monkeypatch)
 
     def failed(name: str, seed: int) -> bool:
         try:
-            return trial(name, seed, str(tmp_path / f"{name}-{seed}"), collections.Counter()) is not None
+            return trial(name, seed, str(store_root / f"{name}-{seed}"), collections.Counter()) is not None
         except Exception:  # a hang, a livelock, an epoch handed over twice
             return True
 

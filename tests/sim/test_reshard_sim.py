@@ -82,18 +82,18 @@ def trial(name: str, seed: int, store_dir: str) -> tuple[bool, str | None]:
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_a_snapshot_restored_at_another_parallelism_finishes_with_the_uninterrupted_output(name, tmp_path):
+def test_a_snapshot_restored_at_another_parallelism_finishes_with_the_uninterrupted_output(name, store_root):
     restored = 0
     for seed in range(TRIALS_PER_SCENARIO):
-        did_restore, wrong = trial(name, seed, str(tmp_path / str(seed)))
+        did_restore, wrong = trial(name, seed, str(store_root / str(seed)))
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
         restored += did_restore
     assert restored >= TRIALS_PER_SCENARIO // 2, f"only {restored} trials restored a snapshot"
 
 
-def test_an_input_at_another_width_or_another_program_is_refused_and_says_why(tmp_path):
+def test_an_input_at_another_width_or_another_program_is_refused_and_says_why(store_root):
     scenario = SCENARIOS["keyed"](random.Random(2))
-    store = SnapshotStore(str(tmp_path))
+    store = SnapshotStore(str(store_root))
     first = LocalJob(scenario.flow, scenario.inputs, 2, 0, recovery=LocalRecovery(store, interval=3))
     first.run()
     assert store.latest() is not None
@@ -122,13 +122,13 @@ PLANTS = {
 
 
 @pytest.mark.parametrize("plant", sorted(PLANTS))
-def test_a_planted_bug_in_resharding_is_caught(monkeypatch, tmp_path, plant):
+def test_a_planted_bug_in_resharding_is_caught(monkeypatch, store_root, plant):
     apply, names = PLANTS[plant]
     apply(monkeypatch)
 
     def failed(name: str, seed: int) -> bool:
         try:
-            return trial(name, seed, str(tmp_path / f"{name}-{seed}"))[1] is not None
+            return trial(name, seed, str(store_root / f"{name}-{seed}"))[1] is not None
         except Exception:  # a hang, a livelock, an epoch handed over twice
             return True
 

@@ -48,10 +48,10 @@ def slow_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_slow_replica_costs_snapshots_never_the_output(name, tmp_path):
+def test_a_slow_replica_costs_snapshots_never_the_output(name, store_root):
     abandoned = 0
     for seed in range(TRIALS):
-        exact, lost = slow_trial(name, seed, str(tmp_path / str(seed)))
+        exact, lost = slow_trial(name, seed, str(store_root / str(seed)))
         assert exact, f"{name}, seed {seed}"
         abandoned += lost
     assert abandoned >= 3, f"only {abandoned} snapshots timed out: the slow replica slowed nothing down"
@@ -68,9 +68,9 @@ def _taking_late_acknowledgements(original):
     return acknowledge
 
 
-def test_late_acknowledgements_taken_for_current_ones_are_caught(tmp_path, monkeypatch):
+def test_late_acknowledgements_taken_for_current_ones_are_caught(store_root, monkeypatch):
     monkeypatch.setattr(coordinator.CoordinatorCore, "acknowledge",
                         _taking_late_acknowledgements(coordinator.CoordinatorCore.acknowledge))
     caught = next(((name, seed) for name in NAMES for seed in range(TRIALS)
-                   if not slow_trial(name, seed, str(tmp_path / f"{name}-{seed}"))[0]), None)
+                   if not slow_trial(name, seed, str(store_root / f"{name}-{seed}"))[0]), None)
     assert caught is not None, "no trial caught a snapshot committed from parts of two cuts"

@@ -38,10 +38,10 @@ def faulty_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_failed_writes_and_commits_are_abandoned_and_the_output_stays_exact(name, tmp_path):
+def test_failed_writes_and_commits_are_abandoned_and_the_output_stays_exact(name, store_root):
     failures = 0
     for seed in range(TRIALS):
-        exact, failed = faulty_trial(name, seed, str(tmp_path / str(seed)))
+        exact, failed = faulty_trial(name, seed, str(store_root / str(seed)))
         assert exact, f"{name}, seed {seed}"
         failures += failed
     assert failures >= TRIALS, f"the store failed only {failures} times in {TRIALS} trials: the test proves little"
@@ -60,7 +60,7 @@ def _acknowledged_anyway(self: LocalJob) -> None:
                                                         snapshot.summary)))
 
 
-def test_a_failed_write_taken_for_a_written_one_is_caught(tmp_path, monkeypatch):
+def test_a_failed_write_taken_for_a_written_one_is_caught(store_root, monkeypatch):
     monkeypatch.setattr(LocalJob, "_write", _acknowledged_anyway)
-    caught = next((seed for seed in range(TRIALS) if not faulty_trial("keyed", seed, str(tmp_path / str(seed)))[0]), None)
+    caught = next((seed for seed in range(TRIALS) if not faulty_trial("keyed", seed, str(store_root / str(seed)))[0]), None)
     assert caught is not None, "no trial caught a snapshot committed with a part that was never written"

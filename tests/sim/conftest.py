@@ -1,0 +1,30 @@
+"""Fixtures of the simulation tests."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+#: A filesystem in memory, where the machine has one (Linux's tmpfs).
+MEMORY_FS = Path("/dev/shm")
+
+
+@pytest.fixture
+def store_root(tmp_path: Path) -> Iterator[Path]:
+    """A directory for the snapshot stores of a test's trials: a real filesystem, in memory
+    where the machine has one, deleted after the test.
+
+    The simulations write tens of thousands of small snapshot parts per run of the suite;
+    on this machine's disk (ext4, mounted with ``discard``) creating them took 15-20% of a
+    trial's time, most of it system time, and pytest deleted them again runs later at the
+    start of a session. A failed trial is reproduced from its seed, not from its store.
+    """
+    if not (MEMORY_FS.is_dir() and os.access(MEMORY_FS, os.W_OK)):
+        yield tmp_path
+        return
+    with tempfile.TemporaryDirectory(dir=MEMORY_FS, prefix="raytide-sim-") as root:
+        yield Path(root)
