@@ -19,9 +19,9 @@ def store_root(tmp_path: Path) -> Iterator[Path]:
     where the machine has one, deleted after the test.
 
     The simulations write tens of thousands of small snapshot parts per run of the suite;
-    on this machine's disk (ext4, mounted with ``discard``) creating them took 15-20% of a
-    trial's time, most of it system time, and pytest deleted them again runs later at the
-    start of a session. A failed trial is reproduced from its seed, not from its store.
+    on this machine's disk (ext4, mounted with ``discard``) creating them took 15-25% of a
+    trial's time, and pytest deleted them again at the start of a later session. A failed
+    trial is reproduced from its seed, not from its store.
     """
     if not (MEMORY_FS.is_dir() and os.access(MEMORY_FS, os.W_OK)):
         yield tmp_path
