@@ -17,7 +17,7 @@ import numpy as np
 
 from raytide.core.columnar import ColumnsSpec, KeyedColumns, StateColumn
 from raytide.core.combine import check_combiners
-from raytide.core.gated import TICKS, TOKEN_KEY, TOKENS, GatedColumns
+from raytide.core.gated import TICKS, TOKEN_KEY, TOKENS, Entry, GatedColumns
 from raytide.core.step import Step
 from raytide.errors import GraphError
 
@@ -70,15 +70,10 @@ def iterate_columns(stream: AnyStream, step: Callable[[Step], Any], key: str, st
     spec = _spec(vname, step, key, state, combine, arranged={} if arrange is None else {0: arrange},
                  outputs=1 + outputs, send_combine=frozenset({0}) if combine else frozenset(),
                  ticks=frozenset({TICKS, TOKENS}))
-    entered = loop.enter(stream)  # fused behind the stream's vertex; the ticks branch off inside the loop
-    ticks = entered.map_batches(_tick, name=f"{loop.name}.tick")
+    entered, ticks = flow.vertex(Entry, [loop.enter(stream)], 2, name=f"{loop.name}.tick")  # fused behind the stream
     made = flow.vertex(lambda: GatedColumns(spec), [entered, back.stream, ticks, tokens.stream],
                        2 + outputs, exchange=[arrange or key, key, BROADCAST, TOKEN_KEY], name=vname)
     back.connect(made[0])
     tokens.connect(made[-1])
     return [loop.leave(out) for out in made[1:-1]]
 
-
-def _tick(batch: Any) -> dict[str, np.ndarray]:
-    """One row standing for a batch: where it goes, the step runs at the batch's time."""
-    return {"tick": np.zeros(1, dtype=np.int8)}

@@ -55,12 +55,14 @@ def combine_by_key(keys: np.ndarray, columns: Mapping[str, np.ndarray],
                    ufuncs: Mapping[str, np.ufunc]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """One row per distinct key, each column folded with its ufunc: ``(keys sorted, columns)``.
 
-    Dense keys (see :func:`~raytide.core.keyindex.is_dense`) scatter into arrays as long as
-    the key range with ``ufunc.at``, which needs no sort; other keys are sorted and folded
-    with ``ufunc.reduceat``. Both give the same rows.
+    Rows already one per key in increasing key order (a step that combined them itself)
+    are returned as they are: one comparison per row. Other dense keys (see
+    :func:`~raytide.core.keyindex.is_dense`) scatter into arrays as long as the key range
+    with ``ufunc.at``, which needs no sort; the rest are sorted and folded with
+    ``ufunc.reduceat``. All give the same rows.
     """
-    if not len(keys):
-        return keys, {name: np.asarray(values) for name, values in columns.items()}
+    if len(keys) < 2 or bool((keys[1:] > keys[:-1]).all()):
+        return keys, {name: np.asarray(columns[name]) for name in ufuncs}
     lo, hi = int(keys.min()), int(keys.max())
     dtypes = {name: np.asarray(columns[name]).dtype for name in ufuncs}
     if is_dense(lo, hi, len(keys)) and all(_identity(ufuncs[n], dtypes[n]) is not None for n in ufuncs):

@@ -27,6 +27,7 @@ from raytide.core.epoch_gate import EpochGate, round_time
 from raytide.core.epochs import Phase, phase_of
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS
 from raytide.core.routing import column_key_groups
+from raytide.core.vertex import Vertex
 from raytide.progress.timestamps import Timestamp
 
 TICKS, TOKENS = 2, 3
@@ -35,6 +36,20 @@ TOKEN_KEY = "token_key"
 _candidates = np.arange(64 * DEFAULT_KEY_GROUPS, dtype=np.int64)
 GROUP_KEYS = _candidates[np.unique(column_key_groups(_candidates), return_index=True)[1]]
 assert len(GROUP_KEYS) == DEFAULT_KEY_GROUPS, "every key group has a key among the candidates"
+
+
+class Entry(Vertex):
+    """Where a stream enters the gated vertex: each batch goes on as it is (output 0) with a
+    one-row tick (output 1, to every replica), so that every replica runs the step at the
+    batch's time. One vertex with two outputs rather than a tick vertex beside the state
+    vertex: the entering stream then has one consumer and this vertex runs fused behind it,
+    so the batches are not copied to an actor of its own only to be counted."""
+
+    takes_lazy_batches = True  # passes batches on as they are
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        self.send_by(0, message, time)
+        self.send_by(1, {"tick": np.zeros(1, dtype=np.int8)}, time)
 
 
 class GatedColumns(KeyedColumns):

@@ -16,7 +16,7 @@ import numpy as np
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
-from raytide.graph.edges import as_pairs, both_directions, lowest_per_node, spread
+from raytide.graph.edges import as_pairs, both_directions, lowest_per_node, spread, useful_offers
 
 
 def own_id(keys: np.ndarray) -> np.ndarray:
@@ -36,18 +36,8 @@ def propagate(s: Step) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     targets.append(more_targets)
     offers.append(more_offers)
     reported = np.concatenate([added, changed])  # new edges' sources report their label (new nodes: their id)
-    return useful(s, concat(targets), concat(offers)), {"node": s.ids[reported], "label": label[reported]}
-
-
-def useful(s: Step, targets: np.ndarray, offers: np.ndarray) -> dict[str, np.ndarray]:
-    """The offers that may lower a label: those to nodes held here only if below their label."""
-    label = s.state["label"]
-    if not len(label):
-        return {"node": targets, "label": offers}
-    slots = s.lookup(targets)
-    keep = offers < label[slots]  # slot -1 (not held here) reads the last label: overruled next
-    keep |= slots < 0
-    return {"node": targets[keep], "label": offers[keep]}
+    offers_out = useful_offers(s, "label", concat(targets), concat(offers))
+    return offers_out, {"node": s.ids[reported], "label": label[reported]}
 
 
 def connected_components(edges: Stream, *, name: str = "components") -> Stream:

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from raytide.core.batches import to_format
+from raytide.core.combine import combine_by_key
 from raytide.core.dataflow import Stream
 from raytide.core.step import Step
 
@@ -42,6 +43,24 @@ def spread(s: Step, slots: np.ndarray, values: np.ndarray, weighted: bool = Fals
         return EMPTY, values[:0]
     sent = values[which]
     return rows["dst"], sent + rows["weight"] if weighted else sent
+
+
+def useful_offers(s: Step, column: str, targets: np.ndarray, offers: np.ndarray) -> dict[str, np.ndarray]:
+    """The offers of a step whose state only ever drops (a label, a distance) that may still lower it.
+
+    Folded to the smallest offer per target first (one row per target, sorted, so the
+    send's own combine has nothing left to fold), then an offer to a node held here is
+    dropped unless it is below the node's ``column``: it could not lower it. Offers to
+    nodes held elsewhere all go.
+    """
+    keys, smallest = combine_by_key(targets, {column: offers}, {column: np.minimum})
+    best = smallest[column]
+    slots = s.lookup(keys)
+    held = s.state[column]
+    keep = slots < 0
+    if len(held):
+        keep |= best < held[slots]  # slot -1 (held elsewhere) reads the last row: kept anyway
+    return {"node": keys[keep], column: best[keep]}
 
 
 def lowest_per_node(changes: Stream, column: str, name: str) -> Stream:

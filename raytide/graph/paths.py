@@ -16,7 +16,7 @@ import numpy as np
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
-from raytide.graph.edges import as_pairs, both_directions, lowest_per_node, spread
+from raytide.graph.edges import as_pairs, both_directions, lowest_per_node, spread, useful_offers
 
 
 def unit_weights(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -43,8 +43,8 @@ def relaxing(source: int) -> Callable[[Step], tuple[dict[str, np.ndarray], dict[
         targets = [rows["dst"][reached]] if len(added) else []
         offers = [dist[added[reached]] + rows["weight"][reached]] if len(added) else []
         more_targets, more_offers = spread(s, changed, shorter, weighted=True)
-        return ({"node": concat(targets + [more_targets]), "distance": concat(offers + [more_offers])},
-                {"node": s.ids[changed], "distance": shorter})
+        offered = useful_offers(s, "distance", concat(targets + [more_targets]), concat(offers + [more_offers]))
+        return offered, {"node": s.ids[changed], "distance": shorter}
 
     return relax
 
