@@ -179,7 +179,7 @@ def example(nodes: int, edges: np.ndarray, parallelism: int, epochs: list[np.nda
     with rt.run(example_cc.build_flow(parallelism), parallelism=parallelism,
                 batch_size=-(-len(edges) // parallelism)) as job:
         job.wait_ready()
-        results = job.results("labels")
+        results = job.results("labels", batch_format="numpy")  # one (n, 2) array per epoch
         for epoch, part in enumerate(epochs):
             clock = time.perf_counter()
             job.push("edges", part, epoch)
@@ -199,7 +199,7 @@ def example_ten(nodes: int, edges: np.ndarray, parallelism: int, pipelined: bool
     with rt.run(example_cc.build_flow(parallelism), parallelism=parallelism,
                 batch_size=-(-len(edges) // parallelism)) as job:
         job.wait_ready()
-        results = job.results("labels")
+        results = job.results("labels", batch_format="numpy")  # one (n, 2) array per epoch
         clock = time.perf_counter()
         for epoch, part in enumerate(epochs):
             job.push("edges", edges[part[0]: part[-1] + 1], epoch)

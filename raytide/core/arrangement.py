@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from raytide.core.keyindex import EMPTY, concat, group_by_first, runs
+from raytide.core.keyindex import concat, group_by_first, runs
 
 #: Merge the segments into one once there are more than this many.
 MAX_SEGMENTS = 8
@@ -69,7 +69,7 @@ class Arrangement:
         return slots, {name: self._column(name, [s.columns[name] for s in self.segments]) for name in self.names}
 
     def _column(self, name: str, parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts) if parts else EMPTY
+        return concat(parts)  # one segment's part as it is: no copy
 
     def expand(self, slots: np.ndarray) -> tuple[np.ndarray, Rows]:
         """Every row of every slot in ``slots``: ``(which, rows)``, where row ``k`` belongs to

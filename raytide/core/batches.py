@@ -136,6 +136,46 @@ def _to_numpy(batch: Any) -> Any:
     return np.asarray(batch)
 
 
+def concat_batches(batches: list[Any], batch_format: BatchFormat) -> Any:
+    """``batches`` as one batch in ``batch_format`` (``"list"``, ``"numpy"`` or ``"pyarrow"``).
+
+    NumPy arrays are concatenated along their first axis, dicts of arrays column by column
+    (all with the same columns), Arrow tables with ``pa.concat_tables``; no batches give the
+    format's empty batch.
+
+    Raises:
+        ValueError: the batches do not make one batch of that format (arrays and dicts
+            mixed, different columns or shapes), saying what they were.
+    """
+    if batch_format == "list":
+        return [record for batch in batches for record in to_records(batch)]
+    converted = [to_format(batch, batch_format) for batch in batches] or [to_format([], batch_format)]
+    if len(converted) == 1:
+        return converted[0]
+    try:
+        if batch_format == "pyarrow":
+            import pyarrow as pa
+
+            return pa.concat_tables(converted)
+        if all(isinstance(c, np.ndarray) for c in converted):
+            return np.concatenate(converted)
+        if all(isinstance(c, dict) and c.keys() == converted[0].keys() for c in converted):
+            return {name: np.concatenate([c[name] for c in converted]) for name in converted[0]}
+        raise ValueError("arrays and dicts of columns mixed, or dicts with different columns")
+    except ValueError as error:  # pyarrow's ArrowInvalid is a ValueError too
+        kinds = sorted({_describe(c) for c in converted})
+        raise ValueError(f"{len(batches)} batches do not make one {batch_format!r} batch ({'; '.join(kinds)}): "
+                         f"{error}") from error
+
+
+def _describe(batch: Any) -> str:
+    if isinstance(batch, np.ndarray):
+        return f"{batch.dtype} array with rows of shape {batch.shape[1:]}"
+    if isinstance(batch, dict):
+        return f"columns {sorted(batch)}"
+    return f"table of {getattr(batch, 'schema', '?')}".replace("\n", ", ")
+
+
 def split_batch(batch: Any, size: int) -> list[Any]:
     """Cut a batch into consecutive pieces of at most ``size`` records (no copy for Arrow)."""
     batch = eager(batch)

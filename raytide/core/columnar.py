@@ -151,12 +151,14 @@ class KeyedColumns(Vertex):
 
     def _slots(self, keys: np.ndarray) -> np.ndarray:
         """The slots of ``keys``; keys new to this replica get slots and initial state."""
+        slots = self.index.lookup(keys)
+        if not (slots < 0).any():  # every key held already: a loop's later rounds, mostly
+            return slots
         new = self.index.add(keys)
-        if len(new):
-            for name, (dtype, init) in self.spec.state.items():
-                first = init(new) if callable(init) else np.full(len(new), init, dtype=dtype)
-                self.state[name] = np.concatenate([self.state[name], np.asarray(first, dtype=dtype)])
-        return self.index.slots(keys) if len(keys) else np.empty(0, dtype=np.int64)
+        for name, (dtype, init) in self.spec.state.items():
+            first = init(new) if callable(init) else np.full(len(new), init, dtype=dtype)
+            self.state[name] = np.concatenate([self.state[name], np.asarray(first, dtype=dtype)])
+        return self.index.slots(keys)
 
     def _check_state(self) -> None:
         """The step may change state values in place, never a column's length or dtype."""

@@ -27,6 +27,7 @@ import ray
 
 from raytide.actors.autoscaler_actor import AutoscalerActor
 from raytide.autoscale.config import Autoscale
+from raytide.core.batches import BatchFormat
 from raytide.core.dataflow import Probe
 from raytide.driver.feeders import Feeders
 from raytide.driver.inputs import InputFeeds
@@ -361,17 +362,19 @@ class Job:
         return f"job {self.name!r} did not finish within {timeout:.0f} s; " + unfinished(
             self.placement, self._inputs.open_inputs(), self._outputs.latest(), BUSY_PROBE)
 
-    def results(self, name: str, timeout: float = 600.0) -> Iterator[tuple[int, list]]:
+    def results(self, name: str, timeout: float = 600.0, *, batch_format: BatchFormat | None = None) -> Iterator[tuple[int, Any]]:
         """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes.
+
+        ``batch_format="numpy"`` (or ``"pyarrow"``) yields each epoch as one batch of that format: arrays, dicts of columns or
+        Arrow tables sent to the output reach the consumer concatenated, no Python object per record (empty epoch: empty batch).
 
         An epoch an input fed from the driver was at (``push``, ``advance``, a driver-side
         source, an iterable of record lists) that completed with no records here comes as
         ``(epoch, [])``, in its place: a consumer that feeds an epoch and waits for it never
         waits forever (epochs of sources read in the replicas come when they have records).
 
-        Consuming releases: an epoch yielded here is dropped from the driver (a job that runs
-        for weeks keeps there only what was not consumed), and :meth:`collect` afterwards
-        returns only the epochs not yielded. Each epoch is yielded once, across all iterators.
+        Consuming releases: an epoch yielded here is dropped from the driver (a job that runs for weeks keeps there only what
+        was not consumed), and :meth:`collect` afterwards returns only the epochs not yielded. Each epoch is yielded once.
 
         With recovery, an epoch counts as delivered (for a new driver restored with
         ``restore=``) once the consumer asks for the next one or drops the iterator: a driver
@@ -380,10 +383,14 @@ class Job:
         consumer that is not idempotent (a sink keyed by epoch, like ``write_parquet``, not).
         """
         self._check_output(name)
-        self._outputs.stream(name)
+        self._outputs.stream(name, batch_format)
         deadline = time.monotonic() + timeout
         while True:
-            while (taken := self._hand_next(name)) is not None:
+            while True:
+                with self._driving:  # taken while no other thread (a stream's feed) takes events
+                    taken = self._outputs.hand_first(name, batch_format)
+                if taken is None:
+                    break
                 try:
                     yield taken
                 finally:  # the consumer asked for the next one, or dropped the iterator: it has this one
@@ -394,13 +401,6 @@ class Job:
             if time.monotonic() > deadline:
                 raise JobTimeout(self._describe_unfinished(timeout))
             self._pump(self._poll_s)
-
-    def _hand_next(self, name: str) -> tuple[int, list] | None:
-        """The next complete epoch of output ``name``, handed to a consumer (None: none yet);
-        taken while no other thread (a stream's feed) takes events."""
-        with self._driving:
-            epoch = self._outputs.first(name)
-            return None if epoch is None else (epoch, self._outputs.hand(name, epoch))
 
     def __iter__(self) -> Iterator[tuple[int, list]]:
         outputs = self.plan.outputs

@@ -18,10 +18,11 @@ from typing import Any
 
 import ray
 
+from raytide.core.batches import BatchFormat
 from raytide.engine.output_gate import OutputGate
 from raytide.errors import InternalError
 from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished, OutputFrontier
-from raytide.physical.wire import pack_records, unpack_records
+from raytide.physical.wire import as_batch, as_records, pack_records, unpack_items
 from raytide.snapshots.config import OutputCommit
 
 #: Extra time a long poll's Ray call may take beyond the poll's own timeout.
@@ -62,6 +63,7 @@ class OutputCollector:
         self.progress = progress
         self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}  # in epoch order, as they complete
         self.fetched: dict[str, dict[int, list]] = {name: {} for name in outputs}
+        self.batched: dict[str, set[int]] = {name: set() for name in outputs}  # fetched, BatchRows not made records
         self.refs: dict[str, dict[int, list]] = {name: {} for name in outputs}  # a fetched epoch's large parts
         self.lost_from: dict[str, int] = {}  # per output, the first epoch whose parts were lost (until a recovery)
         self.completed: dict[str, int | None] = dict.fromkeys(outputs)  # the last epoch shown
@@ -167,11 +169,13 @@ class OutputCollector:
             self.parts[name][epoch] = parts
         else:
             try:
-                self.fetched[name][epoch] = fetch_records(parts)
+                self.fetched[name][epoch], batched = fetch_items(parts)
             except ray.exceptions.ObjectLostError:  # its replica died: not handed over, so computed again
                 self.lost_from[name] = epoch
                 return
             self.refs[name][epoch] = parts
+            if batched:
+                self.batched[name].add(epoch)
         self.completed[name] = epoch
 
     def epochs(self, name: str) -> list[int]:
@@ -188,21 +192,41 @@ class OutputCollector:
         if epoch not in fetched:
             fetched[epoch] = fetch_records(self.parts[name][epoch])
             del self.parts[name][epoch]
+        elif epoch in self.batched[name]:
+            fetched[epoch] = as_records(fetched[epoch])
+            self.batched[name].discard(epoch)
         return fetched[epoch]
 
-    def take(self, name: str, epoch: int) -> list:
-        """The records of a completed epoch, forgotten here: the caller consumes them."""
-        records = self.records(name, epoch)
-        del self.fetched[name][epoch]
+    def take(self, name: str, epoch: int, batch_format: BatchFormat | None = None) -> Any:
+        """The records of a completed epoch (as one batch of ``batch_format``, if given),
+        forgotten here: the caller consumes them."""
+        if batch_format is None:
+            taken = self.records(name, epoch)
+        else:
+            fetched = self.fetched[name]
+            items = fetched[epoch] if epoch in fetched else fetch_items(self.parts[name][epoch])[0]
+            try:
+                taken = as_batch(items, batch_format)
+            except ValueError as error:
+                raise ValueError(f"output {name!r} epoch {epoch}: {error}") from error
+        self.parts[name].pop(epoch, None)
+        self.fetched[name].pop(epoch, None)
+        self.batched[name].discard(epoch)
         self.refs[name].pop(epoch, None)
-        return records
+        return taken
 
-    def hand(self, name: str, epoch: int) -> list:
+    def hand(self, name: str, epoch: int, batch_format: BatchFormat | None = None) -> Any:
         """The records of a completed epoch, taken (:meth:`take`) for a ``job.results``
         consumer: delivered once it is acknowledged (see :meth:`durable`)."""
-        records = self.take(name, epoch)
+        taken = self.take(name, epoch, batch_format)
         self.in_hand[name].add(epoch)
-        return records
+        return taken
+
+    def hand_first(self, name: str, batch_format: BatchFormat | None = None) -> tuple[int, Any] | None:
+        """The earliest completed epoch of output ``name`` not taken yet, handed (:meth:`hand`): ``(epoch,
+        records)``, or None if there is none."""
+        epoch = self.first(name)
+        return None if epoch is None else (epoch, self.hand(name, epoch, batch_format))
 
     def acknowledge(self, name: str, epoch: int) -> None:
         """The consumer of output ``name`` has epoch ``epoch`` (it asked for the next one)."""
@@ -210,8 +234,12 @@ class OutputCollector:
         if self.on_consumed is not None:
             self.on_consumed(self.durable())
 
-    def stream(self, name: str) -> None:
-        """Output ``name`` is read with ``job.results`` from now on (see :meth:`durable`)."""
+    def stream(self, name: str, batch_format: BatchFormat | None = None) -> None:
+        """Output ``name`` is read with ``job.results`` from now on (see :meth:`durable`), as
+        lists of records or batches of ``batch_format``."""
+        if batch_format not in (None, "list", "numpy", "pyarrow"):
+            raise ValueError(f"job.results({name!r}): batch_format must be 'numpy', 'pyarrow', 'list' or None, "
+                             f"not {batch_format!r}")
         self.streamed.add(name)
 
     def durable(self) -> dict[str, int]:
@@ -270,9 +298,17 @@ def fetch_records(parts: list) -> list:
     Large buffers are not copied out of the object store: the records' arrays are
     read-only views of it (see :mod:`raytide.physical.wire`).
     """
+    items, batched = fetch_items(parts)
+    return as_records(items) if batched else items
+
+
+def fetch_items(parts: list) -> tuple[list, bool]:
+    """:func:`fetch_records` with each :class:`~raytide.physical.wire.BatchRows` left as it
+    is, and whether there is any."""
     refs = [p for p in parts if isinstance(p, ray.ObjectRef)]
     loaded = dict(zip(map(id, refs), ray.get(refs))) if refs else {}  # ray.get([]) would start a Ray
-    return list(itertools.chain.from_iterable(unpack_records(loaded.get(id(p), p)) for p in parts))
+    unpacked = [unpack_items(loaded.get(id(p), p)) for p in parts]
+    return list(itertools.chain.from_iterable(items for items, _ in unpacked)), any(b for _, b in unpacked)
 
 
 class Liveness:

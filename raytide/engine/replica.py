@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from time import monotonic
 from typing import Any
 
-from raytide.core.batches import batch_length, eager, to_records
+from raytide.core.batches import batch_length, eager
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import non_empty
 from raytide.core.vertex import Vertex
@@ -51,6 +51,7 @@ from raytide.physical.protocol import (
     ReplicaKey,
     Sequenced,
 )
+from raytide.physical.wire import output_records
 from raytide.progress.publisher import Interests, Status, answers
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
@@ -105,8 +106,7 @@ class ReplicaCore:
     (:attr:`Marker.delivered`): a recovery hands the kept ones to the new progress actor.
     """
 
-    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport,
-                 keep_outputs: bool = False) -> None:
+    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport, keep_outputs: bool = False) -> None:
         self.plan, self.replica, self.transport = plan, replica, transport
         self.keep_outputs = keep_outputs
         self.chain = plan.chain(chain)
@@ -118,7 +118,7 @@ class ReplicaCore:
         self.vertices: dict[str, Vertex] = {}
         self.input_epochs: dict[str, int | None] = {}
         self.positions: dict[str, int] = {}  # driver commands each hosted input consumed
-        self.outputs: dict[str, dict[int, list]] = {}  # records per epoch not shipped yet
+        self.outputs: dict[str, dict[int, list]] = {}  # records per epoch not shipped yet (a columnar batch: a BatchRows)
         self.kept: dict[str, dict[int, list]] = {}  # records per epoch the driver may not have yet
         self.kept_pickles: OutputPickles = {}  # of the kept records at the last snapshot
         for name in self.chain.vertices:
@@ -372,7 +372,7 @@ class ReplicaCore:
             target = self.vertices[vertex]
             self._run(vertex, time, target.on_recv, port, batch if target.takes_lazy_batches else eager(batch), time)
         elif vertex in self.outputs:
-            records = to_records(batch)
+            records = output_records(batch)
             self.outputs[vertex].setdefault(time.epoch, []).extend(records)
             if self.keep_outputs:
                 self.kept[vertex].setdefault(time.epoch, []).extend(records)

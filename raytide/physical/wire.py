@@ -15,16 +15,25 @@ beside the blob instead (*out of band*): a record list with buffers of at least
 into its object store once and lets the receiver read them in place. They arrive
 read-only, as the NumPy arrays Ray ships always do. Smaller buffers stay in the blob, so
 a list of small records is still one ``bytes`` (see docs/large-records.md).
+
+An output keeps a columnar batch (a NumPy array, a dict of columns, an Arrow table) as
+one :class:`BatchRows` among its records rather than as one record per row: a row-wise
+list of 100,000 ``(node, label)`` pairs costs 26 ms to build, 17 ms to pickle and 24 ms
+to unpickle, the array almost nothing. :func:`unpack_records` turns it into its records,
+unless it is asked for the batches (``job.results(name, format=...)``).
 """
 
 from __future__ import annotations
 
 import gc
 import pickle
+import threading
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
+from raytide.core.batches import BatchFormat, concat_batches, is_arrow, to_records
 from raytide.errors import RecordError
 
 #: Buffers of records at least this large travel beside the pickle, not in it (see the module docstring).
@@ -49,8 +58,71 @@ def pack_records(records: list) -> Packed:
     return (blob, large) if large else blob
 
 
+class BatchRows:
+    """The records of a columnar batch, held as the batch: one item of an output's record
+    list that stands for ``to_records(batch)`` (see the module docstring)."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        return _unpickled_batch_rows, (self.batch,)
+
+    def __repr__(self) -> str:
+        return f"BatchRows({self.batch!r})"
+
+
+_unpickling = threading.local()  # how many BatchRows the current unpack_records met
+
+
+def _unpickled_batch_rows(batch: Any) -> BatchRows:
+    """Unpickling a :class:`BatchRows` counts it, so that a list without any is not scanned."""
+    _unpickling.batch_rows = getattr(_unpickling, "batch_rows", 0) + 1
+    return BatchRows(batch)
+
+
+def output_records(batch: Any) -> list:
+    """What an output keeps of a batch: a list of records as it is, a columnar batch as one
+    :class:`BatchRows` (made records where they are read, not where they are made)."""
+    if isinstance(batch, (np.ndarray, dict)) or is_arrow(batch):
+        return [BatchRows(batch)]
+    return to_records(batch)
+
+
+def as_records(items: list) -> list:
+    """``items`` with every :class:`BatchRows` replaced by its records, in place of it."""
+    records: list = []
+    for item in items:
+        if type(item) is BatchRows:
+            records.extend(to_records(item.batch))
+        else:
+            records.append(item)
+    return records
+
+
+def as_batch(items: list, batch_format: BatchFormat) -> Any:
+    """``items`` (records and :class:`BatchRows`) as one batch in ``batch_format``: each
+    :class:`BatchRows` converted as the batch it holds, the records between them as lists."""
+    batches: list[Any] = []
+    run: list = []
+    for item in items:
+        if type(item) is BatchRows:
+            if run:
+                batches.append(run)
+                run = []
+            batches.append(item.batch)
+        else:
+            run.append(item)
+    if run:
+        batches.append(run)
+    return concat_batches(batches, batch_format)
+
+
 def unpack_records(packed: Packed) -> list:
-    """The list :func:`pack_records` was given, built with the cyclic garbage collector paused.
+    """The list :func:`pack_records` was given, built with the cyclic garbage collector paused,
+    each :class:`BatchRows` in it made its records.
 
     Large buffers are not copied: the records' arrays are views of them.
 
@@ -62,11 +134,19 @@ def unpack_records(packed: Packed) -> list:
     without it. Nothing escapes the collector: what was created meanwhile is examined at
     its next run.
     """
+    items, batched = unpack_items(packed)
+    return as_records(items) if batched else items
+
+
+def unpack_items(packed: Packed) -> tuple[list, bool]:
+    """The list :func:`pack_records` was given as it is, and whether it holds any
+    :class:`BatchRows` (known from unpickling them, without looking at every record)."""
     blob, buffers = packed if isinstance(packed, tuple) else (packed, ())
     was_enabled = gc.isenabled()
     gc.disable()
+    _unpickling.batch_rows = 0
     try:
-        return pickle.loads(blob, buffers=buffers)
+        return pickle.loads(blob, buffers=buffers), _unpickling.batch_rows > 0
     finally:
         if was_enabled:
             gc.enable()

@@ -52,6 +52,7 @@ from raytide.physical.protocol import (
     MarkerKind,
     ReplicaKey,
 )
+from raytide.physical.wire import as_records
 from raytide.progress.tracker import Pointstamp
 from raytide.rescale.layout import Piece
 from raytide.rescale.rescaling import HandOver, RescalePhase, Rescaling
@@ -315,7 +316,7 @@ class LocalJob:
         """The driver hands output ``name``'s ``epoch`` to the user."""
         if epoch in self.result.outputs[name]:
             raise AssertionError(f"output {name!r} epoch {epoch} completed twice")
-        self.result.outputs[name][epoch] = [record for part in parts for record in part]
+        self.result.outputs[name][epoch] = as_records([record for part in parts for record in part])
         self.delivered[name] = max(self.delivered[name], epoch)
 
     # -- faults ----------------------------------------------------------------------------

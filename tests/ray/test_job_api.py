@@ -6,6 +6,7 @@ import time
 import urllib.request
 from collections import Counter
 
+import numpy as np
 import pytest
 import ray
 
@@ -154,3 +155,30 @@ def test_the_statistics_are_exported_as_ray_metrics(ray_session):
         assert time.monotonic() < deadline, f"not exported within 60 s ({received} of {counted}); ours: {ours}"
         time.sleep(1)
     assert any('replica="1"' in line for line in ours)
+
+
+def doubled_pairs() -> rt.Dataflow:
+    flow = rt.Dataflow("array-output")
+    flow.input("rows").map_batches(lambda rows: np.asarray(rows, dtype=np.int64).reshape(-1, 2) * 2,
+                                   name="double").output("out")
+    return flow
+
+
+def test_an_output_of_arrays_reaches_results_as_one_array_per_epoch_or_as_records(ray_session):
+    """Epoch 0 small (inline parts), epoch 1 over 64 KiB per replica (object refs, fetched when the
+    epoch completes), epoch 2 empty: the same rows whether read as records, NumPy or Arrow."""
+    epochs = [np.arange(6).reshape(3, 2), np.arange(100_000).reshape(50_000, 2), np.empty((0, 2), dtype=np.int64)]
+    expected = [sorted(map(tuple, (2 * rows).tolist())) for rows in epochs]
+    got = {}
+    for batch_format in (None, "numpy", "pyarrow"):
+        with rt.run(doubled_pairs(), parallelism=2) as job:
+            job.push("rows", epochs[0], 0)
+            job.push("rows", epochs[1], 1)
+            job.advance("rows", 2)
+            job.close("rows")  # at epoch 2, which completes with no records
+            got[batch_format] = list(job.results("out", timeout=60, batch_format=batch_format))
+    assert [(e, sorted(map(tuple, records))) for e, records in got[None]] == list(enumerate(expected))
+    assert all(isinstance(batch, np.ndarray) for _, batch in got["numpy"])
+    assert [(e, sorted(map(tuple, batch.reshape(-1, 2).tolist()))) for e, batch in got["numpy"]] == list(enumerate(expected))
+    assert [(e, sorted(map(tuple, table.column("value").to_pylist()))) if table.num_rows else (e, [])
+            for e, table in got["pyarrow"]] == list(enumerate(expected))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from raytide.driver.outputs import OutputCollector
 from raytide.errors import InternalError
 from raytide.physical.protocol import EpochComplete, JobFinished, OutputFrontier
-from raytide.physical.wire import pack_records, unpack_records
+from raytide.physical.wire import output_records, pack_records, unpack_records
 
 
 class Record:
@@ -139,3 +140,29 @@ def test_a_streamed_output_counts_delivered_what_its_consumer_had_a_collected_on
     assert told[-1] == {"out": 1} and collector.durable() == {"out": 1}
     collector.resume_after({"out": 5})
     assert collector.durable() == {"out": 5}, "what an earlier run's consumer had stays delivered"
+
+
+def test_an_epoch_of_arrays_is_taken_as_one_array_or_as_its_records():
+    parts = [pack_records(output_records(np.array([[1, 10], [2, 20]]))), pack_records([(3, 30)])]
+    collector = OutputCollector(progress=None, outputs=["out"])
+    collector.apply([EpochComplete("out", 0, parts), EpochComplete("out", 1, parts), EpochComplete("out", 2, [])])
+    assert collector.take("out", 0, "numpy").tolist() == [[1, 10], [2, 20], [3, 30]]
+    assert collector.hand_first("out") == (1, [[1, 10], [2, 20], (3, 30)])
+    assert collector.hand_first("out", "numpy")[1].shape == (0,)  # an empty epoch: the format's empty batch
+    assert collector.hand_first("out") is None and collector.epochs("out") == []
+
+
+def test_an_epoch_whose_batches_do_not_concatenate_is_refused_naming_output_and_epoch_and_kept():
+    parts = [pack_records(output_records(np.array([[1, 2]]))), pack_records(output_records({"a": np.array([1])}))]
+    collector = OutputCollector(progress=None, outputs=["out"])
+    collector.apply([EpochComplete("out", 4, parts)])
+    with pytest.raises(ValueError, match="output 'out' epoch 4: 2 batches do not make one 'numpy' batch"):
+        collector.take("out", 4, "numpy")
+    assert collector.take("out", 4) == [[1, 2], {"a": 1}]
+
+
+def test_an_unknown_batch_format_is_refused_before_anything_is_taken():
+    collector = collector_with(0)
+    with pytest.raises(ValueError, match="batch_format must be 'numpy', 'pyarrow', 'list' or None, not 'pandas'"):
+        collector.stream("out", "pandas")
+    assert collector.epochs("out") == [0]

@@ -6,11 +6,25 @@ import gc
 import pickle
 
 import numpy as np
+import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytide.physical.wire import OUT_OF_BAND_BYTES, pack, pack_records, packed_size, unpack, unpack_records
+from raytide.core.batches import to_records
+from raytide.physical.wire import (
+    OUT_OF_BAND_BYTES,
+    BatchRows,
+    as_batch,
+    as_records,
+    output_records,
+    pack,
+    pack_records,
+    packed_size,
+    unpack,
+    unpack_items,
+    unpack_records,
+)
 
 records = st.lists(st.one_of(st.tuples(st.text(), st.integers()), st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
                              st.none(), st.floats(allow_nan=False)), max_size=30)
@@ -76,3 +90,77 @@ def test_a_buffer_below_the_threshold_stays_in_the_blob():
     assert isinstance(payload, bytes) and packed_size(payload) == len(payload) > array.nbytes
     [back] = unpack(payload, packed)
     assert np.array_equal(back, array) and back.flags.writeable
+
+
+# -- columnar batches kept as BatchRows in an output's record list ----------------------------------------
+
+@st.composite
+def output_lists(draw):
+    """An output's record list as a replica builds it: record lists and columnar batches delivered in turn."""
+    items, expected = [], []
+    for kind in draw(st.lists(st.sampled_from(["records", "array", "columns", "table"]), max_size=6)):
+        n = draw(st.integers(0, 5))
+        values = draw(st.lists(st.integers(-10**12, 10**12), min_size=2 * n, max_size=2 * n))
+        if kind == "records":
+            batch = [tuple(values[i:i + 2]) for i in range(0, 2 * n, 2)]
+        elif kind == "array":
+            batch = np.array(values, dtype=np.int64).reshape(n, 2)
+        elif kind == "columns":
+            batch = {"node": np.array(values[:n], dtype=np.int64), "label": np.array(values[n:], dtype=np.int64)}
+        else:
+            batch = pa.table({"node": pa.array(values[:n], pa.int64()), "label": pa.array(values[n:], pa.int64())})
+        items += output_records(batch)
+        expected += to_records(batch)
+    return items, expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(output_lists())
+def test_an_output_list_with_columnar_batches_unpacks_to_the_records_they_stand_for(case):
+    items, expected = case
+    assert unpack_records(pack_records(items)) == expected
+    unpacked, batched = unpack_items(pack_records(items))
+    assert batched == any(isinstance(item, BatchRows) for item in items)
+    assert as_records(unpacked) == expected
+
+
+def test_a_large_array_travels_out_of_band_and_unpacks_to_its_rows():
+    array = np.arange(2 * OUT_OF_BAND_BYTES // 8).reshape(-1, 2)
+    packed = pack_records([("first", 1), *output_records(array)])
+    assert isinstance(packed, tuple) and packed_size(packed) > OUT_OF_BAND_BYTES
+    assert unpack_records(packed) == [("first", 1), *array.tolist()]
+
+
+def test_a_list_of_plain_records_is_not_scanned_for_batches():
+    _, batched = unpack_items(pack_records([(1, 2)] * 10))
+    assert batched is False
+
+
+@pytest.mark.parametrize("batch_format", ["numpy", "pyarrow", "list"])
+def test_as_batch_concatenates_an_epoch_of_arrays_and_records_in_order(batch_format):
+    items = [*output_records(np.array([[1, 10], [2, 20]])), (3, 30), *output_records(np.array([[4, 40]]))]
+    batch = as_batch(items, batch_format)
+    rows = {"numpy": lambda b: b.tolist(), "list": lambda b: [list(r) for r in b],
+            "pyarrow": lambda b: b.column("value").to_pylist()}[batch_format](batch)  # records as Arrow: one column
+    assert rows == [[1, 10], [2, 20], [3, 30], [4, 40]]
+
+
+def test_as_batch_of_dicts_of_columns_concatenates_column_by_column():
+    items = [*output_records({"node": np.array([1, 2]), "label": np.array([5, 6])}),
+             *output_records({"node": np.array([3]), "label": np.array([7])})]
+    batch = as_batch(items, "numpy")
+    assert batch["node"].tolist() == [1, 2, 3] and batch["label"].tolist() == [5, 6, 7]
+    table = as_batch(items, "pyarrow")
+    assert table.column("label").to_pylist() == [5, 6, 7]
+
+
+def test_as_batch_of_nothing_is_the_formats_empty_batch():
+    assert len(as_batch([], "numpy")) == 0
+    assert as_batch([], "pyarrow").num_rows == 0
+    assert as_batch([], "list") == []
+
+
+def test_batches_that_do_not_make_one_batch_are_refused_saying_what_they_were():
+    items = [*output_records(np.array([[1, 2]])), *output_records({"node": np.array([1])})]
+    with pytest.raises(ValueError, match=r"2 batches do not make one 'numpy' batch.*columns \['node'\]"):
+        as_batch(items, "numpy")
