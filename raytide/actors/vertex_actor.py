@@ -78,6 +78,9 @@ class _RayTransport:
         self.max_seen = 0
         self.waits = 0
         self.blocked_s = 0.0  # waiting for a receiver's window (backpressure)
+        self.data_calls = 0  # Ray calls that carried data batches (several batches may share one)
+        self.gathering = False  # inside an event: data batches wait in `gathered` until it ends
+        self.gathered: dict[ReplicaKey, list[tuple[str, tuple]]] = {}  # per receiver, (sender, receive args)
         self.held_outputs: list[Sequenced] = []
         self.held_refs = False  # whether a held output part is an object ref
 
@@ -87,10 +90,35 @@ class _RayTransport:
         except Exception as error:
             raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
                               f"epoch {time.epoch}") from error
-        self._call(to, channel.source, "receive", encode((self.incarnation, channel, vertex, time)), *payload)
+        args = (encode((self.incarnation, channel, vertex, time)), *payload)
+        if self.gathering:
+            self.gathered.setdefault(to, []).append((channel.source, args))
+        else:
+            self.data_calls += 1
+            self._call(to, channel.source, "receive", *args)
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
+        self._flush(to)  # the batches sent before it go first: a channel stays FIFO
         self._call(to, channel.source, "receive_marker", self.incarnation, channel, marker)
+
+    def flush(self) -> None:
+        """The end of an event: each receiver gets the batches gathered for it in one call
+        (``receive_many``) and takes them in one event, so a round of a loop that sends a
+        peer two batches (the next round's rows and the epoch gate's token) costs one Ray
+        call and one progress message there instead of two."""
+        for to in list(self.gathered):
+            self._flush(to)
+
+    def _flush(self, to: ReplicaKey) -> None:
+        calls = self.gathered.pop(to, None)
+        if not calls:
+            return
+        self.data_calls += 1
+        if len(calls) == 1:
+            self._call(to, calls[0][0], "receive", *calls[0][1])
+            return
+        bounded = next((sender for sender, _ in calls if sender not in self.unbounded), None)  # no wait if any is
+        self._call(to, calls[0][0] if bounded is None else bounded, "receive_many", [args for _, args in calls])
 
     def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
         window = self.inflight[to]
@@ -232,7 +260,18 @@ class VertexActor:
         travels as :mod:`raytide.physical.wire` packs it."""
         incarnation, channel, vertex, time = decode(header)
         if self._current(incarnation):
-            self._guard(self.core.on_message, channel, vertex, time, unpack(payload, packed))
+            self._guard(self.core.on_messages, [(channel, vertex, time, unpack(payload, packed))])
+
+    def receive_many(self, calls: list[tuple[bytes, Any, bool]]) -> None:
+        """Data batches another replica sent in one event (:meth:`_RayTransport.flush`), in
+        order: received as one event, with one progress message for all."""
+        messages = []
+        for header, payload, packed in calls:
+            incarnation, channel, vertex, time = decode(header)
+            if self._current(incarnation):
+                messages.append((channel, vertex, time, unpack(payload, packed)))
+        if messages:
+            self._guard(self.core.on_messages, messages)
 
     def receive_marker(self, incarnation: int, channel: ChannelId, marker: Marker) -> None:
         """A control marker on ``channel``."""
@@ -390,6 +429,7 @@ class VertexActor:
         stats["markers"] = [(m.marker_id, m.records_in) for m in self.core.marker_log]
         stats["max_inflight_seen"] = self.transport.max_seen
         stats["backpressure_waits"] = self.transport.waits
+        stats["data_calls"] = self.transport.data_calls
         stats["blocked_s"] = self.transport.blocked_s
         stats["busy_s"] = self.busy_s
         return stats
@@ -400,14 +440,22 @@ class VertexActor:
         if self.failed is not None:
             return
         started, blocked = time.perf_counter(), self.transport.blocked_s
+        outermost = not self.transport.gathering
+        self.transport.gathering = True
         try:
             method(*args)
+            if outermost:
+                self.transport.gathering = False
+                self.transport.flush()
         except RaytideError as error:  # says where it happened: user code, a broken rule, a dead peer
             self._fail(error)
         except Exception as error:  # a bug or a dead peer: still fail the job with where it happened
             logger.exception("replica %s failed", self.transport.key)
             self._fail(RaytideError(f"replica {self.transport.key[0]!r} #{self.transport.key[1]} failed: {error!r}"))
         finally:
+            if outermost:  # a failed event's batches are dropped: the job fails
+                self.transport.gathering = False
+                self.transport.gathered.clear()
             now = time.perf_counter()
             self.busy_s += now - started - (self.transport.blocked_s - blocked)
             if self.metrics.due(now):

@@ -52,6 +52,7 @@ def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
         "progress_batches": progress["batches_applied"],
         "progress_pushes": progress["pushes"],
         "data_messages": data_batches,
+        "data_calls": sum(s["data_calls"] for s in per_replica),  # Ray calls: a replica's batches to one peer share one
         "max_inflight_seen": max((s["max_inflight_seen"] for s in per_replica), default=0),
         "backpressure_waits": sum(s["backpressure_waits"] for s in per_replica),
         "local_sends": sum(s["local_sends"] for s in per_replica),

@@ -1,19 +1,18 @@
 """One replica of a chain of fused vertices, as pure logic: events in, sends and progress out.
 
-A shell (the Ray actor in ``vertex_actor.py``, or the in-process runtime in ``local.py``) feeds a
-:class:`ReplicaCore` its events: a data batch or a marker from another replica, a status push from
-the progress actor, and, for input vertices, records and epoch advances. The core runs the user's
-callbacks, routes what they send (:class:`~raytide.engine.outbox.Outbox`: to fused vertices by a
-direct call, to itself through a queue it drains before shipping progress, to other replicas through
-the transport), and keeps the pointstamp deltas of everything it did.
+A shell (the Ray actor in ``vertex_actor.py``, or the in-process runtime in ``local.py``) feeds a :class:`ReplicaCore`
+its events: data batches (those another replica sent in one event, together) or a marker from another replica, a
+status push from the progress actor, and, for input vertices, records and epoch advances. The core runs the user's
+callbacks, routes what they send (:class:`~raytide.engine.outbox.Outbox`: to fused vertices by a direct call, to
+itself through a queue it drains before shipping progress, to other replicas through the transport), and keeps the
+pointstamp deltas of everything it did.
 
-Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the consumed
-message and the ``+1`` of everything it caused) are shipped together, and a replica's messages to
-the progress actor are numbered and applied in that order. Deltas are held back while they cannot
-matter (:mod:`raytide.engine.holdback`), so the number of progress messages does not grow with the
-number of data batches. Notifications are delivered when no timestamp at or before them may still
-arrive (:mod:`raytide.engine.notifications`); a vertex on a cycle gets one round at a time and waits
-until the tracker has absorbed it (an acknowledged flush).
+Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the consumed message and the ``+1``
+of everything it caused) are shipped together, and a replica's messages to the progress actor are numbered and applied
+in that order. Deltas are held back while they cannot matter (:mod:`raytide.engine.holdback`), so the number of
+progress messages does not grow with the number of data batches. Notifications are delivered when no timestamp at or
+before them may still arrive (:mod:`raytide.engine.notifications`); a vertex on a cycle gets one round at a time and
+waits until the tracker has absorbed it (an acknowledged flush).
 """
 
 from __future__ import annotations
@@ -101,9 +100,8 @@ class HeldCut:
 class ReplicaCore:
     """Replica ``replica`` of chain ``chain`` of ``plan``: runs its vertices, accounts progress.
 
-    With ``keep_outputs`` (a job that takes snapshots) its output vertices keep the records
-    they received until a snapshot barrier says the driver has them
-    (:attr:`Marker.delivered`): a recovery hands the kept ones to the new progress actor.
+    With ``keep_outputs`` (a job that takes snapshots) its output vertices keep the records they received until a
+    snapshot barrier says the driver has them (:attr:`Marker.delivered`): a recovery hands them to the new progress actor.
     """
 
     def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport, keep_outputs: bool = False) -> None:
@@ -174,9 +172,11 @@ class ReplicaCore:
 
     # -- events from outside -------------------------------------------------------------
 
-    def on_message(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        """A batch arrived from another replica on ``channel`` for ``vertex`` (the chain head)."""
-        self._receive(channel, vertex, time, batch)
+    def on_messages(self, messages: list[tuple[ChannelId, str, Timestamp, Any]]) -> None:
+        """Batches ``(channel, vertex, time, batch)`` that arrived together from another replica, in order, for
+        ``vertex`` (the chain head) on ``channel``: each received, then one settle (one progress message)."""
+        for message in messages:
+            self._receive(*message)
         self._settle()
 
     def _receive(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:

@@ -250,7 +250,7 @@ class LocalJob:
             return
         core = self.replicas[key]
         if message[0] == "data":
-            self._guard(key, core.on_message, *message[1:])
+            self._guard(key, core.on_messages, [message[1:]])
         else:
             self._guard(key, core.on_marker, *message[1:])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import raytide as rt
 from bench.baselines.cc_ray import components_union_find
 from bench.baselines.data import random_graph_edges
 from examples import connected_components as cc
@@ -121,3 +122,22 @@ def test_an_example_runs_as_a_script_from_the_repository_root(tmp_path, session_
     env = {k: v for k, v in session_ray_env.items() if k != "PYTHONPATH"}
     out, _ = run_example(tmp_path, env, script, *args)
     assert expected in out and "False" not in out, out
+
+
+@pytest.mark.ray
+def test_the_batches_a_replica_sends_a_peer_in_one_event_share_one_ray_call(ray_session):
+    """Each round of the label propagation sends the peer its next-round rows and the epoch gate's
+    token: one Ray call (``receive_many``), taken there as one event, and the labels stay union-find's."""
+    nodes = 2000
+    edges = random_graph_edges(nodes, 3000, seed=4)
+    with rt.run(cc.build_flow(2), parallelism=2) as job:
+        job.push("edges", edges, 0)
+        job.close("edges")
+        [(_, rows)] = list(job.results("labels", timeout=120, batch_format="numpy"))
+        stats = job.stats()
+    labels: dict[int, int] = {}
+    for node, label in rows.tolist():
+        labels[node] = min(label, labels.get(node, label))
+    assert labels == reference_dict(nodes, edges)
+    remote = stats["data_messages"] - stats["local_sends"]  # batches that crossed to another replica
+    assert stats["data_calls"] < remote - 5, stats  # a round's rows and token to the peer: one call

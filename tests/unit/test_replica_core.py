@@ -143,13 +143,13 @@ def test_a_replica_that_must_declare_a_new_notification_ships_what_it_holds_back
     where, t0 = Location.of_input("count", 0), Timestamp(0)
     channel = ChannelId("count.combine", 0, 0, 0)
     core.on_progress({where: [(t0, True)]}, False)  # the frontier at t0 is held elsewhere: the -1 is covered
-    core.on_message(channel, "count", t0, [("a", 2)])
+    core.on_messages([(channel, "count", t0, [("a", 2)])])
     [batch] = transport.messages
     assert not any(isinstance(m, Declaration) for m in transport.messages)
     assert isinstance(batch, ProgressBatch) and batch.interests == {where: [(t0, False)]}, "its notification's"
     assert dict(batch.changes) == {(where, t0): -1, (Location.of_vertex("count"), t0): 1}
-    core.on_message(channel, "count", t0, [("b", 1)])
-    core.on_message(channel, "count", t0, [("c", 1)])
+    core.on_messages([(channel, "count", t0, [("b", 1)])])
+    core.on_messages([(channel, "count", t0, [("c", 1)])])
     assert transport.messages[1:] == [Declaration({where: [(t0, True)]})], "held back while covered, its wait declared once"
 
 
@@ -205,29 +205,35 @@ def test_output_records_travel_with_the_progress_batch_that_retires_them():
     assert outputs == {"out": {0: ["A", "B"]}} and not ack
 
 
-def test_a_feedback_routed_back_to_its_own_replica_skips_the_transport_and_nets_out_in_progress():
-    class Step(rt.Vertex):
-        """Passes every record on until its third iteration; records what it saw."""
+class PassOn(rt.Vertex):
+    """Passes every record on until its third iteration; records what it saw."""
 
-        def __init__(self):
-            self.seen = []
+    def __init__(self):
+        self.seen = []
 
-        def on_recv(self, edge, message, time):
-            self.seen.append((edge, time.counters, list(message)))
-            if time.counters[-1] < 2:
-                self.send_by(0, [x + 1 for x in message], time)
+    def on_recv(self, edge, message, time):
+        self.seen.append((edge, time.counters, list(message)))
+        if time.counters[-1] < 2:
+            self.send_by(0, [x + 1 for x in message], time)
 
+
+def self_loop_core() -> tuple[ReplicaCore, Recorder]:
+    """One replica of a loop whose vertex feeds itself (the feedback fused into its actor)."""
     flow = rt.Dataflow("self-loop")
     loop = flow.loop("l")
     back = loop.feedback(name="back")
-    onward, done = flow.vertex(Step, [loop.enter(flow.input("x"), name="in"), back.stream], outputs=2,
+    onward, done = flow.vertex(PassOn, [loop.enter(flow.input("x"), name="in"), back.stream], outputs=2,
                                exchange=[lambda x: x] * 2, name="step")
     back.connect(onward)  # one consumer per output: the feedback is fused into the vertex's actor
     loop.leave(done).output("out")
     plan = compile_plan(flow, 1, True)
     transport = Recorder()
-    core = ReplicaCore(plan, plan.chain_of("step").name, 0, transport)
-    core.on_message(ChannelId("in", 0, 0, 0), "step", Timestamp(0, (0,)), [5, 7])
+    return ReplicaCore(plan, plan.chain_of("step").name, 0, transport), transport
+
+
+def test_a_feedback_routed_back_to_its_own_replica_skips_the_transport_and_nets_out_in_progress():
+    core, transport = self_loop_core()
+    core.on_messages([(ChannelId("in", 0, 0, 0), "step", Timestamp(0, (0,)), [5, 7])])
     vertex = core.vertices["step"]
     assert vertex.seen == [(0, (0,), [5, 7]), (1, (1,), [6, 8]), (1, (2,), [7, 9])]
     assert transport.sent == [], "the feedback's batches went back to this replica without the transport"
@@ -238,6 +244,20 @@ def test_a_feedback_routed_back_to_its_own_replica_skips_the_transport_and_nets_
             shipped[pointstamp] = shipped.get(pointstamp, 0) + delta
     fed_back = [p for p, d in shipped.items() if d and p[0].vertex == "step" and p[1].counters[-1] > 0]
     assert fed_back == [], f"a self-sent batch's +1 and -1 cancel before progress is shipped: {fed_back}"
+
+
+def test_batches_that_arrived_together_are_one_event_with_one_progress_message():
+    """What another replica sent in one event comes in one call (``on_messages``): each batch is
+    taken in order as if alone, and the replica, on a cycle (it ships after every event), ships once."""
+    channel, t0 = ChannelId("in", 0, 0, 0), Timestamp(0, (0,))
+    together, together_sent = self_loop_core()
+    together.on_messages([(channel, "step", t0, [5]), (channel, "step", t0, [7])])
+    apart, apart_sent = self_loop_core()
+    apart.on_messages([(channel, "step", t0, [5])])
+    apart.on_messages([(channel, "step", t0, [7])])
+    assert sorted(together.vertices["step"].seen) == sorted(apart.vertices["step"].seen)
+    assert together.vertices["step"].seen[:2] == [(0, (0,), [5]), (0, (0,), [7])], "both taken before the rest"
+    assert len(together_sent.messages) == len(apart_sent.messages) - 1
 
 
 @settings(max_examples=40, deadline=None)
