@@ -231,7 +231,7 @@ class CoordinatorActor:
                 self._abandoned(self.core.reset(incarnation, time.monotonic()))
             self.inputs, self.paused = inputs, False
             self.core.last_end = time.monotonic()
-            self.core.next_id = max(self.core.next_id, self.store.next_id())  # after a snapshot the recovery wrote
+            self.core.follow(self.store.next_id())
             if self.tuner is not None:
                 self.tuner.record_failure()
                 if recovery_seconds is not None:

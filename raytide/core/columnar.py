@@ -57,6 +57,8 @@ class ColumnsSpec:
         outputs: how many output ports the step fills.
         send_combine: output ports combined (by ``key``, with ``combine``) before they are sent.
         ticks: input ports whose batches only make every replica run the step at their time.
+        finish: in a loop, run when an epoch's rounds are over (see :meth:`Stream.iterate_columns
+            <raytide.core.dataflow.Stream.iterate_columns>`); fills outputs ``1 ..``.
     """
 
     step: Callable[[Step], Any]
@@ -67,6 +69,7 @@ class ColumnsSpec:
     outputs: int = 1
     send_combine: frozenset[int] = frozenset()
     ticks: frozenset[int] = frozenset()
+    finish: Callable[[Step], Any] | None = None
 
 
 class KeyedColumns(Vertex):

@@ -419,7 +419,8 @@ class Stream:
 
     def iterate_columns(self, step: Callable[[Step], Any], *, key: str, state: Mapping[str, StateColumn],
                         combine: Mapping[str, np.ufunc] | None = None, arrange: str | None = None,
-                        outputs: int = 1, name: str | None = None) -> Stream | list[Stream]:
+                        outputs: int = 1, name: str | None = None,
+                        finish: Callable[[Step], Any] | None = None) -> Stream | list[Stream]:
         """A loop around columnar keyed state (Pregel-like): iterate until no update is left.
 
         This stream enters the loop once per epoch: arranged by column ``arrange`` (rows that
@@ -432,8 +433,16 @@ class Stream:
         first round of each epoch with input. Epochs may be pushed without waiting: they go
         through the loop one after another, each from the state the ones before it left
         (the step's ``iteration`` counts from the epoch's first round; docs/iteration.md).
+
+        ``finish``, if given, runs at every replica once an epoch's rounds are over (no
+        replica sent anything to a next round), with no updates, and returns the batches
+        ``(out_1, ..., out_outputs)`` that leave the loop for the epoch (a per-epoch result
+        sent once rather than a change per round; the step then returns None for them). A
+        replica that took keys in a live rescale after it finished runs it again: it should
+        send what changed since its last call (flag the rows the step changes in a state
+        column, and clear the flags).
         """
-        made = iterate_columns(self, step, key, state, combine, arrange, outputs, name)
+        made = iterate_columns(self, step, key, state, combine, arrange, outputs, name, finish)
         return made[0] if outputs == 1 else made
 
     # -- leaving the dataflow --------------------------------------------------------

@@ -71,15 +71,27 @@ class EpochGate:
         start = self.started.get(following, counter + 1)
         return following, start, self.parked.pop(following)
 
+    def entry(self, epoch: Phase, inbox: dict[int, list]) -> dict[int, list]:
+        """``epoch``'s entry: ``inbox`` with anything already parked for it, taken out of the
+        parking. Both may hold rows: a replica that parked an entry and then took keys in a
+        rescale gets the moving keys' parked rows and, if their replica had not been notified
+        at the entry yet, their rows of the entry's time."""
+        return _joined(self.parked.pop(epoch, {}), inbox)
+
     def merge(self, other: EpochGate) -> None:
         """Take in another replica's gate (its keys moved here): its facts and its requests."""
         self.started.update(other.started)
         self.concluded.update(other.concluded)
         self.awaiting |= other.awaiting
         for epoch, entry in other.parked.items():
-            self.parked.setdefault(epoch, {})
-            for port, batches in entry.items():
-                self.parked[epoch].setdefault(port, []).extend(batches)
+            self.parked[epoch] = _joined(self.parked.get(epoch, {}), entry)
+
+
+def _joined(entry: dict[int, list], more: dict[int, list]) -> dict[int, list]:
+    """``entry`` (an inbox: per port, batches) with the batches of ``more`` added, port by port."""
+    for port, batches in more.items():
+        entry.setdefault(port, []).extend(batches)
+    return entry
 
 
 def round_time(phase: Phase, counter: int) -> Timestamp:

@@ -27,6 +27,7 @@ from raytide.core.epoch_gate import EpochGate, round_time
 from raytide.core.epochs import Phase, phase_of
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS
 from raytide.core.routing import column_key_groups
+from raytide.core.step import Step, checked_outputs
 from raytide.core.vertex import Vertex
 from raytide.progress.timestamps import Timestamp
 
@@ -66,12 +67,13 @@ class GatedColumns(KeyedColumns):
         self.gate.awaiting.discard(time)
         tokens = sum(int(batch["sent"].sum()) for batch in inbox.pop(TOKENS, []))
         if counter == 0:  # the epoch's entry: its first round now, or once the epoch before it is done
-            start = self.gate.start_counter(phase)
+            start, entry = self.gate.start_counter(phase), self.gate.entry(phase, inbox)
             if start is None:
-                self.gate.parked[phase] = inbox
+                self.gate.parked[phase] = entry
             else:
-                self._gated_round(phase, start, inbox)
+                self._gated_round(phase, start, entry)
         elif phase in self.gate.concluded or tokens == 0:  # nothing was sent to this round anywhere
+            self._finish(phase, counter)
             following = self.gate.conclude(phase, counter)
             if following is not None:
                 self._gated_round(*following)
@@ -89,6 +91,21 @@ class GatedColumns(KeyedColumns):
         following = round_time(phase, counter + 1)
         self.gate.awaiting.add(following)
         self.notify_at(following)
+
+    def _finish(self, phase: Phase, counter: int) -> None:
+        """The epoch's rounds are over: the spec's ``finish`` (if any) sends what leaves the
+        loop for it. Again at a replica that took keys after it finished (a rescale): the
+        function sends what changed since its last call, so nothing goes twice."""
+        if self.spec.finish is None:
+            return
+        time = round_time(phase, counter)
+        keys, values = self._updates([])
+        result = self.spec.finish(Step(time, keys, keys, values, self.state, self.index, self.arrangements, {},
+                                       counter - self.gate.started.get(phase, counter)))
+        self._check_state()
+        leaving = self.spec.outputs - 1
+        for port, batch in enumerate(checked_outputs(result, leaving, 1, "the finish function"), 1):
+            self._send(port, batch, time)
 
     def snapshot(self) -> Any:
         return {**super().snapshot(), "gate": self.gate}

@@ -88,23 +88,23 @@ def integer_keys(rows: Mapping[str, np.ndarray], column: str, what: str) -> np.n
     return keys
 
 
-def checked_outputs(result: Any, outputs: int) -> list[Rows | None]:
-    """The step's result as one checked batch (or None) per output port."""
+def checked_outputs(result: Any, outputs: int, first_port: int = 0, what: str = "the step") -> list[Rows | None]:
+    """``what``'s result as one checked batch (or None) per output port, from ``first_port``."""
     parts = [result] if outputs == 1 else result
     if outputs > 1 and (not isinstance(result, tuple) or len(result) != outputs):
-        raise TypeError(f"the step returned a {type(result).__name__}; with {outputs} outputs it must return a "
+        raise TypeError(f"{what} returned a {type(result).__name__}; with {outputs} outputs it must return a "
                         f"tuple of {outputs} batches (dicts of columns, or None)")
-    return [None if part is None else _checked_batch(part, port) for port, part in enumerate(parts)]
+    return [None if part is None else _checked_batch(part, port, what) for port, part in enumerate(parts, first_port)]
 
 
-def _checked_batch(batch: Any, port: int) -> Rows:
+def _checked_batch(batch: Any, port: int, what: str) -> Rows:
     if not isinstance(batch, dict):
-        raise TypeError(f"the step returned a {type(batch).__name__} for output {port}; "
+        raise TypeError(f"{what} returned a {type(batch).__name__} for output {port}; "
                         "it must be a dict of NumPy columns or None")
     columns = {name: np.asarray(values) for name, values in batch.items()}
     shapes = {name: values.shape for name, values in columns.items()}
     if any(len(shape) != 1 for shape in shapes.values()) or len({shape for shape in shapes.values()}) > 1:
-        raise ValueError(f"the step returned columns of unequal lengths (or not 1-D) for output {port}: {shapes}")
+        raise ValueError(f"{what} returned columns of unequal lengths (or not 1-D) for output {port}: {shapes}")
     return columns
 
 

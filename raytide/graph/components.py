@@ -3,7 +3,9 @@
 Every node's label starts as its own id; a node whose label drops offers it to its
 neighbours, and a node keeps any smaller offer. In the loop, the edges (both directions)
 are arranged by source at each replica, the labels are a state column, and offers are
-combined to the minimum per node before the exchange. A new edge ``u -> v`` offers
+combined to the minimum per node before the exchange. A node whose label is new or drops
+is marked with its epoch; when the epoch's rounds are over each replica sends the marked
+nodes' labels once (the loop's ``finish``). A new edge ``u -> v`` offers
 ``label(u)`` to ``v`` at the epoch's first iteration (``u``'s owner holds both), so the
 edges of a later epoch start from the labels of the earlier ones, and only labels they
 lower move again. When no label drops the loop drains and the epoch is complete.
@@ -16,7 +18,7 @@ import numpy as np
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
-from raytide.graph.edges import as_pairs, both_directions, lowest_per_node, spread, useful_offers
+from raytide.graph.edges import CHANGED, as_pairs, both_directions, changed_rows, mark_changed, spread, useful_offers
 
 
 def own_id(keys: np.ndarray) -> np.ndarray:
@@ -24,8 +26,8 @@ def own_id(keys: np.ndarray) -> np.ndarray:
     return keys.astype(np.int64)
 
 
-def propagate(s: Step) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """One round at one replica: ``(offers to neighbours, label changes)``."""
+def propagate(s: Step) -> tuple[dict[str, np.ndarray], None]:
+    """One round at one replica: the offers to neighbours; the nodes whose label is new or dropped are marked."""
     label = s.state["label"]
     added, rows = s.added.get(0, (np.empty(0, dtype=np.int64), {}))
     targets, offers = [rows["dst"]] if len(added) else [], [label[added]] if len(added) else []
@@ -35,9 +37,9 @@ def propagate(s: Step) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     more_targets, more_offers = spread(s, changed, smaller)
     targets.append(more_targets)
     offers.append(more_offers)
-    reported = np.concatenate([added, changed])  # new edges' sources report their label (new nodes: their id)
-    offers_out = useful_offers(s, "label", concat(targets), concat(offers))
-    return offers_out, {"node": s.ids[reported], "label": label[reported]}
+    mark_changed(s, added)  # new edges' sources report their label (new nodes: their id)
+    mark_changed(s, changed)
+    return useful_offers(s, "label", concat(targets), concat(offers)), None
 
 
 def connected_components(edges: Stream, *, name: str = "components") -> Stream:
@@ -48,8 +50,7 @@ def connected_components(edges: Stream, *, name: str = "components") -> Stream:
     ``edges``: batches of columns ``src`` and ``dst`` (direction ignored).
     """
     changes = edges.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
-        propagate, key="node", state={"label": (np.int64, own_id)}, combine={"label": np.minimum},
-        arrange="src", name=name)
+        propagate, key="node", state={"label": (np.int64, own_id), "changed": CHANGED},
+        combine={"label": np.minimum}, arrange="src", name=name, finish=changed_rows("label"))
     assert isinstance(changes, Stream)
-    lowest = lowest_per_node(changes, "label", f"{name}.lowest")
-    return lowest.map_batches(lambda b: as_pairs(b, "label"), name=f"{name}.pairs")
+    return changes.map_batches(lambda b: as_pairs(b, "label"), name=f"{name}.pairs")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from raytide.core.batches import to_format
 from raytide.core.combine import combine_by_key
-from raytide.core.dataflow import Stream
 from raytide.core.step import Step
 
 EMPTY = np.empty(0, dtype=np.int64)
@@ -63,18 +63,34 @@ def useful_offers(s: Step, column: str, targets: np.ndarray, offers: np.ndarray)
     return {"node": keys[keep], column: best[keep]}
 
 
-def lowest_per_node(changes: Stream, column: str, name: str) -> Stream:
-    """Per epoch and node, the smallest ``column`` value among a replica's changes, as an ``(n, 2)`` array.
+#: State column ``changed`` of :func:`mark_changed` and :func:`changed_rows`: the mark of the epoch
+#: a node changed in and was not sent for yet (-1: none).
+CHANGED = (np.int64, -1)
 
-    The changes of a node come from the replica that owns it, so no exchange is needed.
-    """
-    def emit(s: Step) -> dict[str, np.ndarray]:
-        return {"node": s.keys, column: s.values[column]}
 
-    folded = changes.keyed_columns(emit, key="node", state={}, combine={column: np.minimum}, exchange=False,
-                                   name=name)
-    assert isinstance(folded, Stream)
-    return folded
+def epoch_mark(s: Step) -> int:
+    """The loop counter at which the step's epoch started: the same at every replica, and a
+    different one for every epoch through the loop (they go one after another)."""
+    return s.time.counters[-1] - s.iteration
+
+
+def mark_changed(s: Step, slots: np.ndarray) -> None:
+    """The nodes at ``slots`` changed in this epoch: :func:`changed_rows` sends them when it is over."""
+    s.state["changed"][slots] = epoch_mark(s)
+
+
+def changed_rows(column: str) -> Callable[[Step], dict[str, np.ndarray]]:
+    """A loop's ``finish``: the ``(node, column)`` rows of the nodes that changed in the epoch
+    and were not sent yet, then marked sent. The mark is the epoch's, not a flag: a replica
+    that took keys in a rescale after it finished an epoch (and started the next) runs this
+    again for that epoch and sends just those keys, none of the next epoch's changes."""
+
+    def finish(s: Step) -> dict[str, np.ndarray]:
+        slots = np.flatnonzero(s.state["changed"] == epoch_mark(s))
+        s.state["changed"][slots] = -1
+        return {"node": s.ids[slots], column: s.state[column][slots]}
+
+    return finish
 
 
 def as_pairs(batch: dict[str, np.ndarray], column: str) -> np.ndarray:

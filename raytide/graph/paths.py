@@ -16,7 +16,7 @@ import numpy as np
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
-from raytide.graph.edges import as_pairs, both_directions, lowest_per_node, spread, useful_offers
+from raytide.graph.edges import CHANGED, as_pairs, both_directions, changed_rows, mark_changed, spread, useful_offers
 
 
 def unit_weights(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -26,10 +26,10 @@ def unit_weights(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {**batch, "weight": np.ones(len(batch["src"]), dtype=np.float64)}
 
 
-def relaxing(source: int) -> Callable[[Step], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
-    """The step of shortest paths from ``source``: ``(offers, distance changes)``."""
+def relaxing(source: int) -> Callable[[Step], tuple[dict[str, np.ndarray], None]]:
+    """The step of shortest paths from ``source``: the offers; the nodes brought nearer are marked."""
 
-    def relax(s: Step) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def relax(s: Step) -> tuple[dict[str, np.ndarray], None]:
         dist = s.state["distance"]
         keys, slots, values = s.keys, s.slots, s.values["distance"].astype(np.float64)
         start = np.flatnonzero(s.ids == source)
@@ -43,8 +43,8 @@ def relaxing(source: int) -> Callable[[Step], tuple[dict[str, np.ndarray], dict[
         targets = [rows["dst"][reached]] if len(added) else []
         offers = [dist[added[reached]] + rows["weight"][reached]] if len(added) else []
         more_targets, more_offers = spread(s, changed, shorter, weighted=True)
-        offered = useful_offers(s, "distance", concat(targets + [more_targets]), concat(offers + [more_offers]))
-        return offered, {"node": s.ids[changed], "distance": shorter}
+        mark_changed(s, changed)
+        return useful_offers(s, "distance", concat(targets + [more_targets]), concat(offers + [more_offers])), None
 
     return relax
 
@@ -60,8 +60,7 @@ def shortest_paths(edges: Stream, source: int, *, directed: bool = True, name: s
     if not directed:
         weighted = weighted.map_batches(both_directions, name=f"{name}.both-directions")
     changes = weighted.iterate_columns(
-        relaxing(source), key="node", state={"distance": (np.float64, np.inf)}, combine={"distance": np.minimum},
-        arrange="src", name=name)
+        relaxing(source), key="node", state={"distance": (np.float64, np.inf), "changed": CHANGED},
+        combine={"distance": np.minimum}, arrange="src", name=name, finish=changed_rows("distance"))
     assert isinstance(changes, Stream)
-    lowest = lowest_per_node(changes, "distance", f"{name}.lowest")
-    return lowest.map_batches(lambda b: as_pairs(b, "distance"), name=f"{name}.pairs")
+    return changes.map_batches(lambda b: as_pairs(b, "distance"), name=f"{name}.pairs")

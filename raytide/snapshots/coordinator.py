@@ -245,8 +245,13 @@ class CoordinatorCore:
         least ``first_id`` (the rescale wrote one itself). Abandons the snapshot in flight."""
         abandoned = self.reset(incarnation, now)
         self.replicas = frozenset(replicas)
-        self.next_id = max(self.next_id, first_id)
+        self.follow(first_id)
         return abandoned
+
+    def follow(self, free_id: int) -> None:
+        """The next snapshot's id is at least ``free_id``, the store's next free one: a
+        recovery or a rescale may have written a snapshot itself (laid out for new widths)."""
+        self.next_id = max(self.next_id, free_id)
 
     def _abandon(self, reason: str, now: float) -> Abandon:
         assert self.in_flight is not None

@@ -428,10 +428,12 @@ class LocalJob:
 
     def reset_coordinator(self, effect: ResetCoordinator) -> None:
         """The coordinator snapshots the restored job (a new one if it died)."""
+        assert self.recovery is not None, "only a job with recovery recovers"
         if self.coordinator is None:
             self.coordinator = self._new_coordinator()
         elif self.coordinator.incarnation < effect.incarnation:
             self.coordinator.reset(effect.incarnation, self.result.steps)
+        self.coordinator.follow(self.recovery.store.next_id())  # as on Ray: after a snapshot the recovery wrote
         self.coordinator.last_end = self.result.steps
 
     def recovered(self, effect: Finished) -> None:

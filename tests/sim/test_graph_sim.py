@@ -17,7 +17,9 @@ import warnings
 
 import raytide as rt
 from examples.connected_components import union_find
+from raytide.core.gated import GatedColumns
 from raytide.graph import connected_components, edge_columns, pagerank
+from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import LocalJob, LocalRecovery, LocalRun
 from tests.sim.chaos import MODES, Chaos
@@ -89,6 +91,41 @@ def test_pipelined_epochs_of_components_under_crashes_equal_the_sequential_run_e
         recoveries += len(run.recoveries)
     assert recoveries >= TRIALS // 2, recoveries  # the crashes struck while the job ran
     assert seen["crash of a replica"] >= 3 and seen["crash after a committed snapshot"] >= 3, dict(seen)
+
+
+RESCALE_TRIALS = 24
+
+
+def test_components_rescaled_at_random_moments_with_crashes_equal_the_sequential_run_exactly_once(store_root,
+                                                                                                   monkeypatch):
+    """The loop's state vertex rescaled once or twice mid-run (odd seeds also crash something):
+    each epoch's rows still come exactly once. A replica that takes keys after it finished an
+    epoch runs the loop's ``finish`` again and sends only the keys it took: counted, so the
+    trials are known to reach that path."""
+    seen: collections.Counter = collections.Counter()
+    finish = GatedColumns._finish
+
+    def counted(self, phase, counter):
+        seen["finish again after a rescale"] += phase in self.gate.concluded
+        finish(self, phase, counter)
+
+    monkeypatch.setattr(GatedColumns, "_finish", counted)
+    for seed in range(RESCALE_TRIALS):
+        trial = Trial(seed)
+        calm = trial.job(str(store_root / f"{seed}-calm")).run()
+        job = trial.job(str(store_root / str(seed)))
+        group = min(width_groups(job.plan)["cc"])
+        for _ in range(trial.rng.randint(1, 2)):
+            job.rescale({group: trial.rng.randint(1, 3)}, at_step=trial.rng.randrange(1, calm.steps))
+        chaos = Chaos(job, trial.rng, MODES[seed % len(MODES)], seen, calm.steps) if seed % 2 else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            run = job.run(max_steps=100_000, after_step=chaos.after_step if chaos else None)
+        assert run.finished and run.failure is None, f"seed {seed}: {run.failure!r}"
+        assert rows(run.outputs) == expected_rows(trial.epochs), f"seed {seed}, rescales {run.rescales}"
+        seen["rescales"] += len(run.rescales)
+    assert seen["rescales"] >= RESCALE_TRIALS, dict(seen)
+    assert seen["finish again after a rescale"] >= 1, dict(seen)
 
 
 def visit(state, record):

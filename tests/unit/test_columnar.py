@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from raytide.core.arrangement import Arrangement
 from raytide.core.columnar import ColumnsSpec, KeyedColumns
 from raytide.core.combine import check_combiners, combine_by_key
+from raytide.core.gated import GatedColumns
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment
 from raytide.core.routing import column_key_groups
 from raytide.core.step import Step
@@ -208,3 +209,24 @@ def test_an_earlier_epoch_after_a_later_one_in_a_loop_is_refused_naming_both():
     v.on_notify(Timestamp(1, (3,)))
     with pytest.raises(ProgressError, match=r"notification at .*0.*after the vertex worked on epoch 1"):
         v.on_notify(Timestamp(0, (4,)))
+
+
+def test_a_loops_finish_sends_its_batches_out_of_the_loop_and_bad_ones_are_named():
+    """``finish`` runs with no updates at the epoch's conclusion; what it returns goes on the
+    outputs after the next-round one (port 1 on), never round the loop."""
+    def gated(finish):
+        spec = ColumnsSpec(lambda s: None, "k", {"total": (np.int64, 0)}, {"v": np.add}, outputs=2, finish=finish)
+        vertex = GatedColumns(spec)
+        context = RecordingContext()
+        vertex.bind(context)
+        vertex.gate.started[(0, ())] = 0
+        vertex._slots(np.array([3, 5]))  # two keys held
+        return vertex, context
+
+    vertex, context = gated(lambda s: {"k": s.ids, "total": s.state["total"] + len(s.keys)})
+    vertex._finish((0, ()), 4)
+    [(time, batch)] = context.sent
+    assert time == Timestamp(0, (4,)) and batch["k"].tolist() == [3, 5] and batch["total"].tolist() == [0, 0]
+    vertex, _ = gated(lambda s: [1, 2])
+    with pytest.raises(TypeError, match="the finish function returned a list for output 1"):
+        vertex._finish((0, ()), 4)

@@ -40,3 +40,17 @@ def test_merged_gates_agree_on_where_epochs_start_and_end():
 
 def test_round_times_keep_the_outer_loops_counters():
     assert round_time((3, (2,)), 5) == Timestamp(3, (2, 5))
+
+
+def test_an_entry_joins_what_a_rescale_parked_for_its_epoch_rather_than_replacing_it():
+    """A replica parked epoch 1's entry, then took keys in a rescale: the moving keys' parked rows
+    came with the other gate, and their own entry rows arrive at the entry's notification. The
+    entry the epoch starts from holds both (it used to keep only the last: rows lost)."""
+    gate, other = EpochGate(), EpochGate()
+    gate.started[E0] = other.started[E0] = 0
+    gate.parked[E1], other.parked[E1] = {0: ["mine"]}, {0: ["moved, parked"], 2: ["tick"]}
+    gate.merge(other)
+    assert gate.parked[E1] == {0: ["mine", "moved, parked"], 2: ["tick"]}
+    entry = gate.entry(E1, {0: ["moved, not yet notified"]})
+    assert entry == {0: ["mine", "moved, parked", "moved, not yet notified"], 2: ["tick"]}
+    assert E1 not in gate.parked, "taken out of the parking: parked again or run, never both"
