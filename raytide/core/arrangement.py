@@ -51,6 +51,7 @@ class Arrangement:
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         self.segments: list[Segment] = []
+        self._rows: tuple[np.ndarray, Rows] | None = None  # rows(), until the next add
 
     def __len__(self) -> int:
         return sum(int(segment.offsets[-1]) for segment in self.segments)
@@ -62,11 +63,16 @@ class Arrangement:
         self.segments.append(grouped(slots, {name: columns[name] for name in self.names}, size))
         if len(self.segments) > MAX_SEGMENTS:
             self.segments = [grouped(*self.rows(), size)]
+        self._rows = None
 
     def rows(self) -> tuple[np.ndarray, Rows]:
-        """Every row: ``(slot of each, columns)``, segment after segment."""
-        slots = concat([segment.slot_of_rows() for segment in self.segments])
-        return slots, {name: self._column(name, [s.columns[name] for s in self.segments]) for name in self.names}
+        """Every row: ``(slot of each, columns)``, segment after segment; kept until rows are
+        added, so that a step that reads every row each round (PageRank) builds them once.
+        Read-only: the arrays are the arrangement's own."""
+        if self._rows is None:
+            slots = concat([segment.slot_of_rows() for segment in self.segments])
+            self._rows = slots, {name: self._column(name, [s.columns[name] for s in self.segments]) for name in self.names}
+        return self._rows
 
     def _column(self, name: str, parts: list[np.ndarray]) -> np.ndarray:
         return concat(parts)  # one segment's part as it is: no copy

@@ -16,7 +16,7 @@ import numpy as np
 
 from raytide.core.dataflow import Stream
 from raytide.core.step import Step
-from raytide.graph.edges import as_pairs, spread
+from raytide.graph.edges import as_pairs
 
 
 def rounds(iterations: int, damping: float) -> Callable[[Step], tuple[dict | None, dict | None]]:
@@ -28,14 +28,15 @@ def rounds(iterations: int, damping: float) -> Callable[[Step], tuple[dict | Non
             rank[:] = 1.0
         else:
             rank[:] = 1.0 - damping
-            np.add.at(rank, s.slots, damping * s.values["rank"])
+            rank[s.slots] += damping * s.values["rank"]  # the updates are one row per node (summed)
         if s.iteration >= iterations:
             return None, {"node": s.ids.copy(), "rank": rank.copy()}
         s.again()
-        degree = s.arrangement().degrees(len(rank))
-        senders = np.flatnonzero(degree)
-        targets, shares = spread(s, senders, rank[senders] / degree[senders])
-        return {"node": targets, "rank": shares}, None
+        slots, rows = s.arrangement().rows()  # every edge, every round: no lookup of which to spread
+        if not len(slots):  # no edges here (yet): nothing to send this round
+            return None, None
+        share = rank / np.maximum(s.arrangement().degrees(len(rank)), 1)
+        return {"node": rows["dst"], "rank": share[slots]}, None
 
     return step
 

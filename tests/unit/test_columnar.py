@@ -10,6 +10,7 @@ rescaled to a random width through ``take_keys`` / ``put_keys``, or snapshot and
 
 from __future__ import annotations
 
+import math
 import pickle
 import random
 from collections import Counter, defaultdict
@@ -50,6 +51,20 @@ def test_combining_by_key_equals_folding_record_by_record(keys, rng, already_one
     assert out_keys.tolist() == sorted(expected_sum)
     assert dict(zip(out_keys.tolist(), out["s"].tolist())) == expected_sum
     assert dict(zip(out_keys.tolist(), out["m"].tolist())) == expected_min
+
+
+@settings(max_examples=100, deadline=None)
+@given(KEYS, st.randoms(use_true_random=False))
+def test_summing_floats_by_key_equals_the_exact_sum_per_key(keys, rng):
+    """Float sums take ``np.bincount`` (dense keys) or ``np.add.reduceat`` (sparse): the same sums."""
+    values = [rng.uniform(-1e6, 1e6) for _ in keys]
+    expected: dict[int, list[float]] = defaultdict(list)
+    for k, v in zip(keys, values):
+        expected[k].append(v)
+    out_keys, out = combine_by_key(np.array(keys, dtype=np.int64), {"s": np.array(values, dtype=np.float64)},
+                                   {"s": np.add})
+    assert out_keys.tolist() == sorted(expected)
+    assert out["s"].tolist() == pytest.approx([math.fsum(expected[k]) for k in sorted(expected)], rel=1e-9, abs=1e-6)
 
 
 def test_a_combiner_that_is_not_associative_and_commutative_is_refused_naming_the_column():
