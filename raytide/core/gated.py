@@ -94,8 +94,9 @@ class GatedColumns(KeyedColumns):
 
     def _finish(self, phase: Phase, counter: int) -> None:
         """The epoch's rounds are over: the spec's ``finish`` (if any) sends what leaves the
-        loop for it. Again at a replica that took keys after it finished (a rescale): the
-        function sends what changed since its last call, so nothing goes twice."""
+        loop for it. It runs again at a replica that took keys after it finished (a rescale
+        moved their replica's request for this round here), so it must send only what it
+        has not sent for the epoch (the graph layer marks rows with their epoch)."""
         if self.spec.finish is None:
             return
         time = round_time(phase, counter)

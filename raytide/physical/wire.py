@@ -20,7 +20,7 @@ An output keeps a columnar batch (a NumPy array, a dict of columns, an Arrow tab
 one :class:`BatchRows` among its records rather than as one record per row: a row-wise
 list of 100,000 ``(node, label)`` pairs costs 26 ms to build, 17 ms to pickle and 24 ms
 to unpickle, the array almost nothing. :func:`unpack_records` turns it into its records,
-unless it is asked for the batches (``job.results(name, format=...)``).
+unless it is asked for the batches (``job.results(name, batch_format=...)``).
 """
 
 from __future__ import annotations
