@@ -61,9 +61,10 @@ class Arrangement:
         if not len(slots):
             return
         self.segments.append(grouped(slots, {name: columns[name] for name in self.names}, size))
+        self._rows = None  # before the merge below reads every row
         if len(self.segments) > MAX_SEGMENTS:
             self.segments = [grouped(*self.rows(), size)]
-        self._rows = None
+            self._rows = None
 
     def rows(self) -> tuple[np.ndarray, Rows]:
         """Every row: ``(slot of each, columns)``, segment after segment; kept until rows are

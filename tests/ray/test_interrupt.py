@@ -72,7 +72,10 @@ def test_ctrl_c_during_wait_cancels_the_job_and_leaves_no_actors(own_ray_env):
     finally:
         if child.poll() is None:
             child.kill()
-    report = json.loads(out.strip().splitlines()[-1])
+    lines = out.strip().splitlines()
+    if not lines:
+        pytest.fail(f"the child ended (exit {child.returncode}) without its report; its stderr: {err[-3000:]}")
+    report = json.loads(lines[-1])
     assert report["outcome"] == "interrupted", err[-2000:]
     assert report["alive"] == [], f"hosts still held by the job after the interrupt: {report['alive']}"
     assert "cancelled by Ctrl-C (KeyboardInterrupt)" in report["after"]

@@ -79,9 +79,12 @@ def test_a_combiner_that_is_not_associative_and_commutative_is_refused_naming_th
        st.lists(st.integers(0, 30), max_size=15))
 def test_an_arrangement_expands_every_row_of_every_slot_asked_for(batches, asked):
     arrangement, size = Arrangement(("x",)), 0
-    for batch in batches:  # slots grow batch after batch, as a key index gives them
+    for done, batch in enumerate(batches, 1):  # slots grow batch after batch, as a key index gives them
         size = max([size] + [slot + 1 for slot, _ in batch])
         arrangement.add(np.array([s for s, _ in batch], dtype=np.int64), {"x": np.array([x for _, x in batch])}, size)
+        slot_of_row, rows = arrangement.rows()  # read between adds (a snapshot, PageRank): kept, never stale
+        assert Counter(zip(slot_of_row.tolist(), rows["x"].tolist() if "x" in rows else [])) == Counter(
+            pair for earlier in batches[:done] for pair in earlier)
     slots = np.array(sorted(set(asked)), dtype=np.int64)
     which, rows = arrangement.expand(slots)
     got = Counter(zip(slots[which].tolist(), rows["x"].tolist()))
