@@ -16,9 +16,13 @@ import pytest
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
 CHILD = textwrap.dedent("""
-    import json, sys, time
+    import json, signal, sys, time
     import ray
     import raytide as rt
+
+    # Ctrl-C as at a terminal: a shell runs a background job with SIGINT ignored, and the
+    # child of a suite started that way would inherit that (and never be interrupted)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     flow = rt.Dataflow("interrupted")
