@@ -5,7 +5,8 @@ parallelism 2, actors started before the clock on both sides:
 
 * ``raytide_s``: ``rt.graph.pagerank`` (columnar keyed state, the edges arranged in the
   loop, contributions summed before the exchange); the clock runs from pushing the
-  ``(E, 2)`` edge array to the rank array in the driver.
+  ``(E, 2)`` edge array to the rank array in the driver (read with
+  ``job.results(..., batch_format="numpy")``).
 * ``handwritten_s``: ``bench/baselines/pagerank_ray.py``: two actors each holding half of
   the edges, the driver broadcasting the rank array every round; the clock runs from
   shipping the edge slices (and out-degrees, computed in the driver, on the clock) to the
@@ -39,8 +40,7 @@ def raytide_ranks(nodes: int, edges: np.ndarray, iterations: int, parallelism: i
         clock = time.perf_counter()
         job.push("edges", edges, 0)
         job.close("edges")
-        job.wait()
-        rows = np.asarray(job.collect("ranks")[0], dtype=np.float64).reshape(-1, 2)
+        (_, rows), = job.results("ranks", batch_format="numpy")  # the (n, 2) array the step sent, not n records
         rank = np.ones(nodes)
         rank[rows[:, 0].astype(np.int64)] = rows[:, 1]
         return rank, time.perf_counter() - clock

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from raytide.core.keyindex import concat, group_by_first, runs
+from raytide.core.keyindex import concat, group_by_first, is_dense, runs
 
 #: Merge the segments into one once there are more than this many.
 MAX_SEGMENTS = 8
@@ -45,6 +45,17 @@ def grouped(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> 
     return Segment(offsets, {name: np.asarray(values)[order] for name, values in columns.items()})
 
 
+def distinct_with_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)``; dense non-negative integers through a
+    table as long as their range, without the sort."""
+    if values.dtype.kind not in "iu" or not len(values) or not is_dense(int(values.min()), int(values.max()), len(values)):
+        return np.unique(values, return_inverse=True)
+    present = np.zeros(int(values.max()) + 1, dtype=bool)
+    present[values] = True
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present).astype(values.dtype, copy=False), position[values]
+
+
 class Arrangement:
     """Rows with columns ``names`` grouped by the slot of their key; rows are only ever added."""
 
@@ -52,6 +63,7 @@ class Arrangement:
         self.names = names
         self.segments: list[Segment] = []
         self._rows: tuple[np.ndarray, Rows] | None = None  # rows(), until the next add
+        self._distinct: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # distinct(name), until the next add
 
     def __len__(self) -> int:
         return sum(int(segment.offsets[-1]) for segment in self.segments)
@@ -61,7 +73,7 @@ class Arrangement:
         if not len(slots):
             return
         self.segments.append(grouped(slots, {name: columns[name] for name in self.names}, size))
-        self._rows = None  # before the merge below reads every row
+        self._rows, self._distinct = None, {}  # before the merge below reads every row
         if len(self.segments) > MAX_SEGMENTS:
             self.segments = [grouped(*self.rows(), size)]
             self._rows = None
@@ -74,6 +86,15 @@ class Arrangement:
             slots = concat([segment.slot_of_rows() for segment in self.segments])
             self._rows = slots, {name: self._column(name, [s.columns[name] for s in self.segments]) for name in self.names}
         return self._rows
+
+    def distinct(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Column ``name``'s distinct values over every row, sorted, and where each row of
+        :meth:`rows` finds its value among them; kept until rows are added. A step that sums
+        along every row each round (PageRank: ``np.bincount(inverse, weights, len(values))``)
+        so sends one row per value, in key order, with no sort and no fold per round."""
+        if name not in self._distinct:
+            self._distinct[name] = distinct_with_inverse(self.rows()[1][name])
+        return self._distinct[name]
 
     def _column(self, name: str, parts: list[np.ndarray]) -> np.ndarray:
         return concat(parts)  # one segment's part as it is: no copy

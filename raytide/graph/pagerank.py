@@ -32,11 +32,13 @@ def rounds(iterations: int, damping: float) -> Callable[[Step], tuple[dict | Non
         if s.iteration >= iterations:
             return None, {"node": s.ids.copy(), "rank": rank.copy()}
         s.again()
-        slots, rows = s.arrangement().rows()  # every edge, every round: no lookup of which to spread
+        edges = s.arrangement()
+        slots, _ = edges.rows()  # every edge, every round: no lookup of which to spread
         if not len(slots):  # no edges here (yet): nothing to send this round
             return None, None
-        share = rank / np.maximum(s.arrangement().degrees(len(rank)), 1)
-        return {"node": rows["dst"], "rank": share[slots]}, None
+        share = rank / np.maximum(edges.degrees(len(rank)), 1)
+        targets, target_of_edge = edges.distinct("dst")  # summed here, one row per target in key order: no fold after
+        return {"node": targets, "rank": np.bincount(target_of_edge, weights=share[slots], minlength=len(targets))}, None
 
     return step
 

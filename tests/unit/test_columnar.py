@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytide.core.arrangement import Arrangement
+from raytide.core.arrangement import Arrangement, distinct_with_inverse
 from raytide.core.columnar import ColumnsSpec, KeyedColumns
 from raytide.core.combine import check_combiners, combine_by_key
 from raytide.core.gated import GatedColumns
@@ -85,6 +85,9 @@ def test_an_arrangement_expands_every_row_of_every_slot_asked_for(batches, asked
         slot_of_row, rows = arrangement.rows()  # read between adds (a snapshot, PageRank): kept, never stale
         assert Counter(zip(slot_of_row.tolist(), rows["x"].tolist() if "x" in rows else [])) == Counter(
             pair for earlier in batches[:done] for pair in earlier)
+        if len(slot_of_row):  # so is distinct (PageRank's targets): every row's value, from the newest rows
+            values, where = arrangement.distinct("x")
+            assert values.tolist() == sorted(set(rows["x"].tolist())) and values[where].tolist() == rows["x"].tolist()
     slots = np.array(sorted(set(asked)), dtype=np.int64)
     which, rows = arrangement.expand(slots)
     got = Counter(zip(slots[which].tolist(), rows["x"].tolist()))
@@ -92,6 +95,20 @@ def test_an_arrangement_expands_every_row_of_every_slot_asked_for(batches, asked
     assert got == Counter((s, x) for batch in batches for s, x in batch if s in wanted)
     assert arrangement.degrees(size).tolist() == [sum(s == slot for b in batches for s, _ in b) for slot in range(size)]
     assert len(arrangement) == sum(map(len, batches))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-5, 40), max_size=60), st.sampled_from([np.int64, np.int32, np.uint16]),
+       st.sampled_from([0, 1 << 22]))
+def test_distinct_with_inverse_is_np_unique_dense_or_not(values, dtype, offset):
+    """Dense (a table) and sparse (far apart or negative: np.unique) columns alike."""
+    if dtype == np.uint16:
+        values, offset = [v for v in values if v >= 0], 0
+    column = np.array([v + offset for v in values], dtype=dtype)
+    distinct, inverse = distinct_with_inverse(column)
+    expected, expected_inverse = np.unique(column, return_inverse=True)
+    assert distinct.dtype == column.dtype and distinct.tolist() == expected.tolist()
+    assert inverse.tolist() == expected_inverse.tolist()
 
 
 def running(s: Step) -> dict[str, np.ndarray]:
