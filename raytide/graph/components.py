@@ -18,7 +18,7 @@ import numpy as np
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
-from raytide.graph.edges import CHANGED, as_pairs, both_directions, changed_rows, mark_changed, spread, useful_offers
+from raytide.graph.edges import CHANGED_OR_NEW, as_pairs, both_directions, changed_rows, mark_changed, mark_new, spread, useful_offers
 
 
 def own_id(keys: np.ndarray) -> np.ndarray:
@@ -37,7 +37,7 @@ def propagate(s: Step) -> tuple[dict[str, np.ndarray], None]:
     more_targets, more_offers = spread(s, changed, smaller)
     targets.append(more_targets)
     offers.append(more_offers)
-    mark_changed(s, added)  # new edges' sources report their label (new nodes: their id)
+    mark_new(s, added)  # a new node reports its label (its id, unless it drops) in its first epoch
     mark_changed(s, changed)
     return useful_offers(s, "label", concat(targets), concat(offers)), None
 
@@ -50,7 +50,7 @@ def connected_components(edges: Stream, *, name: str = "components") -> Stream:
     ``edges``: batches of columns ``src`` and ``dst`` (direction ignored).
     """
     changes = edges.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
-        propagate, key="node", state={"label": (np.int64, own_id), "changed": CHANGED},
+        propagate, key="node", state={"label": (np.int64, own_id), "changed": CHANGED_OR_NEW},
         combine={"label": np.minimum}, arrange="src", name=name, finish=changed_rows("label"))
     assert isinstance(changes, Stream)
     return changes.map_batches(lambda b: as_pairs(b, "label"), name=f"{name}.pairs")

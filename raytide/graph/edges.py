@@ -66,6 +66,10 @@ def useful_offers(s: Step, column: str, targets: np.ndarray, offers: np.ndarray)
 #: State column ``changed`` of :func:`mark_changed` and :func:`changed_rows`: the mark of the epoch
 #: a node changed in and was not sent for yet (-1: none).
 CHANGED = (np.int64, -1)
+#: Of ``changed`` for a step whose new nodes are sent in their first epoch though nothing
+#: changed them (a component's label starts at the node's own id): -2 until :func:`mark_new`.
+NEVER_SENT = -2
+CHANGED_OR_NEW = (np.int64, NEVER_SENT)
 
 
 def epoch_mark(s: Step) -> int:
@@ -77,6 +81,13 @@ def epoch_mark(s: Step) -> int:
 def mark_changed(s: Step, slots: np.ndarray) -> None:
     """The nodes at ``slots`` changed in this epoch: :func:`changed_rows` sends them when it is over."""
     s.state["changed"][slots] = epoch_mark(s)
+
+
+def mark_new(s: Step, slots: np.ndarray) -> None:
+    """Of the nodes at ``slots``, those never sent yet (state ``CHANGED_OR_NEW``) are sent when the
+    epoch is over; the others only if they change. A node is new once: an epoch that adds
+    edges between known nodes sends only the nodes whose value they change."""
+    mark_changed(s, slots[s.state["changed"][slots] == NEVER_SENT])
 
 
 def changed_rows(column: str) -> Callable[[Step], dict[str, np.ndarray]]:

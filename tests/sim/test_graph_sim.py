@@ -39,12 +39,13 @@ def rows(outputs: dict) -> dict[int, collections.Counter]:
 
 
 def expected_rows(epochs: list[list[tuple[int, int]]]) -> dict[int, collections.Counter]:
-    """Per epoch, the rows processing the epochs one after another gives (union-find after each)."""
+    """Per epoch, the rows processing the epochs one after another gives (union-find after each):
+    a row for each node new in the epoch and each known node whose label dropped, no other."""
     out, before, seen = {}, {}, []
     for epoch, edges in enumerate(epochs):
         seen += edges
         after = union_find(seen)
-        touched = {x for edge in edges for x in edge} | {n for n, label in before.items() if after[n] < label}
+        touched = {n for n in after if n not in before or after[n] < before[n]}
         if touched:
             out[epoch] = collections.Counter((n, after[n]) for n in touched)
         before = after
