@@ -2,8 +2,10 @@
 
 ``rank = (1 - damping) + damping * (sum of rank / out-degree over in-edges)``, the
 unnormalised form (GraphX's), which needs no global node count. Every node starts at 1;
-each round every node with out-edges sends ``rank / out-degree`` along them (combined by
-sum before the exchange), and every node takes its new rank from what it got. Each epoch
+each round every node with out-edges sends ``rank / out-degree`` along them, summed per
+target before the exchange (one ``np.bincount`` over the arrangement's distinct targets,
+:meth:`~raytide.core.arrangement.Arrangement.distinct`, which it keeps until edges are
+added), and every node takes its new rank from what it got. Each epoch
 recomputes over all the edges so far (they stay arranged in the loop); every replica runs
 every round (:meth:`~raytide.core.step.Step.again`), with input or not.
 """

@@ -113,8 +113,8 @@ class LocalJob:
         self.connected = False
         self.dead: set[ReplicaKey] = set()
         self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
-        self.crashes: dict[int, list[Target]] = {}
-        self.slow: dict[ReplicaKey, float] = {}  # replicas slowed down (:meth:`slow_down`)  # step -> what dies then (several may, at once)
+        self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
+        self.slow: dict[ReplicaKey, float] = {}  # replicas slowed down (:meth:`slow_down`)
         self.failures: list[tuple[int, str]] = []  # (step at which it is noticed, what died)
         self.recovering: SteppedRecovery | None = None
         self.delivered = {name: -1 for name in self.plan.outputs}  # last epoch handed to the driver
