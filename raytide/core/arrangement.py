@@ -4,8 +4,12 @@ An arrangement holds what enters a loop once and stays visible at every later it
 and epoch (a graph's out-edges, say): rows of NumPy columns, grouped by the local slot of
 their key (:class:`~raytide.core.keyindex.KeyIndex`). Each :meth:`Arrangement.add` sorts
 only its own rows into a new CSR segment, so an epoch that adds 1% more rows costs 1% of
-the first; once there are more than :data:`MAX_SEGMENTS` segments they are merged into
-one. :meth:`Arrangement.expand` gives, for a set of slots, every row of each (the join of
+the first. Segments are merged by size, as an LSM tree's runs are: the newest with the one
+before it while it holds at least half as many rows (:data:`MERGE_RATIO`). So every
+segment holds more than twice the rows of the next, there are at most about
+log2(rows / smallest add) of them, and a row is merged that many times at most: the cost
+of merging spreads over the adds, where merging everything every few adds made every
+few epochs cost as much as the first. :meth:`Arrangement.expand` gives, for a set of slots, every row of each (the join of
 a column of keys with the arrangement), a handful of NumPy calls however many rows.
 """
 
@@ -17,8 +21,8 @@ import numpy as np
 
 from raytide.core.keyindex import concat, group_by_first, is_dense, runs
 
-#: Merge the segments into one once there are more than this many.
-MAX_SEGMENTS = 8
+#: The newest segment is merged with the one before it while it holds at least 1/MERGE_RATIO of its rows.
+MERGE_RATIO = 2
 
 Rows = dict[str, np.ndarray]
 
@@ -33,6 +37,11 @@ class Segment:
     def slots(self) -> int:
         """How many slots the segment indexes (later slots have no rows in it)."""
         return len(self.offsets) - 1
+
+    @property
+    def rows(self) -> int:
+        """How many rows the segment holds."""
+        return int(self.offsets[-1])
 
     def slot_of_rows(self) -> np.ndarray:
         """The slot of every row, in the segment's order."""
@@ -56,6 +65,12 @@ def distinct_with_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present).astype(values.dtype, copy=False), position[values]
 
 
+def merged(older: Segment, newer: Segment, size: int) -> Segment:
+    """One segment of the rows of both (slots below ``size``): each slot's older rows first."""
+    slots = concat([older.slot_of_rows(), newer.slot_of_rows()])
+    return grouped(slots, {name: concat([older.columns[name], newer.columns[name]]) for name in older.columns}, size)
+
+
 class Arrangement:
     """Rows with columns ``names`` grouped by the slot of their key; rows are only ever added."""
 
@@ -66,17 +81,17 @@ class Arrangement:
         self._distinct: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # distinct(name), until the next add
 
     def __len__(self) -> int:
-        return sum(int(segment.offsets[-1]) for segment in self.segments)
+        return sum(segment.rows for segment in self.segments)
 
     def add(self, slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> None:
         """Add the rows ``columns`` whose keys have ``slots``; ``size`` is the number of slots now."""
         if not len(slots):
             return
-        self.segments.append(grouped(slots, {name: columns[name] for name in self.names}, size))
-        self._rows, self._distinct = None, {}  # before the merge below reads every row
-        if len(self.segments) > MAX_SEGMENTS:
-            self.segments = [grouped(*self.rows(), size)]
-            self._rows = None
+        self._rows, self._distinct = None, {}
+        segment = grouped(slots, {name: columns[name] for name in self.names}, size)
+        while self.segments and MERGE_RATIO * segment.rows >= self.segments[-1].rows:
+            segment = merged(self.segments.pop(), segment, size)
+        self.segments.append(segment)
 
     def rows(self) -> tuple[np.ndarray, Rows]:
         """Every row: ``(slot of each, columns)``, segment after segment; kept until rows are

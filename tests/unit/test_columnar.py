@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raytide.core.arrangement import Arrangement, distinct_with_inverse
+from raytide.core.arrangement import MERGE_RATIO, Arrangement, distinct_with_inverse
 from raytide.core.columnar import ColumnsSpec, KeyedColumns
 from raytide.core.combine import check_combiners, combine_by_key
 from raytide.core.gated import GatedColumns
@@ -85,6 +85,8 @@ def test_an_arrangement_expands_every_row_of_every_slot_asked_for(batches, asked
         slot_of_row, rows = arrangement.rows()  # read between adds (a snapshot, PageRank): kept, never stale
         assert Counter(zip(slot_of_row.tolist(), rows["x"].tolist() if "x" in rows else [])) == Counter(
             pair for earlier in batches[:done] for pair in earlier)
+        sizes = [segment.rows for segment in arrangement.segments]  # merged by size: each over twice the next
+        assert all(bigger > MERGE_RATIO * smaller for bigger, smaller in zip(sizes, sizes[1:])), sizes
         if len(slot_of_row):  # so is distinct (PageRank's targets): every row's value, from the newest rows
             values, where = arrangement.distinct("x")
             assert values.tolist() == sorted(set(rows["x"].tolist())) and values[where].tolist() == rows["x"].tolist()
