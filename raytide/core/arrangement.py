@@ -9,8 +9,9 @@ before it while it holds at least half as many rows (:data:`MERGE_RATIO`). So ev
 segment holds more than twice the rows of the next, there are at most about
 log2(rows / smallest add) of them, and a row is merged that many times at most: the cost
 of merging spreads over the adds, where merging everything every few adds made every
-few epochs cost as much as the first. :meth:`Arrangement.expand` gives, for a set of slots, every row of each (the join of
-a column of keys with the arrangement), a handful of NumPy calls however many rows.
+few epochs cost as much as the first. :meth:`Arrangement.expand` gives, for a set of
+slots, every row of each (the join of a column of keys with the arrangement), a handful
+of NumPy calls however many rows.
 """
 
 from __future__ import annotations
@@ -57,9 +58,12 @@ def grouped(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> 
 def distinct_with_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)``; dense non-negative integers through a
     table as long as their range, without the sort."""
-    if values.dtype.kind not in "iu" or not len(values) or not is_dense(int(values.min()), int(values.max()), len(values)):
+    if values.dtype.kind not in "iu" or not len(values):
         return np.unique(values, return_inverse=True)
-    present = np.zeros(int(values.max()) + 1, dtype=bool)
+    lo, hi = int(values.min()), int(values.max())
+    if not is_dense(lo, hi, len(values)):
+        return np.unique(values, return_inverse=True)
+    present = np.zeros(hi + 1, dtype=bool)
     present[values] = True
     position = np.cumsum(present) - 1
     return np.flatnonzero(present).astype(values.dtype, copy=False), position[values]
