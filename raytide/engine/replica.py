@@ -312,11 +312,10 @@ class ReplicaCore:
             self._consume(channel, vertex, time, batch)
         self._settle()
 
-    def on_progress(self, statuses: dict[Location, Status], acked: bool) -> None:
-        """The progress actor pushed new frontiers (and, if ``acked``, absorbed our last flush)."""
+    def on_progress(self, statuses: dict[Location, Status], acked: int) -> None:
+        """The progress actor pushed new frontiers (and absorbed ``acked`` more of our acknowledged flushes)."""
         self.statuses.update(statuses)
-        if acked:
-            self.unacked = max(0, self.unacked - 1)
+        self.unacked = max(0, self.unacked - acked)
         self._settle()
 
     def push_input(self, vertex: str, batch: Any, epoch: int) -> None:
@@ -477,14 +476,13 @@ class ReplicaCore:
         interests = self._interests()
         if not ship and self._must_declare(interests):
             ship = self._must_declare(self._interests(held=False))
-        changes, outputs = self._take_held() if ship else ([], {})
-        if ship:  # what it held is no longer waited on
-            interests = self._interests()
-        if changes or outputs:
-            changed = interests != self.interests
-            self.interests = interests
-            self._send_held(changes, outputs, ack=False, interests=interests if changed else None)
-        elif self._must_declare(interests):
+        if ship:
+            changes, outputs = self._take_held()
+            if changes or outputs:
+                self._send_held(changes, outputs, ack=False)
+                return
+            interests = self._interests()  # what it held is no longer waited on
+        if self._must_declare(interests):
             self.interests = interests
             self._to_progress(Declaration(interests))
 
@@ -563,7 +561,7 @@ class ReplicaCore:
                 self.held_back.force()
             self._drain_local()
             if cyclic and due:
-                self._send_held(*self._take_held(), ack=True, interests=None)
+                self._send_held(*self._take_held(), ack=True)
 
     def _should_ship(self) -> bool:
         def covered(cause: HeldCause) -> bool:
@@ -578,16 +576,17 @@ class ReplicaCore:
             self.outputs[name] = {}
         return self.held_back.take(), outputs
 
-    def _send_held(self, changes: list[tuple[Pointstamp, int]], outputs: dict[str, dict[int, list]], ack: bool,
-                   interests: Interests | None) -> None:
-        """Ship the output records, then the progress that retires them (in that order)."""
+    def _send_held(self, changes: list[tuple[Pointstamp, int]], outputs: dict[str, dict[int, list]], ack: bool) -> None:
+        """Ship the output records, then the progress that retires them (in that order), and what
+        the replica now waits on if that changed (a cyclic round's next notification goes along)."""
+        previous, self.interests = self.interests, self._interests()
         if outputs:
             self._to_progress(OutputParts({name: {e: [records] for e, records in epochs.items()}
                                            for name, epochs in outputs.items()}))
         self.flushes += 1
         if ack:
             self.unacked += 1
-        self._to_progress(ProgressBatch(changes, ack, interests))
+        self._to_progress(ProgressBatch(changes, ack, self.interests if self.interests != previous else None))
 
     def _to_progress(self, message: ProgressMessage) -> None:
         self.transport.to_progress(Sequenced(self.outbox.key, next(self.sequence), message))

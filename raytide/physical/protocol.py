@@ -155,11 +155,11 @@ class Sequenced(NamedTuple):
 
 
 class StatusPush(NamedTuple):
-    """Progress actor -> replica: new statuses of locations it reads, and whether its last
-    acknowledged batch has been absorbed."""
+    """Progress actor -> replica: new statuses of locations it reads, and how many more of
+    its batches that asked for an acknowledgement have been absorbed."""
 
     statuses: dict[Location, Status]
-    acked: bool
+    acked: int
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,11 @@ or asked for an acknowledgement: the other answers cannot have changed.
 Skipping pushes is safe: a frontier only ever moves up (a new frontier timestamp is
 implied by the pointstamp that caused it, which implied something at or below it), so a
 subscriber's older status is conservative. A subscriber that asks for an
-acknowledgement gets, after its batch, every status it has not seen.
+acknowledgement (a round of a cycle, which runs no other round until it has one) gets
+it with every status it has not seen, in the first push it gets after its batch: at
+once if it may then deliver a notification, else with the status that makes one ready.
+An acknowledgement alone would only wake a replica that has nothing to run; one push
+then answers both, and a loop's round costs each replica one push instead of two.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from raytide.progress.timestamps import Timestamp
 from raytide.progress.tracker import Pointstamp, Tracker
 
 Status = list[tuple[Timestamp, bool]]
-Push = tuple[dict[Location, Status], bool]
+#: The statuses a subscriber has not seen, and how many of its acknowledged batches they answer.
+Push = tuple[dict[Location, Status], int]
 #: Per location, the times a subscriber waits on, each with whether its coverage matters too.
 Interests = dict[Location, list[tuple[Timestamp, bool]]]
 
@@ -53,6 +58,7 @@ class FrontierPublisher:
         self.interests: dict[Hashable, Interests] = {}
         self._seen: dict[Hashable, dict[Location, Status]] = {}
         self._statuses: dict[Location, Status] = {}
+        self._owed: dict[Hashable, int] = {}  # per subscriber, acknowledgements not pushed yet
         self.batches_applied = 0
         self.pushes = 0
 
@@ -83,10 +89,11 @@ class FrontierPublisher:
         for location in locations:
             self.subscribers_of.setdefault(location, []).append(subscriber)
         self.interests[subscriber] = {}
+        self._owed[subscriber] = 0
         statuses = {loc: self.status(loc) for loc in locations}
         self._seen[subscriber] = dict(statuses)
         self.pushes += 1
-        return statuses, False
+        return statuses, 0
 
     def initialize(self, pointstamps: list[tuple[Pointstamp, int]]) -> None:
         """Apply the pointstamps held before anything runs (the inputs' first epochs)."""
@@ -108,29 +115,53 @@ class FrontierPublisher:
             for subscriber in self.subscribers_of.get(location, ()):
                 look.setdefault(subscriber, []).append(location)
         if (interests is not None or ack) and sender in self.subscriptions:
+            self._owed[sender] += ack
             look[sender] = list(self.subscriptions[sender])
-        return self._pushes(look, acked=sender if ack else None)
+        return self._pushes(look)
 
     def declare(self, subscriber: Hashable, interests: Interests) -> dict[Hashable, Push]:
         """``subscriber`` now waits on ``interests``; push it whatever already answers them."""
         self.interests[subscriber] = interests
         return self._pushes({subscriber: list(self.subscriptions[subscriber])})
 
-    def _pushes(self, look: dict[Hashable, list[Location]], acked: Hashable = None) -> dict[Hashable, Push]:
-        """The pushes owed to the subscribers in ``look``, each judged at the locations given."""
+    def _pushes(self, look: dict[Hashable, list[Location]]) -> dict[Hashable, Push]:
+        """The pushes owed to the subscribers in ``look``, each judged at the locations given
+        (at all of its locations if it is owed an acknowledgement, which carries them all)."""
         pushes: dict[Hashable, Push] = {}
         for subscriber, locations in look.items():
-            seen = self._seen[subscriber]
+            seen, owed = self._seen[subscriber], self._owed.get(subscriber, 0)
             changed = {}
-            for location in locations:
-                new, old = self.status(location), seen[location]
-                if new != old and (subscriber == acked or self._matters(subscriber, location, old, new)):
+            for location in self.subscriptions[subscriber] if owed else locations:
+                new = self.status(location)
+                if new != seen[location]:
                     changed[location] = new
-            if changed or subscriber == acked:
+            matters = any(self._matters(subscriber, location, seen[location], new) for location, new in changed.items())
+            if owed and not matters and not self._may_deliver(subscriber, changed):
+                continue  # nothing it could run yet: the acknowledgement waits for a push that matters
+            if not owed:
+                changed = {location: new for location, new in changed.items()
+                           if self._matters(subscriber, location, seen[location], new)}
+            if changed or owed:
                 seen.update(changed)
-                pushes[subscriber] = (changed, subscriber == acked)
+                self._owed[subscriber] = 0
+                pushes[subscriber] = (changed, owed)
         self.pushes += len(pushes)
         return pushes
+
+    def _may_deliver(self, subscriber: Hashable, changed: dict[Location, Status]) -> bool:
+        """Whether, once it has ``changed``, ``subscriber`` may find a notification it waits on
+        ready: some time it waits on at every input of a vertex is ready at each of them
+        (or it waits on coverage somewhere, which this does not judge: then yes)."""
+        seen, by_vertex = self._seen[subscriber], dict[str, set[Timestamp]]()
+        for location, waits in self.interests[subscriber].items():
+            if any(covered for _, covered in waits):
+                return True
+            status = changed.get(location, seen.get(location))
+            if status is None:
+                return True
+            ready = {time for time, _ in waits if answers(status, time)[0]}
+            by_vertex[location.vertex] = by_vertex.get(location.vertex, ready) & ready
+        return any(by_vertex.values())
 
     def _matters(self, subscriber: Hashable, location: Location, old: Status, new: Status) -> bool:
         for time, covered in self.interests[subscriber].get(location, ()):

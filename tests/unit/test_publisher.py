@@ -37,7 +37,7 @@ def test_pushes_follow_interests_and_acks():
     publisher = FrontierPublisher(Tracker(pipeline()))
     publisher.initialize([((SRC, Timestamp(0)), 1)])
     statuses, acked = publisher.subscribe("b", [B_IN])
-    assert statuses == {B_IN: [(Timestamp(0), True)]} and not acked
+    assert statuses == {B_IN: [(Timestamp(0), True)]} and acked == 0
     # Nothing declared: moving the frontier is not pushed.
     assert publisher.apply("src", [((SRC, Timestamp(0)), -1), ((SRC, Timestamp(1)), 1)], ack=False) == {}
     # Declaring interest in epoch 0 pushes at once, since epoch 0 is already complete at b.
@@ -45,9 +45,25 @@ def test_pushes_follow_interests_and_acks():
     assert pushes == {"b": ({B_IN: [(Timestamp(1), True)]}, False)}
     publisher.declare("b", {B_IN: [(Timestamp(5), False)]})
     assert publisher.apply("src", [((SRC, Timestamp(1)), -1), ((SRC, Timestamp(2)), 1)], ack=False) == {}
-    # An acknowledged batch gets every unseen status, even when nothing it waits on changed.
-    pushes = publisher.apply("b", [], ack=True)
-    assert pushes == {"b": ({B_IN: [(Timestamp(2), True)]}, True)}
+    # An acknowledged batch while nothing b waits on is ready: the acknowledgement waits...
+    assert publisher.apply("b", [], ack=True) == {}
+    assert publisher.apply("b", [], ack=True) == {}
+    assert publisher.apply("src", [((SRC, Timestamp(2)), -1), ((SRC, Timestamp(3)), 1)], ack=False) == {}
+    # ... for the push that makes it ready, with every unseen status and both acknowledgements.
+    pushes = publisher.apply("src", [((SRC, Timestamp(3)), -1), ((SRC, Timestamp(6)), 1)], ack=False)
+    assert pushes == {"b": ({B_IN: [(Timestamp(6), True)]}, 2)}
+
+
+def test_an_acknowledgement_goes_at_once_to_a_replica_that_may_then_run_a_notification():
+    publisher = FrontierPublisher(Tracker(pipeline()))
+    publisher.initialize([((SRC, Timestamp(0)), 1)])
+    publisher.subscribe("b", [B_IN])
+    publisher.apply("src", [((SRC, Timestamp(0)), -1), ((SRC, Timestamp(2)), 1)], ack=False)
+    # b waits on epoch 1, ready already (as b would see once told): the acknowledgement goes now.
+    pushes = publisher.apply("b", [], ack=True, interests={B_IN: [(Timestamp(1), False)]})
+    assert pushes == {"b": ({B_IN: [(Timestamp(2), True)]}, 1)}
+    # Epoch 1 is ready with what b has seen: the next acknowledgement goes alone.
+    assert publisher.apply("b", [], ack=True) == {"b": ({}, 1)}
 
 
 def test_held_progress_is_told_when_it_is_no_longer_covered():
@@ -84,13 +100,15 @@ def test_a_batch_can_carry_new_interests_which_it_answers_at_once():
 class EveryStatusEveryTime:
     """The oracle: after each batch, every subscriber's every location, each status computed
     afresh from the tracker (what the publisher did before it cached statuses and looked only
-    where a batch touched)."""
+    where a batch touched); an acknowledgement goes with the first push that tells its
+    subscriber something it waits on, or at once if a notification of it may be ready."""
 
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker
         self.subscriptions: dict[str, list[Location]] = {}
         self.interests: dict[str, dict] = {}
         self.seen: dict[str, dict] = {}
+        self.owed: collections.Counter = collections.Counter()
 
     def status(self, location: Location) -> list:
         frontier = sorted(self.tracker.frontier(location), key=Timestamp.sort_key)
@@ -104,28 +122,46 @@ class EveryStatusEveryTime:
     def apply(self, sender: str, changes: list, ack: bool, interests: dict | None) -> dict:
         if interests is not None:
             self.interests[sender] = interests
+        self.owed[sender] += ack
         self.tracker.update_all(changes)
         self.tracker.propagate()
-        return self.pushes(list(self.subscriptions), sender if ack else None)
+        return self.pushes(list(self.subscriptions))
 
     def declare(self, subscriber: str, interests: dict) -> dict:
         self.interests[subscriber] = interests
-        return self.pushes([subscriber], None)
+        return self.pushes([subscriber])
 
-    def pushes(self, subscribers: list[str], acked: str | None) -> dict:
+    def pushes(self, subscribers: list[str]) -> dict:
         pushes = {}
         for subscriber in subscribers:
-            changed = {}
-            for location in self.subscriptions[subscriber]:
-                new, old = self.status(location), self.seen[subscriber][location]
-                if new != old and (subscriber == acked or any(
-                        answers(old, t)[0] != answers(new, t)[0] or (held and answers(old, t)[1] != answers(new, t)[1])
-                        for t, held in self.interests[subscriber].get(location, ()))):
-                    changed[location] = new
-            if changed or subscriber == acked:
-                self.seen[subscriber].update(changed)
-                pushes[subscriber] = (changed, subscriber == acked)
+            seen, waits = self.seen[subscriber], self.interests[subscriber]
+            changed = {location: self.status(location) for location in self.subscriptions[subscriber]
+                       if self.status(location) != seen[location]}
+            told = {location: new for location, new in changed.items() if any(
+                answers(seen[location], t)[0] != answers(new, t)[0]
+                or (held and answers(seen[location], t)[1] != answers(new, t)[1])
+                for t, held in waits.get(location, ()))}
+            if self.owed[subscriber] and (told or self.may_run(subscriber, {**seen, **changed})):
+                told = changed
+            elif not told:
+                continue
+            seen.update(told)
+            pushes[subscriber] = (told, self.owed.pop(subscriber, 0))
         return pushes
+
+    def may_run(self, subscriber: str, statuses: dict) -> bool:
+        """A time waited on (not for coverage) at every location of one vertex, ready at each;
+        or a wait for coverage anywhere."""
+        waits = self.interests[subscriber]
+        if any(held for times in waits.values() for _, held in times):
+            return True
+        for vertex in {location.vertex for location in waits}:
+            places = [location for location in waits if location.vertex == vertex]
+            times = {t for location in places for t, _ in waits[location]}
+            if any(all((t, False) in waits[location] and answers(statuses[location], t)[0] for location in places)
+                   for t in times):
+                return True
+        return False
 
 
 @pytest.mark.parametrize("seed", range(40))
