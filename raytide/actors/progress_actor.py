@@ -43,6 +43,7 @@ class ProgressActor:
         self.events: list[JobEvent] = []
         self.first = 0  # the number of the first event still in ``events``
         self.changed = threading.Condition()
+        self.calls = 0  # Ray calls received with messages (a call may carry several, of several replicas)
 
     def connect(self, replicas: dict[ReplicaKey, tuple[Any, list[Location]]]) -> None:
         """Learn every replica's handle and the locations it reads, push their initial statuses,
@@ -70,6 +71,7 @@ class ProgressActor:
         one encoded tuple of them (see :func:`~raytide.physical.protocol.encode`)."""
         if incarnation != self.incarnation:
             return
+        self.calls += 1
         for call in calls:
             for message in decode(call) if isinstance(call, bytes) else (call,):
                 self._perform(self.core.receive(message))
@@ -113,6 +115,6 @@ class ProgressActor:
         return True
 
     def stats(self) -> dict[str, Any]:
-        """How many batches were applied and pushes sent, and each vertex's queued work and
-        frontier (:meth:`ProgressCore.vertex_progress`)."""
-        return {**self.core.stats(), "vertices": self.core.vertex_progress()}
+        """How many batches were applied, calls received and pushes sent, and each vertex's
+        queued work and frontier (:meth:`ProgressCore.vertex_progress`)."""
+        return {**self.core.stats(), "calls": self.calls, "vertices": self.core.vertex_progress()}

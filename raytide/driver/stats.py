@@ -42,7 +42,7 @@ def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
     except ray.exceptions.RayActorError:
         progress = None
     if progress is None:  # dead, or the job is torn down (its host's lease is over)
-        progress = {"batches_applied": None, "pushes": None, "vertices": {}}
+        progress = {"batches_applied": None, "calls": None, "pushes": None, "vertices": {}}
     data_batches = sum(stats["vertices"][placement.plan.chain(key.chain).vertices[0]]["batches_in"]
                        for key, stats in alive.items())
     return {
@@ -51,6 +51,7 @@ def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
                                                 "vertices": stats["vertices"]} for key, stats in alive.items()},
         "progress_batches": progress["batches_applied"],
         "progress_pushes": progress["pushes"],
+        "progress_calls": progress["calls"],  # Ray calls to the progress actor: several batches may share one
         "data_messages": data_batches,
         "data_calls": sum(s["data_calls"] for s in per_replica),  # Ray calls: a replica's batches to one peer share one
         "max_inflight_seen": max((s["max_inflight_seen"] for s in per_replica), default=0),

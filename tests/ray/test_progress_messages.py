@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 import raytide as rt
+from raytide.graph import connected_components, edge_columns
 
 pytestmark = pytest.mark.ray
 
@@ -53,6 +55,41 @@ def test_a_small_epoch_of_a_keyed_pipeline_takes_one_round_through_the_progress_
     pushes = after["progress_pushes"] - before["progress_pushes"]
     assert batches <= BATCHES_PER_EPOCH * EPOCHS, f"{batches / EPOCHS:.2f} progress batches per epoch"
     assert pushes <= PUSHES_PER_EPOCH * EPOCHS, f"{pushes / EPOCHS:.2f} status pushes per epoch"
+
+
+#: Per round of a two-replica loop, at each replica: the push that makes the round's
+#: notification due (it carries the acknowledgement of the round before: no push of its own)...
+PUSHES_PER_ROUND = 1.0
+#: ... and a little over one Ray call to the progress actor: the round's batch (with its next
+#: notification as its new wait) goes with the round's data to the peer, which passes it on
+#: in the call that carries its receipt of that data.
+CALLS_PER_ROUND = 1.25
+PATH = 40
+
+
+def test_a_round_of_a_loop_costs_each_replica_one_push_and_about_one_call_to_the_progress_actor(ray_session):
+    """Connected components on a path: about one round per edge, with one or two rows each."""
+    flow = rt.Dataflow("rounds-in-a-loop")
+    connected_components(flow.input("edges").map_batches(edge_columns), name="cc").output("labels")
+    path = np.stack([np.arange(PATH, 0, -1), np.arange(PATH - 1, -1, -1)], axis=1)
+    with rt.run(flow, parallelism=2) as job:
+        results = job.results("labels", timeout=120, batch_format="numpy")
+        job.push("edges", path[:1], 0)
+        job.advance("edges", 1)
+        next(results)
+        before = job.stats()
+        job.push("edges", path[1:], 1)
+        job.advance("edges", 2)
+        epoch, labels = next(results)
+        after = job.stats()
+        job.close("edges")
+    assert epoch == 1 and sorted(map(tuple, labels.tolist())) == [(node, 0) for node in range(PATH + 1)]
+    rounds = after["vertices"]["cc"]["notifications"] - before["vertices"]["cc"]["notifications"]
+    pushes = after["progress_pushes"] - before["progress_pushes"]
+    calls = after["progress_calls"] - before["progress_calls"]
+    assert rounds >= 2 * PATH, rounds  # both replicas, every round
+    assert pushes <= PUSHES_PER_ROUND * rounds, f"{pushes / rounds:.2f} status pushes per round and replica"
+    assert calls <= CALLS_PER_ROUND * rounds, f"{calls / rounds:.2f} progress calls per round and replica"
 
 
 def padded(i: int) -> tuple[int, str]:
