@@ -23,6 +23,12 @@ batches, so the progress actor holds every record of an epoch before it applies 
 batch that can complete that epoch. On Ray, output parts share one call with the
 progress batch that follows them (``ProgressActor.receive(*calls)``), saving a hop.
 
+On Ray, a cyclic round's ``Sequenced(ProgressBatch)`` (it asks for an acknowledgement)
+may instead go with the round's data to the one peer the round sent to, which passes it
+on ahead of its own next message (see ``raytide/actors/vertex_actor.py``): numbered, it is
+applied in order however it travels. A :class:`StatusPush` answers any acknowledgements
+owed (``acked`` counts them) and is sent only when it may let the replica run something.
+
 On Ray, a data batch's channel, vertex and time, the calls to the progress actor and its
 status pushes travel as :func:`encode` makes them: one plain pickle per call.
 """
