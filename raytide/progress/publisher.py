@@ -130,21 +130,18 @@ class FrontierPublisher:
         pushes: dict[Hashable, Push] = {}
         for subscriber, locations in look.items():
             seen, owed = self._seen[subscriber], self._owed.get(subscriber, 0)
-            changed = {}
-            for location in self.subscriptions[subscriber] if owed else locations:
-                new = self.status(location)
-                if new != seen[location]:
-                    changed[location] = new
-            matters = any(self._matters(subscriber, location, seen[location], new) for location, new in changed.items())
-            if owed and not matters and not self._may_deliver(subscriber, changed):
-                continue  # nothing it could run yet: the acknowledgement waits for a push that matters
-            if not owed:
-                changed = {location: new for location, new in changed.items()
-                           if self._matters(subscriber, location, seen[location], new)}
-            if changed or owed:
-                seen.update(changed)
+            changed = {location: self.status(location) for location in (self.subscriptions[subscriber] if owed else locations)
+                       if self.status(location) != seen[location]}
+            told = {location: new for location, new in changed.items()
+                    if self._matters(subscriber, location, seen[location], new)}
+            if owed:
+                if not told and not self._may_deliver(subscriber, changed):
+                    continue  # nothing it could run yet: the acknowledgement waits for a push that matters
+                told = changed
+            if told or owed:
+                seen.update(told)
                 self._owed[subscriber] = 0
-                pushes[subscriber] = (changed, owed)
+                pushes[subscriber] = (told, owed)
         self.pushes += len(pushes)
         return pushes
 
