@@ -18,6 +18,8 @@ import warnings
 import raytide as rt
 from examples.connected_components import union_find
 from raytide.core.gated import GatedColumns
+from raytide.engine.progress_core import ProgressCore
+from raytide.engine.replica import ReplicaCore
 from raytide.graph import connected_components, edge_columns, pagerank
 from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
@@ -92,6 +94,38 @@ def test_pipelined_epochs_of_components_under_crashes_equal_the_sequential_run_e
         recoveries += len(run.recoveries)
     assert recoveries >= TRIALS // 2, recoveries  # the crashes struck while the job ran
     assert seen["crash of a replica"] >= 3 and seen["crash after a committed snapshot"] >= 3, dict(seen)
+
+
+def test_a_loop_round_sends_no_declaration_of_its_own_and_no_push_that_only_acknowledges_in_vain(monkeypatch):
+    """Each round of the loop ships one batch that asks for an acknowledgement and carries the
+    round's next notification as its new wait (no ``Declaration`` after it); a push that
+    carries nothing but an acknowledgement comes only when it lets the replica run a round
+    (otherwise the acknowledgement rides on the push that makes one due): what keeps a
+    round at one push and about one progress call per replica on Ray."""
+    seen: collections.Counter = collections.Counter()
+    receive, on_progress = ProgressCore.receive, ReplicaCore.on_progress
+
+    def counted(self, call):
+        if call.sender.chain.startswith("cc"):
+            seen[type(call.message).__name__ + (" asking" if getattr(call.message, "ack", False) else "")] += 1
+        return receive(self, call)
+
+    def pushed(self, statuses, acked):
+        rounds = sum(counters.notifications for counters in self.stats.values())
+        on_progress(self, statuses, acked)
+        if acked and not statuses:
+            seen["acknowledgement alone"] += 1
+            seen["in vain"] += rounds == sum(counters.notifications for counters in self.stats.values())
+
+    monkeypatch.setattr(ProgressCore, "receive", counted)
+    monkeypatch.setattr(ReplicaCore, "on_progress", pushed)
+    path = [(node + 1, node) for node in range(30)]
+    for seed in range(5):
+        run = LocalJob(components_flow(), {"edges": [path[:10], path[10:]]}, 2, seed).run()
+        assert run.finished and rows(run.outputs) == expected_rows([path[:10], path[10:]]), f"seed {seed}"
+    assert seen["ProgressBatch asking"] >= 5 * 2 * 30, dict(seen)  # a round per edge of the path, at both replicas
+    assert seen["Declaration"] == 0, dict(seen)
+    assert seen["in vain"] == 0, dict(seen)
 
 
 RESCALE_TRIALS = 24
