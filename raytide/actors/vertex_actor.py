@@ -198,14 +198,17 @@ class _RayTransport:
         if peer is not None:
             self.riding[peer] = call
             return
-        calls = (*self.passing_on, *self.held_outputs, call)
-        if self.held_refs:
-            self.progress.receive.remote(self.incarnation, *calls)
-        else:
-            self.progress.receive.remote(self.incarnation, encode(calls))
+        self._send_progress((*self.passing_on, *self.held_outputs, call), refs=self.held_refs)
         self.passing_on.clear()
         self.held_outputs.clear()
         self.held_refs = False
+
+    def _send_progress(self, calls: tuple[Sequenced, ...], refs: bool) -> None:
+        """One Ray call to the progress actor: encoded, unless a part is an object ref (Ray must see it)."""
+        if refs:
+            self.progress.receive.remote(self.incarnation, *calls)
+        else:
+            self.progress.receive.remote(self.incarnation, encode(calls))
 
     def _round_peer(self, call: Sequenced) -> ReplicaKey | None:
         """The one peer that a cyclic round's progress batch (it asks for an acknowledgement)
@@ -217,7 +220,7 @@ class _RayTransport:
     def pass_on(self) -> None:
         """Send the progress actor what came with data and did not go with a message of this replica's."""
         if self.passing_on:
-            self.progress.receive.remote(self.incarnation, encode(tuple(self.passing_on)))
+            self._send_progress(tuple(self.passing_on), refs=False)
             self.passing_on.clear()
 
     def fail(self, error: RaytideError) -> None:

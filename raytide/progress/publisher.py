@@ -130,8 +130,8 @@ class FrontierPublisher:
         pushes: dict[Hashable, Push] = {}
         for subscriber, locations in look.items():
             seen, owed = self._seen[subscriber], self._owed.get(subscriber, 0)
-            changed = {location: self.status(location) for location in (self.subscriptions[subscriber] if owed else locations)
-                       if self.status(location) != seen[location]}
+            statuses = {location: self.status(location) for location in (self.subscriptions[subscriber] if owed else locations)}
+            changed = {location: new for location, new in statuses.items() if new != seen[location]}
             told = {location: new for location, new in changed.items()
                     if self._matters(subscriber, location, seen[location], new)}
             if owed:
