@@ -37,6 +37,7 @@ SESSION_LANE, OTHER_LANE = "session", "other"
 #: session's; :func:`misplaced` checks both halves.
 OWN_RAY_FILES = frozenset({
     "tests/ray/test_demo.py",
+    "tests/ray/test_driver_exit.py",
     "tests/ray/test_interrupt.py",
     "tests/ray/test_job_submit.py",
     "tests/ray/test_memory.py",

@@ -8,6 +8,10 @@ already under way, and for the idle hosts a lease hands out to answer a ping, so
 host that died since its reset (a SIGKILL the housekeeping has not noticed yet) is
 dropped, not handed to the next job. A daemon thread looks after it once a second: it takes the answers
 of resets and pings, replaces dead spares and releases hosts unused for ``idle_timeout``.
+After ``ray.shutdown()`` any Ray call starts a new local Ray (Ray's auto-init), so the pool
+checks the connection just before each of its Ray calls (:func:`_connected`) and the thread
+stops at the first that finds it gone: a round that overlapped a driver's shutdown once
+started a second Ray from that thread at the driver's exit.
 
 Only hosts that reserve no CPUs are kept (``rt.run(num_cpus=0)``, the default): an idle
 host that reserved CPUs would keep them from the rest of the cluster, so such hosts are
@@ -47,6 +51,18 @@ LEASE_CHECK = 2.0
 HOUSEKEEPING_INTERVAL = 1.0
 
 _CLASSES: dict[HostKind, Any] = {}
+
+
+class RayGone(Exception):
+    """This driver is no longer connected to Ray: the pool makes no more Ray calls."""
+
+
+def _connected() -> None:
+    """Raise :class:`RayGone` unless this driver is connected to Ray. Called just before each
+    Ray call the pool's thread may make; what is left of the race with a ``ray.shutdown()``
+    in another thread is the few bytecodes between this check and Ray's own."""
+    if not ray.is_initialized():
+        raise RayGone("the driver's Ray connection is closed")
 
 
 def _remote_class(kind: HostKind) -> Any:
@@ -189,8 +205,6 @@ class HostPool:
         while not self.closed:
             time.sleep(HOUSEKEEPING_INTERVAL)
             try:
-                if not ray.is_initialized():
-                    return
                 self._take_answers()
                 self._check_idle()
                 with self.lock:
@@ -198,7 +212,9 @@ class HostPool:
                     for number in self.book.to_release(now) + self.book.stuck(now, RESET_TIMEOUT):
                         self._kill(number)
                     self._start_spares()
-            except Exception:  # the pool must outlive a bad round (Ray shutting down, a host dying)
+            except RayGone:
+                return
+            except Exception:  # the pool must outlive a bad round (a host dying)
                 logger.debug("host pool housekeeping failed", exc_info=True)
 
     def _take_answers(self) -> None:
@@ -207,11 +223,13 @@ class HostPool:
             refs = {p.ref: n for n, p in self.pending.items()}
             if not refs:
                 return
+            _connected()
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
             now = time.monotonic()
             for ref in ready:
                 number = refs[ref]
                 pending = self.pending.pop(number)
+                _connected()
                 try:
                     answer = ray.get(ref)
                 except Exception:  # the host died
@@ -229,6 +247,7 @@ class HostPool:
         with self.lock:
             idle = [n for kind in ("vertex", "progress") for n in self.book.of(kind, "idle")]
             for number in idle:
+                _connected()
                 ref = self.pings.get(number)
                 if ref is None:
                     self.pings[number] = self.handles[number].ping.remote()
@@ -253,6 +272,7 @@ class HostPool:
         if number is None:
             number = self.book.next_number
             self.book.next_number += 1
+        _connected()
         # unnamed: Ray registers a named actor's name with the GCS before ``remote`` returns,
         # 30-50 ms per host on the driver, one after the other; its repr names it instead
         self.handles[number] = _remote_class(kind).options(
@@ -267,8 +287,9 @@ class HostPool:
         handle = self.handles.pop(number, None)
         if handle is not None:
             try:
+                _connected()
                 ray.kill(handle)
-            except Exception:  # already gone
+            except Exception:  # already gone (with Ray, if it was shut down)
                 pass
 
     def shutdown(self) -> None:
