@@ -6,7 +6,8 @@ pool's daemon thread makes Ray calls once a second. Once in about twenty runs of
 the round overlapped the demo's ``ray.shutdown()``: a second Ray started from that thread at
 the driver's exit, and Ray's warning "SIGTERM handler is not set because current thread is
 not the main thread" ended the demo's output. Here the round is held at its start until
-Ray is down, so that overlap happens every time.
+Ray is down, so that overlap happens every time. ``rt.shutdown()`` after ``ray.shutdown()``
+killed the pool's hosts with ``ray.kill``, which started a new Ray too.
 """
 
 from __future__ import annotations
@@ -49,14 +50,18 @@ CHILD = textwrap.dedent("""
     go_on.set()
     thread.join(30)
     time.sleep(1)  # a Ray started by the thread would be initialized by now
-    print(json.dumps({"initialized": ray.is_initialized(), "thread_alive": thread.is_alive()}), flush=True)
+    outcome = {"initialized": ray.is_initialized(), "thread_alive": thread.is_alive()}
+    rt.shutdown()  # kills the pool's hosts: with Ray gone there is nothing to kill, and no Ray to start
+    outcome["initialized_after_rt_shutdown"] = ray.is_initialized()
+    print(json.dumps(outcome), flush=True)
 """)
 
 
 @pytest.mark.slow
-def test_ray_shut_down_during_the_pools_round_is_not_started_again(own_ray_env):
+def test_after_ray_shutdown_neither_the_pools_round_nor_rt_shutdown_starts_ray_again(own_ray_env):
     done = subprocess.run([sys.executable, "-c", CHILD], env=own_ray_env, capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, done.stdout + done.stderr
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
-    assert outcome == {"initialized": False, "thread_alive": False}, done.stdout + done.stderr
+    assert outcome == {"initialized": False, "thread_alive": False, "initialized_after_rt_shutdown": False}, \
+        done.stdout + done.stderr
     assert "SIGTERM handler is not set" not in done.stdout + done.stderr, done.stderr
