@@ -227,9 +227,9 @@ class HostPool:
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
             now = time.monotonic()
             for ref in ready:
+                _connected()
                 number = refs[ref]
                 pending = self.pending.pop(number)
-                _connected()
                 try:
                     answer = ray.get(ref)
                 except Exception:  # the host died
