@@ -11,7 +11,11 @@ it is sent, until its replica has fewer than ``max_inflight`` calls unanswered
 In a job with recovery the driver also keeps, per input replica, every call it made
 (:class:`CallLog`) until committed snapshots cover it: a recovery rewinds each input
 replica to the position its snapshot recorded (how many pushes and advances it had
-consumed) and sends the rest again. Every call carries the job's incarnation.
+consumed) and sends the rest again. Every call carries the job's incarnation. A rewind
+holds every input's lock at once: a feeder of one input that pushed while another input was
+being rewound would otherwise send its call in the new incarnation ahead of its own
+input's replay (which then sent it again), and its replicas would run it twice, or fail on
+an epoch that goes back.
 
 A job restored from an earlier run's snapshot (``restore=``) knows, per input replica,
 how many commands the snapshot had consumed and the epoch the input was at (:class:`Resume`):
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import collections.abc
+import contextlib
 import itertools
 import operator
 import threading
@@ -352,12 +357,14 @@ class InputFeeds:
         """After a recovery: send each input replica (of ``replicas``, the handles now) the
         calls after its restored position, in incarnation ``incarnation``."""
         assert self.logs is not None
-        for name in self.replicas:
-            with self.locks[name]:
+        with contextlib.ExitStack() as held:
+            for name in sorted(self.locks):  # a feeder holds one lock at a time: no order to deadlock on
+                held.enter_context(self.locks[name])
+            self.incarnation = incarnation
+            for name in self.replicas:
                 for old in self.replicas[name]:  # calls in flight to them are of the old incarnation
                     self.windows.pop(old, None)
                 self.replicas[name] = replicas[name]
-                self.incarnation = incarnation
                 for index, actor in enumerate(replicas[name]):
                     position = positions.get((name, index), 0)
                     for method, args in self.logs[(name, index)].after(position, f"input {name!r} replica {index}"):

@@ -205,6 +205,59 @@ def test_the_coordinator_killed(ray_session, tmp_path):
     assert stats["snapshots"]["committed"] >= 1, "the new coordinator takes snapshots again"
 
 
+def test_a_push_made_while_another_input_is_rewound_reaches_its_replicas_once_and_in_order(
+        ray_session, tmp_path, monkeypatch):
+    """A recovery sends each input's logged calls again, one input after the other. A push
+    into one input from another thread while the other input's calls are sent again must
+    wait for its own input's rewind. (It did not: it went out in the new incarnation at
+    once, ahead of its input's replayed calls, which then sent it again. In about a third
+    of the runs of ``test_the_coordinator_killed`` alone, the job failed with "input
+    'right' is at epoch 20; it cannot go back to epoch 13".) Here the push is made at that
+    moment every time: from inside the first input's rewind."""
+    from raytide.driver import inputs as inputs_module
+
+    flow = rt.Dataflow("two-inputs")
+    flow.input("left").map(lambda r: r, name="l").output("lo")
+    flow.input("right").map(lambda r: r, name="r").output("ro")
+    expected = {out: {e: Counter([(out[0], e)]) for e in range(6)} for out in ("lo", "ro")}
+    with rt.run(flow, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"), interval=None)) as job:
+        def feed(epochs: range, name: str) -> None:
+            for epoch in epochs:
+                job.push(name, [(name[0], epoch)], epoch)
+                job.advance(name, epoch + 1)
+
+        for name in ("left", "right"):
+            feed(range(3), name)
+        job.snapshot(timeout=60)
+        for name in ("left", "right"):
+            feed(range(3, 5), name)
+        original, pusher = inputs_module.CallLog.after, {}
+
+        def after(log: Any, position: int, what: str) -> Any:
+            if not pusher:  # the first input rewound: push into the other one from another thread
+                pusher["into"] = "right" if "'left'" in what else "left"
+                pusher["thread"] = threading.Thread(target=feed, args=(range(5, 6), pusher["into"]))
+                pusher["thread"].start()
+                pusher["thread"].join(2.0)  # done at once, before the fix; now it waits for the rewind
+            return original(log, position, what)
+
+        monkeypatch.setattr(inputs_module.CallLog, "after", after)
+        sigkill(job, str(next(key for key in job.placement.actors if key.chain.startswith("left"))))
+        deadline = time.monotonic() + 60
+        while not pusher:  # job.collect takes the job's events: the death, then the recovery
+            assert time.monotonic() < deadline, "no recovery rewound the inputs within 60 s"
+            job.collect("lo")
+            time.sleep(0.05)
+        pusher["thread"].join(30)
+        assert not pusher["thread"].is_alive(), "the push waited more than 30 s for the rewind"
+        feed(range(5, 6), "left" if pusher["into"] == "right" else "right")
+        job.close("left")
+        job.close("right")
+        got = read_outputs(job, ["lo", "ro"])
+        assert job.stats()["recoveries"]["count"] == 1
+    assert_exactly_once(expected, got)
+
+
 def test_two_kills_in_a_row(ray_session, tmp_path):
     keyed = scenario("keyed", seed=4)
     rng = random.Random(5)
