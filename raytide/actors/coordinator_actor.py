@@ -11,11 +11,13 @@ Message flow (fire and forget unless marked *waits*)::
     driver ──hold_now(timeout)──▶ coordinator      (*waits* until every replica holds at a
                                                     rescale's cut: replica ──acknowledge──▶ coordinator)
     driver ──start()──▶ coordinator                 (the replicas are connected: snapshots begin)
-    driver ──reset(incarnation, inputs, recovery time)──▶ coordinator   (a recovery)
+    driver ──restart(incarnation, inputs, recovery time)──▶ coordinator   (a recovery)
 
 The coordinator waits for nobody: a snapshot that cannot complete is abandoned at its
-timeout. Its own thread ticks the clock (periodic triggers, timeouts); calls run on a
-few threads (``max_concurrency``) under one lock, so that ``snapshot_now`` can wait
+timeout. It is the role of a pooled host (:class:`~raytide.actors.hosts.CoordinatorHost`),
+which answers ``ping`` and ``watch`` for it. Its own thread ticks the clock (periodic
+triggers, timeouts) until the host is reset; calls run on a few threads
+(``max_concurrency``) under one lock, so that ``snapshot_now`` can wait
 while acknowledgements come in. With ``interval="auto"`` the interval is the
 utilization model's T* (:class:`~raytide.snapshots.interval.IntervalTuner`) from the
 measured snapshot durations, recovery times and failures.
@@ -24,12 +26,9 @@ measured snapshot durations, recovery times and failures.
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from typing import Any
-
-import ray
 
 from raytide.errors import SnapshotError
 from raytide.physical.plan import PhysicalPlan
@@ -51,7 +50,7 @@ class CoordinatorActor:
     def __init__(self, plan: PhysicalPlan, recovery: Recovery, inputs: dict[ReplicaKey, Any], incarnation: int,
                  first_id: int) -> None:
         """It takes no periodic snapshot until :meth:`start` (the replicas are connected) or
-        :meth:`reset` (they are restored)."""
+        :meth:`restart` (they are restored)."""
         self.plan, self.recovery = plan, recovery
         self.store = SnapshotStore(recovery.store, recovery.signing_key)
         keys = plan.replica_keys()
@@ -72,22 +71,19 @@ class CoordinatorActor:
         self.lock = threading.Condition()
         self.last_tick = time.monotonic()
         self.paused = True
+        self.closed = threading.Event()
         self.thread = threading.Thread(target=self._clock, name="raytide-coordinator-clock", daemon=True)
         self.thread.start()
 
-    def ping(self) -> int:
-        """Liveness check for the driver: this process's id."""
-        return os.getpid()
-
-    @ray.method(concurrency_group="watch")
-    def watch(self) -> None:
-        """Never returns: the driver's pending call costs nothing and fails the moment this
-        process dies (in a concurrency group of its own, so it holds no thread of the others)."""
-        threading.Event().wait()
+    def close(self) -> None:
+        """Stop the clock: the job is over and its host goes back to the pool
+        (:class:`~raytide.actors.hosts.CoordinatorHost`). A call already under way may
+        still finish."""
+        self.closed.set()
+        self.thread.join(timeout=2 * TICK)
 
     def _clock(self) -> None:
-        while True:
-            time.sleep(TICK)
+        while not self.closed.wait(TICK):
             with self.lock:
                 now = time.monotonic()
                 if self.tuner is not None:
@@ -158,7 +154,7 @@ class CoordinatorActor:
 
         ``delivered`` is what the driver has been handed, exactly: a savepoint
         (``job.stop()``) records it, and the driver takes no more events until it is committed.
-        ``pause``: take no periodic snapshot after it until :meth:`start` or :meth:`reset`
+        ``pause``: take no periodic snapshot after it until :meth:`start` or :meth:`restart`
         (a rescale's cut: the next snapshot is the rescaled job's).
 
         Raises:
@@ -178,7 +174,7 @@ class CoordinatorActor:
         id and each replica's :class:`~raytide.snapshots.replica_state.HeldReport` (None and
         nothing: the snapshot in flight did not complete in time, so no cut was started).
         Nothing is written, and no periodic snapshot is taken after it until :meth:`start`,
-        :meth:`reset` or :meth:`reconfigure`. A cut not complete in time is abandoned at
+        :meth:`restart` or :meth:`reconfigure`. A cut not complete in time is abandoned at
         once: replies that come later do not complete it.
 
         Raises:
@@ -224,7 +220,7 @@ class CoordinatorActor:
             self.paused = False
             self.core.last_end = time.monotonic()
 
-    def reset(self, incarnation: int, inputs: dict[ReplicaKey, Any], recovery_seconds: float | None) -> None:
+    def restart(self, incarnation: int, inputs: dict[ReplicaKey, Any], recovery_seconds: float | None) -> None:
         """A recovery started ``incarnation`` (and took ``recovery_seconds``, if known)."""
         with self.lock:
             if incarnation != self.core.incarnation:  # a coordinator started by this recovery is at it already
@@ -239,7 +235,7 @@ class CoordinatorActor:
 
     def pause(self, incarnation: int) -> None:
         """A recovery starts ``incarnation``: abandon the snapshot in flight and take none until
-        :meth:`reset` (none may commit while the replicas are restored from an older one)."""
+        :meth:`restart` (none may commit while the replicas are restored from an older one)."""
         with self.lock:
             if incarnation > self.core.incarnation:
                 self._abandoned(self.core.reset(incarnation, time.monotonic()))
@@ -247,7 +243,7 @@ class CoordinatorActor:
 
     def reconfigure(self, plan: PhysicalPlan, incarnation: int) -> None:
         """A rescale starts ``incarnation`` with ``plan``'s replicas; snapshots stay paused until
-        :meth:`reset` (the replicas are restored), and their ids follow the rescaled snapshot's."""
+        :meth:`restart` (the replicas are restored), and their ids follow the rescaled snapshot's."""
         with self.lock:
             self.plan = plan
             self._abandoned(self.core.reconfigure(plan.replica_keys(), incarnation, self.store.next_id(),

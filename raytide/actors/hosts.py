@@ -1,9 +1,10 @@
 """Warm hosts: Ray actor processes that play one role at a time and are reused across jobs.
 
-A host is leased by a job, told its role (a replica of a chain: :class:`VertexHost`, or the
-job's progress actor: :class:`ProgressHost`), and given back: reset, it waits in the
-driver's pool (:mod:`raytide.driver.pool`) for the next job. Starting a job on warm hosts
-costs a few calls instead of a process start per actor.
+A host is leased by a job, told its role (a replica of a chain: :class:`VertexHost`, the
+job's progress actor: :class:`ProgressHost`, or its snapshot coordinator:
+:class:`CoordinatorHost`), and given back: reset, it waits in the driver's pool
+(:mod:`raytide.driver.pool`) for the next job. Starting a job on warm hosts costs a few
+calls instead of a process start per actor.
 
 Every call of a role carries the lease it belongs to, and a host answers only calls of
 its current lease: calls of a previous job still in flight when the host was re-leased
@@ -73,7 +74,13 @@ def announce(name: str) -> None:
 
 
 class Host:
-    """A process that plays one role at a time; the base of :class:`VertexHost` and :class:`ProgressHost`."""
+    """A process that plays one role at a time; the base of :class:`VertexHost`,
+    :class:`ProgressHost` and :class:`CoordinatorHost`.
+
+    A coordinator host runs calls on several threads, so the lease, the role and the calls
+    kept for a later lease change only under :attr:`leases`' lock: a call of a later lease
+    is either kept before its ``take`` swaps them, or runs after it.
+    """
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -107,19 +114,22 @@ class Host:
         with self.leases:
             self.role, self.lease = role, lease
             self.leases.notify_all()
+            early = self.early.pop(lease, [])
+            self.early = {later: calls for later, calls in self.early.items() if later > lease}
         announce(f"raytide {name}")
-        for method, args in self.early.pop(lease, []):
+        for method, args in early:
             getattr(role, method)(*args)
-        self.early = {later: calls for later, calls in self.early.items() if later > lease}
         return os.getpid()
 
     def _call(self, lease: int, method: str, args: tuple) -> Any:
         """``role.method(*args)`` for the current lease; kept for a later one; dropped for an earlier one."""
-        if lease == self.lease:
-            return getattr(self.role, method)(*args)
-        if lease > self.lease:
-            self.early.setdefault(lease, []).append((method, args))
-        return None
+        with self.leases:
+            if lease != self.lease:
+                if lease > self.lease:
+                    self.early.setdefault(lease, []).append((method, args))
+                return None
+            role = self.role
+        return getattr(role, method)(*args)
 
     def reset(self, lease: int) -> bool:
         """Drop the role of ``lease`` and everything it held (plan, channels, vertex objects,
@@ -140,6 +150,7 @@ class Host:
     def raytide_objects(self) -> dict[str, int]:
         """How many objects of raytide's runtime classes this process holds (tests check a
         reset host holds none), frozen ones included; the process stays thawed after it."""
+        from raytide.actors.coordinator_actor import CoordinatorActor
         from raytide.core.vertex import Vertex
         from raytide.engine.progress_core import ProgressCore
         from raytide.engine.replica import ReplicaCore
@@ -148,7 +159,7 @@ class Host:
 
         gc.collect()
         gc.unfreeze()  # the permanent generation too, uncollected: a job's garbage frozen there is counted
-        kinds = (PhysicalPlan, ProgressCore, ReplicaCore, SnapshotWriter, Vertex)
+        kinds = (CoordinatorActor, PhysicalPlan, ProgressCore, ReplicaCore, SnapshotWriter, Vertex)
         counts = dict.fromkeys((kind.__name__ for kind in kinds), 0)
         for thing in gc.get_objects():
             for kind in kinds:
@@ -185,6 +196,9 @@ VERTEX_METHODS = ("connect", "receive", "receive_many", "receive_marker", "injec
                   "start_reader", "pump", "advance", "restore", "hand_over", "adopt", "resume", "stats", "debug_state")
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
 PROGRESS_METHODS = ("connect", "restore", "receive", "fail", "frontier", "describe", "stats")
+#: The methods of :class:`~raytide.actors.coordinator_actor.CoordinatorActor` that the replicas and the driver call.
+COORDINATOR_METHODS = ("acknowledge", "write_failed", "sync", "snapshot_now", "hold_now", "start", "restart", "pause",
+                       "reconfigure", "stats")
 
 
 class VertexHost(Host):
@@ -243,10 +257,35 @@ class ProgressHost(Host):
         return role.next_events(cursor, timeout)
 
 
+class CoordinatorHost(Host):
+    """A host whose role is a job's snapshot coordinator (a
+    :class:`~raytide.actors.coordinator_actor.CoordinatorActor`).
+
+    Created with several threads (``max_concurrency``) and a concurrency group ``watch``,
+    as the coordinator needs: a driver's ``snapshot_now`` waits while the replicas'
+    acknowledgements come in.
+    """
+
+    def __init__(self, number: int) -> None:
+        super().__init__(f"coordinator host {number}")
+        import raytide.actors.coordinator_actor  # noqa: F401  (warm)
+
+        _freeze_start_up()
+
+    def take(self, lease: int, job: str, plan: Any, recovery: Any, inputs: dict, incarnation: int, first_id: int) -> int:
+        """Become the snapshot coordinator of ``job`` (whose replicas ``plan`` lays out) for
+        ``lease``; returns this process's id."""
+        from raytide.actors.coordinator_actor import CoordinatorActor
+
+        return self._take(lease, CoordinatorActor(plan, recovery, inputs, incarnation, first_id), f"{job}/coordinator")
+
+
 for _name in VERTEX_METHODS:
     setattr(VertexHost, _name, _forwarding(_name))
 for _name in PROGRESS_METHODS:
     setattr(ProgressHost, _name, _forwarding(_name))
+for _name in COORDINATOR_METHODS:
+    setattr(CoordinatorHost, _name, _forwarding(_name))
 
 
 # -- the host process's allocator ---------------------------------------------------------

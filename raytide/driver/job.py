@@ -138,7 +138,7 @@ class Job:
     def hosts(self) -> dict[str, int]:
         """The process id of each host of this job, by ``job/chain/replica`` (and ``job/progress``;
         ``job/coordinator`` in a job with recovery); -1 for one that died before its first answer."""
-        return self.placement.hosts(self._recovery.coordinator if self._recovery is not None else None)
+        return self.placement.hosts()
 
     def wait_ready(self, timeout: float = SETUP_TIMEOUT) -> None:
         """Block until the progress actor (and the snapshot coordinator, in a job with recovery)
@@ -577,8 +577,6 @@ class Job:
                                        f"with job.collect()")
         for name, epoch in self._outputs.keep_locally():
             logger.debug("could not keep output %s epoch %s", name, epoch)
-        if self._recovery is not None and self._recovery.coordinator is not None:
-            ray.kill(self._recovery.coordinator)
         if self._autoscaler is not None:
             ray.kill(self._autoscaler)
         self.placement.release()

@@ -66,6 +66,7 @@ class JobPlacement:
         self.leases: dict[Hashable, HostLease] = dict(zip(keys, self.pool.lease("vertex", len(keys), settings.num_cpus)))
         self.leases[PROGRESS] = self.pool.lease("progress", 1)[0]
         self.dead_leases: list[HostLease] = []
+        self.coordinator_lease: HostLease | None = None
         self.actors: dict[ReplicaKey, Any] = {key: self.leases[key].handle for key in keys}
         self.peers: dict[ReplicaKey, Any] = {key: self.leases[key].leased for key in keys}
         self.progress: Any = self.leases[PROGRESS].leased
@@ -108,6 +109,27 @@ class JobPlacement:
         return lease.handle.take.remote(lease.lease, self._plan_ref, self.name, key.chain, key.replica,
                                         settings.max_inflight, settings.pretouch_mb, lease.handle, settings.recovery,
                                         incarnation)
+
+    def lease_coordinator(self, recovery: Recovery, incarnation: int, first_id: int) -> Any:
+        """Lease a host for the job's snapshot coordinator (a new one after a coordinator's
+        death: the old lease goes back with the dead), give it the role and wait until it
+        has taken it; returns the coordinator's handle, bound to the lease.
+
+        The wait is what keeps the driver's calls whole: the coordinator's host runs calls
+        on several threads, so a call sent right after the ``take`` may run before it, and
+        a call of a lease not taken yet is only kept (its answer, such as ``sync``'s
+        commits, would be lost). Meanwhile the vertex hosts' processes start.
+
+        Raises:
+            JobTimeout: the host did not take the role within :data:`SETUP_TIMEOUT`.
+        """
+        if self.coordinator_lease is not None:
+            self.dead_leases.append(self.coordinator_lease)
+        self.coordinator_lease = lease = self.pool.lease("coordinator", 1)[0]
+        take = lease.handle.take.remote(lease.lease, self.name, self.plan, recovery, self.input_replicas(),
+                                        incarnation, first_id)
+        self._pids[f"{self.name}/coordinator"] = self.wait([take], "starting the snapshot coordinator")[0]
+        return lease.leased
 
     def watch(self, coordinator: Any = None) -> None:
         """Watch every actor of the job for its death: the hosts, under their leases, and the
@@ -197,11 +219,9 @@ class JobPlacement:
         """``job/chain/replica`` or ``job/progress``: how a host is named in Ray's log prefixes."""
         return f"{self.name}/progress" if key == PROGRESS else f"{self.name}/{key.chain}/{key.replica}"  # type: ignore[attr-defined]
 
-    def hosts(self, coordinator: Any = None) -> dict[str, int]:
+    def hosts(self) -> dict[str, int]:
         """The process id of each host, by ``job/chain/replica`` (and ``job/progress``, and
-        ``job/coordinator`` given the coordinator); -1 for one that died before its first answer."""
-        if coordinator is not None:
-            self._pids[f"{self.name}/coordinator"] = coordinator.ping.remote()
+        ``job/coordinator`` in a job with recovery); -1 for one that died before its first answer."""
         for name, pid in self._pids.items():
             if isinstance(pid, ray.ObjectRef):
                 try:
@@ -249,7 +269,8 @@ class JobPlacement:
         """Give every host back to the pool, which resets them for the next job. Hosts that
         reserved CPUs are killed, not kept, and ``ray.kill`` returns at once: wait (a bounded
         time) until their processes are gone, so that the next job finds the CPUs free."""
-        killed = self.pool.give_back([*self.leases.values(), *self.dead_leases])
+        coordinator = [self.coordinator_lease] if self.coordinator_lease is not None else []
+        killed = self.pool.give_back([*self.leases.values(), *coordinator, *self.dead_leases])
         if killed:
             gone = [handle.ping.remote() for handle in killed]
             _, alive = ray.wait(gone, num_returns=len(gone), timeout=TEARDOWN_TIMEOUT)

@@ -29,7 +29,7 @@ from typing import Any
 
 import ray
 
-from raytide.actors.hosts import Leased, ProgressHost, VertexHost
+from raytide.actors.hosts import CoordinatorHost, Leased, ProgressHost, VertexHost
 from raytide.core.arguments import non_negative, non_negative_int
 from raytide.driver.pool_book import HostKind, PoolBook
 
@@ -65,11 +65,20 @@ def _connected() -> None:
         raise RayGone("the driver's Ray connection is closed")
 
 
+#: Each kind of host: its class, its threads for calls (1: sequential) and its concurrency
+#: groups (see Host.watch, ProgressHost.next_events, CoordinatorHost).
+_KINDS: dict[HostKind, tuple[type, int, dict[str, int]]] = {
+    "vertex": (VertexHost, 1, {"watch": 1}),
+    "progress": (ProgressHost, 1, {"watch": 1, "poll": 1}),
+    "coordinator": (CoordinatorHost, 4, {"watch": 1}),
+}
+
+
 def _remote_class(kind: HostKind) -> Any:
     """The Ray actor class of ``kind`` (made once: ``ray.remote`` pickles the class)."""
     if kind not in _CLASSES:
-        groups = {"watch": 1} if kind == "vertex" else {"watch": 1, "poll": 1}  # see Host.watch, ProgressHost
-        _CLASSES[kind] = ray.remote(concurrency_groups=groups)(VertexHost if kind == "vertex" else ProgressHost)  # type: ignore[call-overload]
+        host, threads, groups = _KINDS[kind]
+        _CLASSES[kind] = ray.remote(max_concurrency=threads, concurrency_groups=groups)(host)  # type: ignore[call-overload]
     return _CLASSES[kind]
 
 
@@ -245,7 +254,7 @@ class HostPool:
     def _check_idle(self) -> None:
         """Ping idle hosts (one ping in flight each); forget those that died."""
         with self.lock:
-            idle = [n for kind in ("vertex", "progress") for n in self.book.of(kind, "idle")]
+            idle = [n for kind in _KINDS for n in self.book.of(kind, "idle")]
             for number in idle:
                 _connected()
                 ref = self.pings.get(number)

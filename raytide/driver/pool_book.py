@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-HostKind = Literal["vertex", "progress"]
+HostKind = Literal["vertex", "progress", "coordinator"]
 HostState = Literal["starting", "idle", "leased", "resetting"]
 
 

@@ -10,7 +10,7 @@ timeout, for every actor it addresses, and no actor waits for the driver::
     driver ──restore(n, pointstamps, kept outputs)──▶ progress actor   (*waits*)
     driver ──resume(n)──▶ every replica                          (*waits*)
     driver ──the logged calls after each position──▶ input replicas
-    driver ──reset(n)──▶ coordinator (a new one if it died)
+    driver ──restart(n)──▶ coordinator (a new one if it died)
 
 Meanwhile it keeps the coordinator informed of the epochs it has been handed (so output
 replicas drop them) and learns of committed snapshots, which let it forget the input
@@ -26,7 +26,6 @@ from typing import Any
 
 import ray
 
-from raytide.actors.coordinator_actor import CoordinatorActor
 from raytide.driver.inputs import InputFeeds
 from raytide.driver.outputs import OutputCollector
 from raytide.driver.placement import COORDINATOR, JobPlacement
@@ -72,15 +71,6 @@ RECOVERY_TIMEOUT = 120.0
 PING_TIMEOUT = 0.3
 #: The longest the driver waits for job events between two liveness checks, with recovery.
 RECOVERY_POLL = 0.1
-
-_COORDINATOR_CLASS: list[Any] = []
-
-
-def _coordinator_class() -> Any:
-    if not _COORDINATOR_CLASS:  # made once: ray.remote pickles the class
-        _COORDINATOR_CLASS.append(ray.remote(max_concurrency=4, concurrency_groups={"watch": 1})(CoordinatorActor))  # type: ignore[call-overload]
-    return _COORDINATOR_CLASS[0]
-
 
 @dataclass
 class Steps:
@@ -176,10 +166,9 @@ class JobRecovery:
         self.start_coordinator(self.first_id)
 
     def start_coordinator(self, first_id: int = 1) -> None:
-        """A coordinator for the job's replicas, started without waiting for it; it takes no
-        periodic snapshot before it is told to start (or reset by a recovery)."""
-        self.coordinator = _coordinator_class().options(num_cpus=0, max_restarts=0).remote(
-            self.placement.plan, self.recovery, self.placement.input_replicas(), self.incarnation, first_id)
+        """A coordinator for the job's replicas on a warm host; it takes no periodic snapshot
+        before it is told to start (or restarted by a recovery)."""
+        self.coordinator = self.placement.lease_coordinator(self.recovery, self.incarnation, first_id)
 
     def watch(self) -> None:
         """Watch the job's actors, the coordinator included, for their deaths."""
@@ -386,7 +375,7 @@ class JobRecovery:
         if effect.how == "rescaled":  # reconfigured for the new widths before the replicas adopted
             self.coordinator.start.remote(inputs)
         else:
-            self.coordinator.reset.remote(effect.incarnation, inputs, seconds if effect.how == "recovered" else None)
+            self.coordinator.restart.remote(effect.incarnation, inputs, seconds if effect.how == "recovered" else None)
 
     def _finished(self, effect: Finished, run: _Execution) -> None:
         if not effect.causes:  # a start from a savepoint, or a rescale's switch, that nothing interrupted

@@ -63,7 +63,8 @@ def counting_words(name: str) -> rt.Dataflow:
 def hosts_given_back(job: rt.Job, timeout: float = 60.0) -> bool:
     """Every host of ``job`` is back in the pool, reset (idle), or dead: none is still the job's."""
     deadline = time.monotonic() + timeout
-    numbers = {lease.number for lease in job.placement.leases.values()}
+    coordinator = job.placement.coordinator_lease
+    numbers = {lease.number for lease in job.placement.leases.values()} | ({coordinator.number} if coordinator else set())
     while True:
         states = job.placement.pool.describe()
         held = numbers & {n for state, hosts in states.items() if not state.endswith("idle") for n in hosts}

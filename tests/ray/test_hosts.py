@@ -97,7 +97,8 @@ def test_a_reset_host_keeps_nothing_of_raytides_but_user_globals_persist(fresh_p
     _wait_until(lambda: len(_idle(fresh_pool)) == 1, "the host's reset")
     (number,) = _idle(fresh_pool)
     held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
-    assert held == {"PhysicalPlan": 0, "ProgressCore": 0, "ReplicaCore": 0, "SnapshotWriter": 0, "Vertex": 0}, held
+    assert held == {"CoordinatorActor": 0, "PhysicalPlan": 0, "ProgressCore": 0, "ReplicaCore": 0, "SnapshotWriter": 0,
+                    "Vertex": 0}, held
     with rt.run(_flow("globals2", count_calls), inputs={"numbers": [[0]]}, parallelism=1) as job:
         job.wait(timeout=60)
         assert job.collect("out") == {0: [4]}, "a module global of user code lives on in the reused process"
@@ -113,6 +114,26 @@ def test_a_reset_host_of_a_job_with_recovery_stops_its_snapshot_writer(fresh_poo
     for number in numbers:
         held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
         assert held["SnapshotWriter"] == 0 and held["ReplicaCore"] == 0, held
+
+
+def test_the_snapshot_coordinator_plays_a_pooled_host_that_the_next_job_reuses(fresh_pool, tmp_path):
+    """The coordinator is a role too: its host goes back to the pool with the job's others,
+    keeps no coordinator (its clock thread, which holds it, stopped at the reset), and
+    the next job with recovery takes it instead of starting a process."""
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=0.05)
+    with rt.run(_flow("coordinated"), inputs={"numbers": [[1], [2]]}, parallelism=1, recovery=recovery) as job:
+        job.wait(timeout=60)
+        job.snapshot(timeout=60)
+        first = job.hosts()[f"{job.name}/coordinator"]
+        number = job.placement.coordinator_lease.number
+    _wait_until(lambda: number in _idle(fresh_pool, "coordinator"), "the coordinator host's reset")
+    held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
+    assert held["CoordinatorActor"] == 0, held
+    with rt.run(_flow("coordinated2"), inputs={"numbers": [[3]]}, parallelism=1, recovery=recovery) as job:
+        job.wait(timeout=60)
+        job.snapshot(timeout=60)
+        assert job.hosts()[f"{job.name}/coordinator"] == first, "the second job's coordinator runs in the first one's host"
+        assert job.collect("out") == {0: [3]}
 
 
 def test_a_failed_jobs_host_is_reused_after_a_clean_reset_and_killed_if_it_never_resets(fresh_pool, monkeypatch):

@@ -310,8 +310,8 @@ def test_the_coordinator_killed_as_the_job_switches_to_the_new_widths_leaves_it_
     gates, store = Gates(), str(tmp_path / "store")
     with rt.run(flow, {"records": gates.epochs()}, parallelism=1,
                 recovery=rt.Recovery(store, interval=0.3, max_restarts=3)) as job:
-        coordinator = job._recovery.coordinator
-        killed = at_the_switch(monkeypatch, lambda: ray.kill(coordinator), before=before)
+        host = job._recovery.coordinator.handle  # the coordinator's pooled host
+        killed = at_the_switch(monkeypatch, lambda: ray.kill(host), before=before)
         record = gates.rescale(job, 0, {"check": STEPS[0]})
         assert killed == [1], killed
         monkeypatch.undo()
