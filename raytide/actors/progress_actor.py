@@ -4,8 +4,9 @@ It takes the replicas' numbered messages (:class:`~raytide.physical.protocol.Seq
 performs the core's status pushes (fire and forget) and keeps the job's events for the
 driver's long poll. It never waits for anyone (see :mod:`raytide.physical.protocol`).
 
-Every call but the long poll runs on one thread, in turn; the long poll runs in a
-concurrency group of its own, so that it waits without blocking progress, and shares
+It is the role of a pooled host (:class:`~raytide.actors.hosts.ProgressHost`). Every call
+but the long poll runs on one thread, in turn; the long poll runs in the host's
+concurrency group ``poll``, so that it waits without blocking progress, and shares
 only the event log with the rest, under a lock. (A threaded actor answers calls as fast
 as a plain one; an asyncio actor took half as long again per call.) The log keeps only
 the events the driver has not acknowledged: a poll from ``cursor`` says that every event
@@ -20,8 +21,6 @@ from __future__ import annotations
 
 import threading
 from typing import Any
-
-import ray
 
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
@@ -92,7 +91,6 @@ class ProgressActor:
                 self.events += events
                 self.changed.notify_all()
 
-    @ray.method(concurrency_group="poll")
     def next_events(self, cursor: int, timeout: float) -> tuple[list[JobEvent], int]:
         """Events from number ``cursor`` on, waiting up to ``timeout`` seconds for one to arrive;
         the events before ``cursor`` have been read and are dropped."""
