@@ -141,8 +141,9 @@ class Job:
         return self.placement.hosts()
 
     def wait_ready(self, timeout: float = SETUP_TIMEOUT) -> None:
-        """Block until the progress actor (and the snapshot coordinator, in a job with recovery)
-        is up too; ``rt.run`` returns once the vertex actors are.
+        """Block until the progress actor is up too (and, in a job with recovery, answers with
+        the snapshot coordinator); ``rt.run`` returns once the vertex actors and the
+        coordinator have taken their roles.
 
         Running does not need this (what replicas send the progress actor waits in Ray's
         queue until it runs), but a measurement that leaves start-up out does.
