@@ -141,22 +141,17 @@ class Job:
         return self.placement.hosts()
 
     def wait_ready(self, timeout: float = SETUP_TIMEOUT) -> None:
-        """Block until the progress actor is up too (and, in a job with recovery, answers with
-        the snapshot coordinator); ``rt.run`` returns once the vertex actors and the
-        coordinator have taken their roles.
+        """Block until the progress actor is up too; ``rt.run`` returns once the vertex actors
+        and, in a job with recovery, the snapshot coordinator have taken their roles.
 
         Running does not need this (what replicas send the progress actor waits in Ray's
         queue until it runs), but a measurement that leaves start-up out does.
         """
-        refs = [self.placement.progress.ping.remote()]
-        if self._recovery is not None:
-            refs.append(self._recovery.coordinator.ping.remote())
         try:
-            ray.get(refs, timeout=timeout)
+            ray.get(self.placement.progress.ping.remote(), timeout=timeout)
         except ray.exceptions.GetTimeoutError as error:
             self.cancel()
-            raise JobTimeout(f"job {self.name!r}: starting the progress host and the snapshot coordinator took "
-                             f"longer than {timeout:.0f} s") from error
+            raise JobTimeout(f"job {self.name!r}: starting the progress host took longer than {timeout:.0f} s") from error
 
     # -- inputs --------------------------------------------------------------------------
 
