@@ -228,10 +228,18 @@ class Job:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
 
         In a job with recovery, a death starts a recovery instead of failing the job. Not
-        while another thread rescales the job (it waits for the rescale to end).
+        while another thread rescales the job (it waits for the rescale to end). The wait
+        for the progress actor's answer holds no lock: a stream's feed syncing with the
+        coordinator while a consumer of ``job.results`` waits for its next epoch would
+        otherwise wait for that consumer's polls (a tenth of a second each), and lose the
+        lock to it again and again.
         """
         with self._driving:
-            self._pump_now(timeout)
+            call = self._outputs.poll_call(timeout)
+        with self._cancelled_on_interrupt():
+            ray.wait([call], timeout=timeout)
+        with self._driving:
+            self._pump_now(0)
 
     def _pump_now(self, timeout: float) -> None:
         with self._cancelled_on_interrupt():

@@ -2,7 +2,8 @@
 liveness of the actors it watches.
 
 * :class:`OutputCollector` takes the progress actor's job events with a long poll
-  (``next_events``), keeps each completed output epoch's record parts, fetches the
+  (``next_events``, one call in flight at a time, which any thread of the driver may wait
+  for without holding the job's lock), keeps each completed output epoch's record parts, fetches the
   large ones (object refs) as soon as it is handed them, unpacks records when asked, and
   forgets an epoch once it is consumed (``job.results``).
 * :class:`Liveness` keeps one pending ``watch`` call per actor, which fails when the actor
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -78,16 +80,50 @@ class OutputCollector:
         self.gate = OutputGate(outputs, commit)
         self.cursor = 0
         self.finished = False
+        #: The ``next_events`` call in flight (see :meth:`poll_call`) and when it is overdue.
+        self.call: Any = None
+        self.call_due = 0.0
+
+    def poll_call(self, timeout: float) -> Any:
+        """The progress actor's ``next_events`` call in flight, made now (answered within
+        ``timeout`` seconds, or at once if there are events) if there is none.
+
+        A thread may wait for it without the job's lock, so that other threads (a stream's
+        feed, a consumer of ``job.results``) take events and sync meanwhile; the thread that
+        next polls with the lock takes its events in (:meth:`poll`). One call at a time, so
+        no event is taken twice."""
+        if self.call is None:
+            self.call = self.progress.next_events.remote(self.cursor, timeout)
+            self.call_due = time.monotonic() + timeout + POLL_SLACK
+        return self.call
 
     def poll(self, timeout: float) -> list[Any]:
-        """Take new events, waiting up to ``timeout`` seconds for one; returns the failures among them.
+        """Take new events: those of the call in flight once it has answered, waiting up to
+        ``timeout`` seconds for it (a call is made if none is in flight, and then waited
+        for until it answers); returns the failures among them.
 
         Raises:
             ray.exceptions.RayActorError: the progress actor died.
+            ray.exceptions.GetTimeoutError: the call did not answer within its timeout and
+                :data:`POLL_SLACK`.
         """
-        call = self.progress.next_events.remote(self.cursor, timeout)
-        events, self.cursor = ray.get(call, timeout=timeout + POLL_SLACK)
+        made_now = self.call is None
+        call = self.poll_call(timeout)
+        wait = max(0.0, self.call_due - time.monotonic()) if made_now else timeout
+        if not ray.wait([call], timeout=wait)[0]:
+            if time.monotonic() < self.call_due:
+                return []  # made by another thread with a longer wait: it answers later
+            self.call = None
+            raise ray.exceptions.GetTimeoutError(f"the progress actor did not answer a poll for events within "
+                                                 f"{POLL_SLACK:g} s of its timeout")
+        self.call = None
+        events, self.cursor = ray.get(call)
         return self.apply(events)
+
+    def drop_poll(self) -> None:
+        """Forget the call in flight: the progress actor was restored or replaced, and what a
+        call made before that answers is not this run's."""
+        self.call = None
 
     def apply(self, events: list[Any]) -> list[Any]:
         """Take in job events (completed epochs, failures, the end); returns the failures among them."""
