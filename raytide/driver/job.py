@@ -229,10 +229,7 @@ class Job:
 
         In a job with recovery, a death starts a recovery instead of failing the job. Not
         while another thread rescales the job (it waits for the rescale to end). The wait
-        for the progress actor's answer holds no lock: a stream's feed syncing with the
-        coordinator while a consumer of ``job.results`` waits for its next epoch would
-        otherwise wait for that consumer's polls (a tenth of a second each), and lose the
-        lock to it again and again.
+        for the progress actor holds no lock: a stream's feed must not wait for a consumer's polls.
         """
         with self._driving:
             call = self._outputs.poll_call(timeout)

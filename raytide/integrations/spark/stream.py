@@ -138,7 +138,7 @@ class SparkStreamReader(StreamReader):
 
     def __init__(self, source: SparkStreamSource) -> None:
         self.source = source
-        self.batches: queue.Queue[_Batch] = queue.Queue()
+        self.batches: queue.Queue[_Batch | None] = queue.Queue()  # None: the query has terminated
         self.waiting: dict[int, _Batch] = {}
         self.stopping = threading.Event()
         self.query: StreamingQuery | None = None
@@ -150,11 +150,14 @@ class SparkStreamReader(StreamReader):
         self.first = position
         self.source.claim_checkpoint(position)
         self.query = self.source.query = self._start()
+        threading.Thread(target=self._wake_at_end, args=(self.query,), name="raytide-query-end", daemon=True).start()
         try:
             while True:
                 try:
                     batch = self.batches.get(timeout=QUERY_POLL)
                 except queue.Empty:
+                    batch = None
+                if batch is None:
                     self._check_query()
                     if not self.query.isActive and self.batches.empty():
                         return
@@ -162,6 +165,15 @@ class SparkStreamReader(StreamReader):
                 yield batch.batch_id, BlockRefs(tuple(batch.blocks)), batch.batch_id + 1
         finally:
             self.stop()
+
+    def _wake_at_end(self, query: StreamingQuery) -> None:
+        """Wake the reader once the query has terminated (stopped, or failed), rather than at
+        its next check: Spark put every batch it handed over before that."""
+        try:
+            query.awaitTermination()
+        except Exception:  # a failed query: the reader's check says why
+            pass
+        self.batches.put(None)
 
     def held(self, epoch: int) -> None:
         batch = self.waiting.pop(epoch, None)
