@@ -197,6 +197,37 @@ def test_the_progress_actor_killed(ray_session, tmp_path):
     assert "progress" in stats["recoveries"]["recoveries"][0]["cause"]
 
 
+@pytest.mark.parametrize("victim", ["an input replica", "the progress actor"])
+def test_a_death_while_two_threads_take_events_is_recovered_once(ray_session, tmp_path, victim):
+    """The main thread consumes ``job.results`` while another waits in ``job.wait``: both take
+    events. One progress-actor poll is in flight at a time, either thread may take its
+    answer, and a recovery forgets the one made before it (an answer of the progress
+    actor's old run would be its events again, or its death once more)."""
+    words = scenario("word count")
+    rng = random.Random(8)
+    waited: list[BaseException | None] = []
+
+    def wait(job: rt.Job) -> None:
+        try:
+            job.wait(timeout=120)
+            waited.append(None)
+        except BaseException as error:  # reported below, with the outputs
+            waited.append(error)
+
+    def wait_too_then_kill(job: rt.Job) -> None:
+        threading.Thread(target=wait, args=(job,), daemon=True).start()
+        time.sleep(0.3)  # both threads are taking events by now
+        sigkill(job, "progress" if victim == "the progress actor" else "{}/{}".format(*a_replica(job, rng)))
+
+    got, stats = run_and_kill(words, tmp_path, [wait_too_then_kill])
+    check(words, got)
+    deadline = time.monotonic() + 60
+    while not waited and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert waited == [None]
+    assert stats["recoveries"]["count"] == 1, stats["recoveries"]
+
+
 def test_the_coordinator_killed(ray_session, tmp_path):
     join = scenario("join")
     got, stats = run_and_kill(join, tmp_path, [lambda job: sigkill(job, "coordinator")], then_committed=1)
