@@ -1,10 +1,13 @@
-"""A whole node lost: a two-node local cluster (``ray.cluster_utils.Cluster``) runs a job with
-recovery whose replicas are spread over both nodes; the node that holds some of them is
-removed while the job runs, and the job finishes with exactly the failure-free output
-(counted per output by :mod:`tests.delivery`: nothing lost, duplicated or out of order).
+"""A whole node lost: a four-node local cluster (``ray.cluster_utils.Cluster``, three CPUs a
+node) runs a job with recovery whose replicas are spread over the nodes (each vertex host
+takes a CPU: eight of the twelve); the worker node that holds the most hosts is removed
+while the job runs, and the job finishes with exactly the failure-free output (counted
+per output by :mod:`tests.delivery`: nothing lost, duplicated or out of order). The CPUs
+left after the removal must hold the replacements: with two CPUs a node, none were free,
+and the recovery waited for hosts Ray could not place.
 
 It runs in a child process with a Ray of its own (a cluster cannot join the test
-session's Ray). The store is a local directory, which both nodes reach: they are
+session's Ray). The store is a local directory, which every node reaches: they are
 processes of this machine.
 """
 
@@ -27,16 +30,19 @@ import raytide as rt
 from tests.delivery import count_outputs, read_outputs
 from tests.sim.scenarios import SCENARIOS
 
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 8})
-worker = cluster.add_node(num_cpus=4)
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3})
+workers = [cluster.add_node(num_cpus=3) for _ in range(3)]
 ray.init(address=cluster.address, log_to_driver=False)
 cluster.wait_for_nodes()
 scenario = SCENARIOS["keyed"](random.Random(11), epochs=40)
 holder, removed, report = [], threading.Event(), {}
 
-def on_worker(job):
+def hosts_by_node(job):
     nodes = {a.pid: a.node_id for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=10000)}
-    return sorted(name for name, pid in job.hosts().items() if nodes.get(pid) == worker.node_id)
+    placed = {}
+    for name, pid in job.hosts().items():
+        placed.setdefault(nodes.get(pid), []).append(name)
+    return placed
 
 def feed(epochs):
     for epoch, records in enumerate(epochs):
@@ -47,8 +53,11 @@ def feed(epochs):
             deadline = time.monotonic() + 60
             while job.stats()["snapshots"]["committed"] < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            report["lost"] = on_worker(job)
-            cluster.remove_node(worker)
+            placed = hosts_by_node(job)
+            report["nodes_used"] = len(placed)
+            victim = max(workers, key=lambda node: len(placed.get(node.node_id, [])))
+            report["lost"] = sorted(placed.get(victim.node_id, []))
+            cluster.remove_node(victim)
             removed.set()
         time.sleep(0.03)
         yield records
@@ -75,4 +84,5 @@ def test_a_lost_node_is_recovered_from_with_exactly_the_failure_free_output(own_
     assert child.returncode == 0 and lines, child.stderr[-3000:]
     report = json.loads(lines[-1])
     assert report["lost"], "no replica ran on the removed node: the test proved nothing"
+    assert report["nodes_used"] >= 3, f"the job's hosts ran on {report['nodes_used']} of the 4 nodes"
     assert report["recoveries"] >= 1 and report["exact"], report
