@@ -287,4 +287,16 @@ class JobPlacement:
         try:
             return ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError as error:
-            raise JobTimeout(f"job {self.name!r}: {what} took longer than {timeout:.0f} s") from error
+            raise JobTimeout(f"job {self.name!r}: {what} took longer than {timeout:.0f} s{self._cpu_shortage()}") from error
+
+    def _cpu_shortage(self) -> str:
+        """Why hosts may not have started, if the cluster lacks the CPUs they reserve (a node
+        lost from a cluster the job filled: Ray keeps the replacements pending)."""
+        need = self.settings.num_cpus
+        if not need:
+            return ""
+        free = float(ray.available_resources().get("CPU", 0.0))
+        if free >= need:
+            return ""
+        return (f"; each of its hosts reserves {need:g} CPU and the cluster has {free:g} free, so Ray may be keeping "
+                f"hosts pending (start the job with num_cpus=0, or give the cluster more CPUs)")

@@ -47,3 +47,15 @@ def test_rescale_refuses_such_a_width_and_the_job_goes_on_while_oversubscribe_op
         job.close("words")
         job.wait(timeout=60)
         assert {e: sorted(r) for e, r in job.collect("out").items()} == {0: [("a", 2), ("b", 1)], 1: [("b", 1)]}
+
+
+@pytest.mark.timeout(120)
+def test_hosts_the_cluster_cannot_place_time_out_with_the_reason(ray_session, monkeypatch):
+    """``oversubscribe=True`` with hosts that reserve a CPU each: Ray keeps the third pending
+    (the session's Ray has 2 CPUs), and the start's timeout says so, as a recovery's does
+    when a lost node's replacements find no CPU free. (Before, the message named only the
+    wait: "starting and connecting vertex hosts took longer than 120 s".)"""
+    monkeypatch.setattr("raytide.driver.job.SETUP_TIMEOUT", 5.0)
+    with pytest.raises(rt.JobTimeout, match=r"took longer than 5 s; each of its hosts reserves 1 CPU and the cluster "
+                                            r"has 0 free, so Ray may be keeping hosts pending"):
+        rt.run(counting(), parallelism=3, num_cpus=1, oversubscribe=True)
