@@ -13,6 +13,19 @@ import ray
 from raytide.driver.placement import JobPlacement
 from raytide.driver.recovery import JobRecovery
 
+#: Longest ``job.stats()`` waits for one actor's figures (an actor on a lost node does not
+#: answer until Ray declares it dead).
+STATS_TIMEOUT = 60.0
+
+
+def _ask(call: Any) -> tuple[Any, str | None]:
+    """The answer of an actor's ``call``, or None and why there is none (it died, or did
+    not answer within :data:`STATS_TIMEOUT`)."""
+    try:
+        return ray.get(call, timeout=STATS_TIMEOUT), None
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as error:
+        return None, f"unreachable: {type(error).__name__}"
+
 
 def unfinished(placement: JobPlacement, open_inputs: dict[str, int], done: dict[str, int | None],
                busy_probe: float) -> str:
@@ -37,10 +50,7 @@ def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
     for stats in per_replica:
         for name, counters in stats["vertices"].items():
             vertices[name].update(counters)
-    try:
-        progress = ray.get(placement.progress.stats.remote(), timeout=60)
-    except ray.exceptions.RayActorError:
-        progress = None
+    progress, _ = _ask(placement.progress.stats.remote())
     if progress is None:  # dead, or the job is torn down (its host's lease is over)
         progress = {"batches_applied": None, "calls": None, "pushes": None, "vertices": {}}
     data_batches = sum(stats["vertices"][placement.plan.chain(key.chain).vertices[0]]["batches_in"]
@@ -74,16 +84,15 @@ def _progress_of(vertex: str, progress: dict[str, dict[str, int | None]], fed: l
 
 def recovery_stats(recovery: JobRecovery, autoscaler: Any, finished: bool) -> dict[str, Any]:
     """``snapshots`` (the coordinator's figures), ``recoveries``, ``rescales`` and the
-    ``autoscaler``'s timeline (None without one); an actor that died is named unreachable."""
-    try:
-        snapshots = ray.get(recovery.coordinator.stats.remote(), timeout=60)
-    except ray.exceptions.RayActorError as error:
-        snapshots = {"coordinator": f"unreachable: {type(error).__name__}"}
+    ``autoscaler``'s timeline (None without one); an actor that died or does not answer is
+    named unreachable, and a coordinator that died and is not replaced yet, as such."""
+    snapshots: Any = {"coordinator": "died; a recovery is replacing it"}
+    if recovery.coordinator is not None:
+        snapshots, why = _ask(recovery.coordinator.stats.remote())
+        snapshots = snapshots if why is None else {"coordinator": why}
     timeline: Any = None
     if autoscaler is not None:
-        try:
-            timeline = ray.get(autoscaler.timeline.remote(finished), timeout=60)
-        except ray.exceptions.RayActorError as error:
-            timeline = f"unreachable: {type(error).__name__}"
+        timeline, why = _ask(autoscaler.timeline.remote(finished))
+        timeline = timeline if why is None else why
     return {"snapshots": snapshots, "recoveries": recovery.stats(), "rescales": recovery.rescale_stats(),
             "autoscaler": timeline}

@@ -182,3 +182,26 @@ def test_an_output_of_arrays_reaches_results_as_one_array_per_epoch_or_as_record
     assert [(e, sorted(map(tuple, batch.reshape(-1, 2).tolist()))) for e, batch in got["numpy"]] == list(enumerate(expected))
     assert [(e, sorted(map(tuple, table.column("value").to_pylist()))) if table.num_rows else (e, [])
             for e, table in got["pyarrow"]] == list(enumerate(expected))
+
+
+def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray_session, monkeypatch):
+    """``job.stats()`` while a recovery runs: a coordinator on a lost node does not answer
+    (Ray declares it dead only later), and one that died is not replaced at once. Both used
+    to escape as Ray's ``GetTimeoutError`` and an ``AttributeError`` of None (seen on a
+    four-node cluster with a node removed)."""
+    from types import SimpleNamespace
+
+    from raytide.driver.stats import recovery_stats
+
+    @ray.remote(num_cpus=0)
+    class Silent:
+        def stats(self) -> dict:
+            time.sleep(5)
+            return {}
+
+    monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 0.5)
+    recovery = SimpleNamespace(coordinator=Silent.remote(), stats=lambda: {"count": 0}, rescale_stats=lambda: [])
+    assert recovery_stats(recovery, None, False)["snapshots"] == {"coordinator": "unreachable: GetTimeoutError"}
+    ray.kill(recovery.coordinator)
+    recovery.coordinator = None
+    assert recovery_stats(recovery, None, False)["snapshots"] == {"coordinator": "died; a recovery is replacing it"}
