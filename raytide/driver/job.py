@@ -490,7 +490,7 @@ class Job:
     def stats(self) -> dict[str, Any]:
         """Records and batches per vertex, progress traffic, backpressure figures; in a job with
         recovery also ``snapshots`` and ``recoveries``. A replica that died (and is not
-        replaced yet) is left out of the counters and named under ``unreachable``.
+        replaced yet) or does not answer within a minute is left out of the counters and named under ``unreachable``.
 
         Per vertex also its ``queued`` work (messages on their way to it or waiting in its
         replicas), its ``frontier`` (the earliest epoch that may still arrive) and

@@ -230,14 +230,17 @@ class JobPlacement:
                     self._pids[name] = -1
         return dict(self._pids)
 
-    def replica_stats(self) -> dict[ReplicaKey, dict[str, Any] | None]:
-        """Every replica's counters; None for one whose actor is dead."""
+    def replica_stats(self, timeout: float = 60.0) -> dict[ReplicaKey, dict[str, Any] | None]:
+        """Every replica's counters; None for one whose actor is dead, or did not answer
+        within ``timeout`` seconds of the call (all asked at once; one on a lost node does
+        not answer until Ray declares it dead)."""
         refs = {key: peer.stats.remote() for key, peer in self.peers.items()}
+        ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
         answers: dict[ReplicaKey, dict[str, Any] | None] = {}
         for key, ref in refs.items():
             try:
-                answers[key] = ray.get(ref, timeout=60)
-            except ray.exceptions.RayActorError:
+                answers[key] = ray.get(ref, timeout=0)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 answers[key] = None
         return answers
 

@@ -42,8 +42,9 @@ def unfinished(placement: JobPlacement, open_inputs: dict[str, int], done: dict[
 
 def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
     """The counters of ``placement``'s actors; ``fed``: the epochs the open inputs are at. A
-    replica that died (and is not replaced yet) is left out and named under ``unreachable``."""
-    answers = placement.replica_stats()
+    replica that died (and is not replaced yet) or does not answer is left out and named
+    under ``unreachable``."""
+    answers = placement.replica_stats(STATS_TIMEOUT)
     alive = {key: answer for key, answer in answers.items() if answer is not None}
     per_replica = list(alive.values())
     vertices: dict[str, dict[str, int]] = collections.defaultdict(lambda: collections.Counter())

@@ -205,3 +205,20 @@ def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray
     ray.kill(recovery.coordinator)
     recovery.coordinator = None
     assert recovery_stats(recovery, None, False)["snapshots"] == {"coordinator": "died; a recovery is replacing it"}
+
+
+def test_stats_leave_out_a_replica_that_does_not_answer(ray_session, monkeypatch):
+    """A replica that cannot answer (here: busy in a user function; on a lost node: until
+    Ray declares it dead) is named under ``unreachable`` after the wait, not waited for
+    (before: 60 s a replica, then Ray's ``GetTimeoutError``)."""
+    monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 0.5)
+    flow = rt.Dataflow("silent-replica")
+    flow.input("x").map(lambda x: time.sleep(4) or x, name="slow").output("out")
+    with rt.run(flow, parallelism=1) as job:
+        job.push("x", [1])
+        time.sleep(0.5)  # the replica is in the sleep now
+        stats = job.stats()
+        assert stats["unreachable"] == [f"{job.name}/x+slow+out/0"], stats["unreachable"]
+        job.close("x")
+        job.wait(timeout=60)
+        assert job.collect("out") == {0: [1]}
