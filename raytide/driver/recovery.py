@@ -296,7 +296,9 @@ class JobRecovery:
             return self._restore_replicas(effect, steps)
         elif isinstance(effect, RestartProgress):
             progress, peers = placement.progress, placement.peers
-            self.outputs.drop_poll()  # a poll made before the restore reads events of the rolled-back run
+            # Every recovery and rescale passes here, under the job's lock: a poll made before it
+            # (of a replaced progress actor, or of the rolled-back run) is never taken in.
+            self.outputs.drop_poll()
             steps.time("restore the progress actor", self.wait, [progress.restore.remote(
                 effect.incarnation, effect.pointstamps, self.outputs.delivered(), effect.kept,
                 {key: (peers[key], locations) for key, locations in effect.subscriptions.items()},
@@ -326,7 +328,6 @@ class JobRecovery:
         run.replaced = steps.time("replace them", self.placement.replace_dead, steps.time("find the dead", self._dead),
                                   self.coordinator)
         self.outputs.progress = self.placement.progress
-        self.outputs.drop_poll()
         return Replaced(run.replaced)
 
     def _read_point(self, steps: Steps) -> PointRead:
