@@ -200,8 +200,8 @@ SUBPACKAGE_API = {
         "record_changes", "require_persistence",
     ],
     "raytide.sources": [
-        "ArrowDatasetSource", "BlockRefs", "DriverSource", "Placement", "Reader", "Source", "StreamReader", "StreamSource",
-        "TextFileSource", "as_source",
+        "ArrowDatasetSource", "BlockRefs", "DriverSource", "Placement", "Reader", "RemoteBatch", "Source", "StreamReader",
+        "StreamSource", "TextFileSource", "as_source",
     ],
 }
 

@@ -57,7 +57,7 @@ from raytide.snapshots.recovery import part_name
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 from raytide.snapshots.store import SnapshotStore
 from raytide.snapshots.writer import SnapshotWriter
-from raytide.sources.base import Reader
+from raytide.sources.base import Reader, RemoteBatch
 
 logger = logging.getLogger(__name__)
 
@@ -329,14 +329,24 @@ class VertexActor:
             self._guard(self.core.push_input, vertex, unpack(payload, packed), epoch)
 
     def push_refs(self, incarnation: int, vertex: str, refs: list, epoch: int, then: int | None = None) -> None:
-        """Records of ``epoch`` for input ``vertex`` as object refs (read here, not on the
-        driver); then, if ``then`` is given, move the input to epoch ``then`` in the same call
+        """Records of ``epoch`` for input ``vertex`` as object refs or :class:`RemoteBatch` handles
+        (read here, not on the driver); then, if ``then`` is given, move the input to epoch ``then`` in the same call
         (a stream's batch: no snapshot falls inside it)."""
-        if self._current(incarnation):
-            for batch in ray.get(refs):
-                self._guard(self.core.push_input, vertex, batch, epoch)
-            if then is not None:
-                self._guard(self.core.advance_input, vertex, then)
+        if not self._current(incarnation):
+            return
+        stored = iter(ray.get([ref for ref in refs if not isinstance(ref, RemoteBatch)]))
+        for ref in refs:
+            if not isinstance(ref, RemoteBatch):
+                self._guard(self.core.push_input, vertex, next(stored), epoch)
+                continue
+            try:
+                batch = ref.read()
+            except Exception as error:  # kept where it cannot be read any more (its Spark executor is gone)
+                self._fail(SourceError(f"input {vertex!r} replica {self.transport.key[1]} epoch {epoch}: {type(error).__name__}: {error}"))
+                return
+            self._guard(self.core.push_input, vertex, batch, epoch)
+        if then is not None:
+            self._guard(self.core.advance_input, vertex, then)
 
     def restore(self, incarnation: int, snapshot_id: int | None, peers: dict[ReplicaKey, Any], progress: Any,
                 coordinator: Any) -> list[Location]:

@@ -25,13 +25,14 @@ _HOMES = {
     "Reader": "raytide.sources.base",
     "Placement": "raytide.sources.base",
     "BlockRefs": "raytide.sources.base",
+    "RemoteBatch": "raytide.sources.base",
     "as_source": "raytide.sources.iterable",
     "StreamSource": "raytide.sources.stream",
     "StreamReader": "raytide.sources.stream",
 }
 
-__all__ = ["ArrowDatasetSource", "BlockRefs", "DriverSource", "Placement", "Reader", "Source", "StreamReader",
-           "StreamSource", "TextFileSource", "as_source"]
+__all__ = ["ArrowDatasetSource", "BlockRefs", "DriverSource", "Placement", "Reader", "RemoteBatch", "Source",
+           "StreamReader", "StreamSource", "TextFileSource", "as_source"]
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,8 @@ source's :attr:`Source.placement`:
 
 A reader yields ``(epoch, batch)`` pairs with epochs that never decrease. A driver-side
 reader's batch is either records (a list, or any batch :mod:`raytide.core.batches` takes)
-or :class:`BlockRefs`, object refs of batches that the replicas fetch themselves.
+or :class:`BlockRefs`, object refs of batches (or :class:`RemoteBatch` handles) that the
+replicas fetch themselves.
 
 Positions, for snapshots and recovery: ``reader.position()`` is a small picklable value
 meaning "everything up to the last item yielded has been read", and ``reader.seek(position)``
@@ -56,10 +57,25 @@ class BlockRefs:
     """Object refs of batches (Arrow tables, record lists) that a driver-side reader yields.
 
     The driver deals the refs out to the input replicas, which fetch the batches from the
-    object store themselves: the data never passes through the driver.
+    object store themselves: the data never passes through the driver. A ref may also be a
+    :class:`RemoteBatch`, which the replica reads from where it is kept.
     """
 
     refs: tuple[Any, ...]
+
+
+class RemoteBatch(ABC):
+    """A batch kept outside Ray's object store (a Spark executor's cache), read by the input
+    replica it is dealt to: :meth:`read` runs there, not on the driver.
+
+    A recovery may deal the same handle again to a new replica, so :meth:`read` must give
+    the same batch every time until the source releases it (a stream releases a batch
+    once a committed snapshot holds it, when nothing will read it again).
+    """
+
+    @abstractmethod
+    def read(self) -> Any:
+        """The batch (an Arrow table, a record list); raises an error that says what could not be read."""
 
 
 class Reader(ABC, Generic[P]):

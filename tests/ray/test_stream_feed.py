@@ -1,8 +1,11 @@
 """A stream input's feed on a real local Ray, with a producer of its own (no Spark): each
-batch is held by a committed snapshot without waiting for the driver's other threads."""
+batch is held by a committed snapshot without waiting for the driver's other threads, and
+batches kept outside Ray's object store are read by the replicas they are dealt to."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections import Counter
@@ -13,7 +16,8 @@ import pytest
 import ray
 
 import raytide as rt
-from raytide.sources.base import BlockRefs
+from raytide.errors import SourceError
+from raytide.sources.base import BlockRefs, RemoteBatch
 from raytide.sources.stream import StreamReader, StreamSource
 
 pytestmark = pytest.mark.ray
@@ -23,11 +27,27 @@ pytestmark = pytest.mark.ray
 LONG_POLL = 30.0
 
 
-class ListStream(StreamSource):
-    """Batches of words, one epoch each, replayed from the position asked; records when each was held."""
+class FileBatch(RemoteBatch):
+    """Words kept in a JSON file (as a Spark executor keeps a micro-batch), read where it is dealt."""
 
-    def __init__(self, batches: list[list[str]]) -> None:
+    def __init__(self, path: str, driver: int) -> None:
+        self.path, self.driver = path, driver
+
+    def read(self) -> list[str]:
+        assert os.getpid() != self.driver, "a remote batch is read by an input replica, not by the driver"
+        with open(self.path) as file:
+            return json.load(file)
+
+
+class ListStream(StreamSource):
+    """Batches of words, one epoch each, replayed from the position asked; records when each was held.
+
+    With ``keep_in``, each batch is handed as two pieces: its first word through Ray's
+    object store, the rest as a :class:`FileBatch` in that directory."""
+
+    def __init__(self, batches: list[list[str]], keep_in: str | None = None) -> None:
         self.batches = batches
+        self.keep_in = keep_in
         self.handed: dict[int, float] = {}
         self.held_at: dict[int, float] = {}
 
@@ -42,7 +62,17 @@ class _ListReader(StreamReader):
     def read_from(self, position: int) -> Iterator[tuple[int, Any, int]]:
         for batch_id in range(position, len(self.source.batches)):
             self.source.handed[batch_id] = time.monotonic()
-            yield batch_id, BlockRefs((ray.put(self.source.batches[batch_id]),)), batch_id + 1
+            yield batch_id, BlockRefs(self._pieces(batch_id)), batch_id + 1
+
+    def _pieces(self, batch_id: int) -> tuple[Any, ...]:
+        words = self.source.batches[batch_id]
+        if self.source.keep_in is None:
+            return (ray.put(words),)
+        path = os.path.join(self.source.keep_in, f"batch-{batch_id}.json")
+        if not os.path.exists(path):  # a batch of a file that is gone stays gone
+            with open(path, "w") as file:
+                json.dump(words[1:], file)
+        return ray.put(words[:1]), FileBatch(path, os.getpid())
 
     def held(self, epoch: int) -> None:
         self.source.held_at[epoch] = time.monotonic()
@@ -76,3 +106,29 @@ def test_a_stream_batch_is_held_while_a_consumer_waits_for_events(ray_session, t
         consumer.join(timeout=120)
     counted = {epoch: Counter(dict(records)) for epoch, records in got.items() if records}
     assert counted == {epoch: Counter(batch) for epoch, batch in enumerate(batches)}
+
+
+def test_batches_kept_outside_the_object_store_are_read_by_the_replicas_in_order(ray_session, tmp_path):
+    """A stream's pieces may be :class:`RemoteBatch` handles beside object refs (a Spark
+    micro-batch's partitions, cached in its executors): each input replica reads its own,
+    none is read on the driver, and every batch comes whole, once, in its epoch."""
+    batches = [[f"w{i}", "x", f"y{i % 2}"] for i in range(5)]
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    source = ListStream(batches, keep_in=str(kept))
+    flow = rt.Dataflow("remote-batches")
+    flow.input("lines").count_by_key(lambda word: word).output("counts")
+    with rt.run(flow, inputs={"lines": source}, parallelism=2, recovery=rt.Recovery(str(tmp_path / "store"))) as job:
+        got = dict(job.results("counts", timeout=120))
+    assert {epoch: Counter(dict(records)) for epoch, records in got.items() if records} == {
+        epoch: Counter(batch) for epoch, batch in enumerate(batches)}
+
+
+def test_a_remote_batch_that_cannot_be_read_fails_the_job_naming_the_input_and_the_epoch(ray_session, tmp_path):
+    source = ListStream([["a", "b"], ["c", "d"]], keep_in=str(tmp_path))
+    (tmp_path / "batch-1.json").mkdir()  # what batch 1's reader opens is a directory
+    flow = rt.Dataflow("unreadable-batch")
+    flow.input("lines").count_by_key(lambda word: word).output("counts")
+    with rt.run(flow, inputs={"lines": source}, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"))) as job:
+        with pytest.raises(SourceError, match=r"input 'lines' replica 0 epoch 1: .*IsADirectoryError.*batch-1\.json"):
+            job.wait(timeout=120)

@@ -1,9 +1,10 @@
 """Spark Structured Streaming into the dataflow: :func:`from_spark_stream`, micro-batch ``n`` as epoch ``n``.
 
 RayDP cannot convert a streaming DataFrame, but inside ``foreachBatch`` each micro-batch is
-a bounded DataFrame, and that one goes through the same Arrow path as :func:`from_spark`
-(:func:`~raytide.integrations.spark.source.dataframe_to_blocks`): no row passes through the
-driver. The query runs on the Spark session the DataFrame belongs to, which must run on Ray.
+a bounded DataFrame: Spark computes it and caches its Arrow partitions in the executors, and
+the input replicas read them from there (:mod:`~raytide.integrations.spark.partitions`): no
+row passes through the driver or Ray's object store. The query runs on the Spark session the
+DataFrame belongs to, which must run on Ray.
 
 Exactly once, with Spark's own checkpoint (``offsets/n`` written before batch ``n`` runs,
 ``commits/n`` after ``foreachBatch`` returns; a restarted query runs an uncommitted batch
@@ -32,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.fs
 
 from raytide.errors import SparkIntegrationError
+from raytide.integrations.spark.partitions import cache_partitions, release_partitions
 from raytide.integrations.spark.session import failure_reason, is_on_ray
-from raytide.integrations.spark.source import _check_frame, _quiet_raydp, dataframe_to_blocks
+from raytide.integrations.spark.source import _check_frame
 from raytide.sources.base import BlockRefs
 from raytide.sources.stream import StreamReader, StreamSource
 
@@ -56,7 +58,7 @@ class _Batch:
     """A micro-batch handed to the job, and what its callback waits for."""
 
     batch_id: int
-    blocks: list
+    partitions: list
     held: threading.Event = field(default_factory=threading.Event)
 
 
@@ -162,7 +164,7 @@ class SparkStreamReader(StreamReader):
                     if not self.query.isActive and self.batches.empty():
                         return
                     continue
-                yield batch.batch_id, BlockRefs(tuple(batch.blocks)), batch.batch_id + 1
+                yield batch.batch_id, BlockRefs(tuple(batch.partitions)), batch.batch_id + 1
         finally:
             self.stop()
 
@@ -216,11 +218,11 @@ class SparkStreamReader(StreamReader):
                                         f"to the next run")
         arrived = time.perf_counter()
         try:
-            blocks = dataframe_to_blocks(frame, what=f"micro-batch {batch_id} of {self.source.label}")
+            cached = cache_partitions(frame, f"micro-batch {batch_id} of {self.source.label}")
         except SparkIntegrationError as error:  # Spark would pass on only "raised by the Python Proxy"
             self.failure = error
             raise
-        batch = _Batch(batch_id, blocks)
+        batch = _Batch(batch_id, list(cached.partitions))
         self.waiting[batch_id] = batch
         self.last_id = batch_id
         handed = time.perf_counter()
@@ -232,10 +234,7 @@ class SparkStreamReader(StreamReader):
                                                 f"micro-batch {batch_id}; it is left to the next run")
             self.source.timings.append((batch_id, handed - arrived, time.perf_counter() - handed))
         finally:
-            from raydp.spark import release_spark_recoverable
-
-            with _quiet_raydp():
-                release_spark_recoverable(frame)
+            release_partitions(frame, cached)
 
 
 def _check_streaming(frame: Any) -> None:
