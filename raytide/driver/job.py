@@ -70,7 +70,7 @@ class Job:
     """A running dataflow: feed inputs, wait, read outputs, inspect, cancel."""
 
     def __init__(self, plan: PhysicalPlan, name: str, settings: HostSettings, batch_size: int,
-                 restore_id: int | None = None, recompile: Callable[[dict[str, int]], PhysicalPlan] | None = None,
+                 restore_id: int | str | None = None, recompile: Callable[[dict[str, int]], PhysicalPlan] | None = None,
                  autoscale: Autoscale | None = None) -> None:
         """Lease and start the job's actors (:class:`~raytide.driver.placement.JobPlacement`); with
         ``settings.recovery``, start the snapshot coordinator, and with ``restore_id``, restore
@@ -112,7 +112,7 @@ class Job:
                 name, autoscale, plan, placement.peers, placement.progress, settings.num_cpus)
             self._autoscale_ref = self._autoscaler.next_change.remote(AUTOSCALE_POLL)
 
-    def _start(self, restore_id: int | None) -> None:
+    def _start(self, restore_id: int | str | None) -> None:
         """Give the leased hosts their roles (with recovery: after the coordinator is started,
         paused until the job is restored or runs) and wait until the vertex hosts answer."""
         placement, recovery = self.placement, self._recovery

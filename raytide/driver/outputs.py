@@ -21,8 +21,8 @@ from typing import Any
 import ray
 
 from raytide.core.batches import BatchFormat
+from raytide.engine.delivery import Deliveries
 from raytide.engine.output_gate import OutputGate
-from raytide.errors import InternalError
 from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished, OutputFrontier
 from raytide.physical.wire import as_batch, as_records, pack_records, unpack_items
 from raytide.snapshots.config import OutputCommit
@@ -55,10 +55,9 @@ class OutputCollector:
 
     A completed epoch is shown once its :class:`~raytide.engine.output_gate.OutputGate`
     lets it pass: at once, or (``commit="snapshot"``) once a committed snapshot holds it.
-    An epoch is shown at most once, in order: an epoch at or before the last one shown (or
-    one an earlier run, restored from, had handed over: :meth:`resume_after`) is a broken
-    exactly-once promise, raised as :class:`~raytide.errors.InternalError`, never
-    overwritten in silence.
+    What was shown, handed out and acknowledged is kept in a
+    :class:`~raytide.engine.delivery.Deliveries` (:attr:`book`): an epoch is shown at most
+    once, in order, or the job fails with an :class:`~raytide.errors.InternalError`.
     """
 
     def __init__(self, progress: Any, outputs: list[str], commit: OutputCommit = "epoch") -> None:
@@ -68,13 +67,10 @@ class OutputCollector:
         self.batched: dict[str, set[int]] = {name: set() for name in outputs}  # fetched, BatchRows not made records
         self.refs: dict[str, dict[int, list]] = {name: {} for name in outputs}  # a fetched epoch's large parts
         self.lost_from: dict[str, int] = {}  # per output, the first epoch whose parts were lost (until a recovery)
-        self.completed: dict[str, int | None] = dict.fromkeys(outputs)  # the last epoch shown
-        self.handed_before: dict[str, int] = dict.fromkeys(outputs, -1)  # by a run restored from
+        self.book = Deliveries(outputs)
         self.offered: dict[str, int] = dict.fromkeys(outputs, -1)  # the last epoch offered to the gate
         self.opened: set[int] = set()  # epochs the driver's inputs were at, not shown everywhere yet
         self.opened_lock = threading.Lock()  # inputs are fed from other threads than the one polling
-        self.streamed: set[str] = set()  # outputs read with job.results (see durable())
-        self.in_hand: dict[str, set[int]] = {name: set() for name in outputs}  # handed to a consumer, not acknowledged
         #: Told :meth:`durable` at each acknowledgement (a job with recovery records it in its store).
         self.on_consumed: Callable[[dict[str, int]], None] | None = None
         self.gate = OutputGate(outputs, commit)
@@ -155,7 +151,7 @@ class OutputCollector:
     def _offer_empty(self, name: str, before: float) -> None:
         """Offer the opened epochs of output ``name`` after the last one offered and before
         ``before`` (complete, with no records, since none came), in order."""
-        after = max(self.offered[name], self.handed_before[name])
+        after = max(self.offered[name], self.book.handed_before[name])
         with self.opened_lock:
             empty = sorted(epoch for epoch in self.opened if after < epoch < before)
         for epoch in empty:
@@ -170,7 +166,7 @@ class OutputCollector:
         with self.opened_lock:
             self.opened = {epoch for epoch in self.opened if epoch > shown}
 
-    def release(self, complete: dict[str, int | None]) -> None:
+    def release(self, complete: Mapping[str, int | None]) -> None:
         """A snapshot holding ``complete`` (per output, its last complete epoch) was committed."""
         self._show_all(self.gate.release(complete))
 
@@ -178,7 +174,7 @@ class OutputCollector:
         """A recovery: forget the completed epochs not shown yet (the restored job computes them again)."""
         self.gate.rollback()
         self.lost_from.clear()
-        self.offered = {name: -1 if epoch is None else epoch for name, epoch in self.completed.items()}
+        self.offered = {name: -1 if epoch is None else epoch for name, epoch in self.book.shown.items()}
 
     def _show_all(self, released: list[tuple[str, int, list]]) -> None:
         for name, epoch, parts in released:
@@ -188,17 +184,10 @@ class OutputCollector:
     def resume_after(self, delivered: Mapping[str, int]) -> None:
         """This job continues a run that had handed over, per output, the epochs up to
         ``delivered``: those must not be shown again."""
-        for name, epoch in delivered.items():
-            if name in self.handed_before:
-                self.handed_before[name] = max(self.handed_before[name], epoch)
+        self.book.resume_after(delivered)
 
     def _show(self, name: str, epoch: int, parts: list) -> None:
-        shown = self.completed[name]
-        last = max(self.handed_before[name], -1 if shown is None else shown)
-        if epoch <= last:
-            raise InternalError(f"output {name!r} epoch {epoch} was completed again after epoch {last} had been "
-                                f"handed over: it would be delivered twice (or out of order); the job is failed "
-                                f"rather than give output that may be wrong")
+        self.book.expect(name, epoch)
         if name in self.lost_from:
             return
         if not any(isinstance(part, ray.ObjectRef) for part in parts):
@@ -212,7 +201,7 @@ class OutputCollector:
             self.refs[name][epoch] = parts
             if batched:
                 self.batched[name].add(epoch)
-        self.completed[name] = epoch
+        self.book.show(name, epoch)
 
     def epochs(self, name: str) -> list[int]:
         """The completed epochs of output ``name`` not taken yet, in order."""
@@ -255,7 +244,7 @@ class OutputCollector:
         """The records of a completed epoch, taken (:meth:`take`) for a ``job.results``
         consumer: delivered once it is acknowledged (see :meth:`durable`)."""
         taken = self.take(name, epoch, batch_format)
-        self.in_hand[name].add(epoch)
+        self.book.hand(name, epoch)
         return taken
 
     def hand_first(self, name: str, batch_format: BatchFormat | None = None) -> tuple[int, Any] | None:
@@ -266,7 +255,7 @@ class OutputCollector:
 
     def acknowledge(self, name: str, epoch: int) -> None:
         """The consumer of output ``name`` has epoch ``epoch`` (it asked for the next one)."""
-        self.in_hand[name].discard(epoch)
+        self.book.acknowledge(name, epoch)
         if self.on_consumed is not None:
             self.on_consumed(self.durable())
 
@@ -276,26 +265,13 @@ class OutputCollector:
         if batch_format not in (None, "list", "numpy", "pyarrow"):
             raise ValueError(f"job.results({name!r}): batch_format must be 'numpy', 'pyarrow', 'list' or None, "
                              f"not {batch_format!r}")
-        self.streamed.add(name)
+        self.book.streamed.add(name)
 
     def durable(self) -> dict[str, int]:
         """Per output, the last epoch that counts as delivered in a snapshot (-1: none): what a
-        new driver restored from it (``restore=``) does not hand out again.
-
-        An output read with ``job.results`` counts an epoch delivered once its consumer has
-        it: the epochs before the first one polled but not yet handed out, or handed out
-        and not yet acknowledged. So a driver killed with epochs polled and not consumed,
-        or with one in its consumer's hands, loses none of them: the restored job hands
-        them out again (the one in hand is repeated, as at-least-once consumers expect).
-        An output only collected counts what the driver has been handed (:meth:`delivered`):
-        a batch job keeps nothing twice for its snapshots.
-        """
-        marks = self.delivered()
-        for name in self.streamed:
-            pending = [*self.in_hand[name], *self.epochs(name)]
-            if pending:
-                marks[name] = max(self.handed_before[name], min(pending) - 1)
-        return marks
+        new driver restored from it (``restore=``) does not hand out again
+        (:meth:`~raytide.engine.delivery.Deliveries.durable`)."""
+        return self.book.durable(self.first)
 
     def keep_locally(self) -> list[tuple[str, int]]:
         """Fetch every completed epoch now (the actors that own the parts are about to go);
@@ -319,13 +295,12 @@ class OutputCollector:
 
     def latest(self) -> dict[str, int | None]:
         """The latest completed epoch per output shown to the user, taken or not."""
-        return dict(self.completed)
+        return dict(self.book.shown)
 
     def delivered(self) -> dict[str, int]:
         """Per output, the last epoch the driver has been handed (-1: none yet; in a job
         restored from an earlier run's snapshot, what that run had been handed counts)."""
-        return {name: max(self.handed_before[name], -1 if epoch is None else epoch)
-                for name, epoch in self.latest().items()}
+        return self.book.delivered()
 
 
 def fetch_records(parts: list) -> list:

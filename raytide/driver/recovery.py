@@ -33,6 +33,7 @@ from raytide.errors import JobTimeout
 from raytide.physical.protocol import ReplicaKey
 from raytide.rescale.reshard import latest_restore_point
 from raytide.snapshots.config import Recovery
+from raytide.snapshots.consumed import ConsumedRecord, continue_from, starting_point
 from raytide.snapshots.recovering import (
     Died,
     Finished,
@@ -56,14 +57,12 @@ from raytide.snapshots.recovering import (
     RollBackOutputs,
     TimedOut,
 )
-from raytide.snapshots.recovery import RestartBudget, RestorePoint, restore_point
+from raytide.snapshots.recovery import RestartBudget, RestorePoint
 from raytide.snapshots.replica_state import summed
 from raytide.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)
 
-#: The store's record of what a job's consumers have had (:meth:`JobRecovery.record_consumed`).
-CONSUMED = "consumed"
 #: How long a recovery's calls may take.
 RECOVERY_TIMEOUT = 120.0
 #: How long the driver waits for a host's ping when it looks for the dead ones (a dead
@@ -148,13 +147,14 @@ class JobRecovery:
     sync_ref: Any = None
     commits_seen: int = 0
     retained: list[dict[tuple[str, int], int]] = field(default_factory=list)
-    consumed: dict[str, int] | None = None  # as last written to the store (None: not yet)
+    consumed: ConsumedRecord = field(init=False)
     records: list[RecoveryRecord] = field(default_factory=list)
     rescales: list[RescaleRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.budget = RestartBudget(self.recovery.max_restarts)
         self.store = SnapshotStore(self.recovery.store, self.recovery.signing_key)
+        self.consumed = ConsumedRecord(self.store)
         self.outputs.on_consumed = self.record_consumed
 
     # -- the coordinator -------------------------------------------------------------------
@@ -210,18 +210,16 @@ class JobRecovery:
         return latest_restore_point(self.placement.plan, self.store, self.recovery.retain, self.first_id,
                                     self.started_from)
 
-    def start_from(self, snapshot_id: int) -> None:
+    def start_from(self, snapshot_id: int | str) -> None:
         """A new job starts where committed snapshot ``snapshot_id`` of an earlier run (laid
-        out for this job) left off (``restore=``): incarnation 1, the epochs that run handed
-        out are not handed out again (what it holds complete is final: it is never computed
-        again), and each input replica skips the calls the snapshot had consumed."""
-        point = restore_point(self.placement.plan, self.store, snapshot_id)
-        self.outputs.resume_after(point.delivered)
-        self.outputs.resume_after(self.consumed_after(snapshot_id))
-        self.outputs.release(point.complete)
+        out for this job) left off (``restore=``), or at the very start after a run that
+        committed none (:data:`~raytide.snapshots.consumed.START`): incarnation 1, the epochs
+        that run handed out are not handed out again (what it holds complete is final: it is
+        never computed again), and each input replica skips the calls the snapshot had consumed."""
+        point = starting_point(self.placement.plan, self.store, snapshot_id)
+        continue_from(self.outputs, self.consumed, point, self.first_id)
         self.started_from = point.snapshot_id
         self.inputs.skip(input_positions(point.positions), point.input_epochs)
-        self.record_consumed(self.outputs.durable())  # this run's record from now on
         self.execute(Recovering.from_point(self.placement.name, self.budget, point))
 
     def start_fresh(self) -> None:
@@ -231,24 +229,10 @@ class JobRecovery:
         self.coordinator.start.remote()
 
     def record_consumed(self, marks: dict[str, int]) -> None:
-        """Write what the job's consumers have had (``OutputCollector.durable``) to the store,
-        if it changed: a new driver restored from this run's snapshots (or from the one it
-        started from) does not hand those epochs out again, though the snapshot it restores
-        was committed before they were consumed. Called before the consumer is handed its
-        next epoch, so only the epoch in its hands can be handed out twice."""
-        if marks != self.consumed:
-            self.store.write_record(CONSUMED, {"run_first": self.first_id, "started_from": self.started_from,
-                                               "delivered": marks})
-            self.consumed = dict(marks)
-
-    def consumed_after(self, snapshot_id: int) -> dict[str, int]:
-        """Per output, the last epoch consumed (:meth:`record_consumed`) by the run that took
-        snapshot ``snapshot_id`` or started from it; empty if another run wrote the record
-        last (a restore of an older run's snapshot hands out what that run's snapshot says)."""
-        record = self.store.read_record(CONSUMED)
-        if record is None or not (record["run_first"] <= snapshot_id or record["started_from"] == snapshot_id):
-            return {}
-        return {str(name): int(epoch) for name, epoch in record["delivered"].items()}
+        """Write what the job's consumers have had (``OutputCollector.durable``) to the store
+        (:mod:`raytide.snapshots.consumed`). Called before the consumer is handed its next
+        epoch, so only the epoch in its hands can be handed out twice."""
+        self.consumed.write(marks, self.first_id, self.started_from)
 
     def execute(self, machine: Recovering, steps: Steps | None = None) -> float:
         """Perform the effects of recovery ``machine`` (:mod:`raytide.snapshots.recovering`),

@@ -26,6 +26,7 @@ from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.rescale.reshard import reshard_snapshot
 from raytide.rescale.widths import check_widths
 from raytide.snapshots.config import Recovery
+from raytide.snapshots.consumed import START
 from raytide.snapshots.store import SnapshotStore
 from raytide.sources.iterable import as_source
 from raytide.sources.stream import StreamSource
@@ -136,14 +137,15 @@ def run(
     return job
 
 
-def _restore_id(plan: PhysicalPlan, recovery: Recovery | None, restore: int | str, streams: list[str]) -> int | None:
+def _restore_id(plan: PhysicalPlan, recovery: Recovery | None, restore: int | str, streams: list[str]) -> int | str:
     """The committed snapshot ``restore=`` names, laid out for ``plan``'s widths (a new snapshot
-    if need be); with stream inputs, the latest one at a batch boundary, or None (a fresh start)
-    if the store has none yet."""
+    if need be); with stream inputs, the latest one at a batch boundary, or
+    :data:`~raytide.snapshots.consumed.START` if the store has none yet (the query runs its
+    batches again from the first; what the consumers had of them is not handed out again)."""
     assert recovery is not None
     store = SnapshotStore(recovery.store, recovery.signing_key)
     if streams and (restore := stream_restore_id(store, restore, streams)) is None:  # type: ignore[assignment]
-        return None
+        return START
     restore_id = reshard_snapshot(plan, store, None if restore == "latest" else restore,  # type: ignore[arg-type]
                                   recovery.retain)
     if restore_id is None:

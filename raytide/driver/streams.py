@@ -112,8 +112,9 @@ class StreamFeed:
 def restore_id(store: SnapshotStore, wanted: int | str, streams: list[str]) -> int | None:
     """The snapshot a job with stream inputs ``streams`` restores for ``restore=wanted``: the
     latest committed one at a batch boundary of every stream (``"latest"``; None if the store
-    has none at all: no batch was held yet, so the job starts afresh, as a query on a new
-    checkpoint does), or snapshot ``wanted`` if it is at one.
+    has none at all: no batch was held yet, so the job starts at the very start, and the query
+    runs its batches again from the first: ``rt.run`` then restores
+    :data:`~raytide.snapshots.consumed.START`), or snapshot ``wanted`` if it is at one.
 
     Raises:
         SnapshotError: no such snapshot; the message says why.

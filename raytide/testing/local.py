@@ -38,7 +38,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from raytide.core.dataflow import Dataflow
-from raytide.engine.output_gate import OutputGate
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SnapshotError
@@ -52,12 +51,12 @@ from raytide.physical.protocol import (
     MarkerKind,
     ReplicaKey,
 )
-from raytide.physical.wire import as_records
 from raytide.progress.tracker import Pointstamp
 from raytide.rescale.layout import Piece
 from raytide.rescale.rescaling import HandOver, RescalePhase, Rescaling
 from raytide.rescale.reshard import latest_restore_point, reshard_snapshot
 from raytide.rescale.widths import new_widths
+from raytide.snapshots.consumed import START, starting_point
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovering import Finished, Pieces, Recovering, ResetCoordinator, RestartProgress
 from raytide.snapshots.recovery import (
@@ -65,10 +64,10 @@ from raytide.snapshots.recovery import (
     RestorePoint,
     commit_snapshot,
     part_name,
-    restore_point,
 )
+from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import LocalTransport, Mailboxes, planned_commands, rewound
-from raytide.testing.outcome import COORDINATOR, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
+from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.recovery import SteppedRecovery
 from raytide.testing.rescaling import RescaleAsks, SteppedRescale, rescaling_in
 
@@ -88,7 +87,11 @@ class LocalJob:
         recovery: take snapshots and recover from crashes instead of failing.
         restore: with ``recovery``, start from this committed snapshot of its store (an id,
             or ``"latest"``), of an earlier run at this or another parallelism, as
-            ``rt.run(..., restore=)`` does.
+            ``rt.run(..., restore=)`` does; or :data:`~raytide.snapshots.consumed.START`
+            (a restart on a store with nothing committed, as a stream's is).
+        consumer: reads every output as a ``job.results`` loop does (see
+            :mod:`raytide.testing.consumer`), across the drivers of a job restarted after
+            :meth:`crash` of :data:`~raytide.testing.outcome.DRIVER`.
 
     With ``recovery`` and a :class:`~raytide.Dataflow` (not a plan), :meth:`rescale` changes
     the parallelism of vertices while the job runs, as ``job.rescale`` does on Ray.
@@ -97,7 +100,8 @@ class LocalJob:
     def __init__(self, flow: Dataflow | PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[Any]]],
                  parallelism: int | None = None, seed: int = 0, chaining: bool = True,
                  markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None,
-                 recovery: LocalRecovery | None = None, restore: int | str | None = None) -> None:
+                 recovery: LocalRecovery | None = None, restore: int | str | None = None,
+                 consumer: LocalConsumer | None = None) -> None:
         self.plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
         self.flow = flow if isinstance(flow, Dataflow) else None
         self.parallelism, self.chaining = parallelism, chaining
@@ -117,9 +121,9 @@ class LocalJob:
         self.slow: dict[ReplicaKey, float] = {}  # replicas slowed down (:meth:`slow_down`)
         self.failures: list[tuple[int, str]] = []  # (step at which it is noticed, what died)
         self.recovering: SteppedRecovery | None = None
-        self.delivered = {name: -1 for name in self.plan.outputs}  # last epoch handed to the driver
-        self.gate = OutputGate(self.plan.outputs, recovery.output_commit if recovery is not None else "epoch")
         self.result = LocalRun({name: {} for name in self.plan.outputs})
+        self.outputs = LocalOutputs(self.plan.outputs, recovery.output_commit if recovery is not None else "epoch",
+                                    self.result.outputs, consumer, recovery.store if recovery is not None else None)
         self.asks = RescaleAsks()
         self.rescaling: SteppedRescale | None = None
         self.planned = planned_commands(self.plan, inputs, markers or {})
@@ -133,6 +137,8 @@ class LocalJob:
             self.first_id = recovery.store.next_id()  # this run recovers from its own snapshots (and restore=)
             if restore is not None:
                 self._start_from(restore)
+            else:
+                self.outputs.start(self.first_id)
             self.coordinator = self._new_coordinator()
 
     def _core(self, key: ReplicaKey) -> ReplicaCore:
@@ -155,9 +161,11 @@ class LocalJob:
         self.asks.ask(widths, at_step)
 
     def crash(self, target: Target, at_step: int) -> None:
-        """Kill ``target`` (a replica key, :data:`PROGRESS` or :data:`COORDINATOR`) at step
-        ``at_step`` (with whatever else dies then): its state and what it had not sent yet
-        are lost; what it had sent still arrives, late, from its dead incarnation."""
+        """Kill ``target`` (a replica key, :data:`PROGRESS`, :data:`COORDINATOR` or
+        :data:`DRIVER`) at step ``at_step`` (with whatever else dies then): its state and
+        what it had not sent yet are lost; what it had sent still arrives, late, from its
+        dead incarnation. The driver's crash ends the run (a new ``LocalJob`` with
+        ``restore=`` and the same consumer is the new driver)."""
         self.crashes.setdefault(at_step, []).append(target)
 
     # -- running -------------------------------------------------------------------------
@@ -172,7 +180,7 @@ class LocalJob:
             RuntimeError: still running after ``max_steps`` (a livelock), or quiescent
                 without having finished (a hang: something waits forever).
         """
-        while self.result.failure is None:
+        while self.result.failure is None and self.result.driver_crashed is None:
             if self.result.steps in self.crashes:
                 for target in self.crashes.pop(self.result.steps):
                     self._kill(target)
@@ -215,6 +223,7 @@ class LocalJob:
         if self.mail.log and not driving:  # the driver recovers (or hands state over), then reads events again
             actions.append(self._poll)
         actions += driving
+        actions += self.outputs.consumer_actions()
         if self.recovery is not None:
             actions += self._snapshot_actions()
         return actions
@@ -305,24 +314,18 @@ class LocalJob:
         for event in events:
             self.result.events.append(event)
             if isinstance(event, EpochComplete):
-                for epoch, parts in self.gate.offer(event.output, event.epoch, event.parts):
-                    self._hand_out(event.output, epoch, parts)
+                self.outputs.offer(event.output, event.epoch, event.parts)
             elif isinstance(event, JobFinished):
-                for name, epoch, parts in self.gate.finish():
-                    self._hand_out(name, epoch, parts)
+                self.outputs.finish()
                 self.result.finished = True
-
-    def _hand_out(self, name: str, epoch: int, parts: list) -> None:
-        """The driver hands output ``name``'s ``epoch`` to the user."""
-        if epoch in self.result.outputs[name]:
-            raise AssertionError(f"output {name!r} epoch {epoch} completed twice")
-        self.result.outputs[name][epoch] = as_records([record for part in parts for record in part])
-        self.delivered[name] = max(self.delivered[name], epoch)
 
     # -- faults ----------------------------------------------------------------------------
 
     def _kill(self, target: Target) -> None:
         """Fault injection: ``target`` dies with its state and what it had in flight."""
+        if target == DRIVER:  # everything in this process is gone; the store and the consumer's log are not
+            self.result.driver_crashed = self.result.steps
+            return
         if self.result.finished:
             return  # the driver has seen the end: the job is gone
         if isinstance(target, ReplicaKey):
@@ -373,7 +376,7 @@ class LocalJob:
         return self.plan.replica_keys()
 
     def roll_back_outputs(self) -> None:
-        self.gate.rollback()
+        self.outputs.gate.rollback()
 
     def pause_coordinator(self, incarnation: int) -> None:
         """The coordinator abandons the snapshot in flight (triggers wait while a recovery runs)."""
@@ -406,7 +409,8 @@ class LocalJob:
 
     def restart_progress(self, effect: RestartProgress) -> None:
         """A new progress core from the restored replicas' pointstamps and kept output records."""
-        self.progress = ProgressCore(self.plan.graph, self.plan.outputs, effect.pointstamps, delivered=self.delivered,
+        self.progress = ProgressCore(self.plan.graph, self.plan.outputs, effect.pointstamps,
+                                     delivered=self.outputs.book.delivered(),
                                      kept=effect.kept)
         self.progress_incarnation = effect.incarnation
         self.mail.to_progress.clear()
@@ -451,16 +455,15 @@ class LocalJob:
         out is not handed out again, the inputs continue where the snapshot left them."""
         assert self.recovery is not None
         store = self.recovery.store
-        snapshot_id = reshard_snapshot(self.plan, store, None if restore == "latest" else int(restore),
-                                       self.recovery.retain)
-        if snapshot_id is None:
+        snapshot_id = None if restore == START else reshard_snapshot(
+            self.plan, store, None if restore == "latest" else int(restore), self.recovery.retain)
+        if snapshot_id is None and restore != START:
             raise SnapshotError(f"restore={restore!r}: the store {store} has no committed snapshot")
-        point = restore_point(self.plan, store, snapshot_id)
+        point = starting_point(self.plan, store, START if snapshot_id is None else snapshot_id)
         self.incarnation, self.started_from = 1, snapshot_id
         self.progress = None  # nothing runs before the restore: no progress core, every replica waits
         self.waiting = set(self.replica_keys())
-        self.delivered.update(point.delivered)
-        self.gate.release(point.complete)
+        self.outputs.start(self.first_id, point)
         self.run_recovery(Recovering.from_point(self.plan.name, self.budget, point))
 
     def _fresh(self, key: ReplicaKey) -> ReplicaCore:
@@ -510,7 +513,8 @@ class LocalJob:
     def _trigger(self) -> None:
         """The coordinator starts a snapshot: a barrier for every input replica."""
         assert self.coordinator is not None
-        trigger = self.coordinator.trigger(self.result.steps, self.delivered, hold=rescaling_in(self.rescaling, RescalePhase.HOLDING))
+        holding = rescaling_in(self.rescaling, RescalePhase.HOLDING)
+        trigger = self.coordinator.trigger(self.result.steps, self.outputs.durable(), hold=holding)
         if trigger is None:
             return
         self.last_snapshot_id = trigger.snapshot_id
@@ -558,8 +562,7 @@ class LocalJob:
             return
         self.coordinator.committed(commit.snapshot_id, self.result.steps)
         self.result.snapshots.append(commit.snapshot_id)
-        for name, epoch, parts in self.gate.release(complete):  # the driver learns of the commit
-            self._hand_out(name, epoch, parts)
+        self.outputs.release(complete)  # the driver learns of the commit
 
     # -- rescaling ---------------------------------------------------------------------------
 

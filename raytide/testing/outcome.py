@@ -12,8 +12,8 @@ from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey
 from raytide.snapshots.config import OutputCommit
 from raytide.snapshots.store import Manifest, PartInfo, SnapshotStore
 
-#: Crash targets besides replicas.
-PROGRESS, COORDINATOR = "progress", "coordinator"
+#: Crash targets besides replicas (the driver's crash ends the run: a new driver continues it).
+PROGRESS, COORDINATOR, DRIVER = "progress", "coordinator", "driver"
 Target = ReplicaKey | str
 
 
@@ -75,7 +75,8 @@ class ReplicaDied:
 @dataclass
 class LocalRun:
     """What a run did: records per output and epoch, every job event, the steps taken,
-    the recoveries (what caused each), the snapshots committed and the rescales done."""
+    the recoveries (what caused each), the snapshots committed, the rescales done, and the
+    step at which its driver crashed (None: it did not)."""
 
     outputs: dict[str, dict[int, list]]
     events: list[JobEvent | ReplicaDied] = field(default_factory=list)
@@ -84,6 +85,7 @@ class LocalRun:
     recoveries: list[str] = field(default_factory=list)
     snapshots: list[int] = field(default_factory=list)
     rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut id)
+    driver_crashed: int | None = None
 
     @property
     def failure(self) -> Any:

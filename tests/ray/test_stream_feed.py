@@ -17,6 +17,8 @@ import ray
 
 import raytide as rt
 from raytide.errors import SourceError
+from raytide.snapshots.consumed import ConsumedRecord
+from raytide.snapshots.store import SnapshotStore
 from raytide.sources.base import BlockRefs, RemoteBatch
 from raytide.sources.stream import StreamReader, StreamSource
 
@@ -132,3 +134,22 @@ def test_a_remote_batch_that_cannot_be_read_fails_the_job_naming_the_input_and_t
     with rt.run(flow, inputs={"lines": source}, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"))) as job:
         with pytest.raises(SourceError, match=r"input 'lines' replica 0 epoch 1: .*IsADirectoryError.*batch-1\.json"):
             job.wait(timeout=120)
+
+
+def test_a_stream_restarted_on_a_store_with_nothing_committed_hands_out_only_what_its_consumer_had_not(
+        ray_session, tmp_path):
+    """A stream's driver that died before any snapshot committed leaves a store with no
+    snapshot but with its consumer's record (epochs 0 and 1 acknowledged, written as such a
+    driver writes it). ``restore="latest"`` then starts at the very start (the producer runs
+    its batches again from the first, as Spark's query does) and hands out epochs 2 and 3
+    only: the consumer had 0 and 1. Found by ``tests/sim/test_driver_restart_sim.py``: a
+    restart there began afresh and handed them out again."""
+    ConsumedRecord(SnapshotStore(str(tmp_path))).write({"counts": 1}, run_first=1, started_from=None)
+    batches = [[f"w{i}", "x"] for i in range(4)]
+    flow = rt.Dataflow("restarted-with-nothing-committed")
+    flow.input("lines").count_by_key(lambda word: word).output("counts")
+    with rt.run(flow, inputs={"lines": ListStream(batches)}, parallelism=1, recovery=rt.Recovery(str(tmp_path)),
+                restore="latest") as job:
+        handed = [(epoch, Counter(dict(records))) for epoch, records in job.results("counts", timeout=120)]
+    assert [epoch for epoch, _ in handed if epoch < 2] == [], handed
+    assert [(epoch, counts) for epoch, counts in handed if counts] == [(e, Counter(batches[e])) for e in (2, 3)]

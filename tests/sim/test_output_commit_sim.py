@@ -117,7 +117,7 @@ def test_an_epoch_is_handed_out_only_once_a_committed_snapshot_holds_it_complete
                            key=lambda epoch: float("inf") if epoch is None else epoch)
             handed = max(job.result.outputs["links"], default=-1)
             assert complete is None or handed <= complete, f"seed {seed}: epoch {handed} out, {complete} committed"
-            held_back += any(job.gate.held.values())
+            held_back += any(job.outputs.gate.held.values())
 
         run = job.run(after_step=check)
         assert run.finished and chain_breaks(run.outputs["links"], inputs) is None

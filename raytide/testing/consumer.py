@@ -1,0 +1,140 @@
+"""The driver's side of a simulated job's outputs, and a consumer that reads them as
+``job.results`` does on Ray.
+
+:class:`LocalOutputs` shows each completed epoch once its
+:class:`~raytide.engine.output_gate.OutputGate` lets it pass, keeps the
+:class:`~raytide.engine.delivery.Deliveries` book and writes the store's
+:class:`~raytide.snapshots.consumed.ConsumedRecord`: the code the Ray driver's
+:class:`~raytide.driver.outputs.OutputCollector` and ``JobRecovery`` run. With a
+:class:`LocalConsumer`, the consumer takes the shown epochs one step at a time, as a
+``job.results`` loop does: it is handed an epoch, acts on it at a later step (its log), and
+at a later one still asks for the next one, which acknowledges the one it has (and writes
+the record).
+A crash of the driver (:data:`~raytide.testing.outcome.DRIVER`) can strike between any
+two of those steps; the consumer's log outlives it, as a consumer's side effects do.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from raytide.engine.delivery import Deliveries
+from raytide.engine.output_gate import OutputGate
+from raytide.physical.wire import as_records
+from raytide.snapshots.config import OutputCommit
+from raytide.snapshots.consumed import ConsumedRecord, continue_from
+from raytide.snapshots.recovery import RestorePoint
+from raytide.snapshots.store import SnapshotStore
+
+
+@dataclass
+class LocalConsumer:
+    """A consumer of every output of a job, across the drivers that run it one after another:
+    ``log`` holds ``(output, epoch, records)`` for each epoch it acted on, in order (an epoch
+    handed twice, after a driver crash, may be in it twice); ``handed``, per output, the
+    epoch it was handed and has not acted on yet (lost with the driver's process).
+
+    ``pace``: the chance that the consumer takes a step when it is chosen to (1: as often as
+    a mailbox delivers; less: a slow consumer, whose epochs stay in its hands while snapshots
+    are taken), drawn from ``rng``."""
+
+    log: list[tuple[str, int, list]] = field(default_factory=list)
+    handed: dict[str, tuple[int, list]] = field(default_factory=dict)
+    pace: float = 1.0
+    rng: random.Random = field(default_factory=random.Random)
+
+
+class LocalOutputs:
+    """What the simulated driver was shown of each output, and what its consumer has had."""
+
+    def __init__(self, outputs: list[str], commit: OutputCommit, shown: dict[str, dict[int, list]],
+                 consumer: LocalConsumer | None = None, store: SnapshotStore | None = None) -> None:
+        """``shown``: filled with each output's epochs as they are shown (the run's record);
+        ``store``: the job's snapshot store, which keeps the consumed record (a job with recovery)."""
+        self.gate = OutputGate(outputs, commit)
+        self.book = Deliveries(outputs)
+        self.shown, self.consumer = shown, consumer
+        self.pending: dict[str, dict[int, list]] = {name: {} for name in outputs}  # shown, not handed to the consumer
+        self.record = ConsumedRecord(store) if store is not None else None
+        #: The run's ``(first snapshot id, snapshot started from)``, for the consumed record.
+        self.run: tuple[int, int | None] = (1, None)
+        if consumer is not None:
+            self.book.streamed.update(outputs)
+
+    def start(self, run_first: int, point: RestorePoint | None = None) -> None:
+        """A run with recovery (its snapshots from id ``run_first``) starts: from the beginning
+        (nothing is consumed yet, whatever an earlier run's record says), or where committed
+        snapshot ``point`` of an earlier run left off; as ``JobRecovery`` does on Ray."""
+        assert self.record is not None, "only a job with recovery keeps the record"
+        self.record.store.check_writable()  # as rt.run does first (it creates the store's root)
+        self.run = (run_first, None if point is None else point.snapshot_id)
+        if point is None:
+            self.record.write({}, *self.run)
+        else:
+            continue_from(self, self.record, point, run_first)
+
+    def resume_after(self, delivered: Mapping[str, int]) -> None:
+        self.book.resume_after(delivered)
+
+    def offer(self, name: str, epoch: int, parts: list) -> None:
+        """Output ``name``'s ``epoch`` completed: shown if the gate lets it pass."""
+        for passed, passed_parts in self.gate.offer(name, epoch, parts):
+            self._show(name, passed, passed_parts)
+
+    def release(self, complete: Mapping[str, int | None]) -> None:
+        """A snapshot holding ``complete`` was committed: show the epochs it releases."""
+        for name, epoch, parts in self.gate.release(complete):
+            self._show(name, epoch, parts)
+
+    def finish(self) -> None:
+        """The job finished: show everything held."""
+        for name, epoch, parts in self.gate.finish():
+            self._show(name, epoch, parts)
+
+    def _show(self, name: str, epoch: int, parts: list) -> None:
+        self.book.expect(name, epoch)
+        records = as_records([record for part in parts for record in part])
+        self.shown[name][epoch] = records
+        self.book.show(name, epoch)
+        if self.consumer is not None:
+            self.pending[name][epoch] = records
+
+    def first_pending(self, name: str) -> int | None:
+        return min(self.pending[name], default=None)
+
+    def durable(self) -> dict[str, int]:
+        """What counts as delivered in a snapshot (:meth:`~raytide.engine.delivery.Deliveries.durable`)."""
+        return self.book.durable(self.first_pending)
+
+    def write_record(self) -> None:
+        """Record what the consumer has had (as ``JobRecovery.record_consumed`` does)."""
+        if self.record is not None:
+            self.record.write(self.durable(), *self.run)
+
+    def consumer_actions(self) -> list[Callable[[], None]]:
+        """One step of the consumer per output it has something to do with."""
+        if self.consumer is None:
+            return []
+        return [functools.partial(self._consume, name) for name in self.pending
+                if self.book.in_hand[name] or self.pending[name]]
+
+    def _consume(self, name: str) -> None:
+        """The consumer of output ``name`` acts on the epoch it was handed, or asks for the
+        next one (acknowledging the one it has), or, having none, is handed the earliest one shown."""
+        consumer = self.consumer
+        assert consumer is not None
+        if consumer.rng.random() >= consumer.pace:
+            return  # a slow consumer: not this time
+        if name in consumer.handed:
+            consumer.log.append((name, *consumer.handed.pop(name)))
+        elif self.book.in_hand[name]:
+            for epoch in list(self.book.in_hand[name]):
+                self.book.acknowledge(name, epoch)
+            self.write_record()
+        else:
+            epoch = min(self.pending[name])
+            self.book.hand(name, epoch)
+            consumer.handed[name] = (epoch, self.pending[name].pop(epoch))
