@@ -27,7 +27,7 @@ from raytide.testing.consumer import LocalConsumer
 from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
 from raytide.testing.outcome import DRIVER
 
-TRIALS = 400
+TRIALS = 250
 
 
 def running_totals() -> rt.Dataflow:
