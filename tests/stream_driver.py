@@ -9,7 +9,11 @@ side effect) and writes it to a Parquet sink under ``<root>/parquet``; it stops 
 file has been counted. ``<how>``, comma-separated: ``start`` or ``restore``
 (``restore="latest"``), and optionally ``held:<n>`` or ``offsets:<n>``: SIGKILL itself when
 batch ``n`` is held by a snapshot but before Spark commits it, or when Spark has planned
-batch ``n`` but before the batch reaches raytide.
+batch ``n`` but before the batch reaches raytide; or ``executor:<n>``: SIGKILL the process
+of the Spark executor (RayDP's executor actor) that caches batch ``n``'s Arrow partitions
+once Spark has computed and cached them, before the batch is handed to the job, and print
+``killed Spark executor ...`` once Ray has seen it die (what the job does then:
+``tests/ray/test_stream_driver_restart.py``).
 """
 
 from __future__ import annotations
@@ -25,23 +29,46 @@ import pyarrow.dataset as ds
 LINES = 30
 
 DRIVER = textwrap.dedent("""
-    import os, re, signal, sys
+    import os, re, signal, sys, time
     import ray
     import raytide as rt
     from raytide.integrations.parquet import ParquetSink
-    from raytide.integrations.spark import start_spark, from_spark_stream
+    from raytide.integrations.spark import start_spark, from_spark_stream, stream
     from raytide.integrations.spark.stream import SparkStreamReader
 
+    def kill_executor(name, batch):  # SIGKILL the executor actor's process; back once Ray has seen it die
+        from ray._private.state import actors
+        actor = ray.get_actor(name)._actor_id.hex()  # the actor the input replicas would look up
+        pid = actors(actor)["Pid"]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while actors(actor)["State"] == "ALIVE" and actors(actor)["Pid"] == pid and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(f"killed Spark executor {name!r} (pid {pid}) at micro-batch {batch}: {actors(actor)['State']}", flush=True)
+
+    def cache_then_kill(frame, what, cache=stream.cache_partitions):
+        cached = cache(frame, what)
+        batch = int(what.split()[1])  # "micro-batch <n> of <the query>"
+        if batch in executor_kills:
+            for name in sorted({partition.executor for partition in cached.partitions}):
+                kill_executor(name, batch)
+        return cached
+
     root, files, how = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
+    executor_kills = set()
     for kill in [item for item in how if ":" in item]:  # die at that moment of batch n, as a crash would
         moment, n = kill.split(":")
         die = lambda: os.kill(os.getpid(), signal.SIGKILL)
         if moment == "held":
             held = SparkStreamReader.held
             SparkStreamReader.held = lambda self, epoch: die() if epoch == int(n) else held(self, epoch)
-        else:
+        elif moment == "offsets":
             on_batch = SparkStreamReader._on_batch
             SparkStreamReader._on_batch = lambda self, frame, i: die() if i == int(n) else on_batch(self, frame, i)
+        else:  # "executor": batch n computed and cached in Spark, its executor killed before the replicas read it
+            assert moment == "executor", kill
+            executor_kills.add(int(n))
+            stream.cache_partitions = cache_then_kill
     counted = set()
     if os.path.exists(f"{root}/consumed.txt"):  # what the consumer had from the run before
         counted = {tag for line in open(f"{root}/consumed.txt") for tag in re.findall(r"'(f[0-9]+)'", line)}
