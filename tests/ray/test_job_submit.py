@@ -1,4 +1,5 @@
-"""``ray job submit`` of examples/spark_wordcount.py to a real Ray head started here.
+"""``ray job submit`` of examples/spark_wordcount.py and examples/spark_streaming.py to a
+real Ray head started here, one after the other.
 
 The head is this test's own: ``ray start --head --block`` on free ports, with its own
 short ``--temp-dir`` (so its ``ray_current_cluster`` file does not redirect other
@@ -33,6 +34,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from examples.spark_streaming import expected_counts
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow]
 
@@ -179,20 +182,36 @@ def write_input(path: Path) -> collections.Counter:
     return collections.Counter(word for line in lines for word in line.split())
 
 
-def test_spark_wordcount_submitted_with_ray_job_submit(head, tmp_path):
-    reference = write_input(tmp_path / "lines.txt")
-    top = 12
-    submission = f"raytide-wordcount-{uuid.uuid4().hex[:8]}"
-    submitted = head.job("submit", "--submission-id", submission, "--working-dir", ".", "--",
-                         "python", "examples/spark_wordcount.py", "--input", str(tmp_path / "lines.txt"),
-                         "--top", str(top), timeout=JOB_TIMEOUT, check=False)
+def submit(head: Head, name: str, *command: str) -> str:
+    """Submit ``python <command>`` from the repository root and wait for it to succeed; its logs."""
+    submission = f"raytide-{name}-{uuid.uuid4().hex[:8]}"
+    submitted = head.job("submit", "--submission-id", submission, "--working-dir", ".", "--", "python", *command,
+                         timeout=JOB_TIMEOUT, check=False)
     status = head.job("status", submission).stdout
     logs = head.job("logs", submission).stdout
     assert submitted.returncode == 0 and "succeeded" in status.lower(), (
         f"submit exit {submitted.returncode}\nstatus: {status}\nsubmit stderr:\n{submitted.stderr[-3000:]}\n"
         f"job logs:\n{logs[-6000:]}")
+    return logs
 
+
+def test_the_spark_examples_submitted_with_ray_job_submit(head, tmp_path):
+    reference = write_input(tmp_path / "lines.txt")
+    top = 12
+    logs = submit(head, "wordcount", "examples/spark_wordcount.py", "--input", str(tmp_path / "lines.txt"),
+                  "--top", str(top))
     expected = sorted(reference.items(), key=lambda item: (-item[1], item[0]))[:top]
     found = [(word, int(count)) for word, count in RESULT.findall(logs)]
     assert found == expected, logs[-4000:]
     assert TOTAL.findall(logs) == [(str(sum(reference.values())), str(len(reference)))]
+
+    # The streaming example: files land while a Spark streaming query feeds the job, written
+    # with write_parquet and read back by Spark, in the cluster's job (the example checks the
+    # counts against the files itself and fails otherwise).
+    files = 3
+    logs = submit(head, "streaming", "examples/spark_streaming.py", "--files", str(files), "--every", "0.5",
+                  "--root", str(tmp_path / "stream"))
+    counted = {word: int(count) for word, count in RESULT.findall(logs)}
+    assert counted == dict(expected_counts(files)), logs[-4000:]
+    assert f"RESULT files={files} " in logs and re.findall(r"^BATCH \d+: \d+ words$", logs, re.MULTILINE), \
+        logs[-4000:]
