@@ -77,6 +77,7 @@ class LocalOutputs:
             continue_from(self, self.record, point, run_first)
 
     def resume_after(self, delivered: Mapping[str, int]) -> None:
+        """This run continues one that had handed over the epochs up to ``delivered``."""
         self.book.resume_after(delivered)
 
     def offer(self, name: str, epoch: int, parts: list) -> None:
@@ -103,6 +104,7 @@ class LocalOutputs:
             self.pending[name][epoch] = records
 
     def first_pending(self, name: str) -> int | None:
+        """The earliest epoch of output ``name`` shown and not handed to the consumer yet (None: none)."""
         return min(self.pending[name], default=None)
 
     def durable(self) -> dict[str, int]:
