@@ -24,8 +24,8 @@ import pyarrow as pa
 import ray
 
 from raytide.errors import SparkIntegrationError
-from raytide.integrations.spark.session import failure_reason, is_on_ray
-from raytide.integrations.spark.source import _check_frame
+from raytide.integrations.spark.session import failure_reason
+from raytide.integrations.spark.source import check_convertible
 from raytide.sources.base import RemoteBatch
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -80,9 +80,7 @@ def cache_partitions(frame: DataFrame, what: str) -> CachedFrame:
         SparkIntegrationError: the session is not on Ray, a column's type cannot cross, or
             the Spark job failed (naming ``what``; the original error is the ``__cause__``).
     """
-    if not is_on_ray(frame.sparkSession):
-        raise SparkIntegrationError(f"{what} belongs to a Spark session that does not run on Ray (RayDP)")
-    _check_frame(frame, what)
+    check_convertible(frame, what)
     from py4j.protocol import Py4JJavaError
     from pyspark import StorageLevel
 

@@ -264,6 +264,18 @@ def _known_frames(frames: DataFrame | Iterable[DataFrame]) -> list[tuple[str, Da
     return []
 
 
+def check_convertible(frame: DataFrame, what: str) -> None:
+    """Refuse ``frame`` (``what``, for the message) before any Spark job runs if its session
+    does not run on Ray or a column's type cannot cross (:func:`_check_frame`).
+
+    Raises:
+        SparkIntegrationError: names ``what`` and the reason.
+    """
+    if not is_on_ray(frame.sparkSession):
+        raise SparkIntegrationError(f"{what} belongs to a Spark session that does not run on Ray (RayDP)")
+    _check_frame(frame, what)
+
+
 def _check_frame(frame: DataFrame, what: str) -> None:
     """Refuse a DataFrame with a column whose type cannot cross into the dataflow; no Spark job runs.
 
@@ -313,9 +325,7 @@ def dataframe_to_blocks(frame: DataFrame, *, what: str = _SINGLE) -> list[ray.Ob
             type), or the conversion failed (in Spark's JVM or in a Ray task):
             the message says why first, the original error is the ``__cause__``.
     """
-    if not is_on_ray(frame.sparkSession):
-        raise SparkIntegrationError("the DataFrame belongs to a Spark session that does not run on Ray (RayDP)")
-    _check_frame(frame, what)
+    check_convertible(frame, what)
     from py4j.protocol import Py4JJavaError
     from raydp.spark import from_spark_recoverable
 
