@@ -174,14 +174,22 @@ class KeyedColumns(Vertex):
                                 f"array of one row per key ({len(self.index)}): change values in place")
 
     def _send(self, port: int, batch: Rows | None, time: Timestamp) -> int:
-        """Send a batch of the step on ``port`` (combined first if the port says so); returns its rows."""
-        if batch is None or not len(next(iter(batch.values()), ())):
+        """Send a batch of the step on ``port`` (see :meth:`_outgoing`); returns its rows."""
+        outgoing = self._outgoing(port, batch)
+        if outgoing is None:
             return 0
+        self.send_by(port, outgoing, time)
+        return len(next(iter(outgoing.values())))
+
+    def _outgoing(self, port: int, batch: Rows | None) -> Rows | None:
+        """What goes out on ``port`` for a batch of the step: nothing if it is empty, else the
+        batch, combined first if the port says so."""
+        if batch is None or not len(next(iter(batch.values()), ())):
+            return None
         if port in self.spec.send_combine:
             keys, values = self._combined(batch, f"output {port} of the step")
             batch = {self.spec.key: keys, **values}
-        self.send_by(port, batch, time)
-        return len(next(iter(batch.values())))
+        return batch
 
     # -- snapshots and rescaling ----------------------------------------------------
 

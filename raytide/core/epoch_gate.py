@@ -11,6 +11,11 @@ them. The loop's state vertex (:class:`~raytide.core.columnar.KeyedColumns` buil
 * every round, each replica tells every replica (a broadcast round the loop) how many rows
   it sent to the next round, so at the next round all replicas know, alike, whether the
   loop has anything left of the epoch: if not, the epoch *concludes* at that counter ``c``;
+* those tokens also say how many of the rows went to each key group, so a replica that
+  holds a token from every replica and every row they announce has the whole round: it
+  runs it at once (:func:`round_complete`), one Ray hop after the round before, instead of
+  waiting for the progress actor to notify it (three hops). Rounds that straddle a
+  rescale or a restore (``slow``) wait for the notification, as every round used to;
 * the next epoch then starts at counter ``c + 1`` at every replica: its parked entry is
   processed as its first round, its rows sent at ``(e + 1, c + 1)``. That send is allowed
   from the notification of ``(e, c)`` (``(e + 1, c + 1)`` is later in the product order),
@@ -26,8 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from raytide.core.arrangement import Rows
 from raytide.core.epochs import Phase
 from raytide.progress.timestamps import Timestamp
+
+#: The column tokens are exchanged by: a key of each key group, so a token row reaches each replica.
+TOKEN_KEY = "token_key"
 
 
 @dataclass
@@ -39,12 +50,19 @@ class EpochGate:
         concluded: epoch -> the counter at which it was found to have nothing left.
         parked: epoch -> its entry (the inbox of ``(epoch, 0)``), waiting for its turn.
         awaiting: the round notifications this replica asked for (they move with its state).
+        slow: rounds that were pending or awaited at a rescale or a restore: their tokens may
+            come from replicas of another width or routing table, so they run only when notified.
     """
 
     started: dict[Phase, int] = field(default_factory=dict)
     concluded: dict[Phase, int] = field(default_factory=dict)
     parked: dict[Phase, Any] = field(default_factory=dict)
     awaiting: set[Timestamp] = field(default_factory=set)
+    slow: set[Timestamp] = field(default_factory=set)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle a gate, also one a snapshot holds from before ``slow`` (none slow then)."""
+        self.__dict__.update({"slow": set(), **state})
 
     def live(self) -> Phase | None:
         """The epoch in the loop now (started, not concluded), if any."""
@@ -83,6 +101,7 @@ class EpochGate:
         self.started.update(other.started)
         self.concluded.update(other.concluded)
         self.awaiting |= other.awaiting
+        self.slow |= other.slow
         for epoch, entry in other.parked.items():
             self.parked[epoch] = _joined(self.parked.get(epoch, {}), entry)
 
@@ -97,3 +116,28 @@ def _joined(entry: dict[int, list], more: dict[int, list]) -> dict[int, list]:
 def round_time(phase: Phase, counter: int) -> Timestamp:
     """The timestamp of round ``counter`` of ``phase`` (an epoch, inside outer loops at their counters)."""
     return Timestamp(phase[0], phase[1] + (counter,))
+
+
+def round_complete(tokens: list[Rows], updates: list[Rows], width: int) -> bool:
+    """Whether a replica of width ``width`` has all of a round: ``tokens`` (the token rows that
+    reached it, one per key group it owns from each sender) from each of the ``width``
+    replicas, all sent at that width, no (sender, group) twice, every sender naming the same
+    groups, and exactly the rows they say went to those groups among ``updates``.
+
+    It may say no when the round is complete (then the notification runs it); it says yes
+    only when nothing more can come for the round under one routing table: rows and tokens
+    from one round of one sender travel together, and a rescale or a restore marks the rounds
+    it touches ``slow``. A round with more rows than announced is left to the notification too.
+    """
+    if not tokens:
+        return False
+    senders = np.concatenate([batch["sender"] for batch in tokens])
+    groups = np.concatenate([batch[TOKEN_KEY] for batch in tokens])
+    if (np.concatenate([batch["width"] for batch in tokens]) != width).any():
+        return False
+    pairs = senders * (int(groups.max()) + 1) + groups
+    named = {int(s): frozenset(groups[senders == s].tolist()) for s in np.unique(senders)}
+    if len(np.unique(pairs)) != len(pairs) or set(named) != set(range(width)) or len(set(named.values())) != 1:
+        return False
+    announced = sum(int(batch["rows"].sum()) for batch in tokens)
+    return announced == sum(len(next(iter(batch.values()), ())) for batch in updates)

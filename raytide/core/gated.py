@@ -6,12 +6,17 @@ loop at a time, the next one parked until the replicas agree (through the token 
 that the loop has nothing left of the current one. Its ports:
 
 * inputs: 0 the entering stream, 1 the next round's updates (the feedback), 2 ticks (one
-  per entering batch, to every replica), 3 tokens (rows each replica sent to the next round);
+  per entering batch, to every replica), 3 tokens (rows each replica sent to the next round,
+  in all and per key group, with its index and width: every replica sends one every round);
 * outputs: 0 the next round's updates, ``1 .. n`` the step's other outputs, ``n + 1`` tokens.
 
 A token reaches every replica as one row per key group (exchanged by :data:`TOKEN_KEY`, a
 key of each group), not through a broadcast: so whatever the routing table, after a
 rescale too, every replica gets one, and tokens logged in a snapshot are dealt again by key.
+
+A round runs at its notification, or earlier, as soon as the replica holds every replica's
+token for it and the rows they announce (:func:`~raytide.core.epoch_gate.round_complete`):
+then the notification is withdrawn, and the round runs as the notification would run it.
 """
 
 from __future__ import annotations
@@ -23,17 +28,16 @@ import numpy as np
 
 from raytide.core.arrangement import Rows
 from raytide.core.columnar import ColumnsSpec, KeyedColumns
-from raytide.core.epoch_gate import EpochGate, round_time
+from raytide.core.epoch_gate import TOKEN_KEY, EpochGate, round_complete, round_time
 from raytide.core.epochs import Phase, phase_of
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS
 from raytide.core.routing import column_key_groups
-from raytide.core.step import Step, checked_outputs
+from raytide.core.step import Step, checked_outputs, integer_keys
 from raytide.core.vertex import Vertex
 from raytide.progress.timestamps import Timestamp
 
-TICKS, TOKENS = 2, 3
-#: The column tokens are exchanged by, and one key of every key group: a row for each reaches every replica.
-TOKEN_KEY = "token_key"
+UPDATES, TICKS, TOKENS = 1, 2, 3
+#: One key of every key group, in group order: a token row for each reaches every replica.
 _candidates = np.arange(64 * DEFAULT_KEY_GROUPS, dtype=np.int64)
 GROUP_KEYS = _candidates[np.unique(column_key_groups(_candidates), return_index=True)[1]]
 assert len(GROUP_KEYS) == DEFAULT_KEY_GROUPS, "every key group has a key among the candidates"
@@ -59,6 +63,16 @@ class GatedColumns(KeyedColumns):
     def __init__(self, spec: ColumnsSpec) -> None:
         super().__init__(spec)
         self.gate = EpochGate()
+        self.group_rows = np.zeros(DEFAULT_KEY_GROUPS, dtype=np.int64)  # this round's rows sent per key group
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        """Buffer the batch; if it completes a round this replica awaits, run the round now."""
+        super().on_recv(edge, message, time)
+        if edge in (UPDATES, TOKENS) and time in self.gate.awaiting and time not in self.gate.slow:
+            inbox = self.pending[time]
+            if round_complete(inbox.get(TOKENS, []), inbox.get(UPDATES, []), self.parallelism):
+                self.cancel_notify(time)
+                self.on_notify(time)
 
     def on_notify(self, time: Timestamp) -> None:
         phase, counter = phase_of(time), time.counters[-1]
@@ -81,16 +95,28 @@ class GatedColumns(KeyedColumns):
             self._gated_round(phase, counter, inbox)
 
     def _gated_round(self, phase: Phase, counter: int, inbox: dict[int, list[Rows]]) -> None:
-        """Round ``counter`` of ``phase``: the step, a token to every replica if it sent
-        anything, and the notification of the next round (where the tokens are added up)."""
+        """Round ``counter`` of ``phase``: the step, a token to every replica (what it sent,
+        in all and per key group), and the notification of the next round (where the tokens
+        are added up, unless they and the rows complete the round first)."""
         start = self.gate.started.setdefault(phase, counter)
         time = round_time(phase, counter)
+        self.group_rows[:] = 0
         sent = abs(self._round(inbox, time, counter - start))
-        if sent:
-            self.send_by(self.spec.outputs, {TOKEN_KEY: GROUP_KEYS, "sent": np.full(len(GROUP_KEYS), sent)}, time)
+        size = len(GROUP_KEYS)
+        self.send_by(self.spec.outputs, {TOKEN_KEY: GROUP_KEYS, "sent": np.full(size, sent), "rows": self.group_rows.copy(),
+                                         "sender": np.full(size, self.replica), "width": np.full(size, self.parallelism)},
+                     time)
         following = round_time(phase, counter + 1)
         self.gate.awaiting.add(following)
         self.notify_at(following)
+
+    def _outgoing(self, port: int, batch: Rows | None) -> Rows | None:
+        """:meth:`KeyedColumns._outgoing`, counting the next round's rows per key group for the token."""
+        outgoing = super()._outgoing(port, batch)
+        if port == 0 and outgoing is not None:
+            keys = integer_keys(outgoing, self.spec.key, "output 0 of the step (the next round's updates)")
+            self.group_rows += np.bincount(column_key_groups(keys), minlength=len(GROUP_KEYS))
+        return outgoing
 
     def _finish(self, phase: Phase, counter: int) -> None:
         """The epoch's rounds are over: the spec's ``finish`` (if any) sends what leaves the
@@ -114,17 +140,26 @@ class GatedColumns(KeyedColumns):
     def restore(self, state: Any) -> None:
         super().restore(state)
         self.gate = state["gate"]
+        self._slow_down()
+
+    def _slow_down(self) -> None:
+        """The rounds pending or awaited now run only at their notifications: a restore or a
+        rescale may deal them tokens of another width or routing table."""
+        self.gate.slow |= set(self.pending) | self.gate.awaiting
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
         """:meth:`KeyedColumns.take_keys`, with the gate's facts and requests (every new replica
         gets them) and the moving keys' rows of the parked entries."""
+        self._slow_down()
         taken = super().take_keys(moving)
-        gate = EpochGate(dict(self.gate.started), dict(self.gate.concluded), {}, set(self.gate.awaiting))
+        gate = EpochGate(dict(self.gate.started), dict(self.gate.concluded), {}, set(self.gate.awaiting),
+                         set(self.gate.slow))
         gate.parked, self.gate.parked = self._split(self.gate.parked, moving)
         return {**taken, "gate": gate}
 
     def put_keys(self, state: Any) -> None:
         super().put_keys(state)
+        self._slow_down()
         for time in state["gate"].awaiting - self.gate.awaiting:
             self.notify_at(time)
         self.gate.merge(state["gate"])

@@ -96,14 +96,16 @@ def test_pipelined_epochs_of_components_under_crashes_equal_the_sequential_run_e
     assert seen["crash of a replica"] >= 3 and seen["crash after a committed snapshot"] >= 3, dict(seen)
 
 
-def test_a_loop_round_sends_no_declaration_of_its_own_and_no_push_that_only_acknowledges_in_vain(monkeypatch):
-    """Each round of the loop ships one batch that asks for an acknowledgement and carries the
-    round's next notification as its new wait (no ``Declaration`` after it); a push that
-    carries nothing but an acknowledgement comes only when it lets the replica run a round
-    (otherwise the acknowledgement rides on the push that makes one due): what keeps a
-    round at one push and about one progress call per replica on Ray."""
+def test_a_loop_round_runs_once_its_rows_and_tokens_are_in_without_waiting_for_a_notification(monkeypatch):
+    """A round of the loop runs as soon as a replica holds every replica's token for it and
+    the rows they announce: in a run without crashes or rescales no round after an epoch's
+    entry runs at a notification, and no round asks the progress actor for an
+    acknowledgement (one Ray hop a round instead of three). Nothing sends a ``Declaration``,
+    and a push that carries nothing but an acknowledgement still comes only when it lets
+    the replica run something."""
     seen: collections.Counter = collections.Counter()
-    receive, on_progress = ProgressCore.receive, ReplicaCore.on_progress
+    receive, on_progress, on_recv = ProgressCore.receive, ReplicaCore.on_progress, GatedColumns.on_recv
+    notify = GatedColumns.on_notify
 
     def counted(self, call):
         if call.sender.chain.startswith("cc"):
@@ -117,13 +119,30 @@ def test_a_loop_round_sends_no_declaration_of_its_own_and_no_push_that_only_ackn
             seen["acknowledgement alone"] += 1
             seen["in vain"] += rounds == sum(counters.notifications for counters in self.stats.values())
 
+    def received(self, edge, message, time):
+        self.receiving = True
+        try:
+            on_recv(self, edge, message, time)
+        finally:
+            self.receiving = False
+
+    def notified(self, time):
+        kind = "entry" if time.counters[-1] == 0 else "round"
+        seen[f"{kind} {'on receipt' if getattr(self, 'receiving', False) else 'at its notification'}"] += 1
+        notify(self, time)
+
     monkeypatch.setattr(ProgressCore, "receive", counted)
     monkeypatch.setattr(ReplicaCore, "on_progress", pushed)
+    monkeypatch.setattr(GatedColumns, "on_recv", received)
+    monkeypatch.setattr(GatedColumns, "on_notify", notified)
     path = [(node + 1, node) for node in range(30)]
     for seed in range(5):
         run = LocalJob(components_flow(), {"edges": [path[:10], path[10:]]}, 2, seed).run()
         assert run.finished and rows(run.outputs) == expected_rows([path[:10], path[10:]]), f"seed {seed}"
-    assert seen["ProgressBatch asking"] >= 5 * 2 * 30, dict(seen)  # a round per edge of the path, at both replicas
+    assert seen["round on receipt"] >= 5 * 2 * 30, dict(seen)  # a round per edge of the path, at both replicas
+    assert seen["round at its notification"] == 0, dict(seen)
+    assert seen["entry at its notification"] == 5 * 2 * 2 and seen["entry on receipt"] == 0, dict(seen)
+    assert seen["ProgressBatch asking"] <= seen["entry at its notification"], dict(seen)
     assert seen["Declaration"] == 0, dict(seen)
     assert seen["in vain"] == 0, dict(seen)
 

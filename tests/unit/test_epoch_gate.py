@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from raytide.core.epoch_gate import EpochGate, round_time
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raytide.core.epoch_gate import TOKEN_KEY, EpochGate, round_complete, round_time
+from raytide.core.gated import GROUP_KEYS
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment
+from raytide.core.routing import ExchangeRouter, column_key_groups
 from raytide.progress.timestamps import Timestamp
 
 E0, E1, E2 = (0, ()), (1, ()), (2, ())
@@ -54,3 +61,63 @@ def test_an_entry_joins_what_a_rescale_parked_for_its_epoch_rather_than_replacin
     entry = gate.entry(E1, {0: ["moved, not yet notified"]})
     assert entry == {0: ["mine", "moved, parked", "moved, not yet notified"], 2: ["tick"]}
     assert E1 not in gate.parked, "taken out of the parking: parked again or run, never both"
+
+
+def _round_messages(width: int, owners: list[int], rows_per_sender: list[list[int]], sent_width: int | None = None,
+                    ) -> dict[int, list[tuple[str, dict]]]:
+    """Per destination replica, the messages of one round as the runtime routes them: each
+    sender's rows by key and its token (one row per key group, what it sent per group), both
+    through the real exchange router."""
+    table = KeyGroupAssignment(tuple(owners), width)
+    out: dict[int, list[tuple[str, dict]]] = {r: [] for r in range(width)}
+    for sender, keys in enumerate(rows_per_sender):
+        keys_array = np.asarray(keys, dtype=np.int64)
+        if len(keys_array):
+            for dest, part in ExchangeRouter("k", width, table=table).route({"k": keys_array}):
+                out[dest].append(("rows", part))
+        per_group = np.bincount(column_key_groups(keys_array), minlength=DEFAULT_KEY_GROUPS)
+        token = {TOKEN_KEY: GROUP_KEYS, "sent": np.full(DEFAULT_KEY_GROUPS, len(keys)), "rows": per_group,
+                 "sender": np.full(DEFAULT_KEY_GROUPS, sender), "width": np.full(DEFAULT_KEY_GROUPS, sent_width or width)}
+        for dest, part in ExchangeRouter(TOKEN_KEY, width, table=table).route(token):
+            out[dest].append(("token", part))
+    return out
+
+
+def _complete(messages: list[tuple[str, dict]], width: int) -> bool:
+    return round_complete([m for kind, m in messages if kind == "token"], [m for kind, m in messages if kind == "rows"],
+                          width)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_round_is_complete_exactly_when_every_message_of_it_has_arrived(data):
+    """Against brute force: a random width and routing table, random rows per sender; each
+    replica's messages arrive in a random order, and :func:`round_complete` says yes only
+    once the last has (never before, whatever is missing), and then it does."""
+    width = data.draw(st.integers(1, 4))
+    owners = list(range(width)) + data.draw(st.lists(st.integers(0, width - 1), min_size=DEFAULT_KEY_GROUPS - width,
+                                                     max_size=DEFAULT_KEY_GROUPS - width))
+    owners = data.draw(st.permutations(owners))
+    rows = data.draw(st.lists(st.lists(st.integers(0, 500), max_size=12), min_size=width, max_size=width))
+    for dest, messages in _round_messages(width, owners, rows).items():
+        order = data.draw(st.permutations(messages))
+        for arrived in range(len(order) + 1):
+            assert _complete(order[:arrived], width) == (arrived == len(order)), (dest, arrived, len(order))
+
+
+def test_tokens_of_another_width_or_twice_over_never_complete_a_round():
+    """Rounds that straddle a rescale: tokens sent at width 3 reaching a replica of width 2
+    (senders 0 and 1 present, 2's still on its way) or a sender's token dealt twice are no
+    complete round, though every row they announce is there."""
+    owners = [group % 3 for group in range(DEFAULT_KEY_GROUPS)]
+    three = _round_messages(3, owners, [[1, 2, 3, 7, 8, 9], [4, 5, 10, 11], []])
+    from_two_senders = [(kind, m) for kind, m in three[0] if kind == "rows" or m["sender"][0] < 2]
+    tokens = [m for kind, m in from_two_senders if kind == "token"]
+    announced_rows = [m for kind, m in from_two_senders if kind == "rows"]
+    assert announced_rows, "some of the rows went to replica 0"
+    assert round_complete(tokens, announced_rows, 3) is False  # sender 2 missing
+    assert round_complete(tokens, announced_rows, 2) is False  # senders 0 and 1, but sent at width 3
+    whole = _round_messages(2, [group % 2 for group in range(DEFAULT_KEY_GROUPS)], [[1, 2], [3]])[1]
+    assert _complete(whole, 2)
+    assert not _complete(whole + [m for m in whole if m[0] == "token"][:1], 2)  # a token twice
+    assert not _complete(whole + [m for m in whole if m[0] == "rows"][:1], 2)  # more rows than announced
