@@ -79,6 +79,7 @@ class GatedColumns(KeyedColumns):
         assert phase is not None, "a gated vertex runs inside a loop"
         inbox = self.pending.pop(time, {})
         self.gate.awaiting.discard(time)
+        self.gate.slow.discard(time)
         tokens = sum(int(batch["sent"].sum()) for batch in inbox.pop(TOKENS, []))
         if counter == 0:  # the epoch's entry: its first round now, or once the epoch before it is done
             start, entry = self.gate.start_counter(phase), self.gate.entry(phase, inbox)
