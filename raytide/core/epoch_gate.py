@@ -15,7 +15,8 @@ them. The loop's state vertex (:class:`~raytide.core.columnar.KeyedColumns` buil
   holds a token from every replica and every row they announce has the whole round: it
   runs it at once (:func:`round_complete`), one Ray hop after the round before, instead of
   waiting for the progress actor to notify it (three hops). Rounds that straddle a
-  rescale or a restore (``slow``) wait for the notification, as every round used to;
+  rescale or a restore (``slow``), and the rounds after them at that replica, wait for
+  the notification, as every round used to;
 * the next epoch then starts at counter ``c + 1`` at every replica: its parked entry is
   processed as its first round, its rows sent at ``(e + 1, c + 1)``. That send is allowed
   from the notification of ``(e, c)`` (``(e + 1, c + 1)`` is later in the product order),
@@ -52,6 +53,10 @@ class EpochGate:
         awaiting: the round notifications this replica asked for (they move with its state).
         slow: rounds that were pending or awaited at a rescale or a restore: their tokens may
             come from replicas of another width or routing table, so they run only when notified.
+        went_on: epoch -> the latest counter at which a replica ran a round of it (rather than
+            finding it had nothing left). After a rescale a replica may hold keys whose round
+            ``c`` their old replica ran before the cut: that round's tokens were consumed there,
+            so no tokens for it is no evidence that the epoch ended at ``c``; this fact is.
     """
 
     started: dict[Phase, int] = field(default_factory=dict)
@@ -59,10 +64,11 @@ class EpochGate:
     parked: dict[Phase, Any] = field(default_factory=dict)
     awaiting: set[Timestamp] = field(default_factory=set)
     slow: set[Timestamp] = field(default_factory=set)
+    went_on: dict[Phase, int] = field(default_factory=dict)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickle a gate, also one a snapshot holds from before ``slow`` (none slow then)."""
-        self.__dict__.update({"slow": set(), **state})
+        """Unpickle a gate, also one a snapshot holds from before ``slow`` and ``went_on``."""
+        self.__dict__.update({"slow": set(), "went_on": {}, **state})
 
     def live(self) -> Phase | None:
         """The epoch in the loop now (started, not concluded), if any."""
@@ -79,14 +85,36 @@ class EpochGate:
             return self.started[epoch]
         return max(self.concluded.values(), default=-1) + 1
 
+    def waits_before(self, time: Timestamp) -> bool:
+        """Whether a slow round at or before ``time`` has not run here yet: then ``time`` waits
+        for its notification too, so that rounds run here in the order their times allow (a
+        replica that took keys concludes an epoch again, at its slow notification, before it
+        runs a round of the next)."""
+        return any(slow.less_equal(time) for slow in self.slow)
+
+    def ends_at(self, epoch: Phase, counter: int, tokens: int) -> bool:
+        """Whether round ``counter`` of ``epoch``, notified with ``tokens`` rows announced to
+        it in all, finds the epoch over: it concluded already, or nothing was sent to the round
+        and no replica ran the round (the tokens it consumed then said something was)."""
+        return epoch in self.concluded or (tokens == 0 and self.went_on.get(epoch, -1) < counter)
+
+    def went_on_at(self, epoch: Phase, counter: int) -> None:
+        """A replica ran round ``counter`` of ``epoch``."""
+        self.went_on[epoch] = max(counter, self.went_on.get(epoch, counter))
+
     def conclude(self, epoch: Phase, counter: int) -> tuple[Phase, int, Any] | None:
         """``epoch`` has nothing left at ``counter``: the next parked epoch, its start counter
-        and its entry, if one waits."""
-        counter = self.concluded[epoch] = min(counter, self.concluded.get(epoch, counter))  # the same at every replica
+        and its entry, if one waits and may start. A replica that took keys concludes an epoch
+        again (see :class:`~raytide.core.gated.GatedColumns`); by then a later epoch may be in
+        the loop, and only that epoch's own parked rows (keys whose replica had parked it) may
+        join it, at its start; the others wait for it to conclude."""
+        self.concluded[epoch] = min(counter, self.concluded.get(epoch, counter))  # the same at every replica
         if not self.parked:
             return None
-        following = min(self.parked)
-        start = self.started.get(following, counter + 1)
+        following, live = min(self.parked), self.live()
+        if live is not None and live != following:
+            return None
+        start = self.started.get(following, max(self.concluded.values()) + 1)
         return following, start, self.parked.pop(following)
 
     def entry(self, epoch: Phase, inbox: dict[int, list]) -> dict[int, list]:
@@ -101,7 +129,8 @@ class EpochGate:
         self.started.update(other.started)
         self.concluded.update(other.concluded)
         self.awaiting |= other.awaiting
-        self.slow |= other.slow
+        for epoch, counter in other.went_on.items():
+            self.went_on_at(epoch, counter)
         for epoch, entry in other.parked.items():
             self.parked[epoch] = _joined(self.parked.get(epoch, {}), entry)
 

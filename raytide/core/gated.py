@@ -68,7 +68,7 @@ class GatedColumns(KeyedColumns):
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         """Buffer the batch; if it completes a round this replica awaits, run the round now."""
         super().on_recv(edge, message, time)
-        if edge in (UPDATES, TOKENS) and time in self.gate.awaiting and time not in self.gate.slow:
+        if edge in (UPDATES, TOKENS) and time in self.gate.awaiting and not self.gate.waits_before(time):
             inbox = self.pending[time]
             if round_complete(inbox.get(TOKENS, []), inbox.get(UPDATES, []), self.parallelism):
                 self.cancel_notify(time)
@@ -87,7 +87,7 @@ class GatedColumns(KeyedColumns):
                 self.gate.parked[phase] = entry
             else:
                 self._gated_round(phase, start, entry)
-        elif phase in self.gate.concluded or tokens == 0:  # nothing was sent to this round anywhere
+        elif self.gate.ends_at(phase, counter, tokens):
             self._finish(phase, counter)
             following = self.gate.conclude(phase, counter)
             if following is not None:
@@ -100,6 +100,7 @@ class GatedColumns(KeyedColumns):
         in all and per key group), and the notification of the next round (where the tokens
         are added up, unless they and the rows complete the round first)."""
         start = self.gate.started.setdefault(phase, counter)
+        self.gate.went_on_at(phase, counter)
         time = round_time(phase, counter)
         self.group_rows[:] = 0
         sent = abs(self._round(inbox, time, counter - start))
@@ -144,23 +145,22 @@ class GatedColumns(KeyedColumns):
         self._slow_down()
 
     def _slow_down(self) -> None:
-        """The rounds pending or awaited now run only at their notifications: a restore or a
-        rescale may deal them tokens of another width or routing table."""
-        self.gate.slow |= set(self.pending) | self.gate.awaiting
+        """The times pending or awaited now run only at their notifications (each has one
+        here): a restore or a rescale may deal them tokens of another width or routing table."""
+        self.gate.slow = set(self.pending) | self.gate.awaiting
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
         """:meth:`KeyedColumns.take_keys`, with the gate's facts and requests (every new replica
         gets them) and the moving keys' rows of the parked entries."""
-        self._slow_down()
         taken = super().take_keys(moving)
         gate = EpochGate(dict(self.gate.started), dict(self.gate.concluded), {}, set(self.gate.awaiting),
-                         set(self.gate.slow))
+                         went_on=dict(self.gate.went_on))
         gate.parked, self.gate.parked = self._split(self.gate.parked, moving)
         return {**taken, "gate": gate}
 
     def put_keys(self, state: Any) -> None:
         super().put_keys(state)
-        self._slow_down()
         for time in state["gate"].awaiting - self.gate.awaiting:
             self.notify_at(time)
         self.gate.merge(state["gate"])
+        self._slow_down()

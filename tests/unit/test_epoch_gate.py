@@ -45,6 +45,50 @@ def test_merged_gates_agree_on_where_epochs_start_and_end():
     assert behind.conclude(E0, 9) is None and behind.concluded[E0] == 4  # the earliest conclusion stands
 
 
+def test_a_round_another_replica_ran_before_a_rescale_is_not_ended_by_the_tokens_it_consumed():
+    """A replica that took keys whose round 2 their old replica ran before the cut holds no
+    tokens for round 2 (they were consumed there): that says nothing sent, wrongly. The other
+    gate's fact that round 2 went on does (without it, this replica concluded epoch 0 at 2 and
+    the others at 3: found by the rescale trials)."""
+    gate, other = EpochGate(), EpochGate()
+    gate.started[E0] = other.started[E0] = 0
+    other.went_on_at(E0, 2)
+    assert gate.ends_at(E0, 2, tokens=0), "alone, no tokens means nothing was sent to the round"
+    gate.merge(other)
+    assert not gate.ends_at(E0, 2, tokens=0) and not gate.ends_at(E0, 2, tokens=3)
+    assert gate.ends_at(E0, 3, tokens=0), "round 3 no replica ran: its tokens decide"
+    gate.concluded[E0] = 3
+    assert gate.ends_at(E0, 3, tokens=5), "a conclusion another replica found stands"
+    gate.went_on_at(E0, 1)
+    assert gate.went_on[E0] == 2, "the latest round stands"
+
+
+def test_an_epoch_concluded_again_starts_no_parked_epoch_beside_the_live_one_but_lets_the_live_one_join():
+    """A replica that took keys concludes epoch 0 again at its notification, after it started
+    epoch 1 (facts from a replica that had). Parked rows of epoch 1 (keys whose replica had
+    parked it) join epoch 1 at its start; epoch 2's wait for epoch 1 (it used to start at once,
+    two epochs in the loop: found by the rescale trials)."""
+    gate = EpochGate({E0: 0, E1: 5}, {E0: 4}, {E2: {0: ["e2"]}})
+    assert gate.conclude(E0, 4) is None and E2 in gate.parked
+    gate.parked[E1] = {0: ["moved, parked"]}
+    assert gate.conclude(E0, 4) == (E1, 5, {0: ["moved, parked"]})
+    assert gate.conclude(E1, 8) == (E2, 9, {0: ["e2"]})
+    late = EpochGate({E0: 0, E1: 5}, {E0: 4, E1: 8}, {E2: {0: ["e2"]}})
+    assert late.conclude(E0, 4) == (E2, 9, {0: ["e2"]}), "after the latest conclusion, not after the one repeated"
+
+
+def test_a_round_waits_for_its_notification_while_a_slow_round_at_or_before_it_has_not_run():
+    gate = EpochGate(slow={Timestamp(0, (4,))})
+    assert gate.waits_before(Timestamp(0, (4,))) and gate.waits_before(Timestamp(1, (6,)))
+    assert not gate.waits_before(Timestamp(0, (3,))), "an earlier round is not held up by a later one"
+
+
+def test_a_gate_pickled_before_slow_and_went_on_existed_unpickles_with_neither():
+    gate = EpochGate.__new__(EpochGate)
+    gate.__setstate__({"started": {E0: 0}, "concluded": {}, "parked": {}, "awaiting": set()})
+    assert gate.slow == set() and gate.went_on == {} and gate.started == {E0: 0}
+
+
 def test_round_times_keep_the_outer_loops_counters():
     assert round_time((3, (2,)), 5) == Timestamp(3, (2, 5))
 
