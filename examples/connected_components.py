@@ -55,10 +55,7 @@ def components_by_epoch(epochs: Sequence[Sequence[tuple[int, int]]] | Sequence[n
             _, pairs = next(results)  # an epoch without edges comes too, with no labels
             for node, label in pairs:  # labels only drop: keep the smallest
                 labels[node] = min(label, labels.get(node, label))
-            vertices = job.stats()["vertices"]
-            # The loop's tokens (a row per key group from every replica each round, its own
-            # bookkeeping: docs/iteration.md) reach the vertex too; they are not records handled.
-            total = vertices["label-propagation"]["records_in"] - vertices["label-propagation.tokens"]["records_in"]
+            total = job.stats()["vertices"]["label-propagation"]["records_in"]
             yield dict(labels), total - handled
             handled = total
         job.close("edges")

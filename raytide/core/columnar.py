@@ -77,6 +77,7 @@ class KeyedColumns(Vertex):
 
     def __init__(self, spec: ColumnsSpec) -> None:
         self.spec = spec
+        self.control_ports = spec.ticks  # ticks and tokens are not records
         self._reset({port: () for port in spec.arranged})
         self.pending: dict[Timestamp, dict[int, list[Rows]]] = {}
         self.phase: tuple | None = None

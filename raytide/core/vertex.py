@@ -59,6 +59,9 @@ class Vertex:
     #: its list of records. Built-in operators that read batches only through that module
     #: say yes; every other vertex gets what the docstring above promises.
     takes_lazy_batches: ClassVar[bool] = False
+    #: Input ports whose batches are the vertex's own bookkeeping (a loop's tokens and
+    #: ticks), not data: ``records_in`` in ``job.stats()`` and the autoscaler's rates leave them out.
+    control_ports: frozenset[int] = frozenset()
 
     def bind(self, context: VertexContext) -> None:
         """Called by the runtime before any callback; gives the vertex its context."""

@@ -364,11 +364,10 @@ class ReplicaCore:
 
     def deliver(self, vertex: str, port: int, time: Timestamp, batch: Any) -> None:
         """Hand a batch to a hosted vertex (from another replica or from a fused upstream)."""
-        stats = self.stats[vertex]
+        stats, target = self.stats[vertex], self.vertices.get(vertex)
         stats.batches_in += 1
-        stats.records_in += batch_length(batch)
-        if vertex in self.vertices:
-            target = self.vertices[vertex]
+        stats.records_in += batch_length(batch) if target is None or port not in target.control_ports else 0
+        if target is not None:
             self._run(vertex, time, target.on_recv, port, batch if target.takes_lazy_batches else eager(batch), time)
         elif vertex in self.outputs:
             records = output_records(batch)

@@ -134,6 +134,29 @@ def test_a_marker_arrives_after_everything_sent_before_it():
             assert sum(s[1]["route"] for s in seen) == before, f"seed {seed}: records sent before the marker"
 
 
+class DataAndControl(rt.Vertex):
+    """Passes its data input on; its second input is bookkeeping (as a loop's tokens are)."""
+
+    control_ports = frozenset({1})
+
+    def on_recv(self, edge, message, time):
+        if edge == 0:
+            self.send_by(0, message, time)
+
+
+def test_records_in_counts_a_vertexs_data_and_not_its_control_ports():
+    """``records_in`` (job.stats(), the autoscaler's rates) leaves out batches on the ports a
+    vertex names as control; they are still batches it received."""
+    flow = rt.Dataflow("control")
+    [out] = flow.vertex(DataAndControl, [flow.input("data"), flow.input("control")], name="mixed")
+    out.output("out")
+    job = LocalJob(flow, {"data": [[1, 2, 3], [4, 5]], "control": [[0] * 7, [0] * 11]}, parallelism=1, seed=0)
+    assert job.run().finished
+    [core] = [core for key, core in job.replicas.items() if "mixed" in key.chain]
+    assert core.stats["mixed"].records_in == 5  # the 18 control records are not records
+    assert core.stats["mixed"].batches_in == 5 + 18, "the simulator delivers a record a batch; both ports count"
+
+
 # -- injected crashes ----------------------------------------------------------------------
 
 
