@@ -59,6 +59,8 @@ class ColumnsSpec:
         ticks: input ports whose batches only make every replica run the step at their time.
         finish: in a loop, run when an epoch's rounds are over (see :meth:`Stream.iterate_columns
             <raytide.core.dataflow.Stream.iterate_columns>`); fills outputs ``1 ..``.
+        repeatable_rounds: in a loop, whether running a round again for keys that ran it
+            leaves their state and what they send as it was (see ``iterate_columns``).
     """
 
     step: Callable[[Step], Any]
@@ -70,6 +72,7 @@ class ColumnsSpec:
     send_combine: frozenset[int] = frozenset()
     ticks: frozenset[int] = frozenset()
     finish: Callable[[Step], Any] | None = None
+    repeatable_rounds: bool = False
 
 
 class KeyedColumns(Vertex):

@@ -54,7 +54,8 @@ def keyed_columns(stream: AnyStream, step: Callable[[Step], Any], key: str, stat
 
 def iterate_columns(stream: AnyStream, step: Callable[[Step], Any], key: str, state: Mapping[str, StateColumn],
                     combine: Mapping[str, np.ufunc] | None, arrange: str | None, outputs: int,
-                    name: str | None, finish: Callable[[Step], Any] | None = None) -> list[AnyStream]:
+                    name: str | None, finish: Callable[[Step], Any] | None = None,
+                    repeatable_rounds: bool = False) -> list[AnyStream]:
     """See :meth:`Stream.iterate_columns`; returns the streams leaving the loop.
 
     The state vertex (:class:`~raytide.core.gated.GatedColumns`) reads the entering stream
@@ -69,7 +70,7 @@ def iterate_columns(stream: AnyStream, step: Callable[[Step], Any], key: str, st
     vname = loop.name  # the vertex holding the state is named as its loop (loop names are apart)
     spec = _spec(vname, step, key, state, combine, arranged={} if arrange is None else {0: arrange},
                  outputs=1 + outputs, send_combine=frozenset({0}) if combine else frozenset(),
-                 ticks=frozenset({TICKS, TOKENS}), finish=finish)
+                 ticks=frozenset({TICKS, TOKENS}), finish=finish, repeatable_rounds=repeatable_rounds)
     entered, ticks = flow.vertex(Entry, [loop.enter(stream)], 2, name=f"{loop.name}.tick")  # fused behind the stream
     made = flow.vertex(lambda: GatedColumns(spec), [entered, back.stream, ticks, tokens.stream],
                        2 + outputs, exchange=[arrange or key, key, BROADCAST, TOKEN_KEY], name=vname)

@@ -420,7 +420,8 @@ class Stream:
     def iterate_columns(self, step: Callable[[Step], Any], *, key: str, state: Mapping[str, StateColumn],
                         combine: Mapping[str, np.ufunc] | None = None, arrange: str | None = None,
                         outputs: int = 1, name: str | None = None,
-                        finish: Callable[[Step], Any] | None = None) -> Stream | list[Stream]:
+                        finish: Callable[[Step], Any] | None = None,
+                        repeatable_rounds: bool = False) -> Stream | list[Stream]:
         """A loop around columnar keyed state (Pregel-like): iterate until no update is left.
 
         This stream enters the loop once per epoch: arranged by column ``arrange`` (rows that
@@ -441,8 +442,16 @@ class Stream:
         replica that took keys in a live rescale after it finished runs it again: it should
         send what changed since its last call (flag the rows the step changes in a state
         column, and clear the flags).
+
+        ``repeatable_rounds``: say True if running a round again for keys that already ran it
+        changes nothing (their updates were used; a min-label propagation then finds nothing
+        lower, where PageRank, which resets and adds, would count twice). A live rescale, or
+        a restore at another parallelism, can catch the replicas at different rounds of an
+        epoch, and the replica that takes keys from both runs the earlier round for all of
+        them. Without it, such a rescale is refused while an epoch is in the loop (the job
+        goes on as it was; try again between epochs).
         """
-        made = iterate_columns(self, step, key, state, combine, arrange, outputs, name, finish)
+        made = iterate_columns(self, step, key, state, combine, arrange, outputs, name, finish, repeatable_rounds)
         return made[0] if outputs == 1 else made
 
     # -- leaving the dataflow --------------------------------------------------------

@@ -34,6 +34,7 @@ from raytide.core.keygroups import DEFAULT_KEY_GROUPS
 from raytide.core.routing import column_key_groups
 from raytide.core.step import Step, checked_outputs, integer_keys
 from raytide.core.vertex import Vertex
+from raytide.errors import RescaleError
 from raytide.progress.timestamps import Timestamp
 
 UPDATES, TICKS, TOKENS = 1, 2, 3
@@ -151,7 +152,19 @@ class GatedColumns(KeyedColumns):
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
         """:meth:`KeyedColumns.take_keys`, with the gate's facts and requests (every new replica
-        gets them) and the moving keys' rows of the parked entries."""
+        gets them) and the moving keys' rows of the parked entries.
+
+        Raises:
+            RescaleError: an epoch is in the loop and the step's rounds are not repeatable
+                (the replicas may be at different rounds of it; see ``iterate_columns``).
+        """
+        in_loop = [phase for phase in (self.gate.live(), *map(phase_of, self.gate.awaiting), *self.gate.parked) if phase]
+        if in_loop and not self.spec.repeatable_rounds:
+            at = sorted(self.gate.awaiting)
+            raise RescaleError(f"vertex {self.name!r} replica {self.replica}: epoch {min(in_loop)[0]} is in its loop "
+                               f"(awaiting {at[0] if at else 'its turn'}), and its rounds are not repeatable "
+                               f"(iterate_columns(repeatable_rounds=False)): its replicas may be at different "
+                               f"rounds, so its keys move only between epochs; try again once the epoch is out")
         taken = super().take_keys(moving)
         gate = EpochGate(dict(self.gate.started), dict(self.gate.concluded), {}, set(self.gate.awaiting),
                          went_on=dict(self.gate.went_on))

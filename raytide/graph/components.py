@@ -51,6 +51,7 @@ def connected_components(edges: Stream, *, name: str = "components") -> Stream:
     """
     changes = edges.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
         propagate, key="node", state={"label": (np.int64, own_id), "changed": CHANGED_OR_NEW},
-        combine={"label": np.minimum}, arrange="src", name=name, finish=changed_rows("label"))
+        combine={"label": np.minimum}, arrange="src", name=name, finish=changed_rows("label"),
+        repeatable_rounds=True)
     assert isinstance(changes, Stream)
     return changes.map_batches(lambda b: as_pairs(b, "label"), name=f"{name}.pairs")

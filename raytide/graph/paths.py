@@ -61,6 +61,7 @@ def shortest_paths(edges: Stream, source: int, *, directed: bool = True, name: s
         weighted = weighted.map_batches(both_directions, name=f"{name}.both-directions")
     changes = weighted.iterate_columns(
         relaxing(source), key="node", state={"distance": (np.float64, np.inf), "changed": CHANGED},
-        combine={"distance": np.minimum}, arrange="src", name=name, finish=changed_rows("distance"))
+        combine={"distance": np.minimum}, arrange="src", name=name, finish=changed_rows("distance"),
+        repeatable_rounds=True)
     assert isinstance(changes, Stream)
     return changes.map_batches(lambda b: as_pairs(b, "distance"), name=f"{name}.pairs")

@@ -85,6 +85,7 @@ class LocalRun:
     recoveries: list[str] = field(default_factory=list)
     snapshots: list[int] = field(default_factory=list)
     rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut id)
+    refused: list[tuple[int, BaseException]] = field(default_factory=list)  # rescales not made: (step, why)
     driver_crashed: int | None = None
 
     @property

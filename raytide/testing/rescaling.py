@@ -47,6 +47,7 @@ from raytide.rescale.rescaling import (
 from raytide.rescale.widths import width_groups
 from raytide.snapshots.recovering import Recovering, RollBackOutputs
 from raytide.snapshots.replica_state import HeldReport
+from raytide.testing.outcome import LocalRun
 from raytide.testing.stepped import SteppedMachine
 
 
@@ -64,6 +65,8 @@ class RescaleRuntime(Protocol):
     def run_recovery(self, machine: Recovering) -> None: ...
 
     def rescaled(self, widths: dict[str, int], cut_id: int) -> None: ...
+
+    result: LocalRun
 
 
 class SteppedRescale(SteppedMachine):
@@ -101,8 +104,8 @@ class SteppedRescale(SteppedMachine):
             return Switched()
         elif isinstance(effect, (Recover, Adopt)):
             runtime.run_recovery(effect.machine)
-        elif isinstance(effect, Refused):
-            raise effect.error
+        elif isinstance(effect, Refused):  # as job.rescale raises it: the job goes on as it was
+            runtime.result.refused.append((runtime.result.steps, effect.error))
         elif isinstance(effect, Rescaled):
             runtime.rescaled(self.machine.widths, effect.cut_id)
         # HoldAtCut: the runtime's coordinator triggers the cut next, at once (it reads the phase);

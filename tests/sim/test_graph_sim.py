@@ -286,3 +286,32 @@ def test_pagerank_epochs_pushed_at_once_count_their_rounds_from_their_own_start(
             got = {int(node): rank for node, rank in run.outputs["ranks"][epoch]}
             expected = pagerank_reference([e for part in epochs[: epoch + 1] for e in part], 4)
             assert got.keys() == expected.keys() and all(abs(got[n] - expected[n]) < 1e-9 for n in got), (seed, epoch)
+
+
+def test_pagerank_rescaled_mid_epoch_is_refused_and_between_epochs_gives_the_same_ranks(store_root):
+    """PageRank's rounds are not repeatable (it resets and adds): a rescale that would catch
+    the loop's replicas at different rounds of an epoch is refused, naming the vertex, and
+    the job goes on in its old widths; one between epochs is made. Either way every epoch's
+    ranks are the reference's. (With the refusal taken out, the replica that took keys from
+    replicas at two rounds ran the earlier one for all of them: wrong ranks, no error.)"""
+    made = refused = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        edges = [(rng.randrange(15), rng.randrange(15)) for _ in range(30)]
+        epochs = [edges[i::3] for i in range(3)]
+        parallelism = rng.randint(1, 3)
+        calm = LocalJob(pagerank_flow(4), {"edges": epochs}, parallelism, seed).run()
+        recovery = LocalRecovery(SnapshotStore(str(store_root / str(seed))), interval=rng.choice([3, 10, 30]))
+        job = LocalJob(pagerank_flow(4), {"edges": epochs}, parallelism, seed, recovery=recovery)
+        job.rescale({min(width_groups(job.plan)["pagerank"]): rng.randint(1, 3)}, at_step=rng.randrange(1, calm.steps))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            run = job.run(max_steps=100_000)
+        assert run.finished and run.failure is None, f"seed {seed}: {run.failure!r}"
+        for epoch in range(3):
+            got = {int(node): rank for node, rank in run.outputs["ranks"][epoch]}
+            expected = pagerank_reference([e for part in epochs[: epoch + 1] for e in part], 4)
+            assert got.keys() == expected.keys() and all(abs(got[n] - expected[n]) < 1e-9 for n in got), (seed, epoch)
+        assert all("vertex 'pagerank'" in str(why) and "not repeatable" in str(why) for _, why in run.refused)
+        made, refused = made + len(run.rescales), refused + len(run.refused)
+    assert made >= 3 and refused >= 3, (made, refused)
