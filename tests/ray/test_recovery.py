@@ -290,9 +290,21 @@ def test_a_push_made_while_another_input_is_rewound_reaches_its_replicas_once_an
 
 
 def test_two_kills_in_a_row(ray_session, tmp_path):
+    """Two deaths, each recovered from in its turn: the second kill waits for the first
+    recovery (a snapshot may commit between a death and its detection; killed then, the
+    second struck a host the recovery had not replaced yet, whose process was gone)."""
     keyed = scenario("keyed", seed=4)
     rng = random.Random(5)
-    kill = lambda job: sigkill(job, str(a_replica(job, rng)))  # noqa: E731
+    kills = [0]
+
+    def kill(job: rt.Job) -> None:
+        deadline = time.monotonic() + 60
+        while job.stats()["recoveries"]["count"] < kills[0]:
+            assert time.monotonic() < deadline, f"kill {kills[0]} was not recovered from in 60 s"
+            time.sleep(0.05)
+        sigkill(job, str(a_replica(job, rng)))
+        kills[0] += 1
+
     got, stats = run_and_kill(keyed, tmp_path, [kill, kill], after_snapshots=1)
     check(keyed, got)
     assert stats["recoveries"]["count"] == 2
