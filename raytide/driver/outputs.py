@@ -330,11 +330,21 @@ class Liveness:
     process dies, so :meth:`check` only looks, without waiting, at which calls are done.
     """
 
-    def __init__(self, actors: Mapping[Hashable, Any]) -> None:
+    def __init__(self, actors: Mapping[Hashable, Any], before: Liveness | None = None) -> None:
         """``actors``: per key, a handle whose ``watch.remote()`` starts the watch (a host's
-        :class:`~raytide.actors.hosts.Leased` handle passes its lease)."""
+        :class:`~raytide.actors.hosts.Leased` handle passes its lease).
+
+        ``before``: the watches of the configuration this one follows (a recovery's or a
+        rescale's). An actor watched there under the same handle and lease keeps its pending
+        call: a second one would wait behind it in the actor's one ``watch`` thread for as
+        long as the lease lasts, and every rescale would add one per kept actor, in the
+        driver and in the actor, for the rest of the job.
+        """
         self.actors = dict(actors)
-        self.watches = {key: actor.watch.remote() for key, actor in self.actors.items()}
+        kept: dict[Hashable, Any] = {} if before is None else {
+            key: ref for key, ref in before.watches.items() if before.actors[key] == self.actors.get(key)}
+        self.watches: dict[Hashable, Any] = {key: kept[key] if key in kept else actor.watch.remote()
+                                             for key, actor in self.actors.items()}
 
     def check(self) -> tuple[Hashable, BaseException] | None:
         """The key of an actor that died, and the error; None if all live."""

@@ -137,7 +137,7 @@ class JobPlacement:
         actors: dict[Hashable, Any] = {key: host.leased for key, host in self.leases.items()}
         if coordinator is not None:
             actors[COORDINATOR] = coordinator
-        self.liveness = Liveness(actors)
+        self.liveness = Liveness(actors, before=self.liveness)
 
     # -- a recovery and a rescale ----------------------------------------------------------
 

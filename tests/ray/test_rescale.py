@@ -27,6 +27,7 @@ from examples.connected_components import build_flow, union_find
 from raytide.driver.recovery import RescaleRecord
 from raytide.driver.rescale import _OnRay
 from raytide.errors import ArgumentError, GraphError, RescaleError
+from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
 from tests.delivery import assert_exactly_once
 from tests.ray.jobs import as_multisets, counting_words, next_in_sequence, text_parts
@@ -467,3 +468,27 @@ def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session,
     plain = rt.run(flow, parallelism=1)
     with plain, pytest.raises(ArgumentError, match="recovery"):
         plain.rescale({"check": 2})
+
+
+def test_a_rescale_keeps_the_pending_liveness_watch_of_every_actor_it_keeps(ray_session, tmp_path):
+    """The driver watches each actor with one pending ``watch`` call per lease. A rescale that
+    keeps an actor under its lease (the input's replicas, the progress actor, the
+    coordinator) keeps that call: a second one would wait behind the first in the actor's
+    one ``watch`` thread, so every rescale would add a call pending for the rest of the job,
+    in the driver and in the actor (the soak's memory growth)."""
+    flow = rt.Dataflow("watched")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    with rt.run(flow, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"), interval=0.5)) as job:
+        first = dict(job.placement.liveness.watches)
+        for width in (2, 1, 2):
+            job.rescale({"check": width})
+        now, actors = job.placement.liveness.watches, job.placement.liveness.actors
+        assert len(first) == 4 and set(now) == {*first, ReplicaKey("check+out", 1)}
+        assert all(now[key] is first[key] for key in first), (first, now)  # same host, same lease: same call
+        ready, _ = ray.wait(list(now.values()), num_returns=len(now), timeout=0)
+        assert not ready, "a watch of a live actor under its lease returned"
+        assert len({(actor.handle, actor.lease) for actor in actors.values()}) == len(now)
+        job.push("records", [(0, 0), (0, 1)], 0)
+        job.close("records")
+        job.wait(timeout=120)
+        assert job.collect("out") == {0: [(0, (0, 0)), (0, (0, 1))]}
