@@ -33,6 +33,7 @@ threaded or async.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -235,6 +236,14 @@ class _RayTransport:
         return blob if packed_size(blob) <= INLINE_BYTES else ray.put(blob)
 
 
+def _reader_positions(readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]]) -> dict[str, Any]:
+    """Where each of ``readers`` is. A core asks it of the readers dict, not of its replica:
+    a closure over the replica would make a cycle (replica -> core -> closure -> replica),
+    and a replica left in a cycle by a rescale or a recovery (a host takes a new role)
+    keeps its transport and every actor handle in it until Python's rare full collection."""
+    return {vertex: reader.position() for vertex, (reader, _) in readers.items()}
+
+
 class VertexActor:
     """One replica of one chain of fused vertices."""
 
@@ -251,17 +260,17 @@ class VertexActor:
         self.writer = SnapshotWriter(self.key, self.store) if self.store is not None else None
         self.transport = _RayTransport(self.key, plan, job, max_inflight, self.writer)
         self.transport.incarnation = incarnation
+        self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
         self.core = self._new_core()
         self.failed: RaytideError | None = None
         self.busy_s = 0.0  # handling events (see _guard)
         self.metrics = ReplicaMetrics(job, chain, replica)
-        self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
         self.kept = kept
 
     def _new_core(self) -> ReplicaCore:
         core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport,
                            keep_outputs=self.store is not None)
-        core.source_positions = lambda: {vertex: reader.position() for vertex, (reader, _) in self.readers.items()}
+        core.source_positions = functools.partial(_reader_positions, self.readers)  # not self: no cycle (see _reader_positions)
         return core
 
     def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], progress: Any,
