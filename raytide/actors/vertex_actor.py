@@ -11,10 +11,11 @@ Message flow (no actor ever waits for one that may wait for it):
 * progress: ``replica -> progress actor.apply`` (with the output records the batch
   retires) and ``progress actor -> replica.on_progress``, both fire and forget; a
   replica numbers its calls to the progress actor, which applies them in that order.
-  A round of a cyclic vertex whose data goes to one peer sends its progress batch along
-  with that data (``receive_many``), and the peer passes it on ahead of its own next
-  progress message: the frontier needs the peer's receipt of that data anyway, so the
-  batch is not later, and the round costs one Ray call less at each end.
+  A round of a cyclic vertex whose data goes to one replica of its own chain sends its
+  progress batch along with that data (``receive_many``), and the peer passes it on ahead
+  of its own next progress message: the frontier needs the peer's receipt of that data
+  anyway, so the batch is not later, and the round costs one Ray call less at each end.
+  A replica with a batch to pass on sends its own with it rather than riding back.
 * failures: ``replica -> progress actor.fail`` (fire and forget).
 * snapshots (a job with ``recovery``): at a snapshot barrier the core hands its local
   snapshot to a writer thread (:class:`~raytide.snapshots.writer.SnapshotWriter`),
@@ -212,11 +213,18 @@ class _RayTransport:
             self.progress.receive.remote(self.incarnation, encode(calls))
 
     def _round_peer(self, call: Sequenced) -> ReplicaKey | None:
-        """The one peer that a cyclic round's progress batch (it asks for an acknowledgement)
-        may go with, if this event sent data to that peer only (see the module docstring)."""
-        if not (self.gathering and isinstance(call.message, ProgressBatch) and call.message.ack) or self.held_outputs:
+        """The one peer that a progress batch of a loop's round may go with: this event sent
+        data to that peer only, and the peer is a replica of this chain (so the chain is on
+        a cycle and the peer's next round waits for that data anyway; see the module
+        docstring). A batch goes straight to the progress actor when it has other
+        replicas' batches to pass on: riding, they would go back and forth between the two
+        replicas of a loop instead of reaching the progress actor."""
+        if not (self.gathering and isinstance(call.message, ProgressBatch)) or self.held_outputs or self.passing_on:
             return None
-        return next(iter(self.gathered)) if len(self.gathered) == 1 else None
+        if len(self.gathered) != 1:
+            return None
+        peer = next(iter(self.gathered))
+        return peer if call.message.ack or peer.chain == self.key.chain else None
 
     def pass_on(self) -> None:
         """Send the progress actor what came with data and did not go with a message of this replica's."""
