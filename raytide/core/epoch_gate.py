@@ -158,15 +158,15 @@ def round_complete(tokens: list[Rows], updates: list[Rows], width: int) -> bool:
     from one round of one sender travel together, and a rescale or a restore marks the rounds
     it touches ``slow``. A round with more rows than announced is left to the notification too.
     """
-    if not tokens:
+    if len(tokens) < width:  # a token from each sender, one batch each (merged ones are left to the notification)
         return False
     senders = np.concatenate([batch["sender"] for batch in tokens])
     groups = np.concatenate([batch[TOKEN_KEY] for batch in tokens])
-    if (np.concatenate([batch["width"] for batch in tokens]) != width).any():
+    if (np.concatenate([batch["width"] for batch in tokens]) != width).any() or senders.max() >= width:
         return False
-    pairs = senders * (int(groups.max()) + 1) + groups
-    named = {int(s): frozenset(groups[senders == s].tolist()) for s in np.unique(senders)}
-    if len(np.unique(pairs)) != len(pairs) or set(named) != set(range(width)) or len(set(named.values())) != 1:
+    span = int(groups.max()) + 1  # named[s, g]: how often sender s named group g
+    named = np.bincount(senders * span + groups, minlength=width * span).reshape(width, span)
+    if named.max() > 1 or not named[0].any() or (named != named[0]).any():  # a pair twice, or senders differ
         return False
     announced = sum(int(batch["rows"].sum()) for batch in tokens)
     return announced == sum(len(next(iter(batch.values()), ())) for batch in updates)
