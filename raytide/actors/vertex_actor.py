@@ -15,7 +15,10 @@ Message flow (no actor ever waits for one that may wait for it):
   progress batch along with that data (``receive_many``), and the peer passes it on ahead
   of its own next progress message: the frontier needs the peer's receipt of that data
   anyway, so the batch is not later, and the round costs one Ray call less at each end.
-  A replica with a batch to pass on sends its own with it rather than riding back.
+  A replica with batches to pass on sends its own along with them, to the peer while they
+  are few (:data:`MAX_RIDING`) and none asks for an acknowledgement, else to the progress
+  actor; a batch goes there at the latest when its chain's data stops (a round that sends
+  nothing, or the epoch's output), so nothing waits for it that it could wait for.
 * failures: ``replica -> progress actor.fail`` (fire and forget).
 * snapshots (a job with ``recovery``): at a snapshot barrier the core hands its local
   snapshot to a writer thread (:class:`~raytide.snapshots.writer.SnapshotWriter`),
@@ -63,6 +66,10 @@ from raytide.sources.base import Reader, RemoteBatch
 
 logger = logging.getLogger(__name__)
 
+#: At most this many progress batches travel with a loop's data between its replicas
+#: before they go to the progress actor (each hop carries them all again).
+MAX_RIDING = 8
+
 #: Output records of at most this many pickled bytes per epoch travel inline to the progress
 #: actor; larger ones stay in the object store (Ray passes arguments by value up to 100 KiB).
 INLINE_BYTES = 64 * 1024
@@ -89,7 +96,7 @@ class _RayTransport:
         self.gathered: dict[ReplicaKey, list[tuple[str, tuple]]] = {}  # per receiver, (sender, receive args)
         self.held_outputs: list[Sequenced] = []
         self.held_refs = False  # whether a held output part is an object ref
-        self.riding: dict[ReplicaKey, Sequenced] = {}  # a round's progress batch, to go with its data to the peer
+        self.riding: dict[ReplicaKey, list[Sequenced]] = {}  # progress batches, to go with this event's data to the peer
         self.passing_on: list[Sequenced] = []  # other replicas' batches that came with their data, for the progress actor
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
@@ -122,13 +129,12 @@ class _RayTransport:
         if not calls:
             return
         self.data_calls += 1
-        riding = self.riding.pop(to, None)
-        if len(calls) == 1 and riding is None:
+        riding = self.riding.pop(to, [])
+        if len(calls) == 1 and not riding:
             self._call(to, calls[0][0], "receive", *calls[0][1])
             return
         bounded = next((sender for sender, _ in calls if sender not in self.unbounded), None)  # no wait if any is
-        self._call(to, calls[0][0] if bounded is None else bounded, "receive_many", [args for _, args in calls],
-                   [] if riding is None else [riding])
+        self._call(to, calls[0][0] if bounded is None else bounded, "receive_many", [args for _, args in calls], riding)
 
     def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
         window = self.inflight[to]
@@ -198,7 +204,8 @@ class _RayTransport:
             return
         peer = self._round_peer(call)
         if peer is not None:
-            self.riding[peer] = call
+            self.riding[peer] = [*self.passing_on, call]
+            self.passing_on.clear()
             return
         self._send_progress((*self.passing_on, *self.held_outputs, call), refs=self.held_refs)
         self.passing_on.clear()
@@ -213,18 +220,23 @@ class _RayTransport:
             self.progress.receive.remote(self.incarnation, encode(calls))
 
     def _round_peer(self, call: Sequenced) -> ReplicaKey | None:
-        """The one peer that a progress batch of a loop's round may go with: this event sent
-        data to that peer only, and the peer is a replica of this chain (so the chain is on
-        a cycle and the peer's next round waits for that data anyway; see the module
-        docstring). A batch goes straight to the progress actor when it has other
-        replicas' batches to pass on: riding, they would go back and forth between the two
-        replicas of a loop instead of reaching the progress actor."""
-        if not (self.gathering and isinstance(call.message, ProgressBatch)) or self.held_outputs or self.passing_on:
+        """The one peer that a progress batch of a loop's round may go with, and the batches
+        this replica passes on with it: this event sent data to that peer only, and the peer
+        is a replica of this chain (so the chain is on a cycle and the peer's next round
+        waits for that data anyway; see the module docstring), or the batch is one that asks
+        for an acknowledgement (a round run at a notification) and goes alone. Batches to
+        pass on ride again while they are fewer than :data:`MAX_RIDING` and none asks for an
+        acknowledgement, which would otherwise come only once they stop riding."""
+        if not (self.gathering and isinstance(call.message, ProgressBatch)) or self.held_outputs:
             return None
         if len(self.gathered) != 1:
             return None
         peer = next(iter(self.gathered))
-        return peer if call.message.ack or peer.chain == self.key.chain else None
+        if not self.passing_on:
+            return peer if call.message.ack or peer.chain == self.key.chain else None
+        may_ride_again = len(self.passing_on) < MAX_RIDING and not any(
+            isinstance(passed.message, ProgressBatch) and passed.message.ack for passed in self.passing_on)
+        return peer if peer.chain == self.key.chain and may_ride_again else None
 
     def pass_on(self) -> None:
         """Send the progress actor what came with data and did not go with a message of this replica's."""
