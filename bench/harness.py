@@ -4,7 +4,10 @@ A benchmark is a module ``bench/bench_<name>.py`` with
 
 * ``measure(**params) -> dict[str, float]``: one run, returning named metrics;
 * ``RATIOS``: optional ``[(label, numerator, denominator)]`` computed from the medians,
-  e.g. raytide's time over a hand-written baseline measured in the same process;
+  e.g. raytide's time over a hand-written baseline measured in the same process, and run
+  by run (both sides of a run measured minutes apart at most): the report gives the
+  median and the spread of those per-run ratios too, which a machine that changes speed
+  between runs moves less than the ratio of the medians;
 * ``PARAMS``: optional default keyword arguments for ``measure``;
 * ``REPEAT``: optional number of runs when none is asked for (default 5).
 
@@ -52,6 +55,16 @@ def ratios(summary: dict[str, dict[str, float]], pairs: list[tuple[str, str, str
             if num in summary and den in summary}
 
 
+def paired_ratios(runs: list[dict[str, float]], pairs: list[tuple[str, str, str]]) -> dict[str, dict[str, float]]:
+    """Median, min and max over the runs of each run's ``numerator / denominator``."""
+    out = {}
+    for label, num, den in pairs:
+        per_run = [r[num] / r[den] for r in runs if num in r and den in r and r[den]]
+        if per_run:
+            out[label] = {"median": statistics.median(per_run), "min": min(per_run), "max": max(per_run)}
+    return out
+
+
 def run(name: str, repeat: int | None, params: dict[str, Any] | None = None, out: Callable[[str], None] = print) -> dict:
     """Run benchmark ``name`` ``repeat`` times (None: its ``REPEAT``, else 5); print and save its report."""
     module = importlib.import_module(f"bench.bench_{name}")
@@ -73,6 +86,7 @@ def run(name: str, repeat: int | None, params: dict[str, Any] | None = None, out
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "metrics": summary,
         "ratios": ratios(summary, getattr(module, "RATIOS", [])),
+        "paired_ratios": paired_ratios(runs, getattr(module, "RATIOS", [])),
         "runs": runs,
     }
     RESULTS.mkdir(exist_ok=True)
@@ -87,6 +101,10 @@ def format_report(report: dict) -> str:
     width = max(len(m) for m in report["metrics"])
     for metric, s in report["metrics"].items():
         lines.append(f"  {metric:<{width}}  {s['median']:>14,.4g}   (min {s['min']:,.4g}, max {s['max']:,.4g})")
+    paired = report.get("paired_ratios", {})
     for label, value in report["ratios"].items():
-        lines.append(f"  ratio {label}: {value:.3f}")
+        per_run = paired.get(label)
+        spread = (f" (run by run: median {per_run['median']:.3f}, {per_run['min']:.3f}-{per_run['max']:.3f})"
+                  if per_run else "")
+        lines.append(f"  ratio {label}: {value:.3f}{spread}")
     return "\n".join(lines)
