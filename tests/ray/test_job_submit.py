@@ -43,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
 JOB_TIMEOUT = 240
+#: Submissions of one job, when the head refused the earlier ones before creating it (see ``submit``).
+SUBMIT_ATTEMPTS = 3
 RESULT = re.compile(r"^RESULT word=(\S+) count=(\d+)$", re.MULTILINE)
 TOTAL = re.compile(r"^RESULT total=(\d+) distinct=(\d+)$", re.MULTILINE)
 
@@ -183,15 +185,25 @@ def write_input(path: Path) -> collections.Counter:
 
 
 def submit(head: Head, name: str, *command: str) -> str:
-    """Submit ``python <command>`` from the repository root and wait for it to succeed; its logs."""
-    submission = f"raytide-{name}-{uuid.uuid4().hex[:8]}"
-    submitted = head.job("submit", "--submission-id", submission, "--working-dir", ".", "--", "python", *command,
-                         timeout=JOB_TIMEOUT, check=False)
-    status = head.job("status", submission).stdout
-    logs = head.job("logs", submission).stdout
-    assert submitted.returncode == 0 and "succeeded" in status.lower(), (
-        f"submit exit {submitted.returncode}\nstatus: {status}\nsubmit stderr:\n{submitted.stderr[-3000:]}\n"
-        f"job logs:\n{logs[-6000:]}")
+    """Submit ``python <command>`` from the repository root and wait for it to succeed; its logs.
+
+    A submission the head refused before it created the job is made again, at most
+    :data:`SUBMIT_ATTEMPTS` times: a loaded head's job server can answer before its job agent
+    is up ("No available agent to submit job, please try again later"), and the job then
+    does not exist. A job that was created is never submitted twice.
+    """
+    for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+        submission = f"raytide-{name}-{uuid.uuid4().hex[:8]}"
+        submitted = head.job("submit", "--submission-id", submission, "--working-dir", ".", "--", "python", *command,
+                             timeout=JOB_TIMEOUT, check=False)
+        status = head.job("status", submission, check=False)
+        if status.returncode == 0 or "does not exist" not in status.stderr or attempt == SUBMIT_ATTEMPTS:
+            break
+        time.sleep(5)
+    logs = head.job("logs", submission, check=False).stdout
+    assert submitted.returncode == 0 and "succeeded" in status.stdout.lower(), (
+        f"submit exit {submitted.returncode} (attempt {attempt})\nstatus: {status.stdout}{status.stderr[-2000:]}\n"
+        f"submit stderr:\n{submitted.stderr[-3000:]}\njob logs:\n{logs[-6000:]}\nhead log:\n{head.log_tail()}")
     return logs
 
 
