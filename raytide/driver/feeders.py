@@ -53,6 +53,10 @@ class Feeders:
             if not feed.ended.wait(max(0.0, deadline - time.monotonic())):
                 raise JobTimeout(f"the feed of stream input {feed.name!r} did not end within {timeout:g} s")
 
+    def describe(self) -> dict[str, str]:
+        """Per stream input, what its feed is doing (for a timeout's message)."""
+        return {name: feed.describe() for name, feed in self.streams.items()}
+
     def _start(self, name: str, body: Callable[[], bool]) -> None:
         thread = threading.Thread(target=self._run, args=(name, body), name=f"raytide-feed-{name}", daemon=True)
         self.threads.append(thread)

@@ -361,7 +361,7 @@ class Job:
 
     def _describe_unfinished(self, timeout: float) -> str:
         return f"job {self.name!r} did not finish within {timeout:.0f} s; " + unfinished(
-            self.placement, self._inputs.open_inputs(), self._outputs.latest(), BUSY_PROBE)
+            self.placement, self._inputs.open_inputs(), self._outputs.latest(), BUSY_PROBE, self._feeders.describe())
 
     def results(self, name: str, timeout: float = 600.0, *, batch_format: BatchFormat | None = None) -> Iterator[tuple[int, Any]]:
         """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes.

@@ -28,16 +28,18 @@ def _ask(call: Any) -> tuple[Any, str | None]:
 
 
 def unfinished(placement: JobPlacement, open_inputs: dict[str, int], done: dict[str, int | None],
-               busy_probe: float) -> str:
+               busy_probe: float, feeds: dict[str, str]) -> str:
     """What an unfinished job is waiting for: the slowest busy replica (each answering a ping
     within ``busy_probe`` s or called busy), the inputs still open, the latest complete epoch
-    per output, and the progress actor's account of the pending work."""
+    per output, the progress actor's account of the pending work, and what each stream
+    input's feed (``feeds``) is doing."""
     try:
         pending = ray.get(placement.progress.describe.remote(), timeout=10)
     except Exception as error:  # the description must not fail itself
         pending = {"progress actor": f"unreachable: {error!r}"}
     return (f"{placement.slowest_busy(busy_probe)}; inputs still open (at epoch): {open_inputs}; latest complete "
-            f"epoch per output: {done}; " + "; ".join(f"{k}: {v or 'none'}" for k, v in pending.items()))
+            f"epoch per output: {done}; " + "; ".join(f"{k}: {v or 'none'}" for k, v in pending.items())
+            + (f"; stream feeds: {feeds}" if feeds else ""))
 
 
 def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:

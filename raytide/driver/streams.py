@@ -56,23 +56,34 @@ class StreamFeed:
         self.snapshot, self.pump, self.hold_timeout = snapshot, pump, hold_timeout
         self.stopping = False
         self.ended = threading.Event()
+        #: What the feed is doing, for a timeout's message (a stream job that stalls says where).
+        self.doing = "starting its reader"
 
     def run(self) -> bool:
         """Feed every batch the reader yields; returns whether the stream ended by itself (then
         the input is closed), rather than being stopped (then it stays open for a savepoint)."""
         try:
             self.reader.seek(self.inputs.continue_stream(self.name))
+            self.doing = "waiting for its producer's first batch"
             for epoch, batch in self.reader:
                 if not isinstance(batch, BlockRefs):
                     raise TypeError(f"a stream reader yields BlockRefs, not {type(batch).__name__}")
                 deadline = time.monotonic() + self.hold_timeout
+                self.doing = f"dealing batch {epoch} to the input replicas"
                 marks, calls = self.inputs.push_batch(self.name, list(batch.refs), epoch)
                 self._wait_taken(calls, epoch, deadline)
                 self._hold(marks, epoch, deadline)
                 self.reader.held(epoch)
+                self.doing = f"waiting for its producer's batch after {epoch} (batch {epoch} is held)"
+            self.doing = "ended"
             return not self.stopping
         finally:
             self.ended.set()
+
+    def describe(self) -> str:
+        """What the feed, and its producer, are doing."""
+        producer = self.reader.describe()
+        return f"{self.doing}; its producer: {producer}" if producer else self.doing
 
     def stop(self) -> None:
         """Stop the producer; the batch in hand, if any, is still held before the feed ends."""
@@ -94,7 +105,10 @@ class StreamFeed:
     def _hold(self, marks: dict[int, int], epoch: int, deadline: float) -> None:
         """Take snapshots until a committed one holds batch ``epoch`` (every replica at ``marks``)."""
         why = "no snapshot was committed"
+        tried = 0
         while not self.inputs.holds(self.name, marks):
+            self.doing = f"taking snapshots until one holds batch {epoch}" + (f" ({tried} did not: {why})" if tried else "")
+            tried += 1
             left = deadline - time.monotonic()
             if left <= 0:
                 raise JobTimeout(f"stream input {self.name!r}: batch {epoch} was not held by a committed snapshot "

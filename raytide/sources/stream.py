@@ -50,6 +50,10 @@ class StreamReader(Reader[int]):
         """A committed snapshot holds batch ``epoch`` (and every batch before it): the
         producer may record it as done."""
 
+    def describe(self) -> str:
+        """What the producer is doing, for a stalled job's message ("" if nothing to say)."""
+        return ""
+
     @abstractmethod
     def stop(self) -> None:
         """The job is stopping: stop the producer, acknowledging nothing more; a batch

@@ -16,7 +16,7 @@ import pytest
 import ray
 
 import raytide as rt
-from raytide.errors import SourceError
+from raytide.errors import JobTimeout, SourceError
 from raytide.snapshots.consumed import ConsumedRecord
 from raytide.snapshots.store import SnapshotStore
 from raytide.sources.base import BlockRefs, RemoteBatch
@@ -153,3 +153,35 @@ def test_a_stream_restarted_on_a_store_with_nothing_committed_hands_out_only_wha
         handed = [(epoch, Counter(dict(records))) for epoch, records in job.results("counts", timeout=120)]
     assert [epoch for epoch, _ in handed if epoch < 2] == [], handed
     assert [(epoch, counts) for epoch, counts in handed if counts] == [(e, Counter(batches[e])) for e in (2, 3)]
+
+
+class _StalledReader(_ListReader):
+    """Hands out its batches, then waits (a producer that stalls) until ``release`` is set."""
+
+    def __init__(self, source: ListStream, release: threading.Event) -> None:
+        super().__init__(source)
+        self.release = release
+
+    def read_from(self, position: int) -> Iterator[tuple[int, Any, int]]:
+        yield from super().read_from(position)
+        self.release.wait(timeout=120)
+
+    def describe(self) -> str:
+        return "stalled after its last batch"
+
+
+def test_a_stream_job_that_stalls_says_what_its_feed_and_producer_are_doing(ray_session, tmp_path):
+    """A stream job whose epochs stop coming names, in its timeout, the feed's step (here:
+    batch 1 held, waiting for the next) and what the producer says of itself."""
+    release = threading.Event()
+    source = ListStream([["a"], ["b"]])
+    source.reader = lambda: _StalledReader(source, release)  # type: ignore[method-assign]
+    flow = rt.Dataflow("stalled-stream")
+    flow.input("lines").count_by_key(lambda word: word).output("counts")
+    with rt.run(flow, inputs={"lines": source}, parallelism=1, recovery=rt.Recovery(str(tmp_path))) as job:
+        with pytest.raises(JobTimeout) as stalled:
+            for _ in job.results("counts", timeout=3):
+                pass
+        release.set()
+    assert ("stream feeds: {'lines': \"waiting for its producer's batch after 1 (batch 1 is held); its producer: "
+            "stalled after its last batch\"}") in str(stalled.value)

@@ -147,6 +147,7 @@ class SparkStreamReader(StreamReader):
         self.first = 0
         self.last_id: int | None = None  # the last micro-batch handed to the job
         self.failure: SparkIntegrationError | None = None  # raised in the callback: says which batch
+        self.callback = "not called yet"  # what the foreachBatch callback is doing, for describe()
 
     def read_from(self, position: int) -> Iterator[tuple[int, Any, int]]:
         self.first = position
@@ -181,6 +182,13 @@ class SparkStreamReader(StreamReader):
         batch = self.waiting.pop(epoch, None)
         if batch is not None:
             batch.held.set()
+
+    def describe(self) -> str:
+        try:
+            status = "not started" if self.query is None else self.query.status.get("message")
+        except Exception as error:  # a message must not fail itself (the JVM may be gone)
+            status = f"unknown ({failure_reason(error)})"
+        return f"the query is {status!r}; its foreachBatch callback: {self.callback}"
 
     def stop(self) -> None:
         self.stopping.set()
@@ -217,6 +225,7 @@ class SparkStreamReader(StreamReader):
             raise SparkIntegrationError(f"{self.source.label}: the job is stopping; micro-batch {batch_id} is left "
                                         f"to the next run")
         arrived = time.perf_counter()
+        self.callback = f"converting micro-batch {batch_id} to Arrow in the executors"
         try:
             cached = cache_partitions(frame, f"micro-batch {batch_id} of {self.source.label}")
         except SparkIntegrationError as error:  # Spark would pass on only "raised by the Python Proxy"
@@ -226,6 +235,7 @@ class SparkStreamReader(StreamReader):
         self.waiting[batch_id] = batch
         self.last_id = batch_id
         handed = time.perf_counter()
+        self.callback = f"micro-batch {batch_id} handed to the job, waiting until a snapshot holds it"
         self.batches.put(batch)
         try:
             while not batch.held.wait(QUERY_POLL):
@@ -233,6 +243,7 @@ class SparkStreamReader(StreamReader):
                     raise SparkIntegrationError(f"{self.source.label}: the job stopped before a snapshot held "
                                                 f"micro-batch {batch_id}; it is left to the next run")
             self.source.timings.append((batch_id, handed - arrived, time.perf_counter() - handed))
+            self.callback = f"returned micro-batch {batch_id} to Spark (held)"
         finally:
             release_partitions(frame, cached)
 
