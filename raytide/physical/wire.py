@@ -2,11 +2,15 @@
 
 Ray serialises a list of small Python objects element by element; one pickle of the
 whole list is about 8 times faster (3 ms against 24 ms for 25,000 ``(word, count)``
-pairs on the 2-core machine), and Ray passes ``bytes`` through almost for free. NumPy
-arrays and Arrow tables are better left to Ray, which ships their buffers without
-copying. So a list of records travels as one cloudpickle blob (cloudpickle, because
-records may hold objects plain pickle cannot, such as instances of classes defined in
-``__main__``) and every other batch as it is.
+pairs on the 2-core machine), and Ray passes ``bytes`` through almost for free. Columnar
+batches go the same way: a Ray call whose argument is a dict of two 3,000-row NumPy
+columns cost its caller 810-910 us of CPU against 590-640 us for the same dict pickled
+first (Ray serialises each array on its own, with its metadata), and an incremental
+epoch of connected components, made of such calls, about 10% less CPU in all processes.
+So a list of records, a NumPy array and a dict of columns each travel as one cloudpickle
+blob (cloudpickle, because records may hold objects plain pickle cannot, such as
+instances of classes defined in ``__main__``); Arrow tables, which Ray ships as their
+buffers, travel as they are.
 
 Large buffers inside records (a NumPy array's data, an Arrow column) would be copied
 into the blob, and out of it again, at every hop. Pickle protocol 5 hands them over
@@ -14,7 +18,8 @@ beside the blob instead (*out of band*): a record list with buffers of at least
 :data:`OUT_OF_BAND_BYTES` travels as ``(blob, buffers)``, and Ray writes those buffers
 into its object store once and lets the receiver read them in place. They arrive
 read-only, as the NumPy arrays Ray ships always do. Smaller buffers stay in the blob, so
-a list of small records is still one ``bytes`` (see docs/large-records.md).
+a list of small records is still one ``bytes`` (see docs/large-records.md), and the
+columns of a small batch arrive as writable copies.
 
 An output keeps a columnar batch (a NumPy array, a dict of columns, an Arrow table) as
 one :class:`BatchRows` among its records rather than as one record per row: a row-wise
@@ -44,8 +49,9 @@ OUT_OF_BAND_BYTES = 1 << 20
 Packed = bytes | tuple[bytes, list[Any]]
 
 
-def pack_records(records: list) -> Packed:
-    """A list of records as one blob, with its large buffers beside it (see the module docstring)."""
+def pack_records(records: list | np.ndarray | dict) -> Packed:
+    """A list of records (or a columnar batch) as one blob, with its large buffers beside it
+    (see the module docstring)."""
     large: list[pickle.PickleBuffer] = []
 
     def in_band(buffer: pickle.PickleBuffer) -> bool:
@@ -161,8 +167,9 @@ def packed_size(packed: Packed) -> int:
 
 
 def pack(batch: Any) -> tuple[Any, bool]:
-    """``(payload, packed)``: a list becomes one blob, any other batch stays as it is."""
-    if isinstance(batch, list):
+    """``(payload, packed)``: a list, a NumPy array or a dict of columns becomes one blob
+    (large buffers beside it), any other batch stays as it is."""
+    if isinstance(batch, (list, np.ndarray, dict)):
         return pack_records(batch), True
     return batch, False
 
