@@ -192,10 +192,10 @@ def _forwarding(name: str) -> Callable[..., Any]:
 
 
 #: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
-VERTEX_METHODS = ("connect", "receive", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
+VERTEX_METHODS = ("connect", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
                   "start_reader", "pump", "advance", "restore", "hand_over", "adopt", "resume", "stats", "debug_state")
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
-PROGRESS_METHODS = ("connect", "restore", "receive", "fail", "frontier", "describe", "stats")
+PROGRESS_METHODS = ("connect", "restore", "receive", "receive_with_refs", "fail", "frontier", "describe", "stats")
 #: The methods of :class:`~raytide.actors.coordinator_actor.CoordinatorActor` that the replicas and the driver call.
 COORDINATOR_METHODS = ("acknowledge", "write_failed", "sync", "snapshot_now", "hold_now", "start", "restart", "pause",
                        "reconfigure", "stats")

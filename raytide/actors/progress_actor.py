@@ -65,15 +65,21 @@ class ProgressActor:
             self.events, self.first = [], cursor
         self.connect(replicas)
 
-    def receive(self, incarnation: int, *calls: Sequenced | bytes) -> None:
-        """Numbered messages from a replica (progress batch, output parts, declaration), or
-        one encoded tuple of them (see :func:`~raytide.physical.protocol.encode`)."""
+    def receive(self, encoded: bytes) -> None:
+        """Numbered messages (progress batch, output parts, declaration) of one or more
+        replicas, with the sender's incarnation, encoded as one (see
+        :func:`~raytide.physical.protocol.encode`: one argument costs a call less than two)."""
+        incarnation, calls = decode(encoded)
+        self.receive_with_refs(incarnation, *calls)
+
+    def receive_with_refs(self, incarnation: int, *calls: Sequenced) -> None:
+        """The same messages as Ray arguments: output parts that hold object refs travel so
+        (Ray counts who borrows a ref only when it sees it)."""
         if incarnation != self.incarnation:
             return
         self.calls += 1
         for call in calls:
-            for message in decode(call) if isinstance(call, bytes) else (call,):
-                self._perform(self.core.receive(message))
+            self._perform(self.core.receive(call))
 
     def fail(self, incarnation: int, error: Any) -> None:
         """A replica failed; the driver will tear the job down (or recover) and raise ``error``."""
@@ -82,7 +88,7 @@ class ProgressActor:
 
     def _perform(self, effects: ProgressEffects) -> None:
         for key, push in effects.pushes:
-            self.handles[key].on_progress.remote(self.incarnation, encode(push))
+            self.handles[key].on_progress.remote(encode((self.incarnation, push)))
         self._log(effects.events)
 
     def _log(self, events: list[JobEvent]) -> None:

@@ -2,7 +2,7 @@
 
 Message flow (no actor ever waits for one that may wait for it):
 
-* data: ``sender.send -> receiver.receive`` (fire and forget). A sender keeps at most
+* data: ``sender.send -> receiver.receive_many`` (fire and forget; one call per event and receiver). A sender keeps at most
   ``max_inflight`` unacknowledged calls per receiver and waits for the oldest when it
   has that many: backpressure. Sends out of a feedback vertex never wait, and every
   cycle passes through one (nothing is fused after a feedback vertex, so no other send
@@ -40,7 +40,7 @@ import collections
 import functools
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -52,7 +52,7 @@ from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, ReplicaLost, RescaleError, SnapshotError, SourceError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ChannelId, Marker, OutputParts, ProgressBatch, ReplicaKey, Sequenced, decode, encode
-from raytide.physical.wire import pack, pack_records, packed_size, unpack, unpicklable
+from raytide.physical.wire import Packed, frame, pack, pack_records, packed_size, unframe, unpack, unpicklable
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.layout import Piece
@@ -105,12 +105,9 @@ class _RayTransport:
         except Exception as error:
             raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
                               f"epoch {time.epoch}") from error
-        args = (encode((self.incarnation, channel, vertex, time)), *payload)
-        if self.gathering:
-            self.gathered.setdefault(to, []).append((channel.source, args))
-        else:
-            self.data_calls += 1
-            self._call(to, channel.source, "receive", *args)
+        self.gathered.setdefault(to, []).append((channel.source, ((self.incarnation, channel, vertex, time), *payload)))
+        if not self.gathering:
+            self._flush(to)
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
         self._flush(to)  # the batches sent before it go first: a channel stays FIFO
@@ -118,9 +115,10 @@ class _RayTransport:
 
     def flush(self) -> None:
         """The end of an event: each receiver gets the batches gathered for it in one call
-        (``receive_many``) and takes them in one event, so a round of a loop that sends a
-        peer two batches (the next round's rows and the epoch gate's token) costs one Ray
-        call and one progress message there instead of two."""
+        (``receive_many``, its arguments framed as one pickle: :func:`~raytide.physical.wire.frame`)
+        and takes them in one event, so a round of a loop that sends a peer two batches (the
+        next round's rows and the epoch gate's token) costs one Ray call and one progress
+        message there instead of two."""
         for to in list(self.gathered):
             self._flush(to)
 
@@ -129,12 +127,9 @@ class _RayTransport:
         if not calls:
             return
         self.data_calls += 1
-        riding = self.riding.pop(to, [])
-        if len(calls) == 1 and not riding:
-            self._call(to, calls[0][0], "receive", *calls[0][1])
-            return
         bounded = next((sender for sender, _ in calls if sender not in self.unbounded), None)  # no wait if any is
-        self._call(to, calls[0][0] if bounded is None else bounded, "receive_many", [args for _, args in calls], riding)
+        framed = frame([args for _, args in calls], self.riding.pop(to, []))
+        self._call(to, calls[0][0] if bounded is None else bounded, "receive_many", framed)
 
     def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
         window = self.inflight[to]
@@ -215,9 +210,9 @@ class _RayTransport:
     def _send_progress(self, calls: tuple[Sequenced, ...], refs: bool) -> None:
         """One Ray call to the progress actor: encoded, unless a part is an object ref (Ray must see it)."""
         if refs:
-            self.progress.receive.remote(self.incarnation, *calls)
+            self.progress.receive_with_refs.remote(self.incarnation, *calls)
         else:
-            self.progress.receive.remote(self.incarnation, encode(calls))
+            self.progress.receive.remote(encode((self.incarnation, calls)))
 
     def _round_peer(self, call: Sequenced) -> ReplicaKey | None:
         """The one peer that a progress batch of a loop's round may go with, and the batches
@@ -314,24 +309,15 @@ class VertexActor:
         """Whether a call of ``incarnation`` is for this replica's state (older ones are dropped)."""
         return incarnation == self.transport.incarnation
 
-    def receive(self, header: bytes, payload: Any, packed: bool) -> None:
-        """A data batch for the chain's head vertex: ``header`` is its encoded incarnation,
-        channel, vertex and time (see :func:`~raytide.physical.protocol.encode`), the batch
-        travels as :mod:`raytide.physical.wire` packs it."""
-        incarnation, channel, vertex, time = decode(header)
-        if self._current(incarnation):
-            self._guard(self.core.on_messages, [(channel, vertex, time, unpack(payload, packed))])
-
-    def receive_many(self, calls: list[tuple[bytes, Any, bool]], progress: Sequence[Sequenced] = ()) -> None:
+    def receive_many(self, framed: Packed) -> None:
         """Data batches another replica sent in one event (:meth:`_RayTransport.flush`), in
-        order: received as one event, with one progress message for all. ``progress``: the
-        sender's progress batch of that event, passed on to the progress actor ahead of
-        this replica's own next message (see the module docstring)."""
-        messages = []
-        for header, payload, packed in calls:
-            incarnation, channel, vertex, time = decode(header)
-            if self._current(incarnation):
-                messages.append((channel, vertex, time, unpack(payload, packed)))
+        order: received as one event, with one progress message for all. Framed with them
+        (:func:`~raytide.physical.wire.frame`): each batch's incarnation, channel, vertex and
+        time, and the sender's progress batches of that event, passed on to the progress
+        actor ahead of this replica's own next message (see the module docstring)."""
+        calls, progress = unframe(framed)
+        messages = [(channel, vertex, time, unpack(payload, packed))
+                    for (incarnation, channel, vertex, time), payload, packed in calls if self._current(incarnation)]
         if messages:
             self.transport.passing_on.extend(progress)
             self._guard(self.core.on_messages, messages)
@@ -347,10 +333,12 @@ class VertexActor:
         if self._current(incarnation):
             self._guard(self.core.inject_marker, marker)
 
-    def on_progress(self, incarnation: int, push: bytes) -> None:
-        """A frontier push from the progress actor: an encoded :class:`~raytide.physical.protocol.StatusPush`."""
+    def on_progress(self, encoded: bytes) -> None:
+        """A frontier push from the progress actor: its incarnation and a
+        :class:`~raytide.physical.protocol.StatusPush`, encoded as one."""
+        incarnation, push = decode(encoded)
         if self._current(incarnation):
-            self._guard(self.core.on_progress, *decode(push))
+            self._guard(self.core.on_progress, *push)
 
     def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int) -> None:
         """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.physical.wire`)."""

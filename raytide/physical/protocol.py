@@ -21,7 +21,7 @@ Output records travel as messages of their own (:class:`OutputParts`), not insid
 progress batches; they are numbered in the same sequence as the replica's progress
 batches, so the progress actor holds every record of an epoch before it applies the
 batch that can complete that epoch. On Ray, output parts share one call with the
-progress batch that follows them (``ProgressActor.receive(*calls)``), saving a hop.
+progress batch that follows them (``ProgressActor.receive``), saving a hop.
 
 On Ray, a cyclic round's ``Sequenced(ProgressBatch)`` (it asks for an acknowledgement)
 may instead go with the round's data to the one peer the round sent to, which passes it
@@ -29,8 +29,10 @@ on ahead of its own next message (see ``raytide/actors/vertex_actor.py``): numbe
 applied in order however it travels. A :class:`StatusPush` answers any acknowledgements
 owed (``acked`` counts them) and is sent only when it may let the replica run something.
 
-On Ray, a data batch's channel, vertex and time, the calls to the progress actor and its
-status pushes travel as :func:`encode` makes them: one plain pickle per call.
+On Ray, the calls to the progress actor and its status pushes travel as :func:`encode`
+makes them, the sender's incarnation included: one plain pickle, one argument per call.
+A data call's headers (incarnation, channel, vertex, time), batches and riding progress
+batches travel as :func:`~raytide.physical.wire.frame` makes them, one argument too.
 """
 
 from __future__ import annotations

@@ -7,10 +7,12 @@ batches go the same way: a Ray call whose argument is a dict of two 3,000-row Nu
 columns cost its caller 810-910 us of CPU against 590-640 us for the same dict pickled
 first (Ray serialises each array on its own, with its metadata), and an incremental
 epoch of connected components, made of such calls, about 10% less CPU in all processes.
-So a list of records, a NumPy array and a dict of columns each travel as one cloudpickle
-blob (cloudpickle, because records may hold objects plain pickle cannot, such as
-instances of classes defined in ``__main__``); Arrow tables, which Ray ships as their
-buffers, travel as they are.
+So every batch but an Arrow one (a list of records, a NumPy array, a dict of columns, a
+lazy batch) travels as one cloudpickle blob (cloudpickle, because records may hold
+objects plain pickle cannot, such as instances of classes defined in ``__main__``); Arrow
+tables, which Ray ships as their buffers, travel as they are. For the same reason a data
+call has one argument (:func:`frame`): its batches' headers, payloads and the progress
+batches riding with them in one plain pickle.
 
 Large buffers inside records (a NumPy array's data, an Arrow column) would be copied
 into the blob, and out of it again, at every hop. Pickle protocol 5 hands them over
@@ -33,6 +35,7 @@ from __future__ import annotations
 import gc
 import pickle
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -49,9 +52,33 @@ OUT_OF_BAND_BYTES = 1 << 20
 Packed = bytes | tuple[bytes, list[Any]]
 
 
-def pack_records(records: list | np.ndarray | dict) -> Packed:
-    """A list of records (or a columnar batch) as one blob, with its large buffers beside it
-    (see the module docstring)."""
+def pack_records(records: Any) -> Packed:
+    """A list of records (or any batch but an Arrow one) as one blob, with its large buffers
+    beside it (see the module docstring)."""
+    return _pickled(cloudpickle.dumps, records)
+
+
+def frame(calls: list[tuple[Any, Any, bool]], riding: Sequence[Any]) -> Packed:
+    """The arguments of one data call (:meth:`~raytide.actors.vertex_actor.VertexActor.receive_many`)
+    as one plain pickle, large buffers beside it: each batch's ``(header, payload, packed)``,
+    its payload already packed, and the progress batches riding with them.
+
+    Ray serialises each argument of a call on its own: on the 2-core machine every argument
+    beyond the first cost the caller about 65 us, and a list of three small tuples about
+    200 us. What is framed is importable classes, bytes, pickle buffers and Arrow tables,
+    which the C pickler takes (see :func:`~raytide.physical.protocol.encode`)."""
+    return _pickled(pickle.dumps, (calls, riding))
+
+
+def unframe(framed: Packed) -> tuple[list[tuple[Any, Any, bool]], list[Any]]:
+    """What :func:`frame` was given (large buffers as views, not copies)."""
+    blob, buffers = framed if isinstance(framed, tuple) else (framed, ())
+    return pickle.loads(blob, buffers=buffers)
+
+
+def _pickled(dumps: Callable[..., bytes], value: Any) -> Packed:
+    """``value`` pickled by ``dumps`` (protocol 5) with its buffers of at least
+    :data:`OUT_OF_BAND_BYTES` beside the blob."""
     large: list[pickle.PickleBuffer] = []
 
     def in_band(buffer: pickle.PickleBuffer) -> bool:
@@ -60,7 +87,7 @@ def pack_records(records: list | np.ndarray | dict) -> Packed:
         large.append(buffer)
         return False
 
-    blob = cloudpickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=in_band)
+    blob = dumps(value, protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=in_band)
     return (blob, large) if large else blob
 
 
@@ -167,11 +194,11 @@ def packed_size(packed: Packed) -> int:
 
 
 def pack(batch: Any) -> tuple[Any, bool]:
-    """``(payload, packed)``: a list, a NumPy array or a dict of columns becomes one blob
-    (large buffers beside it), any other batch stays as it is."""
-    if isinstance(batch, (list, np.ndarray, dict)):
-        return pack_records(batch), True
-    return batch, False
+    """``(payload, packed)``: an Arrow batch stays as it is, any other becomes one blob
+    (large buffers beside it)."""
+    if is_arrow(batch):
+        return batch, False
+    return pack_records(batch), True
 
 
 def unpack(payload: Any, packed: bool) -> Any:

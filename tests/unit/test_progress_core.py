@@ -16,6 +16,7 @@ from raytide.physical.protocol import (
     Sequenced,
     StatusPush,
     decode,
+    encode,
 )
 from raytide.progress import GraphBuilder, Location, Timestamp
 
@@ -68,16 +69,22 @@ class Handle:
         self.pushes: list = []
         self.on_progress = self
 
-    def remote(self, incarnation, push):
-        self.pushes.append((incarnation, *decode(push)))
+    def remote(self, encoded):
+        incarnation, push = decode(encoded)
+        self.pushes.append((incarnation, *push))
+
+
+def receive(actor: ProgressActor, incarnation: int, *calls: Sequenced) -> None:
+    """A replica's call to the progress actor, encoded as the replicas send it."""
+    actor.receive(encode((incarnation, calls)))
 
 
 def test_interests_riding_on_a_batch_are_answered_and_failures_are_logged():
     actor = ProgressActor(graph(), ["out"], [((SRC, T0), 1)])
     sink = Handle()
     actor.connect({SINK: (sink, [OUT])})
-    actor.receive(0, batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1)]))
-    actor.receive(0, batch(SINK, 0, [], interests={OUT: [(T0, False)]}))
+    receive(actor, 0, batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1)]))
+    receive(actor, 0, batch(SINK, 0, [], interests={OUT: [(T0, False)]}))
     assert sink.pushes[-1] == (0, {OUT: [(T1, True)]}, False), "epoch 0 is done at the sink"
     actor.fail(0, "boom")
     assert actor.next_events(0, 0)[0][-1] == JobFailed("boom")
@@ -88,9 +95,9 @@ def test_the_event_log_keeps_only_what_the_driver_has_not_read():
     actor.connect({SINK: (Handle(), [OUT])})
     cursor = 0
     for epoch in range(1000):
-        actor.receive(0, Sequenced(SINK, 2 * epoch, OutputParts({"out": {epoch: [epoch]}})))
-        actor.receive(0, batch(SINK, 2 * epoch + 1, [((OUT, Timestamp(epoch)), -1)]))
-        actor.receive(0, batch(SOURCE, epoch, [((SRC, Timestamp(epoch)), -1), ((SRC, Timestamp(epoch + 1)), 1),
+        receive(actor, 0, Sequenced(SINK, 2 * epoch, OutputParts({"out": {epoch: [epoch]}})))
+        receive(actor, 0, batch(SINK, 2 * epoch + 1, [((OUT, Timestamp(epoch)), -1)]))
+        receive(actor, 0, batch(SOURCE, epoch, [((SRC, Timestamp(epoch)), -1), ((SRC, Timestamp(epoch + 1)), 1),
                                                ((OUT, Timestamp(epoch)), 1)]))
         events, cursor = actor.next_events(cursor, 0)
         assert events == [EpochComplete("out", epoch, [epoch]), OutputFrontier("out", epoch + 1)]
@@ -102,17 +109,17 @@ def test_a_restored_progress_actor_drops_older_incarnations_and_what_the_driver_
     actor = ProgressActor(graph(), ["out"], [((SRC, T0), 1)])
     sink = Handle()
     actor.connect({SINK: (sink, [OUT])})
-    actor.receive(0, batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1), ((OUT, T0), 1)]))
+    receive(actor, 0, batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1), ((OUT, T0), 1)]))
     _, cursor = actor.next_events(0, 0)
     # Restored: the source holds epoch 1; epoch 0's records were kept by the sink, epoch 0 was delivered.
     actor.restore(1, [((SRC, T1), 1), ((OUT, T1), 1)], {"out": 0}, {"out": {0: [["old"]], 1: [["kept"]]}},
                   {SINK: (sink, [OUT])}, cursor)
     assert sink.pushes[-1][0] == 1, "pushes carry the new incarnation"
-    actor.receive(0, batch(SINK, 0, [((OUT, T1), -1)]))  # from before the rollback: dropped
+    receive(actor, 0, batch(SINK, 0, [((OUT, T1), -1)]))  # from before the rollback: dropped
     actor.fail(0, "late")
     assert actor.next_events(cursor, 0) == ([], cursor)
-    actor.receive(1, batch(SINK, 0, [((OUT, T1), -1)]))
-    actor.receive(1, batch(SOURCE, 0, [((SRC, T1), -1)]))
+    receive(actor, 1, batch(SINK, 0, [((OUT, T1), -1)]))
+    receive(actor, 1, batch(SOURCE, 0, [((SRC, T1), -1)]))
     events, _ = actor.next_events(cursor, 0)
     assert [(e.epoch, fetch_records(e.parts)) for e in events if isinstance(e, EpochComplete)] == [(1, ["kept"])]
 

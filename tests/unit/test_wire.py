@@ -12,19 +12,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytide.core.batches import to_records
+from raytide.physical.protocol import ChannelId, ProgressBatch, ReplicaKey, Sequenced
 from raytide.physical.wire import (
     OUT_OF_BAND_BYTES,
     BatchRows,
     as_batch,
     as_records,
+    frame,
     output_records,
     pack,
     pack_records,
     packed_size,
+    unframe,
     unpack,
     unpack_items,
     unpack_records,
 )
+from raytide.progress import Location, Timestamp
 
 records = st.lists(st.one_of(st.tuples(st.text(), st.integers()), st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
                              st.none(), st.floats(allow_nan=False)), max_size=30)
@@ -186,3 +190,20 @@ def test_batches_that_do_not_make_one_batch_are_refused_saying_what_they_were():
     items = [*output_records(np.array([[1, 2]])), *output_records({"node": np.array([1])})]
     with pytest.raises(ValueError, match=r"2 batches do not make one 'numpy' batch.*columns \['node'\]"):
         as_batch(items, "numpy")
+
+
+def test_a_frame_carries_headers_batches_of_every_kind_and_riding_progress_and_large_buffers_beside_it():
+    """One data call's arguments (:func:`frame`): what comes out unpacks to what was sent,
+    and a large column stays out of the blob (one buffer beside it), as it did unframed."""
+    large = np.arange(OUT_OF_BAND_BYTES // 8, dtype=np.int64)
+    batches = [[("w", 1)], {"node": np.arange(3)}, {"big": large}, pa.table({"id": [1, 2]})]
+    header = (2, ChannelId("src", 0, 1, 0), "sink", Timestamp(3, (1,)))
+    riding = [Sequenced(ReplicaKey("loop", 1), 7, ProgressBatch([((Location.of_vertex("loop"), Timestamp(3)), -1)],
+                                                               True, None))]
+    framed = frame([(header, *pack(batch)) for batch in batches], riding)
+    assert isinstance(framed, tuple) and len(framed[1]) == 1 and len(framed[0]) < OUT_OF_BAND_BYTES
+    calls, back = unframe(framed)
+    assert back == riding and [h for h, _, _ in calls] == [header] * 4
+    got = [unpack(payload, packed) for _, payload, packed in calls]
+    assert got[0] == batches[0] and np.array_equal(got[1]["node"], batches[1]["node"])
+    assert np.array_equal(got[2]["big"], large) and got[3].equals(batches[3])
