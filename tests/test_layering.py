@@ -169,6 +169,17 @@ def test_pure_module_does_not_import_ray(module, pulled_in_ray):
     assert not pulled_in_ray[module], f"{module} pulls in ray (or a pure module imported before it does)"
 
 
+def test_a_host_and_its_roles_start_without_pyarrow():
+    """A host process imports raytide and its role's module at start-up, on the clock of a
+    job's first start; pyarrow (40-80 ms there) comes in only with Arrow data, a source that
+    reads files, or a snapshot store that is opened."""
+    code = ("import sys, raytide, raytide.actors.hosts, raytide.actors.vertex_actor, raytide.actors.progress_actor, "
+            "raytide.actors.coordinator_actor; print(sorted(m for m in sys.modules if m.startswith('pyarrow')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", done.stdout
+
+
 def test_public_api():
     import raytide
 

@@ -51,11 +51,12 @@ import uuid
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, Any
 
 from raytide.errors import ArgumentError, SnapshotError
+
+if TYPE_CHECKING:  # imported where a store is opened: a host whose job keeps no snapshots starts without pyarrow
+    import pyarrow.fs as pafs
 
 MANIFEST = "_manifest.json"
 _TEMP_PREFIX = "_manifest.json.tmp-"
@@ -228,12 +229,16 @@ class SnapshotStore:
 
     def _check_present(self, snapshot_id: int, part: PartInfo) -> None:
         """A cheap check at commit: the part exists with the size the writer reported."""
+        import pyarrow.fs as pafs
+
         info = self.filesystem.get_file_info(self.part_path(snapshot_id, part.name))
         if info.type != pafs.FileType.File or info.size != part.size:
             found = "missing" if info.type != pafs.FileType.File else f"{info.size} bytes"
             raise SnapshotError(f"snapshot {snapshot_id}: cannot commit, part {part.name!r} of {part.size} bytes is {found}")
 
     def _refuse_if_committed(self, snapshot_id: int, what: str) -> None:
+        import pyarrow.fs as pafs
+
         if self.filesystem.get_file_info(self.manifest_path(snapshot_id)).type != pafs.FileType.NotFound:
             raise SnapshotError(f"snapshot {snapshot_id} is already committed: {what}")
 
@@ -377,6 +382,8 @@ class SnapshotStore:
 
     def _ids(self) -> list[int]:
         """The ids of all snapshot directories, ascending; other names under the root are ignored."""
+        import pyarrow.fs as pafs
+
         selector = pafs.FileSelector(self.root, allow_not_found=True)
         names = (Path(info.path).name for info in self.filesystem.get_file_info(selector) if info.type == pafs.FileType.Directory)
         return sorted(int(match.group(1)) for match in map(_DIR_PATTERN.fullmatch, names) if match)
@@ -449,6 +456,8 @@ def _human_size(size: int) -> str:
 
 def _resolve(uri: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
     """The filesystem and root path for ``uri``; a plain path is a local directory."""
+    import pyarrow.fs as pafs
+
     if filesystem is not None:
         return filesystem, uri.rstrip("/")
     if "://" not in uri:
