@@ -112,13 +112,14 @@ def test_stats_show_where_the_work_waits_and_who_is_busy(ray_session):
     with rt.run(flow, parallelism=2, max_inflight=2, chaining=False) as job:
         assert job.parallelism() == {"numbers": 2, "fast": 2, "spread": 2, "slow": 2, "out": 2}
         for epoch in range(6):
-            job.push("numbers", list(range(epoch * 40, epoch * 40 + 40)), epoch)
+            job.push("numbers", list(range(epoch * 80, epoch * 80 + 80)), epoch)
         # the progress actor learns of queued messages from batched updates: sample until one
-        # shows the backlog (240 records x 10 ms over 2 replicas keep it for about a second)
+        # shows the backlog (480 records x 10 ms over 2 replicas keep it for about 2.4 s: with
+        # 240, a CI run under load took only three samples, each ~0.5 s, and all missed it)
         samples, deadline = [], time.monotonic() + 30
         while time.monotonic() < deadline:
             samples.append(job.stats()["vertices"]["slow"])
-            if samples[-1]["queued"] > 0 or samples[-1]["records_in"] == 240:
+            if samples[-1]["queued"] > 0 or samples[-1]["records_in"] == 480:
                 break
             time.sleep(0.02)
         slow = samples[-1]
@@ -129,9 +130,9 @@ def test_stats_show_where_the_work_waits_and_who_is_busy(ray_session):
     replicas = stats["replicas"]
     slow_busy = sum(f["busy_s"] for n, f in replicas.items() if "/slow/" in n)
     fast_busy = sum(f["busy_s"] for n, f in replicas.items() if "/fast/" in n)
-    assert slow_busy > 1.5 > fast_busy, (slow_busy, fast_busy)  # 240 records x 10 ms in the slow vertex
+    assert slow_busy > 3.0 > fast_busy, (slow_busy, fast_busy)  # 480 records x 10 ms in the slow vertex
     assert sum(f["blocked_s"] for n, f in replicas.items() if "/spread/" in n) > 0.1, replicas
-    assert sum(f["vertices"]["slow"]["records_in"] for n, f in replicas.items() if "/slow/" in n) == 240
+    assert sum(f["vertices"]["slow"]["records_in"] for n, f in replicas.items() if "/slow/" in n) == 480
     assert stats["vertices"]["slow"]["queued"] == 0 and stats["vertices"]["slow"]["frontier"] is None
 
 
