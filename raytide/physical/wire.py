@@ -72,8 +72,8 @@ def frame(calls: list[tuple[Any, Any, bool]], riding: Sequence[Any]) -> Packed:
 
 def unframe(framed: Packed) -> tuple[list[tuple[Any, Any, bool]], list[Any]]:
     """What :func:`frame` was given (large buffers as views, not copies)."""
-    blob, buffers = framed if isinstance(framed, tuple) else (framed, ())
-    return pickle.loads(blob, buffers=buffers)
+    calls, riding = unpack_items(framed)[0]
+    return calls, riding
 
 
 def _pickled(dumps: Callable[..., bytes], value: Any) -> Packed:
