@@ -78,8 +78,7 @@ class ProgressActor:
         if incarnation != self.incarnation:
             return
         self.calls += 1
-        for call in calls:
-            self._perform(self.core.receive(call))
+        self._perform(self.core.receive_all(calls))
 
     def fail(self, incarnation: int, error: Any) -> None:
         """A replica failed; the driver will tear the job down (or recover) and raise ``error``."""

@@ -24,35 +24,56 @@ from raytide.core.keyindex import concat, group_by_first, is_dense, runs
 
 #: The newest segment is merged with the one before it while it holds at least 1/MERGE_RATIO of its rows.
 MERGE_RATIO = 2
+#: A segment keeps CSR offsets (one per slot) when it holds at least one row per this many slots.
+CSR_ROWS_FACTOR = 4
 
 Rows = dict[str, np.ndarray]
 
 
 class Segment:
-    """Rows sorted by slot: the rows of slot ``s`` are ``columns[c][offsets[s]:offsets[s + 1]]``."""
+    """Rows sorted by slot: ``row_slots[k]`` is the slot of row ``k`` (non-decreasing), for
+    slots below ``size``.
 
-    def __init__(self, offsets: np.ndarray, columns: Rows) -> None:
-        self.offsets, self.columns = offsets, columns
+    A segment with many rows for its slots (at least ``size / CSR_ROWS_FACTOR``) also keeps
+    CSR ``offsets`` (the rows of slot ``s`` are ``offsets[s]:offsets[s + 1]``), found with one
+    lookup per slot; a smaller one (an epoch's few new rows) is searched with
+    ``np.searchsorted`` instead, so that adding it, and merging it later, costs its own rows
+    and not a pass over every slot.
+    """
 
-    @property
-    def slots(self) -> int:
-        """How many slots the segment indexes (later slots have no rows in it)."""
-        return len(self.offsets) - 1
+    def __init__(self, row_slots: np.ndarray, columns: Rows, size: int, offsets: np.ndarray | None = None) -> None:
+        self.row_slots, self.columns, self.size = row_slots, columns, size
+        if offsets is None and CSR_ROWS_FACTOR * len(row_slots) >= size:
+            offsets = np.zeros(size + 1, dtype=np.int64)
+            np.cumsum(np.bincount(row_slots, minlength=size), out=offsets[1:])
+        self.offsets = offsets
 
     @property
     def rows(self) -> int:
         """How many rows the segment holds."""
-        return int(self.offsets[-1])
+        return len(self.row_slots)
 
-    def slot_of_rows(self) -> np.ndarray:
-        """The slot of every row, in the segment's order."""
-        return np.repeat(np.arange(self.slots), np.diff(self.offsets))
+    def counts(self) -> np.ndarray:
+        """How many rows each slot ``0 .. size-1`` has."""
+        return np.diff(self.offsets) if self.offsets is not None else np.bincount(self.row_slots, minlength=self.size)
+
+    def bounds(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where the rows of each of ``slots`` (all below ``size``) start, and how many there are."""
+        if self.offsets is not None:
+            starts = self.offsets[slots]
+            return starts, self.offsets[slots + 1] - starts
+        starts = np.searchsorted(self.row_slots, slots, side="left")
+        return starts, np.searchsorted(self.row_slots, slots, side="right") - starts
 
 
 def grouped(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> Segment:
-    """A segment of the rows ``columns`` whose keys have slots ``slots`` (all below ``size``)."""
-    offsets, order = group_by_first(slots.astype(np.int64, copy=False), np.arange(len(slots)), size)
-    return Segment(offsets, {name: np.asarray(values)[order] for name, values in columns.items()})
+    """A segment of the rows ``columns`` whose keys have slots ``slots`` (all below ``size``),
+    each slot's rows in their input order."""
+    slots = slots.astype(np.int64, copy=False)
+    if CSR_ROWS_FACTOR * len(slots) < size:
+        return _sorted(slots, columns, size)
+    offsets, order = group_by_first(slots, np.arange(len(slots)), size)  # counting, and one packed sort
+    return Segment(slots[order], {name: np.asarray(values)[order] for name, values in columns.items()}, size, offsets)
 
 
 def distinct_with_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -70,9 +91,15 @@ def distinct_with_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def merged(older: Segment, newer: Segment, size: int) -> Segment:
-    """One segment of the rows of both (slots below ``size``): each slot's older rows first."""
-    slots = concat([older.slot_of_rows(), newer.slot_of_rows()])
-    return grouped(slots, {name: concat([older.columns[name], newer.columns[name]]) for name in older.columns}, size)
+    """One segment of the rows of both (slots below ``size``): each slot's older rows first.
+    Both are sorted already, so the stable sort is one merge of two runs."""
+    return _sorted(concat([older.row_slots, newer.row_slots]),
+                   {name: concat([older.columns[name], newer.columns[name]]) for name in older.columns}, size)
+
+
+def _sorted(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> Segment:
+    order = np.argsort(slots, kind="stable")
+    return Segment(slots[order], {name: np.asarray(values)[order] for name, values in columns.items()}, size)
 
 
 class Arrangement:
@@ -102,7 +129,7 @@ class Arrangement:
         added, so that a step that reads every row each round (PageRank) builds them once.
         Read-only: the arrays are the arrangement's own."""
         if self._rows is None:
-            slots = concat([segment.slot_of_rows() for segment in self.segments])
+            slots = concat([segment.row_slots for segment in self.segments])
             self._rows = slots, {name: self._column(name, [s.columns[name] for s in self.segments]) for name in self.names}
         return self._rows
 
@@ -125,9 +152,8 @@ class Arrangement:
         which: list[np.ndarray] = []
         parts: dict[str, list[np.ndarray]] = {name: [] for name in self.names}
         for segment in self.segments:
-            inside = np.flatnonzero(slots < segment.slots)
-            starts = segment.offsets[slots[inside]]
-            lengths = segment.offsets[slots[inside] + 1] - starts
+            inside = np.flatnonzero(slots < segment.size)
+            starts, lengths = segment.bounds(slots[inside])
             some = np.flatnonzero(lengths)
             if not len(some):
                 continue
@@ -142,5 +168,5 @@ class Arrangement:
         """How many rows each slot ``0 .. size-1`` has."""
         counts = np.zeros(size, dtype=np.int64)
         for segment in self.segments:
-            counts[: segment.slots] += np.diff(segment.offsets)
+            counts[: segment.size] += segment.counts()
         return counts

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from raytide.core.keyindex import is_dense
+from raytide.core.keyindex import TABLE_ROWS_FACTOR, is_dense
 from raytide.errors import GraphError
 
 #: The binary ufuncs that are associative and commutative, so that partial results fold in any order.
@@ -57,15 +57,17 @@ def combine_by_key(keys: np.ndarray, columns: Mapping[str, np.ndarray],
 
     Rows already one per key in increasing key order (a step that combined them itself)
     are returned as they are: one comparison per row. Other dense keys (see
-    :func:`~raytide.core.keyindex.is_dense`) scatter into arrays as long as the key range
-    with ``ufunc.at``, which needs no sort; the rest are sorted and folded with
+    :func:`~raytide.core.keyindex.is_dense`) that are not too few for their range (see
+    :data:`~raytide.core.keyindex.TABLE_ROWS_FACTOR`) scatter into arrays as long as the key range with
+    ``ufunc.at``, which needs no sort; the rest are sorted and folded with
     ``ufunc.reduceat``. All give the same rows.
     """
     if len(keys) < 2 or bool((keys[1:] > keys[:-1]).all()):
         return keys, {name: np.asarray(columns[name]) for name in ufuncs}
     lo, hi = int(keys.min()), int(keys.max())
     dtypes = {name: np.asarray(columns[name]).dtype for name in ufuncs}
-    if is_dense(lo, hi, len(keys)) and all(_identity(ufuncs[n], dtypes[n]) is not None for n in ufuncs):
+    table = is_dense(lo, hi, len(keys)) and hi < TABLE_ROWS_FACTOR * len(keys)
+    if table and all(_identity(ufuncs[n], dtypes[n]) is not None for n in ufuncs):
         return _combine_dense(keys, columns, ufuncs, hi)
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]

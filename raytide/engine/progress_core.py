@@ -14,6 +14,7 @@ sink would need to learn that its epoch is complete and to report it elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -35,7 +36,7 @@ from raytide.physical.protocol import (
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.inorder import InOrder
 from raytide.progress.outputs import OutputLog, earliest_epoch
-from raytide.progress.publisher import FrontierPublisher
+from raytide.progress.publisher import FrontierPublisher, Update, declaration
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.progress.tracker import Pointstamp, Tracker
@@ -82,43 +83,51 @@ class ProgressCore:
         for key, locations in subscriptions.items():
             effects.pushes.append((key, StatusPush(*self.publisher.subscribe(key, locations))))
         early, self.early = self.early or [], None
-        for call in early:
-            effects.extend(self._offer(call))
+        effects.extend(self._offer(early))
         effects.events += self._completions()
         return effects
 
     def receive(self, call: Sequenced) -> ProgressEffects:
         """A numbered message from a replica; applied once every earlier one of that replica was."""
+        return self.receive_all([call])
+
+    def receive_all(self, calls: Sequence[Sequenced]) -> ProgressEffects:
+        """Numbered messages (one Ray call's, of one or more replicas), each applied once every
+        earlier one of its replica was. Their progress is applied as one update
+        (:meth:`FrontierPublisher.apply_all`): one propagation, at most one push per replica."""
         if self.early is not None:
-            self.early.append(call)
+            self.early.extend(calls)
             return ProgressEffects()
-        effects = self._offer(call)
+        effects = self._offer(calls)
         effects.events += self._completions()
         return effects
 
-    def _offer(self, call: Sequenced) -> ProgressEffects:
-        effects = ProgressEffects()
-        for message in self.in_order.offer(call.sender, call.sequence, call.message):
-            effects.extend(self._apply(call.sender, message))
+    def _offer(self, calls: Sequence[Sequenced]) -> ProgressEffects:
+        """Output parts go to the log at once; the progress of every message now in order is
+        applied together (the log releases nothing before :meth:`_completions`)."""
+        effects, updates = ProgressEffects(), []
+        for call in calls:
+            for message in self.in_order.offer(call.sender, call.sequence, call.message):
+                if isinstance(message, OutputParts):
+                    effects.events += self._add_outputs(call.sender, message)
+                elif isinstance(message, ProgressBatch):
+                    updates.append(Update(call.sender, message.changes, message.ack, message.interests))
+                elif isinstance(message, Declaration):
+                    updates.append(declaration(call.sender, message.interests))
+                else:
+                    raise TypeError(f"not a progress message: {message!r}")
+        if updates:
+            pushes = self.publisher.apply_all(updates)
+            effects.pushes += [(cast(ReplicaKey, key), StatusPush(*push)) for key, push in pushes.items()]
         return effects
 
-    def _apply(self, sender: ReplicaKey, message: ProgressMessage) -> ProgressEffects:
-        effects = ProgressEffects()
-        if isinstance(message, OutputParts):
-            try:
-                for name, epochs in message.parts.items():
-                    self.outputs.add(name, sender, epochs)
-            except ProgressError as error:
-                effects.events.append(JobFailed(error))
-        elif isinstance(message, ProgressBatch):
-            pushes = self.publisher.apply(sender, message.changes, message.ack, message.interests)
-            effects.pushes += [(cast(ReplicaKey, key), StatusPush(*push)) for key, push in pushes.items()]
-        elif isinstance(message, Declaration):
-            pushes = self.publisher.declare(sender, message.interests)
-            effects.pushes += [(cast(ReplicaKey, key), StatusPush(*push)) for key, push in pushes.items()]
-        else:
-            raise TypeError(f"not a progress message: {message!r}")
-        return effects
+    def _add_outputs(self, sender: ReplicaKey, message: OutputParts) -> list[JobEvent]:
+        try:
+            for name, epochs in message.parts.items():
+                self.outputs.add(name, sender, epochs)
+        except ProgressError as error:
+            return [JobFailed(error)]
+        return []
 
     def _completions(self) -> list[JobEvent]:
         """The output epochs the frontier has passed (each with records, then how far every

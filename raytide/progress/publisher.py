@@ -29,6 +29,7 @@ then answers both, and a loop's round costs each replica one push instead of two
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import NamedTuple
 
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -39,6 +40,21 @@ Status = list[tuple[Timestamp, bool]]
 Push = tuple[dict[Location, Status], int]
 #: Per location, the times a subscriber waits on, each with whether its coverage matters too.
 Interests = dict[Location, list[tuple[Timestamp, bool]]]
+
+
+class Update(NamedTuple):
+    """What one message of a subscriber changes: pointstamp ``changes`` (None: a declaration,
+    which is not a batch), whether it asks for an acknowledgement, its new ``interests``."""
+
+    sender: Hashable
+    changes: list[tuple[Pointstamp, int]] | None
+    ack: bool
+    interests: Interests | None
+
+
+def declaration(subscriber: Hashable, interests: Interests) -> Update:
+    """The update of a subscriber that only says what it now waits on."""
+    return Update(subscriber, None, False, interests)
 
 
 def answers(status: Status, time: Timestamp) -> tuple[bool, bool]:
@@ -103,26 +119,38 @@ class FrontierPublisher:
     def apply(self, sender: Hashable, changes: list[tuple[Pointstamp, int]], ack: bool,
               interests: Interests | None = None) -> dict[Hashable, Push]:
         """Apply one batch from ``sender`` (which may also declare new ``interests``); return the pushes it causes."""
-        if interests is not None:
-            self.interests[sender] = interests
-        self.tracker.update_all(changes)
+        return self.apply_all([Update(sender, changes, ack, interests)])
+
+    def apply_all(self, updates: list[Update]) -> dict[Hashable, Push]:
+        """Apply several updates (each sender's in its order) as one: the tracker propagates
+        once, and each subscriber gets at most one push, judged after all of them. That is
+        what pushing after each would tell it, less the statuses a later update of the same
+        call had already moved on from (a frontier only moves up), and an acknowledgement of
+        several of its batches at once."""
+        asking: dict[Hashable, None] = {}  # senders that declared interests or asked for an acknowledgement
+        for sender, changes, ack, interests in updates:
+            if interests is not None:
+                self.interests[sender] = interests
+            if changes is not None:
+                self.tracker.update_all(changes)
+                self.batches_applied += 1
+            if (interests is not None or ack) and sender in self.subscriptions:
+                self._owed[sender] += ack
+                asking[sender] = None
         touched = self._propagate()
-        self.batches_applied += 1
         # who may have a new answer: the subscribers of a touched location (there), and the
-        # sender if it declared interests or wants every status it has not seen (everywhere)
+        # senders that declared interests or want every status they have not seen (everywhere)
         look: dict[Hashable, list[Location]] = {}
         for location in touched:
             for subscriber in self.subscribers_of.get(location, ()):
                 look.setdefault(subscriber, []).append(location)
-        if (interests is not None or ack) and sender in self.subscriptions:
-            self._owed[sender] += ack
+        for sender in asking:
             look[sender] = list(self.subscriptions[sender])
         return self._pushes(look)
 
     def declare(self, subscriber: Hashable, interests: Interests) -> dict[Hashable, Push]:
         """``subscriber`` now waits on ``interests``; push it whatever already answers them."""
-        self.interests[subscriber] = interests
-        return self._pushes({subscriber: list(self.subscriptions[subscriber])})
+        return self.apply_all([declaration(subscriber, interests)])
 
     def _pushes(self, look: dict[Hashable, list[Location]]) -> dict[Hashable, Push]:
         """The pushes owed to the subscribers in ``look``, each judged at the locations given

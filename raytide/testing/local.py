@@ -243,8 +243,7 @@ class LocalJob:
         return self.rng.choices(actions, weights)[0]
 
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
-        """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of that incarnation,
-        not retired by a rescale)."""
+        """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of it, not retired by a rescale)."""
         return key not in self.dead and self.incarnations.get(key) == incarnation
 
     def _connect(self) -> None:
@@ -264,11 +263,12 @@ class LocalJob:
             self._guard(key, core.on_marker, *message[1:])
 
     def _apply_progress(self, key: ReplicaKey) -> None:
-        """One of ``key``'s messages to the progress actor, not necessarily the oldest."""
-        calls = self.mail.to_progress[key]
-        incarnation, call = calls.pop(self.rng.randrange(len(calls)))
-        if self.progress is not None and incarnation == self.progress_incarnation:
-            self._perform(self.progress.receive(call))
+        """Some of ``key``'s messages to the progress actor, in any order, as one call (applied together)."""
+        calls, rng = self.mail.to_progress[key], self.rng
+        current = [call for incarnation, call in (calls.pop(rng.randrange(len(calls))) for _ in range(rng.randint(1, len(calls))))
+                   if incarnation == self.progress_incarnation]
+        if self.progress is not None and current:
+            self._perform(self.progress.receive_all(current))
 
     def _push_status(self, to: ReplicaKey) -> None:
         incarnation, push = self.mail.pushes[to].popleft()

@@ -32,7 +32,9 @@ from raytide.progress.timestamps import Timestamp
 from tests.unit.harness import RecordingContext, complete
 
 INF = np.iinfo(np.int64).max
-KEYS = st.sampled_from([1, 10**12 + 7]).flatmap(
+#: Keys a table holds (scale 1), dense keys too few for their range (1000: sorted, see
+#: ``keyindex.TABLE_ROWS_FACTOR``) and keys too spread out for any table.
+KEYS = st.sampled_from([1, 1000, 10**12 + 7]).flatmap(
     lambda scale: st.lists(st.integers(0, 30).map(lambda k: k * scale), max_size=60))
 
 

@@ -34,8 +34,10 @@ from bench.workloads.components import (
 )
 from raytide.errors import ProgressError
 
-#: Ids the structures meet: small dense ones, and ones too large and spread out for a table.
-SCALES = st.sampled_from([1, 10**12 + 7])
+#: Ids the structures meet: small dense ones, dense ones few for their table (1000: a batch
+#: is looked up by sorting it, see ``keyindex.TABLE_ROWS_FACTOR``), and ones too large and
+#: spread out for a table.
+SCALES = st.sampled_from([1, 1000, 10**12 + 7])
 
 
 def ids_batches(max_id: int = 60) -> st.SearchStrategy[list[list[int]]]:

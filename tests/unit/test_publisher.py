@@ -8,7 +8,7 @@ import random
 import pytest
 
 from raytide.progress import GraphBuilder, Location, Timestamp, Tracker
-from raytide.progress.publisher import FrontierPublisher, answers
+from raytide.progress.publisher import FrontierPublisher, Update, answers, declaration
 from tests.strategies import random_graph
 
 
@@ -131,6 +131,16 @@ class EveryStatusEveryTime:
         self.interests[subscriber] = interests
         return self.pushes([subscriber])
 
+    def apply_all(self, updates: list[Update]) -> dict:
+        """Several updates, then one look at every subscriber."""
+        for sender, changes, ack, interests in updates:
+            if interests is not None:
+                self.interests[sender] = interests
+            self.owed[sender] += ack
+            self.tracker.update_all(changes or [])
+        self.tracker.propagate()
+        return self.pushes(list(self.subscriptions))
+
     def pushes(self, subscribers: list[str]) -> dict:
         pushes = {}
         for subscriber in subscribers:
@@ -164,11 +174,13 @@ class EveryStatusEveryTime:
         return False
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["one by one", "several per call"])
 @pytest.mark.parametrize("seed", range(40))
-def test_pushes_are_those_of_computing_every_status_after_every_batch(seed):
+def test_pushes_are_those_of_computing_every_status_after_every_batch(seed, grouped):
     """Random graphs with (nested) loops, subscribers reading random input ports, random
     batches of pointstamp changes with random interests and acknowledgements: the same pushes
-    as the oracle, batch after batch."""
+    as the oracle, batch after batch; or call after call, each of a few batches and
+    declarations of random senders (:meth:`FrontierPublisher.apply_all`)."""
     rng = random.Random(seed)
     made = random_graph(seed, max_vertices=10)
     publisher, oracle = FrontierPublisher(Tracker(made.graph)), EveryStatusEveryTime(Tracker(made.graph))
@@ -189,6 +201,7 @@ def test_pushes_are_those_of_computing_every_status_after_every_batch(seed):
     for subscriber in subscribers:
         reads = rng.sample(inputs, min(len(inputs), rng.randint(1, 3)))
         assert publisher.subscribe(subscriber, reads)[0] == oracle.subscribe(subscriber, reads)
+    call: list[Update] = []
     for _ in range(60):
         sender = rng.choice(subscribers)
         interests = None
@@ -196,7 +209,10 @@ def test_pushes_are_those_of_computing_every_status_after_every_batch(seed):
             interests = {location: [(at(location), rng.random() < 0.5)]
                          for location in rng.sample(oracle.subscriptions[sender], 1)}
         if rng.random() < 0.15:
-            assert publisher.declare(sender, interests or {}) == oracle.declare(sender, interests or {})
+            if grouped:
+                call.append(declaration(sender, interests or {}))
+            else:
+                assert publisher.declare(sender, interests or {}) == oracle.declare(sender, interests or {})
             continue
         changes = []
         for _ in range(rng.randint(0, 4)):  # retire an active pointstamp, or add one
@@ -208,4 +224,10 @@ def test_pushes_are_those_of_computing_every_status_after_every_batch(seed):
                 changes.append(((location, at(location)), 1))
             counts[changes[-1][0]] += changes[-1][1]
         ack = rng.random() < 0.3
-        assert publisher.apply(sender, changes, ack, interests) == oracle.apply(sender, changes, ack, interests)
+        if grouped:
+            call.append(Update(sender, changes, ack, interests))
+            if rng.random() < 0.4:
+                assert publisher.apply_all(call) == oracle.apply_all(call)
+                call = []
+        else:
+            assert publisher.apply(sender, changes, ack, interests) == oracle.apply(sender, changes, ack, interests)
