@@ -52,7 +52,7 @@ from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, ReplicaLost, RescaleError, SnapshotError, SourceError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ChannelId, Marker, OutputParts, ProgressBatch, ReplicaKey, Sequenced, decode, encode
-from raytide.physical.wire import Packed, frame, pack, pack_records, packed_size, unframe, unpack, unpicklable
+from raytide.physical.wire import Packed, frame, pack, pack_records, packed_size, unframe, unpack_for, unpicklable
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.layout import Piece
@@ -314,14 +314,20 @@ class VertexActor:
         order: received as one event, with one progress message for all. Framed with them
         (:func:`~raytide.physical.wire.frame`): each batch's incarnation, channel, vertex and
         time, and the sender's progress batches of that event, passed on to the progress
-        actor ahead of this replica's own next message (see the module docstring)."""
+        actor ahead of this replica's own next message (see the module docstring). Taken apart
+        inside the guard: a batch that does not unpickle here fails the job, saying where."""
+        self._guard(self._on_framed, framed)
+        self.transport.pass_on()
+
+    def _on_framed(self, framed: Packed) -> None:
         calls, progress = unframe(framed)
-        messages = [(channel, vertex, time, unpack(payload, packed))
+        messages = [(channel, vertex, time,
+                     unpack_for(payload, packed, f"vertex {vertex!r} input {channel.port} at {time} (from replica "
+                                                 f"{channel.sender} of {channel.source!r})"))
                     for (incarnation, channel, vertex, time), payload, packed in calls if self._current(incarnation)]
         if messages:
             self.transport.passing_on.extend(progress)
-            self._guard(self.core.on_messages, messages)
-            self.transport.pass_on()
+            self.core.on_messages(messages)
 
     def receive_marker(self, incarnation: int, channel: ChannelId, marker: Marker) -> None:
         """A control marker on ``channel``."""
@@ -343,7 +349,8 @@ class VertexActor:
     def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int) -> None:
         """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.physical.wire`)."""
         if self._current(incarnation):
-            self._guard(self.core.push_input, vertex, unpack(payload, packed), epoch)
+            self._guard(lambda: self.core.push_input(vertex, unpack_for(payload, packed, f"input {vertex!r} epoch {epoch}"),
+                                                     epoch))
 
     def push_refs(self, incarnation: int, vertex: str, refs: list, epoch: int, then: int | None = None) -> None:
         """Records of ``epoch`` for input ``vertex`` as object refs or :class:`RemoteBatch` handles

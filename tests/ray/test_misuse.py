@@ -197,3 +197,30 @@ def test_an_unpicklable_record_reaching_an_output_or_an_exchange_names_where_and
         with pytest.raises(rt.RecordError, match="vertex 'maker' sending to 'shuffle' at epoch 1: record 0, of type "
                                                  "Unpicklable"):
             job.wait(timeout=60)
+
+
+def _cannot_rebuild():
+    raise ValueError("this record cannot be rebuilt here")
+
+
+class Fragile:
+    """Pickles, but does not unpickle."""
+
+    def __reduce__(self):
+        return _cannot_rebuild, ()
+
+
+def test_a_record_that_does_not_unpickle_where_it_arrives_fails_the_job_saying_where(ray_session):
+    """Unpickled inside the replica's guard: without it the receiving Ray call failed alone,
+    nobody was told, and the job waited for the batch until its timeout."""
+    flow = rt.Dataflow("fragileexchange")
+    flow.input("numbers").map(lambda x: Fragile(), name="maker").exchange(lambda r: 0, name="shuffle").output("out")
+    with rt.run(flow, inputs={"numbers": [[], [1, 2]]}, parallelism=2) as job:
+        with pytest.raises(rt.RecordError, match="vertex 'shuffle' input 0 at .*1.* \\(from replica [01] of 'maker'\\): "
+                                                 "a batch sent there did not unpickle .*cannot be rebuilt here"):
+            job.wait(timeout=60)
+    with rt.run(_identity_flow("fragilepush"), parallelism=1) as job:
+        job.push("numbers", [Fragile()])
+        with pytest.raises(rt.RecordError, match="input 'numbers' epoch 0: a batch sent there did not unpickle .*cannot be "
+                                                 "rebuilt here"):
+            job.wait(timeout=60)
