@@ -47,15 +47,18 @@ class CountingCore(ProgressCore):
     cpu = 0.0
 
     def receive_all(self, calls: Sequence[Sequenced]) -> ProgressEffects:
-        """(The in-process runtime hands the core a random few of a replica's messages at a
-        time; a message other than output parts counts as a call, as each went in one on Ray.)"""
-        started = time.process_time()
-        try:
-            return super().receive_all(calls)
-        finally:
+        """Each message applied as a call of its own: the in-process runtime hands the core a
+        random few of a replica's messages at a time, more than one Ray call may carry, so
+        applying them together would flatter the central actor. A message other than output
+        parts counts as a call (output parts ride with the progress batch after them)."""
+        effects = ProgressEffects()
+        for call in calls:
+            started = time.process_time()
+            effects.extend(super().receive_all([call]))
             CountingCore.cpu += time.process_time() - started
-            CountingCore.messages += len(calls)
-            CountingCore.calls += sum(not isinstance(call.message, OutputParts) for call in calls)
+            CountingCore.messages += 1
+            CountingCore.calls += not isinstance(call.message, OutputParts)
+        return effects
 
 
 def keyed_expected(records: list[int]) -> Counter:
