@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
+from raytide.errors import InternalError
 from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
 from raytide.physical.wire import pack_records
 from raytide.progress.graph import ProgressGraph
@@ -78,7 +79,11 @@ class ProgressActor:
         if incarnation != self.incarnation:
             return
         self.calls += 1
-        self._perform(self.core.receive_all(calls))
+        try:
+            self._perform(self.core.receive_all(calls))
+        except Exception as error:  # the core may be half-applied: fail the job, never leave it waiting
+            senders = ", ".join(sorted({str(getattr(call, "sender", "?")) for call in calls}))
+            self._log([JobFailed(InternalError(f"the progress actor could not apply a call from {senders}: {error!r}"))])
 
     def fail(self, incarnation: int, error: Any) -> None:
         """A replica failed; the driver will tear the job down (or recover) and raise ``error``."""

@@ -10,7 +10,8 @@ import pytest
 import ray
 
 import raytide as rt
-from raytide.errors import SnapshotError
+from raytide.errors import InternalError, SnapshotError
+from raytide.physical.protocol import ReplicaKey, Sequenced, encode
 from tests.ray.jobs import hosts_given_back
 
 pytestmark = pytest.mark.ray
@@ -54,6 +55,22 @@ def test_dead_actor_is_detected_and_reported(ray_session):
     ray.kill(job.placement.actors[("numbers+doomed+out", 0)])
     with pytest.raises(rt.RaytideError, match="numbers\\+doomed\\+out.*died"):
         job.wait(timeout=60)
+
+
+def test_a_call_the_progress_actor_cannot_apply_fails_the_job_instead_of_being_dropped(ray_session):
+    """A progress call is fire and forget: if applying it raised, Ray only logged it, and a job
+    whose progress was lost with it waited until its timeout. Now the job fails, naming it."""
+    flow = rt.Dataflow("brokenprogress")
+    flow.input("numbers").map(lambda x: x, name="same").output("out")
+    with rt.run(flow, parallelism=1) as job:
+        job.wait_ready()
+        garbage = Sequenced(ReplicaKey("nosuch", 0), 0, "not a message")
+        job.placement.progress.receive.remote(encode((0, (garbage,))))
+        job.push("numbers", [1, 2, 3])
+        job.close("numbers")
+        with pytest.raises(InternalError, match="the progress actor could not apply a call from nosuch/0: "
+                                                "TypeError.*not a progress message"):
+            job.wait(timeout=60)
 
 
 def test_wait_times_out_with_a_description_of_what_is_pending(ray_session):
