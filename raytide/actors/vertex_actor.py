@@ -251,6 +251,11 @@ class _RayTransport:
         return blob if packed_size(blob) <= INLINE_BYTES else ray.put(blob)
 
 
+def _batch_place(channel: ChannelId, vertex: str, time: Timestamp) -> str:
+    """Where a received batch was going, for an error."""
+    return f"vertex {vertex!r} input {channel.port} at {time} (from replica {channel.sender} of {channel.source!r})"
+
+
 def _reader_positions(readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]]) -> dict[str, Any]:
     """Where each of ``readers`` is. A core asks it of the readers dict, not of its replica:
     a closure over the replica would make a cycle (replica -> core -> closure -> replica),
@@ -321,9 +326,7 @@ class VertexActor:
 
     def _on_framed(self, framed: Packed) -> None:
         calls, progress = unframe(framed)
-        messages = [(channel, vertex, time,
-                     unpack_for(payload, packed, f"vertex {vertex!r} input {channel.port} at {time} (from replica "
-                                                 f"{channel.sender} of {channel.source!r})"))
+        messages = [(channel, vertex, time, unpack_for(payload, packed, functools.partial(_batch_place, channel, vertex, time)))
                     for (incarnation, channel, vertex, time), payload, packed in calls if self._current(incarnation)]
         if messages:
             self.transport.passing_on.extend(progress)
@@ -349,7 +352,7 @@ class VertexActor:
     def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int) -> None:
         """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.physical.wire`)."""
         if self._current(incarnation):
-            self._guard(lambda: self.core.push_input(vertex, unpack_for(payload, packed, f"input {vertex!r} epoch {epoch}"),
+            self._guard(lambda: self.core.push_input(vertex, unpack_for(payload, packed, lambda: f"input {vertex!r} epoch {epoch}"),
                                                      epoch))
 
     def push_refs(self, incarnation: int, vertex: str, refs: list, epoch: int, then: int | None = None) -> None:

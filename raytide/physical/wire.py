@@ -206,14 +206,15 @@ def unpack(payload: Any, packed: bool) -> Any:
     return unpack_records(payload) if packed else payload
 
 
-def unpack_for(payload: Any, packed: bool, where: str) -> Any:
+def unpack_for(payload: Any, packed: bool, where: Callable[[], str]) -> Any:
     """:func:`unpack`; a batch that does not unpickle in this process (a record type whose
     module it cannot import, or whose ``__setstate__`` fails) raises a :class:`RecordError`
-    naming ``where`` it was going, so the job fails saying so."""
+    naming ``where()`` it was going (worded only then: this runs once per batch), so the job
+    fails saying so."""
     try:
         return unpack(payload, packed)
     except Exception as error:
-        raise RecordError(f"{where}: a batch sent there did not unpickle in the receiving process: {error!r}") from error
+        raise RecordError(f"{where()}: a batch sent there did not unpickle in the receiving process: {error!r}") from error
 
 
 def unpicklable(records: list, error: Exception, where: str, offset: int = 0, then: str = "") -> RecordError:
