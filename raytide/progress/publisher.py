@@ -13,8 +13,10 @@ move of a frontier.
 
 A location's status depends on its own counts and implications only, so it is computed
 once per change of them (:attr:`Tracker.touched`), and a batch looks only at the
-locations it touched, plus every location of the subscriber that declared new interests
-or asked for an acknowledgement: the other answers cannot have changed.
+locations whose status it moved, plus every location of the subscriber that declared new
+interests or asked for an acknowledgement: the other answers cannot have changed. Most
+batches of a wide stage move no status (one replica of many retires its count at an
+epoch that others still hold), so they cost no look at the location's many readers.
 
 Skipping pushes is safe: a frontier only ever moves up (a new frontier timestamp is
 implied by the pointstamp that caused it, which implied something at or below it), so a
@@ -88,13 +90,21 @@ class FrontierPublisher:
             self._statuses[location] = status
         return status
 
-    def _propagate(self) -> set[Location]:
-        """Apply the tracker's buffered changes; forget the statuses they may have changed."""
+    def _propagate(self) -> list[Location]:
+        """Apply the tracker's buffered changes; the locations whose status they moved.
+
+        A touched location whose status comes out as it was (a count at a frontier time
+        went down but not to zero, as most deltas of a wide stage do) has no new answer for
+        any subscriber: each was judged there when the status last moved, and one whose
+        interests changed since is looked at everywhere (``asking``). Only a location
+        whose status was not computed before counts as moved without comparing."""
         self.tracker.propagate()
-        touched = self.tracker.touched
-        for location in touched:
-            self._statuses.pop(location, None)
-        return touched
+        moved = []
+        for location in self.tracker.touched:
+            old = self._statuses.pop(location, None)
+            if old is None or self.status(location) != old:
+                moved.append(location)
+        return moved
 
     def subscribe(self, subscriber: Hashable, locations: list[Location]) -> Push:
         """Register ``subscriber``; returns its initial push (every status)."""
@@ -137,11 +147,11 @@ class FrontierPublisher:
             if (interests is not None or ack) and sender in self.subscriptions:
                 self._owed[sender] += ack
                 asking[sender] = None
-        touched = self._propagate()
-        # who may have a new answer: the subscribers of a touched location (there), and the
-        # senders that declared interests or want every status they have not seen (everywhere)
+        moved = self._propagate()
+        # who may have a new answer: the subscribers of a location whose status moved (there), and
+        # the senders that declared interests or want every status they have not seen (everywhere)
         look: dict[Hashable, list[Location]] = {}
-        for location in touched:
+        for location in moved:
             for subscriber in self.subscribers_of.get(location, ()):
                 look.setdefault(subscriber, []).append(location)
         for sender in asking:
