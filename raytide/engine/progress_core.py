@@ -70,6 +70,8 @@ class ProgressCore:
         self.publisher = FrontierPublisher(Tracker(graph))
         self.publisher.initialize(initial)
         self.outputs = OutputLog(outputs, delivered)
+        #: Where each output's frontier is read: its completions move only when that place was touched.
+        self._output_places = {name: Location.of_input(name, 0) for name in outputs}
         for name, epochs in (kept or {}).items():
             self.outputs.add(name, "the restored snapshot", epochs)
         self.in_order: InOrder[ProgressMessage] = InOrder()
@@ -84,7 +86,7 @@ class ProgressCore:
             effects.pushes.append((key, StatusPush(*self.publisher.subscribe(key, locations))))
         early, self.early = self.early or [], None
         effects.extend(self._offer(early))
-        effects.events += self._completions()
+        effects.events += self._completions(list(self._output_places))
         return effects
 
     def receive(self, call: Sequenced) -> ProgressEffects:
@@ -99,7 +101,8 @@ class ProgressCore:
             self.early.extend(calls)
             return ProgressEffects()
         effects = self._offer(calls)
-        effects.events += self._completions()
+        touched = self.publisher.tracker.touched
+        effects.events += self._completions([name for name, place in self._output_places.items() if place in touched])
         return effects
 
     def _offer(self, calls: Sequence[Sequenced]) -> ProgressEffects:
@@ -129,13 +132,20 @@ class ProgressCore:
             return [JobFailed(error)]
         return []
 
-    def _completions(self) -> list[JobEvent]:
-        """The output epochs the frontier has passed (each with records, then how far every
-        epoch is complete), and the end once nothing is active."""
+    def _completions(self, names: list[str]) -> list[JobEvent]:
+        """The epochs of outputs ``names`` that the frontier has passed (each with records,
+        then how far every epoch is complete), and the end once nothing is active.
+
+        After a call, only the outputs whose frontier's place the tracker touched are
+        looked at: records arrive before the progress that retires them, so no other
+        output can have a new complete epoch (a late part is refused, ``OutputLog.add``).
+        A call that applied no progress looks at what the previous one touched again,
+        which releases nothing twice."""
         tracker = self.publisher.tracker
         events: list[JobEvent] = []
-        for name, before in self.outputs.complete.items():
-            low = earliest_epoch(tracker.frontier(Location.of_input(name, 0)))
+        for name in names:
+            before = self.outputs.complete[name]
+            low = earliest_epoch(tracker.frontier(self._output_places[name]))
             events += [EpochComplete(*done) for done in self.outputs.advance(name, low)]
             if low > before:
                 events.append(OutputFrontier(name, low))
