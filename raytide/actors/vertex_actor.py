@@ -361,7 +361,11 @@ class VertexActor:
         (a stream's batch: no snapshot falls inside it)."""
         if not self._current(incarnation):
             return
-        stored = iter(ray.get([ref for ref in refs if not isinstance(ref, RemoteBatch)]))
+        try:  # objects whose owner died, or that were freed, fail the job: no epoch completes without them
+            stored = iter(ray.get([ref for ref in refs if not isinstance(ref, RemoteBatch)]))
+        except Exception as error:
+            self._fail(self._unreadable(vertex, epoch, f"a pushed object ref could not be read: {type(error).__name__}: {error}"))
+            return
         for ref in refs:
             if not isinstance(ref, RemoteBatch):
                 self._guard(self.core.push_input, vertex, next(stored), epoch)
@@ -369,11 +373,15 @@ class VertexActor:
             try:
                 batch = ref.read()
             except Exception as error:  # kept where it cannot be read any more (its Spark executor is gone)
-                self._fail(SourceError(f"input {vertex!r} replica {self.transport.key[1]} epoch {epoch}: {type(error).__name__}: {error}"))
+                self._fail(self._unreadable(vertex, epoch, f"{type(error).__name__}: {error}"))
                 return
             self._guard(self.core.push_input, vertex, batch, epoch)
         if then is not None:
             self._guard(self.core.advance_input, vertex, then)
+
+    def _unreadable(self, vertex: str, epoch: int, why: str) -> SourceError:
+        """The error of a pushed batch this input replica could not read."""
+        return SourceError(f"input {vertex!r} replica {self.transport.key[1]} epoch {epoch}: {why}")
 
     def restore(self, incarnation: int, snapshot_id: int | None, peers: dict[ReplicaKey, Any], progress: Any,
                 coordinator: Any) -> list[Location]:

@@ -150,3 +150,48 @@ def test_a_store_that_cannot_be_written_is_refused_at_run(ray_session, tmp_path,
     with pytest.raises(SnapshotError, match=rf"the snapshot store {re.escape(repr(store))} cannot be written .* no "
                                             r"fault tolerance"):
         rt.run(flow, recovery=rt.Recovery(store))
+
+
+@ray.remote(num_cpus=0)
+class _Owner:
+    """Puts objects in the store, so that it owns them (as a Spark executor or a reader task would)."""
+
+    def put(self, records: list) -> list:
+        return [ray.put(records)]  # in a list: the caller gets the ref, this actor stays its owner
+
+
+@ray.remote(num_cpus=0)
+def _read(refs: list) -> list:
+    return ray.get(refs)
+
+
+def unreadable_everywhere(ref: ray.ObjectRef, timeout: float = 60) -> None:
+    """Wait until a task cannot read ``ref`` any more: Ray tells a borrower that an object's
+    owner died only after a while (about 2 s here), and until then the object reads."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(_read.remote([ref]), timeout=timeout)
+        except ray.exceptions.RayTaskError as error:
+            assert isinstance(error.cause, ray.exceptions.OwnerDiedError), error
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{ref} could still be read {timeout} s after its owner was killed")
+
+
+def test_a_pushed_ref_that_cannot_be_read_fails_the_job_naming_the_input_and_epoch(ray_session):
+    """``job.push_refs`` of an object whose owner died: the input replica could not read it,
+    the error stayed in Ray's log, and the epoch completed without those records (a silent
+    loss). Now the job fails with a SourceError naming the input, the replica and the epoch."""
+    flow = rt.Dataflow("lostref")
+    flow.input("numbers").map(lambda x: x, name="same").output("out")
+    owner = _Owner.remote()
+    [ref] = ray.get(owner.put.remote([1, 2, 3]))
+    ray.kill(owner)
+    unreadable_everywhere(ref)
+    with rt.run(flow, parallelism=1) as job:
+        job.push_refs("numbers", [ref], 0)
+        job.close("numbers")
+        with pytest.raises(rt.SourceError, match=r"input 'numbers' replica 0 epoch 0: a pushed object ref could not "
+                                                 r"be read: \w*(OwnerDied|ObjectLost)"):
+            job.wait(timeout=60)
