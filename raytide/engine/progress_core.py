@@ -86,7 +86,7 @@ class ProgressCore:
             effects.pushes.append((key, StatusPush(*self.publisher.subscribe(key, locations))))
         early, self.early = self.early or [], None
         effects.extend(self._offer(early))
-        effects.events += self._completions(list(self._output_places))
+        effects.events += self._completions(list(self._output_places))  # every output: a restored log may be ahead
         return effects
 
     def receive(self, call: Sequenced) -> ProgressEffects:
@@ -100,14 +100,14 @@ class ProgressCore:
         if self.early is not None:
             self.early.extend(calls)
             return ProgressEffects()
-        effects = self._offer(calls)
-        touched = self.publisher.tracker.touched
-        effects.events += self._completions([name for name, place in self._output_places.items() if place in touched])
-        return effects
+        return self._offer(calls)
 
     def _offer(self, calls: Sequence[Sequenced]) -> ProgressEffects:
         """Output parts go to the log at once; the progress of every message now in order is
-        applied together (the log releases nothing before :meth:`_completions`)."""
+        applied together, and then the outputs whose frontier's place it touched release
+        what it completed (:meth:`_completions`). Output parts alone complete nothing:
+        records arrive before the progress that retires them, and a late part is refused
+        (``OutputLog.add``)."""
         effects, updates = ProgressEffects(), []
         for call in calls:
             for message in self.in_order.offer(call.sender, call.sequence, call.message):
@@ -122,6 +122,8 @@ class ProgressCore:
         if updates:
             pushes = self.publisher.apply_all(updates)
             effects.pushes += [(cast(ReplicaKey, key), StatusPush(*push)) for key, push in pushes.items()]
+            touched = self.publisher.tracker.touched
+            effects.events += self._completions([name for name, place in self._output_places.items() if place in touched])
         return effects
 
     def _add_outputs(self, sender: ReplicaKey, message: OutputParts) -> list[JobEvent]:
@@ -134,13 +136,7 @@ class ProgressCore:
 
     def _completions(self, names: list[str]) -> list[JobEvent]:
         """The epochs of outputs ``names`` that the frontier has passed (each with records,
-        then how far every epoch is complete), and the end once nothing is active.
-
-        After a call, only the outputs whose frontier's place the tracker touched are
-        looked at: records arrive before the progress that retires them, so no other
-        output can have a new complete epoch (a late part is refused, ``OutputLog.add``).
-        A call that applied no progress looks at what the previous one touched again,
-        which releases nothing twice."""
+        then how far every epoch is complete), and the end once nothing is active."""
         tracker = self.publisher.tracker
         events: list[JobEvent] = []
         for name in names:
