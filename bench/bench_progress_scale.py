@@ -10,14 +10,24 @@ Ray, under the seeded scheduler) with ``nodes * per_node`` replicas in all:
 * ``loop``: halving to a fixed point, exchanged every round, its five stages at a fifth
   of the replicas each (at most 128).
 
-Each epoch carries ``records_per_replica`` records per replica. Per job it reports what
-the progress core took per epoch: numbered messages, the Ray calls they make on Ray (a
-replica's output parts ride in the call of its next progress batch, so every message but
-output parts is one call), calls per node, and the core's CPU time, whence the epochs per
-second the central actor sustains with one core to itself (Ray's own cost per call comes
-on top: it is not simulated). These are today's figures, where every replica calls the
-central actor itself; issue 31 asks for at most 2 calls per node per epoch and at least
-50 epochs/s at 64 nodes x 8 replicas.
+Each epoch carries ``records_per_replica`` records per replica. Each job runs twice, as a
+job does on Ray:
+
+* ``direct`` (one node, and every job before the relays): every replica calls the central
+  actor itself; a replica's output parts ride in the call of its next progress batch, so
+  every message but output parts is one call;
+* ``relayed`` (a cluster): the replicas are spread over ``nodes`` nodes, and each node's
+  relay delivers everything it gathered in one call (``LocalJob(nodes=)``, as
+  :mod:`raytide.actors.progress_relay` does while its previous call is in flight).
+
+Per job and design it reports what the progress core took per epoch: numbered messages,
+calls, calls per node, and the core's CPU time, whence the epochs per second the central
+actor sustains with one core to itself (Ray's own cost per call, about 0.4 ms of the
+actor's time on this machine, comes on top: it is not simulated). How many messages a
+relay gathers per call depends on how busy the central actor is; the simulator's seeded
+scheduler stands in for that, so the relayed calls per node are a model, not a measurement
+of a cluster. Issue 31 asks for at most 2 calls per node per epoch and at least 50
+epochs/s at 64 nodes x 8 replicas.
 """
 
 from __future__ import annotations
@@ -45,12 +55,21 @@ class CountingCore(ProgressCore):
     messages = 0
     calls = 0
     cpu = 0.0
+    relayed = False  # whether each call the simulator makes is a relay's (one call, all it gathered)
 
     def receive_all(self, calls: Sequence[Sequenced]) -> ProgressEffects:
-        """Each message applied as a call of its own: the in-process runtime hands the core a
-        random few of a replica's messages at a time, more than one Ray call may carry, so
-        applying them together would flatter the central actor. A message other than output
-        parts counts as a call (output parts ride with the progress batch after them)."""
+        """A relay's call is applied as one. Without relays each message is applied as a call
+        of its own: the in-process runtime hands the core a random few of a replica's messages
+        at a time, more than one Ray call may carry, so applying them together would flatter
+        the central actor. A message other than output parts counts as a call (output parts
+        ride with the progress batch after them)."""
+        if CountingCore.relayed:
+            started = time.process_time()
+            effects = super().receive_all(calls)
+            CountingCore.cpu += time.process_time() - started
+            CountingCore.messages += len(calls)
+            CountingCore.calls += 1
+            return effects
         effects = ProgressEffects()
         for call in calls:
             started = time.process_time()
@@ -100,15 +119,17 @@ def halving_loop(replicas: int) -> tuple[rt.Dataflow, int]:
 
 
 def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Counter], epochs: int, records: int,
-             nodes: int, seed: int) -> dict[str, float]:
+             nodes: int, seed: int, relayed: bool) -> dict[str, float]:
     """Run ``flow`` (``width``: the replicas of a vertex that does not say) for ``epochs``
-    epochs of ``records`` records; the central core's load per epoch. Its output must be
-    what ``expected`` computes from each epoch's records."""
+    epochs of ``records`` records, its progress ``relayed`` per node or not; the central
+    core's load per epoch. Its output must be what ``expected`` computes from each epoch's
+    records."""
     CountingCore.messages = CountingCore.calls = 0
     CountingCore.cpu = 0.0
+    CountingCore.relayed = relayed
     inputs = {"records": [[1 + (e * records + i) % 997 for i in range(records)] for e in range(epochs)]}
     started = time.perf_counter()
-    job = local_runtime.LocalJob(flow, inputs, parallelism=width, seed=seed)
+    job = local_runtime.LocalJob(flow, inputs, parallelism=width, seed=seed, nodes=nodes if relayed else None)
     run = job.run(max_steps=100_000_000)
     outputs = {epoch: Counter(found) for epoch, found in run.outputs["out"].items()}
     if not run.finished or outputs != {epoch: expected(fed) for epoch, fed in enumerate(inputs["records"])}:
@@ -127,8 +148,10 @@ def measure(nodes: int, per_node: int, epochs: int, records_per_replica: int, se
     try:
         metrics: dict[str, Any] = {}
         for name, build, expected in (("keyed", keyed_pipeline, keyed_expected), ("loop", halving_loop, loop_expected)):
-            found = simulate(*build(replicas), expected, epochs, records_per_replica * replicas, nodes, seed)
-            metrics.update({f"{name}_{key}": value for key, value in found.items()})
+            for design in ("direct", "relayed"):
+                found = simulate(*build(replicas), expected, epochs, records_per_replica * replicas, nodes, seed,
+                                 relayed=design == "relayed")
+                metrics.update({f"{name}_{design}_{key}": value for key, value in found.items()})
         return metrics
     finally:
         local_runtime.ProgressCore = original  # type: ignore[misc]

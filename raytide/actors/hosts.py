@@ -98,6 +98,10 @@ class Host:
         """Liveness check for the driver and the pool: this host's process id (any lease may ask)."""
         return os.getpid()
 
+    def node(self, lease: int | None = None) -> str:
+        """The id of the Ray node this host runs on (where the driver places progress relays)."""
+        return ray.get_runtime_context().get_node_id()
+
     @ray.method(concurrency_group="watch")
     def watch(self, lease: int) -> None:
         """Returns once ``lease`` is over (given back, or a later one taken): while it lasts,
@@ -193,9 +197,14 @@ def _forwarding(name: str) -> Callable[..., Any]:
 
 #: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
 VERTEX_METHODS = ("connect", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
-                  "start_reader", "pump", "advance", "restore", "hand_over", "adopt", "resume", "stats", "debug_state")
+                  "start_reader", "pump", "advance", "restore", "hand_over", "adopt", "resume", "stats", "debug_state",
+                  "relay", "relay_with_refs")
+#: The vertex role's methods that run on the host's ``relay`` threads, not in turn with the
+#: replica's calls (:mod:`raytide.actors.progress_relay`).
+RELAY_METHODS = ("relay", "relay_with_refs")
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
-PROGRESS_METHODS = ("connect", "restore", "receive", "receive_with_refs", "fail", "frontier", "describe", "stats")
+PROGRESS_METHODS = ("connect", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
+                    "describe", "stats")
 #: The methods of :class:`~raytide.actors.coordinator_actor.CoordinatorActor` that the replicas and the driver call.
 COORDINATOR_METHODS = ("acknowledge", "write_failed", "sync", "snapshot_now", "hold_now", "start", "restart", "pause",
                        "reconfigure", "stats")
@@ -205,7 +214,9 @@ class VertexHost(Host):
     """A host whose role is one replica of one chain (a :class:`~raytide.actors.vertex_actor.VertexActor`).
 
     Sequential, like the role it plays: Ray runs one caller's calls in submission order,
-    which keeps every channel FIFO (see :mod:`raytide.actors.vertex_actor`).
+    which keeps every channel FIFO (see :mod:`raytide.actors.vertex_actor`). The node's
+    progress relay, if this host is it, runs on threads of its own (the concurrency group
+    ``relay``: :data:`RELAY_METHODS`).
     """
 
     def __init__(self, number: int) -> None:
@@ -281,7 +292,8 @@ class CoordinatorHost(Host):
 
 
 for _name in VERTEX_METHODS:
-    setattr(VertexHost, _name, _forwarding(_name))
+    _method = _forwarding(_name)
+    setattr(VertexHost, _name, ray.method(concurrency_group="relay")(_method) if _name in RELAY_METHODS else _method)
 for _name in PROGRESS_METHODS:
     setattr(ProgressHost, _name, _forwarding(_name))
 for _name in COORDINATOR_METHODS:

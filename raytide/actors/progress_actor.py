@@ -20,6 +20,7 @@ and calls of an older one are dropped.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
@@ -76,8 +77,20 @@ class ProgressActor:
     def receive_with_refs(self, incarnation: int, *calls: Sequenced) -> None:
         """The same messages as Ray arguments: output parts that hold object refs travel so
         (Ray counts who borrows a ref only when it sees it)."""
-        if incarnation != self.incarnation:
-            return
+        if incarnation == self.incarnation:
+            self._apply(calls)
+
+    def receive_relayed(self, encoded: list[bytes], with_refs: list[tuple[int, tuple[Sequenced, ...]]]) -> None:
+        """What a node's relay (:mod:`raytide.actors.progress_relay`) gathered from its replicas
+        while its previous call was in flight: the arguments of their :meth:`receive` and
+        :meth:`receive_with_refs` calls, applied as one call (one propagation, at most one
+        push per replica); those of another incarnation are dropped."""
+        calls = [call for incarnation, sent in [*map(decode, encoded), *with_refs] if incarnation == self.incarnation
+                 for call in sent]
+        if calls:
+            self._apply(calls)
+
+    def _apply(self, calls: Sequence[Sequenced]) -> None:
         self.calls += 1
         try:
             self._perform(self.core.receive_all(calls))

@@ -46,12 +46,23 @@ from typing import Any
 import ray
 
 from raytide.actors.metrics import ReplicaMetrics
+from raytide.actors.progress_relay import ProgressRelay
 from raytide.core.batches import to_records
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, ReplicaLost, RescaleError, SnapshotError, SourceError
 from raytide.physical.plan import PhysicalPlan
-from raytide.physical.protocol import ChannelId, Marker, OutputParts, ProgressBatch, ReplicaKey, Sequenced, decode, encode
+from raytide.physical.protocol import (
+    ChannelId,
+    Marker,
+    OutputParts,
+    ProgressBatch,
+    ProgressRoute,
+    ReplicaKey,
+    Sequenced,
+    decode,
+    encode,
+)
 from raytide.physical.wire import Packed, frame, pack, pack_records, packed_size, unframe, unpack_for, unpicklable
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -87,6 +98,7 @@ class _RayTransport:
         self.peers: dict[ReplicaKey, Any] = {}
         self.unbounded: set[str] = set()
         self.progress: Any = None
+        self.relay: Any = None  # the node's progress relay, if the job has them (see ProgressRoute)
         self.inflight: dict[ReplicaKey, collections.deque] = collections.defaultdict(collections.deque)
         self.max_seen = 0
         self.waits = 0
@@ -177,9 +189,10 @@ class _RayTransport:
                                 f"coordinator to report to")
         coordinator.acknowledge.remote(Acknowledgement(self.key, marker_id, self.incarnation, (), report))
 
-    def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: Any) -> None:
+    def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], route: ProgressRoute) -> None:
         """A recovery: new peers (replaced ones), and nothing of the calls still in flight is waited for."""
-        self.incarnation, self.peers, self.progress = incarnation, peers, progress
+        self.incarnation, self.peers = incarnation, peers
+        self.progress, self.relay = route
         self.inflight.clear()
         self.held_outputs.clear()
         self.held_refs = False
@@ -208,11 +221,14 @@ class _RayTransport:
         self.held_refs = False
 
     def _send_progress(self, calls: tuple[Sequenced, ...], refs: bool) -> None:
-        """One Ray call to the progress actor: encoded, unless a part is an object ref (Ray must see it)."""
+        """One Ray call to the progress actor, or to the node's relay: encoded, unless a part is
+        an object ref (Ray must see it)."""
         if refs:
-            self.progress.receive_with_refs.remote(self.incarnation, *calls)
+            (self.relay.relay_with_refs if self.relay is not None else self.progress.receive_with_refs).remote(
+                self.incarnation, *calls)
         else:
-            self.progress.receive.remote(encode((self.incarnation, calls)))
+            (self.relay.relay if self.relay is not None else self.progress.receive).remote(
+                encode((self.incarnation, calls)))
 
     def _round_peer(self, call: Sequenced) -> ReplicaKey | None:
         """The one peer that a progress batch of a loop's round may go with, and the batches
@@ -286,6 +302,7 @@ class VertexActor:
         self.busy_s = 0.0  # handling events (see _guard)
         self.metrics = ReplicaMetrics(job, chain, replica)
         self.kept = kept
+        self.node_relay = ProgressRelay(f"{job}/{chain}/{replica}")  # used if the driver made this host its node's relay
 
     def _new_core(self) -> ReplicaCore:
         core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport,
@@ -293,20 +310,22 @@ class VertexActor:
         core.source_positions = functools.partial(_reader_positions, self.readers)  # not self: no cycle (see _reader_positions)
         return core
 
-    def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], progress: Any,
+    def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], progress: ProgressRoute,
                 coordinator: Any = None) -> list[Location]:
-        """Learn every other actor (and the snapshot coordinator, if any); returns the locations to subscribe to."""
+        """Learn every other actor (and the snapshot coordinator, if any) and where to send
+        progress; returns the locations to subscribe to."""
         self.transport.peers = peers
         self.transport.unbounded = unbounded
-        self.transport.progress = progress
+        self.transport.progress, self.transport.relay = progress
         if self.writer is not None:
             self.writer.coordinator = coordinator
         return self.core.subscriptions()
 
     def close(self) -> None:
         """The job is over for this replica (its host is being reset): publish its final
-        figures, stop the snapshot writer."""
+        figures, stop the snapshot writer and the progress relay's thread."""
         self.metrics.publish(self.stats())
+        self.node_relay.close()
         if self.writer is not None:
             self.writer.close()
 
@@ -383,7 +402,7 @@ class VertexActor:
         """The error of a pushed batch this input replica could not read."""
         return SourceError(f"input {vertex!r} replica {self.transport.key[1]} epoch {epoch}: {why}")
 
-    def restore(self, incarnation: int, snapshot_id: int | None, peers: dict[ReplicaKey, Any], progress: Any,
+    def restore(self, incarnation: int, snapshot_id: int | None, peers: dict[ReplicaKey, Any], progress: ProgressRoute,
                 coordinator: Any) -> list[Location]:
         """Start incarnation ``incarnation`` as this replica was in committed snapshot
         ``snapshot_id`` (None: as at the job's start), with the job's actors as they are
@@ -394,7 +413,7 @@ class VertexActor:
             self._guard(self.core.restore, self.store.read_part(snapshot_id, part_name(self.key)))
         return self.core.subscriptions()
 
-    def _reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: Any, coordinator: Any) -> None:
+    def _reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: ProgressRoute, coordinator: Any) -> None:
         """A fresh core for ``incarnation``, with the job's actors as they are now."""
         self.transport.reset(incarnation, peers, progress)
         if self.writer is not None:
@@ -419,7 +438,7 @@ class VertexActor:
         return {key: ray.put(piece) for key, piece in pieces.items()}
 
     def adopt(self, incarnation: int, refs: list, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
-              peers: dict[ReplicaKey, Any], progress: Any, coordinator: Any) -> tuple[list[Location], list]:
+              peers: dict[ReplicaKey, Any], progress: ProgressRoute, coordinator: Any) -> tuple[list[Location], list]:
         """Start incarnation ``incarnation`` of a rescaled job as this replica, from the pieces
         the held replicas handed over (``refs``, and what this host kept for it); nothing
         runs until :meth:`resume`. Returns the locations to subscribe to and the pointstamps
@@ -432,6 +451,15 @@ class VertexActor:
         held: list = []
         self._guard(lambda: held.extend(self.core.adopt(old_widths, tables, pieces)))
         return self.core.subscriptions(), held
+
+    def relay(self, encoded: bytes) -> None:
+        """As the node's relay: another replica's message for the progress actor (see
+        :mod:`~raytide.actors.progress_relay`); runs on the host's ``relay`` threads."""
+        self.node_relay.relay(self.transport.progress, self.transport.incarnation, encoded)
+
+    def relay_with_refs(self, incarnation: int, *calls: Sequenced) -> None:
+        """As the node's relay: another replica's messages that hold object refs."""
+        self.node_relay.relay_with_refs(self.transport.progress, self.transport.incarnation, (incarnation, calls))
 
     def resume(self, incarnation: int) -> None:
         """Run again after :meth:`restore`: the restored back-edge batches first."""
@@ -512,6 +540,7 @@ class VertexActor:
         stats["data_calls"] = self.transport.data_calls
         stats["blocked_s"] = self.transport.blocked_s
         stats["busy_s"] = self.busy_s
+        stats["relay"] = self.node_relay.stats()
         return stats
 
     def _guard(self, method: Any, *args: Any) -> None:

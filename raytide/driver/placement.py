@@ -20,7 +20,7 @@ from raytide.driver.outputs import Liveness
 from raytide.driver.pool import HostLease, host_pool
 from raytide.errors import JobTimeout
 from raytide.physical.plan import PhysicalPlan
-from raytide.physical.protocol import ReplicaKey
+from raytide.physical.protocol import ProgressRoute, ReplicaKey
 from raytide.progress.reachability import Location
 from raytide.snapshots.config import Recovery
 
@@ -34,6 +34,10 @@ COORDINATOR = "the snapshot coordinator"
 SETUP_TIMEOUT = 120.0
 #: How long tearing a job down waits for its actors' processes to exit.
 TEARDOWN_TIMEOUT = 10.0
+#: A job whose cluster has at least this many live nodes sends its progress through one
+#: relay per node (:mod:`raytide.actors.progress_relay`); on one node, every replica calls
+#: the progress actor itself, which costs a hop less.
+RELAYS_FROM_NODES = 2
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class JobPlacement:
         actors: each replica's host (the raw actor handles: ``ray.kill`` and ``ping`` take them).
         peers: each replica's handle bound to its host's lease (what other actors call).
         progress: the progress actor's handle, bound to its lease.
+        relays: per replica, its node's progress relay (a replica's handle), if the job has them (:meth:`route`).
         liveness: one pending watch per actor (:meth:`watch`).
     """
 
@@ -71,6 +76,8 @@ class JobPlacement:
         self.peers: dict[ReplicaKey, Any] = {key: self.leases[key].leased for key in keys}
         self.progress: Any = self.leases[PROGRESS].leased
         self.unbounded = set(plan.with_role("feedback"))  # sends out of a feedback vertex never wait
+        self.relays: dict[ReplicaKey, Any] = {}
+        self._nodes: dict[Any, str] = {}  # each host's node, by its handle (asked once)
         self.liveness = Liveness({})
         self._plan_ref = ray.put(plan)
         self._pids: dict[str, int | Any] = {}
@@ -82,12 +89,33 @@ class JobPlacement:
         vertex hosts' process ids and of their connections (each connection answers with
         the locations that replica subscribes to), for :meth:`started` to wait on."""
         keys = self.plan.replica_keys()
+        self.place_relays()
         pids = [self._take_vertex(key) for key in keys]
         progress = self.leases[PROGRESS]
         self._pids[self.host_name(PROGRESS)] = progress.handle.take.remote(
             progress.lease, self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps())
-        return pids, [self.peers[key].connect.remote(self.peers, self.unbounded, self.progress, coordinator)
+        return pids, [self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)
                       for key in keys]
+
+    def route(self, key: ReplicaKey) -> ProgressRoute:
+        """Where replica ``key`` sends its progress: its node's relay, if the job has them."""
+        return ProgressRoute(self.progress, self.relays.get(key))
+
+    def place_relays(self) -> None:
+        """Choose each node's progress relay, the host of its first replica (in the plan's
+        order), if the cluster has :data:`RELAYS_FROM_NODES` live nodes; else none. Asks
+        each host it has not asked before which node it is on (and so waits for new hosts
+        to start)."""
+        self.relays = {}
+        if sum(1 for node in ray.nodes() if node["Alive"]) < RELAYS_FROM_NODES:
+            return
+        keys = self.plan.replica_keys()
+        unknown = [self.actors[key] for key in keys if self.actors[key] not in self._nodes]
+        self._nodes.update(zip(unknown, self.wait([actor.node.remote() for actor in unknown],
+                                                  f"asking {len(unknown)} hosts which node they are on")))
+        relay_of: dict[str, ReplicaKey] = {}
+        for key in keys:
+            self.relays[key] = self.peers[relay_of.setdefault(self._nodes[self.actors[key]], key)]
 
     def started(self, pids: list, connections: list, timeout: float) -> None:
         """Wait for the hosts :meth:`take_roles` addressed, then connect the progress actor to
@@ -143,7 +171,10 @@ class JobPlacement:
 
     def replace_dead(self, dead: list[Hashable], coordinator: Any) -> list[str]:
         """Lease warm hosts for the dead replicas (and progress actor) in ``dead`` and give them
-        their roles; returns the names of the replaced."""
+        their roles; returns the names of the replaced. The nodes' relays are chosen again
+        (a new host may be on another node, and a dead relay needs a successor); the
+        recovery's restore tells every replica its route."""
+        replaced: list[ReplicaKey] = []
         for key in dead:
             self.dead_leases.append(self.leases.pop(key))
             if key == PROGRESS:
@@ -156,9 +187,12 @@ class JobPlacement:
                 self.leases[key] = lease = self.pool.lease("vertex", 1, self.settings.num_cpus)[0]
                 self.actors[key], self.peers[key] = lease.handle, lease.leased
                 self.wait([self._take_vertex(key)], f"replacing replica {key}")
-                self.wait([lease.leased.connect.remote(self.peers, self.unbounded, self.progress, coordinator)],
-                          f"connecting replica {key}")
+                replaced.append(key)
             self._pids[self.host_name(key)] = lease.handle.ping.remote()
+        self.place_relays()
+        for key in replaced:
+            self.wait([self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)],
+                      f"connecting replica {key}")
         return [self.host_name(key) for key in dead]
 
     def add_hosts(self, plan: PhysicalPlan) -> list[HostLease]:
@@ -189,8 +223,9 @@ class JobPlacement:
         self.plan, self._plan_ref = plan, ray.put(plan)
         self.actors = {key: leases[key].handle for key in keys}
         self.peers = {key: leases[key].leased for key in keys}
+        self.place_relays()
         pids = [self._take_vertex(key, incarnation) for key in keys]
-        connects = [self.peers[key].connect.remote(self.peers, self.unbounded, self.progress, coordinator)
+        connects = [self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)
                     for key in keys]
         answers = self.wait(pids + connects, f"giving {len(keys)} hosts their replicas of the rescaled job")
         self._pids = {name: pid for name, pid in self._pids.items() if name.endswith(("/progress", "/coordinator"))}

@@ -335,16 +335,17 @@ class JobRecovery:
 
     def _restore_replicas(self, effect: RestoreReplicas, steps: Steps) -> Restored:
         """Every replica from its part of the snapshot, or from the pieces handed over to it."""
-        peers, progress, pieces = self.placement.peers, self.placement.progress, effect.pieces
+        placement, pieces = self.placement, effect.pieces
+        peers = placement.peers
         keys = list(peers)
         if pieces is None:
             answers = steps.time("restore the replicas", self.wait, [
-                peers[key].restore.remote(effect.incarnation, effect.point.snapshot_id, peers, progress,
+                peers[key].restore.remote(effect.incarnation, effect.point.snapshot_id, peers, placement.route(key),
                                           self.coordinator) for key in keys], "restoring the replicas")
             return Restored(dict(zip(keys, answers)))
         adopted = steps.time("adopt the state", self.wait, [
             peers[key].adopt.remote(effect.incarnation, pieces.refs[key], pieces.old_widths, pieces.tables,
-                                    peers, progress, self.coordinator) for key in keys],
+                                    peers, placement.route(key), self.coordinator) for key in keys],
             "the replicas adopting the state handed over")
         return Restored({key: locations for key, (locations, _) in zip(keys, adopted)},
                         summed(pair for _, held in adopted for pair in held))

@@ -29,6 +29,13 @@ on ahead of its own next message (see ``raytide/actors/vertex_actor.py``): numbe
 applied in order however it travels. A :class:`StatusPush` answers any acknowledgements
 owed (``acked`` counts them) and is sent only when it may let the replica run something.
 
+On a Ray cluster, the replicas of one node send their messages for the progress actor to
+that node's *relay* instead (one of the node's replica hosts: :class:`ProgressRoute`),
+which forwards everything that arrived while its previous call was in flight in one call
+(``ProgressActor.receive_relayed``): the progress actor's calls then grow with the nodes,
+not the replicas. Numbered, the messages are applied in order however they travel; a
+relay that dies is a replica that dies, and the recovery rolls every message back.
+
 On Ray, the calls to the progress actor and its status pushes travel as :func:`encode`
 makes them, the sender's incarnation included: one plain pickle, one argument per call.
 A data call's headers (incarnation, channel, vertex, time), batches and riding progress
@@ -160,6 +167,15 @@ class Sequenced(NamedTuple):
     sender: ReplicaKey
     sequence: int
     message: ProgressMessage
+
+
+class ProgressRoute(NamedTuple):
+    """Where one replica sends its messages for the progress actor: to ``relay``, its node's
+    relay (a replica host's handle, bound to its lease), or straight to ``progress`` when
+    ``relay`` is None; its failures always go straight to ``progress``."""
+
+    progress: Any
+    relay: Any = None
 
 
 class StatusPush(NamedTuple):

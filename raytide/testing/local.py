@@ -7,18 +7,17 @@ It runs the same :class:`~raytide.engine.replica.ReplicaCore`,
 their messages the way Ray may: FIFO from one replica to another (data batches and
 markers alike), FIFO from the progress actor to each replica, in *any* order from a
 replica to the progress actor (it is a threaded actor; the cores number those
-messages), driver commands FIFO per input replica, and job events through a log the
-driver polls. At each step a seeded ``random.Random`` chooses which mailbox delivers
+messages; with ``nodes``, through a relay per node), driver commands FIFO per input
+replica, and job events through a log the driver polls. At each step a seeded ``random.Random`` chooses which mailbox delivers
 next, so one seed is one reproducible interleaving and many seeds explore many
 (FoundationDB's simulation testing).
 
-Faults are injected by step: :meth:`LocalJob.crash` kills a replica, the progress core
-or the coordinator at step ``n``, losing its state and everything it had in flight.
-Without ``recovery`` the job then fails. With a :class:`LocalRecovery` it takes
-snapshots into a real :class:`~raytide.snapshots.store.SnapshotStore` every few steps
-and, a few steps after a death (when it is noticed), recovers as
-:mod:`raytide.snapshots.recovery` describes, one step at a time, so that further crashes
-can strike in the middle of it. Every message carries its sender's incarnation and is
+Faults are injected by step: :meth:`LocalJob.crash` kills a replica, the progress core or
+the coordinator at step ``n``, losing its state and all it had in flight. Without
+``recovery`` the job then fails. With a :class:`LocalRecovery` it takes snapshots into a
+real :class:`~raytide.snapshots.store.SnapshotStore` every few steps and, a few steps
+after a death is noticed, recovers (:mod:`raytide.snapshots.recovering`) one step at a
+time, so that further crashes can strike in the middle of it. Every message carries its sender's incarnation and is
 dropped where it arrives if that is not the receiver's.
 
 >>> import raytide as rt
@@ -42,15 +41,7 @@ from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
-from raytide.physical.protocol import (
-    EpochComplete,
-    JobEvent,
-    JobFailed,
-    JobFinished,
-    Marker,
-    MarkerKind,
-    ReplicaKey,
-)
+from raytide.physical.protocol import EpochComplete, JobEvent, JobFailed, JobFinished, Marker, MarkerKind, ReplicaKey
 from raytide.progress.tracker import Pointstamp
 from raytide.rescale.layout import Piece
 from raytide.rescale.rescaling import HandOver, RescalePhase, Rescaling
@@ -92,6 +83,8 @@ class LocalJob:
         consumer: reads every output as a ``job.results`` loop does (see
             :mod:`raytide.testing.consumer`), across the drivers of a job restarted after
             :meth:`crash` of :data:`~raytide.testing.outcome.DRIVER`.
+        nodes: spread the replicas over this many nodes, each sending its progress through
+            a relay, as on a Ray cluster (:class:`~raytide.testing.mailboxes.Mailboxes`).
 
     With ``recovery`` and a :class:`~raytide.Dataflow` (not a plan), :meth:`rescale` changes
     the parallelism of vertices while the job runs, as ``job.rescale`` does on Ray.
@@ -101,13 +94,13 @@ class LocalJob:
                  parallelism: int | None = None, seed: int = 0, chaining: bool = True,
                  markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None,
                  recovery: LocalRecovery | None = None, restore: int | str | None = None,
-                 consumer: LocalConsumer | None = None) -> None:
+                 consumer: LocalConsumer | None = None, nodes: int | None = None) -> None:
         self.plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
         self.flow = flow if isinstance(flow, Dataflow) else None
         self.parallelism, self.chaining = parallelism, chaining
         self.rng = random.Random(seed)
         self.recovery = recovery
-        self.mail = Mailboxes()
+        self.mail = Mailboxes(nodes)
         self.incarnation = 0
         self.incarnations = {key: 0 for key in self.replica_keys()}
         self.replicas = {key: self._core(key) for key in self.replica_keys()}
@@ -142,7 +135,8 @@ class LocalJob:
             self.coordinator = self._new_coordinator()
 
     def _core(self, key: ReplicaKey) -> ReplicaCore:
-        transport = LocalTransport(self.mail, key, self.incarnations[key], lambda: self.progress is not None)
+        transport = LocalTransport(self.mail, key, self.incarnations[key], lambda: self.progress is not None,
+                                   self.mail.via(key, self.replica_keys()))
         return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=self.recovery is not None)
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
@@ -263,9 +257,8 @@ class LocalJob:
             self._guard(key, core.on_marker, *message[1:])
 
     def _apply_progress(self, key: ReplicaKey) -> None:
-        """Some of ``key``'s messages to the progress actor, in any order, as one call (applied together)."""
-        calls, rng = self.mail.to_progress[key], self.rng
-        current = [call for incarnation, call in (calls.pop(rng.randrange(len(calls))) for _ in range(rng.randint(1, len(calls))))
+        """One call to the progress actor from ``key``'s mailbox (:meth:`Mailboxes.take_progress`), applied together."""
+        current = [call for incarnation, call in self.mail.take_progress(key, self.rng)
                    if incarnation == self.progress_incarnation]
         if self.progress is not None and current:
             self._perform(self.progress.receive_all(current))

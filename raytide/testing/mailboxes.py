@@ -9,6 +9,7 @@ chooses, at each step, which mailbox delivers next.
 from __future__ import annotations
 
 import collections
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,10 +31,17 @@ def _deques() -> collections.defaultdict:
 
 @dataclass
 class Mailboxes:
-    """The messages on their way, by kind and receiver."""
+    """The messages on their way, by kind and receiver.
 
+    With ``nodes``, the replicas are spread over that many nodes in turn (in the plan's
+    order), and each node's messages to the progress actor wait in one mailbox, its relay's
+    (the node's first replica), which delivers all it holds in one call, as the Ray relay
+    sends what gathered while its previous call was in flight
+    (:mod:`raytide.actors.progress_relay`)."""
+
+    nodes: int | None = None
     links: dict[tuple[ReplicaKey, ReplicaKey], collections.deque] = field(default_factory=_deques)  # replica to replica
-    to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = field(  # any order: the progress actor is threaded
+    to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = field(  # any order: the progress actor is threaded; per relay with nodes
         default_factory=lambda: collections.defaultdict(list))
     pushes: dict[ReplicaKey, collections.deque[tuple[int, StatusPush]]] = field(default_factory=_deques)
     commands: dict[ReplicaKey, collections.deque[Command]] = field(default_factory=_deques)  # the driver's, per input replica
@@ -52,7 +60,24 @@ class Mailboxes:
                 queue.clear()
         for mailbox in (self.pushes, self.commands, self.injects):
             mailbox.pop(key, None)
+        if self.nodes is not None:  # a relay's host died: what it gathered for the progress actor is lost
+            self.to_progress.pop(key, None)
         self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]
+
+    def via(self, key: ReplicaKey, keys: Sequence[ReplicaKey]) -> ReplicaKey:
+        """Whose mailbox replica ``key`` (of the replicas ``keys``) sends its progress to: its
+        own, or with ``nodes`` its node's relay's."""
+        return key if self.nodes is None else keys[keys.index(key) % self.nodes]
+
+    def take_progress(self, key: ReplicaKey, rng: random.Random) -> list[tuple[int, Sequenced]]:
+        """What one call to the progress actor takes from ``key``'s mailbox: some of a
+        replica's messages, in any order; or all a relay holds, in any order."""
+        calls = self.to_progress[key]
+        if self.nodes is not None:
+            rng.shuffle(calls)
+            taken, calls[:] = list(calls), []
+            return taken
+        return [calls.pop(rng.randrange(len(calls))) for _ in range(rng.randint(1, len(calls)))]
 
     def drop_replica(self, key: ReplicaKey) -> None:
         """Replica ``key`` is gone for good (a rescale retired it): its mailboxes, and every
@@ -68,8 +93,10 @@ class LocalTransport:
     """One replica's transport: appends to the mailboxes, tagged with its incarnation; its
     messages to the progress actor are lost while there is none (``progress_alive``)."""
 
-    def __init__(self, mail: Mailboxes, key: ReplicaKey, incarnation: int, progress_alive: Callable[[], bool]) -> None:
-        self.mail, self.key, self.incarnation, self.progress_alive = mail, key, incarnation, progress_alive
+    def __init__(self, mail: Mailboxes, key: ReplicaKey, incarnation: int, progress_alive: Callable[[], bool],
+                 via: ReplicaKey) -> None:
+        """``via``: the mailbox its messages to the progress actor go to (:meth:`Mailboxes.via`)."""
+        self.mail, self.key, self.incarnation, self.progress_alive, self.via = mail, key, incarnation, progress_alive, via
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         self.mail.links[(self.key, to)].append((self.incarnation, ("data", channel, vertex, time, batch)))
@@ -79,7 +106,7 @@ class LocalTransport:
 
     def to_progress(self, call: Sequenced) -> None:
         if self.progress_alive():
-            self.mail.to_progress[self.key].append((self.incarnation, call))
+            self.mail.to_progress[self.via].append((self.incarnation, call))
 
     def local_snapshot(self, snapshot: LocalSnapshot) -> None:
         self.mail.writes.append((self.incarnation, snapshot))

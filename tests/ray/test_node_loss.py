@@ -2,7 +2,8 @@
 node) runs a job with recovery whose replicas are spread over the nodes (each vertex host
 takes a CPU: eight of the twelve); the worker node that holds the most hosts is removed
 while the job runs, and the job finishes with exactly the failure-free output (counted
-per output by :mod:`tests.delivery`: nothing lost, duplicated or out of order). The CPUs
+per output by :mod:`tests.delivery`: nothing lost, duplicated or out of order), its
+progress through a relay per node. The CPUs
 left after the removal must hold the replacements: with two CPUs a node, none were free,
 and the recovery waited for hosts Ray could not place.
 
@@ -67,7 +68,10 @@ with rt.run(scenario.flow, inputs={n: feed(e) for n, e in scenario.inputs.items(
             recovery=rt.Recovery(store, interval=0.1)) as job:
     holder.append(job)
     got = read_outputs(job, sorted(scenario.expected), timeout=240)
-    report["recoveries"] = job.stats()["recoveries"]["count"]
+    stats = job.stats()
+    report["recoveries"] = stats["recoveries"]["count"]
+    report["relays"] = len(set(job.placement.relays.values()))
+    report["progress"] = {key: stats[key] for key in ("progress_calls", "progress_relayed", "progress_relay_calls")}
 counts = count_outputs(scenario.expected, got)
 report["delivery"] = {name: dataclasses.asdict(count) for name, count in counts.items()}
 report["exact"] = all(count.exact for count in counts.values())
@@ -86,3 +90,7 @@ def test_a_lost_node_is_recovered_from_with_exactly_the_failure_free_output(own_
     assert report["lost"], "no replica ran on the removed node: the test proved nothing"
     assert report["nodes_used"] >= 3, f"the job's hosts ran on {report['nodes_used']} of the 4 nodes"
     assert report["recoveries"] >= 1 and report["exact"], report
+    # On a cluster the progress goes through a relay per node (one node fewer after the removal),
+    # each forwarding several replicas' calls in one.
+    progress = report["progress"]
+    assert report["relays"] >= 2 and progress["progress_relayed"] > progress["progress_relay_calls"] > 0, report

@@ -43,6 +43,63 @@ def test_every_interleaving_gives_the_reference_output(name):
         assert as_counters(run.outputs) == scenario.expected, f"{name}, seed {seed}"
 
 
+#: Seeds of the runs whose progress goes through a relay per node (1 to 3 nodes).
+RELAYED_SEEDS = range(150)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_progress_relayed_per_node_gives_the_reference_output(name):
+    """The replicas spread over nodes, each node's progress through one relay that delivers
+    all it gathered in one call, in any order (as on a Ray cluster): every seed gives the
+    plain-Python output, and in the first ten no frontier passes work that still exists."""
+    for seed in RELAYED_SEEDS:
+        scenario, job = run_scenario(SCENARIOS[name], seed, nodes=1 + seed % 3)
+        run = job.run(after_step=check_frontiers_cover_the_truth if seed < 10 else None)
+        assert run.failure is None and run.finished, f"seed {seed}: {run.failure}"
+        assert as_counters(run.outputs) == scenario.expected, f"{name}, seed {seed}"
+
+
+def test_a_relay_gathers_its_nodes_messages_into_fewer_calls():
+    """On one node, the progress core takes the replicas' messages in fewer calls through a
+    relay than without (where the simulator already lets a call take a random few of one
+    replica's messages, more than Ray would)."""
+    calls = []
+    for nodes in (None, 1):
+        scenario, job = run_scenario(SCENARIOS["keyed"], 3, nodes=nodes)
+        assert job.progress is not None
+        applied = job.progress.receive_all
+        taken: list[int] = []
+        job.progress.receive_all = lambda batch, applied=applied, taken=taken: taken.append(len(batch)) or applied(batch)
+        run = job.run()
+        assert run.finished and as_counters(run.outputs) == scenario.expected
+        calls.append((len(taken), sum(taken)))
+    (direct_calls, _), (relayed_calls, relayed_messages) = calls
+    assert relayed_calls < direct_calls / 2 and relayed_calls < relayed_messages / 2, calls
+
+
+def test_a_relay_that_loses_a_message_is_caught(monkeypatch):
+    """Teeth: a relay that drops one message of each call it makes (the last it gathered)
+    leaves the job hanging, which the simulator reports, in the first seeds already."""
+    from raytide.testing.mailboxes import Mailboxes
+
+    take = Mailboxes.take_progress
+
+    def lossy(self, key, rng):
+        taken = take(self, key, rng)
+        return taken[:-1] if self.nodes is not None and len(taken) > 1 else taken
+
+    monkeypatch.setattr(Mailboxes, "take_progress", lossy)
+    caught = 0
+    for seed in range(5):
+        scenario, job = run_scenario(SCENARIOS["keyed"], seed, nodes=1)
+        try:
+            run = job.run()
+            caught += not (run.finished and as_counters(run.outputs) == scenario.expected)
+        except RuntimeError:  # "the job hangs"
+            caught += 1
+    assert caught >= 4, caught
+
+
 def test_seeds_choose_different_interleavings():
     traces = set()
     for seed in range(5):

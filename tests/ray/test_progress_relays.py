@@ -1,0 +1,57 @@
+"""Progress through a relay per node (:mod:`raytide.actors.progress_relay`), on real Ray.
+
+A job uses relays when its cluster has :data:`~raytide.driver.placement.RELAYS_FROM_NODES`
+live nodes; these tests lower that to one, so the one node of the test session has a relay
+(the four-node run of ``tests/ray/test_node_loss.py`` uses them as a cluster would). The
+outputs are compared with the plain-Python reference, counting lost, duplicated and
+reordered records.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import raytide as rt
+from raytide.driver import placement
+from tests.delivery import assert_exactly_once, read_outputs
+from tests.ray.test_recovery import check, run_and_kill, sigkill
+from tests.sim.scenarios import SCENARIOS
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture
+def relays_on_one_node(monkeypatch):
+    monkeypatch.setattr(placement, "RELAYS_FROM_NODES", 1)
+
+
+def test_a_job_whose_progress_goes_through_a_relay_gives_exactly_the_reference_output(ray_session, relays_on_one_node):
+    scenario = SCENARIOS["keyed"](random.Random(5), epochs=30)
+    with rt.run(scenario.flow, inputs=scenario.inputs, parallelism=2) as job:
+        relays = set(job.placement.relays.values())
+        got = read_outputs(job, sorted(scenario.expected))
+        stats = job.stats()
+    assert_exactly_once(scenario.expected, got)
+    assert len(relays) == 1  # one node, one relay, which every replica sends through
+    assert stats["progress_relayed"] > 0 and stats["progress_relay_calls"] > 0, stats
+    # Every call the progress actor took came from the relay, which took more than it made.
+    assert stats["progress_calls"] == stats["progress_relay_calls"] <= stats["progress_relayed"], stats
+
+
+def test_the_relays_host_killed_mid_job_is_recovered_from_with_exactly_the_reference_output(
+        ray_session, tmp_path, relays_on_one_node):
+    """The relay is the host of the node's first replica: its SIGKILL loses what it gathered
+    of every replica's progress; the recovery chooses the relay again and the job ends exact."""
+    scenario = SCENARIOS["keyed"](random.Random(1), epochs=30)
+
+    def kill_the_relay(job: rt.Job) -> None:
+        relay = next(iter(set(job.placement.relays.values())))
+        key = next(key for key, peer in job.placement.peers.items() if peer == relay)
+        sigkill(job, f"{key.chain}/{key.replica}")
+
+    got, stats = run_and_kill(scenario, tmp_path, [kill_the_relay])
+    check(scenario, got)
+    assert stats["recoveries"]["count"] == 1
+    assert stats["progress_relayed"] > 0, stats
