@@ -103,9 +103,9 @@ class JobPlacement:
 
     def place_relays(self) -> None:
         """Choose each node's progress relay, the host of its first replica (in the plan's
-        order), if the cluster has :data:`RELAYS_FROM_NODES` live nodes; else none. Asks
-        each host it has not asked before which node it is on (and so waits for new hosts
-        to start)."""
+        order), if the job's replicas run on at least :data:`RELAYS_FROM_NODES` nodes; else
+        none. On a cluster of that many live nodes, asks each host it has not asked before
+        which node it is on (and so waits for new hosts to start)."""
         self.relays = {}
         if sum(1 for node in ray.nodes() if node["Alive"]) < RELAYS_FROM_NODES:
             return
@@ -115,7 +115,9 @@ class JobPlacement:
                                                   f"asking {len(unknown)} hosts which node they are on")))
         relay_of: dict[str, ReplicaKey] = {}
         for key in keys:
-            self.relays[key] = self.peers[relay_of.setdefault(self._nodes[self.actors[key]], key)]
+            relay_of.setdefault(self._nodes[self.actors[key]], key)
+        if len(relay_of) >= RELAYS_FROM_NODES:
+            self.relays = {key: self.peers[relay_of[self._nodes[self.actors[key]]]] for key in keys}
 
     def started(self, pids: list, connections: list, timeout: float) -> None:
         """Wait for the hosts :meth:`take_roles` addressed, then connect the progress actor to

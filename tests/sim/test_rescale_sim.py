@@ -90,17 +90,19 @@ class _Crashes:
         job.crash(self._target(job), at_step=job.result.steps + 1 + self.rng.randrange(within))
 
 
-def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, output_commit: str = "epoch") -> str | None:
+def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, output_commit: str = "epoch",
+          nodes: int | None = None) -> str | None:
     """What went wrong in trial ``seed`` of scenario ``name`` (None: nothing); the driver
     hands out an epoch as it completes, or (``output_commit="snapshot"``) once a committed
-    snapshot holds it."""
+    snapshot holds it. ``nodes``: the progress goes through a relay per node, chosen again
+    in each rescale's widths (``LocalJob(nodes=)``)."""
     rng = random.Random(seed)
     scenario = SCENARIOS[name](rng, epochs=5)
     flow = with_input_width(scenario.flow, rng.randint(1, 2))
     movable = [vertex for vertex, v in flow.vertices.items() if v.role != "input"]
     job = LocalJob(flow, scenario.inputs, rng.randint(1, 5), seed,
                    recovery=LocalRecovery(SnapshotStore(store_dir), interval=rng.choice([5, 20, 60]), max_restarts=6,
-                                          output_commit=output_commit))
+                                          output_commit=output_commit), nodes=nodes)
     groups = width_groups(job.plan)
     asked = []
     for _ in range(rng.randint(1, 3)):
@@ -124,6 +126,19 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, outpu
         if not all(job.plan.width(v) >= 1 for v in widths):
             return f"rescale at step {step} left a vertex without replicas"
     return None
+
+
+#: Trials per scenario with the progress relayed per node (1 to 3 nodes).
+RELAYED_TRIALS = {"word count": 100, "keyed": 100, "join": 100, "loop": 50, "nested loop": 50}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_rescales_and_crashes_with_progress_relayed_per_node_give_the_output_of_the_plain_reference(name, store_root):
+    seen: collections.Counter = collections.Counter()
+    for seed in range(RELAYED_TRIALS[name]):
+        wrong = trial(name, seed, str(store_root / str(seed)), seen, nodes=1 + seed % 3)
+        assert wrong is None, f"{name}, seed {seed}, {1 + seed % 3} nodes: {wrong}"
+    assert seen["trials that rescaled"] >= RELAYED_TRIALS[name] * 0.6, seen
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
