@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -68,7 +69,7 @@ class ProgressRelay:
         """A replica's ``receive_with_refs`` arguments (output parts holding object refs)."""
         self._add(progress, incarnation, lambda: self.with_refs.append(sent))
 
-    def _add(self, progress: Any, incarnation: int, add: Any) -> None:
+    def _add(self, progress: Any, incarnation: int, add: Callable[[], None]) -> None:
         with self.gathered:
             if self.closed:
                 return

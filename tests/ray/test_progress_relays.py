@@ -9,7 +9,6 @@ reordered records.
 
 from __future__ import annotations
 
-import collections
 import random
 
 import pytest
@@ -18,7 +17,7 @@ import raytide as rt
 from raytide.driver import placement
 from tests.delivery import assert_exactly_once, read_outputs
 from tests.ray.test_recovery import check, run_and_kill, sigkill
-from tests.ray.test_rescale import KEYS, PER_KEY, next_in_sequence, run_with_rescales
+from tests.ray.test_rescale import sequence_rescaled_1_4_2_3
 from tests.sim.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.ray
@@ -63,12 +62,7 @@ def test_the_relays_host_killed_mid_job_is_recovered_from_with_exactly_the_refer
 def test_a_job_rescaled_1_4_2_3_with_relays_sees_every_record_once_in_order(ray_session, tmp_path, relays_on_one_node):
     """Each rescale chooses the relay again among the new widths' hosts (the first replica's
     host may go back to the pool): every record still arrives once, in order per key."""
-    flow = rt.Dataflow("sequence")
-    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
-    out, records, stats, epochs = run_with_rescales(flow, "check", tmp_path)
-    got = collections.Counter(record for records_ in out.values() for _, record in records_)
-    assert got == collections.Counter((key, n) for key in range(KEYS) for n in range(epochs * PER_KEY))
-    assert sorted(out) == list(range(epochs))
+    _, stats = sequence_rescaled_1_4_2_3(tmp_path)
     assert stats["parallelism"]["check"] == 3 and len(stats["rescales"]) == 3
     # (a replica's counters start again with each role its host takes; the progress actor's do not)
     assert stats["progress_relayed"] >= stats["progress_relay_calls"] > 0, stats

@@ -153,14 +153,23 @@ def run_with_rescales(flow: rt.Dataflow, vertex: str, tmp_path) -> tuple[dict[in
         return job.collect("out"), records, job.stats(), gates.fed
 
 
-@pytest.mark.timeout(600)
-def test_a_keyed_stateful_map_rescaled_1_4_2_3_sees_every_record_once_in_order(ray_session, tmp_path):
+def sequence_rescaled_1_4_2_3(tmp_path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A keyed ``stateful_map`` that checks each key's sequence (:func:`next_in_sequence`),
+    rescaled through :data:`STEPS` while it runs: every record must arrive once (counted
+    against every key's full sequence) and every epoch once, in order. Returns the
+    rescales' records and the job's final stats."""
     flow = rt.Dataflow("sequence")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
     out, records, stats, epochs = run_with_rescales(flow, "check", tmp_path)
     got = collections.Counter(record for records_ in out.values() for _, record in records_)
     assert got == collections.Counter((key, n) for key in range(KEYS) for n in range(epochs * PER_KEY))
     assert sorted(out) == list(range(epochs))
+    return records, stats
+
+
+@pytest.mark.timeout(600)
+def test_a_keyed_stateful_map_rescaled_1_4_2_3_sees_every_record_once_in_order(ray_session, tmp_path):
+    records, stats = sequence_rescaled_1_4_2_3(tmp_path)
     assert [r["after"] for r in records] == [{"check": w, "out": w} for w in STEPS]  # the output reads it replica by replica
     assert all(r["cut_s"] > 0 and r["pause_s"] > 0 and r["hosts"]["kept"] >= 1 for r in records)
     assert stats["parallelism"]["check"] == 3 and len(stats["rescales"]) == 3
