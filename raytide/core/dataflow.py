@@ -101,6 +101,9 @@ class LogicalVertex:
     role: Role = "vertex"
     chain: bool = True
     terminal: bool = False
+    #: Whether the vertex may ask for notifications (False for a per-batch function): only
+    #: then is it sent epoch tokens (``raytide.engine.epoch_tokens``), a hint for speed alone.
+    notifies: bool = True
 
     def output_summary(self, port: int) -> PathSummary:
         """What a path through the vertex to output ``port`` does to a timestamp."""
@@ -158,7 +161,9 @@ class Dataflow:
         scope = self._common_scope(inputs, name or label)
         edges = tuple((InputEdge(s.vertex, s.port, _channel(key)),) for s, key in zip(inputs, keys))
         vname = name or self._fresh(label, inputs, scope)
-        self._add(LogicalVertex(vname, factory, edges, outputs, scope.depth if scope else 0, parallelism=parallelism))
+        notifies = not (isinstance(factory, type) and issubclass(factory, Vertex) and factory.on_notify is Vertex.on_notify)
+        self._add(LogicalVertex(vname, factory, edges, outputs, scope.depth if scope else 0, parallelism=parallelism,
+                                notifies=notifies))
         return [Stream(self, vname, port, scope) for port in range(outputs)]
 
     def vertex_ids(self) -> list[str]:
@@ -272,30 +277,35 @@ class Stream:
         return self.flow.vertex(factory, [self], 1, exchange=[exchange], name=name, parallelism=parallelism)[0]
 
     def _then(self, label: str, factory: VertexFactory, channel: Channel = Channel(), name: str | None = None,
-              parallelism: int | None = None, terminal: bool = False) -> Stream:
+              parallelism: int | None = None, terminal: bool = False, notifies: bool = True) -> Stream:
         vname = name or self.flow._fresh(label, [self], self.scope)
         vertex = LogicalVertex(vname, factory, ((InputEdge(self.vertex, self.port, channel),),), 1, self.depth,
-                               parallelism=parallelism, terminal=terminal)
+                               parallelism=parallelism, terminal=terminal, notifies=notifies)
         self.flow._add(vertex)
         return Stream(self.flow, vname, 0, self.scope)
+
+    def _per_batch(self, label: str, fn: Callable[[Any], Any], channel: Channel = Channel(), name: str | None = None,
+                   parallelism: int | None = None, terminal: bool = False) -> Stream:
+        """A :class:`BatchFunction` vertex running ``fn`` on each batch (it never asks for a notification)."""
+        return self._then(label, lambda: BatchFunction(fn), channel, name, parallelism, terminal, notifies=False)
 
     # -- per-record operators --------------------------------------------------------
 
     def map(self, fn: Callable[[Any], Any], *, name: str | None = None, parallelism: int | None = None) -> Stream:
         """One output record per input record."""
-        return self._then("map", lambda: BatchFunction(lambda batch: list(map(fn, to_records(batch)))),
-                          name=name, parallelism=parallelism)
+        return self._per_batch("map", lambda batch: list(map(fn, to_records(batch))), name=name,
+                               parallelism=parallelism)
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None,
                  parallelism: int | None = None) -> Stream:
         """Any number of output records per input record."""
-        return self._then("flat_map", lambda: BatchFunction(flat_map_batch(fn)), name=name, parallelism=parallelism)
+        return self._per_batch("flat_map", flat_map_batch(fn), name=name, parallelism=parallelism)
 
     def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None,
                parallelism: int | None = None) -> Stream:
         """The records for which ``predicate`` is true."""
-        return self._then("filter", lambda: BatchFunction(lambda batch: list(filter(predicate, to_records(batch)))),
-                          name=name, parallelism=parallelism)
+        return self._per_batch("filter", lambda batch: list(filter(predicate, to_records(batch))), name=name,
+                               parallelism=parallelism)
 
     def map_batches(self, fn: Callable[[Any], Any], *, batch_format: BatchFormat = "default",
                     name: str | None = None, parallelism: int | None = None) -> Stream:
@@ -307,7 +317,7 @@ class Stream:
         def apply(batch: Any) -> Any:
             return checked_batch(fn(to_format(batch, batch_format)), "the map_batches function")
 
-        return self._then("map_batches", lambda: BatchFunction(apply), name=name, parallelism=parallelism)
+        return self._per_batch("map_batches", apply, name=name, parallelism=parallelism)
 
     def inspect(self, fn: Callable[[Any], None], *, name: str | None = None) -> Stream:
         """Call ``fn`` on every record (for side effects such as logging); pass records on."""
@@ -317,17 +327,17 @@ class Stream:
                 fn(record)
             return batch
 
-        return self._then("inspect", lambda: BatchFunction(each), name=name, terminal=True)
+        return self._per_batch("inspect", each, name=name, terminal=True)
 
     # -- partitioning ----------------------------------------------------------------
 
     def exchange(self, key: ExchangeKey, *, name: str | None = None, parallelism: int | None = None) -> Stream:
         """Repartition: records with equal keys go to the same replica downstream."""
-        return self._then("exchange", lambda: BatchFunction(_identity), Channel("exchange", key), name, parallelism)
+        return self._per_batch("exchange", _identity, Channel("exchange", key), name, parallelism)
 
     def broadcast(self, *, name: str | None = None, parallelism: int | None = None) -> Stream:
         """Every replica downstream receives every record."""
-        return self._then("broadcast", lambda: BatchFunction(_identity), Channel("broadcast"), name, parallelism)
+        return self._per_batch("broadcast", _identity, Channel("broadcast"), name, parallelism)
 
     def concat(self, *others: Stream, name: str | None = None) -> Stream:
         """The union of this stream and ``others`` (same loop context)."""
@@ -335,7 +345,7 @@ class Stream:
         scope = Dataflow._common_scope(streams, name or "concat")
         vname = name or self.flow._fresh("concat", streams, scope)
         edges = (tuple(InputEdge(s.vertex, s.port, Channel()) for s in streams),)
-        self.flow._add(LogicalVertex(vname, lambda: BatchFunction(_identity), edges, 1, self.depth))
+        self.flow._add(LogicalVertex(vname, lambda: BatchFunction(_identity), edges, 1, self.depth, notifies=False))
         return Stream(self.flow, vname, 0, scope)
 
     # -- keyed, per epoch ------------------------------------------------------------

@@ -108,6 +108,17 @@ class Outbox:
                 else:
                     self.transport.send_marker(to, channel, consumer.vertex, marker)
 
+    def token_channels(self, receivers: frozenset[str]) -> list[tuple[ReplicaKey, ChannelId, str]]:
+        """Every channel out of this replica into a vertex of ``receivers``: ``(to, channel, vertex)``."""
+        found = []
+        for (vertex, output, index), router in self.routers.items():
+            consumer = self.plan.consumers_of(vertex, output)[index]
+            if consumer.vertex in receivers:
+                channel = ChannelId(vertex, output, self.replica, consumer.port)
+                to_chain = self.plan.chain_of(consumer.vertex).name
+                found += [(ReplicaKey(to_chain, r), channel, consumer.vertex) for r in self._destinations(router, consumer)]
+        return found
+
     def _destinations(self, router: Router, consumer: Consumer) -> list[int]:
         """The replicas of ``consumer`` this replica has a channel to."""
         if isinstance(router, PipelineRouter) and self.plan.width(consumer.vertex) == self.chain.parallelism:

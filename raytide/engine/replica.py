@@ -18,11 +18,9 @@ waits until the tracker has absorbed it (an acknowledged flush).
 from __future__ import annotations
 
 import collections
-import enum
 import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from time import monotonic
 from typing import Any
 
@@ -30,8 +28,10 @@ from raytide.core.batches import batch_length, eager
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import non_empty
 from raytide.core.vertex import Vertex
+from raytide.engine import epoch_tokens
 from raytide.engine.context import ReplicaContext, VertexCounters
 from raytide.engine.holdback import HeldProgress, is_covered
+from raytide.engine.modes import HeldCut, ReplicaMode
 from raytide.engine.notifications import NotificationQueue
 from raytide.engine.outbox import Outbox, Transport
 from raytide.errors import GraphError, ProgressError, RaytideError, RescaleError, UserCodeError
@@ -40,6 +40,7 @@ from raytide.physical.protocol import (
     Cause,
     ChannelId,
     Declaration,
+    EpochClosed,
     HeldCause,
     Marker,
     MarkerKind,
@@ -75,26 +76,6 @@ from raytide.snapshots.replica_state import (
 #: How many of the markers that passed it a replica remembers (for tests and ``replica_stats()``):
 #: not all, since a job that runs for weeks passes one every snapshot.
 MARKERS_KEPT = 64
-
-
-class ReplicaMode(enum.Enum):
-    """What a replica does with the events it gets."""
-
-    RUNNING = "running"
-    RESTORED = "restored, waiting to resume once every replica is"
-    HOLDING = "holding at a rescale's cut: nothing runs, the state waits to be handed over"
-
-
-@dataclass
-class HeldCut:
-    """A replica held at a rescale's cut: the cut (its marker), how long the replica aligned on
-    it, its state there (by reference: nothing runs to change it) and, once the cut is
-    complete here, the back-edge batches that were in flight in it."""
-
-    marker_id: int
-    alignment_s: float
-    state: ReplicaState
-    logged: list[LoggedBatch] = field(default_factory=list)
 
 
 class ReplicaCore:
@@ -142,6 +123,8 @@ class ReplicaCore:
         head = self.chain.vertices[0]
         channels = plan.input_channels(head, replica)
         self.aligner = BarrierAligner(head, inputs=channels, back_edges=plan.back_edges(head, channels))
+        self.tokens = epoch_tokens.TokenBook(plan, head, replica)  # the epoch tokens it takes, and sends:
+        self.token_channels = epoch_tokens.sent_on(plan, self.outbox)
         self.in_cycle = any(plan.vertex(v).cyclic for v in self.chain.vertices)
 
     # -- setup -------------------------------------------------------------------------
@@ -186,6 +169,9 @@ class ReplicaCore:
     def _consume(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         if self.mode is ReplicaMode.HOLDING:
             return  # after a rescale's cut: the rescaled job gets it again (the inputs replay their calls)
+        if isinstance(batch, EpochClosed):
+            self.tokens.record(channel, batch)
+            return
         location = Location.of_input(vertex, channel.port)
         self.held_back.update((location, time), -1)
         self.held_back.caused_by(HeldCause(Cause.MESSAGE, location, time))
@@ -358,6 +344,9 @@ class ReplicaCore:
         for name in self.chain.vertices[1:]:  # an input heads its chain: the rest get nothing more from it before epoch
             if name in self.vertices:
                 self._run(name, None, self.vertices[name].on_input_epoch, epoch)
+        if self.token_channels and epoch_tokens.may_close(self.notifications.pending, epoch):
+            for to, channel, consumer in self.token_channels:  # after the data: channels are FIFO
+                self.transport.send(to, channel, consumer, Timestamp(0), EpochClosed(epoch))
         self._settle()
 
     # -- running vertices ----------------------------------------------------------------
@@ -537,6 +526,8 @@ class ReplicaCore:
                 for loc, times in waits.items() if times}
 
     def _ready(self, vertex: str, time: Timestamp) -> bool:
+        if self.tokens.ready(vertex, time):
+            return True
         for port in range(len(self.plan.vertex(vertex).inputs)):
             status = self.statuses.get(Location.of_input(vertex, port))
             if status is None or not answers(status, time)[0]:

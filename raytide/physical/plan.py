@@ -53,6 +53,7 @@ class VertexPlan:
     Attributes:
         inputs: per input port, the edges into it.
         cyclic: its output can come back to one of its inputs (it sits inside a loop).
+        notifies: it may ask for notifications (see :class:`~raytide.core.dataflow.LogicalVertex`).
     """
 
     name: str
@@ -64,6 +65,7 @@ class VertexPlan:
     parallelism: int
     chain: str
     cyclic: bool
+    notifies: bool = True
 
     def output_summary(self, port: int) -> PathSummary:
         """The path summary from the vertex to its output ``port`` (identity unless a loop boundary)."""
@@ -216,7 +218,7 @@ def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool 
     cyclic = _on_cycles(flow, graph)
     vertices = {
         name: VertexPlan(name, v.role, v.factory, tuple(map(tuple, v.inputs)), v.outputs, tuple(v.summaries),
-                         width_of[name], chain_of[name], name in cyclic)
+                         width_of[name], chain_of[name], name in cyclic, v.notifies)
         for name, v in flow.vertices.items()
     }
     return PhysicalPlan(flow.name, graph, FrozenMap(vertices), tuple(chains),

@@ -92,6 +92,14 @@ class HeldCause(NamedTuple):
     time: Timestamp
 
 
+@dataclass(frozen=True)
+class EpochClosed:
+    """An epoch token on a data channel: the sender's input is past every epoch below
+    ``below`` (None: closed) and nothing it sends later is before it (:mod:`raytide.engine.epoch_tokens`)."""
+
+    below: int | None
+
+
 class MarkerKind(enum.Enum):
     """What every replica does when it is aligned on a marker (it forwards it in any case)."""
 

@@ -5,26 +5,33 @@ from __future__ import annotations
 
 import functools
 
+from raytide.physical.protocol import EpochClosed
 from raytide.progress import Antichain, Location, PathSummary, Timestamp
 from raytide.testing.local import LocalJob
 
 Pointstamp = tuple[Location, Timestamp]
 
 
+def is_token(batch: object) -> bool:
+    """Whether a batch in flight is an epoch token (no pointstamp: it is not a message)."""
+    return isinstance(batch, EpochClosed)
+
+
 def true_pointstamps(job: LocalJob) -> frozenset[Pointstamp]:
     """Every pointstamp that really exists now: messages not yet consumed (in flight to a
     replica of their incarnation, held back by barrier alignment, or restored from a
-    snapshot's back-edge log and not delivered yet), pending notifications, and open
+    snapshot's back-edge log and not delivered yet; epoch tokens are none), pending notifications, and open
     inputs' capabilities."""
     found: set[Pointstamp] = set()
     for (_, receiver), queue in job.mail.links.items():
         for incarnation, message in queue:
-            if message[0] == "data" and job.incarnations[receiver] == incarnation:
+            if message[0] == "data" and job.incarnations[receiver] == incarnation and not is_token(message[4]):
                 _, channel, vertex, time, _ = message
                 found.add((Location.of_input(vertex, channel.port), time))
     for core in job.replicas.values():
-        for channel, vertex, time, _ in [*core.aligner.buffered(), *core.replay]:
-            found.add((Location.of_input(vertex, channel.port), time))
+        for channel, vertex, time, batch in [*core.aligner.buffered(), *core.replay]:
+            if not is_token(batch):
+                found.add((Location.of_input(vertex, channel.port), time))
         for vertex, pending in core.notifications.pending.items():
             found.update((Location.of_vertex(vertex), t) for t in pending)
         for name, epoch in core.input_epochs.items():

@@ -20,7 +20,7 @@ def test_a_recovery_pauses_the_coordinator_before_it_reads_the_restore_point(sto
 
     with monkeypatch.context() as planted:
         planted.setattr(recovering.Recovering, "_begin", without_the_pause)
-        caught = caught_by(["keyed"], 80, lambda name, seed: not trial(name, seed, str(store_root / f"p{seed}")).exact)
+        caught = caught_by(["keyed"], 110, lambda name, seed: not trial(name, seed, str(store_root / f"p{seed}")).exact)
     assert caught, "no trial caught a recovery that leaves the coordinator running"
     ((name, seed),) = caught
     assert trial(name, seed, str(store_root / "paused")).exact, "the same trial, with the pause, is exact"

@@ -14,7 +14,7 @@ import raytide as rt
 from raytide.core import split_text
 from raytide.engine.replica import ReplicaCore
 from raytide.physical.plan import compile_plan
-from raytide.physical.protocol import ChannelId, Declaration, OutputParts, ProgressBatch
+from raytide.physical.protocol import ChannelId, Declaration, EpochClosed, OutputParts, ProgressBatch, ReplicaKey
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 
@@ -24,13 +24,17 @@ class Recorder:
 
     def __init__(self) -> None:
         self.sent: list[tuple[Timestamp, Any]] = []
+        self.tokens: list[tuple[Any, ChannelId, EpochClosed, int]] = []  # with how many batches were sent before
         self.flushes: list[tuple[list, bool, dict]] = []
 
         self.outputs: dict = {}
         self.messages: list = []  # every message to the progress actor, in order
 
     def send(self, to, channel, vertex, time, batch):
-        self.sent.append((time, batch))
+        if isinstance(batch, EpochClosed):
+            self.tokens.append((to, channel, batch, len(self.sent)))
+        else:
+            self.sent.append((time, batch))
 
     def send_marker(self, *args):
         raise AssertionError("no markers here")
@@ -75,6 +79,41 @@ def test_a_combiner_ships_an_epoch_as_soon_as_its_input_moves_on_and_the_last_on
     core.push_input("words", ["b"], 2)
     core.advance_input("words", None)
     assert [(t, sorted(batch)) for t, batch in transport.sent][1:] == [(Timestamp(2), [("b", 1)])]
+
+
+def test_an_input_moving_on_sends_every_count_replica_an_epoch_token_after_its_data():
+    flow = rt.Dataflow("combine")
+    flow.input("words").count_by_key(lambda w: w, name="count", parallelism=2).output("counts")
+    core, transport = input_core(flow)
+    core.push_input("words", ["a", "b", "a"], 0)
+    core.advance_input("words", 1)
+    core.advance_input("words", None)
+    channel = ChannelId("count.combine", 0, 0, 0)
+    sent_by_then = len(transport.sent)
+    assert sent_by_then >= 1
+    assert [(to, ch, token) for to, ch, token, _ in transport.tokens] == [
+        (ReplicaKey("count", r), channel, EpochClosed(b)) for b in (1, None) for r in (0, 1)]
+    assert all(before == sent_by_then for *_, before in transport.tokens), "every token after the epoch's data"
+
+
+class HoldEpoch(rt.Vertex):
+    """Keeps each epoch until notified: its chain may still send at an epoch its input left."""
+
+    def on_recv(self, edge, message, time):
+        self.notify_at(time)
+
+    def on_notify(self, time):
+        self.send_by(0, ["late"], time)
+
+
+def test_an_input_whose_chain_waits_for_a_notification_sends_no_token_for_that_epoch():
+    flow = rt.Dataflow("held")
+    [held] = flow.vertex(HoldEpoch, [flow.input("words")], name="hold")
+    held.count_by_key(lambda w: w).output("counts")
+    core, transport = input_core(flow)
+    core.push_input("words", ["a"], 0)
+    core.advance_input("words", 1)
+    assert transport.tokens == [], "hold may still send at epoch 0"
 
 
 def shipped(transport: Recorder) -> Counter:

@@ -1,0 +1,121 @@
+"""Epoch tokens (raytide.engine.epoch_tokens) in the seeded interleavings: a vertex fed only
+by inputs' chains is notified by its senders' tokens, ahead of the progress actor, and
+always with the plain-Python output; a planted error in the tokens is caught."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+import raytide as rt
+from raytide.engine import epoch_tokens
+from raytide.engine.replica import ReplicaCore
+from raytide.progress.publisher import answers
+from raytide.progress.reachability import Location
+from raytide.testing.local import LocalJob
+from tests.sim.scenarios import SCENARIOS, Scenario, as_counters
+from tests.sim.test_runtime_sim import run_scenario
+
+#: The scenarios with a vertex that takes tokens (the loops' vertices are on a cycle: none).
+WITH_TOKENS = ("join", "keyed", "word count")
+
+
+class HoldEpoch(rt.Vertex):
+    """Keeps an epoch's records until it is notified of it, then sends them on: fused behind
+    its input, it makes a sender that still waits for a notification when its input moves on."""
+
+    def __init__(self) -> None:
+        self.kept: dict[rt.Timestamp, list] = {}
+
+    def on_recv(self, edge: int, message: list, time: rt.Timestamp) -> None:
+        self.kept.setdefault(time, []).extend(message)
+        self.notify_at(time)
+
+    def on_notify(self, time: rt.Timestamp) -> None:
+        self.send_by(0, self.kept.pop(time, []), time)
+
+
+def held_until_notified(rng: random.Random) -> Scenario:
+    """``HoldEpoch`` behind the input, then ``count_by_key`` (which takes tokens)."""
+    flow = rt.Dataflow("held")
+    [held] = flow.vertex(HoldEpoch, [flow.input("n")], name="hold")
+    held.count_by_key(lambda x: x % 3, name="count").output("counts")
+    data = [[rng.randrange(10) for _ in range(rng.randrange(6))] for _ in range(3)]
+    expected = {e: Counter(Counter(x % 3 for x in xs).items()) for e, xs in enumerate(data) if xs}
+    return Scenario("held", flow, {"n": data}, {"counts": expected})
+
+
+def exact(make, seed: int) -> bool:
+    """Whether seed ``seed`` of scenario ``make`` finishes with the plain-Python output."""
+    scenario, job = run_scenario(make, seed)
+    try:
+        run = job.run()
+    except RuntimeError:  # a hang or a livelock
+        return False
+    return run.failure is None and run.finished and as_counters(run.outputs) == scenario.expected
+
+
+def test_a_vertex_fed_by_inputs_is_notified_by_tokens_ahead_of_the_progress_actor(monkeypatch):
+    """In every scenario with a vertex that takes tokens, some notifications are due by the
+    tokens while the statuses the progress actor pushed do not make them due yet."""
+    ahead: Counter = Counter()
+    ready = ReplicaCore._ready
+
+    def counted(core: ReplicaCore, vertex: str, time: rt.Timestamp) -> bool:
+        pushed = all((status := core.statuses.get(Location.of_input(vertex, port))) is not None
+                     and answers(status, time)[0] for port in range(len(core.plan.vertex(vertex).inputs)))
+        ahead[core.plan.name] += core.tokens.ready(vertex, time) and not pushed
+        return ready(core, vertex, time)
+
+    monkeypatch.setattr(ReplicaCore, "_ready", counted)
+    for name in WITH_TOKENS:
+        for seed in range(10):
+            assert exact(SCENARIOS[name], seed), f"{name}, seed {seed}"
+    assert set(ahead) == {SCENARIOS[name](random.Random(0)).flow.name for name in WITH_TOKENS}, ahead
+
+
+def test_a_sender_that_waits_for_a_notification_sends_no_token_before_it():
+    """A vertex behind the input holds each epoch until notified: its chain sends no token
+    for an epoch it may still send at, and the count after the exchange waits for it."""
+    for seed in range(150):
+        assert exact(held_until_notified, seed), f"seed {seed}"
+
+
+def _ready_on_any_channel(book: epoch_tokens.TokenBook, vertex: str, time: rt.Timestamp) -> bool:
+    return (vertex == book.head and bool(book.closed) and not time.counters
+            and any(below is None or time.epoch < below for below in book.closed.values()))
+
+
+def _one_epoch_ahead(book: epoch_tokens.TokenBook, channel, token) -> None:
+    book.closed[channel] = None if token.below is None else token.below + 1
+
+
+@pytest.mark.parametrize("plant, scenarios", [
+    pytest.param(lambda m: m.setattr(epoch_tokens.TokenBook, "ready", _ready_on_any_channel),
+                 [SCENARIOS[name] for name in WITH_TOKENS], id="ready on one channel's token"),
+    pytest.param(lambda m: m.setattr(epoch_tokens.TokenBook, "record", _one_epoch_ahead),
+                 [SCENARIOS[name] for name in WITH_TOKENS], id="a token one epoch ahead"),
+    pytest.param(lambda m: m.setattr(epoch_tokens, "may_close", lambda pending, below: True),
+                 [held_until_notified], id="a token while a notification is pending"),
+])
+def test_a_planted_error_in_the_tokens_is_caught(monkeypatch, plant, scenarios):
+    """Each planted error gives a wrong output within 20 seeds of a scenario it can show in
+    (where it cannot, as a token one epoch ahead where no replica waits for it, it is
+    harmless)."""
+    plant(monkeypatch)
+    caught = [make for make in scenarios if not all(exact(make, seed) for seed in range(20))]
+    assert caught, "no scenario caught the planted error"
+
+
+def test_wide_edges_and_loops_take_no_tokens():
+    """Tokens go between at most :data:`~raytide.engine.epoch_tokens.MAX_TOKEN_PAIRS` pairs of
+    replicas, and never to a vertex on a cycle."""
+    scenario = SCENARIOS["word count"](random.Random(0))
+    narrow = LocalJob(scenario.flow, scenario.inputs, parallelism=8, seed=0).plan
+    wide = LocalJob(scenario.flow, scenario.inputs, parallelism=9, seed=0).plan
+    assert epoch_tokens.receivers(narrow) == {"count"} and epoch_tokens.receivers(wide) == frozenset()
+    for name in ("loop", "nested loop"):
+        scenario = SCENARIOS[name](random.Random(0))
+        assert epoch_tokens.receivers(LocalJob(scenario.flow, scenario.inputs, parallelism=2, seed=0).plan) == frozenset()
