@@ -18,7 +18,9 @@ Message flow (no actor ever waits for one that may wait for it):
   A replica with batches to pass on sends its own along with them, to the peer while they
   are few (:data:`MAX_RIDING`) and none asks for an acknowledgement, else to the progress
   actor; a batch goes there at the latest when its chain's data stops (a round that sends
-  nothing, or the epoch's output), so nothing waits for it that it could wait for.
+  nothing, or the epoch's output), so nothing waits for it that it could wait for. An input's
+  chain closing an epoch sends its batch so with its data and epoch tokens, when every frontier
+  it moves waits for that data anyway (``epoch_tokens.rides_with_tokens``).
 * failures: ``replica -> progress actor.fail`` (fire and forget).
 * snapshots (a job with ``recovery``): at a snapshot barrier the core hands its local
   snapshot to a writer thread (:class:`~raytide.snapshots.writer.SnapshotWriter`),
@@ -49,11 +51,13 @@ from raytide.actors.metrics import ReplicaMetrics
 from raytide.actors.progress_relay import ProgressRelay
 from raytide.core.batches import to_records
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.engine import epoch_tokens
 from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, ReplicaLost, RescaleError, SnapshotError, SourceError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
     ChannelId,
+    EpochClosed,
     Marker,
     OutputParts,
     ProgressBatch,
@@ -110,6 +114,11 @@ class _RayTransport:
         self.held_refs = False  # whether a held output part is an object ref
         self.riding: dict[ReplicaKey, list[Sequenced]] = {}  # progress batches, to go with this event's data to the peer
         self.passing_on: list[Sequenced] = []  # other replicas' batches that came with their data, for the progress actor
+        #: Whether this chain's progress batch at an epoch's close goes with its tokens (``epoch_tokens.rides_with_tokens``):
+        #: then the receivers this event sent data to, and the first of them that also got a token, which takes it along.
+        self.tokens_ride = epoch_tokens.rides_with_tokens(plan, key.chain)
+        self.data_peers: set[ReplicaKey] = set()
+        self.token_peer: ReplicaKey | None = None
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         try:
@@ -118,6 +127,10 @@ class _RayTransport:
             raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
                               f"epoch {time.epoch}") from error
         self.gathered.setdefault(to, []).append((channel.source, ((self.incarnation, channel, vertex, time), *payload)))
+        if self.tokens_ride and not isinstance(batch, EpochClosed):
+            self.data_peers.add(to)
+        elif self.tokens_ride and self.token_peer is None and to in self.data_peers:
+            self.token_peer = to
         if not self.gathering:
             self._flush(to)
 
@@ -198,6 +211,12 @@ class _RayTransport:
         self.held_refs = False
         self.riding.clear()
         self.passing_on.clear()
+        self.end_event()
+
+    def end_event(self) -> None:
+        """Forget which receivers the event that ended got data and tokens from this replica."""
+        self.data_peers.clear()
+        self.token_peer = None
 
     def to_progress(self, call: Sequenced) -> None:
         """Output parts wait for the progress batch the core sends right after them, and both
@@ -240,6 +259,8 @@ class _RayTransport:
         acknowledgement, which would otherwise come only once they stop riding."""
         if not (self.gathering and isinstance(call.message, ProgressBatch)) or self.held_outputs:
             return None
+        if self.token_peer is not None and not self.passing_on and not call.message.ack:
+            return self.token_peer  # an input's chain closing an epoch: with its data and tokens
         if len(self.gathered) != 1:
             return None
         peer = next(iter(self.gathered))
@@ -566,6 +587,7 @@ class VertexActor:
                 self.transport.gathering = False
                 self.transport.gathered.clear()
                 self.transport.riding.clear()
+                self.transport.end_event()
             now = time.perf_counter()
             self.busy_s += now - started - (self.transport.blocked_s - blocked)
             if self.metrics.due(now):

@@ -65,6 +65,21 @@ def receivers(plan: PhysicalPlan) -> frozenset[str]:
     return frozenset(found)
 
 
+@functools.lru_cache(maxsize=64)
+def rides_with_tokens(plan: PhysicalPlan, chain: str) -> bool:
+    """Whether ``chain``'s progress batch at an epoch's close may go with its data and tokens
+    to a receiver, which passes it on: the chain is a sender, hosts no output, and every
+    channel out of it goes to a vertex that takes tokens. Every frontier that batch can move
+    then waits for a receiver's receipt of that data anyway (a vertex input counts the
+    messages in flight to all its replicas), so it reaches the progress actor no later than
+    needed, and the sender saves a call each epoch."""
+    vertices = plan.chain(chain).vertices
+    consumers = [consumer for vertex in vertices for port in range(plan.vertex(vertex).outputs)
+                 for consumer in plan.consumers_of(vertex, port) if not plan.is_fused(consumer)]
+    return (chain in senders(plan) and bool(consumers) and all(plan.vertex(v).role != "output" for v in vertices)
+            and all(consumer.vertex in receivers(plan) for consumer in consumers))
+
+
 def sent_on(plan: PhysicalPlan, outbox: Outbox) -> list[tuple[ReplicaKey, ChannelId, str]]:
     """The channels ``outbox``'s replica sends its tokens on: ``(to, channel, vertex)``, none
     unless its chain is a sender."""

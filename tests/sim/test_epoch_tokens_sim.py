@@ -119,3 +119,25 @@ def test_wide_edges_and_loops_take_no_tokens():
     for name in ("loop", "nested loop"):
         scenario = SCENARIOS[name](random.Random(0))
         assert epoch_tokens.receivers(LocalJob(scenario.flow, scenario.inputs, parallelism=2, seed=0).plan) == frozenset()
+
+
+def test_an_inputs_progress_rides_with_its_tokens_only_where_every_frontier_waits_for_them():
+    """An input's chain whose every channel goes to a vertex that takes tokens sends its
+    batch with them (on Ray); one that hosts an output, or also feeds a per-batch function,
+    calls the progress actor itself."""
+    def plan_of(flow: rt.Dataflow):
+        return LocalJob(flow, {name: [[1]] for name in flow.inputs()}, parallelism=2, seed=0).plan
+
+    counted = rt.Dataflow("counted")
+    counted.input("x").map(lambda x: x, name="m").count_by_key(lambda x: x, name="count").output("counts")
+    fused_output = rt.Dataflow("fused-output")
+    source = fused_output.input("x")
+    source.map(lambda x: x, name="m").output("same")
+    source.count_by_key(lambda x: x, name="count").output("counts")
+    also_per_batch = rt.Dataflow("also-per-batch")
+    mapped = also_per_batch.input("x").map(lambda x: x, name="m")
+    mapped.count_by_key(lambda x: x, name="count").output("counts")
+    mapped.exchange(lambda x: x, name="moving").output("moved")
+    rides = {flow.name: epoch_tokens.rides_with_tokens(plan, plan.chain_of("x").name)
+             for flow in (counted, fused_output, also_per_batch) for plan in [plan_of(flow)]}
+    assert rides == {"counted": True, "fused-output": False, "also-per-batch": False}
