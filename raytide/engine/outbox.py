@@ -12,6 +12,7 @@ batch over.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
 from raytide.core.keygroups import KeyGroupAssignment
@@ -97,27 +98,25 @@ class Outbox:
 
     def forward_marker(self, marker: Marker) -> None:
         """Send ``marker`` on every channel out of this replica (after everything sent before it)."""
+        for to, channel, consumer in self._channels_out():
+            if to == self.key:
+                self.local.append((True, (channel, marker)))
+            else:
+                self.transport.send_marker(to, channel, consumer.vertex, marker)
+
+    def token_channels(self, receivers: frozenset[str]) -> list[tuple[ReplicaKey, ChannelId, str]]:
+        """Every channel out of this replica into a vertex of ``receivers``: ``(to, channel, vertex)``."""
+        return [(to, channel, consumer.vertex) for to, channel, consumer in self._channels_out()
+                if consumer.vertex in receivers]
+
+    def _channels_out(self) -> Iterator[tuple[ReplicaKey, ChannelId, Consumer]]:
+        """Every channel out of this replica to another actor, or to itself: ``(to, channel, consumer)``."""
         for (vertex, output, index), router in self.routers.items():
             consumer = self.plan.consumers_of(vertex, output)[index]
             to_chain = self.plan.chain_of(consumer.vertex).name
             channel = ChannelId(vertex, output, self.replica, consumer.port)
             for replica in self._destinations(router, consumer):
-                to = ReplicaKey(to_chain, replica)
-                if to == self.key:
-                    self.local.append((True, (channel, marker)))
-                else:
-                    self.transport.send_marker(to, channel, consumer.vertex, marker)
-
-    def token_channels(self, receivers: frozenset[str]) -> list[tuple[ReplicaKey, ChannelId, str]]:
-        """Every channel out of this replica into a vertex of ``receivers``: ``(to, channel, vertex)``."""
-        found = []
-        for (vertex, output, index), router in self.routers.items():
-            consumer = self.plan.consumers_of(vertex, output)[index]
-            if consumer.vertex in receivers:
-                channel = ChannelId(vertex, output, self.replica, consumer.port)
-                to_chain = self.plan.chain_of(consumer.vertex).name
-                found += [(ReplicaKey(to_chain, r), channel, consumer.vertex) for r in self._destinations(router, consumer)]
-        return found
+                yield ReplicaKey(to_chain, replica), channel, consumer
 
     def _destinations(self, router: Router, consumer: Consumer) -> list[int]:
         """The replicas of ``consumer`` this replica has a channel to."""
