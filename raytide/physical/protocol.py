@@ -5,6 +5,8 @@ Message flow (arrows are fire-and-forget Ray calls unless marked *waits*)::
     driver ──push / advance / push_refs──▶ input replica          (per input replica, FIFO)
     replica ──data batch on ChannelId────▶ replica                (FIFO per channel; bounded window)
     replica ──Marker on ChannelId────────▶ replica                (in band, behind earlier batches)
+    input's replica ──EpochClosed────────▶ replica                (a data batch that is a token, behind
+                                                                    the epoch's data; see engine/epoch_tokens)
     replica ──Sequenced(OutputParts)─────▶ progress actor         (numbered per replica, applied
     replica ──Sequenced(ProgressBatch)───▶ progress actor          in number order: outputs first,
     replica ──Sequenced(Declaration)─────▶ progress actor          then the batch that retires them)
@@ -26,7 +28,9 @@ progress batch that follows them (``ProgressActor.receive``), saving a hop.
 On Ray, a cyclic round's ``Sequenced(ProgressBatch)`` (it asks for an acknowledgement)
 may instead go with the round's data to the one peer the round sent to, which passes it
 on ahead of its own next message (see ``raytide/actors/vertex_actor.py``): numbered, it is
-applied in order however it travels. A :class:`StatusPush` answers any acknowledgements
+applied in order however it travels. So may an input replica's batch at an epoch's close,
+with the data and :class:`EpochClosed` token it sent a vertex that takes tokens
+(``epoch_tokens.rides_with_tokens``). A :class:`StatusPush` answers any acknowledgements
 owed (``acked`` counts them) and is sent only when it may let the replica run something.
 
 On a Ray cluster, the replicas of one node send their messages for the progress actor to
