@@ -29,8 +29,6 @@ the replicas rather than with their pairs.
 
 from __future__ import annotations
 
-import functools
-
 from raytide.engine.outbox import Outbox
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ChannelId, EpochClosed, ReplicaKey
@@ -39,8 +37,10 @@ from raytide.progress.timestamps import Timestamp
 #: The most sender replicas times receiver replicas an edge uses tokens on.
 MAX_TOKEN_PAIRS = 64
 
+# Found again per replica from its plan, not cached: a cache keyed by plan would keep a
+# finished job's plan alive in a warm host that plays another job (tests/ray/test_hosts.py).
 
-@functools.lru_cache(maxsize=64)
+
 def senders(plan: PhysicalPlan) -> frozenset[str]:
     """The chains that send tokens: headed by an input, no vertex of them on a cycle."""
     return frozenset(chain.name for chain in plan.chains
@@ -48,7 +48,6 @@ def senders(plan: PhysicalPlan) -> frozenset[str]:
                      and not any(plan.vertex(v).cyclic for v in chain.vertices))
 
 
-@functools.lru_cache(maxsize=64)
 def receivers(plan: PhysicalPlan) -> frozenset[str]:
     """The vertices that take tokens: chain heads on no cycle that may ask for notifications
     (a per-batch function never does) and whose every input edge comes from a sender's
@@ -65,7 +64,6 @@ def receivers(plan: PhysicalPlan) -> frozenset[str]:
     return frozenset(found)
 
 
-@functools.lru_cache(maxsize=64)
 def rides_with_tokens(plan: PhysicalPlan, chain: str) -> bool:
     """Whether ``chain``'s progress batch at an epoch's close may go with its data and tokens
     to a receiver, which passes it on: the chain is a sender, hosts no output, and every
