@@ -74,8 +74,9 @@ def rides_with_tokens(plan: PhysicalPlan, chain: str) -> bool:
     vertices = plan.chain(chain).vertices
     consumers = [consumer for vertex in vertices for port in range(plan.vertex(vertex).outputs)
                  for consumer in plan.consumers_of(vertex, port) if not plan.is_fused(consumer)]
+    taking = receivers(plan)
     return (chain in senders(plan) and bool(consumers) and all(plan.vertex(v).role != "output" for v in vertices)
-            and all(consumer.vertex in receivers(plan) for consumer in consumers))
+            and all(consumer.vertex in taking for consumer in consumers))
 
 
 def sent_on(plan: PhysicalPlan, outbox: Outbox) -> list[tuple[ReplicaKey, ChannelId, str]]:
