@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snaps
 KEYS = 12
 PER_KEY = 5  # records per key and epoch
 STEPS = (4, 2, 3)  # the widths the rescaled vertex goes through, from 1
+RETAIN_ALL = 1_000  # a test that reads the snapshot a recovery came from once the job is done keeps them all
 
 
 class Gates:
@@ -271,7 +272,7 @@ def test_a_replica_killed_while_the_state_moves_recovers_into_one_configuration(
     flow.input("records").unary(lambda: Announces(announce, phase), exchange=lambda r: r[0], name="check").output("out")
     gates, store = Gates(), str(tmp_path / "store")
     with rt.run(flow, {"records": gates.epochs()}, parallelism=1,
-                recovery=rt.Recovery(store, interval=0.3, max_restarts=3)) as job:
+                recovery=rt.Recovery(store, interval=0.3, max_restarts=3, retain=RETAIN_ALL)) as job:
         pid = job.hosts()[f"{job.name}/check+out/0"]  # its host plays replica 0 of the new widths too
 
         def kill_once_announced() -> None:
