@@ -8,7 +8,10 @@
   (:data:`OWN_RAY_FILES`: the demo, ``ray job submit``, Ctrl-C, the memory children, the
   lost node), then every test that starts no Ray (unit, simulation, contract, doctests).
   Those last are CPU-bound and run at the lowest CPU priority (:func:`lower_priority`), so
-  they fill the session lane's idle time without slowing it.
+  they fill the session lane's idle time without slowing it. They are handed out a file at
+  a time (:func:`unit_of`): the session lane's worker takes the files still waiting once
+  its own tests are done, so neither core stands idle at the end of the run while the
+  other lane works through the last of them alone.
 
 Two kinds of test must not share the CPUs: a program with a Ray of its own, and a session
 test marked ``needs_both_cores`` (what it asserts depends on two free cores, as an
@@ -56,6 +59,16 @@ def lane_of(nodeid: str) -> str:
     return SESSION_LANE if in_session else OTHER_LANE
 
 
+def unit_of(nodeid: str) -> str:
+    """The unit of work the test with this node id is handed out in: the session lane whole,
+    the programs with a Ray of their own whole (they run first in their worker, before it
+    lowers its priority), and every other test with the rest of its file."""
+    if lane_of(nodeid) == SESSION_LANE:
+        return SESSION_LANE
+    module = nodeid.split("::", 1)[0]
+    return OTHER_LANE if module in OWN_RAY_FILES else f"{OTHER_LANE} {module}"
+
+
 def misplaced(items: list[pytest.Item]) -> list[str]:
     """What is wrong with the lanes of ``items``: a test in the other lane that uses the
     session's Ray (it would start a second one there), or a session-lane test that starts a
@@ -72,14 +85,25 @@ def misplaced(items: list[pytest.Item]) -> list[str]:
 
 
 def scheduler(config: pytest.Config, log):
-    """xdist's scheduler for the lanes: each lane one unit of work, given whole to one worker,
-    which runs it in the collected order. (xdist's own ``loadgroup`` cannot be used: it
-    marks a group in a node id, which pytest 9's node ids no longer take.)"""
+    """xdist's scheduler for the lanes: the units of :func:`unit_of`, each given whole to one
+    worker, which runs it in the collected order. The session lane goes to one worker and
+    the programs with a Ray of their own to the other; the files of tests that start no Ray
+    follow, in the collected order, each to the first worker with at most two tests left.
+    (xdist's own ``loadgroup`` cannot be used: it marks a group in a node id, which pytest
+    9's node ids no longer take.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class LaneScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return lane_of(nodeid)
+            return unit_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not any(self.assigned_work.values()):  # the first: put the units in order (xdist sorts them by size)
+                collected = list(dict.fromkeys(map(unit_of, self.collection or [])))
+                rank = {unit: (unit not in (SESSION_LANE, OTHER_LANE), i) for i, unit in enumerate(collected)}
+                for unit in sorted(self.workqueue, key=rank.__getitem__):
+                    self.workqueue.move_to_end(unit)
+            super()._assign_work_unit(node)
 
     return LaneScheduling(config, log)
 
