@@ -17,11 +17,14 @@ loops (:mod:`raytide.core.epoch_gate`):
   channel's token is ready there, whatever the progress actor has said yet (the
   notification then retires its pointstamp as a pushed status would).
 
-A token only ever makes a notification earlier: a replica that never gets one (a restored
-sender that closed the epoch before the snapshot, a sender whose vertex still waited for a
-notification, a rescaled job's first epochs) is notified by the progress actor as before.
-Tokens carry no pointstamp, and the snapshot holds none: a restored or adopted replica
-starts with an empty book. Every sender replica sends each receiver replica a token per
+A sender whose vertices still wait for a notification before ``b`` owes the token, and
+sends it (for the epoch its input is at by then) once they no longer do. So after a
+receiver has had a token on every channel, each channel sends another whenever its sender
+closes an epoch, and the receiver leaves the waits they will answer out of what it
+declares to the progress actor: it saves the declaration and the status push. Until then
+(a job's first epoch, a restored or adopted replica, whose book starts empty: tokens carry
+no pointstamp and the snapshot holds none) it declares them, and the progress actor
+answers them as before. Every sender replica sends each receiver replica a token per
 epoch, so tokens are used only between vertices whose widths multiply to at most
 :data:`MAX_TOKEN_PAIRS`; wider jobs leave it to the progress actor, whose intake grows with
 the replicas rather than with their pairs.
@@ -29,7 +32,8 @@ the replicas rather than with their pairs.
 
 from __future__ import annotations
 
-from raytide.engine.outbox import Outbox
+from raytide.engine.outbox import Outbox, Transport
+from raytide.errors import ProgressError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ChannelId, EpochClosed, ReplicaKey
 from raytide.progress.timestamps import Timestamp
@@ -91,6 +95,26 @@ def may_close(pending: dict[str, set[Timestamp]], below: int | None) -> bool:
     return not any(below is None or time.epoch < below for times in pending.values() for time in times)
 
 
+class TokenSender:
+    """A sender replica's channels into receivers, and whether it owes them a token."""
+
+    def __init__(self, plan: PhysicalPlan, outbox: Outbox) -> None:
+        self.channels = sent_on(plan, outbox)
+        #: Its input closed an epoch while one of its vertices still waited for a notification before it.
+        self.owed = False
+
+    def close(self, transport: Transport, pending: dict[str, set[Timestamp]], below: int | None) -> None:
+        """Its input is at epoch ``below`` (None: closed): send the token on every channel,
+        after the data sent before it (channels are FIFO), or owe it while a vertex of the
+        chain waits for a notification before ``below`` (it may still send at that time)."""
+        if not self.channels:
+            return
+        self.owed = not may_close(pending, below)
+        if not self.owed:
+            for to, channel, consumer in self.channels:
+                transport.send(to, channel, consumer, Timestamp(0), EpochClosed(below))
+
+
 class TokenBook:
     """A receiver replica's latest token per input channel (empty for a vertex that takes none)."""
 
@@ -99,10 +123,27 @@ class TokenBook:
         channels = plan.input_channels(head, replica) if head in receivers(plan) else []
         #: channel -> every epoch below this one is closed there (None: all are).
         self.closed: dict[ChannelId, int | None] = dict.fromkeys(channels, 0)
+        #: The channels no token has come on yet (in this incarnation).
+        self.unheard: set[ChannelId] = set(channels)
 
     def record(self, channel: ChannelId, token: EpochClosed) -> None:
-        """Token ``token`` came on ``channel`` (after all the data sent before it)."""
+        """Token ``token`` came on ``channel`` (after all the data sent before it).
+
+        Raises:
+            ProgressError: ``channel`` is not one this replica takes tokens on (the sender's
+                plan and this one disagree).
+        """
+        if channel not in self.closed:
+            raise ProgressError(f"vertex {self.head!r} got an epoch token (epoch {token.below}) on {channel}, "
+                                f"which is not one of its token channels")
         self.closed[channel] = token.below
+        self.unheard.discard(channel)
+
+    def answers_alone(self, vertex: str, time: Timestamp) -> bool:
+        """Whether tokens will make a notification of ``vertex`` at ``time`` due with no word
+        from the progress actor: a token has come on every channel, so each sends the next
+        as its sender closes an epoch (or owes it, :class:`TokenSender`)."""
+        return vertex == self.head and bool(self.closed) and not self.unheard and not time.counters
 
     def ready(self, vertex: str, time: Timestamp) -> bool:
         """Whether the tokens say nothing at or before ``time`` may still reach ``vertex``."""

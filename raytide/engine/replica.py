@@ -124,7 +124,7 @@ class ReplicaCore:
         channels = plan.input_channels(head, replica)
         self.aligner = BarrierAligner(head, inputs=channels, back_edges=plan.back_edges(head, channels))
         self.tokens = epoch_tokens.TokenBook(plan, head, replica)  # the epoch tokens it takes, and sends:
-        self.token_channels = epoch_tokens.sent_on(plan, self.outbox)
+        self.token_sender = epoch_tokens.TokenSender(plan, self.outbox)
         self.in_cycle = any(plan.vertex(v).cyclic for v in self.chain.vertices)
 
     # -- setup -------------------------------------------------------------------------
@@ -344,9 +344,7 @@ class ReplicaCore:
         for name in self.chain.vertices[1:]:  # an input heads its chain: the rest get nothing more from it before epoch
             if name in self.vertices:
                 self._run(name, None, self.vertices[name].on_input_epoch, epoch)
-        if self.token_channels and epoch_tokens.may_close(self.notifications.pending, epoch):
-            for to, channel, consumer in self.token_channels:  # after the data: channels are FIFO
-                self.transport.send(to, channel, consumer, Timestamp(0), EpochClosed(epoch))
+        self.token_sender.close(self.transport, self.notifications.pending, epoch)
         self._settle()
 
     # -- running vertices ----------------------------------------------------------------
@@ -460,6 +458,8 @@ class ReplicaCore:
         """
         self._drain_local()
         self._deliver_notifications()
+        if self.token_sender.owed and self.mode is ReplicaMode.RUNNING:  # after what its notifications sent
+            self.token_sender.close(self.transport, self.notifications.pending, self.input_epochs[self.chain.vertices[0]])
         ship = self._should_ship()  # first: it forgets causes whose deltas cancelled out
         interests = self._interests()
         if not ship and self._must_declare(interests):
@@ -516,14 +516,24 @@ class ReplicaCore:
         covered); only the minimal times matter (a later one is answered no earlier)."""
         waits: dict[Location, dict[Timestamp, bool]] = {}
         for vertex, pending in self.notifications.pending.items():
+            asked = [time for time in pending if not self.tokens.answers_alone(vertex, time)]  # tokens will answer the rest
             for port in range(len(self.plan.vertex(vertex).inputs)):
                 times = waits.setdefault(Location.of_input(vertex, port), {})
-                for time in pending:
+                for time in asked:
                     times.setdefault(time, False)
         for location, time in self.held_back.waits() if held else ():
-            waits.setdefault(location, {})[time] = True
+            if not self._shipped_at_a_token(location.vertex, time):
+                waits.setdefault(location, {})[time] = True
         return {loc: [(t, times[t]) for t in sorted(minimal_elements(times), key=Timestamp.sort_key)]
                 for loc, times in waits.items() if times}
+
+    def _shipped_at_a_token(self, vertex: str, time: Timestamp) -> bool:
+        """Whether progress held back at an input of ``vertex`` at ``time`` will be shipped
+        when tokens alone make a notification due: one of ``vertex`` at or before ``time``
+        is pending (its delivery ships all that is held), so no status need tell when it
+        is no longer covered (nothing downstream can pass ``time`` before that delivery)."""
+        return any(pending.less_equal(time) and self.tokens.answers_alone(vertex, pending)
+                   for pending in self.notifications.pending.get(vertex, ()))
 
     def _ready(self, vertex: str, time: Timestamp) -> bool:
         if self.tokens.ready(vertex, time):

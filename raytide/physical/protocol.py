@@ -31,7 +31,9 @@ on ahead of its own next message (see ``raytide/actors/vertex_actor.py``): numbe
 applied in order however it travels. So may an input replica's batch at an epoch's close,
 with the data and :class:`EpochClosed` token it sent a vertex that takes tokens
 (``epoch_tokens.rides_with_tokens``). A :class:`StatusPush` answers any acknowledgements
-owed (``acked`` counts them) and is sent only when it may let the replica run something.
+owed (``acked`` counts them) and is sent only when it may let the replica run something;
+a vertex whose every input channel has sent it a token leaves the waits the tokens answer
+undeclared, so it gets none for them.
 
 On a Ray cluster, the replicas of one node send their messages for the progress actor to
 that node's *relay* instead (one of the node's replica hosts: :class:`ProgressRoute`),

@@ -16,19 +16,20 @@ pytestmark = pytest.mark.ray
 
 EPOCHS = 30
 #: Per epoch of the keyed pipeline below, at parallelism 2: a batch from each input replica
-#: as it moves on and one from each merge replica with its counts; a merge replica that
-#: gets one input replica's records before the other's also declares its wait (4.5-4.7
-#: measured; 6 before epoch tokens, when every merge replica declared a wait each epoch).
-BATCHES_PER_EPOCH = 5
-#: Per epoch: fewer than one status push. The merge replicas are notified by the input
-#: replicas' epoch tokens (``raytide.engine.epoch_tokens``), and a push comes only when the
-#: progress actor answers a declared wait first (0.4-0.7 measured; 2 before the tokens).
-PUSHES_PER_EPOCH = 1
+#: as it moves on and one from each merge replica with its counts, and no declaration: a
+#: merge replica that has had a token on every channel leaves its wait to them (4.0
+#: measured; 4.5-5.1 when a merge replica that got one input replica's records first
+#: declared its wait, 6 before epoch tokens).
+BATCHES_PER_EPOCH = 4.2
+#: Per epoch: no status push. The merge replicas are notified by the input replicas' epoch
+#: tokens (``raytide.engine.epoch_tokens``), and neither their waits nor the progress they
+#: hold back until then are declared (0 measured; 0.4-0.9 while they were, 2 before the tokens).
+PUSHES_PER_EPOCH = 0.2
 #: Per epoch: Ray calls into the progress actor. An input replica that sent a merge replica
 #: data and a token as it moved on sends its batch along with them, and that merge replica
-#: passes it on with its own (``epoch_tokens.rides_with_tokens``): 3.85-3.9 measured, 4.5-4.7
-#: when every batch went in a call of its own.
-CALLS_PER_EPOCH = 4.2
+#: passes it on with its own (``epoch_tokens.rides_with_tokens``): 3.2-3.5 measured, 3.8-4.1
+#: while merge replicas declared waits, 4.5-4.7 when every batch went in a call of its own.
+CALLS_PER_EPOCH = 3.7
 
 
 def keyed() -> rt.Dataflow:

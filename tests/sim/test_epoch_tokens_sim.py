@@ -16,6 +16,7 @@ from raytide.progress.publisher import answers
 from raytide.progress.reachability import Location
 from raytide.testing.local import LocalJob
 from tests.sim.scenarios import SCENARIOS, Scenario, as_counters
+from tests.sim.test_recovery_sim import trial as recovery_trial
 from tests.sim.test_runtime_sim import run_scenario
 
 #: The scenarios with a vertex that takes tokens (the loops' vertices are on a cycle: none).
@@ -92,6 +93,21 @@ def _one_epoch_ahead(book: epoch_tokens.TokenBook, channel, token) -> None:
     book.closed[channel] = None if token.below is None else token.below + 1
 
 
+def _never_paid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted error: a sender forgets the token it owes."""
+    close = epoch_tokens.TokenSender.close
+
+    def forgetting(sender: epoch_tokens.TokenSender, *args) -> None:
+        close(sender, *args)
+        sender.owed = False
+
+    monkeypatch.setattr(epoch_tokens.TokenSender, "close", forgetting)
+
+
+def _answered_alone_unheard(book: epoch_tokens.TokenBook, vertex: str, time: rt.Timestamp) -> bool:
+    return vertex == book.head and bool(book.closed) and not time.counters
+
+
 @pytest.mark.parametrize("plant, scenarios", [
     pytest.param(lambda m: m.setattr(epoch_tokens.TokenBook, "ready", _ready_on_any_channel),
                  [SCENARIOS[name] for name in WITH_TOKENS], id="ready on one channel's token"),
@@ -99,6 +115,7 @@ def _one_epoch_ahead(book: epoch_tokens.TokenBook, channel, token) -> None:
                  [SCENARIOS[name] for name in WITH_TOKENS], id="a token one epoch ahead"),
     pytest.param(lambda m: m.setattr(epoch_tokens, "may_close", lambda pending, below: True),
                  [held_until_notified], id="a token while a notification is pending"),
+    pytest.param(_never_paid, [held_until_notified], id="an owed token never sent"),
 ])
 def test_a_planted_error_in_the_tokens_is_caught(monkeypatch, plant, scenarios):
     """Each planted error gives a wrong output within 20 seeds of a scenario it can show in
@@ -107,6 +124,40 @@ def test_a_planted_error_in_the_tokens_is_caught(monkeypatch, plant, scenarios):
     plant(monkeypatch)
     caught = [make for make in scenarios if not all(exact(make, seed) for seed in range(20))]
     assert caught, "no scenario caught the planted error"
+
+
+def test_waits_left_to_the_tokens_are_not_declared_and_still_answered():
+    """Once a token has come on every channel, a receiver declares none of the waits the
+    tokens will answer (no declaration, no status push for them), in every scenario with
+    receivers; and always with the plain-Python output."""
+    left: Counter = Counter()
+    interests = ReplicaCore._interests
+
+    def counted(core: ReplicaCore, held: bool = True):
+        found = interests(core, held)
+        for vertex, pending in core.notifications.pending.items():
+            if any(core.tokens.answers_alone(vertex, time) for time in pending):
+                left[core.plan.name] += 1
+                declared = [(location, wait) for location, wait in found.items() if location.vertex == vertex]
+                assert all(is_held for _, waits in declared for _, is_held in waits), (vertex, pending, declared)
+        return found
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ReplicaCore, "_interests", counted)
+        for name in WITH_TOKENS:
+            for seed in range(10):
+                assert exact(SCENARIOS[name], seed), f"{name}, seed {seed}"
+    assert set(left) == {SCENARIOS[name](random.Random(0)).flow.name for name in WITH_TOKENS}, left
+
+
+def test_waits_left_to_the_tokens_before_every_channel_sent_one_hang_a_recovered_job(monkeypatch, store_root):
+    """The planted error of leaving a wait to the tokens before a token has come on every
+    channel: a restored replica whose senders' inputs are already closed gets none, and with
+    its wait undeclared the job hangs. The recovery trials catch it within 30 seeds."""
+    monkeypatch.setattr(epoch_tokens.TokenBook, "answers_alone", _answered_alone_unheard)
+    caught = [(name, seed) for name in ("word count", "join") for seed in range(30)
+              if not recovery_trial(name, seed, str(store_root / f"{name}-{seed}")).exact]
+    assert caught, "no recovery trial caught the planted error"
 
 
 def test_wide_edges_and_loops_take_no_tokens():

@@ -201,6 +201,13 @@ PLANTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], tuple[str, ...]]] 
 }
 
 
+#: Trials per scenario a planted bug has to show in (where not :data:`PLANT_SEEDS`). Dropped
+#: kept outputs show only when a crash comes between a snapshot and the driver's receipt of
+#: an epoch shipped before it, a narrow window: with epoch tokens it first shows at join's
+#: seed 122 (and word count's 272).
+PLANT_SEEDS, PLANT_SEEDS_FOR = 120, {"kept outputs dropped": 200}
+
+
 def _logging_nothing() -> Callable:
     """A planted bug: the records in flight on a back edge at the cut are not saved
     (``_apply_barrier_effects`` whose SnapshotComplete carries no logged records)."""
@@ -216,7 +223,8 @@ def _logging_nothing() -> Callable:
 def test_a_planted_bug_in_recovery_is_caught(monkeypatch, store_root, plant):
     apply, names = PLANTS[plant]
     apply(monkeypatch)
-    caught = caught_by(names, 120, lambda name, seed: not trial(name, seed, str(store_root / f"{name}-{seed}")).exact)
+    caught = caught_by(names, PLANT_SEEDS_FOR.get(plant, PLANT_SEEDS),
+                       lambda name, seed: not trial(name, seed, str(store_root / f"{name}-{seed}")).exact)
     assert caught, f"no trial caught the planted bug {plant!r}"
 
 

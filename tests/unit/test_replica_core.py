@@ -106,14 +106,22 @@ class HoldEpoch(rt.Vertex):
         self.send_by(0, ["late"], time)
 
 
-def test_an_input_whose_chain_waits_for_a_notification_sends_no_token_for_that_epoch():
+def test_an_input_whose_chain_waits_for_a_notification_owes_the_token_until_it_is_delivered():
     flow = rt.Dataflow("held")
     [held] = flow.vertex(HoldEpoch, [flow.input("words")], name="hold")
     held.count_by_key(lambda w: w).output("counts")
     core, transport = input_core(flow)
     core.push_input("words", ["a"], 0)
-    core.advance_input("words", 1)
+    core.advance_input("words", 2)
     assert transport.tokens == [], "hold may still send at epoch 0"
+    ready = {Location.of_input(vertex, 0): [(Timestamp(2), False)] for vertex in core.chain.vertices[1:]}
+    core.on_progress(ready, 0)  # epoch 0 is ready at hold, then at the combiner it sent "late" to
+    sent_by_then = len(transport.sent)
+    assert [(time, sorted(batch)) for time, batch in transport.sent] == [(Timestamp(0), [("late", 1)])]
+    assert [token for _, _, token, before in transport.tokens] == [EpochClosed(2)], "owed, for the epoch it is at"
+    assert transport.tokens[0][3] == sent_by_then, "after what the notification sent"
+    core.on_progress({}, 0)
+    assert len(transport.tokens) == 1, "paid once"
 
 
 def shipped(transport: Recorder) -> Counter:
