@@ -111,8 +111,10 @@ class JobPlacement:
             return
         keys = self.plan.replica_keys()
         unknown = [self.actors[key] for key in keys if self.actors[key] not in self._nodes]
-        self._nodes.update(zip(unknown, self.wait([actor.node.remote() for actor in unknown],
-                                                  f"asking {len(unknown)} hosts which node they are on")))
+        known = self._nodes | dict(zip(unknown, self.wait([actor.node.remote() for actor in unknown],
+                                                          f"asking {len(unknown)} hosts which node they are on")))
+        # only the hosts the job has now: a dead or given-back host's handle is not kept alive here
+        self._nodes = {self.actors[key]: known[self.actors[key]] for key in keys}
         relay_of: dict[str, ReplicaKey] = {}
         for key in keys:
             relay_of.setdefault(self._nodes[self.actors[key]], key)

@@ -44,10 +44,13 @@ def test_a_job_whose_progress_goes_through_a_relay_gives_exactly_the_reference_o
 def test_the_relays_host_killed_mid_job_is_recovered_from_with_exactly_the_reference_output(
         ray_session, tmp_path, relays_on_one_node):
     """The relay is the host of the node's first replica: its SIGKILL loses what it gathered
-    of every replica's progress; the recovery chooses the relay again and the job ends exact."""
+    of every replica's progress; the recovery chooses the relay again and the job ends exact,
+    and the driver keeps no handle of the dead host for it."""
     scenario = SCENARIOS["keyed"](random.Random(1), epochs=30)
+    jobs: list[rt.Job] = []
 
     def kill_the_relay(job: rt.Job) -> None:
+        jobs.append(job)
         relay = next(iter(set(job.placement.relays.values())))
         key = next(key for key, peer in job.placement.peers.items() if peer == relay)
         sigkill(job, f"{key.chain}/{key.replica}")
@@ -56,6 +59,8 @@ def test_the_relays_host_killed_mid_job_is_recovered_from_with_exactly_the_refer
     check(scenario, got)
     assert stats["recoveries"]["count"] == 1
     assert stats["progress_relayed"] > 0, stats
+    placement = jobs[0].placement  # which node each host is on: asked of the hosts it has now, and only those kept
+    assert set(placement._nodes) == {placement.actors[key] for key in placement.plan.replica_keys()}
 
 
 @pytest.mark.timeout(600)
