@@ -120,11 +120,11 @@ class TokenBook:
 
     def __init__(self, plan: PhysicalPlan, head: str, replica: int) -> None:
         self.head = head
-        channels = plan.input_channels(head, replica) if head in receivers(plan) else []
-        #: channel -> every epoch below this one is closed there (None: all are).
-        self.closed: dict[ChannelId, int | None] = dict.fromkeys(channels, 0)
-        #: The channels no token has come on yet (in this incarnation).
-        self.unheard: set[ChannelId] = set(channels)
+        #: The channels it takes tokens on (none for a vertex that takes none).
+        self.channels = frozenset(plan.input_channels(head, replica) if head in receivers(plan) else ())
+        #: channel -> every epoch below this one is closed there (None: all are); only the
+        #: channels a token has come on (in this incarnation).
+        self.closed: dict[ChannelId, int | None] = {}
 
     def record(self, channel: ChannelId, token: EpochClosed) -> None:
         """Token ``token`` came on ``channel`` (after all the data sent before it).
@@ -133,19 +133,21 @@ class TokenBook:
             ProgressError: ``channel`` is not one this replica takes tokens on (the sender's
                 plan and this one disagree).
         """
-        if channel not in self.closed:
+        if channel not in self.channels:
             raise ProgressError(f"vertex {self.head!r} got an epoch token (epoch {token.below}) on {channel}, "
                                 f"which is not one of its token channels")
         self.closed[channel] = token.below
-        self.unheard.discard(channel)
 
     def answers_alone(self, vertex: str, time: Timestamp) -> bool:
         """Whether tokens will make a notification of ``vertex`` at ``time`` due with no word
         from the progress actor: a token has come on every channel, so each sends the next
         as its sender closes an epoch (or owes it, :class:`TokenSender`)."""
-        return vertex == self.head and bool(self.closed) and not self.unheard and not time.counters
+        return vertex == self.head and self._heard_on_every_channel() and not time.counters
 
     def ready(self, vertex: str, time: Timestamp) -> bool:
         """Whether the tokens say nothing at or before ``time`` may still reach ``vertex``."""
-        return (vertex == self.head and bool(self.closed) and not time.counters
+        return (vertex == self.head and self._heard_on_every_channel() and not time.counters
                 and all(below is None or time.epoch < below for below in self.closed.values()))
+
+    def _heard_on_every_channel(self) -> bool:
+        return bool(self.channels) and len(self.closed) == len(self.channels)
