@@ -14,24 +14,28 @@ Each epoch carries ``records_per_replica`` records per replica. Each job runs tw
 job does on Ray:
 
 * ``direct`` (one node, and every job before the relays): every replica calls the central
-  actor itself; a replica's output parts ride in the call of its next progress batch, so
-  every message but output parts is one call;
+  actor itself, one call per message (a batch carries the output records it retires);
 * ``relayed`` (a cluster): the replicas are spread over ``nodes`` nodes, and each node's
   relay delivers everything it gathered in one call (``LocalJob(nodes=)``, as
   :mod:`raytide.actors.progress_relay` does while its previous call is in flight).
 
-Per job and design it reports what the progress core took per epoch: numbered messages,
-calls, calls per node, and the core's CPU time, whence the epochs per second the central
-actor sustains with one core to itself (Ray's own cost per call, about 0.4 ms of the
-actor's time on this machine, comes on top: it is not simulated). How many messages a
-relay gathers per call depends on how busy the central actor is; the simulator's seeded
-scheduler stands in for that, so the relayed calls per node are a model, not a measurement
-of a cluster. Issue 31 asks for at most 2 calls per node per epoch and at least 50
-epochs/s at 64 nodes x 8 replicas.
+Per job and design it reports what the central actor took per epoch: numbered messages,
+calls, calls per node and status pushes, and its CPU time: the progress core's, the
+unpickling of the calls' messages (as the Ray actor does, each sender's messages of a call
+one blob), and Ray's own work per call taken and per push sent, measured on plain actors in
+the same run (:mod:`bench.baselines.ray_call_cost`); whence the epochs per second the
+central actor sustains with one core to itself. The simulator's progress actor takes one
+call at a time while the replicas go on (it is one process), so a relay gathers what its
+node sent meanwhile; how much depends on that model of the central actor's speed (one call
+in the time a replica takes one message), so the relayed calls per node are a model, not a
+measurement of a cluster. Garbage collection is off while the CPU is timed: the
+simulation's heap holds every replica's state, the actor's does not. Issue 31 asks for at
+most 2 calls per node per epoch and at least 50 epochs/s at 64 nodes x 8 replicas.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -39,9 +43,11 @@ from typing import Any
 
 import raytide as rt
 import raytide.testing.local as local_runtime
+from bench.baselines.ray_call_cost import actor_call_cpu_ms
+from bench.harness import ensure_ray
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
-from raytide.physical.protocol import OutputParts, Sequenced
+from raytide.physical.protocol import Sequenced, decode, encode
 from tests.sim.scenarios import halvings
 
 PARAMS = {"nodes": 64, "per_node": 8, "epochs": 3, "records_per_replica": 4, "seed": 0}
@@ -50,33 +56,51 @@ REPEAT = 1
 
 
 class CountingCore(ProgressCore):
-    """The progress core, counting the messages it takes and the CPU time it spends on them."""
+    """The progress core, counting the messages and calls it takes, the status pushes it
+    sends, and the CPU time it spends on them: applying them, and unpickling them as the
+    Ray actor does (each sender's messages of a call as one :func:`encode` blob)."""
 
     messages = 0
     calls = 0
+    pushes = 0
     cpu = 0.0
+    decode_cpu = 0.0
     relayed = False  # whether each call the simulator makes is a relay's (one call, all it gathered)
 
     def receive_all(self, calls: Sequence[Sequenced]) -> ProgressEffects:
         """A relay's call is applied as one. Without relays each message is applied as a call
         of its own: the in-process runtime hands the core a random few of a replica's messages
         at a time, more than one Ray call may carry, so applying them together would flatter
-        the central actor. A message other than output parts counts as a call (output parts
-        ride with the progress batch after them)."""
+        the central actor."""
         if CountingCore.relayed:
-            started = time.process_time()
-            effects = super().receive_all(calls)
-            CountingCore.cpu += time.process_time() - started
+            effects = self._timed(calls)
             CountingCore.messages += len(calls)
             CountingCore.calls += 1
             return effects
         effects = ProgressEffects()
         for call in calls:
-            started = time.process_time()
-            effects.extend(super().receive_all([call]))
-            CountingCore.cpu += time.process_time() - started
+            effects.extend(self._timed([call]))
             CountingCore.messages += 1
-            CountingCore.calls += not isinstance(call.message, OutputParts)
+            CountingCore.calls += 1
+        return effects
+
+    def _timed(self, calls: Sequence[Sequenced]) -> ProgressEffects:
+        by_sender: dict[Any, list[Sequenced]] = {}
+        for call in calls:
+            by_sender.setdefault(call.sender, []).append(call)
+        blobs = [encode((0, tuple(sent))) for sent in by_sender.values()]
+        gc.disable()  # the simulation's heap holds every replica's; the actor's collections are small
+        try:
+            started = time.process_time()
+            for blob in blobs:
+                decode(blob)
+            decoded = time.process_time()
+            effects = super().receive_all(calls)
+            CountingCore.decode_cpu += decoded - started
+            CountingCore.cpu += time.process_time() - decoded
+        finally:
+            gc.enable()
+        CountingCore.pushes += len(effects.pushes)
         return effects
 
 
@@ -119,13 +143,13 @@ def halving_loop(replicas: int) -> tuple[rt.Dataflow, int]:
 
 
 def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Counter], epochs: int, records: int,
-             nodes: int, seed: int, relayed: bool) -> dict[str, float]:
+             nodes: int, seed: int, relayed: bool, ray_ms: dict[str, float]) -> dict[str, float]:
     """Run ``flow`` (``width``: the replicas of a vertex that does not say) for ``epochs``
     epochs of ``records`` records, its progress ``relayed`` per node or not; the central
-    core's load per epoch. Its output must be what ``expected`` computes from each epoch's
-    records."""
-    CountingCore.messages = CountingCore.calls = 0
-    CountingCore.cpu = 0.0
+    actor's load per epoch, Ray's share priced at ``ray_ms`` (:func:`actor_call_cpu_ms`).
+    Its output must be what ``expected`` computes from each epoch's records."""
+    CountingCore.messages = CountingCore.calls = CountingCore.pushes = 0
+    CountingCore.cpu = CountingCore.decode_cpu = 0.0
     CountingCore.relayed = relayed
     inputs = {"records": [[1 + (e * records + i) % 997 for i in range(records)] for e in range(epochs)]}
     started = time.perf_counter()
@@ -134,14 +158,27 @@ def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Coun
     outputs = {epoch: Counter(found) for epoch, found in run.outputs["out"].items()}
     if not run.finished or outputs != {epoch: expected(fed) for epoch, fed in enumerate(inputs["records"])}:
         raise AssertionError(f"{flow.name} did not finish with the expected output")
-    per_epoch = CountingCore.cpu / epochs
+    calls, pushes = CountingCore.calls / epochs, CountingCore.pushes / epochs
+    core, unpickling = CountingCore.cpu / epochs * 1000, CountingCore.decode_cpu / epochs * 1000
+    ray_share = calls * ray_ms["receive"] + pushes * ray_ms["submit"]
     return {"replicas": float(len(job.replicas)), "messages_per_epoch": CountingCore.messages / epochs,
-            "calls_per_epoch": CountingCore.calls / epochs, "calls_per_node_per_epoch": CountingCore.calls / epochs / nodes,
-            "core_ms_per_epoch": per_epoch * 1000, "central_epochs_per_s": 1 / per_epoch,
+            "calls_per_epoch": calls, "calls_per_node_per_epoch": calls / nodes, "pushes_per_epoch": pushes,
+            "core_ms_per_epoch": core, "unpickle_ms_per_epoch": unpickling, "ray_ms_per_epoch": ray_share,
+            "central_ms_per_epoch": core + unpickling + ray_share,
+            "central_epochs_per_s": 1000 / (core + unpickling + ray_share),
             "simulated_s": time.perf_counter() - started}
 
 
 def measure(nodes: int, per_node: int, epochs: int, records_per_replica: int, seed: int) -> dict[str, Any]:
+    ensure_ray()
+    ray_ms = actor_call_cpu_ms()
+    return {"ray_receive_ms_per_call": ray_ms["receive"], "ray_submit_ms_per_call": ray_ms["submit"],
+            **central_load(nodes, per_node, epochs, records_per_replica, seed, ray_ms)}
+
+
+def central_load(nodes: int, per_node: int, epochs: int, records_per_replica: int, seed: int,
+                 ray_ms: dict[str, float]) -> dict[str, Any]:
+    """Both jobs in both designs (:func:`simulate`), Ray's work priced at ``ray_ms``."""
     replicas = nodes * per_node
     original = local_runtime.ProgressCore
     local_runtime.ProgressCore = CountingCore  # type: ignore[misc]
@@ -150,7 +187,7 @@ def measure(nodes: int, per_node: int, epochs: int, records_per_replica: int, se
         for name, build, expected in (("keyed", keyed_pipeline, keyed_expected), ("loop", halving_loop, loop_expected)):
             for design in ("direct", "relayed"):
                 found = simulate(*build(replicas), expected, epochs, records_per_replica * replicas, nodes, seed,
-                                 relayed=design == "relayed")
+                                 relayed=design == "relayed", ray_ms=ray_ms)
                 metrics.update({f"{name}_{design}_{key}": value for key, value in found.items()})
         return metrics
     finally:

@@ -68,14 +68,14 @@ class ProgressActor:
         self.connect(replicas)
 
     def receive(self, encoded: bytes) -> None:
-        """Numbered messages (progress batch, output parts, declaration) of one or more
+        """Numbered messages (progress batches with their output records, declarations) of one or more
         replicas, with the sender's incarnation, encoded as one (see
         :func:`~raytide.physical.protocol.encode`: one argument costs a call less than two)."""
         incarnation, calls = decode(encoded)
         self.receive_with_refs(incarnation, *calls)
 
     def receive_with_refs(self, incarnation: int, *calls: Sequenced) -> None:
-        """The same messages as Ray arguments: output parts that hold object refs travel so
+        """The same messages as Ray arguments: batches whose output parts are object refs travel so
         (Ray counts who borrows a ref only when it sees it)."""
         if incarnation == self.incarnation:
             self._apply(calls)

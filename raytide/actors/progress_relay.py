@@ -66,7 +66,7 @@ class ProgressRelay:
         self._add(progress, incarnation, lambda: self.encoded.append(encoded))
 
     def relay_with_refs(self, progress: Any, incarnation: int, sent: tuple[int, tuple[Sequenced, ...]]) -> None:
-        """A replica's ``receive_with_refs`` arguments (output parts holding object refs)."""
+        """A replica's ``receive_with_refs`` arguments (batches whose output parts are object refs)."""
         self._add(progress, incarnation, lambda: self.with_refs.append(sent))
 
     def _add(self, progress: Any, incarnation: int, add: Callable[[], None]) -> None:

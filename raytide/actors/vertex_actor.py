@@ -39,6 +39,7 @@ threaded or async.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import logging
 import time
@@ -59,7 +60,6 @@ from raytide.physical.protocol import (
     ChannelId,
     EpochClosed,
     Marker,
-    OutputParts,
     ProgressBatch,
     ProgressRoute,
     ReplicaKey,
@@ -110,8 +110,6 @@ class _RayTransport:
         self.data_calls = 0  # Ray calls that carried data batches (several batches may share one)
         self.gathering = False  # inside an event: data batches wait in `gathered` until it ends
         self.gathered: dict[ReplicaKey, list[tuple[str, tuple]]] = {}  # per receiver, (sender, receive args)
-        self.held_outputs: list[Sequenced] = []
-        self.held_refs = False  # whether a held output part is an object ref
         self.riding: dict[ReplicaKey, list[Sequenced]] = {}  # progress batches, to go with this event's data to the peer
         self.passing_on: list[Sequenced] = []  # other replicas' batches that came with their data, for the progress actor
         #: Whether this chain's progress batch at an epoch's close goes with its tokens (``epoch_tokens.rides_with_tokens``):
@@ -207,8 +205,6 @@ class _RayTransport:
         self.incarnation, self.peers = incarnation, peers
         self.progress, self.relay = route
         self.inflight.clear()
-        self.held_outputs.clear()
-        self.held_refs = False
         self.riding.clear()
         self.passing_on.clear()
         self.end_event()
@@ -219,25 +215,23 @@ class _RayTransport:
         self.token_peer = None
 
     def to_progress(self, call: Sequenced) -> None:
-        """Output parts wait for the progress batch the core sends right after them, and both
-        go in one Ray call (one hop of latency per flush, as when records rode in the batch),
-        encoded unless a part is an object ref."""
-        if isinstance(call.message, OutputParts):  # records travel packed; large parts stay in the object store
+        """A message for the progress actor: it rides with a round's data (:meth:`_round_peer`)
+        or goes in a call of its own, encoded unless an output part is an object ref. Output
+        records travel packed, and large parts stay in the object store."""
+        refs = False
+        if isinstance(call.message, ProgressBatch) and call.message.outputs:
             packed = {name: {epoch: [self._part(part, name, epoch) for part in parts] for epoch, parts in epochs.items()}
-                      for name, epochs in call.message.parts.items()}
-            self.held_refs = self.held_refs or any(isinstance(part, ray.ObjectRef) for epochs in packed.values()
-                                                   for parts in epochs.values() for part in parts)
-            self.held_outputs.append(call._replace(message=OutputParts(packed)))
-            return
+                      for name, epochs in call.message.outputs.items()}
+            refs = any(isinstance(part, ray.ObjectRef) for epochs in packed.values() for parts in epochs.values()
+                       for part in parts)
+            call = call._replace(message=dataclasses.replace(call.message, outputs=packed))
         peer = self._round_peer(call)
         if peer is not None:
             self.riding[peer] = [*self.passing_on, call]
             self.passing_on.clear()
             return
-        self._send_progress((*self.passing_on, *self.held_outputs, call), refs=self.held_refs)
+        self._send_progress((*self.passing_on, call), refs=refs)
         self.passing_on.clear()
-        self.held_outputs.clear()
-        self.held_refs = False
 
     def _send_progress(self, calls: tuple[Sequenced, ...], refs: bool) -> None:
         """One Ray call to the progress actor, or to the node's relay: encoded, unless a part is
@@ -257,7 +251,7 @@ class _RayTransport:
         for an acknowledgement (a round run at a notification) and goes alone. Batches to
         pass on ride again while they are fewer than :data:`MAX_RIDING` and none asks for an
         acknowledgement, which would otherwise come only once they stop riding."""
-        if not (self.gathering and isinstance(call.message, ProgressBatch)) or self.held_outputs:
+        if not (self.gathering and isinstance(call.message, ProgressBatch)) or call.message.outputs:
             return None
         if self.token_peer is not None and not self.passing_on and not call.message.ack:
             return self.token_peer  # an input's chain closing an epoch: with its data and tokens

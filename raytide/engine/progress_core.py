@@ -26,7 +26,6 @@ from raytide.physical.protocol import (
     JobFailed,
     JobFinished,
     OutputFrontier,
-    OutputParts,
     ProgressBatch,
     ProgressMessage,
     ReplicaKey,
@@ -103,17 +102,16 @@ class ProgressCore:
         return self._offer(calls)
 
     def _offer(self, calls: Sequence[Sequenced]) -> ProgressEffects:
-        """Output parts go to the log at once; the progress of every message now in order is
-        applied together, and then the outputs whose frontier's place it touched release
-        what it completed (:meth:`_completions`). Output parts alone complete nothing:
-        records arrive before the progress that retires them, and a late part is refused
-        (``OutputLog.add``)."""
+        """A batch's output records go to the log at once; the progress of every message now in
+        order is applied together after them, and then the outputs whose frontier's place it
+        touched release what it completed (:meth:`_completions`). A record that comes after
+        its epoch was completed is refused (``OutputLog.add``)."""
         effects, updates = ProgressEffects(), []
         for call in calls:
             for message in self.in_order.offer(call.sender, call.sequence, call.message):
-                if isinstance(message, OutputParts):
-                    effects.events += self._add_outputs(call.sender, message)
-                elif isinstance(message, ProgressBatch):
+                if isinstance(message, ProgressBatch):
+                    if message.outputs:
+                        effects.events += self._add_outputs(call.sender, message.outputs)
                     updates.append(Update(call.sender, message.changes, message.ack, message.interests))
                 elif isinstance(message, Declaration):
                     updates.append(declaration(call.sender, message.interests))
@@ -126,9 +124,9 @@ class ProgressCore:
             effects.events += self._completions([name for name, place in self._output_places.items() if place in touched])
         return effects
 
-    def _add_outputs(self, sender: ReplicaKey, message: OutputParts) -> list[JobEvent]:
+    def _add_outputs(self, sender: ReplicaKey, outputs: dict[str, dict[int, list]]) -> list[JobEvent]:
         try:
-            for name, epochs in message.parts.items():
+            for name, epochs in outputs.items():
                 self.outputs.add(name, sender, epochs)
         except ProgressError as error:
             return [JobFailed(error)]

@@ -45,7 +45,6 @@ from raytide.physical.protocol import (
     Marker,
     MarkerKind,
     MarkerRecord,
-    OutputParts,
     ProgressBatch,
     ProgressMessage,
     ReplicaKey,
@@ -577,16 +576,15 @@ class ReplicaCore:
         return self.held_back.take(), outputs
 
     def _send_held(self, changes: list[tuple[Pointstamp, int]], outputs: dict[str, dict[int, list]], ack: bool) -> None:
-        """Ship the output records, then the progress that retires them (in that order), and what
-        the replica now waits on if that changed (a cyclic round's next notification goes along)."""
+        """Ship the progress with the output records it retires, and what the replica now waits
+        on if that changed (a cyclic round's next notification goes along)."""
         previous, self.interests = self.interests, self._interests()
-        if outputs:
-            self._to_progress(OutputParts({name: {e: [records] for e, records in epochs.items()}
-                                           for name, epochs in outputs.items()}))
         self.flushes += 1
         if ack:
             self.unacked += 1
-        self._to_progress(ProgressBatch(changes, ack, self.interests if self.interests != previous else None))
+        parts = {name: {e: [records] for e, records in epochs.items()} for name, epochs in outputs.items()}
+        self._to_progress(ProgressBatch(changes, ack, self.interests if self.interests != previous else None,
+                                        parts or None))
 
     def _to_progress(self, message: ProgressMessage) -> None:
         self.transport.to_progress(Sequenced(self.outbox.key, next(self.sequence), message))

@@ -7,9 +7,9 @@ Message flow (arrows are fire-and-forget Ray calls unless marked *waits*)::
     replica ──Marker on ChannelId────────▶ replica                (in band, behind earlier batches)
     input's replica ──EpochClosed────────▶ replica                (a data batch that is a token, behind
                                                                     the epoch's data; see engine/epoch_tokens)
-    replica ──Sequenced(OutputParts)─────▶ progress actor         (numbered per replica, applied
-    replica ──Sequenced(ProgressBatch)───▶ progress actor          in number order: outputs first,
-    replica ──Sequenced(Declaration)─────▶ progress actor          then the batch that retires them)
+    replica ──Sequenced(ProgressBatch)───▶ progress actor         (numbered per replica, applied
+    replica ──Sequenced(Declaration)─────▶ progress actor          in number order; a batch's output
+                                                                    records before its deltas)
     progress actor ──StatusPush──────────▶ replica
     replica ──JobFailed──────────────────▶ progress actor
     driver ──next_events(cursor)─────────▶ progress actor         (*waits*, a long poll in its own
@@ -19,11 +19,11 @@ No actor waits on a call to an actor that may wait for it: replicas wait only fo
 oldest call of a full window to a downstream replica (never out of a feedback vertex,
 so cycles drain), and the progress actor waits for nobody.
 
-Output records travel as messages of their own (:class:`OutputParts`), not inside
-progress batches; they are numbered in the same sequence as the replica's progress
-batches, so the progress actor holds every record of an epoch before it applies the
-batch that can complete that epoch. On Ray, output parts share one call with the
-progress batch that follows them (``ProgressActor.receive``), saving a hop.
+Output records travel in the progress batch that retires them (``ProgressBatch.outputs``),
+added to the output log before its deltas are applied, so the progress actor holds every
+record of an epoch before it applies the batch that can complete that epoch. One message
+for both: at a wide output stage most batches carry records, and a message costs the
+progress actor its unpickling and ordering whatever it holds.
 
 On Ray, a cyclic round's ``Sequenced(ProgressBatch)`` (it asks for an acknowledgement)
 may instead go with the round's data to the one peer the round sent to, which passes it
@@ -150,19 +150,15 @@ class ProgressBatch:
         ack: the replica wants every status it has not seen once this batch is applied
             (a vertex on a cycle waits for it between rounds of notifications).
         interests: what the replica now waits on, if that changed.
+        outputs: records that reached the replica's outputs since its last batch, per
+            output and epoch, as parts (on Ray packed: inline blobs or object refs, see
+            :mod:`raytide.physical.wire`); the deltas retire them.
     """
 
     changes: list[tuple[Pointstamp, int]]
     ack: bool = False
     interests: Interests | None = None
-
-
-@dataclass(frozen=True)
-class OutputParts:
-    """Records that reached a replica's outputs, per output and epoch, as packed parts
-    (inline blobs or object refs, see :mod:`raytide.physical.wire`)."""
-
-    parts: dict[str, dict[int, list]]
+    outputs: dict[str, dict[int, list]] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +168,7 @@ class Declaration:
     interests: Interests
 
 
-ProgressMessage = ProgressBatch | OutputParts | Declaration
+ProgressMessage = ProgressBatch | Declaration
 
 
 class Sequenced(NamedTuple):

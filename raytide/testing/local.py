@@ -9,8 +9,9 @@ markers alike), FIFO from the progress actor to each replica, in *any* order fro
 replica to the progress actor (it is a threaded actor; the cores number those
 messages; with ``nodes``, through a relay per node), driver commands FIFO per input
 replica, and job events through a log the driver polls. At each step a seeded ``random.Random`` chooses which mailbox delivers
-next, so one seed is one reproducible interleaving and many seeds explore many
-(FoundationDB's simulation testing).
+next (the progress actor's count as one: it is one process, taking one call at a time), so
+one seed is one reproducible interleaving and many seeds explore many (FoundationDB's
+simulation testing).
 
 Faults are injected by step: :meth:`LocalJob.crash` kills a replica, the progress core or
 the coordinator at step ``n``, losing its state and all it had in flight. Without
@@ -208,7 +209,8 @@ class LocalJob:
             actions.append(self._connect)
         actions += [functools.partial(self._deliver, link, to=link[1]) for link, queue in self.mail.links.items()
                     if queue and link[1] not in self.waiting]
-        actions += [functools.partial(self._apply_progress, key) for key, calls in self.mail.to_progress.items() if calls]
+        if any(self.mail.to_progress.values()):
+            actions.append(self._take_progress_call)
         for deliver, mailbox in ((self._push_status, self.mail.pushes), (self._command, self.mail.commands),
                                  (self._inject, self.mail.injects)):
             actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
@@ -256,8 +258,12 @@ class LocalJob:
         else:
             self._guard(key, core.on_marker, *message[1:])
 
-    def _apply_progress(self, key: ReplicaKey) -> None:
-        """One call to the progress actor from ``key``'s mailbox (:meth:`Mailboxes.take_progress`), applied together."""
+    def _take_progress_call(self) -> None:
+        """The progress actor takes one call (:meth:`Mailboxes.take_progress`) from a mailbox
+        chosen at random and applies it. It is one process, so it is one action among the
+        others however many mailboxes wait for it: while it applies one call, the replicas go
+        on and the mailboxes gather, as a busy central actor's callers do."""
+        key = self.rng.choice([key for key, calls in self.mail.to_progress.items() if calls])
         current = [call for incarnation, call in self.mail.take_progress(key, self.rng)
                    if incarnation == self.progress_incarnation]
         if self.progress is not None and current:

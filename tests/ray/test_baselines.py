@@ -10,7 +10,7 @@ import pytest
 import ray
 from pyspark.sql import SparkSession
 
-from bench.baselines import data
+from bench.baselines import data, ray_call_cost
 from bench.baselines.cc_pyspark import connected_components_pyspark
 from bench.baselines.cc_ray import EdgeIndex, components_union_find, connected_components_ray
 from bench.baselines.mandelbrot_ray import mandelbrot_ray, mandelbrot_reference, mandelbrot_row
@@ -212,3 +212,12 @@ def test_the_relay_times_every_message_through_the_hops_asked_for(ray_session):
     assert len(latencies) == 15 and min(latencies) > 0
     with pytest.raises(ValueError, match="at least 3 hops"):
         relay_latencies(hops=2, messages=1)
+
+
+@pytest.mark.ray
+def test_the_ray_call_cost_is_the_cpu_of_the_actor_at_each_end(ray_session, monkeypatch):
+    """Both ends' CPU per call is measured, positive and of the order a Ray call costs."""
+    monkeypatch.setattr(ray_call_cost, "CALLS", 300)
+    cost = ray_call_cost.actor_call_cpu_ms(blob_bytes=500)
+    assert set(cost) == {"receive", "submit"}
+    assert all(0.001 < ms < 50 for ms in cost.values()), cost

@@ -62,19 +62,38 @@ def test_progress_relayed_per_node_gives_the_reference_output(name):
 def test_a_relay_gathers_its_nodes_messages_into_fewer_calls():
     """On one node, the progress core takes the replicas' messages in fewer calls through a
     relay than without (where the simulator already lets a call take a random few of one
-    replica's messages, more than Ray would)."""
-    calls = []
-    for nodes in (None, 1):
-        scenario, job = run_scenario(SCENARIOS["keyed"], 3, nodes=nodes)
-        assert job.progress is not None
-        applied = job.progress.receive_all
-        taken: list[int] = []
+    replica's messages, more than Ray would), over eight seeds."""
+    totals = {None: [0, 0], 1: [0, 0]}  # calls, messages
+    for seed in range(8):
+        for nodes, total in totals.items():
+            scenario, job = run_scenario(SCENARIOS["keyed"], seed, nodes=nodes)
+            assert job.progress is not None
+            applied = job.progress.receive_all
+            taken: list[int] = []
+            job.progress.receive_all = lambda batch, applied=applied, taken=taken: taken.append(len(batch)) or applied(batch)
+            run = job.run()
+            assert run.finished and as_counters(run.outputs) == scenario.expected
+            total[0], total[1] = total[0] + len(taken), total[1] + sum(taken)
+    (direct_calls, _), (relayed_calls, relayed_messages) = totals[None], totals[1]
+    assert relayed_calls < 0.75 * direct_calls and relayed_calls < relayed_messages / 1.5, totals
+
+
+def test_the_progress_actor_takes_one_call_at_a_time_so_busy_relays_gather_more():
+    """The progress actor is one process: it takes one relay's call at a time while every
+    replica goes on, so a relay gathers what its node sent meanwhile. At 8 nodes x 8
+    replicas its calls carry 3.7 messages on average (the simulator that served each relay's
+    mailbox as if by a process of its own: 2.3)."""
+    calls = messages = 0
+    for seed in range(3):
+        scenario = SCENARIOS["keyed"](random.Random(seed))
+        job = LocalJob(scenario.flow, scenario.inputs, parallelism=16, seed=seed, nodes=8)
+        assert job.progress is not None and len(job.replicas) == 64
+        applied, taken = job.progress.receive_all, []
         job.progress.receive_all = lambda batch, applied=applied, taken=taken: taken.append(len(batch)) or applied(batch)
         run = job.run()
         assert run.finished and as_counters(run.outputs) == scenario.expected
-        calls.append((len(taken), sum(taken)))
-    (direct_calls, _), (relayed_calls, relayed_messages) = calls
-    assert relayed_calls < direct_calls / 2 and relayed_calls < relayed_messages / 2, calls
+        calls, messages = calls + len(taken), messages + sum(taken)
+    assert messages >= 3 * calls, (calls, messages)
 
 
 def test_a_relay_that_loses_a_message_is_caught(monkeypatch):
@@ -240,5 +259,6 @@ def test_a_crash_drops_what_the_dead_replica_had_in_flight():
     job.crash(victim, at_step=10)
     run = job.run()
     assert isinstance(run.failure, ReplicaDied) and run.failure.key == victim
-    assert not any(victim in link and queue for link, queue in job.mail.links.items())
-    assert not job.mail.to_progress[victim] and not job.mail.pushes[victim] and not job.mail.commands[victim]
+    # what was on its way to it is gone; what it sent stays on its way (and is dropped where it arrives)
+    assert not any(receiver == victim and queue for (_, receiver), queue in job.mail.links.items())
+    assert not job.mail.pushes[victim] and not job.mail.commands[victim]

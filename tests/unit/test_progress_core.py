@@ -10,7 +10,6 @@ from raytide.physical.protocol import (
     JobFailed,
     JobFinished,
     OutputFrontier,
-    OutputParts,
     ProgressBatch,
     ReplicaKey,
     Sequenced,
@@ -33,16 +32,15 @@ def graph():
     return b.build()
 
 
-def batch(sender, sequence, changes, ack=False, interests=None):
-    return Sequenced(sender, sequence, ProgressBatch(changes, ack, interests))
+def batch(sender, sequence, changes, ack=False, interests=None, outputs=None):
+    return Sequenced(sender, sequence, ProgressBatch(changes, ack, interests, outputs))
 
 
 def test_messages_before_connect_wait_then_apply_in_sequence_order_and_release_output_epochs():
     core = ProgressCore(graph(), ["out"], [((SRC, T0), 1)])
-    # The sink's records and the batch retiring their message arrive first, and everything
+    # The sink's batch retiring its message, with the records, arrives first, and everything
     # arrives before connect (the driver does not wait for the progress actor).
-    assert core.receive(Sequenced(SINK, 0, OutputParts({"out": {0: ["x"]}}))).events == []
-    core.receive(batch(SINK, 1, [((OUT, T0), -1)]))
+    assert core.receive(batch(SINK, 0, [((OUT, T0), -1)], outputs={"out": {0: ["x"]}})).events == []
     core.receive(batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1), ((OUT, T0), 1)]))
     effects = core.connect({SOURCE: [], SINK: [OUT]})
     assert (SINK, StatusPush({OUT: [(T0, True)]}, False)) in effects.pushes, "the initial status, taken at connect"
@@ -57,7 +55,7 @@ def test_records_after_their_epoch_completed_fail_the_job_naming_the_output():
     core = ProgressCore(graph(), ["out"], [((SRC, T0), 1)])
     core.connect({SOURCE: [], SINK: [OUT]})
     core.receive(batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1)]))
-    events = core.receive(Sequenced(SINK, 0, OutputParts({"out": {0: ["late"]}}))).events
+    events = core.receive(batch(SINK, 0, [], outputs={"out": {0: ["late"]}})).events
     assert len(events) == 1 and isinstance(events[0], JobFailed)
     assert "output 'out'" in str(events[0].error) and "epoch 0" in str(events[0].error)
 
@@ -95,8 +93,7 @@ def test_the_event_log_keeps_only_what_the_driver_has_not_read():
     actor.connect({SINK: (Handle(), [OUT])})
     cursor = 0
     for epoch in range(1000):
-        receive(actor, 0, Sequenced(SINK, 2 * epoch, OutputParts({"out": {epoch: [epoch]}})))
-        receive(actor, 0, batch(SINK, 2 * epoch + 1, [((OUT, Timestamp(epoch)), -1)]))
+        receive(actor, 0, batch(SINK, epoch, [((OUT, Timestamp(epoch)), -1)], outputs={"out": {epoch: [epoch]}}))
         receive(actor, 0, batch(SOURCE, epoch, [((SRC, Timestamp(epoch)), -1), ((SRC, Timestamp(epoch + 1)), 1),
                                                ((OUT, Timestamp(epoch)), 1)]))
         events, cursor = actor.next_events(cursor, 0)

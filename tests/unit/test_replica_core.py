@@ -14,7 +14,7 @@ import raytide as rt
 from raytide.core import split_text
 from raytide.engine.replica import ReplicaCore
 from raytide.physical.plan import compile_plan
-from raytide.physical.protocol import ChannelId, Declaration, EpochClosed, OutputParts, ProgressBatch, ReplicaKey
+from raytide.physical.protocol import ChannelId, Declaration, EpochClosed, ProgressBatch, ReplicaKey
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 
@@ -27,7 +27,6 @@ class Recorder:
         self.tokens: list[tuple[Any, ChannelId, EpochClosed, int]] = []  # with how many batches were sent before
         self.flushes: list[tuple[list, bool, dict]] = []
 
-        self.outputs: dict = {}
         self.messages: list = []  # every message to the progress actor, in order
 
     def send(self, to, channel, vertex, time, batch):
@@ -40,14 +39,12 @@ class Recorder:
         raise AssertionError("no markers here")
 
     def to_progress(self, call):
-        """Keeps each progress batch with the output records shipped just before it."""
+        """Keeps each progress batch with the output records it carries."""
         self.messages.append(call.message)
-        if isinstance(call.message, OutputParts):
-            self.outputs = {name: {e: [r for part in parts for r in part] for e, parts in epochs.items()}
-                            for name, epochs in call.message.parts.items()}
-        elif isinstance(call.message, ProgressBatch):
-            self.flushes.append((call.message.changes, call.message.ack, self.outputs))
-            self.outputs = {}
+        if isinstance(call.message, ProgressBatch):
+            outputs = {name: {e: [r for part in parts for r in part] for e, parts in epochs.items()}
+                       for name, epochs in (call.message.outputs or {}).items()}
+            self.flushes.append((call.message.changes, call.message.ack, outputs))
 
 
 def input_core(flow: rt.Dataflow) -> tuple[ReplicaCore, Recorder]:
