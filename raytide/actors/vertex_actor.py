@@ -19,8 +19,8 @@ Message flow (no actor ever waits for one that may wait for it):
   are few (:data:`MAX_RIDING`) and none asks for an acknowledgement, else to the progress
   actor; a batch goes there at the latest when its chain's data stops (a round that sends
   nothing, or the epoch's output), so nothing waits for it that it could wait for. An input's
-  chain closing an epoch sends its batch so with its data and epoch tokens, when every frontier
-  it moves waits for that data anyway (``epoch_tokens.rides_with_tokens``).
+  chain closing an epoch sends its batch so with its epoch tokens (and data) to one receiver,
+  when every frontier it moves waits for their receipt anyway (``epoch_tokens.rides_with_tokens``).
 * failures: ``replica -> progress actor.fail`` (fire and forget).
 * snapshots (a job with ``recovery``): at a snapshot barrier the core hands its local
   snapshot to a writer thread (:class:`~raytide.snapshots.writer.SnapshotWriter`),
@@ -127,8 +127,8 @@ class _RayTransport:
         self.gathered.setdefault(to, []).append((channel.source, ((self.incarnation, channel, vertex, time), *payload)))
         if self.tokens_ride and not isinstance(batch, EpochClosed):
             self.data_peers.add(to)
-        elif self.tokens_ride and self.token_peer is None and to in self.data_peers:
-            self.token_peer = to
+        elif self.tokens_ride and self.token_peer is None and (to in self.data_peers or not self.data_peers):
+            self.token_peer = to  # the first to get a token, and data if this event sent any
         if not self.gathering:
             self._flush(to)
 
@@ -254,7 +254,7 @@ class _RayTransport:
         if not (self.gathering and isinstance(call.message, ProgressBatch)) or call.message.outputs:
             return None
         if self.token_peer is not None and not self.passing_on and not call.message.ack:
-            return self.token_peer  # an input's chain closing an epoch: with its data and tokens
+            return self.token_peer  # an input's chain closing an epoch: with its tokens (and data)
         if len(self.gathered) != 1:
             return None
         peer = next(iter(self.gathered))

@@ -69,12 +69,15 @@ def receivers(plan: PhysicalPlan) -> frozenset[str]:
 
 
 def rides_with_tokens(plan: PhysicalPlan, chain: str) -> bool:
-    """Whether ``chain``'s progress batch at an epoch's close may go with its data and tokens
-    to a receiver, which passes it on: the chain is a sender, hosts no output, and every
-    channel out of it goes to a vertex that takes tokens. Every frontier that batch can move
-    then waits for a receiver's receipt of that data anyway (a vertex input counts the
-    messages in flight to all its replicas), so it reaches the progress actor no later than
-    needed, and the sender saves a call each epoch."""
+    """Whether ``chain``'s progress batch at an epoch's close may go with its tokens (and its
+    data, if that event sent any) to a receiver, which passes it on at the end of that event
+    at the latest: the chain is a sender, hosts no output, and every channel out of it goes
+    to a vertex that takes tokens. Every frontier that batch can move then waits for a
+    receiver's receipt of what went with it anyway: of data (a vertex input counts the
+    messages in flight to all its replicas), or of the token (a receiver that got records
+    of that epoch is notified only once a token came on every channel). So the sender
+    saves a call each epoch and nothing waits longer, but an epoch that carried no record
+    at all: it completes a hop later."""
     vertices = plan.chain(chain).vertices
     consumers = [consumer for vertex in vertices for port in range(plan.vertex(vertex).outputs)
                  for consumer in plan.consumers_of(vertex, port) if not plan.is_fused(consumer)]
