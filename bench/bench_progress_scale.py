@@ -72,15 +72,10 @@ class CountingCore(ProgressCore):
         of its own: the in-process runtime hands the core a random few of a replica's messages
         at a time, more than one Ray call may carry, so applying them together would flatter
         the central actor."""
-        if CountingCore.relayed:
-            effects = self._timed(calls)
-            CountingCore.messages += len(calls)
-            CountingCore.calls += 1
-            return effects
         effects = ProgressEffects()
-        for call in calls:
-            effects.extend(self._timed([call]))
-            CountingCore.messages += 1
+        for call in [calls] if CountingCore.relayed else [[call] for call in calls]:
+            effects.extend(self._timed(call))
+            CountingCore.messages += len(call)
             CountingCore.calls += 1
         return effects
 

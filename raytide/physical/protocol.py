@@ -29,8 +29,8 @@ On Ray, a cyclic round's ``Sequenced(ProgressBatch)`` (it asks for an acknowledg
 may instead go with the round's data to the one peer the round sent to, which passes it
 on ahead of its own next message (see ``raytide/actors/vertex_actor.py``): numbered, it is
 applied in order however it travels. So may an input replica's batch at an epoch's close,
-with the data and :class:`EpochClosed` token it sent a vertex that takes tokens
-(``epoch_tokens.rides_with_tokens``). A :class:`StatusPush` answers any acknowledgements
+with the :class:`EpochClosed` token (and the data, if that event sent any) it sent a vertex
+that takes tokens (``epoch_tokens.rides_with_tokens``). A :class:`StatusPush` answers any acknowledgements
 owed (``acked`` counts them) and is sent only when it may let the replica run something;
 a vertex whose every input channel has sent it a token leaves the waits the tokens answer
 undeclared, so it gets none for them.
