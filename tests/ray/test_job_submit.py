@@ -43,6 +43,10 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 RAY = str(BIN / "ray")
 JOB_TIMEOUT = 240
+#: What ``ray start`` prints once its node registered with the GCS.
+STARTED = "Ray runtime started."
+#: Heads started for the test, when the earlier ones failed to come up (see ``head``).
+HEAD_ATTEMPTS = 3
 #: Submissions of one job, when the head refused the earlier ones before creating it (see ``submit``).
 SUBMIT_ATTEMPTS = 3
 RESULT = re.compile(r"^RESULT word=(\S+) count=(\d+)$", re.MULTILINE)
@@ -93,6 +97,7 @@ class Head:
         # Sockets live under the temp dir: keep it short (AF_UNIX paths are limited to 107 bytes).
         self.temp_dir = tempfile.mkdtemp(prefix="rtjs", dir="/tmp")
         self.dashboard = f"http://127.0.0.1:{dashboard}"
+        workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "ray-head.log"
         command = [
             RAY, "start", "--head", "--block", "--num-cpus=2", "--disable-usage-stats",
@@ -120,14 +125,20 @@ class Head:
         return done
 
     def wait_ready(self, timeout: float = 120) -> None:
+        """Wait until ``ray start`` says its node started and the job server answers.
+
+        The job server can answer before the node registered: ``ray start`` then still fails
+        (Ray waits a hard-coded 30 s for its raylet) and takes the head down mid-submission,
+        so answering alone is not ready.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"ray start exited with {self.process.returncode}:\n{self.log_tail()}")
-            if self.job("list", check=False, timeout=60).returncode == 0:
+                raise HeadDidNotStart(f"ray start exited with {self.process.returncode}:\n{self.log_tail()}")
+            if STARTED in self.log_tail() and self.job("list", check=False, timeout=60).returncode == 0:
                 return
             time.sleep(2)
-        raise AssertionError(f"the Ray head's job server did not answer within {timeout} s:\n{self.log_tail()}")
+        raise HeadDidNotStart(f"the Ray head did not start and answer within {timeout} s:\n{self.log_tail()}")
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
@@ -154,6 +165,10 @@ class Head:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
+class HeadDidNotStart(AssertionError):
+    """``ray start --head`` exited or did not come up in time."""
+
+
 def _group_alive(group: int) -> bool:
     try:
         os.killpg(group, 0)
@@ -166,9 +181,22 @@ def _group_alive(group: int) -> bool:
 
 @pytest.fixture()
 def head(tmp_path, own_ray_env):
-    started = Head(tmp_path, cli_env(own_ray_env))
+    """A started head; one that failed to come up is stopped and a fresh one started on new ports.
+
+    On a loaded machine a raylet can take longer than the 30 s ``ray start`` waits for it to
+    register, or a port found free can be taken before the head binds it; neither says
+    anything about raytide, and a second head normally starts.
+    """
+    for attempt in range(1, HEAD_ATTEMPTS + 1):
+        started = Head(tmp_path / f"head{attempt}", cli_env(own_ray_env))
+        try:
+            started.wait_ready()
+            break
+        except HeadDidNotStart:
+            started.stop()
+            if attempt == HEAD_ATTEMPTS:
+                raise
     try:
-        started.wait_ready()
         yield started
     finally:
         started.stop()
