@@ -515,16 +515,15 @@ class ReplicaCore:
         covered); only the minimal times matter (a later one is answered no earlier)."""
         waits: dict[Location, dict[Timestamp, bool]] = {}
         for vertex, pending in self.notifications.pending.items():
-            asked = [time for time in pending if not self.tokens.answers_alone(vertex, time)]  # tokens will answer the rest
-            for port in range(len(self.plan.vertex(vertex).inputs)):
-                times = waits.setdefault(Location.of_input(vertex, port), {})
-                for time in asked:
-                    times.setdefault(time, False)
+            asked = [time for time in pending if not self.tokens.answers_alone(vertex, time)]  # tokens answer the rest
+            if asked:
+                for port in range(len(self.plan.vertex(vertex).inputs)):
+                    waits[Location.of_input(vertex, port)] = dict.fromkeys(asked, False)
         for location, time in self.held_back.waits() if held else ():
             if not self._shipped_at_a_token(location.vertex, time):
                 waits.setdefault(location, {})[time] = True
         return {loc: [(t, times[t]) for t in sorted(minimal_elements(times), key=Timestamp.sort_key)]
-                for loc, times in waits.items() if times}
+                for loc, times in waits.items()}
 
     def _shipped_at_a_token(self, vertex: str, time: Timestamp) -> bool:
         """Whether progress held back at an input of ``vertex`` at ``time`` will be shipped
