@@ -31,8 +31,20 @@ import raytide as rt
 from tests.delivery import count_outputs, read_outputs
 from tests.sim.scenarios import SCENARIOS
 
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3})
-workers = [cluster.add_node(num_cpus=3) for _ in range(3)]
+def start_cluster():
+    """The head and three worker nodes; a cluster whose node failed to come up is shut down
+    and started again (on a loaded machine a raylet can register after the 30 s Ray waits)."""
+    for attempt in range(1, 4):
+        cluster = Cluster()
+        try:
+            cluster.add_node(num_cpus=3)
+            return cluster, [cluster.add_node(num_cpus=3) for _ in range(3)]
+        except Exception as error:
+            print(f"the cluster did not start (attempt {attempt}): {error}", file=sys.stderr, flush=True)
+            cluster.shutdown()
+    raise RuntimeError("a four-node local cluster did not start in three attempts")
+
+cluster, workers = start_cluster()
 ray.init(address=cluster.address, log_to_driver=False)
 cluster.wait_for_nodes()
 scenario = SCENARIOS["keyed"](random.Random(11), epochs=40)
