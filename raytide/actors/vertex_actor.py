@@ -16,11 +16,13 @@ Message flow (no actor ever waits for one that may wait for it):
   of its own next progress message: the frontier needs the peer's receipt of that data
   anyway, so the batch is not later, and the round costs one Ray call less at each end.
   A replica with batches to pass on sends its own along with them, to the peer while they
-  are few (:data:`MAX_RIDING`) and none asks for an acknowledgement, else to the progress
-  actor; a batch goes there at the latest when its chain's data stops (a round that sends
-  nothing, or the epoch's output), so nothing waits for it that it could wait for. An input's
-  chain closing an epoch sends its batch so with its epoch tokens (and data) to one receiver,
-  when every frontier it moves waits for their receipt anyway (``epoch_tokens.rides_with_tokens``).
+  are few (:data:`~raytide.engine.riding.MAX_RIDING`) and none asks for an acknowledgement,
+  else to the progress actor; a batch goes there at the latest when its chain's data stops
+  (a round that sends nothing, or the epoch's output), so nothing waits for it that it could
+  wait for. An input's chain closing an epoch sends its batch so with its epoch tokens (and
+  data) to one receiver, when every frontier it moves waits for their receipt anyway
+  (``epoch_tokens.rides_with_tokens``). The rules are :mod:`raytide.engine.riding`'s,
+  which the in-process runtime runs too.
 * failures: ``replica -> progress actor.fail`` (fire and forget).
 * snapshots (a job with ``recovery``): at a snapshot barrier the core hands its local
   snapshot to a writer thread (:class:`~raytide.snapshots.writer.SnapshotWriter`),
@@ -54,6 +56,7 @@ from raytide.core.batches import to_records
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
 from raytide.engine.replica import ReplicaCore
+from raytide.engine.riding import Rides
 from raytide.errors import RaytideError, ReplicaLost, RescaleError, SnapshotError, SourceError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -81,10 +84,6 @@ from raytide.sources.base import Reader, RemoteBatch
 
 logger = logging.getLogger(__name__)
 
-#: At most this many progress batches travel with a loop's data between its replicas
-#: before they go to the progress actor (each hop carries them all again).
-MAX_RIDING = 8
-
 #: Output records of at most this many pickled bytes per epoch travel inline to the progress
 #: actor; larger ones stay in the object store (Ray passes arguments by value up to 100 KiB).
 INLINE_BYTES = 64 * 1024
@@ -110,13 +109,8 @@ class _RayTransport:
         self.data_calls = 0  # Ray calls that carried data batches (several batches may share one)
         self.gathering = False  # inside an event: data batches wait in `gathered` until it ends
         self.gathered: dict[ReplicaKey, list[tuple[str, tuple]]] = {}  # per receiver, (sender, receive args)
-        self.riding: dict[ReplicaKey, list[Sequenced]] = {}  # progress batches, to go with this event's data to the peer
-        self.passing_on: list[Sequenced] = []  # other replicas' batches that came with their data, for the progress actor
-        #: Whether this chain's progress batch at an epoch's close goes with its tokens (``epoch_tokens.rides_with_tokens``):
-        #: then the receivers this event sent data to, and the first of them that also got a token, which takes it along.
-        self.tokens_ride = epoch_tokens.rides_with_tokens(plan, key.chain)
-        self.data_peers: set[ReplicaKey] = set()
-        self.token_peer: ReplicaKey | None = None
+        #: Progress batches going with this event's data, and other replicas' to pass on.
+        self.rides = Rides(key.chain, epoch_tokens.rides_with_tokens(plan, key.chain))
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         try:
@@ -125,10 +119,7 @@ class _RayTransport:
             raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
                               f"epoch {time.epoch}") from error
         self.gathered.setdefault(to, []).append((channel.source, ((self.incarnation, channel, vertex, time), *payload)))
-        if self.tokens_ride and not isinstance(batch, EpochClosed):
-            self.data_peers.add(to)
-        elif self.tokens_ride and self.token_peer is None and (to in self.data_peers or not self.data_peers):
-            self.token_peer = to  # the first to get a token, and data if this event sent any
+        self.rides.sent(to, token=isinstance(batch, EpochClosed))
         if not self.gathering:
             self._flush(to)
 
@@ -141,9 +132,13 @@ class _RayTransport:
         (``receive_many``, its arguments framed as one pickle: :func:`~raytide.physical.wire.frame`)
         and takes them in one event, so a round of a loop that sends a peer two batches (the
         next round's rows and the epoch gate's token) costs one Ray call and one progress
-        message there instead of two."""
+        message there instead of two. A progress batch placed with a receiver whose data
+        went before it (a marker sent it on) goes to the progress actor."""
         for to in list(self.gathered):
             self._flush(to)
+        stranded = self.rides.take_stranded()
+        if stranded:
+            self._send_progress(tuple(stranded), refs=False)
 
     def _flush(self, to: ReplicaKey) -> None:
         calls = self.gathered.pop(to, None)
@@ -151,7 +146,7 @@ class _RayTransport:
             return
         self.data_calls += 1
         bounded = next((sender for sender, _ in calls if sender not in self.unbounded), None)  # no wait if any is
-        framed = frame([args for _, args in calls], self.riding.pop(to, []))
+        framed = frame([args for _, args in calls], self.rides.take(to))
         self._call(to, calls[0][0] if bounded is None else bounded, "receive_many", framed)
 
     def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
@@ -205,19 +200,13 @@ class _RayTransport:
         self.incarnation, self.peers = incarnation, peers
         self.progress, self.relay = route
         self.inflight.clear()
-        self.riding.clear()
-        self.passing_on.clear()
-        self.end_event()
-
-    def end_event(self) -> None:
-        """Forget which receivers the event that ended got data and tokens from this replica."""
-        self.data_peers.clear()
-        self.token_peer = None
+        self.rides.reset()
 
     def to_progress(self, call: Sequenced) -> None:
-        """A message for the progress actor: it rides with a round's data (:meth:`_round_peer`)
-        or goes in a call of its own, encoded unless an output part is an object ref. Output
-        records travel packed, and large parts stay in the object store."""
+        """A message for the progress actor: it rides with this event's data
+        (:meth:`Rides.place <raytide.engine.riding.Rides.place>`) or goes in a call of its
+        own, encoded unless an output part is an object ref. Output records travel packed,
+        and large parts stay in the object store."""
         refs = False
         if isinstance(call.message, ProgressBatch) and call.message.outputs:
             packed = {name: {epoch: [self._part(part, name, epoch) for part in parts] for epoch, parts in epochs.items()}
@@ -225,13 +214,9 @@ class _RayTransport:
             refs = any(isinstance(part, ray.ObjectRef) for epochs in packed.values() for parts in epochs.values()
                        for part in parts)
             call = call._replace(message=dataclasses.replace(call.message, outputs=packed))
-        peer = self._round_peer(call)
-        if peer is not None:
-            self.riding[peer] = [*self.passing_on, call]
-            self.passing_on.clear()
-            return
-        self._send_progress((*self.passing_on, call), refs=refs)
-        self.passing_on.clear()
+        calls = self.rides.place(call, self.gathering, self.gathered)
+        if calls:
+            self._send_progress(calls, refs=refs)
 
     def _send_progress(self, calls: tuple[Sequenced, ...], refs: bool) -> None:
         """One Ray call to the progress actor, or to the node's relay: encoded, unless a part is
@@ -243,32 +228,11 @@ class _RayTransport:
             (self.relay.relay if self.relay is not None else self.progress.receive).remote(
                 encode((self.incarnation, calls)))
 
-    def _round_peer(self, call: Sequenced) -> ReplicaKey | None:
-        """The one peer that a progress batch of a loop's round may go with, and the batches
-        this replica passes on with it: this event sent data to that peer only, and the peer
-        is a replica of this chain (so the chain is on a cycle and the peer's next round
-        waits for that data anyway; see the module docstring), or the batch is one that asks
-        for an acknowledgement (a round run at a notification) and goes alone. Batches to
-        pass on ride again while they are fewer than :data:`MAX_RIDING` and none asks for an
-        acknowledgement, which would otherwise come only once they stop riding."""
-        if not (self.gathering and isinstance(call.message, ProgressBatch)) or call.message.outputs:
-            return None
-        if self.token_peer is not None and not self.passing_on and not call.message.ack:
-            return self.token_peer  # an input's chain closing an epoch: with its tokens (and data)
-        if len(self.gathered) != 1:
-            return None
-        peer = next(iter(self.gathered))
-        if not self.passing_on:
-            return peer if call.message.ack or peer.chain == self.key.chain else None
-        may_ride_again = len(self.passing_on) < MAX_RIDING and not any(
-            isinstance(passed.message, ProgressBatch) and passed.message.ack for passed in self.passing_on)
-        return peer if peer.chain == self.key.chain and may_ride_again else None
-
     def pass_on(self) -> None:
         """Send the progress actor what came with data and did not go with a message of this replica's."""
-        if self.passing_on:
-            self._send_progress(tuple(self.passing_on), refs=False)
-            self.passing_on.clear()
+        calls = self.rides.take_passing_on()
+        if calls:
+            self._send_progress(tuple(calls), refs=False)
 
     def fail(self, error: RaytideError) -> None:
         self.progress.fail.remote(self.incarnation, error)
@@ -363,7 +327,7 @@ class VertexActor:
         messages = [(channel, vertex, time, unpack_for(payload, packed, functools.partial(_batch_place, channel, vertex, time)))
                     for (incarnation, channel, vertex, time), payload, packed in calls if self._current(incarnation)]
         if messages:
-            self.transport.passing_on.extend(progress)
+            self.transport.rides.carried(progress)
             self.core.on_messages(messages)
 
     def receive_marker(self, incarnation: int, channel: ChannelId, marker: Marker) -> None:
@@ -580,8 +544,7 @@ class VertexActor:
             if outermost:  # a failed event's batches are dropped: the job fails
                 self.transport.gathering = False
                 self.transport.gathered.clear()
-                self.transport.riding.clear()
-                self.transport.end_event()
+                self.transport.rides.end_event()
             now = time.perf_counter()
             self.busy_s += now - started - (self.transport.blocked_s - blocked)
             if self.metrics.due(now):

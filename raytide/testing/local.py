@@ -7,7 +7,8 @@ It runs the same :class:`~raytide.engine.replica.ReplicaCore`,
 their messages the way Ray may: FIFO from one replica to another (data batches and
 markers alike), FIFO from the progress actor to each replica, in *any* order from a
 replica to the progress actor (it is a threaded actor; the cores number those
-messages; with ``nodes``, through a relay per node), driver commands FIFO per input
+messages; with ``nodes``, through a relay per node; a batch may ride with data to a
+peer, which passes it on, as on Ray: :mod:`raytide.engine.riding`), driver commands FIFO per input
 replica, and job events through a log the driver polls. At each step a seeded ``random.Random`` chooses which mailbox delivers
 next (the progress actor's count as one: it is one process, taking one call at a time), so
 one seed is one reproducible interleaving and many seeds explore many (FoundationDB's
@@ -35,14 +36,15 @@ import collections
 import functools
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from raytide.core.dataflow import Dataflow
+from raytide.engine.epoch_tokens import rides_with_tokens
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
-from raytide.physical.protocol import EpochComplete, JobEvent, JobFailed, JobFinished, Marker, MarkerKind, ReplicaKey
+from raytide.physical.protocol import EpochComplete, JobEvent, JobFailed, JobFinished, Marker, MarkerKind, ReplicaKey, Sequenced
 from raytide.progress.tracker import Pointstamp
 from raytide.rescale.layout import Piece
 from raytide.rescale.rescaling import HandOver, RescalePhase, Rescaling
@@ -69,23 +71,21 @@ class LocalJob:
 
     Args:
         flow: the dataflow (or an already compiled plan).
-        inputs: per input, the records of each epoch (epoch 0, 1, ...); pushed to the
-            input's replicas in turn, then each input is closed.
+        inputs: per input, the records of each epoch (epoch 0, 1, ...); pushed to the input's replicas in turn, then
+            each input is closed.
         parallelism: replicas per vertex (the dataflow's default if None).
         seed: chooses the interleaving.
         chaining: fuse pipeline-connected vertices, as ``rt.run`` does.
-        markers: ``{input: [(epoch, marker)]}``: inject ``marker`` at every replica of the
-            input before its first record of ``epoch`` (after the input moved to it).
+        markers: ``{input: [(epoch, marker)]}``: inject ``marker`` at every replica of the input before its first record
+            of ``epoch`` (after the input moved to it).
         recovery: take snapshots and recover from crashes instead of failing.
-        restore: with ``recovery``, start from this committed snapshot of its store (an id,
-            or ``"latest"``), of an earlier run at this or another parallelism, as
-            ``rt.run(..., restore=)`` does; or :data:`~raytide.snapshots.consumed.START`
-            (a restart on a store with nothing committed, as a stream's is).
-        consumer: reads every output as a ``job.results`` loop does (see
-            :mod:`raytide.testing.consumer`), across the drivers of a job restarted after
-            :meth:`crash` of :data:`~raytide.testing.outcome.DRIVER`.
-        nodes: spread the replicas over this many nodes, each sending its progress through
-            a relay, as on a Ray cluster (:class:`~raytide.testing.mailboxes.Mailboxes`).
+        restore: with ``recovery``, start from this committed snapshot of its store (an id, or ``"latest"``), of an
+            earlier run at this or another parallelism, as ``rt.run(..., restore=)`` does; or
+            :data:`~raytide.snapshots.consumed.START` (a restart on a store with nothing committed, as a stream's is).
+        consumer: reads every output as a ``job.results`` loop does (see :mod:`raytide.testing.consumer`), across the
+            drivers of a job restarted after :meth:`crash` of :data:`~raytide.testing.outcome.DRIVER`.
+        nodes: spread the replicas over this many nodes, each sending its progress through a relay, as on a Ray
+            cluster (:class:`~raytide.testing.mailboxes.Mailboxes`).
 
     With ``recovery`` and a :class:`~raytide.Dataflow` (not a plan), :meth:`rescale` changes
     the parallelism of vertices while the job runs, as ``job.rescale`` does on Ray.
@@ -137,7 +137,7 @@ class LocalJob:
 
     def _core(self, key: ReplicaKey) -> ReplicaCore:
         transport = LocalTransport(self.mail, key, self.incarnations[key], lambda: self.progress is not None,
-                                   self.mail.via(key, self.replica_keys()))
+                                   self.mail.via(key, self.replica_keys()), rides_with_tokens(self.plan, key.chain))
         return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=self.recovery is not None)
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
@@ -187,7 +187,7 @@ class LocalJob:
             self._tick_coordinator()
             choices = self._mailboxes()
             if not choices:
-                if self.result.finished:
+                if self.result.finished or self.result.failure is not None:  # a recovery may fail the job just now
                     break
                 if self.failures:  # nothing moves until the death is noticed: notice it now
                     self.failures = [(self.result.steps, cause) for _, cause in self.failures]
@@ -248,13 +248,14 @@ class LocalJob:
         self._perform(self.progress.connect({key: core.subscriptions() for key, core in self.replicas.items()}))
 
     def _deliver(self, link: tuple[ReplicaKey, ReplicaKey], to: ReplicaKey) -> None:
-        incarnation, message = self.mail.links[link].popleft()
+        """The next message on ``link``; data takes the progress batches riding with it along."""
+        incarnation, message, riders = self.mail.take(link)
         key = link[1]
         if not self._current(key, incarnation):
             return
         core = self.replicas[key]
         if message[0] == "data":
-            self._guard(key, core.on_messages, [message[1:]])
+            self._guard(key, core.on_messages, [message[1:]], riders=riders)
         else:
             self._guard(key, core.on_marker, *message[1:])
 
@@ -287,12 +288,14 @@ class LocalJob:
         if self._current(to, incarnation):
             self._guard(to, self.replicas[to].inject_marker, marker)
 
-    def _guard(self, key: ReplicaKey, method: Callable[..., None], *args: Any) -> None:
-        """Run a replica's event; a raytide error fails the job, as the actor's guard does."""
+    def _guard(self, key: ReplicaKey, method: Callable[..., None], *args: Any, riders: Sequence[Sequenced] = ()) -> None:
+        """Run a replica's event (taking along the progress batches ``riders`` that came with its
+        data: :meth:`LocalTransport.event`); a raytide error fails the job, as the actor's guard does."""
         if key in self.dead:
             return
         try:
-            method(*args)
+            with cast(LocalTransport, self.replicas[key].transport).event(riders):
+                method(*args)
         except RaytideError as error:
             self._record([JobFailed(error)])
 
@@ -409,8 +412,7 @@ class LocalJob:
     def restart_progress(self, effect: RestartProgress) -> None:
         """A new progress core from the restored replicas' pointstamps and kept output records."""
         self.progress = ProgressCore(self.plan.graph, self.plan.outputs, effect.pointstamps,
-                                     delivered=self.outputs.book.delivered(),
-                                     kept=effect.kept)
+                                     delivered=self.outputs.book.delivered(), kept=effect.kept)
         self.progress_incarnation = effect.incarnation
         self.mail.to_progress.clear()
         self.connected = True
@@ -480,8 +482,7 @@ class LocalJob:
         """A coordinator whose ids follow every id used before (even of abandoned snapshots)."""
         assert self.recovery is not None
         first = max(self.recovery.store.next_id(), self.last_snapshot_id + 1)
-        core = CoordinatorCore(list(self.replica_keys()), first, self.recovery.interval, self.recovery.timeout,
-                               self.incarnation)
+        core = CoordinatorCore(list(self.replica_keys()), first, self.recovery.interval, self.recovery.timeout, self.incarnation)
         core.last_end = self.result.steps
         return core
 

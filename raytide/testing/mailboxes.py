@@ -9,13 +9,15 @@ chooses, at each step, which mailbox delivers next.
 from __future__ import annotations
 
 import collections
+import contextlib
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytide.engine.riding import Rides
 from raytide.physical.plan import PhysicalPlan
-from raytide.physical.protocol import ChannelId, JobEvent, Marker, ReplicaKey, Sequenced, StatusPush
+from raytide.physical.protocol import ChannelId, EpochClosed, JobEvent, Marker, ReplicaKey, Sequenced, StatusPush
 from raytide.progress.timestamps import Timestamp
 from raytide.snapshots.coordinator import Acknowledgement, Commit
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
@@ -69,6 +71,14 @@ class Mailboxes:
         own, or with ``nodes`` its node's relay's."""
         return key if self.nodes is None else keys[keys.index(key) % self.nodes]
 
+    def take(self, link: tuple[ReplicaKey, ReplicaKey]) -> tuple[int, tuple[Any, ...], list[Sequenced]]:
+        """The next message on ``link`` with its incarnation, and the progress batches riding
+        with it (:class:`LocalTransport`), which are delivered with it."""
+        queue = self.links[link]
+        incarnation, message = queue.popleft()
+        riders = queue.popleft()[1][1] if queue and queue[0][1][0] == "riders" else []
+        return incarnation, message, riders
+
     def take_progress(self, key: ReplicaKey, rng: random.Random) -> list[tuple[int, Sequenced]]:
         """What one call to the progress actor takes from ``key``'s mailbox: some of a
         replica's messages, in any order; or all a relay holds, in any order."""
@@ -91,22 +101,64 @@ class Mailboxes:
 
 class LocalTransport:
     """One replica's transport: appends to the mailboxes, tagged with its incarnation; its
-    messages to the progress actor are lost while there is none (``progress_alive``)."""
+    messages to the progress actor are lost while there is none (``progress_alive``).
+
+    Progress batches ride with data as on Ray (:mod:`raytide.engine.riding`): inside an
+    event (:meth:`event`) the batches placed with a
+    peer follow the event's last data to it as a ``("riders", calls)`` entry, which
+    :class:`~raytide.testing.local.LocalJob` delivers with that data; a marker to the peer
+    sends them ahead of it, as the Ray transport's flush does."""
 
     def __init__(self, mail: Mailboxes, key: ReplicaKey, incarnation: int, progress_alive: Callable[[], bool],
-                 via: ReplicaKey) -> None:
-        """``via``: the mailbox its messages to the progress actor go to (:meth:`Mailboxes.via`)."""
+                 via: ReplicaKey, tokens_ride: bool = False) -> None:
+        """``via``: the mailbox its messages to the progress actor go to (:meth:`Mailboxes.via`);
+        ``tokens_ride``: ``epoch_tokens.rides_with_tokens`` of its chain."""
         self.mail, self.key, self.incarnation, self.progress_alive, self.via = mail, key, incarnation, progress_alive, via
+        self.rides = Rides(key.chain, tokens_ride)
+        self.in_event = False
+        self.pending: dict[ReplicaKey, None] = {}  # the peers this event sent data to, in order, not flushed
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         self.mail.links[(self.key, to)].append((self.incarnation, ("data", channel, vertex, time, batch)))
+        self.rides.sent(to, token=isinstance(batch, EpochClosed))
+        if self.in_event:
+            self.pending.setdefault(to)
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
+        self._flush(to)  # the batches placed with the data sent before it go first
         self.mail.links[(self.key, to)].append((self.incarnation, ("marker", channel, marker)))
 
     def to_progress(self, call: Sequenced) -> None:
+        self._send_progress(self.rides.place(call, self.in_event, self.pending))
+
+    @contextlib.contextmanager
+    def event(self, riders: Sequence[Sequenced] = ()) -> Iterator[None]:
+        """One event of the replica; ``riders``: other replicas' progress batches that came
+        with the data it takes. At its end the batches placed with each peer follow its
+        data, those whose data went before them (a marker) go to the progress actor, and the
+        riders not sent on with them too; a failed event's go nowhere (the job fails)."""
+        self.rides.carried(riders)
+        self.in_event = True
+        try:
+            yield
+            for to in list(self.pending):
+                self._flush(to)
+            self._send_progress(self.rides.take_stranded())
+        finally:
+            self.pending.clear()
+            self.rides.end_event()
+            self.in_event = False
+        self._send_progress(self.rides.take_passing_on())
+
+    def _flush(self, to: ReplicaKey) -> None:
+        self.pending.pop(to, None)
+        riders = self.rides.take(to)
+        if riders:
+            self.mail.links[(self.key, to)].append((self.incarnation, ("riders", riders)))
+
+    def _send_progress(self, calls: Sequence[Sequenced]) -> None:
         if self.progress_alive():
-            self.mail.to_progress[self.via].append((self.incarnation, call))
+            self.mail.to_progress[self.via].extend((self.incarnation, call) for call in calls)
 
     def local_snapshot(self, snapshot: LocalSnapshot) -> None:
         self.mail.writes.append((self.incarnation, snapshot))
