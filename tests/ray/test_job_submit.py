@@ -135,10 +135,14 @@ class Head:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise HeadDidNotStart(f"ray start exited with {self.process.returncode}:\n{self.log_tail()}")
-            if STARTED in self.log_tail() and self.job("list", check=False, timeout=60).returncode == 0:
+            if self.started() and self.job("list", check=False, timeout=60).returncode == 0:
                 return
             time.sleep(2)
         raise HeadDidNotStart(f"the Ray head did not start and answer within {timeout} s:\n{self.log_tail()}")
+
+    def started(self) -> bool:
+        """Whether ``ray start`` has said so, anywhere in its log (the tail may have moved past it)."""
+        return self.log.exists() and STARTED in self.log.read_text(errors="replace")
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
