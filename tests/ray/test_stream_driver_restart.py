@@ -14,6 +14,8 @@ And a Spark executor SIGKILLed while the driver lives (issue 34): the job fails 
 does not commit that batch, and a new driver restored on the same checkpoint goes on
 exactly once (``docs/streaming.md``, "Every failure, one outcome").
 
+All three happen to one stream, one driver after the other on the same checkpoint.
+
 Real processes on the session's Ray, each driver with a Spark of its own (the files using
 ``session_ray_env`` run before the session's Spark starts, so its CPUs are free).
 ``bench/bench_stream_driver_kills.py`` kills the driver at random moments, many times.
@@ -35,51 +37,57 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 FILES = 6
 
 
-def test_a_driver_killed_at_each_moment_and_restored_counts_every_file_once(session_ray_env, tmp_path):
+def test_drivers_killed_at_each_moment_and_a_spark_executor_killed_mid_stream_each_restored_count_every_file_once(
+        session_ray_env, tmp_path):
+    """One stream through four drivers on one checkpoint: the first SIGKILLed with batch 1
+    held but not committed, the second (restored) with batch 3 planned but not handed over,
+    the third (restored) failed by its Spark executor's SIGKILL at batch 4, the fourth
+    (restored) finishing; every file counted once at the end.
+
+    The executor caching micro-batch 4 is SIGKILLed once Spark has computed and cached the
+    batch, before the input replicas read it. Ray restarts the executor actor under its old
+    name (RayDP gives it 3 restarts) and it joins Spark under a new executor id. Seen with
+    RayDP 1.6.5, by timing: the replicas' read of the batch reaches the restarted executor
+    before its Spark environment is up (a Java NullPointerException: the job fails at that
+    batch), or after (RayDP computes the lost batch again there, the read succeeds, and the
+    next batch, cached under the new id, names an actor that does not exist: the job fails
+    at the next batch). Either way the job fails with a SparkIntegrationError naming the
+    input, the replica, the epoch and the micro-batch, and Spark does not commit that batch.
+    That driver's consumer had asked past every epoch it was handed when the error came (not
+    killed with one in hand), so it adds none seen twice to the two killed drivers' one each.
+    (Each driver starts a Spark of its own: one stream through all four costs a driver less
+    than a separate stream for the executor's kill.)"""
     land_files(tmp_path, FILES)
-    for run, how in enumerate(["start,held:1", "restore,offsets:3", "restore"]):
+    for run, how in enumerate(["start,held:1", "restore,offsets:3"]):
         driver = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(FILES), how], env=session_ray_env,
                                 capture_output=True, text=True, timeout=200)
-        if run < 2:
-            assert driver.returncode == -9, f"driver {run} was to SIGKILL itself ({how}):\n{driver.stderr[-3000:]}"
-        else:
-            assert driver.returncode == 0 and "finished" in driver.stdout, driver.stderr[-3000:]
+        assert driver.returncode == -9, f"driver {run} was to SIGKILL itself ({how}):\n{driver.stderr[-3000:]}"
+    killed_at = 4
+    failed_driver = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(FILES), f"restore,executor:{killed_at}"],
+                                   env=session_ray_env, capture_output=True, text=True, timeout=200)
+    check_failed_at_the_killed_executor(failed_driver, tmp_path, killed_at)
+    last = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(FILES), "restore"], env=session_ray_env,
+                          capture_output=True, text=True, timeout=200)
+    assert last.returncode == 0 and "finished" in last.stdout, last.stderr[-3000:]
     check_exactly_once(Path(tmp_path), FILES, kills=2)
 
 
-def test_a_spark_executor_killed_mid_stream_fails_the_driver_and_a_restored_one_counts_every_file_once(
-        session_ray_env, tmp_path):
-    """The executor caching micro-batch 1 is SIGKILLed once Spark has computed and cached the
-    batch, before the input replicas read it. Ray restarts the executor actor under its old
-    name (RayDP gives it 3 restarts) and it joins Spark under a new executor id. Seen with
-    RayDP 1.6.5, by timing: the replicas' read of batch 1 reaches the restarted executor
-    before its Spark environment is up (a Java NullPointerException: the job fails at batch
-    1), or after (RayDP computes the lost batch again there, the read succeeds, and the next
-    batch, cached under the new id, names an actor that does not exist: the job fails at
-    batch 2). Either way the job fails with a SparkIntegrationError naming the input, the
-    replica, the epoch and the micro-batch, and Spark does not commit that batch; a new
-    driver restored with ``restore="latest"`` counts every file once. The consumer had asked
-    past every epoch it was handed when the error came (not killed with one in hand), so it
-    may see none twice."""
-    files, killed_at = 3, 1
-    land_files(tmp_path, files)
-    first = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(files), f"start,executor:{killed_at}"],
-                           env=session_ray_env, capture_output=True, text=True, timeout=200)
-    assert "killed Spark executor 'raydp-executor-" in first.stdout and f"at micro-batch {killed_at}:" in first.stdout, \
-        f"the executor was not killed:\n{first.stdout[-2000:]}\n{first.stderr[-3000:]}"
-    assert first.returncode == 1 and "finished" not in first.stdout, \
-        f"the driver was to fail with the job's error (returned {first.returncode}):\n{first.stderr[-3000:]}"
+def check_failed_at_the_killed_executor(driver: subprocess.CompletedProcess, root: Path, killed_at: int) -> None:
+    """``driver`` killed the Spark executor of micro-batch ``killed_at`` and failed with the
+    job's error naming the input, the replica, the epoch and the micro-batch (``killed_at``
+    or the next), whose Spark did not commit that batch but every one before it."""
+    out, err = driver.stdout, driver.stderr
+    assert "killed Spark executor 'raydp-executor-" in out and f"at micro-batch {killed_at}:" in out, \
+        f"the executor was not killed:\n{out[-2000:]}\n{err[-3000:]}"
+    assert driver.returncode == 1 and "finished" not in out, \
+        f"the driver was to fail with the job's error (returned {driver.returncode}):\n{err[-3000:]}"
     failed = re.search(r"input 'lines' replica \d+ epoch (\d+): SparkIntegrationError: reading micro-batch (\d+) of the "
                        r"query checkpointed at '[^']+': partition \d+ from Spark executor 'raydp-executor-\d+' failed: .*",
-                       first.stderr)
-    assert failed, f"the job was to fail naming the input, the replica, the epoch and the micro-batch:\n{first.stderr[-3000:]}"
+                       err)
+    assert failed, f"the job was to fail naming the input, the replica, the epoch and the micro-batch:\n{err[-3000:]}"
     epoch, batch = int(failed[1]), int(failed[2])
     assert epoch == batch in (killed_at, killed_at + 1), failed[0]
-    assert "not handed over within" not in first.stderr, f"a read timed out, rather than failed on the kill: {failed[0]}"
-    commits = tmp_path / "checkpoint" / "commits"
+    assert "not handed over within" not in err, f"a read timed out, rather than failed on the kill: {failed[0]}"
+    commits = root / "checkpoint" / "commits"
     assert (commits / str(batch - 1)).exists() and not (commits / str(batch)).exists(), \
         f"Spark was to commit the batches before {batch} and not {batch} ({failed[0]}): {sorted(p.name for p in commits.iterdir())}"
-    second = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(files), "restore"], env=session_ray_env,
-                            capture_output=True, text=True, timeout=200)
-    assert second.returncode == 0 and "finished" in second.stdout, second.stderr[-3000:]
-    check_exactly_once(Path(tmp_path), files, kills=0)
