@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import raytide as rt
+from tests.ray.own_ray import until_ray_starts
 
 
 def run_collect(flow: rt.Dataflow, inputs: dict[str, Any] | None = None, output: str = "out", *,
@@ -85,19 +86,23 @@ def next_in_sequence(last: int | None, record: tuple[int, int]) -> tuple[int, tu
 
 def run_example(tmp_path: Path, env: dict[str, str], script: str, *args: str) -> tuple[str, str]:
     """Run ``examples/<script>`` in a fresh process from the repository's root; its stdout and
-    stderr, after checking it exited with 0 within 240 s.
+    stderr, after checking it exited with 0 within 240 s. Run again if it started a Ray of
+    its own and that Ray did not start (:func:`~tests.ray.own_ray.until_ray_starts`).
 
     Output goes to files, not pipes: Ray's and Spark's helper processes inherit the
     descriptors, and reading a pipe to its end would also wait for them."""
-    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    with open(stdout, "w") as out, open(stderr, "w") as err:
-        run = subprocess.Popen([sys.executable, f"examples/{script}", *args], cwd=Path(__file__).resolve().parents[2],
-                               env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        try:
-            run.wait(timeout=240)
-        except subprocess.TimeoutExpired:
-            run.kill()
-            run.wait()
-    out, err = stdout.read_text(), stderr.read_text()
-    assert run.returncode == 0, f"exit code {run.returncode}\n{out[-3000:]}\n{err[-5000:]}"
+    def attempt() -> tuple[int | None, str, str]:
+        stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+        with open(stdout, "w") as out, open(stderr, "w") as err:
+            run = subprocess.Popen([sys.executable, f"examples/{script}", *args], cwd=Path(__file__).resolve().parents[2],
+                                   env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+            try:
+                run.wait(timeout=240)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
+        return run.returncode, stdout.read_text(), stderr.read_text()
+
+    code, out, err = until_ray_starts(attempt, lambda done: done[2])
+    assert code == 0, f"exit code {code}\n{out[-3000:]}\n{err[-5000:]}"
     return out, err

@@ -19,6 +19,8 @@ import textwrap
 
 import pytest
 
+from tests.ray.own_ray import until_ray_starts
+
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
 CHILD = textwrap.dedent("""
@@ -59,7 +61,8 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_after_ray_shutdown_neither_the_pools_round_nor_rt_shutdown_starts_ray_again(own_ray_env):
-    done = subprocess.run([sys.executable, "-c", CHILD], env=own_ray_env, capture_output=True, text=True, timeout=200)
+    done = until_ray_starts(lambda: subprocess.run([sys.executable, "-c", CHILD], env=own_ray_env, capture_output=True,
+                                                   text=True, timeout=200), lambda child: child.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome == {"initialized": False, "thread_alive": False, "initialized_after_rt_shutdown": False}, \

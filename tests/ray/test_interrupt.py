@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests.ray.own_ray import until_ray_starts
+
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
 CHILD = textwrap.dedent("""
@@ -57,13 +59,20 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_ctrl_c_during_wait_cancels_the_job_and_leaves_no_actors(own_ray_env):
+def start_child(env: dict[str, str]) -> tuple[subprocess.Popen, str, str]:
+    """The child, started; its first line of output ("waiting" once its job waits), and its
+    stderr if it ended without that line."""
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=own_ray_env)
+                             text=True, env=env)
+    assert child.stdout is not None and child.stderr is not None
+    line = child.stdout.readline()
+    return child, line, "" if line.strip() == "waiting" else child.communicate(timeout=60)[1]
+
+
+def test_ctrl_c_during_wait_cancels_the_job_and_leaves_no_actors(own_ray_env):
+    child, line, err = until_ray_starts(lambda: start_child(own_ray_env), lambda started: started[2])
     try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line.strip() == "waiting", f"the child did not start its job: {line!r} {child.stderr.read() if child.stderr else ''}"
+        assert line.strip() == "waiting", f"the child did not start its job: {line!r} {err}"
         time.sleep(1.0)  # inside job.wait()
         child.send_signal(signal.SIGINT)
         try:  # the child's own waits add up to 60 s for the pool and 30 s per host check, more on a loaded machine

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from bench.bench_soak import run_child
+from tests.ray.own_ray import until_ray_starts
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -28,8 +29,8 @@ RECORD_MB, PEAK_X = 100, 2.5
 
 
 def test_no_process_grows_with_the_epochs_once_results_are_consumed(own_ray_env):
-    metrics = run_child("bench.bench_soak", {"epochs": EPOCHS, "warmup": WARMUP, "parallelism": 2},
-                        env=own_ray_env, timeout=300)
+    metrics = until_ray_starts(lambda: run_child("bench.bench_soak", {"epochs": EPOCHS, "warmup": WARMUP, "parallelism": 2},
+                                                 env=own_ray_env, timeout=300))
     assert metrics["wrong_epochs"] == 0
     processes = [name.removesuffix("_start_mib") for name in metrics if name.endswith("_start_mib")]
     grown = {name: metrics[f"{name}_end_mib"] - metrics[f"{name}_start_mib"] for name in processes}
@@ -38,7 +39,7 @@ def test_no_process_grows_with_the_epochs_once_results_are_consumed(own_ray_env)
 
 
 def test_a_large_array_arrives_bit_identical_and_no_process_copies_it(own_ray_env):
-    metrics = run_child("bench.bench_large_record", {"mb": RECORD_MB}, env=own_ray_env, timeout=300)
+    metrics = until_ray_starts(lambda: run_child("bench.bench_large_record", {"mb": RECORD_MB}, env=own_ray_env, timeout=300))
     assert metrics["identical"] == 1
     assert metrics["driver_peak_x"] <= PEAK_X, metrics
     assert metrics["vertex_peak_x"] <= PEAK_X, metrics
