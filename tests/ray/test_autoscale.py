@@ -21,8 +21,11 @@ import raytide as rt
 from examples.unbalanced import mandelbrot_flow, mandelbrot_row, row_epochs
 from raytide.errors import ArgumentError
 
-# The policies decide from measured rates and free CPUs: the other lane waits (tests/lanes.py).
-pytestmark = [pytest.mark.ray, pytest.mark.needs_both_cores, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
+pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
+#: The rate policy decides from measured rates, and the grant from free CPUs: the other lane
+#: waits meanwhile (tests/lanes.py). The file policy measures nothing, and the latency
+#: policy's bottleneck sleeps, so it is one however busy the machine.
+needs_both_cores = pytest.mark.needs_both_cores
 
 
 def true_rate_of_one_replica(tmp_path: Path) -> float:
@@ -43,6 +46,7 @@ def rate_at(timeline: list[dict], width: int) -> float:
 
 
 @pytest.mark.timeout(600)
+@needs_both_cores
 def test_the_rate_policy_takes_mandelbrot_from_one_replica_to_the_goal(ray_session, tmp_path):
     rate = true_rate_of_one_replica(tmp_path)
     goal = 1.4 * rate  # one replica cannot, two can (the session's Ray has 2 CPUs)
@@ -127,6 +131,7 @@ def test_the_latency_policy_finds_the_bottleneck_by_progress_tracking_and_widens
 
 
 @pytest.mark.timeout(600)
+@needs_both_cores
 def test_short_of_cpus_it_grants_what_is_free_and_asks_the_cluster_for_the_rest(ray_session, tmp_path):
     """DS2 wants 6 replicas of ``mandelbrot``; one CPU is free: it adds one, and asks Ray's
     cluster autoscaler (``request_resources``) for the CPUs the other four need."""
