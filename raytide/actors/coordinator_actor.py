@@ -18,7 +18,8 @@ timeout. It is the role of a pooled host (:class:`~raytide.actors.hosts.Coordina
 which answers ``ping`` and ``watch`` for it. Its own thread ticks the clock (periodic
 triggers, timeouts) until the host is reset; calls run on a few threads
 (``max_concurrency``) under one lock, so that ``snapshot_now`` can wait
-while acknowledgements come in. With ``interval="auto"`` the interval is the
+while acknowledgements come in; while a snapshot or cut asked for now waits, the clock
+triggers no periodic one, so the one asked for is the next. With ``interval="auto"`` the interval is the
 utilization model's T* (:class:`~raytide.snapshots.interval.IntervalTuner`) from the
 measured snapshot durations, recovery times and failures.
 """
@@ -68,6 +69,8 @@ class CoordinatorActor:
         self.abandoned: collections.deque[str] = collections.deque(maxlen=5)  # the last reasons (the count is in stats)
         self.last_alignment: float | None = None  # the longest a replica aligned for the last snapshot
         self.held: dict[int, dict[Any, Any]] = {}  # per rescale cut complete: every replica's HeldReport
+        self.recent_commits: collections.deque[int] = collections.deque(maxlen=64)  # the ids last committed
+        self.taking_now = 0  # calls of _take_now under way: the clock triggers no periodic snapshot meanwhile
         self.lock = threading.Condition()
         self.last_tick = time.monotonic()
         self.paused = True
@@ -85,14 +88,19 @@ class CoordinatorActor:
     def _clock(self) -> None:
         while not self.closed.wait(TICK):
             with self.lock:
-                now = time.monotonic()
-                if self.tuner is not None:
-                    self.tuner.record_elapsed(now - self.last_tick)
-                    self.core.interval = self.tuner.interval()
-                self.last_tick = now
-                self._abandoned(self.core.tick(now))
-                if not self.paused and self.core.due(now):
-                    self._trigger(now)
+                self._tick(time.monotonic())
+
+    def _tick(self, now: float) -> None:
+        """One tick of the clock (called with the lock held): timeouts, and a periodic
+        snapshot if one is due, unless a snapshot or cut asked for now is being taken (the
+        next one is that one; a periodic one triggered while it waited would take its turn)."""
+        if self.tuner is not None:
+            self.tuner.record_elapsed(now - self.last_tick)
+            self.core.interval = self.tuner.interval()
+        self.last_tick = now
+        self._abandoned(self.core.tick(now))
+        if not self.paused and not self.taking_now and self.core.due(now):
+            self._trigger(now)
 
     def _trigger(self, now: float, hold: bool = False) -> int | None:
         trigger = self.core.trigger(now, self.delivered, hold)
@@ -137,6 +145,7 @@ class CoordinatorActor:
         self.last_alignment = max((summary.alignment_s for summary in commit.summaries.values()), default=0.0)
         positions = {key: summary.positions for key, summary in commit.summaries.items() if summary.positions}
         self.commits.append(Committed(commit.snapshot_id, positions, complete))  # type: ignore[arg-type]
+        self.recent_commits.append(commit.snapshot_id)
         self.lock.notify_all()
 
     def sync(self, delivered: dict[str, int], seen: int) -> list[Committed]:
@@ -195,20 +204,30 @@ class CoordinatorActor:
         """
         deadline = time.monotonic() + timeout
         what = "rescale cut" if hold else "snapshot"
-        self.lock.wait_for(lambda: self.core.in_flight is None, timeout)
-        self.delivered = dict(delivered)
-        snapshot_id = self._trigger(time.monotonic(), hold) if self.core.in_flight is None else None
-        if snapshot_id is None:
-            return None
-        done = self.lock.wait_for(lambda: self.core.in_flight is None, max(0.0, deadline - time.monotonic()))
+        self.taking_now += 1
+        try:
+            self.lock.wait_for(lambda: self.core.in_flight is None, timeout)
+            self.delivered = dict(delivered)
+            snapshot_id = self._trigger(time.monotonic(), hold) if self.core.in_flight is None else None
+            if snapshot_id is None:
+                return None
+            done = self.lock.wait_for(lambda: not self._in_flight(snapshot_id), max(0.0, deadline - time.monotonic()))
+        finally:
+            self.taking_now -= 1
         if hold and self.core.holding_cut(snapshot_id):  # not held in time: given up here and now
             self._abandoned(self.core.fail(f"rescale cut not complete within {timeout:g} s: "
                                            f"{self.core.waiting_for()}", time.monotonic()))
             done = True  # the reason is the one just given
-        if (snapshot_id not in self.held) if hold else (self.core.stats.last_id != snapshot_id):
-            why = self.abandoned[-1] if done and self.abandoned else f"not complete within {timeout:g} s"
-            raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: {why}")
+        if (snapshot_id not in self.held) if hold else (snapshot_id not in self.recent_commits):
+            why = next((reason for reason in reversed(self.abandoned) if reason.startswith(f"snapshot {snapshot_id}:")),
+                       None) if done else None
+            raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: "
+                                f"{why or f'not complete within {timeout:g} s'}")
         return snapshot_id
+
+    def _in_flight(self, snapshot_id: int) -> bool:
+        flight = self.core.in_flight
+        return flight is not None and flight.snapshot_id == snapshot_id
 
     def start(self, inputs: dict[ReplicaKey, Any] | None = None) -> None:
         """The job's replicas are connected (or restored by a rescale, whose input replicas
