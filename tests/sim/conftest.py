@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from raytide.engine.riding import Rides
 
 #: A filesystem in memory, where the machine has one (Linux's tmpfs).
 MEMORY_FS = Path("/dev/shm")
@@ -28,3 +31,19 @@ def store_root(tmp_path: Path) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(dir=MEMORY_FS, prefix="raytide-sim-") as root:
         yield Path(root)
+
+
+@pytest.fixture
+def rides_carried(monkeypatch: pytest.MonkeyPatch) -> collections.Counter:
+    """Per chain, the progress batches its replicas sent with their data (:meth:`Rides.place`
+    kept them for a peer) during the test, counted as the rules decide."""
+    carried: collections.Counter = collections.Counter()
+    place = Rides.place
+
+    def counted(rides: Rides, call, in_event, pending):
+        calls = place(rides, call, in_event, pending)
+        carried[rides.chain] += not calls
+        return calls
+
+    monkeypatch.setattr(Rides, "place", counted)
+    return carried

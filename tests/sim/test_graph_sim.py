@@ -20,7 +20,6 @@ from examples.connected_components import union_find
 from raytide.core.gated import GatedColumns
 from raytide.engine.progress_core import ProgressCore
 from raytide.engine.replica import ReplicaCore
-from raytide.engine.riding import Rides
 from raytide.graph import connected_components, edge_columns, pagerank
 from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
@@ -82,21 +81,12 @@ class Trial:
             return calm, chaotic.run(max_steps=100_000, after_step=chaos.after_step)
 
 
-def test_pipelined_epochs_of_components_under_crashes_equal_the_sequential_run_exactly_once(store_root, monkeypatch):
+def test_pipelined_epochs_of_components_under_crashes_equal_the_sequential_run_exactly_once(store_root, rides_carried):
     """Also walks the riding rules of a loop (:mod:`raytide.engine.riding`): a round that sent
     its rows to one replica of its own chain sends its progress batch with them, in some
     of these trials, crashes included."""
     seen: collections.Counter = collections.Counter()
     recoveries = 0
-    rode = collections.Counter()
-    place = Rides.place
-
-    def counted(rides: Rides, call, in_event, pending):
-        calls = place(rides, call, in_event, pending)
-        rode[rides.chain] += not calls
-        return calls
-
-    monkeypatch.setattr(Rides, "place", counted)
     for seed in range(TRIALS):
         trial = Trial(seed)
         expected = expected_rows(trial.epochs)
@@ -107,7 +97,7 @@ def test_pipelined_epochs_of_components_under_crashes_equal_the_sequential_run_e
         recoveries += len(run.recoveries)
     assert recoveries >= TRIALS // 2, recoveries  # the crashes struck while the job ran
     assert seen["crash of a replica"] >= 3 and seen["crash after a committed snapshot"] >= 3, dict(seen)
-    assert sum(count for chain, count in rode.items() if chain.startswith("cc+")) >= 20, rode  # the loop's chain
+    assert sum(count for chain, count in rides_carried.items() if chain.startswith("cc+")) >= 20, rides_carried  # the loop's chain
 
 
 def test_a_loop_round_runs_once_its_rows_and_tokens_are_in_without_waiting_for_a_notification(monkeypatch):

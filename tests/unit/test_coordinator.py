@@ -15,7 +15,7 @@ from raytide.errors import ArgumentError, SnapshotError
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore, Trigger
 from raytide.snapshots.recovery import RestartBudget, part_name
-from raytide.snapshots.store import PartInfo
+from raytide.snapshots.store import PartInfo, SnapshotStore
 from raytide.testing.mailboxes import rewound
 
 REPLICAS = ["a/0", "a/1", "b/0"]
@@ -167,24 +167,36 @@ def test_inputs_rewind_to_the_commands_after_their_position():
     assert rewound(commands, 3) == []
 
 
-def test_the_coordinator_actor_commits_into_the_store_and_the_driver_learns_each_commit_once(tmp_path):
+def _tiny_coordinator(tmp_path, interval: float | None):
+    """The coordinator actor's class (no Ray) of a one-replica job, its clock thread stopped
+    so that a test ticks it; with its replica's key and a way to acknowledge a snapshot as that replica does."""
     from raytide.actors.coordinator_actor import CoordinatorActor
     from raytide.physical.plan import compile_plan
-    from raytide.snapshots.recovery import JOB_PART, part_name
     from raytide.snapshots.replica_state import ReplicaSummary
-    from raytide.snapshots.store import SnapshotStore
 
     flow = rt.Dataflow("tiny")
     flow.input("numbers").output("out")
     plan = compile_plan(flow, 1)
     (key,) = [ReplicaKey(chain.name, 0) for chain in plan.chains]
     store = SnapshotStore(str(tmp_path))
-    actor = CoordinatorActor(plan, rt.Recovery(str(tmp_path), interval=None), {}, 0, 1)
-    for snapshot_id in (1, 2):
-        with actor.lock:  # on the actor's own clock: its ticks abandon a snapshot started "at 0.0" as overdue
-            assert actor._trigger(time.monotonic()) == snapshot_id
+    actor = CoordinatorActor(plan, rt.Recovery(str(tmp_path), interval=interval), {}, 0, 1)
+    actor.close()
+
+    def acknowledge(snapshot_id: int) -> None:
         part = store.write_part(snapshot_id, part_name(key), b"state")
         actor.acknowledge(Acknowledgement(key, snapshot_id, 0, (part,), ReplicaSummary([], {"numbers": 3}, {})))
+    return actor, key, acknowledge
+
+
+def test_the_coordinator_actor_commits_into_the_store_and_the_driver_learns_each_commit_once(tmp_path):
+    from raytide.snapshots.recovery import JOB_PART
+
+    actor, key, acknowledge = _tiny_coordinator(tmp_path, interval=None)
+    store = SnapshotStore(str(tmp_path))
+    for snapshot_id in (1, 2):
+        with actor.lock:  # as the clock triggers one
+            assert actor._trigger(time.monotonic()) == snapshot_id
+        acknowledge(snapshot_id)
     assert [m.snapshot_id for m in store.committed()] == [1, 2]
     assert {p.name for p in store.manifest(2).parts} == {part_name(key), JOB_PART}
     # Nothing is held at the cut: every epoch of "out" is complete in these snapshots.
@@ -209,29 +221,6 @@ def test_the_core_keeps_what_a_trigger_was_for_until_its_commit():
     for replica in REPLICAS:
         commit_of_snapshot = core.acknowledge(Acknowledgement(replica, 2, 0, (), None), 3.0)
     assert commit_of_snapshot is not None and not commit_of_snapshot.hold and commit_of_snapshot.delivered == {"out": 5}
-
-
-def _tiny_coordinator(tmp_path, interval: float | None):
-    """The coordinator actor's class (no Ray) of a one-replica job, its clock thread stopped
-    so that a test ticks it; with a way to acknowledge a snapshot as that replica does."""
-    from raytide.actors.coordinator_actor import CoordinatorActor
-    from raytide.physical.plan import compile_plan
-    from raytide.snapshots.recovery import part_name
-    from raytide.snapshots.replica_state import ReplicaSummary
-    from raytide.snapshots.store import SnapshotStore
-
-    flow = rt.Dataflow("tiny")
-    flow.input("numbers").output("out")
-    plan = compile_plan(flow, 1)
-    (key,) = [ReplicaKey(chain.name, 0) for chain in plan.chains]
-    store = SnapshotStore(str(tmp_path))
-    actor = CoordinatorActor(plan, rt.Recovery(str(tmp_path), interval=interval), {}, 0, 1)
-    actor.close()
-
-    def acknowledge(snapshot_id: int) -> None:
-        part = store.write_part(snapshot_id, part_name(key), b"state")
-        actor.acknowledge(Acknowledgement(key, snapshot_id, 0, (part,), ReplicaSummary([], {"numbers": 3}, {})))
-    return actor, acknowledge
 
 
 class _SignallingCondition(threading.Condition):
@@ -264,7 +253,7 @@ def test_a_snapshot_asked_for_now_is_the_next_one_though_periodic_ones_fall_due_
     then failed with "snapshot k was not committed: not complete within 60 s" a moment after
     k committed (or, waiting for a periodic one to end, took the next periodic one for its
     own). Seen once in CI, under load, with snapshots every 0.1 s."""
-    actor, acknowledge = _tiny_coordinator(tmp_path, interval=0.01)
+    actor, _, acknowledge = _tiny_coordinator(tmp_path, interval=0.01)
     actor.lock = _SignallingCondition()
     actor.start()
     if periodic_in_flight:
