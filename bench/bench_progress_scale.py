@@ -16,11 +16,12 @@ job does on Ray:
 * ``direct`` (one node, and every job before the relays): every replica calls the central
   actor itself, one call per message (a batch carries the output records it retires);
 * ``relayed`` (a cluster): the replicas are spread over ``nodes`` nodes, and each node's
-  relay delivers everything it gathered in one call (``LocalJob(nodes=)``, as
-  :mod:`raytide.actors.progress_relay` does while its previous call is in flight).
+  relay delivers everything it gathered in one call, each replica's consecutive messages
+  merged into one run (``LocalJob(nodes=)``, as :mod:`raytide.actors.progress_relay` does
+  while its previous call is in flight).
 
-Per job and design it reports what the central actor took per epoch: numbered messages,
-calls, calls per node and status pushes, and its CPU time: the progress core's, the
+Per job and design it reports what the central actor took per epoch: messages (a relay's
+run counts as one), calls, calls per node and status pushes, and its CPU time: the progress core's, the
 unpickling of the calls' messages (as the Ray actor does, each sender's messages of a call
 one blob), and Ray's own work per call taken and per push sent, measured on plain actors in
 the same run (:mod:`bench.baselines.ray_call_cost`); whence the epochs per second the

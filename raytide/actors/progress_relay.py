@@ -8,7 +8,9 @@ that one included, send it what they would send the progress actor (their ``rece
 and ``receive_with_refs`` calls' arguments, untouched). The relay sends the first at once;
 what arrives while that call is in flight waits and goes in the next call
 (``ProgressActor.receive_relayed``), so the busier the progress actor, the more each call
-carries. Message flow::
+carries; each replica's consecutive messages go in it merged into one run (:func:`merged`),
+so the progress actor also unpickles and applies fewer messages than were gathered.
+Message flow::
 
     replica ──relay(encoded) / relay_with_refs(...)──▶ node's relay host  (its "relay" threads)
     relay ──receive_relayed(gathered)─────────────────▶ progress actor    (*waits*: one in flight)
@@ -35,14 +37,30 @@ from typing import Any
 
 import ray
 
+from raytide.engine.progress_runs import merge_runs
 from raytide.errors import InternalError
-from raytide.physical.protocol import Sequenced
+from raytide.physical.protocol import ProgressRun, Sequenced, decode, encode
 
 logger = logging.getLogger(__name__)
 
 #: How long the relay waits for the progress actor to take a call before it says so in the
 #: log (and waits on: the driver's liveness watch fails the job if the progress actor died).
 SLOW_CALL_S = 60.0
+
+
+def merged(encoded: list[bytes]) -> tuple[list[bytes], int]:
+    """Replicas' encoded calls as one per incarnation, each replica's consecutive messages
+    merged into one run (:func:`~raytide.engine.progress_runs.merge_runs`), and how many
+    runs that made: the progress actor then unpickles and applies one message per replica,
+    not one per event."""
+    if len(encoded) < 2:
+        return encoded, 0
+    by_incarnation: dict[int, list[Sequenced]] = {}
+    for incarnation, calls in map(decode, encoded):
+        by_incarnation.setdefault(incarnation, []).extend(calls)
+    runs = {incarnation: merge_runs(calls) for incarnation, calls in by_incarnation.items()}
+    made = sum(isinstance(call.message, ProgressRun) for calls in runs.values() for call in calls)
+    return [encode((incarnation, tuple(calls))) for incarnation, calls in runs.items()], made
 
 
 class ProgressRelay:
@@ -60,6 +78,7 @@ class ProgressRelay:
         self.thread: threading.Thread | None = None
         self.received = 0  # calls of replicas relayed
         self.forwarded = 0  # calls made to the progress actor
+        self.runs = 0  # runs of a replica's consecutive messages merged into one (sent by this thread only)
 
     def relay(self, progress: Any, incarnation: int, encoded: bytes) -> None:
         """A replica's ``receive`` argument, for ``progress`` (known in ``incarnation``)."""
@@ -92,7 +111,9 @@ class ProgressRelay:
                 self.encoded, self.with_refs = [], []
                 self.forwarded += 1
             try:
-                self._wait(progress.receive_relayed.remote(encoded, with_refs), len(encoded) + len(with_refs))
+                blobs, runs = merged(encoded)
+                self.runs += runs
+                self._wait(progress.receive_relayed.remote(blobs, with_refs), len(encoded) + len(with_refs))
             except Exception as error:  # never drop messages silently: the job fails, saying why
                 logger.exception("%s: relaying progress failed", self.name)
                 progress.fail.remote(self.incarnation, InternalError(
@@ -122,6 +143,7 @@ class ProgressRelay:
             self.gathered.notify()
 
     def stats(self) -> dict[str, int]:
-        """The replicas' calls relayed, and the calls they made to the progress actor."""
+        """The replicas' calls relayed, the calls they made to the progress actor, and the
+        runs of messages merged into one."""
         with self.gathered:
-            return {"relayed": self.received, "forwarded": self.forwarded}
+            return {"relayed": self.received, "forwarded": self.forwarded, "runs": self.runs}

@@ -28,6 +28,7 @@ from raytide.physical.protocol import (
     OutputFrontier,
     ProgressBatch,
     ProgressMessage,
+    ProgressRun,
     ReplicaKey,
     Sequenced,
     StatusPush,
@@ -52,6 +53,17 @@ class ProgressEffects:
         """Append ``other``'s effects after these."""
         self.pushes += other.pushes
         self.events += other.events
+
+
+def _update(sender: ReplicaKey, message: ProgressMessage) -> Update:
+    """What ``message`` of ``sender`` changes in the publisher."""
+    if isinstance(message, ProgressBatch):
+        return Update(sender, message.changes, message.ack, message.interests)
+    if isinstance(message, ProgressRun):
+        return Update(sender, message.changes, message.acks, message.interests, message.batches)
+    if isinstance(message, Declaration):
+        return declaration(sender, message.interests)
+    raise TypeError(f"not a progress message: {message!r}")
 
 
 class ProgressCore:
@@ -108,15 +120,11 @@ class ProgressCore:
         its epoch was completed is refused (``OutputLog.add``)."""
         effects, updates = ProgressEffects(), []
         for call in calls:
-            for message in self.in_order.offer(call.sender, call.sequence, call.message):
-                if isinstance(message, ProgressBatch):
-                    if message.outputs:
-                        effects.events += self._add_outputs(call.sender, message.outputs)
-                    updates.append(Update(call.sender, message.changes, message.ack, message.interests))
-                elif isinstance(message, Declaration):
-                    updates.append(declaration(call.sender, message.interests))
-                else:
-                    raise TypeError(f"not a progress message: {message!r}")
+            span = call.message.last - call.sequence + 1 if isinstance(call.message, ProgressRun) else 1
+            for message in self.in_order.offer(call.sender, call.sequence, call.message, span):
+                if isinstance(message, (ProgressBatch, ProgressRun)) and message.outputs:
+                    effects.events += self._add_outputs(call.sender, message.outputs)
+                updates.append(_update(call.sender, message))
         if updates:
             pushes = self.publisher.apply_all(updates)
             effects.pushes += [(cast(ReplicaKey, key), StatusPush(*push)) for key, push in pushes.items()]

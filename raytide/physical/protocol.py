@@ -38,9 +38,11 @@ undeclared, so it gets none for them.
 On a Ray cluster, the replicas of one node send their messages for the progress actor to
 that node's *relay* instead (one of the node's replica hosts: :class:`ProgressRoute`),
 which forwards everything that arrived while its previous call was in flight in one call
-(``ProgressActor.receive_relayed``): the progress actor's calls then grow with the nodes,
-not the replicas. Numbered, the messages are applied in order however they travel; a
-relay that dies is a replica that dies, and the recovery rolls every message back.
+(``ProgressActor.receive_relayed``), each replica's consecutive messages merged into one
+:class:`ProgressRun`: the progress actor's calls then grow with the nodes, not the
+replicas, and the messages it unpickles and applies with the replicas that sent since its
+last call, not with their events. Numbered, the messages are applied in order however they
+travel; a relay that dies is a replica that dies, and the recovery rolls every message back.
 
 On Ray, the calls to the progress actor and its status pushes travel as :func:`encode`
 makes them, the sender's incarnation included: one plain pickle, one argument per call.
@@ -168,7 +170,30 @@ class Declaration:
     interests: Interests
 
 
-ProgressMessage = ProgressBatch | Declaration
+@dataclass(frozen=True)
+class ProgressRun:
+    """A replica's consecutive messages, from its :class:`Sequenced` number to ``last``,
+    merged into one by its node's relay (:func:`~raytide.engine.progress_runs.merge_runs`):
+    the progress actor applies it as it would apply them in one call.
+
+    Attributes:
+        last: the number of the run's last message.
+        changes: the net pointstamp deltas of its batches (none that sum to zero).
+        acks: how many of its batches asked for an acknowledgement.
+        batches: how many of its messages were progress batches (the others were declarations).
+        interests: what the replica waits on after the run (the last it declared), if it declared.
+        outputs: its batches' output parts, per output and epoch, in their order.
+    """
+
+    last: int
+    changes: list[tuple[Pointstamp, int]]
+    acks: int
+    batches: int
+    interests: Interests | None = None
+    outputs: dict[str, dict[int, list]] | None = None
+
+
+ProgressMessage = ProgressBatch | Declaration | ProgressRun
 
 
 class Sequenced(NamedTuple):

@@ -21,10 +21,11 @@ class InOrder(Generic[T]):
 
     def __init__(self) -> None:
         self._next: dict[Hashable, int] = {}
-        self._early: dict[Hashable, dict[int, T]] = {}
+        self._early: dict[Hashable, dict[int, tuple[T, int]]] = {}
 
-    def offer(self, sender: Hashable, sequence: int, item: T) -> list[T]:
-        """Item number ``sequence`` of ``sender`` arrived; returns the items now due, in order.
+    def offer(self, sender: Hashable, sequence: int, item: T, count: int = 1) -> list[T]:
+        """Item number ``sequence`` of ``sender`` arrived, standing for ``count`` consecutive
+        numbers (a relay's merged run); returns the items now due, in order.
 
         Raises:
             ValueError: ``sequence`` was already released or is already waiting (a duplicate).
@@ -33,11 +34,12 @@ class InOrder(Generic[T]):
         early = self._early.setdefault(sender, {})
         if sequence < expected or sequence in early:
             raise ValueError(f"message {sequence} from {sender!r} arrived twice")
-        early[sequence] = item
+        early[sequence] = (item, count)
         due = []
         while expected in early:
-            due.append(early.pop(expected))
-            expected += 1
+            released, span = early.pop(expected)
+            due.append(released)
+            expected += span
         self._next[sender] = expected
         return due
 

@@ -46,17 +46,20 @@ Interests = dict[Location, list[tuple[Timestamp, bool]]]
 
 class Update(NamedTuple):
     """What one message of a subscriber changes: pointstamp ``changes`` (None: a declaration,
-    which is not a batch), whether it asks for an acknowledgement, its new ``interests``."""
+    which is not a batch), how many acknowledgements it asks for (a batch asks for one; a
+    relay's merged run, for those of its batches), its new ``interests``, and how many
+    batches it stands for."""
 
     sender: Hashable
     changes: list[tuple[Pointstamp, int]] | None
-    ack: bool
+    ack: int
     interests: Interests | None
+    batches: int = 1
 
 
 def declaration(subscriber: Hashable, interests: Interests) -> Update:
     """The update of a subscriber that only says what it now waits on."""
-    return Update(subscriber, None, False, interests)
+    return Update(subscriber, None, 0, interests)
 
 
 def answers(status: Status, time: Timestamp) -> tuple[bool, bool]:
@@ -126,7 +129,7 @@ class FrontierPublisher:
         self.tracker.update_all(pointstamps)
         self._propagate()
 
-    def apply(self, sender: Hashable, changes: list[tuple[Pointstamp, int]], ack: bool,
+    def apply(self, sender: Hashable, changes: list[tuple[Pointstamp, int]], ack: int,
               interests: Interests | None = None) -> dict[Hashable, Push]:
         """Apply one batch from ``sender`` (which may also declare new ``interests``); return the pushes it causes."""
         return self.apply_all([Update(sender, changes, ack, interests)])
@@ -138,12 +141,12 @@ class FrontierPublisher:
         call had already moved on from (a frontier only moves up), and an acknowledgement of
         several of its batches at once."""
         asking: dict[Hashable, None] = {}  # senders that declared interests or asked for an acknowledgement
-        for sender, changes, ack, interests in updates:
+        for sender, changes, ack, interests, batches in updates:
             if interests is not None:
                 self.interests[sender] = interests
             if changes is not None:
                 self.tracker.update_all(changes)
-                self.batches_applied += 1
+                self.batches_applied += batches
             if (interests is not None or ack) and sender in self.subscriptions:
                 self._owed[sender] += ack
                 asking[sender] = None

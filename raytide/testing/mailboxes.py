@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytide.engine.progress_runs import merge_runs
 from raytide.engine.riding import Rides
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ChannelId, EpochClosed, JobEvent, Marker, ReplicaKey, Sequenced, StatusPush
@@ -37,8 +38,8 @@ class Mailboxes:
 
     With ``nodes``, the replicas are spread over that many nodes in turn (in the plan's
     order), and each node's messages to the progress actor wait in one mailbox, its relay's
-    (the node's first replica), which delivers all it holds in one call, as the Ray relay
-    sends what gathered while its previous call was in flight
+    (the node's first replica), which delivers all it holds in one call, merged into runs,
+    as the Ray relay sends what gathered while its previous call was in flight
     (:mod:`raytide.actors.progress_relay`)."""
 
     nodes: int | None = None
@@ -81,11 +82,16 @@ class Mailboxes:
 
     def take_progress(self, key: ReplicaKey, rng: random.Random) -> list[tuple[int, Sequenced]]:
         """What one call to the progress actor takes from ``key``'s mailbox: some of a
-        replica's messages, in any order; or all a relay holds, in any order."""
+        replica's messages, in any order; or all a relay holds, each replica's consecutive
+        messages merged into one run as the Ray relay merges them (per incarnation), in any order."""
         calls = self.to_progress[key]
         if self.nodes is not None:
-            rng.shuffle(calls)
-            taken, calls[:] = list(calls), []
+            by_incarnation: dict[int, list[Sequenced]] = {}
+            for incarnation, call in calls:
+                by_incarnation.setdefault(incarnation, []).append(call)
+            taken = [(incarnation, run) for incarnation, sent in by_incarnation.items() for run in merge_runs(sent)]
+            rng.shuffle(taken)
+            calls[:] = []
             return taken
         return [calls.pop(rng.randrange(len(calls))) for _ in range(rng.randint(1, len(calls)))]
 

@@ -37,8 +37,10 @@ def test_a_job_whose_progress_goes_through_a_relay_gives_exactly_the_reference_o
     assert_exactly_once(scenario.expected, got)
     assert len(relays) == 1  # one node, one relay, which every replica sends through
     assert stats["progress_relayed"] > 0 and stats["progress_relay_calls"] > 0, stats
-    # Every call the progress actor took came from the relay, which took more than it made.
+    # Every call the progress actor took came from the relay, which took more than it made,
+    # and merged a replica's consecutive messages into one run.
     assert stats["progress_calls"] == stats["progress_relay_calls"] <= stats["progress_relayed"], stats
+    assert stats["progress_relay_runs"] > 0, stats
 
 
 def test_the_relays_host_killed_mid_job_is_recovered_from_with_exactly_the_reference_output(

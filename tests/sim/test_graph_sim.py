@@ -65,11 +65,12 @@ class Trial:
         self.parallelism, self.chaining = self.rng.randint(1, 3), self.rng.random() < 0.8
         self.options = {"interval": self.rng.choice([3, 10, 30]), "retain": self.rng.randint(1, 3),
                         "max_restarts": 4, "detection": self.rng.randint(0, 6)}
+        self.nodes = self.rng.choice([None, 1, 2])  # progress through relays that merge runs (acknowledgements in them)
 
     def job(self, directory: str) -> LocalJob:
         recovery = LocalRecovery(SnapshotStore(directory), **self.options)  # type: ignore[arg-type]
         return LocalJob(components_flow(), {"edges": self.epochs}, self.parallelism, self.seed, self.chaining,
-                        recovery=recovery)
+                        recovery=recovery, nodes=self.nodes)
 
     def run(self, directory: str, seen: collections.Counter) -> tuple[LocalRun, LocalRun]:
         """The calm run, and the run with crashes."""

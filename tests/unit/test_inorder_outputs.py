@@ -31,6 +31,30 @@ def test_in_order_releases_each_sender_in_sequence_exactly_once(arrivals):
     assert in_order.waiting() == {}
 
 
+@given(interleavings(), st.randoms(use_true_random=False))
+def test_in_order_releases_runs_that_stand_for_several_numbers_in_sequence(arrivals, rng):
+    """A relay's merged run (``count`` numbers in one item) takes its place in the sequence
+    as the messages it stands for would: released once every earlier number was, and the
+    numbers after it follow."""
+    by_sender: dict[int, list[int]] = {}
+    for sender, seq in arrivals:
+        by_sender.setdefault(sender, []).append(seq)
+    runs = []  # (sender, first, count): each sender's numbers cut into consecutive runs at random
+    for sender, seqs in by_sender.items():
+        first = 0
+        while first < len(seqs):
+            count = rng.randint(1, len(seqs) - first)
+            runs.append((sender, first, count))
+            first += count
+    rng.shuffle(runs)
+    in_order: InOrder[tuple[int, int, int]] = InOrder()
+    released = [item for sender, first, count in runs for item in in_order.offer(sender, first, (sender, first, count), count)]
+    for sender, seqs in by_sender.items():
+        numbers = [n for s, first, count in released if s == sender for n in range(first, first + count)]
+        assert numbers == sorted(seqs)
+    assert in_order.waiting() == {}
+
+
 def test_in_order_holds_back_until_the_gap_is_filled_and_rejects_duplicates():
     in_order: InOrder[str] = InOrder()
     assert in_order.offer("a", 1, "second") == []

@@ -133,7 +133,7 @@ class EveryStatusEveryTime:
 
     def apply_all(self, updates: list[Update]) -> dict:
         """Several updates, then one look at every subscriber."""
-        for sender, changes, ack, interests in updates:
+        for sender, changes, ack, interests, _ in updates:
             if interests is not None:
                 self.interests[sender] = interests
             self.owed[sender] += ack

@@ -1,0 +1,72 @@
+"""A node relay's merge: each replica's consecutive messages for the progress actor as one.
+
+A relay (:mod:`raytide.actors.progress_relay` on Ray, the in-process runtime's relay
+mailboxes) forwards what its node's replicas sent while its previous call was in flight.
+At a wide stage most of that is many small batches of few replicas (an output replica
+retires each record it is sent with a batch of its own), and the progress actor would
+unpickle, order and apply each. Merged, it takes one :class:`ProgressRun` per replica and
+call: the net deltas, the acknowledgements asked for, the last interests declared and the
+output parts in order. Naiad accumulates progress per process for the same reason.
+
+Why applying the run is applying its messages: the progress actor applies every message of
+a call before it propagates once and judges pushes (``FrontierPublisher.apply_all``), and
+adds a batch's output parts before any delta of that call; deltas add up, the last
+interests declared replace the earlier ones, acknowledgements add up. Only messages whose
+numbers follow one another are merged, so a message that travelled another way (a batch
+that rode with data to a replica of another node) leaves a gap the run does not cross, and
+the progress actor orders runs and messages alike (:class:`~raytide.progress.inorder.InOrder`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from raytide.physical.protocol import Declaration, ProgressBatch, ProgressRun, ReplicaKey, Sequenced
+from raytide.progress.tracker import Pointstamp
+
+
+def merge_runs(calls: Iterable[Sequenced]) -> list[Sequenced]:
+    """``calls`` with each replica's messages whose numbers follow one another merged into
+    one :class:`ProgressRun` (a message with no neighbour stays as it is), replicas in the
+    order they first appear, each replica's in number order."""
+    by_sender: dict[ReplicaKey, list[Sequenced]] = {}
+    for call in calls:
+        by_sender.setdefault(call.sender, []).append(call)
+    merged: list[Sequenced] = []
+    for sent in by_sender.values():
+        sent.sort(key=lambda call: call.sequence)
+        start = 0
+        for end in range(1, len(sent) + 1):
+            if end == len(sent) or sent[end].sequence != last_number(sent[end - 1]) + 1:
+                merged.append(sent[start] if end - start == 1 else _run(sent[start:end]))
+                start = end
+    return merged
+
+
+def last_number(call: Sequenced) -> int:
+    """The number of the last message ``call`` stands for (a run stands for several)."""
+    return call.message.last if isinstance(call.message, ProgressRun) else call.sequence
+
+
+def _run(sent: list[Sequenced]) -> Sequenced:
+    """One run for ``sent``, a replica's messages numbered one after another."""
+    changes: dict[Pointstamp, int] = {}
+    outputs: dict[str, dict[int, list]] = {}
+    acks = batches = 0
+    interests = None
+    for call in sent:
+        message = call.message
+        if not isinstance(message, Declaration):
+            for pointstamp, delta in message.changes:
+                changes[pointstamp] = changes.get(pointstamp, 0) + delta
+            acks += message.ack if isinstance(message, ProgressBatch) else message.acks
+            batches += 1 if isinstance(message, ProgressBatch) else message.batches
+            for name, epochs in (message.outputs or {}).items():
+                into = outputs.setdefault(name, {})
+                for epoch, parts in epochs.items():
+                    into.setdefault(epoch, []).extend(parts)
+        if message.interests is not None:
+            interests = message.interests
+    run = ProgressRun(last_number(sent[-1]), [(pointstamp, delta) for pointstamp, delta in changes.items() if delta],
+                      acks, batches, interests, outputs or None)
+    return Sequenced(sent[0].sender, sent[0].sequence, run)
