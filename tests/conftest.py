@@ -22,8 +22,8 @@ settings.load_profile("raytide")
 #: client compiler only. The tests' JVMs live seconds to minutes, where the server
 #: compiler's work never pays back: measured, a Ray start, a Spark start and a small conversion took
 #: 51 CPU-seconds with it and 30-34 without, on 2 cores. The JVM reads the variable itself
-#: and says so on stderr ("Picked up JAVA_TOOL_OPTIONS"). The demo's test, which runs the
-#: demo as a newcomer does, leaves it out (``newcomer_env``).
+#: and says so on stderr ("Picked up JAVA_TOOL_OPTIONS"), which is none of the noise the
+#: demo's test checks the demo is free of.
 TEST_JVM_OPTIONS = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}
 for _name, _value in TEST_JVM_OPTIONS.items():
     os.environ.setdefault(_name, _value)
@@ -76,13 +76,6 @@ def own_ray_env() -> dict[str, str]:
     whose CPUs are taken in part by the session's Spark.
     """
     return {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
-
-
-@pytest.fixture
-def newcomer_env(own_ray_env) -> dict[str, str]:
-    """The environment of a newcomer's shell for a child process with a Ray of its own:
-    ``own_ray_env`` without the tests' JVM options (:data:`TEST_JVM_OPTIONS`)."""
-    return {name: value for name, value in own_ray_env.items() if name not in TEST_JVM_OPTIONS}
 
 
 @pytest.fixture
