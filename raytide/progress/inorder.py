@@ -28,12 +28,15 @@ class InOrder(Generic[T]):
         numbers (a relay's merged run); returns the items now due, in order.
 
         Raises:
-            ValueError: ``sequence`` was already released or is already waiting (a duplicate).
+            ValueError: a number it stands for was already released or is already waiting
+                (a duplicate, alone or in a run).
         """
         expected = self._next.get(sender, 0)
         early = self._early.setdefault(sender, {})
-        if sequence < expected or sequence in early:
-            raise ValueError(f"message {sequence} from {sender!r} arrived twice")
+        last = sequence + count - 1
+        if sequence < expected or any(first <= last and sequence < first + span for first, (_, span) in early.items()):
+            numbers = str(sequence) if count == 1 else f"{sequence}-{last}"
+            raise ValueError(f"message {numbers} from {sender!r} arrived twice")
         early[sequence] = (item, count)
         due = []
         while expected in early:

@@ -65,6 +65,18 @@ def test_in_order_holds_back_until_the_gap_is_filled_and_rejects_duplicates():
         in_order.offer("a", 1, "again")
 
 
+def test_in_order_rejects_a_number_it_has_already_in_a_run_either_way_round():
+    in_order: InOrder[str] = InOrder()
+    assert in_order.offer("a", 2, "run 2-4", count=3) == []
+    for sequence, count in ((3, 1), (4, 2), (1, 2), (0, 5)):
+        with pytest.raises(ValueError, match="arrived twice"):
+            in_order.offer("a", sequence, "overlaps", count)
+    assert in_order.offer("a", 0, "0-1", count=2) == ["0-1", "run 2-4"]
+    with pytest.raises(ValueError, match=r"message 3-5 from 'a' arrived twice"):
+        in_order.offer("a", 3, "released", count=3)
+    assert in_order.offer("a", 5, "5") == ["5"]
+
+
 def test_output_log_releases_epochs_in_order_as_the_frontier_passes():
     log = OutputLog(["out"])
     log.add("out", 0, {2: ["c"], 0: ["a"]})
