@@ -24,10 +24,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raytide.actors.progress_relay import merged
 from raytide.engine import progress_runs
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.engine.progress_runs import merge_runs
-from raytide.physical.protocol import Declaration, EpochComplete, ProgressBatch, ProgressRun, ReplicaKey, Sequenced
+from raytide.physical.protocol import (
+    Declaration,
+    EpochComplete,
+    ProgressBatch,
+    ProgressRun,
+    ReplicaKey,
+    Sequenced,
+    decode,
+    encode,
+)
 from raytide.testing import local as local_module
 from raytide.testing.local import LocalJob
 from tests.sim.scenarios import SCENARIOS
@@ -189,3 +199,16 @@ def test_the_oracle_sees_a_merge_that_loses_what_a_message_said(planted):
         except ValueError:  # a run over a gap: the message in the gap then comes twice
             caught += 1
     assert caught > 0
+
+
+def test_the_ray_relay_merges_each_incarnations_calls_apart_and_passes_a_lone_call_on_untouched():
+    """``progress_relay.merged``: what the Ray relay forwards, one blob per incarnation."""
+    sender = ReplicaKey("a", 0)
+    old, new = [Sequenced(sender, n, ProgressBatch([])) for n in range(2)], [Sequenced(sender, n, ProgressBatch([])) for n in range(3)]
+    lone = [encode((1, (new[0],)))]
+    assert merged(lone) == (lone, 0)
+    blobs, runs = merged([encode((0, (old[0],))), encode((1, (new[2],))), encode((0, (old[1],))),
+                          encode((1, (new[0], new[1])))])
+    assert runs == 2
+    assert [decode(blob) for blob in blobs] == [(0, (Sequenced(sender, 0, ProgressRun(1, [], 0, 2)),)),
+                                                (1, (Sequenced(sender, 0, ProgressRun(2, [], 0, 3)),))]
