@@ -37,7 +37,7 @@ from typing import Any
 
 import ray
 
-from raytide.engine.progress_runs import merge_runs
+from raytide.engine.progress_runs import merge_by_incarnation
 from raytide.errors import InternalError
 from raytide.physical.protocol import ProgressRun, Sequenced, decode, encode
 
@@ -50,15 +50,12 @@ SLOW_CALL_S = 60.0
 
 def merged(encoded: list[bytes]) -> tuple[list[bytes], int]:
     """Replicas' encoded calls as one per incarnation, each replica's consecutive messages
-    merged into one run (:func:`~raytide.engine.progress_runs.merge_runs`), and how many
+    merged into one run (:func:`~raytide.engine.progress_runs.merge_by_incarnation`), and how many
     runs that made: the progress actor then unpickles and applies one message per replica,
     not one per event."""
     if len(encoded) < 2:
         return encoded, 0
-    by_incarnation: dict[int, list[Sequenced]] = {}
-    for incarnation, calls in map(decode, encoded):
-        by_incarnation.setdefault(incarnation, []).extend(calls)
-    runs = {incarnation: merge_runs(calls) for incarnation, calls in by_incarnation.items()}
+    runs = merge_by_incarnation((incarnation, call) for incarnation, calls in map(decode, encoded) for call in calls)
     made = sum(isinstance(call.message, ProgressRun) for calls in runs.values() for call in calls)
     return [encode((incarnation, tuple(calls))) for incarnation, calls in runs.items()], made
 

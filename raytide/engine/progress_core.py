@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from raytide.engine.progress_runs import last_number
 from raytide.errors import ProgressError
 from raytide.physical.protocol import (
     Declaration,
@@ -120,7 +121,7 @@ class ProgressCore:
         its epoch was completed is refused (``OutputLog.add``)."""
         effects, updates = ProgressEffects(), []
         for call in calls:
-            span = call.message.last - call.sequence + 1 if isinstance(call.message, ProgressRun) else 1
+            span = last_number(call) - call.sequence + 1
             for message in self.in_order.offer(call.sender, call.sequence, call.message, span):
                 if isinstance(message, (ProgressBatch, ProgressRun)) and message.outputs:
                     effects.events += self._add_outputs(call.sender, message.outputs)

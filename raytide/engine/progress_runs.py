@@ -43,6 +43,16 @@ def merge_runs(calls: Iterable[Sequenced]) -> list[Sequenced]:
     return merged
 
 
+def merge_by_incarnation(sent: Iterable[tuple[int, Sequenced]]) -> dict[int, list[Sequenced]]:
+    """A relay's gathered ``(incarnation, message)`` pairs merged (:func:`merge_runs`) within
+    each incarnation, never across: a run is one incarnation's, whose messages the progress
+    actor takes or drops together."""
+    by_incarnation: dict[int, list[Sequenced]] = {}
+    for incarnation, call in sent:
+        by_incarnation.setdefault(incarnation, []).append(call)
+    return {incarnation: merge_runs(calls) for incarnation, calls in by_incarnation.items()}
+
+
 def last_number(call: Sequenced) -> int:
     """The number of the last message ``call`` stands for (a run stands for several)."""
     return call.message.last if isinstance(call.message, ProgressRun) else call.sequence

@@ -34,7 +34,8 @@ class InOrder(Generic[T]):
         expected = self._next.get(sender, 0)
         early = self._early.setdefault(sender, {})
         last = sequence + count - 1
-        if sequence < expected or any(first <= last and sequence < first + span for first, (_, span) in early.items()):
+        if sequence < expected or (early and any(first <= last and sequence < first + span
+                                                 for first, (_, span) in early.items())):
             numbers = str(sequence) if count == 1 else f"{sequence}-{last}"
             raise ValueError(f"message {numbers} from {sender!r} arrived twice")
         early[sequence] = (item, count)

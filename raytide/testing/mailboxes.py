@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytide.engine.progress_runs import merge_runs
+from raytide.engine.progress_runs import merge_by_incarnation
 from raytide.engine.riding import Rides
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ChannelId, EpochClosed, JobEvent, Marker, ReplicaKey, Sequenced, StatusPush
@@ -86,10 +86,7 @@ class Mailboxes:
         messages merged into one run as the Ray relay merges them (per incarnation), in any order."""
         calls = self.to_progress[key]
         if self.nodes is not None:
-            by_incarnation: dict[int, list[Sequenced]] = {}
-            for incarnation, call in calls:
-                by_incarnation.setdefault(incarnation, []).append(call)
-            taken = [(incarnation, run) for incarnation, sent in by_incarnation.items() for run in merge_runs(sent)]
+            taken = [(incarnation, run) for incarnation, runs in merge_by_incarnation(calls).items() for run in runs]
             rng.shuffle(taken)
             calls[:] = []
             return taken
