@@ -347,11 +347,18 @@ class VertexActor:
         if self._current(incarnation):
             self._guard(self.core.on_progress, *push)
 
-    def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int) -> None:
-        """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.physical.wire`)."""
+    def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int, then: int | None = None) -> None:
+        """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.physical.wire`);
+        then, if ``then`` is given, move the input to epoch ``then`` in the same call (the driver's
+        advance after its push: :mod:`raytide.driver.inputs`)."""
         if self._current(incarnation):
-            self._guard(lambda: self.core.push_input(vertex, unpack_for(payload, packed, lambda: f"input {vertex!r} epoch {epoch}"),
-                                                     epoch))
+            self._guard(self._push_then, vertex, payload, packed, epoch, then)
+
+    def _push_then(self, vertex: str, payload: Any, packed: bool, epoch: int, then: int | None) -> None:
+        """One event of :meth:`push`: what both moves send goes out in one flush."""
+        self.core.push_input(vertex, unpack_for(payload, packed, lambda: f"input {vertex!r} epoch {epoch}"), epoch)
+        if then is not None:
+            self.core.advance_input(vertex, then)
 
     def push_refs(self, incarnation: int, vertex: str, refs: list, epoch: int, then: int | None = None) -> None:
         """Records of ``epoch`` for input ``vertex`` as object refs or :class:`RemoteBatch` handles

@@ -8,6 +8,13 @@ one large push. Object refs of batches are dealt the same way. Each call waits, 
 it is sent, until its replica has fewer than ``max_inflight`` calls unanswered
 (backpressure from the job to the driver).
 
+The last batch a push deals to a replica is held back in the driver until the next call
+to that replica, and goes with it: an ``advance`` then takes it along in one call (the
+replica pushes, then advances), which spares a small epoch's push its own Ray call, as
+timely's input handles hold records until they are flushed or the epoch moves. Records
+of an epoch that is still open cannot complete anything, so holding them changes no
+output; :meth:`InputFeeds.flush` sends what is held (before a snapshot the user asks for).
+
 In a job with recovery the driver also keeps, per input replica, every call it made
 (:class:`CallLog`) until committed snapshots cover it: a recovery rewinds each input
 replica to the position its snapshot recorded (how many pushes and advances it had
@@ -152,6 +159,10 @@ class InputFeeds:
         self.locks = {name: threading.Lock() for name in replicas}
         self.turns = dict.fromkeys(replicas, 0)
         self.windows: dict[Any, collections.deque] = collections.defaultdict(collections.deque)
+        #: Per input replica, the arguments of the last push dealt to it, not sent yet (see the module docstring).
+        self.held: dict[tuple[str, int], tuple] = {}
+        #: Per input, the Ray calls made to its replicas (``job.stats()["input_calls"]``; under the input's lock).
+        self.calls = dict.fromkeys(replicas, 0)
         self.incarnation = 0
         self.resumes: dict[tuple[str, int], Resume] = {}
         #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
@@ -180,7 +191,9 @@ class InputFeeds:
             payloads = [_packed(name, at, piece, offset) for piece, offset in zip(pieces, _offsets(pieces))]
             self._move_to(name, at)
             for payload in payloads:
-                self._submit(name, self._next_index(name), "push", name, *payload, at)
+                index = self._next_index(name)
+                self._release(name, index)
+                self.held[(name, index)] = (name, *payload, at)
 
     def push_refs(self, name: str, refs: list, epoch: Any) -> None:
         """Send object refs of batches into input ``name``; the replicas read them."""
@@ -301,8 +314,32 @@ class InputFeeds:
         self._opened(self.epochs[name])
         self._opened(epoch)
         for index in range(len(self.replicas[name])):
-            self._submit(name, index, "advance", name, epoch)
+            held = self.held.get((name, index))
+            if held is not None and epoch is not None and self._may_join(name, index):
+                del self.held[(name, index)]
+                self._submit(name, index, "push", *held, epoch, weight=2)
+            else:
+                self._submit(name, index, "advance", name, epoch)
         self.epochs[name] = epoch
+
+    def _may_join(self, name: str, index: int) -> bool:
+        """Whether a held push may go in one call with the advance after it: not while the
+        replica's restored snapshot is being replayed, which may end between the two."""
+        resume = self.resumes.get((name, index))
+        return resume is None or not resume.left
+
+    def _release(self, name: str, index: int) -> None:
+        """Send the push held back for replica ``index`` of input ``name``, if any, as a call of its own."""
+        held = self.held.pop((name, index), None)
+        if held is not None:
+            self._submit(name, index, "push", *held)
+
+    def flush(self) -> None:
+        """Send every push held back (see the module docstring)."""
+        for name in self.replicas:
+            with self.locks[name]:
+                for index in range(len(self.replicas[name])):
+                    self._release(name, index)
 
     def _next_index(self, name: str) -> int:
         index = self.turns[name]
@@ -322,7 +359,9 @@ class InputFeeds:
 
     def _submit(self, name: str, index: int, method: str, *args: Any, weight: int = 1) -> Any:
         """Call ``method`` on replica ``index`` of input ``name`` once its window has room (and
-        log it); the call's object ref (None: not sent, a replay of what a restored snapshot holds)."""
+        log it), after the push held back for it; the call's object ref (None: not sent, a replay
+        of what a restored snapshot holds)."""
+        self._release(name, index)
         resume = self.resumes.get((name, index))
         if resume is not None and weight and resume.replayed(args[-1], weight):  # a counted call's epoch comes last
             return None
@@ -344,6 +383,7 @@ class InputFeeds:
                     # a recovery will replace the replica and send the logged calls again
         ref = getattr(actor, method).remote(self.incarnation, *args)
         window.append(ref)
+        self.calls[args[0]] += 1  # every call's first argument is its input's name
         return ref
 
     def trim(self, positions: dict[tuple[str, int], int]) -> None:

@@ -453,6 +453,7 @@ class Job:
 
     def _snapshot(self, timeout: float, delivered: dict[str, int]) -> int:
         recovery = self._require_recovery("job.snapshot()")
+        self._inputs.flush()  # a push held back for its advance is part of what the user expects the snapshot to hold
         at = self._inputs.open_inputs()
         try:
             return ray.get(recovery.coordinator.snapshot_now.remote(timeout, delivered),
@@ -496,10 +497,10 @@ class Job:
         replicas), its ``frontier`` (the earliest epoch that may still arrive) and
         ``frontier_lag`` (epochs behind the latest input); per replica (``replicas``, by
         ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a
-        receiver's window (backpressure), and its own counters per vertex."""
+        receiver's window (backpressure), and its own counters per vertex; ``input_calls``, the driver's calls to input replicas."""
         fed = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None]
         return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed), "hosts": self.hosts(),
-                **self._recovery_stats()}
+                "input_calls": sum(self._inputs.calls.values()), **self._recovery_stats()}
 
     def parallelism(self) -> dict[str, int]:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""
