@@ -13,7 +13,10 @@ to that replica, and goes with it: an ``advance`` then takes it along in one cal
 replica pushes, then advances), which spares a small epoch's push its own Ray call, as
 timely's input handles hold records until they are flushed or the epoch moves. Records
 of an epoch that is still open cannot complete anything, so holding them changes no
-output; :meth:`InputFeeds.flush` sends what is held (before a snapshot the user asks for).
+output. A push held for :data:`HOLD_S` goes on its own (:class:`HeldPushes`: records pushed
+into an epoch left open still reach the job at once, as Flink's buffer timeout sends a
+partly filled buffer), and :meth:`InputFeeds.flush` sends what is held before a snapshot
+the user asks for.
 
 In a job with recovery the driver also keeps, per input replica, every call it made
 (:class:`CallLog`) until committed snapshots cover it: a recovery rewinds each input
@@ -40,6 +43,7 @@ import contextlib
 import itertools
 import operator
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +59,10 @@ from raytide.sources.base import Reader
 WINDOW_POLL = 1.0
 #: How long the input replicas may take to start their readers.
 READER_TIMEOUT = 120.0
+#: How long a push is held for the advance after it before it goes in a call of its own.
+HOLD_S = 0.01
+#: How long the thread that sends held pushes waits for one before it ends (the next push starts one).
+SENDER_IDLE_S = 5.0
 
 
 def as_epoch(name: str, epoch: Any) -> int:
@@ -141,6 +149,45 @@ class Resume:
         return False
 
 
+class HeldPushes:
+    """A thread that sends the pushes held longer than :data:`HOLD_S` (see the module
+    docstring); it runs while pushes are held and ends after :data:`SENDER_IDLE_S` without.
+
+    ``send_old(age)`` sends those held at least ``age`` seconds and says whether any are still held.
+    """
+
+    def __init__(self, send_old: Callable[[float], bool]) -> None:
+        self.send_old = send_old
+        self.armed = threading.Event()  # set while a push may be held
+        self.lock = threading.Lock()  # guards `thread`: one sender, started again after it ended
+        self.thread: threading.Thread | None = None
+
+    def held(self) -> None:
+        """A push was just held: it goes within :data:`HOLD_S` unless a call takes it first."""
+        self.armed.set()
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="raytide-held-pushes", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            if not self.armed.wait(SENDER_IDLE_S):
+                with self.lock:
+                    if not self.armed.is_set():
+                        self.thread = None
+                        return
+            time.sleep(HOLD_S)
+            self.armed.clear()
+            try:
+                if self.send_old(HOLD_S):
+                    self.armed.set()
+            except Exception:  # the job failed or a replica died: the driver says so at its next call
+                with self.lock:
+                    self.thread = None
+                return
+
+
 class InputFeeds:
     """Epochs, locks, turns and windows of every input of one job."""
 
@@ -159,8 +206,9 @@ class InputFeeds:
         self.locks = {name: threading.Lock() for name in replicas}
         self.turns = dict.fromkeys(replicas, 0)
         self.windows: dict[Any, collections.deque] = collections.defaultdict(collections.deque)
-        #: Per input replica, the arguments of the last push dealt to it, not sent yet (see the module docstring).
-        self.held: dict[tuple[str, int], tuple] = {}
+        #: Per input replica, the arguments of the last push dealt to it, not sent yet, and since when.
+        self.held: dict[tuple[str, int], tuple[tuple, float]] = {}
+        self.held_pushes = HeldPushes(self._send_old)
         #: Per input, the Ray calls made to its replicas (``job.stats()["input_calls"]``; under the input's lock).
         self.calls = dict.fromkeys(replicas, 0)
         self.incarnation = 0
@@ -193,7 +241,8 @@ class InputFeeds:
             for payload in payloads:
                 index = self._next_index(name)
                 self._release(name, index)
-                self.held[(name, index)] = (name, *payload, at)
+                self.held[(name, index)] = ((name, *payload, at), time.monotonic())
+            self.held_pushes.held()
 
     def push_refs(self, name: str, refs: list, epoch: Any) -> None:
         """Send object refs of batches into input ``name``; the replicas read them."""
@@ -314,10 +363,9 @@ class InputFeeds:
         self._opened(self.epochs[name])
         self._opened(epoch)
         for index in range(len(self.replicas[name])):
-            held = self.held.get((name, index))
-            if held is not None and epoch is not None and self._may_join(name, index):
-                del self.held[(name, index)]
-                self._submit(name, index, "push", *held, epoch, weight=2)
+            if (name, index) in self.held and epoch is not None and self._may_join(name, index):
+                args, _ = self.held.pop((name, index))
+                self._submit(name, index, "push", *args, epoch, weight=2)
             else:
                 self._submit(name, index, "advance", name, epoch)
         self.epochs[name] = epoch
@@ -332,7 +380,7 @@ class InputFeeds:
         """Send the push held back for replica ``index`` of input ``name``, if any, as a call of its own."""
         held = self.held.pop((name, index), None)
         if held is not None:
-            self._submit(name, index, "push", *held)
+            self._submit(name, index, "push", *held[0])
 
     def flush(self) -> None:
         """Send every push held back (see the module docstring)."""
@@ -340,6 +388,20 @@ class InputFeeds:
             with self.locks[name]:
                 for index in range(len(self.replicas[name])):
                     self._release(name, index)
+
+    def _send_old(self, age: float) -> bool:
+        """Send the pushes held at least ``age`` seconds; whether any are still held. An input
+        whose lock another thread holds is left alone: that thread is feeding it."""
+        for name in self.replicas:
+            if self.locks[name].acquire(blocking=False):
+                try:
+                    now = time.monotonic()
+                    for index in [index for (held_in, index), (_, since) in list(self.held.items())
+                                  if held_in == name and now - since >= age]:
+                        self._release(name, index)
+                finally:
+                    self.locks[name].release()
+        return bool(self.held)
 
     def _next_index(self, name: str) -> int:
         index = self.turns[name]

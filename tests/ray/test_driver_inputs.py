@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -25,6 +27,21 @@ def test_many_small_pushes_spread_over_the_input_replicas(ray_session):
         job.wait(timeout=120)
         assert records_per_input_replica(job, "numbers") == {0: 50_000, 1: 50_000}
         assert len(job.collect("out")[0]) == 100_000
+
+
+def test_records_pushed_into_an_epoch_left_open_reach_the_job_without_another_call(ray_session):
+    """The driver holds a push's last batch per replica for the advance after it (one call
+    for both); with no advance and nothing else from the driver, it goes on its own."""
+    flow = rt.Dataflow("left-open")
+    flow.input("numbers").output("out")
+    with rt.run(flow, parallelism=2) as job:
+        job.push("numbers", [1, 2, 3])
+        deadline = time.monotonic() + 10
+        while records_per_input_replica(job, "numbers") != {0: 3, 1: 0}:
+            assert time.monotonic() < deadline, f"the push did not reach the job in 10 s: {records_per_input_replica(job, 'numbers')}"
+            time.sleep(0.01)
+        job.close("numbers")
+        assert dict(job.results("out", timeout=60)) == {0: [1, 2, 3]}
 
 
 def test_small_epochs_of_an_input_iterable_spread_too(ray_session):
