@@ -161,6 +161,8 @@ class HeldPushes:
         self.armed = threading.Event()  # set while a push may be held
         self.lock = threading.Lock()  # guards `thread`: one sender, started again after it ended
         self.thread: threading.Thread | None = None
+        #: What stopped the thread (the job failed, a feed a restored snapshot refuses): the driver's next call raises it.
+        self.error: BaseException | None = None
 
     def held(self) -> None:
         """A push was just held: it goes within :data:`HOLD_S` unless a call takes it first."""
@@ -182,9 +184,9 @@ class HeldPushes:
             try:
                 if self.send_old(HOLD_S):
                     self.armed.set()
-            except Exception:  # the job failed or a replica died: the driver says so at its next call
+            except Exception as error:  # raised by the driver's next call, never dropped
                 with self.lock:
-                    self.thread = None
+                    self.error, self.thread = error, None
                 return
 
 
@@ -222,7 +224,10 @@ class InputFeeds:
                      for index in range(len(handles))} if keep_calls else None
 
     def check(self, name: str) -> None:
-        """Raise a GraphError naming the job's inputs if ``name`` is not one of them."""
+        """Raise a GraphError naming the job's inputs if ``name`` is not one of them, or what
+        stopped the thread that sends held pushes."""
+        if self.held_pushes.error is not None:
+            raise self.held_pushes.error
         if name not in self.replicas:
             raise GraphError(f"{name!r} is not an input of dataflow {self.flow_name!r}; inputs: {list(self.replicas)}")
 
@@ -391,7 +396,9 @@ class InputFeeds:
 
     def _send_old(self, age: float) -> bool:
         """Send the pushes held at least ``age`` seconds; whether any are still held. An input
-        whose lock another thread holds is left alone: that thread is feeding it."""
+        whose lock another thread holds is left alone: that thread is feeding it. Nothing is
+        sent for a job that failed or was cancelled (raises its error)."""
+        self.raise_if_failed()
         for name in self.replicas:
             if self.locks[name].acquire(blocking=False):
                 try:
