@@ -401,11 +401,11 @@ class InputFeeds:
         self.raise_if_failed()
         for name in self.replicas:
             if self.locks[name].acquire(blocking=False):
-                try:
+                try:  # this input's entries of `held` change only under its lock
                     now = time.monotonic()
-                    for index in [index for (held_in, index), (_, since) in list(self.held.items())
-                                  if held_in == name and now - since >= age]:
-                        self._release(name, index)
+                    for index in range(len(self.replicas[name])):
+                        if (name, index) in self.held and now - self.held[(name, index)][1] >= age:
+                            self._release(name, index)
                 finally:
                     self.locks[name].release()
         return bool(self.held)
