@@ -1,17 +1,28 @@
 """raytide: Naiad-style timely dataflow on Ray, with Spark ingestion through RayDP.
 
-Building a dataflow needs no Ray; ``run`` and ``Job`` (which do) are imported on first
-use, so ``import raytide`` stays cheap and the pure modules stay free of Ray.
+Building a dataflow needs no Ray. Every public name but the errors is imported on first
+use (``__getattr__``): ``import raytide`` stays cheap, the pure modules stay free of Ray,
+and a host process, which imports ``raytide.actors.hosts`` on the clock of a job's first
+start, loads its role's modules and not the builder's or the autoscaler's.
 """
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from raytide.autoscale.config import Autoscale as Autoscale
-from raytide.core.dataflow import Dataflow as Dataflow
-from raytide.core.dataflow import Loop as Loop
-from raytide.core.dataflow import Probe as Probe
-from raytide.core.dataflow import Stream as Stream
-from raytide.core.vertex import Vertex as Vertex
+if TYPE_CHECKING:  # the names below are imported on first use (``__getattr__``)
+    from raytide.autoscale.config import Autoscale as Autoscale
+    from raytide.core.dataflow import Dataflow as Dataflow
+    from raytide.core.dataflow import Loop as Loop
+    from raytide.core.dataflow import Probe as Probe
+    from raytide.core.dataflow import Stream as Stream
+    from raytide.core.vertex import Vertex as Vertex
+    from raytide.driver.pool import configure as configure_pool
+    from raytide.driver.pool import shutdown as shutdown
+    from raytide.driver.run import Job as Job
+    from raytide.driver.run import run as run
+    from raytide.progress import Timestamp as Timestamp
+    from raytide.snapshots.config import Recovery as Recovery
+
 from raytide.errors import ArgumentError as ArgumentError
 from raytide.errors import GraphError as GraphError
 from raytide.errors import JobCancelled as JobCancelled
@@ -25,11 +36,22 @@ from raytide.errors import RescaleError as RescaleError
 from raytide.errors import SourceError as SourceError
 from raytide.errors import SparkIntegrationError as SparkIntegrationError
 from raytide.errors import UserCodeError as UserCodeError
-from raytide.progress import Timestamp as Timestamp
-from raytide.snapshots.config import Recovery as Recovery
 
-_RUNTIME = {"run", "Job"}
-_POOL = {"shutdown": "shutdown", "configure_pool": "configure"}
+#: Where each public name that is imported on first use lives, and its name there.
+_LAZY = {
+    "Autoscale": ("raytide.autoscale.config", "Autoscale"),
+    "Dataflow": ("raytide.core.dataflow", "Dataflow"),
+    "Loop": ("raytide.core.dataflow", "Loop"),
+    "Probe": ("raytide.core.dataflow", "Probe"),
+    "Stream": ("raytide.core.dataflow", "Stream"),
+    "Vertex": ("raytide.core.vertex", "Vertex"),
+    "Timestamp": ("raytide.progress.timestamps", "Timestamp"),
+    "Recovery": ("raytide.snapshots.config", "Recovery"),
+    "run": ("raytide.driver.run", "run"),
+    "Job": ("raytide.driver.run", "Job"),
+    "shutdown": ("raytide.driver.pool", "shutdown"),
+    "configure_pool": ("raytide.driver.pool", "configure"),
+}
 
 __all__ = [
     "ArgumentError",
@@ -61,16 +83,17 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RUNTIME:
-        from raytide.driver import run
-
-        return getattr(run, name)
-    if name in _POOL:
-        from raytide.driver import pool
-
-        return getattr(pool, _POOL[name])
+    """Import a public name on first use, so that ``import raytide.<module>`` (a host
+    process starting, a worker unpickling user code) loads only what that module needs."""
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        value = getattr(importlib.import_module(module), attribute)
+        globals()[name] = value  # later lookups find it without coming here
+        return value
     if name == "sources":  # rt.sources.TextFileSource, without importing any source before it is used
-        import raytide.sources
-
-        return raytide.sources
+        return importlib.import_module("raytide.sources")
     raise AttributeError(f"module 'raytide' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

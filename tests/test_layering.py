@@ -180,6 +180,19 @@ def test_a_host_and_its_roles_start_without_pyarrow():
     assert done.stdout.strip() == "[]", done.stdout
 
 
+def test_a_host_starts_without_the_builder_or_the_autoscaler():
+    """A host process imports ``raytide.actors.hosts`` before it is given a role, on the clock
+    of a job's first start: the package's and ``raytide.core``'s public names come on first
+    use, so the dataflow builder, the autoscaler and NumPy (about 55 ms a host) stay out of it,
+    and a vertex role does not bring the autoscaler in."""
+    code = ("import sys, raytide.actors.hosts; first = set(sys.modules); import raytide.actors.vertex_actor; "
+            "print(sorted(m for m in first if m == 'numpy' or m.startswith(('raytide.core.dataflow', 'raytide.autoscale')))); "
+            "print(sorted(m for m in sys.modules if m.startswith('raytide.autoscale')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:2] == ["[]", "[]"], done.stdout
+
+
 def test_public_api():
     import raytide
 

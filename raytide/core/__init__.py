@@ -2,11 +2,22 @@
 batches, key groups and routing. Imports neither Ray nor the runtime (``raytide.actors``),
 so a dataflow can be built, checked and tested anywhere."""
 
-from raytide.core.dataflow import Dataflow as Dataflow
-from raytide.core.dataflow import Loop as Loop
-from raytide.core.dataflow import Probe as Probe
-from raytide.core.dataflow import Stream as Stream
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from raytide.core.vertex import Vertex as Vertex
 from raytide.core.vertex import VertexContext as VertexContext
 
+if TYPE_CHECKING:  # imported on first use (``__getattr__``): a host needs the vertices, not the builder
+    from raytide.core.dataflow import Dataflow as Dataflow
+    from raytide.core.dataflow import Loop as Loop
+    from raytide.core.dataflow import Probe as Probe
+    from raytide.core.dataflow import Stream as Stream
+
 __all__ = ["Dataflow", "Loop", "Probe", "Stream", "Vertex", "VertexContext"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in {"Dataflow", "Loop", "Probe", "Stream"}:
+        return getattr(importlib.import_module("raytide.core.dataflow"), name)
+    raise AttributeError(f"module 'raytide.core' has no attribute {name!r}")
