@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (``__getattr__``)
     from raytide.driver.pool import shutdown as shutdown
     from raytide.driver.run import Job as Job
     from raytide.driver.run import run as run
-    from raytide.progress import Timestamp as Timestamp
+    from raytide.progress.timestamps import Timestamp as Timestamp
     from raytide.snapshots.config import Recovery as Recovery
 
 from raytide.errors import ArgumentError as ArgumentError
@@ -87,9 +87,7 @@ def __getattr__(name: str) -> Any:
     process starting, a worker unpickling user code) loads only what that module needs."""
     if name in _LAZY:
         module, attribute = _LAZY[name]
-        value = getattr(importlib.import_module(module), attribute)
-        globals()[name] = value  # later lookups find it without coming here
-        return value
+        return getattr(importlib.import_module(module), attribute)
     if name == "sources":  # rt.sources.TextFileSource, without importing any source before it is used
         return importlib.import_module("raytide.sources")
     raise AttributeError(f"module 'raytide' has no attribute {name!r}")

@@ -18,6 +18,7 @@ __all__ = ["Dataflow", "Loop", "Probe", "Stream", "Vertex", "VertexContext"]
 
 
 def __getattr__(name: str) -> Any:
+    """The builder's names, imported on first use."""
     if name in {"Dataflow", "Loop", "Probe", "Stream"}:
         return getattr(importlib.import_module("raytide.core.dataflow"), name)
     raise AttributeError(f"module 'raytide.core' has no attribute {name!r}")
