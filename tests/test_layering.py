@@ -205,6 +205,22 @@ def test_public_api():
     assert callable(raytide.run)
 
 
+@pytest.mark.parametrize("package", ["raytide", "raytide.core"])
+def test_every_public_name_resolves_and_each_lazy_name_is_typed_from_where_it_is_imported(package):
+    """A package that imports its public names on first use lists each twice: under
+    ``TYPE_CHECKING`` for mypy, and in ``_LAZY`` for ``__getattr__``. The two must agree,
+    and every name of ``__all__`` must resolve."""
+    module = importlib.import_module(package)
+    typed = {}
+    for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            typed.update({alias.asname or alias.name: (imported.module, alias.name)
+                          for imported in node.body for alias in imported.names})
+    assert typed == module._LAZY
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+
+
 SUBPACKAGE_API = {
     "raytide.core": ["Dataflow", "Loop", "Probe", "Stream", "Vertex", "VertexContext"],
     "raytide.actors": ["Vertex", "VertexContext"],

@@ -14,11 +14,15 @@ if TYPE_CHECKING:  # imported on first use (``__getattr__``): a host needs the v
     from raytide.core.dataflow import Probe as Probe
     from raytide.core.dataflow import Stream as Stream
 
+#: Where each name imported on first use lives, and its name there.
+_LAZY = {name: ("raytide.core.dataflow", name) for name in ("Dataflow", "Loop", "Probe", "Stream")}
+
 __all__ = ["Dataflow", "Loop", "Probe", "Stream", "Vertex", "VertexContext"]
 
 
 def __getattr__(name: str) -> Any:
     """The builder's names, imported on first use."""
-    if name in {"Dataflow", "Loop", "Probe", "Stream"}:
-        return getattr(importlib.import_module("raytide.core.dataflow"), name)
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'raytide.core' has no attribute {name!r}")
