@@ -25,8 +25,8 @@ from typing import Any
 
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.errors import InternalError
+from raytide.physical.pickled import pack_records
 from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
-from raytide.physical.wire import pack_records
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp

@@ -58,6 +58,7 @@ from raytide.engine import epoch_tokens
 from raytide.engine.replica import ReplicaCore
 from raytide.engine.riding import Rides
 from raytide.errors import RaytideError, ReplicaLost, RescaleError, SnapshotError, SourceError
+from raytide.physical.pickled import Packed, frame, pack_records, packed_size, unpicklable
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
     ChannelId,
@@ -70,7 +71,7 @@ from raytide.physical.protocol import (
     decode,
     encode,
 )
-from raytide.physical.wire import Packed, frame, pack, pack_records, packed_size, unframe, unpack_for, unpicklable
+from raytide.physical.wire import pack, unframe, unpack_for
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.layout import Piece
@@ -129,7 +130,7 @@ class _RayTransport:
 
     def flush(self) -> None:
         """The end of an event: each receiver gets the batches gathered for it in one call
-        (``receive_many``, its arguments framed as one pickle: :func:`~raytide.physical.wire.frame`)
+        (``receive_many``, its arguments framed as one pickle: :func:`~raytide.physical.pickled.frame`)
         and takes them in one event, so a round of a loop that sends a peer two batches (the
         next round's rows and the epoch gate's token) costs one Ray call and one progress
         message there instead of two. A progress batch placed with a receiver whose data
@@ -315,7 +316,7 @@ class VertexActor:
     def receive_many(self, framed: Packed) -> None:
         """Data batches another replica sent in one event (:meth:`_RayTransport.flush`), in
         order: received as one event, with one progress message for all. Framed with them
-        (:func:`~raytide.physical.wire.frame`): each batch's incarnation, channel, vertex and
+        (:func:`~raytide.physical.pickled.frame`): each batch's incarnation, channel, vertex and
         time, and the sender's progress batches of that event, passed on to the progress
         actor ahead of this replica's own next message (see the module docstring). Taken apart
         inside the guard: a batch that does not unpickle here fails the job, saying where."""

@@ -52,7 +52,8 @@ import ray
 
 from raytide.core.batches import BATCH_KINDS, batch_length, not_a_batch, split_batch, to_records
 from raytide.errors import GraphError, JobTimeout, RecordError, RecoveryError
-from raytide.physical.wire import pack, unpicklable
+from raytide.physical.pickled import unpicklable
+from raytide.physical.wire import pack
 from raytide.sources.base import Reader
 
 #: How long one wait for a full window lasts before the job's failure is checked again.

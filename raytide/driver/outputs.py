@@ -23,8 +23,9 @@ import ray
 from raytide.core.batches import BatchFormat
 from raytide.engine.delivery import Deliveries
 from raytide.engine.output_gate import OutputGate
+from raytide.physical.pickled import pack_records
 from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished, OutputFrontier
-from raytide.physical.wire import as_batch, as_records, pack_records, unpack_items
+from raytide.physical.wire import as_batch, as_records, unpack_items
 from raytide.snapshots.config import OutputCommit
 
 #: Extra time a long poll's Ray call may take beyond the poll's own timeout.

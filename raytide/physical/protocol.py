@@ -47,7 +47,7 @@ travel; a relay that dies is a replica that dies, and the recovery rolls every m
 On Ray, the calls to the progress actor and its status pushes travel as :func:`encode`
 makes them, the sender's incarnation included: one plain pickle, one argument per call.
 A data call's headers (incarnation, channel, vertex, time), batches and riding progress
-batches travel as :func:`~raytide.physical.wire.frame` makes them, one argument too.
+batches travel as :func:`~raytide.physical.pickled.frame` makes them, one argument too.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
-"""How batches and output records travel between actors.
+"""How batches and output records travel between actors: packed, unpacked, and kept by outputs.
 
-Ray serialises a list of small Python objects element by element; one pickle of the
-whole list is about 8 times faster (3 ms against 24 ms for 25,000 ``(word, count)``
-pairs on the 2-core machine), and Ray passes ``bytes`` through almost for free. Columnar
-batches go the same way: a Ray call whose argument is a dict of two 3,000-row NumPy
-columns cost its caller 810-910 us of CPU against 590-640 us for the same dict pickled
-first (Ray serialises each array on its own, with its metadata), and an incremental
-epoch of connected components, made of such calls, about 10% less CPU in all processes.
-So every batch but an Arrow one (a list of records, a NumPy array, a dict of columns, a
-lazy batch) travels as one cloudpickle blob (cloudpickle, because records may hold
-objects plain pickle cannot, such as instances of classes defined in ``__main__``); Arrow
-tables, which Ray ships as their buffers, travel as they are. For the same reason a data
-call has one argument (:func:`frame`): its batches' headers, payloads and the progress
+Every batch but an Arrow one (a list of records, a NumPy array, a dict of columns, a lazy
+batch) travels as one cloudpickle blob, packed by :mod:`raytide.physical.pickled`, large
+buffers beside it (cloudpickle, because records may hold objects plain pickle cannot, such
+as instances of classes defined in ``__main__``); Arrow tables, which Ray ships as their
+buffers, travel as they are. Columnar batches are pickled too: a Ray call whose argument
+is a dict of two 3,000-row NumPy columns cost its caller 810-910 us of CPU against 590-640
+us for the same dict pickled first (Ray serialises each array on its own, with its
+metadata), and an incremental epoch of connected components, made of such calls, about
+10% less CPU in all processes. For the same reason a data call has one argument
+(:func:`~raytide.physical.pickled.frame`): its batches' headers, payloads and the progress
 batches riding with them in one plain pickle.
-
-Large buffers inside records (a NumPy array's data, an Arrow column) would be copied
-into the blob, and out of it again, at every hop. Pickle protocol 5 hands them over
-beside the blob instead (*out of band*): a record list with buffers of at least
-:data:`OUT_OF_BAND_BYTES` travels as ``(blob, buffers)``, and Ray writes those buffers
-into its object store once and lets the receiver read them in place. They arrive
-read-only, as the NumPy arrays Ray ships always do. Smaller buffers stay in the blob, so
-a list of small records is still one ``bytes`` (see docs/large-records.md), and the
-columns of a small batch arrive as writable copies.
 
 An output keeps a columnar batch (a NumPy array, a dict of columns, an Arrow table) as
 one :class:`BatchRows` among its records rather than as one record per row: a row-wise
@@ -35,60 +24,20 @@ from __future__ import annotations
 import gc
 import pickle
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
 import numpy as np
 
 from raytide.core.batches import BatchFormat, concat_batches, is_arrow, to_records
 from raytide.errors import RecordError
-
-#: Buffers of records at least this large travel beside the pickle, not in it (see the module docstring).
-OUT_OF_BAND_BYTES = 1 << 20
-
-#: A packed list of records: one blob, or a blob and its large buffers (``pickle.PickleBuffer``
-#: objects when packed, Ray's read-only buffers once they travelled).
-Packed = bytes | tuple[bytes, list[Any]]
-
-
-def pack_records(records: Any) -> Packed:
-    """A list of records (or any batch but an Arrow one) as one blob, with its large buffers
-    beside it (see the module docstring)."""
-    return _pickled(cloudpickle.dumps, records)
-
-
-def frame(calls: list[tuple[Any, Any, bool]], riding: Sequence[Any]) -> Packed:
-    """The arguments of one data call (:meth:`~raytide.actors.vertex_actor.VertexActor.receive_many`)
-    as one plain pickle, large buffers beside it: each batch's ``(header, payload, packed)``,
-    its payload already packed, and the progress batches riding with them.
-
-    Ray serialises each argument of a call on its own: on the 2-core machine every argument
-    beyond the first cost the caller about 65 us, and a list of three small tuples about
-    200 us. What is framed is importable classes, bytes, pickle buffers and Arrow tables,
-    which the C pickler takes (see :func:`~raytide.physical.protocol.encode`)."""
-    return _pickled(pickle.dumps, (calls, riding))
+from raytide.physical.pickled import Packed, pack_records
 
 
 def unframe(framed: Packed) -> tuple[list[tuple[Any, Any, bool]], list[Any]]:
-    """What :func:`frame` was given (large buffers as views, not copies)."""
+    """What :func:`~raytide.physical.pickled.frame` was given (large buffers as views, not copies)."""
     calls, riding = unpack_items(framed)[0]
     return calls, riding
-
-
-def _pickled(dumps: Callable[..., bytes], value: Any) -> Packed:
-    """``value`` pickled by ``dumps`` (protocol 5) with its buffers of at least
-    :data:`OUT_OF_BAND_BYTES` beside the blob."""
-    large: list[pickle.PickleBuffer] = []
-
-    def in_band(buffer: pickle.PickleBuffer) -> bool:
-        if memoryview(buffer).nbytes < OUT_OF_BAND_BYTES:
-            return True
-        large.append(buffer)
-        return False
-
-    blob = dumps(value, protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=in_band)
-    return (blob, large) if large else blob
 
 
 class BatchRows:
@@ -185,14 +134,6 @@ def unpack_items(packed: Packed) -> tuple[list, bool]:
             gc.enable()
 
 
-def packed_size(packed: Packed) -> int:
-    """Bytes of a packed list of records, its large buffers included."""
-    if isinstance(packed, bytes):
-        return len(packed)
-    blob, buffers = packed
-    return len(blob) + sum(memoryview(buffer).nbytes for buffer in buffers)
-
-
 def pack(batch: Any) -> tuple[Any, bool]:
     """``(payload, packed)``: an Arrow batch stays as it is, any other becomes one blob
     (large buffers beside it)."""
@@ -215,25 +156,3 @@ def unpack_for(payload: Any, packed: bool, where: Callable[[], str]) -> Any:
         return unpack(payload, packed)
     except Exception as error:
         raise RecordError(f"{where()}: a batch sent there did not unpickle in the receiving process: {error!r}") from error
-
-
-def unpicklable(records: list, error: Exception, where: str, offset: int = 0, then: str = "") -> RecordError:
-    """The error for ``records`` that did not pickle (``error``): it names ``where`` they were
-    going (an input and epoch, an output and epoch, a channel), the first offending record
-    (its index, counting from ``offset``, and type) and what ``then`` happened."""
-    index, record = first_unpicklable(records)
-    text = repr(record)
-    shown = text if len(text) <= 80 else text[:77] + "..."
-    return RecordError(f"{where}: record {offset + index}, of type {type(record).__qualname__} ({shown}), cannot be "
-                       f"pickled, so it cannot travel to another process: {error}{then}")
-
-
-def first_unpicklable(records: list) -> tuple[int, Any]:
-    """The index and the first of ``records`` that does not pickle (for error messages, after
-    :func:`pack_records` failed); ``(-1, records)`` if each pickles on its own."""
-    for index, record in enumerate(records):
-        try:
-            cloudpickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:
-            return index, record
-    return -1, records

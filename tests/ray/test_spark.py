@@ -24,7 +24,7 @@ from raytide.integrations.spark import (
     tables_to_spark,
     to_spark,
 )
-from raytide.physical.wire import pack_records
+from raytide.physical.pickled import pack_records
 
 GIB = 2**30
 

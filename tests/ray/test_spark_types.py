@@ -24,7 +24,7 @@ from pyspark.sql.types import StructField, StructType, YearMonthIntervalType
 import raytide as rt
 from raytide.errors import SparkIntegrationError
 from raytide.integrations.spark import from_spark, start_spark, to_spark
-from raytide.physical.wire import pack_records
+from raytide.physical.pickled import pack_records
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
 

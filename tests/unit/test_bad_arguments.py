@@ -14,8 +14,8 @@ from raytide.core.arguments import non_negative, positive_int
 from raytide.core.batches import checked_batch, not_a_batch
 from raytide.driver.inputs import pushed_batch
 from raytide.errors import ArgumentError, RecordError
+from raytide.physical.pickled import first_unpicklable
 from raytide.physical.plan import compile_plan
-from raytide.physical.wire import first_unpicklable
 
 
 @pytest.mark.parametrize("value", [1, 7, np.int64(3), np.uint8(2)])

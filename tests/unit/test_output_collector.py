@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from raytide.driver.outputs import OutputCollector
 from raytide.errors import InternalError
+from raytide.physical.pickled import pack_records
 from raytide.physical.protocol import EpochComplete, JobFinished, OutputFrontier
-from raytide.physical.wire import output_records, pack_records, unpack_records
+from raytide.physical.wire import output_records, unpack_records
 
 
 class Record:

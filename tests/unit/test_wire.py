@@ -12,17 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytide.core.batches import to_records
+from raytide.physical.pickled import OUT_OF_BAND_BYTES, frame, pack_records, packed_size
 from raytide.physical.protocol import ChannelId, ProgressBatch, ReplicaKey, Sequenced
 from raytide.physical.wire import (
-    OUT_OF_BAND_BYTES,
     BatchRows,
     as_batch,
     as_records,
-    frame,
     output_records,
     pack,
-    pack_records,
-    packed_size,
     unframe,
     unpack,
     unpack_items,

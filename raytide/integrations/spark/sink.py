@@ -27,7 +27,8 @@ from raytide.integrations.spark.session import (
     require_spark,
 )
 from raytide.integrations.spark.types import check_schema, widen_decimals
-from raytide.physical.wire import Packed, unpack_records
+from raytide.physical.pickled import Packed
+from raytide.physical.wire import unpack_records
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame, SparkSession
