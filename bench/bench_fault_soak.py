@@ -25,6 +25,11 @@ size, measured on its own) and grow for a while in every process that reads obje
 resident slopes are reported beside (``rss_growth_*``) for comparison. The targets: 0 lost,
 0 duplicated, no process growing.
 
+``--param plain_ray=1`` runs the same soak on plain Ray actors instead
+(``bench/baselines/soak_ray.py``: the soak's processes, calls, snapshots, rescales and
+kills, with nothing of raytide in them), sampled and reported the same way, so that
+raytide's growth can be read against what Ray's own processes do under that load.
+
 The soak runs in a child process with a Ray of its own (:func:`bench.bench_soak.run_child`),
 so that the driver measured holds nothing but this job.
 """
@@ -44,12 +49,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import raytide as rt
+from bench.baselines.soak_ray import plain_soak
 from bench.bench_soak import child_main, private_mib, process_ids, resident_mib, run_child
 from bench.harness import ensure_ray
 from tests.ray.jobs import next_in_sequence
 
 PARAMS = {"minutes": 30.0, "interval": 0.5, "pace": 0.05, "rescale_every_s": 60.0, "kill_every_s": 120.0,
-          "sample_every_s": 30.0, "warmup_s": 300.0, "seed": 0}
+          "sample_every_s": 30.0, "warmup_s": 300.0, "seed": 0, "plain_ray": 0}
 REPEAT = 1
 #: Keys, and each key's numbers per epoch.
 KEYS, PER_KEY = 12, 5
@@ -102,9 +108,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
-         sample_every_s: float, warmup_s: float, seed: int) -> dict[str, float]:
+         sample_every_s: float, warmup_s: float, seed: int, plain_ray: int = 0) -> dict[str, float]:
     """Run the soak in this process (a fresh one: it starts Ray); see the module docstring."""
     ensure_ray()
+    if plain_ray:
+        return plain_ray_soak(minutes, interval, pace, rescale_every_s, kill_every_s, sample_every_s, warmup_s, seed)
     rng = random.Random(seed)
     flow = rt.Dataflow("fault-soak")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
@@ -178,6 +186,26 @@ def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, k
     return {**metrics, **over_time}
 
 
+def plain_ray_soak(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
+                   sample_every_s: float, warmup_s: float, seed: int) -> dict[str, float]:
+    """The soak on plain Ray actors (``bench/baselines/soak_ray.py``), its memory sampled as raytide's is."""
+    memory: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    store: list[tuple[float, float]] = []
+    started = time.monotonic()
+
+    def sample(pids: dict[str, int]) -> None:
+        now = time.monotonic() - started
+        for name, pid in pids.items():
+            taken = _memory(pid)
+            if taken is not None:
+                memory.setdefault((name, pid), []).append((now, *taken))
+        store.append((now, _object_store_mib()))
+
+    metrics = plain_soak(minutes, interval, pace, rescale_every_s, kill_every_s, sample_every_s, seed,
+                         epoch_records, WIDTHS, sample)
+    return {**metrics, **_growth(memory, store, warmup_s)}
+
+
 def _memory(pid: int) -> tuple[float, float] | None:
     """``(private, resident)`` MiB of process ``pid``; None if it is gone."""
     try:
@@ -225,9 +253,10 @@ def _growth(memory: dict[tuple[str, int], list[tuple[float, float, float]]], sto
 
 
 def measure(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
-            sample_every_s: float, warmup_s: float, seed: int) -> dict[str, float]:
+            sample_every_s: float, warmup_s: float, seed: int, plain_ray: int) -> dict[str, float]:
     params = {"minutes": minutes, "interval": interval, "pace": pace, "rescale_every_s": rescale_every_s,
-              "kill_every_s": kill_every_s, "sample_every_s": sample_every_s, "warmup_s": warmup_s, "seed": seed}
+              "kill_every_s": kill_every_s, "sample_every_s": sample_every_s, "warmup_s": warmup_s, "seed": seed,
+              "plain_ray": plain_ray}
     return run_child("bench.bench_fault_soak", params, timeout=minutes * 60 + 900)
 
 

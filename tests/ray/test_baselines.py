@@ -15,6 +15,7 @@ from bench.baselines.cc_pyspark import connected_components_pyspark
 from bench.baselines.cc_ray import EdgeIndex, components_union_find, connected_components_ray
 from bench.baselines.mandelbrot_ray import mandelbrot_ray, mandelbrot_reference, mandelbrot_row
 from bench.baselines.relay_ray import relay_latencies
+from bench.baselines.soak_ray import plain_soak
 from bench.baselines.wordcount_pyspark import local_spark, wordcount_pyspark
 from bench.baselines.wordcount_ray import start_reducers, wordcount_ray, wordcount_reference
 
@@ -221,3 +222,17 @@ def test_the_ray_call_cost_is_the_cpu_of_the_actor_at_each_end(ray_session, monk
     cost = ray_call_cost.actor_call_cpu_ms(blob_bytes=500)
     assert set(cost) == {"receive", "submit"}
     assert all(0.001 < ms < 50 for ms in cost.values()), cost
+
+
+@pytest.mark.ray
+def test_the_plain_ray_soak_checks_every_epoch_through_its_rescales_and_kills(ray_session):
+    """The fault soak's plain-Ray baseline: every epoch fed completes with the sums of what
+    was fed, across rescales (an actor started or killed, new handles handed out) and kills
+    (an actor's process SIGKILLed, replaced, the epochs in flight fed again)."""
+    samples: list[dict[str, int]] = []
+    metrics = plain_soak(minutes=0.25, interval=0.5, pace=0.05, rescale_every_s=4, kill_every_s=5, sample_every_s=3,
+                         seed=1, records=lambda epoch: [(key, epoch * 3 + i) for i in range(3) for key in range(12)],
+                         widths=(3, 2), sample=samples.append)
+    assert metrics["epochs"] > 100 and metrics["rescales"] >= 2 and metrics["kills"] >= 1, metrics
+    assert metrics["wrong"] == metrics["not_completed"] == 0, metrics
+    assert len(samples) >= 3 and {"driver", "progress", "coordinator", "input/0", "keyed/1"} <= set(samples[-1])
