@@ -180,14 +180,25 @@ def test_a_host_and_its_roles_start_without_pyarrow():
     assert done.stdout.strip() == "[]", done.stdout
 
 
-def test_a_host_starts_without_the_builder_or_the_autoscaler():
+def test_a_host_starts_without_the_builder_or_the_autoscaler(tmp_path):
     """A host process imports ``raytide.actors.hosts`` before it is given a role, on the clock
     of a job's first start: the package's and ``raytide.core``'s public names come on first
-    use, so the dataflow builder, the autoscaler and NumPy (about 55 ms a host) stay out of it,
-    and a vertex role does not bring the autoscaler in."""
-    code = ("import sys, raytide.actors.hosts; first = set(sys.modules); import raytide.actors.vertex_actor; "
+    use, so the dataflow builder, the autoscaler and NumPy (about 55 ms a host) stay out of it.
+    A vertex role, and the plan it unpickles, bring in neither the autoscaler nor the builder
+    (the plan keeps the logical graph's parts, ``raytide.core.logical``; about 40 ms a host)."""
+    import cloudpickle
+
+    import raytide as rt
+    from raytide.physical.plan import compile_plan
+
+    flow = rt.Dataflow("words")
+    flow.input("lines").flat_map(str.split).count_by_key(lambda word: word).output("counts")
+    plan = tmp_path / "plan.pickle"
+    plan.write_bytes(cloudpickle.dumps(compile_plan(flow, 2)))
+    code = ("import pickle, sys, raytide.actors.hosts; first = set(sys.modules); import raytide.actors.vertex_actor; "
+            f"pickle.loads(open({str(plan)!r}, 'rb').read()); "
             "print(sorted(m for m in first if m == 'numpy' or m.startswith(('raytide.core.dataflow', 'raytide.autoscale')))); "
-            "print(sorted(m for m in sys.modules if m.startswith('raytide.autoscale')))")
+            "print(sorted(m for m in sys.modules if m.startswith(('raytide.autoscale', 'raytide.core.dataflow'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:2] == ["[]", "[]"], done.stdout

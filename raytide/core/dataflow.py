@@ -22,15 +22,16 @@ adding an operator elsewhere renames nothing. Snapshot state is keyed by these i
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from raytide.core.batches import BatchFormat, checked_batch, to_format, to_records
 from raytide.core.columnar import StateColumn
 from raytide.core.columnar_flow import iterate_columns, keyed_columns
+from raytide.core.logical import Channel, ExchangeKey, InputEdge, KeyFn, LogicalVertex, VertexFactory
 from raytide.core.naming import VertexIds
 from raytide.core.operators import (
     BatchFunction,
@@ -50,64 +51,10 @@ from raytide.core.vertex import Vertex
 from raytide.errors import GraphError
 from raytide.progress.summaries import PathSummary
 
-KeyFn = Callable[[Any], Hashable]
-#: An exchange partitions by a key function, or by the name of an integer column (vectorised).
-ExchangeKey = KeyFn | str
-VertexFactory = Callable[[], Vertex]
-Role = Literal["vertex", "input", "output", "probe", "feedback"]
-
 #: How many distinct keys a combiner holds per timestamp before it sends them on early.
 COMBINER_MAX_KEYS = 65_536
-
-
-@dataclass(frozen=True)
-class Channel:
-    """How records travel along an edge between the replicas of two vertices.
-
-    ``pipeline`` keeps replica ``i``'s output at replica ``i`` (round robin when the
-    parallelism differs), ``exchange`` routes each record by ``key`` through key groups
-    (``key`` may name an integer column: columnar batches are then split with NumPy),
-    ``broadcast`` sends every batch to every replica.
-    """
-
-    kind: Literal["pipeline", "exchange", "broadcast"] = "pipeline"
-    key: ExchangeKey | None = None
-
-
-@dataclass(frozen=True)
-class InputEdge:
-    """An edge into a vertex: from ``source``'s output port ``output``, over ``channel``."""
-
-    source: str
-    output: int
-    channel: Channel
-
-
-@dataclass(frozen=True)
-class LogicalVertex:
-    """A vertex of the logical graph, before it is expanded into replicas; immutable.
-
-    ``inputs[port]`` holds the edges into input ``port`` (several for a concat, none for
-    a feedback whose cycle is not closed yet).
-    """
-
-    name: str
-    factory: VertexFactory | None
-    inputs: tuple[tuple[InputEdge, ...], ...]
-    outputs: int
-    depth: int = 0
-    summaries: tuple[PathSummary, ...] = ()
-    parallelism: int | None = None
-    role: Role = "vertex"
-    chain: bool = True
-    terminal: bool = False
-    #: Whether the vertex may ask for notifications (False for a per-batch function): only
-    #: then is it sent epoch tokens (``raytide.engine.epoch_tokens``), a hint for speed alone.
-    notifies: bool = True
-
-    def output_summary(self, port: int) -> PathSummary:
-        """What a path through the vertex to output ``port`` does to a timestamp."""
-        return self.summaries[port] if self.summaries else PathSummary.identity()
+#: The channel of an edge that names none: replica ``i`` to replica ``i``.
+PIPELINE = Channel()
 
 
 @dataclass
@@ -276,7 +223,7 @@ class Stream:
         """Place a one-input, one-output vertex; ``exchange`` partitions its input by key."""
         return self.flow.vertex(factory, [self], 1, exchange=[exchange], name=name, parallelism=parallelism)[0]
 
-    def _then(self, label: str, factory: VertexFactory, channel: Channel = Channel(), name: str | None = None,
+    def _then(self, label: str, factory: VertexFactory, channel: Channel = PIPELINE, name: str | None = None,
               parallelism: int | None = None, terminal: bool = False, notifies: bool = True) -> Stream:
         vname = name or self.flow._fresh(label, [self], self.scope)
         vertex = LogicalVertex(vname, factory, ((InputEdge(self.vertex, self.port, channel),),), 1, self.depth,
@@ -284,7 +231,7 @@ class Stream:
         self.flow._add(vertex)
         return Stream(self.flow, vname, 0, self.scope)
 
-    def _per_batch(self, label: str, fn: Callable[[Any], Any], channel: Channel = Channel(), name: str | None = None,
+    def _per_batch(self, label: str, fn: Callable[[Any], Any], channel: Channel = PIPELINE, name: str | None = None,
                    parallelism: int | None = None, terminal: bool = False) -> Stream:
         """A :class:`BatchFunction` vertex running ``fn`` on each batch (it never asks for a notification)."""
         return self._then(label, lambda: BatchFunction(fn), channel, name, parallelism, terminal, notifies=False)

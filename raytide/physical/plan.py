@@ -15,16 +15,19 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from raytide.core.arguments import positive_int
-from raytide.core.dataflow import Channel, Dataflow, InputEdge, LogicalVertex, Role, VertexFactory
+from raytide.core.logical import Channel, InputEdge, LogicalVertex, Role, VertexFactory
 from raytide.errors import GraphError
 from raytide.physical.protocol import ChannelId, ReplicaKey
 from raytide.progress.graph import GraphBuilder, ProgressGraph
 from raytide.progress.reachability import Location
 from raytide.progress.summaries import PathSummary
 from raytide.progress.timestamps import Timestamp
+
+if TYPE_CHECKING:  # a host that unpickles a plan does not need the builder
+    from raytide.core.dataflow import Dataflow
 
 
 @dataclass(frozen=True)
