@@ -179,8 +179,11 @@ def _freeze_start_up() -> None:
     and walks only what the process made since it started. On the 2-core machine, the
     earlier way (freeze at every job's start, thaw and collect everything at its end) cost
     60-100 ms of CPU per host at every job's end (80,000-120,000 objects).
+
+    No collection comes first: it would walk the whole process (66,000 objects in a vertex
+    host) for 18-25 ms of CPU on the clock of a job's first start, to find some 31 objects
+    of garbage, which the freeze keeps instead, once per process.
     """
-    gc.collect()
     gc.freeze()
 
 
