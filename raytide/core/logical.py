@@ -20,6 +20,7 @@ ExchangeKey = KeyFn | str
 VertexFactory = Callable[[], Vertex]
 Role = Literal["vertex", "input", "output", "probe", "feedback"]
 
+
 @dataclass(frozen=True)
 class Channel:
     """How records travel along an edge between the replicas of two vertices.
