@@ -283,6 +283,11 @@ OLD_IMPORT_PATHS = [
     ("raytide.integrations.spark", "from_spark"),
     ("raytide.integrations.spark", "to_spark"),
     ("raytide.integrations.ray_data", "from_dataset"),
+    ("raytide.physical.wire", "pack_records"),  # packing moved to raytide.physical.pickled
+    ("raytide.physical.wire", "frame"),
+    ("raytide.actors.wire", "packed_size"),
+    ("raytide.core.dataflow", "LogicalVertex"),  # the plan's types moved to raytide.core.logical
+    ("raytide.core.dataflow", "Channel"),
 ]
 
 

@@ -31,7 +31,14 @@ import numpy as np
 
 from raytide.core.batches import BatchFormat, concat_batches, is_arrow, to_records
 from raytide.errors import RecordError
+
+# Packing lived here before it moved to raytide.physical.pickled: its names stay importable from here (``as``).
+from raytide.physical.pickled import OUT_OF_BAND_BYTES as OUT_OF_BAND_BYTES
 from raytide.physical.pickled import Packed, pack_records
+from raytide.physical.pickled import first_unpicklable as first_unpicklable
+from raytide.physical.pickled import frame as frame
+from raytide.physical.pickled import packed_size as packed_size
+from raytide.physical.pickled import unpicklable as unpicklable
 
 
 def unframe(framed: Packed) -> tuple[list[tuple[Any, Any, bool]], list[Any]]:
