@@ -360,12 +360,19 @@ def at_the_switch(monkeypatch: pytest.MonkeyPatch, kill: Callable[[], None], *, 
 
 
 def kill_and_wait_gone(pid: int) -> None:
-    """SIGKILL process ``pid``, wait until it is gone, then a second more: the time Ray's
-    raylet takes to notice and free the objects the process owned."""
+    """SIGKILL process ``pid`` (a host), wait until it is gone and Ray's control store has its
+    actor dead, then a second more: the raylet has noticed the death by then, and frees the
+    objects the process owned. On a loaded machine the raylet notices late, and a piece
+    still in the object store would be read as if its owner lived."""
+    from ray._private.state import actors  # the GCS's actor table (the state API needs the dashboard)
+
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"process {pid} still there 30 s after SIGKILL"
+        time.sleep(0.01)
+    while any(actor["Pid"] == pid and actor["State"] != "DEAD" for actor in actors().values()):
+        assert time.monotonic() < deadline, f"Ray still has the actor of process {pid} alive 30 s after SIGKILL"
         time.sleep(0.01)
     time.sleep(1.0)
 
