@@ -130,13 +130,12 @@ def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, k
             time.sleep(pace)
 
     tally = Tally()
-    memory: dict[tuple[str, int], list[tuple[float, float, float]]] = {}  # (at, private, resident)
-    store: list[tuple[float, float]] = []
     over_time: dict[str, float] = {}
     kills = rescales = 0
     recovery = rt.Recovery(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"raytide-fault-soak-{os.getpid()}"),
                            interval=interval, max_restarts=10_000)
     started = time.monotonic()
+    memory = MemorySamples(started)
     end = started + minutes * 60
     next_rescale, next_kill, next_sample, next_minute = (started + rescale_every_s, started + kill_every_s,
                                                          started, started + 60)
@@ -146,11 +145,7 @@ def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, k
             tally.read(epoch, records, fed_at.pop(epoch, None))
             now = time.monotonic()
             if now >= next_sample:
-                for name, pid in process_ids(job).items():
-                    sample = _memory(pid)
-                    if sample is not None:
-                        memory.setdefault((name, pid), []).append((now - started, *sample))
-                store.append((now - started, _object_store_mib()))
+                memory.sample(process_ids(job))
                 next_sample = now + sample_every_s
             if now >= next_minute:
                 minute = round((now - started) / 60)
@@ -182,28 +177,40 @@ def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, k
                "latency_p50_ms": percentile(tally.latencies, 0.5) * 1000,
                "latency_p99_ms": percentile(tally.latencies, 0.99) * 1000,
                "latency_mean_ms": statistics.fmean(tally.latencies) * 1000 if tally.latencies else float("nan")}
-    metrics.update(_growth(memory, store, warmup_s))
+    metrics.update(memory.growth(warmup_s))
     return {**metrics, **over_time}
 
 
 def plain_ray_soak(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
                    sample_every_s: float, warmup_s: float, seed: int) -> dict[str, float]:
     """The soak on plain Ray actors (``bench/baselines/soak_ray.py``), its memory sampled as raytide's is."""
-    memory: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
-    store: list[tuple[float, float]] = []
-    started = time.monotonic()
+    memory = MemorySamples(time.monotonic())
+    metrics = plain_soak(minutes, interval, pace, rescale_every_s, kill_every_s, sample_every_s, seed,
+                         epoch_records, WIDTHS, memory.sample)
+    return {**metrics, **memory.growth(warmup_s)}
 
-    def sample(pids: dict[str, int]) -> None:
-        now = time.monotonic() - started
+
+@dataclass
+class MemorySamples:
+    """Each process's ``(at, private, resident)`` samples and the object store's ``(at, MiB)``,
+    ``at`` in seconds since ``started``."""
+
+    started: float
+    processes: dict[tuple[str, int], list[tuple[float, float, float]]] = field(default_factory=dict)
+    store: list[tuple[float, float]] = field(default_factory=list)
+
+    def sample(self, pids: dict[str, int]) -> None:
+        """Sample the processes named in ``pids`` (those gone since are skipped) and the store."""
+        at = time.monotonic() - self.started
         for name, pid in pids.items():
             taken = _memory(pid)
             if taken is not None:
-                memory.setdefault((name, pid), []).append((now, *taken))
-        store.append((now, _object_store_mib()))
+                self.processes.setdefault((name, pid), []).append((at, *taken))
+        self.store.append((at, _object_store_mib()))
 
-    metrics = plain_soak(minutes, interval, pace, rescale_every_s, kill_every_s, sample_every_s, seed,
-                         epoch_records, WIDTHS, sample)
-    return {**metrics, **_growth(memory, store, warmup_s)}
+    def growth(self, warmup_s: float) -> dict[str, float]:
+        """See :func:`_growth`."""
+        return _growth(self.processes, self.store, warmup_s)
 
 
 def _memory(pid: int) -> tuple[float, float] | None:
