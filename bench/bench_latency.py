@@ -20,7 +20,11 @@ many hops as the critical path. That path was six Ray hops (driver -> input repl
 count replica -> progress actor -> count replica -> progress actor -> driver): the issue's
 comparator, ``relay_6_hops_*``. With epoch tokens it is four (driver -> input replica ->
 count replica -> progress actor -> driver): ``relay_4_hops_*``, the hand-written pipeline
-no implementation of the protocol can beat on this machine.
+no implementation of the protocol can beat on this machine. And the epoch's every call,
+not only its critical path, made by plain Ray actors that do nothing else
+(``bench/baselines/keyed_calls_ray.py``, ``keyed_calls_ray_*``): on two cores the calls
+off the critical path compete with it, so this is the floor of raytide's message pattern,
+and raytide's latency over it is raytide's own work.
 
 Progress traffic: progress batches the progress actor applied per data message
 delivered to a vertex, on a word count with 100 epochs of 200 lines (steady state: many
@@ -33,12 +37,15 @@ import statistics
 import time
 
 import raytide as rt
+from bench.baselines.keyed_calls_ray import keyed_calls_latencies
 from bench.baselines.relay_ray import relay_latencies
 from bench.harness import ensure_ray
 
 PARAMS = {"epochs": 200, "keyed_epochs": 1000, "parallelism": 2}
 RATIOS = [("keyed latency / six-hop Ray relay (median)", "keyed_latency_median_ms", "relay_6_hops_median_ms"),
-          ("keyed latency / four-hop Ray relay (median)", "keyed_latency_median_ms", "relay_4_hops_median_ms")]
+          ("keyed latency / four-hop Ray relay (median)", "keyed_latency_median_ms", "relay_4_hops_median_ms"),
+          ("keyed latency / its calls by plain Ray actors (median)", "keyed_latency_median_ms", "keyed_calls_ray_median_ms"),
+          ("its calls by plain Ray actors / six-hop Ray relay (median)", "keyed_calls_ray_median_ms", "relay_6_hops_median_ms")]
 #: Ray hops on the critical path of a small epoch of the keyed pipeline, before and with
 #: epoch tokens (see the module docstring).
 ISSUE_HOPS, CRITICAL_HOPS = 6, 4
@@ -127,6 +134,8 @@ def measure(epochs: int, keyed_epochs: int, parallelism: int) -> dict[str, float
     keyed_median, keyed_p99 = _median_p99_ms(keyed)
     relay_median, relay_p99 = _median_p99_ms(relay_latencies(ISSUE_HOPS, keyed_epochs))
     floor_median, floor_p99 = _median_p99_ms(relay_latencies(CRITICAL_HOPS, keyed_epochs))
+    calls, calls_progress = keyed_calls_latencies(parallelism, keyed_epochs)
+    calls_median, calls_p99 = _median_p99_ms(calls)
     return {
         "latency_median_ms": median,
         "latency_p99_ms": p99,
@@ -137,5 +146,8 @@ def measure(epochs: int, keyed_epochs: int, parallelism: int) -> dict[str, float
         "relay_6_hops_p99_ms": relay_p99,
         "relay_4_hops_median_ms": floor_median,
         "relay_4_hops_p99_ms": floor_p99,
+        "keyed_calls_ray_median_ms": calls_median,
+        "keyed_calls_ray_p99_ms": calls_p99,
+        "keyed_calls_ray_progress_calls_per_epoch": calls_progress,
         "progress_batches_per_data_message": progress_per_batch(parallelism),
     }

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from bench.baselines import data, ray_call_cost
 from bench.baselines.cc_pyspark import connected_components_pyspark
 from bench.baselines.cc_ray import EdgeIndex, components_union_find, connected_components_ray
+from bench.baselines.keyed_calls_ray import keyed_calls_latencies
 from bench.baselines.mandelbrot_ray import mandelbrot_ray, mandelbrot_reference, mandelbrot_row
 from bench.baselines.relay_ray import relay_latencies
 from bench.baselines.soak_ray import plain_soak
@@ -213,6 +214,17 @@ def test_the_relay_times_every_message_through_the_hops_asked_for(ray_session):
     assert len(latencies) == 15 and min(latencies) > 0
     with pytest.raises(ValueError, match="at least 3 hops"):
         relay_latencies(hops=2, messages=1)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("parallelism", [2, 3])
+def test_the_keyed_calls_baseline_makes_the_progress_calls_of_raytides_epoch(ray_session, parallelism):
+    """One call per merge actor and one per batch passed on: at parallelism 2 the three
+    calls into the progress actor that raytide's keyed epoch makes
+    (``tests/ray/test_progress_messages.py``), at 3 three and two passed on."""
+    latencies, progress_calls = keyed_calls_latencies(parallelism, epochs=12, warmup=2)
+    assert len(latencies) == 12 and min(latencies) > 0
+    assert progress_calls == parallelism + (parallelism - 1)
 
 
 @pytest.mark.ray
