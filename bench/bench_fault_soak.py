@@ -222,11 +222,14 @@ def _memory(pid: int) -> tuple[float, float] | None:
 
 
 def _object_store_mib() -> float:
-    """MiB of Ray's object store in use, as ``ray memory --stats-only`` reports it (NaN if
-    its wording changed)."""
+    """MiB of the object store in use of the Ray this process is connected to, as ``ray
+    memory --stats-only`` reports it (NaN if its wording changed). The address is given, as
+    another Ray may run on the machine (the plain-Ray soak beside raytide's, paired)."""
+    import ray
     from ray._private.internal_api import memory_summary  # what the ``ray memory`` command calls
 
-    found = re.search(r"Plasma memory usage (\d+) MiB", memory_summary(stats_only=True))
+    summary = memory_summary(address=ray.get_runtime_context().gcs_address, stats_only=True)
+    found = re.search(r"Plasma memory usage (\d+) MiB", summary)
     return float(found.group(1)) if found else float("nan")
 
 
