@@ -29,6 +29,11 @@ resident slopes are reported beside (``rss_growth_*``) for comparison. The targe
 (``bench/baselines/soak_ray.py``: the soak's processes, calls, snapshots, rescales and
 kills, with nothing of raytide in them), sampled and reported the same way, so that
 raytide's growth can be read against what Ray's own processes do under that load.
+``--param plain_ray=2`` runs both at once, side by side, each with a Ray of its own, so
+that they share the machine's hour: the plain soak's metrics come prefixed ``plain_``, and
+each role's growth (``growth_role_<role>``: the median over the processes of that role,
+the driver, the progress actor, the coordinator, the inputs and the keyed vertex) is
+reported against plain Ray's as a ratio.
 
 The soak runs in a child process with a Ray of its own (:func:`bench.bench_soak.run_child`),
 so that the driver measured holds nothing but this job.
@@ -36,6 +41,7 @@ so that the driver measured holds nothing but this job.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import random
 import re
@@ -57,6 +63,11 @@ from tests.ray.jobs import next_in_sequence
 PARAMS = {"minutes": 30.0, "interval": 0.5, "pace": 0.05, "rescale_every_s": 60.0, "kill_every_s": 120.0,
           "sample_every_s": 30.0, "warmup_s": 300.0, "seed": 0, "plain_ray": 0}
 REPEAT = 1
+#: Each role's process names, in raytide's soak and in the plain one (their prefixes).
+ROLES = {"driver": ("driver", "driver"), "progress": ("progress", "progress"),
+         "coordinator": ("coordinator", "coordinator"), "inputs": ("records/", "input/"), "keyed": ("check+out/", "keyed/")}
+RATIOS = [(f"{role}'s memory growth, raytide / plain Ray side by side", f"growth_role_{role}",
+           f"plain_growth_role_{role}") for role in ROLES]
 #: Keys, and each key's numbers per epoch.
 KEYS, PER_KEY = 12, 5
 #: The shortest time after the warm-up over which a process's growth is measured.
@@ -267,7 +278,27 @@ def measure(minutes: float, interval: float, pace: float, rescale_every_s: float
     params = {"minutes": minutes, "interval": interval, "pace": pace, "rescale_every_s": rescale_every_s,
               "kill_every_s": kill_every_s, "sample_every_s": sample_every_s, "warmup_s": warmup_s, "seed": seed,
               "plain_ray": plain_ray}
-    return run_child("bench.bench_fault_soak", params, timeout=minutes * 60 + 900)
+    timeout = minutes * 60 + 900
+    if plain_ray != 2:
+        return run_child("bench.bench_fault_soak", params, timeout=timeout)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        soaks = [pool.submit(run_child, "bench.bench_fault_soak", {**params, "plain_ray": plain}, timeout=timeout,
+                             ray_address="local") for plain in (0, 1)]
+        raytide, plain = (soak.result() for soak in soaks)
+    return {**raytide, **role_growth(raytide, 0), **{f"plain_{name}": value for name, value in plain.items()},
+            **{f"plain_{name}": value for name, value in role_growth(plain, 1).items()}}
+
+
+def role_growth(metrics: dict[str, float], side: int) -> dict[str, float]:
+    """Each role's growth (``growth_role_<role>``, MiB per hour): the median over the measured
+    processes of that role in ``metrics``, a soak's (``side``: 0 raytide's, 1 the plain one's)."""
+    rates: dict[str, list[float]] = {role: [] for role in ROLES}
+    for name, rate in metrics.items():
+        process = name.removeprefix("growth_mib_per_hour_")
+        for role, prefixes in ROLES.items():
+            if name.startswith("growth_mib_per_hour_") and process.startswith(prefixes[side]):
+                rates[role].append(rate)
+    return {f"growth_role_{role}": statistics.median(found) for role, found in rates.items() if found}
 
 
 if __name__ == "__main__":

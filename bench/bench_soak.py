@@ -48,10 +48,13 @@ KEYS, KEY_CHARS, PER_KEY = 80, 200, 2
 
 
 def run_child(module: str, params: dict[str, Any], env: dict[str, str] | None = None,
-              timeout: float = 900) -> dict[str, float]:
+              timeout: float = 900, ray_address: str | None = None) -> dict[str, float]:
     """Run ``python -m module`` with ``params`` in a fresh process (which starts a Ray of its
-    own); returns the metrics it printed as JSON on its last line of output."""
+    own); returns the metrics it printed as JSON on its last line of output. ``ray_address``
+    is the child's ``RAY_ADDRESS`` (``"local"``: a new Ray even while others run here)."""
     env = {name: value for name, value in (os.environ if env is None else env).items() if name != "RAY_ADDRESS"}
+    if ray_address is not None:
+        env["RAY_ADDRESS"] = ray_address
     done = subprocess.run([sys.executable, "-m", module, json.dumps(params)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode:
