@@ -63,6 +63,8 @@ from tests.ray.jobs import next_in_sequence
 PARAMS = {"minutes": 30.0, "interval": 0.5, "pace": 0.05, "rescale_every_s": 60.0, "kill_every_s": 120.0,
           "sample_every_s": 30.0, "warmup_s": 300.0, "seed": 0, "plain_ray": 0}
 REPEAT = 1
+#: The prefix of a process's private-memory growth among the metrics (:func:`_growth`).
+GROWTH = "growth_mib_per_hour_"
 #: Each role's process names, in raytide's soak and in the plain one (their prefixes).
 ROLES = {"driver": ("driver", "driver"), "progress": ("progress", "progress"),
          "coordinator": ("coordinator", "coordinator"), "inputs": ("records/", "input/"), "keyed": ("check+out/", "keyed/")}
@@ -269,7 +271,7 @@ def _growth(memory: dict[tuple[str, int], list[tuple[float, float, float]]], sto
             "max_process_growth_mib_per_hour": max(growth.values(), default=float("nan")),
             "object_store_growth_mib_per_hour": _slope_per_hour(used) if len(used) >= 3 else float("nan"),
             "object_store_mib_at_end": store[-1][1] if store else float("nan"),
-            **{f"growth_mib_per_hour_{name}": rate for name, rate in sorted(growth.items())},
+            **{f"{GROWTH}{name}": rate for name, rate in sorted(growth.items())},
             **{f"rss_growth_mib_per_hour_{name}": rate for name, rate in sorted(rss.items())}}
 
 
@@ -285,19 +287,16 @@ def measure(minutes: float, interval: float, pace: float, rescale_every_s: float
         soaks = [pool.submit(run_child, "bench.bench_fault_soak", {**params, "plain_ray": plain}, timeout=timeout,
                              ray_address="local") for plain in (0, 1)]
         raytide, plain = (soak.result() for soak in soaks)
-    return {**raytide, **role_growth(raytide, 0), **{f"plain_{name}": value for name, value in plain.items()},
-            **{f"plain_{name}": value for name, value in role_growth(plain, 1).items()}}
+    plain.update(role_growth(plain, 1))
+    return {**raytide, **role_growth(raytide, 0), **{f"plain_{name}": value for name, value in plain.items()}}
 
 
 def role_growth(metrics: dict[str, float], side: int) -> dict[str, float]:
     """Each role's growth (``growth_role_<role>``, MiB per hour): the median over the measured
     processes of that role in ``metrics``, a soak's (``side``: 0 raytide's, 1 the plain one's)."""
-    rates: dict[str, list[float]] = {role: [] for role in ROLES}
-    for name, rate in metrics.items():
-        process = name.removeprefix("growth_mib_per_hour_")
-        for role, prefixes in ROLES.items():
-            if name.startswith("growth_mib_per_hour_") and process.startswith(prefixes[side]):
-                rates[role].append(rate)
+    processes = {name.removeprefix(GROWTH): rate for name, rate in metrics.items() if name.startswith(GROWTH)}
+    rates = {role: [rate for process, rate in processes.items() if process.startswith(prefixes[side])]
+             for role, prefixes in ROLES.items()}
     return {f"growth_role_{role}": statistics.median(found) for role, found in rates.items() if found}
 
 

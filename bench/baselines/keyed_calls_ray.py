@@ -30,8 +30,7 @@ from typing import Any
 
 import ray
 
-#: Seconds the progress actor's long poll waits before it answers with what it has.
-POLL_TIMEOUT = 30.0
+from bench.baselines.relay_ray import POLL_TIMEOUT  # the relay's sink waits as long
 
 
 @ray.remote(num_cpus=0, concurrency_groups={"poll": 1})
@@ -46,6 +45,7 @@ class Progress:
         self.changed = threading.Condition()
 
     def counts(self, epoch: int, payload: bytes, riding: int) -> None:
+        """A merge actor's counts of ``epoch`` (with ``riding`` batches it held: counted as one call)."""
         with self.changed:
             self.calls += 1
             self.sent[epoch] = self.sent.get(epoch, 0) + 1
@@ -55,6 +55,7 @@ class Progress:
                 self.changed.notify_all()
 
     def passed_on(self, riding: int) -> None:
+        """Batches a merge actor passed on in a call of their own."""
         with self.changed:
             self.calls += 1
 
