@@ -12,12 +12,11 @@ measures:
 * the driver calls each of ``p`` input actors (the one with the epoch's records first);
 * each input actor calls each of ``p`` merge actors (the records' partial counts, or its
   epoch token alone); its progress batch rides with its call to the first merge actor;
-* a merge actor that took a call carrying a batch and still waits for another input's
-  call passes the batch on to the progress actor in a call of its own; the one that takes
-  its last input's call sends the progress actor its counts (with any batch it holds);
+* a merge actor keeps a batch that came with a call until it takes its last input's call,
+  then sends the progress actor its counts with the batches it kept;
 * the progress actor answers the driver's long poll once every merge actor has sent.
 
-At parallelism 2 that is two calls from the driver, four between inputs and merges, three
+At parallelism 2 that is two calls from the driver, four between inputs and merges, two
 into the progress actor and the poll, the counts ``job.stats()`` reports for raytide's
 epoch (``tests/ray/test_progress_messages.py`` pins them).
 """
@@ -45,7 +44,7 @@ class Progress:
         self.changed = threading.Condition()
 
     def counts(self, epoch: int, payload: bytes, riding: int) -> None:
-        """A merge actor's counts of ``epoch`` (with ``riding`` batches it held: counted as one call)."""
+        """A merge actor's counts of ``epoch``, with the ``riding`` batches it kept (one call)."""
         with self.changed:
             self.calls += 1
             self.sent[epoch] = self.sent.get(epoch, 0) + 1
@@ -53,11 +52,6 @@ class Progress:
                 del self.sent[epoch]
                 self.complete = epoch
                 self.changed.notify_all()
-
-    def passed_on(self, riding: int) -> None:
-        """Batches a merge actor passed on in a call of their own."""
-        with self.changed:
-            self.calls += 1
 
     def call_count(self) -> int:
         return self.calls
@@ -71,19 +65,19 @@ class Progress:
 
 @ray.remote(num_cpus=0)
 class Merge:
-    """Takes one call per input actor and epoch; the last one's sends the counts on."""
+    """Takes one call per input actor and epoch; the last one's sends the counts on, with
+    the batches the calls carried."""
 
     def link(self, progress: Any, inputs: int) -> None:
         self.progress, self.inputs = progress, inputs
-        self.taken: dict[int, int] = {}
+        self.taken: dict[int, tuple[int, int]] = {}  # epoch -> (calls taken, batches kept)
 
     def take(self, epoch: int, payload: bytes | None, riding: int) -> None:
-        taken = self.taken[epoch] = self.taken.get(epoch, 0) + 1
-        if taken == self.inputs:
+        taken, kept = self.taken.get(epoch, (0, 0))
+        self.taken[epoch] = (taken + 1, kept + riding)
+        if taken + 1 == self.inputs:
             del self.taken[epoch]
-            self.progress.counts.remote(epoch, b"c" * 100, riding)
-        elif riding:
-            self.progress.passed_on.remote(riding)
+            self.progress.counts.remote(epoch, b"c" * 100, kept + riding)
 
 
 @ray.remote(num_cpus=0)

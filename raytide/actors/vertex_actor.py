@@ -229,9 +229,9 @@ class _RayTransport:
             (self.relay.relay if self.relay is not None else self.progress.receive).remote(
                 encode((self.incarnation, calls)))
 
-    def pass_on(self) -> None:
-        """Send the progress actor what came with data and did not go with a message of this replica's."""
-        calls = self.rides.take_passing_on()
+    def pass_on(self, calls: list[Sequenced]) -> None:
+        """Send the progress actor what came with data, did not go with a message of this
+        replica's and is not kept for its next (:meth:`ReplicaCore.riders_to_pass_on`)."""
         if calls:
             self._send_progress(tuple(calls), refs=False)
 
@@ -321,7 +321,6 @@ class VertexActor:
         actor ahead of this replica's own next message (see the module docstring). Taken apart
         inside the guard: a batch that does not unpickle here fails the job, saying where."""
         self._guard(self._on_framed, framed)
-        self.transport.pass_on()
 
     def _on_framed(self, framed: Packed) -> None:
         calls, progress = unframe(framed)
@@ -543,6 +542,7 @@ class VertexActor:
             if outermost:
                 self.transport.gathering = False
                 self.transport.flush()
+                self.transport.pass_on(self.core.riders_to_pass_on(self.transport.rides))
         except RaytideError as error:  # says where it happened: user code, a broken rule, a dead peer
             self._fail(error)
         except Exception as error:  # a bug or a dead peer: still fail the job with where it happened

@@ -224,10 +224,12 @@ class Stream:
         return self.flow.vertex(factory, [self], 1, exchange=[exchange], name=name, parallelism=parallelism)[0]
 
     def _then(self, label: str, factory: VertexFactory, channel: Channel = PIPELINE, name: str | None = None,
-              parallelism: int | None = None, terminal: bool = False, notifies: bool = True) -> Stream:
+              parallelism: int | None = None, terminal: bool = False, notifies: bool = True,
+              settles_with_input: bool = False) -> Stream:
         vname = name or self.flow._fresh(label, [self], self.scope)
         vertex = LogicalVertex(vname, factory, ((InputEdge(self.vertex, self.port, channel),),), 1, self.depth,
-                               parallelism=parallelism, terminal=terminal, notifies=notifies)
+                               parallelism=parallelism, terminal=terminal, notifies=notifies,
+                               settles_with_input=settles_with_input)
         self.flow._add(vertex)
         return Stream(self.flow, vname, 0, self.scope)
 
@@ -303,7 +305,8 @@ class Stream:
         Two vertices: ``name + ".combine"`` counts before the exchange, ``name`` after it.
         """
         vname = name or self.flow._fresh("count_by_key", [self], self.scope)
-        partial = self._then("", lambda: KeyedCount(key, COMBINER_MAX_KEYS), name=f"{vname}.combine")
+        partial = self._then("", lambda: KeyedCount(key, COMBINER_MAX_KEYS), name=f"{vname}.combine",
+                             settles_with_input=True)
         return partial._then("", lambda: KeyedMerge(operator.add), Channel("exchange", pair_key), vname, parallelism)
 
     def reduce_by_key(self, key: KeyFn, reducer: Callable[[Any, Any], Any], *,
@@ -316,7 +319,7 @@ class Stream:
         """
         vname = name or self.flow._fresh("reduce_by_key", [self], self.scope)
         partial = self._then("", lambda: KeyedReduce(key, value, reducer, COMBINER_MAX_KEYS),
-                             name=f"{vname}.combine")
+                             name=f"{vname}.combine", settles_with_input=True)
         return partial._then("", lambda: KeyedMerge(reducer), Channel("exchange", pair_key), vname, parallelism)
 
     def stateful_map(self, key: KeyFn, fn: Callable[[Any, Any], tuple[Any, Any]], *, name: str | None = None,

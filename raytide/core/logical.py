@@ -65,6 +65,10 @@ class LogicalVertex:
     #: Whether the vertex may ask for notifications (False for a per-batch function): only
     #: then is it sent epoch tokens (``raytide.engine.epoch_tokens``), a hint for speed alone.
     notifies: bool = True
+    #: Whether every notification it asks for is delivered or cancelled once the input it is
+    #: fused behind moves past that notification's epoch (a combiner ships its partial
+    #: results then): a chain of such vertices never owes an epoch token.
+    settles_with_input: bool = False
 
     def output_summary(self, port: int) -> PathSummary:
         """What a path through the vertex to output ``port`` does to a timestamp."""

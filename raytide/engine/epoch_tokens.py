@@ -68,10 +68,40 @@ def receivers(plan: PhysicalPlan) -> frozenset[str]:
     return frozenset(found)
 
 
+def riders_may_wait(plan: PhysicalPlan, head: str) -> bool:
+    """Whether receiver ``head`` may keep a progress batch that rode to it with a token
+    closing epoch ``b`` for its own next message to the progress actor, instead of passing
+    it on in a call of its own, for as long as another channel has not closed ``b`` (and
+    :data:`~raytide.engine.riding.MAX_RIDING` batches at most): every channel into it comes
+    from replicas of one sender chain that never owes a token (:func:`never_owes`).
+
+    Why nothing waits longer for it: the batch moves its sender's input past ``b``, and
+    every frontier it can move is also held at ``b`` or before by each replica of the same
+    chain that has not closed ``b`` (they hold the same locations); a replica that has, and
+    whose token is still on its way, sends it without waiting for anything (it never owes),
+    so the batch goes on within the event that brings the last token, with the receiver's
+    notification that those tokens make due if any. With two chains (a join of two inputs)
+    a batch kept for one input's token could hold back what only the other one reaches;
+    with a chain that may owe its token until a notification, that notification could wait
+    for the kept batch."""
+    if head not in receivers(plan):
+        return False
+    sources = {plan.chain_of(edge.source).name for port in plan.vertex(head).inputs for edge in port}
+    return len(sources) == 1 and never_owes(plan, sources.pop())
+
+
+def never_owes(plan: PhysicalPlan, chain: str) -> bool:
+    """Whether sender ``chain`` sends a token each time its input moves: none of its vertices
+    may still wait for a notification before the input's new epoch (an input, a per-batch
+    function, a vertex whose notifications end as the input moves on: a combiner, whose
+    waits before that epoch the replica drops once its ``on_input_epoch`` has run)."""
+    return all(v.role == "input" or not v.notifies or v.settles_with_input for v in map(plan.vertex, plan.chain(chain).vertices))
+
+
 def rides_with_tokens(plan: PhysicalPlan, chain: str) -> bool:
     """Whether ``chain``'s progress batch at an epoch's close may go with its tokens (and its
     data, if that event sent any) to a receiver, which passes it on at the end of that event
-    at the latest: the chain is a sender, hosts no output, and every channel out of it goes
+    at the latest (or keeps it a while: :func:`riders_may_wait`): the chain is a sender, hosts no output, and every channel out of it goes
     to a vertex that takes tokens. Every frontier that batch can move then waits for a
     receiver's receipt of what went with it anyway: of data (a vertex input counts the
     messages in flight to all its replicas), or of the token (a receiver that got records
@@ -125,6 +155,9 @@ class TokenBook:
         self.head = head
         #: The channels it takes tokens on (none for a vertex that takes none).
         self.channels = frozenset(plan.input_channels(head, replica) if head in receivers(plan) else ())
+        self.riders_wait = riders_may_wait(plan, head)
+        #: The epoch the latest token closed (the batches that rode with it wait for every channel to close it).
+        self.latest: int | None = None
         #: channel -> every epoch below this one is closed there (None: all are); only the
         #: channels a token has come on (in this incarnation).
         self.closed: dict[ChannelId, int | None] = {}
@@ -139,13 +172,23 @@ class TokenBook:
         if channel not in self.channels:
             raise ProgressError(f"vertex {self.head!r} got an epoch token (epoch {token.below}) on {channel}, "
                                 f"which is not one of its token channels")
-        self.closed[channel] = token.below
+        self.closed[channel] = self.latest = token.below
 
     def answers_alone(self, vertex: str, time: Timestamp) -> bool:
         """Whether tokens will make a notification of ``vertex`` at ``time`` due with no word
         from the progress actor: a token has come on every channel, so each sends the next
         as its sender closes an epoch (or owes it, :class:`TokenSender`)."""
         return vertex == self.head and self._heard_on_every_channel() and not time.counters
+
+    def keeps_riders(self) -> bool:
+        """Whether the progress batches that came with tokens may wait (:func:`riders_may_wait`):
+        once a token has come on every channel, so each sends the next."""
+        return self.riders_wait and self._heard_on_every_channel()
+
+    def closed_by_all(self, until: int | None) -> bool:
+        """Whether every channel has closed epoch ``until`` (None: every channel is closed)."""
+        return self._heard_on_every_channel() and all(below is None or (until is not None and below >= until)
+                                                      for below in self.closed.values())
 
     def ready(self, vertex: str, time: Timestamp) -> bool:
         """Whether the tokens say nothing at or before ``time`` may still reach ``vertex``."""

@@ -43,6 +43,13 @@ class NotificationQueue:
         pending.discard(time)
         return True
 
+    def take_before(self, vertex: str, epoch: int | None) -> list[Timestamp]:
+        """Remove and return ``vertex``'s pending times before ``epoch`` (None: all of them)."""
+        pending = self.pending[vertex]
+        taken = [time for time in pending if epoch is None or time.epoch < epoch]
+        pending.difference_update(taken)
+        return taken
+
     def of(self, vertex: str) -> set[Timestamp]:
         """The times ``vertex`` waits for (a pending notification lets it send at them)."""
         return self.pending[vertex]

@@ -34,6 +34,7 @@ from raytide.engine.holdback import HeldProgress, is_covered
 from raytide.engine.modes import HeldCut, ReplicaMode
 from raytide.engine.notifications import NotificationQueue
 from raytide.engine.outbox import Outbox, Transport
+from raytide.engine.riding import Rides
 from raytide.errors import GraphError, ProgressError, RaytideError, RescaleError, UserCodeError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -72,8 +73,7 @@ from raytide.snapshots.replica_state import (
     unpicklable_state,
 )
 
-#: How many of the markers that passed it a replica remembers (for tests and ``replica_stats()``):
-#: not all, since a job that runs for weeks passes one every snapshot.
+#: How many of the markers that passed it a replica remembers (for tests and ``replica_stats()``): not all.
 MARKERS_KEPT = 64
 
 
@@ -142,15 +142,10 @@ class ReplicaCore:
             self.vertices[name] = instance
 
     def subscriptions(self) -> list[Location]:
-        """The locations whose frontier this replica needs: every input of its vertices.
-
-        Outputs need none: the progress actor decides when an output epoch is complete.
-        """
-        return [
-            Location.of_input(name, port)
-            for name in self.chain.vertices if name not in self.outputs
-            for port in range(len(self.plan.vertex(name).inputs))
-        ]
+        """The locations whose frontier this replica needs: every input of its vertices (not
+        outputs': the progress actor decides when an output epoch is complete)."""
+        return [Location.of_input(name, port) for name in self.chain.vertices if name not in self.outputs
+                for port in range(len(self.plan.vertex(name).inputs))]
 
     # -- events from outside -------------------------------------------------------------
 
@@ -343,6 +338,8 @@ class ReplicaCore:
         for name in self.chain.vertices[1:]:  # an input heads its chain: the rest get nothing more from it before epoch
             if name in self.vertices:
                 self._run(name, None, self.vertices[name].on_input_epoch, epoch)
+            for time in self.notifications.take_before(name, epoch) if self.plan.vertex(name).settles_with_input else ():
+                self.held_back.update((Location.of_vertex(name), time), -1)  # it is done with those times (LogicalVertex)
         self.token_sender.close(self.transport, self.notifications.pending, epoch)
         self._settle()
 
@@ -566,6 +563,13 @@ class ReplicaCore:
             return is_covered(cause, self.statuses, self.input_epochs)
 
         return self.held_back.should_ship(covered, self.in_cycle, has_outputs=any(self.outputs.values()))
+
+    def riders_to_pass_on(self, rides: Rides) -> list[Sequenced]:
+        """The batches that came with data to pass on now: while it runs, those that rode with tokens may wait."""
+        if self.mode is not ReplicaMode.RUNNING or not self.tokens.keeps_riders():
+            return rides.take_passing_on()
+        rides.keep(self.tokens.latest)
+        return rides.take_passing_on(self.tokens.closed_by_all)
 
     def _take_held(self) -> tuple[list[tuple[Pointstamp, int]], dict[str, dict[int, list]]]:
         """Everything held back: the progress deltas and the output records they retire."""

@@ -13,7 +13,8 @@ frontier the batch can move waits for that receipt anyway, so the batch is no la
   once they stop riding); else they go to the progress actor.
 * **An input's chain closing an epoch** (``epoch_tokens.rides_with_tokens``): its batch
   goes with its tokens, to the first receiver that got a token and, if the event sent
-  data, data.
+  data, data. The receiver may keep it for its own next message until the other
+  channels' tokens have come (:meth:`Rides.keep`, ``epoch_tokens.riders_may_wait``).
 
 A batch with output records never rides. The same rules run on Ray
 (:class:`~raytide.actors.vertex_actor.VertexActor`'s transport) and in the in-process
@@ -24,7 +25,7 @@ goes and sends what it is told.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from raytide.physical.protocol import ProgressBatch, ReplicaKey, Sequenced
 
@@ -45,6 +46,9 @@ class Rides:
         self.riding: dict[ReplicaKey, list[Sequenced]] = {}
         #: Other replicas' batches that came with their data, for the progress actor.
         self.passing_on: list[Sequenced] = []
+        #: Of those, the ones kept for this replica's next message, each with the epoch that
+        #: every token channel must have closed before they go on their own (:meth:`keep`).
+        self.kept: list[tuple[int | None, Sequenced]] = []
         self.data_peers: set[ReplicaKey] = set()  # the receivers this event sent data to
         self.token_peer: ReplicaKey | None = None  # the first that also got a token
 
@@ -64,6 +68,8 @@ class Rides:
         replica passes on; returns nothing), or to the progress actor now (returns the calls
         to send, what it passes on first). ``in_event``: inside an event, whose data waits
         to be sent; ``pending``: the peers that data is for, in the order first sent to."""
+        self.passing_on[:0] = [kept for _, kept in self.kept]  # they wait for a message of this replica's: this one
+        self.kept.clear()
         peer = self._peer(call, in_event, pending)
         calls = (*self.passing_on, call)
         self.passing_on.clear()
@@ -99,9 +105,22 @@ class Rides:
         self.riding.clear()
         return stranded
 
-    def take_passing_on(self) -> list[Sequenced]:
-        """What came with data and did not go on with a batch of this replica's."""
-        calls, self.passing_on = self.passing_on, []
+    def keep(self, until: int | None) -> None:
+        """Keep what came with data in this event for this replica's next message, until every
+        token channel has closed epoch ``until`` (None: every channel closed) at the latest;
+        at most :data:`MAX_RIDING` batches are kept (see ``epoch_tokens.riders_may_wait``)."""
+        self.kept += [(until, call) for call in self.passing_on]
+        self.passing_on.clear()
+        if len(self.kept) > MAX_RIDING:
+            self.passing_on, self.kept = [kept for _, kept in self.kept], []
+
+    def take_passing_on(self, closed: Callable[[int | None], bool] = lambda until: True) -> list[Sequenced]:
+        """What came with data and did not go on with a batch of this replica's, and what was
+        kept whose epoch ``closed`` says every token channel has closed (all that was kept, by
+        default)."""
+        due = [call for until, call in self.kept if closed(until)]
+        self.kept = [(until, call) for until, call in self.kept if not closed(until)]
+        calls, self.passing_on = [*due, *self.passing_on], []
         return calls
 
     def end_event(self) -> None:
@@ -113,6 +132,7 @@ class Rides:
         self.riding.clear()
 
     def reset(self) -> None:
-        """A recovery: nothing riding or to pass on is of the new incarnation."""
+        """A recovery: nothing riding, kept or to pass on is of the new incarnation."""
         self.passing_on.clear()
+        self.kept.clear()
         self.end_event()

@@ -57,6 +57,7 @@ class VertexPlan:
         inputs: per input port, the edges into it.
         cyclic: its output can come back to one of its inputs (it sits inside a loop).
         notifies: it may ask for notifications (see :class:`~raytide.core.dataflow.LogicalVertex`).
+        settles_with_input: its notifications end when the input it is fused behind moves on (the same).
     """
 
     name: str
@@ -69,6 +70,7 @@ class VertexPlan:
     chain: str
     cyclic: bool
     notifies: bool = True
+    settles_with_input: bool = False
 
     def output_summary(self, port: int) -> PathSummary:
         """The path summary from the vertex to its output ``port`` (identity unless a loop boundary)."""
@@ -221,7 +223,8 @@ def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool 
     cyclic = _on_cycles(flow, graph)
     vertices = {
         name: VertexPlan(name, v.role, v.factory, tuple(map(tuple, v.inputs)), v.outputs, tuple(v.summaries),
-                         width_of[name], chain_of[name], name in cyclic, v.notifies)
+                         width_of[name], chain_of[name], name in cyclic, v.notifies,
+                         v.settles_with_input)
         for name, v in flow.vertices.items()
     }
     return PhysicalPlan(flow.name, graph, FrozenMap(vertices), tuple(chains),

@@ -294,7 +294,7 @@ class LocalJob:
         if key in self.dead:
             return
         try:
-            with cast(LocalTransport, self.replicas[key].transport).event(riders):
+            with cast(LocalTransport, (core := self.replicas[key]).transport).event(riders, core.riders_to_pass_on):
                 method(*args)
         except RaytideError as error:
             self._record([JobFailed(error)])

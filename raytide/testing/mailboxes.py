@@ -135,11 +135,14 @@ class LocalTransport:
         self._send_progress(self.rides.place(call, self.in_event, self.pending))
 
     @contextlib.contextmanager
-    def event(self, riders: Sequence[Sequenced] = ()) -> Iterator[None]:
+    def event(self, riders: Sequence[Sequenced] = (),
+              pass_on: Callable[[Rides], list[Sequenced]] = Rides.take_passing_on) -> Iterator[None]:
         """One event of the replica; ``riders``: other replicas' progress batches that came
         with the data it takes. At its end the batches placed with each peer follow its
         data, those whose data went before them (a marker) go to the progress actor, and the
-        riders not sent on with them too; a failed event's go nowhere (the job fails)."""
+        riders not sent on with them that ``pass_on`` picks (the rest wait for the
+        replica's next message: :meth:`~raytide.engine.replica.ReplicaCore.riders_to_pass_on`);
+        a failed event's go nowhere (the job fails)."""
         self.rides.carried(riders)
         self.in_event = True
         try:
@@ -151,7 +154,7 @@ class LocalTransport:
             self.pending.clear()
             self.rides.end_event()
             self.in_event = False
-        self._send_progress(self.rides.take_passing_on())
+        self._send_progress(pass_on(self.rides))
 
     def _flush(self, to: ReplicaKey) -> None:
         self.pending.pop(to, None)

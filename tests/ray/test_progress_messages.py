@@ -27,11 +27,14 @@ BATCHES_PER_EPOCH = 4.2
 PUSHES_PER_EPOCH = 0.2
 #: Per epoch: Ray calls into the progress actor. An input replica that moves on sends its
 #: batch along with its tokens (and its data, if that event sent any) to a merge replica,
-#: which passes it on with its own or at the end of that event (``epoch_tokens.rides_with_tokens``):
-#: one call per merge replica and one passed on, 3.0 measured; 3.3-3.6 while an input replica
-#: that sent no data in that event called the progress actor itself, 3.8-4.1 while merge
-#: replicas declared waits, 4.5-4.7 when every batch went in a call of its own.
-CALLS_PER_EPOCH = 3.1
+#: which keeps it until the other input replica's token has come too, and sends it with its
+#: own notified batch (``epoch_tokens.riders_may_wait``): one call per merge replica, 2.0
+#: measured; 2.66 while a batch that came before the merge replica had records of the epoch
+#: was passed on at once, 3.0 while every batch that did not go with a notified one was,
+#: 3.3-3.6 while an input replica that sent no data in that event called the progress actor
+#: itself, 3.8-4.1 while merge replicas declared waits, 4.5-4.7 when every batch went in a
+#: call of its own.
+CALLS_PER_EPOCH = 2.1
 #: Per epoch: the driver's Ray calls to the input replicas. The push is held back in the
 #: driver and goes with the advance to its replica; the other replica gets the advance alone
 #: (2.0 measured; 3.0 while the push had a call of its own).

@@ -12,6 +12,7 @@ import pytest
 import raytide as rt
 from raytide.engine import epoch_tokens
 from raytide.engine.replica import ReplicaCore
+from raytide.engine.riding import Rides
 from raytide.progress.publisher import answers
 from raytide.progress.reachability import Location
 from raytide.testing.local import LocalJob
@@ -204,3 +205,40 @@ def test_inputs_batches_ride_with_their_tokens_in_the_simulator_as_on_ray(rides_
         for seed in range(10):
             assert exact(SCENARIOS[name], seed), f"{name}, seed {seed}"
         assert sum(rides_carried.values()) >= 10, (name, rides_carried)
+
+
+def test_a_receiver_keeps_riders_only_from_one_chain_that_never_owes_a_token():
+    """A batch that rode with tokens may wait at its receiver for the other channels' tokens
+    (``epoch_tokens.riders_may_wait``) where every channel comes from one sender chain whose
+    vertices never wait for a notification past their input's move (an input, per-batch
+    functions, a combiner); not behind a join of two inputs, nor behind a vertex that keeps
+    an epoch until it is notified (its token may wait for the kept batch)."""
+    def keeps(flow: rt.Dataflow) -> dict[str, bool]:
+        plan = LocalJob(flow, {name: [[1]] for name in flow.inputs()}, parallelism=2, seed=0).plan
+        return {head: epoch_tokens.riders_may_wait(plan, head) for head in sorted(epoch_tokens.receivers(plan))}
+
+    counted = rt.Dataflow("counted")
+    counted.input("x").map(lambda x: x, name="m").count_by_key(lambda x: x, name="count").output("counts")
+    assert keeps(counted) == {"count": True}
+    assert keeps(SCENARIOS["join"](random.Random(0)).flow) == {"join": False}
+    assert keeps(held_until_notified(random.Random(0)).flow) == {"count": False}
+
+
+def test_riders_kept_for_the_last_token_give_the_plain_python_output_crashes_included(monkeypatch, store_root):
+    """In every scenario whose receivers may keep riders some are kept, and each seed gives
+    the plain-Python output, with crashes too (the recovery trials: the full count runs in
+    ``test_recovery_sim``). Kept forever instead, they hang these seeds."""
+    kept = Counter()
+    keep = Rides.keep
+
+    def counted(rides: Rides, until):
+        kept[rides.chain] += len(rides.passing_on)
+        keep(rides, until)
+
+    monkeypatch.setattr(Rides, "keep", counted)
+    for name in ("keyed", "word count"):
+        for seed in range(10):
+            assert exact(SCENARIOS[name], seed), f"{name}, seed {seed}"
+            result = recovery_trial(name, seed, str(store_root / f"{name}-{seed}"))
+            assert result.exact, f"{name}, seed {seed}: {result.describe()}"
+    assert sum(kept.values()) >= 20, kept

@@ -101,3 +101,40 @@ def test_what_is_passed_on_and_not_sent_on_is_taken_once():
     rides.carried(carried)
     rides.reset()
     assert rides.passing_on == [] and rides.riding == {}
+
+
+def test_kept_riders_go_once_every_channel_closed_their_epoch_or_with_the_replicas_next_message():
+    """A receiver keeps what rode to it with tokens (``Rides.keep``): each batch goes on by
+    itself once the epoch its token closed is closed on every channel, or before that with
+    the replica's own next message, in the order it came."""
+    rides = Rides(OTHER, tokens_ride=False)
+    first, second = batch(sender=PEER), batch(sender=PEER)
+    rides.carried([first])
+    rides.keep(3)
+    rides.carried([second])
+    rides.keep(4)
+    assert rides.take_passing_on(lambda until: False) == []
+    assert rides.take_passing_on(lambda until: until is not None and until <= 3) == [first]
+    own = batch(sender=THEIRS)
+    assert rides.place(own, in_event=True, pending={}) == (second, own)
+    assert rides.kept == [] and rides.take_passing_on() == []
+
+
+def test_at_most_max_riding_batches_are_kept():
+    rides = Rides(OTHER, tokens_ride=False)
+    calls = [batch(sender=PEER) for _ in range(MAX_RIDING + 1)]
+    for call in calls[:-1]:
+        rides.carried([call])
+        rides.keep(1)
+    assert rides.take_passing_on(lambda until: False) == []
+    rides.carried(calls[-1:])
+    rides.keep(1)
+    assert rides.take_passing_on(lambda until: False) == calls and rides.kept == []
+
+
+def test_a_recovery_forgets_what_was_kept():
+    rides = Rides(OTHER, tokens_ride=False)
+    rides.carried([batch(sender=PEER)])
+    rides.keep(None)
+    rides.reset()
+    assert rides.take_passing_on() == []
