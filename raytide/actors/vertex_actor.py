@@ -153,7 +153,7 @@ class _RayTransport:
     def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
         window = self.inflight[to]
         try:
-            if len(window) >= self.max_inflight // 2:
+            if len(window) >= self.max_inflight:  # one look per window of calls, not one per call
                 self._prune(window)
             if sender not in self.unbounded and len(window) >= self.max_inflight:
                 started = time.perf_counter()

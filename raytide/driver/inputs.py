@@ -441,20 +441,30 @@ class InputFeeds:
 
     def _send(self, actor: Any, method: str, args: tuple) -> Any:
         window = self.windows[actor]
+        if len(window) >= self.max_inflight:  # what answered goes at once: one look per window, not one per call
+            self._answered(window, ray.wait(list(window), num_returns=len(window), timeout=0)[0])
         while len(window) >= self.max_inflight:
             self.raise_if_failed()
-            ready, _ = ray.wait([window[0]], timeout=WINDOW_POLL)
-            if ready:
-                try:
-                    ray.get(window.popleft())
-                except ray.exceptions.RayActorError:
-                    if self.logs is None:
-                        raise
-                    # a recovery will replace the replica and send the logged calls again
+            self._answered(window, ray.wait([window[0]], timeout=WINDOW_POLL)[0])
         ref = getattr(actor, method).remote(self.incarnation, *args)
         window.append(ref)
         self.calls[args[0]] += 1  # every call's first argument is its input's name
         return ref
+
+    def _answered(self, window: collections.deque, ready: list) -> None:
+        """Forget the calls of ``window`` that are ``ready``, keeping the order of the rest; the
+        error of one that failed is raised, but a dead replica's in a job with recovery (a
+        recovery will replace the replica and send the logged calls again)."""
+        if ready:
+            done = set(ready)
+            kept = [ref for ref in window if ref not in done]
+            window.clear()
+            window.extend(kept)
+            try:
+                ray.get(ready)
+            except ray.exceptions.RayActorError:
+                if self.logs is None:
+                    raise
 
     def trim(self, positions: dict[tuple[str, int], int]) -> None:
         """Forget the calls that a committed snapshot's ``positions`` cover (per input replica)."""

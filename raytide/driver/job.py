@@ -91,8 +91,7 @@ class Job:
         self._driving = threading.RLock()
         self._autoscaler: Any = None
         recovery = settings.recovery
-        #: Longest wait for events between two liveness checks (shorter with recovery: a
-        #: death is noticed within about two checks).
+        #: Longest wait for events between two liveness checks (shorter with recovery: a death is noticed within about two).
         self._poll_s = RECOVERY_POLL if recovery is not None else 0.5
         #: Where the job's actors run: their handles, for tools and tests that look at them or kill them.
         self.placement = placement = JobPlacement(plan, name, settings)
@@ -234,7 +233,8 @@ class Job:
         with self._driving:
             call = self._outputs.poll_call(timeout)
         with self._cancelled_on_interrupt():
-            ray.wait([call], timeout=timeout)
+            if ray.wait([call], timeout=timeout)[0]:
+                self._outputs.answered = call  # the poll need not look again
         with self._driving:
             self._pump_now(0)
 

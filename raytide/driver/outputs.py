@@ -30,6 +30,9 @@ from raytide.snapshots.config import OutputCommit
 
 #: Extra time a long poll's Ray call may take beyond the poll's own timeout.
 POLL_SLACK = 30.0
+#: The least time between two looks at the liveness watches: a driver taking one small
+#: epoch after another pumps every few milliseconds, and a death is noticed as soon after.
+LIVENESS_EVERY_S = 0.05
 
 
 class OutputCollector:
@@ -80,6 +83,8 @@ class OutputCollector:
         #: The ``next_events`` call in flight (see :meth:`poll_call`) and when it is overdue.
         self.call: Any = None
         self.call_due = 0.0
+        #: A call a thread has seen answered (:meth:`poll` need not look at it again).
+        self.answered: Any = None
 
     def poll_call(self, timeout: float) -> Any:
         """The progress actor's ``next_events`` call in flight, made now (answered within
@@ -107,20 +112,20 @@ class OutputCollector:
         made_now = self.call is None
         call = self.poll_call(timeout)
         wait = max(0.0, self.call_due - time.monotonic()) if made_now else timeout
-        if not ray.wait([call], timeout=wait)[0]:
+        if call is not self.answered and not ray.wait([call], timeout=wait)[0]:
             if time.monotonic() < self.call_due:
                 return []  # made by another thread with a longer wait: it answers later
             self.call = None
             raise ray.exceptions.GetTimeoutError(f"the progress actor did not answer a poll for events within "
                                                  f"{POLL_SLACK:g} s of its timeout")
-        self.call = None
+        self.call = self.answered = None
         events, self.cursor = ray.get(call)
         return self.apply(events)
 
     def drop_poll(self) -> None:
         """Forget the call in flight: the progress actor was restored or replaced, and what a
         call made before that answers is not this run's."""
-        self.call = None
+        self.call = self.answered = None
 
     def apply(self, events: list[Any]) -> list[Any]:
         """Take in job events (completed epochs, failures, the end); returns the failures among them."""
@@ -346,12 +351,16 @@ class Liveness:
             key: ref for key, ref in before.watches.items() if before.actors[key] == self.actors.get(key)}
         self.watches: dict[Hashable, Any] = {key: kept[key] if key in kept else actor.watch.remote()
                                              for key, actor in self.actors.items()}
+        self.next_look = 0.0  # monotonic time of the next look (see LIVENESS_EVERY_S)
 
     def check(self) -> tuple[Hashable, BaseException] | None:
-        """The key of an actor that died, and the error; None if all live."""
+        """The key of an actor that died, and the error; None if all live (or if the last
+        look was less than :data:`LIVENESS_EVERY_S` ago)."""
         refs = list(self.watches.values())
-        if not refs:
+        now = time.monotonic()
+        if not refs or now < self.next_look:
             return None
+        self.next_look = now + LIVENESS_EVERY_S
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         for key, ref in list(self.watches.items()):
             if ref in done:
