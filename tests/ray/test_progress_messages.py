@@ -142,3 +142,26 @@ def test_output_parts_that_stay_in_the_object_store_reach_the_driver(ray_session
     with rt.run(flow, parallelism=2) as job:
         results = job.results("out", timeout=120)
         run_epochs(job, results, range(3), large)
+
+
+def test_a_batch_kept_for_another_inputs_token_would_hang_a_branch_of_one_input(ray_session):
+    """Input ``a`` feeds a count and a join with input ``b``; ``b`` has sent one token and
+    then stays at epoch 1 while the driver waits for each of ``a``'s epochs at the count.
+    The join takes tokens from two chains, so it keeps none of ``a``'s batches for ``b``'s
+    next token (``epoch_tokens.riders_may_wait``): were it to, ``a``'s moves would wait at
+    the join and the count's epochs would never complete (with that rule dropped, the
+    second epoch times out)."""
+    flow = rt.Dataflow("two-inputs")
+    a, b = flow.input("a"), flow.input("b")
+    a.join(b, lambda x: x, name="joined").output("j")
+    a.count_by_key(lambda x: x, name="count").output("ca")
+    with rt.run(flow, parallelism=2) as job:
+        job.advance("b", 1)
+        results = job.results("ca", timeout=20)
+        for epoch in range(5):
+            job.push("a", list(range(10)), epoch)
+            job.advance("a", epoch + 1)
+            got, records = next(results)
+            assert (got, sorted(records)) == (epoch, [(k, 1) for k in range(10)])
+        job.close("a")
+        job.close("b")
