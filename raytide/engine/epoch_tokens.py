@@ -95,19 +95,20 @@ def never_owes(plan: PhysicalPlan, chain: str) -> bool:
     may still wait for a notification before the input's new epoch (an input, a per-batch
     function, a vertex whose notifications end as the input moves on: a combiner, whose
     waits before that epoch the replica drops once its ``on_input_epoch`` has run)."""
-    return all(v.role == "input" or not v.notifies or v.settles_with_input for v in map(plan.vertex, plan.chain(chain).vertices))
+    return all(vertex.role == "input" or not vertex.notifies or vertex.settles_with_input
+               for vertex in map(plan.vertex, plan.chain(chain).vertices))
 
 
 def rides_with_tokens(plan: PhysicalPlan, chain: str) -> bool:
     """Whether ``chain``'s progress batch at an epoch's close may go with its tokens (and its
     data, if that event sent any) to a receiver, which passes it on at the end of that event
-    at the latest (or keeps it a while: :func:`riders_may_wait`): the chain is a sender, hosts no output, and every channel out of it goes
-    to a vertex that takes tokens. Every frontier that batch can move then waits for a
-    receiver's receipt of what went with it anyway: of data (a vertex input counts the
-    messages in flight to all its replicas), or of the token (a receiver that got records
-    of that epoch is notified only once a token came on every channel). So the sender
-    saves a call each epoch and nothing waits longer, but an epoch that carried no record
-    at all: it completes a hop later."""
+    at the latest (or keeps it a while: :func:`riders_may_wait`): the chain is a sender,
+    hosts no output, and every channel out of it goes to a vertex that takes tokens. Every
+    frontier that batch can move then waits for a receiver's receipt of what went with it
+    anyway: of data (a vertex input counts the messages in flight to all its replicas), or
+    of the token (a receiver that got records of that epoch is notified only once a token
+    came on every channel). So the sender saves a call each epoch and nothing waits
+    longer, but an epoch that carried no record at all: it completes a hop later."""
     vertices = plan.chain(chain).vertices
     consumers = [consumer for vertex in vertices for port in range(plan.vertex(vertex).outputs)
                  for consumer in plan.consumers_of(vertex, port) if not plan.is_fused(consumer)]
