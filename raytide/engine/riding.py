@@ -118,9 +118,14 @@ class Rides:
         """What came with data and did not go on with a batch of this replica's, and what was
         kept whose epoch ``closed`` says every token channel has closed (all that was kept, by
         default)."""
-        due = [call for until, call in self.kept if closed(until)]
-        self.kept = [(until, call) for until, call in self.kept if not closed(until)]
-        calls, self.passing_on = [*due, *self.passing_on], []
+        due: list[Sequenced] = []
+        still: list[tuple[int | None, Sequenced]] = []
+        for until, call in self.kept:  # each asked once
+            if closed(until):
+                due.append(call)
+            else:
+                still.append((until, call))
+        calls, self.passing_on, self.kept = [*due, *self.passing_on], [], still
         return calls
 
     def end_event(self) -> None:
