@@ -10,28 +10,34 @@ Ray, under the seeded scheduler) with ``nodes * per_node`` replicas in all:
 * ``loop``: halving to a fixed point, exchanged every round, its five stages at a fifth
   of the replicas each (at most 128).
 
-Each epoch carries ``records_per_replica`` records per replica. Each job runs twice, as a
-job does on Ray:
+Each epoch carries ``records_per_replica`` records per replica. Each job runs three times:
 
 * ``direct`` (one node, and every job before the relays): every replica calls the central
   actor itself, one call per message (a batch carries the output records it retires);
 * ``relayed`` (a cluster): the replicas are spread over ``nodes`` nodes, and each node's
   relay delivers everything it gathered in one call, each replica's consecutive messages
   merged into one run (``LocalJob(nodes=)``, as :mod:`raytide.actors.progress_relay` does
-  while its previous call is in flight).
+  while its previous call is in flight);
+* ``paced``: relayed, and the next actor to act is chosen by what its actions cost
+  (:mod:`raytide.testing.pacing`), not one mailbox at a time uniformly.
 
 Per job and design it reports what the central actor took per epoch: messages (a relay's
 run counts as one), calls, calls per node and status pushes, and its CPU time: the progress core's, the
 unpickling of the calls' messages (as the Ray actor does, each sender's messages of a call
 one blob), and Ray's own work per call taken and per push sent, measured on plain actors in
 the same run (:mod:`bench.baselines.ray_call_cost`); whence the epochs per second the
-central actor sustains with one core to itself. The simulator's progress actor takes one
-call at a time while the replicas go on (it is one process), so a relay gathers what its
-node sent meanwhile; how much depends on that model of the central actor's speed (one call
-in the time a replica takes one message), so the relayed calls per node are a model, not a
-measurement of a cluster. Garbage collection is off while the CPU is timed: the
-simulation's heap holds every replica's state, the actor's does not. Issue 31 asks for at
-most 2 calls per node per epoch and at least 50 epochs/s at 64 nodes x 8 replicas.
+central actor sustains with one core to itself. Garbage collection is off while the CPU is
+timed: the simulation's heap holds every replica's state, the actor's does not.
+
+How much a relay gathers per call depends on how long the central actor takes a call next
+to how fast the replicas send, and the two scheduled designs model that differently. In
+``relayed`` the progress actor takes one call per pick of the uniform scheduler, among
+every link that has something to deliver, so it is as fast as one delivery while all the
+replicas go on. In ``paced`` each actor is a server with a core of its own, picked in
+proportion to its rate (one over its priced cost per action: CPU here plus Ray's per-call
+prices); its clock gives the job's epochs per second in the model and the share of that
+time the central actor was busy. Neither is a measurement of a cluster. Issue 31 asks for
+at most 2 calls per node per epoch and at least 50 epochs/s at 64 nodes x 8 replicas.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ from bench.harness import ensure_ray
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.physical.protocol import Sequenced, decode, encode
+from raytide.testing.outcome import PROGRESS
+from raytide.testing.pacing import Pacing
 from tests.sim.scenarios import halvings
 
 PARAMS = {"nodes": 64, "per_node": 8, "epochs": 3, "records_per_replica": 4, "seed": 0}
@@ -139,7 +147,7 @@ def halving_loop(replicas: int) -> tuple[rt.Dataflow, int]:
 
 
 def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Counter], epochs: int, records: int,
-             nodes: int, seed: int, relayed: bool, ray_ms: dict[str, float]) -> dict[str, float]:
+             nodes: int, seed: int, relayed: bool, ray_ms: dict[str, float], paced: bool = False) -> dict[str, float]:
     """Run ``flow`` (``width``: the replicas of a vertex that does not say) for ``epochs``
     epochs of ``records`` records, its progress ``relayed`` per node or not; the central
     actor's load per epoch, Ray's share priced at ``ray_ms`` (:func:`actor_call_cpu_ms`).
@@ -149,7 +157,9 @@ def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Coun
     CountingCore.relayed = relayed
     inputs = {"records": [[1 + (e * records + i) % 997 for i in range(records)] for e in range(epochs)]}
     started = time.perf_counter()
-    job = local_runtime.LocalJob(flow, inputs, parallelism=width, seed=seed, nodes=nodes if relayed else None)
+    pacing = Pacing(ray_ms["receive"], ray_ms["submit"]) if paced else None
+    job = local_runtime.LocalJob(flow, inputs, parallelism=width, seed=seed, nodes=nodes if relayed else None,
+                                 pacing=pacing)
     run = job.run(max_steps=100_000_000)
     outputs = {epoch: Counter(found) for epoch, found in run.outputs["out"].items()}
     if not run.finished or outputs != {epoch: expected(fed) for epoch, fed in enumerate(inputs["records"])}:
@@ -162,7 +172,14 @@ def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Coun
             "core_ms_per_epoch": core, "unpickle_ms_per_epoch": unpickling, "ray_ms_per_epoch": ray_share,
             "central_ms_per_epoch": core + unpickling + ray_share,
             "central_epochs_per_s": 1000 / (core + unpickling + ray_share),
-            "simulated_s": time.perf_counter() - started}
+            "simulated_s": time.perf_counter() - started, **(paced_figures(pacing, epochs) if pacing else {})}
+
+
+def paced_figures(pacing: Pacing, epochs: int) -> dict[str, float]:
+    """What the paced model's clock says (:mod:`raytide.testing.pacing`): the job's epochs per
+    second, and the share of that time the central actor was busy."""
+    return {"model_s": pacing.clock_s, "job_epochs_per_s": epochs / pacing.clock_s,
+            "central_busy_share": pacing.utilisation(PROGRESS)}
 
 
 def measure(nodes: int, per_node: int, epochs: int, records_per_replica: int, seed: int) -> dict[str, Any]:
@@ -174,16 +191,16 @@ def measure(nodes: int, per_node: int, epochs: int, records_per_replica: int, se
 
 def central_load(nodes: int, per_node: int, epochs: int, records_per_replica: int, seed: int,
                  ray_ms: dict[str, float]) -> dict[str, Any]:
-    """Both jobs in both designs (:func:`simulate`), Ray's work priced at ``ray_ms``."""
+    """Both jobs in each design (:func:`simulate`), Ray's work priced at ``ray_ms``."""
     replicas = nodes * per_node
     original = local_runtime.ProgressCore
     local_runtime.ProgressCore = CountingCore  # type: ignore[misc]
     try:
         metrics: dict[str, Any] = {}
         for name, build, expected in (("keyed", keyed_pipeline, keyed_expected), ("loop", halving_loop, loop_expected)):
-            for design in ("direct", "relayed"):
+            for design in ("direct", "relayed", "paced"):
                 found = simulate(*build(replicas), expected, epochs, records_per_replica * replicas, nodes, seed,
-                                 relayed=design == "relayed", ray_ms=ray_ms)
+                                 relayed=design != "direct", ray_ms=ray_ms, paced=design == "paced")
                 metrics.update({f"{name}_{design}_{key}": value for key, value in found.items()})
         return metrics
     finally:

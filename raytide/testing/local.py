@@ -9,10 +9,10 @@ markers alike), FIFO from the progress actor to each replica, in *any* order fro
 replica to the progress actor (it is a threaded actor; the cores number those
 messages; with ``nodes``, through a relay per node; a batch may ride with data to a
 peer, which passes it on, as on Ray: :mod:`raytide.engine.riding`), driver commands FIFO per input
-replica, and job events through a log the driver polls. At each step a seeded ``random.Random`` chooses which mailbox delivers
-next (the progress actor's count as one: it is one process, taking one call at a time), so
-one seed is one reproducible interleaving and many seeds explore many (FoundationDB's
-simulation testing).
+replica, and job events through a log the driver polls. At each step a seeded ``random.Random`` chooses which mailbox
+delivers next (the progress actor's count as one: it is one process, taking one call at a time), so one seed is one
+reproducible interleaving and many seeds explore many (FoundationDB's simulation testing); or, with a
+:class:`~raytide.testing.pacing.Pacing`, which actor acts next, by what its actions cost (a model of time).
 
 Faults are injected by step: :meth:`LocalJob.crash` kills a replica, the progress core or
 the coordinator at step ``n``, losing its state and all it had in flight. Without
@@ -53,15 +53,11 @@ from raytide.rescale.widths import new_widths
 from raytide.snapshots.consumed import START, starting_point
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovering import Finished, Pieces, Recovering, ResetCoordinator, RestartProgress
-from raytide.snapshots.recovery import (
-    RestartBudget,
-    RestorePoint,
-    commit_snapshot,
-    part_name,
-)
+from raytide.snapshots.recovery import RestartBudget, RestorePoint, commit_snapshot, part_name
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import LocalTransport, Mailboxes, planned_commands, rewound
 from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
+from raytide.testing.pacing import Pacing, actor_of
 from raytide.testing.recovery import SteppedRecovery
 from raytide.testing.rescaling import RescaleAsks, SteppedRescale, rescaling_in
 
@@ -86,6 +82,8 @@ class LocalJob:
             drivers of a job restarted after :meth:`crash` of :data:`~raytide.testing.outcome.DRIVER`.
         nodes: spread the replicas over this many nodes, each sending its progress through a relay, as on a Ray
             cluster (:class:`~raytide.testing.mailboxes.Mailboxes`).
+        pacing: choose the next actor by what its actions cost, and keep the model's clock
+            (:mod:`raytide.testing.pacing`), instead of one mailbox at a time uniformly.
 
     With ``recovery`` and a :class:`~raytide.Dataflow` (not a plan), :meth:`rescale` changes
     the parallelism of vertices while the job runs, as ``job.rescale`` does on Ray.
@@ -95,13 +93,13 @@ class LocalJob:
                  parallelism: int | None = None, seed: int = 0, chaining: bool = True,
                  markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None,
                  recovery: LocalRecovery | None = None, restore: int | str | None = None,
-                 consumer: LocalConsumer | None = None, nodes: int | None = None) -> None:
+                 consumer: LocalConsumer | None = None, nodes: int | None = None, pacing: Pacing | None = None) -> None:
         self.plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
         self.flow = flow if isinstance(flow, Dataflow) else None
         self.parallelism, self.chaining = parallelism, chaining
         self.rng = random.Random(seed)
         self.recovery = recovery
-        self.mail = Mailboxes(nodes)
+        self.mail, self.pacing = Mailboxes(nodes, relayed=[] if pacing else None), pacing
         self.incarnation = 0
         self.incarnations = {key: 0 for key in self.replica_keys()}
         self.replicas = {key: self._core(key) for key in self.replica_keys()}
@@ -112,7 +110,7 @@ class LocalJob:
         self.dead: set[ReplicaKey] = set()
         self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
         self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
-        self.slow: dict[ReplicaKey, float] = {}  # replicas slowed down (:meth:`slow_down`)
+        self.slow: dict[Target, float] = {}  # replicas slowed down (:meth:`slow_down`)
         self.failures: list[tuple[int, str]] = []  # (step at which it is noticed, what died)
         self.recovering: SteppedRecovery | None = None
         self.result = LocalRun({name: {} for name in self.plan.outputs})
@@ -207,10 +205,11 @@ class LocalJob:
         actions: list[Callable[[], None]] = []
         if not self.connected and self.progress is not None:
             actions.append(self._connect)
-        actions += [functools.partial(self._deliver, link, to=link[1]) for link, queue in self.mail.links.items()
-                    if queue and link[1] not in self.waiting]
+        links = [link for link in self.mail.pending_links() if link[1] not in self.waiting]
+        actions += (self.pacing.per_receiver(links, self._deliver, self.rng) if self.pacing is not None
+                    else [functools.partial(self._deliver, link, to=link[1]) for link in links])
         if any(self.mail.to_progress.values()):
-            actions.append(self._take_progress_call)
+            actions.append(functools.partial(self._take_progress_call, to=PROGRESS))
         for deliver, mailbox in ((self._push_status, self.mail.pushes), (self._command, self.mail.commands),
                                  (self._inject, self.mail.injects)):
             actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
@@ -225,18 +224,17 @@ class LocalJob:
         return actions
 
     def slow_down(self, key: ReplicaKey, weight: float) -> None:
-        """Make replica ``key`` slow but alive: whatever is on its way to it is delivered
-        ``weight`` times as often as another mailbox's (0 < weight < 1), as a busy actor's
-        queue drains; snapshot and rescale timeouts (in steps) may then run out."""
+        """Make replica ``key`` slow but alive: what is on its way to it is delivered ``weight`` times as often as
+        another mailbox's (0 < weight < 1), as a busy actor's queue drains; timeouts (in steps) may then run out."""
         self.slow[key] = weight
 
     def _choose(self, actions: list[Callable[[], None]]) -> Callable[[], None]:
-        """The next action: uniformly, or weighted by the slowness of the replica each delivers to."""
+        """The next action: uniformly, weighted by the slowness of the replica each delivers to, or paced."""
+        if self.pacing is not None:
+            return self.pacing.choose(actions, self.rng, self.mail)
         if not self.slow:
             return self.rng.choice(actions)
-        weights = [self.slow.get(action.keywords["to"], 1.0) if isinstance(action, functools.partial) and "to" in
-                   action.keywords else 1.0 for action in actions]
-        return self.rng.choices(actions, weights)[0]
+        return self.rng.choices(actions, [self.slow.get(actor_of(action), 1.0) for action in actions])[0]
 
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
         """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of it, not retired by a rescale)."""
@@ -259,11 +257,10 @@ class LocalJob:
         else:
             self._guard(key, core.on_marker, *message[1:])
 
-    def _take_progress_call(self) -> None:
-        """The progress actor takes one call (:meth:`Mailboxes.take_progress`) from a mailbox
-        chosen at random and applies it. It is one process, so it is one action among the
-        others however many mailboxes wait for it: while it applies one call, the replicas go
-        on and the mailboxes gather, as a busy central actor's callers do."""
+    def _take_progress_call(self, to: Target = PROGRESS) -> None:
+        """The progress actor (``to``) takes one call (:meth:`Mailboxes.take_progress`) from a mailbox chosen at
+        random and applies it. It is one process, so it is one action among the others however many mailboxes wait
+        for it: while it applies one call, the replicas go on and the mailboxes gather, as a busy actor's callers do."""
         key = self.rng.choice([key for key, calls in self.mail.to_progress.items() if calls])
         current = [call for incarnation, call in self.mail.take_progress(key, self.rng)
                    if incarnation == self.progress_incarnation]
@@ -303,6 +300,7 @@ class LocalJob:
         for key, push in effects.pushes:
             if key not in self.dead:
                 self.mail.pushes[key].append((self.progress_incarnation, push))
+                self.mail.sent += 1
         self.mail.log.extend((self.progress_incarnation, event) for event in effects.events)
 
     def _poll(self) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +46,9 @@ class Mailboxes:
 
     nodes: int | None = None
     links: dict[tuple[ReplicaKey, ReplicaKey], collections.deque] = field(default_factory=_deques)  # replica to replica
+    rank: dict[tuple[ReplicaKey, ReplicaKey], int] = field(default_factory=dict)  # each link's place in ``links``
+    busy: set[tuple[ReplicaKey, ReplicaKey]] = field(default_factory=set)  # the links posted to since seen empty
+    ranks: Iterator[int] = field(default_factory=itertools.count)
     to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = field(  # any order: the progress actor is threaded; per relay with nodes
         default_factory=lambda: collections.defaultdict(list))
     pushes: dict[ReplicaKey, collections.deque[tuple[int, StatusPush]]] = field(default_factory=_deques)
@@ -53,6 +58,8 @@ class Mailboxes:
     writes: list[tuple[int, LocalSnapshot]] = field(default_factory=list)  # replicas' snapshot writers
     acks: list[tuple[int, Acknowledgement]] = field(default_factory=list)  # to the coordinator
     commits: collections.deque[tuple[int, Commit]] = field(default_factory=collections.deque)
+    sent: int = 0  # calls made so far: data to a peer, progress, status pushes (priced by a Pacing)
+    relayed: list[tuple[ReplicaKey, float]] | None = None  # with a Pacing: the relays' merges (host, CPU s)
 
     def drop_inbound(self, key: ReplicaKey) -> None:
         """Replica ``key`` died: what was on its way to it, and what its snapshot writer had
@@ -66,6 +73,20 @@ class Mailboxes:
         if self.nodes is not None:  # a relay's host died: what it gathered for the progress actor is lost
             self.to_progress.pop(key, None)
         self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]
+
+    def post(self, link: tuple[ReplicaKey, ReplicaKey], entry: tuple[int, tuple[Any, ...]]) -> None:
+        """Put ``entry`` on ``link`` (a sender's incarnation and its message)."""
+        if link not in self.links:
+            self.rank[link] = next(self.ranks)
+        self.links[link].append(entry)
+        self.busy.add(link)
+
+    def pending_links(self) -> list[tuple[ReplicaKey, ReplicaKey]]:
+        """The links with something to deliver, in the order of ``links`` (the order of their
+        first message); without looking at every link ever used, which at 512 replicas are
+        hundreds of thousands."""
+        self.busy = {link for link in self.busy if self.links.get(link)}
+        return sorted(self.busy, key=self.rank.__getitem__)
 
     def via(self, key: ReplicaKey, keys: Sequence[ReplicaKey]) -> ReplicaKey:
         """Whose mailbox replica ``key`` (of the replicas ``keys``) sends its progress to: its
@@ -86,7 +107,10 @@ class Mailboxes:
         messages merged into one run as the Ray relay merges them (per incarnation), in any order."""
         calls = self.to_progress[key]
         if self.nodes is not None:
+            started = time.process_time()
             taken = [(incarnation, run) for incarnation, runs in merge_by_incarnation(calls).items() for run in runs]
+            if self.relayed is not None:
+                self.relayed.append((key, time.process_time() - started))
             rng.shuffle(taken)
             calls[:] = []
             return taken
@@ -122,14 +146,15 @@ class LocalTransport:
         self.pending: dict[ReplicaKey, None] = {}  # the peers this event sent data to, in order, not flushed
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        self.mail.links[(self.key, to)].append((self.incarnation, ("data", channel, vertex, time, batch)))
+        self.mail.post((self.key, to), (self.incarnation, ("data", channel, vertex, time, batch)))
+        self.mail.sent += 1
         self.rides.sent(to, token=isinstance(batch, EpochClosed))
         if self.in_event:
             self.pending.setdefault(to)
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
         self._flush(to)  # the batches placed with the data sent before it go first
-        self.mail.links[(self.key, to)].append((self.incarnation, ("marker", channel, marker)))
+        self.mail.post((self.key, to), (self.incarnation, ("marker", channel, marker)))
 
     def to_progress(self, call: Sequenced) -> None:
         self._send_progress(self.rides.place(call, self.in_event, self.pending))
@@ -160,11 +185,12 @@ class LocalTransport:
         self.pending.pop(to, None)
         riders = self.rides.take(to)
         if riders:
-            self.mail.links[(self.key, to)].append((self.incarnation, ("riders", riders)))
+            self.mail.post((self.key, to), (self.incarnation, ("riders", riders)))
 
     def _send_progress(self, calls: Sequence[Sequenced]) -> None:
-        if self.progress_alive():
+        if self.progress_alive() and calls:
             self.mail.to_progress[self.via].extend((self.incarnation, call) for call in calls)
+            self.mail.sent += 1
 
     def local_snapshot(self, snapshot: LocalSnapshot) -> None:
         self.mail.writes.append((self.incarnation, snapshot))

@@ -1,5 +1,5 @@
 """The progress-load simulation of ``bench/bench_progress_scale.py`` at a small size: both
-jobs finish with their plain-Python output in both designs, and the counts it reports are
+jobs finish with their plain-Python output in each design, and the counts it reports are
 those of the progress core, Ray's work priced as given (the bench measures it on Ray)."""
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ def test_both_jobs_finish_with_the_reference_output_and_report_the_central_load(
         # a relay per node: the same kind of messages in fewer calls
         assert found[f"{relayed}_calls_per_epoch"] < found[f"{direct}_calls_per_epoch"]
         assert found[f"{relayed}_calls_per_epoch"] < found[f"{relayed}_messages_per_epoch"]
-        for design in (direct, relayed):
+        paced = f"{job}_paced"
+        assert found[f"{paced}_replicas"] == replicas
+        assert 0 < found[f"{paced}_central_busy_share"] <= 1 and found[f"{paced}_model_s"] > 0
+        assert found[f"{paced}_job_epochs_per_s"] == pytest.approx(2 / found[f"{paced}_model_s"])
+        for design in (direct, relayed, paced):
             assert found[f"{design}_calls_per_node_per_epoch"] == found[f"{design}_calls_per_epoch"] / 2
             assert found[f"{design}_core_ms_per_epoch"] > 0 and found[f"{design}_unpickle_ms_per_epoch"] > 0
             ray_share = (found[f"{design}_calls_per_epoch"] * ray_ms["receive"]
