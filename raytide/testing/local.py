@@ -231,7 +231,7 @@ class LocalJob:
     def _choose(self, actions: list[Callable[[], None]]) -> Callable[[], None]:
         """The next action: uniformly, weighted by the slowness of the replica each delivers to, or paced."""
         if self.pacing is not None:
-            return self.pacing.choose(actions, self.rng, self.mail)
+            return self.pacing.choose(actions, self.rng, self.mail, command=self._command)
         if not self.slow:
             return self.rng.choice(actions)
         return self.rng.choices(actions, [self.slow.get(actor_of(action), 1.0) for action in actions])[0]
