@@ -10,7 +10,7 @@ Ray, under the seeded scheduler) with ``nodes * per_node`` replicas in all:
 * ``loop``: halving to a fixed point, exchanged every round, its five stages at a fifth
   of the replicas each (at most 128).
 
-Each epoch carries ``records_per_replica`` records per replica. Each job runs three times:
+Each epoch carries ``records_per_replica`` records per replica. Each job runs four times:
 
 * ``direct`` (one node, and every job before the relays): every replica calls the central
   actor itself, one call per message (a batch carries the output records it retires);
@@ -19,7 +19,8 @@ Each epoch carries ``records_per_replica`` records per replica. Each job runs th
   merged into one run (``LocalJob(nodes=)``, as :mod:`raytide.actors.progress_relay` does
   while its previous call is in flight);
 * ``paced``: relayed, and the next actor to act is chosen by what its actions cost
-  (:mod:`raytide.testing.pacing`), not one mailbox at a time uniformly.
+  (:mod:`raytide.testing.pacing`), not one mailbox at a time uniformly;
+* ``fed``: paced, its epochs fed at a steady rate, its replicas made faster (below).
 
 Per job and design it reports what the central actor took per epoch: messages (a relay's
 run counts as one), calls, calls per node and status pushes, and its CPU time: the progress core's, the
@@ -37,7 +38,10 @@ replicas go on. In ``paced`` each actor is a server
 with a core of its own, busy for each action's priced cost (CPU here plus Ray's per-call
 prices), the next to act the one that can start first: a list schedule, whose clock gives
 the job's epochs per second in the model and the share of that time the central actor was
-busy. Neither is a measurement of a cluster. Issue 31 asks for
+busy. In ``fed`` (paced too) the driver feeds an epoch every ``1 / feed_eps`` seconds of the
+model's time, and every actor but the central one is ``others_scale`` times as costly as
+measured: the replicas are then not what limits the job, and a central actor busy all the
+time with the job behind the feed is at its limit. Neither is a measurement of a cluster. Issue 31 asks for
 at most 2 calls per node per epoch and at least 50 epochs/s at 64 nodes x 8 replicas.
 """
 
@@ -60,7 +64,8 @@ from raytide.testing.outcome import PROGRESS
 from raytide.testing.pacing import Pacing
 from tests.sim.scenarios import halvings
 
-PARAMS = {"nodes": 64, "per_node": 8, "epochs": 3, "records_per_replica": 4, "seed": 0}
+PARAMS = {"nodes": 64, "per_node": 8, "epochs": 3, "records_per_replica": 4, "seed": 0,
+          "feed_eps": 50.0, "others_scale": 0.01, "fed_epochs": 20}
 RATIOS: list = []
 REPEAT = 1
 
@@ -189,25 +194,32 @@ def paced_figures(pacing: Pacing, epochs: int) -> dict[str, float]:
             "central_busy_share": pacing.utilisation(PROGRESS)}
 
 
-def measure(nodes: int, per_node: int, epochs: int, records_per_replica: int, seed: int) -> dict[str, Any]:
+def measure(nodes: int, per_node: int, epochs: int, records_per_replica: int, seed: int, feed_eps: float,
+            others_scale: float, fed_epochs: int) -> dict[str, Any]:
     ensure_ray()
     ray_ms = actor_call_cpu_ms()
     return {"ray_receive_ms_per_call": ray_ms["receive"], "ray_submit_ms_per_call": ray_ms["submit"],
-            **central_load(nodes, per_node, epochs, records_per_replica, seed, ray_ms)}
+            **central_load(nodes, per_node, epochs, records_per_replica, seed, ray_ms,
+                           fed=(feed_eps, others_scale, fed_epochs))}
 
 
 def central_load(nodes: int, per_node: int, epochs: int, records_per_replica: int, seed: int,
-                 ray_ms: dict[str, float]) -> dict[str, Any]:
-    """Both jobs in each design (:func:`simulate`), Ray's work priced at ``ray_ms``."""
+                 ray_ms: dict[str, float], fed: tuple[float, float, int]) -> dict[str, Any]:
+    """Both jobs in each design (:func:`simulate`), Ray's work priced at ``ray_ms``; the
+    ``fed`` design is paced, fed ``(epochs per second, others_scale, epochs)``: every other
+    actor faster than measured by that scale, so that the central actor's own limit shows."""
+    feed_eps, others_scale, fed_epochs = fed
     replicas = nodes * per_node
     original = local_runtime.ProgressCore
     local_runtime.ProgressCore = CountingCore  # type: ignore[misc]
     try:
         metrics: dict[str, Any] = {}
         for name, build, expected in (("keyed", keyed_pipeline, keyed_expected), ("loop", halving_loop, loop_expected)):
-            for design in ("direct", "relayed", "paced"):
-                found = simulate(*build(replicas), expected, epochs, records_per_replica * replicas, nodes, seed,
-                                 relayed=design != "direct", ray_ms=ray_ms, paced=design == "paced")
+            for design in ("direct", "relayed", "paced", "fed"):
+                steady = design == "fed"
+                found = simulate(*build(replicas), expected, fed_epochs if steady else epochs, records_per_replica * replicas,
+                                 nodes, seed, relayed=design != "direct", ray_ms=ray_ms, paced=design in ("paced", "fed"),
+                                 feed_every_s=1 / feed_eps if steady else 0.0, others_scale=others_scale if steady else 1.0)
                 metrics.update({f"{name}_{design}_{key}": value for key, value in found.items()})
         return metrics
     finally:

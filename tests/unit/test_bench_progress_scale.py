@@ -11,7 +11,7 @@ from bench.bench_progress_scale import central_load
 
 def test_both_jobs_finish_with_the_reference_output_and_report_the_central_load():
     ray_ms = {"receive": 0.4, "submit": 0.25}
-    found = central_load(nodes=2, per_node=8, epochs=2, records_per_replica=3, seed=1, ray_ms=ray_ms)
+    found = central_load(nodes=2, per_node=8, epochs=2, records_per_replica=3, seed=1, ray_ms=ray_ms, fed=(100.0, 0.1, 3))
     for job, replicas in (("keyed", 16), ("loop", 15)):
         direct, relayed = f"{job}_direct", f"{job}_relayed"
         assert found[f"{direct}_replicas"] == found[f"{relayed}_replicas"] == replicas
@@ -24,7 +24,9 @@ def test_both_jobs_finish_with_the_reference_output_and_report_the_central_load(
         assert found[f"{paced}_replicas"] == replicas
         assert 0 < found[f"{paced}_central_busy_share"] <= 1 and found[f"{paced}_model_s"] > 0
         assert found[f"{paced}_job_epochs_per_s"] == pytest.approx(2 / found[f"{paced}_model_s"])
-        for design in (direct, relayed, paced):
+        fed = f"{job}_fed"  # three epochs, one every 10 ms: the last is fed at 20 ms
+        assert found[f"{fed}_model_s"] > 0.02 and found[f"{fed}_job_epochs_per_s"] == pytest.approx(3 / found[f"{fed}_model_s"])
+        for design in (direct, relayed, paced, fed):
             assert found[f"{design}_calls_per_node_per_epoch"] == found[f"{design}_calls_per_epoch"] / 2
             assert found[f"{design}_core_ms_per_epoch"] > 0 and found[f"{design}_unpickle_ms_per_epoch"] > 0
             ray_share = (found[f"{design}_calls_per_epoch"] * ray_ms["receive"]
