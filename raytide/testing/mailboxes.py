@@ -109,10 +109,10 @@ class Mailboxes:
         if self.nodes is not None:
             started = time.process_time()
             taken = [(incarnation, run) for incarnation, runs in merge_by_incarnation(calls).items() for run in runs]
+            calls[:] = []  # the relay's: freeing what it gathered is its work too
             if self.relayed is not None:
                 self.relayed.append((key, time.process_time() - started))
             rng.shuffle(taken)
-            calls[:] = []
             return taken
         return [calls.pop(rng.randrange(len(calls))) for _ in range(rng.randint(1, len(calls)))]
 

@@ -45,6 +45,7 @@ from raytide.testing.outcome import DRIVER, PROGRESS, Target
 
 Link = tuple[ReplicaKey, ReplicaKey]  # from one replica to another
 
+
 def actor_of(action: Callable[[], None]) -> Target:
     """Which actor does ``action``: the one it delivers ``to`` (a replica, or the progress
     actor), else the driver (polls, consumers, the coordinator's steps)."""
@@ -52,12 +53,13 @@ def actor_of(action: Callable[[], None]) -> Target:
 
 
 def _one_of(deliver: Callable[[Link, ReplicaKey], None], rng: random.Random, links: list[Link], to: ReplicaKey) -> None:
+    """Replica ``to`` takes the next message of one of its ``links``, chosen at random."""
     deliver(rng.choice(links), to)
 
 
 @dataclass
 class Pacing:
-    """Which actor acts next, by its rate; and the model's clock and each actor's busy time.
+    """Which action comes next, by when its actor can start it; each actor's busy time, and the model's clock.
 
     Args:
         receive_ms, submit_ms: Ray's CPU per call received and per call submitted, as
