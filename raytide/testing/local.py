@@ -55,7 +55,7 @@ from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovering import Finished, Pieces, Recovering, ResetCoordinator, RestartProgress
 from raytide.snapshots.recovery import RestartBudget, RestorePoint, commit_snapshot, part_name
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
-from raytide.testing.mailboxes import LocalTransport, Mailboxes, planned_commands, rewound
+from raytide.testing.mailboxes import Link, LocalTransport, Mailboxes, planned_commands, rewound
 from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
 from raytide.testing.recovery import SteppedRecovery
@@ -245,7 +245,7 @@ class LocalJob:
         self.connected = True
         self._perform(self.progress.connect({key: core.subscriptions() for key, core in self.replicas.items()}))
 
-    def _deliver(self, link: tuple[ReplicaKey, ReplicaKey], to: ReplicaKey) -> None:
+    def _deliver(self, link: Link, to: ReplicaKey) -> None:
         """The next message on ``link``; data takes the progress batches riding with it along."""
         incarnation, message, riders = self.mail.take(link)
         key = link[1]

@@ -30,6 +30,9 @@ from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 Command = tuple[Any, ...]
 
 
+Link = tuple[ReplicaKey, ReplicaKey]  # from one replica to another
+
+
 def _deques() -> collections.defaultdict:
     return collections.defaultdict(collections.deque)
 
@@ -45,9 +48,9 @@ class Mailboxes:
     (:mod:`raytide.actors.progress_relay`)."""
 
     nodes: int | None = None
-    links: dict[tuple[ReplicaKey, ReplicaKey], collections.deque] = field(default_factory=_deques)  # replica to replica
-    rank: dict[tuple[ReplicaKey, ReplicaKey], int] = field(default_factory=dict)  # each link's place in ``links``
-    busy: set[tuple[ReplicaKey, ReplicaKey]] = field(default_factory=set)  # the links posted to since seen empty
+    links: dict[Link, collections.deque] = field(default_factory=_deques)  # replica to replica
+    rank: dict[Link, int] = field(default_factory=dict)  # each link's place in ``links``
+    busy: set[Link] = field(default_factory=set)  # the links posted to since seen empty
     ranks: Iterator[int] = field(default_factory=itertools.count)
     to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = field(  # any order: the progress actor is threaded; per relay with nodes
         default_factory=lambda: collections.defaultdict(list))
@@ -74,14 +77,14 @@ class Mailboxes:
             self.to_progress.pop(key, None)
         self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]
 
-    def post(self, link: tuple[ReplicaKey, ReplicaKey], entry: tuple[int, tuple[Any, ...]]) -> None:
+    def post(self, link: Link, entry: tuple[int, tuple[Any, ...]]) -> None:
         """Put ``entry`` on ``link`` (a sender's incarnation and its message)."""
         if link not in self.links:
             self.rank[link] = next(self.ranks)
         self.links[link].append(entry)
         self.busy.add(link)
 
-    def pending_links(self) -> list[tuple[ReplicaKey, ReplicaKey]]:
+    def pending_links(self) -> list[Link]:
         """The links with something to deliver, in the order of ``links`` (the order of their
         first message); without looking at every link ever used, which at 512 replicas are
         hundreds of thousands."""
@@ -93,7 +96,7 @@ class Mailboxes:
         own, or with ``nodes`` its node's relay's."""
         return key if self.nodes is None else keys[keys.index(key) % self.nodes]
 
-    def take(self, link: tuple[ReplicaKey, ReplicaKey]) -> tuple[int, tuple[Any, ...], list[Sequenced]]:
+    def take(self, link: Link) -> tuple[int, tuple[Any, ...], list[Sequenced]]:
         """The next message on ``link`` with its incarnation, and the progress batches riding
         with it (:class:`LocalTransport`), which are delivered with it."""
         queue = self.links[link]

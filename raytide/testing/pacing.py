@@ -40,10 +40,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from raytide.physical.protocol import ReplicaKey
-from raytide.testing.mailboxes import Command, Mailboxes
+from raytide.testing.mailboxes import Command, Link, Mailboxes
 from raytide.testing.outcome import DRIVER, PROGRESS, Target
-
-Link = tuple[ReplicaKey, ReplicaKey]  # from one replica to another
 
 
 def actor_of(action: Callable[[], None]) -> Target:
@@ -114,8 +112,11 @@ class Pacing:
     def sent_at(self, command: Command) -> float:
         """When the driver sends ``command``: epoch ``e``'s records and its close at ``e``
         times :attr:`feed_every_s` (all at once if 0), anything else at once."""
-        epoch = command[3] if command[0] == "push" else command[2] - 1 if command[0] == "advance" and command[2] else 0
-        return epoch * self.feed_every_s
+        if command[0] == "push":
+            return command[3] * self.feed_every_s
+        if command[0] == "advance" and command[2]:  # None: the input closes, after all it fed
+            return (command[2] - 1) * self.feed_every_s  # the close of the epoch before
+        return 0.0
 
     def _priced(self, actor: Hashable, action: Callable[[], None], mail: Mailboxes) -> None:
         before, collecting = mail.sent, gc.isenabled()
