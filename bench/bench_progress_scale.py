@@ -10,22 +10,27 @@ Ray, under the seeded scheduler) with ``nodes * per_node`` replicas in all:
 * ``loop``: halving to a fixed point, exchanged every round, its five stages at a fifth
   of the replicas each (at most 128).
 
-Each epoch carries ``records_per_replica`` records per replica. Each job runs four times:
+Each epoch carries ``records_per_replica`` records per replica. Each job runs five times:
 
 * ``direct`` (one node, and every job before the relays): every replica calls the central
   actor itself, one call per message (a batch carries the output records it retires);
 * ``relayed`` (a cluster): the replicas are spread over ``nodes`` nodes, and each node's
   relay delivers everything it gathered in one call, each replica's consecutive messages
   merged into one run (``LocalJob(nodes=)``, as :mod:`raytide.actors.progress_relay` does
-  while its previous call is in flight);
+  while its previous call is in flight); on more than
+  :data:`~raytide.physical.relay_tree.RELAY_FANIN` nodes, each node's relay forwards to its
+  group's relay, which forwards to the central actor (two levels of relays);
 * ``paced``: relayed, and the next actor to act is chosen by what its actions cost
   (:mod:`raytide.testing.pacing`), not one mailbox at a time uniformly;
-* ``fed``: paced, its epochs fed at a steady rate, its replicas made faster (below).
+* ``fed``: paced, its epochs fed at a steady rate, its replicas made faster (below);
+* ``fed_one_level``: ``fed`` with every node's relay calling the central actor itself (the
+  design before the groups' relays), in the same run.
 
 Per job and design it reports what the central actor took per epoch: messages (a relay's
-run counts as one), calls, calls per node and status pushes, and its CPU time: the progress core's, the
+run counts as one), calls, calls per node, status pushes and the calls they took (with relays, a
+call per relay at the top of the pushes' paths), and its CPU time: the progress core's, the
 unpickling of the calls' messages (as the Ray actor does, each sender's messages of a call
-one blob), and Ray's own work per call taken and per push sent, measured on plain actors in
+one blob), and Ray's own work per call taken and per call made, measured on plain actors in
 the same run (:mod:`bench.baselines.ray_call_cost`); whence the epochs per second the
 central actor sustains with one core to itself. Garbage collection is off while the CPU is
 timed: the simulation's heap holds every replica's state, the actor's does not.
@@ -60,6 +65,7 @@ from bench.harness import ensure_ray
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.physical.protocol import Sequenced, decode, encode
+from raytide.physical.relay_tree import bundled
 from raytide.testing.outcome import PROGRESS
 from raytide.testing.pacing import Pacing
 from tests.sim.scenarios import halvings
@@ -78,6 +84,8 @@ class CountingCore(ProgressCore):
     messages = 0
     calls = 0
     pushes = 0
+    push_calls = 0  # the calls the pushes took: with relays, one per bundle (:mod:`raytide.physical.relay_tree`)
+    paths: dict = {}  # each replica's path down the relays, if the job has them
     cpu = 0.0
     decode_cpu = 0.0
     relayed = False  # whether each call the simulator makes is a relay's (one call, all it gathered)
@@ -115,6 +123,8 @@ class CountingCore(ProgressCore):
         finally:
             gc.enable()
         CountingCore.pushes += len(effects.pushes)
+        direct, bundles = bundled(effects.pushes, CountingCore.paths)
+        CountingCore.push_calls += len(direct) + len(bundles)
         return effects
 
 
@@ -158,28 +168,31 @@ def halving_loop(replicas: int) -> tuple[rt.Dataflow, int]:
 
 def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Counter], epochs: int, records: int,
              nodes: int, seed: int, relayed: bool, ray_ms: dict[str, float], paced: bool = False,
-             feed_every_s: float = 0.0, others_scale: float = 1.0) -> dict[str, float]:
+             feed_every_s: float = 0.0, others_scale: float = 1.0, relay_fanin: int | None = None) -> dict[str, float]:
     """Run ``flow`` (``width``: the replicas of a vertex that does not say) for ``epochs``
-    epochs of ``records`` records, its progress ``relayed`` per node or not; the central
-    actor's load per epoch, Ray's share priced at ``ray_ms`` (:func:`actor_call_cpu_ms`).
-    Its output must be what ``expected`` computes from each epoch's records."""
-    CountingCore.messages = CountingCore.calls = CountingCore.pushes = 0
+    epochs of ``records`` records, its progress ``relayed`` per node or not (a group's relay
+    per ``relay_fanin`` nodes: ``LocalJob(relay_fanin=)``); the central actor's load per
+    epoch, Ray's share priced at ``ray_ms`` (:func:`actor_call_cpu_ms`). Its output must be
+    what ``expected`` computes from each epoch's records."""
+    CountingCore.messages = CountingCore.calls = CountingCore.pushes = CountingCore.push_calls = 0
     CountingCore.cpu = CountingCore.decode_cpu = 0.0
     CountingCore.relayed = relayed
     inputs = {"records": [[1 + (e * records + i) % 997 for i in range(records)] for e in range(epochs)]}
     started = time.perf_counter()
     pacing = CountingCore.pacing = Pacing(ray_ms["receive"], ray_ms["submit"], feed_every_s, others_scale) if paced else None
     job = local_runtime.LocalJob(flow, inputs, parallelism=width, seed=seed, nodes=nodes if relayed else None,
-                                 pacing=pacing)
+                                 pacing=pacing, relay_fanin=relay_fanin)
+    CountingCore.paths = dict(job.mail.paths(job.replica_keys()))
     run = job.run(max_steps=100_000_000)
     outputs = {epoch: Counter(found) for epoch, found in run.outputs["out"].items()}
     if not run.finished or outputs != {epoch: expected(fed) for epoch, fed in enumerate(inputs["records"])}:
         raise AssertionError(f"{flow.name} did not finish with the expected output")
-    calls, pushes = CountingCore.calls / epochs, CountingCore.pushes / epochs
+    calls, pushes, push_calls = (count / epochs for count in (CountingCore.calls, CountingCore.pushes, CountingCore.push_calls))
     core, unpickling = CountingCore.cpu / epochs * 1000, CountingCore.decode_cpu / epochs * 1000
-    ray_share = calls * ray_ms["receive"] + pushes * ray_ms["submit"]
+    ray_share = calls * ray_ms["receive"] + push_calls * ray_ms["submit"]
     return {"replicas": float(len(job.replicas)), "messages_per_epoch": CountingCore.messages / epochs,
             "calls_per_epoch": calls, "calls_per_node_per_epoch": calls / nodes, "pushes_per_epoch": pushes,
+            "push_calls_per_epoch": push_calls,
             "core_ms_per_epoch": core, "unpickle_ms_per_epoch": unpickling, "ray_ms_per_epoch": ray_share,
             "central_ms_per_epoch": core + unpickling + ray_share,
             "central_epochs_per_s": 1000 / (core + unpickling + ray_share),
@@ -215,11 +228,12 @@ def central_load(nodes: int, per_node: int, epochs: int, records_per_replica: in
     try:
         metrics: dict[str, Any] = {}
         for name, build, expected in (("keyed", keyed_pipeline, keyed_expected), ("loop", halving_loop, loop_expected)):
-            for design in ("direct", "relayed", "paced", "fed"):
-                steady = design == "fed"
+            for design in ("direct", "relayed", "paced", "fed", "fed_one_level"):
+                steady = design.startswith("fed")
                 found = simulate(*build(replicas), expected, fed_epochs if steady else epochs, records_per_replica * replicas,
-                                 nodes, seed, relayed=design != "direct", ray_ms=ray_ms, paced=design in ("paced", "fed"),
-                                 feed_every_s=1 / feed_eps if steady else 0.0, others_scale=others_scale if steady else 1.0)
+                                 nodes, seed, relayed=design != "direct", ray_ms=ray_ms, paced=design not in ("direct", "relayed"),
+                                 feed_every_s=1 / feed_eps if steady else 0.0, others_scale=others_scale if steady else 1.0,
+                                 relay_fanin=nodes if design == "fed_one_level" else None)
                 metrics.update({f"{name}_{design}_{key}": value for key, value in found.items()})
         return metrics
     finally:

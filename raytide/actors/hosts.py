@@ -201,10 +201,13 @@ def _forwarding(name: str) -> Callable[..., Any]:
 #: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
 VERTEX_METHODS = ("connect", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
                   "start_reader", "pump", "advance", "restore", "hand_over", "adopt", "resume", "stats", "debug_state",
-                  "relay", "relay_with_refs")
+                  "relay", "relay_with_refs", "relay_gathered", "fan_out")
 #: The vertex role's methods that run on the host's ``relay`` threads, not in turn with the
 #: replica's calls (:mod:`raytide.actors.progress_relay`).
-RELAY_METHODS = ("relay", "relay_with_refs")
+RELAY_METHODS = ("relay", "relay_with_refs", "relay_gathered")
+#: The vertex role's method that delivers a relay's pushes (:mod:`raytide.physical.relay_tree`),
+#: on a thread of its own: one, so that a relay delivers its bundles in the order it took them.
+FAN_OUT_METHODS = ("fan_out",)
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
 PROGRESS_METHODS = ("connect", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
                     "describe", "stats")
@@ -218,8 +221,8 @@ class VertexHost(Host):
 
     Sequential, like the role it plays: Ray runs one caller's calls in submission order,
     which keeps every channel FIFO (see :mod:`raytide.actors.vertex_actor`). The node's
-    progress relay, if this host is it, runs on threads of its own (the concurrency group
-    ``relay``: :data:`RELAY_METHODS`).
+    progress relay, if this host is it, runs on threads of its own (the concurrency groups
+    ``relay``: :data:`RELAY_METHODS`, and ``fan_out``: :data:`FAN_OUT_METHODS`).
     """
 
     def __init__(self, number: int) -> None:
@@ -296,7 +299,8 @@ class CoordinatorHost(Host):
 
 for _name in VERTEX_METHODS:
     _method = _forwarding(_name)
-    setattr(VertexHost, _name, ray.method(concurrency_group="relay")(_method) if _name in RELAY_METHODS else _method)
+    _group = "relay" if _name in RELAY_METHODS else "fan_out" if _name in FAN_OUT_METHODS else None
+    setattr(VertexHost, _name, ray.method(concurrency_group=_group)(_method) if _group else _method)
 for _name in PROGRESS_METHODS:
     setattr(ProgressHost, _name, _forwarding(_name))
 for _name in COORDINATOR_METHODS:

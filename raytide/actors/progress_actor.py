@@ -1,8 +1,9 @@
 """The progress actor: a thin Ray shell around :class:`~raytide.engine.progress_core.ProgressCore`.
 
 It takes the replicas' numbered messages (:class:`~raytide.physical.protocol.Sequenced`),
-performs the core's status pushes (fire and forget) and keeps the job's events for the
-driver's long poll. It never waits for anyone (see :mod:`raytide.physical.protocol`).
+performs the core's status pushes (fire and forget; with relays, one call per relay at the
+top of the replicas' paths: :mod:`~raytide.physical.relay_tree`) and keeps the job's
+events for the driver's long poll. It never waits for anyone (see :mod:`raytide.physical.protocol`).
 
 It is the role of a pooled host (:class:`~raytide.actors.hosts.ProgressHost`). Every call
 but the long poll runs on one thread, in turn; the long poll runs in the host's
@@ -27,6 +28,7 @@ from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.errors import InternalError
 from raytide.physical.pickled import pack_records
 from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
+from raytide.physical.relay_tree import Paths, bundled
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -41,19 +43,24 @@ class ProgressActor:
         self.core = ProgressCore(graph, outputs, initial)
         self.incarnation = 0
         self.handles: dict[ReplicaKey, Any] = {}
+        self.paths: Paths = {}  # each replica's relays its pushes go down, if the job has relays
         self.events: list[JobEvent] = []
         self.first = 0  # the number of the first event still in ``events``
         self.changed = threading.Condition()
         self.calls = 0  # Ray calls received with messages (a call may carry several, of several replicas)
+        self.fan_outs = 0  # Ray calls made to relays with pushes to deliver (each may carry several)
 
-    def connect(self, replicas: dict[ReplicaKey, tuple[Any, list[Location]]]) -> None:
-        """Learn every replica's handle and the locations it reads, push their initial statuses,
-        then apply what replicas sent before this call (the driver does not wait for this actor)."""
-        self.handles = {key: handle for key, (handle, _) in replicas.items()}
-        self._perform(self.core.connect({key: locations for key, (_, locations) in replicas.items()}))
+    def connect(self, replicas: dict[ReplicaKey, tuple[Any, list[Location], tuple[ReplicaKey, ...]]]) -> None:
+        """Learn every replica's handle, the locations it reads and the relays its pushes go
+        down (:mod:`~raytide.physical.relay_tree`; none without relays), push their initial
+        statuses, then apply what replicas sent before this call (the driver does not wait
+        for this actor)."""
+        self.handles = {key: handle for key, (handle, _, _) in replicas.items()}
+        self.paths = {key: path for key, (_, _, path) in replicas.items() if path}
+        self._perform(self.core.connect({key: locations for key, (_, locations, _) in replicas.items()}))
 
     def restore(self, incarnation: int, pointstamps: list[tuple[Pointstamp, int]], delivered: dict[str, int],
-                kept: dict[str, dict[int, list]], replicas: dict[ReplicaKey, tuple[Any, list[Location]]],
+                kept: dict[str, dict[int, list]], replicas: dict[ReplicaKey, tuple[Any, list[Location], tuple[ReplicaKey, ...]]],
                 cursor: int) -> None:
         """Start incarnation ``incarnation`` from a restore point: the tracker holds
         ``pointstamps``, the output log the ``kept`` records (lists of records per epoch),
@@ -104,8 +111,12 @@ class ProgressActor:
             self._log([JobFailed(error)])
 
     def _perform(self, effects: ProgressEffects) -> None:
-        for key, push in effects.pushes:
+        direct, bundles = bundled(effects.pushes, self.paths)
+        for key, push in direct:
             self.handles[key].on_progress.remote(encode((self.incarnation, push)))
+        for relay, bundle in bundles.items():
+            self.handles[relay].fan_out.remote(encode((self.incarnation, bundle)))
+        self.fan_outs += len(bundles)
         self._log(effects.events)
 
     def _log(self, events: list[JobEvent]) -> None:
@@ -138,4 +149,4 @@ class ProgressActor:
     def stats(self) -> dict[str, Any]:
         """How many batches were applied, calls received and pushes sent, and each vertex's
         queued work and frontier (:meth:`ProgressCore.vertex_progress`)."""
-        return {**self.core.stats(), "calls": self.calls, "vertices": self.core.vertex_progress()}
+        return {**self.core.stats(), "calls": self.calls, "fan_outs": self.fan_outs, "vertices": self.core.vertex_progress()}

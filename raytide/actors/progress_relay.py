@@ -10,12 +10,18 @@ what arrives while that call is in flight waits and goes in the next call
 (``ProgressActor.receive_relayed``), so the busier the progress actor, the more each call
 carries; each replica's consecutive messages go in it merged into one run (:func:`merged`),
 so the progress actor also unpickles and applies fewer messages than were gathered.
+On a cluster of more than :data:`~raytide.physical.relay_tree.RELAY_FANIN` nodes, a node's
+relay forwards to its group's relay instead (another node's relay, its route's
+``upstream``: :func:`~raytide.physical.relay_tree.relay_groups`), which takes the call as
+more gathered messages and forwards them with its own node's, runs of runs merged again.
 Message flow::
 
-    replica ──relay(encoded) / relay_with_refs(...)──▶ node's relay host  (its "relay" threads)
-    relay ──receive_relayed(gathered)─────────────────▶ progress actor    (*waits*: one in flight)
+    replica ──relay(encoded) / relay_with_refs(...)──▶ node's relay host   (its "relay" threads)
+    relay ──relay_gathered(gathered)──────────────────▶ group's relay host  (*waits*: one in flight)
+    relay ──receive_relayed(gathered)─────────────────▶ progress actor     (*waits*: one in flight)
 
-The relay's thread of its own waits only for the progress actor, which waits for nobody.
+A relay's thread of its own waits only for the progress actor, which waits for nobody, or
+for a group's relay's ``relay_gathered``, which only adds to what is gathered.
 The replicas' calls run on the host's ``relay`` concurrency group, not in turn with its
 replica's calls, and only add to what is gathered: neither a replica's event nor its
 backpressure delays the relay, and the relay never delays the replica.
@@ -39,7 +45,7 @@ import ray
 
 from raytide.engine.progress_runs import merge_by_incarnation
 from raytide.errors import InternalError
-from raytide.physical.protocol import ProgressRun, Sequenced, decode, encode
+from raytide.physical.protocol import ProgressRoute, ProgressRun, Sequenced, decode, encode
 
 logger = logging.getLogger(__name__)
 
@@ -69,28 +75,37 @@ class ProgressRelay:
         self.gathered = threading.Condition()
         self.encoded: list[bytes] = []
         self.with_refs: list[tuple[int, tuple[Sequenced, ...]]] = []
-        self.progress: Any = None  # the progress actor, as the latest caller knew it (a recovery may replace it)
+        self.route = ProgressRoute(None)  # this host's route, as the latest caller knew it (a recovery may replace it)
         self.incarnation = 0  # the job's incarnation, as the latest caller knew it (for a failure)
         self.closed = False
         self.thread: threading.Thread | None = None
         self.received = 0  # calls of replicas relayed
         self.forwarded = 0  # calls made to the progress actor
+        self.upward = 0  # calls made to the group's relay
         self.runs = 0  # runs of a replica's consecutive messages merged into one (sent by this thread only)
 
-    def relay(self, progress: Any, incarnation: int, encoded: bytes) -> None:
-        """A replica's ``receive`` argument, for ``progress`` (known in ``incarnation``)."""
-        self._add(progress, incarnation, lambda: self.encoded.append(encoded))
+    def relay(self, route: ProgressRoute, incarnation: int, encoded: bytes) -> None:
+        """A replica's ``receive`` argument, to forward by ``route`` (this host's, known in ``incarnation``)."""
+        self._add(route, incarnation, lambda: self.encoded.append(encoded))
 
-    def relay_with_refs(self, progress: Any, incarnation: int, sent: tuple[int, tuple[Sequenced, ...]]) -> None:
+    def relay_with_refs(self, route: ProgressRoute, incarnation: int, sent: tuple[int, tuple[Sequenced, ...]]) -> None:
         """A replica's ``receive_with_refs`` arguments (batches whose output parts are object refs)."""
-        self._add(progress, incarnation, lambda: self.with_refs.append(sent))
+        self._add(route, incarnation, lambda: self.with_refs.append(sent))
 
-    def _add(self, progress: Any, incarnation: int, add: Callable[[], None]) -> None:
+    def relay_gathered(self, route: ProgressRoute, incarnation: int, encoded: list[bytes],
+                       with_refs: list[tuple[int, tuple[Sequenced, ...]]]) -> None:
+        """What another node's relay gathered (this is its group's relay): more of the same."""
+        def add() -> None:
+            self.encoded.extend(encoded)
+            self.with_refs.extend(with_refs)
+        self._add(route, incarnation, add)
+
+    def _add(self, route: ProgressRoute, incarnation: int, add: Callable[[], None]) -> None:
         with self.gathered:
             if self.closed:
                 return
             add()
-            self.progress, self.incarnation = progress, incarnation
+            self.route, self.incarnation = route, incarnation
             self.received += 1
             if self.thread is None:
                 self.thread = threading.Thread(target=self._send, name=f"progress relay {self.name}", daemon=True)
@@ -104,21 +119,25 @@ class ProgressRelay:
                 self.gathered.wait_for(lambda: self.closed or bool(self.encoded or self.with_refs))
                 if self.closed:
                     return
-                encoded, with_refs, progress = self.encoded, self.with_refs, self.progress
+                encoded, with_refs, route = self.encoded, self.with_refs, self.route
                 self.encoded, self.with_refs = [], []
-                self.forwarded += 1
+                if route.upstream is None:
+                    self.forwarded += 1
+                else:
+                    self.upward += 1
             try:
                 blobs, runs = merged(encoded)
                 self.runs += runs
-                self._wait(progress.receive_relayed.remote(blobs, with_refs), len(encoded) + len(with_refs))
+                to = route.progress.receive_relayed if route.upstream is None else route.upstream.relay_gathered
+                self._wait(to.remote(blobs, with_refs), len(encoded) + len(with_refs))
             except Exception as error:  # never drop messages silently: the job fails, saying why
                 logger.exception("%s: relaying progress failed", self.name)
-                progress.fail.remote(self.incarnation, InternalError(
+                route.progress.fail.remote(self.incarnation, InternalError(
                     f"the progress relay on {self.name} could not forward {len(encoded) + len(with_refs)} calls: {error!r}"))
 
     def _wait(self, call: Any, count: int) -> None:
-        """Wait until the progress actor has taken ``call``; its death ends the wait (the
-        driver's liveness watch handles it)."""
+        """Wait until the progress actor (or the group's relay) has taken ``call``; its
+        death ends the wait (the driver's liveness watch handles it)."""
         while True:
             try:
                 ready, _ = ray.wait([call], timeout=SLOW_CALL_S)
@@ -126,9 +145,11 @@ class ProgressRelay:
                     ray.get(ready)
                     return
             except ray.exceptions.RayActorError:
-                logger.warning("%s: the progress actor died; %d relayed calls dropped", self.name, count)
+                logger.warning("%s: the progress actor or the group's relay died; %d relayed calls dropped",
+                               self.name, count)
                 return
-            logger.warning("%s: the progress actor has not taken %d relayed calls after %.0f s; still waiting",
+            logger.warning("%s: the progress actor or the group's relay has not taken %d relayed calls after "
+                           "%.0f s; still waiting",
                            self.name, count, SLOW_CALL_S)
 
     def close(self) -> None:
@@ -140,7 +161,7 @@ class ProgressRelay:
             self.gathered.notify()
 
     def stats(self) -> dict[str, int]:
-        """The replicas' calls relayed, the calls they made to the progress actor, and the
-        runs of messages merged into one."""
+        """The calls relayed (of replicas, and of other nodes' relays), the calls made to the
+        progress actor and to the group's relay, and the runs of messages merged into one."""
         with self.gathered:
-            return {"relayed": self.received, "forwarded": self.forwarded, "runs": self.runs}
+            return {"relayed": self.received, "forwarded": self.forwarded, "upward": self.upward, "runs": self.runs}

@@ -22,7 +22,9 @@ Message flow (no actor ever waits for one that may wait for it):
   wait for. An input's chain closing an epoch sends its batch so with its epoch tokens (and
   data) to one receiver, when every frontier it moves waits for their receipt anyway
   (``epoch_tokens.rides_with_tokens``). The rules are :mod:`raytide.engine.riding`'s,
-  which the in-process runtime runs too.
+  which the in-process runtime runs too. On a cluster, both go through the relays
+  (:mod:`~raytide.physical.relay_tree`): this host's ``relay``/``relay_gathered`` calls
+  gather for the progress actor, its ``fan_out`` delivers pushes, each on threads of its own.
 * failures: ``replica -> progress actor.fail`` (fire and forget).
 * snapshots (a job with ``recovery``): at a snapshot barrier the core hands its local
   snapshot to a writer thread (:class:`~raytide.snapshots.writer.SnapshotWriter`),
@@ -101,8 +103,7 @@ class _RayTransport:
         self.incarnation = 0
         self.peers: dict[ReplicaKey, Any] = {}
         self.unbounded: set[str] = set()
-        self.progress: Any = None
-        self.relay: Any = None  # the node's progress relay, if the job has them (see ProgressRoute)
+        self.route = ProgressRoute(None)  # the progress actor, and the node's relay if the job has them
         self.inflight: dict[ReplicaKey, collections.deque] = collections.defaultdict(collections.deque)
         self.max_seen = 0
         self.waits = 0
@@ -199,7 +200,7 @@ class _RayTransport:
     def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], route: ProgressRoute) -> None:
         """A recovery: new peers (replaced ones), and nothing of the calls still in flight is waited for."""
         self.incarnation, self.peers = incarnation, peers
-        self.progress, self.relay = route
+        self.route = route
         self.inflight.clear()
         self.rides.reset()
 
@@ -222,12 +223,11 @@ class _RayTransport:
     def _send_progress(self, calls: tuple[Sequenced, ...], refs: bool) -> None:
         """One Ray call to the progress actor, or to the node's relay: encoded, unless a part is
         an object ref (Ray must see it)."""
+        relay, progress = self.route.relay, self.route.progress
         if refs:
-            (self.relay.relay_with_refs if self.relay is not None else self.progress.receive_with_refs).remote(
-                self.incarnation, *calls)
+            (relay.relay_with_refs if relay is not None else progress.receive_with_refs).remote(self.incarnation, *calls)
         else:
-            (self.relay.relay if self.relay is not None else self.progress.receive).remote(
-                encode((self.incarnation, calls)))
+            (relay.relay if relay is not None else progress.receive).remote(encode((self.incarnation, calls)))
 
     def pass_on(self, calls: list[Sequenced]) -> None:
         """Send the progress actor what came with data, did not go with a message of this
@@ -236,7 +236,7 @@ class _RayTransport:
             self._send_progress(tuple(calls), refs=False)
 
     def fail(self, error: RaytideError) -> None:
-        self.progress.fail.remote(self.incarnation, error)
+        self.route.progress.fail.remote(self.incarnation, error)
 
     @staticmethod
     def _part(records: list, output: str, epoch: int) -> Any:
@@ -296,7 +296,7 @@ class VertexActor:
         progress; returns the locations to subscribe to."""
         self.transport.peers = peers
         self.transport.unbounded = unbounded
-        self.transport.progress, self.transport.relay = progress
+        self.transport.route = progress
         if self.writer is not None:
             self.writer.coordinator = coordinator
         return self.core.subscriptions()
@@ -441,11 +441,26 @@ class VertexActor:
     def relay(self, encoded: bytes) -> None:
         """As the node's relay: another replica's message for the progress actor (see
         :mod:`~raytide.actors.progress_relay`); runs on the host's ``relay`` threads."""
-        self.node_relay.relay(self.transport.progress, self.transport.incarnation, encoded)
+        self.node_relay.relay(self.transport.route, self.transport.incarnation, encoded)
 
     def relay_with_refs(self, incarnation: int, *calls: Sequenced) -> None:
         """As the node's relay: another replica's messages that hold object refs."""
-        self.node_relay.relay_with_refs(self.transport.progress, self.transport.incarnation, (incarnation, calls))
+        self.node_relay.relay_with_refs(self.transport.route, self.transport.incarnation, (incarnation, calls))
+
+    def fan_out(self, encoded: bytes) -> None:
+        """As a relay: deliver the progress actor's pushes of one :class:`PushBundle` (with its
+        incarnation, encoded as one), to its replicas and to the relays below it (see
+        :mod:`~raytide.physical.relay_tree`); runs on the host's one ``fan_out`` thread, in turn."""
+        incarnation, bundle = decode(encoded)
+        peers = self.transport.peers
+        for key, push in bundle.pushes:
+            peers[key].on_progress.remote(encode((incarnation, push)))
+        for relay, below in bundle.via.items():
+            peers[relay].fan_out.remote(encode((incarnation, below)))
+
+    def relay_gathered(self, encoded: list[bytes], with_refs: list[tuple[int, tuple[Sequenced, ...]]]) -> None:
+        """As its group's relay: what another node's relay gathered (its ``receive_relayed`` arguments)."""
+        self.node_relay.relay_gathered(self.transport.route, self.transport.incarnation, encoded, with_refs)
 
     def resume(self, incarnation: int) -> None:
         """Run again after :meth:`restore`: the restored back-edge batches first."""

@@ -21,6 +21,7 @@ from raytide.driver.pool import HostLease, host_pool
 from raytide.errors import JobTimeout
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ProgressRoute, ReplicaKey
+from raytide.physical.relay_tree import push_paths, relay_groups
 from raytide.progress.reachability import Location
 from raytide.snapshots.config import Recovery
 
@@ -58,7 +59,8 @@ class JobPlacement:
         actors: each replica's host (the raw actor handles: ``ray.kill`` and ``ping`` take them).
         peers: each replica's handle bound to its host's lease (what other actors call).
         progress: the progress actor's handle, bound to its lease.
-        relays: per replica, its node's progress relay (a replica's handle), if the job has them (:meth:`route`).
+        relay_of: per replica, its node's progress relay (a replica's key), if the job has them (:meth:`route`).
+        upstream_of: per node's relay, the group's relay it forwards to, if not the progress actor.
         liveness: one pending watch per actor (:meth:`watch`).
     """
 
@@ -76,7 +78,8 @@ class JobPlacement:
         self.peers: dict[ReplicaKey, Any] = {key: self.leases[key].leased for key in keys}
         self.progress: Any = self.leases[PROGRESS].leased
         self.unbounded = set(plan.with_role("feedback"))  # sends out of a feedback vertex never wait
-        self.relays: dict[ReplicaKey, Any] = {}
+        self.relay_of: dict[ReplicaKey, ReplicaKey] = {}
+        self.upstream_of: dict[ReplicaKey, ReplicaKey] = {}
         self._nodes: dict[Any, str] = {}  # each host's node, by its handle (asked once)
         self.liveness = Liveness({})
         self._plan_ref = ray.put(plan)
@@ -97,16 +100,32 @@ class JobPlacement:
         return pids, [self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)
                       for key in keys]
 
+    @property
+    def relays(self) -> dict[ReplicaKey, Any]:
+        """Per replica, its node's relay's handle, if the job has relays."""
+        return {key: self.peers[relay] for key, relay in self.relay_of.items()}
+
     def route(self, key: ReplicaKey) -> ProgressRoute:
-        """Where replica ``key`` sends its progress: its node's relay, if the job has them."""
-        return ProgressRoute(self.progress, self.relays.get(key))
+        """Where replica ``key`` sends its progress: its node's relay, if the job has them (and,
+        if it is one, where it forwards)."""
+        relay, upstream = self.relay_of.get(key), self.upstream_of.get(key)
+        return ProgressRoute(self.progress, None if relay is None else self.peers[relay],
+                             None if upstream is None else self.peers[upstream])
+
+    def progress_replicas(self, subscriptions: dict[ReplicaKey, list[Location]]) -> dict[ReplicaKey, tuple]:
+        """What the progress actor is told of each replica (``connect``, ``restore``): its
+        handle, the locations it reads, and its path down the relays for its pushes."""
+        paths = push_paths(self.relay_of, self.upstream_of)
+        return {key: (self.peers[key], locations, paths.get(key, ())) for key, locations in subscriptions.items()}
 
     def place_relays(self) -> None:
         """Choose each node's progress relay, the host of its first replica (in the plan's
         order), if the job's replicas run on at least :data:`RELAYS_FROM_NODES` nodes; else
-        none. On a cluster of that many live nodes, asks each host it has not asked before
-        which node it is on (and so waits for new hosts to start)."""
-        self.relays = {}
+        none; and, on more nodes than :data:`~raytide.physical.relay_tree.RELAY_FANIN`, the
+        group's relay each node's relay forwards to. On a cluster of that many live nodes,
+        asks each host it has not asked before which node it is on (and so waits for new
+        hosts to start)."""
+        self.relay_of, self.upstream_of = {}, {}
         if sum(1 for node in ray.nodes() if node["Alive"]) < RELAYS_FROM_NODES:
             return
         keys = self.plan.replica_keys()
@@ -115,11 +134,12 @@ class JobPlacement:
                                                           f"asking {len(unknown)} hosts which node they are on")))
         # only the hosts the job has now: a dead or given-back host's handle is not kept alive here
         self._nodes = {self.actors[key]: known[self.actors[key]] for key in keys}
-        relay_of: dict[str, ReplicaKey] = {}
+        relay_on: dict[str, ReplicaKey] = {}  # each node's relay
         for key in keys:
-            relay_of.setdefault(self._nodes[self.actors[key]], key)
-        if len(relay_of) >= RELAYS_FROM_NODES:
-            self.relays = {key: self.peers[relay_of[self._nodes[self.actors[key]]]] for key in keys}
+            relay_on.setdefault(self._nodes[self.actors[key]], key)
+        if len(relay_on) >= RELAYS_FROM_NODES:
+            self.relay_of = {key: relay_on[self._nodes[self.actors[key]]] for key in keys}
+            self.upstream_of = relay_groups(list(relay_on.values()))
 
     def started(self, pids: list, connections: list, timeout: float) -> None:
         """Wait for the hosts :meth:`take_roles` addressed, then connect the progress actor to
@@ -132,7 +152,7 @@ class JobPlacement:
         keys = self.plan.replica_keys()
         answers = self.wait(pids + connections, "starting and connecting vertex hosts", timeout)
         vertex_pids, subscriptions = answers[: len(keys)], answers[len(keys):]
-        self.progress.connect.remote({key: (self.peers[key], locs) for key, locs in zip(keys, subscriptions)})
+        self.progress.connect.remote(self.progress_replicas(dict(zip(keys, subscriptions))))
         self._pids.update({self.host_name(key): pid for key, pid in zip(keys, vertex_pids)})
 
     def _take_vertex(self, key: ReplicaKey, incarnation: int = 0) -> Any:

@@ -279,13 +279,13 @@ class JobRecovery:
             self.incarnation = effect.incarnation
             return self._restore_replicas(effect, steps)
         elif isinstance(effect, RestartProgress):
-            progress, peers = placement.progress, placement.peers
+            progress = placement.progress
             # Every recovery and rescale passes here, under the job's lock: a poll made before it
             # (of a replaced progress actor, or of the rolled-back run) is never taken in.
             self.outputs.drop_poll()
             steps.time("restore the progress actor", self.wait, [progress.restore.remote(
                 effect.incarnation, effect.pointstamps, self.outputs.delivered(), effect.kept,
-                {key: (peers[key], locations) for key, locations in effect.subscriptions.items()},
+                placement.progress_replicas(effect.subscriptions),
                 self.outputs.cursor)], "restoring the progress actor")
             return ProgressRestarted()
         elif isinstance(effect, ResumeReplicas):

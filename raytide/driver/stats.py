@@ -65,8 +65,10 @@ def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
         "progress_batches": progress["batches_applied"],
         "progress_pushes": progress["pushes"],
         "progress_calls": progress["calls"],  # Ray calls to the progress actor: several batches may share one
+        "progress_fan_outs": progress["fan_outs"],  # its calls to relays with pushes to deliver (several in each)
         "progress_relayed": sum(s["relay"]["relayed"] for s in per_replica),  # replicas' calls to their node's relay
         "progress_relay_calls": sum(s["relay"]["forwarded"] for s in per_replica),  # the relays' calls to the progress actor
+        "progress_relay_upward": sum(s["relay"]["upward"] for s in per_replica),  # node relays' calls to their group's relay
         "progress_relay_runs": sum(s["relay"]["runs"] for s in per_replica),  # each a replica's messages the relay merged
         "data_messages": data_batches,
         "data_calls": sum(s["data_calls"] for s in per_replica),  # Ray calls: a replica's batches to one peer share one

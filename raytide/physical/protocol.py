@@ -10,7 +10,8 @@ Message flow (arrows are fire-and-forget Ray calls unless marked *waits*)::
     replica ──Sequenced(ProgressBatch)───▶ progress actor         (numbered per replica, applied
     replica ──Sequenced(Declaration)─────▶ progress actor          in number order; a batch's output
                                                                     records before its deltas)
-    progress actor ──StatusPush──────────▶ replica
+    progress actor ──StatusPush──────────▶ replica                (FIFO per replica; with relays, down
+                                                                    them in a PushBundle: see relay_tree)
     replica ──JobFailed──────────────────▶ progress actor
     driver ──next_events(cursor)─────────▶ progress actor         (*waits*, a long poll in its own
                                                                     concurrency group; returns JobEvents)
@@ -43,6 +44,11 @@ which forwards everything that arrived while its previous call was in flight in 
 replicas, and the messages it unpickles and applies with the replicas that sent since its
 last call, not with their events. Numbered, the messages are applied in order however they
 travel; a relay that dies is a replica that dies, and the recovery rolls every message back.
+On a cluster of more than eight nodes, the nodes' relays forward to a relay per group of
+nodes instead (``relay_gathered``), which forwards what its group gathered the same way,
+runs of runs merged again; and a job with relays gets its status pushes down the same tree
+(``fan_out``), so that the progress actor makes a call per relay it pushes through, not
+per replica (:mod:`~raytide.physical.relay_tree`).
 
 On Ray, the calls to the progress actor and its status pushes travel as :func:`encode`
 makes them, the sender's incarnation included: one plain pickle, one argument per call.
@@ -207,10 +213,13 @@ class Sequenced(NamedTuple):
 class ProgressRoute(NamedTuple):
     """Where one replica sends its messages for the progress actor: to ``relay``, its node's
     relay (a replica host's handle, bound to its lease), or straight to ``progress`` when
-    ``relay`` is None; its failures always go straight to ``progress``."""
+    ``relay`` is None; its failures always go straight to ``progress``. If the replica's host
+    is its node's relay, ``upstream`` is where the relay forwards: its group's relay (another
+    host's handle: :mod:`~raytide.physical.relay_tree`), or the progress actor when None."""
 
     progress: Any
     relay: Any = None
+    upstream: Any = None
 
 
 class StatusPush(NamedTuple):

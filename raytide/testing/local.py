@@ -80,8 +80,8 @@ class LocalJob:
             :data:`~raytide.snapshots.consumed.START` (a restart on a store with nothing committed, as a stream's is).
         consumer: reads every output as a ``job.results`` loop does (see :mod:`raytide.testing.consumer`), across the
             drivers of a job restarted after :meth:`crash` of :data:`~raytide.testing.outcome.DRIVER`.
-        nodes: spread the replicas over this many nodes, each sending its progress through a relay, as on a Ray
-            cluster (:class:`~raytide.testing.mailboxes.Mailboxes`).
+        nodes, relay_fanin: spread the replicas over this many nodes, each sending its progress through a relay, as
+            on a Ray cluster, and through a group's relay per ``relay_fanin`` nodes (as on Ray if None) if more (:class:`Mailboxes`).
         pacing: choose the next actor by what its actions cost, and keep the model's clock
             (:mod:`raytide.testing.pacing`), instead of one mailbox at a time uniformly.
 
@@ -93,13 +93,14 @@ class LocalJob:
                  parallelism: int | None = None, seed: int = 0, chaining: bool = True,
                  markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None,
                  recovery: LocalRecovery | None = None, restore: int | str | None = None,
-                 consumer: LocalConsumer | None = None, nodes: int | None = None, pacing: Pacing | None = None) -> None:
+                 consumer: LocalConsumer | None = None, nodes: int | None = None, pacing: Pacing | None = None,
+                 relay_fanin: int | None = None) -> None:
         self.plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
         self.flow = flow if isinstance(flow, Dataflow) else None
         self.parallelism, self.chaining = parallelism, chaining
         self.rng = random.Random(seed)
         self.recovery = recovery
-        self.mail, self.pacing = Mailboxes(nodes, relayed=[] if pacing else None), pacing
+        self.mail, self.pacing = Mailboxes(nodes, relay_fanin, relayed=[] if pacing else None), pacing
         self.incarnation = 0
         self.incarnations = {key: 0 for key in self.replica_keys()}
         self.replicas = {key: self._core(key) for key in self.replica_keys()}
@@ -107,7 +108,7 @@ class LocalJob:
                                                           self.plan.initial_pointstamps())
         self.progress_incarnation = 0
         self.connected = False
-        self.dead: set[ReplicaKey] = set()
+        self.dead = self.mail.dead  # shared: a dead relay delivers nothing
         self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
         self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
         self.slow: dict[Target, float] = {}  # replicas slowed down (:meth:`slow_down`)
@@ -208,10 +209,11 @@ class LocalJob:
         links = [link for link in self.mail.pending_links() if link[1] not in self.waiting]
         actions += (self.pacing.per_receiver(links, self._deliver, self.rng) if self.pacing is not None
                     else [functools.partial(self._deliver, link, to=link[1]) for link in links])
-        if any(self.mail.to_progress.values()):
+        if self.mail.calling(self.replica_keys()):
             actions.append(functools.partial(self._take_progress_call, to=PROGRESS))
+        actions += [functools.partial(self.mail.forward, key, to=to) for key, to in self.mail.forwarding(self.replica_keys())]
         for deliver, mailbox in ((self._push_status, self.mail.pushes), (self._command, self.mail.commands),
-                                 (self._inject, self.mail.injects)):
+                                 (self._inject, self.mail.injects), (self.mail.fan_out, self.mail.fan_outs)):
             actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
                         if queue and key not in self.waiting]
         driving = [under_way.step for under_way in (self.recovering, self.rescaling) if under_way and under_way.steps]
@@ -261,7 +263,7 @@ class LocalJob:
         """The progress actor (``to``) takes one call (:meth:`Mailboxes.take_progress`) from a mailbox chosen at
         random and applies it. It is one process, so it is one action among the others however many mailboxes wait
         for it: while it applies one call, the replicas go on and the mailboxes gather, as a busy actor's callers do."""
-        key = self.rng.choice([key for key, calls in self.mail.to_progress.items() if calls])
+        key = self.rng.choice(self.mail.calling(self.replica_keys()))
         current = [call for incarnation, call in self.mail.take_progress(key, self.rng)
                    if incarnation == self.progress_incarnation]
         if self.progress is not None and current:
@@ -297,10 +299,7 @@ class LocalJob:
             self._record([JobFailed(error)])
 
     def _perform(self, effects: ProgressEffects) -> None:
-        for key, push in effects.pushes:
-            if key not in self.dead:
-                self.mail.pushes[key].append((self.progress_incarnation, push))
-                self.mail.sent += 1
+        self.mail.post_pushes(effects.pushes, self.progress_incarnation, self.replica_keys())
         self.mail.log.extend((self.progress_incarnation, event) for event in effects.events)
 
     def _poll(self) -> None:

@@ -21,6 +21,7 @@ from raytide.engine.progress_runs import merge_by_incarnation
 from raytide.engine.riding import Rides
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ChannelId, EpochClosed, JobEvent, Marker, ReplicaKey, Sequenced, StatusPush
+from raytide.physical.relay_tree import Paths, PushBundle, bundled, push_paths, relay_groups
 from raytide.progress.timestamps import Timestamp
 from raytide.snapshots.coordinator import Acknowledgement, Commit
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
@@ -45,9 +46,12 @@ class Mailboxes:
     order), and each node's messages to the progress actor wait in one mailbox, its relay's
     (the node's first replica), which delivers all it holds in one call, merged into runs,
     as the Ray relay sends what gathered while its previous call was in flight
-    (:mod:`raytide.actors.progress_relay`)."""
+    (:mod:`raytide.actors.progress_relay`); with more nodes than ``fanin``, into its group's
+    relay's mailbox. The progress actor's pushes go down the same relays, a bundle at a
+    time (``fan_outs``), as on Ray (:mod:`raytide.physical.relay_tree`)."""
 
     nodes: int | None = None
+    fanin: int | None = None  # node relays per group's relay (None: as on Ray)
     links: dict[Link, collections.deque] = field(default_factory=_deques)  # replica to replica
     rank: dict[Link, int] = field(default_factory=dict)  # each link's place in ``links``
     busy: set[Link] = field(default_factory=set)  # the links posted to since seen empty
@@ -55,6 +59,9 @@ class Mailboxes:
     to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = field(  # any order: the progress actor is threaded; per relay with nodes
         default_factory=lambda: collections.defaultdict(list))
     pushes: dict[ReplicaKey, collections.deque[tuple[int, StatusPush]]] = field(default_factory=_deques)
+    fan_outs: dict[ReplicaKey, collections.deque[tuple[int, PushBundle]]] = field(default_factory=_deques)  # per relay
+    dead: set[ReplicaKey] = field(default_factory=set)  # the replicas dead now: their hosts take and deliver nothing
+    tree: tuple[tuple[ReplicaKey, ...], dict[ReplicaKey, ReplicaKey], Paths] | None = None  # see _tree
     commands: dict[ReplicaKey, collections.deque[Command]] = field(default_factory=_deques)  # the driver's, per input replica
     injects: dict[ReplicaKey, collections.deque[tuple[int, Marker]]] = field(default_factory=_deques)  # barriers
     log: collections.deque[tuple[int, JobEvent]] = field(default_factory=collections.deque)  # the driver's long poll
@@ -71,7 +78,7 @@ class Mailboxes:
         for (_, receiver), queue in self.links.items():
             if receiver == key:
                 queue.clear()
-        for mailbox in (self.pushes, self.commands, self.injects):
+        for mailbox in (self.pushes, self.commands, self.injects, self.fan_outs):
             mailbox.pop(key, None)
         if self.nodes is not None:  # a relay's host died: what it gathered for the progress actor is lost
             self.to_progress.pop(key, None)
@@ -90,6 +97,61 @@ class Mailboxes:
         hundreds of thousands."""
         self.busy = {link for link in self.busy if self.links.get(link)}
         return sorted(self.busy, key=self.rank.__getitem__)
+
+    def calling(self, keys: Sequence[ReplicaKey]) -> list[ReplicaKey]:
+        """The mailboxes (of the replicas ``keys``) with something for the progress actor itself."""
+        upstreams = self._upstreams(keys)
+        return [key for key, calls in self.to_progress.items() if calls and key not in upstreams]
+
+    def forwarding(self, keys: Sequence[ReplicaKey]) -> list[tuple[ReplicaKey, ReplicaKey]]:
+        """The relays' mailboxes (of the replicas ``keys``) with something for a group's relay, and whose."""
+        upstreams = self._upstreams(keys)
+        return [(key, upstreams[key]) for key, calls in self.to_progress.items() if calls and key in upstreams]
+
+    def _upstreams(self, keys: Sequence[ReplicaKey]) -> dict[ReplicaKey, ReplicaKey]:
+        return self._tree(keys)[0]
+
+    def paths(self, keys: Sequence[ReplicaKey]) -> Paths:
+        """Each of the replicas ``keys``' path down the relays for its pushes (none without ``nodes``)."""
+        return self._tree(keys)[1]
+
+    def _tree(self, keys: Sequence[ReplicaKey]) -> tuple[dict[ReplicaKey, ReplicaKey], Paths]:
+        """The relays of the replicas ``keys``: where each node's relay forwards, and each
+        replica's path down for its pushes; kept until the replicas change (not the actors'
+        work: a paced progress actor is not charged for working it out on each call)."""
+        if self.nodes is None:
+            return {}, {}
+        if self.tree is None or self.tree[0] != tuple(keys):
+            upstreams = relay_groups(keys[:self.nodes], self.fanin)
+            relay_of = {key: keys[index % self.nodes] for index, key in enumerate(keys)}
+            self.tree = (tuple(keys), upstreams, push_paths(relay_of, upstreams))
+        return self.tree[1], self.tree[2]
+
+    def post_pushes(self, pushes: list[tuple[ReplicaKey, StatusPush]], incarnation: int, keys: Sequence[ReplicaKey]) -> None:
+        """The progress actor's ``pushes`` (of ``incarnation``), each to its replica, or with
+        ``nodes`` a bundle to each relay at the top of their paths; a call to a dead
+        replica's host is lost."""
+        direct, bundles = bundled(pushes, self.paths(keys))
+        for key, push in direct:
+            if key not in self.dead:
+                self.pushes[key].append((incarnation, push))
+                self.sent += 1
+        for relay, bundle in bundles.items():
+            if relay not in self.dead:
+                self.fan_outs[relay].append((incarnation, bundle))
+                self.sent += 1
+
+    def fan_out(self, to: ReplicaKey) -> None:
+        """Relay ``to`` delivers its next bundle of pushes: to its replicas' mailboxes, and to
+        the relays' below it; dead, it drops it (a call to a dead actor is lost)."""
+        incarnation, bundle = self.fan_outs[to].popleft()
+        if to in self.dead:
+            return
+        for key, push in bundle.pushes:
+            self.pushes[key].append((incarnation, push))
+        for relay, below in bundle.via.items():
+            self.fan_outs[relay].append((incarnation, below))
+        self.sent += len(bundle.pushes) + len(bundle.via)
 
     def via(self, key: ReplicaKey, keys: Sequence[ReplicaKey]) -> ReplicaKey:
         """Whose mailbox replica ``key`` (of the replicas ``keys``) sends its progress to: its
@@ -110,21 +172,32 @@ class Mailboxes:
         messages merged into one run as the Ray relay merges them (per incarnation), in any order."""
         calls = self.to_progress[key]
         if self.nodes is not None:
-            started = time.process_time()
-            taken = [(incarnation, run) for incarnation, runs in merge_by_incarnation(calls).items() for run in runs]
-            calls[:] = []  # the relay's: freeing what it gathered is its work too
-            if self.relayed is not None:
-                self.relayed.append((key, time.process_time() - started))
+            taken = self._merged(key)
             rng.shuffle(taken)
             return taken
         return [calls.pop(rng.randrange(len(calls))) for _ in range(rng.randint(1, len(calls)))]
+
+    def forward(self, key: ReplicaKey, to: ReplicaKey) -> None:
+        """Relay ``key`` forwards all it holds, merged into runs, to its group's relay ``to``
+        (which takes the call: the action is ``to``'s, the merge ``key``'s host's work)."""
+        self.to_progress[to].extend(self._merged(key))
+
+    def _merged(self, key: ReplicaKey) -> list[tuple[int, Sequenced]]:
+        """All relay ``key`` holds, merged into runs per incarnation; its merge is its host's work."""
+        started = time.process_time()
+        calls = self.to_progress[key]
+        taken = [(incarnation, run) for incarnation, runs in merge_by_incarnation(calls).items() for run in runs]
+        calls[:] = []  # the relay's: freeing what it gathered is its work too
+        if self.relayed is not None:
+            self.relayed.append((key, time.process_time() - started))
+        return taken
 
     def drop_replica(self, key: ReplicaKey) -> None:
         """Replica ``key`` is gone for good (a rescale retired it): its mailboxes, and every
         message to or from it, go."""
         for link in [link for link in self.links if key in link]:
             del self.links[link]
-        for mailbox in (self.to_progress, self.pushes, self.commands, self.injects):
+        for mailbox in (self.to_progress, self.pushes, self.commands, self.injects, self.fan_outs):
             mailbox.pop(key, None)
         self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]
 

@@ -3,7 +3,8 @@ node) runs a job with recovery whose replicas are spread over the nodes (each ve
 takes a CPU: eight of the twelve); the worker node that holds the most hosts is removed
 while the job runs, and the job finishes with exactly the failure-free output (counted
 per output by :mod:`tests.delivery`: nothing lost, duplicated or out of order), its
-progress through a relay per node. The CPUs
+progress through a relay per node and, the fan-in lowered to two, a group's relay per two
+nodes (the node removed may hold one). The CPUs
 left after the removal must hold the replacements: with two CPUs a node, none were free,
 and the recovery waited for hosts Ray could not place.
 
@@ -28,6 +29,7 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 import raytide as rt
+from raytide.physical import relay_tree
 from tests.delivery import count_outputs, read_outputs
 from tests.sim.scenarios import SCENARIOS
 
@@ -44,6 +46,7 @@ def start_cluster():
             cluster.shutdown()
     raise RuntimeError("a four-node local cluster did not start in three attempts")
 
+relay_tree.RELAY_FANIN = 2  # four nodes: two groups' relays, each taking its other node's relay's calls
 cluster, workers = start_cluster()
 ray.init(address=cluster.address, log_to_driver=False)
 cluster.wait_for_nodes()
@@ -83,7 +86,8 @@ with rt.run(scenario.flow, inputs={n: feed(e) for n, e in scenario.inputs.items(
     stats = job.stats()
     report["recoveries"] = stats["recoveries"]["count"]
     report["relays"] = len(set(job.placement.relays.values()))
-    report["progress"] = {key: stats[key] for key in ("progress_calls", "progress_relayed", "progress_relay_calls")}
+    report["progress"] = {key: stats[key] for key in ("progress_calls", "progress_relayed", "progress_relay_calls",
+                                                      "progress_relay_upward", "progress_fan_outs")}
 counts = count_outputs(scenario.expected, got)
 report["delivery"] = {name: dataclasses.asdict(count) for name, count in counts.items()}
 report["exact"] = all(count.exact for count in counts.values())
@@ -103,6 +107,7 @@ def test_a_lost_node_is_recovered_from_with_exactly_the_failure_free_output(own_
     assert report["nodes_used"] >= 3, f"the job's hosts ran on {report['nodes_used']} of the 4 nodes"
     assert report["recoveries"] >= 1 and report["exact"], report
     # On a cluster the progress goes through a relay per node (one node fewer after the removal),
-    # each forwarding several replicas' calls in one.
+    # each forwarding several replicas' calls in one, and some through their group's relay.
     progress = report["progress"]
     assert report["relays"] >= 2 and progress["progress_relayed"] > progress["progress_relay_calls"] > 0, report
+    assert progress["progress_relay_upward"] > 0 and progress["progress_fan_outs"] > 0, progress

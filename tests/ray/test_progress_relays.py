@@ -41,6 +41,8 @@ def test_a_job_whose_progress_goes_through_a_relay_gives_exactly_the_reference_o
     # and merged a replica's consecutive messages into one run.
     assert stats["progress_calls"] == stats["progress_relay_calls"] <= stats["progress_relayed"], stats
     assert stats["progress_relay_runs"] > 0, stats
+    # and the progress actor's pushes went down the relay: a call per bundle, not per push
+    assert 0 < stats["progress_fan_outs"] < stats["progress_pushes"], stats
 
 
 def test_the_relays_host_killed_mid_job_is_recovered_from_with_exactly_the_reference_output(

@@ -72,7 +72,8 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter | None
           oracle: Callable[[LocalJob], None] | None = None, nodes: int | None = None) -> Trial:
     """Trial ``seed`` of scenario ``name``: the same job is run without a crash first (which
     must give the reference output too) to learn how many steps it takes. ``nodes``: the
-    replicas' progress goes through a relay per node (``LocalJob(nodes=)``)."""
+    replicas' progress goes through a relay per node (``LocalJob(nodes=)``), and a group's relay
+    per two nodes."""
     rng = random.Random(seed)
     scenario = SCENARIOS[name](rng)
     options = {"interval": rng.choice([3, 10, 30]), "retain": rng.randint(1, 3), "max_restarts": 4,
@@ -81,7 +82,8 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter | None
 
     def job(directory: str) -> LocalJob:
         recovery = LocalRecovery(SnapshotStore(directory), **options)
-        return LocalJob(scenario.flow, scenario.inputs, parallelism, seed, chaining, recovery=recovery, nodes=nodes)
+        return LocalJob(scenario.flow, scenario.inputs, parallelism, seed, chaining, recovery=recovery, nodes=nodes,
+                        relay_fanin=2)
 
     calm = job(store_dir + "-calm").run()
     assert calm.finished and as_counters(calm.outputs) == scenario.expected, f"{name}, seed {seed}, no crash"
@@ -99,18 +101,20 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter | None
 
 
 #: Trials per scenario with the progress relayed per node; a relay is a replica's host, so a
-#: replica's crash is also its relay's when it is the first of its node.
+#: replica's crash is also its relay's when it is the first of its node (and its group's
+#: relay's, on 3 and 4 nodes, a group per two nodes).
 RELAYED_TRIALS = {"word count": 200, "keyed": 200, "join": 200, "loop": 80, "nested loop": 100}
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_every_crash_recovers_exactly_with_progress_relayed_per_node(name, store_root):
-    """With the replicas on 1 to 3 nodes, each node's progress through a relay that loses
-    what it gathered when its host dies, every trial still ends with the failure-free output."""
+    """With the replicas on 1 to 4 nodes, each node's progress through a relay (on 3 and 4
+    nodes, some through a group's relay) that loses what it gathered when its host dies,
+    every trial still ends with the failure-free output."""
     recoveries = 0
     for seed in range(RELAYED_TRIALS[name]):
-        result = trial(name, seed, str(store_root / str(seed)), nodes=1 + seed % 3)
-        assert result.exact, f"{name}, seed {seed}, {1 + seed % 3} nodes: {result.describe()}"
+        result = trial(name, seed, str(store_root / str(seed)), nodes=1 + seed % 4)
+        assert result.exact, f"{name}, seed {seed}, {1 + seed % 4} nodes: {result.describe()}"
         recoveries += len(result.run.recoveries) if result.run else 0
     assert recoveries >= RELAYED_TRIALS[name] * 3 // 4, recoveries
 

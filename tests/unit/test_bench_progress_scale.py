@@ -20,17 +20,22 @@ def test_both_jobs_finish_with_the_reference_output_and_report_the_central_load(
         # a relay per node: the same kind of messages in fewer calls
         assert found[f"{relayed}_calls_per_epoch"] < found[f"{direct}_calls_per_epoch"]
         assert found[f"{relayed}_calls_per_epoch"] < found[f"{relayed}_messages_per_epoch"]
+        # each push a call of its own without relays; a call per relay it goes down with them
+        assert found[f"{direct}_push_calls_per_epoch"] == found[f"{direct}_pushes_per_epoch"]
+        assert found[f"{relayed}_push_calls_per_epoch"] <= found[f"{relayed}_pushes_per_epoch"]
         paced = f"{job}_paced"
         assert found[f"{paced}_replicas"] == replicas
         assert 0 < found[f"{paced}_central_busy_share"] <= 1 and found[f"{paced}_model_s"] > 0
         assert found[f"{paced}_job_epochs_per_s"] == pytest.approx(2 / found[f"{paced}_model_s"])
         fed = f"{job}_fed"  # three epochs, one every 10 ms: the last is fed at 20 ms
         assert found[f"{fed}_model_s"] > 0.02 and found[f"{fed}_job_epochs_per_s"] == pytest.approx(3 / found[f"{fed}_model_s"])
-        for design in (direct, relayed, paced, fed):
+        one_level = f"{job}_fed_one_level"  # two nodes: no groups' relays either way
+        assert found[f"{one_level}_replicas"] == replicas and found[f"{one_level}_model_s"] > 0.02
+        for design in (direct, relayed, paced, fed, one_level):
             assert found[f"{design}_calls_per_node_per_epoch"] == found[f"{design}_calls_per_epoch"] / 2
             assert found[f"{design}_core_ms_per_epoch"] > 0 and found[f"{design}_unpickle_ms_per_epoch"] > 0
             ray_share = (found[f"{design}_calls_per_epoch"] * ray_ms["receive"]
-                         + found[f"{design}_pushes_per_epoch"] * ray_ms["submit"])
+                         + found[f"{design}_push_calls_per_epoch"] * ray_ms["submit"])
             assert found[f"{design}_ray_ms_per_epoch"] == pytest.approx(ray_share)
             central = sum(found[f"{design}_{part}_ms_per_epoch"] for part in ("core", "unpickle", "ray"))
             assert found[f"{design}_central_ms_per_epoch"] == pytest.approx(central)

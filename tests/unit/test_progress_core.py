@@ -61,15 +61,26 @@ def test_records_after_their_epoch_completed_fail_the_job_naming_the_output():
 
 
 class Handle:
-    """Stands in for a replica's actor handle: records what the progress actor pushes."""
+    """Stands in for a replica's actor handle: records what the progress actor pushes, and
+    the bundles of pushes it sends the replica's host as a relay (``fan_out``)."""
 
     def __init__(self) -> None:
         self.pushes: list = []
+        self.bundles: list = []
         self.on_progress = self
+        self.fan_out = _Calls(self.bundles)
 
     def remote(self, encoded):
         incarnation, push = decode(encoded)
         self.pushes.append((incarnation, *push))
+
+
+class _Calls:
+    def __init__(self, into: list) -> None:
+        self.into = into
+
+    def remote(self, encoded):
+        self.into.append(decode(encoded))
 
 
 def receive(actor: ProgressActor, incarnation: int, *calls: Sequenced) -> None:
@@ -80,7 +91,7 @@ def receive(actor: ProgressActor, incarnation: int, *calls: Sequenced) -> None:
 def test_interests_riding_on_a_batch_are_answered_and_failures_are_logged():
     actor = ProgressActor(graph(), ["out"], [((SRC, T0), 1)])
     sink = Handle()
-    actor.connect({SINK: (sink, [OUT])})
+    actor.connect({SINK: (sink, [OUT], ())})
     receive(actor, 0, batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1)]))
     receive(actor, 0, batch(SINK, 0, [], interests={OUT: [(T0, False)]}))
     assert sink.pushes[-1] == (0, {OUT: [(T1, True)]}, False), "epoch 0 is done at the sink"
@@ -88,9 +99,24 @@ def test_interests_riding_on_a_batch_are_answered_and_failures_are_logged():
     assert actor.next_events(0, 0)[0][-1] == JobFailed("boom")
 
 
+def test_with_relays_the_pushes_go_to_the_relay_at_the_top_of_each_path_in_one_bundle():
+    """The sink's path is the source's host (its node's relay): its push goes there, in a
+    bundle, not to the sink (:mod:`raytide.physical.relay_tree`)."""
+    actor = ProgressActor(graph(), ["out"], [((SRC, T0), 1)])
+    source, sink = Handle(), Handle()
+    actor.connect({SOURCE: (source, [], (SOURCE,)), SINK: (sink, [OUT], (SOURCE,))})
+    receive(actor, 0, batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1)]))
+    receive(actor, 0, batch(SINK, 0, [], interests={OUT: [(T0, False)]}))
+    assert sink.pushes == [] and source.pushes == []
+    incarnation, bundle = source.bundles[-1]
+    assert incarnation == 0 and bundle.via == {} and bundle.pushes[-1][0] == SINK
+    assert bundle.pushes[-1][1] == ({OUT: [(T1, True)]}, 0), "epoch 0 is done at the sink"
+    assert actor.stats()["fan_outs"] == len(source.bundles) > 0
+
+
 def test_the_event_log_keeps_only_what_the_driver_has_not_read():
     actor = ProgressActor(graph(), ["out"], [((SRC, T0), 1)])
-    actor.connect({SINK: (Handle(), [OUT])})
+    actor.connect({SINK: (Handle(), [OUT], ())})
     cursor = 0
     for epoch in range(1000):
         receive(actor, 0, batch(SINK, epoch, [((OUT, Timestamp(epoch)), -1)], outputs={"out": {epoch: [epoch]}}))
@@ -105,12 +131,12 @@ def test_the_event_log_keeps_only_what_the_driver_has_not_read():
 def test_a_restored_progress_actor_drops_older_incarnations_and_what_the_driver_has():
     actor = ProgressActor(graph(), ["out"], [((SRC, T0), 1)])
     sink = Handle()
-    actor.connect({SINK: (sink, [OUT])})
+    actor.connect({SINK: (sink, [OUT], ())})
     receive(actor, 0, batch(SOURCE, 0, [((SRC, T0), -1), ((SRC, T1), 1), ((OUT, T0), 1)]))
     _, cursor = actor.next_events(0, 0)
     # Restored: the source holds epoch 1; epoch 0's records were kept by the sink, epoch 0 was delivered.
     actor.restore(1, [((SRC, T1), 1), ((OUT, T1), 1)], {"out": 0}, {"out": {0: [["old"]], 1: [["kept"]]}},
-                  {SINK: (sink, [OUT])}, cursor)
+                  {SINK: (sink, [OUT], ())}, cursor)
     assert sink.pushes[-1][0] == 1, "pushes carry the new incarnation"
     receive(actor, 0, batch(SINK, 0, [((OUT, T1), -1)]))  # from before the rollback: dropped
     actor.fail(0, "late")

@@ -212,3 +212,20 @@ def test_the_ray_relay_merges_each_incarnations_calls_apart_and_passes_a_lone_ca
     assert runs == 2
     assert [decode(blob) for blob in blobs] == [(0, (Sequenced(sender, 0, ProgressRun(1, [], 0, 2)),)),
                                                 (1, (Sequenced(sender, 0, ProgressRun(2, [], 0, 3)),))]
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+@settings(max_examples=60)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_runs_merged_again_by_a_groups_relay_do_what_their_messages_do(name, seed):
+    """Two levels of relays: each call's messages dealt among nodes' relays, each merging what
+    it got into runs, and their runs, shuffled, merged again by the group's relay."""
+    (args, kwargs), subscriptions, taken = recorded()[name]
+    rng = random.Random(seed)
+    plain, merged = ProgressCore(*args, **kwargs), ProgressCore(*args, **kwargs)
+    plain.connect(subscriptions), merged.connect(subscriptions)
+    for number, call in enumerate(dealt(taken, rng)):
+        gathered = [run for part in dealt(call, rng) for run in merge_runs(part)]
+        rng.shuffle(gathered)
+        assert comparable(merged.receive_all(merge_runs(gathered))) == comparable(plain.receive_all(call)), f"call {number}"
+    assert state(merged) == state(plain)
