@@ -111,6 +111,7 @@ class CountingCore(ProgressCore):
         blobs = [encode((0, tuple(sent))) for sent in by_sender.values()]
         if CountingCore.pacing is not None:
             CountingCore.pacing.untimed_s += time.process_time() - encoding
+        collecting = gc.isenabled()  # off already in a paced action: leave it so (a pause would be charged to the actor)
         gc.disable()  # the simulation's heap holds every replica's; the actor's collections are small
         try:
             started = time.process_time()
@@ -121,7 +122,8 @@ class CountingCore(ProgressCore):
             CountingCore.decode_cpu += decoded - started
             CountingCore.cpu += time.process_time() - decoded
         finally:
-            gc.enable()
+            if collecting:
+                gc.enable()
         CountingCore.pushes += len(effects.pushes)
         direct, bundles = bundled(effects.pushes, CountingCore.paths)
         CountingCore.push_calls += len(direct) + len(bundles)
