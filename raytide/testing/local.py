@@ -209,9 +209,10 @@ class LocalJob:
         links = [link for link in self.mail.pending_links() if link[1] not in self.waiting]
         actions += (self.pacing.per_receiver(links, self._deliver, self.rng) if self.pacing is not None
                     else [functools.partial(self._deliver, link, to=link[1]) for link in links])
-        if self.mail.calling(self.replica_keys()):
+        keys = self.replica_keys()
+        if self.mail.calling(keys):
             actions.append(functools.partial(self._take_progress_call, to=PROGRESS))
-        actions += [functools.partial(self.mail.forward, key, to=to) for key, to in self.mail.forwarding(self.replica_keys())]
+        actions += [functools.partial(self.mail.forward, key, to=to) for key, to in self.mail.forwarding(keys)]
         for deliver, mailbox in ((self._push_status, self.mail.pushes), (self._command, self.mail.commands),
                                  (self._inject, self.mail.injects), (self.mail.fan_out, self.mail.fan_outs)):
             actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()

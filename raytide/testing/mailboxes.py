@@ -61,7 +61,7 @@ class Mailboxes:
     pushes: dict[ReplicaKey, collections.deque[tuple[int, StatusPush]]] = field(default_factory=_deques)
     fan_outs: dict[ReplicaKey, collections.deque[tuple[int, PushBundle]]] = field(default_factory=_deques)  # per relay
     dead: set[ReplicaKey] = field(default_factory=set)  # the replicas dead now: their hosts take and deliver nothing
-    tree: tuple[tuple[ReplicaKey, ...], dict[ReplicaKey, ReplicaKey], Paths] | None = None  # see _tree
+    tree: tuple[tuple[ReplicaKey, ...], dict[ReplicaKey, ReplicaKey], Paths, dict[ReplicaKey, ReplicaKey]] | None = None
     commands: dict[ReplicaKey, collections.deque[Command]] = field(default_factory=_deques)  # the driver's, per input replica
     injects: dict[ReplicaKey, collections.deque[tuple[int, Marker]]] = field(default_factory=_deques)  # barriers
     log: collections.deque[tuple[int, JobEvent]] = field(default_factory=collections.deque)  # the driver's long poll
@@ -115,17 +115,18 @@ class Mailboxes:
         """Each of the replicas ``keys``' path down the relays for its pushes (none without ``nodes``)."""
         return self._tree(keys)[1]
 
-    def _tree(self, keys: Sequence[ReplicaKey]) -> tuple[dict[ReplicaKey, ReplicaKey], Paths]:
-        """The relays of the replicas ``keys``: where each node's relay forwards, and each
-        replica's path down for its pushes; kept until the replicas change (not the actors'
-        work: a paced progress actor is not charged for working it out on each call)."""
+    def _tree(self, keys: Sequence[ReplicaKey]) -> tuple[dict[ReplicaKey, ReplicaKey], Paths, dict[ReplicaKey, ReplicaKey]]:
+        """The relays of the replicas ``keys`` (spread over the nodes in turn): where each
+        node's relay forwards, each replica's path down for its pushes, and each replica's
+        node's relay; kept until the replicas change (not the actors' work: a paced progress
+        actor is not charged for working it out on each call)."""
         if self.nodes is None:
-            return {}, {}
+            return {}, {}, {}
         if self.tree is None or self.tree[0] != tuple(keys):
             upstreams = relay_groups(keys[:self.nodes], self.fanin)
             relay_of = {key: keys[index % self.nodes] for index, key in enumerate(keys)}
-            self.tree = (tuple(keys), upstreams, push_paths(relay_of, upstreams))
-        return self.tree[1], self.tree[2]
+            self.tree = (tuple(keys), upstreams, push_paths(relay_of, upstreams), relay_of)
+        return self.tree[1], self.tree[2], self.tree[3]
 
     def post_pushes(self, pushes: list[tuple[ReplicaKey, StatusPush]], incarnation: int, keys: Sequence[ReplicaKey]) -> None:
         """The progress actor's ``pushes`` (of ``incarnation``), each to its replica, or with
@@ -156,7 +157,7 @@ class Mailboxes:
     def via(self, key: ReplicaKey, keys: Sequence[ReplicaKey]) -> ReplicaKey:
         """Whose mailbox replica ``key`` (of the replicas ``keys``) sends its progress to: its
         own, or with ``nodes`` its node's relay's."""
-        return key if self.nodes is None else keys[keys.index(key) % self.nodes]
+        return key if self.nodes is None else self._tree(keys)[2][key]
 
     def take(self, link: Link) -> tuple[int, tuple[Any, ...], list[Sequenced]]:
         """The next message on ``link`` with its incarnation, and the progress batches riding
