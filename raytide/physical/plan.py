@@ -144,7 +144,12 @@ class PhysicalPlan:
 
     def replica_keys(self) -> list[ReplicaKey]:
         """Every replica of the plan, chain by chain (each one actor; each acknowledges a snapshot)."""
-        return [ReplicaKey(chain.name, replica) for chain in self.chains for replica in range(chain.parallelism)]
+        return list(self._replica_keys)
+
+    @functools.cached_property
+    def _replica_keys(self) -> tuple[ReplicaKey, ...]:
+        """Worked out once: the in-process runtime's scheduler asks at every step."""
+        return tuple(ReplicaKey(chain.name, replica) for chain in self.chains for replica in range(chain.parallelism))
 
     def initial_pointstamps(self) -> list[tuple[tuple[Location, Timestamp], int]]:
         """The pointstamps held before anything runs: every input replica at epoch 0."""

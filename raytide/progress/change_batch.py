@@ -30,16 +30,18 @@ class ChangeBatch(Generic[K]):
 
     def update(self, key: K, delta: int) -> None:
         """Add ``delta`` to ``key``'s accumulated change."""
-        total = self._deltas.get(key, 0) + delta
-        if total:
-            self._deltas[key] = total
-        else:
-            self._deltas.pop(key, None)
+        self.extend(((key, delta),))
 
     def extend(self, changes: Iterable[tuple[K, int]]) -> None:
-        """Add every ``(key, delta)`` of ``changes``."""
+        """Add every ``(key, delta)`` of ``changes``, in one loop: the progress actor adds every
+        change it takes, and a method call per change cost it a tenth of its work on them."""
+        deltas = self._deltas
         for key, delta in changes:
-            self.update(key, delta)
+            total = deltas.get(key, 0) + delta
+            if total:
+                deltas[key] = total
+            else:
+                deltas.pop(key, None)
 
     def drain(self) -> list[tuple[K, int]]:
         """Return the net non-zero changes and empty the batch."""

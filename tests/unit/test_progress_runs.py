@@ -229,3 +229,32 @@ def test_runs_merged_again_by_a_groups_relay_do_what_their_messages_do(name, see
         rng.shuffle(gathered)
         assert comparable(merged.receive_all(merge_runs(gathered))) == comparable(plain.receive_all(call)), f"call {number}"
     assert state(merged) == state(plain)
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_a_merge_makes_equal_pointstamps_one_object_and_pickles_each_once(name):
+    """Every job's messages merged in one call, singles included: equal pointstamps (and their
+    locations and times) are one object, the changes unchanged, so the call's blob writes each once
+    and is smaller than the same runs with pointstamps of their own."""
+    _, _, taken = recorded()[name]
+    found = merge_runs(taken)
+    pointstamps = [pointstamp for call in found if not isinstance(call.message, Declaration)
+                   for pointstamp, _ in call.message.changes]
+    assert len(pointstamps) > len(set(pointstamps)), "the job repeats no pointstamp: nothing to show"
+    one = {}
+    for pointstamp in pointstamps:
+        assert one.setdefault(pointstamp, pointstamp) is pointstamp, pointstamp
+        assert one.setdefault(pointstamp[0], pointstamp[0]) is pointstamp[0]
+        assert one.setdefault(pointstamp[1], pointstamp[1]) is pointstamp[1]
+    apart = [_copied(call) for call in found]  # the same runs, nothing shared
+    assert [call.message.changes for call in apart if not isinstance(call.message, Declaration)] == [
+        call.message.changes for call in found if not isinstance(call.message, Declaration)]
+    assert len(encode(found)) < len(encode(apart))
+
+
+def _copied(call: Sequenced) -> Sequenced:
+    """``call`` with every pointstamp a new object (as unpickled from a replica's own blob)."""
+    if isinstance(call.message, Declaration):
+        return call
+    changes = [(decode(encode(pointstamp)), delta) for pointstamp, delta in call.message.changes]
+    return call._replace(message=dataclasses.replace(call.message, changes=changes))
