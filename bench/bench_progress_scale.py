@@ -65,7 +65,7 @@ from bench.baselines.ray_call_cost import actor_call_cpu_ms
 from bench.harness import ensure_ray
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
-from raytide.physical.protocol import Sequenced, decode, encode
+from raytide.physical.protocol import EpochComplete, Sequenced, decode, encode
 from raytide.physical.relay_tree import bundled
 from raytide.testing.outcome import PROGRESS
 from raytide.testing.pacing import Pacing
@@ -92,6 +92,7 @@ class CountingCore(ProgressCore):
     decode_cpu = 0.0
     relayed = False  # whether each call the simulator makes is a relay's (one call, all it gathered)
     pacing: Pacing | None = None  # the paced design's: the blobs encoded to time their unpickling are not the actor's work
+    completed: list[float] = []  # paced: when (the model's time) the central actor completed each epoch of an output
 
     def receive_all(self, calls: Sequence[Sequenced]) -> ProgressEffects:
         """A relay's call is applied as one. Without relays each message is applied as a call
@@ -128,6 +129,8 @@ class CountingCore(ProgressCore):
             if collecting:
                 gc.enable()
         CountingCore.pushes += len(effects.pushes)
+        if CountingCore.pacing is not None:
+            CountingCore.completed += [CountingCore.pacing.now_s for event in effects.events if isinstance(event, EpochComplete)]
         direct, bundles = bundled(effects.pushes, CountingCore.paths)
         CountingCore.push_calls += len(direct) + len(bundles)
         if CountingCore.pacing is not None:
@@ -183,6 +186,7 @@ def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Coun
     what ``expected`` computes from each epoch's records."""
     CountingCore.messages = CountingCore.calls = CountingCore.pushes = CountingCore.push_calls = 0
     CountingCore.cpu = CountingCore.decode_cpu = 0.0
+    CountingCore.completed = []
     CountingCore.relayed = relayed
     inputs = {"records": [[1 + (e * records + i) % 997 for i in range(records)] for e in range(epochs)]}
     started = time.perf_counter()
@@ -208,9 +212,17 @@ def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Coun
 
 def paced_figures(pacing: Pacing, epochs: int) -> dict[str, float]:
     """What the paced model's clock says (:mod:`raytide.testing.pacing`): the job's epochs per
-    second, and the share of that time the central actor was busy (below 1: the replicas, not
-    it, set the pace, and its calls per epoch are those of that load, not of its limit)."""
-    return {"model_s": pacing.clock_s, "job_epochs_per_s": epochs / pacing.clock_s,
+    second, from the first epoch fed to the last complete; the rate at which the central
+    actor completed the later half of the epochs (what it sustains, without the first
+    epochs' start or the last one's wait); how long after it was fed the last epoch was
+    complete; and the share of the time the central actor was busy (below 1: the replicas,
+    not it, set the pace, and its calls per epoch are those of that load, not of its limit)."""
+    done = sorted(CountingCore.completed)
+    half = len(done) // 2
+    sustained = (len(done) - 1 - half) / (done[-1] - done[half]) if len(done) >= 3 and done[-1] > done[half] else 0.0
+    last_fed = (epochs - 1) * pacing.feed_every_s
+    return {"model_s": pacing.clock_s, "job_epochs_per_s": epochs / pacing.clock_s, "sustained_epochs_per_s": sustained,
+            "last_epoch_after_fed_ms": (done[-1] - last_fed) * 1000 if done else 0.0,
             "central_busy_share": pacing.utilisation(PROGRESS)}
 
 

@@ -29,6 +29,9 @@ def test_both_jobs_finish_with_the_reference_output_and_report_the_central_load(
         assert found[f"{paced}_job_epochs_per_s"] == pytest.approx(2 / found[f"{paced}_model_s"])
         fed = f"{job}_fed"  # three epochs, one every 10 ms: the last is fed at 20 ms
         assert found[f"{fed}_model_s"] > 0.02 and found[f"{fed}_job_epochs_per_s"] == pytest.approx(3 / found[f"{fed}_model_s"])
+        # the last epoch completes after it is fed, within the run; the later epochs at some rate
+        assert 0 < found[f"{fed}_last_epoch_after_fed_ms"] < found[f"{fed}_model_s"] * 1000 - 20
+        assert found[f"{fed}_sustained_epochs_per_s"] > 0
         one_level = f"{job}_fed_one_level"  # two nodes: no groups' relays either way
         assert found[f"{one_level}_replicas"] == replicas and found[f"{one_level}_model_s"] > 0.02
         for design in (direct, relayed, paced, fed, one_level):
