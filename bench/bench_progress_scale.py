@@ -46,9 +46,13 @@ prices), the next to act the one that can start first: a list schedule, whose cl
 the job's epochs per second in the model and the share of that time the central actor was
 busy. In ``fed`` (paced too) the driver feeds an epoch every ``1 / feed_eps`` seconds of the
 model's time, and every actor but the central one is ``others_scale`` times as costly as
-measured: the replicas are then not what limits the job, and a central actor busy all the
-time with the job behind the feed is at its limit. Neither is a measurement of a cluster. Issue 31 asks for
-at most 2 calls per node per epoch and at least 50 epochs/s at 64 nodes x 8 replicas.
+measured: the replicas are then not what limits the job (``busiest_other_share`` says
+whether one does), and a central actor busy all the time with the job behind the feed is at
+its limit. The default scale is 1/1000: at 1/100 the loop's pace was set by the replica its
+hot key goes to (every number halves through 1), busy nearly all the time whatever the
+central actor cost (``docs/benchmarks.md``). Neither design is a measurement of a cluster.
+Issue 31 asks for at most 2 calls per node per epoch and at least 50 epochs/s at 64 nodes
+x 8 replicas.
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ from raytide.testing.pacing import Pacing
 from tests.sim.scenarios import halvings
 
 PARAMS = {"nodes": 64, "per_node": 8, "epochs": 3, "records_per_replica": 4, "seed": 0,
-          "feed_eps": 50.0, "others_scale": 0.01, "fed_epochs": 20}
+          "feed_eps": 50.0, "others_scale": 0.001, "fed_epochs": 20}
 RATIOS: list = []
 REPEAT = 1
 
@@ -213,17 +217,20 @@ def simulate(flow: rt.Dataflow, width: int, expected: Callable[[list[int]], Coun
 def paced_figures(pacing: Pacing, epochs: int) -> dict[str, float]:
     """What the paced model's clock says (:mod:`raytide.testing.pacing`): the job's epochs per
     second, from the first epoch fed to the last complete; the rate at which the central
-    actor completed the later half of the epochs (what it sustains, without the first
-    epochs' start or the last one's wait); how long after it was fed the last epoch was
-    complete; and the share of the time the central actor was busy (below 1: the replicas,
-    not it, set the pace, and its calls per epoch are those of that load, not of its limit)."""
+    actor completed them, from the first completion to the last (without the first epoch's
+    start: epochs may complete in bursts, so no shorter span); how long after it was fed the
+    last epoch was complete; and the share of the time the central actor was busy (below 1: the replicas,
+    not it, set the pace, and its calls per epoch are those of that load, not of its limit),
+    and the busiest other actor's share (near 1: that actor, a replica with a hot key say,
+    sets the job's pace, whatever the central actor's; the central actor then takes its
+    calls as they come, busy all the time with small ones, and its figures are not its limit)."""
     done = sorted(CountingCore.completed)
-    half = len(done) // 2
-    sustained = (len(done) - 1 - half) / (done[-1] - done[half]) if len(done) >= 3 and done[-1] > done[half] else 0.0
+    sustained = (len(done) - 1) / (done[-1] - done[0]) if len(done) >= 2 and done[-1] > done[0] else 0.0
     last_fed = (epochs - 1) * pacing.feed_every_s
     return {"model_s": pacing.clock_s, "job_epochs_per_s": epochs / pacing.clock_s, "sustained_epochs_per_s": sustained,
             "last_epoch_after_fed_ms": (done[-1] - last_fed) * 1000 if done else 0.0,
-            "central_busy_share": pacing.utilisation(PROGRESS)}
+            "central_busy_share": pacing.utilisation(PROGRESS),
+            "busiest_other_share": max(pacing.utilisation(actor) for actor in pacing.busy_s if actor != PROGRESS)}
 
 
 def measure(nodes: int, per_node: int, epochs: int, records_per_replica: int, seed: int, feed_eps: float,

@@ -26,6 +26,7 @@ def test_both_jobs_finish_with_the_reference_output_and_report_the_central_load(
         paced = f"{job}_paced"
         assert found[f"{paced}_replicas"] == replicas
         assert 0 < found[f"{paced}_central_busy_share"] <= 1 and found[f"{paced}_model_s"] > 0
+        assert 0 < found[f"{paced}_busiest_other_share"] <= 1
         assert found[f"{paced}_job_epochs_per_s"] == pytest.approx(2 / found[f"{paced}_model_s"])
         fed = f"{job}_fed"  # three epochs, one every 10 ms: the last is fed at 20 ms
         assert found[f"{fed}_model_s"] > 0.02 and found[f"{fed}_job_epochs_per_s"] == pytest.approx(3 / found[f"{fed}_model_s"])
