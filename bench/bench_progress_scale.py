@@ -133,11 +133,10 @@ class CountingCore(ProgressCore):
             if collecting:
                 gc.enable()
         CountingCore.pushes += len(effects.pushes)
-        if CountingCore.pacing is not None:
-            CountingCore.completed += [CountingCore.pacing.now_s for event in effects.events if isinstance(event, EpochComplete)]
         direct, bundles = bundled(effects.pushes, CountingCore.paths)
         CountingCore.push_calls += len(direct) + len(bundles)
         if CountingCore.pacing is not None:
+            CountingCore.completed += [CountingCore.pacing.now_s for event in effects.events if isinstance(event, EpochComplete)]
             CountingCore.pacing.untimed_s += time.process_time() - entered - (applied - started)
         return effects
 

@@ -88,10 +88,9 @@ def _lone(call: Sequenced, canonical: dict[Any, Any]) -> Sequenced:
     return call._replace(message=dataclasses.replace(message, changes=changes))
 
 
-def _run(sent: list[Sequenced], canonical: dict[Any, Any] | None = None) -> Sequenced:
+def _run(sent: list[Sequenced], canonical: dict[Any, Any]) -> Sequenced:
     """One run for ``sent``, a replica's messages numbered one after another (its pointstamps
     those of ``canonical``, the merge's)."""
-    canonical = {} if canonical is None else canonical
     changes: dict[Pointstamp, int] = {}
     outputs: dict[str, dict[int, list]] = {}
     acks = batches = 0

@@ -181,7 +181,7 @@ def _across_gaps(calls: list[Sequenced]) -> list[Sequenced]:
     by_sender: dict[ReplicaKey, list[Sequenced]] = {}
     for call in calls:
         by_sender.setdefault(call.sender, []).append(call)
-    return [progress_runs._run(sorted(sent)) if len(sent) > 1 else sent[0] for sent in by_sender.values()]
+    return [progress_runs._run(sorted(sent), {}) if len(sent) > 1 else sent[0] for sent in by_sender.values()]
 
 
 @pytest.mark.parametrize("planted", [_first_interests, _no_acks, _across_gaps], ids=lambda f: f.__name__)
