@@ -489,15 +489,15 @@ class Job:
     # -- inspection and teardown ---------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Records and batches per vertex, progress traffic, backpressure figures; in a job with
-        recovery also ``snapshots`` and ``recoveries``. A replica that died (and is not
-        replaced yet) or does not answer within a minute is left out of the counters and named under ``unreachable``.
+        """Records and batches per vertex, progress traffic, backpressure figures; with recovery also ``snapshots``
+        and ``recoveries``. A replica that died or does not answer within a minute is left out, named in ``unreachable``.
 
-        Per vertex also its ``queued`` work (messages on their way to it or waiting in its
-        replicas), its ``frontier`` (the earliest epoch that may still arrive) and
-        ``frontier_lag`` (epochs behind the latest input); per replica (``replicas``, by
-        ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a
-        receiver's window (backpressure), and its own counters per vertex; ``input_calls``, the driver's calls to input replicas."""
+        Per vertex also ``queued`` (messages on their way to it or waiting in its replicas, as far as the
+        progress tracker knows, read before the replicas' counters: replicas hold back progress while it
+        cannot matter, so a backlog may show upstream of where it waits), ``frontier`` (the earliest epoch
+        that may still arrive) and ``frontier_lag`` (epochs behind the latest input); per replica (``replicas``,
+        by ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a receiver's window
+        (backpressure), and its counters per vertex; ``input_calls``, the driver's calls to input replicas."""
         fed = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None]
         return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed), "hosts": self.hosts(),
                 "input_calls": sum(self._inputs.calls.values()), **self._recovery_stats()}

@@ -46,6 +46,11 @@ def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
     """The counters of ``placement``'s actors; ``fed``: the epochs the open inputs are at. A
     replica that died (and is not replaced yet) or does not answer is left out and named
     under ``unreachable``."""
+    # the tracker first: a busy replica answers after the event in hand, so its counters are
+    # the later reading, and work they do not count yet was pending when the tracker answered
+    progress, _ = _ask(placement.progress.stats.remote())
+    if progress is None:  # dead, or the job is torn down (its host's lease is over)
+        progress = {"batches_applied": None, "calls": None, "pushes": None, "fan_outs": None, "vertices": {}}
     answers = placement.replica_stats(STATS_TIMEOUT)
     alive = {key: answer for key, answer in answers.items() if answer is not None}
     per_replica = list(alive.values())
@@ -53,9 +58,6 @@ def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
     for stats in per_replica:
         for name, counters in stats["vertices"].items():
             vertices[name].update(counters)
-    progress, _ = _ask(placement.progress.stats.remote())
-    if progress is None:  # dead, or the job is torn down (its host's lease is over)
-        progress = {"batches_applied": None, "calls": None, "pushes": None, "vertices": {}}
     data_batches = sum(stats["vertices"][placement.plan.chain(key.chain).vertices[0]]["batches_in"]
                        for key, stats in alive.items())
     return {

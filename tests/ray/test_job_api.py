@@ -103,9 +103,10 @@ def test_an_unknown_output_is_a_graph_error_naming_it_and_the_outputs(ray_sessio
 
 
 def test_stats_show_where_the_work_waits_and_who_is_busy(ray_session):
-    """A slow vertex behind a fast one: while the job runs its replicas are the busy ones, work
-    queues at it, its frontier trails the input, and the fast one upstream waits for its
-    window (backpressure); ``job.parallelism()`` gives every vertex's width."""
+    """A slow vertex behind a fast one: while the job runs its replicas are the busy ones, its
+    frontier trails the input, the tracker counts the backlog at it or upstream of it, and the
+    fast one upstream waits for its window (backpressure); ``job.parallelism()`` gives every
+    vertex's width."""
     flow = rt.Dataflow("stats")
     numbers = flow.input("numbers").map(lambda x: x + 1, name="fast")
     numbers.exchange(lambda x: x % 7, name="spread").map(lambda x: time.sleep(0.01) or x, name="slow").output("out")
@@ -113,17 +114,23 @@ def test_stats_show_where_the_work_waits_and_who_is_busy(ray_session):
         assert job.parallelism() == {"numbers": 2, "fast": 2, "spread": 2, "slow": 2, "out": 2}
         for epoch in range(6):
             job.push("numbers", list(range(epoch * 80, epoch * 80 + 80)), epoch)
-        # the progress actor learns of queued messages from batched updates: sample until one
-        # shows the backlog (480 records x 10 ms over 2 replicas keep it for about 2.4 s: with
-        # 240, a CI run under load took only three samples, each ~0.5 s, and all missed it)
-        samples, deadline = [], time.monotonic() + 30
+        # stats read the tracker before the replicas' counters (which wait for the event in hand),
+        # so while "slow" has taken fewer than the 400 records of epochs 0-4, the tracker held one
+        # of them pending: slow's frontier trails input epoch 5. Where it counts the backlog
+        # depends on what the replicas held back: sample until it shows (not timed: a CI run
+        # under load took only three samples, each ~1 s, over the 2.4 s of slow's work)
+        pending, deadline = [], time.monotonic() + 60
         while time.monotonic() < deadline:
-            samples.append(job.stats()["vertices"]["slow"])
-            if samples[-1]["queued"] > 0 or samples[-1]["records_in"] == 480:
+            vertices = job.stats()["vertices"]
+            if vertices["slow"]["records_in"] >= 400:
+                break
+            pending.append({name: vertices[name] for name in ("fast", "spread", "slow")})
+            if sum(vertex["queued"] for vertex in pending[-1].values()) > 0:
                 break
             time.sleep(0.02)
-        slow = samples[-1]
-        assert slow["queued"] > 0 and slow["frontier"] is not None and slow["frontier_lag"] >= 1, samples
+        assert pending and all(sample["slow"]["frontier"] is not None and sample["slow"]["frontier_lag"] >= 1
+                               for sample in pending), pending
+        assert sum(vertex["queued"] for vertex in pending[-1].values()) > 0, pending
         job.close("numbers")
         job.wait(timeout=120)
         stats = job.stats()
