@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -192,20 +193,32 @@ def test_an_output_of_arrays_reaches_results_as_one_array_per_epoch_or_as_record
             for e, table in got["pyarrow"]] == list(enumerate(expected))
 
 
+@ray.remote(num_cpus=0)
+class Silent:
+    """An actor whose figures come too late."""
+
+    def stats(self) -> dict:
+        time.sleep(5)
+        return {}
+
+
+def test_stats_say_when_the_progress_actor_does_not_answer(ray_session, monkeypatch):
+    """A progress actor that does not answer (dead, on a lost node, or torn down) leaves its
+    figures None; a missing one used to fail ``job.stats()`` with a ``KeyError``."""
+    from raytide.driver.stats import actor_stats
+
+    monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 0.5)
+    placement = SimpleNamespace(progress=Silent.remote(), replica_stats=lambda timeout: {})
+    stats = actor_stats(placement, [3])
+    assert stats["progress_calls"] is None and stats["progress_fan_outs"] is None and stats["vertices"] == {}, stats
+
+
 def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray_session, monkeypatch):
     """``job.stats()`` while a recovery runs: a coordinator on a lost node does not answer
     (Ray declares it dead only later), and one that died is not replaced at once. Both used
     to escape as Ray's ``GetTimeoutError`` and an ``AttributeError`` of None (seen on a
     four-node cluster with a node removed)."""
-    from types import SimpleNamespace
-
     from raytide.driver.stats import recovery_stats
-
-    @ray.remote(num_cpus=0)
-    class Silent:
-        def stats(self) -> dict:
-            time.sleep(5)
-            return {}
 
     monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 0.5)
     recovery = SimpleNamespace(coordinator=Silent.remote(), stats=lambda: {"count": 0}, rescale_stats=lambda: [])
