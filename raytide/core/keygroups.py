@@ -49,13 +49,13 @@ Example:
 
 from __future__ import annotations
 
+import array
 import hashlib
 import numbers
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
-
-import numpy as np
 
 from raytide.errors import RescaleError
 
@@ -112,7 +112,7 @@ def key_groups_of(keys: Sequence[object], key_groups: int = DEFAULT_KEY_GROUPS) 
     An exchange meets most keys for the first time in one batch (word count: 50,000 new
     words in its first epoch), so the hashes are taken in one loop, about twice as fast
     per key as one at a time: each copies a hasher set up once instead of building one,
-    and the modulo runs on all digests at once.
+    and the digests become integers all at once.
 
     Raises:
         TypeError: A key is not a str, int, bytes or a tuple of those (names the type).
@@ -126,9 +126,10 @@ def key_groups_of(keys: Sequence[object], key_groups: int = DEFAULT_KEY_GROUPS) 
         hasher = blank.copy()
         hasher.update(_encode(key))
         digests.append(hasher.digest())
-    if key_groups >= 2**64:  # beyond NumPy's unsigned 64-bit (a modulo that keeps the whole digest)
-        return [int.from_bytes(digest, "big") % key_groups for digest in digests]
-    return (np.frombuffer(b"".join(digests), dtype=">u8") % np.uint64(key_groups)).tolist()
+    values = array.array("Q", b"".join(digests))  # each digest as a 64-bit integer, read in C
+    if sys.byteorder == "little":
+        values.byteswap()  # the digests are big-endian
+    return [value % key_groups for value in values]
 
 
 class KeyGroupMove(NamedTuple):

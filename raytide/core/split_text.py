@@ -27,9 +27,9 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-#: Whitespace ``str.split`` splits an ASCII text at: ``\\t\\n\\v\\f\\r``, ``\\x1c``-``\\x1f`` and the space.
-_ASCII_WHITESPACE = np.zeros(256, dtype=bool)
-_ASCII_WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+#: Per byte of an ASCII text, 0 where ``str.split`` splits it (``\\t\\n\\v\\f\\r``,
+#: ``\\x1c``-``\\x1f`` and the space) and 1 elsewhere.
+_WORD_MARKS = bytes(0 if byte in (9, 10, 11, 12, 13, 28, 29, 30, 31, 32) else 1 for byte in range(256))
 #: The ASCII whitespace Arrow's ``ascii_split_whitespace`` does not split at.
 _SEPARATORS = "\x1c\x1d\x1e\x1f"
 #: A tally counts the words it holds once it holds this many, which bounds its memory.
@@ -61,7 +61,7 @@ class SplitText:
         return self._words
 
     def __len__(self) -> int:
-        """The number of words; an ASCII text's are counted in NumPy, without splitting it."""
+        """The number of words; an ASCII text's are counted without splitting it."""
         if self._length is None:
             if self._words is None and self.text.isascii():
                 self._length = _count_ascii_words(self.text)
@@ -93,11 +93,10 @@ class SplitText:
 
 
 def _count_ascii_words(text: str) -> int:
-    """``len(text.split())`` for an ASCII ``text``: the non-whitespace characters after whitespace or at the start."""
-    space = _ASCII_WHITESPACE[np.frombuffer(text.encode("ascii"), dtype=np.uint8)]
-    if not len(space):
-        return 0
-    return int(np.count_nonzero(space[:-1] & ~space[1:])) + (not space[0])
+    """``len(text.split())`` for an ASCII ``text``: the words start after whitespace or at
+    the start (two passes in C over the bytes, no list of words)."""
+    marks = text.encode("ascii").translate(_WORD_MARKS)
+    return marks.count(b"\x00\x01") + marks.startswith(b"\x01")
 
 
 class WordTally:
