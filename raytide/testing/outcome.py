@@ -87,13 +87,20 @@ class LocalRun:
     rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut id)
     refused: list[tuple[int, BaseException]] = field(default_factory=list)  # rescales not made: (step, why)
     driver_crashed: int | None = None
+    #: The first failure found so far, and how many events were looked at for it: the run
+    #: asks after every step, and ``events`` only grows (a scan of all of them each time made
+    #: a run of many epochs quadratic).
+    _failure: Any = field(default=None, init=False, repr=False, compare=False)
+    _looked_at: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def failure(self) -> Any:
         """The first failure (a :class:`JobFailed` error or a :class:`ReplicaDied`), or None."""
-        for event in self.events:
+        while self._failure is None and self._looked_at < len(self.events):
+            event = self.events[self._looked_at]
+            self._looked_at += 1
             if isinstance(event, JobFailed):
-                return event.error
-            if isinstance(event, ReplicaDied):
-                return event
-        return None
+                self._failure = event.error
+            elif isinstance(event, ReplicaDied):
+                self._failure = event
+        return self._failure
