@@ -208,6 +208,9 @@ RELAY_METHODS = ("relay", "relay_with_refs", "relay_gathered")
 #: The vertex role's method that delivers a relay's pushes (:mod:`raytide.physical.relay_tree`),
 #: on a thread of its own: one, so that a relay delivers its bundles in the order it took them.
 FAN_OUT_METHODS = ("fan_out",)
+#: The vertex role's method that answers ``job.stats()``, on a thread of its own: a replica
+#: busy with an event (a slow user function) answers at once, not after it.
+INSPECT_METHODS = ("stats",)
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
 PROGRESS_METHODS = ("connect", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
                     "describe", "stats")
@@ -222,7 +225,8 @@ class VertexHost(Host):
     Sequential, like the role it plays: Ray runs one caller's calls in submission order,
     which keeps every channel FIFO (see :mod:`raytide.actors.vertex_actor`). The node's
     progress relay, if this host is it, runs on threads of its own (the concurrency groups
-    ``relay``: :data:`RELAY_METHODS`, and ``fan_out``: :data:`FAN_OUT_METHODS`).
+    ``relay``: :data:`RELAY_METHODS`, and ``fan_out``: :data:`FAN_OUT_METHODS`), and so do
+    the replica's statistics (``inspect``: :data:`INSPECT_METHODS`).
     """
 
     def __init__(self, number: int) -> None:
@@ -299,7 +303,8 @@ class CoordinatorHost(Host):
 
 for _name in VERTEX_METHODS:
     _method = _forwarding(_name)
-    _group = "relay" if _name in RELAY_METHODS else "fan_out" if _name in FAN_OUT_METHODS else None
+    _group = ("relay" if _name in RELAY_METHODS else "fan_out" if _name in FAN_OUT_METHODS
+              else "inspect" if _name in INSPECT_METHODS else None)
     setattr(VertexHost, _name, ray.method(concurrency_group=_group)(_method) if _group else _method)
 for _name in PROGRESS_METHODS:
     setattr(ProgressHost, _name, _forwarding(_name))

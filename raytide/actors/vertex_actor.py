@@ -533,9 +533,13 @@ class VertexActor:
         return True
 
     def stats(self) -> dict[str, Any]:
-        """Counters of this replica and its channels."""
+        """Counters of this replica and its channels.
+
+        Runs on a thread of its own (the host's ``inspect`` group), beside the event in hand,
+        so it only reads: counters, and copies made in one step under the GIL (the marker log).
+        """
         stats = self.core.snapshot_stats()
-        stats["markers"] = [(m.marker_id, m.records_in) for m in self.core.marker_log]
+        stats["markers"] = [(m.marker_id, m.records_in) for m in list(self.core.marker_log)]
         stats["max_inflight_seen"] = self.transport.max_seen
         stats["backpressure_waits"] = self.transport.waits
         stats["data_calls"] = self.transport.data_calls

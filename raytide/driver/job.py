@@ -490,7 +490,7 @@ class Job:
 
     def stats(self) -> dict[str, Any]:
         """Records and batches per vertex, progress traffic, backpressure figures; with recovery also ``snapshots``
-        and ``recoveries``. A replica that died or does not answer within a minute is left out, named in ``unreachable``.
+        and ``recoveries``. Replicas answer while busy; one that died or is silent for a minute is named in ``unreachable``.
 
         Per vertex also ``queued`` (messages on their way to it or waiting in its replicas, as far as the
         progress tracker knows, read before the replicas' counters: replicas hold back progress while it

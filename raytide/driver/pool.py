@@ -68,7 +68,7 @@ def _connected() -> None:
 #: Each kind of host: its class, its threads for calls (1: sequential) and its concurrency
 #: groups (see Host.watch, ProgressHost.next_events, CoordinatorHost).
 _KINDS: dict[HostKind, tuple[type, int, dict[str, int]]] = {
-    "vertex": (VertexHost, 1, {"watch": 1, "relay": 2, "fan_out": 1}),
+    "vertex": (VertexHost, 1, {"watch": 1, "relay": 2, "fan_out": 1, "inspect": 1}),
     "progress": (ProgressHost, 1, {"watch": 1, "poll": 1}),
     "coordinator": (CoordinatorHost, 4, {"watch": 1}),
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import urllib.request
 from collections import Counter
@@ -228,18 +230,31 @@ def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray
     assert recovery_stats(recovery, None, False)["snapshots"] == {"coordinator": "died; a recovery is replacing it"}
 
 
-def test_stats_leave_out_a_replica_that_does_not_answer(ray_session, monkeypatch):
-    """A replica that cannot answer (here: busy in a user function; on a lost node: until
-    Ray declares it dead) is named under ``unreachable`` after the wait, not waited for
-    (before: 60 s a replica, then Ray's ``GetTimeoutError``)."""
-    monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 0.5)
-    flow = rt.Dataflow("silent-replica")
-    flow.input("x").map(lambda x: time.sleep(4) or x, name="slow").output("out")
+def test_stats_answer_while_a_replica_is_busy_and_leave_out_one_that_cannot_answer(ray_session, monkeypatch):
+    """A replica busy in a user function answers ``job.stats()`` at once: its statistics run
+    on a thread of their own, so they show the batch it took and has not put out yet (before:
+    it answered after the function, or was named unreachable after a minute). One that cannot
+    answer (here: its process stopped; on a lost node: until Ray declares it dead) is named
+    under ``unreachable`` after the wait, not waited for."""
+    monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 2.0)
+    flow = rt.Dataflow("busy-replica")
+    flow.input("x").map(lambda x: time.sleep(6) or x, name="slow").output("out")
     with rt.run(flow, parallelism=1) as job:
+        replica = f"{job.name}/x+slow+out/0"
         job.push("x", [1])
-        time.sleep(0.5)  # the replica is in the sleep now
+        deadline = time.monotonic() + 30
+        while job.stats()["vertices"]["slow"]["records_in"] == 0:  # until the replica is in the sleep
+            assert time.monotonic() < deadline, "the replica never took the record"
+            time.sleep(0.05)
         stats = job.stats()
-        assert stats["unreachable"] == [f"{job.name}/x+slow+out/0"], stats["unreachable"]
+        assert stats["unreachable"] == [] and replica in stats["replicas"], stats
+        assert (stats["vertices"]["slow"]["records_in"], stats["vertices"]["slow"]["records_out"]) == (1, 0), stats
+        pid = job.hosts()[replica]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert job.stats()["unreachable"] == [replica]
+        finally:
+            os.kill(pid, signal.SIGCONT)
         job.close("x")
         job.wait(timeout=60)
         assert job.collect("out") == {0: [1]}
