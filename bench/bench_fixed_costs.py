@@ -24,15 +24,12 @@ in a fresh Ray; the parent aggregates. Two children per repetition:
      here are later jobs of the driver: they lease the warm hosts of steps 1 and 2, as a
      driver running one job after another does. Results are checked against each other.
 
-* three **bare children**: ``bare_actors_s``, creating ``hosts`` trivial actors (as many
+* two **bare children**: ``bare_actors_s``, creating ``hosts`` trivial actors (as many
   processes as raytide's first job started, ``num_cpus=0`` like raytide's hosts, a class
   shipped by value, so that their workers import nothing but Ray) and getting a ping back
   from each; ``bare_workers_s``, the same with one actor fewer: as many as the job's
-  parallel workers (its vertex hosts; the progress host is raytide's own);
-  ``bare_actors_given_data_s``, as many as the hosts, each ping carrying a few bytes: Ray
-  then imports pyarrow and NumPy in each actor's process to unpickle it, as it does in every
-  actor given anything (raytide's hosts are given their role and plan). Each runs in a Ray
-  of its own, because whichever start-up comes first in a Ray takes the workers Ray
+  parallel workers (its vertex hosts; the progress host is raytide's own). Each runs in a
+  Ray of its own, because whichever start-up comes first in a Ray takes the workers Ray
   prestarts.
 
 * three **first-job children**, one per workload: raytide's side of the workload as the
@@ -74,8 +71,6 @@ RATIOS = [
      "first_startup_s", "bare_actors_s"),
     ("first start-up / bare actor creation, as many actors as parallel workers (the vertex hosts)",
      "first_startup_s", "bare_workers_s"),
-    ("first start-up / bare actor creation, as many actors as raytide's hosts, each given data (Ray imports pyarrow)",
-     "first_startup_s", "bare_actors_given_data_s"),
     ("word count throughput, raytide / hand-written, start-up included (target >= 1.0)",
      "wordcount_handwritten_s", "wordcount_raytide_s"),
     ("Mandelbrot throughput, raytide / hand-written, start-up included (target >= 0.9)",
@@ -204,21 +199,17 @@ def host_phases(wall: float, events: list[dict], pids: list[int]) -> dict[str, f
     }
 
 
-def bare_actors(count: int, given_data: bool = False) -> float:
-    """Seconds to create ``count`` trivial actors (``num_cpus=0``) and get a ping back from
-    each; ``given_data``: each ping carries a small argument, whose unpickling makes Ray
-    import pyarrow, and NumPy with it, in the actor's process (``ray/_private/arrow_serialization.py``,
-    when pyarrow is installed), as in every actor that is given anything."""
+def bare_actors(count: int) -> float:
+    """Seconds to create ``count`` trivial actors (``num_cpus=0``) and get a ping back from each."""
 
     class Trivial:  # made here, so that Ray ships it by value and its workers import nothing of bench's
-        def ping(self, *data: Any) -> int:
+        def ping(self) -> int:
             return 0
 
     trivial: Any = ray.remote(num_cpus=0)(Trivial)
-    data = (b"data",) if given_data else ()
     started = time.perf_counter()
     actors = [trivial.remote() for _ in range(count)]
-    ray.get([actor.ping.remote(*data) for actor in actors], timeout=JOB_TIMEOUT)
+    ray.get([actor.ping.remote() for actor in actors], timeout=JOB_TIMEOUT)
     seconds = time.perf_counter() - started
     for actor in actors:
         ray.kill(actor)
@@ -308,10 +299,10 @@ def raytide_child(lines: int, epochs: int, nodes: int, rows: int, parallelism: i
     return metrics
 
 
-def bare_child(actors: int, metric: str, given_data: bool = False) -> dict[str, float]:
-    """``metric``: seconds to create ``actors`` trivial actors (see :func:`bare_actors`), in one fresh Ray."""
+def bare_child(actors: int, metric: str) -> dict[str, float]:
+    """``metric``: seconds to create ``actors`` trivial actors, in one fresh Ray."""
     fresh_ray()
-    return {metric: bare_actors(actors, given_data)}
+    return {metric: bare_actors(actors)}
 
 
 def first_job_child(workload: str, lines: int, epochs: int, nodes: int, rows: int, parallelism: int,
@@ -343,12 +334,9 @@ def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, la
     metrics = run_child(MODULE, {"part": "raytide", **params}, timeout=CHILD_TIMEOUT)
     time.sleep(SETTLE_S)
     hosts = int(metrics["hosts"])
-    bare = ((hosts, "bare_actors_s", False), (hosts - 1, "bare_workers_s", False),  # every host; the vertex hosts
-            (hosts, "bare_actors_given_data_s", True))
-    for actors, metric, given_data in bare:
+    for actors, metric in ((hosts, "bare_actors_s"), (hosts - 1, "bare_workers_s")):  # every host; the vertex hosts
         time.sleep(SETTLE_S)
-        metrics.update(run_child(MODULE, {"part": "bare", "actors": actors, "metric": metric, "given_data": given_data},
-                                 timeout=CHILD_TIMEOUT))
+        metrics.update(run_child(MODULE, {"part": "bare", "actors": actors, "metric": metric}, timeout=CHILD_TIMEOUT))
     for workload in WORKLOADS:
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, **params}, timeout=CHILD_TIMEOUT))
