@@ -108,6 +108,7 @@ class _RayTransport:
         self.max_seen = 0
         self.waits = 0
         self.blocked_s = 0.0  # waiting for a receiver's window (backpressure)
+        self.blocked_since: float | None = None  # when the wait in hand began (read by stats, on another thread)
         self.data_calls = 0  # Ray calls that carried data batches (several batches may share one)
         self.gathering = False  # inside an event: data batches wait in `gathered` until it ends
         self.gathered: dict[ReplicaKey, list[tuple[str, tuple]]] = {}  # per receiver, (sender, receive args)
@@ -157,11 +158,14 @@ class _RayTransport:
             if len(window) >= self.max_inflight:  # one look per window of calls, not one per call
                 self._prune(window)
             if sender not in self.unbounded and len(window) >= self.max_inflight:
-                started = time.perf_counter()
-                while len(window) >= self.max_inflight:
-                    self.waits += 1
-                    ray.get(window.popleft())  # the oldest call; raises if the receiver died
-                self.blocked_s += time.perf_counter() - started
+                started = self.blocked_since = time.perf_counter()
+                try:
+                    while len(window) >= self.max_inflight:
+                        self.waits += 1
+                        ray.get(window.popleft())  # the oldest call; raises if the receiver died
+                finally:  # cleared before the total grows (see VertexActor._busy_and_blocked)
+                    self.blocked_since = None
+                    self.blocked_s += time.perf_counter() - started
         except ray.exceptions.RayActorError as error:
             raise self._lost(to, error) from error
         window.append(getattr(self.peers[to], method).remote(*args))
@@ -280,6 +284,7 @@ class VertexActor:
         self.core = self._new_core()
         self.failed: RaytideError | None = None
         self.busy_s = 0.0  # handling events (see _guard)
+        self.in_event: tuple[float, float] | None = None  # the event in hand: when it began, blocked_s then
         self.metrics = ReplicaMetrics(job, chain, replica)
         self.kept = kept
         self.node_relay = ProgressRelay(f"{job}/{chain}/{replica}")  # used if the driver made this host its node's relay
@@ -533,20 +538,29 @@ class VertexActor:
         return True
 
     def stats(self) -> dict[str, Any]:
-        """Counters of this replica and its channels.
-
-        Runs on a thread of its own (the host's ``inspect`` group), beside the event in hand,
-        so it only reads: counters, and copies made in one step under the GIL (the marker log).
-        """
+        """Counters of this replica and its channels. Runs on a thread of its own (the host's
+        ``inspect`` group) beside the event in hand, so it only reads, copies in one step."""
         stats = self.core.snapshot_stats()
         stats["markers"] = [(m.marker_id, m.records_in) for m in list(self.core.marker_log)]
         stats["max_inflight_seen"] = self.transport.max_seen
         stats["backpressure_waits"] = self.transport.waits
         stats["data_calls"] = self.transport.data_calls
-        stats["blocked_s"] = self.transport.blocked_s
-        stats["busy_s"] = self.busy_s
+        stats["busy_s"], stats["blocked_s"] = self._busy_and_blocked()
         stats["relay"] = self.node_relay.stats()
         return stats
+
+    def _busy_and_blocked(self) -> tuple[float, float]:
+        """Seconds busy handling events and blocked by backpressure, the event in hand and
+        the wait in hand included. Read from the ``inspect`` thread while they change: each
+        total is read before what is in hand, which is cleared before it is added to the
+        total, so a reading may miss the moment of an ending but never counts it twice."""
+        busy, blocked = self.busy_s, self.transport.blocked_s
+        in_event, blocked_since, now = self.in_event, self.transport.blocked_since, time.perf_counter()
+        blocking = now - blocked_since if blocked_since is not None else 0.0
+        if in_event is not None:
+            started, blocked_then = in_event
+            busy += max(0.0, now - started - (blocked - blocked_then) - blocking)
+        return busy, blocked + blocking
 
     def _guard(self, method: Any, *args: Any) -> None:
         """Run an event through the core; its time, less what it waited for backpressure,
@@ -555,6 +569,8 @@ class VertexActor:
             return
         started, blocked = time.perf_counter(), self.transport.blocked_s
         outermost = not self.transport.gathering
+        if outermost:
+            self.in_event = (started, blocked)
         self.transport.gathering = True
         try:
             method(*args)
@@ -572,6 +588,7 @@ class VertexActor:
                 self.transport.gathering = False
                 self.transport.gathered.clear()
                 self.transport.rides.end_event()
+                self.in_event = None  # before the total grows: see _busy_and_blocked
             now = time.perf_counter()
             self.busy_s += now - started - (self.transport.blocked_s - blocked)
             if self.metrics.due(now):

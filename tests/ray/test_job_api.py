@@ -232,10 +232,10 @@ def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray
 
 def test_stats_answer_while_a_replica_is_busy_and_leave_out_one_that_cannot_answer(ray_session, monkeypatch):
     """A replica busy in a user function answers ``job.stats()`` at once: its statistics run
-    on a thread of their own, so they show the batch it took and has not put out yet (before:
-    it answered after the function, or was named unreachable after a minute). One that cannot
-    answer (here: its process stopped; on a lost node: until Ray declares it dead) is named
-    under ``unreachable`` after the wait, not waited for."""
+    on a thread of their own, so they show the batch it took and has not put out yet, and
+    the function's time so far as busy (before: it answered after the function, or was named
+    unreachable after a minute). One that cannot answer (here: its process stopped; on a
+    lost node: until Ray declares it dead) is named under ``unreachable`` after the wait."""
     monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 2.0)
     flow = rt.Dataflow("busy-replica")
     flow.input("x").map(lambda x: time.sleep(6) or x, name="slow").output("out")
@@ -246,9 +246,13 @@ def test_stats_answer_while_a_replica_is_busy_and_leave_out_one_that_cannot_answ
         while job.stats()["vertices"]["slow"]["records_in"] == 0:  # until the replica is in the sleep
             assert time.monotonic() < deadline, "the replica never took the record"
             time.sleep(0.05)
+        before = job.stats()
+        time.sleep(1.0)
         stats = job.stats()
         assert stats["unreachable"] == [] and replica in stats["replicas"], stats
         assert (stats["vertices"]["slow"]["records_in"], stats["vertices"]["slow"]["records_out"]) == (1, 0), stats
+        # the event in hand counts as busy while it runs (the autoscaler samples it so too)
+        assert stats["replicas"][replica]["busy_s"] - before["replicas"][replica]["busy_s"] >= 0.9, (before, stats)
         pid = job.hosts()[replica]
         os.kill(pid, signal.SIGSTOP)
         try:
