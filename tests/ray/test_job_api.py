@@ -230,15 +230,23 @@ def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray
     assert recovery_stats(recovery, None, False)["snapshots"] == {"coordinator": "died; a recovery is replacing it"}
 
 
-def test_stats_answer_while_a_replica_is_busy_and_leave_out_one_that_cannot_answer(ray_session, monkeypatch):
+def test_stats_answer_while_a_replica_is_busy_and_leave_out_one_that_cannot_answer(ray_session, monkeypatch, tmp_path):
     """A replica busy in a user function answers ``job.stats()`` at once: its statistics run
     on a thread of their own, so they show the batch it took and has not put out yet, and
     the function's time so far as busy (before: it answered after the function, or was named
     unreachable after a minute). One that cannot answer (here: its process stopped; on a
     lost node: until Ray declares it dead) is named under ``unreachable`` after the wait."""
     monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 2.0)
+    go = tmp_path / "go"
+
+    def slow(x: int) -> int:  # busy until the test creates ``go`` (at most a minute)
+        deadline = time.monotonic() + 60
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return x
+
     flow = rt.Dataflow("busy-replica")
-    flow.input("x").map(lambda x: time.sleep(6) or x, name="slow").output("out")
+    flow.input("x").map(slow, name="slow").output("out")
     with rt.run(flow, parallelism=1) as job:
         replica = f"{job.name}/x+slow+out/0"
         job.push("x", [1])
@@ -259,6 +267,7 @@ def test_stats_answer_while_a_replica_is_busy_and_leave_out_one_that_cannot_answ
             assert job.stats()["unreachable"] == [replica]
         finally:
             os.kill(pid, signal.SIGCONT)
+        go.touch()
         job.close("x")
         job.wait(timeout=60)
         assert job.collect("out") == {0: [1]}
