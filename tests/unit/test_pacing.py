@@ -72,7 +72,9 @@ def test_an_actor_with_more_mailboxes_gets_no_more_time():
     rng = random.Random(5)
     for _ in range(400):
         pacing.choose(actions, rng, mail)()
-    assert abs(pacing.actions[FAST] - pacing.actions[SLOW]) <= 1 and pacing.clock_s == pytest.approx(0.2, abs=0.003)
+    # the same 1 ms an action each, so about 200 each (a choice by mailboxes would give 300 to 100); each
+    # action is also charged the CPU it took, which a loaded machine inflates now and then (CI: 199 to 201)
+    assert abs(pacing.actions[FAST] - pacing.actions[SLOW]) <= 8 and pacing.clock_s == pytest.approx(0.2, abs=0.003)
 
 
 def test_an_actor_waits_for_the_last_action_to_start_and_an_idle_one_starts_at_once():
