@@ -301,10 +301,11 @@ class CoordinatorHost(Host):
         return self._take(lease, CoordinatorActor(plan, recovery, inputs, incarnation, first_id), f"{job}/coordinator")
 
 
+_VERTEX_GROUPS = {**dict.fromkeys(RELAY_METHODS, "relay"), **dict.fromkeys(FAN_OUT_METHODS, "fan_out"),
+                  **dict.fromkeys(INSPECT_METHODS, "inspect")}
 for _name in VERTEX_METHODS:
     _method = _forwarding(_name)
-    _group = ("relay" if _name in RELAY_METHODS else "fan_out" if _name in FAN_OUT_METHODS
-              else "inspect" if _name in INSPECT_METHODS else None)
+    _group = _VERTEX_GROUPS.get(_name)
     setattr(VertexHost, _name, ray.method(concurrency_group=_group)(_method) if _group else _method)
 for _name in PROGRESS_METHODS:
     setattr(ProgressHost, _name, _forwarding(_name))

@@ -46,8 +46,8 @@ def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
     """The counters of ``placement``'s actors; ``fed``: the epochs the open inputs are at. A
     replica that died (and is not replaced yet) or does not answer is left out and named
     under ``unreachable``."""
-    # the tracker first: a busy replica answers after the event in hand, so its counters are
-    # the later reading, and work they do not count yet was pending when the tracker answered
+    # the tracker first: the replicas' counters are then the later reading, so work they do
+    # not count yet was pending when the tracker answered
     progress, _ = _ask(placement.progress.stats.remote())
     if progress is None:  # dead, or the job is torn down (its host's lease is over)
         progress = {"batches_applied": None, "calls": None, "pushes": None, "fan_outs": None, "vertices": {}}
