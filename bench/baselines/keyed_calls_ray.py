@@ -10,13 +10,16 @@ at any of them but counting, so that raytide's own work is what the ratio agains
 measures:
 
 * the driver calls each of ``p`` input actors (the one with the epoch's records first);
-* each input actor calls each of ``p`` merge actors (the records' partial counts, or its
-  epoch token alone); its progress batch rides with its call to the first merge actor;
-* a merge actor keeps a batch that came with a call until it takes its last input's call,
-  then sends the progress actor its counts with the batches it kept;
-* the progress actor answers the driver's long poll once every merge actor has sent.
+* the input actor with the records calls each of ``p`` merge actors (the records' partial
+  counts, with its epoch tokens and the proxy tokens for the others); its progress batch
+  rides with its call to the first merge actor;
+* each other input actor moves quietly: it sends its progress batch to the progress actor
+  itself (``raytide.engine.epoch_tokens.ProxyPlan``);
+* a merge actor sends the progress actor its counts, with the batch that came with the call;
+* the progress actor answers the driver's long poll once every merge actor and every quiet
+  input actor has sent.
 
-At parallelism 2 that is two calls from the driver, four between inputs and merges, two
+At parallelism 2 that is two calls from the driver, two between inputs and merges, three
 into the progress actor and the poll, the counts ``job.stats()`` reports for raytide's
 epoch (``tests/ray/test_progress_messages.py`` pins them).
 """
@@ -34,21 +37,22 @@ from bench.baselines.relay_ray import POLL_TIMEOUT  # the relay's sink waits as 
 
 @ray.remote(num_cpus=0, concurrency_groups={"poll": 1})
 class Progress:
-    """Counts the merge actors' calls per epoch; the driver long-polls it for a complete epoch."""
+    """Counts the calls of each epoch; the driver long-polls it for a complete epoch."""
 
-    def __init__(self, merges: int) -> None:
-        self.merges = merges
+    def __init__(self, callers: int) -> None:
+        self.callers = callers
         self.sent: dict[int, int] = {}
         self.complete = -1
         self.calls = 0
         self.changed = threading.Condition()
 
     def counts(self, epoch: int, payload: bytes, riding: int) -> None:
-        """A merge actor's counts of ``epoch``, with the ``riding`` batches it kept (one call)."""
+        """A merge actor's counts of ``epoch`` with the ``riding`` batch that came to it, or a
+        quiet input actor's batch (one call each)."""
         with self.changed:
             self.calls += 1
             self.sent[epoch] = self.sent.get(epoch, 0) + 1
-            if self.sent[epoch] == self.merges:
+            if self.sent[epoch] == self.callers:
                 del self.sent[epoch]
                 self.complete = epoch
                 self.changed.notify_all()
@@ -65,29 +69,28 @@ class Progress:
 
 @ray.remote(num_cpus=0)
 class Merge:
-    """Takes one call per input actor and epoch; the last one's sends the counts on, with
-    the batches the calls carried."""
+    """Takes the call of the input actor with the records (its tokens close the others' epochs
+    too) and sends the counts on, with the batch that came with it."""
 
-    def link(self, progress: Any, inputs: int) -> None:
-        self.progress, self.inputs = progress, inputs
-        self.taken: dict[int, tuple[int, int]] = {}  # epoch -> (calls taken, batches kept)
+    def link(self, progress: Any) -> None:
+        self.progress = progress
 
-    def take(self, epoch: int, payload: bytes | None, riding: int) -> None:
-        taken, kept = self.taken.get(epoch, (0, 0))
-        self.taken[epoch] = (taken + 1, kept + riding)
-        if taken + 1 == self.inputs:
-            del self.taken[epoch]
-            self.progress.counts.remote(epoch, b"c" * 100, kept + riding)
+    def take(self, epoch: int, payload: bytes, riding: int) -> None:
+        self.progress.counts.remote(epoch, b"c" * 100, riding)
 
 
 @ray.remote(num_cpus=0)
 class Input:
-    """Sends each merge actor its share of an epoch (or its token alone), its batch riding with the first."""
+    """Sends each merge actor its share of an epoch, its batch riding with the first; without
+    records, sends its batch to the progress actor alone."""
 
-    def link(self, merges: list[Any]) -> None:
-        self.merges = merges
+    def link(self, merges: list[Any], progress: Any) -> None:
+        self.merges, self.progress = merges, progress
 
     def advance(self, epoch: int, payload: bytes | None) -> None:
+        if payload is None:
+            self.progress.counts.remote(epoch, b"p" * 100, 1)
+            return
         for position, merge in enumerate(self.merges):
             merge.take.remote(epoch, payload, 1 if position == 0 else 0)
 
@@ -96,11 +99,10 @@ def keyed_calls_latencies(parallelism: int, epochs: int, warmup: int = 20) -> tu
     """Seconds from each epoch's first call to the driver's poll returning it complete, for
     ``epochs`` epochs one after the other after ``warmup`` untimed ones; and the calls into
     the progress actor per epoch (all epochs counted)."""
-    progress = Progress.remote(parallelism)
+    progress = Progress.remote(2 * parallelism - 1)
     merges = [Merge.remote() for _ in range(parallelism)]
     inputs = [Input.remote() for _ in range(parallelism)]
-    ray.get([merge.link.remote(progress, parallelism) for merge in merges]
-            + [actor.link.remote(merges) for actor in inputs])
+    ray.get([merge.link.remote(progress) for merge in merges] + [actor.link.remote(merges, progress) for actor in inputs])
     records = b"r" * 200
     latencies = []
     try:

@@ -299,16 +299,13 @@ class VertexActor:
                 coordinator: Any = None) -> list[Location]:
         """Learn every other actor (and the snapshot coordinator, if any) and where to send
         progress; returns the locations to subscribe to."""
-        self.transport.peers = peers
-        self.transport.unbounded = unbounded
-        self.transport.route = progress
+        self.transport.peers, self.transport.unbounded, self.transport.route = peers, unbounded, progress
         if self.writer is not None:
             self.writer.coordinator = coordinator
         return self.core.subscriptions()
 
     def close(self) -> None:
-        """The job is over for this replica (its host is being reset): publish its final
-        figures, stop the snapshot writer and the progress relay's thread."""
+        """The job is over here (its host is being reset): publish the final figures, stop the writer and relay threads."""
         self.metrics.publish(self.stats())
         self.node_relay.close()
         if self.writer is not None:
@@ -346,29 +343,27 @@ class VertexActor:
             self._guard(self.core.inject_marker, marker)
 
     def on_progress(self, encoded: bytes) -> None:
-        """A frontier push from the progress actor: its incarnation and a
-        :class:`~raytide.physical.protocol.StatusPush`, encoded as one."""
+        """A frontier push from the progress actor: its incarnation and a ``StatusPush``, encoded as one."""
         incarnation, push = decode(encoded)
         if self._current(incarnation):
             self._guard(self.core.on_progress, *push)
 
-    def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int, then: int | None = None) -> None:
-        """Records of ``epoch`` for input ``vertex`` from the driver (see :mod:`raytide.physical.wire`);
-        then, if ``then`` is given, move the input to epoch ``then`` in the same call (the driver's
-        advance after its push: :mod:`raytide.driver.inputs`)."""
+    def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int, proxies: tuple = (),
+             then: int | None = None) -> None:
+        """Records of ``epoch`` for input ``vertex`` from the driver (:mod:`raytide.physical.wire`); then, if ``then`` is
+        given, move the input to ``then`` in the same call, with the proxy tokens ``proxies`` (:mod:`raytide.driver.inputs`)."""
         if self._current(incarnation):
-            self._guard(self._push_then, vertex, payload, packed, epoch, then)
+            self._guard(self._push_then, vertex, payload, packed, epoch, proxies, then)
 
-    def _push_then(self, vertex: str, payload: Any, packed: bool, epoch: int, then: int | None) -> None:
+    def _push_then(self, vertex: str, payload: Any, packed: bool, epoch: int, proxies: tuple, then: int | None) -> None:
         """One event of :meth:`push`: what both moves send goes out in one flush."""
         self.core.push_input(vertex, unpack_for(payload, packed, lambda: f"input {vertex!r} epoch {epoch}"), epoch)
         if then is not None:
-            self.core.advance_input(vertex, then)
+            self.core.advance_input(vertex, then, False, proxies)
 
     def push_refs(self, incarnation: int, vertex: str, refs: list, epoch: int, then: int | None = None) -> None:
-        """Records of ``epoch`` for input ``vertex`` as object refs or :class:`RemoteBatch` handles
-        (read here, not on the driver); then, if ``then`` is given, move the input to epoch ``then`` in the same call
-        (a stream's batch: no snapshot falls inside it)."""
+        """Records of ``epoch`` for input ``vertex`` as object refs or :class:`RemoteBatch` handles (read here, not on the
+        driver); then, if ``then`` is given, move the input to ``then`` in the same call (a stream's batch: no snapshot in it)."""
         if not self._current(incarnation):
             return
         try:  # objects whose owner died, or that were freed, fail the job: no epoch completes without them
@@ -524,6 +519,11 @@ class VertexActor:
         """Move input ``vertex`` to ``epoch``; None closes it."""
         if self._current(incarnation):
             self._guard(self.core.advance_input, vertex, epoch)
+
+    def advance_quietly(self, incarnation: int, vertex: str, epoch: int) -> None:
+        """Move input ``vertex`` to ``epoch`` while a peer sends its epoch tokens (``epoch_tokens.ProxyPlan``)."""
+        if self._current(incarnation):
+            self._guard(self.core.advance_input, vertex, epoch, True)
 
     def debug_state(self) -> dict[str, Any]:
         """What the replica holds back and knows, for diagnosing a stuck job."""

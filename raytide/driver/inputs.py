@@ -13,7 +13,9 @@ to that replica, and goes with it: an ``advance`` then takes it along in one cal
 replica pushes, then advances), which spares a small epoch's push its own Ray call, as
 timely's input handles hold records until they are flushed or the epoch moves. Records
 of an epoch that is still open cannot complete anything, so holding them changes no
-output. A push held for :data:`HOLD_S` goes on its own (:class:`HeldPushes`: records pushed
+output. A replica given no records since its last epoch token moves quietly while the
+replica with records closes the epoch for it with a proxy token (``epoch_tokens.ProxyPlan``).
+A push held for :data:`HOLD_S` goes on its own (:class:`HeldPushes`: records pushed
 into an epoch left open still reach the job at once, as Flink's buffer timeout sends a
 partly filled buffer), and :meth:`InputFeeds.flush` sends what is held before a snapshot
 the user asks for.
@@ -51,8 +53,10 @@ from typing import Any
 import ray
 
 from raytide.core.batches import BATCH_KINDS, batch_length, not_a_batch, split_batch, to_records
+from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
 from raytide.errors import GraphError, JobTimeout, RecordError, RecoveryError
 from raytide.physical.pickled import unpicklable
+from raytide.physical.plan import PhysicalPlan
 from raytide.physical.wire import pack
 from raytide.sources.base import Reader
 
@@ -194,14 +198,14 @@ class HeldPushes:
 class InputFeeds:
     """Epochs, locks, turns and windows of every input of one job."""
 
-    def __init__(self, flow_name: str, replicas: dict[str, list[Any]], max_inflight: int, batch_size: int,
+    def __init__(self, plan: PhysicalPlan, replicas: dict[str, list[Any]], max_inflight: int, batch_size: int,
                  raise_if_failed: Callable[[], None], keep_calls: bool = False,
                  on_open: Callable[[int], None] | None = None) -> None:
-        """``replicas``: per input, the actor handles of its replicas in replica order.
+        """``plan``: the job's; ``replicas``: per input, the actor handles of its replicas in replica order.
         ``keep_calls``: keep every call for a recovery (see the module docstring).
         ``on_open``: called with each epoch an input is at when the driver feeds it (its
         first, and each it moves to), before anything of that epoch is sent."""
-        self.flow_name, self.replicas = flow_name, replicas
+        self.flow_name, self.replicas = plan.name, replicas
         self.max_inflight, self.batch_size = max_inflight, batch_size
         self.raise_if_failed = raise_if_failed
         self.on_open = on_open
@@ -223,6 +227,8 @@ class InputFeeds:
         self.committed_id = -1
         self.logs = {(name, index): CallLog() for name, handles in replicas.items()
                      for index in range(len(handles))} if keep_calls else None
+        #: Per input, which replicas a peer may close an epoch for (a proxy token).
+        self.proxy_plans = {name: ProxyPlan(len(handles), name in proxying_inputs(plan)) for name, handles in replicas.items()}
 
     def check(self, name: str) -> None:
         """Raise a GraphError naming the job's inputs if ``name`` is not one of them, or what
@@ -259,6 +265,7 @@ class InputFeeds:
             for ref in refs:
                 dealt[self._next_index(name)].append(ref)
             for index, mine in sorted(dealt.items()):
+                self.proxy_plans[name].pushed(index)
                 self._submit(name, index, "push_refs", name, mine, epoch, weight=len(mine))
 
     def advance(self, name: str, epoch: Any) -> None:
@@ -295,6 +302,7 @@ class InputFeeds:
             dealt: dict[int, list] = {index: [] for index in range(len(self.replicas[name]))}
             for ref in refs:
                 dealt[self._next_index(name)].append(ref)
+            self.proxy_plans[name].reset()  # each replica's token follows its refs: none is quiet next
             calls = [self._submit(name, index, "push_refs", name, mine, epoch, epoch + 1, weight=len(mine) + 1)
                      for index, mine in dealt.items()]
             self.epochs[name] = epoch + 1
@@ -366,14 +374,22 @@ class InputFeeds:
         return epoch
 
     def _send_advance(self, name: str, epoch: int | None) -> None:
+        """Move every replica of input ``name`` to ``epoch``: those with a held push in one call
+        with it, and those without records since their last epoch token quietly, while the first
+        of the others sends a proxy token for them (``epoch_tokens.ProxyPlan``)."""
         self._opened(self.epochs[name])
         self._opened(epoch)
-        for index in range(len(self.replicas[name])):
-            if (name, index) in self.held and epoch is not None and self._may_join(name, index):
+        held = [index for index in range(len(self.replicas[name])) if (name, index) in self.held]
+        carriers = [index for index in held if epoch is not None and self._may_join(name, index)]
+        for index in set(held) - set(carriers):
+            self.proxy_plans[name].pushed(index)  # its push goes first, in a call of its own
+        moves = self.proxy_plans[name].close(epoch, carriers)
+        for index, (quiet, proxies) in sorted(moves.items(), key=lambda move: move[0] not in carriers):  # records first
+            if index in carriers:
                 args, _ = self.held.pop((name, index))
-                self._submit(name, index, "push", *args, epoch, weight=2)
+                self._submit(name, index, "push", *args, proxies, epoch, weight=2)
             else:
-                self._submit(name, index, "advance", name, epoch)
+                self._submit(name, index, "advance_quietly" if quiet else "advance", name, epoch)
         self.epochs[name] = epoch
 
     def _may_join(self, name: str, index: int) -> bool:
@@ -386,6 +402,7 @@ class InputFeeds:
         """Send the push held back for replica ``index`` of input ``name``, if any, as a call of its own."""
         held = self.held.pop((name, index), None)
         if held is not None:
+            self.proxy_plans[name].pushed(index)
             self._submit(name, index, "push", *held[0])
 
     def flush(self) -> None:
@@ -473,9 +490,11 @@ class InputFeeds:
                 with self.locks[name]:
                     self.logs[(name, index)].trim(position)
 
-    def rewind(self, incarnation: int, replicas: dict[str, list[Any]], positions: dict[tuple[str, int], int]) -> None:
-        """After a recovery: send each input replica (of ``replicas``, the handles now) the
-        calls after its restored position, in incarnation ``incarnation``."""
+    def rewind(self, incarnation: int, replicas: dict[str, list[Any]], positions: dict[tuple[str, int], int],
+               plan: PhysicalPlan) -> None:
+        """After a recovery: send each input replica (of ``replicas``, the handles now, in
+        ``plan``) the calls after its restored position, in incarnation ``incarnation``; the
+        receivers' tokens start again, so every replica sends its own before a peer proxies it."""
         assert self.logs is not None
         with contextlib.ExitStack() as held:
             for name in sorted(self.locks):  # a feeder holds one lock at a time: no order to deadlock on
@@ -485,6 +504,7 @@ class InputFeeds:
                 for old in self.replicas[name]:  # calls in flight to them are of the old incarnation
                     self.windows.pop(old, None)
                 self.replicas[name] = replicas[name]
+                self.proxy_plans[name] = ProxyPlan(len(replicas[name]), name in proxying_inputs(plan))
                 for index, actor in enumerate(replicas[name]):
                     position = positions.get((name, index), 0)
                     for method, args in self.logs[(name, index)].after(position, f"input {name!r} replica {index}"):

@@ -355,7 +355,7 @@ class JobRecovery:
         plan, point = self.placement.plan, effect.point
         positions = {(vertex, key.replica): point.position(key, vertex) for key in self.placement.peers
                      for vertex in plan.chain(key.chain).vertices if vertex in plan.inputs}
-        steps.time("rewind the inputs", self.inputs.rewind, effect.incarnation, self.placement.input_handles(), positions)
+        steps.time("rewind the inputs", self.inputs.rewind, effect.incarnation, self.placement.input_handles(), positions, plan)
         steps.time("restart the readers", self.inputs.start_readers, effect.incarnation)
 
     def _reset_coordinator(self, effect: ResetCoordinator, seconds: float) -> None:

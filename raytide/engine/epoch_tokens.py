@@ -28,6 +28,21 @@ answers them as before. Every sender replica sends each receiver replica a token
 epoch, so tokens are used only between vertices whose widths multiply to at most
 :data:`MAX_TOKEN_PAIRS`; wider jobs leave it to the progress actor, whose intake grows with
 the replicas rather than with their pairs.
+
+**Proxy tokens.** An input replica the driver gave no records since its last token need
+not send its own tokens to close the next epoch: the driver moves it quietly (it moves its
+capability and ships that to the progress actor, nothing else) and has a replica that got
+records send, with its own tokens, a proxy token for it on each of its channels
+(:class:`ProxyPlan`, :func:`proxies_allowed`). A proxy names the quiet replica and its own
+token ``after`` since which its channel carried nothing; the receiver closes that channel
+once the quiet replica's token ``after`` has come on it (FIFO: everything sent before it
+came first), and keeps the proxy until then. A small epoch at parallelism ``p`` then costs
+the ``p - 1`` replicas without records one call each from the driver and one to the
+progress actor, not ``p`` token calls each, and the receivers are notified by the one
+replica's call. Only for chains that never owe a token and send on every channel to every
+receiver replica (all-to-all), so that a quiet replica can send nothing at an epoch it has
+closed (no records, no notification pending) and a replica with records reaches every
+receiver the quiet one does.
 """
 
 from __future__ import annotations
@@ -40,6 +55,10 @@ from raytide.progress.timestamps import Timestamp
 
 #: The most sender replicas times receiver replicas an edge uses tokens on.
 MAX_TOKEN_PAIRS = 64
+
+#: Proxy tokens a replica sends: ``(replica, after)``, the replica it closes an epoch for
+#: and that one's own latest token (:class:`ProxyPlan`).
+Proxies = tuple[tuple[int, int], ...]
 
 # Found again per replica from its plan, not cached: a cache keyed by plan would keep a
 # finished job's plan alive in a warm host that plays another job (tests/ray/test_hosts.py).
@@ -123,6 +142,65 @@ def sent_on(plan: PhysicalPlan, outbox: Outbox) -> list[tuple[ReplicaKey, Channe
     return outbox.token_channels(receivers(plan)) if outbox.chain.name in senders(plan) else []
 
 
+def proxies_allowed(plan: PhysicalPlan, chain: str) -> bool:
+    """Whether replicas of ``chain`` (an input's) may close epochs for one another with proxy
+    tokens: its batches ride with its tokens (:func:`rides_with_tokens`), it never owes a
+    token, it has more than one replica, and each of its channels into a receiver is one of
+    a full set from every replica of it to that receiver replica."""
+    vertices = plan.chain(chain).vertices
+    width = plan.width(vertices[0])
+    if width < 2 or not (rides_with_tokens(plan, chain) and never_owes(plan, chain)):
+        return False
+    fed = {consumer.vertex for vertex in vertices for port in range(plan.vertex(vertex).outputs)
+           for consumer in plan.consumers_of(vertex, port) if not plan.is_fused(consumer)}
+    for receiver in fed:
+        for replica in range(plan.width(receiver)):
+            senders: dict[tuple[str, int, int], set[int]] = {}
+            for channel in plan.input_channels(receiver, replica):
+                if channel.source in vertices:
+                    senders.setdefault((channel.source, channel.output, channel.port), set()).add(channel.sender)
+            if any(len(replicas) != width for replicas in senders.values()):
+                return False
+    return True
+
+
+def proxying_inputs(plan: PhysicalPlan) -> frozenset[str]:
+    """The inputs whose replicas may close epochs for one another (:func:`proxies_allowed`)."""
+    return frozenset(name for name in plan.inputs if proxies_allowed(plan, plan.chain_of(name).name))
+
+
+class ProxyPlan:
+    """The driver's side of proxy tokens for one input: per replica, the epoch its own latest
+    token closed, as long as nothing was pushed to it since (None: unknown, or pushed to)."""
+
+    def __init__(self, width: int, allowed: bool) -> None:
+        self.allowed = allowed
+        self.own: list[int | None] = [None] * width
+
+    def pushed(self, replica: int) -> None:
+        """Records went to ``replica`` in a call of their own: its channel carries data after its last token."""
+        self.own[replica] = None
+
+    def reset(self) -> None:
+        """Every replica sends its own token next (a stream's batch goes to each): none may be proxied before."""
+        self.own = [None] * len(self.own)
+
+    def close(self, below: int | None, carriers: list[int]) -> dict[int, tuple[bool, Proxies]]:
+        """The input moves to ``below`` and ``carriers`` get records in the same call: per
+        replica, whether it moves quietly, and the proxies ``(replica, after)`` it sends. The
+        first carrier sends them for every other replica whose own token is known."""
+        known = {replica: after for replica, after in enumerate(self.own) if after is not None and replica not in carriers}
+        if not (self.allowed and carriers and below is not None):
+            known = {}
+        plan: dict[int, tuple[bool, Proxies]] = {replica: (replica in known, ()) for replica in range(len(self.own))}
+        if known:
+            plan[carriers[0]] = (False, tuple(known.items()))
+        for replica in range(len(self.own)):
+            if replica not in known:
+                self.own[replica] = below
+        return plan
+
+
 def may_close(pending: dict[str, set[Timestamp]], below: int | None) -> bool:
     """Whether a sender whose vertices wait for the notifications ``pending`` may say that
     nothing before epoch ``below`` (None: no epoch) comes from it any more."""
@@ -137,16 +215,29 @@ class TokenSender:
         #: Its input closed an epoch while one of its vertices still waited for a notification before it.
         self.owed = False
 
-    def close(self, transport: Transport, pending: dict[str, set[Timestamp]], below: int | None) -> None:
+    def close(self, transport: Transport, pending: dict[str, set[Timestamp]], below: int | None,
+              proxies: Proxies = (), quiet: bool = False) -> None:
         """Its input is at epoch ``below`` (None: closed): send the token on every channel,
         after the data sent before it (channels are FIFO), or owe it while a vertex of the
-        chain waits for a notification before ``below`` (it may still send at that time)."""
-        if not self.channels:
+        chain waits for a notification before ``below`` (it may still send at that time);
+        with it, a proxy token for each ``(replica, after)`` of ``proxies``. ``quiet``: a peer
+        sends a proxy token for it instead (:class:`ProxyPlan`).
+
+        Raises:
+            ProgressError: proxies to send while the token is owed (the driver asked a chain
+                that may owe tokens for them: the quiet replicas' channels would stay open).
+        """
+        if not self.channels or quiet:
             return
         self.owed = not may_close(pending, below)
+        if self.owed and proxies:
+            raise ProgressError(f"the input chain of {self.channels[0][1].source!r}: asked for proxy tokens at "
+                                f"epoch {below} while it owes its own token")
         if not self.owed:
             for to, channel, consumer in self.channels:
                 transport.send(to, channel, consumer, Timestamp(0), EpochClosed(below))
+                for replica, after in proxies:
+                    transport.send(to, channel, consumer, Timestamp(0), EpochClosed(below, replica, after))
 
 
 class TokenBook:
@@ -162,18 +253,42 @@ class TokenBook:
         #: channel -> every epoch below this one is closed there (None: all are); only the
         #: channels a token has come on (in this incarnation).
         self.closed: dict[ChannelId, int | None] = {}
+        #: channel -> the epoch its sender's own latest token closed (proxies wait for it).
+        self.own: dict[ChannelId, int | None] = {}
+        #: channel -> a proxy token for it that waits for its sender's own token ``after``.
+        self.proxied: dict[ChannelId, EpochClosed] = {}
 
     def record(self, channel: ChannelId, token: EpochClosed) -> None:
-        """Token ``token`` came on ``channel`` (after all the data sent before it).
+        """Token ``token`` came on ``channel`` (after all the data sent before it); a proxy
+        token closes its replica's channel once that one's own token ``after`` has come.
 
         Raises:
-            ProgressError: ``channel`` is not one this replica takes tokens on (the sender's
-                plan and this one disagree).
+            ProgressError: ``channel`` (or the proxied one) is not one this replica takes
+                tokens on (the sender's plan and this one disagree).
         """
+        if token.for_sender is not None:
+            channel = channel._replace(sender=token.for_sender)
         if channel not in self.channels:
             raise ProgressError(f"vertex {self.head!r} got an epoch token (epoch {token.below}) on {channel}, "
                                 f"which is not one of its token channels")
-        self.closed[channel] = self.latest = token.below
+        if token.for_sender is None:
+            self.own[channel] = self.latest = token.below
+            self._close(channel, token.below)
+            kept = self.proxied.pop(channel, None)
+            if kept is not None and kept.after == token.below:  # the own token it waited for
+                self._close(channel, kept.below)
+            elif kept is not None and _epoch_key(kept.after) > _epoch_key(token.below):
+                self.proxied[channel] = kept  # it waits for a later one
+        elif channel in self.own and self.own[channel] == token.after:
+            self._close(channel, token.below)
+        elif channel not in self.own or _epoch_key(self.own[channel]) < _epoch_key(token.after):
+            self.proxied[channel] = max(token, self.proxied.get(channel, token), key=_proxy_key)
+        # else its own token went past the one the proxy was for: a later own token closed more
+
+    def _close(self, channel: ChannelId, below: int | None) -> None:
+        """Every epoch before ``below`` is closed on ``channel`` (tokens only ever close more)."""
+        if channel not in self.closed or _epoch_key(below) > _epoch_key(self.closed[channel]):
+            self.closed[channel] = below
 
     def answers_alone(self, vertex: str, time: Timestamp) -> bool:
         """Whether tokens will make a notification of ``vertex`` at ``time`` due with no word
@@ -198,3 +313,13 @@ class TokenBook:
 
     def _heard_on_every_channel(self) -> bool:
         return bool(self.channels) and len(self.closed) == len(self.channels)
+
+
+def _epoch_key(epoch: int | None) -> float:
+    """An epoch bound to compare: None (closed) after every epoch."""
+    return float("inf") if epoch is None else epoch
+
+
+def _proxy_key(token: EpochClosed) -> tuple[float, float]:
+    """The later of two proxies for one channel: the one after the later own token, then the one closing more."""
+    return _epoch_key(token.after), _epoch_key(token.below)

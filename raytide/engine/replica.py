@@ -317,8 +317,8 @@ class ReplicaCore:
         context.current = None
         self._settle()
 
-    def advance_input(self, vertex: str, epoch: int | None) -> None:
-        """Move input ``vertex``'s capability to ``epoch`` (None: close the input)."""
+    def advance_input(self, vertex: str, epoch: int | None, quiet: bool = False, proxies: tuple = ()) -> None:
+        """Move input ``vertex``'s capability to ``epoch`` (None: close); ``quiet``, ``proxies``: ``epoch_tokens.ProxyPlan``."""
         if self.mode is ReplicaMode.HOLDING:
             return
         self.positions[vertex] += 1
@@ -340,7 +340,7 @@ class ReplicaCore:
                 self._run(name, None, self.vertices[name].on_input_epoch, epoch)
             for time in self.notifications.take_before(name, epoch) if self.plan.vertex(name).settles_with_input else ():
                 self.held_back.update((Location.of_vertex(name), time), -1)  # it is done with those times (LogicalVertex)
-        self.token_sender.close(self.transport, self.notifications.pending, epoch)
+        self.token_sender.close(self.transport, self.notifications.pending, epoch, proxies, quiet)
         self._settle()
 
     # -- running vertices ----------------------------------------------------------------

@@ -109,9 +109,16 @@ class HeldCause(NamedTuple):
 @dataclass(frozen=True)
 class EpochClosed:
     """An epoch token on a data channel: the sender's input is past every epoch below
-    ``below`` (None: closed) and nothing it sends later is before it (:mod:`raytide.engine.epoch_tokens`)."""
+    ``below`` (None: closed) and nothing it sends later is before it (:mod:`raytide.engine.epoch_tokens`).
+
+    With ``for_sender`` set, a replica of the same chain sends it for replica ``for_sender``'s
+    channel to the same receiver, which sent nothing since its own token ``after`` (the
+    driver gave it no records): a proxy token, so that an input replica without records
+    need not send its own."""
 
     below: int | None
+    for_sender: int | None = None
+    after: int | None = None
 
 
 class MarkerKind(enum.Enum):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
 from raytide.engine.progress_runs import merge_by_incarnation
 from raytide.engine.riding import Rides
 from raytide.physical.plan import PhysicalPlan
@@ -27,7 +28,7 @@ from raytide.snapshots.coordinator import Acknowledgement, Commit
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 
 #: A driver command for one input replica: ``("push", input, records, epoch)``,
-#: ``("advance", input, epoch)`` (None closes) or ``("marker", marker)``.
+#: ``("advance", input, epoch[, quiet, proxies])`` (None closes; ``epoch_tokens.ProxyPlan``) or ``("marker", marker)``.
 Command = tuple[Any, ...]
 
 
@@ -292,10 +293,12 @@ def planned_commands(plan: PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[
     its replicas in turn, epoch by epoch, each epoch closed by an advance (and preceded by the
     marker ``markers`` puts before it), then the input closed."""
     planned: dict[tuple[str, int], list[Command]] = {}
+    proxying = proxying_inputs(plan)
     for name in plan.inputs:
         width = plan.width(name)
         before = dict(markers.get(name, ()))
         queues: list[list[Command]] = [[] for _ in range(width)]
+        proxies = ProxyPlan(width, name in proxying)
         turn = 0
         for epoch, records in enumerate(inputs.get(name, ())):
             if epoch in before:
@@ -304,8 +307,9 @@ def planned_commands(plan: PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[
             for record in records:
                 queues[turn % width].append(("push", name, [record], epoch))
                 turn += 1
-            for queue in queues:
-                queue.append(("advance", name, epoch + 1))
+            fed = sorted({replica % width for replica in range(turn - len(records), turn)})
+            for replica, (quiet, proxied) in proxies.close(epoch + 1, fed).items():
+                queues[replica].append(("advance", name, epoch + 1, quiet, proxied))
         for replica, queue in enumerate(queues):
             planned[(name, replica)] = [*queue, ("advance", name, None)]
     return planned

@@ -219,12 +219,12 @@ def test_the_relay_times_every_message_through_the_hops_asked_for(ray_session):
 @pytest.mark.ray
 @pytest.mark.parametrize("parallelism", [2, 3])
 def test_the_keyed_calls_baseline_makes_the_progress_calls_of_raytides_epoch(ray_session, parallelism):
-    """One call per merge actor, the batches that came with the inputs' calls kept for it:
-    at parallelism 2 the two calls into the progress actor that raytide's keyed epoch makes
-    (``tests/ray/test_progress_messages.py``), at 3 three."""
+    """One call per merge actor and one per quiet input actor: at parallelism 2 the three calls
+    into the progress actor that raytide's keyed epoch makes (``tests/ray/test_progress_messages.py``),
+    at 3 five."""
     latencies, progress_calls = keyed_calls_latencies(parallelism, epochs=12, warmup=2)
     assert len(latencies) == 12 and min(latencies) > 0
-    assert progress_calls == parallelism
+    assert progress_calls == 2 * parallelism - 1
 
 
 @pytest.mark.ray

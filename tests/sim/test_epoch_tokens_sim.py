@@ -22,6 +22,9 @@ from tests.sim.test_runtime_sim import run_scenario
 
 #: The scenarios with a vertex that takes tokens (the loops' vertices are on a cycle: none).
 WITH_TOKENS = ("join", "keyed", "word count")
+#: Of those, the ones whose input replicas close epochs for one another at parallelism 2 and 3
+#: (``epoch_tokens.proxies_allowed``; keyed's input chain also feeds a ``stateful_map``, which takes no tokens).
+WITH_PROXIES = ("join", "word count")
 
 
 class HoldEpoch(rt.Vertex):
@@ -105,6 +108,14 @@ def _never_paid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(epoch_tokens.TokenSender, "close", forgetting)
 
 
+def _proxy_unguarded(book: epoch_tokens.TokenBook, channel, token) -> None:
+    """A planted error: a proxy token closes its replica's channel without waiting for that
+    replica's own token (data it sent before that token may still be on its way)."""
+    if token.for_sender is not None:
+        channel = channel._replace(sender=token.for_sender)
+    book.closed[channel] = book.latest = token.below
+
+
 def _answered_alone_unheard(book: epoch_tokens.TokenBook, vertex: str, time: rt.Timestamp) -> bool:
     return vertex == book.head and bool(book.channels) and not time.counters
 
@@ -117,6 +128,8 @@ def _answered_alone_unheard(book: epoch_tokens.TokenBook, vertex: str, time: rt.
     pytest.param(lambda m: m.setattr(epoch_tokens, "may_close", lambda pending, below: True),
                  [held_until_notified], id="a token while a notification is pending"),
     pytest.param(_never_paid, [held_until_notified], id="an owed token never sent"),
+    pytest.param(lambda m: m.setattr(epoch_tokens.TokenBook, "record", _proxy_unguarded),
+                 [SCENARIOS[name] for name in WITH_PROXIES], id="a proxy token before the token it waits for"),
 ])
 def test_a_planted_error_in_the_tokens_is_caught(monkeypatch, plant, scenarios):
     """Each planted error gives a wrong output within 20 seeds of a scenario it can show in
@@ -242,3 +255,36 @@ def test_riders_kept_for_the_last_token_give_the_plain_python_output_crashes_inc
             result = recovery_trial(name, seed, str(store_root / f"{name}-{seed}"))
             assert result.exact, f"{name}, seed {seed}: {result.describe()}"
     assert sum(kept.values()) >= 20, kept
+
+
+def test_input_replicas_without_records_are_closed_by_a_peers_proxy_tokens(monkeypatch):
+    """Where an input's replicas close epochs for one another, the replicas without records
+    move quietly and a peer's proxy tokens close their channels: at once where their own
+    last token is in, later where it is still on its way (the guard), and a receiver is
+    notified by them; always with the plain-Python output."""
+    seen: Counter = Counter()
+    advance, record = ReplicaCore.advance_input, epoch_tokens.TokenBook.record
+
+    def counted_advance(core: ReplicaCore, vertex: str, epoch, quiet: bool = False, proxies: tuple = ()) -> None:
+        seen["quiet advances"] += quiet
+        seen["proxies sent"] += len(proxies)
+        advance(core, vertex, epoch, quiet, proxies)
+
+    def counted_record(book: epoch_tokens.TokenBook, channel, token) -> None:
+        proxied = channel._replace(sender=token.for_sender) if token.for_sender is not None else None
+        before = (dict(book.closed), set(book.proxied))
+        record(book, channel, token)
+        if proxied is not None:
+            seen["closed by a proxy at once"] += book.closed.get(proxied, -1) != before[0].get(proxied, -1)
+            seen["kept for the own token"] += proxied in book.proxied and proxied not in before[1]
+        elif channel in before[1] and channel not in book.proxied and book.closed[channel] != token.below:
+            seen["closed by a kept proxy"] += 1
+
+    monkeypatch.setattr(ReplicaCore, "advance_input", counted_advance)
+    monkeypatch.setattr(epoch_tokens.TokenBook, "record", counted_record)
+    for name in WITH_PROXIES:
+        for seed in range(30):
+            assert exact(SCENARIOS[name], seed), f"{name}, seed {seed}"
+    for what in ("quiet advances", "proxies sent", "closed by a proxy at once", "kept for the own token",
+                 "closed by a kept proxy"):
+        assert seen[what] > 0, dict(seen)

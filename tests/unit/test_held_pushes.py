@@ -8,8 +8,10 @@ import threading
 
 import pytest
 
+import raytide as rt
 from raytide.driver import inputs
 from raytide.driver.inputs import HeldPushes
+from raytide.physical.plan import compile_plan
 
 WAIT = 10.0  # a deadline for the thread, never reached when it works
 
@@ -57,7 +59,9 @@ def test_an_error_stops_the_thread_and_is_kept_for_the_drivers_next_call():
 
 
 def test_the_drivers_next_call_into_an_input_raises_what_stopped_the_thread():
-    feeds = inputs.InputFeeds("flow", {"numbers": []}, max_inflight=1, batch_size=1, raise_if_failed=lambda: None)
+    flow = rt.Dataflow("flow")
+    flow.input("numbers").output("out")
+    feeds = inputs.InputFeeds(compile_plan(flow), {"numbers": []}, max_inflight=1, batch_size=1, raise_if_failed=lambda: None)
     feeds.held_pushes.error = ValueError("the restored snapshot refuses this feed")
     with pytest.raises(ValueError, match="refuses"):
         feeds.push("numbers", [1])
