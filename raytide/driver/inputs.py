@@ -216,8 +216,9 @@ class InputFeeds:
         #: Per input replica, the arguments of the last push dealt to it, not sent yet, and since when.
         self.held: dict[tuple[str, int], tuple[tuple, float]] = {}
         self.held_pushes = HeldPushes(self._send_old)
-        #: Per input, the Ray calls made to its replicas (``job.stats()["input_calls"]``; under the input's lock).
-        self.calls = dict.fromkeys(replicas, 0)
+        #: Per input and method, the Ray calls made to its replicas (``job.stats()["input_calls"]``
+        #: and ``["input_quiet_moves"]``; under the input's lock).
+        self.calls: collections.Counter[tuple[str, str]] = collections.Counter()
         self.incarnation = 0
         self.resumes: dict[tuple[str, int], Resume] = {}
         #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
@@ -465,7 +466,7 @@ class InputFeeds:
             self._answered(window, ray.wait([window[0]], timeout=WINDOW_POLL)[0])
         ref = getattr(actor, method).remote(self.incarnation, *args)
         window.append(ref)
-        self.calls[args[0]] += 1  # every call's first argument is its input's name
+        self.calls[(args[0], method)] += 1  # every call's first argument is its input's name
         return ref
 
     def _answered(self, window: collections.deque, ready: list) -> None:

@@ -112,8 +112,7 @@ class Job:
             self._autoscale_ref = self._autoscaler.next_change.remote(AUTOSCALE_POLL)
 
     def _start(self, restore_id: int | str | None) -> None:
-        """Give the leased hosts their roles (with recovery: after the coordinator is started,
-        paused until the job is restored or runs) and wait until the vertex hosts answer."""
+        """Give the leased hosts their roles (with recovery: paused until the job is restored or runs); wait for them."""
         placement, recovery = self.placement, self._recovery
         coordinator = None
         if recovery is not None:
@@ -497,10 +496,11 @@ class Job:
         cannot matter, so a backlog may show upstream of where it waits), ``frontier`` (the earliest epoch
         that may still arrive) and ``frontier_lag`` (epochs behind the latest input); per replica (``replicas``,
         by ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a receiver's window
-        (backpressure), and its counters per vertex; ``input_calls``, the driver's calls to input replicas."""
-        fed = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None]
-        return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed), "hosts": self.hosts(),
-                "input_calls": sum(self._inputs.calls.values()), **self._recovery_stats()}
+        (backpressure), and its counters per vertex; ``input_calls``, the driver's calls to input replicas, and
+        ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens)."""
+        fed, calls = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None], self._inputs.calls
+        return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed), "hosts": self.hosts(), **self._recovery_stats(),
+                "input_calls": calls.total(), "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly")}
 
     def parallelism(self) -> dict[str, int]:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""

@@ -228,6 +228,43 @@ def test_a_death_while_two_threads_take_events_is_recovered_once(ray_session, tm
     assert stats["recoveries"]["count"] == 1, stats["recoveries"]
 
 
+def test_an_input_replica_killed_while_peers_close_epochs_for_one_another(ray_session, tmp_path):
+    """Small epochs pushed and closed back to back reach one input replica each: the other
+    moves quietly while the first closes its channels with proxy tokens
+    (``epoch_tokens.ProxyPlan``). An input replica killed mid-feed is recovered from with
+    exactly the failure-free output (nothing lost, duplicated or out of order), and the
+    replicas close epochs for one another again after the recovery."""
+    flow = rt.Dataflow("proxied")
+    flow.input("lines").flat_map(str.split).count_by_key(lambda w: w, name="count").output("counts")
+    rng = random.Random(5)
+    lines = [" ".join(rng.choice(["ab", "cd", "ef"]) for _ in range(3)) for _ in range(2 * EPOCHS)]
+    expected = {"counts": {e: Counter(Counter(line.split()).items()) for e, line in enumerate(lines)}}
+    handed: Handed = []
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=0.1, max_restarts=3)
+    with rt.run(flow, parallelism=2, recovery=recovery) as job:
+        results = job.results("counts", timeout=120)
+
+        def feed(epochs: range) -> None:
+            for epoch in epochs:
+                job.push("lines", [lines[epoch]], epoch)
+                job.advance("lines", epoch + 1)
+                handed.append(next(results))
+
+        feed(range(EPOCHS))
+        deadline = time.monotonic() + 60
+        while job.stats()["snapshots"]["committed"] < 1:
+            assert time.monotonic() < deadline, "no snapshot was committed in 60 s"
+            time.sleep(0.05)
+        quiet_before = job.stats()["input_quiet_moves"]
+        sigkill(job, "{}/{}".format(*a_replica(job, rng)))
+        feed(range(EPOCHS, 2 * EPOCHS))
+        job.close("lines")
+        stats = job.stats()
+    assert_exactly_once(expected, {"counts": handed})
+    assert stats["recoveries"]["count"] == 1, stats["recoveries"]
+    assert 0 < quiet_before < stats["input_quiet_moves"], (quiet_before, stats["input_quiet_moves"])
+
+
 def test_the_coordinator_killed(ray_session, tmp_path):
     join = scenario("join")
     got, stats = run_and_kill(join, tmp_path, [lambda job: sigkill(job, "coordinator")], then_committed=1)
