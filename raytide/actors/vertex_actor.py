@@ -348,14 +348,15 @@ class VertexActor:
         if self._current(incarnation):
             self._guard(self.core.on_progress, *push)
 
-    def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int, proxies: tuple = (),
-             then: int | None = None) -> None:
+    def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int,
+             proxies: epoch_tokens.Proxies = (), then: int | None = None) -> None:
         """Records of ``epoch`` for input ``vertex`` from the driver (:mod:`raytide.physical.wire`); then, if ``then`` is
         given, move the input to ``then`` in the same call, with the proxy tokens ``proxies`` (:mod:`raytide.driver.inputs`)."""
         if self._current(incarnation):
             self._guard(self._push_then, vertex, payload, packed, epoch, proxies, then)
 
-    def _push_then(self, vertex: str, payload: Any, packed: bool, epoch: int, proxies: tuple, then: int | None) -> None:
+    def _push_then(self, vertex: str, payload: Any, packed: bool, epoch: int, proxies: epoch_tokens.Proxies,
+                   then: int | None) -> None:
         """One event of :meth:`push`: what both moves send goes out in one flush."""
         self.core.push_input(vertex, unpack_for(payload, packed, lambda: f"input {vertex!r} epoch {epoch}"), epoch)
         if then is not None:

@@ -229,7 +229,8 @@ class InputFeeds:
         self.logs = {(name, index): CallLog() for name, handles in replicas.items()
                      for index in range(len(handles))} if keep_calls else None
         #: Per input, which replicas a peer may close an epoch for (a proxy token).
-        self.proxy_plans = {name: ProxyPlan(len(handles), name in proxying_inputs(plan)) for name, handles in replicas.items()}
+        proxying = proxying_inputs(plan)
+        self.proxy_plans = {name: ProxyPlan(len(handles), name in proxying) for name, handles in replicas.items()}
 
     def check(self, name: str) -> None:
         """Raise a GraphError naming the job's inputs if ``name`` is not one of them, or what
@@ -501,11 +502,12 @@ class InputFeeds:
             for name in sorted(self.locks):  # a feeder holds one lock at a time: no order to deadlock on
                 held.enter_context(self.locks[name])
             self.incarnation = incarnation
+            proxying = proxying_inputs(plan)
             for name in self.replicas:
                 for old in self.replicas[name]:  # calls in flight to them are of the old incarnation
                     self.windows.pop(old, None)
                 self.replicas[name] = replicas[name]
-                self.proxy_plans[name] = ProxyPlan(len(replicas[name]), name in proxying_inputs(plan))
+                self.proxy_plans[name] = ProxyPlan(len(replicas[name]), name in proxying)
                 for index, actor in enumerate(replicas[name]):
                     position = positions.get((name, index), 0)
                     for method, args in self.logs[(name, index)].after(position, f"input {name!r} replica {index}"):

@@ -317,7 +317,7 @@ class ReplicaCore:
         context.current = None
         self._settle()
 
-    def advance_input(self, vertex: str, epoch: int | None, quiet: bool = False, proxies: tuple = ()) -> None:
+    def advance_input(self, vertex: str, epoch: int | None, quiet: bool = False, proxies: epoch_tokens.Proxies = ()) -> None:
         """Move input ``vertex``'s capability to ``epoch`` (None: close); ``quiet``, ``proxies``: ``epoch_tokens.ProxyPlan``."""
         if self.mode is ReplicaMode.HOLDING:
             return
