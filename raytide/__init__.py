@@ -11,17 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below are imported on first use (``__getattr__``)
     from raytide.autoscale.config import Autoscale as Autoscale
+    from raytide.core.collection import Collection as Collection
     from raytide.core.dataflow import Dataflow as Dataflow
     from raytide.core.dataflow import Loop as Loop
     from raytide.core.dataflow import Probe as Probe
     from raytide.core.dataflow import Stream as Stream
     from raytide.core.vertex import Vertex as Vertex
+    from raytide.differential.updates import accumulate as accumulate
     from raytide.driver.pool import configure as configure_pool
     from raytide.driver.pool import shutdown as shutdown
     from raytide.driver.run import Job as Job
     from raytide.driver.run import run as run
     from raytide.progress.timestamps import Timestamp as Timestamp
     from raytide.snapshots.config import Recovery as Recovery
+    from raytide.windows.specs import Session as Session
+    from raytide.windows.specs import Sliding as Sliding
+    from raytide.windows.specs import Tumbling as Tumbling
 
 from raytide.errors import ArgumentError as ArgumentError
 from raytide.errors import GraphError as GraphError
@@ -40,7 +45,9 @@ from raytide.errors import UserCodeError as UserCodeError
 #: Where each public name that is imported on first use lives, and its name there.
 _LAZY = {
     "Autoscale": ("raytide.autoscale.config", "Autoscale"),
+    "Collection": ("raytide.core.collection", "Collection"),
     "Dataflow": ("raytide.core.dataflow", "Dataflow"),
+    "accumulate": ("raytide.differential.updates", "accumulate"),
     "Loop": ("raytide.core.dataflow", "Loop"),
     "Probe": ("raytide.core.dataflow", "Probe"),
     "Stream": ("raytide.core.dataflow", "Stream"),
@@ -51,11 +58,15 @@ _LAZY = {
     "Job": ("raytide.driver.run", "Job"),
     "shutdown": ("raytide.driver.pool", "shutdown"),
     "configure_pool": ("raytide.driver.pool", "configure"),
+    "Session": ("raytide.windows.specs", "Session"),
+    "Sliding": ("raytide.windows.specs", "Sliding"),
+    "Tumbling": ("raytide.windows.specs", "Tumbling"),
 }
 
 __all__ = [
     "ArgumentError",
     "Autoscale",
+    "Collection",
     "Dataflow",
     "GraphError",
     "Job",
@@ -70,12 +81,16 @@ __all__ = [
     "RecoveryError",
     "ReplicaLost",
     "RescaleError",
+    "Session",
+    "Sliding",
     "SourceError",
     "SparkIntegrationError",
     "Stream",
     "Timestamp",
+    "Tumbling",
     "UserCodeError",
     "Vertex",
+    "accumulate",
     "configure_pool",
     "run",
     "shutdown",

@@ -20,7 +20,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "raytide"
 ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "progress": frozenset({"errors"}),
-    "core": frozenset({"errors", "progress"}),
+    "differential": frozenset({"errors", "progress"}),
+    "windows": frozenset({"errors", "progress"}),
+    "core": frozenset({"errors", "progress", "differential", "windows"}),
     "physical": frozenset({"errors", "progress", "core"}),
     "snapshots": frozenset({"errors", "progress", "core", "physical"}),
     "autoscale": frozenset({"errors", "progress", "core"}),
@@ -33,7 +35,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "driver": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine", "autoscale",
                          "sources", "actors"}),
     "integrations": frozenset({"errors", "progress", "core", "sources", "physical", "driver"}),
-    "graph": frozenset({"errors", "progress", "core"}),
+    "graph": frozenset({"errors", "progress", "core", "differential"}),
 }
 PUBLIC_FACE = "the public face"
 
@@ -221,10 +223,11 @@ def test_public_api():
     import raytide
 
     assert sorted(raytide.__all__) == [
-        "ArgumentError", "Autoscale", "Dataflow", "GraphError", "Job", "JobCancelled", "JobTimeout", "Loop", "Probe", "ProgressError",
-        "RaytideError", "RecordError", "Recovery", "RecoveryError", "ReplicaLost", "RescaleError", "SourceError",
-        "SparkIntegrationError", "Stream", "Timestamp", "UserCodeError",
-        "Vertex", "configure_pool", "run", "shutdown",
+        "ArgumentError", "Autoscale", "Collection", "Dataflow", "GraphError", "Job", "JobCancelled", "JobTimeout", "Loop", "Probe",
+        "ProgressError",
+        "RaytideError", "RecordError", "Recovery", "RecoveryError", "ReplicaLost", "RescaleError", "Session", "Sliding",
+        "SourceError", "SparkIntegrationError", "Stream", "Timestamp", "Tumbling", "UserCodeError",
+        "Vertex", "accumulate", "configure_pool", "run", "shutdown",
     ]
     assert callable(raytide.run)
 

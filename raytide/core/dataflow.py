@@ -29,11 +29,14 @@ from typing import Any
 import numpy as np
 
 from raytide.core.batches import BatchFormat, checked_batch, to_format, to_records
+from raytide.core.collection import Collection
+from raytide.core.collection_ops import CheckUpdates
 from raytide.core.columnar import StateColumn
 from raytide.core.columnar_flow import iterate_columns, keyed_columns
 from raytide.core.logical import Channel, ExchangeKey, InputEdge, KeyFn, LogicalVertex, VertexFactory
 from raytide.core.naming import VertexIds
 from raytide.core.operators import (
+    COMBINER_MAX_KEYS,
     BatchFunction,
     Egress,
     EpochJoin,
@@ -48,11 +51,10 @@ from raytide.core.operators import (
 )
 from raytide.core.step import Step
 from raytide.core.vertex import Vertex
+from raytide.core.windowing import WindowedStream, WindowSpec, windowed
 from raytide.errors import GraphError
 from raytide.progress.summaries import PathSummary
 
-#: How many distinct keys a combiner holds per timestamp before it sends them on early.
-COMBINER_MAX_KEYS = 65_536
 #: The channel of an edge that names none: replica ``i`` to replica ``i``.
 PIPELINE = Channel()
 
@@ -76,6 +78,12 @@ class Dataflow:
         """A driver-fed or source-fed input; records arrive in epochs."""
         self._add(LogicalVertex(name, None, (), 1, parallelism=parallelism, role="input"))
         return Stream(self, name, 0)
+
+    def collection(self, name: str, parallelism: int | None = None) -> Collection:
+        """An input of updates ``(record, diff)`` (``+1`` adds a copy, ``-1`` removes one): a
+        :class:`~raytide.core.collection.Collection` that changes by additions and deletions."""
+        stream = self.input(name, parallelism)
+        return Collection(stream._then("", lambda: CheckUpdates(name), name=f"{name}.updates", notifies=False))
 
     def vertex(
         self,
@@ -337,6 +345,12 @@ class Stream:
         return self.flow.vertex(lambda: EpochJoin(key, right), streams, 1, exchange=[key, right],
                                 name=vname, parallelism=parallelism)[0]
 
+    def window(self, key: KeyFn | str, spec: WindowSpec, *, name: str | None = None,
+               parallelism: int | None = None) -> WindowedStream:
+        """Keyed windows over epochs (``rt.Tumbling``, ``rt.Sliding``, ``rt.Session``): then ``.count()``,
+        ``.reduce(fn)`` or ``.aggregate(...)``, one ``(key, start, end, value)`` per key and window (docs/windows.md)."""
+        return windowed(self, key, spec, name, parallelism)
+
     # -- iteration -------------------------------------------------------------------
 
     def iterate(self, body: Callable[[Stream], Stream | tuple[Stream, Stream]], *,
@@ -413,6 +427,10 @@ class Stream:
         """
         made = iterate_columns(self, step, key, state, combine, arrange, outputs, name, finish, repeatable_rounds)
         return made[0] if outputs == 1 else made
+
+    def as_collection(self) -> Collection:
+        """This stream as a collection: each record an update ``(record, +1)``."""
+        return Collection(self.map(lambda record: (record, 1), name=self.flow._fresh("as_collection", [self], self.scope)))
 
     # -- leaving the dataflow --------------------------------------------------------
 

@@ -28,6 +28,10 @@ BatchFn = Callable[[Any], Any]
 _T = TypeVar("_T")
 
 
+#: How many distinct keys a combiner holds per timestamp before it sends them on early.
+COMBINER_MAX_KEYS = 65_536
+
+
 class BatchFunction(Vertex):
     """A stateless vertex applying ``fn`` to each incoming batch and sending what it returns."""
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from raytide.core.collection import Collection
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
 from raytide.graph.edges import CHANGED_OR_NEW, as_pairs, both_directions, changed_rows, mark_changed, mark_new, spread, useful_offers
+from raytide.graph.incremental import components
 
 
 def own_id(keys: np.ndarray) -> np.ndarray:
@@ -42,13 +44,18 @@ def propagate(s: Step) -> tuple[dict[str, np.ndarray], None]:
     return useful_offers(s, "label", concat(targets), concat(offers)), None
 
 
-def connected_components(edges: Stream, *, name: str = "components") -> Stream:
+def connected_components(edges: Stream | Collection, *, name: str = "components") -> Stream | Collection:
     """Per epoch, ``(node, label)`` rows (an ``(n, 2)`` array batch) for every node whose label is new
     or dropped in the epoch: the smallest label per node over epochs ``0..e`` is the smallest node id
     of its component in the graph of the edges of epochs ``0..e``.
 
-    ``edges``: batches of columns ``src`` and ``dst`` (direction ignored).
+    ``edges``: batches of columns ``src`` and ``dst`` (direction ignored). Given a
+    :class:`~raytide.core.collection.Collection` of ``(u, v)`` edges instead, inserted and
+    deleted, returns the collection of ``(node, label)`` kept up to date: a deleted edge
+    may split a component (:func:`raytide.graph.incremental.components`).
     """
+    if isinstance(edges, Collection):
+        return components(edges, name)
     changes = edges.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
         propagate, key="node", state={"label": (np.int64, own_id), "changed": CHANGED_OR_NEW},
         combine={"label": np.minimum}, arrange="src", name=name, finish=changed_rows("label"),

@@ -13,10 +13,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from raytide.core.collection import Collection
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
 from raytide.graph.edges import CHANGED, as_pairs, both_directions, changed_rows, mark_changed, spread, useful_offers
+from raytide.graph.incremental import distances
 
 
 def unit_weights(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -49,13 +51,19 @@ def relaxing(source: int) -> Callable[[Step], tuple[dict[str, np.ndarray], None]
     return relax
 
 
-def shortest_paths(edges: Stream, source: int, *, directed: bool = True, name: str = "paths") -> Stream:
+def shortest_paths(edges: Stream | Collection, source: int, *, directed: bool = True,
+                   name: str = "paths") -> Stream | Collection:
     """Per epoch, ``(node, distance)`` rows (an ``(n, 2)`` float array batch) for every node reached or
     brought nearer in the epoch: the smallest distance per node over epochs ``0..e`` is its distance
     from ``source`` in the graph of the edges of epochs ``0..e``.
 
     ``edges``: batches of columns ``src``, ``dst`` and optionally ``weight`` (non-negative; 1 if absent).
+    Given a :class:`~raytide.core.collection.Collection` of edges ``(u, v)`` or ``(u, v, weight)``
+    instead, inserted and deleted, returns the collection of ``(node, distance)`` kept up to
+    date (a node cut off from the source loses its distance).
     """
+    if isinstance(edges, Collection):
+        return distances(edges, source, directed, name)
     weighted = edges.map_batches(unit_weights, name=f"{name}.weights")
     if not directed:
         weighted = weighted.map_batches(both_directions, name=f"{name}.both-directions")

@@ -1,0 +1,233 @@
+"""The vertices of ``Collection``: thin shells around the pure cores of :mod:`raytide.differential`.
+
+Every batch they get and send is a list of updates ``(record, diff)``. The keyed ones keep
+traces, compacted once an epoch is over everywhere before them: at top level that is the
+notification of the epoch's time; inside a loop, of :func:`~raytide.differential.epoch_done`
+(every iteration of the epoch), which each asks for once per epoch it sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from raytide.core.batches import to_records
+from raytide.core.logical import KeyFn
+from raytide.core.vertex import Vertex
+from raytide.differential import EPOCH_DONE, Join, Logic, Reduction, canonical, check_updates, consolidate, epoch_done
+from raytide.errors import RecordError
+from raytide.progress.timestamps import Timestamp
+
+
+class CheckUpdates(Vertex):
+    """Behind a collection's input: passes its batches on as updates, refusing anything else."""
+
+    takes_lazy_batches = False
+
+    def __init__(self, collection: str) -> None:
+        self.collection = collection
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        self.send_by(0, check_updates(to_records(message), f"collection {self.collection!r} at {time}"), time)
+
+
+class Consolidate(Vertex):
+    """Per time, the updates with equal records summed and zeros dropped (exchanged by record)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[Timestamp, dict[Hashable, int]] = {}
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        sums = self.pending.get(time)
+        if sums is None:
+            sums = self.pending[time] = {}
+            self.notify_at(time)
+        for record, diff in message:
+            sums[record] = sums.get(record, 0) + diff
+
+    def on_notify(self, time: Timestamp) -> None:
+        changes = [(record, diff) for record, diff in self.pending.pop(time, {}).items() if diff]
+        if changes:
+            self.send_by(0, changes, time)
+
+    def snapshot(self) -> Any:
+        return self.pending
+
+    def restore(self, state: Any) -> None:
+        self.pending = state
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
+        taken = {}
+        for time, sums in list(self.pending.items()):
+            taken[time] = {record: diff for record, diff in sums.items() if moving(canonical(record))}
+            for record in taken[time]:
+                del sums[record]
+            if not sums:
+                del self.pending[time]
+                self.cancel_notify(time)
+        return taken
+
+    def put_keys(self, state: Any) -> None:
+        for time, sums in state.items():
+            if time not in self.pending:
+                self.pending[time] = {}
+                self.notify_at(time)
+            mine = self.pending[time]
+            for record, diff in sums.items():
+                mine[record] = mine.get(record, 0) + diff
+
+
+class _Keyed(Vertex):
+    """A keyed differential operator: its keys checked to be of one kind, its traces compacted per epoch."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.epochs: set[int] = set()  # epochs whose compaction is awaited
+        self.key_kind: str | None = None
+
+    def _keyed(self, key_of: KeyFn, message: list, time: Timestamp) -> list[tuple[Hashable, Any, int]]:
+        """The batch as ``(key, record, diff)``; asks for the epoch's compaction the first time it comes."""
+        self.depth = len(time.counters)
+        if time.epoch not in self.epochs:
+            self.epochs.add(time.epoch)
+            self.notify_at(epoch_done(time.epoch, self.depth))
+        keyed = [(key_of(record), record, diff) for record, diff in message]
+        for kind in {_kind(key) for key, _, _ in keyed}:
+            self._check_kind(kind, keyed, time)
+        return keyed
+
+    def _check_kind(self, kind: str, keyed: list, time: Timestamp) -> None:
+        if self.key_kind is None:
+            self.key_kind = kind
+        elif kind != self.key_kind:
+            key = next(key for key, _, _ in keyed if _kind(key) == kind)
+            raise RecordError(f"at {time}: key {key!r} is a {kind}, earlier keys were of kind {self.key_kind}: "
+                              "keys of one operator must be of one type (1 and '1' never meet)")
+
+    def on_notify(self, time: Timestamp) -> None:
+        if time.counters and time.counters[0] == EPOCH_DONE:
+            self.epochs.discard(time.epoch)
+            self.compact(time.epoch)
+            return
+        self.run(time)
+        if not time.counters:
+            self.epochs.discard(time.epoch)
+            self.compact(time.epoch)
+
+    def run(self, time: Timestamp) -> None:
+        """``time`` is complete (a notification of data, not of an epoch's end)."""
+
+    def compact(self, done: int) -> None:
+        """Every time of epochs ``<= done`` is complete."""
+
+    def _saved(self, core: Any) -> Any:
+        return {"core": core, "depth": self.depth, "epochs": self.epochs, "key_kind": self.key_kind}
+
+    def _restored(self, state: Any) -> Any:
+        self.depth, self.epochs, self.key_kind = state["depth"], state["epochs"], state["key_kind"]
+        return state["core"]
+
+
+def _kind(key: Hashable) -> str:
+    """What kind of key ``key`` is: numbers are one kind (1 == 1.0), tuples one per length."""
+    if isinstance(key, tuple):
+        return f"tuple of {len(key)}"
+    routed = canonical(key)
+    return "number" if isinstance(routed, int) or (isinstance(routed, tuple) and routed[:1] == ("float",)) \
+        else type(key).__name__
+
+
+class Reduce(_Keyed):
+    """Group by key and keep ``logic(key, contents)`` up to date (:class:`~raytide.differential.Reduction`)."""
+
+    def __init__(self, key_of: KeyFn, logic: Logic) -> None:
+        super().__init__()
+        self.key_of = key_of
+        self.reduction = Reduction(logic)
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        if self.reduction.receive(time, self._keyed(self.key_of, message, time)):
+            self.notify_at(time)
+
+    def run(self, time: Timestamp) -> None:
+        changes, later = self.reduction.run(time)
+        for due in later:
+            self.notify_at(due)
+        if changes:
+            self.send_by(0, changes, time)
+
+    def compact(self, done: int) -> None:
+        self.reduction.compact(done)
+
+    def snapshot(self) -> Any:
+        return self._saved(self.reduction)
+
+    def restore(self, state: Any) -> None:
+        self.reduction = self._restored(state)
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
+        before = self.reduction.times()
+        taken = self.reduction.take(lambda key: moving(canonical(key)))
+        for time in before - self.reduction.times():
+            self.cancel_notify(time)
+        return taken
+
+    def put_keys(self, state: Any) -> None:
+        before = self.reduction.times()
+        self.reduction.put(state)
+        for time in self.reduction.times() - before:
+            self.notify_at(time)
+
+
+class JoinUpdates(_Keyed):
+    """Join two collections by key across all times (:class:`~raytide.differential.Join`)."""
+
+    def __init__(self, left_key: KeyFn, right_key: KeyFn) -> None:
+        super().__init__()
+        self.keys = (left_key, right_key)
+        self.join = Join()
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        changes = self.join.receive(edge, time, self._keyed(self.keys[edge], message, time))
+        for when in sorted(changes, key=Timestamp.sort_key):
+            self.send_by(0, changes[when], when)
+
+    def compact(self, done: int) -> None:
+        self.join.compact(done)
+
+    def snapshot(self) -> Any:
+        return self._saved(self.join)
+
+    def restore(self, state: Any) -> None:
+        self.join = self._restored(state)
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
+        return self.join.take(lambda key: moving(canonical(key)))
+
+    def put_keys(self, state: Any) -> None:
+        self.join.put(state)
+
+
+def records_logic(fn: Callable[[Hashable, list], Any], checks: int = 64) -> Logic:
+    """``fn(key, records) -> records`` as a :data:`~raytide.differential.Logic` over contents.
+
+    ``fn`` gets the key's records, each repeated by its copies, in a fixed order (by their
+    ``repr``). It must depend on them as a multiset: the first ``checks`` calls run it a
+    second time on the records in reverse order and refuse a different result.
+    """
+    calls = 0
+
+    def logic(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
+        nonlocal calls
+        records = [record for record in sorted(contents, key=repr) for _ in range(contents[record])]
+        out = dict(consolidate((record, 1) for record in fn(key, records)))
+        if calls < checks:
+            calls += 1
+            again = dict(consolidate((record, 1) for record in fn(key, records[::-1])))
+            if again != out:
+                raise RecordError(f"the reduce function is not deterministic on a multiset: for key {key!r} it "
+                                  f"returned {sorted(out, key=repr)!r}, and {sorted(again, key=repr)!r} for the same "
+                                  "records in reverse order (its result must depend only on the records and their counts)")
+        return out
+
+    return logic

@@ -1,0 +1,17 @@
+"""Collections that change by additions and deletions: the pure algorithms (differential dataflow's).
+
+A collection's changes are updates ``(record, diff)`` at times (:mod:`.updates`); a keyed
+operator keeps what it has seen in a :class:`~.trace.Trace`, compacted once epochs are over;
+:class:`~.reduce.Reduction` keeps a group-and-reduce up to date, :class:`~.join.Join` a join.
+The vertices that run them, and the ``Collection`` API, live in ``raytide.core``.
+"""
+
+from raytide.differential.join import Join
+from raytide.differential.reduce import Logic, Reduction
+from raytide.differential.trace import EPOCH_DONE, Trace, epoch_done, later_times
+from raytide.differential.updates import Change, accumulate, canonical, check_updates, consolidate
+
+__all__ = [
+    "EPOCH_DONE", "Join", "Logic", "Reduction", "Trace", "Change", "accumulate", "canonical", "check_updates",
+    "consolidate", "epoch_done", "later_times",
+]

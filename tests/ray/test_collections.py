@@ -1,0 +1,73 @@
+"""Collections on real Ray: connected components of a graph whose edges are inserted and
+deleted, ten epochs pushed at once, a replica of the loop SIGKILLed while epochs iterate and
+the loop rescaled live; each epoch's changes must be exactly the difference between
+union-find's labels of the edges present before and after it (so a change lost or shown
+twice fails, not only a wrong labelling). The operators' semantics are proven against
+recomputation in tests/unit/test_differential.py and tests/sim/test_collections_sim.py.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from collections import Counter
+
+import pytest
+
+import raytide as rt
+from examples.connected_components import union_find
+from examples.incremental_components import build_flow, labels_by_epoch, random_updates
+
+pytestmark = pytest.mark.ray
+
+EPOCHS = 10
+
+
+def expected_changes(epochs: list) -> dict[int, Counter]:
+    """Per epoch, the changes of union-find's labels of the edges present."""
+    present: Counter = Counter()
+    before: dict = {}
+    out = {}
+    for epoch, updates in enumerate(epochs):
+        for edge, diff in updates:
+            present[edge] += diff
+        after = union_find(list((+present).elements()))
+        change = Counter(dict.fromkeys(after.items() - before.items(), 1))
+        change.update(dict.fromkeys(before.items() - after.items(), -1))
+        if change:
+            out[epoch] = change
+        before = after
+    return out
+
+
+def test_labels_by_epoch_equal_union_find_of_the_edges_present(ray_session):
+    epochs = random_updates(random.Random(1), 200, 300, 4, churn=0.05)
+    present: Counter = Counter()
+    for epoch, labels in enumerate(labels_by_epoch(epochs)):
+        for edge, diff in epochs[epoch]:
+            present[edge] += diff
+        assert labels == union_find(list((+present).elements())), epoch
+
+
+def test_a_replica_killed_mid_fixpoint_and_a_live_rescale_lose_and_repeat_no_change(ray_session, tmp_path):
+    epochs = random_updates(random.Random(2), 300, 600, EPOCHS, churn=0.01)
+    recovery = rt.Recovery(str(tmp_path / "store"), interval=0.3, max_restarts=3)
+    got: dict[int, Counter] = {}
+    with rt.run(build_flow(2), parallelism=2, recovery=recovery) as job:
+        for epoch, updates in enumerate(epochs):
+            job.push("edges", updates, epoch)
+        results = job.results("labels", timeout=300)
+        for epoch, changes in results:
+            assert epoch not in got, f"epoch {epoch} handed out twice"
+            got[epoch] = Counter(dict(changes))
+            if epoch == 1:  # the later epochs are in the loop now
+                chain = job.plan.chain_of("components.smallest").name
+                os.kill(job.hosts()[f"{job.name}/{chain}/1"], signal.SIGKILL)
+            if epoch == 4:
+                job.rescale({"components.smallest": 3}, timeout=120)
+                assert job.parallelism()["components.smallest"] == 3
+            if epoch == EPOCHS - 2:
+                job.close("edges")
+        assert len(job.stats()["recoveries"]) >= 1
+    assert {epoch: changes for epoch, changes in got.items() if changes} == expected_changes(epochs)
