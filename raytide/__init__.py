@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the names below are imported on first use (``__getattr__``)
     from raytide.driver.run import run as run
     from raytide.progress.timestamps import Timestamp as Timestamp
     from raytide.snapshots.config import Recovery as Recovery
+    from raytide.windows.event_time import EventTime as EventTime
     from raytide.windows.specs import Session as Session
     from raytide.windows.specs import Sliding as Sliding
     from raytide.windows.specs import Tumbling as Tumbling
@@ -58,6 +59,7 @@ _LAZY = {
     "Job": ("raytide.driver.run", "Job"),
     "shutdown": ("raytide.driver.pool", "shutdown"),
     "configure_pool": ("raytide.driver.pool", "configure"),
+    "EventTime": ("raytide.windows.event_time", "EventTime"),
     "Session": ("raytide.windows.specs", "Session"),
     "Sliding": ("raytide.windows.specs", "Sliding"),
     "Tumbling": ("raytide.windows.specs", "Tumbling"),
@@ -68,6 +70,7 @@ __all__ = [
     "Autoscale",
     "Collection",
     "Dataflow",
+    "EventTime",
     "GraphError",
     "Job",
     "JobCancelled",

@@ -33,7 +33,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "actors": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine", "autoscale",
                          "sources"}),
     "driver": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine", "autoscale",
-                         "sources", "actors"}),
+                         "sources", "actors", "windows"}),
     "integrations": frozenset({"errors", "progress", "core", "sources", "physical", "driver"}),
     "graph": frozenset({"errors", "progress", "core", "differential"}),
 }
@@ -223,8 +223,8 @@ def test_public_api():
     import raytide
 
     assert sorted(raytide.__all__) == [
-        "ArgumentError", "Autoscale", "Collection", "Dataflow", "GraphError", "Job", "JobCancelled", "JobTimeout", "Loop", "Probe",
-        "ProgressError",
+        "ArgumentError", "Autoscale", "Collection", "Dataflow", "EventTime", "GraphError", "Job", "JobCancelled", "JobTimeout",
+        "Loop", "Probe", "ProgressError",
         "RaytideError", "RecordError", "Recovery", "RecoveryError", "ReplicaLost", "RescaleError", "Session", "Sliding",
         "SourceError", "SparkIntegrationError", "Stream", "Timestamp", "Tumbling", "UserCodeError",
         "Vertex", "accumulate", "configure_pool", "run", "shutdown",

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from raytide.core.collection_ops import Consolidate, JoinUpdates, Reduce, records_logic
+from raytide.core.collection_ops import Consolidate, JoinUpdates, Reduce, RoutingKey, records_logic
 from raytide.core.columnar_flow import AnyStream
 from raytide.differential import canonical
 from raytide.errors import GraphError
@@ -102,7 +102,7 @@ class Collection:
     def _reduce(self, key: Callable[[Any], Hashable], logic: Any, label: str, name: str | None,
                 parallelism: int | None) -> Collection:
         vname = name or self.flow._fresh(label, [self.stream], self.stream.scope)
-        return Collection(self.stream.unary(lambda: Reduce(key, logic), exchange=_keyed_by(key), name=vname,
+        return Collection(self.stream.unary(lambda: Reduce(key, logic), exchange=RoutingKey(key), name=vname,
                                             parallelism=parallelism), consolidated=True)
 
     def join(self, other: Collection, key: Callable[[Any], Hashable],
@@ -116,8 +116,9 @@ class Collection:
         right_key = other_key or key
         streams = [self.stream, right.stream]
         vname = name or self.flow._fresh("join", streams, self.stream.scope)
+        routing = RoutingKey(key)
         return Collection(self.flow.vertex(lambda: JoinUpdates(key, right_key), streams, 1,
-                                           exchange=[_keyed_by(key), _keyed_by(right_key)], name=vname,
+                                           exchange=[routing, RoutingKey(right_key, agreeing=routing)], name=vname,
                                            parallelism=parallelism)[0])
 
     # -- iteration -----------------------------------------------------------------
@@ -183,9 +184,6 @@ def _enter(stream: AnyStream, loop: Any) -> AnyStream:
 def _record_key(update: tuple) -> Hashable:
     return canonical(update[0])
 
-
-def _keyed_by(key: Callable[[Any], Hashable]) -> Callable[[tuple], Hashable]:
-    return lambda update: canonical(key(update[0]))
 
 
 def _identity(record: Any) -> Any:

@@ -8,13 +8,14 @@ notification of the epoch's time; inside a loop, of :func:`~raytide.differential
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import contextlib
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from raytide.core.batches import to_records
 from raytide.core.logical import KeyFn
 from raytide.core.vertex import Vertex
-from raytide.differential import EPOCH_DONE, Join, Logic, Reduction, canonical, check_updates, consolidate, epoch_done
+from raytide.differential import EPOCH_DONE, Join, Logic, Reduction, Trace, canonical, check_updates, consolidate, epoch_done
 from raytide.errors import RecordError
 from raytide.progress.timestamps import Timestamp
 
@@ -28,7 +29,9 @@ class CheckUpdates(Vertex):
         self.collection = collection
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        self.send_by(0, check_updates(to_records(message), f"collection {self.collection!r} at {time}"), time)
+        with _located(self, time):
+            updates = check_updates(to_records(message), f"collection {self.collection!r}")
+        self.send_by(0, updates, time)
 
 
 class Consolidate(Vertex):
@@ -78,12 +81,11 @@ class Consolidate(Vertex):
 
 
 class _Keyed(Vertex):
-    """A keyed differential operator: its keys checked to be of one kind, its traces compacted per epoch."""
+    """A keyed differential operator, its traces compacted once each epoch is over."""
 
     def __init__(self) -> None:
         self.depth = 0
         self.epochs: set[int] = set()  # epochs whose compaction is awaited
-        self.key_kind: str | None = None
 
     def _keyed(self, key_of: KeyFn, message: list, time: Timestamp) -> list[tuple[Hashable, Any, int]]:
         """The batch as ``(key, record, diff)``; asks for the epoch's compaction the first time it comes."""
@@ -91,18 +93,7 @@ class _Keyed(Vertex):
         if time.epoch not in self.epochs:
             self.epochs.add(time.epoch)
             self.notify_at(epoch_done(time.epoch, self.depth))
-        keyed = [(key_of(record), record, diff) for record, diff in message]
-        for kind in {_kind(key) for key, _, _ in keyed}:
-            self._check_kind(kind, keyed, time)
-        return keyed
-
-    def _check_kind(self, kind: str, keyed: list, time: Timestamp) -> None:
-        if self.key_kind is None:
-            self.key_kind = kind
-        elif kind != self.key_kind:
-            key = next(key for key, _, _ in keyed if _kind(key) == kind)
-            raise RecordError(f"at {time}: key {key!r} is a {kind}, earlier keys were of kind {self.key_kind}: "
-                              "keys of one operator must be of one type (1 and '1' never meet)")
+        return [(key_of(record), record, diff) for record, diff in message]
 
     def on_notify(self, time: Timestamp) -> None:
         if time.counters and time.counters[0] == EPOCH_DONE:
@@ -121,11 +112,42 @@ class _Keyed(Vertex):
         """Every time of epochs ``<= done`` is complete."""
 
     def _saved(self, core: Any) -> Any:
-        return {"core": core, "depth": self.depth, "epochs": self.epochs, "key_kind": self.key_kind}
+        return {"core": core, "depth": self.depth, "epochs": self.epochs}
 
     def _restored(self, state: Any) -> Any:
-        self.depth, self.epochs, self.key_kind = state["depth"], state["epochs"], state["key_kind"]
+        self.depth, self.epochs = state["depth"], state["epochs"]
         return state["core"]
+
+
+class RoutingKey:
+    """The exchange key of a keyed collection operator: ``canonical(key(record))`` of an update.
+
+    It runs where the updates are sent from, and refuses keys of another kind than the first
+    it met there (numbers are one kind, ``1 == 1.0``; a tuple is one kind per length): ``1``
+    and ``"1"`` would never meet. The engine names the operator, the sending replica and the
+    time. The two inputs of a join share what they met (``agreeing``).
+    """
+
+    def __init__(self, key: KeyFn, agreeing: RoutingKey | None = None) -> None:
+        self.key = key
+        self.first: list[str] = agreeing.first if agreeing is not None else []  # the first kind met, shared
+        self.met: set[Hashable] = set()  # the signatures of keys met: a type, or (tuple, length)
+
+    def __call__(self, update: tuple) -> Hashable:
+        key = self.key(update[0])
+        signature = (tuple, len(key)) if type(key) is tuple else type(key)
+        if signature not in self.met:
+            self._check(key, signature)
+        return canonical(key)
+
+    def _check(self, key: Hashable, signature: Hashable) -> None:
+        kind = _kind(key)
+        if not self.first:
+            self.first.append(kind)
+        if kind != self.first[0]:
+            raise TypeError(f"key {key!r} is a {kind}, earlier keys were of kind {self.first[0]}: "
+                            "the keys of one operator must be of one type (1 and '1' never meet)")
+        self.met.add(signature)
 
 
 def _kind(key: Hashable) -> str:
@@ -135,6 +157,15 @@ def _kind(key: Hashable) -> str:
     routed = canonical(key)
     return "number" if isinstance(routed, int) or (isinstance(routed, tuple) and routed[:1] == ("float",)) \
         else type(key).__name__
+
+
+@contextlib.contextmanager
+def _located(vertex: Vertex, time: Timestamp) -> Iterator[None]:
+    """Bad data found by the pure cores, named with where it was found."""
+    try:
+        yield
+    except RecordError as error:
+        raise RecordError(f"vertex {vertex.name!r} replica {vertex.replica} at {time}: {error}") from error
 
 
 class Reduce(_Keyed):
@@ -150,7 +181,8 @@ class Reduce(_Keyed):
             self.notify_at(time)
 
     def run(self, time: Timestamp) -> None:
-        changes, later = self.reduction.run(time)
+        with _located(self, time):
+            changes, later = self.reduction.run(time)
         for due in later:
             self.notify_at(due)
         if changes:
@@ -158,6 +190,9 @@ class Reduce(_Keyed):
 
     def compact(self, done: int) -> None:
         self.reduction.compact(done)
+
+    def statistics(self) -> dict[str, int]:
+        return _trace_counters(self.reduction.input, self.reduction.output)
 
     def snapshot(self) -> Any:
         return self._saved(self.reduction)
@@ -195,6 +230,9 @@ class JoinUpdates(_Keyed):
     def compact(self, done: int) -> None:
         self.join.compact(done)
 
+    def statistics(self) -> dict[str, int]:
+        return _trace_counters(*self.join.sides)
+
     def snapshot(self) -> Any:
         return self._saved(self.join)
 
@@ -206,6 +244,13 @@ class JoinUpdates(_Keyed):
 
     def put_keys(self, state: Any) -> None:
         self.join.put(state)
+
+
+def _trace_counters(*traces: Trace) -> dict[str, int]:
+    """``arranged_updates``: what the operator's traces hold now; ``compacted_away``: what
+    compaction merged or cancelled so far."""
+    return {"arranged_updates": sum(trace.size for trace in traces),
+            "compacted_away": sum(trace.compacted_away for trace in traces)}
 
 
 def records_logic(fn: Callable[[Hashable, list], Any], checks: int = 64) -> Logic:

@@ -50,10 +50,12 @@ from raytide.core.operators import (
     pair_key,
 )
 from raytide.core.step import Step
+from raytide.core.temporal import interval_joined, latest_joined
 from raytide.core.vertex import Vertex
 from raytide.core.windowing import WindowedStream, WindowSpec, windowed
 from raytide.errors import GraphError
 from raytide.progress.summaries import PathSummary
+from raytide.windows.event_time import EventTime, checked_event_time, late_input
 
 #: The channel of an edge that names none: replica ``i`` to replica ``i``.
 PIPELINE = Channel()
@@ -74,9 +76,13 @@ class Dataflow:
     _ids: VertexIds = field(default_factory=VertexIds, repr=False)
     _loops: set[str] = field(default_factory=set, repr=False)
 
-    def input(self, name: str, parallelism: int | None = None) -> Stream:
-        """A driver-fed or source-fed input; records arrive in epochs."""
-        self._add(LogicalVertex(name, None, (), 1, parallelism=parallelism, role="input"))
+    def input(self, name: str, parallelism: int | None = None, *, event_time: EventTime | None = None) -> Stream:
+        """A driver-fed or source-fed input; records arrive in epochs, or go to epochs by their own time with
+        ``event_time=rt.EventTime(...)`` (its ``late_output`` is an output of late records; docs/windows.md)."""
+        spec = checked_event_time(name, event_time)
+        self._add(LogicalVertex(name, None, (), 1, parallelism=parallelism, role="input", event_time=spec))
+        if spec is not None and spec.late_output is not None:
+            self.input(late_input(name), 1).output(spec.late_output)
         return Stream(self, name, 0)
 
     def collection(self, name: str, parallelism: int | None = None) -> Collection:
@@ -350,6 +356,18 @@ class Stream:
         """Keyed windows over epochs (``rt.Tumbling``, ``rt.Sliding``, ``rt.Session``): then ``.count()``,
         ``.reduce(fn)`` or ``.aggregate(...)``, one ``(key, start, end, value)`` per key and window (docs/windows.md)."""
         return windowed(self, key, spec, name, parallelism)
+
+    def interval_join(self, other: Stream, key: KeyFn, lower: int, upper: int, *, other_key: KeyFn | None = None,
+                      name: str | None = None, parallelism: int | None = None) -> Stream:
+        """``(key, this_record, other_record)`` for equal keys whose epochs differ by ``lower <= other's - this one's
+        <= upper``, at the later of the two; state leaves once the frontier passes (docs/windows.md)."""
+        return interval_joined(self, other, key, lower, upper, other_key, name, parallelism)
+
+    def join_latest(self, table: Stream, key: KeyFn, *, table_key: KeyFn | None = None, name: str | None = None,
+                    parallelism: int | None = None) -> Stream:
+        """``(key, record, value)``: each record with the latest value of its key in ``table``'s updates as of its
+        epoch (that epoch's updates first; ``None`` if none yet; docs/windows.md)."""
+        return latest_joined(self, table, key, table_key, name, parallelism)
 
     # -- iteration -------------------------------------------------------------------
 

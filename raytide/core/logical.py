@@ -69,6 +69,8 @@ class LogicalVertex:
     #: fused behind moves past that notification's epoch (a combiner ships its partial
     #: results then): a chain of such vertices never owes an epoch token.
     settles_with_input: bool = False
+    #: An input's :class:`~raytide.windows.event_time.EventTime`, if it assigns records to epochs by their time.
+    event_time: Any = None
 
     def output_summary(self, port: int) -> PathSummary:
         """What a path through the vertex to output ``port`` does to a timestamp."""

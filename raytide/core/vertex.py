@@ -127,6 +127,15 @@ class Vertex:
         notification at ``time`` is pending."""
         self.context.cancel_notify(time)
 
+    def statistics(self) -> dict[str, int]:
+        """Counters of this replica's state for ``job.stats()`` (summed over the vertex's replicas).
+
+        Called from another thread while the vertex may be running a callback: return
+        counters the vertex keeps up to date as it works, not something computed by walking
+        its state. Default: none.
+        """
+        return {}
+
     def snapshot(self) -> Any:
         """The state to save in a snapshot (default: none)."""
         return None

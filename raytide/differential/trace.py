@@ -48,13 +48,17 @@ def later_times(time: Timestamp, others: Iterable[Timestamp]) -> set[Timestamp]:
     >>> sorted(later_times(T(1, (0,)), [T(0, (3,)), T(2, (1,))]), key=T.sort_key)
     [Timestamp(1, (3,)), Timestamp(2, (1,)), Timestamp(2, (3,))]
     """
-    bounds = [time.join(other) for other in others]
-    bounds.append(time)
-    found = set()
-    for by_epoch in bounds:
-        for by_counters in bounds:
-            if by_epoch.counters <= by_counters.counters and by_counters.epoch <= by_epoch.epoch:
-                found.add(Timestamp(by_epoch.epoch, by_counters.counters))
+    bounds = {time.join(other) for other in others}
+    bounds.add(time)
+    by_epoch: dict[int, list[tuple[int, ...]]] = {}
+    for bound in bounds:
+        by_epoch.setdefault(bound.epoch, []).append(bound.counters)
+    found, reachable = set(), []  # the counters of bounds at epochs up to the one at hand
+    for epoch in sorted(by_epoch):
+        counters = by_epoch[epoch]
+        reachable.extend(counters)
+        lowest = min(counters)
+        found.update(Timestamp(epoch, c) for c in reachable if c >= lowest)
     found.discard(time)
     return found
 
@@ -65,6 +69,8 @@ class Trace:
     def __init__(self) -> None:
         self.keys: dict[Hashable, dict[tuple[Any, Timestamp], int]] = {}
         self.changed: set[Hashable] = set()  # keys with updates not compacted yet
+        self.size = 0  # how many updates it holds, kept as they come and go (read while it works)
+        self.compacted_away = 0  # updates that compaction merged or cancelled, in all
 
     def add(self, key: Hashable, value: Any, time: Timestamp, diff: int) -> None:
         """Record one update."""
@@ -74,9 +80,11 @@ class Trace:
         slot = (value, time)
         total = updates.get(slot, 0) + diff
         if total:
+            self.size += slot not in updates
             updates[slot] = total
         else:
-            del updates[slot]
+            self.size -= slot in updates
+            updates.pop(slot, None)
             if not updates:
                 del self.keys[key]
         self.changed.add(key)
@@ -99,7 +107,7 @@ class Trace:
 
     def __len__(self) -> int:
         """How many updates the trace holds (its size after compaction follows the collection's)."""
-        return sum(map(len, self.keys.values()))
+        return self.size
 
     def compact(self, done: int) -> None:
         """Every time of epochs ``<= done`` is complete: merge them into epoch ``done + 1``."""
@@ -116,6 +124,8 @@ class Trace:
                     still.add(key)
                 merged[value, at] = merged.get((value, at), 0) + diff
             merged = {slot: diff for slot, diff in merged.items() if diff}
+            self.size += len(merged) - len(updates)
+            self.compacted_away += len(updates) - len(merged)
             if merged:
                 self.keys[key] = merged
             else:
@@ -125,8 +135,9 @@ class Trace:
     def take(self, moving: Callable[[Hashable], bool]) -> dict[Hashable, dict[tuple[Any, Timestamp], int]]:
         """Remove and return the updates of the keys for which ``moving(key)`` is true."""
         taken = {key: updates for key, updates in self.keys.items() if moving(key)}
-        for key in taken:
+        for key, updates in taken.items():
             del self.keys[key]
+            self.size -= len(updates)
         self.changed -= taken.keys()
         return taken
 

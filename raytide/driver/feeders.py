@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from raytide.driver.inputs import InputFeeds
+from raytide.driver.event_inputs import EventTimeInputs
 from raytide.driver.streams import StreamFeed
 from raytide.errors import JobTimeout
 from raytide.sources.base import BlockRefs, Reader
@@ -20,7 +20,7 @@ from raytide.sources.stream import StreamReader
 class Feeders:
     """The feeding threads of one job."""
 
-    def __init__(self, job: Any, inputs: InputFeeds, failed: Callable[[str, BaseException], None]) -> None:
+    def __init__(self, job: Any, inputs: EventTimeInputs, failed: Callable[[str, BaseException], None]) -> None:
         """``job``: the :class:`~raytide.driver.job.Job` (its ``push``, ``push_refs`` and
         ``close`` check that it has not failed); ``failed(input, error)``: a feed failed."""
         self.job, self.inputs, self.failed = job, inputs, failed
@@ -73,6 +73,6 @@ class Feeders:
         for epoch, batch in reader:
             if isinstance(batch, BlockRefs):
                 self.job.push_refs(name, list(batch.refs), epoch)
-            else:
-                self.job.push(name, batch, epoch)
+            else:  # an event-time input's records carry their time: the reader's epochs are only its batches
+                self.job.push(name, batch, None if self.inputs.event_time(name) else epoch)
         return True

@@ -29,8 +29,8 @@ from raytide.actors.autoscaler_actor import AutoscalerActor
 from raytide.autoscale.config import Autoscale
 from raytide.core.batches import BatchFormat
 from raytide.core.dataflow import Probe
+from raytide.driver.event_inputs import EventTimeInputs
 from raytide.driver.feeders import Feeders
-from raytide.driver.inputs import InputFeeds
 from raytide.driver.outputs import POLL_SLACK, OutputCollector
 from raytide.driver.placement import COORDINATOR, PROGRESS, SETUP_TIMEOUT, HostSettings, JobPlacement
 from raytide.driver.pool import cluster_cpus
@@ -97,7 +97,7 @@ class Job:
         self.placement = placement = JobPlacement(plan, name, settings)
         self._outputs = OutputCollector(placement.progress, plan.outputs,
                                         recovery.output_commit if recovery is not None else "epoch")
-        self._inputs = InputFeeds(plan, placement.input_handles(), settings.max_inflight, batch_size,
+        self._inputs = EventTimeInputs(plan, placement.input_handles(), settings.max_inflight, batch_size,
                                   self._raise_if_failed, keep_calls=recovery is not None, on_open=self._outputs.open)
         self._feeders = Feeders(self, self._inputs, self._feed_failed)
         self._recovery = JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
@@ -153,20 +153,19 @@ class Job:
 
     # -- inputs --------------------------------------------------------------------------
 
-    def push(self, name: str, records: Any, epoch: int | None = None) -> None:
+    def push(self, name: str, records: Any, epoch: int | None = None, partition: Any = None) -> None:
         """Send ``records`` into input ``name`` at ``epoch`` (default: the input's current epoch).
 
-        Pushing at a later epoch first advances the input to it; pushing at an earlier
-        epoch than the input's, or into a closed input, raises :class:`GraphError`.
-        Records are spread over the input's replicas in turn, across pushes.
+        Pushing at a later epoch first advances the input to it; pushing at an earlier epoch than the input's, or into a
+        closed input, raises :class:`GraphError`. Records are spread over the input's replicas in turn, across pushes.
+        An event-time input takes no epoch: records go to epochs by their time, pushed by producer ``partition`` (windows.md).
 
         Raises:
-            RecordError: ``records`` is not a batch or iterable of records (a string, None),
-                or a record does not pickle (nothing of the push is sent then).
+            RecordError: not records (a string, None), a record that does not pickle or lacks a good timestamp (none sent).
             JobCancelled: the job was cancelled.
         """
         self._raise_if_failed()
-        self._inputs.push(name, records, epoch)
+        self._inputs.push(name, records, epoch, partition)
 
     def push_refs(self, name: str, refs: list, epoch: int) -> None:
         """Send object refs of batches (e.g. Arrow tables) into input ``name``; replicas read them."""
@@ -247,8 +246,7 @@ class Job:
 
     def _take_events(self, timeout: float) -> str | None:
         """Take new events from the progress actor (waiting up to ``timeout``) and check
-        liveness; returns the deaths noticed, in a job with recovery (None: none were). Any
-        other failure fails the job."""
+        liveness; returns the deaths noticed, in a job with recovery (None: none were). Any other failure fails the job."""
         self._raise_if_failed()
         with self._cancelled_on_interrupt():
             try:
@@ -497,10 +495,12 @@ class Job:
         that may still arrive) and ``frontier_lag`` (epochs behind the latest input); per replica (``replicas``,
         by ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a receiver's window
         (backpressure), and its counters per vertex; ``input_calls``, the driver's calls to input replicas, and
-        ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens)."""
+        ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens);
+        ``late``: per event-time input, its late records (``records``, ``by_epoch``, ``max_lateness_s``)."""
         fed, calls = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None], self._inputs.calls
         return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed), "hosts": self.hosts(), **self._recovery_stats(),
-                "input_calls": calls.total(), "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly")}
+                "input_calls": calls.total(), "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly"),
+                "late": self._inputs.late_stats()}
 
     def parallelism(self) -> dict[str, int]:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""

@@ -1,18 +1,17 @@
 """One replica of a chain of fused vertices, as pure logic: events in, sends and progress out.
 
-A shell (the Ray actor in ``vertex_actor.py``, or the in-process runtime in ``local.py``) feeds a :class:`ReplicaCore`
-its events: data batches (those another replica sent in one event, together) or a marker from another replica, a
-status push from the progress actor, and, for input vertices, records and epoch advances. The core runs the user's
-callbacks, routes what they send (:class:`~raytide.engine.outbox.Outbox`: to fused vertices by a direct call, to
-itself through a queue it drains before shipping progress, to other replicas through the transport), and keeps the
-pointstamp deltas of everything it did.
+A shell (the Ray actor in ``vertex_actor.py``, or the in-process runtime in ``local.py``) feeds a :class:`ReplicaCore` its events: data
+batches (those another replica sent in one event, together) or a marker from another replica, a status push from the progress actor, and,
+for input vertices, records and epoch advances. The core runs the user's callbacks, routes what they send
+(:class:`~raytide.engine.outbox.Outbox`: to fused vertices by a direct call, to itself through a queue it drains before shipping progress,
+to other replicas through the transport), and keeps the pointstamp deltas of everything it did.
 
 Progress accounting follows Naiad's rule: the deltas of one event (the ``-1`` of the consumed message and the ``+1``
 of everything it caused) are shipped together, and a replica's messages to the progress actor are numbered and applied
 in that order. Deltas are held back while they cannot matter (:mod:`raytide.engine.holdback`), so the number of
 progress messages does not grow with the number of data batches. Notifications are delivered when no timestamp at or
-before them may still arrive (:mod:`raytide.engine.notifications`); a vertex on a cycle gets one round at a time and
-waits until the tracker has absorbed it (an acknowledged flush).
+before them may still arrive (:mod:`raytide.engine.notifications`); a vertex on a cycle gets one round at a time,
+each once the tracker has absorbed the last (an acknowledged flush).
 """
 
 from __future__ import annotations
@@ -595,6 +594,7 @@ class ReplicaCore:
     # -- introspection -------------------------------------------------------------------
 
     def snapshot_stats(self) -> dict[str, Any]:
-        """Counters per hosted vertex plus this replica's progress flushes."""
-        return {"vertices": {name: vars(s).copy() for name, s in self.stats.items()},
+        """Counters per hosted vertex (with what it counts of its state) plus this replica's progress flushes."""
+        return {"vertices": {name: {**vars(s), **(self.vertices[name].statistics() if name in self.vertices else {})}
+                             for name, s in self.stats.items()},
                 "progress_flushes": self.flushes, "local_sends": self.outbox.local_sends}

@@ -71,6 +71,7 @@ class VertexPlan:
     cyclic: bool
     notifies: bool = True
     settles_with_input: bool = False
+    event_time: Any = None  # an input's EventTime (raytide.windows.event_time), read by the driver
 
     def output_summary(self, port: int) -> PathSummary:
         """The path summary from the vertex to its output ``port`` (identity unless a loop boundary)."""
@@ -229,7 +230,7 @@ def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool 
     vertices = {
         name: VertexPlan(name, v.role, v.factory, tuple(map(tuple, v.inputs)), v.outputs, tuple(v.summaries),
                          width_of[name], chain_of[name], name in cyclic, v.notifies,
-                         v.settles_with_input)
+                         v.settles_with_input, v.event_time)
         for name, v in flow.vertices.items()
     }
     return PhysicalPlan(flow.name, graph, FrozenMap(vertices), tuple(chains),

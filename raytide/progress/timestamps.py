@@ -111,6 +111,22 @@ def _not_a_timestamp(op: str, other: object) -> str:
 
 
 def minimal_elements(times: Iterable[Timestamp]) -> list[Timestamp]:
-    """The elements of ``times`` not strictly greater than another one, without duplicates."""
+    """The elements of ``times`` not strictly greater than another one, without duplicates, in their order.
+
+    The order is a product of two total orders (epochs, and counters compared as a whole),
+    so one pass in ``sort_key`` order finds them: a time is minimal unless one before it
+    there has counters ``<=`` its own (an earlier epoch, or the same epoch and smaller
+    counters), i.e. unless the smallest counters seen so far are. ``O(n log n)``, not
+    ``O(n^2)``: a vertex in a loop may wait on many times at once.
+
+    >>> minimal_elements([Timestamp(1, (0,)), Timestamp(0, (3,)), Timestamp(2, (1,)), Timestamp(0, (3,))])
+    [Timestamp(1, (0,)), Timestamp(0, (3,))]
+    """
     distinct = list(dict.fromkeys(times))
-    return [t for t in distinct if not any(o.less_than(t) for o in distinct)]
+    minimal, lowest = set(), None
+    for time in sorted(distinct, key=Timestamp.sort_key):
+        if lowest is None or not lowest <= time.counters:
+            minimal.add(time)
+        if lowest is None or time.counters < lowest:
+            lowest = time.counters
+    return [time for time in distinct if time in minimal]

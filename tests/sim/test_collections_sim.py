@@ -197,3 +197,31 @@ def test_collections_rescaled_live_mid_run_equal_the_reference(store_root):
     for seed in range(24):
         trial(seed, "tables" if seed % 2 else "graph", store_root, seen, rescales=True, crashes=seed % 3 == 0)
     assert seen["rescales"] >= 16, dict(seen)
+
+
+def arranged(job: LocalJob) -> Counter:
+    """Per keyed operator, the updates its traces hold, over all replicas (``job.stats()``'s counter)."""
+    held: Counter = Counter()
+    for replica in job.replicas.values():
+        for name, vertex in replica.vertices.items():
+            held[name] += vertex.statistics().get("arranged_updates", 0)
+    return +held
+
+
+def test_a_hundred_epochs_of_changes_that_cancel_leave_the_arrangements_no_larger_than_at_the_start():
+    """Compaction: once epochs are over their updates merge, and what cancels goes; so a trace's
+    size follows the collection, not its history: the keyed operators over two tables after 100
+    epochs, and connected components (traces inside a loop) after 30, all pushed at once."""
+    rng = random.Random(7)
+    edges = [(rng.randrange(30), rng.randrange(30)) for _ in range(40)]
+    first = [(edge, 1) for edge in edges]
+    churned = [first] + [[(edge, 1 if epoch % 2 else -1) for edge in edges[epoch % 5::5]] for epoch in range(1, 101)]
+    for flow, inputs in ((tables_flow, {"left": churned, "right": churned}), (graph_flow, {"edges": churned[:31]})):
+        start = LocalJob(flow(), {name: updates[:1] for name, updates in inputs.items()}, 2, seed=1)
+        start.run()
+        after = LocalJob(flow(), inputs, 2, seed=1)
+        run = after.run()
+        assert run.finished and run.failure is None
+        assert set(arranged(after)) == set(arranged(start))
+        assert all(arranged(after)[name] <= held for name, held in arranged(start).items()), \
+            (arranged(start), arranged(after))

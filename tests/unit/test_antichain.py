@@ -13,6 +13,12 @@ from tests.strategies import timestamps
 
 
 @given(st.lists(timestamps(2, max_epoch=3, max_counter=3), max_size=30))
+def test_minimal_elements_are_those_no_other_is_strictly_below_in_their_first_order(times):
+    distinct = list(dict.fromkeys(times))
+    assert minimal_elements(times) == [t for t in distinct if not any(o.less_than(t) for o in distinct)]
+
+
+@given(st.lists(timestamps(2, max_epoch=3, max_counter=3), max_size=30))
 def test_antichain_holds_exactly_the_minimal_elements(times):
     chain = Antichain(times)
     members = chain.elements()

@@ -1,0 +1,160 @@
+"""The driver's side of event-time inputs (``flow.input(name, event_time=rt.EventTime(...))``):
+:class:`EventTimeInputs`, the job's :class:`~raytide.driver.inputs.InputFeeds` with an
+:class:`~raytide.windows.event_time.EventClock` per event-time input.
+
+``job.push(name, records, partition=p)`` on such an input (no epoch: records carry their
+time) reads every record's timestamp first (a record without one, or with one that is not
+a time, raises a RecordError naming the input, the record's position and what was wrong,
+and nothing is sent), then hands the push to the input's clock and does what it says:
+records of the input's epoch are pushed at once, those of later epochs wait in the driver
+until the watermark reaches them (then they are pushed at their epoch, which first moves
+the input there), and the input advances to the first open epoch. A late record goes, as
+it came, into the input that feeds the spec's ``late_output``, at the epoch the event-time
+input was at when the record came; that input follows the event-time input's epochs and
+closes with it. ``job.close(name)`` pushes everything held, in epoch order, and closes both.
+
+A partition is one producer's order: its watermark is its own largest timestamp minus
+``max_delay``, and the input's is the least of its partitions' (one partition, ``0``, unless
+``job.push`` names another). Records held in the driver for later epochs are not in any
+snapshot: a driver that dies loses them, as it loses what it had not pushed yet.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from raytide.core.batches import BATCH_KINDS, not_a_batch, to_records
+from raytide.driver.inputs import InputFeeds
+from raytide.errors import ArgumentError, GraphError, RecordError
+from raytide.physical.pickled import unpicklable
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.wire import pack
+from raytide.sources.base import Reader
+from raytide.windows.event_time import Assigned, EventClock, EventTime, late_input
+
+
+class EventTimeInputs(InputFeeds):
+    """A job's inputs, the event-time ones fed through their clocks (see the module docstring)."""
+
+    def __init__(self, plan: PhysicalPlan, replicas: dict[str, list[Any]], *args: Any,
+                 now: Callable[[], float] | None = None, **kwargs: Any) -> None:
+        """As :class:`InputFeeds`; ``now``: the clock idleness is measured by (tests inject one)."""
+        super().__init__(plan, replicas, *args, **kwargs)
+        specs = {name: plan.vertex(name).event_time for name in plan.inputs}
+        self.clocks = {name: EventClock(spec, *(() if now is None else (now,)))
+                       for name, spec in specs.items() if spec is not None}
+        #: One lock per event-time input around its clock and the calls it decides (a push's lock is taken inside).
+        self.clock_locks = {name: threading.Lock() for name in self.clocks}
+
+    def push(self, name: str, records: Any, epoch: Any = None, partition: Hashable | None = None) -> None:
+        """Push into input ``name``: at ``epoch``, or through its clock for an event-time input."""
+        clock = self.clocks.get(name)
+        if clock is None:
+            if partition is not None:
+                raise ArgumentError(f"input {name!r} is not an event-time input: partition= is for those")
+            return super().push(name, records, epoch)
+        self.check(name)
+        if epoch is not None:
+            raise GraphError(f"input {name!r} takes its epochs from its records' timestamps (event_time=); push "
+                             f"without an epoch, not at epoch {epoch!r}")
+        rows = to_records(_batch(name, records))
+        stamps = _stamps(name, clock.spec, rows)
+        _check_pickles(name, rows)
+        with self.clock_locks[name]:
+            if self.epochs[name] is None:
+                raise GraphError(f"input {name!r} is closed; it takes no more records")
+            before = self.epochs[name]
+            self._apply(name, clock.push(rows, stamps, 0 if partition is None else partition), before)
+
+    def advance(self, name: str, epoch: Any) -> None:
+        if name in self.clocks:
+            raise GraphError(f"input {name!r} moves with its records' timestamps (event_time=): it cannot be advanced "
+                             f"to epoch {epoch!r}; job.close({name!r}) flushes it")
+        super().advance(name, epoch)
+
+    def close(self, name: str) -> None:
+        """Close input ``name``; an event-time input first pushes every epoch its clock held."""
+        clock = self.clocks.get(name)
+        if clock is None:
+            return super().close(name)
+        self.check(name)
+        with self.clock_locks[name]:
+            if self.epochs[name] is not None:
+                self._apply(name, clock.close(), self.epochs[name])
+
+    def push_refs(self, name: str, refs: list, epoch: Any) -> None:
+        self._refuse_source(name, "object refs of batches")
+        super().push_refs(name, refs, epoch)
+
+    def hand_over(self, name: str, readers: list[Reader[Any]], timeout: float) -> None:
+        self._refuse_source(name, "a source read in the input's replicas")
+        super().hand_over(name, readers, timeout)
+
+    def push_batch(self, name: str, refs: list, epoch: Any) -> tuple[dict[int, int], list]:
+        self._refuse_source(name, "a stream source")
+        return super().push_batch(name, refs, epoch)
+
+    def late_stats(self) -> dict[str, dict[str, Any]]:
+        """``job.stats()["late"]``: per event-time input, its late records (see :class:`~raytide.windows.event_time.LateCount`)."""
+        return {name: clock.late.as_dict() for name, clock in self.clocks.items()}
+
+    def _refuse_source(self, name: str, what: str) -> None:
+        if name in self.clocks:
+            raise ArgumentError(f"event-time input {name!r} is fed by job.push (or an iterable of record lists), not "
+                                f"by {what}: event_time= on sources is not built yet")
+
+    def _apply(self, name: str, assigned: Assigned, before: int | None) -> None:
+        """Do what the clock decided: the sends, the late records (at ``before``, the input's
+        epoch when they came), and the input's move (or close), with its late input's."""
+        for epoch, records in assigned.sends:
+            super().push(name, records, epoch)
+        late = late_input(name) if self.clocks[name].spec.late_output is not None else None
+        if late is not None and assigned.late:
+            super().push(late, [one.record for one in assigned.late], before)
+        if assigned.epoch is None:
+            super().close(name)
+        elif assigned.epoch != self.epochs[name]:
+            super().advance(name, assigned.epoch)
+        if late is not None and assigned.epoch is None:
+            super().close(late)
+        elif late is not None and self.epochs[late] != assigned.epoch:
+            super().advance(late, assigned.epoch)
+
+    def event_time(self, name: str) -> EventTime | None:
+        """Input ``name``'s event-time spec (None: an ordinary input)."""
+        clock = self.clocks.get(name)
+        return clock.spec if clock is not None else None
+
+
+def _batch(name: str, records: Any) -> Any:
+    """What ``job.push`` was given, as a batch (as :func:`~raytide.driver.inputs.pushed_batch`, without an epoch)."""
+    if not_a_batch(records) is None:
+        return records
+    if isinstance(records, (str, bytes)) or not isinstance(records, collections.abc.Iterable):
+        raise RecordError(f"input {name!r}: push got {not_a_batch(records)}, not records; a push takes {BATCH_KINDS}, "
+                          f"or any other iterable of records")
+    return list(records)
+
+
+def _stamps(name: str, spec: EventTime, rows: list) -> list[float]:
+    """Every record's timestamp in seconds, or a RecordError naming the first record without a good one."""
+    stamps = []
+    for position, row in enumerate(rows):
+        try:
+            stamps.append(spec.stamp(row))
+        except (LookupError, TypeError, ValueError, AttributeError) as error:
+            what = f"has no timestamp {spec.timestamp!r}" if isinstance(error, LookupError) else f"has a bad timestamp: {error}"
+            raise RecordError(f"input {name!r}: record {position} of the push ({row!r:.80}) {what}; nothing of this "
+                              f"push was sent") from error
+    return stamps
+
+
+def _check_pickles(name: str, rows: list) -> None:
+    """Raise, naming the record, if the push does not pickle: before the clock sends any of it."""
+    try:
+        pack(rows)
+    except Exception as error:
+        raise unpicklable(rows, error, f"input {name!r}", 0, "; nothing of this push was sent") from error
