@@ -53,7 +53,8 @@ def later_times(time: Timestamp, others: Iterable[Timestamp]) -> set[Timestamp]:
     by_epoch: dict[int, list[tuple[int, ...]]] = {}
     for bound in bounds:
         by_epoch.setdefault(bound.epoch, []).append(bound.counters)
-    found, reachable = set(), []  # the counters of bounds at epochs up to the one at hand
+    found: set[Timestamp] = set()
+    reachable: list[tuple[int, ...]] = []  # the counters of bounds at epochs up to the one at hand
     for epoch in sorted(by_epoch):
         counters = by_epoch[epoch]
         reachable.extend(counters)
