@@ -28,6 +28,7 @@ from typing import Any
 
 from raytide.core.collection_ops import Consolidate, JoinUpdates, Reduce, RoutingKey, records_logic
 from raytide.core.columnar_flow import AnyStream
+from raytide.core.logical import Channel, InputEdge, LogicalVertex
 from raytide.differential import canonical
 from raytide.errors import GraphError
 
@@ -36,47 +37,70 @@ _ENTERED: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], AnyStream]] = wea
 
 
 class Collection:
-    """A collection of records changing over time: a stream of ``(record, diff)`` updates."""
+    """A collection of records changing over time: one or more streams of ``(record, diff)`` updates.
 
-    def __init__(self, stream: AnyStream, consolidated: bool = False) -> None:
-        self.stream = stream
+    A union (``concat``) is kept as the list of its streams rather than placed as a vertex:
+    record-by-record operators apply to each (fused into the actor that makes it), and a
+    keyed operator reads all of them on one input port, so a union costs no hop.
+    """
+
+    def __init__(self, *streams: AnyStream, consolidated: bool = False) -> None:
+        if not streams:
+            raise GraphError("a collection needs at least one stream")
+        self.streams = streams
         #: Whether each time's updates come consolidated already (a reduction's output does).
-        self.consolidated = consolidated
+        self.consolidated = consolidated and len(streams) == 1
 
     def __repr__(self) -> str:
-        return f"Collection({self.stream.vertex!r})"
+        return f"Collection({', '.join(repr(s.vertex) for s in self.streams)})"
 
     @property
     def flow(self) -> Any:
         """The dataflow the collection is in."""
-        return self.stream.flow
+        return self.streams[0].flow
+
+    @property
+    def scope(self) -> Any:
+        """The loop the collection is in (None: the top level)."""
+        return self.streams[0].scope
+
+    @property
+    def stream(self) -> AnyStream:
+        """The collection as one stream of updates (a union placed as a ``concat`` vertex)."""
+        first, *rest = self.streams
+        return first.concat(*rest) if rest else first
+
+    def _each(self, make: Callable[[AnyStream, str | None], AnyStream], name: str | None) -> Collection:
+        """``make(stream, name)`` applied to each stream of the union (``name``, ``name.1``, ...)."""
+        return Collection(*(make(stream, _nth(name, index)) for index, stream in enumerate(self.streams)))
 
     # -- record by record ------------------------------------------------------------
 
     def map(self, fn: Callable[[Any], Hashable], *, name: str | None = None) -> Collection:
         """Each record ``r`` becomes ``fn(r)``, with its diff."""
-        return Collection(self.stream.map(lambda update: (fn(update[0]), update[1]), name=name))
+        return self._each(lambda stream, vname: stream.map(lambda update: (fn(update[0]), update[1]), name=vname), name)
 
     def flat_map(self, fn: Callable[[Any], Iterable[Hashable]], *, name: str | None = None) -> Collection:
         """Each record ``r`` becomes the records of ``fn(r)``, each with ``r``'s diff."""
-        return Collection(self.stream.flat_map(lambda update: [(out, update[1]) for out in fn(update[0])], name=name))
+        return self._each(lambda stream, vname: stream.flat_map(
+            lambda update: [(out, update[1]) for out in fn(update[0])], name=vname), name)
 
     def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None) -> Collection:
         """The records for which ``predicate`` is true."""
-        return Collection(self.stream.filter(lambda update: predicate(update[0]), name=name))
+        return self._each(lambda stream, vname: stream.filter(lambda update: predicate(update[0]), name=vname), name)
 
     def negate(self, *, name: str | None = None) -> Collection:
         """Every copy taken away: the collection whose sum with this one is empty."""
-        return Collection(self.stream.map(lambda update: (update[0], -update[1]), name=name))
+        return self._each(lambda stream, vname: stream.map(_negated, name=vname), name)
 
     def concat(self, *others: Collection, name: str | None = None) -> Collection:
-        """The multiset sum of this collection and ``others``."""
-        streams = [self._aligned(other, "concat").stream for other in others]
-        return Collection(self.stream.concat(*streams, name=name))
+        """The multiset sum of this collection and ``others`` (no vertex: see the class)."""
+        streams = [stream for other in others for stream in self._aligned(other, "concat").streams]
+        return Collection(*self.streams, *streams)
 
     def consolidate(self, *, name: str | None = None) -> Collection:
         """The same collection, each time's updates summed per record and zeros dropped."""
-        return Collection(self.stream.unary(Consolidate, exchange=_record_key, name=name))
+        return self._keyed("consolidate", Consolidate, [(self, _record_key)], name, None)
 
     # -- keyed ---------------------------------------------------------------------
 
@@ -101,9 +125,8 @@ class Collection:
 
     def _reduce(self, key: Callable[[Any], Hashable], logic: Any, label: str, name: str | None,
                 parallelism: int | None) -> Collection:
-        vname = name or self.flow._fresh(label, [self.stream], self.stream.scope)
-        return Collection(self.stream.unary(lambda: Reduce(key, logic), exchange=RoutingKey(key), name=vname,
-                                            parallelism=parallelism), consolidated=True)
+        made = self._keyed(label, lambda: Reduce(key, logic), [(self, RoutingKey(key))], name, parallelism)
+        return Collection(*made.streams, consolidated=True)
 
     def join(self, other: Collection, key: Callable[[Any], Hashable],
              other_key: Callable[[Any], Hashable] | None = None, *, name: str | None = None,
@@ -112,14 +135,21 @@ class Collection:
 
         The pair's diff is the product of theirs; it comes at the later of their times.
         """
-        right = self._aligned(other, "join")
-        right_key = other_key or key
-        streams = [self.stream, right.stream]
-        vname = name or self.flow._fresh("join", streams, self.stream.scope)
+        right, right_key = self._aligned(other, "join"), other_key or key
         routing = RoutingKey(key)
-        return Collection(self.flow.vertex(lambda: JoinUpdates(key, right_key), streams, 1,
-                                           exchange=[routing, RoutingKey(right_key, agreeing=routing)], name=vname,
-                                           parallelism=parallelism)[0])
+        ports = [(self, routing), (right, RoutingKey(right_key, agreeing=routing))]
+        return self._keyed("join", lambda: JoinUpdates(key, right_key), ports, name, parallelism)
+
+    def _keyed(self, label: str, factory: Callable[[], Any], ports: list[tuple[Collection, Any]], name: str | None,
+               parallelism: int | None) -> Collection:
+        """One vertex reading each collection of ``ports`` on a port of its own, every stream of it
+        exchanged by that port's key."""
+        streams = [stream for collection, _ in ports for stream in collection.streams]
+        vname = name or self.flow._fresh(label, streams, self.scope)
+        edges = tuple(tuple(InputEdge(s.vertex, s.port, Channel("exchange", key)) for s in collection.streams)
+                      for collection, key in ports)
+        self.flow._add(LogicalVertex(vname, factory, edges, 1, self.streams[0].depth, parallelism=parallelism))
+        return Collection(type(self.streams[0])(self.flow, vname, 0, self.scope))
 
     # -- iteration -----------------------------------------------------------------
 
@@ -127,49 +157,59 @@ class Collection:
                 name: str | None = None) -> Collection:
         """The fixpoint of ``body``: starting from this collection, ``body`` applied until nothing changes.
 
-        What goes round is consolidated per iteration (by the body's last ``reduce``,
-        ``count`` or ``distinct`` if it ends with one), so updates that cancel stop there.
-
         ``body`` gets the collection of the current iteration (inside a new loop) and
         returns the next one. Collections of enclosing scopes used in it (``join`` with an
         edge list, say) enter the loop by themselves. After each epoch's changes the
         fixpoint is brought up to date, not recomputed: only what those changes reach is
         redone, iteration by iteration. Loops nest. With ``max_iterations``, the result
         after that many applications (if no fixpoint came sooner).
+
+        The next iteration's collection is the result: what goes round is the result's
+        updates and this collection's taken back, each on a feedback edge of its own (fused
+        into the actor that makes it). If the body does not end with a ``reduce``, ``count``
+        or ``distinct`` (whose output is consolidated), its result is consolidated first, so
+        that updates that cancel stop there. Without ``max_iterations`` the loop's output is
+        read behind the feedback edge (the same updates, the iteration counter dropped alike),
+        so that the feedback is the result's only consumer and runs in its actor.
         """
-        loop = self.flow._new_loop("iterate", name, self.stream.scope, [self.stream])
-        back = loop.feedback(max_iterations=max_iterations)
-        entered = Collection(_enter(self.stream, loop))
-        result = body(Collection(entered.stream.concat(back.stream)))
-        if not isinstance(result, Collection) or result.stream.scope is not loop:
+        loop = self.flow._new_loop("iterate", name, self.scope, list(self.streams))
+        entered = Collection(*(_enter(stream, loop) for stream in self.streams))
+        taken_back = [loop.feedback(max_iterations=max_iterations) for _ in entered.streams]
+        for back, stream in zip(taken_back, entered.negate().streams):
+            back.connect(stream)
+        results = loop.feedback(max_iterations=max_iterations)
+        result = body(Collection(*entered.streams, *(back.stream for back in taken_back), results.stream))
+        if not isinstance(result, Collection) or result.scope is not loop:
             raise GraphError(f"iterate {loop.name!r}: the body must return a Collection inside its loop, "
                              f"got {result!r}")
-        change = result.concat(entered.negate())  # the next iteration's collection is the result
-        back.connect((change if result.consolidated else change.consolidate()).stream)
-        return Collection(loop.leave(result.stream))
+        going_round = result if result.consolidated else result.consolidate()
+        results.connect(going_round.streams[0])
+        if max_iterations is None:  # the same updates, one iteration on: the loop's output (its counter goes)
+            return Collection(loop.leave(results.stream))
+        return Collection(*(loop.leave(stream) for stream in going_round.streams))  # the last would be dropped
 
     # -- leaving -------------------------------------------------------------------
 
     def output(self, name: str) -> None:
         """Deliver the collection's changes as output ``name``: per epoch, consolidated ``(record, diff)``."""
-        self.consolidate(name=f"{name}.consolidate").stream.output(name)
+        self.consolidate(name=f"{name}.consolidate").streams[0].output(name)
 
     def _aligned(self, other: Any, operator: str) -> Collection:
         """``other`` in this collection's scope: entered into the loops it is outside of."""
         if not isinstance(other, Collection):
-            raise GraphError(f"{operator} on collection {self.stream.vertex!r} takes collections, got {other!r}"
+            raise GraphError(f"{operator} on collection {self.streams[0].vertex!r} takes collections, got {other!r}"
                              " (a stream becomes a collection with stream.as_collection())")
-        scope, path = self.stream.scope, []
-        while scope is not other.stream.scope:
+        scope, path = self.scope, []
+        while scope is not other.scope:
             if scope is None:
-                raise GraphError(f"{operator}: collection {other.stream.vertex!r} is inside a loop that "
-                                 f"{self.stream.vertex!r} is not in; leave the loop first")
+                raise GraphError(f"{operator}: collection {other.streams[0].vertex!r} is inside a loop that "
+                                 f"{self.streams[0].vertex!r} is not in; leave the loop first")
             path.append(scope)
             scope = scope.parent
-        stream = other.stream
+        streams = other.streams
         for loop in reversed(path):
-            stream = _enter(stream, loop)
-        return Collection(stream)
+            streams = tuple(_enter(stream, loop) for stream in streams)
+        return Collection(*streams, consolidated=other.consolidated)
 
 
 def _enter(stream: AnyStream, loop: Any) -> AnyStream:
@@ -181,9 +221,17 @@ def _enter(stream: AnyStream, loop: Any) -> AnyStream:
     return entered[place]
 
 
+def _nth(name: str | None, index: int) -> str | None:
+    """The name of the vertex placed for stream ``index`` of a union: ``name``, ``name.1``, ..."""
+    return name if name is None or index == 0 else f"{name}.{index}"
+
+
+def _negated(update: tuple) -> tuple:
+    return (update[0], -update[1])
+
+
 def _record_key(update: tuple) -> Hashable:
     return canonical(update[0])
-
 
 
 def _identity(record: Any) -> Any:
