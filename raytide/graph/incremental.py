@@ -5,12 +5,14 @@ classic form: a node's value at the next iteration is the smallest of its own st
 what its neighbours offer, so after an epoch's changes only the values those changes
 reach are redone, iteration by iteration, and a deleted edge takes back what it carried
 (a component splits, a node too far from the source loses its distance). A node without
-edges is in no result.
+edges is in no result. PageRank (:func:`ranks`) runs a fixed number of rounds instead of
+to a fixpoint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import math
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from raytide.core.collection import Collection
@@ -40,6 +42,57 @@ def distances(edges: Collection, source: Hashable, directed: bool, name: str) ->
         return offers.concat(start).reduce(_first, _smallest, name=f"{name}.nearest")
 
     return start.iterate(nearest_offer, name=name)
+
+
+def ranks(edges: Collection, iterations: int, damping: float, name: str) -> Collection:
+    """``(node, rank)`` after ``iterations`` rounds of unnormalised PageRank over directed edges ``(u, v)``.
+
+    Every node (an end of an edge) starts at 1; a round gives each ``(1 - damping) + damping
+    * sum(rank(u) / out-degree(u))`` over its in-edges. Sums are exactly rounded
+    (``math.fsum``), so a rank does not depend on the order its shares come in.
+    """
+    nodes = edges.flat_map(_ends, name=f"{name}.ends").distinct(name=f"{name}.nodes")
+    degrees = edges.count(_source, name=f"{name}.out-degrees")
+    start = nodes.map(_at_one, name=f"{name}.start")
+    present = nodes.map(_at_zero_share, name=f"{name}.present")
+
+    def one_round(rank: Collection) -> Collection:
+        shares = rank.join(degrees, _first, _first, name=f"{name}.shares").map(_share, name=f"{name}.share")
+        spread = shares.join(edges, _first, _source, name=f"{name}.spread").map(_along, name=f"{name}.along")
+        return spread.concat(present).reduce(_first, _damped(damping), name=f"{name}.sum")
+
+    return start.iterate(one_round, max_iterations=iterations, name=name)
+
+
+def _ends(edge: tuple) -> list:
+    return [edge[0], edge[1]]
+
+
+def _at_one(node: Any) -> tuple:
+    return (node, 1.0)
+
+
+def _at_zero_share(node: Any) -> tuple:
+    return (node, 0.0)
+
+
+def _share(joined: tuple) -> tuple:
+    """``(u, ((u, rank), (u, degree)))`` -> ``(u, rank / degree)``."""
+    node, ((_, rank), (_, degree)) = joined
+    return (node, rank / degree)
+
+
+def _along(joined: tuple) -> tuple:
+    """``(u, ((u, share), edge))`` -> ``(edge's head, share)``."""
+    _, ((_, share), edge) = joined
+    return (edge[1], share)
+
+
+def _damped(damping: float) -> Callable[[Any, list], list]:
+    def rank_of(node: Any, shares: list[tuple]) -> list[tuple]:
+        return [(node, (1.0 - damping) + damping * math.fsum(share for _, share in shares))]
+
+    return rank_of
 
 
 def _both_directions(edge: tuple) -> list[tuple]:

@@ -16,9 +16,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from raytide.core.collection import Collection
 from raytide.core.dataflow import Stream
 from raytide.core.step import Step
 from raytide.graph.edges import as_pairs
+from raytide.graph.incremental import ranks as incremental_ranks
 
 
 def rounds(iterations: int, damping: float) -> Callable[[Step], tuple[dict | None, dict | None]]:
@@ -45,12 +47,19 @@ def rounds(iterations: int, damping: float) -> Callable[[Step], tuple[dict | Non
     return step
 
 
-def pagerank(edges: Stream, *, iterations: int = 20, damping: float = 0.85, name: str = "pagerank") -> Stream:
+def pagerank(edges: Stream | Collection, *, iterations: int = 20, damping: float = 0.85,
+             name: str = "pagerank") -> Stream | Collection:
     """Per epoch, ``(node, rank)`` rows (an ``(n, 2)`` float array batch) of every node, after
     ``iterations`` rounds over the directed edges of epochs ``0..e``.
 
-    ``edges``: batches of columns ``src`` and ``dst``.
+    ``edges``: batches of columns ``src`` and ``dst``. Given a
+    :class:`~raytide.core.collection.Collection` of edges ``(u, v)`` instead, inserted and
+    deleted, returns the collection of ``(node, rank)`` kept up to date: each epoch's
+    changes are carried through the rounds, not recomputed from scratch
+    (:func:`raytide.graph.incremental.ranks`).
     """
+    if isinstance(edges, Collection):
+        return incremental_ranks(edges, iterations, damping, name)
     ranks = edges.iterate_columns(rounds(iterations, damping), key="node", state={"rank": (np.float64, 1.0)},
                                   combine={"rank": np.add}, arrange="src", name=name)
     assert isinstance(ranks, Stream)

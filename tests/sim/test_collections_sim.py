@@ -11,6 +11,7 @@ against union-find, hop distances against BFS).
 from __future__ import annotations
 
 import collections
+import math
 import random
 import warnings
 from collections import Counter
@@ -18,7 +19,7 @@ from collections.abc import Callable
 
 import raytide as rt
 from examples.connected_components import union_find
-from raytide.graph import connected_components, shortest_paths
+from raytide.graph import connected_components, pagerank, shortest_paths
 from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import LocalJob, LocalRecovery
@@ -144,7 +145,34 @@ def graph_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Upda
     return inputs, expected_changes(inputs, outputs)
 
 
-SCENARIOS = {"tables": (tables_flow, tables_reference, "joining"), "graph": (graph_flow, graph_reference, "cc.smallest")}
+def pagerank_flow() -> rt.Dataflow:
+    flow = rt.Dataflow("ranks")
+    pagerank(flow.collection("edges"), iterations=4, name="pr").output("ranks")  # type: ignore[union-attr]
+    return flow
+
+
+def pagerank_of(edges: Counter, iterations: int = 4, damping: float = 0.85) -> dict:
+    """Unnormalised PageRank by its definition (each copy of an edge counts), sums exactly rounded."""
+    degree = Counter()
+    for (u, _), copies in edges.items():
+        degree[u] += copies
+    rank = {node: 1.0 for edge in edges for node in edge}
+    for _ in range(iterations):
+        shares: dict = collections.defaultdict(list)
+        for (u, v), copies in edges.items():
+            shares[v] += [rank[u] / degree[u]] * copies
+        rank = {node: (1 - damping) + damping * math.fsum(shares[node]) for node in rank}
+    return rank
+
+
+def pagerank_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Updates], dict[str, dict]]:
+    nodes = rng.randint(3, 8)
+    inputs = {"edges": churn(rng, lambda: (rng.randrange(nodes), rng.randrange(nodes)), epochs, most=8)}
+    return inputs, expected_changes(inputs, {"ranks": lambda edges: Counter(pagerank_of(edges).items())})
+
+
+SCENARIOS = {"tables": (tables_flow, tables_reference, "joining"), "graph": (graph_flow, graph_reference, "cc.smallest"),
+             "pagerank": (pagerank_flow, pagerank_reference, "pr.sum")}
 
 
 def trial(seed: int, scenario: str, store_root, seen: Counter, crashes: bool = False, rescales: bool = False) -> None:
@@ -183,6 +211,13 @@ def test_iterate_with_deletions_equals_union_find_and_bfs_after_every_epoch(stor
     seen: Counter = Counter()
     for seed in range(40):
         trial(seed, "graph", store_root, seen)
+
+
+def test_pagerank_on_collections_equals_its_definition_after_every_epoch_also_under_crashes_and_rescales(store_root):
+    seen: Counter = Counter()
+    for seed in range(12):
+        trial(seed, "pagerank", store_root, seen, crashes=seed % 3 == 1, rescales=seed % 3 == 2)
+    assert seen["recoveries"] >= 1 and seen["rescales"] >= 2, dict(seen)
 
 
 def test_collections_under_crashes_recover_exactly_once(store_root):
