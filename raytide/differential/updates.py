@@ -75,6 +75,11 @@ def canonical(value: Any) -> Hashable:
     >>> canonical((1.0, "a", None)), canonical(2.5)
     ((1, 'a', ('None',)), ('float', '2.5'))
     """
+    kind = type(value)
+    if kind is int or kind is str or kind is bytes:  # the common cases, without the ABC checks below
+        return value
+    if kind is tuple:
+        return tuple(canonical(element) for element in value)
     if isinstance(value, (str, bytes)):
         return value
     if isinstance(value, numbers.Integral):
