@@ -26,16 +26,17 @@ ALLOWED: dict[str, frozenset[str]] = {
     "physical": frozenset({"errors", "progress", "core"}),
     "snapshots": frozenset({"errors", "progress", "core", "physical"}),
     "autoscale": frozenset({"errors", "progress", "core"}),
-    "sources": frozenset({"errors", "progress", "core"}),
+    "sources": frozenset({"errors", "progress", "core", "windows"}),
     "rescale": frozenset({"errors", "progress", "core", "physical", "snapshots"}),
     "engine": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale"}),
     "testing": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine"}),
     "actors": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine", "autoscale",
                          "sources"}),
     "driver": frozenset({"errors", "progress", "core", "physical", "snapshots", "rescale", "engine", "autoscale",
-                         "sources", "actors", "windows"}),
+                         "sources", "actors", "windows", "ui"}),
     "integrations": frozenset({"errors", "progress", "core", "sources", "physical", "driver"}),
     "graph": frozenset({"errors", "progress", "core", "differential"}),
+    "ui": frozenset({"errors", "progress", "core", "physical"}),
 }
 PUBLIC_FACE = "the public face"
 
@@ -72,6 +73,10 @@ PURE = [
     "raytide.autoscale",
     "raytide.sources",
     "raytide.integrations.records",
+    "raytide.ui.layout",
+    "raytide.ui.svg",
+    "raytide.ui.document",
+    "raytide.ui.server",
 ]
 
 

@@ -186,3 +186,13 @@ def _edges(plan: PhysicalPlan) -> list[tuple[str, str]]:
 def _placement(plan: PhysicalPlan, names: list[str]) -> dict[str, tuple[str, int]]:
     """Per vertex of ``names``, its chain and width: where the monitor finds its counters."""
     return {name: (plan.vertex(name).chain, plan.width(name)) for name in names}
+
+
+_REMOTE_CLASS: list[Any] = []
+
+
+def remote_class() -> Any:
+    """The autoscaler actor's Ray class (made once: ray.remote pickles the class)."""
+    if not _REMOTE_CLASS:
+        _REMOTE_CLASS.append(ray.remote(max_concurrency=3, concurrency_groups={"poll": 1})(AutoscalerActor))  # type: ignore[call-overload]
+    return _REMOTE_CLASS[0]

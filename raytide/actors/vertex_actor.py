@@ -54,7 +54,7 @@ import ray
 
 from raytide.actors.metrics import ReplicaMetrics
 from raytide.actors.progress_relay import ProgressRelay
-from raytide.core.batches import to_records
+from raytide.core.batches import batch_length, to_records
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
 from raytide.engine.replica import ReplicaCore
@@ -83,7 +83,7 @@ from raytide.snapshots.recovery import part_name
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 from raytide.snapshots.store import SnapshotStore
 from raytide.snapshots.writer import SnapshotWriter
-from raytide.sources.base import Reader, RemoteBatch
+from raytide.sources.base import Reader, RemoteBatch, late_counts, reader_positions
 
 logger = logging.getLogger(__name__)
 
@@ -256,14 +256,6 @@ def _batch_place(channel: ChannelId, vertex: str, time: Timestamp) -> str:
     return f"vertex {vertex!r} input {channel.port} at {time} (from replica {channel.sender} of {channel.source!r})"
 
 
-def _reader_positions(readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]]) -> dict[str, Any]:
-    """Where each of ``readers`` is. A core asks it of the readers dict, not of its replica:
-    a closure over the replica would make a cycle (replica -> core -> closure -> replica),
-    and a replica left in a cycle by a rescale or a recovery (a host takes a new role)
-    keeps its transport and every actor handle in it until Python's rare full collection."""
-    return {vertex: reader.position() for vertex, (reader, _) in readers.items()}
-
-
 class VertexActor:
     """One replica of one chain of fused vertices."""
 
@@ -281,6 +273,7 @@ class VertexActor:
         self.transport = _RayTransport(self.key, plan, job, max_inflight, self.writer)
         self.transport.incarnation = incarnation
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
+        self.started: dict[str, Reader[Any]] = {}  # every reader started, reading or done
         self.core = self._new_core()
         self.failed: RaytideError | None = None
         self.busy_s = 0.0  # handling events (see _guard)
@@ -292,7 +285,7 @@ class VertexActor:
     def _new_core(self) -> ReplicaCore:
         core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport,
                            keep_outputs=self.store is not None)
-        core.source_positions = functools.partial(_reader_positions, self.readers)  # not self: no cycle (see _reader_positions)
+        core.source_positions = functools.partial(reader_positions, self.started)  # not self: no cycle (see reader_positions)
         return core
 
     def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], progress: ProgressRoute,
@@ -408,6 +401,7 @@ class VertexActor:
         self.core = self._new_core()
         self.failed = None
         self.readers.clear()
+        self.started.clear()
 
     def hand_over(self, incarnation: int, into: int, plan: PhysicalPlan, old_widths: dict[str, int],
                   tables: dict[str, KeyGroupAssignment]) -> dict[ReplicaKey, Any]:
@@ -478,10 +472,11 @@ class VertexActor:
         """
         if not self._current(incarnation):
             return
-        if self.core.input_epochs[vertex] is None:
-            return
         if vertex in self.core.restored_sources:
             self._guard(reader.seek, self.core.restored_sources[vertex])
+        self.started[vertex] = reader
+        if self.core.input_epochs[vertex] is None:
+            return
         self.readers[vertex] = (reader, iter(reader))
         self.myself.pump.remote(incarnation, vertex)
 
@@ -514,7 +509,8 @@ class VertexActor:
     def _read_one(self, vertex: str, epoch: int, batch: Any) -> None:
         if epoch != self.core.input_epochs[vertex]:
             self.core.advance_input(vertex, epoch)
-        self.core.push_input(vertex, batch, epoch)
+        if batch_length(batch):
+            self.core.push_input(vertex, batch, epoch)
 
     def advance(self, incarnation: int, vertex: str, epoch: int | None) -> None:
         """Move input ``vertex`` to ``epoch``; None closes it."""
@@ -548,6 +544,7 @@ class VertexActor:
         stats["data_calls"] = self.transport.data_calls
         stats["busy_s"], stats["blocked_s"] = self._busy_and_blocked()
         stats["relay"] = self.node_relay.stats()
+        stats["late"] = late_counts(self.started)
         return stats
 
     def _busy_and_blocked(self) -> tuple[float, float]:

@@ -52,7 +52,7 @@ from raytide.core.operators import (
 from raytide.core.step import Step
 from raytide.core.temporal import interval_joined, latest_joined
 from raytide.core.vertex import Vertex
-from raytide.core.windowing import WindowedStream, WindowSpec, windowed
+from raytide.core.windowing import SplitLate, WindowedStream, WindowSpec, windowed
 from raytide.errors import GraphError
 from raytide.progress.summaries import PathSummary
 from raytide.windows.event_time import EventTime, checked_event_time, late_input
@@ -81,9 +81,11 @@ class Dataflow:
         ``event_time=rt.EventTime(...)`` (its ``late_output`` is an output of late records; docs/windows.md)."""
         spec = checked_event_time(name, event_time)
         self._add(LogicalVertex(name, None, (), 1, parallelism=parallelism, role="input", event_time=spec))
-        if spec is not None and spec.late_output is not None:
-            self.input(late_input(name), 1).output(spec.late_output)
-        return Stream(self, name, 0)
+        if spec is None or spec.late_output is None:
+            return Stream(self, name, 0)
+        split = self.vertex(SplitLate, [Stream(self, name, 0)], 2, name=f"{name}.split", parallelism=parallelism)
+        self.input(late_input(name), 1).concat(split[1], name=f"{name}.late.all").output(spec.late_output)
+        return split[0]  # a source's reader sends late records into the input itself (sources/event_time.py)
 
     def collection(self, name: str, parallelism: int | None = None) -> Collection:
         """An input of updates ``(record, diff)`` (``+1`` adds a copy, ``-1`` removes one): a

@@ -40,8 +40,18 @@ from raytide.core.operators import COMBINER_MAX_KEYS, KeyedCount, KeyedReduce, p
 from raytide.core.vertex import Vertex
 from raytide.errors import ArgumentError, GraphError, RecordError
 from raytide.progress.timestamps import Timestamp
+from raytide.windows.event_time import LateRecords
 from raytide.windows.pending import Fold, Pending, add, close, merge, split
 from raytide.windows.specs import Session, Sliding, Tumbling, WindowSpec
+
+
+class SplitLate(Vertex):
+    """Fused behind an event-time input with a ``late_output`` (``<input>.split``): the late
+    records a source's reader sends into the input (:class:`LateRecords`) go to port 1, the
+    late output; every other batch goes on down the stream, port 0 (docs/windows.md)."""
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        self.send_by(1 if isinstance(message, LateRecords) else 0, message, time)
 
 
 class KeyedWindows(Vertex):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections.abc
 import threading
+from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -33,7 +34,8 @@ from raytide.physical.pickled import unpicklable
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.wire import pack
 from raytide.sources.base import Reader
-from raytide.windows.event_time import Assigned, EventClock, EventTime, late_input
+from raytide.sources.event_time import event_time_readers
+from raytide.windows.event_time import Assigned, EventClock, EventTime, LateCount, late_input
 
 
 class EventTimeInputs(InputFeeds):
@@ -43,6 +45,7 @@ class EventTimeInputs(InputFeeds):
                  now: Callable[[], float] | None = None, **kwargs: Any) -> None:
         """As :class:`InputFeeds`; ``now``: the clock idleness is measured by (tests inject one)."""
         super().__init__(plan, replicas, *args, **kwargs)
+        self.plan = plan
         specs = {name: plan.vertex(name).event_time for name in plan.inputs}
         self.clocks = {name: EventClock(spec, *(() if now is None else (now,)))
                        for name, spec in specs.items() if spec is not None}
@@ -89,22 +92,42 @@ class EventTimeInputs(InputFeeds):
         self._refuse_source(name, "object refs of batches")
         super().push_refs(name, refs, epoch)
 
-    def hand_over(self, name: str, readers: list[Reader[Any]], timeout: float) -> None:
-        self._refuse_source(name, "a source read in the input's replicas")
+    def hand_over(self, name: str, readers: list[Reader[Any]], timeout: float, source: Any = None) -> None:
+        """Input ``name`` is read in its replicas from now on; with event time (the input's or
+        ``source``'s), each reader assigns its records to epochs by their timestamps
+        (:mod:`raytide.sources.event_time`), and the input's late records come through
+        its readers, so its driver-fed late input closes at once."""
+        readers = event_time_readers(source, name, self.plan.vertex(name).event_time, readers)
+        clock = self.clocks.pop(name, None)
+        if clock is not None and clock.spec.late_output is not None:
+            super().close(late_input(name))
         super().hand_over(name, readers, timeout)
 
     def push_batch(self, name: str, refs: list, epoch: Any) -> tuple[dict[int, int], list]:
         self._refuse_source(name, "a stream source")
         return super().push_batch(name, refs, epoch)
 
-    def late_stats(self) -> dict[str, dict[str, Any]]:
-        """``job.stats()["late"]``: per event-time input, its late records (see :class:`~raytide.windows.event_time.LateCount`)."""
-        return {name: clock.late.as_dict() for name, clock in self.clocks.items()}
+    def continue_stream(self, name: str) -> int:
+        """As :meth:`InputFeeds.continue_stream`; refused on an event-time input, before the stream starts."""
+        self._refuse_source(name, "a stream source")
+        return super().continue_stream(name)
+
+    def late_stats(self, replicas: list[dict[str, dict[str, Any]]] = ()) -> dict[str, dict[str, Any]]:  # type: ignore[assignment]
+        """``job.stats()["late"]``: per event-time input, its late records (see :class:`~raytide.windows.event_time.LateCount`):
+        the driver's clocks', and those the replicas' readers counted (``replicas``: each replica's, per input)."""
+        counts = {name: LateCount(c.late.records, Counter(c.late.by_epoch), c.late.max_lateness_s) for name, c in self.clocks.items()}
+        for per_input in replicas:
+            for name, late in per_input.items():
+                count = counts.setdefault(name, LateCount())
+                count.records += late["records"]
+                count.by_epoch.update(late["by_epoch"])
+                count.max_lateness_s = max(count.max_lateness_s, late["max_lateness_s"])
+        return {name: count.as_dict() for name, count in counts.items()}
 
     def _refuse_source(self, name: str, what: str) -> None:
         if name in self.clocks:
-            raise ArgumentError(f"event-time input {name!r} is fed by job.push (or an iterable of record lists), not "
-                                f"by {what}: event_time= on sources is not built yet")
+            raise ArgumentError(f"event-time input {name!r} is fed by job.push, an iterable of record lists or a text, "
+                                f"Arrow or Ray Data source, not by {what} (docs/windows.md, 'Sources with event time')")
 
     def _apply(self, name: str, assigned: Assigned, before: int | None) -> None:
         """Do what the clock decided: the sends, the late records (at ``before``, the input's

@@ -25,7 +25,7 @@ from typing import Any
 
 import ray
 
-from raytide.actors.autoscaler_actor import AutoscalerActor
+from raytide.actors.autoscaler_actor import remote_class as _autoscaler_class
 from raytide.autoscale.config import Autoscale
 from raytide.core.batches import BatchFormat
 from raytide.core.dataflow import Probe
@@ -37,6 +37,7 @@ from raytide.driver.pool import cluster_cpus
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision, rescale
 from raytide.driver.stats import actor_stats, recovery_stats, unfinished
+from raytide.driver.views import EpochBar, JobViews
 from raytide.errors import (
     ActorLost,
     ArgumentError,
@@ -66,8 +67,8 @@ BUSY_PROBE = 1.0
 AUTOSCALE_POLL = 5.0
 
 
-class Job:
-    """A running dataflow: feed inputs, wait, read outputs, inspect, cancel."""
+class Job(JobViews):
+    """A running dataflow: feed inputs, wait, read outputs, inspect, cancel; watch it (:class:`JobViews`)."""
 
     def __init__(self, plan: PhysicalPlan, name: str, settings: HostSettings, batch_size: int,
                  restore_id: int | str | None = None, recompile: Callable[[dict[str, int]], PhysicalPlan] | None = None,
@@ -206,7 +207,7 @@ class Job:
             raise GraphError(f"source for input {name!r} made {len(readers)} readers, not {wanted}")
         if on_driver:
             return self._feeders.driver_source(name, readers[0])
-        self._inputs.hand_over(name, readers, SETUP_TIMEOUT)
+        self._inputs.hand_over(name, readers, SETUP_TIMEOUT, source)
 
     def _feed_failed(self, name: str, error: BaseException) -> None:
         if not self._torn_down:
@@ -337,8 +338,9 @@ class Job:
             self.cancel()
             raise self._error
 
-    def wait(self, timeout: float = 600.0) -> None:
-        """Wait until every input is closed and the dataflow has drained.
+    def wait(self, timeout: float = 600.0, progress: bool = True) -> None:
+        """Wait until every input is closed and the dataflow has drained (``progress``: a bar of the epochs
+        completed, on a terminal when their number is known: :mod:`raytide.driver.views`).
 
         Ctrl-C (KeyboardInterrupt) during the wait cancels the job, then propagates.
 
@@ -348,20 +350,23 @@ class Job:
             JobCancelled: the job was cancelled before it finished.
             RaytideError: a vertex failed or an actor died.
         """
-        deadline = time.monotonic() + timeout
-        with self._cancelled_on_interrupt():
+        deadline, bar = time.monotonic() + timeout, EpochBar(self.epochs_total, self.name, progress)
+        with self._cancelled_on_interrupt(), contextlib.closing(bar):
             while not self._outputs.finished:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise JobTimeout(self._describe_unfinished(timeout))
                 self._pump(min(left, self._poll_s))
+                bar.show(self._outputs.latest())
 
     def _describe_unfinished(self, timeout: float) -> str:
         return f"job {self.name!r} did not finish within {timeout:.0f} s; " + unfinished(
             self.placement, self._inputs.open_inputs(), self._outputs.latest(), BUSY_PROBE, self._feeders.describe())
 
-    def results(self, name: str, timeout: float = 600.0, *, batch_format: BatchFormat | None = None) -> Iterator[tuple[int, Any]]:
-        """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes.
+    def results(self, name: str, timeout: float = 600.0, *, batch_format: BatchFormat | None = None,
+                progress: bool = True) -> Iterator[tuple[int, Any]]:
+        """Yield ``(epoch, records)`` of output ``name`` as each epoch completes, until the job finishes (``progress``: as
+        in :meth:`wait`).
 
         ``batch_format="numpy"`` (or ``"pyarrow"``) yields each epoch as one batch of that format: arrays, dicts of columns or
         Arrow tables sent to the output reach the consumer concatenated, no Python object per record (empty epoch: empty batch).
@@ -382,19 +387,21 @@ class Job:
         """
         self._check_output(name)
         self._outputs.stream(name, batch_format)
-        deadline = time.monotonic() + timeout
+        deadline, bar = time.monotonic() + timeout, EpochBar(self.epochs_total, self.name, progress)
         while True:
             while True:
                 with self._driving:  # taken while no other thread (a stream's feed) takes events
                     taken = self._outputs.hand_first(name, batch_format)
                 if taken is None:
                     break
+                bar.show({name: taken[0]})
                 try:
                     yield taken
                 finally:  # the consumer asked for the next one, or dropped the iterator: it has this one
                     with self._driving:
                         self._outputs.acknowledge(name, taken[0])
             if self._outputs.finished:
+                bar.close()
                 return
             if time.monotonic() > deadline:
                 raise JobTimeout(self._describe_unfinished(timeout))
@@ -498,9 +505,9 @@ class Job:
         ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens);
         ``late``: per event-time input, its late records (``records``, ``by_epoch``, ``max_lateness_s``)."""
         fed, calls = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None], self._inputs.calls
-        return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed), "hosts": self.hosts(), **self._recovery_stats(),
-                "input_calls": calls.total(), "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly"),
-                "late": self._inputs.late_stats()}
+        return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed, self._inputs.late_stats),
+                "hosts": self.hosts(), **self._recovery_stats(), "input_calls": calls.total(),
+                "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly")}
 
     def parallelism(self) -> dict[str, int]:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""
@@ -588,13 +595,3 @@ class Job:
 
     def __exit__(self, *exc: Any) -> None:
         self.cancel()
-
-
-_AUTOSCALER_CLASS: list[Any] = []
-
-
-def _autoscaler_class() -> Any:
-    """The autoscaler actor's Ray class (made once: ray.remote pickles the class)."""
-    if not _AUTOSCALER_CLASS:
-        _AUTOSCALER_CLASS.append(ray.remote(max_concurrency=3, concurrency_groups={"poll": 1})(AutoscalerActor))  # type: ignore[call-overload]
-    return _AUTOSCALER_CLASS[0]

@@ -12,6 +12,7 @@ liveness of the actors it watches.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
@@ -33,6 +34,8 @@ POLL_SLACK = 30.0
 #: The least time between two looks at the liveness watches: a driver taking one small
 #: epoch after another pumps every few milliseconds, and a death is noticed as soon after.
 LIVENESS_EVERY_S = 0.05
+#: Epoch latencies kept for ``job.ui()``'s percentiles (the latest; a job that runs for weeks keeps no more).
+LATENCIES_KEPT = 1000
 
 
 class OutputCollector:
@@ -75,6 +78,10 @@ class OutputCollector:
         self.offered: dict[str, int] = dict.fromkeys(outputs, -1)  # the last epoch offered to the gate
         self.opened: set[int] = set()  # epochs the driver's inputs were at, not shown everywhere yet
         self.opened_lock = threading.Lock()  # inputs are fed from other threads than the one polling
+        #: When the driver's inputs opened each epoch of :attr:`opened` (monotonic), and the seconds from that to each
+        #: output's epoch shown, latest last (``job.ui()`` reads its epoch latency here; a bounded window).
+        self.opened_at: dict[int, float] = {}
+        self.latencies: collections.deque[float] = collections.deque(maxlen=LATENCIES_KEPT)
         #: Told :meth:`durable` at each acknowledgement (a job with recovery records it in its store).
         self.on_consumed: Callable[[dict[str, int]], None] | None = None
         self.gate = OutputGate(outputs, commit)
@@ -148,6 +155,7 @@ class OutputCollector:
         complete even if it has no records."""
         with self.opened_lock:
             self.opened.add(epoch)
+            self.opened_at.setdefault(epoch, time.monotonic())
 
     def _offer(self, name: str, epoch: int, parts: list) -> None:
         self.offered[name] = epoch
@@ -171,6 +179,7 @@ class OutputCollector:
         shown = min(self.delivered().values(), default=-1)
         with self.opened_lock:
             self.opened = {epoch for epoch in self.opened if epoch > shown}
+            self.opened_at = {epoch: at for epoch, at in self.opened_at.items() if epoch in self.opened}
 
     def release(self, complete: Mapping[str, int | None]) -> None:
         """A snapshot holding ``complete`` (per output, its last complete epoch) was committed."""
@@ -208,6 +217,8 @@ class OutputCollector:
             if batched:
                 self.batched[name].add(epoch)
         self.book.show(name, epoch)
+        if (opened_at := self.opened_at.get(epoch)) is not None:
+            self.latencies.append(time.monotonic() - opened_at)
 
     def epochs(self, name: str) -> list[int]:
         """The completed epochs of output ``name`` not taken yet, in order."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import sys
 import uuid
 from typing import Any
 
@@ -21,6 +23,7 @@ from raytide.driver.job import Job
 from raytide.driver.placement import HostSettings
 from raytide.driver.pool import cluster_cpus
 from raytide.driver.streams import restore_id as stream_restore_id
+from raytide.driver.views import epochs_total
 from raytide.errors import ArgumentError, GraphError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.rescale.reshard import reshard_snapshot
@@ -49,6 +52,7 @@ def run(
     restore: int | str | None = None,
     autoscale: Autoscale | None = None,
     oversubscribe: bool = False,
+    ui: bool = False,
 ) -> Job:
     """Start ``flow`` on the current Ray cluster (a local one if none is running).
 
@@ -94,6 +98,9 @@ def run(
         oversubscribe: allow a vertex more replicas than the cluster can place
             (:func:`~raytide.rescale.widths.width_limit`: its CPUs over ``num_cpus``, or 4 per
             CPU when replicas reserve none).
+        ui: serve the job's live web view and print its URL (``job.ui()``, docs/ui.md), and post its
+            figures to the cluster's board, where ``python -m raytide ui`` finds it (as
+            ``RAYTIDE_UI=1`` in the driver's environment does, without serving).
 
     Raises:
         GraphError: the dataflow is invalid or ``inputs`` names an unknown input.
@@ -134,6 +141,13 @@ def run(
     except BaseException:  # a source that cannot start (a missing file): leave no actors behind
         job.cancel()
         raise
+    job.epochs_total = epochs_total(inputs, plan.inputs)
+    if ui or os.environ.get("RAYTIDE_UI"):
+        from raytide.driver.watch import watch  # aiohttp and the page's modules only for a watched job
+
+        watch(job, publish=True)
+        if ui:
+            print(f"raytide: the live view of job {job.name!r} is at {job.ui()}", file=sys.stderr, flush=True)
     return job
 
 

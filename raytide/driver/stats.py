@@ -6,6 +6,7 @@ the recoveries', the rescales' and the autoscaler's figures."""
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -42,10 +43,11 @@ def unfinished(placement: JobPlacement, open_inputs: dict[str, int], done: dict[
             + (f"; stream feeds: {feeds}" if feeds else ""))
 
 
-def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
-    """The counters of ``placement``'s actors; ``fed``: the epochs the open inputs are at. A
-    replica that died (and is not replaced yet) or does not answer is left out and named
-    under ``unreachable``."""
+def actor_stats(placement: JobPlacement, fed: list[int], late: Callable[[list], dict[str, Any]] = lambda _: {}) -> dict[str, Any]:
+    """The counters of ``placement``'s actors; ``fed``: the epochs the open inputs are at;
+    ``late``: the late records per event-time input, given those the replicas' readers
+    counted (each replica's, per input). A replica that died (and is not replaced yet) or
+    does not answer is left out and named under ``unreachable``."""
     # the tracker first: the replicas' counters are then the later reading, so work they do
     # not count yet was pending when the tracker answered
     progress, _ = _ask(placement.progress.stats.remote())
@@ -78,6 +80,7 @@ def actor_stats(placement: JobPlacement, fed: list[int]) -> dict[str, Any]:
         "backpressure_waits": sum(s["backpressure_waits"] for s in per_replica),
         "local_sends": sum(s["local_sends"] for s in per_replica),
         "unreachable": [placement.host_name(key) for key, answer in answers.items() if answer is None],
+        "late": late([s.get("late", {}) for s in per_replica]),
     }
 
 

@@ -27,10 +27,20 @@ class RayDatasetSource(Source):
         dataset: the dataset (materialised once into Arrow blocks in the object store;
             no rows pass through the driver).
         epoch_column: take each row's epoch from this integer column (default: all epoch 0).
+        event_time: or each row's epoch by its own time: the name of a timestamp, date or
+            seconds column, a function of a row (a dict), or an ``rt.EventTime`` (docs/windows.md).
     """
 
     dataset: Any
     epoch_column: str | None = None
+    event_time: Any = None
+
+    def event_time_schema(self) -> tuple[str, pa.Schema | None]:
+        """How errors name this source, and the schema of its rows (from the dataset's blocks' metadata)."""
+        if self.event_time is not None and self.epoch_column is not None:
+            raise SourceError("Ray Dataset: give epoch_column or event_time, not both")
+        schema = self.dataset.schema()
+        return "Ray Dataset", getattr(schema, "base_schema", schema)
 
     @functools.cached_property
     def blocks(self) -> list[ray.ObjectRef]:
@@ -44,9 +54,10 @@ class RayDatasetSource(Source):
         return [RayBlockReader(self.blocks[r::parallelism], column) for r in range(parallelism)]
 
 
-def from_dataset(dataset: Any, epoch_column: str | None = None) -> RayDatasetSource:
-    """A dataflow input reading ``dataset`` in parallel (``inputs={"rows": from_dataset(ds)}``)."""
-    return RayDatasetSource(dataset, epoch_column)
+def from_dataset(dataset: Any, epoch_column: str | None = None, event_time: Any = None) -> RayDatasetSource:
+    """A dataflow input reading ``dataset`` in parallel (``inputs={"rows": from_dataset(ds)}``);
+    ``event_time``: each row's epoch by its own time (see :class:`RayDatasetSource`)."""
+    return RayDatasetSource(dataset, epoch_column, event_time)
 
 
 @dataclass

@@ -34,8 +34,11 @@ class ArrowDatasetSource(Source):
         format: the file format when ``source`` is a path (default parquet).
         columns: read only these columns.
         batch_rows: rows per message.
+        event_time: each row's epoch by its own time instead: the name of a timestamp,
+            date or seconds column, a function of a row (a dict), or an ``rt.EventTime``
+            (docs/windows.md).
 
-    Without ``epoch_column`` and ``rows_per_epoch`` every file is one epoch.
+    Without ``epoch_column``, ``rows_per_epoch`` and ``event_time`` every file is one epoch.
     """
 
     source: str | Sequence[str] | pads.Dataset
@@ -44,6 +47,17 @@ class ArrowDatasetSource(Source):
     format: str = "parquet"
     columns: Sequence[str] | None = None
     batch_rows: int = 65_536
+    event_time: Any = None
+
+    def event_time_schema(self) -> tuple[str, pa.Schema]:
+        """How errors name this source, and the schema of the rows it reads."""
+        where = self.source if isinstance(self.source, (str, list, tuple)) else type(self.source).__name__
+        if self.event_time is not None and (self.epoch_column or self.rows_per_epoch):
+            raise SourceError(f"Arrow dataset {where!r}: give epoch_column, rows_per_epoch or event_time, not two")
+        schema = self.dataset().schema
+        if self.columns:
+            schema = pa.schema([schema.field(name) for name in self.columns if name in schema.names])
+        return f"Arrow dataset {where!r}", schema
 
     def dataset(self) -> pads.Dataset:
         """The ``pyarrow.dataset.Dataset`` to read."""

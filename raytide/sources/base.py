@@ -153,3 +153,20 @@ class DriverSource(Source):
     def readers(self, parallelism: int) -> list[Reader[Any]]:
         """``[self.reader()]``: the driver deals the items out to all ``parallelism`` replicas itself."""
         return [self.reader()]
+
+
+def reader_positions(readers: dict[str, Reader[Any]]) -> dict[str, Any]:
+    """Where each of a replica's readers is, by input (those done reading too: an event-time
+    reader's position holds its late count). A replica's core asks it of its readers dict,
+    not of the replica: a closure over the replica would make a cycle (replica -> core ->
+    closure -> replica), and a replica left in a cycle by a rescale or a recovery (a host
+    takes a new role) keeps every actor handle in it until Python's rare full collection."""
+    return {vertex: reader.position() for vertex, reader in readers.items()}
+
+
+def late_counts(readers: dict[str, Reader[Any]]) -> dict[str, dict[str, Any]]:
+    """Per input, the late count of a replica's event-time reader (its ``late``, a
+    ``LateCount``: :mod:`raytide.sources.event_time`), for ``job.stats()["late"]``; copied
+    while the reader may add to it (this runs on the replica's ``inspect`` thread)."""
+    return {vertex: {"records": late.records, "by_epoch": dict(late.by_epoch), "max_lateness_s": late.max_lateness_s}
+            for vertex, reader in list(readers.items()) if (late := getattr(reader, "late", None)) is not None}

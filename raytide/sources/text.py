@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pyarrow.fs as pafs
 
@@ -33,11 +33,20 @@ class TextFileSource(Source):
         lines_per_epoch: start a new epoch every this many lines (counted over all files
             in order); None gives one epoch per file.
         batch_lines: lines per message.
+        event_time: each line's epoch by its own time instead: a function of a line giving
+            its timestamp, or an ``rt.EventTime`` whose timestamp is one (docs/windows.md).
     """
 
     paths: str | Sequence[str]
     lines_per_epoch: int | None = None
     batch_lines: int = 4096
+    event_time: Any = None
+
+    def event_time_schema(self) -> tuple[str, None]:
+        """How errors name this source, and its records' schema: none (lines have no columns)."""
+        if self.lines_per_epoch is not None and self.event_time is not None:
+            raise SourceError(f"text source {self.paths!r}: give lines_per_epoch or event_time, not both")
+        return f"text source {self.paths!r}", None
 
     def _files(self) -> list[tuple[pafs.FileSystem, str, int]]:
         paths = [self.paths] if isinstance(self.paths, str) else list(self.paths)

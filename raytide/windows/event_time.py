@@ -159,6 +159,11 @@ class Late:
     lateness: float
 
 
+class LateRecords(list):
+    """Late records a source's reader sends into its event-time input, at the epoch it was at:
+    the vertex fused behind an input with a ``late_output`` sends them there, not down the stream."""
+
+
 @dataclass
 class Assigned:
     """What one push (or the close) of an event-time input does.

@@ -218,7 +218,7 @@ def test_bad_pushes_name_the_input_and_the_record_and_send_nothing():
         inputs.advance("clicks", 3)
     with pytest.raises(rt.ArgumentError, match="input 'plain' is not an event-time input"):
         inputs.push("plain", [1], partition=2)
-    with pytest.raises(rt.ArgumentError, match="event_time= on sources is not built yet"):
+    with pytest.raises(rt.ArgumentError, match="not by object refs of batches"):
         inputs.push_refs("clicks", [], 0)
     inputs.flush()
     assert inputs.sent == [] and inputs.clocks["clicks"].held == {}

@@ -277,7 +277,7 @@ def _as_uri(location: str) -> str:
 
 
 def from_spark_stream(streaming_df: DataFrame, checkpoint_location: str, *, processing_time: str = "1 second",
-                      query_name: str | None = None, hold_timeout: float = 600.0) -> SparkStreamSource:
+                      query_name: str | None = None, hold_timeout: float = 600.0, event_time: Any = None) -> SparkStreamSource:
     """Make a dataflow input from a Spark Structured Streaming DataFrame: micro-batch ``n`` is epoch ``n``.
 
     ``rt.run(flow, inputs={name: from_spark_stream(df, "/ckpt/q")}, recovery=rt.Recovery(store))``
@@ -297,6 +297,12 @@ def from_spark_stream(streaming_df: DataFrame, checkpoint_location: str, *, proc
         query_name: the query's name in Spark's UI and in error messages.
         hold_timeout: seconds a batch may take from its arrival to being held by a
             committed snapshot before the job fails, naming the batch.
+        event_time: refused (a ``SparkIntegrationError`` that says why): a micro-batch's
+            records of epochs its watermark has not reached would have to wait in the
+            input replicas' snapshotted state, and a restored job finds the micro-batch to
+            resume from by its input's epoch, which event time no longer ties to batch ids
+            (docs/streaming.md, "Event time"). Window by Spark's own ``withWatermark``, or
+            land the stream in files and read them with an Arrow source's ``event_time=``.
 
     Raises:
         SparkIntegrationError: the DataFrame is not streaming, its session is not on Ray,
@@ -304,4 +310,10 @@ def from_spark_stream(streaming_df: DataFrame, checkpoint_location: str, *, proc
             ``checkpoint_location`` is empty. Checked when the job starts the query: a
             location of another query, or one without the checkpoint a restored job needs.
     """
+    if event_time is not None:
+        raise SparkIntegrationError(f"from_spark_stream(event_time={event_time!r}) is not supported: a micro-batch is "
+                                    f"acknowledged once a snapshot at its end holds it, and its records of epochs the "
+                                    f"watermark has not reached would have to be in that snapshot, held in the input "
+                                    f"replicas, while a restored job finds where the query resumes by the input's epoch, "
+                                    f"which event time no longer ties to micro-batch ids (docs/streaming.md, 'Event time')")
     return SparkStreamSource(streaming_df, checkpoint_location, processing_time, query_name, hold_timeout)

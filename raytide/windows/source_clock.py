@@ -1,0 +1,119 @@
+"""One reader's event-time clock, pure: the clock of an event-time input's replica that reads
+its share of a source itself (a text, Arrow or Ray Data source with ``event_time=``).
+
+A reader is one producer (a *partition*, as a ``job.push(..., partition=p)`` caller is): its
+watermark is the largest timestamp it read minus ``max_delay``, it never goes back, and the
+reader's input replica is at the first epoch the watermark has not closed
+(``floor(watermark / granularity)``). The input's frontier is the least of its replicas'
+epochs, so the input's watermark is the least of its readers', as for pushed partitions.
+Each batch the reader reads is judged as a whole against the epoch before it, exactly as
+:class:`~raytide.windows.event_time.EventClock` judges a push: its records of earlier epochs
+are late, those of the current epoch go at once, those of later epochs are held (in the
+reader, so in its position, so in every snapshot) until the watermark reaches them.
+
+The clock works on *pieces*: a batch cut by epoch, each piece ``(epoch, piece, records,
+earliest timestamp)`` with the piece itself opaque (a list of records, an Arrow table).
+Nothing here reads a wall clock: one reader is one partition, which idleness never
+concerns, so what a reader yields is a function of what it read, and a reader resumed from a
+position yields what the reader that recorded it would have.
+
+>>> clock = SourceClock(EventTime("t", granularity=10, max_delay=5))
+>>> clock.take([(0, "a", 1, 3.0), (1, "b", 1, 12.0), (5, "c", 1, 51.0)], highest=51.0)
+Taken(sends=[(0, 'a'), (1, 'b')], late=[], epoch=4)
+>>> clock.take([(0, "d", 1, 4.0)], highest=4.0).late
+[(4, 'd')]
+>>> clock.close()
+[(5, 'c')]
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from raytide.windows.event_time import EventTime, LateCount
+
+#: A batch's records of one epoch: ``(epoch, piece, number of records, earliest timestamp)``.
+EpochPiece = tuple[int, Any, int, float]
+
+
+@dataclass(frozen=True)
+class ClockState:
+    """A :class:`SourceClock` as plain data, for a reader's position (so for snapshots).
+
+    Attributes:
+        epoch: the reader's epoch (the first one its watermark has not closed).
+        watermark: the largest timestamp read minus ``max_delay`` (``-inf``: nothing read yet).
+        held: ``(epoch, pieces)`` read but not sent yet, in epoch order.
+        late: ``(records, ((epoch, records), ...), max_lateness_s)``, the late records so far.
+    """
+
+    epoch: int = 0
+    watermark: float = -math.inf
+    held: tuple[tuple[int, tuple[Any, ...]], ...] = ()
+    late: tuple[int, tuple[tuple[int, int], ...], float] = (0, (), 0.0)
+
+
+@dataclass
+class Taken:
+    """What one batch does: ``sends`` (``(epoch, piece)``, epochs increasing, the first at
+    least the epoch before), ``late`` (``(epoch, piece)``: the late pieces, at the epoch the
+    reader was at when they came) and the reader's ``epoch`` afterwards."""
+
+    sends: list[tuple[int, Any]]
+    late: list[tuple[int, Any]]
+    epoch: int
+
+
+@dataclass
+class SourceClock:
+    """A reader's watermark, epoch, held pieces and late count (see the module docstring)."""
+
+    spec: EventTime
+    epoch: int = 0
+    watermark: float = -math.inf
+    held: dict[int, list[Any]] = field(default_factory=dict)
+    late: LateCount = field(default_factory=LateCount)
+
+    @classmethod
+    def restored(cls, spec: EventTime, state: ClockState) -> SourceClock:
+        """The clock ``state`` was taken of."""
+        records, by_epoch, lateness = state.late
+        late = LateCount(records, Counter(dict(by_epoch)), lateness)
+        return cls(spec, state.epoch, state.watermark, {epoch: list(pieces) for epoch, pieces in state.held}, late)
+
+    def state(self) -> ClockState:
+        """The clock as plain data (copied: the clock goes on changing)."""
+        late = (self.late.records, tuple(sorted(self.late.by_epoch.items())), self.late.max_lateness_s)
+        return ClockState(self.epoch, self.watermark, tuple((e, tuple(self.held[e])) for e in sorted(self.held)), late)
+
+    def take(self, pieces: Sequence[EpochPiece], highest: float) -> Taken:
+        """One batch, cut into ``pieces``, whose largest timestamp is ``highest``."""
+        current = self.epoch
+        sends, late = [], []
+        for epoch, piece, records, earliest in pieces:
+            if epoch < current:
+                late.append((current, piece))
+                self.late.records += records
+                self.late.by_epoch[epoch] += records
+                self.late.max_lateness_s = max(self.late.max_lateness_s, self.watermark - earliest)
+            elif epoch == current:
+                sends.append((epoch, piece))
+            else:
+                self.held.setdefault(epoch, []).append(piece)
+        if pieces:
+            self.watermark = max(self.watermark, highest - self.spec.max_delay)
+        if self.watermark > -math.inf:
+            self.epoch = max(current, self.spec.epoch_of(self.watermark))
+        released = [(epoch, piece) for epoch in sorted(e for e in self.held if e <= self.epoch)
+                    for piece in self.held.pop(epoch)]
+        return Taken(sends + released, late, self.epoch)
+
+    def close(self) -> list[tuple[int, Any]]:
+        """The reader has read everything: every held piece, in epoch order."""
+        released = [(epoch, piece) for epoch in sorted(self.held) for piece in self.held[epoch]]
+        self.held.clear()
+        return released

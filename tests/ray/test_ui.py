@@ -1,0 +1,205 @@
+"""The live view of a running job on a real Ray, read in a real headless Chromium (Debian's
+``chromium``, which ``.ci/run`` installs, driven by Playwright without a browser download).
+
+One job (an input, a loop, a keyed count, with recovery) runs while the driver feeds it; the
+test opens ``job.ui()``'s page, reads the vertex names and rates from the DOM, sees the rates,
+the frontier and the page's own polling move over two seconds, rescales the job and sees the
+rescale on the page's timeline and the new width in its graph, saves a screenshot and checks
+it is not blank. It also holds ``/api/job`` against ``job.stats()`` read around it, a server
+bound off loopback against requests without its token, ``job.ui_snapshot``, and the board that
+``python -m raytide ui`` serves from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import raytide as rt
+
+pytestmark = pytest.mark.ray
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def looped_counts() -> rt.Dataflow:
+    flow = rt.Dataflow("ui")
+    numbers = flow.input("numbers")
+    halved = numbers.iterate(lambda s: s.map(lambda x: x // 2 if x > 1 else x, name="halve"), max_iterations=4)
+    halved.map(lambda x: (x % 7, 1), name="pair").count_by_key(lambda kv: kv[0], name="count").output("counts")
+    return flow
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, b""
+
+
+def until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+class Fed:
+    """The driver's side of the running job: a thread pushing an epoch every 0.1 s, one consuming its output."""
+
+    def __init__(self, job: rt.Job) -> None:
+        self.job, self.stop = job, threading.Event()
+        self.threads = [threading.Thread(target=self._feed, daemon=True), threading.Thread(target=self._consume, daemon=True)]
+        for thread in self.threads:
+            thread.start()
+
+    def _feed(self) -> None:
+        epoch = 0
+        while not self.stop.is_set():
+            self.job.push("numbers", list(range(500)), epoch)
+            self.job.advance("numbers", epoch + 1)
+            epoch += 1
+            time.sleep(0.1)
+        self.job.close("numbers")
+
+    def _consume(self) -> None:
+        for _ in self.job.results("counts", progress=False):
+            pass
+
+    def end(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+def page_figures(page: Any) -> dict[str, Any]:
+    """What the page shows now: the graph's vertex names and widths, each row's rates and frontier, its polls."""
+    return page.evaluate("""() => ({
+        names: [...document.querySelectorAll('svg.dataflow g.vertex')].map(g => g.dataset.vertex),
+        widths: Object.fromEntries([...document.querySelectorAll('svg.dataflow g.vertex')].map(
+            g => [g.dataset.vertex, g.querySelector('text.width').textContent])),
+        rows: Object.fromEntries([...document.querySelectorAll('#vertices tbody tr')].map(tr => [tr.dataset.vertex,
+            {in: tr.querySelector('td.in').textContent, out: tr.querySelector('td.out').textContent,
+             frontier: tr.children[5].textContent}])),
+        svgIn: Object.fromEntries([...document.querySelectorAll('svg.dataflow text.rates')].map(
+            t => [t.parentNode.dataset.vertex, Number(t.dataset.in)])),
+        updates: Number(document.body.dataset.updates),
+        timeline: [...document.querySelectorAll('#timeline li')].map(li => li.dataset.kind),
+    })""")
+
+
+def distinct_colours(png: str) -> tuple[int, float]:
+    """How many colours a screenshot has, and the share of its pixels that are not white."""
+    from PIL import Image
+
+    image = Image.open(png).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 24) or []
+    white = sum(count for count, colour in colours if colour == (255, 255, 255))
+    return len(colours), 1 - white / (image.width * image.height)
+
+
+def check_json_against_stats(job: rt.Job, url: str) -> None:
+    """``/api/job`` read between two ``job.stats()``: the same vertices, each counter between the two."""
+    before, read = job.stats(), time.time()
+
+    def later() -> dict | None:
+        document = json.loads(get(url)[1])
+        return document if document["read_at"] > read else None
+
+    doc = until(later, 10, "a reading begun after job.stats() returned")
+    after = job.stats()
+    assert set(doc["vertices"]) == set(after["vertices"]) == set(job.plan.vertices)
+    for name, figures in doc["vertices"].items():
+        for counter in ("records_in", "records_out"):
+            assert before["vertices"][name][counter] <= figures[counter] <= after["vertices"][name][counter], (name, counter)
+        assert figures["parallelism"] == after["parallelism"][name]
+
+
+def check_token(job: rt.Job) -> None:
+    """A server bound off loopback: 401 without its token or with a wrong one."""
+    url = job.ui(host="0.0.0.0")
+    assert "token=" in url
+    base, token = url.split("?")[0].replace("0.0.0.0", "127.0.0.1"), url.split("token=")[1]
+    assert get(base + "api/job")[0] == 401
+    assert get(base + "api/job?token=not-it")[0] == 401
+    assert get(base + "api/job", {"Authorization": "Bearer not-it"})[0] == 401
+    status, body = get(f"{base}api/job?name={job.name}&token={token}")
+    assert status == 200 and json.loads(body)["job"] == job.name
+
+
+def test_the_live_view_of_a_running_job_in_chromium(ray_session, tmp_path):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    job = rt.run(looped_counts(), parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"), interval=1.0))
+    fed = Fed(job)
+    try:
+        url = job.ui()
+        api = url.replace("/?job=", "/api/job?name=")
+        check_json_against_stats(job, api)
+        with sync_playwright() as playwright:
+            # Playwright gives each launch a fresh, empty profile (its own --user-data-dir)
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector("svg.dataflow g.vertex", timeout=20_000)
+            page.wait_for_function("document.querySelectorAll('#vertices tbody tr').length > 0", timeout=20_000)
+            first = page_figures(page)
+            assert sorted(first["names"]) == sorted(job.plan.vertices)
+            time.sleep(2.2)
+            second = page_figures(page)
+            assert second["updates"] >= first["updates"] + 2  # it polls by itself, at least once a second
+            assert second["svgIn"]["count"] > 0 and second["svgIn"] != first["svgIn"]  # the rates move
+            assert second["rows"]["count"]["in"] != "–"
+            assert int(second["rows"]["counts"]["frontier"]) > int(first["rows"]["counts"]["frontier"])  # so does the frontier
+            job.rescale({"count": 2})
+            page.wait_for_selector("#timeline li[data-kind=rescale]", timeout=15_000)
+            page.wait_for_function("[...document.querySelectorAll('svg.dataflow g.vertex')].some("
+                                   "g => g.dataset.vertex === 'count' && g.querySelector('text.width').textContent === '×2')",
+                                   timeout=15_000)
+            page.screenshot(path=str(tmp_path / "ui.png"), full_page=True)
+            browser.close()
+        colours, ink = distinct_colours(str(tmp_path / "ui.png"))
+        assert colours > 100 and ink > 0.05, (colours, ink)
+        check_token(job)
+        svg = (tmp_path / "graph.svg").read_text() if job.ui_snapshot(str(tmp_path / "graph.svg")) else ""
+        assert svg.startswith("<svg") and all(f'data-vertex="{name}"' in svg for name in job.plan.vertices)
+    finally:
+        fed.end()
+        job.cancel()
+
+
+def test_python_m_raytide_ui_serves_the_jobs_that_post_to_the_clusters_board(ray_session, tmp_path):
+    """What ``python -m raytide ui`` serves (in this process: it is connected to the same Ray):
+    a job started with ``ui=True`` posts to the cluster's board, and the board's server lists it."""
+    from raytide.actors.ui_board import board
+    from raytide.driver.watch import serve_board
+
+    inputs = {"numbers": [list(range(50))] * 100}
+    job = rt.run(looped_counts(), inputs=inputs, parallelism=1, ui=True)
+    server = serve_board()
+    try:
+        assert job.epochs_total == 100
+        listed = until(lambda: json.loads(get(server.url() + "api/jobs")[1])["jobs"], 20, "the job on the board")
+        assert job.name in [entry["name"] for entry in listed]
+        status, body = get(f"{server.url()}api/job?name={job.name}")
+        assert status == 200 and set(json.loads(body)["vertices"]) == set(job.plan.vertices)
+        job.wait(timeout=120)
+    finally:
+        server.stop()
+        job.cancel()
+        ray_session.kill(board(create=False))
