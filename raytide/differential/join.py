@@ -38,11 +38,17 @@ class Join:
         """Updates ``(key, value, diff)`` on ``side`` at ``time``: the output's changes, by time."""
         other = self.sides[1 - side].keys
         out: dict[Timestamp, list[tuple[Any, int]]] = {}
+        bounds: dict[Timestamp, list[tuple[Any, int]]] = {}  # an update time of the other side -> the list at its bound
         for key, value, diff in updates:
-            for (match, at), match_diff in other.get(key, {}).items():
-                pair = (value, match) if side == 0 else (match, value)
-                when = time if at.epoch <= time.epoch and at.counters <= time.counters else time.join(at)
-                out.setdefault(when, []).append(((key, pair), diff * match_diff))
+            for at, matches in other.get(key, {}).items():
+                changes = bounds.get(at)
+                if changes is None:
+                    when = time if at.epoch <= time.epoch and at.counters <= time.counters else time.join(at)
+                    changes = bounds[at] = out.setdefault(when, [])
+                if side == 0:
+                    changes.extend(((key, (value, match)), diff * copies) for match, copies in matches.items())
+                else:
+                    changes.extend(((key, (match, value)), diff * copies) for match, copies in matches.items())
         mine = self.sides[side]
         for key, value, diff in updates:
             mine.add(key, value, time, diff)

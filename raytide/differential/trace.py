@@ -64,47 +64,90 @@ def later_times(time: Timestamp, others: Iterable[Timestamp]) -> set[Timestamp]:
     return found
 
 
+#: One key's updates: ``{time: {value: diff}}``, no zero diff and no empty time kept.
+History = dict[Timestamp, dict[Any, int]]
+
+
 class Trace:
-    """Updates by key, each ``(value, time, diff)``; equal ``(value, time)`` are summed as they come."""
+    """Updates by key and time, ``key -> {time: {value: diff}}``; equal ``(value, time)`` summed as they come.
+
+    Grouped by time because every question asked of a key is about times: its contents at a
+    time add up the values of the times at or before it, and the times a change reaches are
+    bounds of its update times. A key has few times (one per epoch in flight, and inside a
+    loop one per iteration at which it changed) and may have many values at each.
+    """
 
     def __init__(self) -> None:
-        self.keys: dict[Hashable, dict[tuple[Any, Timestamp], int]] = {}
+        self.keys: dict[Hashable, History] = {}
         self.changed: set[Hashable] = set()  # keys with updates not compacted yet
         self.size = 0  # how many updates it holds, kept as they come and go (read while it works)
         self.compacted_away = 0  # updates that compaction merged or cancelled, in all
+        #: Per key, the last contents asked for and their time, while no update at or before that time came
+        #: since: a key asked at iteration after iteration adds only the new iterations' values (see accumulated).
+        self._last: dict[Hashable, tuple[Timestamp, dict[Any, int]]] = {}
 
     def add(self, key: Hashable, value: Any, time: Timestamp, diff: int) -> None:
         """Record one update."""
-        updates = self.keys.get(key)
-        if updates is None:
-            updates = self.keys[key] = {}
-        slot = (value, time)
-        total = updates.get(slot, 0) + diff
+        history = self.keys.get(key)
+        if history is None:
+            history = self.keys[key] = {}
+        last = self._last.get(key)
+        if last is not None and time.epoch <= last[0].epoch and time.counters <= last[0].counters:
+            del self._last[key]
+        values = history.get(time)
+        if values is None:
+            values = history[time] = {}
+        total = values.get(value, 0) + diff
         if total:
-            self.size += slot not in updates
-            updates[slot] = total
+            self.size += value not in values
+            values[value] = total
         else:
-            self.size -= slot in updates
-            updates.pop(slot, None)
-            if not updates:
-                del self.keys[key]
+            self.size -= value in values
+            values.pop(value, None)
+            if not values:
+                del history[time]
+                if not history:
+                    del self.keys[key]
         self.changed.add(key)
 
     def accumulated(self, key: Hashable, time: Timestamp) -> dict[Any, int]:
-        """The key's contents at ``time``: each value's copies, from the updates at times ``<= time``."""
-        contents: dict[Any, int] = {}
-        for (value, at), diff in self.keys.get(key, {}).items():
-            if at.epoch <= time.epoch and at.counters <= time.counters:
-                contents[value] = contents.get(value, 0) + diff
-        return {value: copies for value, copies in contents.items() if copies}
+        """The key's contents at ``time``: each value's copies, from the updates at times ``<= time``.
 
-    def times(self, key: Hashable) -> set[Timestamp]:
+        The answer is kept until an update at or before its time comes: asked again at a later
+        time, only the values of the times up to it that the kept answer did not cover are added.
+        """
+        history = self.keys.get(key)
+        if not history:
+            return {}
+        last = self._last.get(key)
+        if last is not None and last[0].epoch <= time.epoch and last[0].counters <= time.counters:
+            seen, contents = last[0], dict(last[1])
+            reached = [values for at, values in history.items() if at.epoch <= time.epoch and at.counters <= time.counters
+                       and not (at.epoch <= seen.epoch and at.counters <= seen.counters)]
+        else:
+            contents = {}
+            reached = [values for at, values in history.items() if at.epoch <= time.epoch and at.counters <= time.counters]
+        for values in reached:
+            for value, diff in values.items():
+                total = contents.get(value, 0) + diff
+                if total:
+                    contents[value] = total
+                else:
+                    del contents[value]
+        self._last[key] = (time, contents)
+        return dict(contents)
+
+    def times(self, key: Hashable) -> Iterable[Timestamp]:
         """The times of the key's updates."""
-        return {at for _, at in self.keys.get(key, ())}
+        return self.keys.get(key, {}).keys()
+
+    def history(self, key: Hashable) -> History:
+        """The key's updates by time (not to be changed by the caller)."""
+        return self.keys.get(key, {})
 
     def updates(self, key: Hashable) -> list[tuple[Any, Timestamp, int]]:
         """The key's updates ``(value, time, diff)``."""
-        return [(value, at, diff) for (value, at), diff in self.keys.get(key, {}).items()]
+        return [(value, at, diff) for at, values in self.keys.get(key, {}).items() for value, diff in values.items()]
 
     def __len__(self) -> int:
         """How many updates the trace holds (its size after compaction follows the collection's)."""
@@ -112,38 +155,70 @@ class Trace:
 
     def compact(self, done: int) -> None:
         """Every time of epochs ``<= done`` is complete: merge them into epoch ``done + 1``."""
-        still = set()
+        still, advanced = set(), _Advanced(done + 1)
+        self._last.clear()  # times move: and what was kept is let go once an epoch is over
         for key in self.changed:
-            updates = self.keys.get(key)
-            if updates is None:
+            history = self.keys.get(key)
+            if history is None:
                 continue
-            merged: dict[tuple[Any, Timestamp], int] = {}
-            for (value, at), diff in updates.items():
-                if at.epoch <= done:
-                    at = Timestamp(done + 1, at.counters)
-                elif at.epoch > done + 1:
-                    still.add(key)
-                merged[value, at] = merged.get((value, at), 0) + diff
-            merged = {slot: diff for slot, diff in merged.items() if diff}
-            self.size += len(merged) - len(updates)
-            self.compacted_away += len(updates) - len(merged)
+            if any(at.epoch > done + 1 for at in history):
+                still.add(key)
+            if sum(at.epoch <= done for at in history) == 0:
+                continue  # nothing to merge: its times are all of epochs still open
+            before = sum(map(len, history.values()))
+            merged = _merged(history, done, advanced)
+            after = sum(map(len, merged.values()))
+            self.size += after - before
+            self.compacted_away += before - after
             if merged:
                 self.keys[key] = merged
             else:
                 del self.keys[key]
         self.changed = still
 
-    def take(self, moving: Callable[[Hashable], bool]) -> dict[Hashable, dict[tuple[Any, Timestamp], int]]:
+    def take(self, moving: Callable[[Hashable], bool]) -> dict[Hashable, History]:
         """Remove and return the updates of the keys for which ``moving(key)`` is true."""
-        taken = {key: updates for key, updates in self.keys.items() if moving(key)}
-        for key, updates in taken.items():
+        taken = {key: history for key, history in self.keys.items() if moving(key)}
+        for key, history in taken.items():
             del self.keys[key]
-            self.size -= len(updates)
+            self._last.pop(key, None)
+            self.size -= sum(map(len, history.values()))
         self.changed -= taken.keys()
         return taken
 
-    def put(self, taken: dict[Hashable, dict[tuple[Any, Timestamp], int]]) -> None:
+    def put(self, taken: dict[Hashable, History]) -> None:
         """Add updates another trace's :meth:`take` returned."""
-        for key, updates in taken.items():
-            for (value, at), diff in updates.items():
-                self.add(key, value, at, diff)
+        for key, history in taken.items():
+            for at, values in history.items():
+                for value, diff in values.items():
+                    self.add(key, value, at, diff)
+
+
+class _Advanced(dict):
+    """Loop counters -> the time at epoch ``epoch`` with them, each made once per compaction."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__()
+        self.epoch = epoch
+
+    def __missing__(self, counters: tuple[int, ...]) -> Timestamp:
+        time = self[counters] = Timestamp(self.epoch, counters)
+        return time
+
+
+def _merged(history: History, done: int, advanced: _Advanced) -> History:
+    """``history`` with its times of epochs ``<= done`` moved to ``done + 1``, equal values summed, zeros gone."""
+    merged: History = {}
+    for at, values in history.items():
+        target = advanced[at.counters] if at.epoch <= done else at
+        into = merged.get(target)
+        if into is None:
+            merged[target] = dict(values)
+            continue
+        for value, diff in values.items():
+            total = into.get(value, 0) + diff
+            if total:
+                into[value] = total
+            else:
+                into.pop(value, None)
+    return {at: values for at, values in merged.items() if values}
