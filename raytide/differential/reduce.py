@@ -87,7 +87,7 @@ class Reduction:
         """Schedule ``keys`` at the later times their change at ``time`` reaches; the times new here."""
         new = []
         for key in keys:
-            for later in later_times(time, self.input.times(key) | self.output.times(key)):
+            for later in later_times(time, {*self.input.times(key), *self.output.times(key)}):
                 due = self.scheduled.get(later)
                 if due is None:
                     due = self.scheduled[later] = set()
