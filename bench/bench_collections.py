@@ -16,6 +16,11 @@ and runs from the push in the driver to the epoch's output in the driver.
 * ``scratch_s``: union-find over the edges present after the last epoch, in the driver,
   single-core Python (``bench.baselines.cc_ray.components_union_find``): a from-scratch
   recomputation.
+* ``pathway_first_s`` / ``pathway_epoch_s`` (with ``--param pathway_python=PATH``, a Python
+  with ``pathway`` installed: ``python3 -m venv .pathway && .pathway/bin/pip install
+  pathway==0.33.0``): ``bench/baselines/cc_pathway.py``, Pathway's own ``pw.iterate`` on 2
+  threads, run once on epoch 0 alone and once on all epochs; the epoch time is the
+  difference over the number of churn epochs. Its final labels are checked too.
 
 Outside the clock every epoch's labels are folded (``rt.accumulate``) and the last one is
 checked against union-find of the edges present (nodes without edges are absent).
@@ -23,9 +28,14 @@ checked against union-find of the edges present (nodes without edges are absent)
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -36,13 +46,16 @@ from bench.harness import ensure_ray
 from examples import connected_components as insert_only
 from examples import incremental_components as incremental
 
-PARAMS = {"nodes": 20_000, "edges": 60_000, "epochs": 5, "churn": 0.01, "seed": 0, "parallelism": 2}
+PARAMS = {"nodes": 20_000, "edges": 60_000, "epochs": 5, "churn": 0.01, "seed": 0, "parallelism": 2,
+          "pathway_python": None}
 REPEAT = 3
 RATIOS = [
     ("update epoch (1% deleted, 1% inserted)/first fixpoint", "epoch_s", "first_s"),
     ("update epoch/insert-only epoch (1% inserted)", "epoch_s", "insert_only_epoch_s"),
     ("update epoch/from-scratch union-find", "epoch_s", "scratch_s"),
     ("first fixpoint/insert-only first fixpoint", "first_s", "insert_only_first_s"),
+    ("update epoch/Pathway's", "epoch_s", "pathway_epoch_s"),
+    ("first fixpoint/Pathway's", "first_s", "pathway_first_s"),
 ]
 
 
@@ -81,7 +94,25 @@ def timed_epochs(flow: rt.Dataflow, batches: list, parallelism: int, fold) -> li
     return seconds
 
 
-def measure(nodes: int, edges: int, epochs: int, churn: float, seed: int, parallelism: int) -> dict[str, float]:
+def pathway_seconds(python: str, batches: list, nodes: int, expected: np.ndarray, touched: np.ndarray) -> dict[str, float]:
+    """Pathway's run over epoch 0 alone and over every epoch; its last labels checked against ``expected``."""
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="bench-pathway-") as folder:
+        for count in (1, len(batches)):
+            rows = np.array([(u, v, epoch, diff) for epoch, batch in enumerate(batches[:count]) for (u, v), diff in batch],
+                            dtype=np.int64)
+            source, target = f"{folder}/edges.npz", f"{folder}/out.json"
+            np.savez(source, u=rows[:, 0], v=rows[:, 1], epoch=rows[:, 2], diff=rows[:, 3], nodes=nodes)
+            subprocess.run([python, str(Path(__file__).parent / "baselines" / "cc_pathway.py"), source, target],
+                           check=True, env={**os.environ, "PATHWAY_THREADS": "2"}, capture_output=True)
+            runs.append(json.loads(Path(target).read_text()))
+    labels = {int(node): label for node, label in runs[-1]["labels"].items()}
+    assert all(labels[int(n)] == expected[n] for n in touched), "Pathway's labels differ from union-find"
+    return {"pathway_first_s": runs[0]["run_s"], "pathway_epoch_s": (runs[1]["run_s"] - runs[0]["run_s"]) / (len(batches) - 1)}
+
+
+def measure(nodes: int, edges: int, epochs: int, churn: float, seed: int, parallelism: int,
+            pathway_python: str | None) -> dict[str, float]:
     ensure_ray()
     graph = data.random_graph_edges(nodes, edges, seed)
     batches = churn_epochs(graph, epochs, churn, seed, nodes)
@@ -97,6 +128,7 @@ def measure(nodes: int, edges: int, epochs: int, churn: float, seed: int, parall
     assert dict(contents) == {(int(n), int(expected[n])): 1 for n in touched}, "labels differ from union-find"
     inserts = [np.array([edge for edge, diff in batch if diff > 0], dtype=np.int64) for batch in batches]
     insert_times = timed_epochs(insert_only.build_flow(parallelism), inserts, parallelism, lambda changes: None)
-    return {"first_s": times[0], "epoch_s": statistics.median(times[1:]), "epoch_max_s": max(times[1:]),
+    pathway = pathway_seconds(pathway_python, batches, nodes, expected, touched) if pathway_python else {}
+    return {**pathway, "first_s": times[0], "epoch_s": statistics.median(times[1:]), "epoch_max_s": max(times[1:]),
             "insert_only_first_s": insert_times[0], "insert_only_epoch_s": statistics.median(insert_times[1:]),
             "scratch_s": scratch}
