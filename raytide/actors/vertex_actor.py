@@ -47,13 +47,14 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import ray
 
 from raytide.actors.metrics import ReplicaMetrics
 from raytide.actors.progress_relay import ProgressRelay
+from raytide.actors.pushed import read_pushed, take_share
 from raytide.core.batches import batch_length, to_records
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
@@ -83,7 +84,8 @@ from raytide.snapshots.recovery import part_name
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 from raytide.snapshots.store import SnapshotStore
 from raytide.snapshots.writer import SnapshotWriter
-from raytide.sources.base import Reader, RemoteBatch, late_counts, reader_positions
+from raytide.sources.base import Reader, late_counts, reader_positions
+from raytide.sources.clocked_stream import Share
 
 logger = logging.getLogger(__name__)
 
@@ -360,27 +362,26 @@ class VertexActor:
         driver); then, if ``then`` is given, move the input to ``then`` in the same call (a stream's batch: no snapshot in it)."""
         if not self._current(incarnation):
             return
-        try:  # objects whose owner died, or that were freed, fail the job: no epoch completes without them
-            stored = iter(ray.get([ref for ref in refs if not isinstance(ref, RemoteBatch)]))
-        except Exception as error:
-            self._fail(self._unreadable(vertex, epoch, f"a pushed object ref could not be read: {type(error).__name__}: {error}"))
-            return
-        for ref in refs:
-            if not isinstance(ref, RemoteBatch):
-                self._guard(self.core.push_input, vertex, next(stored), epoch)
-                continue
-            try:
-                batch = ref.read()
-            except Exception as error:  # kept where it cannot be read any more (its Spark executor is gone)
-                self._fail(self._unreadable(vertex, epoch, f"{type(error).__name__}: {error}"))
-                return
+        for batch in self._read_pushed(vertex, refs, f"epoch {epoch}"):
             self._guard(self.core.push_input, vertex, batch, epoch)
         if then is not None:
             self._guard(self.core.advance_input, vertex, then)
 
-    def _unreadable(self, vertex: str, epoch: int, why: str) -> SourceError:
-        """The error of a pushed batch this input replica could not read."""
-        return SourceError(f"input {vertex!r} replica {self.transport.key[1]} epoch {epoch}: {why}")
+    def push_stream(self, incarnation: int, vertex: str, share: Share) -> None:
+        """This replica's share of a batch of a stream with event time, or the stream's end: read here, its
+        records put to their epochs by this replica's clock, in one event (:mod:`raytide.sources.clocked_stream`)."""
+        if self._current(incarnation):
+            batches = list(self._read_pushed(vertex, share.refs, f"batch {share.upto - 1}"))
+            self._guard(take_share, self.core, self.started, vertex, share, batches)
+
+    def _read_pushed(self, vertex: str, refs: Sequence[Any], where: str) -> Iterator[Any]:
+        """The batches of ``refs``, read here in order; one that cannot be read fails the job (and ends them):
+        objects whose owner died or that were freed, or a batch kept where it cannot be read any more (its
+        Spark executor is gone). No epoch completes without them."""
+        try:
+            yield from read_pushed(refs)
+        except Exception as error:
+            self._fail(SourceError(f"input {vertex!r} replica {self.transport.key[1]} {where}: {error}"))
 
     def restore(self, incarnation: int, snapshot_id: int | None, peers: dict[ReplicaKey, Any], progress: ProgressRoute,
                 coordinator: Any) -> list[Location]:

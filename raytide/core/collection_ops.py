@@ -253,18 +253,26 @@ def _trace_counters(*traces: Trace) -> dict[str, int]:
             "compacted_away": sum(trace.compacted_away for trace in traces)}
 
 
+def _in_order(records: dict[Any, int]) -> list[Any]:
+    """The records in a fixed order: their own, or by ``repr`` where they do not compare (mixed types)."""
+    try:
+        return sorted(records)
+    except TypeError:
+        return sorted(records, key=repr)
+
+
 def records_logic(fn: Callable[[Hashable, list], Any], checks: int = 64) -> Logic:
     """``fn(key, records) -> records`` as a :data:`~raytide.differential.Logic` over contents.
 
-    ``fn`` gets the key's records, each repeated by its copies, in a fixed order (by their
-    ``repr``). It must depend on them as a multiset: the first ``checks`` calls run it a
+    ``fn`` gets the key's records, each repeated by its copies, in a fixed order (their own
+    order, or by ``repr`` where they do not compare). It must depend on them as a multiset: the first ``checks`` calls run it a
     second time on the records in reverse order and refuse a different result.
     """
     calls = 0
 
     def logic(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
         nonlocal calls
-        records = [record for record in sorted(contents, key=repr) for _ in range(contents[record])]
+        records = [record for record in _in_order(contents) for _ in range(contents[record])]
         out = dict(consolidate((record, 1) for record in fn(key, records)))
         if calls < checks:
             calls += 1

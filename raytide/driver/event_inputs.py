@@ -34,7 +34,8 @@ from raytide.physical.pickled import unpicklable
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.wire import pack
 from raytide.sources.base import Reader
-from raytide.sources.event_time import event_time_readers
+from raytide.sources.clocked_stream import ClockedStream
+from raytide.sources.event_time import event_time_readers, source_event_time
 from raytide.windows.event_time import Assigned, EventClock, EventTime, LateCount, late_input
 
 
@@ -51,6 +52,9 @@ class EventTimeInputs(InputFeeds):
                        for name, spec in specs.items() if spec is not None}
         #: One lock per event-time input around its clock and the calls it decides (a push's lock is taken inside).
         self.clock_locks = {name: threading.Lock() for name in self.clocks}
+        #: Per stream input with event time, how it is clocked in its replicas (None once ended) and its next batch id.
+        self.streams: dict[str, ClockedStream | None] = {}
+        self.next_batch: dict[str, int] = {}
 
     def push(self, name: str, records: Any, epoch: Any = None, partition: Hashable | None = None) -> None:
         """Push into input ``name``: at ``epoch``, or through its clock for an event-time input."""
@@ -79,7 +83,14 @@ class EventTimeInputs(InputFeeds):
         super().advance(name, epoch)
 
     def close(self, name: str) -> None:
-        """Close input ``name``; an event-time input first pushes every epoch its clock held."""
+        """Close input ``name``; an event-time input first pushes every epoch its clock held (a
+        stream's replicas, what their clocks held)."""
+        if name in self.streams:
+            stream, self.streams[name] = self.streams[name], None
+            if stream is not None:
+                upto = self.next_batch[name] + 1
+                self.push_shares(name, stream.ends(upto, len(self.replicas[name])), upto)
+            return None
         clock = self.clocks.get(name)
         if clock is None:
             return super().close(name)
@@ -103,14 +114,37 @@ class EventTimeInputs(InputFeeds):
             super().close(late_input(name))
         super().hand_over(name, readers, timeout)
 
+    def clock_stream(self, name: str, source: Any) -> None:
+        """Stream input ``name`` is fed from ``source``: with event time (the input's or the
+        source's, checked here, before the stream starts), its batches go through a clock in
+        each input replica (:mod:`raytide.sources.clocked_stream`), and the input's late
+        records come through them, so its driver-fed late input closes at once."""
+        found = source_event_time(source, name, self.plan.vertex(name).event_time)
+        if found is None:
+            return
+        clock = self.clocks.pop(name, None)
+        if clock is not None and clock.spec.late_output is not None:
+            super().close(late_input(name))
+        spec, label = found
+        self.streams[name] = ClockedStream(spec, label, clock is not None and clock.spec.late_output is not None)
+        with self.locks[name]:
+            self.epochs[name] = None
+
     def push_batch(self, name: str, refs: list, epoch: Any) -> tuple[dict[int, int], list]:
-        self._refuse_source(name, "a stream source")
-        return super().push_batch(name, refs, epoch)
+        """Batch ``epoch`` of a stream input: as :meth:`InputFeeds.push_batch`, or through the replicas' clocks."""
+        stream = self.streams.get(name)
+        if stream is None:
+            return super().push_batch(name, refs, epoch)
+        self.next_batch[name] = epoch + 1
+        return self.push_shares(name, stream.shares(refs, epoch, len(self.replicas[name])), epoch + 1)
 
     def continue_stream(self, name: str) -> int:
-        """As :meth:`InputFeeds.continue_stream`; refused on an event-time input, before the stream starts."""
-        self._refuse_source(name, "a stream source")
-        return super().continue_stream(name)
+        """Where a stream input goes on (:meth:`InputFeeds.continue_stream`; with event time,
+        :meth:`InputFeeds.continue_clocked`)."""
+        if name not in self.streams:
+            return super().continue_stream(name)
+        self.next_batch[name] = self.continue_clocked(name)
+        return self.next_batch[name]
 
     def late_stats(self, replicas: list[dict[str, dict[str, Any]]] = ()) -> dict[str, dict[str, Any]]:  # type: ignore[assignment]
         """``job.stats()["late"]``: per event-time input, its late records (see :class:`~raytide.windows.event_time.LateCount`):

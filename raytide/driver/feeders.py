@@ -14,7 +14,7 @@ from raytide.driver.event_inputs import EventTimeInputs
 from raytide.driver.streams import StreamFeed
 from raytide.errors import JobTimeout
 from raytide.sources.base import BlockRefs, Reader
-from raytide.sources.stream import StreamReader
+from raytide.sources.stream import StreamSource
 
 
 class Feeders:
@@ -31,10 +31,12 @@ class Feeders:
         """Push what ``reader`` yields into input ``name``, then close it."""
         self._start(name, lambda: self._read(name, reader))
 
-    def stream(self, name: str, reader: StreamReader, snapshot: Callable[[float], int],
-               pump: Callable[[float], None], hold_timeout: float) -> None:
-        """Feed stream input ``name`` from ``reader`` (see :class:`~raytide.driver.streams.StreamFeed`)."""
-        feed = self.streams[name] = StreamFeed(name, reader, self.inputs, snapshot, pump, hold_timeout)
+    def stream(self, name: str, source: StreamSource, snapshot: Callable[[float], int],
+               pump: Callable[[float], None]) -> None:
+        """Feed stream input ``name`` from ``source`` (see :class:`~raytide.driver.streams.StreamFeed`), with
+        event time through its replicas' clocks if it has any (checked first, before the stream starts)."""
+        self.inputs.clock_stream(name, source)
+        feed = self.streams[name] = StreamFeed(name, source.reader(), self.inputs, snapshot, pump, source.hold_timeout)
         self._start(name, feed.run)
 
     def stop_streams(self, timeout: float | None) -> None:

@@ -323,6 +323,34 @@ class InputFeeds:
             self.epochs[name] = epochs.pop() if epochs else 0
             return self.epochs[name]  # type: ignore[return-value]
 
+    def push_shares(self, name: str, shares: list, upto: int) -> tuple[dict[int, int], list]:
+        """A batch (or the end) of stream input ``name`` with event time (:mod:`raytide.sources.clocked_stream`):
+        share ``i`` to replica ``i`` in one call each, counted as the commands up to ``upto`` (the next batch id;
+        its replica sets its count to it). Returns, per replica, the count a snapshot that holds the batch
+        records, and the calls' object refs. The replicas move the input's epochs themselves."""
+        self.check(name)
+        assert self.logs is not None, "a stream input needs a job with recovery"
+        with self.locks[name]:
+            calls = []
+            for index, share in enumerate(shares):
+                weight = upto - self.logs[(name, index)].end
+                assert weight > 0, f"stream input {name!r}: batch {upto - 1} is not after the ones taken"
+                calls.append(self._submit(name, index, "push_stream", name, share, weight=weight))
+            return dict.fromkeys(range(len(shares)), upto), [call for call in calls if call is not None]
+
+    def continue_clocked(self, name: str) -> int:
+        """Where stream input ``name`` with event time goes on: the batch count a restored snapshot left every
+        one of its replicas at (0 in a fresh job); the input's epochs are its replicas' own from now on."""
+        with self.locks[name]:
+            resumes = [self.resumes.pop(key) for key in list(self.resumes) if key[0] == name]
+            counts = {resume.consumed for resume in resumes}
+            if len(counts) > 1 or any(resume.epoch is None for resume in resumes):
+                raise RecoveryError(f"stream input {name!r}: the restored snapshot has its replicas at batch counts "
+                                    f"{sorted(counts)} (epochs {[resume.epoch for resume in resumes]}), not at one "
+                                    f"batch boundary")
+            self.epochs[name] = None
+            return counts.pop() if counts else 0
+
     def commit(self, snapshot_id: int, positions: dict[tuple[str, int], int]) -> None:
         """Snapshot ``snapshot_id`` committed with each input replica at ``positions`` (commands consumed)."""
         self.committed.update(positions)

@@ -200,7 +200,7 @@ class Job(JobViews):
         source = as_source(source, name)
         if isinstance(source, StreamSource):
             self._require_recovery(f"stream input {name!r}")
-            return self._feeders.stream(name, source.reader(), self._stream_snapshot, self._pump, source.hold_timeout)
+            return self._feeders.stream(name, source, self._stream_snapshot, self._pump)
         on_driver = source.placement is SourcePlacement.DRIVER
         readers = source.readers(wanted := 1 if on_driver else len(self._inputs.replicas[name]))
         if len(readers) != wanted:

@@ -131,7 +131,9 @@ def run(
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     check_widths(plan, {name: plan.width(name) for name in plan.vertices}, cluster_cpus(), num_cpus, oversubscribe)
-    restore_id = _restore_id(plan, recovery, restore, streams) if restore is not None else None
+    clocked = [input_name for input_name in streams  # streams with event time: their boundaries are batch counts
+               if plan.vertex(input_name).event_time is not None or getattr(sources[input_name], "event_time", None) is not None]
+    restore_id = _restore_id(plan, recovery, restore, streams, clocked) if restore is not None else None
     job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}",
               HostSettings(max_inflight, num_cpus, pretouch_mb, recovery), batch_size, restore_id,
               recompile=functools.partial(compile_plan, flow, parallelism, chaining), autoscale=autoscale)
@@ -151,14 +153,15 @@ def run(
     return job
 
 
-def _restore_id(plan: PhysicalPlan, recovery: Recovery | None, restore: int | str, streams: list[str]) -> int | str:
+def _restore_id(plan: PhysicalPlan, recovery: Recovery | None, restore: int | str, streams: list[str],
+                clocked: list[str]) -> int | str:
     """The committed snapshot ``restore=`` names, laid out for ``plan``'s widths (a new snapshot
-    if need be); with stream inputs, the latest one at a batch boundary, or
+    if need be); with stream inputs (``clocked``: those with event time), the latest one at a batch boundary, or
     :data:`~raytide.snapshots.consumed.START` if the store has none yet (the query runs its
     batches again from the first; what the consumers had of them is not handed out again)."""
     assert recovery is not None
     store = SnapshotStore(recovery.store, recovery.signing_key)
-    if streams and (restore := stream_restore_id(store, restore, streams)) is None:  # type: ignore[assignment]
+    if streams and (restore := stream_restore_id(store, restore, streams, clocked)) is None:  # type: ignore[assignment]
         return START
     restore_id = reshard_snapshot(plan, store, None if restore == "latest" else restore,  # type: ignore[arg-type]
                                   recovery.retain)

@@ -25,7 +25,7 @@ import logging
 import pickle
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import ray
 
@@ -34,6 +34,7 @@ from raytide.errors import JobTimeout, SnapshotError
 from raytide.snapshots.recovery import JOB_PART, input_epochs
 from raytide.snapshots.store import SnapshotStore
 from raytide.sources.base import BlockRefs
+from raytide.sources.clocked_stream import boundary_batch
 from raytide.sources.stream import StreamReader, boundary_epoch
 
 logger = logging.getLogger(__name__)
@@ -123,12 +124,12 @@ class StreamFeed:
                 self.pump(SYNC_POLL)
 
 
-def restore_id(store: SnapshotStore, wanted: int | str, streams: list[str]) -> int | None:
-    """The snapshot a job with stream inputs ``streams`` restores for ``restore=wanted``: the
-    latest committed one at a batch boundary of every stream (``"latest"``; None if the store
-    has none at all: no batch was held yet, so the job starts at the very start, and the query
-    runs its batches again from the first: ``rt.run`` then restores
-    :data:`~raytide.snapshots.consumed.START`), or snapshot ``wanted`` if it is at one.
+def restore_id(store: SnapshotStore, wanted: int | str, streams: list[str], clocked: Collection[str] = ()) -> int | None:
+    """The snapshot a job with stream inputs ``streams`` (of which ``clocked`` have event time)
+    restores for ``restore=wanted``: the latest committed one at a batch boundary of every
+    stream (``"latest"``; None if the store has none at all: no batch was held yet, so the job
+    starts at the very start, and the query runs its batches again from the first: ``rt.run``
+    then restores :data:`~raytide.snapshots.consumed.START`), or snapshot ``wanted`` if it is at one.
 
     Raises:
         SnapshotError: no such snapshot; the message says why.
@@ -137,18 +138,39 @@ def restore_id(store: SnapshotStore, wanted: int | str, streams: list[str]) -> i
     if not candidates:
         return None
     for snapshot_id in reversed(candidates):
-        epochs = stream_epochs(store, snapshot_id, streams)
-        if all(boundary_epoch(at) is not None for at in epochs.values()):
+        at = stream_boundaries(store, snapshot_id, streams, clocked)
+        if all(boundary is not None for boundary, _ in at.values()):
             return snapshot_id
         if wanted != "latest":
             raise SnapshotError(f"snapshot {snapshot_id} cut stream inputs between the calls of one batch (their "
-                                f"replicas were at epochs {epochs}); restore 'latest' or a snapshot at a batch end")
+                                f"replicas were at {dict(what for _, what in at.values())}); restore 'latest' or a "
+                                f"snapshot at a batch end")
     raise SnapshotError(f"the store {store.uri!r} has no committed snapshot at a batch boundary of the stream inputs "
                         f"{streams} (of {len(candidates)} committed)")
 
 
-def stream_epochs(store: SnapshotStore, snapshot_id: int, streams: list[str]) -> dict[str, list[int | None]]:
+def stream_boundaries(store: SnapshotStore, snapshot_id: int, streams: list[str],
+                      clocked: Collection[str] = ()) -> dict[str, tuple[int | None, tuple[str, str]]]:
+    """Per stream input, the batch boundary snapshot ``snapshot_id`` is at (None: none), with
+    where its replicas were, for a message. Read from the summaries of its ``job`` part: each
+    replica's epoch (None: closed), and for a stream with event time each replica's command
+    count, its next batch id (:func:`~raytide.sources.clocked_stream.boundary_batch`)."""
+    summaries = pickle.loads(store.read_part(snapshot_id, JOB_PART))
+    epochs = stream_epochs(store, snapshot_id, streams, summaries)
+    found: dict[str, tuple[int | None, tuple[str, str]]] = {}
+    for name, at in epochs.items():
+        if name in clocked:
+            counts = [summary.positions[name] for _, summary in sorted(summaries.items(), key=lambda kv: kv[0].replica)
+                      if name in summary.positions]
+            found[name] = boundary_batch(counts, at), (name, f"batch counts {counts}, epochs {at}")
+        else:
+            found[name] = boundary_epoch(at), (name, f"epochs {at}")
+    return found
+
+
+def stream_epochs(store: SnapshotStore, snapshot_id: int, streams: list[str],
+                  summaries: dict | None = None) -> dict[str, list[int | None]]:
     """Per stream input, the epoch each of its replicas was at in snapshot ``snapshot_id``
-    (None: closed), in replica order, read from the summaries of its ``job`` part."""
-    epochs = input_epochs(pickle.loads(store.read_part(snapshot_id, JOB_PART)))
+    (None: closed), in replica order, read from the summaries of its ``job`` part (or ``summaries``, read already)."""
+    epochs = input_epochs(summaries if summaries is not None else pickle.loads(store.read_part(snapshot_id, JOB_PART)))
     return {name: [epochs[key] for key in sorted(key for key in epochs if key[0] == name)] for name in streams}

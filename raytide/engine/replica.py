@@ -110,7 +110,7 @@ class ReplicaCore:
         self.taken: dict[int, TakenState] = {}  # local snapshots waiting for their back edges' barriers
         self.replay: list[LoggedBatch] = []  # restored back-edge batches, delivered at resume()
         #: Where this replica's source readers are (the shell sets it; part of a snapshot), and
-        #: where a restored snapshot says they were.
+        #: where a restored snapshot says they were (snapshots keep these until a reader takes over).
         self.source_positions: Callable[[], dict[str, Any]] = dict
         self.restored_sources: dict[str, Any] = {}
         self.aligning: dict[int, float] = {}  # when each marker's first barrier arrived here
@@ -220,7 +220,7 @@ class ReplicaCore:
                 del epochs[epoch]
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
         return ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
-                            self.outbox.tables(), self.source_positions())
+                            self.outbox.tables(), {**self.restored_sources, **self.source_positions()})
 
     def _take(self, marker: Marker, alignment_s: float) -> TakenState:
         """The local snapshot at ``marker``, taken ``alignment_s`` seconds after its first

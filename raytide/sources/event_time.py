@@ -174,20 +174,30 @@ class EventTimeReader(Reader[EventTimePosition]):
             batch = next(batches, None)
             if batch is None and not clock.held:
                 return
-            items = self._items(clock, batch[1]) if batch is not None else clock.close()
+            items = judge(clock, [batch[1]], self.source, self.late_out) if batch is not None else clock.close()
             pending = tuple(items)
             at = EventTimePosition(self.inner.position(), clock.state(), pending)
 
-    def _items(self, clock: SourceClock, batch: Any) -> list[tuple[int, Any]]:
-        """What one batch of the inner reader gives: late records (at the epoch before), the
-        pieces sent, and, if the reader moved past them, an empty batch at its new epoch."""
-        seconds = stamps(self.spec, batch, self.source)
-        before = clock.epoch
-        taken = clock.take(cut(self.spec, batch, seconds), float(seconds.max()) if len(seconds) else -math.inf)
-        late = [(epoch, LateRecords(to_records(piece))) for epoch, piece in taken.late] if self.late_out else []
-        reached = taken.epoch == before or (taken.sends and taken.sends[-1][0] == taken.epoch)
-        moved: list[tuple[int, Any]] = [] if reached else [(taken.epoch, [])]
-        return late + taken.sends + moved
+
+def judge(clock: SourceClock, batches: list[Any], source: str, late_out: bool) -> list[tuple[int, Any]]:
+    """What ``batches``, judged as one batch by ``clock``, give, as ``(epoch, batch)`` items in
+    epoch order: late records (at the epoch before; as :class:`LateRecords` when ``late_out``,
+    else only counted), the pieces sent, and, if the clock moved past them, an empty batch at
+    its new epoch. Timestamps are read with the clock's spec; a bad one raises a SourceError
+    naming ``source``."""
+    pieces: list[EpochPiece] = []
+    highest = -math.inf
+    for batch in batches:
+        seconds = stamps(clock.spec, batch, source)
+        if len(seconds):
+            pieces += cut(clock.spec, batch, seconds)
+            highest = max(highest, float(seconds.max()))
+    before = clock.epoch
+    taken = clock.take(pieces, highest)
+    late = [(epoch, LateRecords(to_records(piece))) for epoch, piece in taken.late] if late_out else []
+    reached = taken.epoch == before or (taken.sends and taken.sends[-1][0] == taken.epoch)
+    moved: list[tuple[int, Any]] = [] if reached else [(taken.epoch, [])]
+    return late + taken.sends + moved
 
 
 def with_event_time(readers: list[Reader[Any]], spec: EventTime, source: str, late_out: bool) -> list[Reader[Any]]:
@@ -197,25 +207,35 @@ def with_event_time(readers: list[Reader[Any]], spec: EventTime, source: str, la
 
 def event_time_readers(source: Any, name: str, declared: EventTime | None, readers: list[Reader[Any]]) -> list[Reader[Any]]:
     """``source``'s readers of input ``name`` (whose ``flow.input`` spec is ``declared``), each
-    wrapped in an :class:`EventTimeReader` when the source or the input has an event time;
-    the source's timestamp column is checked against its schema first, before data moves.
+    wrapped in an :class:`EventTimeReader` when the source or the input has an event time
+    (:func:`source_event_time`, which checks it before data moves)."""
+    found = source_event_time(source, name, declared)
+    if found is None:
+        return readers
+    spec, label = found
+    return with_event_time(readers, spec, label, declared is not None and declared.late_output is not None)
+
+
+def source_event_time(source: Any, name: str, declared: EventTime | None) -> tuple[EventTime, str] | None:
+    """The event time input ``name`` (whose ``flow.input`` spec is ``declared``) is read from
+    ``source`` with, and how messages name the source; None if neither gives one. The
+    source's timestamp column is checked against its schema first, before data moves.
 
     Raises:
-        GraphError: a source that cannot say what its rows are (not a text, Arrow or Ray Data
-            source), or specs that disagree (:func:`event_time_of`).
+        GraphError: a source that cannot say what its rows are (not a text, Arrow, Ray Data
+            or Spark stream source), or specs that disagree (:func:`event_time_of`).
         SourceError: the column is missing or of a type that is not a time, or the source
             was also given epochs some other way.
     """
     given = getattr(source, "event_time", None)
     if given is None and declared is None:
-        return readers
+        return None
     describe = getattr(source, "event_time_schema", None)
     if describe is None:
         raise GraphError(f"input {name!r} takes its epochs from event times, but {type(source).__name__} has no "
-                         f"event_time=: read it with a text, Arrow or Ray Data source, or push its records")
+                         f"event_time=: read it with a text, Arrow, Ray Data or Spark stream source, or push its records")
     label, schema = describe()
     spec = event_time_of(label, name, given, declared)
     assert spec is not None
     check_schema(spec, schema, label)
-    return with_event_time(readers, spec, label, declared is not None and declared.late_output is not None)
-
+    return spec, label

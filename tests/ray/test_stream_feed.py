@@ -5,6 +5,7 @@ batches kept outside Ray's object store are read by the replicas they are dealt 
 from __future__ import annotations
 
 import json
+import random
 import os
 import threading
 import time
@@ -12,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import ray
 
@@ -185,3 +187,65 @@ def test_a_stream_job_that_stalls_says_what_its_feed_and_producer_are_doing(ray_
         release.set()
     assert ("stream feeds: {'lines': \"waiting for its producer's batch after 1 (batch 1 is held); its producer: "
             "stalled after its last batch\"}") in str(stalled.value)
+
+
+class TimedStream(ListStream):
+    """A :class:`ListStream` of records ``{"t", "page", "n"}``, which says so (an event-time input checks its column)."""
+
+    def event_time_schema(self) -> tuple[str, pa.Schema]:
+        return "a list stream", pa.schema([("t", pa.float64()), ("page", pa.int64()), ("n", pa.int64())])
+
+
+def test_a_stream_with_event_time_windows_exactly_once_across_a_lost_driver_and_a_restore(ray_session, tmp_path):
+    """A stream with event time (records ``{"t", "page", "n"}``, out of order within and beyond
+    ``max_delay``) into 2-second tumbling counts at parallelism 2. The first job takes 5
+    batches, then its producer stalls and the job is cancelled without a savepoint (a driver
+    that dies: its replicas' clocks hold records for epochs the watermark has not reached);
+    a new job with ``restore="latest"`` goes on from the batch count its snapshot holds
+    (batch 5; the replicas' epochs are event time, apart). The epochs each driver was shown,
+    joined by epoch (as a sink keyed by epoch keeps them; one shown to both is the same in
+    both), give every window once, with a count exactly
+    that of the records not late, the late output and ``job.stats()["late"]`` exactly the
+    records beyond the bound (``tests/unit/test_clocked_stream.py``'s reference)."""
+    from tests.unit.test_clocked_stream import reference
+
+    rng = random.Random(7)
+    spec = rt.EventTime("t", granularity=1.0, max_delay=3.0, late_output="late")
+    stream, now = [], 1000.0
+    for batch_id in range(10):
+        batch = []
+        for index in range(6):
+            now += rng.uniform(0, 1)
+            back = rng.choice([0.0, rng.uniform(0, 3), rng.uniform(4, 12)])
+            batch.append({"t": round(now - back, 3), "page": rng.randrange(3), "n": batch_id * 6 + index})
+        stream.append(batch)
+    flow = rt.Dataflow("clocked-stream")
+    flow.input("clicks", event_time=spec).window(lambda click: click["page"], rt.Tumbling(2)).count().output("counts")
+    release = threading.Event()
+    first = TimedStream(stream[:5])
+    first.reader = lambda: _StalledReader(first, release)  # type: ignore[method-assign]
+    job = rt.run(flow, inputs={"clicks": first}, parallelism=2, recovery=rt.Recovery(str(tmp_path)))
+    deadline = time.monotonic() + 60
+    while len(first.held_at) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(first.held_at) == 5, first.held_at
+    job.cancel()
+    release.set()
+    shown = {name: job.collect(name) for name in ("counts", "late")}  # what the lost driver was shown
+    with rt.run(flow, inputs={"clicks": TimedStream(stream)}, parallelism=2, recovery=rt.Recovery(str(tmp_path)),
+                restore="latest") as job:
+        job.wait(timeout=120)
+        again = {name: job.collect(name) for name in ("counts", "late")}
+        stats = job.stats()["late"]["clicks"]
+    for name in shown:  # an epoch shown to both drivers (after the last snapshot) is the same: computed the same way
+        assert all(Counter(map(repr, shown[name][e])) == Counter(map(repr, again[name][e]))
+                   for e in set(shown[name]) & set(again[name])), name
+    counts = [record for records in {**shown["counts"], **again["counts"]}.values() for record in records]
+    late = sorted(click["n"] for records in {**shown["late"], **again["late"]}.values() for click in records)
+    epochs, expected_late = reference([[batch] for batch in stream], 2, spec)
+    pages = {click["n"]: click["page"] for batch in stream for click in batch}
+    windows = Counter((pages[n], epoch // 2 * 2) for n, epoch in epochs.items() if n not in expected_late)
+    assert Counter({(key, start): value for key, start, end, value in counts}) == windows
+    assert all(end == start + 2 for _, start, end, _ in counts) and len(counts) == len(windows)
+    assert late == sorted(expected_late) and expected_late, "the late records are exactly those beyond the bound"
+    assert stats["records"] == len(expected_late)

@@ -150,11 +150,3 @@ def test_a_text_source_with_a_function_reads_each_line_at_its_time(tmp_path):
     [reader] = event_time_readers(source, "lines", rt.EventTime("t", granularity=10, max_delay=20), source.readers(1))
     assert [(epoch, list(batch)) for epoch, batch in reader if batch] == [
         (0, ["3 w3", "1 w1", "2 w2"]), (1, ["12 w12", "11 w11"]), (2, ["25 w25"])]
-
-
-def test_spark_streams_refuse_event_time_saying_why():
-    from raytide.errors import SparkIntegrationError
-    from raytide.integrations.spark.stream import from_spark_stream
-
-    with pytest.raises(SparkIntegrationError, match="event_time.*not supported.*snapshot"):
-        from_spark_stream(None, "/tmp/x", event_time="t")  # type: ignore[arg-type]

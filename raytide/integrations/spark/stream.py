@@ -1,4 +1,4 @@
-"""Spark Structured Streaming into the dataflow: :func:`from_spark_stream`, micro-batch ``n`` as epoch ``n``.
+"""Spark Structured Streaming into the dataflow: :func:`from_spark_stream`, micro-batch ``n`` as epoch ``n`` (or event time).
 
 RayDP cannot convert a streaming DataFrame, but inside ``foreachBatch`` each micro-batch is
 a bounded DataFrame: Spark computes it and caches its Arrow partitions in the executors, and
@@ -16,6 +16,10 @@ raise, so Spark does not commit it and hands it to the next run.
 
 Sources Spark can replay (files, rate, Kafka) give exactly once; a socket source cannot be
 replayed, and is refused.
+
+With ``event_time=``, a micro-batch's records go to the epochs of their timestamps through a
+clock in each input replica (:mod:`raytide.sources.clocked_stream`): a batch is still
+acknowledged once a committed snapshot holds it, its records held for later epochs included.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pyarrow.fs
 
 from raytide.errors import SparkIntegrationError
@@ -37,6 +42,7 @@ from raytide.integrations.spark.partitions import cache_partitions, release_part
 from raytide.integrations.spark.session import failure_reason, is_on_ray
 from raytide.integrations.spark.source import _check_frame
 from raytide.sources.base import BlockRefs
+from raytide.sources.event_time import EventTime, check_schema
 from raytide.sources.stream import StreamReader, StreamSource
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -75,6 +81,8 @@ class SparkStreamSource(StreamSource):
         self.frame, self.checkpoint_location = frame, _as_uri(checkpoint_location)
         self.processing_time, self.query_name, self.hold_timeout = processing_time, query_name, hold_timeout
         self.schema = frame._jdf.schema().json()
+        #: The records' event time (``from_spark_stream(..., event_time=)``; None: micro-batch ``n`` is epoch ``n``).
+        self.event_time: Any = None
         #: The running query (None until the job starts it): ``source.query.stop()`` ends the
         #: stream (the job's input closes once the batch in hand is held).
         self.query: StreamingQuery | None = None
@@ -86,6 +94,12 @@ class SparkStreamSource(StreamSource):
     def label(self) -> str:
         """How messages name the query."""
         return f"query {self.query_name!r}" if self.query_name else f"the query checkpointed at {self.checkpoint_location!r}"
+
+    def event_time_schema(self) -> tuple[str, pa.Schema]:
+        """How messages name the query, and its rows' schema in Arrow's types (``event_time=``'s column is checked against it)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return self.label, to_arrow_schema(self.frame.schema)
 
     def reader(self) -> SparkStreamReader:
         """The one reader, on the driver."""
@@ -278,7 +292,8 @@ def _as_uri(location: str) -> str:
 
 def from_spark_stream(streaming_df: DataFrame, checkpoint_location: str, *, processing_time: str = "1 second",
                       query_name: str | None = None, hold_timeout: float = 600.0, event_time: Any = None) -> SparkStreamSource:
-    """Make a dataflow input from a Spark Structured Streaming DataFrame: micro-batch ``n`` is epoch ``n``.
+    """Make a dataflow input from a Spark Structured Streaming DataFrame: micro-batch ``n`` is epoch ``n``,
+    or, with event time, each record goes to the epoch of its timestamp.
 
     ``rt.run(flow, inputs={name: from_spark_stream(df, "/ckpt/q")}, recovery=rt.Recovery(store))``
     starts the query (on the session ``df`` belongs to, a Spark on Ray) when the job starts;
@@ -297,23 +312,26 @@ def from_spark_stream(streaming_df: DataFrame, checkpoint_location: str, *, proc
         query_name: the query's name in Spark's UI and in error messages.
         hold_timeout: seconds a batch may take from its arrival to being held by a
             committed snapshot before the job fails, naming the batch.
-        event_time: refused (a ``SparkIntegrationError`` that says why): a micro-batch's
-            records of epochs its watermark has not reached would have to wait in the
-            input replicas' snapshotted state, and a restored job finds the micro-batch to
-            resume from by its input's epoch, which event time no longer ties to batch ids
-            (docs/streaming.md, "Event time"). Window by Spark's own ``withWatermark``, or
-            land the stream in files and read them with an Arrow source's ``event_time=``.
+        event_time: the records' event time (a column of the DataFrame, a function of a row
+            as a dict, or an ``rt.EventTime``; the input's ``flow.input(..., event_time=)``
+            gives the granularity, ``max_delay`` and late output, as for the Arrow source):
+            each input replica runs a clock over its shares of the micro-batches, a batch is
+            acknowledged once a snapshot holds all its records (sent, late, or held in the
+            clocks for epochs the watermark has not reached), and epochs close by the
+            watermark alone (docs/streaming.md, "Event time").
 
     Raises:
         SparkIntegrationError: the DataFrame is not streaming, its session is not on Ray,
             it reads a socket, a column's type cannot cross (named, before data moves), or
             ``checkpoint_location`` is empty. Checked when the job starts the query: a
             location of another query, or one without the checkpoint a restored job needs.
+        SourceError: ``event_time`` names a column the DataFrame does not have, or one of a
+            type that is not a time (also checked when the job starts, for the input's own).
+        ArgumentError: ``event_time`` is neither a column, a function nor an ``rt.EventTime``.
     """
+    source = SparkStreamSource(streaming_df, checkpoint_location, processing_time, query_name, hold_timeout)
     if event_time is not None:
-        raise SparkIntegrationError(f"from_spark_stream(event_time={event_time!r}) is not supported: a micro-batch is "
-                                    f"acknowledged once a snapshot at its end holds it, and its records of epochs the "
-                                    f"watermark has not reached would have to be in that snapshot, held in the input "
-                                    f"replicas, while a restored job finds where the query resumes by the input's epoch, "
-                                    f"which event time no longer ties to micro-batch ids (docs/streaming.md, 'Event time')")
-    return SparkStreamSource(streaming_df, checkpoint_location, processing_time, query_name, hold_timeout)
+        source.event_time = event_time
+        spec = event_time if isinstance(event_time, EventTime) else EventTime(event_time)
+        check_schema(spec, source.event_time_schema()[1], source.label)
+    return source
