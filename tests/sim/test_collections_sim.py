@@ -17,13 +17,18 @@ import warnings
 from collections import Counter
 from collections.abc import Callable
 
+import pytest
+
 import raytide as rt
+import tests.sim.test_reshard_sim as reshard_sim
 from examples.connected_components import union_find
 from raytide.graph import connected_components, pagerank, shortest_paths
 from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import LocalJob, LocalRecovery
 from tests.sim.chaos import MODES, Chaos
+from tests.sim.scenarios import SCENARIOS as TIER_SCENARIOS
+from tests.sim.scenarios import Scenario
 
 Contents = Counter
 Updates = list[list[tuple[object, int]]]
@@ -260,3 +265,29 @@ def test_a_hundred_epochs_of_changes_that_cancel_leave_the_arrangements_no_large
         assert set(arranged(after)) == set(arranged(start))
         assert all(arranged(after)[name] <= held for name, held in arranged(start).items()), \
             (arranged(start), arranged(after))
+
+
+def as_scenario(kind: str) -> Callable[..., Scenario]:
+    """A collections dataflow as the simulation tier's scenarios are (its outputs' changes as records)."""
+    build, reference, _ = SCENARIOS[kind]
+
+    def scenario(rng: random.Random, epochs: int = 4) -> Scenario:
+        inputs, expected = reference(rng, epochs)
+        as_records = {out: {epoch: Counter(dict.fromkeys(change.items(), 1)) for epoch, change in per_epoch.items()}
+                      for out, per_epoch in expected.items()}
+        return Scenario(f"collections {kind}", build(), inputs, as_records)
+
+    return scenario
+
+
+@pytest.mark.parametrize("kind", ["tables", "graph"])
+def test_a_snapshot_restored_at_another_parallelism_keeps_every_arrangement(kind, store_root, monkeypatch):
+    """Restore at another width: the traces (and, in the loop, each iteration's history) split
+    by key group and merged at their new replicas, crashes after the restore in odd seeds."""
+    monkeypatch.setitem(TIER_SCENARIOS, kind, as_scenario(kind))
+    restored = 0
+    for seed in range(12):
+        did_restore, wrong = reshard_sim.trial(kind, seed, str(store_root / str(seed)))
+        assert wrong is None, f"seed {seed}: {wrong}"
+        restored += did_restore
+    assert restored >= 4, restored
