@@ -131,3 +131,70 @@ def check_exactly_once(root: Path, files: int, kills: int = 1) -> None:
     for row in written:
         in_files.setdefault(row["epoch"], Counter())[(row["_1"], row["_2"])] += 1
     assert in_files == {epoch: Counter(records) for epoch, records in by_epoch.items() if records}
+
+
+#: Event time for :data:`EVENT_DRIVER`: seconds per epoch, bound on out-of-orderness, epochs per window.
+MAX_DELAY, WINDOW = 3.0, 4
+
+EVENT_DRIVER = textwrap.dedent("""
+    import ast, json, os, signal, sys
+    import ray
+    import raytide as rt
+    from raytide.integrations.spark import start_spark, from_spark_stream
+    from raytide.integrations.spark.stream import SparkStreamReader
+
+    root, windows, how = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
+    for kill in [item for item in how if item.startswith("held:")]:  # batch n held by a snapshot, not committed by Spark
+        n = int(kill.split(":")[1])
+        held = SparkStreamReader.held
+        SparkStreamReader.held = lambda self, epoch: os.kill(os.getpid(), signal.SIGKILL) if epoch == n else held(self, epoch)
+    seen = set()  # the windows (page, start) the consumers had
+    if os.path.exists(f"{root}/consumed.txt"):
+        seen = {w[:2] for line in open(f"{root}/consumed.txt") for w in ast.literal_eval(line.split(" ", 1)[1])}
+    ray.init(log_to_driver=False)
+    spark = start_spark("stream-event-time")
+    lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(f"{root}/in")
+    clicks = lines.selectExpr("cast(split(value, ' ')[0] as double) as t", "cast(split(value, ' ')[1] as int) as page")
+    flow = rt.Dataflow("stream-event-time")
+    spec = rt.EventTime("t", granularity=1.0, max_delay=%(delay)r)
+    flow.input("clicks", event_time=spec).window(lambda row: row["page"], rt.Tumbling(%(window)d)).count().output("counts")
+    source = from_spark_stream(clicks, f"{root}/checkpoint", processing_time="0.2 seconds", event_time="t")
+    options = {"restore": "latest"} if "restore" in how else {}
+    with rt.run(flow, {"clicks": source}, parallelism=2, recovery=rt.Recovery(f"{root}/store"), **options) as job:
+        with open(f"{root}/consumed.txt", "a") as consumed:
+            for epoch, records in job.results("counts", timeout=150):
+                consumed.write(f"{epoch} {sorted(records)!r}\\n")
+                consumed.flush()
+                os.fsync(consumed.fileno())
+                seen |= {w[:2] for w in records}
+                if len(seen) == windows:
+                    break
+        print("late", json.dumps(job.stats()["late"].get("clicks", {})), flush=True)
+        job.stop()
+    print("finished", flush=True)
+""") % {"delay": MAX_DELAY, "window": WINDOW}
+
+
+def land_clicks(root: Path, files: int, seed: int = 3) -> list[list[tuple[float, int]]]:
+    """``files`` text files of clicks ``"<t> <page>"`` under ``root/in`` (modified one second
+    apart, so Spark reads them in order, one per micro-batch), times rising with some out of
+    order within ``MAX_DELAY`` and some beyond; then two files of one click far ahead (one per
+    input replica: every earlier window closes). Returns each file's clicks, the last two included."""
+    import random
+
+    rng = random.Random(seed)
+    (root / "in").mkdir()
+    now, landed = 1_000_000.0, []
+    for _ in range(files):
+        clicks = []
+        for _ in range(8):
+            now += rng.uniform(0, 1.2)
+            clicks.append((round(now - rng.choice([0.0, rng.uniform(0, MAX_DELAY), rng.uniform(MAX_DELAY + 1, 30)]), 3),
+                           rng.randrange(3)))
+        landed.append(clicks)
+    landed += [[(now + 10_000, 0)], [(now + 10_000, 0)]]
+    for index, clicks in enumerate(landed):
+        path = root / "in" / f"part-{index:04d}.txt"
+        path.write_text("".join(f"{t} {page}\n" for t, page in clicks))
+        os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))
+    return landed

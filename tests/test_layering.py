@@ -1,4 +1,4 @@
-"""The layers of ../shared/DESIGN.md, pinned: which package may import which, which modules
+"""The layers of docs/architecture.md, pinned: which package may import which, which modules
 stay free of Ray, and the public API of the package and of every subpackage."""
 
 from __future__ import annotations
@@ -297,6 +297,8 @@ OLD_IMPORT_PATHS = [
     ("raytide.physical.wire", "pack_records"),  # packing moved to raytide.physical.pickled
     ("raytide.physical.wire", "frame"),
     ("raytide.actors.wire", "packed_size"),
+    ("raytide.actors.local", "LocalJob"),  # LocalJob moved to raytide.testing
+    ("raytide.actors.vertex", "Vertex"),
     ("raytide.core.dataflow", "LogicalVertex"),  # the plan's types moved to raytide.core.logical
     ("raytide.core.dataflow", "Channel"),
 ]

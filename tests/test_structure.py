@@ -184,6 +184,14 @@ def test_old_import_paths_name_the_moved_modules():
         assert importlib.import_module(f"raytide.actors.{old}") is importlib.import_module(new)
 
 
+@pytest.mark.parametrize("internal", ["plan", "runtime", "replica", "pool", "rescale", "recovery"])
+def test_old_internal_paths_are_gone(internal):
+    """Only the old paths users could have imported (the README's and docs') are kept: an
+    internal module's old path under ``raytide.actors`` no longer imports."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"raytide.actors.{internal}")
+
+
 
 def unnamed(modules: list[str], doc: str) -> list[str]:
     """The modules (paths under ``raytide/``) whose file name ``doc`` never mentions."""

@@ -2,10 +2,11 @@
 play them, and their metrics. Everything they run is pure and lives below them
 (:mod:`raytide.engine`, :mod:`raytide.snapshots`, :mod:`raytide.rescale`).
 
-Modules that lived here before the runtime was split by job keep their old import paths
-(``raytide.actors.local``, ``raytide.actors.plan``, ...): :data:`MOVED` maps each old name
-to its new home, and importing the old name gives the new module itself, so a class has
-one identity whichever path named it.
+Three modules that users could import from here, as earlier versions' README and docs
+named them, keep those paths: ``raytide.actors.local`` (``LocalJob``, now
+:mod:`raytide.testing`), ``raytide.actors.vertex`` (``Vertex``) and ``raytide.actors.wire``.
+:data:`MOVED` maps each old name to its home, and importing the old name gives that module
+itself, so a class has one identity whichever path named it.
 """
 
 from __future__ import annotations
@@ -21,33 +22,11 @@ from raytide.core.vertex import VertexContext as VertexContext
 
 __all__ = ["Vertex", "VertexContext"]
 
-#: Old module names under ``raytide.actors`` and the modules they moved to.
+#: Old module names under ``raytide.actors`` that users imported, and the modules they moved to.
 MOVED = {
-    "plan": "raytide.physical.plan",
-    "protocol": "raytide.physical.protocol",
-    "wire": "raytide.physical.wire",
-    "replica": "raytide.engine.replica",
-    "outbox": "raytide.engine.outbox",
-    "holdback": "raytide.engine.holdback",
-    "notifications": "raytide.engine.notifications",
-    "progress_core": "raytide.engine.progress_core",
-    "output_gate": "raytide.engine.output_gate",
-    "replica_state": "raytide.snapshots.replica_state",
-    "recovery": "raytide.snapshots.recovery",
-    "snapshot_writer": "raytide.snapshots.writer",
-    "rescale": "raytide.rescale.widths",
-    "layout": "raytide.rescale.layout",
-    "reshard": "raytide.rescale.reshard",
-    "runtime": "raytide.driver.run",
-    "driver_inputs": "raytide.driver.inputs",
-    "driver_side": "raytide.driver.outputs",
-    "job_recovery": "raytide.driver.recovery",
-    "job_rescale": "raytide.driver.rescale",
-    "pool": "raytide.driver.pool",
-    "pool_book": "raytide.driver.pool_book",
     "local": "raytide.testing.local",
-    "allocator": "raytide.actors.hosts",
     "vertex": "raytide.core.vertex",
+    "wire": "raytide.physical.wire",
 }
 
 

@@ -17,6 +17,10 @@ A partition is one producer's order: its watermark is its own largest timestamp 
 ``max_delay``, and the input's is the least of its partitions' (one partition, ``0``, unless
 ``job.push`` names another). Records held in the driver for later epochs are not in any
 snapshot: a driver that dies loses them, as it loses what it had not pushed yet.
+
+A stream source (``from_spark_stream``) into an input with event time, or one given
+``event_time=`` itself, is clocked in the input's replicas instead (:meth:`EventTimeInputs.clock_stream`,
+:mod:`raytide.sources.clocked_stream`): each batch dealt as shares, the late input closed at once.
 """
 
 from __future__ import annotations
@@ -161,7 +165,7 @@ class EventTimeInputs(InputFeeds):
     def _refuse_source(self, name: str, what: str) -> None:
         if name in self.clocks:
             raise ArgumentError(f"event-time input {name!r} is fed by job.push, an iterable of record lists or a text, "
-                                f"Arrow or Ray Data source, not by {what} (docs/windows.md, 'Sources with event time')")
+                                f"Arrow, Ray Data or stream source, not by {what} (docs/windows.md, 'Sources with event time')")
 
     def _apply(self, name: str, assigned: Assigned, before: int | None) -> None:
         """Do what the clock decided: the sends, the late records (at ``before``, the input's

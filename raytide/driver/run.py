@@ -1,7 +1,7 @@
 """Starting a dataflow on Ray: ``rt.run(flow, ...)`` checks its arguments, compiles the plan,
 lays a snapshot to restore out for it, and returns the running :class:`~raytide.driver.job.Job`.
 
-``Job`` is importable from here too (the old ``raytide.actors.runtime`` path names this module).
+``Job`` is importable from here too.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ again); the feed then takes snapshots until one holds the batch.
 
 A driver started again restores the latest snapshot at a batch boundary
 (:func:`restore_id`): the one the last ``held`` came from, or a later one.
+
+A stream with event time goes the same way, each replica's call a share for its clock
+(``push_stream``, :mod:`raytide.sources.clocked_stream`, which draws that flow), its boundary
+the replicas' common batch count rather than their epoch.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ pointstamps in all). Pickled, each is then written once and referred to after th
 (pickle's memo), so the progress actor rebuilds it once per call, and the tracker's
 lookups of it compare identities: replayed, the progress actor's calls of that loop took
 about half the time to unpickle (24.0 to 12.6 ms) and a fifth less to apply (22.3 to
-17.2 ms; ``docs/benchmarks.md``).
+17.2 ms; ``bench progress_scale``, 2026-11-28).
 """
 
 from __future__ import annotations

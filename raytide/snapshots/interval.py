@@ -1,8 +1,8 @@
 """The checkpoint-interval model: utilization U(T), the optimal interval T*, and online estimates.
 
 Source: S. Jayasekara, A. Harwood and S. Karunasekera, "A Utilization Model for
-Optimization of Checkpoint Intervals in Distributed Stream Processing Systems"
-(shared/papers/checkpoint-interval-utilization-model.txt). Utilization is the fraction of
+Optimization of Checkpoint Intervals in Distributed Stream Processing Systems" (The
+University of Melbourne). Utilization is the fraction of
 wall-clock time spent on useful work, i.e. not on checkpointing, on work lost to failures,
 nor on detecting a failure and restarting.
 

@@ -230,3 +230,15 @@ def test_a_query_failing_inside_spark_names_the_query_and_the_micro_batch(ray_se
             job.wait(timeout=120)
     message = str(error.value)
     assert "query 'failing'" in message and "micro-batch 0" in message and "bad line" in message, message
+
+
+def test_an_event_time_column_that_is_missing_or_not_a_time_is_refused_naming_the_query_and_the_column(spark, tmp_path):
+    """The rate source has ``timestamp`` (a time) and ``value`` (a number of seconds); before anything runs."""
+    from raytide.errors import SourceError
+
+    rate = spark.readStream.format("rate").load().selectExpr("timestamp", "value", "'x' as page")
+    assert from_spark_stream(rate, str(tmp_path / "c"), event_time="timestamp").event_time == "timestamp"
+    with pytest.raises(SourceError, match=r"checkpointed at .*: event_time column 't' is not a column \(columns: "):
+        from_spark_stream(rate, str(tmp_path / "c"), event_time="t")
+    with pytest.raises(SourceError, match="event_time column 'page' has type string"):
+        from_spark_stream(rate, str(tmp_path / "c"), event_time=rt.EventTime("page", max_delay=2))

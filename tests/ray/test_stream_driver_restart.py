@@ -23,13 +23,17 @@ Real processes on the session's Ray, each driver with a Spark of its own (the fi
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+import raytide as rt
 from tests.stream_driver import DRIVER, check_exactly_once, land_files
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
@@ -91,3 +95,42 @@ def check_failed_at_the_killed_executor(driver: subprocess.CompletedProcess, roo
     commits = root / "checkpoint" / "commits"
     assert (commits / str(batch - 1)).exists() and not (commits / str(batch)).exists(), \
         f"Spark was to commit the batches before {batch} and not {batch} ({failed[0]}): {sorted(p.name for p in commits.iterdir())}"
+
+
+def test_a_stream_with_event_time_into_tumbling_windows_across_a_killed_driver_counts_every_window_once(
+        session_ray_env, tmp_path):
+    """Clicks with event times (out of order within ``max_delay`` and beyond it) from files
+    landing one per micro-batch, into 4-second tumbling counts per page at parallelism 2
+    (``from_spark_stream(..., event_time="t")``, a clock per input replica). The first driver
+    is SIGKILLed with batch 2 held by a snapshot but not committed by Spark (the replicas'
+    clocks hold records for epochs the watermark has not reached); a new driver with
+    ``restore="latest"`` resumes from the batch count in that snapshot. Every window is
+    counted once, equal to a plain-Python reference (the records not late, each replica
+    judging its files in batch order), and the late records counted in ``job.stats()`` are
+    exactly those beyond the bound."""
+    from tests.stream_driver import EVENT_DRIVER, MAX_DELAY, WINDOW, land_clicks
+    from tests.unit.test_clocked_stream import reference
+
+    landed = land_clicks(tmp_path, 6)
+    stream = [[[{"t": t, "page": page, "n": (b, i)} for i, (t, page) in enumerate(clicks)]] for b, clicks in enumerate(landed)]
+    epochs, late = reference(stream, 2, rt.EventTime("t", max_delay=MAX_DELAY))
+    pages = {click["n"]: click["page"] for batch in stream for click in batch[0]}
+    windows = Counter((pages[n], epoch // WINDOW * WINDOW) for n, epoch in epochs.items()
+                      if n not in late and n[0] < len(landed) - 2)
+    assert late, "the clicks have some beyond the bound"
+    runs = []
+    for how in ["start,held:2", "restore"]:
+        runs.append(subprocess.run([sys.executable, "-c", EVENT_DRIVER, str(tmp_path), str(len(windows)), how],
+                                   env=session_ray_env, capture_output=True, text=True, timeout=200))
+    assert runs[0].returncode == -9, f"the first driver was to SIGKILL itself:\n{runs[0].stderr[-3000:]}"
+    assert runs[1].returncode == 0 and "finished" in runs[1].stdout, runs[1].stderr[-3000:]
+    consumed: dict[int, list] = {}
+    for line in (tmp_path / "consumed.txt").read_text().splitlines():
+        epoch, records = line.split(" ", 1)
+        assert consumed.setdefault(int(epoch), ast.literal_eval(records)) == ast.literal_eval(records), f"epoch {epoch}"
+    got = [(page, start) for records in consumed.values() for page, start, _, _ in records]
+    assert len(got) == len(set(got)), f"a window handed out in two epochs: {sorted(got)}"
+    assert Counter({(page, start): count for records in consumed.values() for page, start, _, count in records}) == windows
+    counted = json.loads(re.search(r"^late (.*)$", runs[1].stdout, re.M)[1])
+    assert counted["records"] == len(late)
+    assert {int(e): n for e, n in counted["by_epoch"].items()} == Counter(epochs[n] for n in late)

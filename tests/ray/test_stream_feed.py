@@ -5,8 +5,8 @@ batches kept outside Ray's object store are read by the replicas they are dealt 
 from __future__ import annotations
 
 import json
-import random
 import os
+import random
 import threading
 import time
 from collections import Counter

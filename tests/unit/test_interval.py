@@ -1,7 +1,8 @@
 """The checkpoint-interval model: the paper's numbers, its derivation, properties, estimators, tuner.
 
-Paper: shared/papers/checkpoint-interval-utilization-model.txt. Each number asserted from it
-is rounded to the precision it is printed with. The Monte Carlo check of U(T) (figures 5
+Paper: Jayasekara, Harwood and Karunasekera, "A Utilization Model for Optimization of Checkpoint
+Intervals in Distributed Stream Processing Systems" (cited in raytide/snapshots/interval.py). Each
+number asserted from it is rounded to the precision it is printed with. The Monte Carlo check of U(T) (figures 5
 and 12) is in test_interval_montecarlo.py.
 """
 

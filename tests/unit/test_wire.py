@@ -43,7 +43,8 @@ def test_a_list_of_records_comes_back_equal(batch):
                          ids=["dict of columns", "array", "empty column"])
 def test_a_columnar_batch_travels_as_one_blob_and_comes_back_equal_and_writable(batch):
     """One pickle costs a Ray call about 250 us less than Ray's own serialisation of each
-    array (docs/benchmarks.md); small columns come back as writable copies."""
+    array (810-910 us against 590-640 us of the caller's CPU per call with a dict of columns, measured
+    2026-11-26); small columns come back as writable copies."""
     payload, packed = pack(batch)
     assert packed and isinstance(payload, bytes)
     back = unpack(payload, packed)

@@ -1,0 +1,64 @@
+"""The README's shape and the guide's snippets that need no Ray (``docs/guide.md``'s plain ```` ```python ```` blocks: building
+dataflows, and running them in one process with ``raytide.testing.LocalJob``), each run as written and
+its printed output checked (tests/snippets.py). The blocks that need Ray run in
+tests/ray/test_docs_snippets.py, those that need Spark in tests/ray/test_guide_spark.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests import snippets
+
+GUIDE = [snippet for snippet in snippets.snippets("docs/guide.md") if snippet.needs == ""]
+
+
+def test_the_readme_is_short_with_one_example_and_its_output():
+    """Under 120 lines; its one python block runs on Ray (tests/ray/test_docs_snippets.py)."""
+    assert len((snippets.ROOT / "README.md").read_text().splitlines()) < 120
+    readme = snippets.snippets("README.md")
+    assert [(snippet.needs, snippet.output is not None) for snippet in readme] == [("ray", True)]
+
+
+def test_the_guide_has_snippets_of_every_kind():
+    needs = {snippet.needs for snippet in snippets.snippets("docs/guide.md")}
+    assert needs == {"", "ray", "spark"}, needs
+    assert len(GUIDE) >= 6
+
+
+@pytest.mark.parametrize("snippet", GUIDE, ids=lambda snippet: snippet.id)
+def test_guide_snippet_runs_in_process(snippet):
+    snippets.run(snippet)
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = snippets.FENCE.sub("", path.read_text())
+    return {slug(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(f"docs/{path.name}" for path in (snippets.ROOT / "docs").glob("*.md"))])
+def test_links_stay_in_the_repository_and_find_their_target(page):
+    """Every relative link of the README and the docs names a file of this repository (and a
+    heading of it, if it names one); nothing points outside the checkout."""
+    source = snippets.ROOT / page
+    broken = []
+    for target in LINK.findall(source.read_text()):
+        if re.match(r"[a-z]+://", target):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (source.parent / file).resolve() if file else source
+        if snippets.ROOT not in path.parents or not path.exists():
+            broken.append(target)
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(target)
+    assert broken == []
