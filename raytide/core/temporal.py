@@ -40,23 +40,47 @@ from raytide.windows.joins import (
 )
 
 
+def _ends_of(state: IntervalState) -> set[int]:
+    return set(state.ends)
+
+
 class _Ends(Vertex):
-    """A vertex that keeps one notification per epoch its state needs settled (``_wanted``),
-    asking for new ones and withdrawing those no longer needed, as the window vertex does."""
+    """A join whose keyed state needs one notification per epoch it must settle: it asks for new
+    ones and withdraws those no longer needed, as the window vertex does, and splits and merges
+    its state by key with the functions its class names."""
 
-    asked: set[int]
-
-    def _wanted(self) -> set[int]:
-        raise NotImplementedError
+    def __init__(self, state: Any, wanted: Callable[[Any], set[int]],
+                 split: Callable[[Any, Callable[[Hashable], bool]], Any], merge: Callable[[Any, Any], None]) -> None:
+        """``wanted(state)``: the epochs it needs notifications at; ``split(state, moving)`` takes
+        the moving keys off; ``merge(state, part)`` adds a part another replica split off."""
+        self.state, self.asked = state, set[int]()
+        self.wanted, self.split, self.merge = wanted, split, merge
 
     def _ask(self) -> None:
-        wanted = self._wanted()
+        wanted = self.wanted(self.state)
         for epoch in [epoch for epoch in self.asked if epoch not in wanted]:
             self.asked.discard(epoch)
             self.cancel_notify(Timestamp(epoch))
         for epoch in [epoch for epoch in wanted if epoch not in self.asked]:
             self.asked.add(epoch)
             self.notify_at(Timestamp(epoch))
+
+    def snapshot(self) -> Any:
+        return self.state
+
+    def restore(self, state: Any) -> None:
+        """Put back the state; its notifications are restored with the replica's."""
+        self.state = state
+        self.asked = set(self.wanted(state))
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
+        taken = self.split(self.state, moving)
+        self._ask()
+        return taken
+
+    def put_keys(self, state: Any) -> None:
+        self.merge(self.state, state)
+        self._ask()
 
 
 class IntervalJoin(_Ends):
@@ -67,9 +91,8 @@ class IntervalJoin(_Ends):
     takes_lazy_batches = True  # reads its batches through raytide.core.batches
 
     def __init__(self, keys: tuple[KeyFn, KeyFn], lower: int, upper: int) -> None:
+        super().__init__(IntervalState(lower, upper), _ends_of, split_interval, merge_interval)
         self.keys = keys
-        self.state = IntervalState(lower, upper)
-        self.asked = set()
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         key_of, out = self.keys[edge], []
@@ -84,26 +107,6 @@ class IntervalJoin(_Ends):
         expire(self.state, time.epoch)
         self._ask()
 
-    def _wanted(self) -> set[int]:
-        return set(self.state.ends)
-
-    def snapshot(self) -> Any:
-        return self.state
-
-    def restore(self, state: Any) -> None:
-        """Put back the records; their notifications are restored with the replica's."""
-        self.state = state
-        self.asked = set(state.ends)
-
-    def take_keys(self, moving: Callable[[Hashable], bool]) -> IntervalState:
-        taken = split_interval(self.state, moving)
-        self._ask()
-        return taken
-
-    def put_keys(self, state: IntervalState) -> None:
-        merge_interval(self.state, state)
-        self._ask()
-
 
 class LatestJoin(_Ends):
     """Input 0's records of epoch ``t``, each with the value of its key in input 1's table as of
@@ -112,9 +115,8 @@ class LatestJoin(_Ends):
     takes_lazy_batches = True  # reads its batches through raytide.core.batches
 
     def __init__(self, keys: tuple[KeyFn, KeyFn]) -> None:
+        super().__init__(LatestState(), LatestState.epochs, split_latest, merge_latest)
         self.keys = keys
-        self.state = LatestState()
-        self.asked = set()
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         key_of, put = self.keys[edge], add_record if edge == 0 else add_update
@@ -127,26 +129,6 @@ class LatestJoin(_Ends):
         out = settle(self.state, time.epoch)
         if out:
             self.send_by(0, out, time)
-
-    def _wanted(self) -> set[int]:
-        return self.state.epochs()
-
-    def snapshot(self) -> Any:
-        return self.state
-
-    def restore(self, state: Any) -> None:
-        """Put back the table and what waits; their notifications are restored with the replica's."""
-        self.state = state
-        self.asked = state.epochs()
-
-    def take_keys(self, moving: Callable[[Hashable], bool]) -> LatestState:
-        taken = split_latest(self.state, moving)
-        self._ask()
-        return taken
-
-    def put_keys(self, state: LatestState) -> None:
-        merge_latest(self.state, state)
-        self._ask()
 
 
 def _checked(what: str, stream: AnyStream, other: AnyStream, key: KeyFn, other_key: KeyFn | None) -> tuple[KeyFn, KeyFn]:

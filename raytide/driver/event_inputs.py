@@ -25,14 +25,13 @@ A stream source (``from_spark_stream``) into an input with event time, or one gi
 
 from __future__ import annotations
 
-import collections.abc
 import threading
 from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from raytide.core.batches import BATCH_KINDS, not_a_batch, to_records
-from raytide.driver.inputs import InputFeeds
+from raytide.core.batches import to_records
+from raytide.driver.inputs import InputFeeds, pushed_batch
 from raytide.errors import ArgumentError, GraphError, RecordError
 from raytide.physical.pickled import unpicklable
 from raytide.physical.plan import PhysicalPlan
@@ -71,7 +70,7 @@ class EventTimeInputs(InputFeeds):
         if epoch is not None:
             raise GraphError(f"input {name!r} takes its epochs from its records' timestamps (event_time=); push "
                              f"without an epoch, not at epoch {epoch!r}")
-        rows = to_records(_batch(name, records))
+        rows = to_records(pushed_batch(name, None, records))
         stamps = _stamps(name, clock.spec, rows)
         _check_pickles(name, rows)
         with self.clock_locks[name]:
@@ -188,16 +187,6 @@ class EventTimeInputs(InputFeeds):
         """Input ``name``'s event-time spec (None: an ordinary input)."""
         clock = self.clocks.get(name)
         return clock.spec if clock is not None else None
-
-
-def _batch(name: str, records: Any) -> Any:
-    """What ``job.push`` was given, as a batch (as :func:`~raytide.driver.inputs.pushed_batch`, without an epoch)."""
-    if not_a_batch(records) is None:
-        return records
-    if isinstance(records, (str, bytes)) or not isinstance(records, collections.abc.Iterable):
-        raise RecordError(f"input {name!r}: push got {not_a_batch(records)}, not records; a push takes {BATCH_KINDS}, "
-                          f"or any other iterable of records")
-    return list(records)
 
 
 def _stamps(name: str, spec: EventTime, rows: list) -> list[float]:

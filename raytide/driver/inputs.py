@@ -542,13 +542,15 @@ class InputFeeds:
                         self._send(actor, method, args)
 
 
-def pushed_batch(name: str, epoch: int, records: Any) -> Any:
+def pushed_batch(name: str, epoch: int | None, records: Any) -> Any:
     """What ``job.push`` was given, as a batch: a batch as it is, another iterable (a tuple,
-    a range, a generator) as a list; a string, None or a non-iterable raises a RecordError."""
+    a range, a generator) as a list; a string, None or a non-iterable raises a RecordError
+    (naming the epoch, unless the push has none: an event-time input's)."""
     if not_a_batch(records) is None:
         return records
     if isinstance(records, (str, bytes)) or not isinstance(records, collections.abc.Iterable):
-        raise RecordError(f"input {name!r} epoch {epoch}: push got {not_a_batch(records)}, not records; "
+        where = f"input {name!r}" + (f" epoch {epoch}" if epoch is not None else "")
+        raise RecordError(f"{where}: push got {not_a_batch(records)}, not records; "
                           f"a push takes {BATCH_KINDS}, or any other iterable of records")
     return list(records)
 

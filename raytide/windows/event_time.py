@@ -240,9 +240,8 @@ class EventClock:
 
     def close(self) -> Assigned:
         """No more pushes: everything held goes, in epoch order, and the input closes."""
-        sends = [(epoch, self.held.pop(epoch)) for epoch in sorted(self.held)]
         self.epoch = None
-        return Assigned(sends, [], None)
+        return Assigned(released(self.held, None), [], None)
 
     def _combined(self) -> float:
         """The smallest watermark of the partitions that pushed within the idle timeout (the
@@ -261,7 +260,13 @@ class EventClock:
     def _release(self, epoch: int) -> list[tuple[int, list]]:
         """Move to ``epoch``: the records held for it and the epochs before it, in order."""
         self.epoch = epoch
-        return [(held, self.held.pop(held)) for held in sorted(e for e in self.held if e <= epoch)]
+        return released(self.held, epoch)
+
+
+def released(held: dict[int, list], upto: int | None) -> list[tuple[int, list]]:
+    """Take out of ``held`` (epoch -> what waits for it) the epochs up to ``upto`` (None: all), in
+    epoch order: what a clock lets go once its watermark reaches them, or when its input closes."""
+    return [(epoch, held.pop(epoch)) for epoch in sorted(e for e in held if upto is None or e <= upto)]
 
 
 def checked_event_time(name: str, event_time: Any) -> EventTime | None:

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytide.windows.event_time import EventTime, LateCount
+from raytide.windows.event_time import EventTime, LateCount, released
 
 #: A batch's records of one epoch: ``(epoch, piece, number of records, earliest timestamp)``.
 EpochPiece = tuple[int, Any, int, float]
@@ -108,12 +108,13 @@ class SourceClock:
             self.watermark = max(self.watermark, highest - self.spec.max_delay)
         if self.watermark > -math.inf:
             self.epoch = max(current, self.spec.epoch_of(self.watermark))
-        released = [(epoch, piece) for epoch in sorted(e for e in self.held if e <= self.epoch)
-                    for piece in self.held.pop(epoch)]
-        return Taken(sends + released, late, self.epoch)
+        return Taken(sends + _pieces(released(self.held, self.epoch)), late, self.epoch)
 
     def close(self) -> list[tuple[int, Any]]:
         """The reader has read everything: every held piece, in epoch order."""
-        released = [(epoch, piece) for epoch in sorted(self.held) for piece in self.held[epoch]]
-        self.held.clear()
-        return released
+        return _pieces(released(self.held, None))
+
+
+def _pieces(epochs: list[tuple[int, list[Any]]]) -> list[tuple[int, Any]]:
+    """``(epoch, pieces)`` flattened to ``(epoch, piece)``, in order."""
+    return [(epoch, piece) for epoch, pieces in epochs for piece in pieces]
