@@ -8,7 +8,8 @@ as many new ones. Every time below leaves actor start-up out (``job.wait_ready()
 and runs from the push in the driver to the epoch's output in the driver.
 
 * ``first_s``: ``examples/incremental_components.py`` (``rt.graph.connected_components`` on
-  a collection: differential label propagation with retractions), epoch 0;
+  a collection: vectorised label propagation that forgets, ``raytide.graph.changing_components``),
+  epoch 0, each epoch's updates pushed as a column batch (``src``, ``dst``, ``diff``);
   ``epoch_s``: the median of the churn epochs, ``epoch_max_s`` the slowest.
 * ``insert_only_first_s`` / ``insert_only_epoch_s``: ``examples/connected_components.py``
   (columnar, insert-only) on the same first graph, then epochs inserting as many edges as a
@@ -45,6 +46,7 @@ from bench.baselines.cc_ray import components_union_find
 from bench.harness import ensure_ray
 from examples import connected_components as insert_only
 from examples import incremental_components as incremental
+from raytide.differential import update_columns
 
 PARAMS = {"nodes": 20_000, "edges": 60_000, "epochs": 5, "churn": 0.01, "seed": 0, "parallelism": 2,
           "pathway_python": None}
@@ -117,7 +119,7 @@ def measure(nodes: int, edges: int, epochs: int, churn: float, seed: int, parall
     graph = data.random_graph_edges(nodes, edges, seed)
     batches = churn_epochs(graph, epochs, churn, seed, nodes)
     contents: dict = {}
-    times = timed_epochs(incremental.build_flow(parallelism), batches, parallelism,
+    times = timed_epochs(incremental.build_flow(parallelism), [update_columns(batch, ("src", "dst")) for batch in batches], parallelism,
                          lambda changes: rt.accumulate(changes, contents))
     present = np.array([edge for edge, copies in rt.accumulate({e: b for e, b in enumerate(batches)}).items()
                         for _ in range(copies)], dtype=np.int64)

@@ -4,7 +4,7 @@ Throughput: the same job run without snapshots and with a snapshot every 1 s and
 0.2 s, alternating within each repetition, all on warm hosts with the actors up before
 the clock (``job.wait_ready()``, which waits for the snapshot coordinator too: it is a
 fresh process per job, whose start costs about a second of CPU that would otherwise
-land in the clock on this 2-core machine):
+land in the clock, on the cores the job runs on):
 
 * ``keyed_*_s``: a word count with keyed state across epochs, fed from the driver
   (``job.push``): ``flat_map(str.split) -> count_by_key -> stateful_map`` keeping each

@@ -31,7 +31,7 @@ clock. The baseline gets the same ``settle`` (for it, a no-op in effect).
 Both sides first run ``WARMUPS`` times uncounted (JVM and worker warm-up), then each
 repetition runs ``rounds`` rounds of both, in alternating order (AB BA AB ...), and takes
 each side's median seconds: the conversion time alone varies by 2x from run to run on a
-busy 2-core machine, and the same conversion is most of both sides' time (raytide's own
+busy machine, and the same conversion is most of both sides' time (raytide's own
 part, from the blocks in the object store to the finished job, measured ~0.1 s).
 Throughput is rows (and Arrow MB) over those seconds; the ratio is raytide's over the
 baseline's, measured in the same run. The checksums must agree.

@@ -18,9 +18,9 @@ flight on the 20-location graph, to show how it grows with the number of active
 pointstamps.
 
 Times are CPU seconds of this process (``time.process_time``), not wall time: the
-trackers are single-threaded pure Python, so on an idle machine the two agree, and on the
-shared 2-core machine wall time measured mostly the other jobs (one 5-run median came out
-4x the CPU time, the runs of one size differing up to 20x).
+trackers are single-threaded pure Python, so on an idle machine the two agree, while on a
+machine shared with other jobs wall time measures mostly those (a 5-run median can come out
+several times the CPU time).
 """
 
 from __future__ import annotations

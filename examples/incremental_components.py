@@ -3,12 +3,14 @@
     python examples/incremental_components.py [--nodes 2000] [--edges 4000] [--epochs 5] [--parallelism 2]
 
 The edges are a collection: each epoch pushes updates ``((u, v), +1)`` (an edge added) and
-``((u, v), -1)`` (an edge removed). ``rt.graph.connected_components`` on a collection is
-differential dataflow's label propagation: a node's label is the smallest of its own id
-and its neighbours' labels, iterated to a fixpoint. After an epoch's changes only the
-labels they reach are redone, iteration by iteration; a deleted edge takes back the labels
-it carried, so a component that loses its bridge splits. The output ``labels`` is, per
-epoch, the changes ``((node, label), diff)``; ``rt.accumulate`` folds them into the labels.
+``((u, v), -1)`` (an edge removed), as pairs or as a column batch ``{"src": us, "dst": vs,
+"diff": ds}``. ``rt.graph.connected_components`` on a collection is a vectorised label
+propagation that forgets (``raytide.graph.changing_components``): a node's label is the
+smallest id of its component; after an epoch's changes only the labels they reach are
+redone, and a deleted edge makes the nodes whose label came through it forget theirs and
+ask their neighbours again, so a component that loses its bridge splits. The output
+``labels`` is, per epoch, the changes ``((node, label), diff)``; ``rt.accumulate`` folds
+them into the labels.
 """
 
 from __future__ import annotations

@@ -41,6 +41,8 @@ from raytide.errors import ReplicaLost as ReplicaLost
 from raytide.errors import RescaleError as RescaleError
 from raytide.errors import SourceError as SourceError
 from raytide.errors import SparkIntegrationError as SparkIntegrationError
+from raytide.errors import StoreFencedError as StoreFencedError
+from raytide.errors import StoreLeaseError as StoreLeaseError
 from raytide.errors import UserCodeError as UserCodeError
 
 #: Where each public name that is imported on first use lives, and its name there.
@@ -88,6 +90,8 @@ __all__ = [
     "Sliding",
     "SourceError",
     "SparkIntegrationError",
+    "StoreFencedError",
+    "StoreLeaseError",
     "Stream",
     "Timestamp",
     "Tumbling",

@@ -34,6 +34,19 @@ class SnapshotError(RaytideError):
     snapshot could not be written, read or verified (the message names the snapshot and part)."""
 
 
+class StoreLeaseError(SnapshotError):
+    """The snapshot store is held by another driver whose lease is live (it renews it while its
+    job runs), or its lease cannot be read: this job would write where that one does. The
+    message names the holder (host, process id, job, since when, until when) and how to take
+    the store over (:mod:`raytide.snapshots.lease`)."""
+
+
+class StoreFencedError(SnapshotError):
+    """Another driver took the snapshot store over (its lease had lapsed: this driver was
+    paused, cut off or too slow to renew it), so this job's writes to it are refused (fenced)
+    and the job stops; the message names the new holder and what was refused."""
+
+
 class RescaleError(RaytideError):
     """A rescale request is invalid or could not be carried out."""
 

@@ -111,15 +111,34 @@ def file_counts(index: int) -> Counter:
     return Counter({**{(f"w{k}", LINES // 4 + (k < LINES % 4)): 1 for k in range(4)}, (f"f{index}", LINES): 1})
 
 
+def consumer_saw(consumed: list[tuple[int, list]], kills: int) -> dict[int, list]:
+    """Per epoch, the records the consumer saw (``consumed``: every epoch it was handed, in
+    order). Each epoch comes after every earlier one, or again right after itself (the one
+    in its hands when a driver was killed, which the next hands out first), at most once per
+    driver killed, and every copy with the same records."""
+    by_epoch: dict[int, list] = {}
+    repeated = []
+    for position, (epoch, records) in enumerate(consumed):
+        if epoch in by_epoch:
+            before = consumed[position - 1][0]
+            assert before == epoch, f"epoch {epoch} came again after epoch {before}: {[e for e, _ in consumed]}"
+            assert Counter(records) == Counter(by_epoch[epoch]), \
+                f"epoch {epoch} differs the second time: {by_epoch[epoch]} then {records}"
+            repeated.append(epoch)
+        else:
+            assert not by_epoch or epoch > max(by_epoch), f"epoch {epoch} came after a later one"
+            by_epoch[epoch] = records
+    assert len(repeated) <= kills, f"epochs the consumer saw twice: {repeated} (only the one in its hands may be)"
+    return by_epoch
+
+
 def check_exactly_once(root: Path, files: int, kills: int = 1) -> None:
     """Every file counted once, alone in its epoch, in the Parquet sink; the consumer saw
-    every epoch, and at most one twice per driver killed (the one in its hands)."""
+    every epoch, and at most one twice per driver killed (the one in its hands), the same
+    both times (:func:`consumer_saw`)."""
     consumed = [(int(epoch), ast.literal_eval(records))
                 for epoch, records in (line.split(" ", 1) for line in (root / "consumed.txt").read_text().splitlines())]
-    epochs = [epoch for epoch, _ in consumed]
-    repeated = sorted({epoch for epoch in epochs if epochs.count(epoch) > 1})
-    assert len(repeated) <= kills, f"epochs the consumer saw twice: {repeated} (only the one in its hands may be)"
-    by_epoch = dict(consumed)
+    by_epoch = consumer_saw(consumed, kills)
     tags = {epoch: [w for w, _ in records if w.startswith("f")] for epoch, records in by_epoch.items()}
     assert sorted(t for ts in tags.values() for t in ts) == sorted(f"f{i}" for i in range(files)), \
         f"files lost or counted twice: {tags}"
@@ -156,7 +175,7 @@ EVENT_DRIVER = textwrap.dedent("""
     lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(f"{root}/in")
     clicks = lines.selectExpr("cast(split(value, ' ')[0] as double) as t", "cast(split(value, ' ')[1] as int) as page")
     flow = rt.Dataflow("stream-event-time")
-    spec = rt.EventTime("t", granularity=1.0, max_delay=%(delay)r)
+    spec = rt.EventTime("t", granularity=1.0, max_delay=%(delay)r, idle_timeout=None)  # judged as the reference does
     flow.input("clicks", event_time=spec).window(lambda row: row["page"], rt.Tumbling(%(window)d)).count().output("counts")
     source = from_spark_stream(clicks, f"{root}/checkpoint", processing_time="0.2 seconds", event_time="t")
     options = {"restore": "latest"} if "restore" in how else {}

@@ -75,6 +75,7 @@ PURE = [
     "raytide.integrations.records",
     "raytide.ui.layout",
     "raytide.ui.svg",
+    "raytide.ui.figures",
     "raytide.ui.document",
     "raytide.ui.server",
 ]
@@ -231,7 +232,8 @@ def test_public_api():
         "ArgumentError", "Autoscale", "Collection", "Dataflow", "EventTime", "GraphError", "Job", "JobCancelled", "JobTimeout",
         "Loop", "Probe", "ProgressError",
         "RaytideError", "RecordError", "Recovery", "RecoveryError", "ReplicaLost", "RescaleError", "Session", "Sliding",
-        "SourceError", "SparkIntegrationError", "Stream", "Timestamp", "Tumbling", "UserCodeError",
+        "SourceError", "SparkIntegrationError", "StoreFencedError", "StoreLeaseError", "Stream", "Timestamp", "Tumbling",
+        "UserCodeError",
         "Vertex", "accumulate", "configure_pool", "run", "shutdown",
     ]
     assert callable(raytide.run)

@@ -40,7 +40,7 @@ def local_spark(
     Args:
         cores: Local worker threads.
         shuffle_partitions: ``spark.sql.shuffle.partitions``; default ``2 * cores`` (Spark's
-            default of 200 tiny partitions only adds overhead on a 2-core machine).
+            default of 200 tiny partitions only adds overhead on a few local cores).
         app_name: Application name.
 
     Returns:

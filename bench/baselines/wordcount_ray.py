@@ -23,7 +23,7 @@ Pipeline (no record ever passes through the driver):
    dictionaries.
 
 Mappers are tasks rather than actors so that they run on Ray's pooled worker processes
-(an actor costs a fresh process, ~0.3 s on the 2-core machine); they need 1 CPU each.
+(an actor costs a fresh process, ~0.3 s); they need 1 CPU each.
 Reducers are actors with ``num_cpus=0`` so that they can never be starved by mappers.
 
 :func:`wordcount_ray` returns only the result; the caller times it (actor start-up and

@@ -31,14 +31,14 @@ import threading
 import time
 from typing import Any
 
-from raytide.errors import SnapshotError
+from raytide.errors import SnapshotError, StoreFencedError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import Marker, MarkerKind, ReplicaKey
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.coordinator import Abandon, Acknowledgement, Commit, CoordinatorCore
 from raytide.snapshots.interval import IntervalTuner
 from raytide.snapshots.recovery import Committed, commit_snapshot
-from raytide.snapshots.store import SnapshotStore
+from raytide.snapshots.store import store_of
 
 #: Seconds between two ticks of the coordinator's clock: how late a snapshot may start, or
 #: a timeout be noticed (each tick costs the job a little CPU).
@@ -53,7 +53,7 @@ class CoordinatorActor:
         """It takes no periodic snapshot until :meth:`start` (the replicas are connected) or
         :meth:`restart` (they are restored)."""
         self.plan, self.recovery = plan, recovery
-        self.store = SnapshotStore(recovery.store, recovery.signing_key)
+        self.store = store_of(recovery)
         keys = plan.replica_keys()
         self.tuner = IntervalTuner(min_interval=0.2, initial_interval=1.0) if recovery.interval == "auto" else None
         interval = self.tuner.interval() if self.tuner else recovery.interval
@@ -137,6 +137,7 @@ class CoordinatorActor:
         try:
             complete = commit_snapshot(self.store, self.plan, commit, commit.delivered, self.recovery.retain)
         except Exception as error:  # the store failed: this snapshot is lost, the job goes on
+            self.paused = self.paused or isinstance(error, StoreFencedError)  # another driver has the store
             self._abandoned(self.core.fail(f"committing it failed: {error!r}", time.monotonic()))
             return
         self.core.committed(commit.snapshot_id, time.monotonic())

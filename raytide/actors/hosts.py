@@ -176,9 +176,9 @@ def _freeze_start_up() -> None:
     """Move what exists when a host has started (its imports, the host) to the garbage
     collector's permanent generation, where no collection walks it: it lives as long as the
     process. A job's objects are never frozen, so a reset's collection finds their cycles
-    and walks only what the process made since it started. On the 2-core machine, the
-    earlier way (freeze at every job's start, thaw and collect everything at its end) cost
-    60-100 ms of CPU per host at every job's end (80,000-120,000 objects).
+    and walks only what the process made since it started, where freezing at every job's start
+    and thawing and collecting everything at its end would walk the whole process at every job's
+    end (80,000-120,000 objects, 60-100 ms of CPU per host).
 
     No collection comes first: it would walk the whole process (66,000 objects in a vertex
     host) for 18-25 ms of CPU on the clock of a job's first start, to find some 31 objects
@@ -321,9 +321,9 @@ for _name in COORDINATOR_METHODS:
 # serves a block above its *mmap threshold* with a fresh ``mmap`` and unmaps it on
 # ``free``, so the next array of that size page-faults on every 4 KiB page again. The
 # threshold adapts to a process's history, so two replicas of the same vertex can differ
-# threefold in page faults and in time: on the 2-core machine, connected components'
-# slower replica took 36,000 page faults per run against 13,000 for the other, and
-# finished its iterations 2-4 times later. Pinning the thresholds makes freed blocks up to
+# threefold in page faults and in time (connected components' slower replica has taken
+# 36,000 page faults per run against 13,000 for the other, and finished its iterations
+# 2-4 times later). Pinning the thresholds makes freed blocks up to
 # :data:`MMAP_THRESHOLD` come back from the heap (already mapped), and keeps up to
 # :data:`TRIM_THRESHOLD` of free heap in the process, at the cost of that much resident
 # memory at most.
@@ -334,8 +334,8 @@ for _name in COORDINATOR_METHODS:
 # Flink's former ``taskmanager.memory.preallocate``) do: it grows the heap by a given
 # amount at start-up, touching every page, and frees it again. With the thresholds pinned
 # the pages stay mapped, so the first large epoch takes its arrays from them instead of
-# faulting in fresh memory (on the 2-core machine, a page fault costs 1 to 15 µs, and
-# connected components' first iteration takes 10,000 of them per replica). Start-up pays
+# faulting in fresh memory (a page fault costs 1 to 15 µs, and connected components'
+# first iteration takes 10,000 of them per replica). Start-up pays
 # for those faults instead, and the actor keeps that much resident memory.
 
 #: glibc's ``mallopt`` parameter numbers (``malloc.h``).

@@ -12,7 +12,7 @@ import ray
 from raytide.core.batches import batch_length
 from raytide.engine.replica import ReplicaCore
 from raytide.sources.base import RemoteBatch
-from raytide.sources.clocked_stream import Share, StreamClock
+from raytide.sources.clocked_stream import Heard, Share, StreamClock
 
 
 class Unreadable(Exception):
@@ -43,15 +43,16 @@ def read_pushed(refs: Sequence[Any]) -> Iterator[Any]:
 
 def take_share(core: ReplicaCore, started: dict[str, Any], vertex: str, share: Share, batches: list) -> None:
     """One event: the replica's ``share`` of a clocked stream's batch (its ``batches`` read)
-    through the input's clock, kept in ``started`` (the replica's readers, whose positions
-    every snapshot holds; made from the restored position at the first share after a
-    restore): its items pushed at their epochs, the input moved as the clock says (closed at
-    the stream's end), and the input's command count set to ``share.upto``, the next batch
-    id, however many moves the share made."""
+    through the input's clock (released first to ``share.release``, if the driver found the
+    replica idle), kept in ``started`` (the replica's readers, whose positions every snapshot
+    holds; made from the restored position at the first share after a restore): its items
+    pushed at their epochs, the input moved as the clock says (closed at the stream's end),
+    and the input's command count set to ``share.upto``, the next batch id, however many
+    moves the share made."""
     clock = started.get(vertex)
     if not isinstance(clock, StreamClock):
         clock = started[vertex] = share.clock(core.restored_sources.get(vertex))
-    for epoch, batch in clock.close() if share.end else clock.take(batches):
+    for epoch, batch in clock.close() if share.end else clock.take(batches, share.release):
         if epoch != core.input_epochs[vertex]:
             core.advance_input(vertex, epoch)
         if batch_length(batch):
@@ -59,3 +60,10 @@ def take_share(core: ReplicaCore, started: dict[str, Any], vertex: str, share: S
     if share.end:
         core.advance_input(vertex, None)
     core.positions[vertex] = share.upto
+
+
+def heard(started: dict[str, Any], vertex: str, replica: int) -> Heard | None:
+    """What input replica ``replica`` answers to a share of stream input ``vertex``: its clock's
+    watermark and the share's record count, by which the driver tells idle replicas (None: no clock)."""
+    clock = started.get(vertex)
+    return clock.heard(replica) if isinstance(clock, StreamClock) else None

@@ -54,7 +54,7 @@ import ray
 
 from raytide.actors.metrics import ReplicaMetrics
 from raytide.actors.progress_relay import ProgressRelay
-from raytide.actors.pushed import read_pushed, take_share
+from raytide.actors.pushed import heard, read_pushed, take_share
 from raytide.core.batches import batch_length, to_records
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
@@ -82,10 +82,10 @@ from raytide.snapshots.config import Recovery
 from raytide.snapshots.coordinator import Acknowledgement
 from raytide.snapshots.recovery import part_name
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
-from raytide.snapshots.store import SnapshotStore
+from raytide.snapshots.store import store_of
 from raytide.snapshots.writer import SnapshotWriter
 from raytide.sources.base import Reader, late_counts, reader_positions
-from raytide.sources.clocked_stream import Share
+from raytide.sources.clocked_stream import Heard, Share
 
 logger = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ class VertexActor:
         that incarnation (:meth:`hand_over`)."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         self.plan, self.key = plan, ReplicaKey(chain, replica)
-        self.store = SnapshotStore(recovery.store, recovery.signing_key) if recovery is not None else None
+        self.store = store_of(recovery) if recovery is not None else None
         self.writer = SnapshotWriter(self.key, self.store) if self.store is not None else None
         self.transport = _RayTransport(self.key, plan, job, max_inflight, self.writer)
         self.transport.incarnation = incarnation
@@ -367,12 +367,13 @@ class VertexActor:
         if then is not None:
             self._guard(self.core.advance_input, vertex, then)
 
-    def push_stream(self, incarnation: int, vertex: str, share: Share) -> None:
-        """This replica's share of a batch of a stream with event time, or the stream's end: read here, its
-        records put to their epochs by this replica's clock, in one event (:mod:`raytide.sources.clocked_stream`)."""
+    def push_stream(self, incarnation: int, vertex: str, share: Share) -> Heard | None:
+        """This replica's share of a batch of a stream with event time, or its end: read here, put to epochs by this
+        replica's clock in one event (:mod:`raytide.sources.clocked_stream`); returns what tells the driver it is idle."""
         if self._current(incarnation):
             batches = list(self._read_pushed(vertex, share.refs, f"batch {share.upto - 1}"))
             self._guard(take_share, self.core, self.started, vertex, share, batches)
+        return heard(self.started, vertex, self.key.replica) if self.failed is None else None
 
     def _read_pushed(self, vertex: str, refs: Sequence[Any], where: str) -> Iterator[Any]:
         """The batches of ``refs``, read here in order; one that cannot be read fails the job (and ends them):

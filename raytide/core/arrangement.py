@@ -1,4 +1,4 @@
-"""Arrangements: insert-only rows indexed by the slot of their key, in CSR segments.
+"""Arrangements: rows indexed by the slot of their key, in CSR segments; netted if they carry diffs.
 
 An arrangement holds what enters a loop once and stays visible at every later iteration
 and epoch (a graph's out-edges, say): rows of NumPy columns, grouped by the local slot of
@@ -12,6 +12,13 @@ of merging spreads over the adds, where merging everything every few adds made e
 few epochs cost as much as the first. :meth:`Arrangement.expand` gives, for a set of
 slots, every row of each (the join of a column of keys with the arrangement), a handful
 of NumPy calls however many rows.
+
+An arrangement with a *diff* column (``Arrangement(names, diff="diff")``) holds a
+collection's updates: a row counts ``diff`` times, and a negative diff takes copies back.
+Every merge of segments nets them (rows equal but for the diff summed, zeros dropped), so
+the arrangement's size follows the collection's, not its history; :meth:`Arrangement.expand`
+nets what it gives when a segment it reads holds retractions, and :meth:`Arrangement.rows`
+merges every segment into one netted segment first.
 """
 
 from __future__ import annotations
@@ -41,8 +48,11 @@ class Segment:
     and not a pass over every slot.
     """
 
-    def __init__(self, row_slots: np.ndarray, columns: Rows, size: int, offsets: np.ndarray | None = None) -> None:
+    def __init__(self, row_slots: np.ndarray, columns: Rows, size: int, offsets: np.ndarray | None = None,
+                 retracts: bool = False) -> None:
         self.row_slots, self.columns, self.size = row_slots, columns, size
+        self.retracts = retracts  # whether some row has a negative diff (its expansions need netting)
+        self.netted = retracts  # with diffs: whether rows equal but for the diff are one row (zeros gone)
         if offsets is None and CSR_ROWS_FACTOR * len(row_slots) >= size:
             offsets = np.zeros(size + 1, dtype=np.int64)
             np.cumsum(np.bincount(row_slots, minlength=size), out=offsets[1:])
@@ -90,11 +100,43 @@ def distinct_with_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present).astype(values.dtype, copy=False), position[values]
 
 
-def merged(older: Segment, newer: Segment, size: int) -> Segment:
+def merged(older: Segment, newer: Segment, size: int, diff: str | None = None) -> Segment:
     """One segment of the rows of both (slots below ``size``): each slot's older rows first.
-    Both are sorted already, so the stable sort is one merge of two runs."""
-    return _sorted(concat([older.row_slots, newer.row_slots]),
-                   {name: concat([older.columns[name], newer.columns[name]]) for name in older.columns}, size)
+    Both are sorted already, so the stable sort is one merge of two runs. With a ``diff``
+    column the rows are netted instead (:func:`netted`)."""
+    slots = concat([older.row_slots, newer.row_slots])
+    columns = {name: concat([older.columns[name], newer.columns[name]]) for name in older.columns}
+    if diff is None:
+        return _sorted(slots, columns, size)
+    return netted_segment(slots, columns, size, diff)
+
+
+def netted_segment(slots: np.ndarray, columns: Rows, size: int, diff: str) -> Segment:
+    """A segment of the rows netted (:func:`netted`)."""
+    slots, columns = netted(slots, columns, diff)
+    made = Segment(slots, columns, size, retracts=bool((columns[diff] < 0).any()))
+    made.netted = True
+    return made
+
+
+def netted(slots: np.ndarray, columns: Rows, diff: str) -> tuple[np.ndarray, Rows]:
+    """Rows equal in slot and every column but ``diff`` as one row with their diffs summed;
+    rows summing to zero dropped. Sorted by slot (then by the other columns)."""
+    if not len(slots):
+        return slots, dict(columns)
+    names = [name for name in sorted(columns) if name != diff]
+    order = np.lexsort((*(columns[name] for name in reversed(names)), slots))
+    slots, columns = slots[order], {name: np.asarray(values)[order] for name, values in columns.items()}
+    starts = np.ones(len(slots), dtype=bool)
+    starts[1:] = slots[1:] != slots[:-1]
+    for name in names:
+        starts[1:] |= columns[name][1:] != columns[name][:-1]
+    first = np.flatnonzero(starts)
+    sums = np.add.reduceat(columns[diff], first)
+    kept = sums != 0
+    out = {name: values[first[kept]] for name, values in columns.items()}
+    out[diff] = sums[kept]
+    return slots[first[kept]], out
 
 
 def _sorted(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> Segment:
@@ -103,32 +145,64 @@ def _sorted(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> 
 
 
 class Arrangement:
-    """Rows with columns ``names`` grouped by the slot of their key; rows are only ever added."""
+    """Rows with columns ``names`` grouped by the slot of their key; rows are only ever added
+    (with a ``diff`` column, one of ``names``, a negative diff takes rows back: see the module)."""
 
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.names = names
+    def __init__(self, names: tuple[str, ...], diff: str | None = None) -> None:
+        self.names, self.diff = names, diff
         self.segments: list[Segment] = []
+        self.held = 0  # rows held, kept up to date (read by statistics from another thread)
+        self.cancelled = 0  # rows netted away (with diffs): updates merged or cancelled
         self._rows: tuple[np.ndarray, Rows] | None = None  # rows(), until the next add
         self._distinct: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # distinct(name), until the next add
 
     def __len__(self) -> int:
         return sum(segment.rows for segment in self.segments)
 
+    @property
+    def retracts(self) -> bool:
+        """Whether some row has a negative diff (with diffs; else False)."""
+        return any(segment.retracts for segment in self.segments)
+
     def add(self, slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> None:
         """Add the rows ``columns`` whose keys have ``slots``; ``size`` is the number of slots now."""
         if not len(slots):
             return
         self._rows, self._distinct = None, {}
-        segment = grouped(slots, {name: columns[name] for name in self.names}, size)
+        rows = {name: columns[name] for name in self.names}
+        if self.diff is not None and (rows[self.diff] <= 0).any():  # netted now: what is taken back, and zeros
+            segment = netted_segment(np.asarray(slots, dtype=np.int64), rows, size, self.diff)
+            self.cancelled += len(slots) - segment.rows
+        else:  # only additions (a graph's first edges): netted when merged, no sort now
+            segment = grouped(slots, rows, size)
         while self.segments and MERGE_RATIO * segment.rows >= self.segments[-1].rows:
-            segment = merged(self.segments.pop(), segment, size)
+            segment = self._merged(self.segments.pop(), segment, size)
         self.segments.append(segment)
+        self.held = len(self)
+
+    def _merged(self, older: Segment, newer: Segment, size: int) -> Segment:
+        made = merged(older, newer, size, self.diff)
+        self.cancelled += older.rows + newer.rows - made.rows
+        return made
+
+    def _net_all(self) -> None:
+        """Every segment merged into one netted segment (an arrangement with diffs only)."""
+        while len(self.segments) > 1:
+            newer = self.segments.pop()
+            self.segments.append(self._merged(self.segments.pop(), newer, newer.size))
+        if self.segments and not self.segments[0].netted:  # one segment left, never netted
+            only = self.segments[0]
+            self.segments[0] = netted_segment(only.row_slots, only.columns, only.size, str(self.diff))
+            self.cancelled += only.rows - self.segments[0].rows
+        self.held = len(self)
 
     def rows(self) -> tuple[np.ndarray, Rows]:
         """Every row: ``(slot of each, columns)``, segment after segment; kept until rows are
         added, so that a step that reads every row each round (PageRank) builds them once.
-        Read-only: the arrays are the arrangement's own."""
+        Read-only: the arrays are the arrangement's own. With diffs, netted first."""
         if self._rows is None:
+            if self.diff is not None:
+                self._net_all()
             slots = concat([segment.row_slots for segment in self.segments])
             self._rows = slots, {name: self._column(name, [s.columns[name] for s in self.segments]) for name in self.names}
         return self._rows
@@ -145,10 +219,13 @@ class Arrangement:
     def _column(self, name: str, parts: list[np.ndarray]) -> np.ndarray:
         return concat(parts)  # one segment's part as it is: no copy
 
-    def expand(self, slots: np.ndarray) -> tuple[np.ndarray, Rows]:
+    def expand(self, slots: np.ndarray, net: bool = True) -> tuple[np.ndarray, Rows]:
         """Every row of every slot in ``slots``: ``(which, rows)``, where row ``k`` belongs to
-        ``slots[which[k]]``; so ``values[which]`` repeats a value per slot along its rows."""
+        ``slots[which[k]]``; so ``values[which]`` repeats a value per slot along its rows.
+        With diffs, netted (rows of a slot in no set order) if a segment read takes rows back,
+        unless ``net`` is False (a caller that sums diffs itself)."""
         slots = np.asarray(slots, dtype=np.int64)
+        retracts = False
         which: list[np.ndarray] = []
         parts: dict[str, list[np.ndarray]] = {name: [] for name in self.names}
         for segment in self.segments:
@@ -160,9 +237,11 @@ class Arrangement:
             inside, starts, lengths = inside[some], starts[some], lengths[some]
             positions = runs(starts, lengths)
             which.append(np.repeat(inside, lengths))
+            retracts |= segment.retracts
             for name in self.names:
                 parts[name].append(segment.columns[name][positions])
-        return concat(which), {name: self._column(name, values) for name, values in parts.items()}
+        expanded = concat(which), {name: self._column(name, values) for name, values in parts.items()}
+        return netted(*expanded, self.diff) if net and retracts and self.diff is not None else expanded
 
     def degrees(self, size: int) -> np.ndarray:
         """How many rows each slot ``0 .. size-1`` has."""

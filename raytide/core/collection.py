@@ -23,13 +23,13 @@ other widths and rescaled live like any other (docs/collections.md).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from raytide.core.collection_ops import Consolidate, JoinUpdates, Reduce, RoutingKey, records_logic
 from raytide.core.columnar_flow import AnyStream
 from raytide.core.logical import Channel, InputEdge, LogicalVertex
-from raytide.differential import canonical
+from raytide.differential import canonical, update_columns, update_records
 from raytide.errors import GraphError
 
 #: Per loop, the streams of enclosing scopes already entered into it (entered once, read by all).
@@ -44,30 +44,55 @@ class Collection:
     keyed operator reads all of them on one input port, so a union costs no hop.
     """
 
-    def __init__(self, *streams: AnyStream, consolidated: bool = False) -> None:
-        if not streams:
+    def __init__(self, *streams: AnyStream, consolidated: bool = False, columns: AnyStream | None = None) -> None:
+        if not streams and columns is None:
             raise GraphError("a collection needs at least one stream")
-        self.streams = streams
+        self._streams: tuple[AnyStream, ...] | None = streams or None
+        #: A stream of its updates as column batches or as pairs (an input's, a vectorised operator's).
+        self._columns = columns
         #: Whether each time's updates come consolidated already (a reduction's output does).
-        self.consolidated = consolidated and len(streams) == 1
+        self.consolidated = consolidated and len(streams) <= 1
 
     def __repr__(self) -> str:
-        return f"Collection({', '.join(repr(s.vertex) for s in self.streams)})"
+        return f"Collection({', '.join(repr(s.vertex) for s in self._sources())})"
+
+    def _sources(self) -> tuple[AnyStream, ...]:
+        """The streams the collection is made of, placing nothing."""
+        return (self._columns,) if self._columns is not None else self.streams
+
+    @property
+    def streams(self) -> tuple[AnyStream, ...]:
+        """The collection as streams of ``(record, diff)`` pairs (column batches read as pairs
+        behind the stream that makes them, placed when first asked for)."""
+        if self._streams is None:
+            source: AnyStream = self._columns
+            self._streams = (source._per_batch("records", update_records, name=f"{source.vertex}.records"),)
+        return self._streams
 
     @property
     def flow(self) -> Any:
         """The dataflow the collection is in."""
-        return self.streams[0].flow
+        return self._sources()[0].flow
 
     @property
     def scope(self) -> Any:
         """The loop the collection is in (None: the top level)."""
-        return self.streams[0].scope
+        return self._sources()[0].scope
 
     @property
     def stream(self) -> AnyStream:
         """The collection as one stream of updates (a union placed as a ``concat`` vertex)."""
         first, *rest = self.streams
+        return first.concat(*rest) if rest else first
+
+    def update_columns(self, names: Sequence[str], *, name: str | None = None) -> AnyStream:
+        """The collection's updates as column batches: columns ``names`` (a record's fields, in
+        order) and ``diff`` (:func:`raytide.differential.update_columns`), for vectorised operators.
+        Updates pushed as columns stay columns."""
+        fields = tuple(names)
+        made = [stream._per_batch("update_columns", lambda batch: update_columns(batch, fields), name=_nth(name, index))
+                for index, stream in enumerate(self._sources())]
+        first, *rest = made
         return first.concat(*rest) if rest else first
 
     def _each(self, make: Callable[[AnyStream, str | None], AnyStream], name: str | None) -> Collection:
@@ -192,18 +217,19 @@ class Collection:
 
     def output(self, name: str) -> None:
         """Deliver the collection's changes as output ``name``: per epoch, consolidated ``(record, diff)``."""
-        self.consolidate(name=f"{name}.consolidate").streams[0].output(name)
+        made = self if self.consolidated else self.consolidate(name=f"{name}.consolidate")
+        made.streams[0].output(name)
 
     def _aligned(self, other: Any, operator: str) -> Collection:
         """``other`` in this collection's scope: entered into the loops it is outside of."""
         if not isinstance(other, Collection):
-            raise GraphError(f"{operator} on collection {self.streams[0].vertex!r} takes collections, got {other!r}"
+            raise GraphError(f"{operator} on collection {self._sources()[0].vertex!r} takes collections, got {other!r}"
                              " (a stream becomes a collection with stream.as_collection())")
         scope, path = self.scope, []
         while scope is not other.scope:
             if scope is None:
-                raise GraphError(f"{operator}: collection {other.streams[0].vertex!r} is inside a loop that "
-                                 f"{self.streams[0].vertex!r} is not in; leave the loop first")
+                raise GraphError(f"{operator}: collection {other._sources()[0].vertex!r} is inside a loop that "
+                                 f"{self._sources()[0].vertex!r} is not in; leave the loop first")
             path.append(scope)
             scope = scope.parent
         streams = other.streams

@@ -1,6 +1,8 @@
 """The vertices of ``Collection``: thin shells around the pure cores of :mod:`raytide.differential`.
 
-Every batch they get and send is a list of updates ``(record, diff)``. The keyed ones keep
+Every batch they get and send is a list of updates ``(record, diff)``, but for the input's
+check, which passes a column batch of updates on as it is
+(:mod:`raytide.differential.columns`). The keyed ones keep
 traces, compacted once an epoch is over everywhere before them: at top level that is the
 notification of the epoch's time; inside a loop, of :func:`~raytide.differential.epoch_done`
 (every iteration of the epoch), which each asks for once per epoch it sees.
@@ -15,13 +17,26 @@ from typing import Any
 from raytide.core.batches import to_records
 from raytide.core.logical import KeyFn
 from raytide.core.vertex import Vertex
-from raytide.differential import EPOCH_DONE, Join, Logic, Reduction, Trace, canonical, check_updates, consolidate, epoch_done
+from raytide.differential import (
+    EPOCH_DONE,
+    Join,
+    Logic,
+    Reduction,
+    Trace,
+    canonical,
+    check_updates,
+    checked_update_columns,
+    consolidate,
+    epoch_done,
+    is_update_columns,
+)
 from raytide.errors import RecordError
 from raytide.progress.timestamps import Timestamp
 
 
 class CheckUpdates(Vertex):
-    """Behind a collection's input: passes its batches on as updates, refusing anything else."""
+    """Behind a collection's input: passes its batches on as updates (a column batch of
+    updates as columns), refusing anything else."""
 
     takes_lazy_batches = False
 
@@ -29,8 +44,12 @@ class CheckUpdates(Vertex):
         self.collection = collection
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        what = f"collection {self.collection!r}"
         with _located(self, time):
-            updates = check_updates(to_records(message), f"collection {self.collection!r}")
+            if is_update_columns(message):
+                self.send_by(0, checked_update_columns(message, what), time)
+                return
+            updates = check_updates(to_records(message), what)
         self.send_by(0, updates, time)
 
 

@@ -61,6 +61,8 @@ class ColumnsSpec:
             <raytide.core.dataflow.Stream.iterate_columns>`); fills outputs ``1 ..``.
         repeatable_rounds: in a loop, whether running a round again for keys that ran it
             leaves their state and what they send as it was (see ``iterate_columns``).
+        netted: per arranged input port whose rows carry a multiplicity, that diff column:
+            its arrangement nets them (:class:`~raytide.core.arrangement.Arrangement`).
     """
 
     step: Callable[[Step], Any]
@@ -73,6 +75,7 @@ class ColumnsSpec:
     ticks: frozenset[int] = frozenset()
     finish: Callable[[Step], Any] | None = None
     repeatable_rounds: bool = False
+    netted: Mapping[int, str] = field(default_factory=dict)
 
 
 class KeyedColumns(Vertex):
@@ -89,7 +92,7 @@ class KeyedColumns(Vertex):
         """No keys, no state, empty arrangements (with the value columns ``names`` per port)."""
         self.index = KeyIndex()
         self.state = {name: np.empty(0, dtype=dtype) for name, (dtype, _) in self.spec.state.items()}
-        self.arrangements = {port: Arrangement(names[port]) for port in self.spec.arranged}
+        self.arrangements = {port: Arrangement(names[port], self.spec.netted.get(port)) for port in self.spec.arranged}
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         inbox = _per_time(self, self.pending, time, dict)
@@ -97,24 +100,25 @@ class KeyedColumns(Vertex):
 
     def on_notify(self, time: Timestamp) -> None:
         self.phase = check_epoch_order(self, self.phase, time)
-        if self._round(self.pending.pop(time, {}), time, time.counters[-1] if time.counters else 0) < 0:
+        if self._round(self.pending.pop(time, {}), time, time.counters[-1] if time.counters else 0)[1]:
             self.notify_at(Timestamp(time.epoch, time.counters[:-1] + (time.counters[-1] + 1,)))
 
-    def _round(self, inbox: dict[int, list[Rows]], time: Timestamp, iteration: int) -> int:
+    def _round(self, inbox: dict[int, list[Rows]], time: Timestamp, iteration: int,
+               quiet: bool = False) -> tuple[int, bool]:
         """Run the step over ``inbox`` as round ``iteration`` at ``time`` and send what it returns.
 
-        Returns the rows sent on output 0, negated (-1 at least) if the step asked to run again.
+        Returns the rows sent on output 0, and whether the step asked to run again.
         """
         for port in self.spec.ticks:
             inbox.pop(port, None)
         added = {port: self._arrange(port, inbox.pop(port, [])) for port in self.spec.arranged}
         keys, values = self._updates([batch for port in sorted(inbox) for batch in inbox[port]])
         step = Step(time, keys, self._slots(keys), values, self.state, self.index, self.arrangements, added,
-                    iteration)
+                    iteration, quiet)
         result = self.spec.step(step)
         self._check_state()
         sent = [self._send(port, batch, time) for port, batch in enumerate(checked_outputs(result, self.spec.outputs))]
-        return -max(sent[0], 1) if step.wants_again else sent[0]
+        return sent[0], step.wants_again
 
     # -- the parts of a notification ------------------------------------------------
 
@@ -194,6 +198,13 @@ class KeyedColumns(Vertex):
             keys, values = self._combined(batch, f"output {port} of the step")
             batch = {self.spec.key: keys, **values}
         return batch
+
+    def statistics(self) -> dict[str, int]:
+        """For arrangements with diffs: the rows they hold and the rows netting took away."""
+        netted = [self.arrangements[port] for port in self.spec.netted if port in self.arrangements]
+        if not netted:
+            return {}
+        return {"arranged_updates": sum(a.held for a in netted), "compacted_away": sum(a.cancelled for a in netted)}
 
     # -- snapshots and rescaling ----------------------------------------------------
 

@@ -55,7 +55,7 @@ def keyed_columns(stream: AnyStream, step: Callable[[Step], Any], key: str, stat
 def iterate_columns(stream: AnyStream, step: Callable[[Step], Any], key: str, state: Mapping[str, StateColumn],
                     combine: Mapping[str, np.ufunc] | None, arrange: str | None, outputs: int,
                     name: str | None, finish: Callable[[Step], Any] | None = None,
-                    repeatable_rounds: bool = False) -> list[AnyStream]:
+                    repeatable_rounds: bool = False, diff: str | None = None) -> list[AnyStream]:
     """See :meth:`Stream.iterate_columns`; returns the streams leaving the loop.
 
     The state vertex (:class:`~raytide.core.gated.GatedColumns`) reads the entering stream
@@ -70,7 +70,8 @@ def iterate_columns(stream: AnyStream, step: Callable[[Step], Any], key: str, st
     vname = loop.name  # the vertex holding the state is named as its loop (loop names are apart)
     spec = _spec(vname, step, key, state, combine, arranged={} if arrange is None else {0: arrange},
                  outputs=1 + outputs, send_combine=frozenset({0}) if combine else frozenset(),
-                 ticks=frozenset({TICKS, TOKENS}), finish=finish, repeatable_rounds=repeatable_rounds)
+                 ticks=frozenset({TICKS, TOKENS}), finish=finish, repeatable_rounds=repeatable_rounds,
+                 netted={} if diff is None or arrange is None else {0: diff})
     entered, ticks = flow.vertex(Entry, [loop.enter(stream)], 2, name=f"{loop.name}.tick")  # fused behind the stream
     made = flow.vertex(lambda: GatedColumns(spec), [entered, back.stream, ticks, tokens.stream],
                        2 + outputs, exchange=[arrange or key, key, BROADCAST, TOKEN_KEY], name=vname)

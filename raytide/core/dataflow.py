@@ -89,9 +89,11 @@ class Dataflow:
 
     def collection(self, name: str, parallelism: int | None = None) -> Collection:
         """An input of updates ``(record, diff)`` (``+1`` adds a copy, ``-1`` removes one): a
-        :class:`~raytide.core.collection.Collection` that changes by additions and deletions."""
+        :class:`~raytide.core.collection.Collection` that changes by additions and deletions.
+        A push may also be a column batch of updates: record columns and a ``diff`` column
+        (``{"src": us, "dst": vs, "diff": ds}`` is the updates ``((u, v), d)``)."""
         stream = self.input(name, parallelism)
-        return Collection(stream._then("", lambda: CheckUpdates(name), name=f"{name}.updates", notifies=False))
+        return Collection(columns=stream._then("", lambda: CheckUpdates(name), name=f"{name}.updates", notifies=False))
 
     def vertex(
         self,
@@ -359,10 +361,11 @@ class Stream:
         ``.reduce(fn)`` or ``.aggregate(...)``, one ``(key, start, end, value)`` per key and window (docs/windows.md)."""
         return windowed(self, key, spec, name, parallelism)
 
-    def interval_join(self, other: Stream, key: KeyFn, lower: int, upper: int, *, other_key: KeyFn | None = None,
+    def interval_join(self, other: Stream, key: KeyFn, lower: float, upper: float, *, other_key: KeyFn | None = None,
                       name: str | None = None, parallelism: int | None = None) -> Stream:
-        """``(key, this_record, other_record)`` for equal keys whose epochs differ by ``lower <= other's - this one's
-        <= upper``, at the later of the two; state leaves once the frontier passes (docs/windows.md)."""
+        """``(key, this_record, other_record)`` for equal keys whose times differ by ``lower <= other's - this one's
+        <= upper``, at the later of their epochs; state leaves once the frontier passes (docs/windows.md). On
+        event-time inputs a time is the record's own timestamp and the bounds are seconds; else epochs, and integers."""
         return interval_joined(self, other, key, lower, upper, other_key, name, parallelism)
 
     def join_latest(self, table: Stream, key: KeyFn, *, table_key: KeyFn | None = None, name: str | None = None,
@@ -415,7 +418,7 @@ class Stream:
                         combine: Mapping[str, np.ufunc] | None = None, arrange: str | None = None,
                         outputs: int = 1, name: str | None = None,
                         finish: Callable[[Step], Any] | None = None,
-                        repeatable_rounds: bool = False) -> Stream | list[Stream]:
+                        repeatable_rounds: bool = False, diff: str | None = None) -> Stream | list[Stream]:
         """A loop around columnar keyed state (Pregel-like): iterate until no update is left.
 
         This stream enters the loop once per epoch: arranged by column ``arrange`` (rows that
@@ -444,8 +447,13 @@ class Stream:
         epoch, and the replica that takes keys from both runs the earlier round for all of
         them. Without it, such a rescale is refused while an epoch is in the loop (the job
         goes on as it was; try again between epochs).
+
+        ``diff``: the arranged rows carry a multiplicity in this column (a collection's
+        updates): the arrangement nets them and drops what cancels (``s.arrangement()``
+        gives net rows; a negative diff takes rows back).
         """
-        made = iterate_columns(self, step, key, state, combine, arrange, outputs, name, finish, repeatable_rounds)
+        made = iterate_columns(self, step, key, state, combine, arrange, outputs, name, finish, repeatable_rounds,
+                               diff)
         return made[0] if outputs == 1 else made
 
     def as_collection(self) -> Collection:

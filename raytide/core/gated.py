@@ -81,7 +81,9 @@ class GatedColumns(KeyedColumns):
         inbox = self.pending.pop(time, {})
         self.gate.awaiting.discard(time)
         self.gate.slow.discard(time)
-        tokens = sum(int(batch["sent"].sum()) for batch in inbox.pop(TOKENS, []))
+        announced = inbox.pop(TOKENS, [])
+        tokens = sum(int(batch["sent"].sum()) for batch in announced)
+        quiet = tokens == sum(int(batch["again"].sum()) for batch in announced if "again" in batch)
         if counter == 0:  # the epoch's entry: its first round now, or once the epoch before it is done
             start, entry = self.gate.start_counter(phase), self.gate.entry(phase, inbox)
             if start is None:
@@ -94,9 +96,9 @@ class GatedColumns(KeyedColumns):
             if following is not None:
                 self._gated_round(*following)
         else:
-            self._gated_round(phase, counter, inbox)
+            self._gated_round(phase, counter, inbox, quiet)
 
-    def _gated_round(self, phase: Phase, counter: int, inbox: dict[int, list[Rows]]) -> None:
+    def _gated_round(self, phase: Phase, counter: int, inbox: dict[int, list[Rows]], quiet: bool = False) -> None:
         """Round ``counter`` of ``phase``: the step, a token to every replica (what it sent,
         in all and per key group), and the notification of the next round (where the tokens
         are added up, unless they and the rows complete the round first)."""
@@ -104,9 +106,10 @@ class GatedColumns(KeyedColumns):
         self.gate.went_on_at(phase, counter)
         time = round_time(phase, counter)
         self.group_rows[:] = 0
-        sent = abs(self._round(inbox, time, counter - start))
-        size = len(GROUP_KEYS)
-        self.send_by(self.spec.outputs, {TOKEN_KEY: GROUP_KEYS, "sent": np.full(size, sent), "rows": self.group_rows.copy(),
+        rows, again = self._round(inbox, time, counter - start, quiet)
+        size = len(GROUP_KEYS)  # "sent" is not 0 if the step asked to run again ("again": it did)
+        self.send_by(self.spec.outputs, {TOKEN_KEY: GROUP_KEYS, "sent": np.full(size, rows + again),
+                                         "again": np.full(size, int(again)), "rows": self.group_rows.copy(),
                                          "sender": np.full(size, self.replica), "width": np.full(size, self.parallelism)},
                      time)
         following = round_time(phase, counter + 1)

@@ -5,10 +5,9 @@ joined by a space, whose records are ``text.split()`` (a space is whitespace, so
 spans two strings). Per-record consumers get that list, split once on first use. A count
 keyed by the word itself (``count_by_key(lambda w: w)``) never asks for it: it hands the
 text to a :class:`WordTally`, which splits and counts in Arrow's C++ kernels without a
-Python string per word, and makes Python strings only for the distinct words. On the
-2-core machine, one word-count reader's half of the benchmark file (5,000,000 words,
-50,000 distinct) took 0.9 s to split and count with ``str.split`` and ``Counter.update``
-and 0.2 s this way.
+Python string per word, and makes Python strings only for the distinct words: one
+word-count reader's half of the benchmark file (5,000,000 words, 50,000 distinct) takes
+0.9 s to split and count with ``str.split`` and ``Counter.update``, and 0.2 s this way.
 
 Arrow's ``utf8_split_whitespace`` splits at exactly the characters ``str.split`` splits at
 (checked for every code point), and ``ascii_split_whitespace`` at all of them but
@@ -34,9 +33,9 @@ _WORD_MARKS = bytes(0 if byte in (9, 10, 11, 12, 13, 28, 29, 30, 31, 32) else 1 
 _SEPARATORS = "\x1c\x1d\x1e\x1f"
 #: A tally counts the words it holds once it holds this many, which bounds its memory.
 TALLY_WORDS = 1 << 20
-#: Shorter texts are counted faster in Python: a call into Arrow costs 10-15 µs, and on the
-#: 2-core machine Arrow overtook ``str.split`` and ``Counter.update`` at about 2,000 characters
-#: (350 words; 50 words took 15 µs in Arrow and 4 µs in Python, 5,000 words 170 and 370 µs).
+#: Shorter texts are counted faster in Python: a call into Arrow costs 10-15 µs, and Arrow
+#: overtakes ``str.split`` and ``Counter.update`` at about 2,000 characters (350 words; 50
+#: words take 15 µs in Arrow and 4 µs in Python, 5,000 words 170 and 370 µs).
 TALLY_MIN_CHARS = 2048
 
 

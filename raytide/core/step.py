@@ -33,14 +33,19 @@ class Step:
         state: the state columns, one row per key held (``state[c][slots]`` are the updated
             keys' rows); change values in place, never lengths or dtypes.
         added: per arranged input port, ``(slots, rows)`` of the rows it got at this time.
+        quiet: in a gated loop (``iterate_columns``), whether no replica sent any row to this
+            round (only :meth:`again` kept the loop going): every row of the rounds before
+            has been taken, everywhere. A barrier: a step holding work back until messages
+            of one kind have died out (see :mod:`raytide.graph.changing_components`) waits
+            for it, asking ``again()`` meanwhile.
     """
 
     def __init__(self, time: Timestamp, keys: np.ndarray, slots: np.ndarray, values: Rows,
                  state: dict[str, np.ndarray], index: KeyIndex, arrangements: Mapping[int, Arrangement],
-                 added: Mapping[int, tuple[np.ndarray, Rows]], iteration: int = 0) -> None:
+                 added: Mapping[int, tuple[np.ndarray, Rows]], iteration: int = 0, quiet: bool = False) -> None:
         self.time, self.keys, self.slots, self.values, self.state = time, keys, slots, values, state
         self.added, self._index, self._arrangements = added, index, arrangements
-        self.iteration = iteration
+        self.iteration, self.quiet = iteration, quiet
         self.wants_again = False
 
     @property

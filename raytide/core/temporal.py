@@ -2,7 +2,9 @@
 
 Both are keyed state that lives across epochs, thin vertices around the pure algorithms of
 :mod:`raytide.windows.joins`; each input is exchanged by its key, so a key's state lives on
-one replica, and splits and merges by key when the vertex's parallelism changes.
+one replica, and splits and merges by key when the vertex's parallelism changes. An interval
+join's unit is found from the inputs its streams come from (:func:`event_time_of`): seconds
+between the records' own timestamps on event-time inputs, epochs otherwise.
 
 >>> import raytide as rt
 >>> from raytide.testing.local import LocalJob
@@ -23,8 +25,9 @@ from raytide.core.batches import to_records
 from raytide.core.columnar_flow import AnyStream
 from raytide.core.logical import KeyFn
 from raytide.core.vertex import Vertex
-from raytide.errors import ArgumentError, GraphError
+from raytide.errors import ArgumentError, GraphError, RecordError
 from raytide.progress.timestamps import Timestamp
+from raytide.windows.event_time import EventTime
 from raytide.windows.joins import (
     IntervalState,
     LatestState,
@@ -32,12 +35,16 @@ from raytide.windows.joins import (
     add_record,
     add_update,
     expire,
+    interval_bounds,
     merge_interval,
     merge_latest,
     settle,
     split_interval,
     split_latest,
 )
+
+#: Per side of an interval join, the event time its records' timestamps are read with (None: epochs as time).
+Times = tuple[EventTime | None, EventTime | None]
 
 
 def _ends_of(state: IntervalState) -> set[int]:
@@ -84,23 +91,36 @@ class _Ends(Vertex):
 
 
 class IntervalJoin(_Ends):
-    """Emits ``(key, left, right)`` for records of equal keys whose epochs ``a`` (input 0) and
-    ``b`` (input 1) have ``lower <= b - a <= upper``, at epoch ``max(a, b)``; a record leaves
-    the state at the notification of the epoch after which it can match nothing more."""
+    """Emits ``(key, left, right)`` for records of equal keys whose times ``a`` (input 0) and
+    ``b`` (input 1) have ``lower <= b - a <= upper``, at the later of their epochs; a time is
+    the record's epoch, or its own timestamp on event-time inputs (``times``, bounds in
+    seconds). A record leaves the state at the notification of the epoch after which it can
+    match nothing more."""
 
     takes_lazy_batches = True  # reads its batches through raytide.core.batches
 
-    def __init__(self, keys: tuple[KeyFn, KeyFn], lower: int, upper: int) -> None:
-        super().__init__(IntervalState(lower, upper), _ends_of, split_interval, merge_interval)
-        self.keys = keys
+    def __init__(self, keys: tuple[KeyFn, KeyFn], lower: float, upper: float, times: Times = (None, None)) -> None:
+        grains = (None if times[0] is None else times[0].granularity, None if times[1] is None else times[1].granularity)
+        super().__init__(IntervalState(lower, upper, grains), _ends_of, split_interval, merge_interval)
+        self.keys, self.times = keys, times
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        key_of, out = self.keys[edge], []
+        key_of, spec, out = self.keys[edge], self.times[edge], []
         for record in to_records(message):
-            out.extend(add(self.state, edge, key_of(record), time.epoch, record))
+            stamp = None if spec is None else self._stamp(spec, edge, record, time)
+            out.extend(add(self.state, edge, key_of(record), time.epoch, record, stamp))
         for epoch in sorted({epoch for epoch, _ in out}):
             self.send_by(0, [match for at, match in out if at == epoch], Timestamp(epoch))
         self._ask()
+
+    def _stamp(self, spec: EventTime, edge: int, record: Any, time: Timestamp) -> float:
+        try:
+            return spec.stamp(record)
+        except (LookupError, TypeError, ValueError, AttributeError) as error:
+            what = f"has no timestamp {spec.timestamp!r}" if isinstance(error, LookupError) else f"has a bad timestamp: {error}"
+            raise RecordError(f"interval_join {self.name!r} replica {self.replica} at {time}: a record of input {edge} "
+                              f"({record!r:.80}) {what}; on event-time inputs the bounds are seconds between the "
+                              f"records' own timestamps, so the records must keep them") from error
 
     def on_notify(self, time: Timestamp) -> None:
         self.asked.discard(time.epoch)
@@ -147,14 +167,51 @@ def _checked(what: str, stream: AnyStream, other: AnyStream, key: KeyFn, other_k
     return key, other_key or key
 
 
-def interval_joined(stream: AnyStream, other: AnyStream, key: KeyFn, lower: int, upper: int, other_key: KeyFn | None,
-                    name: str | None, parallelism: int | None) -> AnyStream:
-    """See :meth:`Stream.interval_join`; the bounds are checked before anything is built."""
+def interval_joined(stream: AnyStream, other: AnyStream, key: KeyFn, lower: float, upper: float,
+                    other_key: KeyFn | None, name: str | None, parallelism: int | None) -> AnyStream:
+    """See :meth:`Stream.interval_join`; the inputs' event times and the bounds are checked
+    before the vertex is placed, errors naming it."""
     keys = _checked("interval_join", stream, other, key, other_key)
-    IntervalState(lower, upper)  # raises on bad bounds, before the vertex is placed
     vname = name or stream.flow._fresh("interval_join", [stream, other], None)
-    return stream.flow.vertex(lambda: IntervalJoin(keys, lower, upper), [stream, other], 1, exchange=list(keys),
-                              name=vname, parallelism=parallelism)[0]
+    label = f"interval_join {vname!r} (of {stream.vertex!r} and {other.vertex!r})"
+    times = (event_time_of(stream, label), event_time_of(other, label))
+    if (times[0] is None) != (times[1] is None):
+        timed = stream.vertex if times[0] is not None else other.vertex
+        raise GraphError(f"{label}: {timed!r} comes from event-time inputs and the other stream does not: the bounds "
+                         f"are seconds on event-time inputs, epochs otherwise; join two streams of one kind")
+    interval_bounds(label, lower, upper, seconds=times[0] is not None)
+    return stream.flow.vertex(lambda: IntervalJoin(keys, lower, upper, times), [stream, other], 1,
+                              exchange=list(keys), name=vname, parallelism=parallelism)[0]
+
+
+def event_time_of(stream: AnyStream, label: str) -> EventTime | None:
+    """The event time of the inputs ``stream`` comes from (through any vertices): their
+    ``flow.input(..., event_time=)`` spec, or None if none of them has one.
+
+    Raises:
+        GraphError: naming ``label``, when the stream comes from inputs with event time and
+            inputs without, or with event times of different timestamps or granularities.
+    """
+    vertices, seen, todo = stream.flow.vertices, set(), [stream.vertex]
+    inputs: dict[str, EventTime | None] = {}
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            vertex = vertices[name]
+            if vertex.role == "input":
+                inputs[name] = vertex.event_time
+            todo += [edge.source for edges in vertex.inputs for edge in edges]
+    kinds = {(spec.timestamp, spec.granularity) if spec is not None else None for spec in inputs.values()}
+    if len(kinds) > 1:
+        raise GraphError(f"{label}: {stream.vertex!r} comes from inputs of different event times ("
+                         f"{', '.join(f'{n!r}: {_describe(s)}' for n, s in sorted(inputs.items()))}); join "
+                         f"streams whose records all carry one timestamp")
+    return next(iter(inputs.values()), None)
+
+
+def _describe(spec: EventTime | None) -> str:
+    return "no event time" if spec is None else f"timestamp {spec.timestamp!r} every {spec.granularity:g} s"
 
 
 def latest_joined(stream: AnyStream, table: AnyStream, key: KeyFn, table_key: KeyFn | None, name: str | None,

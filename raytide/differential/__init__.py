@@ -6,12 +6,14 @@ operator keeps what it has seen in a :class:`~.trace.Trace`, compacted once epoc
 The vertices that run them, and the ``Collection`` API, live in ``raytide.core``.
 """
 
+from raytide.differential.columns import DIFF, checked_update_columns, is_update_columns, update_columns, update_records
 from raytide.differential.join import Join
 from raytide.differential.reduce import Logic, Reduction
 from raytide.differential.trace import EPOCH_DONE, Trace, epoch_done, later_times
 from raytide.differential.updates import Change, accumulate, canonical, check_updates, consolidate
 
 __all__ = [
-    "EPOCH_DONE", "Join", "Logic", "Reduction", "Trace", "Change", "accumulate", "canonical", "check_updates",
-    "consolidate", "epoch_done", "later_times",
+    "DIFF", "EPOCH_DONE", "Join", "Logic", "Reduction", "Trace", "Change", "accumulate", "canonical", "check_updates",
+    "checked_update_columns", "consolidate", "epoch_done", "is_update_columns", "later_times", "update_columns",
+    "update_records",
 ]

@@ -20,12 +20,16 @@ snapshot: a driver that dies loses them, as it loses what it had not pushed yet.
 
 A stream source (``from_spark_stream``) into an input with event time, or one given
 ``event_time=`` itself, is clocked in the input's replicas instead (:meth:`EventTimeInputs.clock_stream`,
-:mod:`raytide.sources.clocked_stream`): each batch dealt as shares, the late input closed at once.
+:mod:`raytide.sources.clocked_stream`): each batch dealt as shares, the late input closed at once;
+the replicas' answers to a batch (:meth:`EventTimeInputs.taken`) tell which are idle, and their
+next shares release them to the others' watermark (the rule the driver's clocks use,
+:mod:`raytide.windows.idleness`, measured by the same ``now``).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -49,10 +53,9 @@ class EventTimeInputs(InputFeeds):
                  now: Callable[[], float] | None = None, **kwargs: Any) -> None:
         """As :class:`InputFeeds`; ``now``: the clock idleness is measured by (tests inject one)."""
         super().__init__(plan, replicas, *args, **kwargs)
-        self.plan = plan
+        self.plan, self.now = plan, now if now is not None else time.monotonic
         specs = {name: plan.vertex(name).event_time for name in plan.inputs}
-        self.clocks = {name: EventClock(spec, *(() if now is None else (now,)))
-                       for name, spec in specs.items() if spec is not None}
+        self.clocks = {name: EventClock(spec, self.now) for name, spec in specs.items() if spec is not None}
         #: One lock per event-time input around its clock and the calls it decides (a push's lock is taken inside).
         self.clock_locks = {name: threading.Lock() for name in self.clocks}
         #: Per stream input with event time, how it is clocked in its replicas (None once ended) and its next batch id.
@@ -139,7 +142,14 @@ class EventTimeInputs(InputFeeds):
         if stream is None:
             return super().push_batch(name, refs, epoch)
         self.next_batch[name] = epoch + 1
-        return self.push_shares(name, stream.shares(refs, epoch, len(self.replicas[name])), epoch + 1)
+        return self.push_shares(name, stream.shares(refs, epoch, len(self.replicas[name]), self.now()), epoch + 1)
+
+    def taken(self, name: str, answers: list) -> None:
+        """A batch's answers (:class:`~raytide.sources.clocked_stream.Heard`): the replicas'
+        watermarks and records, by which the stream's next shares release its idle replicas."""
+        stream = self.streams.get(name)
+        if stream is not None:
+            stream.taken(answers, self.now())
 
     def continue_stream(self, name: str) -> int:
         """Where a stream input goes on (:meth:`InputFeeds.continue_stream`; with event time,

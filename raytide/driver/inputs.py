@@ -338,6 +338,10 @@ class InputFeeds:
                 calls.append(self._submit(name, index, "push_stream", name, share, weight=weight))
             return dict.fromkeys(range(len(shares)), upto), [call for call in calls if call is not None]
 
+    def taken(self, name: str, answers: list) -> None:
+        """The answers of the replicas of stream input ``name`` to a batch's calls (of those sent);
+        only a stream with event time uses them (:meth:`EventTimeInputs.taken`)."""
+
     def continue_clocked(self, name: str) -> int:
         """Where stream input ``name`` with event time goes on: the batch count a restored snapshot left every
         one of its replicas at (0 in a fresh job); the input's epochs are its replicas' own from now on."""

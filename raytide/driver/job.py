@@ -260,9 +260,9 @@ class Job(JobViews):
                 failures.append(self._lost(*dead))
                 failures[-1].__cause__ = dead[1]
             if self._recovery is not None:
-                coordinator_died = self._recovery.sync()
-                if coordinator_died is not None:
-                    failures.append(ActorLost(coordinator_died))
+                failure = self._recovery.sync()  # the coordinator died (ActorLost), or the store was taken over
+                if failure is not None:
+                    failures.append(failure)
             deaths = [f for f in failures if isinstance(f, (ReplicaLost, ActorLost))]
             if self._recovery is not None and deaths and len(deaths) == len(failures):
                 return "; ".join(map(str, deaths))
@@ -350,7 +350,7 @@ class Job(JobViews):
             JobCancelled: the job was cancelled before it finished.
             RaytideError: a vertex failed or an actor died.
         """
-        deadline, bar = time.monotonic() + timeout, EpochBar(self.epochs_total, self.name, progress)
+        deadline, bar = time.monotonic() + timeout, EpochBar(self.progress_total, self.name, progress)
         with self._cancelled_on_interrupt(), contextlib.closing(bar):
             while not self._outputs.finished:
                 left = deadline - time.monotonic()
@@ -387,7 +387,7 @@ class Job(JobViews):
         """
         self._check_output(name)
         self._outputs.stream(name, batch_format)
-        deadline, bar = time.monotonic() + timeout, EpochBar(self.epochs_total, self.name, progress)
+        deadline, bar = time.monotonic() + timeout, EpochBar(self.progress_total, self.name, progress)
         while True:
             while True:
                 with self._driving:  # taken while no other thread (a stream's feed) takes events
@@ -588,7 +588,7 @@ class Job(JobViews):
             logger.debug("could not keep output %s epoch %s", name, epoch)
         if self._autoscaler is not None:
             ray.kill(self._autoscaler)
-        self.placement.release()
+        (self._recovery or self.placement).release()  # the hosts, then (with recovery) the store's lease
 
     def __enter__(self) -> Job:
         return self

@@ -36,6 +36,8 @@ POLL_SLACK = 30.0
 LIVENESS_EVERY_S = 0.05
 #: Epoch latencies kept for ``job.ui()``'s percentiles (the latest; a job that runs for weeks keeps no more).
 LATENCIES_KEPT = 1000
+#: Completions kept per output for ``job.plot_frontier()`` (the latest).
+COMPLETIONS_KEPT = 10_000
 
 
 class OutputCollector:
@@ -82,6 +84,13 @@ class OutputCollector:
         #: output's epoch shown, latest last (``job.ui()`` reads its epoch latency here; a bounded window).
         self.opened_at: dict[int, float] = {}
         self.latencies: collections.deque[float] = collections.deque(maxlen=LATENCIES_KEPT)
+        #: The latest epoch the driver's inputs were at (-1: none yet): the epochs pushed, for the progress bar.
+        self.most_opened = -1
+        #: Per output, when (seconds since this collector began) each epoch was shown, and its frontier then
+        #: (the epoch + 1): ``job.plot_frontier()``.
+        self.started = time.monotonic()
+        self.completions: dict[str, collections.deque[tuple[float, int]]] = {
+            name: collections.deque(maxlen=COMPLETIONS_KEPT) for name in outputs}
         #: Told :meth:`durable` at each acknowledgement (a job with recovery records it in its store).
         self.on_consumed: Callable[[dict[str, int]], None] | None = None
         self.gate = OutputGate(outputs, commit)
@@ -156,6 +165,7 @@ class OutputCollector:
         with self.opened_lock:
             self.opened.add(epoch)
             self.opened_at.setdefault(epoch, time.monotonic())
+            self.most_opened = max(self.most_opened, epoch)
 
     def _offer(self, name: str, epoch: int, parts: list) -> None:
         self.offered[name] = epoch
@@ -217,8 +227,10 @@ class OutputCollector:
             if batched:
                 self.batched[name].add(epoch)
         self.book.show(name, epoch)
+        now = time.monotonic()
+        self.completions[name].append((now - self.started, epoch + 1))
         if (opened_at := self.opened_at.get(epoch)) is not None:
-            self.latencies.append(time.monotonic() - opened_at)
+            self.latencies.append(now - opened_at)
 
     def epochs(self, name: str) -> list[int]:
         """The completed epochs of output ``name`` not taken yet, in order."""

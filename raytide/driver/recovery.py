@@ -29,7 +29,8 @@ import ray
 from raytide.driver.inputs import InputFeeds
 from raytide.driver.outputs import OutputCollector
 from raytide.driver.placement import COORDINATOR, JobPlacement
-from raytide.errors import JobTimeout
+from raytide.driver.store_lease import LeaseKeeper, keeper_of, release_store
+from raytide.errors import ActorLost, JobTimeout, RaytideError
 from raytide.physical.protocol import ReplicaKey
 from raytide.rescale.reshard import latest_restore_point
 from raytide.snapshots.config import Recovery
@@ -59,7 +60,7 @@ from raytide.snapshots.recovering import (
 )
 from raytide.snapshots.recovery import RestartBudget, RestorePoint
 from raytide.snapshots.replica_state import summed
-from raytide.snapshots.store import SnapshotStore
+from raytide.snapshots.store import SnapshotStore, store_of
 
 logger = logging.getLogger(__name__)
 
@@ -150,10 +151,13 @@ class JobRecovery:
     consumed: ConsumedRecord = field(init=False)
     records: list[RecoveryRecord] = field(default_factory=list)
     rescales: list[RescaleRecord] = field(default_factory=list)
+    #: Renews the store's lease (``rt.run`` took it: :mod:`raytide.driver.store_lease`).
+    lease: LeaseKeeper | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.budget = RestartBudget(self.recovery.max_restarts)
-        self.store = SnapshotStore(self.recovery.store, self.recovery.signing_key)
+        self.store = store_of(self.recovery)
+        self.lease = keeper_of(self.recovery)
         self.consumed = ConsumedRecord(self.store)
         self.outputs.on_consumed = self.record_consumed
 
@@ -174,10 +178,13 @@ class JobRecovery:
         """Watch the job's actors, the coordinator included, for their deaths."""
         self.placement.watch(self.coordinator)
 
-    def sync(self) -> str | None:
+    def sync(self) -> RaytideError | None:
         """Without waiting: tell the coordinator what the driver was handed, learn new commits
         and forget the input calls that the oldest retained snapshot covers. Returns what
-        happened if the coordinator died."""
+        failed: the coordinator died (:class:`ActorLost`), or another driver took the store
+        over (a :class:`~raytide.errors.StoreFencedError`: the job cannot go on)."""
+        if self.lease is not None and self.lease.fenced is not None:
+            return self.lease.fenced
         if self.sync_ref is not None:
             ready, _ = ray.wait([self.sync_ref], timeout=0)
             if not ready:
@@ -186,7 +193,7 @@ class JobRecovery:
                 commits = ray.get(self.sync_ref)
             except ray.exceptions.RayActorError as error:
                 self.sync_ref = None
-                return f"job {self.placement.name!r}: {COORDINATOR} died: {type(error).__name__}"
+                return ActorLost(f"job {self.placement.name!r}: {COORDINATOR} died: {type(error).__name__}")
             self.commits_seen += len(commits)
             for commit in commits:
                 self.retained.append(input_positions(commit.positions))
@@ -197,6 +204,12 @@ class JobRecovery:
                 self.inputs.trim(self.retained[0])
         self.sync_ref = self.coordinator.sync.remote(self.outputs.durable(), self.commits_seen)
         return None
+
+    def release(self) -> None:
+        """The job is over: give its hosts back to the pool, then its store's lease (the next
+        driver takes the store at once; a late write of this job's actors is refused)."""
+        self.placement.release()
+        release_store(self.recovery)
 
     # -- recovery --------------------------------------------------------------------------
 

@@ -22,15 +22,15 @@ from raytide.core.dataflow import Dataflow
 from raytide.driver.job import Job
 from raytide.driver.placement import HostSettings
 from raytide.driver.pool import cluster_cpus
+from raytide.driver.store_lease import release_store, take_store
 from raytide.driver.streams import restore_id as stream_restore_id
-from raytide.driver.views import epochs_total
 from raytide.errors import ArgumentError, GraphError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.rescale.reshard import reshard_snapshot
 from raytide.rescale.widths import check_widths
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.consumed import START
-from raytide.snapshots.store import SnapshotStore
+from raytide.snapshots.store import store_of
 from raytide.sources.iterable import as_source
 from raytide.sources.stream import StreamSource
 
@@ -110,11 +110,12 @@ def run(
             the cluster can place (an ArgumentError is a ValueError too).
         SnapshotError: ``recovery``'s store cannot be written (a probe file is written and
             deleted first), or ``restore`` names no snapshot this job can start from.
+        StoreLeaseError: another driver holds ``recovery``'s store (its lease is live: see
+            ``rt.Recovery(lease=)``); the message names it. A lease that is not renewed is
+            waited for (at most about one lease term), then taken over.
     """
     max_inflight, batch_size, num_cpus = _checked(max_inflight, batch_size, num_cpus, pretouch_mb, name, recovery,
                                                   restore, autoscale)
-    if recovery is not None:  # a store it cannot write would abandon every snapshot, silently
-        SnapshotStore(recovery.store, recovery.signing_key).check_writable()
     plan = compile_plan(flow, parallelism, chaining)
     unknown = sorted(set(inputs or {}) - set(plan.inputs))
     if unknown:
@@ -128,22 +129,23 @@ def run(
             raise ArgumentError(f"stream inputs {streams} need recovery=rt.Recovery(store): a batch is acknowledged "
                                 f"to its producer once a committed snapshot holds it")
         recovery = dataclasses.replace(recovery, interval=None)
-    if not ray.is_initialized():
-        ray.init(ignore_reinit_error=True, log_to_driver=False)
-    check_widths(plan, {name: plan.width(name) for name in plan.vertices}, cluster_cpus(), num_cpus, oversubscribe)
-    clocked = [input_name for input_name in streams  # streams with event time: their boundaries are batch counts
-               if plan.vertex(input_name).event_time is not None or getattr(sources[input_name], "event_time", None) is not None]
-    restore_id = _restore_id(plan, recovery, restore, streams, clocked) if restore is not None else None
-    job = Job(plan, name or f"{flow.name}-{uuid.uuid4().hex[:6]}",
-              HostSettings(max_inflight, num_cpus, pretouch_mb, recovery), batch_size, restore_id,
-              recompile=functools.partial(compile_plan, flow, parallelism, chaining), autoscale=autoscale)
+    name = name or f"{flow.name}-{uuid.uuid4().hex[:6]}"
+    if recovery is not None:  # refused if another driver holds the store, or if it cannot be written
+        recovery = take_store(recovery, name)
+    try:
+        restore_id = _prepared(plan, sources, streams, recovery, restore, num_cpus, oversubscribe)
+        job = Job(plan, name, HostSettings(max_inflight, num_cpus, pretouch_mb, recovery), batch_size, restore_id,
+                  recompile=functools.partial(compile_plan, flow, parallelism, chaining), autoscale=autoscale)
+    except BaseException:  # the store is free for the next driver at once
+        release_store(recovery)
+        raise
     try:
         for input_name, source in sources.items():
             job.feed(input_name, source)
     except BaseException:  # a source that cannot start (a missing file): leave no actors behind
         job.cancel()
         raise
-    job.epochs_total = epochs_total(inputs, plan.inputs)
+    job._given_inputs = dict(inputs or {})  # the progress bars' total is counted from them (JobViews)
     if ui or os.environ.get("RAYTIDE_UI"):
         from raytide.driver.watch import watch  # aiohttp and the page's modules only for a watched job
 
@@ -153,6 +155,18 @@ def run(
     return job
 
 
+def _prepared(plan: PhysicalPlan, sources: dict[str, Any], streams: list[str], recovery: Recovery | None,
+              restore: int | str | None, num_cpus: float, oversubscribe: bool) -> int | str | None:
+    """Ray started, the plan's widths checked against the cluster, and the snapshot ``restore``
+    names laid out for the plan (None without ``restore``)."""
+    if not ray.is_initialized():
+        ray.init(ignore_reinit_error=True, log_to_driver=False)
+    check_widths(plan, {name: plan.width(name) for name in plan.vertices}, cluster_cpus(), num_cpus, oversubscribe)
+    clocked = [input_name for input_name in streams  # streams with event time: their boundaries are batch counts
+               if plan.vertex(input_name).event_time is not None or getattr(sources[input_name], "event_time", None) is not None]
+    return _restore_id(plan, recovery, restore, streams, clocked) if restore is not None else None
+
+
 def _restore_id(plan: PhysicalPlan, recovery: Recovery | None, restore: int | str, streams: list[str],
                 clocked: list[str]) -> int | str:
     """The committed snapshot ``restore=`` names, laid out for ``plan``'s widths (a new snapshot
@@ -160,7 +174,7 @@ def _restore_id(plan: PhysicalPlan, recovery: Recovery | None, restore: int | st
     :data:`~raytide.snapshots.consumed.START` if the store has none yet (the query runs its
     batches again from the first; what the consumers had of them is not handed out again)."""
     assert recovery is not None
-    store = SnapshotStore(recovery.store, recovery.signing_key)
+    store = store_of(recovery)
     if streams and (restore := stream_restore_id(store, restore, streams, clocked)) is None:  # type: ignore[assignment]
         return START
     restore_id = reshard_snapshot(plan, store, None if restore == "latest" else restore,  # type: ignore[arg-type]

@@ -97,9 +97,10 @@ class StreamFeed:
 
     def _wait_taken(self, calls: list, epoch: int, deadline: float) -> None:
         """Wait until every input replica has taken its call of batch ``epoch``, so the next
-        snapshot is at the batch's end. A replica that died will get it again from a recovery."""
+        snapshot is at the batch's end, and hand their answers to the inputs (with event time,
+        they tell idle replicas). A replica that died will get it again from a recovery."""
         try:
-            ray.get(calls, timeout=max(0.0, deadline - time.monotonic()))
+            self.inputs.taken(self.name, ray.get(calls, timeout=max(0.0, deadline - time.monotonic())))
         except ray.exceptions.GetTimeoutError as error:
             raise JobTimeout(f"stream input {self.name!r}: the input replicas did not take batch {epoch} within "
                              f"{self.hold_timeout:g} s") from error

@@ -24,6 +24,7 @@ import ray
 from raytide.actors.ui_board import board
 from raytide.errors import ArgumentError, UserCodeError
 from raytide.ui.document import JobBook, vertex_figures
+from raytide.ui.figures import matplotlib_or_raise, save_graph_png
 from raytide.ui.layout import layout
 from raytide.ui.server import UIServer
 from raytide.ui.svg import render
@@ -43,12 +44,15 @@ _servers: dict[str, UIServer] = {}
 
 
 def _error_of(error: BaseException | None) -> list[dict[str, Any]]:
-    """The job's failure as the page shows it: the vertex, replica, time and the user's traceback, if user code failed."""
+    """The job's failure as the page shows it: the vertex, replica, epoch (and iteration counters, inside a loop)
+    and the user's traceback, if user code failed."""
     if error is None or type(error).__name__ == "JobCancelled":
         return []
     if isinstance(error, UserCodeError):
-        return [{"kind": "UserCodeError", "vertex": error.vertex, "replica": error.replica, "time": str(error.time),
-                 "message": error.original, "traceback": error.traceback}]
+        time = error.time
+        return [{"kind": "UserCodeError", "vertex": error.vertex, "replica": error.replica, "time": str(time),
+                 "epoch": None if time is None else time.epoch, "iteration": None if time is None else list(time.counters),
+                 "where": error.where, "message": error.original, "traceback": error.traceback}]
     return [{"kind": type(error).__name__, "message": str(error), "traceback": None}]
 
 
@@ -59,7 +63,7 @@ def facts(job: Any) -> dict[str, Any]:
     state = ("failed" if error is not None and type(error).__name__ != "JobCancelled" else
              "finished" if job._outputs.finished else "cancelled" if job._torn_down else "running")
     return {"state": state, "latest": job._outputs.latest(), "latencies": list(job._outputs.latencies),
-            "errors": _error_of(error), "epochs_total": job.epochs_total}
+            "errors": _error_of(error), "epochs_total": job.progress_total()}
 
 
 class Watcher:
@@ -143,18 +147,30 @@ def serve(job: Any, host: str = "127.0.0.1", port: int = 0, token: str | None = 
     return server.url(job.name)
 
 
-def save_graph(job: Any, path: str) -> str:
-    """Write ``job``'s graph, with its latest figures, as SVG to ``path`` (and return the path)."""
-    if not str(path).lower().endswith(".svg"):
-        raise ArgumentError(f"job.ui_snapshot({path!r}): the graph is saved as SVG; give a path ending in .svg")
+def graph_now(job: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``job``'s laid-out graph and each vertex's figures: its watcher's latest document, or else one
+    reading of the job (counters and widths, no rates; none once the job is torn down)."""
     watcher = _watchers.get(job.name)
     if watcher is not None and watcher.job is job and watcher.document is not None:
-        svg = render(watcher.document["graph"], watcher.document["vertices"])
-    else:  # one reading: counters and widths, no rates
-        graph = layout(job.plan)
-        svg = render(graph, vertex_figures(graph, job.stats() if not job._torn_down else {}, {}, {}))
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(svg)
+        return watcher.document["graph"], watcher.document["vertices"]
+    graph = layout(job.plan)
+    return graph, vertex_figures(graph, job.stats() if not job._torn_down else {}, {}, {})
+
+
+def save_graph(job: Any, path: str) -> str:
+    """Write ``job``'s graph, with its latest figures, to ``path``: SVG if it ends in ``.svg``, PNG
+    (drawn by matplotlib, :mod:`raytide.ui.figures`) if in ``.png``; returns the path."""
+    kind = str(path).lower().rsplit(".", 1)[-1]
+    if kind not in ("svg", "png"):
+        raise ArgumentError(f"job.ui_snapshot({path!r}): the graph is saved as SVG or PNG; give a path ending in .svg or .png")
+    if kind == "png":
+        matplotlib_or_raise(f"job.ui_snapshot({path!r})")  # before reading the job
+    graph, vertices = graph_now(job)
+    if kind == "png":
+        save_graph_png(graph, vertices, str(path))
+    else:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(render(graph, vertices))
     return str(path)
 
 

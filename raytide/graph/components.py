@@ -19,8 +19,8 @@ from raytide.core.collection import Collection
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
+from raytide.graph.changing_components import changing_components
 from raytide.graph.edges import CHANGED_OR_NEW, as_pairs, both_directions, changed_rows, mark_changed, mark_new, spread, useful_offers
-from raytide.graph.incremental import components
 
 
 def own_id(keys: np.ndarray) -> np.ndarray:
@@ -50,12 +50,12 @@ def connected_components(edges: Stream | Collection, *, name: str = "components"
     of its component in the graph of the edges of epochs ``0..e``.
 
     ``edges``: batches of columns ``src`` and ``dst`` (direction ignored). Given a
-    :class:`~raytide.core.collection.Collection` of ``(u, v)`` edges instead, inserted and
-    deleted, returns the collection of ``(node, label)`` kept up to date: a deleted edge
-    may split a component (:func:`raytide.graph.incremental.components`).
+    :class:`~raytide.core.collection.Collection` of ``(u, v)`` edges instead (integer node
+    ids), inserted and deleted, returns the collection of ``(node, label)`` kept up to date:
+    a deleted edge may split a component (:mod:`raytide.graph.changing_components`).
     """
     if isinstance(edges, Collection):
-        return components(edges, name)
+        return changing_components(edges, name)
     changes = edges.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
         propagate, key="node", state={"label": (np.int64, own_id), "changed": CHANGED_OR_NEW},
         combine={"label": np.minimum}, arrange="src", name=name, finish=changed_rows("label"),

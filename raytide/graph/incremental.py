@@ -1,12 +1,13 @@
 """Graph algorithms on collections: kept up to date as edges are inserted *and deleted*.
 
 Each is an :meth:`~raytide.core.collection.Collection.iterate` of differential dataflow's
-classic form: a node's value at the next iteration is the smallest of its own start and
+classic form: a node's distance at the next iteration is the smallest of its own start and
 what its neighbours offer, so after an epoch's changes only the values those changes
 reach are redone, iteration by iteration, and a deleted edge takes back what it carried
-(a component splits, a node too far from the source loses its distance). A node without
-edges is in no result. PageRank (:func:`ranks`) runs a fixed number of rounds instead of
-to a fixpoint.
+(a node too far from the source loses its distance). A node without edges is in no
+result. PageRank (:func:`ranks`) runs a fixed number of rounds instead of to a fixpoint.
+Connected components have a vectorised loop of their own
+(:mod:`raytide.graph.changing_components`).
 """
 
 from __future__ import annotations
@@ -16,19 +17,6 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from raytide.core.collection import Collection
-
-
-def components(edges: Collection, name: str) -> Collection:
-    """``(node, label)``: the smallest node id of each node's component; edges ``(u, v)``, direction ignored."""
-    both = edges.flat_map(_both_directions, name=f"{name}.both-directions")
-    start = both.map(_source, name=f"{name}.sources").distinct(name=f"{name}.nodes").map(_own_label,
-                                                                                          name=f"{name}.start")
-
-    def smallest_offer(labels: Collection) -> Collection:
-        offers = labels.join(both, _first, _first, name=f"{name}.offers").map(_offer, name=f"{name}.offer")
-        return offers.concat(start).reduce(_first, _smallest, name=f"{name}.smallest")
-
-    return start.iterate(smallest_offer, name=name)
 
 
 def distances(edges: Collection, source: Hashable, directed: bool, name: str) -> Collection:
@@ -95,10 +83,6 @@ def _damped(damping: float) -> Callable[[Any, list], list]:
     return rank_of
 
 
-def _both_directions(edge: tuple) -> list[tuple]:
-    return [(edge[0], edge[1]), (edge[1], edge[0])]
-
-
 def _both_directions_weighted(edge: tuple) -> list[tuple]:
     return [edge, (edge[1], edge[0], *edge[2:])]
 
@@ -111,18 +95,8 @@ def _first(pair: tuple) -> Any:
     return pair[0]
 
 
-def _own_label(node: Any) -> tuple:
-    return (node, node)
-
-
 def _at_zero(node: Any) -> tuple:
     return (node, 0)
-
-
-def _offer(joined: tuple) -> tuple:
-    """``(node, ((node, label), (node, neighbour)))`` -> ``(neighbour, label)``."""
-    _, ((_, label), (_, neighbour)) = joined
-    return (neighbour, label)
 
 
 def _step(joined: tuple) -> tuple:

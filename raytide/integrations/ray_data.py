@@ -48,6 +48,10 @@ class RayDatasetSource(Source):
         reader made again to resume, deals out the same blocks in the same order."""
         return self.dataset.to_arrow_refs()
 
+    def epochs_known(self) -> int | None:
+        """Without ``epoch_column`` or ``event_time``, one: every row is epoch 0; else None."""
+        return 1 if self.epoch_column is None and self.event_time is None else None
+
     def readers(self, parallelism: int) -> list[Reader[int]]:
         """One reader per replica, each with every ``parallelism``-th block."""
         column = None if self.epoch_column is None else EpochColumn(self.epoch_column, "Ray Dataset")

@@ -4,7 +4,7 @@ actor, which packs outputs, starts without them; :mod:`raytide.physical.wire` un
 
 Ray serialises a list of small Python objects element by element; one pickle of the
 whole list is about 8 times faster (3 ms against 24 ms for 25,000 ``(word, count)``
-pairs on the 2-core machine), and Ray passes ``bytes`` through almost for free.
+pairs), and Ray passes ``bytes`` through almost for free.
 
 Large buffers inside records (a NumPy array's data, an Arrow column) would be copied
 into the blob, and out of it again, at every hop. Pickle protocol 5 hands them over
@@ -45,10 +45,10 @@ def frame(calls: list[tuple[Any, Any, bool]], riding: Sequence[Any]) -> Packed:
     as one plain pickle, large buffers beside it: each batch's ``(header, payload, packed)``,
     its payload already packed, and the progress batches riding with them.
 
-    Ray serialises each argument of a call on its own: on the 2-core machine every argument
-    beyond the first cost the caller about 65 us, and a list of three small tuples about
-    200 us. What is framed is importable classes, bytes, pickle buffers and Arrow tables,
-    which the C pickler takes (see :func:`~raytide.physical.protocol.encode`)."""
+    Ray serialises each argument of a call on its own: every argument beyond the first
+    costs the caller about 65 us, and a list of three small tuples about 200 us. What is
+    framed is importable classes, bytes, pickle buffers and Arrow tables, which the C
+    pickler takes (see :func:`~raytide.physical.protocol.encode`)."""
     return _pickled(pickle.dumps, (calls, riding))
 
 

@@ -278,7 +278,7 @@ def encode(message: Any) -> bytes:
     """A message of this module (or a tuple of them) as one plain pickle, for a Ray call.
 
     Ray pickles each argument of a call with cloudpickle, whose pickler runs Python code
-    for every object: inside an actor on the 2-core machine, a call carrying a progress
+    for every object: inside an actor, a call carrying a progress
     batch took ~60 us longer to submit than one carrying its plain pickle (10-20 us to
     make), every hop of an epoch pays that, and encoding took the median epoch latency of
     ``bench latency``'s keyed pipeline from 14.8 to 12.9 ms. These messages hold only

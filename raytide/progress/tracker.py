@@ -26,7 +26,7 @@ location's edges through the edge's summary. So a change travels as far as it mo
 frontiers, and costs nothing beyond: a message moving one hop while an earlier timestamp
 holds both ends costs two count updates, whatever the size of the graph, and a frontier
 change costs a step per location whose frontier it moves. Measured (``python -m bench
-tracker``, 8 epochs in flight, CPU time on the shared 2-core machine): 234,000 updates/s
+tracker``, 8 epochs in flight, CPU time; docs/benchmarks.md): 234,000 updates/s
 at 20 locations, 137,000 at 1,000, where propagating each local frontier change to every
 reachable location through all-pairs path summaries (``tests/all_pairs.py``, the oracle of
 the tests) managed 184,000 and 1,500.

@@ -9,11 +9,12 @@ does not verify is refused (:mod:`raytide.snapshots.store`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from raytide.core.arguments import non_negative_int
 from raytide.errors import ArgumentError
+from raytide.snapshots.lease import DEFAULT_LEASE, Fence
 
 #: The seconds a snapshot may take before it is abandoned, unless given.
 DEFAULT_SNAPSHOT_TIMEOUT = 60.0
@@ -49,6 +50,14 @@ class Recovery:
             until a committed snapshot holds it complete, so a recovery never computes it
             again: exactly-once also for code whose output depends on arrival order, the
             clock or chance, at the cost of up to an interval of added latency.
+        lease: seconds a job's hold on its store lasts unless renewed (its driver renews it
+            every third of that while the job runs). Another driver is refused the store
+            while the lease is live, and takes it over once it lapses (the holder died, or
+            was paused or cut off that long), after which every write of the old job is
+            refused (fencing: :mod:`raytide.snapshots.lease`). Shorter: a dead driver's
+            store is free sooner; longer: a paused driver keeps its store longer.
+        fence: set by ``rt.run``, not by users: the lease generation the job holds, which
+            every store write of the job checks.
     """
 
     store: str
@@ -58,6 +67,8 @@ class Recovery:
     signing_key: bytes | None = None
     timeout: float = DEFAULT_SNAPSHOT_TIMEOUT
     output_commit: OutputCommit = "epoch"
+    lease: float = DEFAULT_LEASE
+    fence: Fence | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.store, str) or not self.store:
@@ -74,6 +85,10 @@ class Recovery:
             raise ArgumentError(f"Recovery timeout must be seconds above 0, not {self.timeout!r}")
         if self.output_commit not in ("epoch", "snapshot"):
             raise ArgumentError(f"Recovery output_commit must be 'epoch' or 'snapshot', not {self.output_commit!r}")
+        if not _positive_number(self.lease):
+            raise ArgumentError(f"Recovery lease must be seconds above 0, not {self.lease!r}")
+        if self.fence is not None and not isinstance(self.fence, Fence):
+            raise ArgumentError(f"Recovery fence is set by rt.run, not {self.fence!r}")
 
 
 def _positive_number(value: object) -> bool:

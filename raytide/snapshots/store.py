@@ -10,6 +10,7 @@ Layout, under the store's root::
         _manifest.json                written LAST: the snapshot exists once this does
     _record-<name>.json               small records kept beside the snapshots (what a job's
                                       consumers have had: raytide.driver.recovery)
+    _lease/gen-<generation>[-<token>].json   who holds the store (raytide.snapshots.lease)
 
 The manifest lists every part with its size and SHA-256 and carries the caller's metadata
 (input positions, vertex ids, parallelism, times). It is written under a temporary name and
@@ -31,6 +32,14 @@ Verification. Every read of a part checks its size and SHA-256 against the manif
 damaged one (missing, partial or corrupt part; missing or unparsable manifest; bad signature)
 with a :class:`RuntimeWarning` naming the snapshot and the damage.
 
+Fencing. A store opened with a ``fence`` (the generation of the lease its job holds:
+:mod:`raytide.snapshots.lease`) checks before every write, and again after a manifest or a
+record is written, that no later generation took the store over, and refuses the write with
+a :class:`~raytide.errors.StoreFencedError` if one did. Its manifests carry the fence, and a
+reader ignores (as damaged, with its reason) a manifest of a generation that was taken over
+before the manifest was committed. A store opened without a fence writes unchecked (the
+in-process runtime, tools), and its manifests are never ignored.
+
 Signing. With ``signing_key`` the manifest carries an HMAC-SHA256 over its canonical body, which
 holds every part's checksum, so the HMAC covers the parts too. A store with a key refuses a
 manifest whose HMAC is missing or wrong. Security note: snapshot state is pickled by its users,
@@ -45,6 +54,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import os
 import re
 import time
 import uuid
@@ -54,57 +64,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raytide.errors import ArgumentError, SnapshotError
+from raytide.snapshots.lease import Fence
+from raytide.snapshots.lease_store import LeaseFiles, LeaseView
+from raytide.snapshots.manifest import (
+    FORMAT,
+    ID_DIGITS,
+    MANIFEST,
+    Manifest,
+    PartInfo,
+    canonical,
+    check_id,
+    check_part_name,
+    manifest_from,
+)
 
 if TYPE_CHECKING:  # imported where a store is opened: a host whose job keeps no snapshots starts without pyarrow
     import pyarrow.fs as pafs
 
-MANIFEST = "_manifest.json"
+    from raytide.snapshots.config import Recovery
+
 _TEMP_PREFIX = "_manifest.json.tmp-"
 _DIR_PREFIX = "snapshot-"
 _RECORD_PREFIX = "_record-"
-_ID_DIGITS = 20  # wide enough for any non-negative int64
-_DIR_PATTERN = re.compile(rf"{_DIR_PREFIX}(\d{{{_ID_DIGITS}}})")
-_FORMAT = 1
+_DIR_PATTERN = re.compile(rf"{_DIR_PREFIX}(\d{{{ID_DIGITS}}})")
 _CHUNK = 1 << 22  # bytes read at a time when verifying a part
-
-
-@dataclasses.dataclass(frozen=True)
-class PartInfo:
-    """One part file of a snapshot: its name inside the snapshot's directory, size in bytes, SHA-256 (hex)."""
-
-    name: str
-    size: int
-    sha256: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The part's entry in a manifest."""
-        return {"name": self.name, "size": self.size, "sha256": self.sha256}
-
-
-@dataclasses.dataclass(frozen=True)
-class Manifest:
-    """A committed snapshot: its id, parts, the committer's metadata and when it was committed.
-
-    ``metadata`` is exactly what a reader gets back from the JSON (tuples become lists, keys
-    strings), so the manifest :meth:`SnapshotStore.commit` returns equals the one read later.
-    """
-
-    snapshot_id: int
-    parts: tuple[PartInfo, ...]
-    metadata: dict[str, Any]
-    committed_at: float  # seconds since the epoch, UTC
-
-    @property
-    def total_size(self) -> int:
-        """The bytes of all parts together."""
-        return sum(part.size for part in self.parts)
-
-    def part(self, name: str) -> PartInfo:
-        """The part called ``name``; a :class:`SnapshotError` if the snapshot has none."""
-        for part in self.parts:
-            if part.name == name:
-                return part
-        raise SnapshotError(f"snapshot {self.snapshot_id} has no part {name!r} (parts: {[p.name for p in self.parts]})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,14 +110,18 @@ class SnapshotStore:
         signing_key: If given, manifests are signed with HMAC-SHA256 under this key, and
             manifests that are unsigned or signed otherwise are refused.
         filesystem: The filesystem to use instead of one derived from ``uri``.
+        fence: The lease generation the writing job holds: every write is refused once a
+            later one took the store over (see the module docstring); None writes unchecked.
     """
 
-    def __init__(self, uri: str, signing_key: bytes | None = None, *, filesystem: pafs.FileSystem | None = None) -> None:
+    def __init__(self, uri: str, signing_key: bytes | None = None, *, filesystem: pafs.FileSystem | None = None,
+                 fence: Fence | None = None) -> None:
         if signing_key is not None and not (isinstance(signing_key, bytes) and signing_key):
             raise ArgumentError(f"signing_key must be non-empty bytes or None, not {type(signing_key).__name__}")
-        self.uri = uri
+        self.uri, self.fence = uri, fence
         self.filesystem, self.root = _resolve(uri, filesystem)
         self._key = signing_key
+        self.leases = LeaseFiles(self.filesystem, self.root, uri)
 
     def __repr__(self) -> str:
         return f"SnapshotStore({self.uri!r}, signed={self._key is not None})"
@@ -143,12 +130,12 @@ class SnapshotStore:
 
     def snapshot_dir(self, snapshot_id: int) -> str:
         """The directory of snapshot ``snapshot_id`` inside :attr:`filesystem`."""
-        _check_id(snapshot_id)
-        return f"{self.root}/{_DIR_PREFIX}{snapshot_id:0{_ID_DIGITS}d}"
+        check_id(snapshot_id)
+        return f"{self.root}/{_DIR_PREFIX}{snapshot_id:0{ID_DIGITS}d}"
 
     def part_path(self, snapshot_id: int, name: str) -> str:
         """Where part ``name`` of snapshot ``snapshot_id`` lives inside :attr:`filesystem`."""
-        _check_part_name(name)
+        check_part_name(name)
         return f"{self.snapshot_dir(snapshot_id)}/{name}"
 
     def manifest_path(self, snapshot_id: int) -> str:
@@ -183,6 +170,7 @@ class SnapshotStore:
             SnapshotError: If the snapshot is already committed (its parts are immutable).
         """
         path = self.part_path(snapshot_id, name)
+        self._guard(f"writing part {name!r} of snapshot {snapshot_id}")
         self._refuse_if_committed(snapshot_id, f"cannot write part {name!r}")
         self.filesystem.create_dir(self.snapshot_dir(snapshot_id), recursive=True)
         with self.filesystem.open_output_stream(path) as out:
@@ -199,30 +187,52 @@ class SnapshotStore:
         Raises:
             ArgumentError: If a part repeats or ``metadata`` is not JSON-able.
             SnapshotError: If the snapshot is already committed, or a part is missing or of another size.
+            StoreFencedError: another driver took the store over before the manifest was
+                written (it is not), or while it was (it may be ignored by readers).
         """
         body = self._body(snapshot_id, parts, metadata)
+        self._guard(f"committing snapshot {snapshot_id}")
         self._refuse_if_committed(snapshot_id, "cannot commit it again")
         for part in parts:
             self._check_present(snapshot_id, part)
-        text = _canonical({**body, "hmac": self._sign(body)} if self._key else body)
+        text = canonical({**body, "hmac": self._sign(body)} if self._key else body)
         self.filesystem.create_dir(self.snapshot_dir(snapshot_id), recursive=True)  # a snapshot may have no parts
         temp = f"{self.snapshot_dir(snapshot_id)}/{_TEMP_PREFIX}{uuid.uuid4().hex}"
         with self.filesystem.open_output_stream(temp) as out:
             out.write(text)
-        self.filesystem.move(temp, self.manifest_path(snapshot_id))
-        return _manifest_from(json.loads(text))
+        self._publish(temp, snapshot_id)
+        self._guard(f"snapshot {snapshot_id}: its manifest was written, but may be ignored by readers")
+        return manifest_from(json.loads(text))
+
+    def _publish(self, temp: str, snapshot_id: int) -> None:
+        """Move the manifest at ``temp`` in place; on a local disk never over another (``os.link``):
+        a late commit of a driver that lost the store cannot replace the new holder's (on S3 it can)."""
+        if not self.leases.exclusive:
+            self.filesystem.move(temp, self.manifest_path(snapshot_id))
+            return
+        try:
+            os.link(temp, self.manifest_path(snapshot_id))
+        except FileExistsError as error:
+            os.unlink(temp)
+            raise SnapshotError(f"snapshot {snapshot_id} is already committed: cannot commit it again") from error
+        except OSError:  # a filesystem without hard links: a rename, atomic too, but it may replace
+            os.replace(temp, self.manifest_path(snapshot_id))
+            return
+        os.unlink(temp)
 
     def _body(self, snapshot_id: int, parts: list[PartInfo], metadata: dict[str, Any]) -> dict[str, Any]:
         """The manifest's canonical body (everything but the HMAC); refuses bad arguments."""
-        _check_id(snapshot_id)
+        check_id(snapshot_id)
         if not all(isinstance(part, PartInfo) for part in parts) or len({part.name for part in parts}) != len(parts):
             raise ArgumentError(f"parts must be distinct PartInfo values, not {parts!r}")
         if not isinstance(metadata, dict):
             raise ArgumentError(f"metadata must be a dict, not {type(metadata).__name__}")
-        body = {"format": _FORMAT, "snapshot_id": snapshot_id, "committed_at": time.time(),
+        body = {"format": FORMAT, "snapshot_id": snapshot_id, "committed_at": time.time(),
                 "parts": [part.to_json() for part in parts], "metadata": metadata}
+        if self.fence is not None:
+            body["fence"] = self.fence.to_json()
         try:
-            _canonical(body)
+            canonical(body)
         except (TypeError, ValueError) as error:
             raise ArgumentError(f"metadata of snapshot {snapshot_id} is not JSON-able: {error}") from error
         return body
@@ -242,20 +252,28 @@ class SnapshotStore:
         if self.filesystem.get_file_info(self.manifest_path(snapshot_id)).type != pafs.FileType.NotFound:
             raise SnapshotError(f"snapshot {snapshot_id} is already committed: {what}")
 
+    def _guard(self, what: str) -> None:
+        """Refuse ``what`` with a :class:`~raytide.errors.StoreFencedError` if this store's
+        fence was taken over (nothing is checked without a fence)."""
+        if self.fence is not None:
+            self.leases.check(self.fence, f"{what} (snapshot store {self.uri!r})")
+
     def _sign(self, body: dict[str, Any]) -> str:
         assert self._key is not None
-        return hmac.new(self._key, _canonical(body), hashlib.sha256).hexdigest()
+        return hmac.new(self._key, canonical(body), hashlib.sha256).hexdigest()
 
     def write_record(self, name: str, body: dict[str, Any]) -> None:
         """Replace the small JSON record ``name`` under the store's root (``_record-<name>.json``,
         signed like a manifest with a signing key): written under a temporary name, then
         moved into place, so a reader sees the old record or the new one whole."""
-        _check_part_name(name)
-        text = _canonical({**body, "hmac": self._sign(body)} if self._key else body)
+        check_part_name(name)
+        text = canonical({**body, "hmac": self._sign(body)} if self._key else body)
+        self._guard(f"writing record {name!r}")
         temp = f"{self.root}/{_TEMP_PREFIX}{uuid.uuid4().hex}"
         with self.filesystem.open_output_stream(temp) as out:
             out.write(text)
         self.filesystem.move(temp, f"{self.root}/{_RECORD_PREFIX}{name}.json")
+        self._guard(f"record {name!r} was written, but another driver may read it")
 
     def read_record(self, name: str) -> dict[str, Any] | None:
         """Record ``name`` as :meth:`write_record` left it; None if there is none.
@@ -263,7 +281,7 @@ class SnapshotStore:
         Raises:
             SnapshotError: it does not parse or (with a signing key) its signature does not verify.
         """
-        _check_part_name(name)
+        check_part_name(name)
         try:
             with self.filesystem.open_input_stream(f"{self.root}/{_RECORD_PREFIX}{name}.json") as stream:
                 body = json.loads(stream.read())
@@ -285,7 +303,7 @@ class SnapshotStore:
         Raises:
             SnapshotError: If the snapshot is not committed, or its manifest does not parse or verify.
         """
-        entry = self._entry(snapshot_id)
+        entry = self._entry(snapshot_id, self.leases.view())
         if entry.manifest is None:
             raise SnapshotError(f"snapshot {snapshot_id} in {self.uri}: {entry.problem}")
         return entry.manifest
@@ -373,6 +391,7 @@ class SnapshotStore:
         committed = [entry.snapshot_id for entry in entries if entry.manifest is not None]
         if not committed:
             return []
+        self._guard("deleting old snapshots")
         kept = set(committed[-keep:])
         doomed = [entry.snapshot_id for entry in entries
                   if entry.snapshot_id not in kept and (entry.manifest is not None or entry.snapshot_id < committed[-1])]
@@ -389,19 +408,26 @@ class SnapshotStore:
         return sorted(int(match.group(1)) for match in map(_DIR_PATTERN.fullmatch, names) if match)
 
     def _entries(self) -> list[_Entry]:
-        return [self._entry(snapshot_id) for snapshot_id in self._ids()]
+        ids, leases = self._ids(), self.leases.view()  # the claims are listed once for every manifest
+        return [self._entry(snapshot_id, leases) for snapshot_id in ids]
 
-    def _entry(self, snapshot_id: int) -> _Entry:
-        """Reads and verifies the manifest of one snapshot directory."""
+    def _entry(self, snapshot_id: int, leases: LeaseView) -> _Entry:
+        """Reads and verifies the manifest of one snapshot directory (a fenced one is not committed)."""
         try:
             with self.filesystem.open_input_stream(self.manifest_path(snapshot_id)) as source:
                 text = source.read()
         except FileNotFoundError:
             return _Entry(snapshot_id, None, "not committed (no manifest)")
         try:
-            return _Entry(snapshot_id, self._parse(snapshot_id, text), "")
+            manifest = self._parse(snapshot_id, text)
         except SnapshotError as error:
             return _Entry(snapshot_id, None, str(error))
+        taken = leases.fencing(manifest.fence, snapshot_id)
+        if taken is not None:
+            return _Entry(snapshot_id, None, f"fenced: committed by {manifest.fence} after {taken.holder} took the "
+                                             f"store over in {taken.fence}, having seen snapshots up to "
+                                             f"{taken.fenced_after} (a late commit of a driver that had lost the store)")
+        return _Entry(snapshot_id, manifest, "")
 
     def _parse(self, snapshot_id: int, text: bytes) -> Manifest:
         """The manifest in ``text``, refused with a :class:`SnapshotError` unless it parses, belongs
@@ -409,7 +435,7 @@ class SnapshotStore:
         try:
             body = json.loads(text)
             signature = body.pop("hmac", None) if isinstance(body, dict) else None
-            manifest = _manifest_from(body)
+            manifest = manifest_from(body)
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise SnapshotError(f"manifest does not parse: {error!r}") from error
         if manifest.snapshot_id != snapshot_id:
@@ -420,6 +446,11 @@ class SnapshotStore:
             if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
                 raise SnapshotError("manifest signature does not verify (tampered, or signed with another key)")
         return manifest
+
+
+def store_of(recovery: Recovery) -> SnapshotStore:
+    """The store of ``recovery``, fenced by the lease its job holds (``recovery.fence``, set by ``rt.run``)."""
+    return SnapshotStore(recovery.store, recovery.signing_key, fence=recovery.fence)
 
 
 def describe(uri_or_store: str | SnapshotStore) -> str:
@@ -467,35 +498,3 @@ def _resolve(uri: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSys
     except (ValueError, OSError) as error:  # pyarrow's ArrowInvalid is a ValueError
         raise ArgumentError(f"snapshot store URI {uri!r} is not one pyarrow.fs understands: {error}") from error
     return resolved, path.rstrip("/")
-
-
-def _manifest_from(body: Any) -> Manifest:
-    """A :class:`Manifest` from parsed JSON (without the HMAC); KeyError/TypeError/ValueError if malformed."""
-    if body["format"] != _FORMAT:
-        raise ValueError(f"unknown manifest format {body['format']!r}")
-    parts = tuple(PartInfo(str(p["name"]), _int(p["size"]), str(p["sha256"])) for p in body["parts"])
-    if not isinstance(body["metadata"], dict):
-        raise TypeError("metadata is not an object")
-    return Manifest(_int(body["snapshot_id"]), parts, body["metadata"], float(body["committed_at"]))
-
-
-def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{value!r} is not an integer")
-    return value
-
-
-def _canonical(body: dict[str, Any]) -> bytes:
-    """The one byte form of a manifest body that is signed and written (sorted keys, no NaN)."""
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-
-
-def _check_id(snapshot_id: int) -> None:
-    if not isinstance(snapshot_id, int) or isinstance(snapshot_id, bool) or not 0 <= snapshot_id < 10**_ID_DIGITS:
-        raise ArgumentError(f"snapshot_id must be a non-negative int below 10**{_ID_DIGITS}, not {snapshot_id!r}")
-
-
-def _check_part_name(name: str) -> None:
-    """Part names are plain file names; names starting with ``_`` are the store's own."""
-    if not isinstance(name, str) or not name or name in (".", "..") or name.startswith("_") or re.search(r"[/\\]", name):
-        raise ArgumentError(f"part name must be a plain file name not starting with '_', not {name!r}")

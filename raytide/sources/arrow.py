@@ -72,6 +72,19 @@ class ArrowDatasetSource(Source):
         where = self.source if isinstance(self.source, (str, list, tuple)) else type(self.source).__name__
         return EpochColumn(self.epoch_column, f"Arrow dataset {where!r}")
 
+    def epochs_known(self) -> int | None:
+        """With one epoch per file, the number of files; with ``rows_per_epoch``, the rows (from the files'
+        metadata, Parquet only: other formats would be read to count them) over it, rounded up; None
+        with ``epoch_column`` or ``event_time``."""
+        if self.epoch_column is not None or self.event_time is not None:
+            return None
+        dataset = self.dataset()
+        if not self.rows_per_epoch:
+            return len(list(dataset.get_fragments()))
+        if not isinstance(getattr(dataset, "format", None), pads.ParquetFileFormat):
+            return None
+        return -(-dataset.count_rows() // self.rows_per_epoch)
+
     def readers(self, parallelism: int) -> list[Reader[ArrowPosition]]:
         """One reader per replica, each with every ``parallelism``-th fragment."""
         if self.epoch_column and self.rows_per_epoch:

@@ -140,6 +140,11 @@ class Source(ABC):
     def readers(self, parallelism: int) -> list[Reader[Any]]:
         """One reader per input replica (``parallelism`` of them), each with its share of the input."""
 
+    def epochs_known(self) -> int | None:
+        """How many epochs (0 to n - 1) this source gives, if its size says so without reading its
+        records (the total of ``job.wait()``'s progress bar); None, the default: not known."""
+        return None
+
 
 class DriverSource(Source):
     """A source read by one reader on the driver, which pushes what it yields into the replicas."""

@@ -179,12 +179,14 @@ class EventTimeReader(Reader[EventTimePosition]):
             at = EventTimePosition(self.inner.position(), clock.state(), pending)
 
 
-def judge(clock: SourceClock, batches: list[Any], source: str, late_out: bool) -> list[tuple[int, Any]]:
+def judge(clock: SourceClock, batches: list[Any], source: str, late_out: bool,
+          release: float | None = None) -> list[tuple[int, Any]]:
     """What ``batches``, judged as one batch by ``clock``, give, as ``(epoch, batch)`` items in
-    epoch order: late records (at the epoch before; as :class:`LateRecords` when ``late_out``,
-    else only counted), the pieces sent, and, if the clock moved past them, an empty batch at
-    its new epoch. Timestamps are read with the clock's spec; a bad one raises a SourceError
-    naming ``source``."""
+    epoch order: with ``release`` (the replica is idle: the watermark to release it to,
+    :meth:`SourceClock.release`), first what the clock held for the epochs it passes; then late
+    records (at the epoch before the batch; as :class:`LateRecords` when ``late_out``, else only
+    counted), the pieces sent, and, if the clock moved past them, an empty batch at its new
+    epoch. Timestamps are read with the clock's spec; a bad one raises a SourceError naming ``source``."""
     pieces: list[EpochPiece] = []
     highest = -math.inf
     for batch in batches:
@@ -193,11 +195,12 @@ def judge(clock: SourceClock, batches: list[Any], source: str, late_out: bool) -
             pieces += cut(clock.spec, batch, seconds)
             highest = max(highest, float(seconds.max()))
     before = clock.epoch
+    freed = clock.release(release) if release is not None else []
     taken = clock.take(pieces, highest)
     late = [(epoch, LateRecords(to_records(piece))) for epoch, piece in taken.late] if late_out else []
-    reached = taken.epoch == before or (taken.sends and taken.sends[-1][0] == taken.epoch)
-    moved: list[tuple[int, Any]] = [] if reached else [(taken.epoch, [])]
-    return late + taken.sends + moved
+    items = freed + late + taken.sends
+    reached = (items[-1][0] if items else before) == taken.epoch
+    return items if reached else [*items, (taken.epoch, [])]
 
 
 def with_event_time(readers: list[Reader[Any]], spec: EventTime, source: str, late_out: bool) -> list[Reader[Any]]:

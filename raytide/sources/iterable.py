@@ -11,7 +11,7 @@ gave is gone.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 from raytide.errors import GraphError, SourceError
@@ -61,6 +61,10 @@ class IterableSource(DriverSource):
     def reader(self) -> IterableReader:
         """The one reader."""
         return IterableReader(self)
+
+    def epochs_known(self) -> int | None:
+        """The number of items of a sized collection (a list of per-epoch record lists); None for an iterator."""
+        return None if self._one_shot or not isinstance(self._epochs, Sized) else len(self._epochs)
 
     def check_resumable(self, epoch: int) -> None:
         """Raise unless the records can be read again from ``epoch`` on.

@@ -54,6 +54,11 @@ class StreamReader(Reader[int]):
         """What the producer is doing, for a stalled job's message ("" if nothing to say)."""
         return ""
 
+    def available(self) -> int | None:
+        """How many batches (ids 0 to n - 1) the producer has made or planned so far, if it says
+        (the total of ``job.wait()``'s progress bar; it grows as the stream goes on); None: unknown."""
+        return None
+
     @abstractmethod
     def stop(self) -> None:
         """The job is stopping: stop the producer, acknowledging nothing more; a batch

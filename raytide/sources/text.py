@@ -59,6 +59,13 @@ class TextFileSource(Source):
             files.append((fs, inner, info.size))
         return files
 
+    def epochs_known(self) -> int | None:
+        """With one epoch per file, the number of files; None with ``lines_per_epoch`` or ``event_time`` (the
+        lines are not counted before they are read)."""
+        if self.lines_per_epoch is not None or self.event_time is not None:
+            return None
+        return 1 if isinstance(self.paths, str) else len(self.paths)
+
     def readers(self, parallelism: int) -> list[Reader[TextPosition]]:
         """One reader per input replica, each owning one byte range of every file."""
         if self.lines_per_epoch is not None and self.lines_per_epoch < 1:

@@ -35,7 +35,8 @@ class LocalConsumer:
     """A consumer of every output of a job, across the drivers that run it one after another:
     ``log`` holds ``(output, epoch, records)`` for each epoch it acted on, in order (an epoch
     handed twice, after a driver crash, may be in it twice); ``handed``, per output, the
-    epoch it was handed and has not acted on yet (lost with the driver's process).
+    epoch it was handed and has not acted on yet (lost with the driver's process);
+    ``asked_past``, per output, the last epoch it asked for the next one after (it has it).
 
     ``pace``: the chance that the consumer takes a step when it is chosen to (1: as often as
     a mailbox delivers; less: a slow consumer, whose epochs stay in its hands while snapshots
@@ -43,6 +44,7 @@ class LocalConsumer:
 
     log: list[tuple[str, int, list]] = field(default_factory=list)
     handed: dict[str, tuple[int, list]] = field(default_factory=dict)
+    asked_past: dict[str, int] = field(default_factory=dict)  # per output, the last epoch it asked for the next of
     pace: float = 1.0
     rng: random.Random = field(default_factory=random.Random)
 
@@ -57,6 +59,7 @@ class LocalOutputs:
         self.gate = OutputGate(outputs, commit)
         self.book = Deliveries(outputs)
         self.shown, self.consumer = shown, consumer
+        self.last_shown: dict[str, int] = {}  # the simulator's own count, whatever the book says
         self.pending: dict[str, dict[int, list]] = {name: {} for name in outputs}  # shown, not handed to the consumer
         self.record = ConsumedRecord(store) if store is not None else None
         #: The run's ``(first snapshot id, snapshot started from)``, for the consumed record.
@@ -98,10 +101,22 @@ class LocalOutputs:
     def _show(self, name: str, epoch: int, parts: list) -> None:
         self.book.expect(name, epoch)
         records = as_records([record for part in parts for record in part])
+        self._count(name, epoch)
         self.shown[name][epoch] = records
         self.book.show(name, epoch)
         if self.consumer is not None:
             self.pending[name][epoch] = records
+
+    def _count(self, name: str, epoch: int) -> None:
+        """The simulator's own check of each hand-out, independent of the
+        :class:`~raytide.engine.delivery.Deliveries` book it runs: an epoch shown again, or
+        after a later one, in this run would overwrite the run's record in silence (a test
+        comparing ``shown`` with a reference would not see it), so it is raised here."""
+        last = self.last_shown.get(name, -1)
+        if epoch <= last:
+            raise AssertionError(f"simulator: output {name!r} epoch {epoch} shown after epoch {last} in one run "
+                                 f"(twice or out of order), past the driver's own check")
+        self.last_shown[name] = epoch
 
     def first_pending(self, name: str) -> int | None:
         """The earliest epoch of output ``name`` shown and not handed to the consumer yet (None: none)."""
@@ -135,6 +150,7 @@ class LocalOutputs:
         elif self.book.in_hand[name]:
             for epoch in list(self.book.in_hand[name]):
                 self.book.acknowledge(name, epoch)
+                consumer.asked_past[name] = max(epoch, consumer.asked_past.get(name, -1))
             self.write_record()
         else:
             epoch = min(self.pending[name])

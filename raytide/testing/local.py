@@ -56,7 +56,7 @@ from raytide.snapshots.recovering import Finished, Pieces, Recovering, ResetCoor
 from raytide.snapshots.recovery import RestartBudget, RestorePoint, commit_snapshot, part_name
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import Link, LocalTransport, Mailboxes, planned_commands, rewound
-from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
+from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, Hang, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
 from raytide.testing.recovery import SteppedRecovery
 from raytide.testing.rescaling import RescaleAsks, SteppedRescale, rescaling_in
@@ -191,10 +191,10 @@ class LocalJob:
                 if self.failures:  # nothing moves until the death is noticed: notice it now
                     self.failures = [(self.result.steps, cause) for _, cause in self.failures]
                     continue
-                raise RuntimeError(f"the job hangs: nothing left to deliver after {self.result.steps} steps and "
-                                   f"not finished; pending: {self.progress.describe() if self.progress else None}")
+                raise Hang(f"the job hangs: nothing left to deliver after {self.result.steps} steps and "
+                           f"not finished; pending: {self.progress.describe() if self.progress else None}")
             if self.result.steps >= max_steps:
-                raise RuntimeError(f"the job is still running after {max_steps} steps")
+                raise Hang(f"the job is still running after {max_steps} steps")
             self.result.steps += 1
             self._choose(choices)()
             if after_step is not None:

@@ -17,6 +17,10 @@ PROGRESS, COORDINATOR, DRIVER = "progress", "coordinator", "driver"
 Target = ReplicaKey | str
 
 
+class Hang(RuntimeError):
+    """A simulated job that can make no progress, or runs past its ``max_steps`` (a livelock)."""
+
+
 @dataclass(frozen=True)
 class LocalRecovery:
     """Snapshots and recovery in the in-process runtime, with steps for seconds.

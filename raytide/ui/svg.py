@@ -2,7 +2,8 @@
 page's document (:mod:`raytide.ui.document`): the page shows it, ``job.ui_snapshot(path)`` saves it.
 
 A vertex is a box with its name (as in the program), ``×n`` its parallelism, its records in
-and out per second, queued work and frontier lag; its fill goes from green to red with the
+and out per second (in all, from a single reading: a notebook's ``job``), queued work and
+frontier lag; its fill goes from green to red with the
 busy share of its chain's busiest replica, and the bottleneck has a thick red border. A
 chain (fused vertices, one actor per replica) is a dashed box around its vertices; a
 pipeline edge is a thin arrow, an exchange a thick one labelled ``exchange``, a broadcast a
@@ -23,14 +24,26 @@ from typing import Any
 _EDGE_STYLE = {"pipeline": ("1.5", ""), "exchange": ("3", ""), "broadcast": ("2", "2 3")}
 
 
-def _rate(value: float | None) -> str:
-    """A rate for a label: ``1.2k/s``; ``–`` when unknown."""
+def _count(value: float | None) -> str:
+    """A number for a label: ``1.2k``; ``–`` when unknown."""
     if value is None:
         return "–"
     for unit, size in (("M", 1e6), ("k", 1e3)):
         if abs(value) >= size:
-            return f"{value / size:.1f}{unit}/s"
-    return f"{value:.0f}/s"
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.0f}"
+
+
+def _rate(value: float | None) -> str:
+    """A rate for a label: ``1.2k/s``; ``–`` when unknown."""
+    return "–" if value is None else _count(value) + "/s"
+
+
+def _flow(figures: dict[str, Any]) -> str:
+    """A vertex's records in and out: per second, or, with one reading only (no rates), in all."""
+    if figures.get("in_per_s") is None and figures.get("records_in") is not None:
+        return f"{_count(figures['records_in'])} in · {_count(figures.get('records_out'))} out"
+    return f"in {_rate(figures.get('in_per_s'))} · out {_rate(figures.get('out_per_s'))}"
 
 
 def _short(name: str, most: int = 21) -> str:
@@ -38,32 +51,42 @@ def _short(name: str, most: int = 21) -> str:
     return name if len(name) <= most else name[:most - 1] + "…"
 
 
+def busy_hue(share: float) -> float:
+    """The hue (degrees) of a vertex whose busiest replica is busy ``share`` of the time: 120 (green, idle) to 0 (red)."""
+    return 120 * (1 - min(1.0, max(0.0, share)))
+
+
 def busy_colour(share: float | None) -> str:
     """Fill of a vertex whose busiest replica is busy ``share`` of the time: green (idle) to red (always busy)."""
     if share is None:
         return "#eeeeee"
-    hue = 120 * (1 - min(1.0, max(0.0, share)))
-    return f"hsl({hue:.0f}, 70%, 82%)"
+    return f"hsl({busy_hue(share):.0f}, 70%, 82%)"
+
+
+def labels(node: dict[str, Any], figures: dict[str, Any], most: int = 21) -> dict[str, str]:
+    """The texts of a vertex's box (the SVG's and the PNG's, :mod:`raytide.ui.figures`): its name (cut
+    to ``most`` characters, ``↻`` inside a loop), ``×n`` its width now, its rates (its records, with no
+    rates yet), its queued work and frontier lag."""
+    lag, queued = figures.get("frontier_lag"), figures.get("queued")
+    return {"name": _short(node["name"], most) + (" ↻" if node["cyclic"] else ""),
+            "width": f"×{figures.get('parallelism', node['parallelism'])}",
+            "rates": _flow(figures),
+            "queued": f"queued {'–' if queued is None else queued}" + (f" · lag {lag}" if lag is not None else "")}
 
 
 def _node(node: dict[str, Any], figures: dict[str, Any]) -> str:
     x, y, w, h = node["x"], node["y"], node["w"], node["h"]
-    width = figures.get("parallelism", node["parallelism"])
     bottleneck = bool(figures.get("bottleneck"))
     stroke = 'stroke="#c0392b" stroke-width="4"' if bottleneck else 'stroke="#555" stroke-width="1.2"'
     name = html.escape(node["name"])
-    shown = html.escape(_short(node["name"]))
-    loop = " ↻" if node["cyclic"] else ""
-    lag, queued = figures.get("frontier_lag"), figures.get("queued")
-    third = f"queued {'–' if queued is None else queued}" + (f" · lag {lag}" if lag is not None else "")
+    text = {key: html.escape(value) for key, value in labels(node, figures).items()}
     return (f'<g class="vertex" data-vertex="{name}" data-role="{node["role"]}">'
             f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{busy_colour(figures.get("busy"))}" {stroke}/>'
-            f'<text class="vname" x="{x + 6}" y="{y + 15}" font-size="12" font-weight="bold">{shown}{loop}<title>{name}</title></text>'
-            f'<text class="width" x="{x + w - 6}" y="{y + 15}" font-size="12" text-anchor="end">×{width}</text>'
+            f'<text class="vname" x="{x + 6}" y="{y + 15}" font-size="12" font-weight="bold">{text["name"]}<title>{name}</title></text>'
+            f'<text class="width" x="{x + w - 6}" y="{y + 15}" font-size="12" text-anchor="end">{text["width"]}</text>'
             f'<text class="rates" x="{x + 6}" y="{y + 33}" font-size="11" data-in="{figures.get("in_per_s") or 0:.1f}" '
-            f'data-out="{figures.get("out_per_s") or 0:.1f}">in {_rate(figures.get("in_per_s"))} · out '
-            f'{_rate(figures.get("out_per_s"))}</text>'
-            f'<text class="queued" x="{x + 6}" y="{y + 50}" font-size="11">{html.escape(third)}</text>'
+            f'data-out="{figures.get("out_per_s") or 0:.1f}">{text["rates"]}</text>'
+            f'<text class="queued" x="{x + 6}" y="{y + 50}" font-size="11">{text["queued"]}</text>'
             + ('<title>bottleneck: its chain\'s replicas are the busiest</title>' if bottleneck else "") + "</g>")
 
 

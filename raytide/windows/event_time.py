@@ -7,8 +7,9 @@ A record of timestamp ``t`` belongs to epoch ``floor(t / granularity)``. Each pr
 default) has a watermark, the largest timestamp it pushed minus ``max_delay``; the
 input's watermark is the smallest of the partitions' that are not idle (pushed within
 ``idle_timeout`` seconds of the clock), or, when all are idle, the largest, and it never
-goes back. Epoch ``e`` is closed once ``floor(watermark / granularity) > e``, i.e. once
-the watermark reached ``(e + 1) * granularity``: the input's epoch is the first open one.
+goes back (the rule of :mod:`raytide.windows.idleness`, which a stream's replicas share).
+Epoch ``e`` is closed once ``floor(watermark / granularity) > e``, i.e. once the watermark
+reached ``(e + 1) * granularity``: the input's epoch is the first open one.
 
 A push is judged against the input's epoch before it: its records of earlier epochs are
 *late* (their epoch is closed; the spec's ``late_output`` gets them, and the clock counts
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytide.errors import ArgumentError
+from raytide.windows.idleness import Idleness
 
 #: A record's timestamp: a function of the record, or the name of a column or dict key.
 TimestampOf = Callable[[Any], Any] | str
@@ -66,8 +68,10 @@ class EventTime:
             until a timestamp ``max_delay`` past its end was seen.
         late_output: the name of an output that gets the late records, as they came (None:
             late records are only counted, in ``job.stats()["late"]``).
-        idle_timeout: seconds after which a partition that pushed nothing stops holding the
-            watermark back (Flink's ``withIdleness``); None: never.
+        idle_timeout: seconds after which a producer that gave nothing stops holding the
+            watermark back (Flink's ``withIdleness``): a partition of ``job.push`` that pushed
+            nothing, or an input replica of a stream (``from_spark_stream``) given no records;
+            None: never. Readers of files and datasets finish instead (docs/windows.md).
 
     Raises:
         ArgumentError: an argument of the wrong type or out of range, naming it.
@@ -210,8 +214,8 @@ class EventClock:
         self.spec, self.now = spec, now
         self.epoch: int | None = 0
         self.watermark = -math.inf
-        self.highest: dict[Hashable, float] = {}  # per partition, the largest timestamp it pushed
-        self.pushed_at: dict[Hashable, float] = {}  # per partition, when it last pushed
+        #: Per partition, its watermark (largest timestamp pushed minus ``max_delay``) and when it last pushed.
+        self.partitions = Idleness(spec.idle_timeout)
         self.held: dict[int, list] = {}
         self.late = LateCount()
 
@@ -230,10 +234,9 @@ class EventClock:
             else:
                 self.held.setdefault(epoch, []).append(record)
         self.late.add(late)
-        self.pushed_at[partition] = self.now()
-        if stamps:
-            self.highest[partition] = max(self.highest.get(partition, -math.inf), max(stamps))
-        self.watermark = max(self.watermark, self._combined())
+        at = self.now()
+        self.partitions.heard(partition, at, max(stamps) - self.spec.max_delay if stamps else None)
+        self.watermark = max(self.watermark, self.partitions.combined(at))
         moved = max(current, epoch_of(self.watermark)) if self.watermark > -math.inf else current
         sends = [(current, now)] if now else []
         return Assigned(sends + self._release(moved), late, moved)
@@ -242,20 +245,6 @@ class EventClock:
         """No more pushes: everything held goes, in epoch order, and the input closes."""
         self.epoch = None
         return Assigned(released(self.held, None), [], None)
-
-    def _combined(self) -> float:
-        """The smallest watermark of the partitions that pushed within the idle timeout (the
-        largest of all when every one is idle)."""
-        if not self.highest:
-            return -math.inf
-        delay, timeout, now = self.spec.max_delay, self.spec.idle_timeout, self.now()
-        marks = {partition: highest - delay for partition, highest in self.highest.items()}
-        active = [mark for partition, mark in marks.items()
-                  if timeout is None or now - self.pushed_at[partition] < timeout]
-        silent = [partition for partition in self.pushed_at if partition not in self.highest]
-        if silent and (timeout is None or any(now - self.pushed_at[p] < timeout for p in silent)):
-            return -math.inf  # a partition that pushed no record yet holds the watermark at its start
-        return min(active) if active else max(marks.values())
 
     def _release(self, epoch: int) -> list[tuple[int, list]]:
         """Move to ``epoch``: the records held for it and the epochs before it, in order."""

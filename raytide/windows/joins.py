@@ -2,12 +2,16 @@
 latest value of a table, per key, as plain data (records in, matches out, state trimmed or
 settled at a complete epoch, split by key and merged back for a change of parallelism).
 
-Times are epochs. **Interval join**: a record of the left side at epoch ``a`` and one of the
-right side at ``b`` with equal keys match when ``lower <= b - a <= upper`` (inclusive, as
-Flink's ``intervalJoin``); the match ``(key, left, right)`` belongs to epoch ``max(a, b)``.
-Each pair is found once, by whichever of the two came second (a symmetric hash join), so
-arrival order does not matter. A left record can meet no more right records once epoch
-``a + upper`` is complete (and no right one once ``b - lower`` is): it leaves the state then.
+**Interval join**: a record of the left side at time ``a`` and one of the right side at ``b``
+with equal keys match when ``lower <= b - a <= upper`` (inclusive, as Flink's
+``intervalJoin``); the match ``(key, left, right)`` belongs to the later of the two records'
+epochs. A record's *time* is its epoch (``granularity`` None: epochs as time, integer bounds),
+or, on event-time inputs, its own timestamp in seconds, its epoch ``floor(time / granularity)``
+(the side's granularity) and the bounds in seconds. Each pair is found once, by whichever of
+the two came second (a symmetric hash join), so arrival order does not matter. A left record
+can meet no more right records once the right side's epoch of time ``a + upper`` is complete
+(and a right record no left ones once the left side's epoch of ``b - lower`` is): the frontier,
+converted to time, trims the state then.
 
 >>> state = IntervalState(lower=0, upper=1)
 >>> add(state, LEFT, "k", 3, "l3"), add(state, RIGHT, "k", 4, "r4"), add(state, RIGHT, "k", 2, "r2")
@@ -16,6 +20,11 @@ arrival order does not matter. A left record can meet no more right records once
 [2, 4]
 >>> expire(state, 3); sorted(state.ends)
 [4]
+>>> timed = IntervalState(lower=-0.5, upper=2.0, granularity=(10.0, 10.0))
+>>> add(timed, LEFT, "k", 0, "l", 9.0), add(timed, RIGHT, "k", 1, "r", 11.0), add(timed, RIGHT, "k", 0, "s", 8.0)
+([], [(1, ('k', 'l', 'r'))], [])
+>>> sorted(timed.ends)
+[0, 1]
 
 **Latest join**: records of epoch ``t`` meet the value of their key in the table as of
 epoch ``t``: the updates of the latest epoch ``<= t`` that has any for the key (a table's
@@ -30,6 +39,8 @@ epoch gives a match with each; a record whose key has no value yet comes with ``
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,46 +51,68 @@ from raytide.errors import ArgumentError
 LEFT, RIGHT = 0, 1
 #: A match found by an interval join: the epoch it belongs to and ``(key, left, right)``.
 Match = tuple[int, tuple[Hashable, Any, Any]]
+#: Seconds a match's time may be past the sum the state is trimmed by (the rounding of a
+#: float sum near 2**31 s is well under it): a record is kept one epoch longer rather than
+#: miss a match at a boundary.
+SLACK = 1e-6
+
+
+def interval_bounds(vertex: str, lower: Any, upper: Any, seconds: bool) -> None:
+    """Check an interval join's bounds: numbers of seconds (``seconds``: on event-time inputs)
+    or whole numbers of epochs, ``lower <= upper``.
+
+    Raises:
+        ArgumentError: naming ``vertex`` (how the join is named) and what was wrong.
+    """
+    unit = "a number of seconds (its inputs have event time)" if seconds else \
+        "a whole number of epochs (its inputs have no event time)"
+    for what, value in (("lower", lower), ("upper", upper)):
+        number = isinstance(value, numbers.Real) if seconds else isinstance(value, numbers.Integral)
+        if not number or isinstance(value, bool) or (seconds and not math.isfinite(value)):
+            raise ArgumentError(f"{vertex}: {what} must be {unit}, not {value!r} ({type(value).__name__})")
+    if lower > upper:
+        raise ArgumentError(f"{vertex}: lower={lower!r} must be at most upper={upper!r}")
 
 
 @dataclass
 class IntervalState:
-    """The records an interval join still needs.
+    """The records an interval join still needs (see the module docstring).
 
     Attributes:
-        sides: per side, per key, per epoch, its records.
-        ends: per epoch, the ``(side, key)`` whose records of some epoch leave once it is complete.
+        granularity: per side, seconds per epoch of its times (None: its times are epochs).
+        sides: per side, per key, per epoch after whose completion they leave, its records
+            as ``(time, epoch, record)``.
+        ends: per epoch, the ``(side, key)`` whose records of that end leave once it is complete.
     """
 
-    lower: int
-    upper: int
+    lower: float
+    upper: float
+    granularity: tuple[float | None, float | None] = (None, None)
     sides: tuple[dict[Hashable, dict[int, list]], dict[Hashable, dict[int, list]]] = field(
         default_factory=lambda: ({}, {}))
     ends: dict[int, set[tuple[int, Hashable]]] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        for what, value in (("lower", self.lower), ("upper", self.upper)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ArgumentError(f"interval_join({what}): a number of epochs (an int), not {value!r}")
-        if self.lower > self.upper:
-            raise ArgumentError(f"interval_join(lower={self.lower}, upper={self.upper}): lower must be at most upper")
-
-    def end_of(self, side: int, epoch: int) -> int:
-        """The epoch after whose completion a record of ``side`` at ``epoch`` can match nothing more."""
-        return max(epoch, epoch + self.upper) if side == LEFT else max(epoch, epoch - self.lower)
+    def end_of(self, side: int, epoch: int, time: float) -> int:
+        """The epoch after whose completion a record of ``side`` at ``epoch`` and ``time``
+        can match nothing more: the other side's epoch of the latest time it matches."""
+        latest = time + self.upper if side == LEFT else time - self.lower
+        grain = self.granularity[1 - side]
+        return max(epoch, int(latest) if grain is None else math.floor((latest + SLACK) / grain))
 
 
-def add(state: IntervalState, side: int, key: Hashable, epoch: int, record: Any) -> list[Match]:
-    """Keep ``record`` and return its matches with the other side's records of its key."""
-    other = state.sides[1 - side].get(key, {})
-    low, high = (epoch + state.lower, epoch + state.upper) if side == LEFT else (epoch - state.upper, epoch - state.lower)
+def add(state: IntervalState, side: int, key: Hashable, epoch: int, record: Any, time: float | None = None) -> list[Match]:
+    """Keep ``record`` (of ``epoch``, at ``time``: its epoch if None) and return its matches
+    with the other side's records of its key."""
+    at = epoch if time is None else time
     matches: list[Match] = []
-    for when, records in other.items():
-        if low <= when <= high:
-            at = max(epoch, when)
-            matches.extend((at, (key, record, match) if side == LEFT else (key, match, record)) for match in records)
-    state.sides[side].setdefault(key, {}).setdefault(epoch, []).append(record)
-    state.ends.setdefault(state.end_of(side, epoch), set()).add((side, key))
+    for entries in state.sides[1 - side].get(key, {}).values():
+        for when, their_epoch, other in entries:
+            if state.lower <= (when - at if side == LEFT else at - when) <= state.upper:
+                pair = (key, record, other) if side == LEFT else (key, other, record)
+                matches.append((max(epoch, their_epoch), pair))
+    end = state.end_of(side, epoch, at)
+    state.sides[side].setdefault(key, {}).setdefault(end, []).append((at, epoch, record))
+    state.ends.setdefault(end, set()).add((side, key))
     return matches
 
 
@@ -90,15 +123,14 @@ def expire(state: IntervalState, epoch: int) -> None:
             mine = state.sides[side].get(key)
             if mine is None:
                 continue
-            for when in [when for when in mine if state.end_of(side, when) <= epoch]:
-                del mine[when]
+            mine.pop(end, None)
             if not mine:
                 del state.sides[side][key]
 
 
 def split_interval(state: IntervalState, moving: Callable[[Hashable], bool]) -> IntervalState:
     """Remove and return the records of the keys ``moving`` selects."""
-    taken = IntervalState(state.lower, state.upper)
+    taken = IntervalState(state.lower, state.upper, state.granularity)
     for side in (LEFT, RIGHT):
         for key in [key for key in state.sides[side] if moving(key)]:
             taken.sides[side][key] = state.sides[side].pop(key)
@@ -111,17 +143,17 @@ def merge_interval(state: IntervalState, other: IntervalState) -> None:
     for side in (LEFT, RIGHT):
         for key, epochs in other.sides[side].items():
             mine = state.sides[side].setdefault(key, {})
-            for epoch, records in epochs.items():
-                mine.setdefault(epoch, []).extend(records)
+            for end, records in epochs.items():
+                mine.setdefault(end, []).extend(records)
     state.ends = _ends(state)
 
 
 def _ends(state: IntervalState) -> dict[int, set[tuple[int, Hashable]]]:
     ends: dict[int, set[tuple[int, Hashable]]] = {}
     for side in (LEFT, RIGHT):
-        for key, epochs in state.sides[side].items():
-            for epoch in epochs:
-                ends.setdefault(state.end_of(side, epoch), set()).add((side, key))
+        for key, by_end in state.sides[side].items():
+            for end in by_end:
+                ends.setdefault(end, set()).add((side, key))
     return ends
 
 

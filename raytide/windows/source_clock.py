@@ -13,9 +13,21 @@ reader, so in its position, so in every snapshot) until the watermark reaches th
 
 The clock works on *pieces*: a batch cut by epoch, each piece ``(epoch, piece, records,
 earliest timestamp)`` with the piece itself opaque (a list of records, an Arrow table).
-Nothing here reads a wall clock: one reader is one partition, which idleness never
-concerns, so what a reader yields is a function of what it read, and a reader resumed from a
-position yields what the reader that recorded it would have.
+Nothing here reads a wall clock, so what a reader yields is a function of what it read, and a
+reader resumed from a position yields what the reader that recorded it would have.
+
+**Idleness** is decided outside, where every producer of the input is seen (for a stream, by
+the driver, :class:`~raytide.sources.clocked_stream.ClockedStream`, with the rule of
+:mod:`raytide.windows.idleness`), and comes in as a watermark: :meth:`SourceClock.release`
+raises the clock's watermark to the others' (moving its epoch there, releasing what it held
+for the epochs it passes), so the idle replica stops holding the input back; records of the
+epochs it passed that come later are late, as Flink's ``withIdleness`` has it.
+
+>>> idle = SourceClock(EventTime("t", granularity=10))
+>>> idle.take([(2, "x", 1, 25.0)], highest=25.0).epoch, idle.release(47.0), idle.epoch
+(2, [], 4)
+>>> idle.take([(3, "y", 1, 31.0)], highest=31.0).late
+[(4, 'y')]
 
 >>> clock = SourceClock(EventTime("t", granularity=10, max_delay=5))
 >>> clock.take([(0, "a", 1, 3.0), (1, "b", 1, 12.0), (5, "c", 1, 51.0)], highest=51.0)
@@ -77,6 +89,8 @@ class SourceClock:
     watermark: float = -math.inf
     held: dict[int, list[Any]] = field(default_factory=dict)
     late: LateCount = field(default_factory=LateCount)
+    #: How many records it has judged since it was made or restored (not in its state).
+    judged: int = 0
 
     @classmethod
     def restored(cls, spec: EventTime, state: ClockState) -> SourceClock:
@@ -95,6 +109,7 @@ class SourceClock:
         current = self.epoch
         sends, late = [], []
         for epoch, piece, records, earliest in pieces:
+            self.judged += records
             if epoch < current:
                 late.append((current, piece))
                 self.late.records += records
@@ -109,6 +124,15 @@ class SourceClock:
         if self.watermark > -math.inf:
             self.epoch = max(current, self.spec.epoch_of(self.watermark))
         return Taken(sends + _pieces(released(self.held, self.epoch)), late, self.epoch)
+
+    def release(self, watermark: float) -> list[tuple[int, Any]]:
+        """The producer is idle and the input's others are at ``watermark`` (seconds): the
+        clock's watermark rises to it (it never goes back) and its epoch follows; returns the
+        held pieces of the epochs up to the new one, in epoch order, to send before anything else."""
+        self.watermark = max(self.watermark, watermark)
+        if self.watermark > -math.inf:
+            self.epoch = max(self.epoch, self.spec.epoch_of(self.watermark))
+        return _pieces(released(self.held, self.epoch))
 
     def close(self) -> list[tuple[int, Any]]:
         """The reader has read everything: every held piece, in epoch order."""

@@ -49,15 +49,38 @@ def text_parts(directory: Path, rng: random.Random, files: int = 40, lines: int 
     return paths, {epoch: Counter(Counter(open(p).read().split()).items()) for epoch, p in enumerate(paths)}
 
 
-def slow_words(line: str) -> list[str]:
-    time.sleep(0.002)  # keeps the input replicas reading while a test kills or rescales
-    return line.split()
+class Brake:
+    """Keeps the input replicas of :func:`counting_words` reading slowly (``delay`` s a line:
+    2,000 lines take them at least 50 s) until the test releases it, after what it kills or
+    rescales; :attr:`read_after_release` says whether they read a line with the brake on and
+    one after its release (else they had been done before it, and the test proved nothing).
+    Files in ``directory`` carry all of it to the replicas' processes (this machine's)."""
+
+    def __init__(self, directory: Path, delay: float = 0.05) -> None:
+        self.on, self.delay = directory / "brake-on", delay
+        self.held, self.after = directory / "read-with-the-brake-on", directory / "read-after-release"
+        self.on.touch()
+
+    def release(self) -> None:
+        self.on.unlink()
+
+    @property
+    def read_after_release(self) -> bool:
+        return self.held.exists() and self.after.exists()
+
+    def words(self, line: str) -> list[str]:
+        if self.on.exists():
+            self.held.touch()
+            time.sleep(self.delay)
+        elif not self.after.exists():
+            self.after.touch()
+        return line.split()
 
 
-def counting_words(name: str) -> rt.Dataflow:
-    """Lines -> words (slowly) -> a count per word and epoch, output ``counts``."""
+def counting_words(name: str, brake: Brake) -> rt.Dataflow:
+    """Lines -> words (slowly, until ``brake`` is released) -> a count per word and epoch, output ``counts``."""
     flow = rt.Dataflow(name)
-    flow.input("lines").flat_map(slow_words, name="words").count_by_key(lambda w: w, name="count").output("counts")
+    flow.input("lines").flat_map(brake.words, name="words").count_by_key(lambda w: w, name="count").output("counts")
     return flow
 
 

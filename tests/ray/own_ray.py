@@ -2,7 +2,7 @@
 
 ``ray.init`` in a fresh process starts a raylet and waits a hard-coded 30 s for it to
 register (``ray/_private/node.py``), then gives up with "The current node timed out during
-startup". On this 2-core machine, with the test session's Ray and Spark busy beside it,
+startup". On a small machine (two cores), with the test session's Ray and Spark busy beside it,
 that wait can run out before the child's program has done anything: a failure of the
 machine's load, not of raytide, and one that would fail the run. So the tests that run
 such a child (the demo, Ctrl-C, ``ray.shutdown``, the memory children) run it again, at

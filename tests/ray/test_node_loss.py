@@ -69,6 +69,7 @@ def feed(epochs):
             deadline = time.monotonic() + 60
             while job.stats()["snapshots"]["committed"] < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
+            report["committed_at_removal"] = job.stats()["snapshots"]["committed"]
             placed = hosts_by_node(job)
             report["nodes_used"] = len(placed)
             victim = max(workers, key=lambda node: len(placed.get(node.node_id, [])))
@@ -104,6 +105,7 @@ def test_a_lost_node_is_recovered_from_with_exactly_the_failure_free_output(own_
     assert child.returncode == 0 and lines, child.stderr[-3000:]
     report = json.loads(lines[-1])
     assert report["lost"], "no replica ran on the removed node: the test proved nothing"
+    assert report["committed_at_removal"] >= 2, f"the node was removed before two snapshots committed: {report}"
     assert report["nodes_used"] >= 3, f"the job's hosts ran on {report['nodes_used']} of the 4 nodes"
     assert report["recoveries"] >= 1 and report["exact"], report
     # On a cluster the progress goes through a relay per node (one node fewer after the removal),

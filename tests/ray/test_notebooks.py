@@ -139,6 +139,10 @@ def test_vertex_api_notifies_once_per_epoch_after_all_records(kernel_dirs, sessi
         assert (f"epoch {epoch}: pushed 3000, seen at notification 3000, notifications 2, "
                 f"distinct {distinct} (expected {distinct})") in lines, lines
     assert has_png(notebook)
+    graph = next(cell for cell in code_cells(notebook) if cell.source.strip() == "job")  # the job shown as its graph
+    svg = "".join(output["data"]["image/svg+xml"] for output in outputs(graph) if "image/svg+xml" in output.get("data", {}))
+    assert svg.startswith("<svg") and 'data-vertex="distinct"' in svg and "18.0k in" in svg, svg[:200]  # 6 epochs of 3,000
+    assert any("image/png" in output.get("data", {}) for output in outputs(cell_with(notebook, "job.plot_frontier()")))
 
 
 @pytest.mark.ray

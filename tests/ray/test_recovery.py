@@ -24,7 +24,7 @@ from raytide.integrations.parquet import write_parquet
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
 from tests.delivery import Handed, assert_exactly_once, read_outputs
-from tests.ray.jobs import as_multisets, counting_words, text_parts, wait_for_epoch
+from tests.ray.jobs import Brake, as_multisets, counting_words, text_parts, wait_for_epoch
 from tests.sim.scenarios import SCENARIOS, Scenario, with_input_width
 from tests.sim.test_output_commit_sim import chain_breaks, chained_flow
 
@@ -406,7 +406,8 @@ def test_snapshot_needs_a_job_with_recovery(ray_session):
 def test_a_source_read_in_the_replicas_resumes_where_the_snapshot_left_it(ray_session, tmp_path):
     rng = random.Random(8)
     paths, expected = text_parts(tmp_path, rng)
-    flow = counting_words("files")
+    brake = Brake(tmp_path)
+    flow = counting_words("files", brake)
     recovery = rt.Recovery(str(tmp_path / "store"), interval=0.1)
     source = rt.sources.TextFileSource(paths, batch_lines=10)
     with rt.run(flow, inputs={"lines": source}, parallelism=2, recovery=recovery) as job:
@@ -414,11 +415,16 @@ def test_a_source_read_in_the_replicas_resumes_where_the_snapshot_left_it(ray_se
         while job.stats()["snapshots"]["committed"] < 2:
             assert time.monotonic() < deadline, "no two snapshots in 60 s"
             time.sleep(0.02)
-        assert not job.collect("counts").keys() >= expected.keys(), "the readers were done before the kill"
         sigkill(job, str(a_replica(job, rng)))
+        deadline = time.monotonic() + 120
+        while job.collect("counts") is not None and job.stats()["recoveries"]["count"] < 1:  # collect drives it
+            assert time.monotonic() < deadline, "no recovery in 120 s"
+            time.sleep(0.05)
+        brake.release()  # the restored readers read on, slowly until now
         job.wait(timeout=120)
         got = job.collect("counts")
         recoveries = job.stats()["recoveries"]
+    assert brake.read_after_release, "the restored readers read nothing: the snapshot had them done"
     assert as_multisets(got) == expected
     assert recoveries["count"] == 1
 

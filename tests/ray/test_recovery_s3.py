@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import socket
+import uuid
 from collections.abc import Iterator
 
 import pyarrow.fs as pafs
@@ -31,7 +32,7 @@ def s3_uri() -> Iterator[str]:
         query = f"endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
         filesystem, _ = pafs.FileSystem.from_uri(f"s3://testing:testing@snapshots?{query}&allow_bucket_creation=true")
         filesystem.create_dir("snapshots")
-        yield f"s3://testing:testing@snapshots/wordcount?{query}"
+        yield f"s3://testing:testing@snapshots/{uuid.uuid4().hex}?{query}"  # apart even if two servers met on a port
     finally:
         server.stop()
 

@@ -30,7 +30,7 @@ from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
 from tests.delivery import assert_exactly_once
-from tests.ray.jobs import as_multisets, counting_words, next_in_sequence, text_parts
+from tests.ray.jobs import Brake, as_multisets, counting_words, next_in_sequence, text_parts
 from tests.ray.test_recovery import sigkill
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
@@ -409,7 +409,8 @@ def test_a_rescale_while_the_replicas_read_a_source_resumes_every_reader_at_the_
     """The input replicas read text files themselves (their readers are part of the held
     state): what a reader read after the cut is read again by the rescaled job, once."""
     paths, expected = text_parts(tmp_path, random.Random(9))
-    flow = counting_words("files-rescaled")
+    brake = Brake(tmp_path)
+    flow = counting_words("files-rescaled", brake)
     source = rt.sources.TextFileSource(paths, batch_lines=10)
     with rt.run(flow, inputs={"lines": source}, parallelism=2,
                 recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3)) as job:
@@ -418,9 +419,10 @@ def test_a_rescale_while_the_replicas_read_a_source_resumes_every_reader_at_the_
             assert time.monotonic() < deadline, "no epoch counted in 60 s"
             time.sleep(0.02)
         records = [job.rescale({"count": width}, timeout=120) for width in (3, 1)]
-        assert not job.collect("counts").keys() >= expected.keys(), "the readers were done before the rescales"
+        brake.release()
         job.wait(timeout=120)
         got = job.collect("counts")
+    assert brake.read_after_release, "the readers were done before the rescales"
     assert [r["after"]["count"] for r in records] == [3, 1]
     assert as_multisets(got) == expected
 

@@ -249,3 +249,42 @@ def test_a_stream_with_event_time_windows_exactly_once_across_a_lost_driver_and_
     assert all(end == start + 2 for _, start, end, _ in counts) and len(counts) == len(windows)
     assert late == sorted(expected_late) and expected_late, "the late records are exactly those beyond the bound"
     assert stats["records"] == len(expected_late)
+
+
+class _StarvingReader(_StalledReader):
+    """Each batch in two parts, dealt so that replica 1 always gets the empty one (part ``i`` of
+    batch ``b`` goes to replica ``(b + i) mod 2``), a tenth of a second apart; then it stalls."""
+
+    def read_from(self, position: int) -> Iterator[tuple[int, Any, int]]:
+        for item in super().read_from(position):
+            time.sleep(0.1)
+            yield item
+
+    def _pieces(self, batch_id: int) -> tuple[Any, ...]:
+        records, empty = ray.put(self.source.batches[batch_id]), ray.put([])
+        return (records, empty) if batch_id % 2 == 0 else (empty, records)
+
+
+def test_a_stream_replica_given_no_records_goes_idle_and_windows_close_without_it(ray_session, tmp_path):
+    """Replica 1 of a stream with event time reads nothing, ever: without idleness it would hold
+    the input at epoch 0. With ``idle_timeout=0.3`` the driver finds it idle after 0.3 s and
+    releases it, in each next share, to replica 0's watermark: while the producer stalls after
+    10 batches (records at seconds 0-99), the 10-second windows up to that watermark (88: the
+    one after batch 8) are out; the stream's end closes the rest. Every window once, exact."""
+    spec = rt.EventTime("t", granularity=1.0, max_delay=1.0, idle_timeout=0.3)
+    stream = [[{"t": 10.0 * b + i, "page": i % 2, "n": 10 * b + i} for i in range(10)] for b in range(10)]
+    flow = rt.Dataflow("idle-stream")
+    flow.input("clicks", event_time=spec).window(lambda click: click["page"], rt.Tumbling(10)).count().output("counts")
+    release = threading.Event()
+    source = TimedStream(stream)
+    source.reader = lambda: _StarvingReader(source, release)  # type: ignore[method-assign]
+    windows: list[tuple] = []
+    with rt.run(flow, inputs={"clicks": source}, parallelism=2, recovery=rt.Recovery(str(tmp_path))) as job:
+        for _, records in job.results("counts", timeout=30, progress=False):
+            windows += records
+            if len(windows) == 16:  # [0, 10) .. [70, 80), two pages each, before the stream can end
+                break
+        release.set()
+        job.wait(timeout=60)
+        windows += [record for records in job.collect("counts").values() for record in records]
+    assert sorted(windows) == sorted((page, start, start + 10, 5) for start in range(0, 100, 10) for page in (0, 1))

@@ -4,16 +4,19 @@
 One job (an input, a loop, a keyed count, with recovery) runs while the driver feeds it; the
 test opens ``job.ui()``'s page, reads the vertex names and rates from the DOM, sees the rates,
 the frontier and the page's own polling move over two seconds, rescales the job and sees the
-rescale on the page's timeline and the new width in its graph, saves a screenshot and checks
-it is not blank. It also holds ``/api/job`` against ``job.stats()`` read around it, a server
-bound off loopback against requests without its token, ``job.ui_snapshot``, and the board that
-``python -m raytide ui`` serves from.
+rescale on the page's timeline and the new width in its graph, saves the graph as SVG and PNG
+with the page's buttons, SIGKILLs a replica and sees the recovery on the timeline, saves a
+screenshot and checks it is not blank. Meanwhile a second job fails in user code, and its page
+shows the vertex, replica, epoch and the user's traceback. It also holds ``/api/job`` against
+``job.stats()`` read around it, a server bound off loopback against requests without its token,
+``job.ui_snapshot`` (SVG and PNG), and the board that ``python -m raytide ui`` serves from.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 import urllib.error
@@ -38,6 +41,23 @@ def looped_counts() -> rt.Dataflow:
     halved = numbers.iterate(lambda s: s.map(lambda x: x // 2 if x > 1 else x, name="halve"), max_iterations=4)
     halved.map(lambda x: (x % 7, 1), name="pair").count_by_key(lambda kv: kv[0], name="count").output("counts")
     return flow
+
+
+def explode(x: int) -> int:
+    """The user's code of the failing job: fails at its record 2."""
+    if x == 2:
+        raise ValueError("the user's own error at record 2")
+    return x
+
+
+def failing_job() -> rt.Job:
+    """A job that fails in user code (vertex ``explode``, replica 0, epoch 1), driven until it has."""
+    flow = rt.Dataflow("ui-error")
+    flow.input("numbers").map(explode, name="explode").output("out")
+    job = rt.run(flow, inputs={"numbers": [[0, 1], [2, 3]]}, parallelism=1)
+    with pytest.raises(rt.UserCodeError):
+        job.wait(timeout=60, progress=False)
+    return job
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
@@ -99,6 +119,39 @@ def page_figures(page: Any) -> dict[str, Any]:
         updates: Number(document.body.dataset.updates),
         timeline: [...document.querySelectorAll('#timeline li')].map(li => li.dataset.kind),
     })""")
+
+
+def check_download(page: Any, button: str, path: str) -> bytes:
+    """Click ``button`` on ``page``, save the download it makes at ``path``; its bytes."""
+    with page.expect_download(timeout=15_000) as download:
+        page.click(button)
+    download.value.save_as(path)
+    with open(path, "rb") as file:
+        return file.read()
+
+
+def check_png(path: str) -> None:
+    """``path`` is a PNG matplotlib reads back, not blank: its pixels vary, and some are not white."""
+    from matplotlib import image
+
+    pixels = image.imread(path)
+    assert pixels.ndim == 3 and pixels.shape[0] > 50 and pixels.shape[1] > 200, pixels.shape
+    rgb = pixels[..., :3]
+    assert rgb.std() > 0.05 and (rgb < 0.9).any(axis=-1).mean() > 0.02, (rgb.std(), path)
+
+
+def check_error_page(page: Any, url: str) -> None:
+    """The failed job's page shows its user error: vertex, replica, epoch, and the user's traceback."""
+    page.goto(url)
+    page.wait_for_selector("#errors .error[data-kind=UserCodeError]", timeout=20_000)
+    shown = page.evaluate("""() => { const e = document.querySelector('#errors .error');
+        return {vertex: e.dataset.vertex, replica: e.dataset.replica, epoch: e.dataset.epoch,
+                where: e.querySelector('.where').textContent, message: e.querySelector('.message').textContent,
+                traceback: e.querySelector('pre.traceback').textContent}; }""")
+    assert (shown["vertex"], shown["replica"], shown["epoch"]) == ("explode", "0", "1"), shown
+    assert "vertex explode · replica 0 · epoch 1" in shown["where"] and "the user's own error" in shown["message"]
+    assert "in explode" in shown["traceback"] and 'raise ValueError("the user\'s own error at record 2")' in shown["traceback"]
+    assert page.evaluate("document.getElementById('state').textContent") == "failed"
 
 
 def distinct_colours(png: str) -> tuple[int, float]:
@@ -171,13 +224,23 @@ def test_the_live_view_of_a_running_job_in_chromium(ray_session, tmp_path):
             page.wait_for_function("[...document.querySelectorAll('svg.dataflow g.vertex')].some("
                                    "g => g.dataset.vertex === 'count' && g.querySelector('text.width').textContent === '×2')",
                                    timeout=15_000)
+            os.kill(job.hosts()[f"{job.name}/{job.plan.vertex('count').chain}/1"], signal.SIGKILL)  # a replica's process
+            saved_svg = check_download(page, "#save", str(tmp_path / "page.svg"))
+            assert saved_svg.startswith(b"<svg") and b'data-vertex="count"' in saved_svg
+            check_download(page, "#save-png", str(tmp_path / "page.png"))
+            check_png(str(tmp_path / "page.png"))
+            failed = failing_job()  # while the first job recovers
+            page.wait_for_selector("#timeline li[data-kind=recovery]", timeout=30_000)
+            assert "recovery from snapshot" in page.text_content("#timeline li[data-kind=recovery]")
             page.screenshot(path=str(tmp_path / "ui.png"), full_page=True)
+            check_error_page(page, failed.ui())
             browser.close()
         colours, ink = distinct_colours(str(tmp_path / "ui.png"))
         assert colours > 100 and ink > 0.05, (colours, ink)
         check_token(job)
         svg = (tmp_path / "graph.svg").read_text() if job.ui_snapshot(str(tmp_path / "graph.svg")) else ""
         assert svg.startswith("<svg") and all(f'data-vertex="{name}"' in svg for name in job.plan.vertices)
+        check_png(job.ui_snapshot(str(tmp_path / "graph.png")))
     finally:
         fed.end()
         job.cancel()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from raytide.engine.riding import Rides
+from tests.sim import seeds
 
 #: A filesystem in memory, where the machine has one (Linux's tmpfs).
 MEMORY_FS = Path("/dev/shm")
@@ -47,3 +48,14 @@ def rides_carried(monkeypatch: pytest.MonkeyPatch) -> collections.Counter:
 
     monkeypatch.setattr(Rides, "place", counted)
     return carried
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed simulation's report lists the rotating seeds drawn so far in its process
+    (:mod:`tests.sim.seeds`): the assertion names the seed that failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and seeds.DRAWN:
+        drawn = "; ".join(f"{salt}: {','.join(map(str, found))}" for salt, found in seeds.DRAWN.items())
+        report.sections.append(("rotating simulation seeds (RAYTIDE_SIM_SEEDS=... runs one again)", drawn))

@@ -20,7 +20,7 @@ from typing import Any
 import raytide as rt
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import LocalJob, LocalRecovery, LocalRun
-from tests.sim.chaos import MODES, Chaos
+from tests.sim.chaos import BROKEN, MODES, Chaos
 
 TRIALS = 300
 
@@ -72,7 +72,7 @@ def trial(seed: int, store_dir: str, commit: str, seen: collections.Counter) -> 
         warnings.simplefilter("ignore", RuntimeWarning)  # "skipping snapshot k: not committed" after a crash
         try:
             run = victim.run(max_steps=100_000, after_step=chaos.after_step)
-        except Exception as error:  # a hang, a livelock or an epoch handed over twice
+        except BROKEN as error:  # a hang, a livelock or an epoch handed over twice
             return None, repr(error)
     if run.failure is not None or not run.finished:
         return run, f"failure={run.failure!r} finished={run.finished}"

@@ -27,8 +27,9 @@ from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
 from raytide.testing.rescaling import SteppedRescale
-from tests.sim.chaos import caught_by
+from tests.sim.chaos import BROKEN, caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
+from tests.sim.seeds import seeds
 from tests.sim.test_reshard_sim import _owned_by_the_next
 
 #: Trials per scenario, 400 in all. The loops cost 2-4 times as much per trial as the others
@@ -122,9 +123,22 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, outpu
     got = as_counters(run.outputs)
     if got != scenario.expected:
         return f"rescales {run.rescales} (asked {asked}):\n got {got}\n expected {scenario.expected}"
-    for step, widths, _ in run.rescales:
-        if not all(job.plan.width(v) >= 1 for v in widths):
-            return f"rescale at step {step} left a vertex without replicas"
+    return rescaled_wrongly(job, asked)
+
+
+def rescaled_wrongly(job: LocalJob, asked: list[dict[str, int]]) -> str | None:
+    """What is wrong with the rescales ``job`` made, or None: each gave every vertex of one
+    request (the latest it took: a later one overrides an earlier) the width asked, and the
+    job ends at its last rescale's widths, running exactly their replicas."""
+    for step, widths, _ in job.result.rescales:
+        if not any(all(widths[vertex] == width for vertex, width in ask.items()) for ask in asked):
+            return f"the rescale at step {step} made the widths {widths}, none of the requests {asked}"
+    if job.result.rescales:
+        last = job.result.rescales[-1][1]
+        if {vertex: job.plan.width(vertex) for vertex in last} != last:
+            return f"the job ends in the plan of {job.plan.replica_keys()}, not the last rescale's widths {last}"
+    if sorted(job.replicas) != sorted(job.plan.replica_keys()):
+        return f"the job ends with the replicas {sorted(job.replicas)}, its plan's are {job.plan.replica_keys()}"
     return None
 
 
@@ -135,7 +149,7 @@ RELAYED_TRIALS = {"word count": 100, "keyed": 100, "join": 100, "loop": 50, "nes
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_rescales_and_crashes_with_progress_relayed_per_node_give_the_output_of_the_plain_reference(name, store_root):
     seen: collections.Counter = collections.Counter()
-    for seed in range(RELAYED_TRIALS[name]):
+    for seed in seeds(RELAYED_TRIALS[name], f"rescale relayed {name}"):
         wrong = trial(name, seed, str(store_root / str(seed)), seen, nodes=1 + seed % 4)
         assert wrong is None, f"{name}, seed {seed}, {1 + seed % 4} nodes: {wrong}"
     assert seen["trials that rescaled"] >= RELAYED_TRIALS[name] * 0.6, seen
@@ -144,7 +158,7 @@ def test_rescales_and_crashes_with_progress_relayed_per_node_give_the_output_of_
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_rescales_at_random_moments_with_crashes_give_the_output_of_the_plain_reference(name, store_root):
     seen: collections.Counter = collections.Counter()
-    for seed in range(TRIALS[name]):
+    for seed in seeds(TRIALS[name], f"rescale {name}"):
         wrong = trial(name, seed, str(store_root / str(seed)), seen)
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
     assert seen["trials that rescaled"] >= TRIALS[name] * 0.6, seen
@@ -157,7 +171,7 @@ def test_with_output_committed_at_snapshots_the_held_epochs_survive_rescales_and
     """A rescale releases what its cut holds complete and drops the epochs held for a later
     commit: they are computed again, and handed out once."""
     seen: collections.Counter = collections.Counter()
-    for seed in range(SNAPSHOT_COMMIT_TRIALS):
+    for seed in seeds(SNAPSHOT_COMMIT_TRIALS, f"rescale snapshot commit {name}"):
         wrong = trial(name, seed, str(store_root / str(seed)), seen, output_commit="snapshot")
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
     assert seen["trials that rescaled"] >= SNAPSHOT_COMMIT_TRIALS // 2, seen
@@ -220,7 +234,7 @@ def test_a_planted_bug_in_rescaling_is_caught(monkeypatch, store_root, plant):
     def failed(name: str, seed: int) -> bool:
         try:
             return trial(name, seed, str(store_root / f"{name}-{seed}"), collections.Counter()) is not None
-        except Exception:  # a hang, a livelock, an epoch handed over twice
+        except BROKEN:  # a hang, a livelock, an epoch handed over twice
             return True
 
     assert caught_by(names, 40, failed), f"no trial caught the planted bug {plant!r}"

@@ -27,7 +27,7 @@ from raytide.physical.protocol import ChannelId
 from raytide.rescale import layout
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing.local import LocalJob, LocalRecovery
-from tests.sim.chaos import Chaos, caught_by
+from tests.sim.chaos import BROKEN, Chaos, caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
 
 TRIALS_PER_SCENARIO = 60  # x 5 scenarios
@@ -133,7 +133,7 @@ def test_a_planted_bug_in_resharding_is_caught(monkeypatch, store_root, plant):
     def failed(name: str, seed: int) -> bool:
         try:
             return trial(name, seed, str(store_root / f"{name}-{seed}"))[1] is not None
-        except Exception:  # a hang, a livelock, an epoch handed over twice
+        except BROKEN:  # a hang, a livelock, an epoch handed over twice
             return True
 
     assert caught_by(names, TRIALS_PER_SCENARIO, failed), f"no trial caught the planted bug {plant!r}"

@@ -4,6 +4,7 @@ reference, plus an oracle for the hold-back rule and injected crashes."""
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter
 
@@ -18,6 +19,7 @@ from raytide.progress.publisher import answers
 from raytide.testing.local import LocalJob, ReplicaDied
 from tests.sim.frontier_oracle import check_frontiers_cover_the_truth
 from tests.sim.scenarios import SCENARIOS, Scenario, as_counters
+from tests.sim.seeds import seeds
 
 SEEDS = range(200)
 #: Of those, the first seeds per scenario also run the hold-back rule's oracle at every step.
@@ -296,21 +298,31 @@ def test_records_in_counts_a_vertexs_data_and_not_its_control_ports():
 # -- injected crashes ----------------------------------------------------------------------
 
 
+def _note_finish(finished_at: list[int], job: LocalJob) -> None:
+    if job.result.finished and not finished_at:
+        finished_at.append(job.result.steps)
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_a_crashed_replica_fails_the_job_and_the_epochs_completed_before_stay_right(name):
-    for seed in range(100):
+    crashed = 0
+    for seed in seeds(100, f"crashed replica {name}"):
         scenario, job = run_scenario(SCENARIOS[name], seed)
         rng = random.Random(seed)
-        victim = rng.choice(list(job.replicas))
-        job.crash(victim, at_step=rng.randrange(1, 60))
-        run = job.run()
+        victim, at_step = rng.choice(list(job.replicas)), rng.randrange(1, 60)
+        job.crash(victim, at_step=at_step)
+        finished_at: list[int] = []  # the step at which the driver saw the job finish
+        run = job.run(after_step=functools.partial(_note_finish, finished_at))
         if run.finished and run.failure is None:
+            assert finished_at[0] <= at_step, f"seed {seed}: the crash after step {at_step} did not come"
             continue  # the job finished before the crash came
-        assert run.failure == ReplicaDied(victim, run.failure.step), f"seed {seed}: {run.failure}"
+        crashed += 1
+        assert run.failure == ReplicaDied(victim, at_step), f"seed {seed}: {run.failure}"
         got = as_counters(run.outputs)
         for output, epochs in got.items():
             for epoch, counts in epochs.items():
                 assert counts == scenario.expected[output][epoch], f"{name}, seed {seed}: completed epoch wrong"
+    assert crashed >= 50, f"only {crashed} of 100 jobs were still running when their crash came"
 
 
 def test_a_crash_drops_what_the_dead_replica_had_in_flight():

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import raytide as rt
 from raytide.core.arrangement import MERGE_RATIO, Arrangement, distinct_with_inverse
 from raytide.core.columnar import ColumnsSpec, KeyedColumns
 from raytide.core.combine import check_combiners, combine_by_key
@@ -74,6 +75,15 @@ def test_a_combiner_that_is_not_associative_and_commutative_is_refused_naming_th
     for bad in (np.subtract, np.divide, np.power, lambda a, b: a - b, max):
         with pytest.raises(GraphError, match="vertex 'v': the combiner of column 'a'"):
             check_combiners({"a": bad}, "vertex 'v'")
+
+
+@pytest.mark.parametrize("build", ["keyed_columns", "iterate_columns"])
+def test_a_dataflow_given_a_bad_combiner_is_refused_when_built_naming_vertex_and_column(build):
+    """As docs/errors.md promises: when the dataflow is built, before any data moves."""
+    flow = rt.Dataflow("bad-combiner")
+    with pytest.raises(GraphError, match="vertex 'sums': the combiner of column 'v' is subtract"):
+        getattr(flow.input("rows"), build)(running, key="k", state={"total": (np.int64, 0)},
+                                           combine={"v": np.subtract, "m": np.minimum}, name="sums")
 
 
 @settings(max_examples=150, deadline=None)
@@ -184,13 +194,23 @@ def split(n: int, rng: random.Random) -> list[tuple[int, int]]:
     return list(zip([0] + cuts, cuts + [n]))
 
 
+#: How the state oracle's keys 0..40 become a replica's keys, so that every branch of the key
+#: index (:mod:`raytide.core.keyindex`) holds state: a lookup table; a table too long for a
+#: later batch's few keys (sorted instead); keys too spread out for any table, or negative
+#: (a sorted array); and a table that turns into a sorted array mid-run (keys from 30 on far out).
+KEY_MAPS = {"table": lambda k: k, "few for the table": lambda k: k * 1000, "spread": lambda k: k * (10**12 + 7),
+            "negative": lambda k: k - 20, "table, then spread": lambda k: k if k < 30 else k * 10**12 + 7}
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 40), st.integers(-9, 9), st.integers(-9, 9)), max_size=25),
                           st.lists(st.integers(0, 40), max_size=10)), min_size=1, max_size=5),
-       st.integers(1, 4), st.randoms(use_true_random=False))
-def test_columnar_state_equals_per_record_state_through_batches_rescales_and_restores(epochs, width, rng):
+       st.integers(1, 4), st.randoms(use_true_random=False), st.sampled_from(sorted(KEY_MAPS)))
+def test_columnar_state_equals_per_record_state_through_batches_rescales_and_restores(epochs, width, rng, keys):
     replicas = Replicas(width)
     total, low, rows = defaultdict(int), {}, Counter()
+    key = KEY_MAPS[keys]
+    epochs = [([(key(k), v, m) for k, v, m in updates], [key(k) for k in arranged]) for updates, arranged in epochs]
     for epoch, (updates, arranged) in enumerate(epochs):
         time = Timestamp(epoch)
         rows.update(arranged)

@@ -1,10 +1,13 @@
 """Joins across time, pure (:mod:`raytide.windows.joins`), against brute force: records of
-random epochs arriving in any order the frontier allows (an epoch's records may come before
-an earlier epoch is complete, never after their own is), the state trimmed or settled at
-each complete epoch, and split by key and merged back midway."""
+random epochs (or, for the interval join on event-time inputs, random timestamps in seconds,
+each at the epoch of its side's granularity) arriving in any order the frontier allows (an
+epoch's records may come before an earlier epoch is complete, never after their own is), the
+state trimmed or settled at each complete epoch, exactly as soon as nothing could match a
+record any more, and split by key and merged back midway."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
@@ -71,12 +74,61 @@ def test_the_interval_join_finds_every_pair_within_the_bounds_once_and_forgets_w
             for state in states:
                 expire(state, item)
                 for side in (LEFT, RIGHT):  # nothing kept that no later record could match
-                    assert all(state.end_of(side, e) > item for epochs in state.sides[side].values() for e in epochs)
+                    assert all(end > item for by_end in state.sides[side].values() for end in by_end)
     if len(states) > 1:
         merge_interval(states[0], states[1])
     assert got == expected
     expire(states[0], EPOCHS + 10)  # the inputs closed: every epoch complete
     assert states[0].sides == ({}, {}) and states[0].ends == {}
+
+
+def timed(seed: int, count: int, grains: tuple[float, float]) -> tuple[random.Random, list[tuple]]:
+    """Records ``(side, epoch, key, number, seconds)``: times on a quarter-second grid (sums exact in floats)."""
+    rng = random.Random(seed)
+    records = []
+    for number in range(count):
+        side = rng.choice([LEFT, RIGHT])
+        seconds = rng.randrange(int(EPOCHS * grains[side] * 4)) / 4
+        records.append((side, math.floor(seconds / grains[side]), rng.randrange(KEYS), number, seconds))
+    return rng, records
+
+
+def needed_until(record: tuple, lower: float, upper: float, grains: tuple[float, float]) -> int:
+    """From the definition: the last epoch in which a record of the other side that matches
+    ``record`` can arrive (at the epoch of its own time), or the record's own epoch."""
+    side, epoch, _, _, seconds = record
+    latest = seconds + upper if side == LEFT else seconds - lower
+    return max(epoch, math.floor(latest / grains[1 - side]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 10**6), count=st.integers(0, 30), lower=st.integers(-12, 8), width=st.integers(0, 12),
+       grains=st.tuples(st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from([0.5, 1.0, 2.0])))
+def test_the_interval_join_on_timestamps_finds_every_pair_within_the_bounds_in_seconds_and_trims_by_the_frontier(
+        seed, count, lower, width, grains):
+    """Bounds in seconds (quarters), timestamps within epochs of either side's granularity:
+    every pair with ``lower <= tb - ta <= upper`` once, at the later record's epoch; after each
+    complete epoch the state holds exactly the records a later one could still match."""
+    lower, upper = lower / 4, (lower + width) / 4
+    rng, records = timed(seed, count, grains)
+    expected = Counter((max(a[1], b[1]), (a[2], a, b)) for a in records for b in records
+                       if a[0] == LEFT and b[0] == RIGHT and a[2] == b[2] and lower <= b[4] - a[4] <= upper)
+    states, got, arrived = [IntervalState(lower, upper, grains)], Counter(), []
+    split_at = rng.randrange(len(records) + 1)
+    for n, (kind, item) in enumerate(schedule(rng, records)):
+        if n == split_at:  # a rescale: some keys move to another replica
+            states.append(split_interval(states[0], lambda key: key % 2 == 1))
+        if kind == "record":
+            state = states[-1] if len(states) > 1 and item[2] % 2 == 1 else states[0]
+            got.update(add(state, item[0], item[2], item[1], item, item[4]))
+            arrived.append(item)
+            continue
+        for state in states:
+            expire(state, item)
+        kept = sorted(entry[2][3] for state in states for side in state.sides for by_end in side.values()
+                      for entries in by_end.values() for entry in entries)
+        assert kept == sorted(r[3] for r in arrived if needed_until(r, lower, upper, grains) > item), "trimmed wrong"
+    assert got == expected
 
 
 @settings(max_examples=200, deadline=None)

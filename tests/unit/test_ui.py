@@ -1,10 +1,12 @@
 """The live view's pure parts: a plan laid out and drawn as SVG, the page's JSON document built from
 ``job.stats()`` readings (rates from two samples, shares, the bottleneck, the timeline, errors),
-the token check of its server (a real aiohttp server on loopback, no Ray), and the progress bar's total."""
+the token check of its server (a real aiohttp server on loopback, no Ray), the progress bar's total, and the
+graph as PNG and the frontier plot drawn by matplotlib."""
 
 from __future__ import annotations
 
 import json
+import sys
 import urllib.error
 import urllib.request
 
@@ -14,6 +16,7 @@ import raytide as rt
 from raytide.driver.views import EpochBar, epochs_done, epochs_total
 from raytide.physical.plan import compile_plan
 from raytide.ui.document import JobBook, rates, shares
+from raytide.ui.figures import frontier_figure, save_graph_png
 from raytide.ui.layout import layout
 from raytide.ui.server import UIServer, authorized, is_loopback
 from raytide.ui.svg import render
@@ -198,3 +201,40 @@ def test_a_long_name_is_cut_in_its_box_and_whole_in_its_tooltip(name):
                                      "x": 0, "y": 0, "w": 170, "h": 62}], "edges": [], "chains": [], "width": 200, "height": 90}
     svg = render(graph, {})
     assert f"<title>{name}</title>" in svg and f'data-vertex="{name}"' in svg and ("a" * 20 + "…") in svg
+
+
+def red_share(pixels) -> float:
+    """The share of an RGB(A) image's pixels in the bottleneck's red (#c0392b)."""
+    import numpy as np
+
+    rgb = pixels[..., :3]
+    return float((np.abs(rgb - np.array([0xC0, 0x39, 0x2B]) / 255).max(axis=-1) < 0.08).mean())
+
+
+def test_the_graph_as_png_is_the_layout_drawn_by_matplotlib(tmp_path):
+    from matplotlib import image
+
+    graph = layout(looped_plan())
+    figures = {"count": {"in_per_s": 1500.0, "busy": 0.9, "bottleneck": True, "parallelism": 3}}
+    save_graph_png(graph, figures, str(tmp_path / "graph.png"), dpi=100)
+    pixels = image.imread(str(tmp_path / "graph.png"))
+    assert pixels.shape[:2] == (graph["height"], graph["width"])  # the SVG's pixels at 100 dpi
+    assert pixels[..., :3].std() > 0.05 and red_share(pixels) > 0.001  # boxes, text, and the bottleneck's red border
+    save_graph_png(graph, {}, str(tmp_path / "calm.png"), dpi=100)
+    assert red_share(image.imread(str(tmp_path / "calm.png"))) < red_share(pixels) / 10  # no bottleneck: no red border
+
+
+def test_the_frontier_plot_has_a_line_per_output():
+    figure = frontier_figure({"counts": [(0.5, 1), (1.0, 2)], "other": [(0.7, 1)]}, "frontier of job 'x'")
+    axes = figure.axes[0]
+    assert [line.get_label() for line in axes.get_lines()] == ["counts", "other"]
+    assert list(axes.get_lines()[0].get_ydata()) == [0, 1, 2] and axes.get_title() == "frontier of job 'x'"
+    assert figure._repr_png_().startswith(b"\x89PNG")  # a notebook shows it inline, pyplot or not
+
+
+def test_without_matplotlib_the_png_says_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    with pytest.raises(ImportError, match="pip install matplotlib"):
+        save_graph_png(layout(looped_plan()), {}, str(tmp_path / "graph.png"))
+    with pytest.raises(ImportError, match=r"job.plot_frontier\(\) draws with matplotlib"):
+        frontier_figure({}, "x")

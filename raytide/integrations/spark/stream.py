@@ -148,6 +148,17 @@ def _batch_ids(filesystem: pyarrow.fs.FileSystem, directory: str) -> list[int]:
     return [int(info.base_name) for info in filesystem.get_file_info(selector) if info.base_name.isdigit()]
 
 
+def planned_batches(logged: list[int], handed: int | None) -> int | None:
+    """How many micro-batches Spark has planned, from the ids of its offset log (``logged``) and the
+    last batch handed to the job (``handed``); None if neither has any.
+
+    >>> planned_batches([0, 1, 2, 3], 2), planned_batches([], 4), planned_batches([], None)
+    (4, 5, None)
+    """
+    last = max([*logged, *([] if handed is None else [handed])], default=None)
+    return None if last is None else last + 1
+
+
 class SparkStreamReader(StreamReader):
     """Runs the query while it is iterated: ``(batch id, BlockRefs)`` per micro-batch from the
     position on (earlier ids are acknowledged at once: the job holds them)."""
@@ -203,6 +214,12 @@ class SparkStreamReader(StreamReader):
         except Exception as error:  # a message must not fail itself (the JVM may be gone)
             status = f"unknown ({failure_reason(error)})"
         return f"the query is {status!r}; its foreachBatch callback: {self.callback}"
+
+    def available(self) -> int | None:
+        """The micro-batches Spark has planned: those whose offsets its checkpoint logs (``offsets/n``, written
+        before batch ``n`` runs; a restored query's earlier batches too); None before the first."""
+        filesystem, root = pyarrow.fs.FileSystem.from_uri(self.source.checkpoint_location)
+        return planned_batches(_batch_ids(filesystem, f"{root}/offsets"), self.last_id)
 
     def stop(self) -> None:
         self.stopping.set()

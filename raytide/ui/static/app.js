@@ -129,13 +129,47 @@ function drawTimeline(doc) {
   document.getElementById("timeline-strip").replaceChildren(svg);
 }
 
+function given(value) { return value !== undefined && value !== null; }
+
 function drawErrors(doc) {
   const box = document.getElementById("errors");
   if (!doc.errors.length) { box.replaceChildren(el("p", {class: "none"}, ["none"])); return; }
-  box.replaceChildren(...doc.errors.map((e) => el("div", {class: "error"}, [
-    el("p", {}, [[e.kind, e.vertex && "vertex " + e.vertex, e.replica !== undefined && e.replica !== null && "replica " + e.replica,
-      e.time && "at " + e.time].filter(Boolean).join(" · ")]),
-    el("pre", {}, [e.message + (e.traceback ? "\n\n" + e.traceback : "")])])));
+  box.replaceChildren(...doc.errors.map((e) => {
+    const attrs = {class: "error", "data-kind": e.kind};
+    if (given(e.vertex)) attrs["data-vertex"] = e.vertex;
+    if (given(e.replica)) attrs["data-replica"] = e.replica;
+    if (given(e.epoch)) attrs["data-epoch"] = e.epoch;
+    const where = [e.kind, given(e.vertex) && "vertex " + e.vertex, given(e.replica) && "replica " + e.replica,
+      given(e.epoch) && "epoch " + e.epoch, e.iteration && e.iteration.length && "iteration " + e.iteration.join(","),
+      e.where].filter(Boolean).join(" · ");
+    return el("div", attrs, [el("p", {class: "where"}, [where]), el("p", {class: "message"}, [e.message]),
+      el("pre", {class: "traceback"}, [e.traceback || "(no traceback: not an error in user code)"])]);
+  }));
+}
+
+// The graph as PNG, made here: the SVG shown drawn on a canvas (twice its size), downloaded.
+function savePng() {
+  const svg = document.querySelector("#graph svg");
+  if (!svg) return;
+  const width = Number(svg.getAttribute("width")), height = Number(svg.getAttribute("height")), scale = 2;
+  const url = URL.createObjectURL(new Blob([new XMLSerializer().serializeToString(svg)], {type: "image/svg+xml"}));
+  const image = new Image();
+  image.onload = () => {
+    const canvas = el("canvas", {width: width * scale, height: height * scale});
+    const context = canvas.getContext("2d");
+    context.fillStyle = "white";
+    context.fillRect(0, 0, canvas.width, canvas.height);
+    context.drawImage(image, 0, 0, canvas.width, canvas.height);
+    URL.revokeObjectURL(url);
+    canvas.toBlob((png) => {
+      const link = el("a", {href: URL.createObjectURL(png), download: (current || "dataflow") + ".png"});
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+    }, "image/png");
+  };
+  image.src = url;
 }
 
 let updates = 0;
@@ -168,4 +202,5 @@ async function tick() {
 }
 
 document.getElementById("jobs").addEventListener("change", (event) => { current = event.target.value; });
+document.getElementById("save-png").addEventListener("click", savePng);
 tick();

@@ -1,0 +1,274 @@
+"""Connected components of a collection of edges, inserted and deleted: vectorised label propagation that forgets.
+
+Every node's label is the smallest node id of its component. As in the insert-only
+:mod:`raytide.graph.components`, a node whose label drops offers it to its neighbours,
+in a columnar loop whose state is a row per node and whose edges (both directions) are
+arranged by source, here with their diffs (:class:`~raytide.core.arrangement.Arrangement`
+nets them, so a deleted edge leaves it).
+
+A deleted edge may take away the only path a label came by, so each node also keeps the
+neighbour its label came from (``parent``; a node whose label is its own id is its own
+parent). The parents form a forest: a node takes a label only from a neighbour holding it
+already, and a node that forgets its label makes every node whose parent it is forget
+theirs, so every parent got its label before its children. When the edge to a node's
+parent goes, the node *resets*: its label becomes its own id again and it tells its
+neighbours. A neighbour whose parent it is resets too (down the forest, one level a
+round); any other neighbour with a smaller label offers it back; an offer from a node
+with a larger label is answered with one's own. So a deleted edge redoes only the part of
+the forest below it (a few nodes for most edges), labels come back by other paths where
+there are any, and a component cut in two gets the smallest id of each part. At the
+fixpoint every parent chain ends at its component's smallest node, whose label all its
+nodes carry.
+
+Messages are rows ``(node, label, sender, reset)``: an offer of ``label`` from ``sender``
+to ``node``, with ``reset`` set when the sender has just forgotten its label. Each epoch
+ends by sending, for the nodes it touched, the changes of their ``(node, label)`` records:
+the old record taken back, the new one added (a node without edges has none).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raytide.core.collection import Collection
+from raytide.core.combine import combine_by_key
+from raytide.core.keyindex import concat
+from raytide.core.step import Step
+from raytide.differential import DIFF
+from raytide.graph.edges import CHANGED, EMPTY, epoch_mark, mark_changed
+
+#: The columns of the rows that go round the loop.
+MESSAGE = ("node", "label", "sender", "kind")
+#: The kinds of message: an offer of the sender's label; a notice that the sender forgot
+#: its label (its children forget theirs); an ask, an offer that asks the target to offer
+#: back its label if smaller.
+OFFER, NOTICE, ASK = 0, 1, 2
+
+
+def own_id(keys: np.ndarray) -> np.ndarray:
+    """A new node's label, and its parent: its own id."""
+    return keys.astype(np.int64)
+
+
+def both_directions(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every update of an undirected edge ``{u, v}`` as updates of ``u -> v`` and ``v -> u``."""
+    src, dst, diff = batch["src"].astype(np.int64), batch["dst"].astype(np.int64), batch[DIFF].astype(np.int64)
+    return {"src": np.concatenate([src, dst]), "dst": np.concatenate([dst, src]), DIFF: np.concatenate([diff, diff])}
+
+
+def neighbours(s: Step, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(which, dst)``: every neighbour of the nodes at ``slots`` by an edge present now (net
+    copies above zero), ``which`` indexing ``slots``.
+
+    Rows are read as they are (:meth:`~raytide.core.arrangement.Arrangement.expand` with
+    ``net=False``): an edge whose rows are all single copies is present (a repeat of one
+    is harmless); only edges with another row (taken back, or more copies) are summed.
+    """
+    which, rows = s.arrangement().expand(slots, net=False)
+    dst, diff = rows.get("dst", EMPTY), rows.get(DIFF, EMPTY)
+    special = diff != 1
+    if not special.any():
+        return which, dst
+    value_of, rank = dense_ranks(dst, len(slots))
+    code = which * len(value_of) + rank
+    summed = np.isin(code, code[special])
+    codes, at = np.unique(code[summed], return_inverse=True)
+    present = codes[np.bincount(at, weights=diff[summed], minlength=len(codes)) > 0]
+    return (concat([which[~summed], present // len(value_of)]),
+            concat([dst[~summed], value_of[present % len(value_of)]]))
+
+
+def edge_changes(s: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This round's new edge updates (round 0 of an epoch): ``(lost_parent, gained_from, gained_to)``.
+
+    The slots whose edge to their parent is gone, and the directed edges ``u -> v`` (a
+    slot, a node id) present now and absent before. The copies of each edge now are read
+    from the arrangement, which holds this round's rows already (summed: an arrangement
+    without retractions is not netted); the nodes' ``present`` is set from it too.
+    """
+    slots, rows = s.added.get(0, (EMPTY, {}))
+    if not len(slots):
+        return EMPTY, EMPTY, EMPTY
+    if not s.arrangement().retracts and not (rows[DIFF] < 0).any():  # only insertions ever: every copy counts
+        s.state["present"][slots] = True
+        return EMPTY, slots, rows["dst"]  # an edge present before offers again: harmless, and no sort
+    touched, inverse = np.unique(slots, return_inverse=True)
+    which, held = s.arrangement().expand(touched, net=False)
+    others, rank = dense_ranks(concat([held["dst"], rows["dst"]]), len(touched))
+    width = len(others)  # an edge (touched[i], others[j]) is coded i * width + j
+    codes, at = np.unique(which * width + rank[: len(which)], return_inverse=True)
+    copies = np.bincount(at, weights=held[DIFF], minlength=len(codes)).astype(np.int64)
+    s.state["present"][touched] = np.bincount(codes[copies > 0] // width, minlength=len(touched)) > 0
+    pairs, first = np.unique(inverse * width + rank[len(which):], return_inverse=True)
+    added = np.bincount(first, weights=rows[DIFF], minlength=len(pairs)).astype(np.int64)
+    now = np.zeros(len(pairs), dtype=np.int64)
+    if len(codes):
+        found = np.minimum(np.searchsorted(codes, pairs), len(codes) - 1)
+        now = np.where(codes[found] == pairs, copies[found], 0)
+    before = now - added
+    lost, gained = (before > 0) & (now <= 0), (before <= 0) & (now > 0)
+    owner, other = touched[pairs // width], others[pairs % width]
+    orphaned = lost & (s.state["parent"][owner] == other) & (other != s.ids[owner])
+    return owner[orphaned], owner[gained], other[gained]
+
+
+def dense_ranks(values: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(value_of, rank)``: ``value_of[rank] == values``, with ``rows`` times ``len(value_of)``
+    within an int64. Ids in a range not much wider than their count (a graph's, mostly) rank
+    as themselves less their least, with no sort (``value_of`` that range); others by their
+    place among the distinct values (``np.unique``)."""
+    low, high = int(values.min()), int(values.max())
+    if (high - low + 1) * max(rows, 1) < 2**62 and high - low < 8 * len(values) + 1024:
+        return np.arange(low, high + 1, dtype=np.int64), values - low
+    return np.unique(values, return_inverse=True)
+
+
+def forget(s: Step, slots: np.ndarray) -> np.ndarray:
+    """The nodes at ``slots`` not waiting yet forget their labels: each its own id and its
+    own parent again, waiting for the barrier to ask for offers; returns those slots."""
+    waiting = s.state["waiting"]
+    slots = slots[~waiting[slots]]
+    s.state["label"][slots] = s.state["parent"][slots] = s.ids[slots]
+    waiting[slots] = True
+    return slots
+
+
+def forget_below(s: Step, forgot: np.ndarray) -> np.ndarray:
+    """``forgot`` and, transitively, their children held at this replica, forgotten now: the
+    part of the notices' wave that would stay here, done in this round rather than one level
+    a round. Notices still go to every neighbour (those held elsewhere forget next round)."""
+    waves = [forgot]
+    while len(waves[-1]):
+        frontier = waves[-1]
+        which, dst = neighbours(s, frontier)
+        slots = s.lookup(dst)
+        here = slots >= 0
+        senders = s.ids[frontier][which][here]
+        child = slots[here][(s.state["parent"][slots[here]] == senders) & (dst[here] != senders)]
+        waves.append(forget(s, np.unique(child)))
+    return concat(waves)
+
+
+def incoming(s: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This round's messages: ``(label, sender, kind)``, row for row with ``s.slots``."""
+    if not len(s.slots):
+        return EMPTY, EMPTY, EMPTY
+    return s.values["label"], s.values["sender"], s.values["kind"]
+
+
+def smallest_offers(targets: np.ndarray, label: np.ndarray, sender: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per distinct target its smallest offered label and a sender of it: ``(targets, label, sender)``.
+
+    Labels and senders that fit 31 bits each (node ids, mostly) are packed into one int64
+    and folded with ``np.minimum`` (:func:`~raytide.core.combine.combine_by_key`, no sort for
+    dense targets); others are sorted (``np.lexsort``).
+    """
+    if not len(targets):
+        return targets, label, sender
+    if min(int(label.min()), int(sender.min())) >= 0 and max(int(label.max()), int(sender.max())) < 2**31:
+        keys, folded = combine_by_key(targets, {"packed": (label << 31) | sender}, {"packed": np.minimum})
+        return keys, folded["packed"] >> 31, folded["packed"] & (2**31 - 1)
+    order = np.lexsort((label, targets))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = targets[order][1:] != targets[order][:-1]
+    best = order[first]
+    return targets[best], label[best], sender[best]
+
+
+def take_offers(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Each target not waiting takes its smallest offer (or ask) if below its label; the slots that did."""
+    targets = s.slots
+    open_ = (kind != NOTICE) & ~s.state["waiting"][targets]
+    targets, label, sender = smallest_offers(targets[open_], label[open_], sender[open_])
+    lower = label < s.state["label"][targets]
+    taking = targets[lower]
+    s.state["label"][taking] = label[lower]
+    s.state["parent"][taking] = sender[lower]
+    return taking
+
+
+def messages(node: np.ndarray, label: np.ndarray, sender: np.ndarray, kind: int) -> dict[str, np.ndarray]:
+    """Rows of the next round, all of one kind."""
+    return {"node": node, "label": label, "sender": sender, "kind": np.full(len(node), kind, dtype=np.int8)}
+
+
+def to_neighbours(s: Step, slots: np.ndarray, kind: int) -> dict[str, np.ndarray]:
+    """A message of ``kind`` from each node at ``slots``, with its label, to every neighbour."""
+    which, dst = neighbours(s, slots)
+    return messages(dst, s.state["label"][slots][which], s.ids[slots][which], kind)
+
+
+def replies(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) -> dict[str, np.ndarray]:
+    """An ask above the label of a target not waiting is answered with an offer of that label."""
+    targets = s.slots
+    answer = (kind == ASK) & ~s.state["waiting"][targets] & (label > s.state["label"][targets])
+    return messages(sender[answer], s.state["label"][targets[answer]], s.ids[targets[answer]], OFFER)
+
+
+def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
+    """One round at one replica (see the module docstring): the messages of the next round."""
+    lost_parent, gained_from, gained_to = edge_changes(s)
+    label, sender, kind = incoming(s)
+    targets, parent, ids, waiting = s.slots, s.state["parent"], s.ids, s.state["waiting"]
+    notified = targets[(kind == NOTICE) & (parent[targets] == sender) & (sender != ids[targets])]
+    forgot = forget_below(s, forget(s, np.unique(concat([lost_parent, notified]))))
+    asking = EMPTY
+    if s.quiet:  # every notice has been taken everywhere: the waiting nodes ask for labels
+        asking = np.flatnonzero(waiting)
+        waiting[asking] = False
+    took = take_offers(s, label, sender, kind)
+    offering = ~waiting[gained_from]
+    parts = [to_neighbours(s, forgot, NOTICE), to_neighbours(s, took, OFFER), to_neighbours(s, asking, ASK),
+             replies(s, label, sender, kind),
+             messages(gained_to[offering], s.state["label"][gained_from[offering]], ids[gained_from[offering]], OFFER)]
+    if waiting.any():
+        s.again()
+    mark_changed(s, concat([forgot, took, asking, s.added.get(0, (EMPTY, {}))[0]]))
+    return useful({name: concat([part[name] for part in parts]) for name in MESSAGE}, s), None
+
+
+def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
+    """The messages that may still do something, offers folded to the smallest per target.
+
+    Dropped: an offer to a node held here that is waiting or has a label no larger (it
+    would not take it; a waiting node asks later), and a notice to a node held here whose
+    parent is not the sender (the state they are judged by is final for this round here).
+    """
+    slots = s.lookup(rows["node"])
+    here = slots >= 0
+    at, kind, label = slots[here], rows["kind"][here], rows["label"][here]
+    idle = (kind == OFFER) & ((label >= s.state["label"][at]) | s.state["waiting"][at])
+    idle |= (kind == NOTICE) & (s.state["parent"][at] != rows["sender"][here])
+    keep = np.ones(len(slots), dtype=bool)
+    keep[np.flatnonzero(here)[idle]] = False
+    offers = keep & (rows["kind"] == OFFER)
+    node, label, sender = smallest_offers(rows["node"][offers], rows["label"][offers], rows["sender"][offers])
+    others = {name: values[keep & ~offers] for name, values in rows.items()}
+    return {name: concat([others[name], part]) for name, part in messages(node, label, sender, OFFER).items()}
+
+
+def label_changes(s: Step) -> dict[str, np.ndarray]:
+    """The loop's ``finish``: for the nodes the epoch touched, their old ``(node, label)`` record
+    taken back and their new one added (none for a node without edges), changes only."""
+    slots = np.flatnonzero(s.state["changed"] == epoch_mark(s))
+    s.state["changed"][slots] = CHANGED[1]
+    label, shown, present, was = (s.state[c][slots] for c in ("label", "shown", "present", "was_shown"))
+    differs = (present != was) | (present & (label != shown))
+    slots, label, shown, present, was = slots[differs], label[differs], shown[differs], present[differs], was[differs]
+    ids = s.ids[slots]
+    s.state["shown"][slots] = label
+    s.state["was_shown"][slots] = present
+    return {"node": concat([ids[was], ids[present]]), "label": concat([shown[was], label[present]]),
+            DIFF: concat([np.full(int(was.sum()), -1, dtype=np.int64), np.ones(int(present.sum()), dtype=np.int64)])}
+
+
+def changing_components(edges: Collection, name: str) -> Collection:
+    """``(node, label)`` kept up to date as ``edges`` (``(u, v)`` records of integer node ids,
+    direction ignored) are inserted and deleted: the smallest node id of each node's component."""
+    columns = edges.update_columns(("src", "dst"), name=f"{name}.columns")
+    state = {"label": (np.int64, own_id), "parent": (np.int64, own_id), "waiting": (np.bool_, False), "changed": CHANGED,
+             "present": (np.bool_, False), "shown": (np.int64, 0), "was_shown": (np.bool_, False)}
+    changes = columns.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
+        relabel, key="node", state=state, arrange="src", diff=DIFF, name=name, finish=label_changes,
+        repeatable_rounds=True)
+    return Collection(columns=changes, consolidated=True)

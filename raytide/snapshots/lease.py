@@ -1,0 +1,244 @@
+"""Who holds a snapshot store, and which of its writes are fenced: the rules, pure (the file
+I/O is :mod:`raytide.snapshots.lease_store`, the driver's renewal thread
+:mod:`raytide.driver.store_lease`).
+
+A job that writes a store holds a *lease* in it: a claim file under ``<root>/_lease/`` that
+names a *generation* (a :class:`Fence`) and its holder (host, process, job), and says until
+when it holds (``expires``, renewed every third of the lease while the job runs). Every
+driver that takes the store bumps the generation; the greatest claim present holds it.
+No lock server is needed; the filesystem's own atomic operations are::
+
+    taker  ──list _lease/, read the greatest claim──▶ judge(): Take / Wait / Refuse
+    taker  ──create claim gen-<G+1>──▶ _lease/        (local: os.link, fails if it exists;
+                                                       object store: gen-<G+1>-<token>, unique)
+    taker  ──list _lease/ again──▶ a greater claim than its own: refused (another won)
+    taker  ──list committed snapshots──▶ rewrite its claim with fenced_after = the newest id
+    holder ──every write: list _lease/──▶ a greater claim: StoreFencedError, nothing written
+    holder ──commit: check, write the manifest, check again──▶ a greater claim after: the
+                                          commit is reported failed (the job stops)
+    reader ──a manifest of generation g, snapshot k──▶ ignored if a later generation took
+                                          the store over having seen only snapshots up to
+                                          fenced_after < k (:func:`fenced_by`)
+
+Why the double check suffices on a store whose reads see every write that finished before
+them (a local filesystem, S3 since 2020): a commit whose check *after* its manifest saw no
+greater claim finished writing the manifest before that claim was written, so the taker's
+listing, made after its claim, counts the snapshot (``fenced_after`` >= its id) and readers
+accept it. A commit that saw the greater claim is reported failed; its manifest may be
+ignored or accepted (counted or not by the listing), and either is a consistent snapshot.
+Clocks only decide *when* a takeover is allowed (``expires`` is the holder's wall clock,
+compared with the taker's); fencing does not depend on them: a holder taken over too early
+is stopped by its next write, loudly, and none of its later commits is read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+#: The directory of claim files under a store's root.
+LEASE_DIR = "_lease"
+#: Seconds a lease lasts without renewal, unless ``rt.Recovery(lease=...)`` says otherwise.
+DEFAULT_LEASE = 10.0
+#: A live lease further ahead than this many lease terms is refused at once (a skewed clock,
+#: or a holder with a far longer lease): a taker waits for at most about one term.
+FAR_AHEAD = 2.0
+
+_NAME = re.compile(r"gen-(\d{20})(?:-([0-9a-f]{32}))?\.json")
+
+
+@dataclass(frozen=True, order=True)
+class Fence:
+    """One generation of a store's holders, ordered: the greatest present holds the store.
+
+    ``token`` tells claims of one generation apart on a store that cannot create a file
+    exclusively (an object store: two takers may both claim it, and the greater token
+    wins); it is ``""`` where creation is exclusive (a local filesystem).
+    """
+
+    generation: int
+    token: str = ""
+
+    @property
+    def file_name(self) -> str:
+        """The claim file's name: ``gen-<generation, 20 digits>[-<token>].json`` (sorted by generation)."""
+        return f"gen-{self.generation:020d}" + (f"-{self.token}" if self.token else "") + ".json"
+
+    def __str__(self) -> str:
+        return f"generation {self.generation}" + (f" (claim {self.token[:8]})" if self.token else "")
+
+    def to_json(self) -> list[Any]:
+        return [self.generation, self.token]
+
+    @staticmethod
+    def from_json(value: Any) -> Fence:
+        """A fence from ``[generation, token]``; ValueError if it is not one."""
+        if not (isinstance(value, list) and len(value) == 2 and type(value[0]) is int and isinstance(value[1], str)):
+            raise ValueError(f"not a fence: {value!r}")
+        return Fence(value[0], value[1])
+
+
+def fence_of(name: str) -> Fence | None:
+    """The fence a claim file's name holds; None for any other name."""
+    match = _NAME.fullmatch(name)
+    return Fence(int(match.group(1)), match.group(2) or "") if match else None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds (or wants) a store: the host, the process, the job, and the process space
+    (``space``: the boot and the pid namespace, "" where unknown). Two holders in one
+    process space can tell whether the other's process still exists."""
+
+    host: str
+    pid: int
+    job: str
+    space: str = ""
+
+    def shares_space(self, other: Holder) -> bool:
+        """Whether ``other``'s process id means the same process here."""
+        return bool(self.space) and self.host == other.host and self.space == other.space
+
+    def __str__(self) -> str:
+        return f"job {self.job!r} (process {self.pid} on host {self.host!r})"
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """A claim file's content.
+
+    Attributes:
+        fence: the generation claimed.
+        holder: who claimed it.
+        since, expires: when it was claimed and until when it holds (seconds since the
+            epoch, the holder's clock); renewals move ``expires``.
+        duration: the lease's length in seconds (renewed every third of it).
+        fenced_after: the newest committed snapshot when it took the store over (-1: none);
+            a manifest of an earlier generation with a greater id is ignored. None until the
+            taker has listed them (or if it died first).
+        released: its holder let it go (the job ended): the next driver need not wait.
+    """
+
+    fence: Fence
+    holder: Holder
+    since: float
+    expires: float
+    duration: float
+    fenced_after: int | None = None
+    released: bool = False
+
+    def renewed(self, now: float) -> LeaseRecord:
+        return replace(self, expires=now + self.duration)
+
+    def describe(self, now: float) -> str:
+        """``job 'x' (process 12 on host 'h'), generation 3, holding since ... UTC, expires at ... UTC (in 4.2 s)``."""
+        if self.released:
+            state = f"released at {_clock(self.expires)}"
+        else:
+            left = self.expires - now
+            state = f"expires at {_clock(self.expires)} ({f'in {left:.1f} s' if left >= 0 else f'{-left:.1f} s ago'})"
+        return f"{self.holder}, {self.fence}, holding since {_clock(self.since)}, {state}"
+
+    def to_json(self) -> dict[str, Any]:
+        holder = self.holder
+        return {"fence": self.fence.to_json(), "host": holder.host, "pid": holder.pid, "job": holder.job,
+                "space": holder.space, "since": self.since, "expires": self.expires, "duration": self.duration,
+                "fenced_after": self.fenced_after, "released": self.released}
+
+    @staticmethod
+    def from_json(body: Any) -> LeaseRecord:
+        """The record in parsed JSON; ValueError, KeyError or TypeError if it is not one."""
+        fenced_after = body["fenced_after"]
+        if fenced_after is not None and type(fenced_after) is not int:
+            raise ValueError(f"fenced_after is not an integer: {fenced_after!r}")
+        holder = Holder(str(body["host"]), int(body["pid"]), str(body["job"]), str(body["space"]))
+        return LeaseRecord(Fence.from_json(body["fence"]), holder, float(body["since"]), float(body["expires"]),
+                           float(body["duration"]), fenced_after, bool(body["released"]))
+
+
+def _clock(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+# -- taking a store ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Take:
+    """Claim generation ``generation``: the store is free (``why``)."""
+
+    generation: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    """The holder may be dead: look again at ``until`` (its lease's expiry)."""
+
+    until: float
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Another driver holds the store: ``holder``'s lease is live (``why``)."""
+
+    holder: LeaseRecord
+    why: str
+
+
+Verdict = Take | Wait | Refuse
+
+
+def judge(current: LeaseRecord | None, first_seen: LeaseRecord | None, now: float, here: Holder,
+          holder_gone: bool) -> Verdict:
+    """What a driver (``here``) that wants the store does, seeing ``current`` (the greatest
+    claim; None: no claim yet) at ``now``, having first seen ``first_seen`` when it began
+    to wait (None: it has not waited). ``holder_gone``: the holder's process is known not
+    to exist (it shares this process space and its id is gone)."""
+    if current is None:
+        return Take(1, "no driver has held it")
+    generation = current.fence.generation + 1
+    if current.released:
+        return Take(generation, f"{current.holder} released it")
+    if current.expires <= now:
+        return Take(generation, f"the lease of {current.holder} expired {now - current.expires:.1f} s ago")
+    if holder_gone and current.holder.pid != here.pid:
+        return Take(generation, f"the process of {current.holder} is gone")
+    if current.holder.shares_space(here) and current.holder.pid == here.pid:
+        return Refuse(current, "a job of this very process holds it: cancel that job first (job.cancel(), "
+                               "job.stop() or the end of its with block)")
+    if first_seen is not None and (current.fence, current.expires) != (first_seen.fence, first_seen.expires):
+        return Refuse(current, "its holder renewed the lease while this driver waited for it to lapse: it is alive")
+    if current.expires - now > FAR_AHEAD * current.duration:
+        return Refuse(current, f"its lease runs {current.expires - now:.1f} s ahead, more than {FAR_AHEAD:g} of its "
+                               f"{current.duration:g} s terms (is a clock off?)")
+    return Wait(current.expires)
+
+
+# -- fencing -------------------------------------------------------------------------------
+
+
+def newer(own: Fence, present: Iterable[Fence]) -> Fence | None:
+    """The greatest fence of ``present`` if it is greater than ``own`` (the holder ``own``
+    is fenced: another driver took the store over); None if ``own`` still holds."""
+    greatest = max(present, default=None)
+    return greatest if greatest is not None and greatest > own else None
+
+
+def fenced_by(fence: Fence | None, snapshot_id: int, later: Iterator[LeaseRecord]) -> LeaseRecord | None:
+    """The takeover that fences a manifest of generation ``fence`` for snapshot ``snapshot_id``
+    (None: the manifest stands). ``later``: the claims of greater fences, in fence order
+    (read lazily: only the first that knows ``fenced_after`` is needed, the lists of later
+    ones counting at least as many snapshots). A manifest without a fence (written by a
+    writer that holds no lease) is never fenced."""
+    if fence is None:
+        return None
+    for record in later:
+        if record.fence <= fence:
+            continue
+        if record.fenced_after is not None:
+            return record if snapshot_id > record.fenced_after else None
+    return None
