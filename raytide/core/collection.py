@@ -22,11 +22,12 @@ other widths and rescaled live like any other (docs/collections.md).
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from raytide.core.collection_ops import Consolidate, JoinUpdates, Reduce, RoutingKey, records_logic
+from raytide.core.collection_ops import Consolidate, JoinUpdates, LinearSum, Reduce, RoutingKey, records_logic
 from raytide.core.columnar_flow import AnyStream
 from raytide.core.logical import Channel, InputEdge, LogicalVertex
 from raytide.differential import canonical, update_columns, update_records
@@ -143,6 +144,21 @@ class Collection:
               parallelism: int | None = None) -> Collection:
         """``(key, n)``: how many records (copies counted) each key has, kept up to date."""
         return self._reduce(key, _count, "count", name, parallelism)
+
+    def sum(self, key: Callable[[Any], Hashable], value: Callable[[Any], Any] | None = None, *,
+            name: str | None = None, parallelism: int | None = None) -> Collection:
+        """``(key, total)``: the sum of ``value(record)`` (the record itself by default) over each
+        key's records, copies counted, kept up to date; a key whose records are all gone leaves.
+
+        At top level it is linear (:class:`~raytide.differential.Sums`): an epoch costs its
+        changes, not the groups they touch, and integer totals are exact (float totals are
+        running sums). Inside a loop it is a ``reduce`` (exact, ``math.fsum`` for floats).
+        """
+        value_of = value or _identity
+        if self.scope is not None:
+            return self._reduce(key, _summing(value_of), "sum", name, parallelism)
+        made = self._keyed("sum", lambda: LinearSum(key, value_of), [(self, RoutingKey(key))], name, parallelism)
+        return Collection(*made.streams, consolidated=True)
 
     def distinct(self, *, name: str | None = None, parallelism: int | None = None) -> Collection:
         """Each record once, whatever its count, as long as it has a copy."""
@@ -266,6 +282,15 @@ def _identity(record: Any) -> Any:
 
 def _count(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
     return {(key, sum(contents.values())): 1}
+
+
+def _summing(value_of: Callable[[Any], Any]) -> Callable[[Hashable, dict[Any, int]], dict[Any, int]]:
+    def total(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
+        values = [value_of(record) * copies for record, copies in contents.items()]
+        exact = all(isinstance(v, int) for v in values)
+        return {(key, sum(values) if exact else math.fsum(values)): 1}
+
+    return total
 
 
 def _present(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:

@@ -22,6 +22,7 @@ from raytide.differential import (
     Join,
     Logic,
     Reduction,
+    Sums,
     Trace,
     canonical,
     check_updates,
@@ -97,6 +98,61 @@ class Consolidate(Vertex):
             mine = self.pending[time]
             for record, diff in sums.items():
                 mine[record] = mine.get(record, 0) + diff
+
+
+class LinearSum(Vertex):
+    """Per key, ``(key, total)`` of ``value(record)`` over its records, at top level
+    (:class:`~raytide.differential.Sums`): each time's changes folded per key, applied at
+    its notification (times complete in order), no group kept."""
+
+    def __init__(self, key_of: KeyFn, value_of: Callable[[Any], Any]) -> None:
+        self.key_of, self.value_of = key_of, value_of
+        self.sums = Sums()
+        self.pending: dict[Timestamp, dict[Hashable, list]] = {}
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        folded = self.pending.get(time)
+        if folded is None:
+            folded = self.pending[time] = {}
+            self.notify_at(time)
+        for record, diff in message:
+            change = folded.setdefault(self.key_of(record), [0, 0])
+            change[0] += diff
+            change[1] += self.value_of(record) * diff
+
+    def on_notify(self, time: Timestamp) -> None:
+        with _located(self, time):
+            changes = self.sums.apply(self.pending.pop(time, {}))
+        if changes:
+            self.send_by(0, changes, time)
+
+    def statistics(self) -> dict[str, int]:
+        return {"arranged_updates": len(self.sums.held)}
+
+    def snapshot(self) -> Any:
+        return {"sums": self.sums, "pending": self.pending}
+
+    def restore(self, state: Any) -> None:
+        self.sums, self.pending = state["sums"], state["pending"]
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
+        pending = {}
+        for time, folded in list(self.pending.items()):
+            pending[time] = {key: change for key, change in folded.items() if moving(canonical(key))}
+            for key in pending[time]:
+                del folded[key]
+            if not folded:
+                del self.pending[time]
+                self.cancel_notify(time)
+        return {"sums": self.sums.take(lambda key: moving(canonical(key))), "pending": pending}
+
+    def put_keys(self, state: Any) -> None:
+        self.sums.put(state["sums"])
+        for time, folded in state["pending"].items():
+            if time not in self.pending:
+                self.pending[time] = {}
+                self.notify_at(time)
+            self.pending[time].update(folded)
 
 
 class _Keyed(Vertex):

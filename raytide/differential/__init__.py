@@ -9,11 +9,12 @@ The vertices that run them, and the ``Collection`` API, live in ``raytide.core``
 from raytide.differential.columns import DIFF, checked_update_columns, is_update_columns, update_columns, update_records
 from raytide.differential.join import Join
 from raytide.differential.reduce import Logic, Reduction
+from raytide.differential.sums import Sums
 from raytide.differential.trace import EPOCH_DONE, Trace, epoch_done, later_times
 from raytide.differential.updates import Change, accumulate, canonical, check_updates, consolidate
 
 __all__ = [
-    "DIFF", "EPOCH_DONE", "Join", "Logic", "Reduction", "Trace", "Change", "accumulate", "canonical", "check_updates",
+    "DIFF", "EPOCH_DONE", "Join", "Logic", "Reduction", "Sums", "Trace", "Change", "accumulate", "canonical", "check_updates",
     "checked_update_columns", "consolidate", "epoch_done", "is_update_columns", "later_times", "update_columns",
     "update_records",
 ]

@@ -95,6 +95,7 @@ def tables_flow() -> rt.Dataflow:
     left.count(lambda r: r[0], name="counting").output("count")
     left.map(lambda r: r[1], name="values").distinct(name="distinct-values").output("distinct")
     left.reduce(lambda r: r[0], lambda k, rs: [(k, sum(v for _, v in rs))], name="summing").output("sums")
+    left.sum(lambda r: r[0], lambda r: r[1], name="linear-summing").output("linear")  # the same, linear
     left.join(right, lambda r: r[0], name="joining").output("join")
     return flow
 
@@ -113,6 +114,7 @@ def tables_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Upd
         "count": lambda left, right: per_key(left, lambda k, rs: [(k, len(rs))]),
         "distinct": lambda left, right: Counter({r[1]: 1 for r in left}),
         "sums": lambda left, right: per_key(left, lambda k, rs: [(k, sum(v for _, v in rs))]),
+        "linear": lambda left, right: per_key(left, lambda k, rs: [(k, sum(v for _, v in rs))]),
         "join": lambda left, right: Counter({(a[0], (a, b)): n * m for a, n in left.items() for b, m in right.items()
                                              if a[0] == b[0]}),
     }
