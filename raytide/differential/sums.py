@@ -27,14 +27,14 @@ from raytide.differential.updates import Change
 from raytide.errors import RecordError
 
 #: A key's change, or what it holds: ``(copies, total)``.
-Held = tuple[int, Any]
+KeyTotal = tuple[int, Any]
 
 
 class Sums:
     """Per key, its records' copies and the total of their values (a key without copies is absent)."""
 
     def __init__(self) -> None:
-        self.held: dict[Hashable, Held] = {}
+        self.held: dict[Hashable, KeyTotal] = {}
 
     def apply(self, changes: Mapping[Hashable, Sequence[Any]]) -> list[Change]:
         """Add each key's ``(copies, total)`` change; the output's changes, old totals taken back.
@@ -59,13 +59,13 @@ class Sums:
                 self.held.pop(key, None)
         return out
 
-    def take(self, moving: Callable[[Hashable], bool]) -> dict[Hashable, Held]:
+    def take(self, moving: Callable[[Hashable], bool]) -> dict[Hashable, KeyTotal]:
         """The keys ``moving`` selects, removed from here (a rescale's or a restore's split)."""
         taken = {key: held for key, held in self.held.items() if moving(key)}
         for key in taken:
             del self.held[key]
         return taken
 
-    def put(self, taken: Mapping[Hashable, Held]) -> None:
+    def put(self, taken: Mapping[Hashable, KeyTotal]) -> None:
         """Keys taken from another replica (none of them held here)."""
         self.held.update(taken)
