@@ -14,12 +14,17 @@ watched, run by run (``RATIOS``).
 from __future__ import annotations
 
 import statistics
+import threading
 import time
+import urllib.request
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import raytide as rt
 from bench.harness import ensure_ray
 
-PARAMS = {"seconds": 20.0, "parallelism": 2}
+PARAMS = {"seconds": 20.0, "parallelism": 2, "watcher": "chromium"}
 REPEAT = 3
 RATIOS = [
     ("epochs/s with the page open / without", "watched_epochs_per_s", "alone_epochs_per_s"),
@@ -59,7 +64,41 @@ def figures(prefix: str, latencies: list[float], seconds: float) -> dict[str, fl
             f"{prefix}_latency_ms_p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]}
 
 
-def measure(seconds: float, parallelism: int) -> dict[str, float]:
+@contextmanager
+def polled(url: str) -> Any:
+    """A thread reading the page's data (``/api/job``) once a second while the block runs."""
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(1.0):
+            with urllib.request.urlopen(url.rstrip("/") + "/api/job", timeout=10) as reply:
+                reply.read()
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+
+
+def browsed(playwright: Any) -> Callable[[str], AbstractContextManager[Any]]:
+    """The page open in Chromium while the block runs."""
+
+    @contextmanager
+    def opened(url: str) -> Any:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser.new_page().goto(url)
+        try:
+            yield
+        finally:
+            browser.close()
+
+    return opened
+
+
+def measure(seconds: float, parallelism: int, watcher: str) -> dict[str, float]:
     from playwright.sync_api import sync_playwright
 
     global _runs
@@ -67,15 +106,13 @@ def measure(seconds: float, parallelism: int) -> dict[str, float]:
     watched_first, _runs = _runs % 2 == 0, _runs + 1
     out: dict[str, float] = {}
     with rt.run(keyed(), parallelism=parallelism) as job, sync_playwright() as playwright:
+        watching = polled if watcher == "api" else browsed(playwright)
         job.wait_ready(timeout=120)
         epoch, _ = epochs(job, 2.0, 0)  # warm up
         for watched in (watched_first, not watched_first):
             if watched:
-                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-                page = browser.new_page()
-                page.goto(job.ui())
-                epoch, latencies = epochs(job, seconds, epoch)
-                browser.close()
+                with watching(job.ui()):
+                    epoch, latencies = epochs(job, seconds, epoch)
             else:
                 epoch, latencies = epochs(job, seconds, epoch)
             out.update(figures("watched" if watched else "alone", latencies, seconds))
