@@ -91,20 +91,33 @@ class UserCodeError(RaytideError):
         original: ``repr`` of the exception user code raised.
         traceback: its formatted traceback (the exception object itself may not pickle).
         where: what of the vertex's code raised, when not its own callback ("" otherwise).
+        during: what raytide was doing, when it was not running the job as usual: a
+            recovery restoring a snapshot, or its replay of an epoch ("" otherwise;
+            :mod:`raytide.snapshots.blame`).
     """
 
     def __init__(self, vertex: str, replica: int, time: Timed | None, error: BaseException, where: str = "") -> None:
         tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         self._set(vertex, replica, time, repr(error), tb, where)
 
-    def _set(self, vertex: str, replica: int, time: Timed | None, original: str, tb: str, where: str) -> None:
+    def _set(self, vertex: str, replica: int, time: Timed | None, original: str, tb: str, where: str,
+             during: str = "") -> None:
         self.vertex, self.replica, self.time, self.original, self.traceback = vertex, replica, time, original, tb
-        self.where = where
+        self.where, self.during = where, during
         place = f" ({where})" if where else ""
-        super().__init__(f"vertex {vertex!r} replica {replica}{place} failed at {_when(time)}: {original}\n{tb}")
+        at = f" at {_when(time)}" if time is not None or not during else ""
+        context = f", {during}" if during else ""
+        super().__init__(f"vertex {vertex!r} replica {replica}{place} failed{at}{context}: {original}\n{tb}")
+
+    def in_context(self, during: str, where: str | None = None) -> UserCodeError:
+        """This error, saying what raytide was doing when it was raised (``during``; and
+        ``where``, what of the vertex's code raised, if given)."""
+        return _rebuild_user_error(self.vertex, self.replica, self.time, self.original, self.traceback,
+                                   self.where if where is None else where, during)
 
     def __reduce__(self) -> Any:
-        return (_rebuild_user_error, (self.vertex, self.replica, self.time, self.original, self.traceback, self.where))
+        return (_rebuild_user_error, (self.vertex, self.replica, self.time, self.original, self.traceback, self.where,
+                                      self.during))
 
 
 def _when(time: Timed | None) -> str:
@@ -114,10 +127,10 @@ def _when(time: Timed | None) -> str:
 
 
 def _rebuild_user_error(vertex: str, replica: int, time: Timed | None, original: str, tb: str,
-                        where: str = "") -> UserCodeError:
+                        where: str = "", during: str = "") -> UserCodeError:
     """Unpickles a :class:`UserCodeError` (it crosses Ray from the failing actor to the driver)."""
     error = UserCodeError.__new__(UserCodeError)
-    error._set(vertex, replica, time, original, tb, where)
+    error._set(vertex, replica, time, original, tb, where, during)
     return error
 
 

@@ -6,7 +6,8 @@ Message flow (fire and forget unless marked *waits*)::
     coordinator ──inject_marker(incarnation, barrier k)──▶ every input replica
     replica's writer thread ──acknowledge(ack) / write_failed──▶ coordinator
     coordinator: writes the job part and the manifest (last), applies retention
-    driver ──sync(delivered)──▶ coordinator        (*waits* a moment: returns the commits since)
+    driver ──sync(delivered)──▶ coordinator        (*waits* a moment: returns the commits since,
+                                                    and the snapshots failed since the last)
     driver ──snapshot_now(timeout)──▶ coordinator  (*waits* until committed: job.snapshot())
     driver ──hold_now(timeout)──▶ coordinator      (*waits* until every replica holds at a
                                                     rescale's cut: replica ──acknowledge──▶ coordinator)
@@ -149,15 +150,16 @@ class CoordinatorActor:
         self.recent_commits.append(commit.snapshot_id)
         self.lock.notify_all()
 
-    def sync(self, delivered: dict[str, int], seen: int) -> list[Committed]:
+    def sync(self, delivered: dict[str, int], seen: int) -> tuple[list[Committed], dict[str, Any] | None]:
         """The driver's state: the last epoch of each output it was handed (barriers carry it,
         so output replicas drop what the driver has); returns the commits after the first
-        ``seen``, and forgets those before (the driver has them)."""
+        ``seen``, and forgets those before (the driver has them), and the snapshots failed
+        since the last commit (:meth:`~raytide.snapshots.coordinator.SnapshotStats.failing`)."""
         with self.lock:
             self.delivered = dict(delivered)
             del self.commits[: max(0, seen - self.seen)]
             self.seen = max(self.seen, seen)
-            return self.commits[seen - self.seen:]
+            return self.commits[seen - self.seen:], self.core.stats.failing(time.monotonic())
 
     def snapshot_now(self, timeout: float, delivered: dict[str, int], pause: bool = False) -> int:
         """Take a snapshot now (after the one in flight, if any) and wait until it is committed; its id.
@@ -279,4 +281,5 @@ class CoordinatorActor:
                     "last_duration_s": stats.last_duration, "last_size_bytes": stats.last_size,
                     "last_alignment_s": self.last_alignment,
                     "abandoned_reasons": list(self.abandoned), "interval_s": self.core.interval,
+                    "failing": stats.failing(time.monotonic()),
                     "in_flight": None if self.core.in_flight is None else self.core.in_flight.snapshot_id}

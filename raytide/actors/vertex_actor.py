@@ -385,15 +385,15 @@ class VertexActor:
             self._fail(SourceError(f"input {vertex!r} replica {self.transport.key[1]} {where}: {error}"))
 
     def restore(self, incarnation: int, snapshot_id: int | None, peers: dict[ReplicaKey, Any], progress: ProgressRoute,
-                coordinator: Any) -> list[Location]:
-        """Start incarnation ``incarnation`` as this replica was in committed snapshot
-        ``snapshot_id`` (None: as at the job's start), with the job's actors as they are
-        now; nothing runs until :meth:`resume`. Returns the locations to subscribe to."""
+                coordinator: Any) -> list[Location] | RaytideError:
+        """Start incarnation ``incarnation`` as this replica was in committed snapshot ``snapshot_id`` (None: as at
+        the job's start), with the job's actors as they are now; nothing runs until :meth:`resume`. Returns the
+        locations to subscribe to, or what the restore raised (user code's ``restore()``): the driver fails the job."""
         self._reset(incarnation, peers, progress, coordinator)
         self.kept = None  # a rescale's piece this replica did not adopt (a death during the switch)
         if snapshot_id is not None and self.store is not None:
             self._guard(self.core.restore, self.store.read_part(snapshot_id, part_name(self.key)))
-        return self.core.subscriptions()
+        return self.failed or self.core.subscriptions()
 
     def _reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: ProgressRoute, coordinator: Any) -> None:
         """A fresh core for ``incarnation``, with the job's actors as they are now."""
@@ -421,11 +421,11 @@ class VertexActor:
         return {key: ray.put(piece) for key, piece in pieces.items()}
 
     def adopt(self, incarnation: int, refs: list, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
-              peers: dict[ReplicaKey, Any], progress: ProgressRoute, coordinator: Any) -> tuple[list[Location], list]:
+              peers: dict[ReplicaKey, Any], progress: ProgressRoute, coordinator: Any) -> tuple[list[Location] | RaytideError, list]:
         """Start incarnation ``incarnation`` of a rescaled job as this replica, from the pieces
         the held replicas handed over (``refs``, and what this host kept for it); nothing
-        runs until :meth:`resume`. Returns the locations to subscribe to and the pointstamps
-        the replica holds."""
+        runs until :meth:`resume`. Returns the locations to subscribe to (or what the adoption
+        raised, as :meth:`restore`) and the pointstamps the replica holds."""
         self._reset(incarnation, peers, progress, coordinator)
         pieces = list(ray.get(refs)) if refs else []
         if self.kept is not None and self.kept[:2] == (incarnation, self.key):
@@ -433,7 +433,7 @@ class VertexActor:
         self.kept = None
         held: list = []
         self._guard(lambda: held.extend(self.core.adopt(old_widths, tables, pieces)))
-        return self.core.subscriptions(), held
+        return self.failed or self.core.subscriptions(), held
 
     def relay(self, encoded: bytes) -> None:
         """As the node's relay: another replica's message for the progress actor (see

@@ -70,15 +70,19 @@ def _netstring(data: bytes) -> bytes:
 
 
 def _encode(key: object) -> bytes:
-    """A canonical byte encoding of ``key``, tagged by kind so that 1, "1" and b"1" differ.
+    """A canonical byte encoding of ``key``, tagged by kind so that 1, "1", b"1" and None differ.
 
     Integers (bool and NumPy integers included) encode by value, so keys that
     compare equal, such as ``True`` and ``1``, share a group. Floats are
     refused because ``1.0 == 1`` would otherwise have to share a group too.
+    ``None`` is a key of its own (a missing value groups with the others
+    missing, as SQL's GROUP BY groups NULLs), in a tuple key too.
 
     Raises:
         TypeError: The key, or an element of a tuple key, is of another type.
     """
+    if key is None:
+        return b"n"
     if isinstance(key, str):
         return b"s" + key.encode("utf-8", "surrogatepass")
     if isinstance(key, bytes):
@@ -89,7 +93,7 @@ def _encode(key: object) -> bytes:
         return b"t" + b"".join(_netstring(_encode(element)) for element in key)
     raise TypeError(
         f"cannot assign a key of type {type(key).__name__} to a key group: "
-        "keys must be str, int, bytes or tuples of them"
+        "keys must be str, int, bytes, None or tuples of them"
     )
 
 
@@ -100,7 +104,7 @@ def key_group(key: object, key_groups: int = DEFAULT_KEY_GROUPS) -> int:
     ``key_groups``.
 
     Raises:
-        TypeError: The key is not a str, int, bytes or a tuple of those (names the type).
+        TypeError: The key is not a str, int, bytes, None or a tuple of those (names the type).
         ValueError: ``key_groups`` is not positive.
     """
     return key_groups_of((key,), key_groups)[0]
@@ -115,7 +119,7 @@ def key_groups_of(keys: Sequence[object], key_groups: int = DEFAULT_KEY_GROUPS) 
     and the digests become integers all at once.
 
     Raises:
-        TypeError: A key is not a str, int, bytes or a tuple of those (names the type).
+        TypeError: A key is not a str, int, bytes, None or a tuple of those (names the type).
         ValueError: ``key_groups`` is not positive.
     """
     if key_groups < 1:

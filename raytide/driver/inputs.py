@@ -53,6 +53,7 @@ from typing import Any
 import ray
 
 from raytide.core.batches import BATCH_KINDS, batch_length, not_a_batch, split_batch, to_records
+from raytide.driver.connected import require_ray
 from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
 from raytide.errors import GraphError, JobTimeout, RecordError, RecoveryError
 from raytide.physical.pickled import unpicklable
@@ -491,11 +492,13 @@ class InputFeeds:
         return self._send(self.replicas[name][index], method, args)
 
     def _send(self, actor: Any, method: str, args: tuple) -> Any:
-        window = self.windows[actor]
+        window, what = self.windows[actor], f"{method} into input {args[0]!r}"
+        require_ray(what)  # a feeder thread must not start a new Ray after ray.shutdown() (driver/connected.py)
         if len(window) >= self.max_inflight:  # what answered goes at once: one look per window, not one per call
             self._answered(window, ray.wait(list(window), num_returns=len(window), timeout=0)[0])
         while len(window) >= self.max_inflight:
             self.raise_if_failed()
+            require_ray(what)
             self._answered(window, ray.wait([window[0]], timeout=WINDOW_POLL)[0])
         ref = getattr(actor, method).remote(self.incarnation, *args)
         window.append(ref)

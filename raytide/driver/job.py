@@ -31,12 +31,13 @@ from raytide.core.batches import BatchFormat
 from raytide.core.dataflow import Probe
 from raytide.driver.event_inputs import EventTimeInputs
 from raytide.driver.feeders import Feeders
-from raytide.driver.outputs import POLL_SLACK, OutputCollector
+from raytide.driver.outputs import OutputCollector
 from raytide.driver.placement import COORDINATOR, PROGRESS, SETUP_TIMEOUT, HostSettings, JobPlacement
 from raytide.driver.pool import cluster_cpus
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision, rescale
 from raytide.driver.stats import actor_stats, recovery_stats, unfinished
+from raytide.driver.store_lease import release_store
 from raytide.driver.views import EpochBar, JobViews
 from raytide.errors import (
     ActorLost,
@@ -48,7 +49,6 @@ from raytide.errors import (
     RaytideError,
     ReplicaLost,
     RescaleError,
-    SnapshotError,
 )
 from raytide.physical.plan import PhysicalPlan
 from raytide.progress.reachability import Location
@@ -448,9 +448,9 @@ class Job(JobViews):
 
         Raises:
             SnapshotError: the snapshot was abandoned or not committed within ``timeout`` (the
-                message names the job, its inputs' epochs and the coordinator's reason; a
-                vertex whose state does not pickle fails the job with a SnapshotError naming
-                it, the replica and the snapshot).
+                message names the job, its inputs' epochs and the coordinator's reason, or the
+                coordinator if it does not answer; a vertex whose state does not pickle fails
+                the job with a SnapshotError naming it, the replica and the snapshot).
             ArgumentError: the job was started without ``recovery``.
         """
         return self._snapshot(timeout, self._outputs.durable())
@@ -458,14 +458,7 @@ class Job(JobViews):
     def _snapshot(self, timeout: float, delivered: dict[str, int]) -> int:
         recovery = self._require_recovery("job.snapshot()")
         self._inputs.flush()  # a push held back for its advance is part of what the user expects the snapshot to hold
-        at = self._inputs.open_inputs()
-        try:
-            return ray.get(recovery.coordinator.snapshot_now.remote(timeout, delivered),
-                           timeout=timeout + POLL_SLACK)
-        except ray.exceptions.GetTimeoutError as error:
-            raise SnapshotError(f"job {self.name!r}: no snapshot committed within {timeout:g} s") from error
-        except ray.exceptions.RayTaskError as error:  # the coordinator's own error, without Ray's banner
-            raise SnapshotError(f"job {self.name!r} (inputs at epochs {at}): {error.cause}") from None
+        return recovery.snapshot_now(timeout, delivered, self._inputs.open_inputs())
 
     def stop(self, timeout: float = 60.0) -> int:
         """Take a final snapshot (a savepoint), tear the job down and return the snapshot's id.
@@ -584,6 +577,8 @@ class Job(JobViews):
             self._error = JobCancelled(f"job {self.name!r} was cancelled by {by} before it finished; it takes no more "
                                        f"input; the epochs completed before and not consumed by job.results() stay readable "
                                        f"with job.collect()")
+        if not ray.is_initialized():  # ray.shutdown() came first: the actors went with it, and a call would start a Ray
+            return release_store(self.placement.settings.recovery)
         for name, epoch in self._outputs.keep_locally():
             logger.debug("could not keep output %s epoch %s", name, epoch)
         if self._autoscaler is not None:

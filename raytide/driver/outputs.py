@@ -22,11 +22,13 @@ from typing import Any
 import ray
 
 from raytide.core.batches import BatchFormat
+from raytide.driver.connected import require_ray
 from raytide.engine.delivery import Deliveries
 from raytide.engine.output_gate import OutputGate
 from raytide.physical.pickled import pack_records
 from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished, OutputFrontier
 from raytide.physical.wire import as_batch, as_records, unpack_items
+from raytide.snapshots.blame import Replaying
 from raytide.snapshots.config import OutputCommit
 
 #: Extra time a long poll's Ray call may take beyond the poll's own timeout.
@@ -101,6 +103,8 @@ class OutputCollector:
         self.call_due = 0.0
         #: A call a thread has seen answered (:meth:`poll` need not look at it again).
         self.answered: Any = None
+        #: What the latest recovery computes again: a user error there says so (set by ``JobRecovery``).
+        self.replaying: Replaying | None = None
 
     def poll_call(self, timeout: float) -> Any:
         """The progress actor's ``next_events`` call in flight, made now (answered within
@@ -110,6 +114,7 @@ class OutputCollector:
         feed, a consumer of ``job.results``) take events and sync meanwhile; the thread that
         next polls with the lock takes its events in (:meth:`poll`). One call at a time, so
         no event is taken twice."""
+        require_ray("polling the progress actor for the job's events")  # a wait for a call made before counts too
         if self.call is None:
             self.call = self.progress.next_events.remote(self.cursor, timeout)
             self.call_due = time.monotonic() + timeout + POLL_SLACK
@@ -153,7 +158,7 @@ class OutputCollector:
             elif isinstance(event, OutputFrontier):
                 self._offer_empty(event.output, event.before)
             elif isinstance(event, JobFailed):
-                failures.append(event.error)
+                failures.append(event.error if self.replaying is None else self.replaying.blame(event.error))
             elif isinstance(event, JobFinished):
                 self._show_all(self.gate.finish())
                 self.finished = True

@@ -289,6 +289,11 @@ class JobPlacement:
                     self._pids[name] = -1
         return dict(self._pids)
 
+    def pid_of(self, name: str) -> int | None:
+        """The process id of host ``name`` if known already (None: not yet answered, or no such host); never waits."""
+        pid = self._pids.get(name)
+        return pid if isinstance(pid, int) else None
+
     def replica_stats(self, timeout: float = 60.0) -> dict[ReplicaKey, dict[str, Any] | None]:
         """Every replica's counters; None for one whose actor is dead, or did not answer
         within ``timeout`` seconds of the call (all asked at once; one on a lost node does

@@ -27,20 +27,23 @@ from typing import Any
 import ray
 
 from raytide.driver.inputs import InputFeeds
-from raytide.driver.outputs import OutputCollector
+from raytide.driver.outputs import POLL_SLACK, OutputCollector
 from raytide.driver.placement import COORDINATOR, JobPlacement
+from raytide.driver.snapshot_health import SnapshotHealth
 from raytide.driver.store_lease import LeaseKeeper, keeper_of, release_store
-from raytide.errors import ActorLost, JobTimeout, RaytideError
+from raytide.errors import ActorLost, JobTimeout, RaytideError, SnapshotError, StoreFencedError
 from raytide.physical.protocol import ReplicaKey
 from raytide.rescale.reshard import latest_restore_point
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.consumed import ConsumedRecord, continue_from, starting_point
 from raytide.snapshots.recovering import (
     Died,
+    Failed,
     Finished,
     PauseCoordinator,
     PointRead,
     ProgressRestarted,
+    Raised,
     ReadPoint,
     Recovering,
     RecoveryEffect,
@@ -153,6 +156,8 @@ class JobRecovery:
     rescales: list[RescaleRecord] = field(default_factory=list)
     #: Renews the store's lease (``rt.run`` took it: :mod:`raytide.driver.store_lease`).
     lease: LeaseKeeper | None = field(init=False)
+    #: Whether snapshots commit, and the coordinator answers (:mod:`raytide.driver.snapshot_health`).
+    health: SnapshotHealth = field(init=False)
 
     def __post_init__(self) -> None:
         self.budget = RestartBudget(self.recovery.max_restarts)
@@ -160,6 +165,7 @@ class JobRecovery:
         self.lease = keeper_of(self.recovery)
         self.consumed = ConsumedRecord(self.store)
         self.outputs.on_consumed = self.record_consumed
+        self.health = SnapshotHealth(self.placement.name, self.recovery)
 
     # -- the coordinator -------------------------------------------------------------------
 
@@ -182,18 +188,23 @@ class JobRecovery:
         """Without waiting: tell the coordinator what the driver was handed, learn new commits
         and forget the input calls that the oldest retained snapshot covers. Returns what
         failed: the coordinator died (:class:`ActorLost`), or another driver took the store
-        over (a :class:`~raytide.errors.StoreFencedError`: the job cannot go on)."""
+        over (a :class:`~raytide.errors.StoreFencedError`: the job cannot go on), or its
+        snapshots failed too long for its output to wait (:mod:`raytide.driver.snapshot_health`)."""
         if self.lease is not None and self.lease.fenced is not None:
             return self.lease.fenced
         if self.sync_ref is not None:
             ready, _ = ray.wait([self.sync_ref], timeout=0)
             if not ready:
+                self.health.waiting(time.monotonic(), self.coordinator_name())
                 return None
             try:
-                commits = ray.get(self.sync_ref)
+                commits, failing = ray.get(self.sync_ref)
             except ray.exceptions.RayActorError as error:
-                self.sync_ref = None
+                self.drop_sync()
                 return ActorLost(f"job {self.placement.name!r}: {COORDINATOR} died: {type(error).__name__}")
+            failure = self.health.answered(failing, time.monotonic())
+            if failure is not None:
+                return failure
             self.commits_seen += len(commits)
             for commit in commits:
                 self.retained.append(input_positions(commit.positions))
@@ -203,7 +214,39 @@ class JobRecovery:
             if self.retained:
                 self.inputs.trim(self.retained[0])
         self.sync_ref = self.coordinator.sync.remote(self.outputs.durable(), self.commits_seen)
+        self.health.sent(time.monotonic())
         return None
+
+    def drop_sync(self) -> None:
+        """Forget the ``sync`` call in flight (the coordinator was replaced or reconfigured)."""
+        self.sync_ref = None
+        self.health.sent(None)
+
+    def coordinator_name(self) -> str:
+        """``the snapshot coordinator job/coordinator (process 123)``, for messages."""
+        pid = self.placement.pid_of(f"{self.placement.name}/coordinator")
+        return f"{COORDINATOR} {self.placement.name}/coordinator" + (f" (process {pid})" if pid is not None else "")
+
+    def snapshot_now(self, timeout: float, delivered: dict[str, int], at: dict[str, int]) -> int:
+        """Take a snapshot now and wait until it is committed (``job.snapshot()``); its id.
+        ``at``: the inputs' epochs, for the message.
+
+        Raises:
+            SnapshotError: it was abandoned, or not committed within ``timeout`` (the
+                coordinator's reason, or that it does not answer).
+        """
+        ref, deadline = self.coordinator.snapshot_now.remote(timeout, delivered), time.monotonic() + timeout
+        while not ray.wait([ref], timeout=RECOVERY_POLL)[0]:
+            now = time.monotonic()
+            silent = self.health.is_silent(now)
+            if now > deadline + POLL_SLACK or (now > deadline and silent):
+                named = f"; {self.coordinator_name()} has not answered for {self.health.silent_for(now):.1f} s" \
+                    if silent else ""
+                raise SnapshotError(f"job {self.placement.name!r}: no snapshot committed within {timeout:g} s{named}")
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as error:  # the coordinator's own error, without Ray's banner
+            raise SnapshotError(f"job {self.placement.name!r} (inputs at epochs {at}): {error.cause}") from None
 
     def release(self) -> None:
         """The job is over: give its hosts back to the pool, then its store's lease (the next
@@ -244,8 +287,17 @@ class JobRecovery:
     def record_consumed(self, marks: dict[str, int]) -> None:
         """Write what the job's consumers have had (``OutputCollector.durable``) to the store
         (:mod:`raytide.snapshots.consumed`). Called before the consumer is handed its next
-        epoch, so only the epoch in its hands can be handed out twice."""
-        self.consumed.write(marks, self.first_id, self.started_from)
+        epoch, so only the epoch in its hands can be handed out twice. A write that fails
+        (the store cannot be written) is said and tried again at the next one; one another
+        driver fenced fails the job."""
+        try:
+            self.consumed.write(marks, self.first_id, self.started_from)
+        except StoreFencedError:
+            raise
+        except (OSError, ValueError) as error:  # pyarrow's errors (ArrowInvalid is a ValueError)
+            self.health.record_failed(error)
+        else:
+            self.health.record_written()
 
     def execute(self, machine: Recovering, steps: Steps | None = None) -> float:
         """Perform the effects of recovery ``machine`` (:mod:`raytide.snapshots.recovering`),
@@ -264,9 +316,16 @@ class JobRecovery:
         return run.resumed
 
     def _perform(self, effect: RecoveryEffect, run: _Execution, machine: Recovering) -> RecoveryEvent | None:
-        """Perform one effect; its answer, a death (:class:`Died`) or a timeout (:class:`TimedOut`)."""
+        """Perform one effect; its answer, a death (:class:`Died`), a timeout (:class:`TimedOut`)
+        or what a replica's part raised (:class:`Raised`: user code's ``restore()``)."""
+        if isinstance(effect, Failed):  # outside the try: a failure that is a JobTimeout is no answer
+            raise effect.error
+        if isinstance(effect, ResumeReplicas):  # a user error from now on may be raised in the replay: say so
+            self.outputs.replaying = machine.replaying(self.outputs.most_opened)
         try:
             return self._act(effect, run)
+        except ray.exceptions.RayTaskError as error:  # the actor lives: its call raised
+            return Raised(error.cause)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
             # An object lost with its owner is a death too: a rescale's pieces, put by a
             # replica that died before the new replicas fetched them (Ray's OwnerDiedError).
@@ -313,8 +372,6 @@ class JobRecovery:
             self._reset_coordinator(effect, time.monotonic() - run.started)
         elif isinstance(effect, Finished):
             self._finished(effect, run)
-        else:
-            raise effect.error
         return None
 
     def _replace_dead(self, effect: ReplaceDead, run: _Execution) -> Replaced:
@@ -334,7 +391,7 @@ class JobRecovery:
         if self.coordinator is None:
             self.start_coordinator(point.snapshot_id + 1 if point.snapshot_id is not None else 1)
         self.watch()  # the replaced actors and coordinator
-        self.sync_ref = None
+        self.drop_sync()
         return PointRead(point)
 
     def _pause_coordinator(self, incarnation: int) -> None:
@@ -346,8 +403,9 @@ class JobRecovery:
         except ray.exceptions.RayActorError:
             self.coordinator = None
 
-    def _restore_replicas(self, effect: RestoreReplicas, steps: Steps) -> Restored:
-        """Every replica from its part of the snapshot, or from the pieces handed over to it."""
+    def _restore_replicas(self, effect: RestoreReplicas, steps: Steps) -> Restored | Raised:
+        """Every replica from its part of the snapshot, or from the pieces handed over to it; or
+        what a replica's restore raised (it answers with the error, :class:`Raised`)."""
         placement, pieces = self.placement, effect.pieces
         peers = placement.peers
         keys = list(peers)
@@ -355,13 +413,13 @@ class JobRecovery:
             answers = steps.time("restore the replicas", self.wait, [
                 peers[key].restore.remote(effect.incarnation, effect.point.snapshot_id, peers, placement.route(key),
                                           self.coordinator) for key in keys], "restoring the replicas")
-            return Restored(dict(zip(keys, answers)))
+            return _raised(answers) or Restored(dict(zip(keys, answers)))
         adopted = steps.time("adopt the state", self.wait, [
             peers[key].adopt.remote(effect.incarnation, pieces.refs[key], pieces.old_widths, pieces.tables,
                                     peers, placement.route(key), self.coordinator) for key in keys],
             "the replicas adopting the state handed over")
-        return Restored({key: locations for key, (locations, _) in zip(keys, adopted)},
-                        summed(pair for _, held in adopted for pair in held))
+        return _raised([locations for locations, _ in adopted]) or Restored(
+            {key: locations for key, (locations, _) in zip(keys, adopted)}, summed(pair for _, held in adopted for pair in held))
 
     def _replay(self, effect: ReplayInputs, steps: Steps) -> None:
         """The calls after each input replica's position, and the readers of sources read in the replicas."""
@@ -419,6 +477,11 @@ class JobRecovery:
     def rescale_stats(self) -> list[dict[str, Any]]:
         """Every rescale so far."""
         return [vars(record).copy() for record in self.rescales]
+
+
+def _raised(answers: list) -> Raised | None:
+    """The first error among the replicas' answers to a restore (user code's ``restore()`` raised there), if any."""
+    return next((Raised(answer) for answer in answers if isinstance(answer, BaseException)), None)
 
 
 def input_positions(positions: dict[ReplicaKey, dict[str, int]]) -> dict[tuple[str, int], int]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 
+from raytide.driver.outputs import POLL_SLACK
 from raytide.driver.placement import COORDINATOR
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery, RescaleRecord, Steps
 from raytide.errors import RaytideError, SnapshotError
@@ -180,6 +181,9 @@ class _OnRay:
             died = self.supervision.watch(0)
             if died is not None:
                 return Died(died)
+            if time.monotonic() > run.deadline + POLL_SLACK:  # it gives up at the deadline itself, if it runs
+                return CutMissed(f"{recovery.coordinator_name()} did not answer the rescale's cut within "
+                                 f"{POLL_SLACK:g} s of its deadline")
         try:
             cut_id, reports = ray.get(ref)
         except (SnapshotError, ray.exceptions.RayActorError) as error:
@@ -216,7 +220,7 @@ class _OnRay:
         except ray.exceptions.RayActorError as error:  # the recovery starts a new one
             died = f"job {placement.name!r}: {COORDINATOR} died during the rescale to incarnation {incarnation}: " \
                    f"{type(error).__name__}"
-        recovery.sync_ref = None
+        recovery.drop_sync()
         try:
             try:
                 self.run.hosts = self.run.steps.time("give the hosts their replicas", placement.reconfigure, effect.plan,

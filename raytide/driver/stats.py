@@ -6,11 +6,13 @@ the recoveries', the rescales' and the autoscaler's figures."""
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable
 from typing import Any
 
 import ray
 
+from raytide.driver import snapshot_health
 from raytide.driver.placement import JobPlacement
 from raytide.driver.recovery import JobRecovery
 
@@ -19,11 +21,11 @@ from raytide.driver.recovery import JobRecovery
 STATS_TIMEOUT = 60.0
 
 
-def _ask(call: Any) -> tuple[Any, str | None]:
+def _ask(call: Any, timeout: float = STATS_TIMEOUT) -> tuple[Any, str | None]:
     """The answer of an actor's ``call``, or None and why there is none (it died, or did
-    not answer within :data:`STATS_TIMEOUT`)."""
+    not answer within ``timeout``)."""
     try:
-        return ray.get(call, timeout=STATS_TIMEOUT), None
+        return ray.get(call, timeout=timeout), None
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as error:
         return None, f"unreachable: {type(error).__name__}"
 
@@ -98,11 +100,14 @@ def _progress_of(vertex: str, progress: dict[str, dict[str, int | None]], fed: l
 def recovery_stats(recovery: JobRecovery, autoscaler: Any, finished: bool) -> dict[str, Any]:
     """``snapshots`` (the coordinator's figures), ``recoveries``, ``rescales`` and the
     ``autoscaler``'s timeline (None without one); an actor that died or does not answer is
-    named unreachable, and a coordinator that died and is not replaced yet, as such."""
+    named unreachable, a coordinator that died and is not replaced yet as such, and one that
+    has not answered the driver for a while as silent, at once (:mod:`raytide.driver.snapshot_health`)."""
     snapshots: Any = {"coordinator": "died; a recovery is replacing it"}
-    if recovery.coordinator is not None:
-        snapshots, why = _ask(recovery.coordinator.stats.remote())
-        snapshots = snapshots if why is None else {"coordinator": why}
+    health, now = recovery.health, time.monotonic()
+    if recovery.coordinator is not None and (snapshots := health.silent(now, recovery.coordinator_name())) is None:
+        answer, why = _ask(recovery.coordinator.stats.remote(), snapshot_health.SILENT_AFTER)
+        snapshots = {**answer, **health.stats()} if why is None else \
+            health.silent(now, recovery.coordinator_name(), time.monotonic() - now) or {"coordinator": why}
     timeline: Any = None
     if autoscaler is not None:
         timeline, why = _ask(autoscaler.timeline.remote(finished))

@@ -41,7 +41,10 @@ class Recovery:
         signing_key: sign manifests with HMAC-SHA256 under this key and refuse any that
             does not verify (see the module docstring on security).
         timeout: seconds after which a snapshot that has not completed is abandoned
-            (the job goes on; the next one is taken at the next interval).
+            (the job goes on; the next one is taken at the next interval). With
+            ``output_commit="snapshot"``, snapshots that keep failing (a store that cannot
+            be written) for longer than this fail the job: its output waits for a commit
+            (:mod:`raytide.driver.snapshot_health`).
         output_commit: ``"epoch"`` (the default) hands out an output epoch as soon as it
             completes: the lowest latency, and exactly-once for a dataflow that computes an
             epoch the same way every time (the built-in aggregations, joins and loops do;

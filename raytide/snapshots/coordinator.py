@@ -107,6 +107,20 @@ class SnapshotStats:
     last_size: int | None = None
     last_id: int | None = None
     abandoned_reasons: list[str] = field(default_factory=list)
+    #: Snapshots abandoned since the last commit (not those a recovery's or rescale's reset
+    #: abandoned), when the first of them was, and why the last one was: a store that cannot
+    #: be written, a replica that does not answer. The driver says so (raytide.driver.snapshot_health).
+    failed_in_a_row: int = 0
+    failing_since: float | None = None
+    last_failure: str | None = None
+
+    def failing(self, now: float) -> dict[str, object] | None:
+        """The failures since the last commit (None: none): how many, for how long, the last reason."""
+        if not self.failed_in_a_row:
+            return None
+        assert self.failing_since is not None
+        return {"in_a_row": self.failed_in_a_row, "for_s": round(now - self.failing_since, 3),
+                "last": self.last_failure}
 
 
 @dataclass
@@ -183,6 +197,7 @@ class CoordinatorCore:
         """The shell wrote the manifest of ``snapshot_id``."""
         flight = self._end(snapshot_id, now, "committed")
         self.stats.committed += 1
+        self.stats.failed_in_a_row, self.stats.failing_since = 0, None
         self.stats.last_id = snapshot_id
         self.stats.last_duration = now - flight.started
         self.stats.last_size = sum(part.size for a in flight.acks.values() for part in a.parts)
@@ -238,7 +253,9 @@ class CoordinatorCore:
         if incarnation <= self.incarnation:
             raise SnapshotError(f"incarnation {incarnation} does not follow {self.incarnation}")
         self.incarnation = incarnation
-        return self.fail(f"a recovery or rescale started incarnation {incarnation}", now)
+        if self.in_flight is None:
+            return None
+        return self._abandon(f"a recovery or rescale started incarnation {incarnation}", now, failure=False)
 
     def reconfigure(self, replicas: Iterable[Hashable], incarnation: int, first_id: int, now: float) -> Abandon | None:
         """A rescale started ``incarnation`` with ``replicas``; the next snapshot's id is at
@@ -253,10 +270,16 @@ class CoordinatorCore:
         recovery or a rescale may have written a snapshot itself (laid out for new widths)."""
         self.next_id = max(self.next_id, free_id)
 
-    def _abandon(self, reason: str, now: float) -> Abandon:
+    def _abandon(self, reason: str, now: float, failure: bool = True) -> Abandon:
+        """Abandon the snapshot in flight; a ``failure`` (not a reset's) counts in the failures in a row."""
         assert self.in_flight is not None
         abandoned = Abandon(self.in_flight.snapshot_id, reason)
         self.in_flight, self.last_end = None, now
+        stats = self.stats
+        if failure:
+            if not stats.failed_in_a_row:
+                stats.failing_since = now
+            stats.failed_in_a_row, stats.last_failure = stats.failed_in_a_row + 1, f"snapshot {abandoned.snapshot_id}: {reason}"
         self.stats.abandoned += 1
         self.stats.abandoned_reasons = [*self.stats.abandoned_reasons[-9:], f"{abandoned.snapshot_id}: {reason}"]
         return abandoned

@@ -31,9 +31,11 @@ back. One run of the machine brings the job back in one new incarnation::
 
 A death noticed in any phase (:class:`Died`) starts over in the next incarnation, from
 the last committed snapshot, once the restart budget allows it; a step that does not
-finish in time (:class:`TimedOut`) fails the job. A job started from a savepoint
-(``restore=``) and a rescale's switch (the replicas adopt the pieces handed over to them)
-enter at RESTORING: a death there is recovered from like any other.
+finish in time (:class:`TimedOut`) fails the job, and so does a replica whose part of a
+step raised (:class:`Raised`: user code's ``restore()``, a part that does not verify), at
+once and naming the step (:mod:`raytide.snapshots.blame`): a restart would raise again. A
+job started from a savepoint (``restore=``) and a rescale's switch (the replicas adopt the
+pieces handed over to them) enter at RESTORING: a death there is recovered from like any other.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import Any, Literal
 from raytide.errors import JobTimeout, RaytideError
 from raytide.physical.protocol import ReplicaKey
 from raytide.progress.tracker import Pointstamp
+from raytide.snapshots.blame import Replaying, raised_in
 from raytide.snapshots.recovery import RestartBudget, RestorePoint
 
 
@@ -224,7 +227,15 @@ class TimedOut:
     what: str
 
 
-RecoveryEvent = Replaced | PointRead | Restored | ProgressRestarted | Resumed | Replayed | Died | TimedOut
+@dataclass(frozen=True)
+class Raised:
+    """A replica's part of a step raised ``error`` (user code's ``restore()``, a part of the
+    snapshot that does not verify): the job fails with it, naming the step."""
+
+    error: BaseException
+
+
+RecoveryEvent = Replaced | PointRead | Restored | ProgressRestarted | Resumed | Replayed | Died | TimedOut | Raised
 
 
 @dataclass
@@ -276,7 +287,19 @@ class Recovering:
         if isinstance(event, TimedOut):
             return self._fail(JobTimeout(f"job {self.job!r}: {event.what} took too long in recovery "
                                          f"{self.incarnation} ({self.phase.value})"))
+        if isinstance(event, Raised):
+            restoring = None if self.point is None else self.point.snapshot_id
+            return self._fail(raised_in(event.error, self.job, self.incarnation, restoring, self.pieces is not None,
+                                        self.causes, self.phase.value))
         return self._next(event)
+
+    def replaying(self, fed: int | None) -> Replaying | None:
+        """What this recovery computes again once its replicas are restored, the driver having
+        fed the job up to epoch ``fed`` (:mod:`raytide.snapshots.blame`); None for a start
+        from ``restore=`` or a rescale's switch."""
+        if self.point is None or self.pieces is not None:
+            return None
+        return Replaying.of(self.job, self.incarnation, self.point.snapshot_id, self.causes, self.point.pointstamps, fed)
 
     def _begin(self, cause: str) -> list[RecoveryEffect]:
         """Start over in the next incarnation, if the budget allows another restart."""

@@ -397,12 +397,12 @@ class LocalJob:
         core = self._fresh(key)
         if point.snapshot_id is not None:
             data = self.recovery.store.read_part(point.snapshot_id, part_name(key))
-            self._guard(key, core.restore, data)
+            core.restore(data)  # what it raises fails the recovery (SteppedRecovery), as the actor's call does on Ray
 
     def adopt_pieces(self, key: ReplicaKey, pieces: Pieces, held: list[tuple[Pointstamp, int]]) -> None:
         """Replica ``key`` of the rescaled job, fresh, from the pieces handed over to it."""
         core = self._fresh(key)
-        self._guard(key, lambda: held.extend(core.adopt(pieces.old_widths, pieces.tables, pieces.refs[key])))
+        held.extend(core.adopt(pieces.old_widths, pieces.tables, pieces.refs[key]))  # raises as restore_replica
 
     def subscriptions(self) -> dict[ReplicaKey, list]:
         return {key: core.subscriptions() for key, core in self.replicas.items()}

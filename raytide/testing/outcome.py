@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey
+from raytide.snapshots.blame import Replaying
 from raytide.snapshots.config import OutputCommit
 from raytide.snapshots.store import Manifest, PartInfo, SnapshotStore
 
@@ -91,6 +92,8 @@ class LocalRun:
     rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut id)
     refused: list[tuple[int, BaseException]] = field(default_factory=list)  # rescales not made: (step, why)
     driver_crashed: int | None = None
+    #: What the latest recovery computes again: a user error there says so, as the driver's does.
+    replaying: Replaying | None = None
     #: The first failure found so far, and how many events were looked at for it: the run
     #: asks after every step, and ``events`` only grows (a scan of all of them each time made
     #: a run of many epochs quadratic).
@@ -104,7 +107,7 @@ class LocalRun:
             event = self.events[self._looked_at]
             self._looked_at += 1
             if isinstance(event, JobFailed):
-                self._failure = event.error
+                self._failure = event.error if self.replaying is None else self.replaying.blame(event.error)
             elif isinstance(event, ReplicaDied):
                 self._failure = event
         return self._failure

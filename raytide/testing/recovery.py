@@ -6,14 +6,16 @@ replica, in an order the runtime's seeded random draws, so that the scheduler in
 them with everything else in flight and a crash can strike between any two. What only the
 driver does (rolling outputs back, reading the restore point, resetting the coordinator)
 happens at once, inside the step whose answer led to it. A death noticed meanwhile
-(:meth:`SteppedRecovery.died`) drops the steps still queued: the machine starts over.
+(:meth:`SteppedRecovery.died`) drops the steps still queued: the machine starts over. A
+replica's restore that raises (user code's ``restore()``, a part that does not verify) drops
+them too, and the machine fails the job with its error (as the driver's ``wait`` raises it).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from raytide.errors import RaytideError
 from raytide.physical.protocol import ReplicaKey
@@ -25,6 +27,7 @@ from raytide.snapshots.recovering import (
     Pieces,
     PointRead,
     ProgressRestarted,
+    Raised,
     ReadPoint,
     Recovering,
     RecoveryEffect,
@@ -44,11 +47,15 @@ from raytide.snapshots.recovering import (
 )
 from raytide.snapshots.recovery import RestorePoint
 from raytide.snapshots.replica_state import summed
+from raytide.testing.outcome import LocalRun
 from raytide.testing.stepped import SteppedMachine
 
 
 class RecoveryRuntime(Protocol):
     """What a recovery does to the in-process runtime (:class:`~raytide.testing.local.LocalJob`)."""
+
+    result: LocalRun
+    planned: dict[tuple[str, int], list[Any]]
 
     def replica_keys(self) -> list[ReplicaKey]: ...
 
@@ -104,6 +111,7 @@ class SteppedRecovery(SteppedMachine):
         elif isinstance(effect, RestartProgress):
             self._queue([functools.partial(runtime.restart_progress, effect)], ProgressRestarted())
         elif isinstance(effect, ResumeReplicas):
+            runtime.result.replaying = self.machine.replaying(fed_epoch(runtime.planned))
             self._queue([functools.partial(runtime.resume_replica, key) for key in self._shuffled()], Resumed())
         elif isinstance(effect, ReplayInputs):
             self._queue([functools.partial(runtime.replay_inputs, effect.point)], Replayed())
@@ -119,12 +127,20 @@ class SteppedRecovery(SteppedMachine):
         """Every replica from the snapshot, or from its pieces: a step each; then the answer."""
         runtime, pieces = self.runtime, effect.pieces
         if pieces is None:
-            self._queue([functools.partial(runtime.restore_replica, key, effect.point) for key in self._shuffled()],
-                        lambda: Restored(runtime.subscriptions()))
+            self._queue([functools.partial(self._raising, runtime.restore_replica, key, effect.point)
+                         for key in self._shuffled()], lambda: Restored(runtime.subscriptions()))
             return
         held: list[tuple[Pointstamp, int]] = []
-        self._queue([functools.partial(runtime.adopt_pieces, key, pieces, held) for key in self._shuffled()],
-                    lambda: Restored(runtime.subscriptions(), summed(held)))
+        self._queue([functools.partial(self._raising, runtime.adopt_pieces, key, pieces, held)
+                     for key in self._shuffled()], lambda: Restored(runtime.subscriptions(), summed(held)))
+
+    def _raising(self, restore: Callable[..., None], *args: Any) -> None:
+        """A replica's restore; what it raises drops the steps queued and fails the recovery (:class:`Raised`)."""
+        try:
+            restore(*args)
+        except Exception as error:
+            self.steps.clear()
+            self._answer(Raised(error))
 
     def _queue(self, steps: list[Callable[[], None]], answer: RecoveryEvent | Callable[[], RecoveryEvent]) -> None:
         """``steps``, then a step that answers the machine (``answer``, or what it makes then)."""
@@ -135,3 +151,9 @@ class SteppedRecovery(SteppedMachine):
     def _shuffled(self) -> list[ReplicaKey]:
         keys = self.runtime.replica_keys()
         return self.rng.sample(keys, len(keys))
+
+
+def fed_epoch(planned: dict[tuple[str, int], list[Any]]) -> int | None:
+    """The latest epoch the simulated driver pushes records at (it plans every command at the start)."""
+    return max((command[3] for commands in planned.values() for command in commands if command[0] == "push"),
+               default=None)

@@ -5,7 +5,8 @@ The consumer is slow (as a consumer with side effects is), so when the driver di
 received epochs its consumer has not had yet. An epoch counts as delivered only once its
 consumer asked for the next one, so the restored run hands out again everything after
 the last epoch consumed: nothing is lost, and at most the epoch in the consumer's hands
-when the driver died is seen twice.
+when the driver died is seen twice. The same holds for a driver killed in the middle of a
+live rescale (issue 73), restored at the widths it was rescaling to.
 """
 
 from __future__ import annotations
@@ -101,3 +102,92 @@ def test_an_epoch_taken_with_a_fresh_iterator_each_time_counts_as_consumed(ray_s
             job.advance("numbers", epoch + 1)
             assert next(job.results("out", timeout=60)) == (epoch, [epoch + 1])
         assert store.read_record("consumed")["delivered"] == {"out": 4}
+
+
+KEYS = [17 * k for k in range(8)]  # spread over the key groups: a rescale to 2 moves some of them
+
+RESCALED = textwrap.dedent("""
+    import os, sys, threading, time
+    import raytide as rt
+    from raytide.driver import rescale
+
+    store, log, phase, announce = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+
+    def follows(last, record):  # each key's records in sequence: one lost, repeated or reordered fails the job
+        key, number = record
+        if number != (0 if last is None else last + 1):
+            raise ValueError(f"key {key}: record {number} arrived where {0 if last is None else last + 1} was due")
+        return number, record
+
+    flow = rt.Dataflow("rescaled-driver")
+    flow.input("records").stateful_map(lambda record: record[0], follows, name="check",  # restored at the new width
+                                       parallelism=2 if phase == "restore" else None).output("out")
+
+    def fed():  # a few epochs ahead of what the consumer had (in both runs): records still come after a restore
+        for epoch in range(EPOCHS):
+            while epoch > 3 + sum(1 for _ in open(log)):
+                time.sleep(0.005)
+            yield [(key, epoch) for key in KEYS]
+
+    if phase == "rescale":  # killed in the middle of it: switched to the new widths, before they adopt the state
+        switch = rescale._OnRay._switch
+
+        def switch_then_wait(self, effect):
+            answer = switch(self, effect)
+            open(announce, "w").close()
+            time.sleep(120)
+            return answer
+
+        rescale._OnRay._switch = switch_then_wait
+    options = {"restore": "latest"} if phase == "restore" else {}
+    with rt.run(flow, {"records": fed()}, parallelism=1, recovery=rt.Recovery(store, interval=0.1, lease=1.0),
+                **options) as job:
+        with open(log, "a") as consumed:
+            for epoch, records in job.results("out", timeout=120):
+                consumed.write(f"{epoch} {sorted(records)}\\n")
+                consumed.flush()
+                os.fsync(consumed.fileno())
+                if phase == "rescale" and epoch == 6:  # a snapshot with state in it, then the rescale
+                    job.snapshot()
+                    threading.Thread(target=job.rescale, args=({"check": 2},), daemon=True).start()
+                time.sleep(0.03)
+    print("finished", flush=True)
+""").replace("EPOCHS", str(EPOCHS // 2)).replace("KEYS", str(KEYS))
+
+
+def test_a_driver_killed_in_the_middle_of_a_rescale_is_restored_from_its_last_snapshot_exactly(session_ray_env,
+                                                                                               tmp_path):
+    """SIGKILLed once the job switched to its new widths and before they adopted the state
+    (the hosts already play their new replicas, the state is in the object store; the job's
+    actors die with their driver): the new driver, run at the widths the rescale was going
+    to, takes the store over once the lease lapses, restores the last snapshot committed
+    before the rescale (in the old widths, written again for the new), and every record is
+    seen once per key, in order, every epoch consumed once but the one in the consumer's
+    hands (whose acknowledgement waited behind the rescale)."""
+    store, log, announce = str(tmp_path / "store"), tmp_path / "consumed.txt", tmp_path / "switched"
+    log.touch()
+    args = [store, str(log)]
+    first = subprocess.Popen([sys.executable, "-c", RESCALED, *args, "rescale", str(announce)], env=session_ray_env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not announce.exists():
+            assert first.poll() is None, f"the first driver exited early:\n{first.communicate()[1][-3000:]}"
+            assert time.monotonic() < deadline, "the first driver did not switch to the new widths within 120 s"
+            time.sleep(0.01)
+        os.kill(first.pid, signal.SIGKILL)
+    finally:
+        first.kill()
+        first.communicate()
+    killed_at = len(consumed(log))
+    second = subprocess.run([sys.executable, "-c", RESCALED, *args, "restore", "-"], env=session_ray_env,
+                            capture_output=True, text=True, timeout=180)
+    assert second.returncode == 0 and "finished" in second.stdout, second.stderr[-3000:]
+    seen = consumed(log)
+    epochs = [epoch for epoch, _ in seen]
+    assert all(records == str([(key, (key, epoch)) for key in KEYS]) for epoch, records in seen), seen
+    assert sorted(set(epochs)) == list(range(EPOCHS // 2)), f"lost: {sorted(set(range(EPOCHS // 2)) - set(epochs))}"
+    assert epochs[:killed_at] == list(range(killed_at)) and killed_at >= 7, (killed_at, epochs)
+    assert epochs[killed_at:] == list(range(epochs[killed_at], EPOCHS // 2)) and epochs[killed_at] >= killed_at - 1, \
+        f"the restored run starts at the epoch in hand or the next: {epochs[killed_at:][:3]} after {killed_at} consumed"
+    assert SnapshotStore(store).committed(), "the restored run committed snapshots"

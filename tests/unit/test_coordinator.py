@@ -200,9 +200,9 @@ def test_the_coordinator_actor_commits_into_the_store_and_the_driver_learns_each
     assert [m.snapshot_id for m in store.committed()] == [1, 2]
     assert {p.name for p in store.manifest(2).parts} == {part_name(key), JOB_PART}
     # Nothing is held at the cut: every epoch of "out" is complete in these snapshots.
-    assert actor.sync({"out": 4}, 0) == [(1, {key: {"numbers": 3}}, {"out": None}),
-                                         (2, {key: {"numbers": 3}}, {"out": None})]
-    assert actor.sync({"out": 4}, 2) == [] and actor.commits == [], "what the driver has is forgotten"
+    assert actor.sync({"out": 4}, 0) == ([(1, {key: {"numbers": 3}}, {"out": None}),
+                                          (2, {key: {"numbers": 3}}, {"out": None})], None)
+    assert actor.sync({"out": 4}, 2) == ([], None) and actor.commits == [], "what the driver has is forgotten"
     assert actor.stats()["committed"] == 2
 
 
@@ -221,6 +221,26 @@ def test_the_core_keeps_what_a_trigger_was_for_until_its_commit():
     for replica in REPLICAS:
         commit_of_snapshot = core.acknowledge(Acknowledgement(replica, 2, 0, (), None), 3.0)
     assert commit_of_snapshot is not None and not commit_of_snapshot.hold and commit_of_snapshot.delivered == {"out": 5}
+
+
+def test_snapshots_failed_since_the_last_commit_are_counted_and_a_recoverys_reset_is_not_one():
+    """What the driver warns of (raytide.driver.snapshot_health): write failures and timeouts
+    in a row, from the first; a reset (a recovery, a rescale) is no failure; a commit ends it."""
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=1.0, timeout=5.0)
+    core.trigger(0.0)
+    core.write_failed(0, 1, "replica a/0 could not write its part: PermissionError(13)", now=1.0)
+    core.trigger(2.0)
+    assert core.tick(8.0) is not None  # timed out
+    assert core.stats.failing(9.0) == {"in_a_row": 2, "for_s": 8.0, "last": "snapshot 2: not complete 5 s after it "
+                                       "started: still waiting for 3 replicas (a/0, a/1, b/0)"}
+    core.trigger(9.0)
+    core.reset(1, now=9.5)
+    assert core.stats.failing(10.0)["in_a_row"] == 2, "a reset is not a failure"
+    core.trigger(10.0)
+    for replica in REPLICAS:
+        core.acknowledge(ack(replica, 4, incarnation=1), now=10.5)
+    core.committed(4, now=11.0)
+    assert core.stats.failing(12.0) is None and core.stats.abandoned == 3
 
 
 class _SignallingCondition(threading.Condition):

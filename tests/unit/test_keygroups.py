@@ -56,11 +56,18 @@ def test_integers_beyond_64_bits_hash_by_their_whole_value():
 
 
 @pytest.mark.parametrize(
-    ("key", "type_name"), [(1.5, "float"), (None, "NoneType"), ([1], "list"), (("a", 2.0), "float"), ({1}, "set")]
+    ("key", "type_name"), [(1.5, "float"), ([1], "list"), (("a", 2.0), "float"), ({1}, "set"), ((None, 0.5), "float")]
 )
 def test_unsupported_key_types_raise_a_type_error_naming_the_type(key, type_name):
-    with pytest.raises(TypeError, match=f"key of type {type_name} .* must be str, int, bytes or tuples"):
+    with pytest.raises(TypeError, match=f"key of type {type_name} .* must be str, int, bytes, None or tuples"):
         key_group(key)
+
+
+def test_none_is_a_key_of_its_own_alone_and_in_tuples():
+    """A missing value groups with the other missing ones (SQL's GROUP BY groups NULLs), pinned like the others."""
+    assert (key_group(None), key_group((None,)), key_group(("a", None))) == (52, 30, 26)
+    digests = {key_group(k, FULL_HASH) for k in (None, "None", b"", "", 0, (None,), ((None,),), ("n",))}
+    assert len(digests) == 8
 
 
 def test_key_groups_must_be_positive():
@@ -74,7 +81,7 @@ def test_key_group_spreads_keys_evenly():
     assert counts.min() > 50 and counts.max() < 150
 
 
-_keys = st.recursive(st.one_of(st.text(), st.binary(), st.integers(-(2**70), 2**70), st.booleans()),
+_keys = st.recursive(st.one_of(st.text(), st.binary(), st.integers(-(2**70), 2**70), st.booleans(), st.none()),
                      lambda inner: st.tuples(inner, inner), max_leaves=4)
 
 

@@ -106,6 +106,25 @@ def test_a_step_that_takes_too_long_fails_the_job_naming_it():
     assert machine.phase is rc.RecoveryPhase.FAILED and machine.on(rc.Died("late")) == []
 
 
+@pytest.mark.parametrize("raised", [ValueError("boom"), JobTimeout("a replica's own timeout")])
+def test_a_replica_whose_restore_raises_fails_the_job_at_once_whatever_the_budget(raised):
+    """User code (or anything) raising in a replica's restore is no death: restarting would
+    restore the same snapshot and raise again, so the machine fails at once, budget untouched."""
+    budget = RestartBudget(5)
+    machine = rc.Recovering.after_death("job", budget, 0, "a/0 died")
+    pending = machine.start()
+    while not any(isinstance(effect, rc.RestoreReplicas) for effect in pending):
+        pending = [follow for effect in pending if (event := answer(effect)) for follow in machine.on(event)]
+    (failed,) = machine.on(rc.Raised(raised))
+    assert isinstance(failed, rc.Failed) and machine.phase is rc.RecoveryPhase.FAILED
+    if isinstance(raised, JobTimeout):  # raytide's own error names its place already
+        assert failed.error is raised
+    else:
+        assert str(failed.error) == "restoring the replicas raised ValueError('boom'), during the recovery of job " \
+                                    "'job' to incarnation 1, restoring snapshot 4 (after: a/0 died)"
+    assert budget.causes == ["a/0 died"]
+
+
 def test_an_answer_out_of_turn_is_a_bug_not_a_step():
     machine = rc.Recovering.after_death("job", RestartBudget(3), 0, "a/0 died")
     machine.start()
