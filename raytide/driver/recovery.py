@@ -325,17 +325,21 @@ class JobRecovery:
         try:
             return self._act(effect, run)
         except ray.exceptions.RayTaskError as error:  # the actor lives: its call raised
-            return Raised(error.cause)
-        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as error:
-            # An object lost with its owner is a death too: a rescale's pieces, put by a
-            # replica that died before the new replicas fetched them (Ray's OwnerDiedError).
-            during = f"the rescale to incarnation {self.incarnation}" if machine.pieces is not None \
-                else f"recovery {self.incarnation}"
-            what = "an actor died" if isinstance(error, ray.exceptions.RayActorError) else \
-                "an object whose owner died was lost"
-            return Died(f"job {self.placement.name!r}: {what} during {during}: {type(error).__name__}")
+            # what it raised may be a death it met (a handed-over piece whose owner died)
+            return self._died(error.cause, machine) if isinstance(error.cause, DEATHS) else Raised(error.cause)
+        except DEATHS as error:
+            return self._died(error, machine)
         except JobTimeout as error:
             return TimedOut(str(error))
+
+    def _died(self, error: BaseException, machine: Recovering) -> Died:
+        """An actor's death, or an object lost with its owner: a rescale's pieces, put by a
+        replica that died before the new replicas fetched them (Ray's OwnerDiedError)."""
+        during = f"the rescale to incarnation {self.incarnation}" if machine.pieces is not None \
+            else f"recovery {self.incarnation}"
+        what = "an actor died" if isinstance(error, ray.exceptions.RayActorError) else \
+            "an object whose owner died was lost"
+        return Died(f"job {self.placement.name!r}: {what} during {during}: {type(error).__name__}")
 
     def _act(self, effect: RecoveryEffect, run: _Execution) -> RecoveryEvent | None:
         steps, placement = run.steps, self.placement
@@ -477,6 +481,10 @@ class JobRecovery:
     def rescale_stats(self) -> list[dict[str, Any]]:
         """Every rescale so far."""
         return [vars(record).copy() for record in self.rescales]
+
+
+#: What a call meets when a process of the job died: recovered from, not user code's failure.
+DEATHS = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
 
 
 def _raised(answers: list) -> Raised | None:

@@ -21,11 +21,11 @@ from raytide.driver.recovery import JobRecovery
 STATS_TIMEOUT = 60.0
 
 
-def _ask(call: Any, timeout: float = STATS_TIMEOUT) -> tuple[Any, str | None]:
+def _ask(call: Any, timeout: float | None = None) -> tuple[Any, str | None]:
     """The answer of an actor's ``call``, or None and why there is none (it died, or did
-    not answer within ``timeout``)."""
+    not answer within ``timeout``, :data:`STATS_TIMEOUT` by default)."""
     try:
-        return ray.get(call, timeout=timeout), None
+        return ray.get(call, timeout=STATS_TIMEOUT if timeout is None else timeout), None
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as error:
         return None, f"unreachable: {type(error).__name__}"
 

@@ -220,11 +220,17 @@ def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray
     (Ray declares it dead only later), and one that died is not replaced at once. Both used
     to escape as Ray's ``GetTimeoutError`` and an ``AttributeError`` of None (seen on a
     four-node cluster with a node removed)."""
+    from raytide.driver.snapshot_health import SnapshotHealth
     from raytide.driver.stats import recovery_stats
 
     monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 0.5)
-    recovery = SimpleNamespace(coordinator=Silent.remote(), stats=lambda: {"count": 0}, rescale_stats=lambda: [])
-    assert recovery_stats(recovery, None, False)["snapshots"] == {"coordinator": "unreachable: GetTimeoutError"}
+    monkeypatch.setattr("raytide.driver.snapshot_health.SILENT_AFTER", 0.5)
+    recovery = SimpleNamespace(coordinator=Silent.remote(), stats=lambda: {"count": 0}, rescale_stats=lambda: [],
+                               health=SnapshotHealth("j", rt.Recovery("unused")),
+                               coordinator_name=lambda: "the snapshot coordinator j/coordinator")
+    silent = recovery_stats(recovery, None, False)["snapshots"]  # its stats() did not answer: silent, said at once
+    assert silent["coordinator"].startswith("the snapshot coordinator j/coordinator has not answered for"), silent
+    assert silent["silent_s"] >= 0.5, silent
     ray.kill(recovery.coordinator)
     recovery.coordinator = None
     assert recovery_stats(recovery, None, False)["snapshots"] == {"coordinator": "died; a recovery is replacing it"}
