@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 
 from raytide.progress import Location, PathSummary, Timestamp
@@ -85,3 +85,24 @@ def frontier_from_scratch(oracle: ReachabilityOracle, counts: dict[Pointstamp, i
 def blocked_by(oracle: ReachabilityOracle, pending: Iterable[Pointstamp], target: Pointstamp) -> list[Pointstamp]:
     """The pending events other than ``target`` itself that could-result-in ``target``."""
     return [q for q in pending if q != target and oracle.could_result_in(q, target)]
+
+
+def component_changes(epochs: list) -> dict[int, Counter]:
+    """Per epoch, the changes ``{(node, label): ±1}`` of union-find's labels of the edges
+    present after it (epochs of updates ``((u, v), diff)``): what connected components on a
+    collection of edges must output."""
+    from examples.connected_components import union_find
+
+    present: Counter = Counter()
+    before: dict = {}
+    out = {}
+    for epoch, updates in enumerate(epochs):
+        for edge, diff in updates:
+            present[edge] += diff
+        after = union_find(list((+present).elements()))
+        change = Counter(dict.fromkeys(after.items() - before.items(), 1))
+        change.update(dict.fromkeys(before.items() - after.items(), -1))
+        if change:
+            out[epoch] = change
+        before = after
+    return out

@@ -19,27 +19,11 @@ import raytide as rt
 from examples.connected_components import union_find
 from examples.incremental_components import build_flow, labels_by_epoch, random_updates
 from raytide.differential import update_columns
+from tests.oracles import component_changes
 
 pytestmark = pytest.mark.ray
 
 EPOCHS = 10
-
-
-def expected_changes(epochs: list) -> dict[int, Counter]:
-    """Per epoch, the changes of union-find's labels of the edges present."""
-    present: Counter = Counter()
-    before: dict = {}
-    out = {}
-    for epoch, updates in enumerate(epochs):
-        for edge, diff in updates:
-            present[edge] += diff
-        after = union_find(list((+present).elements()))
-        change = Counter(dict.fromkeys(after.items() - before.items(), 1))
-        change.update(dict.fromkeys(before.items() - after.items(), -1))
-        if change:
-            out[epoch] = change
-        before = after
-    return out
 
 
 def test_labels_by_epoch_equal_union_find_of_the_edges_present(ray_session):
@@ -75,4 +59,4 @@ def test_a_replica_killed_mid_fixpoint_and_a_live_rescale_lose_and_repeat_no_cha
         held = stats["vertices"]["components"]["arranged_updates"]  # its netted arrangement (Vertex.statistics)
     present = sum(copies for copies in rt.accumulate({e: u for e, u in enumerate(epochs)}).values())
     assert 0 < held <= 3 * 2 * present, (held, present)  # both directions of each edge, and what merges have not netted yet
-    assert {epoch: changes for epoch, changes in got.items() if changes} == expected_changes(epochs)
+    assert {epoch: changes for epoch, changes in got.items() if changes} == component_changes(epochs)

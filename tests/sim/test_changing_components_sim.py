@@ -15,26 +15,10 @@ import random
 from collections import Counter
 
 import raytide as rt
-from examples.connected_components import union_find
 from examples.incremental_components import random_updates
 from raytide.graph import connected_components
 from raytide.testing import LocalJob
-
-
-def expected_changes(epochs: list) -> dict[int, Counter]:
-    present: Counter = Counter()
-    before: dict = {}
-    out = {}
-    for epoch, updates in enumerate(epochs):
-        for edge, diff in updates:
-            present[edge] += diff
-        after = union_find(list((+present).elements()))
-        change = Counter(dict.fromkeys(after.items() - before.items(), 1))
-        change.update(dict.fromkeys(before.items() - after.items(), -1))
-        if change:
-            out[epoch] = change
-        before = after
-    return out
+from tests.oracles import component_changes
 
 
 def trial(seed: int) -> None:
@@ -49,7 +33,7 @@ def trial(seed: int) -> None:
     run = LocalJob(flow, {"edges": epochs}, parallelism=parallelism, seed=seed).run()
     assert run.finished and run.failure is None, f"seed {seed}: {run.failure!r}"
     got = {epoch: Counter(dict(changes)) for epoch, changes in run.outputs["labels"].items() if changes}
-    assert got == expected_changes(epochs), f"seed {seed} (parallelism {parallelism})"
+    assert got == component_changes(epochs), f"seed {seed} (parallelism {parallelism})"
 
 
 def test_components_under_insertions_and_deletions_equal_union_find_after_every_epoch():
