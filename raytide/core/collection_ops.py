@@ -11,6 +11,7 @@ notification of the epoch's time; inside a loop, of :func:`~raytide.differential
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -54,17 +55,47 @@ class CheckUpdates(Vertex):
         self.send_by(0, updates, time)
 
 
-class Consolidate(Vertex):
-    """Per time, the updates with equal records summed and zeros dropped (exchanged by record)."""
+class _FoldedPerTime(Vertex):
+    """A vertex that folds each time's updates per key until the time's notification:
+    ``pending[time][key]``, split and merged by routing key in a rescale."""
 
     def __init__(self) -> None:
-        self.pending: dict[Timestamp, dict[Hashable, int]] = {}
+        self.pending: dict[Timestamp, dict[Hashable, Any]] = {}
+
+    def _folded(self, time: Timestamp) -> dict[Hashable, Any]:
+        """What is folded at ``time`` so far (new: its notification asked for)."""
+        folded = self.pending.get(time)
+        if folded is None:
+            folded = self.pending[time] = {}
+            self.notify_at(time)
+        return folded
+
+    def _take_pending(self, moving: Callable[[Hashable], bool]) -> dict[Timestamp, dict[Hashable, Any]]:
+        """The moving keys' folds, removed; a time left with none loses its notification."""
+        taken = {}
+        for time, folded in list(self.pending.items()):
+            taken[time] = {key: value for key, value in folded.items() if moving(canonical(key))}
+            for key in taken[time]:
+                del folded[key]
+            if not folded:
+                del self.pending[time]
+                self.cancel_notify(time)
+        return taken
+
+    def _put_pending(self, taken: dict[Timestamp, dict[Hashable, Any]],
+                     merge: Callable[[Any, Any], Any] | None = None) -> None:
+        """Another replica's folds, each at its time (a key folded here too is ``merge``d)."""
+        for time, folded in taken.items():
+            mine = self._folded(time)
+            for key, value in folded.items():
+                mine[key] = value if merge is None or key not in mine else merge(mine[key], value)
+
+
+class Consolidate(_FoldedPerTime):
+    """Per time, the updates with equal records summed and zeros dropped (exchanged by record)."""
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        sums = self.pending.get(time)
-        if sums is None:
-            sums = self.pending[time] = {}
-            self.notify_at(time)
+        sums = self._folded(time)
         for record, diff in message:
             sums[record] = sums.get(record, 0) + diff
 
@@ -80,41 +111,24 @@ class Consolidate(Vertex):
         self.pending = state
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        taken = {}
-        for time, sums in list(self.pending.items()):
-            taken[time] = {record: diff for record, diff in sums.items() if moving(canonical(record))}
-            for record in taken[time]:
-                del sums[record]
-            if not sums:
-                del self.pending[time]
-                self.cancel_notify(time)
-        return taken
+        return self._take_pending(moving)
 
     def put_keys(self, state: Any) -> None:
-        for time, sums in state.items():
-            if time not in self.pending:
-                self.pending[time] = {}
-                self.notify_at(time)
-            mine = self.pending[time]
-            for record, diff in sums.items():
-                mine[record] = mine.get(record, 0) + diff
+        self._put_pending(state, operator.add)
 
 
-class LinearSum(Vertex):
+class LinearSum(_FoldedPerTime):
     """Per key, ``(key, total)`` of ``value(record)`` over its records, at top level
     (:class:`~raytide.differential.Sums`): each time's changes folded per key, applied at
     its notification (times complete in order), no group kept."""
 
     def __init__(self, key_of: KeyFn, value_of: Callable[[Any], Any]) -> None:
+        super().__init__()
         self.key_of, self.value_of = key_of, value_of
         self.sums = Sums()
-        self.pending: dict[Timestamp, dict[Hashable, list]] = {}
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        folded = self.pending.get(time)
-        if folded is None:
-            folded = self.pending[time] = {}
-            self.notify_at(time)
+        folded = self._folded(time)
         for record, diff in message:
             change = folded.setdefault(self.key_of(record), [0, 0])
             change[0] += diff
@@ -136,23 +150,11 @@ class LinearSum(Vertex):
         self.sums, self.pending = state["sums"], state["pending"]
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        pending = {}
-        for time, folded in list(self.pending.items()):
-            pending[time] = {key: change for key, change in folded.items() if moving(canonical(key))}
-            for key in pending[time]:
-                del folded[key]
-            if not folded:
-                del self.pending[time]
-                self.cancel_notify(time)
-        return {"sums": self.sums.take(lambda key: moving(canonical(key))), "pending": pending}
+        return {"sums": self.sums.take(lambda key: moving(canonical(key))), "pending": self._take_pending(moving)}
 
     def put_keys(self, state: Any) -> None:
         self.sums.put(state["sums"])
-        for time, folded in state["pending"].items():
-            if time not in self.pending:
-                self.pending[time] = {}
-                self.notify_at(time)
-            self.pending[time].update(folded)
+        self._put_pending(state["pending"])
 
 
 class _Keyed(Vertex):
