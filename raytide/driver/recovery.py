@@ -179,6 +179,7 @@ class JobRecovery:
         """A coordinator for the job's replicas on a warm host; it takes no periodic snapshot
         before it is told to start (or restarted by a recovery)."""
         self.coordinator = self.placement.lease_coordinator(self.recovery, self.incarnation, first_id)
+        self.commits_seen = 0  # a new coordinator's commits start afresh: counting the old one's would drop them
 
     def watch(self) -> None:
         """Watch the job's actors, the coordinator included, for their deaths."""
