@@ -29,7 +29,7 @@ import ray
 from raytide.driver.inputs import InputFeeds
 from raytide.driver.outputs import POLL_SLACK, OutputCollector
 from raytide.driver.placement import COORDINATOR, JobPlacement
-from raytide.driver.snapshot_health import SnapshotHealth
+from raytide.driver.snapshot_health import SILENT_AFTER, SnapshotHealth
 from raytide.driver.store_lease import LeaseKeeper, keeper_of, release_store
 from raytide.errors import ActorLost, JobTimeout, RaytideError, SnapshotError, StoreFencedError
 from raytide.physical.protocol import ReplicaKey
@@ -240,7 +240,9 @@ class JobRecovery:
         while not ray.wait([ref], timeout=RECOVERY_POLL)[0]:
             now = time.monotonic()
             silent = self.health.is_silent(now)
-            if now > deadline + POLL_SLACK or (now > deadline and silent):
+            # The coordinator answers by the deadline itself (its wait is timed): one silent
+            # past it by SILENT_AFTER more is stopped or starved, and is named.
+            if now > deadline + POLL_SLACK or (now > deadline + SILENT_AFTER and silent):
                 named = f"; {self.coordinator_name()} has not answered for {self.health.silent_for(now):.1f} s" \
                     if silent else ""
                 raise SnapshotError(f"job {self.placement.name!r}: no snapshot committed within {timeout:g} s{named}")
