@@ -14,7 +14,7 @@ import ray
 
 import raytide as rt
 from raytide.core.batches import to_records
-from raytide.core.dataflow import COMBINER_MAX_KEYS
+from raytide.core.operators import COMBINER_MAX_KEYS
 from tests.ray.jobs import as_multisets, run_collect
 
 pytestmark = pytest.mark.ray

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 import raytide as rt
-from raytide.engine import replica as replica_module
+from raytide.engine import settling as settling_module
 from raytide.engine.holdback import HeldProgress
 from raytide.engine.progress_runs import last_number
 from raytide.physical.protocol import Cause, Marker, ReplicaKey
@@ -222,8 +222,8 @@ def take_retirements_only(held):
 
 
 @pytest.mark.parametrize("plant", [
-    lambda mp: mp.setattr(replica_module, "is_covered", always_covered),
-    lambda mp: mp.setattr(replica_module, "is_covered", covered_if_not_ready),
+    lambda mp: mp.setattr(settling_module, "is_covered", always_covered),
+    lambda mp: mp.setattr(settling_module, "is_covered", covered_if_not_ready),
     lambda mp: mp.setattr(HeldProgress, "take", take_retirements_only),
 ], ids=["always covered", "covered if not ready", "ships retirements only"])
 def test_a_planted_bug_in_the_hold_back_rule_is_caught(monkeypatch, plant):

@@ -1,0 +1,203 @@
+"""How a replica's core reaches the other actors on Ray (its :class:`~raytide.engine.outbox.Transport`):
+data to its peers in one ``receive_many`` call per event and receiver, with at most
+``max_inflight`` calls in flight per receiver (backpressure, but never out of a feedback
+vertex: a loop always drains); progress to the progress actor or its node's relay, or riding
+with data to a peer (:mod:`raytide.engine.riding`); local snapshots to the writer thread;
+a rescale cut's report and failures. The message flow is in :mod:`raytide.actors.vertex_actor`'s
+docstring; the vertex actor owns one transport, rebuilt at each incarnation's ``reset``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from typing import Any
+
+import ray
+
+from raytide.core.batches import to_records
+from raytide.engine import epoch_tokens
+from raytide.engine.riding import Rides
+from raytide.errors import RaytideError, ReplicaLost, SnapshotError
+from raytide.physical.pickled import frame, pack_records, packed_size, unpicklable
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import (
+    ChannelId,
+    EpochClosed,
+    Marker,
+    ProgressBatch,
+    ProgressRoute,
+    ReplicaKey,
+    Sequenced,
+    encode,
+)
+from raytide.physical.wire import pack
+from raytide.progress.timestamps import Timestamp
+from raytide.snapshots.coordinator import Acknowledgement
+from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
+from raytide.snapshots.writer import SnapshotWriter
+
+#: Output records of at most this many pickled bytes per epoch travel inline to the progress
+#: actor; larger ones stay in the object store (Ray passes arguments by value up to 100 KiB).
+INLINE_BYTES = 64 * 1024
+
+
+class RayTransport:
+    """Sends through Ray with a bounded window of in-flight calls per receiver."""
+
+    def __init__(self, key: ReplicaKey, plan: PhysicalPlan, job: str, max_inflight: int,
+                 writer: SnapshotWriter | None) -> None:
+        self.key, self.plan, self.job = key, plan, job
+        self.max_inflight = max_inflight
+        self.writer = writer
+        self.incarnation = 0
+        self.peers: dict[ReplicaKey, Any] = {}
+        self.unbounded: set[str] = set()
+        self.route = ProgressRoute(None)  # the progress actor, and the node's relay if the job has them
+        self.inflight: dict[ReplicaKey, collections.deque] = collections.defaultdict(collections.deque)
+        self.max_seen = 0
+        self.waits = 0
+        self.blocked_s = 0.0  # waiting for a receiver's window (backpressure)
+        self.blocked_since: float | None = None  # when the wait in hand began (read by stats, on another thread)
+        self.data_calls = 0  # Ray calls that carried data batches (several batches may share one)
+        self.gathering = False  # inside an event: data batches wait in `gathered` until it ends
+        self.gathered: dict[ReplicaKey, list[tuple[str, tuple]]] = {}  # per receiver, (sender, receive args)
+        #: Progress batches going with this event's data, and other replicas' to pass on.
+        self.rides = Rides(key.chain, epoch_tokens.rides_with_tokens(plan, key.chain))
+
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+        try:
+            payload = pack(batch)
+        except Exception as error:
+            raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
+                              f"epoch {time.epoch}") from error
+        self.gathered.setdefault(to, []).append((channel.source, ((self.incarnation, channel, vertex, time), *payload)))
+        self.rides.sent(to, token=isinstance(batch, EpochClosed))
+        if not self.gathering:
+            self._flush(to)
+
+    def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
+        self._flush(to)  # the batches sent before it go first: a channel stays FIFO
+        self._call(to, channel.source, "receive_marker", self.incarnation, channel, marker)
+
+    def flush(self) -> None:
+        """The end of an event: each receiver gets the batches gathered for it in one call
+        (``receive_many``, its arguments framed as one pickle: :func:`~raytide.physical.pickled.frame`)
+        and takes them in one event, so a round of a loop that sends a peer two batches (the
+        next round's rows and the epoch gate's token) costs one Ray call and one progress
+        message there instead of two. A progress batch placed with a receiver whose data
+        went before it (a marker sent it on) goes to the progress actor."""
+        for to in list(self.gathered):
+            self._flush(to)
+        stranded = self.rides.take_stranded()
+        if stranded:
+            self._send_progress(tuple(stranded), refs=False)
+
+    def _flush(self, to: ReplicaKey) -> None:
+        calls = self.gathered.pop(to, None)
+        if not calls:
+            return
+        self.data_calls += 1
+        bounded = next((sender for sender, _ in calls if sender not in self.unbounded), None)  # no wait if any is
+        framed = frame([args for _, args in calls], self.rides.take(to))
+        self._call(to, calls[0][0] if bounded is None else bounded, "receive_many", framed)
+
+    def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
+        window = self.inflight[to]
+        try:
+            if len(window) >= self.max_inflight:  # one look per window of calls, not one per call
+                self._prune(window)
+            if sender not in self.unbounded and len(window) >= self.max_inflight:
+                started = self.blocked_since = time.perf_counter()
+                try:
+                    while len(window) >= self.max_inflight:
+                        self.waits += 1
+                        ray.get(window.popleft())  # the oldest call; raises if the receiver died
+                finally:  # cleared before the total grows (see VertexActor._busy_and_blocked)
+                    self.blocked_since = None
+                    self.blocked_s += time.perf_counter() - started
+        except ray.exceptions.RayActorError as error:
+            raise self._lost(to, error) from error
+        window.append(getattr(self.peers[to], method).remote(*args))
+        self.max_seen = max(self.max_seen, len(window))
+
+    def _lost(self, to: ReplicaKey, error: BaseException) -> ReplicaLost:
+        """The error for a receiver that died: it names the receiver, not this sender's user code."""
+        return ReplicaLost(f"{self.job}/{to}", self.plan.chain(to.chain).vertices,
+                           f"replica {self.job}/{self.key} sending to it", type(error).__name__)
+
+    @staticmethod
+    def _prune(window: collections.deque) -> None:
+        """Forget calls that completed (surfacing their errors), keeping the order of the rest."""
+        ready, _ = ray.wait(list(window), num_returns=len(window), timeout=0)
+        if ready:
+            ray.get(ready)
+            done = set(ready)
+            for _ in range(len(window)):
+                ref = window.popleft()
+                if ref not in done:
+                    window.append(ref)
+
+    def local_snapshot(self, snapshot: LocalSnapshot) -> None:
+        if self.writer is None:
+            raise SnapshotError(f"replica {self.job}/{self.key} reached snapshot barrier {snapshot.snapshot_id}, but "
+                                f"the job was started without recovery=rt.Recovery(...)")
+        self.writer.submit(self.incarnation, snapshot)
+
+    def held(self, marker_id: int, report: HeldReport) -> None:
+        coordinator = self.writer.coordinator if self.writer is not None else None
+        if coordinator is None:
+            raise SnapshotError(f"replica {self.job}/{self.key} reached rescale cut {marker_id} without a snapshot "
+                                f"coordinator to report to")
+        coordinator.acknowledge.remote(Acknowledgement(self.key, marker_id, self.incarnation, (), report))
+
+    def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], route: ProgressRoute) -> None:
+        """A recovery: new peers (replaced ones), and nothing of the calls still in flight is waited for."""
+        self.incarnation, self.peers = incarnation, peers
+        self.route = route
+        self.inflight.clear()
+        self.rides.reset()
+
+    def to_progress(self, call: Sequenced) -> None:
+        """A message for the progress actor: it rides with this event's data
+        (:meth:`Rides.place <raytide.engine.riding.Rides.place>`) or goes in a call of its
+        own, encoded unless an output part is an object ref. Output records travel packed,
+        and large parts stay in the object store."""
+        refs = False
+        if isinstance(call.message, ProgressBatch) and call.message.outputs:
+            packed = {name: {epoch: [self._part(part, name, epoch) for part in parts] for epoch, parts in epochs.items()}
+                      for name, epochs in call.message.outputs.items()}
+            refs = any(isinstance(part, ray.ObjectRef) for epochs in packed.values() for parts in epochs.values()
+                       for part in parts)
+            call = call._replace(message=dataclasses.replace(call.message, outputs=packed))
+        calls = self.rides.place(call, self.gathering, self.gathered)
+        if calls:
+            self._send_progress(calls, refs=refs)
+
+    def _send_progress(self, calls: tuple[Sequenced, ...], refs: bool) -> None:
+        """One Ray call to the progress actor, or to the node's relay: encoded, unless a part is
+        an object ref (Ray must see it)."""
+        relay, progress = self.route.relay, self.route.progress
+        if refs:
+            (relay.relay_with_refs if relay is not None else progress.receive_with_refs).remote(self.incarnation, *calls)
+        else:
+            (relay.relay if relay is not None else progress.receive).remote(encode((self.incarnation, calls)))
+
+    def pass_on(self, calls: list[Sequenced]) -> None:
+        """Send the progress actor what came with data, did not go with a message of this
+        replica's and is not kept for its next (:meth:`ReplicaCore.riders_to_pass_on`)."""
+        if calls:
+            self._send_progress(tuple(calls), refs=False)
+
+    def fail(self, error: RaytideError) -> None:
+        self.route.progress.fail.remote(self.incarnation, error)
+
+    @staticmethod
+    def _part(records: list, output: str, epoch: int) -> Any:
+        try:
+            blob = pack_records(records)
+        except Exception as error:
+            raise unpicklable(records, error, f"output {output!r} epoch {epoch}") from error
+        return blob if packed_size(blob) <= INLINE_BYTES else ray.put(blob)
+

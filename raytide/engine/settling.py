@@ -1,0 +1,183 @@
+"""What a replica does after every event: delivers what it sent itself, then the
+notifications that are due, then ships its held-back progress if it may matter and tells
+the progress actor what it now waits on (Naiad's rule: one event's deltas travel together,
+numbered per replica; :mod:`raytide.engine.holdback` says when they may wait).
+
+A layer of :class:`~raytide.engine.replica.ReplicaCore` (see :mod:`raytide.engine.replica_vertices`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from raytide.engine.holdback import is_covered
+from raytide.engine.modes import ReplicaMode
+from raytide.engine.replica_barriers import BarrierHandling
+from raytide.engine.riding import Rides
+from raytide.physical.protocol import (
+    Declaration,
+    HeldCause,
+    ProgressBatch,
+    ProgressMessage,
+    Sequenced,
+)
+from raytide.progress.publisher import Interests, answers
+from raytide.progress.reachability import Location
+from raytide.progress.timestamps import Timestamp, minimal_elements
+from raytide.progress.tracker import Pointstamp
+
+
+class Settling(BarrierHandling):
+    """The progress a replica ships and the notifications it delivers after each event."""
+
+    def _settle(self) -> None:
+        """After every event: deliver what this replica sent itself, then notifications, then
+        ship progress if it may matter, and tell the progress actor what this replica now
+        waits on (with the progress when both go).
+
+        When what it waits on must be declared and would still be once its held-back
+        progress were shipped (a new notification), the replica sends the progress actor a
+        message anyway, so what it holds back goes along: the same number of messages, and
+        the frontier does not wait a round trip (a status push, then this flush) for it. A
+        wait of held-back progress alone is declared instead: shipping would only make it
+        due again at the next message.
+        """
+        self._drain_local()
+        self._deliver_notifications()
+        if self.token_sender.owed and self.mode is ReplicaMode.RUNNING:  # after what its notifications sent
+            self.token_sender.close(self.transport, self.notifications.pending, self.input_epochs[self.chain.vertices[0]])
+        ship = self._should_ship()  # first: it forgets causes whose deltas cancelled out
+        interests = self._interests()
+        if not ship and self._must_declare(interests):
+            ship = self._must_declare(self._interests(held=False))
+        if ship:
+            changes, outputs = self._take_held()
+            if changes or outputs:
+                self._send_held(changes, outputs, ack=False)
+                return
+            interests = self._interests()  # what it held is no longer waited on
+        if self._must_declare(interests):
+            self.interests = interests
+            self._to_progress(Declaration(interests))
+
+    def _must_declare(self, interests: Interests) -> bool:
+        """Whether the progress actor must learn ``interests`` now: they changed, and one of
+        them could be answered before this replica ships progress anyway.
+
+        An input this replica hosts holds its capability until it moves, which ships
+        progress (and the interests with it); meanwhile no time it could still result in
+        is ready or uncovered anywhere it can reach (a pointstamp at another location holds
+        the frontier there), so a declaration of only such waits may wait for that batch.
+        The waits of a vertex fused behind an input are such waits until the input moves on.
+        """
+        if interests == self.interests:
+            return False
+        return not interests or not all(self._held_here(location, time)
+                                        for location, waits in interests.items() for time, _ in waits)
+
+    def _held_here(self, location: Location, time: Timestamp) -> bool:
+        """Whether an open input of this replica holds the frontier at ``location`` at or before ``time``."""
+        return any(epoch is not None and self.plan.graph.could_result_in(Location.of_vertex(name), Timestamp(epoch),
+                                                                        location, time)
+                   for name, epoch in self.input_epochs.items())
+
+    def _drain_local(self) -> None:
+        """Deliver what this replica sent itself, in send order (each channel stays FIFO).
+
+        Draining before progress is shipped lets the +1 of such a batch cancel its -1 in
+        the same progress batch.
+        """
+        local = self.outbox.local
+        while local:
+            is_marker, arguments = local.popleft()
+            if is_marker:
+                self._receive_marker(*arguments)
+            else:
+                self._receive(*arguments)
+
+    def _interests(self, held: bool = True) -> Interests:
+        """What this replica waits on: pending notifications at their vertex's inputs (for
+        their time to be ready) and, unless ``held`` is False (as once it is shipped),
+        held-back progress at the location of its cause (for its time to be no longer
+        covered); only the minimal times matter (a later one is answered no earlier)."""
+        waits: dict[Location, dict[Timestamp, bool]] = {}
+        for vertex, pending in self.notifications.pending.items():
+            asked = [time for time in pending if not self.tokens.answers_alone(vertex, time)]  # tokens answer the rest
+            if asked:
+                for port in range(len(self.plan.vertex(vertex).inputs)):
+                    waits[Location.of_input(vertex, port)] = dict.fromkeys(asked, False)
+        for location, time in self.held_back.waits() if held else ():
+            if not self._shipped_at_a_token(location.vertex, time):
+                waits.setdefault(location, {})[time] = True
+        return {loc: [(t, times[t]) for t in sorted(minimal_elements(times), key=Timestamp.sort_key)]
+                for loc, times in waits.items()}
+
+    def _shipped_at_a_token(self, vertex: str, time: Timestamp) -> bool:
+        """Whether progress held back at an input of ``vertex`` at ``time`` will be shipped
+        when tokens alone make a notification due: one of ``vertex`` at or before ``time``
+        is pending (its delivery ships all that is held), so no status need tell when it
+        is no longer covered (nothing downstream can pass ``time`` before that delivery)."""
+        return any(pending.less_equal(time) and self.tokens.answers_alone(vertex, pending)
+                   for pending in self.notifications.pending.get(vertex, ()))
+
+    def _ready(self, vertex: str, time: Timestamp) -> bool:
+        if self.tokens.ready(vertex, time):
+            return True
+        for port in range(len(self.plan.vertex(vertex).inputs)):
+            status = self.statuses.get(Location.of_input(vertex, port))
+            if status is None or not answers(status, time)[0]:
+                return False
+        return True
+
+    def _deliver_notifications(self) -> None:
+        if self.mode is ReplicaMode.HOLDING:
+            return
+        for vertex in self.chain.vertices:
+            if not self.notifications.of(vertex):
+                continue
+            cyclic = self.plan.vertex(vertex).cyclic
+            if cyclic and self.unacked:
+                continue
+            due = self.notifications.take_due(vertex, functools.partial(self._ready, vertex), one_round=cyclic)
+            for time in due:
+                self.stats[vertex].notifications += 1
+                self._run(vertex, time, self.vertices[vertex].on_notify, time)
+                self.held_back.update((Location.of_vertex(vertex), time), -1)
+                self.held_back.force()
+            self._drain_local()
+            if cyclic and due:
+                self._send_held(*self._take_held(), ack=True)
+
+    def _should_ship(self) -> bool:
+        def covered(cause: HeldCause) -> bool:
+            return is_covered(cause, self.statuses, self.input_epochs)
+
+        return self.held_back.should_ship(covered, self.in_cycle, has_outputs=any(self.outputs.values()))
+
+    def riders_to_pass_on(self, rides: Rides) -> list[Sequenced]:
+        """The batches that came with data to pass on now: while it runs, those that rode with tokens may wait."""
+        if self.mode is not ReplicaMode.RUNNING or not self.tokens.keeps_riders():
+            return rides.take_passing_on()
+        rides.keep(self.tokens.latest)
+        return rides.take_passing_on(self.tokens.closed_by_all)
+
+    def _take_held(self) -> tuple[list[tuple[Pointstamp, int]], dict[str, dict[int, list]]]:
+        """Everything held back: the progress deltas and the output records they retire."""
+        outputs = {name: epochs for name, epochs in self.outputs.items() if epochs}
+        for name in outputs:
+            self.outputs[name] = {}
+        return self.held_back.take(), outputs
+
+    def _send_held(self, changes: list[tuple[Pointstamp, int]], outputs: dict[str, dict[int, list]], ack: bool) -> None:
+        """Ship the progress with the output records it retires, and what the replica now waits
+        on if that changed (a cyclic round's next notification goes along)."""
+        previous, self.interests = self.interests, self._interests()
+        self.flushes += 1
+        if ack:
+            self.unacked += 1
+        parts = {name: {e: [records] for e, records in epochs.items()} for name, epochs in outputs.items()}
+        self._to_progress(ProgressBatch(changes, ack, self.interests if self.interests != previous else None,
+                                        parts or None))
+
+    def _to_progress(self, message: ProgressMessage) -> None:
+        self.transport.to_progress(Sequenced(self.outbox.key, next(self.sequence), message))
