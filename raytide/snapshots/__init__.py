@@ -15,10 +15,10 @@ from .interval import IntervalTuner as IntervalTuner
 from .interval import lambert_w0 as lambert_w0
 from .interval import optimal_interval as optimal_interval
 from .interval import utilization as utilization
+from .listing import describe as describe
 from .store import Manifest as Manifest
 from .store import PartInfo as PartInfo
 from .store import SnapshotStore as SnapshotStore
-from .store import describe as describe
 
 __all__ = [
     "BarrierAligner",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import pickle
 import urllib.parse
+import warnings
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -37,6 +38,7 @@ from raytide.progress.outputs import NEVER, earliest_epoch
 from raytide.progress.reachability import Location
 from raytide.progress.tracker import Pointstamp, Tracker
 from raytide.snapshots.coordinator import Commit
+from raytide.snapshots.reads import UnreadableFile
 from raytide.snapshots.replica_state import ReplicaSummary, pointstamps, unpickle_outputs
 from raytide.snapshots.store import Manifest, SnapshotStore
 
@@ -92,13 +94,22 @@ def commit_snapshot(store: SnapshotStore, plan: PhysicalPlan, commit: Commit, de
     (last: the snapshot exists once it does), then delete all but the last ``retain``
     committed snapshots. Returns the outputs' epochs complete in it (:func:`complete_at_cut`).
 
+    A delete that fails does not fail the commit (a warning says so): reported failed, a
+    committed snapshot would hold back the outputs it releases, and a store that cannot
+    delete would fail every commit. The snapshots left are deleted by a later commit's
+    retention (the store deletes a manifest first, so none is left half deleted).
+
     ``delivered``: per output the last epoch the driver had been handed at the trigger.
     """
     job = store.write_part(commit.snapshot_id, JOB_PART, encode_summaries(commit.summaries))
     complete = complete_at_cut(plan, commit.summaries)
     store.commit(commit.snapshot_id, [*commit.parts, job],
                  snapshot_metadata(plan, commit.incarnation, delivered, complete))
-    store.retain(retain)
+    try:
+        store.retain(retain)
+    except (OSError, UnreadableFile) as error:  # the snapshot is committed all the same: never report it failed
+        warnings.warn(f"snapshot {commit.snapshot_id} is committed, but deleting older snapshots of {store.uri} "
+                      f"failed ({error!r}): a later commit deletes them", RuntimeWarning, stacklevel=2)
     return complete
 
 

@@ -27,6 +27,11 @@ between the copy and the delete only leaves a stray temporary file. pyarrow does
 local files; after a machine crash (not a process crash) a part may hold stale bytes behind a
 committed manifest, which the checksums catch: :meth:`SnapshotStore.latest` then falls back.
 
+Faults. A read that fails is tried again a few times (:mod:`raytide.snapshots.reads`), then
+fails naming the store and the file, never passing for damage. A commit whose move raised is
+read back: if its manifest is in place, it is committed (an ambiguous commit). A snapshot is
+deleted manifest first, so a delete that fails partway leaves only an uncommitted directory.
+
 Verification. Every read of a part checks its size and SHA-256 against the manifest.
 :meth:`SnapshotStore.latest` checks every part of a snapshot before returning it, and skips a
 damaged one (missing, partial or corrupt part; missing or unparsable manifest; bad signature)
@@ -50,6 +55,7 @@ from it; with a key, only holders of the key can produce a snapshot the store ac
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -59,7 +65,7 @@ import re
 import time
 import uuid
 import warnings
-from datetime import datetime, timezone
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +83,7 @@ from raytide.snapshots.manifest import (
     check_part_name,
     manifest_from,
 )
+from raytide.snapshots.reads import READ_PAUSES, UnreadableFile, hashed, retried
 
 if TYPE_CHECKING:  # imported where a store is opened: a host whose job keeps no snapshots starts without pyarrow
     import pyarrow.fs as pafs
@@ -87,7 +94,6 @@ _TEMP_PREFIX = "_manifest.json.tmp-"
 _DIR_PREFIX = "snapshot-"
 _RECORD_PREFIX = "_record-"
 _DIR_PATTERN = re.compile(rf"{_DIR_PREFIX}(\d{{{ID_DIGITS}}})")
-_CHUNK = 1 << 22  # bytes read at a time when verifying a part
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +128,7 @@ class SnapshotStore:
         self.filesystem, self.root = _resolve(uri, filesystem)
         self._key = signing_key
         self.leases = LeaseFiles(self.filesystem, self.root, uri)
+        self.read_pauses: Sequence[float] = READ_PAUSES  # between attempts of a read (raytide.snapshots.reads)
 
     def __repr__(self) -> str:
         return f"SnapshotStore({self.uri!r}, signed={self._key is not None})"
@@ -200,7 +207,11 @@ class SnapshotStore:
         temp = f"{self.snapshot_dir(snapshot_id)}/{_TEMP_PREFIX}{uuid.uuid4().hex}"
         with self.filesystem.open_output_stream(temp) as out:
             out.write(text)
-        self._publish(temp, snapshot_id)
+        try:
+            self._publish(temp, snapshot_id)
+        except OSError:  # the move may still have happened (an ambiguous commit): then it is committed
+            if not self._published(snapshot_id, text):
+                raise
         self._guard(f"snapshot {snapshot_id}: its manifest was written, but may be ignored by readers")
         return manifest_from(json.loads(text))
 
@@ -219,6 +230,14 @@ class SnapshotStore:
             os.replace(temp, self.manifest_path(snapshot_id))
             return
         os.unlink(temp)
+
+    def _published(self, snapshot_id: int, text: bytes) -> bool:
+        """Whether snapshot ``snapshot_id``'s manifest in place is ``text``: a commit whose move
+        raised is committed if it is, and must be counted so (its id is never committed again)."""
+        try:
+            return self._read_file(self.manifest_path(snapshot_id), f"the manifest of snapshot {snapshot_id}") == text
+        except (OSError, SnapshotError):  # unknown: reported as not committed (it stays restorable if it is)
+            return False
 
     def _body(self, snapshot_id: int, parts: list[PartInfo], metadata: dict[str, Any]) -> dict[str, Any]:
         """The manifest's canonical body (everything but the HMAC); refuses bad arguments."""
@@ -324,26 +343,33 @@ class SnapshotStore:
         one chunk of memory). Only a missing part is a damage: other I/O errors (a network
         failure) propagate, so that they never pass for a damaged snapshot.
         """
-        digest, size, chunks = hashlib.sha256(), 0, []
+        path = self.part_path(snapshot_id, part.name)
         try:
-            with self.filesystem.open_input_stream(self.part_path(snapshot_id, part.name)) as source:
-                while chunk := source.read(_CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    chunks += [chunk] if keep else []
+            size, sha256, data = retried(lambda: hashed(self.filesystem, path, keep),
+                                         f"part {part.name!r} of snapshot {snapshot_id}", self.uri, self.read_pauses)
         except FileNotFoundError as error:
             raise SnapshotError(f"snapshot {snapshot_id}: part {part.name!r} is missing") from error
-        if size != part.size or digest.hexdigest() != part.sha256:
+        if size != part.size or sha256 != part.sha256:
             raise SnapshotError(
                 f"snapshot {snapshot_id}: part {part.name!r} is corrupt: expected {part.size} bytes with sha256 "
-                f"{part.sha256}, found {size} bytes with sha256 {digest.hexdigest()}")
-        return b"".join(chunks)
+                f"{part.sha256}, found {size} bytes with sha256 {sha256}")
+        return data
+
+    def _read_file(self, path: str, what: str) -> bytes:
+        """The bytes at ``path``, read again after a transient failure (:func:`~raytide.snapshots.reads.retried`)."""
+        def read() -> bytes:
+            with self.filesystem.open_input_stream(path) as source:
+                return source.read()
+
+        return retried(read, what, self.uri, self.read_pauses)
 
     def _verify_parts(self, manifest: Manifest) -> str:
         """What is wrong with the parts of ``manifest`` ("" if nothing): every part is read and checked."""
         for part in manifest.parts:
             try:
                 self._read_verified(manifest.snapshot_id, part, keep=False)
+            except UnreadableFile:  # not damage: it may be intact
+                raise
             except SnapshotError as error:
                 return str(error)
         return ""
@@ -396,8 +422,15 @@ class SnapshotStore:
         doomed = [entry.snapshot_id for entry in entries
                   if entry.snapshot_id not in kept and (entry.manifest is not None or entry.snapshot_id < committed[-1])]
         for snapshot_id in doomed:
-            self.filesystem.delete_dir(self.snapshot_dir(snapshot_id))
+            self._delete(snapshot_id)
         return doomed
+
+    def _delete(self, snapshot_id: int) -> None:
+        """Delete snapshot ``snapshot_id``, its manifest first: a delete that fails partway leaves an
+        uncommitted directory (a later :meth:`retain` deletes it), never a manifest whose parts are gone."""
+        with contextlib.suppress(FileNotFoundError):  # an abandoned snapshot has none
+            self.filesystem.delete_file(self.manifest_path(snapshot_id))
+        self.filesystem.delete_dir(self.snapshot_dir(snapshot_id))
 
     def _ids(self) -> list[int]:
         """The ids of all snapshot directories, ascending; other names under the root are ignored."""
@@ -414,8 +447,7 @@ class SnapshotStore:
     def _entry(self, snapshot_id: int, leases: LeaseView) -> _Entry:
         """Reads and verifies the manifest of one snapshot directory (a fenced one is not committed)."""
         try:
-            with self.filesystem.open_input_stream(self.manifest_path(snapshot_id)) as source:
-                text = source.read()
+            text = self._read_file(self.manifest_path(snapshot_id), f"the manifest of snapshot {snapshot_id}")
         except FileNotFoundError:
             return _Entry(snapshot_id, None, "not committed (no manifest)")
         try:
@@ -451,38 +483,6 @@ class SnapshotStore:
 def store_of(recovery: Recovery) -> SnapshotStore:
     """The store of ``recovery``, fenced by the lease its job holds (``recovery.fence``, set by ``rt.run``)."""
     return SnapshotStore(recovery.store, recovery.signing_key, fence=recovery.fence)
-
-
-def describe(uri_or_store: str | SnapshotStore) -> str:
-    """A human-readable table of the snapshots in a store: for each committed one its id, commit
-    time (UTC), total size, number of parts and metadata keys (the vertices, when the metadata
-    names them); then one line per directory that is not a committed snapshot, with the reason."""
-    store = uri_or_store if isinstance(uri_or_store, SnapshotStore) else SnapshotStore(uri_or_store)
-    entries = store._entries()
-    if not entries:
-        return f"no snapshots in {store.uri}"
-    rows = [("id", "committed (UTC)", "size", "parts", "metadata")]
-    rows += [_row(entry.manifest) for entry in entries if entry.manifest is not None]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    lines = [f"snapshots in {store.uri}:"]
-    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows]
-    lines += [f"snapshot {entry.snapshot_id}: {entry.problem}" for entry in entries if entry.manifest is None]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def _row(manifest: Manifest) -> tuple[str, str, str, str, str]:
-    when = datetime.fromtimestamp(manifest.committed_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    about = "keys: " + ", ".join(sorted(manifest.metadata)) if manifest.metadata else "-"
-    vertices = manifest.metadata.get("vertices")
-    if isinstance(vertices, (list, dict)):
-        about = f"vertices: {', '.join(map(str, vertices))}; {about}"
-    return str(manifest.snapshot_id), when, _human_size(manifest.total_size), str(len(manifest.parts)), about
-
-
-def _human_size(size: int) -> str:
-    """``1536`` -> ``1.5 KiB``."""
-    power = min(max(size.bit_length() - 1, 0) // 10, 3)
-    return f"{size} B" if power == 0 else f"{size / 1024**power:.1f} {('KiB', 'MiB', 'GiB')[power - 1]}"
 
 
 def _resolve(uri: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:

@@ -23,7 +23,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from raytide.errors import ArgumentError, SnapshotError
 from raytide.snapshots import Manifest, SnapshotStore, describe
-from raytide.snapshots.store import _CHUNK, MANIFEST
+from raytide.snapshots.reads import CHUNK
+from raytide.snapshots.store import MANIFEST
 
 KEY = b"the coordinator's key"
 
@@ -279,7 +280,7 @@ def test_read_part_with_a_flipped_byte_names_snapshot_part_and_checksums(store):
 
 
 def test_a_part_larger_than_a_read_chunk_is_read_and_checked_whole(store):
-    big = bytes(range(256)) * (_CHUNK // 256) + b"tail"
+    big = bytes(range(256)) * (CHUNK // 256) + b"tail"
     write_snapshot(store, {"big": big})
     assert store.read_part(1, "big") == big and store.latest().snapshot_id == 1
     flip_byte(store, store.part_path(1, "big"), index=len(big) - 1)
