@@ -56,7 +56,8 @@ def retried(read: Callable[[], Read], what: str, uri: str, pauses: Sequence[floa
         except FileNotFoundError:
             raise
         except OSError:
-            time.sleep(pause)
+            if pause > 0:  # a store reached in steps (the simulator's) reads again at once
+                time.sleep(pause)
     try:
         return read()
     except FileNotFoundError:
