@@ -22,9 +22,11 @@ NAMES = ("word count", "keyed", "loop")
 
 @dataclass
 class Trial:
-    """One trial: whether its output was exactly the failure-free one, the error it ended
-    with (None: none), its store (what the faults did, what is left) and its run."""
+    """One trial (scenario ``name``, ``seed``): whether its output was exactly the failure-free
+    one, the error it ended with (None: none), its store (what the faults did, what is left)
+    and its run."""
 
+    name: str
     seed: int
     exact: bool
     error: BaseException | None
@@ -47,9 +49,9 @@ def store_trial(name: str, seed: int, directory: str, faults: StoreFaults, outpu
     try:
         run = job.run(max_steps=100_000, after_step=chaos.after_step)
     except BROKEN as error:  # a hang, an epoch handed over twice, a store that cannot be read
-        return Trial(seed, False, error, store, None)
+        return Trial(name, seed, False, error, store, None)
     exact = run.failure is None and run.finished and as_counters(run.outputs) == scenario.expected
-    return Trial(seed, exact, run.failure, store, run)
+    return Trial(name, seed, exact, run.failure, store, run)
 
 
 @functools.cache

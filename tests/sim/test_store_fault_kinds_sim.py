@@ -84,8 +84,8 @@ def damaged(trial: Trial) -> list[str]:
 def test_an_ambiguous_commit_is_counted_committed_once_and_the_output_stays_exact(store_root):
     done = trials(AMBIGUOUS, store_root, "ambiguous", "snapshot")  # output handed out at commits: the stricter
     for trial in done:
-        assert trial.exact, f"seed {trial.seed}: {trial.error!r}"
-        assert not uncounted(trial), f"seed {trial.seed}: committed, not counted: {uncounted(trial)}"
+        assert trial.exact, f"{trial.name}, seed {trial.seed}: {trial.error!r}"
+        assert not uncounted(trial), f"{trial.name}, seed {trial.seed}: committed, not counted: {uncounted(trial)}"
     assert sum(len(trial.store.files.ambiguous_ids) for trial in done) >= len(done) // 2
 
 
@@ -103,7 +103,7 @@ def test_a_torn_write_is_never_restored_from(store_root):
         warnings.simplefilter("always")
         done = trials(TORN, store_root, "torn")
     for trial in done:
-        assert trial.exact, f"seed {trial.seed}: {trial.error!r}"
+        assert trial.exact, f"{trial.name}, seed {trial.seed}: {trial.error!r}"
     skipped = sum(1 for warning in caught if re.search(r"skipping snapshot \d+ .*is corrupt", str(warning.message)))
     assert skipped >= 10, f"recoveries passed over a torn snapshot only {skipped} times: the test proves little"
 
@@ -134,7 +134,7 @@ def names_the_store_and_the_snapshot(trial: Trial) -> bool:
 def test_a_failed_read_is_retried_or_fails_naming_the_store_and_the_snapshot(store_root):
     done = trials(READS, store_root, "reads")
     for trial in done:
-        assert trial.exact or names_the_store_and_the_snapshot(trial), f"seed {trial.seed}: {trial.error!r}"
+        assert trial.exact or names_the_store_and_the_snapshot(trial), f"{trial.name}, seed {trial.seed}: {trial.error!r}"
     exact = sum(trial.exact for trial in done)
     assert exact >= 0.95 * len(done), f"only {exact} of {len(done)} trials recovered through failed reads"
     assert sum(trial.store.files.injected["reads"] for trial in done) >= len(done)
@@ -154,13 +154,13 @@ def test_a_store_that_reads_once_is_caught(store_root, monkeypatch):
 def test_a_failed_retention_delete_fails_no_commit_and_leaves_the_store_usable(store_root, faults):
     done = trials(faults, store_root, f"deletes-{faults.deletes}", "snapshot")
     for trial in done:
-        assert trial.exact, f"seed {trial.seed}: {trial.error!r}"
-        assert not uncounted(trial), f"seed {trial.seed}: committed, not counted: {uncounted(trial)}"
-        assert not damaged(trial), f"seed {trial.seed}: {damaged(trial)}"
+        assert trial.exact, f"{trial.name}, seed {trial.seed}: {trial.error!r}"
+        assert not uncounted(trial), f"{trial.name}, seed {trial.seed}: committed, not counted: {uncounted(trial)}"
+        assert not damaged(trial), f"{trial.name}, seed {trial.seed}: {damaged(trial)}"
         plain = SnapshotStore(trial.store.uri)
         kept = [manifest.snapshot_id for manifest in plain.committed()][-1:]
         plain.retain(1)  # the store is usable: a retention that works deletes what the failed ones left
-        assert plain._ids() == kept or plain._ids()[: len(kept)] == kept, f"seed {trial.seed}: {plain._ids()}"
+        assert plain._ids() == kept or plain._ids()[: len(kept)] == kept, f"{trial.name}, seed {trial.seed}: {plain._ids()}"
     assert sum(trial.store.files.injected["deletes"] for trial in done) >= len(done) // 2
 
 
@@ -189,7 +189,7 @@ def test_a_delete_of_parts_before_the_manifest_is_caught(store_root, monkeypatch
 def test_a_retention_racing_with_a_restore_never_deletes_what_is_restored(store_root):
     done = trials(RACES, store_root, "races")
     for trial in done:
-        assert trial.exact, f"seed {trial.seed}: {trial.error!r}"
+        assert trial.exact, f"{trial.name}, seed {trial.seed}: {trial.error!r}"
     assert sum(trial.store.files.injected["races"] for trial in done) >= len(done)
 
 
