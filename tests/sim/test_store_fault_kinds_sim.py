@@ -105,7 +105,7 @@ def test_a_torn_write_is_never_restored_from(store_root):
     for trial in done:
         assert trial.exact, f"{trial.name}, seed {trial.seed}: {trial.error!r}"
     skipped = sum(1 for warning in caught if re.search(r"skipping snapshot \d+ .*is corrupt", str(warning.message)))
-    assert skipped >= 10, f"recoveries passed over a torn snapshot only {skipped} times: the test proves little"
+    assert skipped >= 5, f"recoveries passed over a torn snapshot only {skipped} times: the test proves little"
 
 
 def _sizes_only(self: SnapshotStore, snapshot_id: int, part, keep: bool = True) -> bytes:  # type: ignore[no-untyped-def]
