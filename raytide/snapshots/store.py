@@ -340,8 +340,8 @@ class SnapshotStore:
         """Reads ``part`` in chunks, hashing as it goes, and checks it against the manifest.
 
         Returns the bytes, or ``b""`` with ``keep=False`` (verifying a large snapshot then needs
-        one chunk of memory). Only a missing part is a damage: other I/O errors (a network
-        failure) propagate, so that they never pass for a damaged snapshot.
+        one chunk of memory). Only a missing part is a damage: a read that fails (a network
+        failure) is tried again, then raises :class:`UnreadableFile`, never passing for damage.
         """
         path = self.part_path(snapshot_id, part.name)
         try:
