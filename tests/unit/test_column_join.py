@@ -1,0 +1,159 @@
+"""The columnar join and sum of collections (``raytide.core.column_join``) against brute force
+and against the record-by-record cores, on random streams of insertions and deletions (diffs
+of any sign and size, several copies of a record) split into epochs at random, with their
+state taken by key and put elsewhere at random epochs: after every epoch the accumulated
+output is the operator applied to the inputs accumulated so far, and each epoch's change
+equals what the record core gives for the same updates.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from raytide.core.column_join import ColumnJoin, ColumnSums, joined_names
+from raytide.differential import DIFF, Join, Sums
+from raytide.errors import RecordError
+from raytide.progress.timestamps import Timestamp
+
+TRIALS = 200
+
+
+def random_epochs(rng: random.Random, fields: int, epochs: int) -> list[list[tuple[tuple, int]]]:
+    """Per epoch, updates of records ``(key, v1, ...)``: insertions (1 or 2 copies) and
+    deletions of copies present (so no count goes negative), in random numbers per epoch."""
+    present: Counter = Counter()
+    out = []
+    for _ in range(epochs):
+        updates = []
+        for _ in range(rng.choice([0, 1, 3, 8])):
+            if +present and rng.random() < 0.45:
+                record = rng.choice(sorted(+present))
+                diff = -rng.randint(1, present[record])
+            else:
+                record = (rng.randrange(4), *(rng.randrange(3) for _ in range(fields - 1)))
+                diff = rng.choice([1, 1, 2])
+            present[record] += diff
+            updates.append((record, diff))
+        out.append(updates)
+    return out
+
+
+def columns(updates: list[tuple[tuple, int]], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    return {**{name: np.array([r[k] for r, _ in updates], dtype=np.int64) for k, name in enumerate(names)},
+            DIFF: np.array([d for _, d in updates], dtype=np.int64)}
+
+
+def as_counter(rows: dict[str, np.ndarray] | None, names: tuple[str, ...]) -> Counter:
+    out: Counter = Counter()
+    if rows is not None:
+        for k in range(len(rows[DIFF])):
+            out[tuple(int(rows[n][k]) for n in names)] += int(rows[DIFF][k])
+    return Counter({r: d for r, d in out.items() if d})
+
+
+def accumulated(epochs: list[list[tuple[tuple, int]]]) -> Counter:
+    total: Counter = Counter()
+    for updates in epochs:
+        for record, diff in updates:
+            total[record] += diff
+    return +total
+
+
+def moved(core: ColumnJoin | ColumnSums, rng: random.Random) -> ColumnJoin | ColumnSums:
+    """``core``'s state split by key between two cores and put back into a third (a rescale)."""
+    odd = rng.random() < 0.5
+    taken = core.take(lambda key: key % 2 == odd)
+    if isinstance(core, ColumnJoin):
+        fresh: ColumnJoin | ColumnSums = ColumnJoin(*core.names, *core.keys)
+        fresh.put(taken)
+        fresh.put(core.take(lambda key: True))
+    else:
+        fresh = ColumnSums(core.key, core.value)
+        fresh.put(taken)
+        fresh.put(core.take(lambda key: True))
+    return fresh
+
+
+def test_a_column_join_equals_the_join_of_its_inputs_after_every_epoch_and_the_record_join_per_epoch():
+    rng = random.Random(71)
+    left_names, right_names = ("k", "a", "b"), ("k", "c")
+    out_names = joined_names(left_names, right_names, "k")
+    for trial in range(TRIALS):
+        epochs = rng.randint(1, 6)
+        left, right = random_epochs(rng, 3, epochs), random_epochs(rng, 2, epochs)
+        join, record_join, total = ColumnJoin(left_names, right_names, "k", "k"), Join(), Counter()
+        for epoch in range(epochs):
+            if rng.random() < 0.3:
+                join = moved(join, rng)
+            parts = [columns(left[epoch], left_names) if left[epoch] or rng.random() < 0.5 else None,
+                     columns(right[epoch], right_names) if right[epoch] or rng.random() < 0.5 else None]
+            change = as_counter(join.run(*parts), out_names)
+            total.update(change)
+            wanted: Counter = Counter()
+            for side, updates in ((0, left[epoch]), (1, right[epoch])):
+                for when, pairs in record_join.receive(side, Timestamp(epoch), [(r[0], r, d) for r, d in updates]).items():
+                    assert when == Timestamp(epoch)
+                    for (_, (a, b)), d in pairs:
+                        wanted[(*a, *b[1:])] += d
+            assert change == Counter({r: d for r, d in wanted.items() if d}), (trial, epoch)
+            brute = Counter()
+            for a, n in accumulated(left[: epoch + 1]).items():
+                for b, m in accumulated(right[: epoch + 1]).items():
+                    if a[0] == b[0]:
+                        brute[(*a, *b[1:])] += n * m
+            assert +total == brute and not -total, (trial, epoch)
+        assert join.held >= len(accumulated(left)) + len(accumulated(right))  # every live record is held
+
+
+def test_a_column_join_keeps_its_arrangements_to_the_live_rows_when_changes_cancel():
+    """A tenth of the left's rows updated every epoch (old row taken back, new one added): merges
+    net what is taken back, so the arrangements hold at most twice the live rows."""
+    join = ColumnJoin(("k", "a"), ("k", "b"), "k", "k")
+    keys, values, ones = np.arange(1000) % 50, np.arange(1000), np.ones(100, dtype=np.int64)
+    join.run({"k": keys, "a": values.copy(), DIFF: np.ones(1000, dtype=np.int64)},
+             {"k": np.arange(50), "b": np.arange(50), DIFF: np.ones(50, dtype=np.int64)})
+    for epoch in range(1, 60):
+        some = slice(epoch % 10 * 100, epoch % 10 * 100 + 100)
+        old, values[some] = values[some].copy(), values[some] + 1000
+        join.run({"k": np.tile(keys[some], 2), "a": np.concatenate([old, values[some]]), DIFF: np.concatenate([-ones, ones])},
+                 None)
+        assert join.held <= 2 * 1050, (epoch, join.held)
+    left = join.rows(0)
+    assert sorted(left["a"].tolist()) == sorted(values.tolist()) and set(left[DIFF].tolist()) == {1}
+    assert join.cancelled >= 5000
+
+
+def test_column_sums_equal_the_record_sums_per_epoch():
+    rng = random.Random(72)
+    for trial in range(TRIALS):
+        epochs = random_epochs(rng, 2, rng.randint(1, 6))
+        sums, record_sums = ColumnSums("k", "v"), Sums()
+        for epoch, updates in enumerate(epochs):
+            if rng.random() < 0.3:
+                sums = moved(sums, rng)
+            folded: dict = {}
+            for (key, value), diff in updates:
+                change = folded.setdefault(key, [0, 0])
+                change[0] += diff
+                change[1] += value * diff
+            wanted = Counter(dict(record_sums.apply(folded)))
+            assert as_counter(sums.apply(columns(updates, ("k", "v"))), ("k", "total")) == wanted, (trial, epoch)
+
+
+def test_column_sums_refuse_a_key_with_fewer_than_no_records_and_values_that_are_not_numbers():
+    sums = ColumnSums("k", "v")
+    sums.apply({"k": np.array([3]), "v": np.array([1]), DIFF: np.array([1])})
+    with pytest.raises(RecordError, match="key 3 would have -1 records"):
+        sums.apply({"k": np.array([3]), "v": np.array([1]), DIFF: np.array([-2])})
+    with pytest.raises(RecordError, match="a sum takes numbers"):
+        sums.apply({"k": np.array([3]), "v": np.array(["x"]), DIFF: np.array([1])})
+
+
+def test_a_join_refuses_columns_on_both_sides():
+    with pytest.raises(ValueError, match=r"columns \['x'\] are on both sides"):
+        joined_names(("k", "x"), ("k", "x"), "k")
+    assert joined_names(("o", "c", "a"), ("c", "r"), "c") == ("o", "c", "a", "r")
