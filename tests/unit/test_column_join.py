@@ -14,6 +14,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from raytide.core.arrangement import merge_order, netted
 from raytide.core.column_join import ColumnJoin, ColumnSums, joined_names
 from raytide.differential import DIFF, Join, Sums
 from raytide.errors import RecordError
@@ -157,3 +158,26 @@ def test_a_join_refuses_columns_on_both_sides():
     with pytest.raises(ValueError, match=r"columns \['x'\] are on both sides"):
         joined_names(("k", "x"), ("k", "x"), "k")
     assert joined_names(("o", "c", "a"), ("c", "r"), "c") == ("o", "c", "a", "r")
+
+
+@pytest.mark.parametrize("span", [5, 1 << 40, None])
+def test_netting_packed_or_not_sums_equal_rows_and_keeps_them_sorted(span):
+    """``netted`` packs integer columns into one key when they fit in 63 bits (spans 5, 2**40 for
+    two columns do not) and falls back to ``np.lexsort`` (floats, wide spans): the same rows,
+    summed, zeros dropped, in (slot, columns by name) order; two sorted runs merge as one sort."""
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        n = int(rng.integers(1, 60))
+        slots = rng.integers(0, 6, n)
+        a = rng.integers(-3, 3, n) * (span or 1) if span else rng.integers(0, 4, n) + 0.5
+        rows = {"b": rng.integers(-2, 2, n) * (span or 1), "a": a, DIFF: rng.integers(-2, 3, n)}
+        got_slots, got = netted(slots, rows, DIFF)
+        brute: Counter = Counter()
+        for k in range(n):
+            brute[(int(slots[k]), rows["a"][k].item(), int(rows["b"][k]))] += int(rows[DIFF][k])
+        triples = list(zip(got_slots.tolist(), got["a"].tolist(), got["b"].tolist()))
+        assert dict(zip(triples, got[DIFF].tolist())) == {r: d for r, d in brute.items() if d}
+        assert triples == sorted(triples)
+        split = int(rng.integers(0, n + 1))
+        runs = np.concatenate([np.sort(rng.integers(0, 9, split)), np.sort(rng.integers(0, 9, n - split))])
+        assert merge_order(runs, split).tolist() == np.argsort(runs, kind="stable").tolist()
