@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from raytide.core.collection_columns import JoinColumns, NamedColumns, SumColumns
+from raytide.core.collection_columns import FoldSums, JoinColumns, NamedColumns, SumColumns
 from raytide.core.collection_ops import Consolidate, JoinUpdates, LinearSum, Reduce, RoutingKey, records_logic
 from raytide.core.column_join import joined_names
 from raytide.core.columnar_flow import AnyStream
@@ -194,7 +194,10 @@ class Collection:
         if not isinstance(value, str):
             raise GraphError(f"sum by column {key!r}: value must name a column too, got {value!r}")
         self._named("sum", key, value)
-        made = self._keyed_columns("sum", lambda: SumColumns(key, value), [(self, key)], name, parallelism)
+        vname = name or self.flow._fresh("sum", list(self._sources()), None)
+        folds = self._sources()[0]._then("fold", lambda: FoldSums(key, value), name=f"{vname}.fold", notifies=False)
+        made = self._keyed_columns("sum", lambda: SumColumns(key, value), [(Collection(columns=folds), key)], vname,
+                                   parallelism)
         return Collection(columns=made, names=(key, "total"), consolidated=True)
 
     def _named(self, operator: str, *columns: str) -> tuple[str, ...]:

@@ -5,7 +5,8 @@ record fields ``names`` and ``diff`` (:class:`NamedColumns`, fused behind the st
 makes them); a join or a sum by column name then exchanges them by an integer key column
 (NumPy, no call per update) and keeps its state columnar. Both gather each epoch's batches
 per input port and run at the epoch's notification (top level only: epochs complete in
-order), sending one column batch of the output's changes.
+order), sending one column batch of the output's changes. A sum's changes are folded per
+key before they are sent (:class:`FoldSums`), so it gets a row per key and sender.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import numpy as np
 
 from raytide.core.arrangement import Rows
 from raytide.core.collection_ops import located
-from raytide.core.column_join import ColumnJoin, ColumnSums
+from raytide.core.column_join import ColumnJoin, ColumnSums, folded_sums
 from raytide.core.keyindex import concat
 from raytide.core.step import keys_moving
 from raytide.core.vertex import Vertex
-from raytide.differential import DIFF, update_columns
+from raytide.differential import update_columns
 from raytide.progress.timestamps import Timestamp
 
-__all__ = ["JoinColumns", "NamedColumns", "SumColumns"]
+__all__ = ["FoldSums", "JoinColumns", "NamedColumns", "SumColumns"]
 
 
 class NamedColumns(Vertex):
@@ -40,6 +41,21 @@ class NamedColumns(Vertex):
         self.send_by(0, columns, time)
 
 
+class FoldSums(Vertex):
+    """Each batch's changes folded per key before they are sent to the sum (a combiner, fused
+    behind the stream that makes them): :func:`~raytide.core.column_join.folded_sums`."""
+
+    def __init__(self, key: str, value: str) -> None:
+        self.key, self.value = key, value
+
+    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
+        rows = {name: np.asarray(values) for name, values in message.items()}
+        with located(self, time):
+            folded = folded_sums(rows, self.key, self.value)
+        if len(folded[self.key]):
+            self.send_by(0, folded, time)
+
+
 class _PerEpoch(Vertex):
     """A vertex that gathers each time's column batches per port until the time's
     notification; ``port_keys[port]`` names the key column each port is exchanged by."""
@@ -51,7 +67,7 @@ class _PerEpoch(Vertex):
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         rows = {name: np.asarray(values) for name, values in message.items()}
-        if len(rows[DIFF]):
+        if len(rows[self.port_keys[edge]]):
             self._inbox(time).setdefault(edge, []).append(rows)
 
     def _inbox(self, time: Timestamp) -> dict[int, list[Rows]]:
@@ -131,7 +147,8 @@ class JoinColumns(_PerEpoch):
 
 
 class SumColumns(_PerEpoch):
-    """``(key, total)`` of a value column per integer key column, linear (:class:`~raytide.core.column_join.ColumnSums`)."""
+    """``(key, total)`` of a value column per integer key column, linear (:class:`~raytide.core.column_join.ColumnSums`),
+    from the folds :class:`FoldSums` sends."""
 
     def __init__(self, key: str, value: str) -> None:
         super().__init__()

@@ -25,9 +25,10 @@ arrangement cancels in the output.
 {'k': [1, 1], 'a': [10, 11], 'b': [7, 7], 'diff': [1, 2]}
 
 **Sum.** Per key its records' copies and the total of their values (:class:`ColumnSums`),
-as arrays indexed by slot: an epoch's changes folded per key (one sort), added, and the
-output's changes ``(key, old total)`` taken back and ``(key, new total)`` added for the keys
-whose total changed, as :class:`~raytide.differential.Sums` does record by record.
+as arrays indexed by slot: an epoch's changes folded per key where they are sent from
+(:func:`folded_sums`, a combiner: the sum is linear), the folds added, and the output's
+changes ``(key, old total)`` taken back and ``(key, new total)`` added for the keys whose
+total changed, as :class:`~raytide.differential.Sums` does record by record.
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from raytide.core.arrangement import Arrangement, Rows, netted
+from raytide.core.combine import combine_by_key
 from raytide.core.keyindex import KeyIndex, concat
 from raytide.core.step import keys_moving
 from raytide.differential import DIFF
 from raytide.errors import RecordError
 
-__all__ = ["ColumnJoin", "ColumnSums", "joined_names"]
+__all__ = ["ColumnJoin", "ColumnSums", "folded_sums", "joined_names"]
 
 
 def joined_names(left: Sequence[str], right: Sequence[str], right_key: str) -> tuple[str, ...]:
@@ -144,6 +146,25 @@ class ColumnJoin:
                 self._add(side, rows)
 
 
+def folded_sums(rows: Rows, key: str, value: str) -> Rows:
+    """Changes ``rows`` (columns ``key``, ``value``, ``diff``) folded per key: ``copies``, the
+    diffs' sum, and ``total``, of ``value * diff``. A sum is linear, so such folds of any parts
+    of an epoch's changes add up to the fold of the whole: the sender folds what it sends
+    (a combiner), and :meth:`ColumnSums.apply` adds the folds it gets.
+
+    Raises:
+        RecordError: The values are not numbers.
+    """
+    values, diffs = np.asarray(rows[value]), np.asarray(rows[DIFF], dtype=np.int64)
+    if values.dtype.kind not in "iufb":
+        raise RecordError(f"column {value!r} holds {values.dtype} values (first: {values[:3].tolist()}): "
+                          "a sum takes numbers")
+    weighted = values.astype(np.int64 if values.dtype.kind == "b" else values.dtype) * diffs
+    keys, folded = combine_by_key(np.asarray(rows[key]), {"copies": diffs, "total": weighted},
+                                  {"copies": np.add, "total": np.add})
+    return {key: keys, **folded}
+
+
 class ColumnSums:
     """Per key (a slot of ``index``), its records' copies and their values' total; see the module."""
 
@@ -158,14 +179,16 @@ class ColumnSums:
         """How many keys have records."""
         return int(np.count_nonzero(self.copies))
 
-    def apply(self, rows: Rows) -> Rows | None:
-        """An epoch's changes ``rows`` (columns ``key``, ``value``, ``diff``) added: the output's
-        changes, ``(key, total)`` records in columns ``key`` and ``total`` (None if none).
+    def apply(self, partials: Rows) -> Rows | None:
+        """An epoch's changes, folded per key by :func:`folded_sums` (columns ``key``, ``copies``,
+        ``total``; several folds of one key are added), added: the output's changes, ``(key,
+        total)`` records in columns ``key`` and ``total`` (None if none).
 
         Raises:
-            RecordError: A key would have fewer than zero records, or the values are not numbers.
+            RecordError: A key would have fewer than zero records.
         """
-        keys, copies, totals = self._folded(rows)
+        keys, change = combine_by_key(np.asarray(partials[self.key]), partials, {"copies": np.add, "total": np.add})
+        copies, totals = change["copies"], change["total"]
         if not len(keys):
             return None
         self.index.add(keys)
@@ -185,20 +208,6 @@ class ColumnSums:
             return None
         return {self.key: concat([keys[gone], keys[come]]), "total": concat([old_totals[gone], new_totals[come]]),
                 DIFF: np.concatenate([np.full(int(gone.sum()), -1, dtype=np.int64), np.ones(int(come.sum()), dtype=np.int64)])}
-
-    def _folded(self, rows: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per distinct key of ``rows``: its copies' change and its total's (one sort)."""
-        values, diffs = np.asarray(rows[self.value]), np.asarray(rows[DIFF], dtype=np.int64)
-        if values.dtype.kind not in "iufb":
-            raise RecordError(f"column {self.value!r} holds {values.dtype} values (first: {values[:3].tolist()}): "
-                              "a sum takes numbers")
-        order = np.argsort(rows[self.key], kind="stable")
-        keys = np.asarray(rows[self.key])[order]
-        if not len(keys):
-            return keys, diffs, values
-        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-        weighted = values[order].astype(np.int64 if values.dtype.kind == "b" else values.dtype) * diffs[order]
-        return keys[starts], np.add.reduceat(diffs[order], starts), np.add.reduceat(weighted, starts)
 
     def _grow(self, size: int, dtype: np.dtype) -> None:
         """Room for ``size`` slots, the totals of a dtype that holds ``dtype`` too (integers, then floats)."""

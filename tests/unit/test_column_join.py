@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from raytide.core.arrangement import merge_order, netted
-from raytide.core.column_join import ColumnJoin, ColumnSums, joined_names
+from raytide.core.column_join import ColumnJoin, ColumnSums, folded_sums, joined_names
 from raytide.differential import DIFF, Join, Sums
 from raytide.errors import RecordError
 from raytide.progress.timestamps import Timestamp
@@ -142,16 +142,19 @@ def test_column_sums_equal_the_record_sums_per_epoch():
                 change[0] += diff
                 change[1] += value * diff
             wanted = Counter(dict(record_sums.apply(folded)))
-            assert as_counter(sums.apply(columns(updates, ("k", "v"))), ("k", "total")) == wanted, (trial, epoch)
+            cut = rng.randint(0, len(updates))  # folded in two parts, as two senders would
+            parts = [folded_sums(columns(part, ("k", "v")), "k", "v") for part in (updates[:cut], updates[cut:])]
+            partials = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+            assert as_counter(sums.apply(partials), ("k", "total")) == wanted, (trial, epoch)
 
 
 def test_column_sums_refuse_a_key_with_fewer_than_no_records_and_values_that_are_not_numbers():
     sums = ColumnSums("k", "v")
-    sums.apply({"k": np.array([3]), "v": np.array([1]), DIFF: np.array([1])})
+    sums.apply(folded_sums({"k": np.array([3]), "v": np.array([1]), DIFF: np.array([1])}, "k", "v"))
     with pytest.raises(RecordError, match="key 3 would have -1 records"):
-        sums.apply({"k": np.array([3]), "v": np.array([1]), DIFF: np.array([-2])})
+        sums.apply(folded_sums({"k": np.array([3]), "v": np.array([1]), DIFF: np.array([-2])}, "k", "v"))
     with pytest.raises(RecordError, match="a sum takes numbers"):
-        sums.apply({"k": np.array([3]), "v": np.array(["x"]), DIFF: np.array([1])})
+        folded_sums({"k": np.array([3]), "v": np.array(["x"]), DIFF: np.array([1])}, "k", "v")
 
 
 def test_a_join_refuses_columns_on_both_sides():
