@@ -9,13 +9,14 @@ and a time need not be kept per row.
 
 **Join.** Each side is a netted arrangement (:class:`~raytide.core.arrangement.Arrangement`
 with a diff column) of its rows by the slot of their key, one :class:`~raytide.core.keyindex.KeyIndex`
-for both sides. An epoch's changes ``dL`` and ``dR`` (each netted first) make the output's
-change ``dL x R + (L + dL) x dR``: the left's changes meet the right as it was, then join the
-left, and the right's changes meet the left as it is now. So every pair of updates is met
-exactly once, with the product of their diffs (differential dataflow's delta join). A
-match is every row of the other side with the key (:meth:`Arrangement.expand`, netted where
-a segment holds retractions), so multiplicities multiply and what cancels in the
-arrangement cancels in the output.
+for both sides. An epoch's changes ``dL`` and ``dR`` make the output's change
+``dL x R + (L + dL) x dR``: the left's changes meet the right as it was, then join the left,
+and the right's changes meet the left as it is now. So every pair of updates is met exactly
+once, with the product of their diffs (differential dataflow's delta join). A match is every
+row of the other side with the key (:meth:`Arrangement.expand`), so multiplicities multiply.
+Nothing is consolidated on the way (a sort per epoch): a row and its retraction not netted
+yet in the arrangement (they net as its segments merge) give output rows that cancel, and
+the output is the same collection.
 
 >>> import numpy as np
 >>> join = ColumnJoin(("k", "a"), ("k", "b"), "k", "k")
@@ -37,7 +38,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from raytide.core.arrangement import Arrangement, Rows, netted
+from raytide.core.arrangement import Arrangement, Rows
 from raytide.core.combine import combine_by_key
 from raytide.core.keyindex import KeyIndex, concat
 from raytide.core.step import keys_moving
@@ -61,13 +62,6 @@ def joined_names(left: Sequence[str], right: Sequence[str], right_key: str) -> t
     return (*left, *rest)
 
 
-def consolidated(rows: Rows, key: str) -> Rows:
-    """``rows`` with equal records summed (zeros dropped), sorted by ``key``."""
-    names = {name: values for name, values in rows.items() if name != key}
-    keys, out = netted(np.asarray(rows[key]), names, DIFF)
-    return {key: keys, **out}
-
-
 class ColumnJoin:
     """Both sides' rows by key (0: left, 1: right), each a netted arrangement of the side's
     other columns and ``diff``; see the module."""
@@ -81,12 +75,16 @@ class ColumnJoin:
                                                     for names, key in zip(self.names, self.keys))
 
     def run(self, left: Rows | None, right: Rows | None) -> Rows | None:
-        """An epoch's changes of each side (or None): the output's changes (None if none)."""
+        """An epoch's changes of each side (or None): the output's changes (None if none).
+
+        Neither the changes nor the matches are consolidated first (the arrangement nets what
+        it adds): updates that cancel give output rows that cancel, which is cheaper than a
+        sort, and the same collection."""
         parts = []
         for side, rows in ((0, left), (1, right)):
             if rows is None or not len(rows[DIFF]):
                 continue
-            changes = consolidated(rows, self.keys[side])
+            changes = {name: np.asarray(values) for name, values in rows.items()}
             parts.append(self._meet(side, changes))
             self._add(side, changes)
         parts = [part for part in parts if len(part[DIFF])]
@@ -98,7 +96,7 @@ class ColumnJoin:
         """``changes`` of ``side`` joined with the other side as it is now (whose rows lack their key)."""
         slots = self.index.lookup(changes[self.keys[side]])
         present = np.flatnonzero(slots >= 0)
-        which, matched = self.sides[1 - side].expand(slots[present])
+        which, matched = self.sides[1 - side].expand(slots[present], net=False)
         mine = {name: values[present[which]] for name, values in changes.items()}
         left, right = (mine, matched) if side == 0 else (matched, mine)
         out = {name: left[name] for name in self.names[0] if name != self.keys[0]}
