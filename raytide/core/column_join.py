@@ -121,17 +121,17 @@ class ColumnJoin:
         """The rows netting merged or cancelled so far."""
         return sum(arrangement.cancelled for arrangement in self.sides)
 
-    def rows(self, side: int, keep: Callable[[np.ndarray], np.ndarray] | None = None) -> Rows:
-        """Side ``side``'s rows, netted, with its key column (only those whose keys ``keep`` selects)."""
+    def rows(self, side: int) -> Rows:
+        """Side ``side``'s rows, netted, with its key column."""
         slots, columns = self.sides[side].rows()
-        keys = self.index.ids[slots]
-        chosen = slice(None) if keep is None else keep(keys)
-        return {self.keys[side]: keys[chosen], **{name: values[chosen] for name, values in columns.items()}}
+        return {self.keys[side]: self.index.ids[slots], **columns}
 
-    def take(self, moving: Callable[[Hashable], bool]) -> tuple[Rows, Rows]:
+    def take(self, moving: Callable[[Hashable], bool]) -> tuple[Rows, ...]:
         """Remove and return both sides' rows of the keys ``moving`` selects."""
-        taken = (self.rows(0, lambda keys: keys_moving(keys, moving)), self.rows(1, lambda keys: keys_moving(keys, moving)))
-        kept = (self.rows(0, lambda keys: ~keys_moving(keys, moving)), self.rows(1, lambda keys: ~keys_moving(keys, moving)))
+        rows = [self.rows(side) for side in (0, 1)]
+        going = [keys_moving(side_rows[key], moving) for side_rows, key in zip(rows, self.keys)]
+        taken = tuple({name: values[mask] for name, values in side_rows.items()} for side_rows, mask in zip(rows, going))
+        kept = [{name: values[~mask] for name, values in side_rows.items()} for side_rows, mask in zip(rows, going)]
         self.index = KeyIndex()
         self.sides = tuple(Arrangement(arrangement.names, diff=DIFF) for arrangement in self.sides)
         self.put(kept)
