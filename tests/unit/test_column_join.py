@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 
 from raytide.core.arrangement import merge_order, netted
+from raytide.core.collection_columns import JoinColumns, SumColumns
 from raytide.core.column_join import ColumnJoin, ColumnSums, folded_sums, joined_names
 from raytide.differential import DIFF, Join, Sums
 from raytide.errors import RecordError
 from raytide.progress.timestamps import Timestamp
+from tests.unit.harness import bound, complete
 
 TRIALS = 200
 
@@ -184,3 +186,32 @@ def test_netting_packed_or_not_sums_equal_rows_and_keeps_them_sorted(span):
         split = int(rng.integers(0, n + 1))
         runs = np.concatenate([np.sort(rng.integers(0, 9, split)), np.sort(rng.integers(0, 9, n - split))])
         assert merge_order(runs, split).tolist() == np.argsort(runs, kind="stable").tolist()
+
+
+def test_the_vertices_pending_batches_and_state_move_by_key_as_if_they_had_stayed():
+    """``JoinColumns`` / ``SumColumns`` driven by hand: batches of three epochs received, epoch 0
+    run, then every odd key's state and pending rows taken and put into a second replica (each
+    replica left notified at exactly the times it holds rows of); the two replicas' outputs
+    together equal one replica's that kept everything, and nothing is sent twice."""
+    rng = random.Random(9)
+    for trial in range(40):
+        batches = [(epoch, port, columns(random_epochs(rng, 2, 1)[0] or [((1, 1), 1)], ("k", "v" if port == 0 else "w")))
+                   for epoch in (0, 1, 2) for port in (0, 1) for _ in range(rng.randint(1, 2))]
+        for make in (lambda: JoinColumns(("k", "v"), ("k", "w"), "k", "k"), lambda: SumColumns("k", "v")):
+            (vertex, alone), a, b = bound(make()), bound(make()), bound(make())
+            for epoch, port, rows in batches:
+                if isinstance(vertex, SumColumns):
+                    port, rows = 0, folded_sums({"k": rows["k"], "v": rows.get("v", rows.get("w")), DIFF: rows[DIFF]},
+                                                "k", "v")
+                for target in (vertex, a[0]):
+                    target.on_recv(port, {n: v.copy() for n, v in rows.items()}, Timestamp(epoch))
+            for v, context in ((vertex, alone), a):
+                complete(v, context, Timestamp(0))
+            b[0].put_keys(a[0].take_keys(lambda key: key % 2 == 1))
+            for v, context in (a, b):
+                assert set(context.notifications) == set(v.pending) and len(set(context.notifications)) == len(context.notifications), trial
+                complete(v, context)
+            complete(vertex, alone)
+            names = ("k", "v", "w") if isinstance(vertex, JoinColumns) else ("k", "total")
+            split = [as_counter(message, names) for _, message in a[1].sent + b[1].sent]
+            assert sum(split, Counter()) == sum((as_counter(m, names) for _, m in alone.sent), Counter()), trial
