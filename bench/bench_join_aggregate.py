@@ -9,7 +9,11 @@ new region), each update a retraction of the old row and an insertion of the new
 
 * ``first_s``: raytide, from pushing epoch 0 (both tables, as column batches of updates) to
   its per-region sums in the driver; ``epoch_s``: the median of the update epochs, push to
-  sums; actors started outside the clock (``job.wait_ready()``).
+  sums; actors started outside the clock (``job.wait_ready()``). The query by column name
+  (``with_columns``, ``join(customers, "customer")``, ``sum("region", "amount")``: vectorised,
+  ``raytide/core/column_join.py``).
+* ``record_first_s`` / ``record_epoch_s``: the same query with key functions (``join`` and
+  ``sum`` record by record, ``raytide/differential``), in the same run.
 * ``pathway_first_s`` / ``pathway_epoch_s`` (with ``--param pathway_python=PATH``, a Python
   with ``pathway`` installed): ``bench/baselines/join_sum_pathway.py``, its own join and
   ``groupby().reduce(sum)`` on 2 threads, run once on epoch 0 alone and once on every
@@ -42,14 +46,23 @@ REPEAT = 1
 RATIOS = [
     ("update epoch/Pathway's", "epoch_s", "pathway_epoch_s"),
     ("first epoch/Pathway's", "first_s", "pathway_first_s"),
+    ("update epoch/record by record", "epoch_s", "record_epoch_s"),
+    ("first epoch/record by record", "first_s", "record_first_s"),
     ("arranged updates/live rows", "arranged_updates", "live_rows"),
 ]
 
 
-def build_flow(parallelism: int) -> rt.Dataflow:
-    """Collection inputs ``orders`` and ``customers``; output ``totals``: changes of ``(region, sum)``."""
+def build_flow(parallelism: int, columnar: bool = True) -> rt.Dataflow:
+    """Collection inputs ``orders`` and ``customers``; output ``totals``: changes of ``(region, sum)``
+    (by column name, vectorised; or with key functions, record by record)."""
     flow = rt.Dataflow("join-aggregate", parallelism=parallelism)
-    joined = flow.collection("orders").join(flow.collection("customers"), _customer_of_order, _first, name="joined")
+    orders, customers = flow.collection("orders"), flow.collection("customers")
+    if columnar:
+        joined = orders.with_columns("order", "customer", "amount").join(
+            customers.with_columns("customer", "region"), "customer", name="joined")
+        joined.sum("region", "amount", name="sums").output("totals")
+        return flow
+    joined = orders.join(customers, _customer_of_order, _first, name="joined")
     joined.map(_region_and_amount, name="amounts").sum(_first, _amount, name="sums").output("totals")
     return flow
 
@@ -121,11 +134,12 @@ def _final(fields: dict, batches: list[dict], key: str) -> dict[int, dict]:
     return rows
 
 
-def timed_epochs(parallelism: int, order_batches: list[dict], customer_batches: list[dict]) -> tuple[list[float], dict, int]:
+def timed_epochs(parallelism: int, order_batches: list[dict], customer_batches: list[dict],
+                 columnar: bool = True) -> tuple[list[float], dict, int]:
     """raytide's seconds per epoch, its final sums and the updates its traces hold."""
     sums: dict = {}
     seconds = []
-    with rt.run(build_flow(parallelism), parallelism=parallelism) as job:
+    with rt.run(build_flow(parallelism, columnar), parallelism=parallelism) as job:
         job.wait_ready(timeout=120)
         results = job.results("totals", timeout=3600)
         for epoch, (orders, customers) in enumerate(zip(order_batches, customer_batches)):
@@ -173,6 +187,9 @@ def measure(orders: int, customers: int, regions: int, epochs: int, churn: float
     expected = expected_sums(order_batches, customer_batches)
     seconds, sums, held = timed_epochs(parallelism, order_batches, customer_batches)
     assert sums == expected, "raytide's sums differ from NumPy's"
+    record_seconds, record_sums, _ = timed_epochs(parallelism, order_batches, customer_batches, columnar=False)
+    assert record_sums == expected, "raytide's sums (record by record) differ from NumPy's"
     pathway = pathway_seconds(pathway_python, order_batches, customer_batches, expected) if pathway_python else {}
     return {**pathway, "first_s": seconds[0], "epoch_s": statistics.median(seconds[1:]),
+            "record_first_s": record_seconds[0], "record_epoch_s": statistics.median(record_seconds[1:]),
             "arranged_updates": held, "live_rows": orders + customers + len(expected)}

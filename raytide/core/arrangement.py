@@ -103,40 +103,87 @@ def distinct_with_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def merged(older: Segment, newer: Segment, size: int, diff: str | None = None) -> Segment:
     """One segment of the rows of both (slots below ``size``): each slot's older rows first.
     Both are sorted already, so the stable sort is one merge of two runs. With a ``diff``
-    column the rows are netted instead (:func:`netted`)."""
+    column the rows are netted instead (:func:`netted`; two netted segments are two runs
+    sorted as netting sorts, merged without a sort)."""
     slots = concat([older.row_slots, newer.row_slots])
     columns = {name: concat([older.columns[name], newer.columns[name]]) for name in older.columns}
     if diff is None:
         return _sorted(slots, columns, size)
-    return netted_segment(slots, columns, size, diff)
+    return netted_segment(slots, columns, size, diff, older.rows if older.netted and newer.netted else None)
 
 
-def netted_segment(slots: np.ndarray, columns: Rows, size: int, diff: str) -> Segment:
+def netted_segment(slots: np.ndarray, columns: Rows, size: int, diff: str, sorted_runs: int | None = None) -> Segment:
     """A segment of the rows netted (:func:`netted`)."""
-    slots, columns = netted(slots, columns, diff)
+    slots, columns = netted(slots, columns, diff, sorted_runs)
     made = Segment(slots, columns, size, retracts=bool((columns[diff] < 0).any()))
     made.netted = True
     return made
 
 
-def netted(slots: np.ndarray, columns: Rows, diff: str) -> tuple[np.ndarray, Rows]:
+def netted(slots: np.ndarray, columns: Rows, diff: str, sorted_runs: int | None = None) -> tuple[np.ndarray, Rows]:
     """Rows equal in slot and every column but ``diff`` as one row with their diffs summed;
-    rows summing to zero dropped. Sorted by slot (then by the other columns)."""
+    rows summing to zero dropped. Sorted by slot (then by the other columns, by name).
+
+    Integer columns that fit into 63 bits together are packed into one int64 first
+    (:func:`packed_lexically`): one ``argsort`` and one comparison where ``np.lexsort`` takes
+    a pass per column (about 15 times slower on a million rows); rows that are two runs
+    already sorted so (``sorted_runs``: the first run's length) are merged without a sort.
+    """
     if not len(slots):
         return slots, dict(columns)
     names = [name for name in sorted(columns) if name != diff]
-    order = np.lexsort((*(columns[name] for name in reversed(names)), slots))
+    packed = packed_lexically([slots, *(np.asarray(columns[name]) for name in names)])
+    if packed is None:
+        order = np.lexsort((*(columns[name] for name in reversed(names)), slots))
+    else:
+        order = np.argsort(packed, kind="stable") if sorted_runs is None else merge_order(packed, sorted_runs)
     slots, columns = slots[order], {name: np.asarray(values)[order] for name, values in columns.items()}
     starts = np.ones(len(slots), dtype=bool)
-    starts[1:] = slots[1:] != slots[:-1]
-    for name in names:
-        starts[1:] |= columns[name][1:] != columns[name][:-1]
+    if packed is not None:
+        packed = packed[order]
+        starts[1:] = packed[1:] != packed[:-1]
+    else:
+        starts[1:] = slots[1:] != slots[:-1]
+        for name in names:
+            starts[1:] |= columns[name][1:] != columns[name][:-1]
     first = np.flatnonzero(starts)
     sums = np.add.reduceat(columns[diff], first)
     kept = sums != 0
     out = {name: values[first[kept]] for name, values in columns.items()}
     out[diff] = sums[kept]
     return slots[first[kept]], out
+
+
+def packed_lexically(keys: list[np.ndarray]) -> np.ndarray | None:
+    """Integer columns as one int64 column ordered as they are lexicographically (the first
+    most significant): each less its minimum, in as many bits as its range takes. None if a
+    column does not hold integers or they take more than 63 bits together."""
+    spans = []
+    for key in keys:
+        if key.dtype.kind not in "iu":
+            return None
+        lo = int(key.min())
+        spans.append((lo, (int(key.max()) - lo).bit_length()))
+    if sum(bits for _, bits in spans) > 63:
+        return None
+    packed = np.zeros(len(keys[0]), dtype=np.int64)
+    for key, (lo, bits) in zip(keys, spans):
+        packed <<= bits
+        packed |= (key - lo).astype(np.int64, copy=False)
+    return packed
+
+
+def merge_order(values: np.ndarray, split: int) -> np.ndarray:
+    """The stable sorting order of ``values``, whose ``[:split]`` and ``[split:]`` are each sorted:
+    where each of the second run goes among the first (``searchsorted``), no sort."""
+    first, second = values[:split], values[split:]
+    goes = np.searchsorted(first, second, side="right") + np.arange(len(second))
+    from_second = np.zeros(len(values), dtype=bool)
+    from_second[goes] = True
+    order = np.empty(len(values), dtype=np.int64)
+    order[goes] = split + np.arange(len(second))
+    order[~from_second] = np.arange(split)
+    return order
 
 
 def _sorted(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> Segment:

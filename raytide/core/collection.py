@@ -27,10 +27,12 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from raytide.core.collection_columns import FoldSums, JoinColumns, NamedColumns, SumColumns
 from raytide.core.collection_ops import Consolidate, JoinUpdates, LinearSum, Reduce, RoutingKey, records_logic
+from raytide.core.column_join import joined_names
 from raytide.core.columnar_flow import AnyStream
 from raytide.core.logical import Channel, InputEdge, LogicalVertex
-from raytide.differential import canonical, update_columns, update_records
+from raytide.differential import DIFF, canonical, update_columns, update_records
 from raytide.errors import GraphError
 
 #: Per loop, the streams of enclosing scopes already entered into it (entered once, read by all).
@@ -45,7 +47,8 @@ class Collection:
     keyed operator reads all of them on one input port, so a union costs no hop.
     """
 
-    def __init__(self, *streams: AnyStream, consolidated: bool = False, columns: AnyStream | None = None) -> None:
+    def __init__(self, *streams: AnyStream, consolidated: bool = False, columns: AnyStream | None = None,
+                 names: tuple[str, ...] | None = None) -> None:
         if not streams and columns is None:
             raise GraphError("a collection needs at least one stream")
         self._streams: tuple[AnyStream, ...] | None = streams or None
@@ -53,6 +56,8 @@ class Collection:
         self._columns = columns
         #: Whether each time's updates come consolidated already (a reduction's output does).
         self.consolidated = consolidated and len(streams) <= 1
+        #: The names of its records' fields, if ``columns`` carries them as those columns (``with_columns``).
+        self.names = names
 
     def __repr__(self) -> str:
         return f"Collection({', '.join(repr(s.vertex) for s in self._sources())})"
@@ -95,6 +100,21 @@ class Collection:
                 for index, stream in enumerate(self._sources())]
         first, *rest = made
         return first.concat(*rest) if rest else first
+
+    def with_columns(self, *names: str, name: str | None = None) -> Collection:
+        """The same collection, its records tuples of the fields ``names`` carried as columns of
+        those names (and ``diff``): what ``join`` and ``sum`` by column name read, vectorised.
+
+        Pushed column batches are renamed in their order; ``(record, diff)`` pairs are converted
+        (each record a tuple of ``len(names)`` fields, or a value when there is one name).
+        """
+        if not names or len(set(names)) != len(names) or not all(isinstance(n, str) for n in names) or DIFF in names:
+            raise GraphError(f"with_columns on collection {self._sources()[0].vertex!r}: give distinct column names "
+                             f"(strings, not {DIFF!r}), got {names!r}")
+        made = [stream._then("columns", lambda: NamedColumns(names), name=_nth(name, index), notifies=False)
+                for index, stream in enumerate(self._sources())]
+        first, *rest = made
+        return Collection(columns=first.concat(*rest) if rest else first, names=tuple(names))
 
     def _each(self, make: Callable[[AnyStream, str | None], AnyStream], name: str | None) -> Collection:
         """``make(stream, name)`` applied to each stream of the union (``name``, ``name.1``, ...)."""
@@ -145,7 +165,7 @@ class Collection:
         """``(key, n)``: how many records (copies counted) each key has, kept up to date."""
         return self._reduce(key, _count, "count", name, parallelism)
 
-    def sum(self, key: Callable[[Any], Hashable], value: Callable[[Any], Any] | None = None, *,
+    def sum(self, key: Callable[[Any], Hashable] | str, value: Callable[[Any], Any] | str | None = None, *,
             name: str | None = None, parallelism: int | None = None) -> Collection:
         """``(key, total)``: the sum of ``value(record)`` (the record itself by default) over each
         key's records, copies counted, kept up to date; a key whose records are all gone leaves.
@@ -153,12 +173,44 @@ class Collection:
         At top level it is linear (:class:`~raytide.differential.Sums`): an epoch costs its
         changes, not the groups they touch, and integer totals are exact (float totals are
         running sums). Inside a loop it is a ``reduce`` (exact, ``math.fsum`` for floats).
+
+        On a collection with named columns (:meth:`with_columns`), ``key`` and ``value`` may
+        name columns (an integer key column, a numeric value column; top level only): the sum
+        is then vectorised, its output records ``(key, total)`` in columns ``key`` and
+        ``total``, integer totals in int64.
         """
+        if isinstance(key, str):
+            return self._sum_columns(key, value, name, parallelism)
+        if isinstance(value, str):
+            raise GraphError(f"sum: value names column {value!r}, so key must name a column too, got {key!r}")
         value_of = value or _identity
         if self.scope is not None:
             return self._reduce(key, _summing(value_of), "sum", name, parallelism)
         made = self._keyed("sum", lambda: LinearSum(key, value_of), [(self, RoutingKey(key))], name, parallelism)
         return Collection(*made.streams, consolidated=True)
+
+    def _sum_columns(self, key: str, value: Any, name: str | None, parallelism: int | None) -> Collection:
+        """``sum`` by column names: :class:`~raytide.core.collection_columns.SumColumns`."""
+        if not isinstance(value, str):
+            raise GraphError(f"sum by column {key!r}: value must name a column too, got {value!r}")
+        self._named("sum", key, value)
+        vname = name or self.flow._fresh("sum", list(self._sources()), None)
+        folds = self._sources()[0]._then("fold", lambda: FoldSums(key, value), name=f"{vname}.fold", notifies=False)
+        made = self._keyed_columns("sum", lambda: SumColumns(key, value), [(Collection(columns=folds), key)], vname,
+                                   parallelism)
+        return Collection(columns=made, names=(key, "total"), consolidated=True)
+
+    def _named(self, operator: str, *columns: str) -> tuple[str, ...]:
+        """This collection's column names, which must hold ``columns``, at top level."""
+        where = f"{operator} by column {columns[0]!r} on collection {self._sources()[0].vertex!r}"
+        if self.names is None:
+            raise GraphError(f"{where}: the collection has no named columns (name them with .with_columns(...))")
+        if self.scope is not None:
+            raise GraphError(f"{where}: by column name only at top level; inside a loop use a key function")
+        missing = [column for column in columns if column not in self.names]
+        if missing:
+            raise GraphError(f"{where}: no column {missing[0]!r} among {self.names}")
+        return self.names
 
     def distinct(self, *, name: str | None = None, parallelism: int | None = None) -> Collection:
         """Each record once, whatever its count, as long as it has a copy."""
@@ -169,17 +221,52 @@ class Collection:
         made = self._keyed(label, lambda: Reduce(key, logic), [(self, RoutingKey(key))], name, parallelism)
         return Collection(*made.streams, consolidated=True)
 
-    def join(self, other: Collection, key: Callable[[Any], Hashable],
-             other_key: Callable[[Any], Hashable] | None = None, *, name: str | None = None,
+    def join(self, other: Collection, key: Callable[[Any], Hashable] | str,
+             other_key: Callable[[Any], Hashable] | str | None = None, *, name: str | None = None,
              parallelism: int | None = None) -> Collection:
         """``(k, (left, right))`` for every pair of records with equal keys, across all epochs.
 
         The pair's diff is the product of theirs; it comes at the later of their times.
+
+        On collections with named columns (:meth:`with_columns`), ``key`` and ``other_key`` may
+        name integer key columns (top level only): the join is then vectorised, each epoch's
+        changes joined at once, and its records are flat, the left's fields then the right's
+        but its key (``(order, customer, amount)`` joined with ``(customer, region)`` on
+        ``customer`` gives ``(order, customer, amount, region)``), with named columns too.
         """
+        if isinstance(key, str):
+            return self._join_columns(other, key, other_key or key, name, parallelism)
+        if isinstance(other_key, str):
+            raise GraphError(f"join: other_key names column {other_key!r}, so key must name a column too, got {key!r}")
         right, right_key = self._aligned(other, "join"), other_key or key
         routing = RoutingKey(key)
         ports = [(self, routing), (right, RoutingKey(right_key, agreeing=routing))]
         return self._keyed("join", lambda: JoinUpdates(key, right_key), ports, name, parallelism)
+
+    def _join_columns(self, other: Collection, key: str, other_key: Any, name: str | None,
+                      parallelism: int | None) -> Collection:
+        """``join`` by column names: :class:`~raytide.core.collection_columns.JoinColumns`."""
+        if not isinstance(other, Collection) or not isinstance(other_key, str):
+            raise GraphError(f"join by column {key!r}: takes a collection with named columns and a column name "
+                             f"other_key, got {other!r} and {other_key!r}")
+        left, right = self._named("join", key), other._named("join", other_key)
+        try:
+            names = joined_names(left, right, other_key)
+        except ValueError as error:
+            raise GraphError(f"join by column {key!r} on collection {self._sources()[0].vertex!r}: {error}") from None
+        made = self._keyed_columns("join", lambda: JoinColumns(left, right, key, other_key),
+                                   [(self, key), (other, other_key)], name, parallelism)
+        return Collection(columns=made, names=names)
+
+    def _keyed_columns(self, label: str, factory: Callable[[], Any], ports: list[tuple[Collection, str]],
+                       name: str | None, parallelism: int | None) -> AnyStream:
+        """One vertex reading each collection's column batches on a port of its own, exchanged by a key column."""
+        sources = [collection._sources()[0] for collection, _ in ports]
+        vname = name or self.flow._fresh(label, sources, None)
+        edges = tuple((InputEdge(source.vertex, source.port, Channel("exchange", key)),)
+                      for source, (_, key) in zip(sources, ports))
+        self.flow._add(LogicalVertex(vname, factory, edges, 1, 0, parallelism=parallelism))
+        return type(sources[0])(self.flow, vname, 0, None)
 
     def _keyed(self, label: str, factory: Callable[[], Any], ports: list[tuple[Collection, Any]], name: str | None,
                parallelism: int | None) -> Collection:

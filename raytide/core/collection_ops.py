@@ -47,7 +47,7 @@ class CheckUpdates(Vertex):
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
         what = f"collection {self.collection!r}"
-        with _located(self, time):
+        with located(self, time):
             if is_update_columns(message):
                 self.send_by(0, checked_update_columns(message, what), time)
                 return
@@ -135,7 +135,7 @@ class LinearSum(_FoldedPerTime):
             change[1] += self.value_of(record) * diff
 
     def on_notify(self, time: Timestamp) -> None:
-        with _located(self, time):
+        with located(self, time):
             changes = self.sums.apply(self.pending.pop(time, {}))
         if changes:
             self.send_by(0, changes, time)
@@ -237,7 +237,7 @@ def _kind(key: Hashable) -> str:
 
 
 @contextlib.contextmanager
-def _located(vertex: Vertex, time: Timestamp) -> Iterator[None]:
+def located(vertex: Vertex, time: Timestamp) -> Iterator[None]:
     """Bad data found by the pure cores, named with where it was found."""
     try:
         yield
@@ -258,7 +258,7 @@ class Reduce(_Keyed):
             self.notify_at(time)
 
     def run(self, time: Timestamp) -> None:
-        with _located(self, time):
+        with located(self, time):
             changes, later = self.reduction.run(time)
         for due in later:
             self.notify_at(due)

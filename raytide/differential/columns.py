@@ -81,9 +81,9 @@ def update_columns(batch: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
     diffs = np.fromiter((diff for _, diff in updates), dtype=np.int64, count=len(updates))
     if len(names) == 1:
         return {names[0]: np.asarray([record for record, _ in updates]), DIFF: diffs}
-    records = np.asarray([record for record, _ in updates])
-    if records.ndim != 2 or records.shape[1] != len(names):
-        first = updates[0][0] if updates else None
-        raise RecordError(f"records such as {first!r} read as {len(names)} columns {list(names)}: each record must be "
+    records = [record for record, _ in updates]
+    wrong = next((record for record in records if not isinstance(record, tuple) or len(record) != len(names)), None)
+    if wrong is not None:
+        raise RecordError(f"records such as {wrong!r} read as {len(names)} columns {list(names)}: each record must be "
                          f"a tuple of {len(names)} fields")
-    return {**{name: records[:, k] for k, name in enumerate(names)}, DIFF: diffs}
+    return {**{name: np.asarray(field) for name, field in zip(names, zip(*records))}, DIFF: diffs}  # a dtype per field

@@ -60,3 +60,53 @@ def test_a_replica_killed_mid_fixpoint_and_a_live_rescale_lose_and_repeat_no_cha
     present = sum(copies for copies in rt.accumulate({e: u for e, u in enumerate(epochs)}).values())
     assert 0 < held <= 3 * 2 * present, (held, present)  # both directions of each edge, and what merges have not netted yet
     assert {epoch: changes for epoch, changes in got.items() if changes} == component_changes(epochs)
+
+
+def test_a_join_and_sums_by_column_rescaled_live_equal_the_reference(ray_session, tmp_path):
+    """The vectorised join and sum (``with_columns``) on Ray: orders joined to customers on
+    ``customer``, amounts summed per region, rows updated every epoch (pushed as column batches
+    in odd epochs, as pairs in even ones), the join rescaled live mid-run; each epoch's changes
+    of the sums are the difference of the reference's totals."""
+    rng = random.Random(3)
+    orders = {o: (rng.randrange(20), rng.randrange(1, 9)) for o in range(200)}
+    regions = {c: rng.randrange(4) for c in range(20)}
+    epochs: list[tuple[list, list]] = [([((o, c, a), 1) for o, (c, a) in orders.items()],
+                                        [((c, r), 1) for c, r in regions.items()])]
+    totals = [_region_totals(orders, regions)]
+    for _ in range(6):
+        moved = {o: (orders[o][0], rng.randrange(1, 9)) for o in rng.sample(sorted(orders), 10)}
+        recolored = {c: rng.randrange(4) for c in rng.sample(sorted(regions), 3)}
+        epochs.append(([((o, *orders[o]), -1) for o in moved] + [((o, *row), 1) for o, row in moved.items()],
+                       [((c, regions[c]), -1) for c in recolored] + [((c, r), 1) for c, r in recolored.items()]))
+        orders.update(moved)
+        regions.update(recolored)
+        totals.append(_region_totals(orders, regions))
+    flow = rt.Dataflow("join-sum")
+    joined = flow.collection("orders").with_columns("order", "customer", "amount").join(
+        flow.collection("customers").with_columns("customer", "region"), "customer", name="joined")
+    joined.sum("region", "amount", name="sums").output("totals")
+    got: dict[int, Counter] = {}
+    with rt.run(flow, parallelism=2, recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3)) as job:
+        for epoch, (order_updates, customer_updates) in enumerate(epochs):
+            as_sent = (lambda u, names: update_columns(u, names)) if epoch % 2 else (lambda u, names: u)
+            job.push("orders", as_sent(order_updates, ("order", "customer", "amount")), epoch)
+            job.push("customers", as_sent(customer_updates, ("customer", "region")), epoch)
+            if epoch == 3:
+                job.rescale({"joined": 3}, timeout=120)
+                assert job.parallelism()["joined"] == 3
+        job.close("orders")
+        job.close("customers")
+        for epoch, changes in job.results("totals", timeout=300):
+            got[epoch] = Counter(dict(changes))
+        assert job.stats()["vertices"]["joined"]["arranged_updates"] >= len(orders) + len(regions)
+    for epoch, after in enumerate(totals):
+        change = Counter(after)
+        change.subtract(totals[epoch - 1] if epoch else Counter())
+        assert got.get(epoch, Counter()) == Counter({r: d for r, d in change.items() if d}), epoch
+
+
+def _region_totals(orders: dict, regions: dict) -> Counter:
+    sums: Counter = Counter()
+    for customer, amount in orders.values():
+        sums[regions[customer]] += amount
+    return Counter({(region, total): 1 for region, total in sums.items()})

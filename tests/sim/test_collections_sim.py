@@ -3,9 +3,10 @@ against recomputation from scratch: after each epoch, every output's accumulated
 the operator applied to the inputs accumulated so far, and each epoch's changes are exactly
 the difference from the epoch before (so a change shown twice, or lost, shows).
 
-Two dataflows: keyed operators over two changing tables (``count``, ``distinct``, a
-``reduce``, a ``join`` across epochs), and ``iterate`` with deletions (connected components
-against union-find, hop distances against BFS).
+The dataflows: keyed operators over two changing tables (``count``, ``distinct``, a
+``reduce``, a ``join`` across epochs), the join and sums by column name (vectorised), and
+``iterate`` with deletions (connected components against union-find, hop distances against
+BFS).
 """
 
 from __future__ import annotations
@@ -121,6 +122,35 @@ def tables_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Upd
     return inputs, expected_changes(inputs, outputs)
 
 
+def columns_flow() -> rt.Dataflow:
+    """The join and the sums by column name (vectorised), the sums also over the join's output."""
+    flow = rt.Dataflow("columns")
+    left = flow.collection("left").with_columns("k", "v")
+    joined = left.join(flow.collection("right").with_columns("k", "w"), "k", name="joining-columns")
+    joined.output("join")
+    joined.sum("w", "v", name="summing-joined").output("sums")
+    left.sum("k", "v", name="summing-columns").output("linear")
+    return flow
+
+
+def columns_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Updates], dict[str, dict]]:
+    draw = lambda: (rng.randrange(3), rng.randrange(4))  # noqa: E731
+    inputs = {"left": churn(rng, draw, epochs), "right": churn(rng, draw, epochs)}
+
+    def joined(left: Counter, right: Counter) -> Counter:
+        return Counter({(a[0], a[1], b[1]): n * m for a, n in left.items() for b, m in right.items() if a[0] == b[0]})
+
+    def sums(records: Counter, key: int, value: int) -> Counter:
+        totals: dict = collections.defaultdict(int)
+        for record, copies in records.items():
+            totals[record[key]] += record[value] * copies
+        return Counter({(k, total): 1 for k, total in totals.items()})
+
+    outputs = {"join": joined, "sums": lambda left, right: sums(joined(left, right), 2, 1),
+               "linear": lambda left, right: sums(left, 0, 1)}
+    return inputs, expected_changes(inputs, outputs)
+
+
 def graph_flow() -> rt.Dataflow:
     flow = rt.Dataflow("graph")
     edges = flow.collection("edges")
@@ -179,7 +209,8 @@ def pagerank_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, U
 
 
 SCENARIOS = {"tables": (tables_flow, tables_reference, "joining"), "graph": (graph_flow, graph_reference, "cc"),
-             "pagerank": (pagerank_flow, pagerank_reference, "pr.sum")}
+             "pagerank": (pagerank_flow, pagerank_reference, "pr.sum"),
+             "columns": (columns_flow, columns_reference, "joining-columns")}
 
 
 def trial(seed: int, scenario: str, store_root, seen: Counter, crashes: bool = False, rescales: bool = False) -> None:
@@ -225,6 +256,13 @@ def test_pagerank_on_collections_equals_its_definition_after_every_epoch_also_un
     for seed in range(12):
         trial(seed, "pagerank", store_root, seen, crashes=seed % 3 == 1, rescales=seed % 3 == 2)
     assert seen["recoveries"] >= 1 and seen["rescales"] >= 2, dict(seen)
+
+
+def test_joins_and_sums_by_column_equal_recomputation_also_under_crashes_and_live_rescales(store_root):
+    seen: Counter = Counter()
+    for seed in range(30):
+        trial(seed, "columns", store_root, seen, crashes=seed % 3 == 1, rescales=seed % 3 == 2)
+    assert seen["recoveries"] >= 4 and seen["rescales"] >= 6, dict(seen)
 
 
 def test_collections_under_crashes_recover_exactly_once(store_root):
@@ -282,7 +320,7 @@ def as_scenario(kind: str) -> Callable[..., Scenario]:
     return scenario
 
 
-@pytest.mark.parametrize("kind", ["tables", "graph"])
+@pytest.mark.parametrize("kind", ["tables", "graph", "columns"])
 def test_a_snapshot_restored_at_another_parallelism_keeps_every_arrangement(kind, store_root, monkeypatch):
     """Restore at another width: the traces (and, in the loop, each iteration's history) split
     by key group and merged at their new replicas, crashes after the restore in odd seeds."""

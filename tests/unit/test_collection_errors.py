@@ -77,3 +77,29 @@ def test_collection_operators_refuse_plain_streams_and_bodies_that_return_none()
     with pytest.raises(rt.GraphError, match="the body must return a Collection inside its loop"):
         rows.iterate(lambda c: None)  # type: ignore[arg-type,return-value]
     assert isinstance(plain.as_collection().join(rows, lambda r: r), rt.Collection)
+
+
+def test_joins_and_sums_by_column_name_are_refused_while_the_dataflow_is_built_when_they_cannot_run():
+    flow = rt.Dataflow("named")
+    orders, plain = flow.collection("orders").with_columns("order", "customer"), flow.collection("plain")
+    customers = flow.collection("customers").with_columns("customer", "order")
+    for build, says in [
+        (lambda: plain.join(orders, "customer"), "has no named columns"),
+        (lambda: orders.join(plain, "customer"), "has no named columns"),
+        (lambda: orders.sum("region", "order"), "no column 'region'"),
+        (lambda: orders.join(customers, "customer"), r"columns \['order'\] are on both sides"),
+        (lambda: orders.sum("customer", lambda r: r[0]), "value must name a column too"),
+        (lambda: plain.join(plain, lambda r: r, "customer"), "so key must name a column too"),
+        (lambda: flow.collection("x").with_columns("a", "a"), "give distinct column names"),
+        (lambda: orders.iterate(lambda c: c.with_columns("order", "customer").sum("customer", "order")), "only at top level"),
+    ]:
+        with pytest.raises(rt.GraphError, match=says):
+            build()
+
+
+def test_records_that_do_not_fit_the_named_columns_are_refused_naming_where():
+    flow = rt.Dataflow("named-bad")
+    flow.collection("rows").with_columns("k", "v", name="named").sum("k", "v").output("out")
+    error = failure_of(flow, {"rows": [[((1, 2), 1)], [((1, 2, 3), 1)]]})
+    assert isinstance(error, rt.RecordError)
+    assert re.search(r"vertex 'named' replica \d at Timestamp\(1\): records such as \(1, 2, 3\) read as 2 columns", str(error)), error

@@ -1,0 +1,243 @@
+"""A join and a linear sum of collections whose updates are column batches: the pure cores.
+
+The record-by-record cores (:class:`~raytide.differential.Join`, :class:`~raytide.differential.Sums`)
+take a Python call per update; these take an epoch's updates as NumPy columns (record
+columns and ``diff``) and keep their state columnar, so an epoch costs a handful of NumPy
+calls over its changes whatever their number. Both run at top level, once per epoch, when
+the epoch is complete: epochs complete in order, so everything held is of earlier epochs
+and a time need not be kept per row.
+
+**Join.** Each side is a netted arrangement (:class:`~raytide.core.arrangement.Arrangement`
+with a diff column) of its rows by the slot of their key, one :class:`~raytide.core.keyindex.KeyIndex`
+for both sides. An epoch's changes ``dL`` and ``dR`` make the output's change
+``dL x R + (L + dL) x dR``: the left's changes meet the right as it was, then join the left,
+and the right's changes meet the left as it is now. So every pair of updates is met exactly
+once, with the product of their diffs (differential dataflow's delta join). A match is every
+row of the other side with the key (:meth:`Arrangement.expand`), so multiplicities multiply.
+Nothing is consolidated on the way (a sort per epoch): a row and its retraction not netted
+yet in the arrangement (they net as its segments merge) give output rows that cancel, and
+the output is the same collection.
+
+>>> import numpy as np
+>>> join = ColumnJoin(("k", "a"), ("k", "b"), "k", "k")
+>>> out = join.run({"k": np.array([1, 1]), "a": np.array([10, 11]), "diff": np.array([1, 2])},
+...                {"k": np.array([1, 2]), "b": np.array([7, 8]), "diff": np.array([1, 1])})
+>>> {name: values.tolist() for name, values in out.items()}
+{'k': [1, 1], 'a': [10, 11], 'b': [7, 7], 'diff': [1, 2]}
+
+**Sum.** Per key its records' copies and the total of their values (:class:`ColumnSums`),
+as arrays indexed by slot: an epoch's changes folded per key where they are sent from
+(:func:`folded_sums`, a combiner: the sum is linear), the folds added, and the output's
+changes ``(key, old total)`` taken back and ``(key, new total)`` added for the keys whose
+total changed, as :class:`~raytide.differential.Sums` does record by record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+
+import numpy as np
+
+from raytide.core.arrangement import Arrangement, Rows
+from raytide.core.combine import combine_by_key
+from raytide.core.keyindex import KeyIndex, concat
+from raytide.core.step import keys_moving
+from raytide.differential import DIFF
+from raytide.errors import RecordError
+
+__all__ = ["ColumnJoin", "ColumnSums", "folded_sums", "joined_names"]
+
+
+def joined_names(left: Sequence[str], right: Sequence[str], right_key: str) -> tuple[str, ...]:
+    """The columns of a column join's output: the left's, then the right's but its key.
+
+    Raises:
+        ValueError: A right column has the name of a left one (or of ``diff``).
+    """
+    rest = tuple(name for name in right if name != right_key)
+    clash = sorted(set(rest) & {*left, DIFF})
+    if clash:
+        raise ValueError(f"columns {clash} are on both sides of the join (left {tuple(left)}, right {tuple(right)}): "
+                         "rename one side's columns")
+    return (*left, *rest)
+
+
+class ColumnJoin:
+    """Both sides' rows by key (0: left, 1: right), each a netted arrangement of the side's
+    other columns and ``diff``; see the module."""
+
+    def __init__(self, left: Sequence[str], right: Sequence[str], left_key: str, right_key: str) -> None:
+        self.keys = (left_key, right_key)
+        self.names = (tuple(left), tuple(right))
+        self.output_names = joined_names(left, right, right_key)
+        self.index = KeyIndex()
+        self.sides: tuple[Arrangement, ...] = tuple(Arrangement((*(n for n in names if n != key), DIFF), diff=DIFF)
+                                                    for names, key in zip(self.names, self.keys))
+
+    def run(self, left: Rows | None, right: Rows | None) -> Rows | None:
+        """An epoch's changes of each side (or None): the output's changes (None if none).
+
+        Neither the changes nor the matches are consolidated first (the arrangement nets what
+        it adds): updates that cancel give output rows that cancel, which is cheaper than a
+        sort, and the same collection."""
+        parts = []
+        for side, rows in ((0, left), (1, right)):
+            if rows is None or not len(rows[DIFF]):
+                continue
+            changes = {name: np.asarray(values) for name, values in rows.items()}
+            parts.append(self._meet(side, changes))
+            self._add(side, changes)
+        parts = [part for part in parts if len(part[DIFF])]
+        if not parts:
+            return None
+        return {name: concat([part[name] for part in parts]) for name in (*self.output_names, DIFF)}
+
+    def _meet(self, side: int, changes: Rows) -> Rows:
+        """``changes`` of ``side`` joined with the other side as it is now (whose rows lack their key)."""
+        slots = self.index.lookup(changes[self.keys[side]])
+        present = np.flatnonzero(slots >= 0)
+        which, matched = self.sides[1 - side].expand(slots[present], net=False)
+        mine = {name: values[present[which]] for name, values in changes.items()}
+        left, right = (mine, matched) if side == 0 else (matched, mine)
+        out = {name: left[name] for name in self.names[0] if name != self.keys[0]}
+        out[self.keys[0]] = mine[self.keys[side]]
+        out.update((name, right[name]) for name in self.names[1] if name != self.keys[1])
+        out[DIFF] = mine[DIFF] * matched[DIFF]
+        return {name: out[name] for name in (*self.output_names, DIFF)}
+
+    def _add(self, side: int, changes: Rows) -> None:
+        keys = changes[self.keys[side]]
+        self.index.add(keys)
+        arrangement = self.sides[side]
+        arrangement.add(self.index.slots(keys), changes, len(self.index))
+
+    @property
+    def held(self) -> int:
+        """The rows both arrangements hold."""
+        return sum(arrangement.held for arrangement in self.sides)
+
+    @property
+    def cancelled(self) -> int:
+        """The rows netting merged or cancelled so far."""
+        return sum(arrangement.cancelled for arrangement in self.sides)
+
+    def rows(self, side: int) -> Rows:
+        """Side ``side``'s rows, netted, with its key column."""
+        slots, columns = self.sides[side].rows()
+        return {self.keys[side]: self.index.ids[slots], **columns}
+
+    def take(self, moving: Callable[[Hashable], bool]) -> tuple[Rows, ...]:
+        """Remove and return both sides' rows of the keys ``moving`` selects."""
+        rows = [self.rows(side) for side in (0, 1)]
+        going = [keys_moving(side_rows[key], moving) for side_rows, key in zip(rows, self.keys)]
+        taken = tuple({name: values[mask] for name, values in side_rows.items()} for side_rows, mask in zip(rows, going))
+        kept = [{name: values[~mask] for name, values in side_rows.items()} for side_rows, mask in zip(rows, going)]
+        self.index = KeyIndex()
+        self.sides = tuple(Arrangement(arrangement.names, diff=DIFF) for arrangement in self.sides)
+        self.put(kept)
+        return taken
+
+    def put(self, taken: Sequence[Rows]) -> None:
+        """Add rows another join's :meth:`take` returned (or a snapshot's)."""
+        for side, rows in enumerate(taken):
+            if len(rows[DIFF]):
+                self._add(side, rows)
+
+
+def folded_sums(rows: Rows, key: str, value: str) -> Rows:
+    """Changes ``rows`` (columns ``key``, ``value``, ``diff``) folded per key: ``copies``, the
+    diffs' sum, and ``total``, of ``value * diff``. A sum is linear, so such folds of any parts
+    of an epoch's changes add up to the fold of the whole: the sender folds what it sends
+    (a combiner), and :meth:`ColumnSums.apply` adds the folds it gets.
+
+    Raises:
+        RecordError: The values are not numbers.
+    """
+    values, diffs = np.asarray(rows[value]), np.asarray(rows[DIFF], dtype=np.int64)
+    if values.dtype.kind not in "iufb":
+        raise RecordError(f"column {value!r} holds {values.dtype} values (first: {values[:3].tolist()}): "
+                          "a sum takes numbers")
+    weighted = values.astype(np.int64 if values.dtype.kind == "b" else values.dtype) * diffs
+    keys, folded = combine_by_key(np.asarray(rows[key]), {"copies": diffs, "total": weighted},
+                                  {"copies": np.add, "total": np.add})
+    return {key: keys, **folded}
+
+
+class ColumnSums:
+    """Per key (a slot of ``index``), its records' copies and their values' total; see the module."""
+
+    def __init__(self, key: str, value: str) -> None:
+        self.key, self.value = key, value
+        self.index = KeyIndex()
+        self.copies = np.zeros(0, dtype=np.int64)
+        self.totals = np.zeros(0, dtype=np.int64)
+
+    @property
+    def held(self) -> int:
+        """How many keys have records."""
+        return int(np.count_nonzero(self.copies))
+
+    def apply(self, partials: Rows) -> Rows | None:
+        """An epoch's changes, folded per key by :func:`folded_sums` (columns ``key``, ``copies``,
+        ``total``; several folds of one key are added), added: the output's changes, ``(key,
+        total)`` records in columns ``key`` and ``total`` (None if none).
+
+        Raises:
+            RecordError: A key would have fewer than zero records.
+        """
+        keys, change = combine_by_key(np.asarray(partials[self.key]), partials, {"copies": np.add, "total": np.add})
+        copies, totals = change["copies"], change["total"]
+        if not len(keys):
+            return None
+        self.index.add(keys)
+        slots = self.index.slots(keys)
+        self._grow(len(self.index), totals.dtype)
+        old_copies, old_totals = self.copies[slots], self.totals[slots]
+        new_copies = old_copies + copies
+        if (new_copies < 0).any():
+            bad = int(np.flatnonzero(new_copies < 0)[0])
+            raise RecordError(f"key {keys[bad].item()!r} would have {new_copies[bad]} records (more removed than added)")
+        new_totals = np.where(new_copies > 0, old_totals + totals, 0)
+        moved = old_totals != new_totals
+        gone = (old_copies > 0) & ((new_copies == 0) | moved)
+        come = (new_copies > 0) & ((old_copies == 0) | moved)
+        self.copies[slots], self.totals[slots] = new_copies, new_totals
+        if not gone.any() and not come.any():
+            return None
+        return {self.key: concat([keys[gone], keys[come]]), "total": concat([old_totals[gone], new_totals[come]]),
+                DIFF: np.concatenate([np.full(int(gone.sum()), -1, dtype=np.int64), np.ones(int(come.sum()), dtype=np.int64)])}
+
+    def _grow(self, size: int, dtype: np.dtype) -> None:
+        """Room for ``size`` slots, the totals of a dtype that holds ``dtype`` too (integers, then floats)."""
+        wider = np.result_type(self.totals.dtype, dtype)
+        if wider != self.totals.dtype:
+            self.totals = self.totals.astype(wider)
+        if size > len(self.copies):
+            grown = max(size, 2 * len(self.copies))
+            self.copies = np.concatenate([self.copies, np.zeros(grown - len(self.copies), dtype=np.int64)])
+            self.totals = np.concatenate([self.totals, np.zeros(grown - len(self.totals), dtype=self.totals.dtype)])
+
+    def rows(self, keep: Callable[[np.ndarray], np.ndarray] | None = None) -> Rows:
+        """The keys with records, their copies and totals (only those ``keep`` selects)."""
+        live = np.flatnonzero(self.copies[: len(self.index)] > 0)
+        keys = self.index.ids[live]
+        chosen = slice(None) if keep is None else keep(keys)
+        return {self.key: keys[chosen], "copies": self.copies[live][chosen], "total": self.totals[live][chosen]}
+
+    def put(self, held: Mapping[str, np.ndarray]) -> None:
+        """Keys another replica held (none of them held here), as :meth:`rows` gives them."""
+        keys = held[self.key]
+        if not len(keys):
+            return
+        self.index.add(keys)
+        slots = self.index.slots(keys)
+        self._grow(len(self.index), held["total"].dtype)
+        self.copies[slots], self.totals[slots] = held["copies"], held["total"]
+
+    def take(self, moving: Callable[[Hashable], bool]) -> Rows:
+        """Remove and return the keys ``moving`` selects."""
+        taken = self.rows(lambda keys: keys_moving(keys, moving))
+        slots = self.index.slots(taken[self.key])
+        self.copies[slots] = 0
+        self.totals[slots] = 0
+        return taken
