@@ -60,6 +60,8 @@ from raytide.physical.pickled import unpicklable
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.wire import pack
 from raytide.sources.base import Reader
+from raytide.supervisor.replay import CallLog as CallLog
+from raytide.supervisor.replay import ReplayLog
 
 #: How long one wait for a full window lasts before the job's failure is checked again.
 WINDOW_POLL = 1.0
@@ -78,43 +80,6 @@ def as_epoch(name: str, epoch: Any) -> int:
         return operator.index(epoch)
     except TypeError:
         raise GraphError(f"input {name!r}: epoch {epoch!r} is not an integer (got {type(epoch).__name__})") from None
-
-
-class CallLog:
-    """The calls made to one input replica since the oldest snapshot that may be restored.
-
-    Each call counts as many commands as the replica's core consumes for it (a push or an
-    advance: one; object refs: one per ref), which is how the replica records its position.
-    """
-
-    def __init__(self) -> None:
-        self.base = 0  # commands before the first kept call
-        self.end = 0  # commands up to the last call: where the replica will be once it takes them
-        self.calls: collections.deque[tuple[int, str, tuple]] = collections.deque()
-
-    def append(self, weight: int, method: str, args: tuple) -> None:
-        self.calls.append((weight, method, args))
-        self.end += weight
-
-    def skip_to(self, position: int) -> None:
-        """Start counting at ``position``: the commands a restored snapshot had consumed."""
-        self.base = self.end = position
-
-    def trim(self, position: int) -> None:
-        """Forget the calls before ``position`` (a committed snapshot covers them)."""
-        while self.calls and self.base + self.calls[0][0] <= position:
-            self.base += self.calls.popleft()[0]
-
-    def after(self, position: int, what: str) -> list[tuple[str, tuple]]:
-        """The calls after ``position``, to send again; a RecoveryError if they are forgotten."""
-        if position < self.base:
-            raise RecoveryError(f"{what} cannot go back to command {position}: the driver kept its calls from "
-                                f"command {self.base} on only (a newer snapshot was damaged?)")
-        skipped, first = self.base, 0
-        while first < len(self.calls) and skipped < position:
-            skipped += self.calls[first][0]
-            first += 1
-        return [(method, args) for _, method, args in itertools.islice(self.calls, first, None)]
 
 
 @dataclass
@@ -200,10 +165,11 @@ class InputFeeds:
     """Epochs, locks, turns and windows of every input of one job."""
 
     def __init__(self, plan: PhysicalPlan, replicas: dict[str, list[Any]], max_inflight: int, batch_size: int,
-                 raise_if_failed: Callable[[], None], keep_calls: bool = False,
+                 raise_if_failed: Callable[[], None], keep_calls: int = 0,
                  on_open: Callable[[int], None] | None = None) -> None:
         """``plan``: the job's; ``replicas``: per input, the actor handles of its replicas in replica order.
-        ``keep_calls``: keep every call for a recovery (see the module docstring).
+        ``keep_calls``: keep every call for a recovery that may restore any of the last
+        ``keep_calls`` committed snapshots (0: keep none; see the module docstring).
         ``on_open``: called with each epoch an input is at when the driver feeds it (its
         first, and each it moves to), before anything of that epoch is sent."""
         self.flow_name, self.replicas = plan.name, replicas
@@ -227,8 +193,8 @@ class InputFeeds:
         #: Per input replica, its command count in the latest committed snapshot (of id ``committed_id``).
         self.committed: dict[tuple[str, int], int] = {}
         self.committed_id = -1
-        self.logs = {(name, index): CallLog() for name, handles in replicas.items()
-                     for index in range(len(handles))} if keep_calls else None
+        self.logs = ReplayLog([(name, index) for name, handles in replicas.items() for index in range(len(handles))],
+                              keep_calls) if keep_calls else None
         #: Per input, which replicas a peer may close an epoch for (a proxy token).
         proxying = proxying_inputs(plan)
         self.proxy_plans = {name: ProxyPlan(len(handles), name in proxying) for name, handles in replicas.items()}
@@ -357,9 +323,12 @@ class InputFeeds:
             return counts.pop() if counts else 0
 
     def commit(self, snapshot_id: int, positions: dict[tuple[str, int], int]) -> None:
-        """Snapshot ``snapshot_id`` committed with each input replica at ``positions`` (commands consumed)."""
+        """Snapshot ``snapshot_id`` committed with each input replica at ``positions`` (commands consumed):
+        the calls the oldest snapshot a recovery may still restore covers are forgotten (:class:`ReplayLog`)."""
         self.committed.update(positions)
         self.committed_id = max(self.committed_id, snapshot_id)
+        if self.logs is not None:
+            self.trim(self.logs.committed(positions))
 
     def holds(self, name: str, marks: dict[int, int]) -> bool:
         """Whether a committed snapshot has every replica of input ``name`` at ``marks`` or past them."""
@@ -545,7 +514,7 @@ class InputFeeds:
                 self.proxy_plans[name] = ProxyPlan(len(replicas[name]), name in proxying)
                 for index, actor in enumerate(replicas[name]):
                     position = positions.get((name, index), 0)
-                    for method, args in self.logs[(name, index)].after(position, f"input {name!r} replica {index}"):
+                    for method, args in self.logs.after((name, index), position):
                         self._send(actor, method, args)
 
 

@@ -99,7 +99,8 @@ class Job(JobViews):
         self._outputs = OutputCollector(placement.progress, plan.outputs,
                                         recovery.output_commit if recovery is not None else "epoch")
         self._inputs = EventTimeInputs(plan, placement.input_handles(), settings.max_inflight, batch_size,
-                                  self._raise_if_failed, keep_calls=recovery is not None, on_open=self._outputs.open)
+                                       self._raise_if_failed, keep_calls=recovery.retain if recovery is not None else 0,
+                                       on_open=self._outputs.open)
         self._feeders = Feeders(self, self._inputs, self._feed_failed)
         self._recovery = JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
         try:

@@ -14,7 +14,7 @@ timeout, for every actor it addresses, and no actor waits for the driver::
 
 Meanwhile it keeps the coordinator informed of the epochs it has been handed (so output
 replicas drop them) and learns of committed snapshots, which let it forget the input
-calls they cover (:class:`~raytide.driver.inputs.CallLog`).
+calls they cover (:class:`~raytide.supervisor.replay.ReplayLog`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from raytide.driver.placement import COORDINATOR, JobPlacement
 from raytide.driver.snapshot_health import SILENT_AFTER, SnapshotHealth
 from raytide.driver.store_lease import LeaseKeeper, keeper_of, release_store
 from raytide.errors import ActorLost, JobTimeout, RaytideError, SnapshotError, StoreFencedError
-from raytide.physical.protocol import ReplicaKey
 from raytide.rescale.reshard import latest_restore_point
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.consumed import ConsumedRecord, continue_from, starting_point
@@ -64,6 +63,7 @@ from raytide.snapshots.recovering import (
 from raytide.snapshots.recovery import RestartBudget, RestorePoint
 from raytide.snapshots.replica_state import summed
 from raytide.snapshots.store import SnapshotStore, store_of
+from raytide.supervisor.replay import input_positions as input_positions
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,6 @@ class JobRecovery:
     coordinator: Any = None
     sync_ref: Any = None
     commits_seen: int = 0
-    retained: list[dict[tuple[str, int], int]] = field(default_factory=list)
     consumed: ConsumedRecord = field(init=False)
     records: list[RecoveryRecord] = field(default_factory=list)
     rescales: list[RescaleRecord] = field(default_factory=list)
@@ -208,12 +207,8 @@ class JobRecovery:
                 return failure
             self.commits_seen += len(commits)
             for commit in commits:
-                self.retained.append(input_positions(commit.positions))
-                self.inputs.commit(commit.snapshot_id, self.retained[-1])
+                self.inputs.commit(commit.snapshot_id, input_positions(commit.positions))
                 self.outputs.release(commit.complete)
-            self.retained = self.retained[-self.recovery.retain:]
-            if self.retained:
-                self.inputs.trim(self.retained[0])
         self.sync_ref = self.coordinator.sync.remote(self.outputs.durable(), self.commits_seen)
         self.health.sent(time.monotonic())
         return None
@@ -493,9 +488,3 @@ DEATHS = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
 def _raised(answers: list) -> Raised | None:
     """The first error among the replicas' answers to a restore (user code's ``restore()`` raised there), if any."""
     return next((Raised(answer) for answer in answers if isinstance(answer, BaseException)), None)
-
-
-def input_positions(positions: dict[ReplicaKey, dict[str, int]]) -> dict[tuple[str, int], int]:
-    """A snapshot's positions per ``(input, replica)``."""
-    return {(vertex, key.replica): position for key, per_vertex in positions.items()
-            for vertex, position in per_vertex.items()}

@@ -42,7 +42,7 @@ from raytide.core.dataflow import Dataflow
 from raytide.engine.epoch_tokens import rides_with_tokens
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.engine.replica import ReplicaCore
-from raytide.errors import RaytideError, RescaleError, SnapshotError
+from raytide.errors import RaytideError, RecoveryError, RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import EpochComplete, JobEvent, JobFailed, JobFinished, Marker, MarkerKind, ReplicaKey, Sequenced
 from raytide.progress.tracker import Pointstamp
@@ -54,8 +54,9 @@ from raytide.snapshots.consumed import START, starting_point
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovering import Finished, Pieces, Recovering, ResetCoordinator, RestartProgress
 from raytide.snapshots.recovery import RestartBudget, RestorePoint, commit_snapshot, part_name
+from raytide.supervisor.replay import input_positions
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
-from raytide.testing.mailboxes import Link, LocalTransport, Mailboxes, planned_commands, rewound
+from raytide.testing.mailboxes import Link, LocalTransport, Mailboxes, logged, planned_commands, replayed
 from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, Hang, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
 from raytide.testing.recovery import SteppedRecovery
@@ -120,6 +121,7 @@ class LocalJob:
         self.asks = RescaleAsks()
         self.rescaling: SteppedRescale | None = None
         self.planned = planned_commands(self.plan, inputs, markers or {})
+        self.calls = logged(self.planned, recovery.retain if recovery is not None else 1)  # kept as on Ray
         for (name, replica), commands in self.planned.items():
             self.mail.commands[self._input_replicas(name)[replica]].extend(commands)
         self.coordinator: CoordinatorCore | None = None
@@ -422,12 +424,11 @@ class LocalJob:
         self._guard(key, self.replicas[key].resume)
 
     def replay_inputs(self, point: RestorePoint) -> None:
-        """Every input replica gets the driver's commands after its position in ``point``."""
-        for key in self.replica_keys():
-            vertex = next((name for name in self.plan.chain(key.chain).vertices if name in self.plan.inputs), None)
-            if vertex is not None:
-                planned = self.planned[(vertex, key.replica)]
-                self.mail.commands[key] = collections.deque(rewound(planned, point.position(key, vertex)))
+        """Every input replica gets the driver's calls after its position in ``point``, as on Ray."""
+        try:
+            self.mail.commands.update(replayed(self.calls, self.plan, point))
+        except RecoveryError as error:
+            self.fail(error)
 
     def reset_coordinator(self, effect: ResetCoordinator) -> None:
         """The coordinator snapshots the restored job (a new one if it died)."""
@@ -560,6 +561,8 @@ class LocalJob:
             return
         self.coordinator.committed(commit.snapshot_id, self.result.steps)
         self.result.snapshots.append(commit.snapshot_id)
+        self.calls.forget_covered(input_positions({key: summary.positions for key, summary in commit.summaries.items()
+                                                   if isinstance(key, ReplicaKey)}))  # as the Ray driver's sync does
         self.outputs.release(complete)  # the driver learns of the commit
 
     # -- rescaling ---------------------------------------------------------------------------
@@ -573,8 +576,6 @@ class LocalJob:
         plan = compile_plan(self.flow, self.parallelism, self.chaining, new_widths(self.plan, self.asks.take()))
         self.rescaling = SteppedRescale(self, Rescaling.between(self.plan.name, self.budget, self.incarnation,
                                                                 self.plan, plan), self.rng)
-
-    # -- rescaling: the runtime side of raytide.testing.rescaling.RescaleRuntime -------------
 
     def hand_over(self, key: ReplicaKey, effect: HandOver) -> dict[ReplicaKey, Piece] | None:
         """Replica ``key``, held at the cut, splits its state (None: it died)."""
