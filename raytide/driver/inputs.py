@@ -42,26 +42,24 @@ from __future__ import annotations
 import collections
 import collections.abc
 import contextlib
-import itertools
-import operator
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from raytide.core.batches import BATCH_KINDS, batch_length, not_a_batch, split_batch, to_records
+from raytide.core.batches import split_batch
 from raytide.driver.connected import require_ray
+from raytide.driver.push_batches import as_epoch, offsets, packed
+from raytide.driver.push_batches import pushed_batch as pushed_batch
 from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
-from raytide.errors import GraphError, JobTimeout, RecordError, RecoveryError
-from raytide.physical.pickled import unpicklable
+from raytide.errors import GraphError, JobTimeout, RecoveryError
 from raytide.physical.plan import PhysicalPlan
-from raytide.physical.wire import pack
 from raytide.sources.base import Reader
 from raytide.supervisor.replay import CallLog as CallLog
 from raytide.supervisor.replay import ReplayLog
+from raytide.supervisor.replay import Resume as Resume
 
 #: How long one wait for a full window lasts before the job's failure is checked again.
 WINDOW_POLL = 1.0
@@ -71,53 +69,6 @@ READER_TIMEOUT = 120.0
 HOLD_S = 0.01
 #: How long the thread that sends held pushes waits for one before it ends (the next push starts one).
 SENDER_IDLE_S = 5.0
-
-
-def as_epoch(name: str, epoch: Any) -> int:
-    """``epoch`` as an int: ints and integer-like values (NumPy integers, anything with
-    ``__index__``) are accepted; anything else raises a GraphError naming the input."""
-    try:
-        return operator.index(epoch)
-    except TypeError:
-        raise GraphError(f"input {name!r}: epoch {epoch!r} is not an integer (got {type(epoch).__name__})") from None
-
-
-@dataclass
-class Resume:
-    """Where the restored snapshot left one input replica: ``consumed`` commands, the input
-    at ``epoch`` (None: closed); ``left`` of the consumed commands not replayed yet."""
-
-    name: str
-    replica: int
-    consumed: int
-    epoch: int | None
-    left: int
-
-    def replayed(self, at: int | None, weight: int) -> bool:
-        """Whether a call of ``weight`` commands at epoch ``at`` (an advance's target, None
-        to close) replays what the snapshot consumed, so it is not sent again.
-
-        Raises:
-            RecoveryError: a replay that ends inside a call, or one cut short by a call past
-                the restored epoch (the message says what to push).
-        """
-        if not self.left:
-            return False
-        if self.epoch is None or (at is not None and at <= self.epoch):
-            if weight > self.left:
-                raise RecoveryError(f"input {self.name!r} replica {self.replica}: the restored snapshot had consumed "
-                                    f"{self.left} more commands, which end inside a call of {weight}: feed the input as "
-                                    f"the earlier run did (the same batches, batch_size and parallelism)")
-            self.left -= weight
-            return True
-        if self.left < self.consumed:
-            raise RecoveryError(f"input {self.name!r} replica {self.replica}: the restored snapshot had consumed "
-                                f"{self.consumed} commands, up to epoch {self.epoch}; this feed replayed only "
-                                f"{self.consumed - self.left} of them before moving on to epoch {at}: either feed the "
-                                f"input again from its start as the earlier run did, or push only epochs after "
-                                f"{self.epoch} (a call at epoch {self.epoch} or before counts as a replay)")
-        self.left = 0  # nothing replayed: the input continues where the snapshot left it
-        return False
 
 
 class HeldPushes:
@@ -217,7 +168,7 @@ class InputFeeds:
         with self.locks[name]:
             at = self._check_epoch(name, self.epochs[name] if epoch is None else epoch)
             pieces = split_batch(pushed_batch(name, at, records), self.batch_size)
-            payloads = [_packed(name, at, piece, offset) for piece, offset in zip(pieces, _offsets(pieces))]
+            payloads = [packed(name, at, piece, offset) for piece, offset in zip(pieces, offsets(pieces))]
             self._move_to(name, at)
             for payload in payloads:
                 index = self._next_index(name)
@@ -516,30 +467,3 @@ class InputFeeds:
                     position = positions.get((name, index), 0)
                     for method, args in self.logs.after((name, index), position):
                         self._send(actor, method, args)
-
-
-def pushed_batch(name: str, epoch: int | None, records: Any) -> Any:
-    """What ``job.push`` was given, as a batch: a batch as it is, another iterable (a tuple,
-    a range, a generator) as a list; a string, None or a non-iterable raises a RecordError
-    (naming the epoch, unless the push has none: an event-time input's)."""
-    if not_a_batch(records) is None:
-        return records
-    if isinstance(records, (str, bytes)) or not isinstance(records, collections.abc.Iterable):
-        where = f"input {name!r}" + (f" epoch {epoch}" if epoch is not None else "")
-        raise RecordError(f"{where}: push got {not_a_batch(records)}, not records; "
-                          f"a push takes {BATCH_KINDS}, or any other iterable of records")
-    return list(records)
-
-
-def _offsets(pieces: list) -> list[int]:
-    """The index of each piece's first record in the whole push."""
-    return list(itertools.accumulate((batch_length(piece) for piece in pieces[:-1]), initial=0))
-
-
-def _packed(name: str, epoch: int, piece: Any, offset: int) -> tuple[Any, bool]:
-    """``pack(piece)``, or a RecordError naming the input, the epoch and the first record that does not pickle."""
-    try:
-        return pack(piece)
-    except Exception as error:
-        raise unpicklable(to_records(piece), error, f"input {name!r} epoch {epoch}", offset,
-                          "; nothing of this push was sent") from error

@@ -9,7 +9,9 @@ A call of weight 0 (a marker the simulator injects between commands) is sent aga
 calls around it and counts nothing. A recovery restores each input replica at the position
 its snapshot recorded and sends it the calls after that position (:meth:`CallLog.after`);
 a committed snapshot lets the log forget the calls before the oldest snapshot a recovery may
-still restore (:meth:`ReplayLog.committed`: the last ``retain`` committed)::
+still restore (:meth:`ReplayLog.committed`: the last ``retain`` committed). A job started
+from an earlier run's snapshot (``restore=``) is fed again by its user: :class:`Resume` tells
+the replays of what that snapshot consumed (not sent again) from new calls::
 
     base ─────────────── position ──────────── end
          │ calls kept: the oldest retained     │
@@ -22,6 +24,7 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from raytide.errors import RecoveryError
 from raytide.physical.protocol import ReplicaKey
@@ -105,6 +108,44 @@ class ReplayLog:
         """
         name, index = replica
         return self.logs[replica].after(position, f"input {name!r} replica {index}")
+
+
+@dataclass
+class Resume:
+    """Where the restored snapshot left one input replica: ``consumed`` commands, the input
+    at ``epoch`` (None: closed); ``left`` of the consumed commands not replayed yet."""
+
+    name: str
+    replica: int
+    consumed: int
+    epoch: int | None
+    left: int
+
+    def replayed(self, at: int | None, weight: int) -> bool:
+        """Whether a call of ``weight`` commands at epoch ``at`` (an advance's target, None
+        to close) replays what the snapshot consumed, so it is not sent again.
+
+        Raises:
+            RecoveryError: a replay that ends inside a call, or one cut short by a call past
+                the restored epoch (the message says what to push).
+        """
+        if not self.left:
+            return False
+        if self.epoch is None or (at is not None and at <= self.epoch):
+            if weight > self.left:
+                raise RecoveryError(f"input {self.name!r} replica {self.replica}: the restored snapshot had consumed "
+                                    f"{self.left} more commands, which end inside a call of {weight}: feed the input as "
+                                    f"the earlier run did (the same batches, batch_size and parallelism)")
+            self.left -= weight
+            return True
+        if self.left < self.consumed:
+            raise RecoveryError(f"input {self.name!r} replica {self.replica}: the restored snapshot had consumed "
+                                f"{self.consumed} commands, up to epoch {self.epoch}; this feed replayed only "
+                                f"{self.consumed - self.left} of them before moving on to epoch {at}: either feed the "
+                                f"input again from its start as the earlier run did, or push only epochs after "
+                                f"{self.epoch} (a call at epoch {self.epoch} or before counts as a replay)")
+        self.left = 0  # nothing replayed: the input continues where the snapshot left it
+        return False
 
 
 def input_positions(positions: dict[ReplicaKey, dict[str, int]]) -> dict[InputReplica, int]:
