@@ -1,5 +1,8 @@
 """An in-process runtime: every replica core, the progress core and the snapshot
-coordinator in one process, no Ray, under a seeded scheduler.
+coordinator in one process, no Ray, under a seeded scheduler. :class:`LocalJob` is the
+user's handle (run, crash, slow down, rescale); the simulated world it schedules is
+:mod:`raytide.testing.world`, and the recoveries and rescales run in the Ray driver's own
+loop (:mod:`raytide.supervisor`) on the simulator's runtimes.
 
 It runs the same :class:`~raytide.engine.replica.ReplicaCore`,
 :class:`~raytide.engine.progress_core.ProgressCore` and
@@ -56,7 +59,9 @@ from raytide.testing.world import World
 
 
 class LocalJob(World):
-    """A dataflow running in this process under a seeded scheduler.
+    """A dataflow running in this process under a seeded scheduler. Its public methods are the
+    user's: :meth:`run`, :meth:`rescale`, :meth:`crash`, :meth:`slow_down`, ``replica_keys()``
+    and ``recovery_steps`` (what a test crashes and when; ``tests/test_structure.py`` pins the list).
 
     Args:
         flow: the dataflow (or an already compiled plan).

@@ -49,7 +49,12 @@ def rescaling_in(rescaling: Execution | None, *phases: RescalePhase) -> bool:
 
 
 class World:
-    """The simulated actors of one job and what is in flight between them (see the module docstring)."""
+    """The simulated actors of one job and what is in flight between them (see the module docstring).
+
+    Its methods are the world's own actions (private: :class:`~raytide.testing.local.LocalJob`,
+    the user's handle, schedules them, and the simulator's runtimes call the few a recovery and
+    a rescale need: a fresh replica core, a guarded event, the progress core's effects, a new
+    coordinator, a recorded failure), as the Ray runtimes call the job's actors."""
 
     def __init__(self, plan: PhysicalPlan, planned: dict[tuple[str, int], list[Command]], seed: int,
                  recovery: LocalRecovery | None, consumer: LocalConsumer | None, nodes: int | None,
