@@ -2,7 +2,7 @@
 keeps only the user's methods and calls this): events in, machines run, effects out::
 
     long poll (job events) ─┐
-    Liveness (a host died) ─┼─▶ take_events ─▶ judge (raytide.supervisor.deaths, the simulator's too)
+    Liveness (a host died) ─┼─▶ notice ─▶ supervise (raytide.supervisor.deaths, the simulator's too)
     coordinator sync ───────┘        │ deaths, in a job with recovery     │ any other failure
                                      ▼                                    ▼
               recover: a Recovering run by the shared loop        fail: the job is cancelled
@@ -34,7 +34,7 @@ from raytide.driver.store_lease import release_store
 from raytide.errors import ActorLost, InternalError, JobCancelled, RaytideError, ReplicaLost
 from raytide.physical.plan import PhysicalPlan
 from raytide.snapshots.recovering import Recovering
-from raytide.supervisor.deaths import judge
+from raytide.supervisor.deaths import judge, supervise
 
 logger = logging.getLogger(__name__)
 
@@ -80,17 +80,25 @@ class JobSupervisor:
     def pump_now(self, timeout: float) -> None:
         """:meth:`pump` by a thread that holds the job's lock: take the events, recover from deaths, autoscale."""
         with self.cancelled_on_interrupt():
-            deaths = self.take_events(timeout)
-            if deaths is not None:
-                assert self.recovery is not None
-                self.run_recovery(self.recovery.after_death(deaths))
+            # the recovery of a death runs to its end here: no machine is under way to take one
+            supervise(self.notice(timeout), self.recovery is not None, (None, None), self.fail, self.recover)
             if self.autoscaler is not None and not self.rescaling:
                 self.autoscale()
 
     def take_events(self, timeout: float) -> str | None:
-        """Take new events from the progress actor (waiting up to ``timeout``) and check
-        liveness; returns the deaths noticed, in a job with recovery (None: none were). Any
-        other failure fails the job (:func:`~raytide.supervisor.deaths.judge`)."""
+        """Take new events (:meth:`notice`) for a rescale that holds at its cut: returns the
+        deaths noticed, in a job with recovery (None: none were), for the rescale to recover
+        from; any other failure fails the job (:func:`~raytide.supervisor.deaths.judge`)."""
+        with self.cancelled_on_interrupt():
+            ruling = judge(self.notice(timeout), recovers=self.recovery is not None)
+            if ruling.fail is not None:
+                self.fail(ruling.fail)
+            return ruling.recover
+
+    def notice(self, timeout: float) -> list[BaseException]:
+        """Take new events from the progress actor (waiting up to ``timeout``: the outputs shown,
+        :class:`~raytide.driver.outputs.OutputCollector`), check liveness and sync the
+        coordinator; returns the failures noticed (deaths named as such)."""
         self.raise_if_failed()
         with self.cancelled_on_interrupt():
             try:
@@ -104,10 +112,12 @@ class JobSupervisor:
                 failure = self.recovery.sync()  # the coordinator died (ActorLost), or the store was taken over
                 if failure is not None:
                     failures.append(failure)
-            verdict = judge(failures, recovers=self.recovery is not None)
-            if verdict.fail is not None:
-                self.fail(verdict.fail)
-            return verdict.recover
+            return failures
+
+    def recover(self, cause: str) -> None:
+        """Recover the job from the deaths of ``cause`` (the job fails if it cannot)."""
+        assert self.recovery is not None
+        self.run_recovery(self.recovery.after_death(cause))
 
     def autoscale(self) -> None:
         """Make the changes the autoscaler decided on, if it has (without waiting for it)."""

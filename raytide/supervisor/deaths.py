@@ -11,12 +11,15 @@ injected, noticed some steps later) and names them as the same errors
   fails the job with the first one;
 * :func:`hand_death`: a death noticed while a machine is under way goes to the machine that
   takes it: a recovery starts over, a rescale that holds at its cut or hands its state over
-  recovers in its old widths; otherwise the caller starts a new recovery.
+  recovers in its old widths; otherwise the caller starts a new recovery;
+* :func:`supervise`: one turn of the supervisor loop, both of them together, which both
+  worlds take each time they look at what they noticed (the Ray driver at each pump, the
+  simulator at each scheduler step).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from raytide.errors import ActorLost, ReplicaLost
@@ -51,3 +54,17 @@ def hand_death(cause: str, recovering: Execution | None, rescaling: Execution | 
         rescaling.died(cause)
         return True
     return False
+
+
+def supervise(failures: Sequence[BaseException], recovers: bool, under_way: tuple[Execution | None, Execution | None],
+              fail: Callable[[BaseException], None], recover: Callable[[str], None]) -> str | None:
+    """One turn of the supervisor loop: the ``failures`` a world noticed in; the job failed with
+    the first of them if any is no death (``fail``), or the deaths given to the machine under way that
+    takes them (``under_way``: the recovery's and the rescale's executions, if any), or a new
+    recovery started after them (``recover``, with their cause). Returns that cause (None: no death)."""
+    ruling = judge(failures, recovers)
+    if ruling.fail is not None:
+        fail(ruling.fail)
+    elif ruling.recover is not None and not hand_death(ruling.recover, *under_way):
+        recover(ruling.recover)
+    return ruling.recover

@@ -41,13 +41,13 @@ from typing import Any
 from raytide.core.dataflow import Dataflow
 from raytide.errors import ActorLost, RaytideError, ReplicaLost, RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
-from raytide.physical.protocol import Marker, ReplicaKey
+from raytide.physical.protocol import JobFailed, Marker, ReplicaKey
 from raytide.rescale.rescaling import Rescaling
 from raytide.rescale.reshard import reshard_snapshot
 from raytide.rescale.widths import new_widths
 from raytide.snapshots.consumed import START, starting_point
 from raytide.snapshots.recovering import Recovering
-from raytide.supervisor.deaths import hand_death, judge
+from raytide.supervisor.deaths import supervise
 from raytide.supervisor.execution import Execution
 from raytide.testing.consumer import LocalConsumer
 from raytide.testing.mailboxes import planned_commands
@@ -210,11 +210,15 @@ class LocalJob(World):
         if not due or self.result.finished:
             return
         self.failures = [(step, cause) for step, cause in self.failures if step > self.result.steps]
-        cause = judge(due, recovers=True).recover
+        cause = supervise(due, True, (self.recovering, self.rescaling), self._fail, self._recover)
         assert cause is not None, "the simulator notices deaths only"
         self.result.recoveries.append(cause)
-        if not hand_death(cause, self.recovering, self.rescaling):
-            start_recovery(self, Recovering.after_death(self.plan.name, self.budget, self.incarnation, cause))
+
+    def _recover(self, cause: str) -> None:
+        start_recovery(self, Recovering.after_death(self.plan.name, self.budget, self.incarnation, cause))
+
+    def _fail(self, error: BaseException) -> None:
+        self._record([JobFailed(error)])
 
     def _start_from(self, restore: int | str) -> None:
         """Begin at committed snapshot ``restore`` of an earlier run (laid out for this job's

@@ -60,3 +60,29 @@ def test_a_runtime_that_misses_an_effect_is_caught():
 
     Planted.rescaled = rescaled  # type: ignore[method-assign]
     assert not_implemented(Planted, RescaleRuntime) == ["rescaled", "switch"]
+
+
+def test_one_turn_of_the_supervisor_loop_fails_recovers_or_hands_the_death_over():
+    """``supervise``, both worlds' turn: a failure that is no death fails the job; deaths
+    start a recovery, or go to the recovery under way (which starts over)."""
+    from raytide.errors import ActorLost, ReplicaLost, StoreFencedError
+    from raytide.snapshots.recovering import Recovering
+    from raytide.snapshots.recovery import RestartBudget
+    from raytide.supervisor.deaths import supervise
+    from raytide.supervisor.execution import Execution
+
+    class Queued:  # a runtime that answers nothing at once: its machine stays under way
+        def __getattr__(self, name):
+            return lambda effect, run: None
+
+    death, other = ReplicaLost("j/c/0", ("v",), "a test"), StoreFencedError("another driver took the store")
+    failed, started = [], []
+    assert supervise([death, other], True, (None, None), failed.append, started.append) is None
+    assert failed == [death] and not started  # the first failure noticed, as the Ray driver always did
+    assert supervise([death, ActorLost("progress died")], True, (None, None), failed.append, started.append)
+    assert len(started) == 1 and "j/c/0" in started[0] and "progress died" in started[0]
+    assert supervise([death], False, (None, None), failed.append, started.append) is None and failed[-1] is death
+    under_way = Execution(Recovering.after_death("j", RestartBudget(5), 0, "first"), Queued())
+    under_way.start()
+    supervise([death], True, (under_way, None), failed.append, started.append)
+    assert len(started) == 1 and under_way.machine.incarnation == 2, "the recovery under way starts over"
