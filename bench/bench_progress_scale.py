@@ -65,6 +65,7 @@ from typing import Any
 
 import raytide as rt
 import raytide.testing.local as local_runtime
+import raytide.testing.world as world_runtime
 from bench.baselines.ray_call_cost import actor_call_cpu_ms
 from bench.harness import ensure_ray
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS
@@ -248,8 +249,8 @@ def central_load(nodes: int, per_node: int, epochs: int, records_per_replica: in
     actor faster than measured by that scale, so that the central actor's own limit shows."""
     feed_eps, others_scale, fed_epochs = fed
     replicas = nodes * per_node
-    original = local_runtime.ProgressCore
-    local_runtime.ProgressCore = CountingCore  # type: ignore[misc]
+    original = world_runtime.ProgressCore  # the simulated world makes the job's progress core
+    world_runtime.ProgressCore = CountingCore  # type: ignore[misc]
     try:
         metrics: dict[str, Any] = {}
         for name, build, expected in (("keyed", keyed_pipeline, keyed_expected), ("loop", halving_loop, loop_expected)):
@@ -262,4 +263,4 @@ def central_load(nodes: int, per_node: int, epochs: int, records_per_replica: in
                 metrics.update({f"{name}_{design}_{key}": value for key, value in found.items()})
         return metrics
     finally:
-        local_runtime.ProgressCore = original  # type: ignore[misc]
+        world_runtime.ProgressCore = original  # type: ignore[misc]

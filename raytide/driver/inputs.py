@@ -42,24 +42,24 @@ from __future__ import annotations
 import collections
 import collections.abc
 import contextlib
-import itertools
-import operator
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from raytide.core.batches import BATCH_KINDS, batch_length, not_a_batch, split_batch, to_records
+from raytide.core.batches import split_batch
 from raytide.driver.connected import require_ray
+from raytide.driver.push_batches import as_epoch, offsets, packed
+from raytide.driver.push_batches import pushed_batch as pushed_batch
 from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
-from raytide.errors import GraphError, JobTimeout, RecordError, RecoveryError
-from raytide.physical.pickled import unpicklable
+from raytide.errors import GraphError, JobTimeout, RecoveryError
 from raytide.physical.plan import PhysicalPlan
-from raytide.physical.wire import pack
 from raytide.sources.base import Reader
+from raytide.supervisor.replay import CallLog as CallLog
+from raytide.supervisor.replay import ReplayLog
+from raytide.supervisor.replay import Resume as Resume
 
 #: How long one wait for a full window lasts before the job's failure is checked again.
 WINDOW_POLL = 1.0
@@ -69,90 +69,6 @@ READER_TIMEOUT = 120.0
 HOLD_S = 0.01
 #: How long the thread that sends held pushes waits for one before it ends (the next push starts one).
 SENDER_IDLE_S = 5.0
-
-
-def as_epoch(name: str, epoch: Any) -> int:
-    """``epoch`` as an int: ints and integer-like values (NumPy integers, anything with
-    ``__index__``) are accepted; anything else raises a GraphError naming the input."""
-    try:
-        return operator.index(epoch)
-    except TypeError:
-        raise GraphError(f"input {name!r}: epoch {epoch!r} is not an integer (got {type(epoch).__name__})") from None
-
-
-class CallLog:
-    """The calls made to one input replica since the oldest snapshot that may be restored.
-
-    Each call counts as many commands as the replica's core consumes for it (a push or an
-    advance: one; object refs: one per ref), which is how the replica records its position.
-    """
-
-    def __init__(self) -> None:
-        self.base = 0  # commands before the first kept call
-        self.end = 0  # commands up to the last call: where the replica will be once it takes them
-        self.calls: collections.deque[tuple[int, str, tuple]] = collections.deque()
-
-    def append(self, weight: int, method: str, args: tuple) -> None:
-        self.calls.append((weight, method, args))
-        self.end += weight
-
-    def skip_to(self, position: int) -> None:
-        """Start counting at ``position``: the commands a restored snapshot had consumed."""
-        self.base = self.end = position
-
-    def trim(self, position: int) -> None:
-        """Forget the calls before ``position`` (a committed snapshot covers them)."""
-        while self.calls and self.base + self.calls[0][0] <= position:
-            self.base += self.calls.popleft()[0]
-
-    def after(self, position: int, what: str) -> list[tuple[str, tuple]]:
-        """The calls after ``position``, to send again; a RecoveryError if they are forgotten."""
-        if position < self.base:
-            raise RecoveryError(f"{what} cannot go back to command {position}: the driver kept its calls from "
-                                f"command {self.base} on only (a newer snapshot was damaged?)")
-        skipped, first = self.base, 0
-        while first < len(self.calls) and skipped < position:
-            skipped += self.calls[first][0]
-            first += 1
-        return [(method, args) for _, method, args in itertools.islice(self.calls, first, None)]
-
-
-@dataclass
-class Resume:
-    """Where the restored snapshot left one input replica: ``consumed`` commands, the input
-    at ``epoch`` (None: closed); ``left`` of the consumed commands not replayed yet."""
-
-    name: str
-    replica: int
-    consumed: int
-    epoch: int | None
-    left: int
-
-    def replayed(self, at: int | None, weight: int) -> bool:
-        """Whether a call of ``weight`` commands at epoch ``at`` (an advance's target, None
-        to close) replays what the snapshot consumed, so it is not sent again.
-
-        Raises:
-            RecoveryError: a replay that ends inside a call, or one cut short by a call past
-                the restored epoch (the message says what to push).
-        """
-        if not self.left:
-            return False
-        if self.epoch is None or (at is not None and at <= self.epoch):
-            if weight > self.left:
-                raise RecoveryError(f"input {self.name!r} replica {self.replica}: the restored snapshot had consumed "
-                                    f"{self.left} more commands, which end inside a call of {weight}: feed the input as "
-                                    f"the earlier run did (the same batches, batch_size and parallelism)")
-            self.left -= weight
-            return True
-        if self.left < self.consumed:
-            raise RecoveryError(f"input {self.name!r} replica {self.replica}: the restored snapshot had consumed "
-                                f"{self.consumed} commands, up to epoch {self.epoch}; this feed replayed only "
-                                f"{self.consumed - self.left} of them before moving on to epoch {at}: either feed the "
-                                f"input again from its start as the earlier run did, or push only epochs after "
-                                f"{self.epoch} (a call at epoch {self.epoch} or before counts as a replay)")
-        self.left = 0  # nothing replayed: the input continues where the snapshot left it
-        return False
 
 
 class HeldPushes:
@@ -200,10 +116,11 @@ class InputFeeds:
     """Epochs, locks, turns and windows of every input of one job."""
 
     def __init__(self, plan: PhysicalPlan, replicas: dict[str, list[Any]], max_inflight: int, batch_size: int,
-                 raise_if_failed: Callable[[], None], keep_calls: bool = False,
+                 raise_if_failed: Callable[[], None], keep_calls: int = 0,
                  on_open: Callable[[int], None] | None = None) -> None:
         """``plan``: the job's; ``replicas``: per input, the actor handles of its replicas in replica order.
-        ``keep_calls``: keep every call for a recovery (see the module docstring).
+        ``keep_calls``: keep every call for a recovery that may restore any of the last
+        ``keep_calls`` committed snapshots (0: keep none; see the module docstring).
         ``on_open``: called with each epoch an input is at when the driver feeds it (its
         first, and each it moves to), before anything of that epoch is sent."""
         self.flow_name, self.replicas = plan.name, replicas
@@ -227,8 +144,8 @@ class InputFeeds:
         #: Per input replica, its command count in the latest committed snapshot (of id ``committed_id``).
         self.committed: dict[tuple[str, int], int] = {}
         self.committed_id = -1
-        self.logs = {(name, index): CallLog() for name, handles in replicas.items()
-                     for index in range(len(handles))} if keep_calls else None
+        self.logs = ReplayLog([(name, index) for name, handles in replicas.items() for index in range(len(handles))],
+                              keep_calls) if keep_calls else None
         #: Per input, which replicas a peer may close an epoch for (a proxy token).
         proxying = proxying_inputs(plan)
         self.proxy_plans = {name: ProxyPlan(len(handles), name in proxying) for name, handles in replicas.items()}
@@ -251,7 +168,7 @@ class InputFeeds:
         with self.locks[name]:
             at = self._check_epoch(name, self.epochs[name] if epoch is None else epoch)
             pieces = split_batch(pushed_batch(name, at, records), self.batch_size)
-            payloads = [_packed(name, at, piece, offset) for piece, offset in zip(pieces, _offsets(pieces))]
+            payloads = [packed(name, at, piece, offset) for piece, offset in zip(pieces, offsets(pieces))]
             self._move_to(name, at)
             for payload in payloads:
                 index = self._next_index(name)
@@ -357,9 +274,12 @@ class InputFeeds:
             return counts.pop() if counts else 0
 
     def commit(self, snapshot_id: int, positions: dict[tuple[str, int], int]) -> None:
-        """Snapshot ``snapshot_id`` committed with each input replica at ``positions`` (commands consumed)."""
+        """Snapshot ``snapshot_id`` committed with each input replica at ``positions`` (commands consumed):
+        the calls the oldest snapshot a recovery may still restore covers are forgotten (:class:`ReplayLog`)."""
         self.committed.update(positions)
         self.committed_id = max(self.committed_id, snapshot_id)
+        if self.logs is not None:
+            self.trim(self.logs.committed(positions))
 
     def holds(self, name: str, marks: dict[int, int]) -> bool:
         """Whether a committed snapshot has every replica of input ``name`` at ``marks`` or past them."""
@@ -545,32 +465,5 @@ class InputFeeds:
                 self.proxy_plans[name] = ProxyPlan(len(replicas[name]), name in proxying)
                 for index, actor in enumerate(replicas[name]):
                     position = positions.get((name, index), 0)
-                    for method, args in self.logs[(name, index)].after(position, f"input {name!r} replica {index}"):
+                    for method, args in self.logs.after((name, index), position):
                         self._send(actor, method, args)
-
-
-def pushed_batch(name: str, epoch: int | None, records: Any) -> Any:
-    """What ``job.push`` was given, as a batch: a batch as it is, another iterable (a tuple,
-    a range, a generator) as a list; a string, None or a non-iterable raises a RecordError
-    (naming the epoch, unless the push has none: an event-time input's)."""
-    if not_a_batch(records) is None:
-        return records
-    if isinstance(records, (str, bytes)) or not isinstance(records, collections.abc.Iterable):
-        where = f"input {name!r}" + (f" epoch {epoch}" if epoch is not None else "")
-        raise RecordError(f"{where}: push got {not_a_batch(records)}, not records; "
-                          f"a push takes {BATCH_KINDS}, or any other iterable of records")
-    return list(records)
-
-
-def _offsets(pieces: list) -> list[int]:
-    """The index of each piece's first record in the whole push."""
-    return list(itertools.accumulate((batch_length(piece) for piece in pieces[:-1]), initial=0))
-
-
-def _packed(name: str, epoch: int, piece: Any, offset: int) -> tuple[Any, bool]:
-    """``pack(piece)``, or a RecordError naming the input, the epoch and the first record that does not pickle."""
-    try:
-        return pack(piece)
-    except Exception as error:
-        raise unpicklable(to_records(piece), error, f"input {name!r} epoch {epoch}", offset,
-                          "; nothing of this push was sent") from error

@@ -9,16 +9,15 @@ replica of each chain of fused vertices, named ``job/chain/replica`` in the Ray
 dashboard) and the progress actor, which also gathers completed output epochs and
 failures. Where they run is the job's :class:`~raytide.driver.placement.JobPlacement`; its
 inputs and outputs are :mod:`raytide.driver.inputs` and :mod:`raytide.driver.outputs`;
-a recovery and a rescale are :mod:`raytide.driver.recovery` and
-:mod:`raytide.driver.rescale`, which the handle starts and which never see it. Every
-wait on the driver has a timeout and says what it waited for.
+its event and recovery loop is :mod:`raytide.driver.supervisor` (the handle keeps only the
+user's methods and calls it); a recovery and a rescale are :mod:`raytide.driver.recovery` and
+:mod:`raytide.driver.rescale`, which the supervisor starts and which never see the handle.
+Every wait on the driver has a timeout and says what it waited for.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,39 +31,29 @@ from raytide.core.dataflow import Probe
 from raytide.driver.event_inputs import EventTimeInputs
 from raytide.driver.feeders import Feeders
 from raytide.driver.outputs import OutputCollector
-from raytide.driver.placement import COORDINATOR, PROGRESS, SETUP_TIMEOUT, HostSettings, JobPlacement
+from raytide.driver.placement import SETUP_TIMEOUT, HostSettings, JobPlacement
 from raytide.driver.pool import cluster_cpus
-from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
-from raytide.driver.rescale import Supervision, rescale
+from raytide.driver.recovery import JobRecovery
+from raytide.driver.rescale import rescale
 from raytide.driver.stats import actor_stats, recovery_stats, unfinished
-from raytide.driver.store_lease import release_store
+from raytide.driver.supervisor import AUTOSCALE_POLL, JobSupervisor
 from raytide.driver.views import EpochBar, JobViews
 from raytide.errors import (
-    ActorLost,
     ArgumentError,
     GraphError,
-    InternalError,
-    JobCancelled,
     JobTimeout,
-    RaytideError,
-    ReplicaLost,
     RescaleError,
 )
 from raytide.physical.plan import PhysicalPlan
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.widths import check_widths, new_widths
-from raytide.snapshots.recovering import Recovering
 from raytide.sources.base import Placement as SourcePlacement
 from raytide.sources.iterable import as_source
 from raytide.sources.stream import StreamSource
 
-logger = logging.getLogger(__name__)
-
 #: How long a replica may take to answer a ping before a timeout message calls it busy.
 BUSY_PROBE = 1.0
-#: The longest the autoscaler's long poll for changes waits (the driver keeps one pending).
-AUTOSCALE_POLL = 5.0
 
 
 class Job(JobViews):
@@ -84,33 +73,29 @@ class Job(JobViews):
         """
         self.name = name
         self._recompile = recompile
-        self._error: BaseException | None = None
-        self._torn_down = False
-        self._rescaling = False
-        #: Held by a rescale throughout and by every pump: a rescale from another thread waits
-        #: for the one under way, and no thread takes events while a rescale changes the job.
-        self._driving = threading.RLock()
-        self._autoscaler: Any = None
         recovery = settings.recovery
-        #: Longest wait for events between two liveness checks (shorter with recovery: a death is noticed within about two).
-        self._poll_s = RECOVERY_POLL if recovery is not None else 0.5
         #: Where the job's actors run: their handles, for tools and tests that look at them or kill them.
         self.placement = placement = JobPlacement(plan, name, settings)
         self._outputs = OutputCollector(placement.progress, plan.outputs,
                                         recovery.output_commit if recovery is not None else "epoch")
+        #: The event and recovery loop (:mod:`raytide.driver.supervisor`): this handle only calls it.
+        self._supervisor = supervisor = JobSupervisor(name, placement, self._outputs, recovery is not None)
         self._inputs = EventTimeInputs(plan, placement.input_handles(), settings.max_inflight, batch_size,
-                                  self._raise_if_failed, keep_calls=recovery is not None, on_open=self._outputs.open)
-        self._feeders = Feeders(self, self._inputs, self._feed_failed)
-        self._recovery = JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
+                                       supervisor.raise_if_failed, keep_calls=recovery.retain if recovery is not None else 0,
+                                       on_open=self._outputs.open)
+        self._feeders = supervisor.feeders = Feeders(self, self._inputs, supervisor.feed_failed)
+        self._recovery = supervisor.recovery = \
+            JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
+        supervisor.rescale = self.rescale
         try:
             self._start(restore_id)
         except BaseException:  # a timeout, or a snapshot that cannot be restored: leave no actors behind
             self.cancel()
             raise
         if autoscale is not None:
-            self._autoscaler = _autoscaler_class().options(num_cpus=0, max_restarts=0).remote(
+            supervisor.autoscaler = _autoscaler_class().options(num_cpus=0, max_restarts=0).remote(
                 name, autoscale, plan, placement.peers, placement.progress, settings.num_cpus)
-            self._autoscale_ref = self._autoscaler.next_change.remote(AUTOSCALE_POLL)
+            supervisor.autoscale_ref = supervisor.autoscaler.next_change.remote(AUTOSCALE_POLL)
 
     def _start(self, restore_id: int | str | None) -> None:
         """Give the leased hosts their roles (with recovery: paused until the job is restored or runs); wait for them."""
@@ -165,22 +150,22 @@ class Job(JobViews):
             RecordError: not records (a string, None), a record that does not pickle or lacks a good timestamp (none sent).
             JobCancelled: the job was cancelled.
         """
-        self._raise_if_failed()
+        self._supervisor.raise_if_failed()
         self._inputs.push(name, records, epoch, partition)
 
     def push_refs(self, name: str, refs: list, epoch: int) -> None:
         """Send object refs of batches (e.g. Arrow tables) into input ``name``; replicas read them."""
-        self._raise_if_failed()
+        self._supervisor.raise_if_failed()
         self._inputs.push_refs(name, refs, epoch)
 
     def advance(self, name: str, epoch: int) -> None:
         """Tell input ``name`` that no more records will come before ``epoch``."""
-        self._raise_if_failed()
+        self._supervisor.raise_if_failed()
         self._inputs.advance(name, epoch)
 
     def close(self, name: str) -> None:
         """No more records will come into input ``name``."""
-        self._raise_if_failed()
+        self._supervisor.raise_if_failed()
         self._inputs.close(name)
 
     def feed(self, name: str, source: Any) -> None:
@@ -200,7 +185,7 @@ class Job(JobViews):
         source = as_source(source, name)
         if isinstance(source, StreamSource):
             self._require_recovery(f"stream input {name!r}")
-            return self._feeders.stream(name, source, self._stream_snapshot, self._pump)
+            return self._feeders.stream(name, source, self._stream_snapshot, self._supervisor.pump)
         on_driver = source.placement is SourcePlacement.DRIVER
         readers = source.readers(wanted := 1 if on_driver else len(self._inputs.replicas[name]))
         if len(readers) != wanted:
@@ -209,134 +194,13 @@ class Job(JobViews):
             return self._feeders.driver_source(name, readers[0])
         self._inputs.hand_over(name, readers, SETUP_TIMEOUT, source)
 
-    def _feed_failed(self, name: str, error: BaseException) -> None:
-        if not self._torn_down:
-            self._error = RaytideError(f"feeding input {name!r} failed: {error!r}")
-            self._error.__cause__ = error
-
     def _stream_snapshot(self, timeout: float) -> int:
         """A stream's batch is held by the snapshot this takes (what was handed out: ``durable``)."""
-        with self._driving:
+        with self._supervisor.driving:
             delivered = self._outputs.durable()
         return self._snapshot(timeout, delivered)
 
     # -- outputs and waiting -------------------------------------------------------------
-
-    def _pump(self, timeout: float) -> None:
-        """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
-
-        In a job with recovery, a death starts a recovery instead of failing the job. Not
-        while another thread rescales the job (it waits for the rescale to end). The wait
-        for the progress actor holds no lock: a stream's feed must not wait for a consumer's polls.
-        """
-        with self._driving:
-            call = self._outputs.poll_call(timeout)
-        with self._cancelled_on_interrupt():
-            if ray.wait([call], timeout=timeout)[0]:
-                self._outputs.answered = call  # the poll need not look again
-        with self._driving:
-            self._pump_now(0)
-
-    def _pump_now(self, timeout: float) -> None:
-        with self._cancelled_on_interrupt():
-            deaths = self._take_events(timeout)
-            if deaths is not None:
-                self._recover(deaths)
-            if self._autoscaler is not None and not self._rescaling:
-                self._autoscale()
-
-    def _take_events(self, timeout: float) -> str | None:
-        """Take new events from the progress actor (waiting up to ``timeout``) and check
-        liveness; returns the deaths noticed, in a job with recovery (None: none were). Any other failure fails the job."""
-        self._raise_if_failed()
-        with self._cancelled_on_interrupt():
-            try:
-                failures = self._outputs.poll(timeout)
-            except ray.exceptions.RayActorError as error:
-                failures = [self._lost(PROGRESS, error)]
-                failures[0].__cause__ = error
-            dead = self.placement.liveness.check()
-            if dead is not None:
-                failures.append(self._lost(*dead))
-                failures[-1].__cause__ = dead[1]
-            if self._recovery is not None:
-                failure = self._recovery.sync()  # the coordinator died (ActorLost), or the store was taken over
-                if failure is not None:
-                    failures.append(failure)
-            deaths = [f for f in failures if isinstance(f, (ReplicaLost, ActorLost))]
-            if self._recovery is not None and deaths and len(deaths) == len(failures):
-                return "; ".join(map(str, deaths))
-            if failures:
-                self._fail(failures[0])
-        return None
-
-    def _autoscale(self) -> None:
-        """Make the changes the autoscaler decided on, if it has (without waiting for it)."""
-        if not ray.wait([self._autoscale_ref], timeout=0)[0]:
-            return
-        try:
-            changes = ray.get(self._autoscale_ref)
-        except ray.exceptions.RayActorError as error:
-            logger.warning("job %r: the autoscaler died (%s); the job goes on at its widths", self.name, error)
-            self._autoscaler = None
-            return
-        record: dict[str, Any] | None = None
-        if changes and self._outputs.finished:
-            record = {"not_made": "the job had finished"}
-        elif changes:
-            try:
-                record = self.rescale(changes)
-            except RaytideError as error:
-                logger.warning("job %r: the autoscaler's rescale %s was not made: %s", self.name, changes, error)
-                record = {"not_made": str(error)}
-        self._autoscaler.rescaled.remote(record, self.plan, self.placement.peers, self.placement.progress)
-        self._autoscale_ref = self._autoscaler.next_change.remote(AUTOSCALE_POLL)
-
-    def _recover(self, cause: str) -> None:
-        assert self._recovery is not None
-        self._run_recovery(self._recovery.after_death(cause))
-
-    def _run_recovery(self, machine: Recovering) -> None:
-        """Bring the job back with recovery ``machine`` (the job fails if it cannot); the
-        autoscaler reads the replaced actors."""
-        assert self._recovery is not None
-        try:
-            self._recovery.execute(machine)
-        except RaytideError as error:
-            self._fail(error)
-        if self._autoscaler is not None:  # it reads the replaced actors from now on
-            self._autoscaler.rescaled.remote(None, self.plan, self.placement.peers, self.placement.progress)
-
-    @contextlib.contextmanager
-    def _cancelled_on_interrupt(self) -> Iterator[None]:
-        """Ctrl-C (KeyboardInterrupt) while the driver waits tears the job down, then goes on up:
-        a notebook's interrupted cell leaves no actors running. A broken guarantee
-        (:class:`InternalError`) fails the job."""
-        try:
-            yield
-        except InternalError as error:
-            self._fail(error)
-        except KeyboardInterrupt:
-            self._cancel("Ctrl-C (KeyboardInterrupt) while the driver waited for it")
-            raise
-
-    def _lost(self, key: Any, error: BaseException) -> RaytideError:
-        if key in (PROGRESS, COORDINATOR):
-            return ActorLost(f"job {self.name!r}: {key} died: {type(error).__name__}")
-        return ReplicaLost(f"{self.name}/{key.chain}/{key.replica}", self.plan.chain(key.chain).vertices,
-                           "the driver's liveness check", type(error).__name__)
-
-    def _fail(self, error: BaseException, cause: BaseException | None = None) -> None:
-        if self._error is None:
-            self._error = error
-            if cause is not None:
-                error.__cause__ = cause
-        self._raise_if_failed()
-
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            self.cancel()
-            raise self._error
 
     def wait(self, timeout: float = 600.0, progress: bool = True) -> None:
         """Wait until every input is closed and the dataflow has drained (``progress``: a bar of the epochs
@@ -351,12 +215,12 @@ class Job(JobViews):
             RaytideError: a vertex failed or an actor died.
         """
         deadline, bar = time.monotonic() + timeout, EpochBar(self.progress_total, self.name, progress)
-        with self._cancelled_on_interrupt(), contextlib.closing(bar):
+        with self._supervisor.cancelled_on_interrupt(), contextlib.closing(bar):
             while not self._outputs.finished:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise JobTimeout(self._describe_unfinished(timeout))
-                self._pump(min(left, self._poll_s))
+                self._supervisor.pump(min(left, self._supervisor.poll_s))
                 bar.show(self._outputs.latest())
 
     def _describe_unfinished(self, timeout: float) -> str:
@@ -390,7 +254,7 @@ class Job(JobViews):
         deadline, bar = time.monotonic() + timeout, EpochBar(self.progress_total, self.name, progress)
         while True:
             while True:
-                with self._driving:  # taken while no other thread (a stream's feed) takes events
+                with self._supervisor.driving:  # taken while no other thread (a stream's feed) takes events
                     taken = self._outputs.hand_first(name, batch_format)
                 if taken is None:
                     break
@@ -398,14 +262,14 @@ class Job(JobViews):
                 try:
                     yield taken
                 finally:  # the consumer asked for the next one, or dropped the iterator: it has this one
-                    with self._driving:
+                    with self._supervisor.driving:
                         self._outputs.acknowledge(name, taken[0])
             if self._outputs.finished:
                 bar.close()
                 return
             if time.monotonic() > deadline:
                 raise JobTimeout(self._describe_unfinished(timeout))
-            self._pump(self._poll_s)
+            self._supervisor.pump(self._supervisor.poll_s)
 
     def __iter__(self) -> Iterator[tuple[int, list]]:
         outputs = self.plan.outputs
@@ -426,9 +290,9 @@ class Job(JobViews):
         after ``results`` this returns only the epochs it has not yielded yet.
         """
         self._check_output(name)
-        with self._driving:
-            if not self._torn_down:
-                self._pump_now(0)
+        with self._supervisor.driving:
+            if not self._supervisor.torn_down:
+                self._supervisor.pump_now(0)
             return {epoch: records for epoch in self._outputs.epochs(name) if (records := self._outputs.records(name, epoch))}
 
     def output_parts(self, name: str) -> dict[int, list]:
@@ -438,10 +302,10 @@ class Job(JobViews):
         torn down, the records it kept on the driver are packed again.
         """
         self._check_output(name)
-        with self._driving:
-            if not self._torn_down:
-                self._pump_now(0)
-            return self._outputs.packed(name, kept=self._torn_down)
+        with self._supervisor.driving:
+            if not self._supervisor.torn_down:
+                self._supervisor.pump_now(0)
+            return self._outputs.packed(name, kept=self._supervisor.torn_down)
 
     def snapshot(self, timeout: float = 60.0) -> int:
         """Take a snapshot now and wait until it is committed; returns its id (a job with recovery).
@@ -471,7 +335,7 @@ class Job(JobViews):
         """
         self._feeders.stop_streams(timeout)
         snapshot_id = self._snapshot(timeout, self._outputs.delivered())
-        self._cancel(f"job.stop() after savepoint {snapshot_id}")
+        self._supervisor.cancel(f"job.stop() after savepoint {snapshot_id}")
         return snapshot_id
 
     def _require_recovery(self, what: str) -> JobRecovery:
@@ -536,28 +400,27 @@ class Job(JobViews):
             SnapshotError: no cut was complete within ``timeout`` seconds.
         """
         recovery = self._require_recovery("job.rescale()")
-        if not self._driving.acquire(timeout=timeout):
+        if not self._supervisor.driving.acquire(timeout=timeout):
             raise RescaleError(f"job {self.name!r}: the rescale to {widths} waited {timeout:g} s for another thread's "
                                f"rescale (or recovery) of the job to end, and was not made")
         try:
             check_widths(self.plan, new_widths(self.plan, widths), cluster_cpus(), self.placement.settings.num_cpus,
                          oversubscribe)
-            self._raise_if_failed()
-            if self._outputs.finished or self._torn_down:
+            self._supervisor.raise_if_failed()
+            if self._outputs.finished or self._supervisor.torn_down:
                 raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
-            self._rescaling = True
+            self._supervisor.rescaling = True
             assert self._recompile is not None
-            return rescale(recovery, Supervision(self._recompile, self._take_events, self._run_recovery, self._fail), widths,
-                           timeout)
+            return rescale(recovery, self._supervisor.supervision(self._recompile), widths, timeout)
         finally:
-            self._rescaling = False
-            self._driving.release()
+            self._supervisor.rescaling = False
+            self._supervisor.driving.release()
 
     def _recovery_stats(self) -> dict[str, Any]:
         """``snapshots``, ``recoveries``, ``rescales`` and ``autoscaler``, in a job with recovery."""
         if self._recovery is None:
             return {}
-        return recovery_stats(self._recovery, self._autoscaler, self._outputs.finished)
+        return recovery_stats(self._recovery, self._supervisor.autoscaler, self._outputs.finished)
 
     def cancel(self) -> None:
         """Stop the job and give its hosts back to the pool, which resets them for the next
@@ -566,24 +429,7 @@ class Job(JobViews):
         Waiting for a job cancelled before it finished raises :class:`JobCancelled`, and so
         does feeding it; cancelling twice does nothing.
         """
-        self._cancel("the driver (job.cancel() or the end of its with block)")
-
-    def _cancel(self, by: str) -> None:
-        if self._torn_down:
-            return
-        self._torn_down = True
-        self._feeders.stop_streams(None)  # no batch is acknowledged to a producer from now on
-        if self._error is None and not self._outputs.finished:
-            self._error = JobCancelled(f"job {self.name!r} was cancelled by {by} before it finished; it takes no more "
-                                       f"input; the epochs completed before and not consumed by job.results() stay readable "
-                                       f"with job.collect()")
-        if not ray.is_initialized():  # ray.shutdown() came first: the actors went with it, and a call would start a Ray
-            return release_store(self.placement.settings.recovery)
-        for name, epoch in self._outputs.keep_locally():
-            logger.debug("could not keep output %s epoch %s", name, epoch)
-        if self._autoscaler is not None:
-            ray.kill(self._autoscaler)
-        (self._recovery or self.placement).release()  # the hosts, then (with recovery) the store's lease
+        self._supervisor.cancel("the driver (job.cancel() or the end of its with block)")
 
     def __enter__(self) -> Job:
         return self

@@ -23,13 +23,12 @@ import ray
 
 from raytide.core.batches import BatchFormat
 from raytide.driver.connected import require_ray
-from raytide.engine.delivery import Deliveries
-from raytide.engine.output_gate import OutputGate
 from raytide.physical.pickled import pack_records
 from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished, OutputFrontier
 from raytide.physical.wire import as_batch, as_records, unpack_items
 from raytide.snapshots.blame import Replaying
 from raytide.snapshots.config import OutputCommit
+from raytide.supervisor.outputs import ShownOutputs
 
 #: Extra time a long poll's Ray call may take beyond the poll's own timeout.
 POLL_SLACK = 30.0
@@ -42,7 +41,7 @@ LATENCIES_KEPT = 1000
 COMPLETIONS_KEPT = 10_000
 
 
-class OutputCollector:
+class OutputCollector(ShownOutputs):
     """Completed output epochs as the progress actor reports them, held until they are taken.
 
     An epoch of inline parts is held in one form at a time: the blobs the sinks shipped
@@ -72,13 +71,13 @@ class OutputCollector:
     """
 
     def __init__(self, progress: Any, outputs: list[str], commit: OutputCommit = "epoch") -> None:
+        super().__init__(outputs, commit)
         self.progress = progress
         self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}  # in epoch order, as they complete
         self.fetched: dict[str, dict[int, list]] = {name: {} for name in outputs}
         self.batched: dict[str, set[int]] = {name: set() for name in outputs}  # fetched, BatchRows not made records
         self.refs: dict[str, dict[int, list]] = {name: {} for name in outputs}  # a fetched epoch's large parts
         self.lost_from: dict[str, int] = {}  # per output, the first epoch whose parts were lost (until a recovery)
-        self.book = Deliveries(outputs)
         self.offered: dict[str, int] = dict.fromkeys(outputs, -1)  # the last epoch offered to the gate
         self.opened: set[int] = set()  # epochs the driver's inputs were at, not shown everywhere yet
         self.opened_lock = threading.Lock()  # inputs are fed from other threads than the one polling
@@ -95,7 +94,6 @@ class OutputCollector:
             name: collections.deque(maxlen=COMPLETIONS_KEPT) for name in outputs}
         #: Told :meth:`durable` at each acknowledgement (a job with recovery records it in its store).
         self.on_consumed: Callable[[dict[str, int]], None] | None = None
-        self.gate = OutputGate(outputs, commit)
         self.cursor = 0
         self.finished = False
         #: The ``next_events`` call in flight (see :meth:`poll_call`) and when it is overdue.
@@ -160,7 +158,7 @@ class OutputCollector:
             elif isinstance(event, JobFailed):
                 failures.append(event.error if self.replaying is None else self.replaying.blame(event.error))
             elif isinstance(event, JobFinished):
-                self._show_all(self.gate.finish())
+                self.finish()
                 self.finished = True
         return failures
 
@@ -174,8 +172,7 @@ class OutputCollector:
 
     def _offer(self, name: str, epoch: int, parts: list) -> None:
         self.offered[name] = epoch
-        for passed, passed_parts in self.gate.offer(name, epoch, parts):
-            self._show(name, passed, passed_parts)
+        self.offer(name, epoch, parts)
 
     def _offer_empty(self, name: str, before: float) -> None:
         """Offer the opened epochs of output ``name`` after the last one offered and before
@@ -196,30 +193,21 @@ class OutputCollector:
             self.opened = {epoch for epoch in self.opened if epoch > shown}
             self.opened_at = {epoch: at for epoch, at in self.opened_at.items() if epoch in self.opened}
 
-    def release(self, complete: Mapping[str, int | None]) -> None:
-        """A snapshot holding ``complete`` (per output, its last complete epoch) was committed."""
-        self._show_all(self.gate.release(complete))
-
     def rollback(self) -> None:
-        """A recovery: forget the completed epochs not shown yet (the restored job computes them again)."""
-        self.gate.rollback()
+        """A recovery: forget the completed epochs not shown yet (the restored job computes them
+        again), and the parts lost since the last (the restored job's are new)."""
+        super().rollback()
         self.lost_from.clear()
         self.offered = {name: -1 if epoch is None else epoch for name, epoch in self.book.shown.items()}
 
-    def _show_all(self, released: list[tuple[str, int, list]]) -> None:
-        for name, epoch, parts in released:
-            self._show(name, epoch, parts)
+    def _show_all(self, released: list[tuple[str, int, Any]]) -> None:
+        super()._show_all(released)
         self._forget_opened()
 
-    def resume_after(self, delivered: Mapping[str, int]) -> None:
-        """This job continues a run that had handed over, per output, the epochs up to
-        ``delivered``: those must not be shown again."""
-        self.book.resume_after(delivered)
-
-    def _show(self, name: str, epoch: int, parts: list) -> None:
-        self.book.expect(name, epoch)
+    def _keep(self, name: str, epoch: int, parts: list) -> bool:
+        """Keep the epoch's parts (fetched now if large); not if an earlier epoch's or its own were lost."""
         if name in self.lost_from:
-            return
+            return False
         if not any(isinstance(part, ray.ObjectRef) for part in parts):
             self.parts[name][epoch] = parts
         else:
@@ -227,15 +215,15 @@ class OutputCollector:
                 self.fetched[name][epoch], batched = fetch_items(parts)
             except ray.exceptions.ObjectLostError:  # its replica died: not handed over, so computed again
                 self.lost_from[name] = epoch
-                return
+                return False
             self.refs[name][epoch] = parts
             if batched:
                 self.batched[name].add(epoch)
-        self.book.show(name, epoch)
         now = time.monotonic()
         self.completions[name].append((now - self.started, epoch + 1))
         if (opened_at := self.opened_at.get(epoch)) is not None:
             self.latencies.append(now - opened_at)
+        return True
 
     def epochs(self, name: str) -> list[int]:
         """The completed epochs of output ``name`` not taken yet, in order."""
@@ -331,10 +319,6 @@ class OutputCollector:
         """The latest completed epoch per output shown to the user, taken or not."""
         return dict(self.book.shown)
 
-    def delivered(self) -> dict[str, int]:
-        """Per output, the last epoch the driver has been handed (-1: none yet; in a job
-        restored from an earlier run's snapshot, what that run had been handed counts)."""
-        return self.book.delivered()
 
 
 def fetch_records(parts: list) -> list:

@@ -1,12 +1,14 @@
-"""The driver's side of a live rescale (``job.rescale``): the executor, on Ray, of the rescale
+"""The driver's side of a live rescale (``job.rescale``): the rescale runtime on Ray
+(:class:`RayRescale`, a :class:`~raytide.supervisor.runtime.RescaleRuntime`) for the rescale
 machine (:class:`~raytide.rescale.rescaling.Rescaling`, whose steps
-:mod:`raytide.rescale.widths` draws as messages).
+:mod:`raytide.rescale.widths` draws as messages), run by the loop the simulator runs too
+(:class:`~raytide.supervisor.execution.Execution`).
 
 It runs on the driver, with the job's recovery state (:class:`~raytide.driver.recovery.JobRecovery`:
 the incarnation, the coordinator, the job's placement, inputs and outputs, the executor of
 recovery machines), performs each effect on every actor it addresses at once and waits,
 with a timeout (the cut: the rescale's deadline); no actor waits for the driver. The job's
-handle lends it what it does itself (:class:`Supervision`): taking the job's events while
+supervisor lends it what it does itself (:class:`Supervision`): taking the job's events while
 the cut is taken (which notices deaths), running a recovery of the job, and failing it.
 """
 
@@ -40,7 +42,6 @@ from raytide.rescale.rescaling import (
     Recovered,
     Refused,
     Rescaled,
-    RescaleEffect,
     RescaleEvent,
     Rescaling,
     StartHosts,
@@ -49,6 +50,7 @@ from raytide.rescale.rescaling import (
 )
 from raytide.rescale.widths import new_widths
 from raytide.snapshots.recovering import Died, Recovering, RollBackOutputs, TimedOut
+from raytide.supervisor.execution import Execution
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +110,7 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
                                 supervision.recompile(widths))
     started = time.monotonic()
     run = _RescaleRun(started + timeout)
-    _OnRay(recovery, supervision, run).execute(machine)
+    RayRescale(recovery, supervision, run).execute(machine)
     assert run.done is not None
     now = time.monotonic()
     record = RescaleRecord(run.done.incarnation, before, {name: widths[name] for name in before}, run.done.cut_id,
@@ -121,53 +123,51 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
 
 
 @dataclass
-class _OnRay:
-    """The executor of one rescale machine on Ray."""
+class RayRescale:
+    """The rescale runtime on Ray (a :class:`~raytide.supervisor.runtime.RescaleRuntime`): one
+    execution's effects on the job's actors, for its recovery state."""
 
     recovery: JobRecovery
     supervision: Supervision
     run: _RescaleRun
 
     def execute(self, machine: Rescaling) -> None:
-        """Perform the machine's effects until it is done; an error of the driver's own
+        """Carry out the machine's effects until it is done (the loop the simulator runs too,
+        :class:`~raytide.supervisor.execution.Execution`); an error of the driver's own
         meanwhile (the job failed, Ctrl-C) ends it as the machine says (:class:`Aborted`)."""
-        effects = machine.start()
+        execution = Execution(machine, self)
         try:
-            while effects:
-                answers = [self._act(effect) for effect in effects]
-                effects = [effect for answer in answers if answer is not None for effect in machine.on(answer)]
+            execution.start()
         except BaseException as error:
-            for effect in machine.on(Aborted(repr(error))):
-                self._act(effect)
+            execution.answer(Aborted(repr(error)))
             raise
 
-    def _act(self, effect: RescaleEffect) -> RescaleEvent | None:
-        recovery, run = self.recovery, self.run
-        if isinstance(effect, StartHosts):
-            run.fresh = run.steps.time("start the new hosts", recovery.placement.add_hosts, effect.plan)
-            return HostsStarted()
-        if isinstance(effect, HoldAtCut):
-            return run.steps.time("hold at a cut", self._hold, effect)
-        if isinstance(effect, HandOver):
-            return self._hand_over(effect)
-        if isinstance(effect, Switch):
-            return self._switch(effect)
-        if isinstance(effect, Recover):  # in the old widths: a recovery of the job like any other
-            self.supervision.recover(effect.machine)
-            return Recovered(effect.machine.incarnation)
-        if isinstance(effect, Adopt):
-            return self._adopt(effect)
-        if isinstance(effect, RollBackOutputs):
-            recovery.outputs.rollback()  # what the driver held for a commit comes again from the kept records
-        elif isinstance(effect, KeepOldWidths):
-            recovery.placement.give_back(run.fresh)
-            if recovery.coordinator is not None:
-                recovery.coordinator.start.remote()  # the cut paused it
-        elif isinstance(effect, Refused):
-            raise effect.error
-        else:
-            run.done = effect
-        return None
+    def start_hosts(self, effect: StartHosts, run: Execution) -> RescaleEvent:
+        self.run.fresh = self.run.steps.time("start the new hosts", self.recovery.placement.add_hosts, effect.plan)
+        return HostsStarted()
+
+    def hold_at_cut(self, effect: HoldAtCut, run: Execution) -> RescaleEvent:
+        return self.run.steps.time("hold at a cut", self._hold, effect)
+
+    def recover(self, effect: Recover, run: Execution) -> RescaleEvent:
+        """In the old widths: a recovery of the job like any other."""
+        self.supervision.recover(effect.machine)
+        return Recovered(effect.machine.incarnation)
+
+    def roll_back_outputs(self, effect: RollBackOutputs, run: Execution) -> None:
+        self.recovery.outputs.rollback()  # what the driver held for a commit comes again from the kept records
+
+    def keep_old_widths(self, effect: KeepOldWidths, run: Execution) -> None:
+        self.recovery.placement.give_back(self.run.fresh)
+        if self.recovery.coordinator is not None:
+            self.recovery.coordinator.start.remote()  # the cut paused it
+
+    def refused(self, effect: Refused, run: Execution) -> None:
+        """``job.rescale`` raises why the rescale was not made."""
+        raise effect.error
+
+    def rescaled(self, effect: Rescaled, run: Execution) -> None:
+        self.run.done = effect
 
     def _hold(self, effect: HoldAtCut) -> RescaleEvent:
         """Every replica holds at a cut the coordinator takes (``hold_now``), while the driver
@@ -194,7 +194,7 @@ class _OnRay:
         run.held_at = time.monotonic()
         return Held(cut_id, reports)
 
-    def _hand_over(self, effect: HandOver) -> RescaleEvent:
+    def hand_over(self, effect: HandOver, run: Execution) -> RescaleEvent:
         """Every held replica splits its state; the refs of the pieces it put in the object store."""
         peers = self.recovery.placement.peers
         try:
@@ -208,7 +208,7 @@ class _OnRay:
             return HandOverFailed(error)
         return HandedOver(handed)
 
-    def _switch(self, effect: Switch) -> RescaleEvent:
+    def switch(self, effect: Switch, run: Execution) -> RescaleEvent:
         """The coordinator, then the hosts, take the new configuration; a death does not stop
         the switch (the recovery after it is in the new widths)."""
         recovery, placement, incarnation = self.recovery, self.recovery.placement, effect.incarnation
@@ -232,7 +232,7 @@ class _OnRay:
                             f"{type(error).__name__}")
         return Switched() if died is None else Died(died)
 
-    def _adopt(self, effect: Adopt) -> Recovered:
+    def adopt(self, effect: Adopt, run: Execution) -> RescaleEvent:
         """The recovery machine that brings the new widths up, timed as the rescale's steps;
         the job fails if it does."""
         try:

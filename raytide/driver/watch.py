@@ -59,9 +59,9 @@ def _error_of(error: BaseException | None) -> list[dict[str, Any]]:
 def facts(job: Any) -> dict[str, Any]:
     """What the driver knows of ``job`` besides its statistics: its state, the latest epoch of each output,
     its epoch latencies, its error, how many epochs its inputs have (if known)."""
-    error = job._error
+    error = job._supervisor.error
     state = ("failed" if error is not None and type(error).__name__ != "JobCancelled" else
-             "finished" if job._outputs.finished else "cancelled" if job._torn_down else "running")
+             "finished" if job._outputs.finished else "cancelled" if job._supervisor.torn_down else "running")
     return {"state": state, "latest": job._outputs.latest(), "latencies": list(job._outputs.latencies),
             "errors": _error_of(error), "epochs_total": job.progress_total()}
 
@@ -83,7 +83,7 @@ class Watcher:
     def _run(self) -> None:
         while True:
             started = time.monotonic()
-            ended = self.job._torn_down
+            ended = self.job._supervisor.torn_down
             try:
                 self.sample(read=not ended)
             except Exception as error:  # a reading during a rescale or a recovery: the next one will do
@@ -118,7 +118,7 @@ def watch(job: Any, publish: bool = False) -> Watcher:
         watcher = _watchers.get(job.name)
         if watcher is None or watcher.job is not job:
             watcher = _watchers[job.name] = Watcher(job, publish)
-            ended = [name for name, w in _watchers.items() if w.job._torn_down]
+            ended = [name for name, w in _watchers.items() if w.job._supervisor.torn_down]
             for name in ended[:max(0, len(ended) - KEEP_ENDED)]:
                 del _watchers[name]
         elif publish and watcher.board is None:
@@ -135,7 +135,7 @@ def serve(job: Any, host: str = "127.0.0.1", port: int = 0, token: str | None = 
     started on ``port`` by the first call: 0 for any free port); returns ``job``'s page's URL."""
     watcher = watch(job)
     if watcher.document is None:
-        watcher.sample(read=not job._torn_down)  # the page has something to show at once
+        watcher.sample(read=not job._supervisor.torn_down)  # the page has something to show at once
     with _lock:
         server = _servers.get(host)
         if server is not None and port not in (0, server.port):
@@ -154,7 +154,7 @@ def graph_now(job: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     if watcher is not None and watcher.job is job and watcher.document is not None:
         return watcher.document["graph"], watcher.document["vertices"]
     graph = layout(job.plan)
-    return graph, vertex_figures(graph, job.stats() if not job._torn_down else {}, {}, {})
+    return graph, vertex_figures(graph, job.stats() if not job._supervisor.torn_down else {}, {}, {})
 
 
 def save_graph(job: Any, path: str) -> str:

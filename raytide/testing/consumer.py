@@ -2,7 +2,8 @@
 ``job.results`` does on Ray.
 
 :class:`LocalOutputs` shows each completed epoch once its
-:class:`~raytide.engine.output_gate.OutputGate` lets it pass, keeps the
+:class:`~raytide.engine.output_gate.OutputGate` lets it pass (the Ray driver's own code:
+:class:`~raytide.supervisor.outputs.ShownOutputs`), keeps the
 :class:`~raytide.engine.delivery.Deliveries` book and writes the store's
 :class:`~raytide.snapshots.consumed.ConsumedRecord`: the code the Ray driver's
 :class:`~raytide.driver.outputs.OutputCollector` and ``JobRecovery`` run. With a
@@ -18,16 +19,15 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from raytide.engine.delivery import Deliveries
-from raytide.engine.output_gate import OutputGate
 from raytide.physical.wire import as_records
 from raytide.snapshots.config import OutputCommit
 from raytide.snapshots.consumed import ConsumedRecord, continue_from
 from raytide.snapshots.recovery import RestorePoint
 from raytide.snapshots.store import SnapshotStore
+from raytide.supervisor.outputs import ShownOutputs
 
 
 @dataclass
@@ -49,15 +49,15 @@ class LocalConsumer:
     rng: random.Random = field(default_factory=random.Random)
 
 
-class LocalOutputs:
-    """What the simulated driver was shown of each output, and what its consumer has had."""
+class LocalOutputs(ShownOutputs):
+    """What the simulated driver was shown of each output, and what its consumer has had: the
+    Ray driver's gate, book and order of showing (:class:`~raytide.supervisor.outputs.ShownOutputs`)."""
 
     def __init__(self, outputs: list[str], commit: OutputCommit, shown: dict[str, dict[int, list]],
                  consumer: LocalConsumer | None = None, store: SnapshotStore | None = None) -> None:
         """``shown``: filled with each output's epochs as they are shown (the run's record);
         ``store``: the job's snapshot store, which keeps the consumed record (a job with recovery)."""
-        self.gate = OutputGate(outputs, commit)
-        self.book = Deliveries(outputs)
+        super().__init__(outputs, commit)
         self.shown, self.consumer = shown, consumer
         self.last_shown: dict[str, int] = {}  # the simulator's own count, whatever the book says
         self.pending: dict[str, dict[int, list]] = {name: {} for name in outputs}  # shown, not handed to the consumer
@@ -79,33 +79,13 @@ class LocalOutputs:
         else:
             continue_from(self, self.record, point, run_first)
 
-    def resume_after(self, delivered: Mapping[str, int]) -> None:
-        """This run continues one that had handed over the epochs up to ``delivered``."""
-        self.book.resume_after(delivered)
-
-    def offer(self, name: str, epoch: int, parts: list) -> None:
-        """Output ``name``'s ``epoch`` completed: shown if the gate lets it pass."""
-        for passed, passed_parts in self.gate.offer(name, epoch, parts):
-            self._show(name, passed, passed_parts)
-
-    def release(self, complete: Mapping[str, int | None]) -> None:
-        """A snapshot holding ``complete`` was committed: show the epochs it releases."""
-        for name, epoch, parts in self.gate.release(complete):
-            self._show(name, epoch, parts)
-
-    def finish(self) -> None:
-        """The job finished: show everything held."""
-        for name, epoch, parts in self.gate.finish():
-            self._show(name, epoch, parts)
-
-    def _show(self, name: str, epoch: int, parts: list) -> None:
-        self.book.expect(name, epoch)
+    def _keep(self, name: str, epoch: int, parts: list) -> bool:
         records = as_records([record for part in parts for record in part])
         self._count(name, epoch)
         self.shown[name][epoch] = records
-        self.book.show(name, epoch)
         if self.consumer is not None:
             self.pending[name][epoch] = records
+        return True
 
     def _count(self, name: str, epoch: int) -> None:
         """The simulator's own check of each hand-out, independent of the

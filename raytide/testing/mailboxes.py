@@ -25,7 +25,9 @@ from raytide.physical.protocol import ChannelId, EpochClosed, JobEvent, Marker, 
 from raytide.physical.relay_tree import Paths, PushBundle, bundled, push_paths, relay_groups
 from raytide.progress.timestamps import Timestamp
 from raytide.snapshots.coordinator import Acknowledgement, Commit
+from raytide.snapshots.recovery import RestorePoint
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
+from raytide.supervisor.replay import ReplayLog
 
 #: A driver command for one input replica: ``("push", input, records, epoch)``,
 #: ``("advance", input, epoch[, quiet, proxies])`` (None closes; ``epoch_tokens.ProxyPlan``) or ``("marker", marker)``.
@@ -277,16 +279,6 @@ class LocalTransport:
         self.mail.acks.append((self.incarnation, Acknowledgement(self.key, marker_id, self.incarnation, (), report)))
 
 
-def rewound(commands: list[Command], position: int) -> list[Command]:
-    """``commands`` after the first ``position`` pushes and advances (markers between them skipped)."""
-    consumed = 0
-    for index, command in enumerate(commands):
-        if consumed == position:
-            return commands[index:]
-        consumed += command[0] in ("push", "advance")
-    return []
-
-
 def planned_commands(plan: PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[Any]]],
                      markers: Mapping[str, Sequence[tuple[int, Marker]]]) -> dict[tuple[str, int], list[Command]]:
     """The driver's commands for each ``(input, replica)``: every input's records spread over
@@ -313,3 +305,30 @@ def planned_commands(plan: PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[
         for replica, queue in enumerate(queues):
             planned[(name, replica)] = [*queue, ("advance", name, None)]
     return planned
+
+
+def logged(planned: dict[tuple[str, int], list[Command]], retain: int) -> ReplayLog:
+    """The driver's calls to each ``(input, replica)`` as the Ray driver logs them for a
+    recovery (:class:`~raytide.supervisor.replay.ReplayLog`, ``retain`` snapshots): a push and
+    an advance count one command each, a marker none."""
+    log = ReplayLog(planned, retain)
+    for replica, commands in planned.items():
+        for kind, *args in commands:
+            log[replica].append(int(kind in ("push", "advance")), kind, tuple(args))
+    return log
+
+
+def replayed(log: ReplayLog, plan: PhysicalPlan, point: RestorePoint) -> dict[ReplicaKey, collections.deque[Command]]:
+    """Per input replica of ``plan``, the commands after its position in ``point``: what the
+    driver sends it again after a recovery (:meth:`~raytide.supervisor.replay.ReplayLog.after`).
+
+    Raises:
+        RecoveryError: the calls after a position were forgotten.
+    """
+    commands: dict[ReplicaKey, collections.deque[Command]] = {}
+    for key in plan.replica_keys():
+        vertex = next((name for name in plan.chain(key.chain).vertices if name in plan.inputs), None)
+        if vertex is not None:
+            calls = log.after((vertex, key.replica), point.position(key, vertex))
+            commands[key] = collections.deque((method, *args) for method, args in calls)
+    return commands

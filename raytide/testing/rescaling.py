@@ -1,139 +1,126 @@
-"""The in-process runtime's executor of a rescale: the same machine the Ray driver runs
-(:class:`~raytide.rescale.rescaling.Rescaling`), performed under the seeded scheduler.
+"""The simulator's runtime of a rescale (:class:`SimRescale`, a
+:class:`~raytide.supervisor.runtime.RescaleRuntime`): the Ray driver's machine
+(:class:`~raytide.rescale.rescaling.Rescaling`) in the Ray driver's loop
+(:class:`~raytide.supervisor.execution.Execution`), its effects carried out on the simulated
+world (:class:`~raytide.testing.world.World`) under the seeded scheduler.
 
 The cut is the coordinator core's: its next trigger (at once, after the snapshot in flight)
 is a hold marker, and the commit of that cut answers the machine (a cut the core abandons,
-too). The hand-over is one replica's
-part per scheduler step, in an order the runtime's seeded random draws, so that a crash
-can strike between any two; the moving pieces are pickled on their way, as through Ray's
-object store. Each recovery the machine asks for is a
-:class:`~raytide.testing.recovery.SteppedRecovery`, whose end the runtime reports back
-(:meth:`SteppedRescale.recovered`). A death noticed while the replicas hold or hand over
-(:meth:`SteppedRescale.died`) drops the steps still queued: the machine recovers.
+too: the world answers ``Held`` or ``CutMissed``). The hand-over is one replica's part per
+scheduler step, in an order the world's seeded random draws, so that a crash can strike
+between any two; the moving pieces are pickled on their way, as through Ray's object store.
+Each recovery the machine asks for runs in an execution of its own
+(:func:`~raytide.testing.recovery.start_recovery`), whose end answers the rescale
+(``SimRecovery.finished``). A death noticed while the replicas hold or hand over
+(``Execution.died``) drops the steps still queued: the machine recovers.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import cloudpickle
 
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ReplicaKey
-from raytide.rescale.layout import Piece
 from raytide.rescale.rescaling import (
-    Aborted,
     Adopt,
-    CutMissed,
     HandedOver,
     HandOver,
     HandOverFailed,
-    Held,
+    HoldAtCut,
     HostsStarted,
+    KeepOldWidths,
     Recover,
-    Recovered,
     Refused,
     Rescaled,
-    RescaleEffect,
     RescaleEvent,
-    RescalePhase,
-    Rescaling,
     StartHosts,
     Switch,
     Switched,
 )
 from raytide.rescale.widths import width_groups
-from raytide.snapshots.recovering import Recovering, RollBackOutputs
-from raytide.snapshots.replica_state import HeldReport
-from raytide.testing.outcome import LocalRun
-from raytide.testing.stepped import SteppedMachine
+from raytide.snapshots.recovering import RollBackOutputs
+from raytide.supervisor.execution import Execution
+from raytide.testing.recovery import start_recovery
+from raytide.testing.world import World
 
 
-class RescaleRuntime(Protocol):
-    """What a rescale does to the in-process runtime (:class:`~raytide.testing.local.LocalJob`)."""
+class SimRescale:
+    """The rescale's effects on the simulated ``world`` (see the module docstring)."""
 
-    def replica_keys(self) -> list[ReplicaKey]: ...
+    def __init__(self, world: World) -> None:
+        self.world = world
 
-    def hand_over(self, key: ReplicaKey, effect: HandOver) -> dict[ReplicaKey, Piece] | None: ...
+    def start_hosts(self, effect: StartHosts, run: Execution) -> RescaleEvent:
+        return HostsStarted()  # one process: no hosts to start
 
-    def roll_back_outputs(self) -> None: ...
+    def hold_at_cut(self, effect: HoldAtCut, run: Execution) -> None:
+        """The world's coordinator triggers the cut next, at once (it reads the phase); its commit answers."""
 
-    def switch(self, plan: PhysicalPlan, incarnation: int) -> None: ...
-
-    def run_recovery(self, machine: Recovering) -> None: ...
-
-    def rescaled(self, widths: dict[str, int], cut_id: int) -> None: ...
-
-    result: LocalRun
-
-
-class SteppedRescale(SteppedMachine):
-    """One rescale machine executed on ``runtime``; its hand-over a step per :meth:`step`. It
-    is :attr:`over` once the rescale was made (or not made)."""
-
-    ENDS = (RescalePhase.DONE, RescalePhase.FAILED)
-    runtime: RescaleRuntime
-    machine: Rescaling
-
-    def held(self, cut_id: int, reports: dict[ReplicaKey, HeldReport], finished: bool) -> None:
-        """Every replica holds at the cut ``cut_id`` the coordinator core committed (a job
-        ``finished`` meanwhile is not rescaled: the rescale stops there)."""
-        self._answer(Aborted("the job finished before its cut") if finished else Held(cut_id, reports))
-
-    def cut_missed(self, reason: str) -> None:
-        """The coordinator core abandoned the cut (``reason``)."""
-        self._answer(CutMissed(reason))
-
-    def recovered(self, incarnation: int) -> None:
-        """The recovery the machine asked for ended: the job runs in ``incarnation``."""
-        self._answer(Recovered(incarnation))
-
-    def _act(self, effect: RescaleEffect) -> RescaleEvent | None:
-        """Do ``effect`` at once (and return its answer), or start what answers it later."""
-        runtime = self.runtime
-        if isinstance(effect, StartHosts):
-            return HostsStarted()  # one process: no hosts to start
-        if isinstance(effect, HandOver):
-            self._hand_over(effect)
-        elif isinstance(effect, RollBackOutputs):
-            runtime.roll_back_outputs()
-        elif isinstance(effect, Switch):
-            runtime.switch(effect.plan, effect.incarnation)
-            return Switched()
-        elif isinstance(effect, (Recover, Adopt)):
-            runtime.run_recovery(effect.machine)
-        elif isinstance(effect, Refused):  # as job.rescale raises it: the job goes on as it was
-            runtime.result.refused.append((runtime.result.steps, effect.error))
-        elif isinstance(effect, Rescaled):
-            runtime.rescaled(self.machine.widths, effect.cut_id)
-        # HoldAtCut: the runtime's coordinator triggers the cut next, at once (it reads the phase);
-        # KeepOldWidths: no hosts to give back, and the coordinator triggers snapshots again.
-        return None
-
-    def _hand_over(self, effect: HandOver) -> None:
+    def hand_over(self, effect: HandOver, run: Execution) -> None:
         """A step per held replica, in a seeded order; then the answer."""
-        keys = self.runtime.replica_keys()
+        keys = self.world.replica_keys()
         handed: list[dict[ReplicaKey, Any]] = []
-        for key in self.rng.sample(keys, len(keys)):
-            self.steps.append(functools.partial(self._hand_over_one, key, effect, handed))
-        self.steps.append(functools.partial(self._handed_over, handed, len(keys)))
+        for key in self.world.rng.sample(keys, len(keys)):
+            run.steps.append(functools.partial(self._hand_over_one, run, key, effect, handed))
+        run.steps.append(functools.partial(self._handed_over, run, handed, len(keys)))
 
-    def _hand_over_one(self, key: ReplicaKey, effect: HandOver, handed: list[dict[ReplicaKey, Any]]) -> None:
-        try:
-            pieces = self.runtime.hand_over(key, effect)
-        except Exception as error:  # a vertex's take_keys failed
-            self.steps.clear()
-            self._answer(HandOverFailed(error))
+    def roll_back_outputs(self, effect: RollBackOutputs, run: Execution) -> None:
+        self.world.outputs.rollback()
+
+    def switch(self, effect: Switch, run: Execution) -> RescaleEvent:
+        """Incarnation ``effect.incarnation`` begins in the new widths: the retired replicas go (their
+        cores, their mailboxes and what was sent to them), the coordinator (if alive) takes the
+        new replica set."""
+        world, plan = self.world, effect.plan
+        for key in set(world.replica_keys()) - set(plan.replica_keys()):
+            for mapping in (world.replicas, world.incarnations):
+                mapping.pop(key, None)
+            world.dead.discard(key)
+            world.waiting.discard(key)
+            world.mail.drop_replica(key)
+        world.plan, world.incarnation = plan, effect.incarnation
+        if world.coordinator is not None and world.recovery is not None:
+            world.coordinator.reconfigure(world.replica_keys(), effect.incarnation, world.recovery.store.next_id(),
+                                          world.result.steps)
+        return Switched()
+
+    def recover(self, effect: Recover, run: Execution) -> None:
+        start_recovery(self.world, effect.machine)  # its end answers (SimRecovery.finished)
+
+    def adopt(self, effect: Adopt, run: Execution) -> None:
+        start_recovery(self.world, effect.machine)
+
+    def keep_old_widths(self, effect: KeepOldWidths, run: Execution) -> None:
+        """No hosts to give back, and the coordinator triggers snapshots again (it reads the phase)."""
+
+    def refused(self, effect: Refused, run: Execution) -> None:
+        """As ``job.rescale`` raises it: the job goes on as it was."""
+        self.world.result.refused.append((self.world.result.steps, effect.error))
+
+    def rescaled(self, effect: Rescaled, run: Execution) -> None:
+        self.world.result.rescales.append((self.world.result.steps, run.machine.widths, effect.cut_id))
+
+    def _hand_over_one(self, run: Execution, key: ReplicaKey, effect: HandOver, handed: list[dict[ReplicaKey, Any]]) -> None:
+        """Replica ``key``, held at the cut, splits its state (nothing if it died)."""
+        if key in self.world.dead:
             return
-        if pieces is not None:  # the moving pieces go through the object store: pickled
-            handed.append({new: piece if new == key else cloudpickle.loads(cloudpickle.dumps(piece))
-                           for new, piece in pieces.items()})
+        try:
+            pieces = self.world.replicas[key].hand_over(effect.plan, effect.old_widths, effect.tables)
+        except Exception as error:  # a vertex's take_keys failed
+            run.steps.clear()
+            run.answer(HandOverFailed(error))
+            return
+        # the moving pieces go through the object store: pickled
+        handed.append({new: piece if new == key else cloudpickle.loads(cloudpickle.dumps(piece))
+                       for new, piece in pieces.items()})
 
-    def _handed_over(self, handed: list[dict[ReplicaKey, Any]], replicas: int) -> None:
+    def _handed_over(self, run: Execution, handed: list[dict[ReplicaKey, Any]], replicas: int) -> None:
         if len(handed) == replicas:  # else one died before its part: its death, noticed soon, answers
-            self._answer(HandedOver(handed))
+            run.answer(HandedOver(handed))
 
 
 class RescaleAsks:
@@ -162,8 +149,3 @@ class RescaleAsks:
         """The widths asked for, now that a rescale starts to them."""
         widths, self.pending = self.pending, {}
         return widths
-
-
-def rescaling_in(rescaling: SteppedRescale | None, *phases: RescalePhase) -> bool:
-    """Whether ``rescaling`` is under way, in one of ``phases``."""
-    return rescaling is not None and rescaling.machine.phase in phases

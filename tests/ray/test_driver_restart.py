@@ -130,15 +130,15 @@ RESCALED = textwrap.dedent("""
             yield [(key, epoch) for key in KEYS]
 
     if phase == "rescale":  # killed in the middle of it: switched to the new widths, before they adopt the state
-        switch = rescale._OnRay._switch
+        switch = rescale.RayRescale.switch
 
-        def switch_then_wait(self, effect):
-            answer = switch(self, effect)
+        def switch_then_wait(self, effect, run):
+            answer = switch(self, effect, run)
             open(announce, "w").close()
             time.sleep(120)
             return answer
 
-        rescale._OnRay._switch = switch_then_wait
+        rescale.RayRescale.switch = switch_then_wait
     options = {"restore": "latest"} if phase == "restore" else {}
     with rt.run(flow, {"records": fed()}, parallelism=1, recovery=rt.Recovery(store, interval=0.1, lease=1.0),
                 **options) as job:

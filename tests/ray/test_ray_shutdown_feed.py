@@ -43,7 +43,7 @@ CHILD = textwrap.dedent("""
     ray.shutdown()
     go_on.set()
     feeder.join(30)
-    outcome = {"feeder_alive": feeder.is_alive(), "initialized": ray.is_initialized(), "error": str(job._error)}
+    outcome = {"feeder_alive": feeder.is_alive(), "initialized": ray.is_initialized(), "error": str(job._supervisor.error)}
     try:
         job.wait(timeout=10)
     except Exception as error:

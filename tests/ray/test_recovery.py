@@ -19,7 +19,7 @@ import pytest
 import ray
 
 import raytide as rt
-from raytide.driver.recovery import JobRecovery
+from raytide.driver.recovery_runtime import RayRecovery
 from raytide.integrations.parquet import write_parquet
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
@@ -572,17 +572,18 @@ def test_a_replica_killed_while_a_restored_job_restores_is_replaced_and_the_rest
     recovery = rt.Recovery(str(tmp_path / "store"), interval=None)
     savepoint, before = stopped_after_three_epochs(flow, records, recovery, parallelism=2)
 
-    restore, killed = JobRecovery._restore_replicas, []
+    restore, killed = RayRecovery.restore_replicas, []
 
-    def killing_restore(self: JobRecovery, effect: Any, steps: Any) -> Any:
+    def killing_restore(self: RayRecovery, effect: Any, run: Any) -> Any:
+        placement = self.snapshots.placement
         if not killed:
-            key = sorted(self.placement.peers, key=str)[-1]
-            pid = self.placement.hosts()[f"{self.placement.name}/{key.chain}/{key.replica}"]
+            key = sorted(placement.peers, key=str)[-1]
+            pid = placement.hosts()[f"{placement.name}/{key.chain}/{key.replica}"]
             os.kill(pid, signal.SIGKILL)
             killed.append(key)
-        return restore(self, effect, steps)
+        return restore(self, effect, run)
 
-    monkeypatch.setattr(JobRecovery, "_restore_replicas", killing_restore)
+    monkeypatch.setattr(RayRecovery, "restore_replicas", killing_restore)
     with rt.run(flow, parallelism=2, recovery=recovery, restore=savepoint) as job:
         monkeypatch.undo()
         for epoch, batch in enumerate(records):

@@ -25,7 +25,7 @@ import ray
 import raytide as rt
 from examples.connected_components import build_flow, union_find
 from raytide.driver.recovery import RescaleRecord
-from raytide.driver.rescale import _OnRay
+from raytide.driver.rescale import RayRescale
 from raytide.errors import ArgumentError, GraphError, RescaleError
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
@@ -338,24 +338,24 @@ def test_the_coordinator_killed_as_the_job_switches_to_the_new_widths_leaves_it_
 
 def at_the_switch(monkeypatch: pytest.MonkeyPatch, kill: Callable[[], None], *, before: bool) -> list[int]:
     """Make ``kill`` at the next rescale's switch to the new widths, from the driver (its
-    rescale executor, :class:`~raytide.driver.rescale._OnRay`): before the coordinator and
+    rescale runtime, :class:`~raytide.driver.rescale.RayRescale`): before the coordinator and
     the hosts are told of the new widths (``before``), or right after, before the new
     replicas adopt the state handed over to them. Returns a list that gets the switch's
     incarnation once the kill is made."""
     made: list[int] = []
-    switch = _OnRay._switch
+    switch = RayRescale.switch
 
-    def killing_switch(self: _OnRay, effect: Any) -> Any:
+    def killing_switch(self: RayRescale, effect: Any, run: Any) -> Any:
         if before and not made:
             kill()
             made.append(effect.incarnation)
-        event = switch(self, effect)
+        event = switch(self, effect, run)
         if not made:
             kill()
             made.append(effect.incarnation)
         return event
 
-    monkeypatch.setattr(_OnRay, "_switch", killing_switch)
+    monkeypatch.setattr(RayRescale, "switch", killing_switch)
     return made
 
 

@@ -151,7 +151,7 @@ def stopped_coordinator(job: rt.Job, fed: Fed, caplog) -> None:
 
 def test_a_rescale_cut_the_coordinator_does_not_answer_is_missed_after_its_deadline_not_waited_for_forever(
         ray_session, monkeypatch):
-    """The driver's wait for a rescale's cut (``_OnRay._hold``) ends at the rescale's deadline
+    """The driver's wait for a rescale's cut (``RayRescale._hold``) ends at the rescale's deadline
     plus the slack for a late answer, with the cut missed (the rescale machine then recovers
     the job in its old widths), naming the coordinator: before, a coordinator that never
     answered (its process stopped) kept ``job.rescale`` waiting forever."""
@@ -171,7 +171,7 @@ def test_a_rescale_cut_the_coordinator_does_not_answer_is_missed_after_its_deadl
     monkeypatch.setattr(rescale, "POLL_SLACK", 0.3)
     recovery = SimpleNamespace(coordinator=Stopped.remote(), outputs=SimpleNamespace(durable=dict),
                                coordinator_name=lambda: "the snapshot coordinator j/coordinator (process 7)")
-    on_ray = rescale._OnRay(recovery, SimpleNamespace(watch=lambda timeout: None), rescale._RescaleRun(time.monotonic() + 0.5))
+    on_ray = rescale.RayRescale(recovery, SimpleNamespace(watch=lambda timeout: None), rescale._RescaleRun(time.monotonic() + 0.5))
     answer: list = []
     waiting = threading.Thread(target=lambda: answer.append(on_ray._hold(HoldAtCut(0, 1))), daemon=True)
     waiting.start()

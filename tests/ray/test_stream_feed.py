@@ -97,7 +97,7 @@ def test_a_stream_batch_is_held_while_a_consumer_waits_for_events(ray_session, t
     flow = rt.Dataflow("held-while-consumed")
     flow.input("lines").concat(flow.input("other")).count_by_key(lambda word: word).output("counts")
     with rt.run(flow, inputs={"lines": source}, parallelism=1, recovery=rt.Recovery(str(tmp_path))) as job:
-        job._poll_s = LONG_POLL
+        job._supervisor.poll_s = LONG_POLL
         got: dict[int, list] = {}
         consumer = threading.Thread(target=lambda: got.update(job.results("counts", timeout=120)), daemon=True)
         consumer.start()

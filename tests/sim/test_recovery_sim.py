@@ -25,7 +25,6 @@ from raytide.progress.outputs import OutputLog
 from raytide.snapshots import replica_state
 from raytide.snapshots.barriers import SnapshotComplete
 from raytide.snapshots.store import SnapshotStore
-from raytide.testing import local as local_module
 from raytide.testing.local import PROGRESS, LocalJob, LocalRecovery, LocalRun
 from tests.sim.chaos import BROKEN, MODES, Chaos, caught_by
 from tests.sim.frontier_oracle import check_frontiers_cover_the_truth
@@ -197,7 +196,7 @@ PLANTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], tuple[str, ...]]] 
     "logged records not counted": (lambda mp: mp.setattr("raytide.engine.replica_barriers.complete", uncounted_log),
                                    ("loop", "nested loop")),
     "back-edge records not logged": (
-        lambda mp: mp.setattr(local_module.ReplicaCore, "_apply_barrier_effects", _logging_nothing()),
+        lambda mp: mp.setattr(ReplicaCore, "_apply_barrier_effects", _logging_nothing()),
         ("loop", "nested loop")),
     "kept outputs dropped": (lambda mp: mp.setattr(ReplicaCore, "_take", keep_nothing), ("join",)),
     "no incarnation check": (lambda mp: mp.setattr(LocalJob, "_current", no_incarnation_check),

@@ -25,8 +25,8 @@ from raytide.rescale import layout
 from raytide.rescale.rescaling import RescalePhase
 from raytide.rescale.widths import width_groups
 from raytide.snapshots.store import SnapshotStore
+from raytide.supervisor.execution import Execution
 from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob, LocalRecovery
-from raytide.testing.rescaling import SteppedRescale
 from tests.sim.chaos import BROKEN, caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
 from tests.sim.seeds import seeds
@@ -61,7 +61,7 @@ class _Crashes:
         self.rng, self.seen = rng, seen
         self.when = TURNS[seed // 2 % len(TURNS)]
         self.left = rng.randint(1, 3)
-        self.struck: SteppedRescale | None = None  # the last rescale struck in its phase
+        self.struck: Execution | None = None  # the last rescale struck in its phase
         if self.when == "at a random step":
             job.crash(self._target(job), at_step=rng.randrange(1, 120))
 

@@ -16,7 +16,6 @@ from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore, Trigger
 from raytide.snapshots.recovery import RestartBudget, part_name
 from raytide.snapshots.store import PartInfo, SnapshotStore
-from raytide.testing.mailboxes import rewound
 
 REPLICAS = ["a/0", "a/1", "b/0"]
 
@@ -157,14 +156,6 @@ def test_the_restart_budget_names_every_failure_once_spent():
 def test_part_names_are_plain_file_names_whatever_the_vertex_is_called():
     assert part_name(ReplicaKey("a/b+c", 2)) == "replica-a%2Fb%2Bc-2"
     assert part_name(ReplicaKey("x", 0)) != part_name(ReplicaKey("x", 1))
-
-
-def test_inputs_rewind_to_the_commands_after_their_position():
-    commands = [("push", "in", [1], 0), ("marker", None), ("advance", "in", 1), ("push", "in", [2], 1)]
-    assert rewound(commands, 0) == commands
-    assert rewound(commands, 1) == commands[1:]
-    assert rewound(commands, 2) == commands[3:]
-    assert rewound(commands, 3) == []
 
 
 def _tiny_coordinator(tmp_path, interval: float | None):

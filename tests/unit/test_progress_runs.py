@@ -38,7 +38,7 @@ from raytide.physical.protocol import (
     decode,
     encode,
 )
-from raytide.testing import local as local_module
+from raytide.testing import world as world_module
 from raytide.testing.local import LocalJob
 from tests.sim.scenarios import SCENARIOS
 from tests.sim.test_graph_sim import components_flow
@@ -90,7 +90,7 @@ def recorded() -> dict[str, tuple[tuple[Any, ...], dict, list[Sequenced]]]:
     (once per test process: a cache, not a fixture, keeps it out of Hypothesis' reports)."""
     jobs = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(local_module, "ProgressCore", Recording)
+        patch.setattr(world_module, "ProgressCore", Recording)
         for name, build in JOBS.items():
             Recording.made, Recording.connected, Recording.taken = [], [], []
             flow, inputs = build()

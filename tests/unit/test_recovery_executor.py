@@ -1,5 +1,6 @@
-"""The Ray driver's executor of the recovery machine (``JobRecovery.execute``), without Ray:
-its actions replaced by answers, so that what it does with the machine's failures shows."""
+"""The Ray driver's runtime of the recovery machine (``JobRecovery.execute`` on
+:class:`~raytide.driver.recovery_runtime.RayRecovery`), without Ray: its actions replaced by
+answers, so that what it does with the machine's failures shows."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ def test_a_recovery_step_that_takes_too_long_fails_the_job_instead_of_being_take
     catches a step's timeout, took it for another timeout of the finished machine, and
     returned as if the job ran again."""
     recovery = object.__new__(JobRecovery)
+    recovery.incarnation = 0
 
-    def act(effect: Any, run: Any) -> None:
+    def restore(self: Any, refs: list, what: str) -> list:
         raise JobTimeout("restoring the replicas took longer than 120 s")
 
-    monkeypatch.setattr(recovery, "_act", act)
+    monkeypatch.setattr(JobRecovery, "wait", restore)
+    monkeypatch.setattr(JobRecovery, "placement", type("Placement", (), {"peers": {}, "name": "job"})(), raising=False)
+    monkeypatch.setattr(JobRecovery, "coordinator", None, raising=False)
     machine = rc.Recovering.from_point("job", RestartBudget(3), RestorePoint(4, []))
     with pytest.raises(JobTimeout, match="took longer than 120 s took too long in recovery 1"):
         recovery.execute(machine)

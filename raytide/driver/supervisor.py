@@ -1,0 +1,219 @@
+"""The supervisor loop of a job on Ray, out of the user's handle (:class:`~raytide.driver.job.Job`
+keeps only the user's methods and calls this): events in, machines run, effects out::
+
+    long poll (job events) ─┐
+    Liveness (a host died) ─┼─▶ notice ─▶ supervise (raytide.supervisor.deaths, the simulator's too)
+    coordinator sync ───────┘        │ deaths, in a job with recovery     │ any other failure
+                                     ▼                                    ▼
+              recover: a Recovering run by the shared loop        fail: the job is cancelled
+              (raytide.supervisor.execution) on RayRecovery       and the error raised to the user
+                                     │
+                                     ▼
+              the autoscaler reads the replaced actors; its decisions become job.rescale calls
+
+Every wait has a timeout and says what it waited for; Ctrl-C while the driver waits tears the
+job down (a notebook's interrupted cell leaves no actors running).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import ray
+
+from raytide.driver.feeders import Feeders
+from raytide.driver.outputs import OutputCollector
+from raytide.driver.placement import COORDINATOR, PROGRESS, JobPlacement
+from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
+from raytide.driver.rescale import Supervision
+from raytide.driver.store_lease import release_store
+from raytide.errors import ActorLost, InternalError, JobCancelled, RaytideError, ReplicaLost
+from raytide.physical.plan import PhysicalPlan
+from raytide.snapshots.recovering import Recovering
+from raytide.supervisor.deaths import judge, supervise
+
+logger = logging.getLogger(__name__)
+
+#: The longest the autoscaler's long poll for changes waits (the driver keeps one pending).
+AUTOSCALE_POLL = 5.0
+
+
+class JobSupervisor:
+    """The event and recovery loop of one job on Ray (see the module docstring), and its end."""
+
+    def __init__(self, name: str, placement: JobPlacement, outputs: OutputCollector, recovers: bool) -> None:
+        """``recovers``: the job was started with recovery (its :attr:`recovery` is set once made)."""
+        self.name, self.placement, self.outputs = name, placement, outputs
+        self.recovery: JobRecovery | None = None
+        self.error: BaseException | None = None
+        self.torn_down = False
+        self.rescaling = False
+        #: Held by a rescale throughout and by every pump: a rescale from another thread waits
+        #: for the one under way, and no thread takes events while a rescale changes the job.
+        self.driving = threading.RLock()
+        #: Longest wait for events between two liveness checks (shorter with recovery: a death is noticed within about two).
+        self.poll_s = RECOVERY_POLL if recovers else 0.5
+        self.feeders: Feeders | None = None  # the job's feeders (they are given the job's handle: set after it)
+        self.autoscaler: Any = None
+        self.autoscale_ref: Any = None
+        self.rescale: Callable[[dict[str, int]], dict[str, Any]] | None = None  # the job's, for the autoscaler
+
+    def pump(self, timeout: float) -> None:
+        """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
+
+        In a job with recovery, a death starts a recovery instead of failing the job. Not
+        while another thread rescales the job (it waits for the rescale to end). The wait
+        for the progress actor holds no lock: a stream's feed must not wait for a consumer's polls.
+        """
+        with self.driving:
+            call = self.outputs.poll_call(timeout)
+        with self.cancelled_on_interrupt():
+            if ray.wait([call], timeout=timeout)[0]:
+                self.outputs.answered = call  # the poll need not look again
+        with self.driving:
+            self.pump_now(0)
+
+    def pump_now(self, timeout: float) -> None:
+        """:meth:`pump` by a thread that holds the job's lock: take the events, recover from deaths, autoscale."""
+        with self.cancelled_on_interrupt():
+            # the recovery of a death runs to its end here: no machine is under way to take one
+            supervise(self.notice(timeout), self.recovery is not None, (None, None), self.fail, self.recover)
+            if self.autoscaler is not None and not self.rescaling:
+                self.autoscale()
+
+    def take_events(self, timeout: float) -> str | None:
+        """Take new events (:meth:`notice`) for a rescale that holds at its cut: returns the
+        deaths noticed, in a job with recovery (None: none were), for the rescale to recover
+        from; any other failure fails the job (:func:`~raytide.supervisor.deaths.judge`)."""
+        with self.cancelled_on_interrupt():
+            ruling = judge(self.notice(timeout), recovers=self.recovery is not None)
+            if ruling.fail is not None:
+                self.fail(ruling.fail)
+            return ruling.recover
+
+    def notice(self, timeout: float) -> list[BaseException]:
+        """Take new events from the progress actor (waiting up to ``timeout``: the outputs shown,
+        :class:`~raytide.driver.outputs.OutputCollector`), check liveness and sync the
+        coordinator; returns the failures noticed (deaths named as such)."""
+        self.raise_if_failed()
+        with self.cancelled_on_interrupt():
+            try:
+                failures = self.outputs.poll(timeout)
+            except ray.exceptions.RayActorError as error:
+                failures = [self.lost(PROGRESS, error)]
+            dead = self.placement.liveness.check()
+            if dead is not None:
+                failures.append(self.lost(*dead))
+            if self.recovery is not None:
+                failure = self.recovery.sync()  # the coordinator died (ActorLost), or the store was taken over
+                if failure is not None:
+                    failures.append(failure)
+            return failures
+
+    def recover(self, cause: str) -> None:
+        """Recover the job from the deaths of ``cause`` (the job fails if it cannot)."""
+        assert self.recovery is not None
+        self.run_recovery(self.recovery.after_death(cause))
+
+    def autoscale(self) -> None:
+        """Make the changes the autoscaler decided on, if it has (without waiting for it)."""
+        if not ray.wait([self.autoscale_ref], timeout=0)[0]:
+            return
+        try:
+            changes = ray.get(self.autoscale_ref)
+        except ray.exceptions.RayActorError as error:
+            logger.warning("job %r: the autoscaler died (%s); the job goes on at its widths", self.name, error)
+            self.autoscaler = None
+            return
+        record: dict[str, Any] | None = None
+        if changes and self.outputs.finished:
+            record = {"not_made": "the job had finished"}
+        elif changes:
+            try:
+                assert self.rescale is not None
+                record = self.rescale(changes)
+            except RaytideError as error:
+                logger.warning("job %r: the autoscaler's rescale %s was not made: %s", self.name, changes, error)
+                record = {"not_made": str(error)}
+        self.autoscaler.rescaled.remote(record, self.placement.plan, self.placement.peers, self.placement.progress)
+        self.autoscale_ref = self.autoscaler.next_change.remote(AUTOSCALE_POLL)
+
+    def run_recovery(self, machine: Recovering) -> None:
+        """Bring the job back with recovery ``machine`` (the job fails if it cannot); the
+        autoscaler reads the replaced actors."""
+        assert self.recovery is not None
+        try:
+            self.recovery.execute(machine)
+        except RaytideError as error:
+            self.fail(error)
+        if self.autoscaler is not None:  # it reads the replaced actors from now on
+            self.autoscaler.rescaled.remote(None, self.placement.plan, self.placement.peers, self.placement.progress)
+
+    def supervision(self, recompile: Callable[[dict[str, int]], PhysicalPlan]) -> Supervision:
+        """What a rescale lends of the supervisor: its events, its recoveries, its failing the job."""
+        return Supervision(recompile, self.take_events, self.run_recovery, self.fail)
+
+    @contextlib.contextmanager
+    def cancelled_on_interrupt(self) -> Iterator[None]:
+        """Ctrl-C (KeyboardInterrupt) while the driver waits tears the job down, then goes on up:
+        a notebook's interrupted cell leaves no actors running. A broken guarantee
+        (:class:`InternalError`) fails the job."""
+        try:
+            yield
+        except InternalError as error:
+            self.fail(error)
+        except KeyboardInterrupt:
+            self.cancel("Ctrl-C (KeyboardInterrupt) while the driver waited for it")
+            raise
+
+    def lost(self, key: Any, error: BaseException) -> RaytideError:
+        """The death of the job's actor ``key`` (a replica's key, or the progress actor or coordinator), named."""
+        if key in (PROGRESS, COORDINATOR):
+            lost: RaytideError = ActorLost(f"job {self.name!r}: {key} died: {type(error).__name__}")
+        else:
+            lost = ReplicaLost(f"{self.name}/{key.chain}/{key.replica}", self.placement.plan.chain(key.chain).vertices,
+                               "the driver's liveness check", type(error).__name__)
+        lost.__cause__ = error
+        return lost
+
+    def fail(self, error: BaseException, cause: BaseException | None = None) -> None:
+        """Fail the job with ``error`` (the first failure stays), cancel it and raise it."""
+        if self.error is None:
+            self.error = error
+            if cause is not None:
+                error.__cause__ = cause
+        self.raise_if_failed()
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            self.cancel("the driver, as the job failed")
+            raise self.error
+
+    def feed_failed(self, name: str, error: BaseException) -> None:
+        """A feeder thread of input ``name`` failed: the job fails with it (the next call raises it)."""
+        if not self.torn_down:
+            self.error = RaytideError(f"feeding input {name!r} failed: {error!r}")
+            self.error.__cause__ = error
+
+    def cancel(self, by: str) -> None:
+        """Stop the job (``by`` whom, for the error of a wait that had not finished) and give its hosts back."""
+        if self.torn_down:
+            return
+        self.torn_down = True
+        if self.feeders is not None:
+            self.feeders.stop_streams(None)  # no batch is acknowledged to a producer from now on
+        if self.error is None and not self.outputs.finished:
+            self.error = JobCancelled(f"job {self.name!r} was cancelled by {by} before it finished; it takes no more "
+                                      f"input; the epochs completed before and not consumed by job.results() stay readable "
+                                      f"with job.collect()")
+        if not ray.is_initialized():  # ray.shutdown() came first: the actors went with it, and a call would start a Ray
+            return release_store(self.placement.settings.recovery)
+        for name, epoch in self.outputs.keep_locally():
+            logger.debug("could not keep output %s epoch %s", name, epoch)
+        if self.autoscaler is not None:
+            ray.kill(self.autoscaler)
+        (self.recovery or self.placement).release()  # the hosts, then (with recovery) the store's lease

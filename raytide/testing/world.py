@@ -1,0 +1,318 @@
+"""The simulated world of :class:`~raytide.testing.local.LocalJob`: every replica core, the
+progress core and the snapshot coordinator core of one job in this process, the messages in
+flight between them (:mod:`raytide.testing.mailboxes`), and one action per mailbox with
+something to deliver, which the scheduler chooses among (seeded, or paced:
+:mod:`raytide.testing.pacing`).
+
+Messages are delivered the way Ray may: FIFO from one replica to another (data batches and
+markers alike), FIFO from the progress actor to each replica, in *any* order from a replica
+to the progress actor (it is a threaded actor; the cores number those messages; with
+``nodes``, through a relay per node; a batch may ride with data to a peer, which passes it
+on, as on Ray: :mod:`raytide.engine.riding`), driver commands FIFO per input replica, and
+job events through a log the driver polls. Every message carries its sender's incarnation
+and is dropped where it arrives if that is not the receiver's. Snapshots are the coordinator
+core's, written into a real :class:`~raytide.snapshots.store.SnapshotStore`; the driver's
+calls to the inputs are kept for a recovery in the Ray driver's own
+:class:`~raytide.supervisor.replay.ReplayLog`. The recovery and rescale machines run on this
+world through the simulator's runtimes (:mod:`raytide.testing.recovery`,
+:mod:`raytide.testing.rescaling`), which reach into it as the Ray runtimes reach the job's actors.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import random
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+from raytide.engine.epoch_tokens import rides_with_tokens
+from raytide.engine.progress_core import ProgressCore, ProgressEffects
+from raytide.engine.replica import ReplicaCore
+from raytide.errors import RaytideError
+from raytide.physical.plan import PhysicalPlan
+from raytide.physical.protocol import EpochComplete, JobEvent, JobFailed, JobFinished, Marker, MarkerKind, ReplicaKey, Sequenced
+from raytide.rescale.rescaling import Aborted, CutMissed, Held, RescalePhase
+from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
+from raytide.snapshots.recovery import RestartBudget, commit_snapshot, part_name
+from raytide.supervisor.execution import Execution
+from raytide.supervisor.replay import input_positions
+from raytide.testing.consumer import LocalConsumer, LocalOutputs
+from raytide.testing.mailboxes import Command, Link, LocalTransport, Mailboxes, logged
+from raytide.testing.outcome import PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
+from raytide.testing.pacing import Pacing, actor_of
+
+
+def rescaling_in(rescaling: Execution | None, *phases: RescalePhase) -> bool:
+    """Whether ``rescaling`` (a rescale's execution) is under way, in one of ``phases``."""
+    return rescaling is not None and rescaling.machine.phase in phases
+
+
+class World:
+    """The simulated actors of one job and what is in flight between them (see the module docstring).
+
+    Its methods are the world's own actions (private: :class:`~raytide.testing.local.LocalJob`,
+    the user's handle, schedules them, and the simulator's runtimes call the few a recovery and
+    a rescale need: a fresh replica core, a guarded event, the progress core's effects, a new
+    coordinator, a recorded failure), as the Ray runtimes call the job's actors."""
+
+    def __init__(self, plan: PhysicalPlan, planned: dict[tuple[str, int], list[Command]], seed: int,
+                 recovery: LocalRecovery | None, consumer: LocalConsumer | None, nodes: int | None,
+                 pacing: Pacing | None, relay_fanin: int | None) -> None:
+        """``planned``: the driver's commands for each ``(input, replica)``, all sent at once."""
+        self.plan, self.planned = plan, planned
+        self.rng = random.Random(seed)
+        self.recovery = recovery
+        self.mail, self.pacing = Mailboxes(nodes, relay_fanin, relayed=[] if pacing else None), pacing
+        self.incarnation = 0
+        self.incarnations = {key: 0 for key in self.replica_keys()}
+        self.replicas = {key: self._core(key) for key in self.replica_keys()}
+        self.progress: ProgressCore | None = ProgressCore(self.plan.graph, self.plan.outputs,
+                                                          self.plan.initial_pointstamps())
+        self.progress_incarnation = 0
+        self.connected = False
+        self.dead = self.mail.dead  # shared: a dead relay delivers nothing
+        self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
+        self.slow: dict[Target, float] = {}  # replicas slowed down (``LocalJob.slow_down``)
+        self.recovering: Execution | None = None  # the recovery under way (or the last one)
+        self.rescaling: Execution | None = None  # the rescale under way (or the last one)
+        self.result = LocalRun({name: {} for name in self.plan.outputs})
+        self.outputs = LocalOutputs(self.plan.outputs, recovery.output_commit if recovery is not None else "epoch",
+                                    self.result.outputs, consumer, recovery.store if recovery is not None else None)
+        self.calls = logged(planned, recovery.retain if recovery is not None else 1)  # kept as on Ray
+        for (name, replica), commands in planned.items():
+            self.mail.commands[self._input_replicas(name)[replica]].extend(commands)
+        self.coordinator: CoordinatorCore | None = None
+        self.last_snapshot_id = 0
+        self.first_id = 1  # this run recovers from its own snapshots (from this id on) and the one it started from
+        self.started_from: int | None = None
+        self.budget = RestartBudget(recovery.max_restarts if recovery is not None else 0)
+
+    def _core(self, key: ReplicaKey) -> ReplicaCore:
+        transport = LocalTransport(self.mail, key, self.incarnations[key], lambda: self.progress is not None,
+                                   self.mail.via(key, self.replica_keys()), rides_with_tokens(self.plan, key.chain))
+        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=self.recovery is not None)
+
+    def _input_replicas(self, name: str) -> list[ReplicaKey]:
+        chain = self.plan.chain_of(name).name
+        return [ReplicaKey(chain, r) for r in range(self.plan.width(name))]
+
+    def replica_keys(self) -> list[ReplicaKey]:
+        return self.plan.replica_keys()
+
+    @property
+    def recovery_steps(self) -> collections.deque[Callable[[], None]]:
+        """The steps of the recovery under way (empty: none is)."""
+        return self.recovering.steps if self.recovering is not None else collections.deque()
+
+    def _mailboxes(self) -> list[Callable[[], None]]:
+        """One action per mailbox with something to deliver."""
+        actions: list[Callable[[], None]] = []
+        if not self.connected and self.progress is not None:
+            actions.append(self._connect)
+        links = [link for link in self.mail.pending_links() if link[1] not in self.waiting]
+        actions += (self.pacing.per_receiver(links, self._deliver, self.rng) if self.pacing is not None
+                    else [functools.partial(self._deliver, link, to=link[1]) for link in links])
+        keys = self.replica_keys()
+        if self.mail.calling(keys):
+            actions.append(functools.partial(self._take_progress_call, to=PROGRESS))
+        actions += [functools.partial(self.mail.forward, key, to=to) for key, to in self.mail.forwarding(keys)]
+        for deliver, mailbox in ((self._push_status, self.mail.pushes), (self._command, self.mail.commands),
+                                 (self._inject, self.mail.injects), (self.mail.fan_out, self.mail.fan_outs)):
+            actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
+                        if queue and key not in self.waiting]
+        driving = [under_way.step for under_way in (self.recovering, self.rescaling) if under_way and under_way.steps]
+        if self.mail.log and not driving:  # the driver recovers (or hands state over), then reads events again
+            actions.append(self._poll)
+        actions += driving
+        actions += self.outputs.consumer_actions()
+        if self.recovery is not None:
+            actions += self._snapshot_actions()
+        return actions
+
+    def _choose(self, actions: list[Callable[[], None]]) -> Callable[[], None]:
+        """The next action: uniformly, weighted by the slowness of the replica each delivers to, or paced."""
+        if self.pacing is not None:
+            return self.pacing.choose(actions, self.rng, self.mail, command=self._command)
+        if not self.slow:
+            return self.rng.choice(actions)
+        return self.rng.choices(actions, [self.slow.get(actor_of(action), 1.0) for action in actions])[0]
+
+    def _current(self, key: ReplicaKey, incarnation: int) -> bool:
+        """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of it, not retired by a rescale)."""
+        return key not in self.dead and self.incarnations.get(key) == incarnation
+
+    def _connect(self) -> None:
+        assert self.progress is not None
+        self.connected = True
+        self._perform(self.progress.connect({key: core.subscriptions() for key, core in self.replicas.items()}))
+
+    def _deliver(self, link: Link, to: ReplicaKey) -> None:
+        """The next message on ``link``; data takes the progress batches riding with it along."""
+        incarnation, message, riders = self.mail.take(link)
+        key = link[1]
+        if not self._current(key, incarnation):
+            return
+        core = self.replicas[key]
+        if message[0] == "data":
+            self._guard(key, core.on_messages, [message[1:]], riders=riders)
+        else:
+            self._guard(key, core.on_marker, *message[1:])
+
+    def _take_progress_call(self, to: Target = PROGRESS) -> None:
+        """The progress actor (``to``) takes one call (:meth:`Mailboxes.take_progress`) from a mailbox chosen at
+        random and applies it. It is one process, so it is one action among the others however many mailboxes wait
+        for it: while it applies one call, the replicas go on and the mailboxes gather, as a busy actor's callers do."""
+        key = self.rng.choice(self.mail.calling(self.replica_keys()))
+        current = [call for incarnation, call in self.mail.take_progress(key, self.rng)
+                   if incarnation == self.progress_incarnation]
+        if self.progress is not None and current:
+            self._perform(self.progress.receive_all(current))
+
+    def _push_status(self, to: ReplicaKey) -> None:
+        incarnation, push = self.mail.pushes[to].popleft()
+        if self._current(to, incarnation):
+            self._guard(to, self.replicas[to].on_progress, *push)
+
+    def _command(self, to: ReplicaKey) -> None:
+        """The driver's next command for input replica ``to`` (see :data:`~raytide.testing.mailboxes.Command`)."""
+        kind, *args = self.mail.commands[to].popleft()
+        core = self.replicas[to]
+        methods: dict[str, Callable[..., None]] = {"push": core.push_input, "advance": core.advance_input,
+                                                   "marker": core.inject_marker}
+        self._guard(to, methods[kind], *args)
+
+    def _inject(self, to: ReplicaKey) -> None:
+        incarnation, marker = self.mail.injects[to].popleft()
+        if self._current(to, incarnation):
+            self._guard(to, self.replicas[to].inject_marker, marker)
+
+    def _guard(self, key: ReplicaKey, method: Callable[..., None], *args: Any, riders: Sequence[Sequenced] = ()) -> None:
+        """Run a replica's event (taking along the progress batches ``riders`` that came with its
+        data: :meth:`LocalTransport.event`); a raytide error fails the job, as the actor's guard does."""
+        if key in self.dead:
+            return
+        try:
+            with cast(LocalTransport, (core := self.replicas[key]).transport).event(riders, core.riders_to_pass_on):
+                method(*args)
+        except RaytideError as error:
+            self._record([JobFailed(error)])
+
+    def _perform(self, effects: ProgressEffects) -> None:
+        self.mail.post_pushes(effects.pushes, self.progress_incarnation, self.replica_keys())
+        self.mail.log.extend((self.progress_incarnation, event) for event in effects.events)
+
+    def _poll(self) -> None:
+        """The driver reads the oldest job event (events of an older incarnation are dropped:
+        a recovery replays their epochs)."""
+        incarnation, event = self.mail.log.popleft()
+        if incarnation == self.progress_incarnation:
+            self._record([event])
+
+    def _record(self, events: Sequence[JobEvent | ReplicaDied]) -> None:
+        for event in events:
+            self.result.events.append(event)
+            if isinstance(event, EpochComplete):
+                self.outputs.offer(event.output, event.epoch, event.parts)
+            elif isinstance(event, JobFinished):
+                self.outputs.finish()
+                self.result.finished = True
+
+    def _fresh(self, key: ReplicaKey) -> ReplicaCore:
+        """Replica ``key`` reset in place, or replaced if it died: a fresh core that waits to be resumed."""
+        self.dead.discard(key)
+        self.incarnations[key] = self.incarnation
+        self.replicas[key] = core = self._core(key)
+        self.waiting.add(key)
+        self.mail.commands[key].clear()
+        return core
+
+    def _new_coordinator(self) -> CoordinatorCore:
+        """A coordinator whose ids follow every id used before (even of abandoned snapshots)."""
+        assert self.recovery is not None
+        first = max(self.recovery.store.next_id(), self.last_snapshot_id + 1)
+        core = CoordinatorCore(list(self.replica_keys()), first, self.recovery.interval, self.recovery.timeout, self.incarnation)
+        core.last_end = self.result.steps
+        return core
+
+    def _tick_coordinator(self) -> None:
+        """The coordinator's clock: it abandons a snapshot (or rescale cut) that took too long."""
+        if self.coordinator is None:
+            return
+        flight = self.coordinator.in_flight
+        abandoned = self.coordinator.tick(self.result.steps)
+        if abandoned is not None and flight is not None and flight.hold:
+            self.rescaling.answer(CutMissed(abandoned.reason))  # type: ignore[union-attr]
+
+    def _snapshot_actions(self) -> list[Callable[[], None]]:
+        actions: list[Callable[[], None]] = []
+        coordinator, cut = self.coordinator, rescaling_in(self.rescaling, RescalePhase.HOLDING)  # a cut: at once
+        if (coordinator is not None and not self.recovery_steps and not self.result.finished
+                and not rescaling_in(self.rescaling, RescalePhase.HANDING_OVER)
+                and (coordinator.due(self.result.steps) or cut and coordinator.in_flight is None)):
+            actions.append(self._trigger)
+        if self.mail.writes:
+            actions.append(self._write)
+        if self.mail.acks and coordinator is not None:
+            actions.append(self._acknowledge)
+        if self.mail.commits and coordinator is not None:
+            actions.append(self._commit)
+        return actions
+
+    def _trigger(self) -> None:
+        """The coordinator starts a snapshot: a barrier for every input replica."""
+        assert self.coordinator is not None
+        holding = rescaling_in(self.rescaling, RescalePhase.HOLDING)
+        trigger = self.coordinator.trigger(self.result.steps, self.outputs.durable(), hold=holding)
+        if trigger is None:
+            return
+        self.last_snapshot_id = trigger.snapshot_id
+        marker = Marker(trigger.snapshot_id, MarkerKind.HOLD if trigger.hold else MarkerKind.SNAPSHOT, trigger.delivered)
+        for name in self.plan.inputs:
+            for key in self._input_replicas(name):
+                self.mail.injects[key].append((trigger.incarnation, marker))
+
+    def _write(self) -> None:
+        """A replica's writer stores one local snapshot, then acknowledges it."""
+        assert self.recovery is not None
+        incarnation, snapshot = self.mail.writes.pop(self.rng.randrange(len(self.mail.writes)))
+        if not self._current(snapshot.key, incarnation):
+            return
+        try:
+            part = self.recovery.store.write_part(snapshot.snapshot_id, part_name(snapshot.key), snapshot.data)
+        except OSError as error:  # as the replica's writer thread does: the snapshot cannot complete
+            if self.coordinator is not None:
+                self.coordinator.write_failed(incarnation, snapshot.snapshot_id, repr(error), self.result.steps)
+            return
+        self.mail.acks.append((incarnation, Acknowledgement(snapshot.key, snapshot.snapshot_id, incarnation, (part,),
+                                                       snapshot.summary)))
+
+    def _acknowledge(self) -> None:
+        assert self.coordinator is not None
+        _, ack = self.mail.acks.pop(self.rng.randrange(len(self.mail.acks)))
+        commit = self.coordinator.acknowledge(ack, self.result.steps)
+        if commit is not None:
+            self.mail.commits.append((commit.incarnation, commit))
+
+    def _commit(self) -> None:
+        """The coordinator writes the job part and the manifest, then applies retention."""
+        assert self.recovery is not None and self.coordinator is not None
+        incarnation, commit = self.mail.commits.popleft()
+        if incarnation != self.coordinator.incarnation:
+            return
+        if commit.hold:
+            self.coordinator.held(commit.snapshot_id, self.result.steps)
+            held = Aborted("the job finished before its cut") if self.result.finished else \
+                Held(commit.snapshot_id, dict(commit.summaries))  # type: ignore[arg-type]
+            self.rescaling.answer(held)  # type: ignore[union-attr]
+            return
+        try:
+            complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
+        except OSError as error:  # as the coordinator actor does: this snapshot is lost, the job goes on
+            self.coordinator.fail(f"committing it failed: {error!r}", self.result.steps)
+            return
+        self.coordinator.committed(commit.snapshot_id, self.result.steps)
+        self.result.snapshots.append(commit.snapshot_id)
+        self.calls.forget_covered(input_positions({key: summary.positions for key, summary in commit.summaries.items()
+                                                   if isinstance(key, ReplicaKey)}))  # as the Ray driver's sync does
+        self.outputs.release(complete)  # the driver learns of the commit
