@@ -28,9 +28,10 @@ import pytest
 
 from raytide.snapshots import reads
 from raytide.snapshots import recovery as recovery_module
+from raytide.errors import RecoveryError
 from raytide.snapshots.reads import UnreadableFile
 from raytide.snapshots.store import SnapshotStore
-from raytide.testing import local as local_module
+from raytide.testing import world as world_module
 from raytide.testing.store_faults import StoreFaults
 from tests.sim.seeds import seeds
 from tests.sim.store_trials import NAMES, Trial, store_trial
@@ -102,10 +103,19 @@ def test_a_torn_write_is_never_restored_from(store_root):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         done = trials(TORN, store_root, "torn")
-    for trial in done:
-        assert trial.exact, f"{trial.name}, seed {trial.seed}: {trial.error!r}"
+    failed = [trial for trial in done if not trial.exact]
+    for trial in failed:  # every snapshot the driver's replay log still covers was torn: said, not lost
+        assert isinstance(trial.error, RecoveryError) and UNCOVERED.search(str(trial.error)), \
+            f"{trial.name}, seed {trial.seed}: {trial.error!r}"
+    assert len(failed) <= len(done) // 10, f"{len(failed)} of {len(done)} trials could not go back: {failed[:3]}"
     skipped = sum(1 for warning in caught if re.search(r"skipping snapshot \d+ .*is corrupt", str(warning.message)))
     assert skipped >= 5, f"recoveries passed over a torn snapshot only {skipped} times: the test proves little"
+
+
+#: What a recovery says when the snapshots its replay log covers were all torn silently (bytes
+#: rotted at the right size, found only by checksum when read): with ``retain=1`` the only one.
+UNCOVERED = re.compile(r"cannot go back to command \d+: the driver kept its calls from command \d+ on only "
+                       r"\(a newer snapshot was damaged\?\)")
 
 
 def _sizes_only(self: SnapshotStore, snapshot_id: int, part, keep: bool = True) -> bytes:  # type: ignore[no-untyped-def]
@@ -172,7 +182,7 @@ def _retain_failing_the_commit(store, plan, commit, delivered, retain):  # type:
 
 
 def test_a_failed_delete_failing_its_commit_is_caught(store_root, monkeypatch):
-    monkeypatch.setattr(local_module, "commit_snapshot", _retain_failing_the_commit)
+    monkeypatch.setattr(world_module, "commit_snapshot", _retain_failing_the_commit)
     caught = first_failed(DELETES, store_root, lambda trial: not trial.exact or bool(uncounted(trial)), "snapshot")
     assert caught is not None, "no trial caught a commit reported failed for its retention"
 
