@@ -48,7 +48,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -77,15 +77,14 @@ from raytide.physical.protocol import (
 from raytide.physical.wire import pack, unframe, unpack_for
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
-from raytide.rescale.layout import Piece
-from raytide.snapshots.config import Recovery
-from raytide.snapshots.coordinator import Acknowledgement
-from raytide.snapshots.recovery import part_name
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
-from raytide.snapshots.store import store_of
-from raytide.snapshots.writer import SnapshotWriter
+from raytide.snapshots.writer import SnapshotWriter, replica_writer
 from raytide.sources.base import Reader, late_counts, reader_positions
-from raytide.sources.clocked_stream import Heard, Share
+
+if TYPE_CHECKING:  # not imported by a host: a job without rescales, recovery or streams never loads them
+    from raytide.rescale.layout import Piece
+    from raytide.snapshots.config import Recovery
+    from raytide.sources.clocked_stream import Heard, Share
 
 logger = logging.getLogger(__name__)
 
@@ -197,11 +196,10 @@ class _RayTransport:
         self.writer.submit(self.incarnation, snapshot)
 
     def held(self, marker_id: int, report: HeldReport) -> None:
-        coordinator = self.writer.coordinator if self.writer is not None else None
-        if coordinator is None:
+        if self.writer is None or self.writer.coordinator is None:
             raise SnapshotError(f"replica {self.job}/{self.key} reached rescale cut {marker_id} without a snapshot "
                                 f"coordinator to report to")
-        coordinator.acknowledge.remote(Acknowledgement(self.key, marker_id, self.incarnation, (), report))
+        self.writer.held(marker_id, self.incarnation, report)
 
     def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], route: ProgressRoute) -> None:
         """A recovery: new peers (replaced ones), and nothing of the calls still in flight is waited for."""
@@ -270,8 +268,8 @@ class VertexActor:
         that incarnation (:meth:`hand_over`)."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         self.plan, self.key = plan, ReplicaKey(chain, replica)
-        self.store = store_of(recovery) if recovery is not None else None
-        self.writer = SnapshotWriter(self.key, self.store) if self.store is not None else None
+        self.writer = replica_writer(self.key, recovery)
+        self.store = self.writer.store if self.writer is not None else None
         self.transport = _RayTransport(self.key, plan, job, max_inflight, self.writer)
         self.transport.incarnation = incarnation
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
@@ -391,8 +389,8 @@ class VertexActor:
         locations to subscribe to, or what the restore raised (user code's ``restore()``): the driver fails the job."""
         self._reset(incarnation, peers, progress, coordinator)
         self.kept = None  # a rescale's piece this replica did not adopt (a death during the switch)
-        if snapshot_id is not None and self.store is not None:
-            self._guard(self.core.restore, self.store.read_part(snapshot_id, part_name(self.key)))
+        if snapshot_id is not None and self.writer is not None:
+            self._guard(self.core.restore, self.writer.read_own(snapshot_id))
         return self.failed or self.core.subscriptions()
 
     def _reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: ProgressRoute, coordinator: Any) -> None:
