@@ -18,12 +18,8 @@ other as before (``peer.receive.remote(...)``) without knowing of leases.
 A host names itself after its role in Ray's log prefixes (the ``:actor_name:`` line that
 Ray's log monitor reads): ``(raytide job/chain/replica pid=...)`` while leased,
 ``(raytide idle host pid=...)`` between jobs. Ray's actor table keeps the repr the host
-started with (``raytide vertex host <pid>``); ``job.stats()["hosts"]`` maps each replica to its
+started with (``raytide vertex host N``); ``job.stats()["hosts"]`` maps each replica to its
 host's process id.
-
-A host is created without arguments, so that the driver's first creation does not wait for
-Ray to build its serialization context (see :mod:`raytide.driver.pool`): it names itself by
-its process id.
 
 A vertex host also keeps large freed buffers in its process (the allocator section
 below), because vectorised vertices allocate and free arrays of megabytes on every call.
@@ -86,14 +82,14 @@ class Host:
     is either kept before its ``take`` swaps them, or runs after it.
     """
 
-    def __init__(self, kind: str) -> None:
-        self.label = f"{kind} host {os.getpid()}"
+    def __init__(self, label: str) -> None:
+        self.label = label
         self.role: Any = None
         self.lease = -1
         self.ended = -1  # the last lease given back
         self.leases = threading.Condition()  # notified when a lease is taken or given back (for watch)
         self.early: dict[int, list[tuple[str, tuple]]] = {}  # calls of leases not taken yet
-        announce(f"raytide idle host ({self.label})")
+        announce(f"raytide idle host ({label})")
 
     def __repr__(self) -> str:
         return f"raytide {self.label}"
@@ -233,8 +229,8 @@ class VertexHost(Host):
     the replica's statistics (``inspect``: :data:`INSPECT_METHODS`).
     """
 
-    def __init__(self) -> None:
-        super().__init__("vertex")
+    def __init__(self, number: int) -> None:
+        super().__init__(f"vertex host {number}")
         import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
 
         _freeze_start_up()
@@ -259,8 +255,8 @@ class ProgressHost(Host):
     without blocking the progress calls (see :mod:`raytide.actors.progress_actor`).
     """
 
-    def __init__(self) -> None:
-        super().__init__("progress")
+    def __init__(self, number: int) -> None:
+        super().__init__(f"progress host {number}")
         import raytide.actors.progress_actor  # noqa: F401  (warm)
 
         _freeze_start_up()
@@ -291,8 +287,8 @@ class CoordinatorHost(Host):
     acknowledgements come in.
     """
 
-    def __init__(self) -> None:
-        super().__init__("coordinator")
+    def __init__(self, number: int) -> None:
+        super().__init__(f"coordinator host {number}")
         import raytide.actors.coordinator_actor  # noqa: F401  (warm)
 
         _freeze_start_up()

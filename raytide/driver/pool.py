@@ -283,12 +283,10 @@ class HostPool:
             self.book.next_number += 1
         _connected()
         # unnamed: Ray registers a named actor's name with the GCS before ``remote`` returns,
-        # 30-50 ms per host on the driver, one after the other; its repr names it instead.
-        # No arguments: a creation with arguments waits for the driver's serialization
-        # context (80-180 ms on a loaded 2-core machine, once per driver) before Ray asks for a worker
+        # 30-50 ms per host on the driver, one after the other; its repr names it instead
         self.handles[number] = _remote_class(kind).options(
             num_cpus=num_cpus, max_restarts=0, max_task_retries=0,
-        ).remote()
+        ).remote(number)
         return number
 
     def _kill(self, number: int) -> None:
