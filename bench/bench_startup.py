@@ -5,7 +5,7 @@ Rays one after the other (``ray.init(num_cpus=2)``, a pause of :data:`SETTLE_S` 
 prestarted workers finish starting, the measurement, ``ray.shutdown()``), in an order that
 alternates from run to run, because whichever start-up comes first in a process has its files
 cached and the other does not. Before either, the child imports what Ray's serialization
-context imports in the driver at its first call (pyarrow, pydantic), so that neither clock
+context imports in the driver at its first call (pyarrow, pydantic and its v1 fields), so that neither clock
 holds it:
 
 * ``first_job_s``: raytide's first job in its Ray, the word count flow of
@@ -32,8 +32,9 @@ import time
 from typing import Any
 
 import psutil
-import pyarrow  # noqa: F401  (see the module docstring)
-import pydantic  # noqa: F401
+import pyarrow.json  # noqa: F401  (see the module docstring)
+import pydantic.main  # noqa: F401
+import pydantic.v1.fields  # noqa: F401
 import ray
 
 import raytide as rt
