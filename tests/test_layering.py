@@ -182,8 +182,8 @@ def test_a_host_and_its_roles_start_without_pyarrow():
     job's first start; raytide's modules bring pyarrow (40-80 ms there) only with Arrow data,
     a source that reads files, or a snapshot store that is opened. (Ray itself imports
     pyarrow, and NumPy with it, in any worker that takes or returns anything, to register
-    its Arrow serializers: see docs/benchmarks.md, "Ray imports pyarrow in every actor that
-    takes or returns anything". This keeps raytide from adding it where Ray does not.)"""
+    its Arrow serializers at its first call with arguments or its first answer: see
+    docs/benchmarks.md, "Start-up". This keeps raytide from adding it where Ray does not.)"""
     code = ("import sys, raytide, raytide.actors.hosts, raytide.actors.vertex_actor, raytide.actors.progress_actor, "
             "raytide.actors.coordinator_actor; print(sorted(m for m in sys.modules if m.startswith('pyarrow')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
