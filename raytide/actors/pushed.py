@@ -5,14 +5,16 @@ reads them where it runs, and hands a stream's share with event time to the repl
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from raytide.core.batches import batch_length
 from raytide.engine.replica import ReplicaCore
 from raytide.sources.base import RemoteBatch
-from raytide.sources.clocked_stream import Heard, Share, StreamClock
+
+if TYPE_CHECKING:  # imported where used: a job without a stream with event time never loads the clock's modules
+    from raytide.sources.clocked_stream import Heard, Share
 
 
 class Unreadable(Exception):
@@ -49,6 +51,8 @@ def take_share(core: ReplicaCore, started: dict[str, Any], vertex: str, share: S
     pushed at their epochs, the input moved as the clock says (closed at the stream's end),
     and the input's command count set to ``share.upto``, the next batch id, however many
     moves the share made."""
+    from raytide.sources.clocked_stream import StreamClock
+
     clock = started.get(vertex)
     if not isinstance(clock, StreamClock):
         clock = started[vertex] = share.clock(core.restored_sources.get(vertex))
@@ -65,5 +69,7 @@ def take_share(core: ReplicaCore, started: dict[str, Any], vertex: str, share: S
 def heard(started: dict[str, Any], vertex: str, replica: int) -> Heard | None:
     """What input replica ``replica`` answers to a share of stream input ``vertex``: its clock's
     watermark and the share's record count, by which the driver tells idle replicas (None: no clock)."""
+    from raytide.sources.clocked_stream import StreamClock
+
     clock = started.get(vertex)
     return clock.heard(replica) if isinstance(clock, StreamClock) else None

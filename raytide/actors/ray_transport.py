@@ -34,7 +34,6 @@ from raytide.physical.protocol import (
 )
 from raytide.physical.wire import pack
 from raytide.progress.timestamps import Timestamp
-from raytide.snapshots.coordinator import Acknowledgement
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 from raytide.snapshots.writer import SnapshotWriter
 
@@ -146,11 +145,10 @@ class RayTransport:
         self.writer.submit(self.incarnation, snapshot)
 
     def held(self, marker_id: int, report: HeldReport) -> None:
-        coordinator = self.writer.coordinator if self.writer is not None else None
-        if coordinator is None:
+        if self.writer is None or self.writer.coordinator is None:
             raise SnapshotError(f"replica {self.job}/{self.key} reached rescale cut {marker_id} without a snapshot "
                                 f"coordinator to report to")
-        coordinator.acknowledge.remote(Acknowledgement(self.key, marker_id, self.incarnation, (), report))
+        self.writer.held(marker_id, self.incarnation, report)
 
     def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], route: ProgressRoute) -> None:
         """A recovery: new peers (replaced ones), and nothing of the calls still in flight is waited for."""

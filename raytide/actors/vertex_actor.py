@@ -46,7 +46,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -73,13 +73,13 @@ from raytide.physical.protocol import (
 from raytide.physical.wire import unframe, unpack_for
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
-from raytide.rescale.layout import Piece
-from raytide.snapshots.config import Recovery
-from raytide.snapshots.recovery import part_name
-from raytide.snapshots.store import store_of
-from raytide.snapshots.writer import SnapshotWriter
+from raytide.snapshots.writer import replica_writer
 from raytide.sources.base import Reader, late_counts, reader_positions
-from raytide.sources.clocked_stream import Heard, Share
+
+if TYPE_CHECKING:  # not imported by a host: a job without rescales, recovery or streams never loads them
+    from raytide.rescale.layout import Piece
+    from raytide.snapshots.config import Recovery
+    from raytide.sources.clocked_stream import Heard, Share
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +101,8 @@ class VertexActor:
         that incarnation (:meth:`hand_over`)."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         self.plan, self.key = plan, ReplicaKey(chain, replica)
-        self.store = store_of(recovery) if recovery is not None else None
-        self.writer = SnapshotWriter(self.key, self.store) if self.store is not None else None
+        self.writer = replica_writer(self.key, recovery)
+        self.store = self.writer.store if self.writer is not None else None
         self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer)
         self.transport.incarnation = incarnation
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
@@ -222,8 +222,8 @@ class VertexActor:
         locations to subscribe to, or what the restore raised (user code's ``restore()``): the driver fails the job."""
         self._reset(incarnation, peers, progress, coordinator)
         self.kept = None  # a rescale's piece this replica did not adopt (a death during the switch)
-        if snapshot_id is not None and self.store is not None:
-            self._guard(self.core.restore, self.store.read_part(snapshot_id, part_name(self.key)))
+        if snapshot_id is not None and self.writer is not None:
+            self._guard(self.core.restore, self.writer.read_own(snapshot_id))
         return self.failed or self.core.subscriptions()
 
     def _reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: ProgressRoute, coordinator: Any) -> None:

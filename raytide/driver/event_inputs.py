@@ -42,7 +42,6 @@ from raytide.physical.plan import PhysicalPlan
 from raytide.physical.wire import pack
 from raytide.sources.base import Reader
 from raytide.sources.clocked_stream import ClockedStream
-from raytide.sources.event_time import event_time_readers, source_event_time
 from raytide.windows.event_time import Assigned, EventClock, EventTime, LateCount, late_input
 
 
@@ -114,6 +113,8 @@ class EventTimeInputs(InputFeeds):
         ``source``'s), each reader assigns its records to epochs by their timestamps
         (:mod:`raytide.sources.event_time`), and the input's late records come through
         its readers, so its driver-fed late input closes at once."""
+        from raytide.sources.event_time import event_time_readers  # pyarrow.compute: only for a source read in replicas
+
         readers = event_time_readers(source, name, self.plan.vertex(name).event_time, readers)
         clock = self.clocks.pop(name, None)
         if clock is not None and clock.spec.late_output is not None:
@@ -125,6 +126,8 @@ class EventTimeInputs(InputFeeds):
         source's, checked here, before the stream starts), its batches go through a clock in
         each input replica (:mod:`raytide.sources.clocked_stream`), and the input's late
         records come through them, so its driver-fed late input closes at once."""
+        from raytide.sources.event_time import source_event_time  # pyarrow.compute: only for a stream
+
         found = source_event_time(source, name, self.plan.vertex(name).event_time)
         if found is None:
             return

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,8 +46,10 @@ from raytide.errors import RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ChannelId, ReplicaKey
 from raytide.progress.timestamps import Timestamp
-from raytide.snapshots.recovery import RestorePoint, kept_records
 from raytide.snapshots.replica_state import HeldReport, LoggedBatch, ReplicaState
+
+if TYPE_CHECKING:  # imported where used: every vertex host imports this module (a replica's split and merge)
+    from raytide.snapshots.recovery import RestorePoint
 
 #: A route out of a sender vertex: ``(vertex, output port, consumer index)``, as routing tables are keyed.
 RouteKey = tuple[str, int, int]
@@ -245,6 +247,8 @@ def cut_point(plan: PhysicalPlan, reports: Mapping[ReplicaKey, HeldReport]) -> R
     its cut: the kept output records, and its inputs' positions per replica of ``plan``. The
     pointstamps are left empty: they are what the new replicas hold once they have adopted
     their pieces."""
+    from raytide.snapshots.recovery import RestorePoint, kept_records  # the store's modules: not in every host
+
     positions = hosted_positions(plan, {key: report.summary.positions for key, report in reports.items()})
     return RestorePoint(None, [], kept_records(report.summary for report in reports.values()), positions)
 

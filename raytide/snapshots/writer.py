@@ -13,15 +13,27 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytide.physical.protocol import ReplicaKey
-from raytide.snapshots.coordinator import Acknowledgement
-from raytide.snapshots.recovery import part_name
-from raytide.snapshots.replica_state import LocalSnapshot
-from raytide.snapshots.store import SnapshotStore
+from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
+
+if TYPE_CHECKING:  # and imported where used: a vertex host imports this module, its job may have no recovery
+    from raytide.snapshots.config import Recovery
+    from raytide.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)
+
+
+def replica_writer(key: ReplicaKey, recovery: Recovery | None) -> SnapshotWriter | None:
+    """The writer of replica ``key`` of a job with ``recovery``, on the store it names (None
+    without recovery). The store's modules, its lease's and the coordinator's are imported
+    here, by a job with recovery only: a vertex host does not load them at its start."""
+    if recovery is None:
+        return None
+    from raytide.snapshots.store import store_of
+
+    return SnapshotWriter(key, store_of(recovery))
 
 
 class SnapshotWriter:
@@ -44,12 +56,28 @@ class SnapshotWriter:
         """A recovery started ``incarnation``: queued snapshots of older ones are not written."""
         self.incarnation, self.coordinator = incarnation, coordinator
 
+    def held(self, marker_id: int, incarnation: int, report: HeldReport) -> None:
+        """Tell the coordinator the replica holds at rescale cut ``marker_id`` (a part-less
+        acknowledgement, with what it holds: ``report``)."""
+        from raytide.snapshots.coordinator import Acknowledgement
+
+        self.coordinator.acknowledge.remote(Acknowledgement(self.key, marker_id, incarnation, (), report))
+
+    def read_own(self, snapshot_id: int) -> bytes:
+        """This replica's part of committed snapshot ``snapshot_id`` (for its restore)."""
+        from raytide.snapshots.recovery import part_name
+
+        return self.store.read_part(snapshot_id, part_name(self.key))
+
     def close(self) -> None:
         """The replica's job is over (its host is reset): write nothing more, end the thread."""
         self.coordinator = None
         self.queue.put(None)
 
     def _run(self) -> None:
+        from raytide.snapshots.coordinator import Acknowledgement
+        from raytide.snapshots.recovery import part_name
+
         while True:
             item = self.queue.get()
             if item is None:

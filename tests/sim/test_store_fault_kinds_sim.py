@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from raytide.errors import RecoveryError
 from raytide.snapshots import reads
 from raytide.snapshots import recovery as recovery_module
-from raytide.errors import RecoveryError
 from raytide.snapshots.reads import UnreadableFile
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing import world as world_module

@@ -1,0 +1,168 @@
+"""The first job's start-up (issue 76) against plain Ray actors that import NumPy, in one process.
+
+Each run is one child process (``python -m bench.bench_startup``) that starts two fresh local
+Rays one after the other (``ray.init(num_cpus=2)``, a pause of :data:`SETTLE_S` in which Ray's
+prestarted workers finish starting, the measurement, ``ray.shutdown()``), in an order that
+alternates from run to run, because whichever start-up comes first in a process has its files
+cached and the other does not. Before either, the child imports what Ray's serialization
+context imports in the driver at its first call (pyarrow, pydantic and its v1 fields), so that neither clock
+holds it:
+
+* ``first_job_s``: raytide's first job in its Ray, the word count flow of
+  ``bench_fixed_costs`` (``flat_map(str.split).count_by_key``, ``parallelism`` 2: four vertex
+  hosts and the progress host), timed from before ``rt.run`` to the first result in
+  ``job.results`` (one line pushed, the input closed);
+* ``numpy_actors_s``: as many plain Ray actors as the job's processes (``num_cpus=0`` like
+  raytide's hosts, their class shipped by value), each importing NumPy in ``__init__``, timed
+  from before their creation to a ping answered by every one.
+
+The child has imported ``raytide`` and ``rt.run``'s modules before either clock (as a program
+that built its dataflow has); ``driver_import_s`` is what that import of ``rt.run`` took, in
+the fresh process, before any Ray started (``first_job_with_import_s`` adds it to the job's
+start-up: a program's first ``rt.run`` pays both). ``first_job_cpu_s`` and ``numpy_actors_cpu_s`` are
+the CPU seconds the measured processes (the driver and the actors) used inside each clock
+(a prestarted worker's boot before it excluded): on a loaded machine they move less than the
+wall clock.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psutil
+import pyarrow.json  # noqa: F401  (see the module docstring)
+import pydantic.main  # noqa: F401
+import pydantic.v1.fields  # noqa: F401
+import ray
+
+import raytide as rt
+from bench.bench_soak import child_main, run_child
+
+PARAMS = {"parallelism": 2}
+REPEAT = 6
+RATIOS = [
+    ("first job's start-up / as many plain actors importing NumPy, same process (issue 76: <= 1.2)",
+     "first_job_s", "numpy_actors_s"),
+    ("the same in CPU seconds of the measured processes", "first_job_cpu_s", "numpy_actors_cpu_s"),
+    ("the same with rt.run's import in a fresh process added to the job's side", "first_job_with_import_s",
+     "numpy_actors_s"),
+]
+#: The children's module (``python -m``) and how long one may run.
+MODULE, CHILD_TIMEOUT = "bench.bench_startup", 600.0
+#: Seconds a measured start-up may take.
+TIMEOUT = 120.0
+#: Seconds between ``ray.init`` and a clock (Ray's prestarted workers start meanwhile), and after a shutdown.
+SETTLE_S = 3.0
+
+
+def _cpu_seconds(pids: list[int], before: dict[int, float] | None = None) -> float:
+    """User and system CPU seconds the processes ``pids`` used since ``before`` (each one's CPU
+    seconds then, from :func:`_workers_cpu`; a process not in it started since: all of its own);
+    those gone count 0."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system - (before or {}).get(pid, 0.0)
+    return total
+
+
+def _workers_cpu() -> dict[int, float]:
+    """The CPU seconds used so far by every process this driver's Ray started (its workers,
+    prestarted ones included: they boot before a clock starts, and what they used then is not
+    the start-up's)."""
+    used = {}
+    for process in psutil.Process().children(recursive=True):
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        used[process.pid] = times.user + times.system
+    return used
+
+
+def first_job(parallelism: int) -> tuple[float, float, int]:
+    """``(seconds from rt.run to the first result, CPU seconds of the driver and the hosts, processes)``."""
+    flow = rt.Dataflow("startup")
+    flow.input("lines").flat_map(str.split).count_by_key(lambda word: word).output("counts")
+    cpu, workers = time.process_time(), _workers_cpu()
+    started = time.perf_counter()
+    job = rt.run(flow, parallelism=parallelism)
+    job.push("lines", ["to be or not to be"])
+    job.close("lines")
+    next(iter(job.results("counts", timeout=TIMEOUT, progress=False)))
+    seconds = time.perf_counter() - started
+    driver_cpu = time.process_time() - cpu
+    pids = list(job.hosts().values())
+    hosts_cpu = _cpu_seconds(pids, workers)
+    job.wait(timeout=TIMEOUT)
+    return seconds, driver_cpu + hosts_cpu, len(pids)
+
+
+def numpy_actors(count: int) -> tuple[float, float]:
+    """``(seconds to create count actors that import NumPy and get a ping back from each, their CPU
+    seconds and the driver's)``."""
+
+    class NumpyActor:  # made here, so that Ray ships it by value and its workers import nothing of bench's
+        def __init__(self) -> None:
+            import numpy  # noqa: F401
+
+        def ping(self) -> int:
+            return os.getpid()
+
+    remote: Any = ray.remote(num_cpus=0)(NumpyActor)
+    cpu, workers = time.process_time(), _workers_cpu()
+    started = time.perf_counter()
+    actors = [remote.remote() for _ in range(count)]
+    pids = ray.get([actor.ping.remote() for actor in actors], timeout=TIMEOUT)
+    seconds = time.perf_counter() - started
+    used = time.process_time() - cpu + _cpu_seconds(pids, workers)
+    for actor in actors:
+        ray.kill(actor)
+    return seconds, used
+
+
+def in_fresh_ray(measure: Any) -> Any:
+    """``measure()`` in a Ray of its own, started and settled first, shut down after."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        time.sleep(SETTLE_S)
+        return measure()
+    finally:
+        ray.shutdown()
+        time.sleep(SETTLE_S)
+
+
+def child(parallelism: int, job_first: bool) -> dict[str, float]:
+    """Both start-ups in this process, each in a fresh Ray, the job's first if ``job_first``."""
+    started = time.perf_counter()
+    rt.run  # noqa: B018  (rt.run's modules, imported on first use)
+    metrics = {"driver_import_s": time.perf_counter() - started}
+    processes = 2 * parallelism + 1  # the flow's two chains at ``parallelism`` and the progress host
+    for part in ("job", "actors") if job_first else ("actors", "job"):
+        if part == "job":
+            seconds, cpu, hosts = in_fresh_ray(lambda: first_job(parallelism))
+            assert hosts == processes, f"the job has {hosts} hosts, not {processes}"
+            metrics.update(first_job_s=seconds, first_job_cpu_s=cpu,
+                           first_job_with_import_s=seconds + metrics["driver_import_s"])
+        else:
+            seconds, cpu = in_fresh_ray(lambda: numpy_actors(processes))
+            metrics.update(numpy_actors_s=seconds, numpy_actors_cpu_s=cpu)
+    return metrics
+
+
+_RUNS = {"count": 0}
+
+
+def measure(parallelism: int) -> dict[str, float]:
+    """One run: a child process measuring both start-ups, the job's first in every other run."""
+    _RUNS["count"] += 1
+    return run_child(MODULE, {"parallelism": parallelism, "job_first": _RUNS["count"] % 2 == 1}, timeout=CHILD_TIMEOUT)
+
+
+if __name__ == "__main__":
+    child_main(child)
