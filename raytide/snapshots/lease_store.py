@@ -8,7 +8,11 @@ store (S3 through ``pyarrow.fs``) has no conditional put: each taker writes its 
 ``gen-<G>-<token>.json`` and then lists the claims; the greatest claim holds the store. Two
 takers of one generation may both see theirs alone and start; the lesser is then fenced at
 its first write. Renewals and releases replace the holder's own claim file (a rename on a
-local disk, one PUT on an object store: a reader sees the old content or the new, whole).
+local disk, one PUT on an object store). A read on an object store may still be torn:
+``pyarrow.fs`` learns an object's size, then reads its bytes in ranged GETs, and a renewal
+between the two gives bytes of two versions, or fewer bytes than it expects (an
+``OSError``), both seen on the S3 server the tests run; a claim that does not parse or fails
+to read is read again (:data:`TORN_READ_PAUSES`) before it is called unreadable.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ POLL = 0.5
 #: holder's lease terms, plus :data:`WAIT_SLACK` seconds, before it gives up.
 WAIT_TERMS = 4
 WAIT_SLACK = 5.0
+#: The pauses (seconds) before each new read of a claim that did not parse on an object store.
+TORN_READ_PAUSES = (0.02, 0.1, 0.3)
 
 
 class LeaseFiles:
@@ -71,14 +77,28 @@ class LeaseFiles:
         """
         path = f"{self.dir}/{fence.file_name}"
         try:
-            with self.filesystem.open_input_stream(path) as stream:
-                record = LeaseRecord.from_json(json.loads(stream.read()))
+            record = LeaseRecord.from_json(self._parsed(path))
             if record.fence != fence:
                 raise ValueError(f"it holds {record.fence}, not {fence}")
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise StoreLeaseError(f"the lease file {path!r} of snapshot store {self.uri!r} cannot be read "
                                   f"({type(error).__name__}: {error}); if no driver uses the store, delete it") from error
         return record
+
+    def _parsed(self, path: str) -> dict:
+        """The JSON at ``path``, read again after a pause while it does not parse on an object
+        store (a read torn by a renewal: see the module docstring)."""
+        for pause in () if self.exclusive else TORN_READ_PAUSES:
+            try:
+                return json.loads(self._bytes(path))
+            except (ValueError, OSError):  # torn: bytes of two versions, or fewer than the size read first
+                if pause:
+                    time.sleep(pause)
+        return json.loads(self._bytes(path))
+
+    def _bytes(self, path: str) -> bytes:
+        with self.filesystem.open_input_stream(path) as stream:
+            return stream.read()
 
     def current(self) -> LeaseRecord | None:
         """The greatest claim (the store's holder, live or not); None if there is none."""

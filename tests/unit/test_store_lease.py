@@ -9,8 +9,11 @@ checker must catch; and the file I/O against a local directory and the S3-compat
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -34,6 +37,7 @@ from raytide.snapshots.lease import (
     judge,
     newer,
 )
+from raytide.snapshots import lease_store
 from raytide.snapshots.lease_store import acquire, process_gone, this_holder
 from raytide.snapshots.store import SnapshotStore
 from tests.unit.test_snapshot_store_s3 import bucket, s3  # noqa: F401 (fixtures)
@@ -397,3 +401,38 @@ def test_the_lease_setting_is_checked():
     with pytest.raises(ArgumentError, match="fence is set by rt.run"):
         rt.Recovery("store", fence=3)  # type: ignore[arg-type]
     assert rt.Recovery("store").lease == 10.0
+
+
+def renewing_while_read(store: SnapshotStore, seconds: float) -> int:
+    """Reads of a claim while its holder renews it every 2 ms (each renewal a claim of another
+    length, as an ``expires`` in seconds is); the reads that succeeded."""
+    clock = Clock()
+    record = take(store, ELSEWHERE, clock)
+    done = threading.Event()
+
+    def renew() -> None:
+        for n in itertools.count(1):
+            if done.is_set():
+                return
+            store.leases.write(record.renewed(clock() + 10.0 ** -(n % 7)))
+            time.sleep(0.002)  # this thread may sleep (the unit tier refuses the test's own)
+
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
+    reads, deadline = 0, time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            assert store.leases.read(record.fence).fence == record.fence
+            reads += 1
+    finally:
+        done.set()
+        renewer.join(timeout=10)
+    return reads
+
+
+def test_a_claim_renewed_while_it_is_read_on_s3_is_read_whole(s3, bucket, monkeypatch):
+    """pyarrow reads an S3 object's size, then its bytes: a renewal between the two tears the
+    read (before: a StoreLeaseError 'cannot be read (JSONDecodeError ...)' now and then). The
+    renewals here come every 2 ms, not once a third of a term: reads are tried more often."""
+    monkeypatch.setattr(lease_store, "TORN_READ_PAUSES", (0.0,) * 10)
+    assert renewing_while_read(SnapshotStore(f"{bucket}/store", filesystem=s3), 3.0) > 10
