@@ -211,14 +211,29 @@ def cache_partitions(frame: DataFrame, what: str) -> CachedFrame:
     context = frame.sparkSession.sparkContext
     try:
         info = _writer(frame).prepareRecoverableRDD(frame._jdf, context._getJavaStorageLevel(StorageLevel.MEMORY_AND_DISK))
-        named_by = restarted_executors(context) if info.numPartitions() else {}
+        locations = [str(location) for location in info.locations()]
+        names = actor_names(context, locations)
     except Py4JJavaError as error:
         raise SparkIntegrationError(f"converting {what} to Arrow failed: {failure_reason(error)}") from error
-    locations, rdd_id = [str(location) for location in info.locations()], info.rddId()
+    rdd_id = info.rddId()
     return CachedFrame(rdd_id, tuple(
-        SparkPartition(f"{EXECUTOR_PREFIX}{named_by.get(spark_id, spark_id)}", spark_id, rdd_id, index,
-                       info.schemaJson(), info.driverAgentUrl(), what)
-        for index, spark_id in enumerate(locations)))
+        SparkPartition(name, spark_id, rdd_id, index, info.schemaJson(), info.driverAgentUrl(), what)
+        for index, (name, spark_id) in enumerate(zip(names, locations))))
+
+
+#: Per Spark application, what each Spark executor id seen so far names: the id of its executor's actor.
+#: It never changes (Spark never gives an id twice, and RayDP maps a restarted executor's new id before
+#: the executor joins Spark), so RayDP's app master is asked only when an id not seen before appears.
+_ACTOR_IDS: dict[str, dict[str, str]] = {}
+
+
+def actor_names(context: SparkContext, spark_ids: list[str]) -> list[str]:
+    """The names of the actors of the Spark executors ``spark_ids`` (:func:`restarted_executors`)."""
+    known = _ACTOR_IDS.setdefault(str(context.applicationId), {})
+    if not known.keys() >= set(spark_ids):
+        restarted = restarted_executors(context)
+        known.update({spark_id: restarted.get(spark_id, spark_id) for spark_id in spark_ids})
+    return [f"{EXECUTOR_PREFIX}{known[spark_id]}" for spark_id in spark_ids]
 
 
 def restarted_executors(context: SparkContext) -> dict[str, str]:
