@@ -157,7 +157,7 @@ def test_an_actor_killed_mid_stream_loses_and_repeats_nothing(ray_session, spark
         consume(job, stream, handed, until_files=6, land_each=True, each=kill_at_the_second_epoch)
         recoveries = job.stats()["recoveries"]
         job.stop()
-    assert recoveries, f"the {victim} was killed: the job recovered"
+    assert recoveries["count"] >= 1, f"the {victim} was killed: the job recovered ({recoveries})"
     assert_each_file_once(handed, 6)
 
 
