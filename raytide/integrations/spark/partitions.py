@@ -72,7 +72,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 READ_TIMEOUT = 300.0
 #: Seconds between two calls to an executor that is being restarted.
 RETRY_PAUSE = 0.5
-#: Seconds a restarted executor's actor has to say its Spark id.
+#: Seconds an executor's actor has to answer a probe (is its Spark environment up, what is its Spark id);
+#: a probe sent while Ray restarts it is answered once it is back.
 ASK_TIMEOUT = 10.0
 #: How RayDP names an executor's actor: this and the Spark id it was started with.
 EXECUTOR_PREFIX = "raydp-executor-"
@@ -135,7 +136,7 @@ class SparkPartition(RemoteBatch):
             raise SparkIntegrationError(f"reading {self.where} failed: the executor's actor is gone for good: "
                                         f"{failure_reason(error)}") from error
         try:  # fails at once where the Spark environment is not up; getRDDPartition would wait, holding a thread
-            _call(executor, "getBlockLocations", (self.rdd_id, 0), ASK_TIMEOUT)
+            _call(executor, "getBlockLocations", (self.rdd_id, 0), min(ASK_TIMEOUT, max(deadline - time.monotonic(), 0.0)))
         except ray.exceptions.RayError as error:
             raise _ExecutorRestarting(f"not up: {failure_reason(error)}") from error
         arguments = (self.rdd_id, self.partition, self.schema_json, self.driver_agent_url)
