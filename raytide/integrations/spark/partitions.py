@@ -46,6 +46,10 @@ task retries and 2 threads): a call replayed onto the restarted executor before 
 would wait there for its start, and two such would keep it from ever starting (its app master
 starts it through a third call); seen with two partitions read at once. So each try first
 probes the executor's Spark environment with a call that fails at once while it is not up.
+What is left: an executor that dies between a try's probe and its read, and is back before the
+read reaches it, takes that read before it starts; two such reads at once on one executor keep it
+from starting, and they fail after :data:`READ_TIMEOUT` (the job then fails naming the partition).
+Without the probe, SIGKILLing the executor between caching and reading hung both kill tests.
 """
 
 from __future__ import annotations
