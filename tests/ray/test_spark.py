@@ -330,3 +330,37 @@ def test_unsupported_record_types_name_vertex_epoch_and_column(ray_session, spar
     with pytest.raises(SparkIntegrationError) as error:
         records_to_table(rows, vertex="enrich", epoch=epoch)
     assert "vertex 'enrich', epoch 0: column 'payload'" in str(error.value)
+
+
+# --------------------------------------------------------------------------- cached partitions that cannot be read
+
+
+@pytest.mark.ray
+@pytest.mark.spark
+def test_a_partition_that_cannot_be_read_fails_at_once_naming_it(ray_session, spark, monkeypatch):
+    """A read is tried again only while its executor is being restarted (or was, since it cached
+    the partition); any other failure is an error at once, naming the partition and the executor:
+    a read the live executor fails (a schema it cannot parse), and one from an executor whose actor
+    does not exist. Never a wait for the read's whole timeout."""
+    import dataclasses
+    import time
+
+    from raytide.integrations.spark import partitions
+
+    monkeypatch.setattr(partitions, "READ_TIMEOUT", 30.0)
+    frame = spark.range(0, 100, numPartitions=2)
+    cached = partitions.cache_partitions(frame, "the test's frame")
+    try:
+        assert cached.partitions[1].read().num_rows == 50
+        started = time.monotonic()
+        garbled = dataclasses.replace(cached.partitions[1], schema_json="{not a schema")
+        with pytest.raises(SparkIntegrationError, match=r"reading the test's frame: partition 1 from Spark executor "
+                                                        r"'raydp-executor-\d+' failed: CrossLanguageError"):
+            garbled.read()
+        gone = dataclasses.replace(cached.partitions[0], executor="raydp-executor-99")
+        with pytest.raises(SparkIntegrationError, match="partition 0 from Spark executor 'raydp-executor-99' failed: "
+                                                        "the executor's actor is gone for good"):
+            gone.read()
+        assert time.monotonic() - started < 20, "a read that cannot succeed waited as for a restarting executor"
+    finally:
+        partitions.release_partitions(frame, cached)

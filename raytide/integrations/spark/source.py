@@ -25,8 +25,9 @@ import ray
 
 from raytide.errors import SourceError, SparkEpochColumnError, SparkIntegrationError
 from raytide.integrations import records
-from raytide.integrations.spark.session import TASK_CPUS, failure_reason, get_results, is_on_ray
-from raytide.integrations.spark.types import check_schema
+from raytide.integrations.spark.partitions import cache_partitions, check_frame, read_blocks
+from raytide.integrations.spark.partitions import check_convertible as check_convertible  # its old path, kept
+from raytide.integrations.spark.session import TASK_CPUS, get_results
 from raytide.sources.base import BlockRefs, DriverSource, Reader
 from raytide.sources.epoch_column import EpochColumn
 
@@ -103,7 +104,7 @@ class SparkSource(DriverSource):
         """
         self._single = _is_dataframe(frames)
         for what, frame in _known_frames(frames):
-            _check_frame(frame, what)
+            check_frame(frame, what)
         if epoch_column is not None:
             if not _is_dataframe(frames):
                 raise SparkIntegrationError(
@@ -264,35 +265,6 @@ def _known_frames(frames: DataFrame | Iterable[DataFrame]) -> list[tuple[str, Da
     return []
 
 
-def check_convertible(frame: DataFrame, what: str) -> None:
-    """Refuse ``frame`` (``what``, for the message) before any Spark job runs if its session
-    does not run on Ray or a column's type cannot cross (:func:`_check_frame`).
-
-    Raises:
-        SparkIntegrationError: names ``what`` and the reason.
-    """
-    if not is_on_ray(frame.sparkSession):
-        raise SparkIntegrationError(f"{what} belongs to a Spark session that does not run on Ray (RayDP)")
-    _check_frame(frame, what)
-
-
-def _check_frame(frame: DataFrame, what: str) -> None:
-    """Refuse a DataFrame with a column whose type cannot cross into the dataflow; no Spark job runs.
-
-    The schema is read in Spark's JSON form, which also describes the calendar
-    intervals PySpark's ``frame.schema`` cannot parse.
-
-    Args:
-        frame: The DataFrame.
-        what: What it is, for the message.
-
-    Raises:
-        SparkIntegrationError: naming each offending column and its Spark type
-            (see :func:`~raytide.integrations.spark.types.check_schema`).
-    """
-    check_schema(frame._jdf.schema().json(), what)
-
-
 def _is_dataframe(value: object) -> TypeIs[DataFrame]:
     from pyspark.sql import DataFrame
 
@@ -303,10 +275,13 @@ def dataframe_to_blocks(frame: DataFrame, *, what: str = _SINGLE) -> list[ray.Ob
     """Convert one DataFrame to Arrow tables in Ray's object store, through RayDP.
 
     This is RayDP's conversion, the one ``ray.data.from_spark`` calls
-    (``raydp.spark.from_spark_recoverable``): Spark executors write Arrow
+    (``raydp.spark.from_spark_recoverable``): Spark executors cache Arrow
     batches, Ray tasks fetch them from the executor actors; the rows never
-    reach the driver. One block per Spark partition. RayDP keeps the Arrow
-    data cached in Spark until ``raydp.spark.release_spark_recoverable(frame)``
+    reach the driver. One block per Spark partition. raytide's fetch tasks
+    also survive an executor's death: a partition whose executor died is read
+    again from the restarted executor, which computes it again
+    (:mod:`~raytide.integrations.spark.partitions`). The Arrow data stays
+    cached in Spark until ``raydp.spark.release_spark_recoverable(frame)``
     (which :class:`SparkSource` calls for you).
 
     Column types are checked first, from the schema: a column that cannot
@@ -322,19 +297,15 @@ def dataframe_to_blocks(frame: DataFrame, *, what: str = _SINGLE) -> list[ray.Ob
     Raises:
         SparkIntegrationError: the DataFrame's session is not on Ray, a
             column's type cannot cross (the message names the column and the
-            type), or the conversion failed (in Spark's JVM or in a Ray task):
-            the message says why first, the original error is the ``__cause__``.
+            type), or the conversion failed in Spark's JVM: the message says
+            why first, the original error is the ``__cause__``. A block that
+            cannot be read raises where it is fetched, naming the partition.
     """
-    check_convertible(frame, what)
-    from py4j.protocol import Py4JJavaError
-    from raydp.spark import from_spark_recoverable
+    from raydp.spark.dataset import _recoverable_rdd_ids
 
-    try:
-        with _quiet_raydp():
-            dataset = from_spark_recoverable(frame)
-        return dataset.to_arrow_refs()
-    except (Py4JJavaError, ray.exceptions.RayError) as error:
-        raise SparkIntegrationError(f"converting {what} to Arrow failed: {failure_reason(error)}") from error
+    cached = cache_partitions(frame, what)
+    _recoverable_rdd_ids[frame] = cached.rdd_id  # what release_spark_recoverable(frame) releases, as after RayDP's own
+    return read_blocks(frame, cached, what)
 
 
 @contextlib.contextmanager

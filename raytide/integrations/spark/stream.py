@@ -38,9 +38,8 @@ import pyarrow as pa
 import pyarrow.fs
 
 from raytide.errors import SparkIntegrationError
-from raytide.integrations.spark.partitions import cache_partitions, release_partitions
+from raytide.integrations.spark.partitions import cache_partitions, check_frame, release_partitions
 from raytide.integrations.spark.session import failure_reason, is_on_ray
-from raytide.integrations.spark.source import _check_frame
 from raytide.sources.base import BlockRefs
 from raytide.sources.event_time import EventTime, check_schema
 from raytide.sources.stream import StreamReader, StreamSource
@@ -77,7 +76,7 @@ class SparkStreamSource(StreamSource):
         if not isinstance(checkpoint_location, str) or not checkpoint_location:
             raise SparkIntegrationError(f"checkpoint_location must name a directory (Spark's checkpoint of the query, "
                                         f"kept across runs), not {checkpoint_location!r}")
-        _check_frame(frame, "the streaming DataFrame")
+        check_frame(frame, "the streaming DataFrame")
         self.frame, self.checkpoint_location = frame, _as_uri(checkpoint_location)
         self.processing_time, self.query_name, self.hold_timeout = processing_time, query_name, hold_timeout
         self.schema = frame._jdf.schema().json()
