@@ -375,7 +375,8 @@ def test_a_takeover_that_fails_lets_its_claim_go(opened):
     assert take(opened(), this_holder("second"), clock).fence.generation == 2 and clock.slept == 0
 
 
-def test_an_unreadable_claim_is_named(opened):
+def test_an_unreadable_claim_is_named(opened, monkeypatch):
+    monkeypatch.setattr(lease_store, "TORN_READ_PAUSES", (0.0, 0.0))  # read again at once, then named
     store = opened()
     store.filesystem.create_dir(store.leases.dir, recursive=True)
     with store.filesystem.open_output_stream(f"{store.leases.dir}/{Fence(3).file_name}") as out:
