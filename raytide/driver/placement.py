@@ -18,10 +18,11 @@ import ray
 
 from raytide.driver.outputs import Liveness
 from raytide.driver.pool import HostLease, host_pool
+from raytide.engine.outbox import receivers
 from raytide.errors import JobTimeout
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ProgressRoute, ReplicaKey
-from raytide.physical.relay_tree import push_paths, relay_groups
+from raytide.physical.relay_tree import delivers_to, push_paths, relay_groups
 from raytide.progress.reachability import Location
 from raytide.snapshots.config import Recovery
 
@@ -97,8 +98,16 @@ class JobPlacement:
         progress = self.leases[PROGRESS]
         self._pids[self.host_name(PROGRESS)] = progress.handle.take.remote(
             progress.lease, self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps())
-        return pids, [self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)
+        return pids, [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
                       for key in keys]
+
+    def peers_of(self, key: ReplicaKey) -> dict[ReplicaKey, Any]:
+        """The handles replica ``key`` is given (``connect``, ``restore``, ``adopt``): of the
+        replicas it sends to and, if its host is a node's relay, of those it delivers pushes
+        to. No others: every handle a process unpickles is registered with its Ray core
+        worker, and a replica given all the job's at every rescale and recovery held them all."""
+        needed = receivers(self.plan, key) | delivers_to(key, self.relay_of, self.upstream_of)
+        return {peer: handle for peer, handle in self.peers.items() if peer in needed}
 
     @property
     def relays(self) -> dict[ReplicaKey, Any]:
@@ -215,7 +224,7 @@ class JobPlacement:
             self._pids[self.host_name(key)] = lease.handle.ping.remote()
         self.place_relays()
         for key in replaced:
-            self.wait([self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)],
+            self.wait([self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)],
                       f"connecting replica {key}")
         return [self.host_name(key) for key in dead]
 
@@ -249,7 +258,7 @@ class JobPlacement:
         self.peers = {key: leases[key].leased for key in keys}
         self.place_relays()
         pids = [self._take_vertex(key, incarnation) for key in keys]
-        connects = [self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)
+        connects = [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
                     for key in keys]
         answers = self.wait(pids + connects, f"giving {len(keys)} hosts their replicas of the rescaled job")
         self._pids = {name: pid for name, pid in self._pids.items() if name.endswith(("/progress", "/coordinator"))}
