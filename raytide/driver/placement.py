@@ -73,7 +73,6 @@ class JobPlacement:
         keys = plan.replica_keys()
         self.leases: dict[Hashable, HostLease] = dict(zip(keys, self.pool.lease("vertex", len(keys), settings.num_cpus)))
         self.leases[PROGRESS] = self.pool.lease("progress", 1)[0]
-        self.dead_leases: list[HostLease] = []
         self.coordinator_lease: HostLease | None = None
         self.actors: dict[ReplicaKey, Any] = {key: self.leases[key].handle for key in keys}
         self.peers: dict[ReplicaKey, Any] = {key: self.leases[key].leased for key in keys}
@@ -184,8 +183,8 @@ class JobPlacement:
         Raises:
             JobTimeout: the host did not take the role within :data:`SETUP_TIMEOUT`.
         """
-        if self.coordinator_lease is not None:
-            self.dead_leases.append(self.coordinator_lease)
+        if self.coordinator_lease is not None:  # dead: the pool forgets it (see replace_dead)
+            self.pool.give_back([self.coordinator_lease])
         self.coordinator_lease = lease = self.pool.lease("coordinator", 1)[0]
         take = lease.handle.take.remote(lease.lease, self.name, self.plan, recovery, self.input_replicas(),
                                         incarnation, first_id)
@@ -206,10 +205,11 @@ class JobPlacement:
         """Lease warm hosts for the dead replicas (and progress actor) in ``dead`` and give them
         their roles; returns the names of the replaced. The nodes' relays are chosen again
         (a new host may be on another node, and a dead relay needs a successor); the
-        recovery's restore tells every replica its route."""
+        recovery's restore tells every replica its route. The dead go back to the pool at
+        once, which forgets them: no dead host's handle is kept for the rest of the job."""
         replaced: list[ReplicaKey] = []
         for key in dead:
-            self.dead_leases.append(self.leases.pop(key))
+            self.pool.give_back([self.leases.pop(key)])
             if key == PROGRESS:
                 self.leases[PROGRESS] = lease = self.pool.lease("progress", 1)[0]
                 self.wait([lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
@@ -346,7 +346,7 @@ class JobPlacement:
         reserved CPUs are killed, not kept, and ``ray.kill`` returns at once: wait (a bounded
         time) until their processes are gone, so that the next job finds the CPUs free."""
         coordinator = [self.coordinator_lease] if self.coordinator_lease is not None else []
-        killed = self.pool.give_back([*self.leases.values(), *coordinator, *self.dead_leases])
+        killed = self.pool.give_back([*self.leases.values(), *coordinator])
         if killed:
             gone = [handle.ping.remote() for handle in killed]
             _, alive = ray.wait(gone, num_returns=len(gone), timeout=TEARDOWN_TIMEOUT)

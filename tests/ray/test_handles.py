@@ -7,7 +7,8 @@ every replica's process is asked what it holds (:meth:`Host.census <raytide.acto
 A replica may hold handles to its own host, the progress actor, the snapshot coordinator and
 the replicas it sends to (:func:`~raytide.engine.outbox.receivers`): an input's replicas
 the keyed vertex's, the keyed vertex's none. Before, the driver gave every replica every
-host of its job at each connect, restore and adoption.
+host of its job at each connect, restore and adoption. Nor does the driver keep a dead
+host's handle: it gives the host back to its pool at once, which forgets it.
 """
 
 from __future__ import annotations
@@ -67,12 +68,13 @@ def _check_holdings(job: rt.Job, max_inflight: int) -> None:
         assert census["references"] <= calls + SLACK_REFERENCES, (key, census)
 
 
-def _kill_a_keyed_replica(job: rt.Job, results: Iterator[Any], timeout: float = 60.0) -> None:
+def _kill_a_keyed_replica(job: rt.Job, results: Iterator[Any], timeout: float = 60.0) -> str:
     """SIGKILL a replica of the keyed vertex and read on until the job has recovered (the
-    driver notices the death while it waits for output)."""
+    driver notices the death while it waits for output); returns the dead host's actor id."""
     recovered = job.stats()["recoveries"]["count"] + 1
-    keyed = sorted(name for name in job.hosts() if "/check" in name)
-    os.kill(job.hosts()[keyed[0]], signal.SIGKILL)
+    victim = min(key for key in job.placement.actors if key.chain != "records")
+    dead = _id(job.placement.actors[victim])
+    os.kill(job.hosts()[job.placement.host_name(victim)], signal.SIGKILL)
     deadline = next_look = time.monotonic()
     deadline += timeout
     while True:
@@ -80,9 +82,20 @@ def _kill_a_keyed_replica(job: rt.Job, results: Iterator[Any], timeout: float = 
         now = time.monotonic()
         if now >= next_look:  # job.stats() asks every replica: not at every epoch
             if job.stats()["recoveries"]["count"] >= recovered:
-                return
+                return dead
             assert now < deadline, f"the job did not recover from a SIGKILL within {timeout:.0f} s"
             next_look = now + 0.5
+
+
+def _wait_until_forgotten(job: rt.Job, dead: str, timeout: float = 30.0) -> None:
+    """The driver keeps no handle of the dead host: neither the job's leases nor the pool
+    (which forgets it once its reset fails, on its housekeeping thread)."""
+    placement = job.placement
+    assert dead not in {_id(lease.handle) for lease in placement.leases.values()}
+    deadline = time.monotonic() + timeout
+    while dead in {_id(handle) for handle in list(placement.pool.handles.values())}:
+        assert time.monotonic() < deadline, f"the pool still holds the dead host {dead} after {timeout:.0f} s"
+        time.sleep(0.2)
 
 
 def test_a_replica_holds_handles_only_to_the_actors_it_calls_after_rescales_and_recoveries(ray_session, tmp_path):
@@ -97,10 +110,11 @@ def test_a_replica_holds_handles_only_to_the_actors_it_calls_after_rescales_and_
             job.rescale({"check": width}, timeout=60)
             for _ in range(10):
                 next(results)
-            _kill_a_keyed_replica(job, results)
+            dead = _kill_a_keyed_replica(job, results)
             for _ in range(10):
                 next(results)
             _check_holdings(job, max_inflight)
+            _wait_until_forgotten(job, dead)
         assert job.stats()["recoveries"]["count"] == 2
         stop.set()
         job.cancel()
