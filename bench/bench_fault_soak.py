@@ -17,8 +17,8 @@ minute are printed (on stderr) as it runs and reported, with those over the whol
 Every ``sample_every_s`` the soak samples the private memory (unique set size) of the
 driver and of every process of the job, and how much of Ray's object store is in use. A
 process's growth is the least-squares slope of its samples after ``warmup_s`` (five
-minutes), in MiB per hour, for the processes that lived through at least ten minutes of
-that span (a killed actor's replacement starts over); the object store's is the same
+minutes), in MiB per hour, for the processes that lived through at least ``span_s`` (ten
+minutes) of that span (a killed actor's replacement starts over); the object store's is the same
 slope of its use. Private memory, not the resident size: a process's resident size also
 counts the object store's pages it has touched, which belong to the store (bounded by its
 size, measured on its own) and grow for a while in every process that reads objects. The
@@ -61,7 +61,7 @@ from bench.harness import ensure_ray
 from tests.ray.jobs import next_in_sequence
 
 PARAMS = {"minutes": 30.0, "interval": 0.5, "pace": 0.05, "rescale_every_s": 60.0, "kill_every_s": 120.0,
-          "sample_every_s": 30.0, "warmup_s": 300.0, "seed": 0, "plain_ray": 0}
+          "sample_every_s": 30.0, "warmup_s": 300.0, "span_s": 600.0, "seed": 0, "plain_ray": 0}
 REPEAT = 1
 #: The prefix of a process's private-memory growth among the metrics (:func:`_growth`).
 GROWTH = "growth_mib_per_hour_"
@@ -72,8 +72,6 @@ RATIOS = [(f"{role}'s memory growth, raytide / plain Ray side by side", f"growth
            f"plain_growth_role_{role}") for role in ROLES]
 #: Keys, and each key's numbers per epoch.
 KEYS, PER_KEY = 12, 5
-#: The shortest time after the warm-up over which a process's growth is measured.
-MEASURED_SPAN_S = 600.0
 #: The widths the keyed vertex takes in turn.
 WIDTHS = (3, 2)
 
@@ -121,11 +119,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
-         sample_every_s: float, warmup_s: float, seed: int, plain_ray: int = 0) -> dict[str, float]:
+         sample_every_s: float, warmup_s: float, span_s: float, seed: int, plain_ray: int = 0) -> dict[str, float]:
     """Run the soak in this process (a fresh one: it starts Ray); see the module docstring."""
     ensure_ray()
     if plain_ray:
-        return plain_ray_soak(minutes, interval, pace, rescale_every_s, kill_every_s, sample_every_s, warmup_s, seed)
+        return plain_ray_soak(minutes, interval, pace, rescale_every_s, kill_every_s, sample_every_s, warmup_s, span_s,
+                              seed)
     rng = random.Random(seed)
     flow = rt.Dataflow("fault-soak")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
@@ -190,17 +189,17 @@ def soak(minutes: float, interval: float, pace: float, rescale_every_s: float, k
                "latency_p50_ms": percentile(tally.latencies, 0.5) * 1000,
                "latency_p99_ms": percentile(tally.latencies, 0.99) * 1000,
                "latency_mean_ms": statistics.fmean(tally.latencies) * 1000 if tally.latencies else float("nan")}
-    metrics.update(memory.growth(warmup_s))
+    metrics.update(memory.growth(warmup_s, span_s))
     return {**metrics, **over_time}
 
 
 def plain_ray_soak(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
-                   sample_every_s: float, warmup_s: float, seed: int) -> dict[str, float]:
+                   sample_every_s: float, warmup_s: float, span_s: float, seed: int) -> dict[str, float]:
     """The soak on plain Ray actors (``bench/baselines/soak_ray.py``), its memory sampled as raytide's is."""
     memory = MemorySamples(time.monotonic())
     metrics = plain_soak(minutes, interval, pace, rescale_every_s, kill_every_s, sample_every_s, seed,
                          epoch_records, WIDTHS, memory.sample)
-    return {**metrics, **memory.growth(warmup_s)}
+    return {**metrics, **memory.growth(warmup_s, span_s)}
 
 
 @dataclass
@@ -221,9 +220,9 @@ class MemorySamples:
                 self.processes.setdefault((name, pid), []).append((at, *taken))
         self.store.append((at, _object_store_mib()))
 
-    def growth(self, warmup_s: float) -> dict[str, float]:
+    def growth(self, warmup_s: float, span_s: float) -> dict[str, float]:
         """See :func:`_growth`."""
-        return _growth(self.processes, self.store, warmup_s)
+        return _growth(self.processes, self.store, warmup_s, span_s)
 
 
 def _memory(pid: int) -> tuple[float, float] | None:
@@ -253,8 +252,8 @@ def _slope_per_hour(samples: list[tuple[float, float]]) -> float:
 
 
 def _growth(memory: dict[tuple[str, int], list[tuple[float, float, float]]], store: list[tuple[float, float]],
-            warmup_s: float) -> dict[str, float]:
-    """Per process that lived through at least ten minutes after the warm-up, the slope of
+            warmup_s: float, span_s: float) -> dict[str, float]:
+    """Per process that lived through at least ``span_s`` seconds after the warm-up, the slope of
     its private memory (``growth_mib_per_hour_<name>#<pid>``) and of its resident size
     (``rss_growth_...``); the largest, the driver's, the object store's, and how many
     processes were measured."""
@@ -262,7 +261,7 @@ def _growth(memory: dict[tuple[str, int], list[tuple[float, float, float]]], sto
     rss: dict[str, float] = {}
     for (name, pid), samples in memory.items():
         after = [sample for sample in samples if sample[0] >= warmup_s]
-        if len(after) >= 3 and after[-1][0] - after[0][0] >= MEASURED_SPAN_S:
+        if len(after) >= 3 and after[-1][0] - after[0][0] >= span_s:
             growth[f"{name}#{pid}"] = _slope_per_hour([(at, private) for at, private, _ in after])
             rss[f"{name}#{pid}"] = _slope_per_hour([(at, resident) for at, _, resident in after])
     driver = next((rate for name, rate in growth.items() if name.startswith("driver#")), float("nan"))
@@ -276,10 +275,10 @@ def _growth(memory: dict[tuple[str, int], list[tuple[float, float, float]]], sto
 
 
 def measure(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
-            sample_every_s: float, warmup_s: float, seed: int, plain_ray: int) -> dict[str, float]:
+            sample_every_s: float, warmup_s: float, span_s: float, seed: int, plain_ray: int) -> dict[str, float]:
     params = {"minutes": minutes, "interval": interval, "pace": pace, "rescale_every_s": rescale_every_s,
-              "kill_every_s": kill_every_s, "sample_every_s": sample_every_s, "warmup_s": warmup_s, "seed": seed,
-              "plain_ray": plain_ray}
+              "kill_every_s": kill_every_s, "sample_every_s": sample_every_s, "warmup_s": warmup_s, "span_s": span_s,
+              "seed": seed, "plain_ray": plain_ray}
     timeout = minutes * 60 + 900
     if plain_ray != 2:
         return run_child("bench.bench_fault_soak", params, timeout=timeout)

@@ -151,7 +151,8 @@ class RayTransport:
         self.writer.held(marker_id, self.incarnation, report)
 
     def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], route: ProgressRoute) -> None:
-        """A recovery: new peers (replaced ones), and nothing of the calls still in flight is waited for."""
+        """A recovery or a rescale: the peers now (replaced ones; the old handles are let go),
+        and nothing of the calls still in flight is waited for."""
         self.incarnation, self.peers = incarnation, peers
         self.route = route
         self.inflight.clear()

@@ -123,8 +123,11 @@ class VertexActor:
 
     def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], progress: ProgressRoute,
                 coordinator: Any = None) -> list[Location]:
-        """Learn every other actor (and the snapshot coordinator, if any) and where to send
-        progress; returns the locations to subscribe to."""
+        """Learn the replicas this one calls (``peers``: those it sends to and, if its host is
+        its node's relay, those it delivers pushes to; the driver gives it no others:
+        :meth:`JobPlacement.peers_of <raytide.driver.placement.JobPlacement.peers_of>`), the
+        snapshot coordinator, if any, and where to send progress; returns the locations to
+        subscribe to."""
         self.transport.peers, self.transport.unbounded, self.transport.route = peers, unbounded, progress
         if self.writer is not None:
             self.writer.coordinator = coordinator

@@ -18,10 +18,11 @@ import ray
 
 from raytide.driver.outputs import Liveness
 from raytide.driver.pool import HostLease, host_pool
+from raytide.engine.outbox import receivers
 from raytide.errors import JobTimeout
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ProgressRoute, ReplicaKey
-from raytide.physical.relay_tree import push_paths, relay_groups
+from raytide.physical.relay_tree import delivers_to, push_paths, relay_groups
 from raytide.progress.reachability import Location
 from raytide.snapshots.config import Recovery
 
@@ -72,7 +73,6 @@ class JobPlacement:
         keys = plan.replica_keys()
         self.leases: dict[Hashable, HostLease] = dict(zip(keys, self.pool.lease("vertex", len(keys), settings.num_cpus)))
         self.leases[PROGRESS] = self.pool.lease("progress", 1)[0]
-        self.dead_leases: list[HostLease] = []
         self.coordinator_lease: HostLease | None = None
         self.actors: dict[ReplicaKey, Any] = {key: self.leases[key].handle for key in keys}
         self.peers: dict[ReplicaKey, Any] = {key: self.leases[key].leased for key in keys}
@@ -97,8 +97,16 @@ class JobPlacement:
         progress = self.leases[PROGRESS]
         self._pids[self.host_name(PROGRESS)] = progress.handle.take.remote(
             progress.lease, self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps())
-        return pids, [self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)
+        return pids, [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
                       for key in keys]
+
+    def peers_of(self, key: ReplicaKey) -> dict[ReplicaKey, Any]:
+        """The handles replica ``key`` is given (``connect``, ``restore``, ``adopt``): of the
+        replicas it sends to and, if its host is a node's relay, of those it delivers pushes
+        to. No others: every handle a process unpickles is registered with its Ray core
+        worker, and a replica given all the job's at every rescale and recovery held them all."""
+        needed = receivers(self.plan, key) | delivers_to(key, self.relay_of, self.upstream_of)
+        return {peer: handle for peer, handle in self.peers.items() if peer in needed}
 
     @property
     def relays(self) -> dict[ReplicaKey, Any]:
@@ -175,8 +183,8 @@ class JobPlacement:
         Raises:
             JobTimeout: the host did not take the role within :data:`SETUP_TIMEOUT`.
         """
-        if self.coordinator_lease is not None:
-            self.dead_leases.append(self.coordinator_lease)
+        if self.coordinator_lease is not None:  # dead: the pool forgets it (see replace_dead)
+            self.pool.give_back([self.coordinator_lease])
         self.coordinator_lease = lease = self.pool.lease("coordinator", 1)[0]
         take = lease.handle.take.remote(lease.lease, self.name, self.plan, recovery, self.input_replicas(),
                                         incarnation, first_id)
@@ -197,10 +205,11 @@ class JobPlacement:
         """Lease warm hosts for the dead replicas (and progress actor) in ``dead`` and give them
         their roles; returns the names of the replaced. The nodes' relays are chosen again
         (a new host may be on another node, and a dead relay needs a successor); the
-        recovery's restore tells every replica its route."""
+        recovery's restore tells every replica its route. The dead go back to the pool at
+        once, which forgets them: no dead host's handle is kept for the rest of the job."""
         replaced: list[ReplicaKey] = []
         for key in dead:
-            self.dead_leases.append(self.leases.pop(key))
+            self.pool.give_back([self.leases.pop(key)])
             if key == PROGRESS:
                 self.leases[PROGRESS] = lease = self.pool.lease("progress", 1)[0]
                 self.wait([lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
@@ -215,7 +224,7 @@ class JobPlacement:
             self._pids[self.host_name(key)] = lease.handle.ping.remote()
         self.place_relays()
         for key in replaced:
-            self.wait([self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)],
+            self.wait([self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)],
                       f"connecting replica {key}")
         return [self.host_name(key) for key in dead]
 
@@ -249,7 +258,7 @@ class JobPlacement:
         self.peers = {key: leases[key].leased for key in keys}
         self.place_relays()
         pids = [self._take_vertex(key, incarnation) for key in keys]
-        connects = [self.peers[key].connect.remote(self.peers, self.unbounded, self.route(key), coordinator)
+        connects = [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
                     for key in keys]
         answers = self.wait(pids + connects, f"giving {len(keys)} hosts their replicas of the rescaled job")
         self._pids = {name: pid for name, pid in self._pids.items() if name.endswith(("/progress", "/coordinator"))}
@@ -337,7 +346,7 @@ class JobPlacement:
         reserved CPUs are killed, not kept, and ``ray.kill`` returns at once: wait (a bounded
         time) until their processes are gone, so that the next job finds the CPUs free."""
         coordinator = [self.coordinator_lease] if self.coordinator_lease is not None else []
-        killed = self.pool.give_back([*self.leases.values(), *coordinator, *self.dead_leases])
+        killed = self.pool.give_back([*self.leases.values(), *coordinator])
         if killed:
             gone = [handle.ping.remote() for handle in killed]
             _, alive = ray.wait(gone, num_returns=len(gone), timeout=TEARDOWN_TIMEOUT)

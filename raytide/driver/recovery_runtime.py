@@ -147,12 +147,12 @@ class RayRecovery:
         keys = list(peers)
         if pieces is None:
             answers = self.steps.time("restore the replicas", snapshots.wait, [
-                peers[key].restore.remote(effect.incarnation, effect.point.snapshot_id, peers, placement.route(key),
-                                          coordinator) for key in keys], "restoring the replicas")
+                peers[key].restore.remote(effect.incarnation, effect.point.snapshot_id, placement.peers_of(key),
+                                          placement.route(key), coordinator) for key in keys], "restoring the replicas")
             return _raised(answers) or Restored(dict(zip(keys, answers)))
         adopted = self.steps.time("adopt the state", snapshots.wait, [
             peers[key].adopt.remote(effect.incarnation, pieces.refs[key], pieces.old_widths, pieces.tables,
-                                    peers, placement.route(key), coordinator) for key in keys],
+                                    placement.peers_of(key), placement.route(key), coordinator) for key in keys],
             "the replicas adopting the state handed over")
         return _raised([locations for locations, _ in adopted]) or Restored(
             {key: locations for key, (locations, _) in zip(keys, adopted)}, summed(pair for _, held in adopted for pair in held))

@@ -111,18 +111,12 @@ class Outbox:
 
     def _channels_out(self) -> Iterator[tuple[ReplicaKey, ChannelId, Consumer]]:
         """Every channel out of this replica to another actor, or to itself: ``(to, channel, consumer)``."""
-        for (vertex, output, index), router in self.routers.items():
+        for vertex, output, index in self.routers:
             consumer = self.plan.consumers_of(vertex, output)[index]
             to_chain = self.plan.chain_of(consumer.vertex).name
             channel = ChannelId(vertex, output, self.replica, consumer.port)
-            for replica in self._destinations(router, consumer):
+            for replica in destinations(self.plan, self.chain, self.replica, consumer):
                 yield ReplicaKey(to_chain, replica), channel, consumer
-
-    def _destinations(self, router: Router, consumer: Consumer) -> list[int]:
-        """The replicas of ``consumer`` this replica has a channel to."""
-        if isinstance(router, PipelineRouter) and self.plan.width(consumer.vertex) == self.chain.parallelism:
-            return [self.replica]
-        return list(range(self.plan.width(consumer.vertex)))
 
     def tables(self) -> dict[tuple[str, int, int], KeyGroupAssignment]:
         """The routing table of every exchange out of this replica (part of its snapshot)."""
@@ -135,3 +129,21 @@ class Outbox:
             if isinstance(router, ExchangeRouter):
                 router.swap_table(table)
 
+
+def destinations(plan: PhysicalPlan, chain: ChainPlan, replica: int, consumer: Consumer) -> list[int]:
+    """The replicas of ``consumer`` (not fused) that replica ``replica`` of ``chain`` has a
+    channel to: its own number along a pipeline between equal widths, else every one."""
+    if consumer.channel.kind not in ("exchange", "broadcast") and plan.width(consumer.vertex) == chain.parallelism:
+        return [replica]
+    return list(range(plan.width(consumer.vertex)))
+
+
+def receivers(plan: PhysicalPlan, key: ReplicaKey) -> frozenset[ReplicaKey]:
+    """The other replicas that replica ``key`` of ``plan`` sends data and markers to: the
+    only ones whose handles it needs for them (the driver gives it no others)."""
+    chain = plan.chain(key.chain)
+    found = {ReplicaKey(plan.chain_of(consumer.vertex).name, replica)
+             for name in chain.vertices for port in range(plan.vertex(name).outputs)
+             for consumer in plan.consumers_of(name, port) if not plan.is_fused(consumer)
+             for replica in destinations(plan, chain, key.replica, consumer)}
+    return frozenset(found - {key})

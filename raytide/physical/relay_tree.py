@@ -60,6 +60,15 @@ def push_paths(relay_of: Mapping[ReplicaKey, ReplicaKey], upstreams: Mapping[Rep
     return {key: (upstreams[relay], relay) if relay in upstreams else (relay,) for key, relay in relay_of.items()}
 
 
+def delivers_to(relay: ReplicaKey, relay_of: Mapping[ReplicaKey, ReplicaKey],
+                upstreams: Mapping[ReplicaKey, ReplicaKey]) -> frozenset[ReplicaKey]:
+    """Whom the host of replica ``relay`` calls as a relay (``fan_out``): the replicas of its
+    node (``relay_of``, itself among them) and the nodes' relays that forward to it
+    (``upstreams``); nobody if it is no relay."""
+    return frozenset(key for key, of in relay_of.items() if of == relay) | frozenset(
+        below for below, up in upstreams.items() if up == relay)
+
+
 class PushBundle(NamedTuple):
     """What one relay delivers of a propagation's pushes: ``pushes`` to replicas (its node's),
     in the order they were made, and a bundle for each relay below it (``via``)."""

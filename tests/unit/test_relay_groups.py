@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raytide.physical.protocol import ReplicaKey, StatusPush
-from raytide.physical.relay_tree import RELAY_FANIN, PushBundle, bundled, push_paths, relay_groups
+from raytide.physical.relay_tree import RELAY_FANIN, PushBundle, bundled, delivers_to, push_paths, relay_groups
 
 
 @given(nodes=st.integers(0, 300), fanin=st.integers(2, 12))
@@ -74,3 +74,29 @@ def test_a_bundle_per_group_and_none_without_relays():
     direct, bundles = bundled([(key, StatusPush({}, 0)) for key in keys], paths)
     assert direct == [] and set(bundles) == {keys[0], keys[2]}
     assert bundled([(keys[0], StatusPush({}, 0))], {}) == ([(keys[0], StatusPush({}, 0))], {})
+
+
+def addressed(relay: ReplicaKey, bundles: dict[ReplicaKey, PushBundle]) -> set[ReplicaKey]:
+    """Whom ``relay`` calls delivering ``bundles`` (its ``fan_out``): brute force, walking the tree."""
+    found: set[ReplicaKey] = set()
+
+    def walk(at: ReplicaKey, bundle: PushBundle) -> None:
+        if at == relay:
+            found.update(key for key, _ in bundle.pushes)
+            found.update(bundle.via)
+        for below, inner in bundle.via.items():
+            walk(below, inner)
+
+    for top, bundle in bundles.items():
+        walk(top, bundle)
+    return found
+
+
+@given(replicas=st.integers(1, 40), nodes=st.integers(1, 12), fanin=st.integers(2, 4), relayed=st.booleans())
+def test_a_relay_is_given_the_handles_of_exactly_those_it_delivers_to(replicas, nodes, fanin, relayed):
+    keys = [ReplicaKey("c", r) for r in range(replicas)]
+    relay_of = {key: keys[index % nodes] for index, key in enumerate(keys)} if relayed else {}
+    upstreams = relay_groups(keys[:nodes], fanin) if relayed else {}
+    _, bundles = bundled([(key, StatusPush({}, 0)) for key in keys], push_paths(relay_of, upstreams))
+    for key in keys:  # a push to every replica: each relay calls everyone it may ever call
+        assert delivers_to(key, relay_of, upstreams) == addressed(key, bundles)
