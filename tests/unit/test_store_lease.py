@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import raytide as rt
 from raytide.driver.store_lease import LeaseKeeper
 from raytide.errors import ArgumentError, StoreFencedError, StoreLeaseError
+from raytide.snapshots import lease_store
 from raytide.snapshots.lease import (
     FAR_AHEAD,
     Fence,
@@ -37,7 +38,6 @@ from raytide.snapshots.lease import (
     judge,
     newer,
 )
-from raytide.snapshots import lease_store
 from raytide.snapshots.lease_store import acquire, process_gone, this_holder
 from raytide.snapshots.store import SnapshotStore
 from tests.unit.test_snapshot_store_s3 import bucket, s3  # noqa: F401 (fixtures)
@@ -431,9 +431,10 @@ def renewing_while_read(store: SnapshotStore, seconds: float) -> int:
     return reads
 
 
-def test_a_claim_renewed_while_it_is_read_on_s3_is_read_whole(s3, bucket, monkeypatch):
+def test_a_claim_renewed_while_it_is_read_on_s3_is_read_whole(request, monkeypatch):
     """pyarrow reads an S3 object's size, then its bytes: a renewal between the two tears the
     read (before: a StoreLeaseError 'cannot be read (JSONDecodeError ...)' now and then). The
     renewals here come every 2 ms, not once a third of a term: reads are tried more often."""
     monkeypatch.setattr(lease_store, "TORN_READ_PAUSES", (0.0,) * 10)
-    assert renewing_while_read(SnapshotStore(f"{bucket}/store", filesystem=s3), 3.0) > 10
+    server, name = request.getfixturevalue("s3"), request.getfixturevalue("bucket")
+    assert renewing_while_read(SnapshotStore(f"{name}/store", filesystem=server), 3.0) > 10
