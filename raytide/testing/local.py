@@ -179,6 +179,7 @@ class LocalJob(World):
             return  # the driver has seen the end: the job is gone
         if isinstance(target, ReplicaKey):
             self.dead.add(target)
+            self._rise(target)
             self.mail.drop_inbound(target)
         elif target == PROGRESS:
             self.progress = None

@@ -33,6 +33,8 @@ class LocalRecovery:
         retain: committed snapshots kept.
         max_restarts: recoveries allowed before the job fails.
         detection: a death is noticed up to this many steps after it happened.
+        zombie: a replica that dies goes on for up to this many actions, a zombie sending from its
+            dead incarnation, and its writer stores what it had (:mod:`raytide.testing.zombies`).
         output_commit: when the driver takes a completed epoch (:mod:`raytide.engine.output_gate`).
     """
 
@@ -42,6 +44,7 @@ class LocalRecovery:
     retain: int = 2
     max_restarts: int = 5
     detection: int = 5
+    zombie: int = 0
     output_commit: OutputCommit = "epoch"
 
 

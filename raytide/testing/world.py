@@ -23,7 +23,7 @@ from __future__ import annotations
 import collections
 import functools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, cast
 
 from raytide.engine.epoch_tokens import rides_with_tokens
@@ -35,12 +35,18 @@ from raytide.physical.protocol import EpochComplete, JobEvent, JobFailed, JobFin
 from raytide.rescale.rescaling import Aborted, CutMissed, Held, RescalePhase
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovery import RestartBudget, commit_snapshot, part_name
+from raytide.snapshots.replica_state import LocalSnapshot
 from raytide.supervisor.execution import Execution
 from raytide.supervisor.replay import input_positions
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import Command, Link, LocalTransport, Mailboxes, logged
 from raytide.testing.outcome import PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
+from raytide.testing.zombies import Zombie, rise, zombie_actions
+
+#: How often a zombie acts next to a live actor (it is slow: a partitioned or dying host),
+#: so that what it sends arrives well after its replacement, across later snapshots.
+ZOMBIE_PACE = 0.2
 
 
 def rescaling_in(rescaling: Execution | None, *phases: RescalePhase) -> bool:
@@ -73,7 +79,8 @@ class World:
         self.connected = False
         self.dead = self.mail.dead  # shared: a dead relay delivers nothing
         self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
-        self.slow: dict[Target, float] = {}  # replicas slowed down (``LocalJob.slow_down``)
+        self.slow: dict[Hashable, float] = {}  # actors slowed down (``LocalJob.slow_down``, zombies)
+        self.zombies: dict[ReplicaKey, Zombie] = {}  # dead replicas still running (``LocalRecovery.zombie``)
         self.recovering: Execution | None = None  # the recovery under way (or the last one)
         self.rescaling: Execution | None = None  # the rescale under way (or the last one)
         self.result = LocalRun({name: {} for name in self.plan.outputs})
@@ -107,6 +114,7 @@ class World:
 
     def _mailboxes(self) -> list[Callable[[], None]]:
         """One action per mailbox with something to deliver."""
+        haunting = zombie_actions(self.zombies, self.mail, self.dead, self._haunt)  # first: they take their mail
         actions: list[Callable[[], None]] = []
         if not self.connected and self.progress is not None:
             actions.append(self._connect)
@@ -125,6 +133,7 @@ class World:
         if self.mail.log and not driving:  # the driver recovers (or hands state over), then reads events again
             actions.append(self._poll)
         actions += driving
+        actions += haunting
         actions += self.outputs.consumer_actions()
         if self.recovery is not None:
             actions += self._snapshot_actions()
@@ -141,6 +150,20 @@ class World:
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
         """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of it, not retired by a rescale)."""
         return key not in self.dead and self.incarnations.get(key) == incarnation
+
+    def _haunt(self, key: ReplicaKey, to: object = None) -> None:
+        """Zombie ``key`` (its own actor, ``to``) takes one more action."""
+        zombie = self.zombies[key]
+        zombie.act(self.rng, self.incarnation > zombie.incarnation, self._store)
+
+    def _rise(self, key: ReplicaKey) -> None:
+        """Replica ``key`` dies but, with ``LocalRecovery.zombie``, goes on as a zombie for a few
+        actions; its writer keeps what it had not written. Call before its mailboxes are dropped."""
+        if self.recovery is None or not self.recovery.zombie or key not in self.replicas:
+            return
+        self.zombies[key] = rise(self.mail, key, self.replicas[key], self.incarnations[key],
+                                 self.rng.randint(1, self.recovery.zombie))
+        self.slow[("zombie", key)] = ZOMBIE_PACE
 
     def _connect(self) -> None:
         assert self.progress is not None
@@ -164,10 +187,13 @@ class World:
         random and applies it. It is one process, so it is one action among the others however many mailboxes wait
         for it: while it applies one call, the replicas go on and the mailboxes gather, as a busy actor's callers do."""
         key = self.rng.choice(self.mail.calling(self.replica_keys()))
-        current = [call for incarnation, call in self.mail.take_progress(key, self.rng)
-                   if incarnation == self.progress_incarnation]
+        current = [call for incarnation, call in self.mail.take_progress(key, self.rng) if self._heard(incarnation)]
         if self.progress is not None and current:
             self._perform(self.progress.receive_all(current))
+
+    def _heard(self, incarnation: int) -> bool:
+        """Whether the progress actor applies a call of ``incarnation`` (its guard: only its own)."""
+        return incarnation == self.progress_incarnation
 
     def _push_status(self, to: ReplicaKey) -> None:
         incarnation, push = self.mail.pushes[to].popleft()
@@ -276,8 +302,12 @@ class World:
         """A replica's writer stores one local snapshot, then acknowledges it."""
         assert self.recovery is not None
         incarnation, snapshot = self.mail.writes.pop(self.rng.randrange(len(self.mail.writes)))
-        if not self._current(snapshot.key, incarnation):
-            return
+        if self._current(snapshot.key, incarnation):
+            self._store(incarnation, snapshot)
+
+    def _store(self, incarnation: int, snapshot: LocalSnapshot) -> None:
+        """A writer (a live replica's, or a zombie's) stores a local snapshot, then acknowledges it."""
+        assert self.recovery is not None
         try:
             part = self.recovery.store.write_part(snapshot.snapshot_id, part_name(snapshot.key), snapshot.data)
         except OSError as error:  # as the replica's writer thread does: the snapshot cannot complete

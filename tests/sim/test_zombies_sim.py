@@ -1,0 +1,103 @@
+"""Deaths the job learns of badly: zombies (replicas declared dead that still send), death
+notices that come late or never, and a frozen progress actor or coordinator. Every trial's
+output is exactly the failure-free run's (or the job fails with an error naming the part);
+each model has a planted bug that a trial catches."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from raytide.snapshots import coordinator
+from raytide.snapshots.store import SnapshotStore
+from raytide.testing import world
+from raytide.testing.local import LocalJob
+from raytide.testing.outcome import LocalRecovery
+from tests.sim.chaos import BROKEN, calm_steps, exact_under_chaos
+from tests.sim.scenarios import SCENARIOS
+from tests.sim.seeds import seeds
+
+pytestmark = pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")
+
+NAMES = ("keyed", "join", "loop")
+TRIALS = 8
+
+
+def zombie_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
+    """Trial ``seed`` of scenario ``name``: the crashes of a recovery trial, each dead replica a
+    zombie for up to a few dozen actions; whether the output was exact, and how many actions
+    zombies took after a recovery replaced them."""
+    rng = random.Random(seed)
+    scenario = SCENARIOS[name](rng)
+    options = {"interval": rng.choice([3, 10]), "timeout": rng.choice([40, 200]), "retain": rng.randint(1, 3),
+               "max_restarts": 4, "detection": rng.randint(0, 3)}
+    parallelism = rng.randint(2, 3)
+    try:
+        calm = calm_steps(scenario, parallelism, seed, options, directory)
+    except BROKEN:  # the run without crashes broke already (a planted bug): not exact
+        return False, 0
+    job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed,
+                   recovery=LocalRecovery(SnapshotStore(directory), zombie=rng.choice([5, 20, 60]), **options))
+    exact = exact_under_chaos(job, scenario, rng, seed, calm, 200_000, watch=_again_after_a_commit(rng))
+    return exact, sum(zombie.after_replacement for zombie in job.zombies.values())
+
+
+def _again_after_a_commit(rng: random.Random):
+    """A watch that crashes a replica once, when the job commits a snapshot after its first
+    recovery is over, so that the next recovery restores what zombies may have had a hand in."""
+    state: dict[str, int | None] = {"committed": None}
+
+    def watch(job: LocalJob) -> None:
+        recovered = job.recovering is not None and job.recovering.over
+        if state["committed"] is None and recovered:
+            state["committed"] = len(job.result.snapshots)
+        elif state["committed"] is not None and 0 <= state["committed"] < len(job.result.snapshots):
+            state["committed"] = -1  # once
+            job.crash(rng.choice(job.replica_keys()), at_step=job.result.steps + rng.randrange(1, 20))
+    return watch
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_zombies_sends_are_dropped_and_the_output_is_exact(name, store_root):
+    haunted = 0
+    for seed in seeds(TRIALS, f"zombies {name}"):
+        exact, late = zombie_trial(name, seed, str(store_root / str(seed)))
+        assert exact, f"{name}, seed {seed}"
+        haunted += late
+    assert haunted >= 5, f"zombies took only {haunted} actions after their replacement: they haunted nothing"
+
+
+def _acknowledging_any_incarnation(original):
+    """A planted bug: the coordinator takes a zombie's acknowledgement (of a dead incarnation)
+    for the snapshot in flight."""
+    def acknowledge(self, ack, now):
+        flight = self.in_flight
+        if flight is not None and ack.incarnation < self.incarnation:
+            ack = coordinator.Acknowledgement(ack.replica, flight.snapshot_id, self.incarnation, ack.parts, ack.summary)
+        return original(self, ack, now)
+    return acknowledge
+
+
+def _first_caught(store_root) -> tuple[str, int] | None:
+    return next(((name, seed) for seed in range(TRIALS) for name in NAMES
+                 if not zombie_trial(name, seed, str(store_root / f"{name}-{seed}"))[0]), None)
+
+
+def test_a_coordinator_taking_zombies_acknowledgements_is_caught(store_root, monkeypatch):
+    monkeypatch.setattr(coordinator.CoordinatorCore, "acknowledge",
+                        _acknowledging_any_incarnation(coordinator.CoordinatorCore.acknowledge))
+    assert _first_caught(store_root) is not None, "no trial caught a snapshot committed with a zombie's part"
+
+
+def test_a_replica_taking_zombies_data_is_caught(store_root, monkeypatch):
+    """A planted bug: a replica's guard takes messages of any incarnation from a live sender."""
+    monkeypatch.setattr(world.World, "_current", lambda self, key, incarnation: key not in self.dead)
+    assert _first_caught(store_root) is not None, "no trial caught a replica taking a zombie's data"
+
+
+def test_a_progress_actor_taking_zombies_calls_is_caught(store_root, monkeypatch):
+    """A planted bug: the progress actor applies calls of any incarnation (only a zombie sends
+    any once a recovery restarted it: what was on its way then is dropped with the old actor)."""
+    monkeypatch.setattr(world.World, "_heard", lambda self, incarnation: True)
+    assert _first_caught(store_root) is not None, "no trial caught the progress actor taking a zombie's calls"
