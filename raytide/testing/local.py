@@ -99,7 +99,6 @@ class LocalJob(World):
         self.flow = flow if isinstance(flow, Dataflow) else None
         self.parallelism, self.chaining = parallelism, chaining
         self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
-        self.failures: list[tuple[int, RaytideError]] = []  # (step at which it is noticed, what died)
         self.asks = RescaleAsks()
         if recovery is not None:
             self.first_id = recovery.store.next_id()  # this run recovers from its own snapshots (and restore=)
@@ -152,8 +151,7 @@ class LocalJob(World):
             if not choices:
                 if self.result.finished or self.result.failure is not None:  # a recovery may fail the job just now
                     break
-                if self.failures:  # nothing moves until the death is noticed: notice it now
-                    self.failures = [(self.result.steps, cause) for _, cause in self.failures]
+                if self._sweep():  # nothing moves until the death is noticed: notice it now
                     continue
                 raise Hang(f"the job hangs: nothing left to deliver after {self.result.steps} steps and "
                            f"not finished; pending: {self.progress.describe() if self.progress else None}")
@@ -193,6 +191,8 @@ class LocalJob(World):
             raise ValueError(f"no such crash target: {target!r}")
         if self.recovery is None:
             self._record([ReplicaDied(target, self.result.steps)])
+        elif self.recovery.missed and self.rng.random() < self.recovery.missed:
+            self.unannounced[target] = self._lost(target)  # found when a call to it fails (``World._found``)
         else:
             noticed = self.result.steps + self.rng.randint(0, self.recovery.detection)
             self.failures.append((noticed, self._lost(target)))

@@ -40,7 +40,7 @@ from raytide.supervisor.execution import Execution
 from raytide.supervisor.replay import input_positions
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import Command, Link, LocalTransport, Mailboxes, logged
-from raytide.testing.outcome import PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
+from raytide.testing.outcome import COORDINATOR, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
 from raytide.testing.zombies import Zombie, rise, zombie_actions
 
@@ -81,6 +81,9 @@ class World:
         self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
         self.slow: dict[Hashable, float] = {}  # actors slowed down (``LocalJob.slow_down``, zombies)
         self.zombies: dict[ReplicaKey, Zombie] = {}  # dead replicas still running (``LocalRecovery.zombie``)
+        self.failures: list[tuple[int, RaytideError]] = []  # (step at which it is noticed, what died)
+        self.unannounced: dict[Target, RaytideError] = {}  # deaths whose notice is missed (``LocalRecovery.missed``)
+        self.found: collections.Counter[str] = collections.Counter()  # how missed deaths were found
         self.recovering: Execution | None = None  # the recovery under way (or the last one)
         self.rescaling: Execution | None = None  # the rescale under way (or the last one)
         self.result = LocalRun({name: {} for name in self.plan.outputs})
@@ -96,7 +99,7 @@ class World:
         self.budget = RestartBudget(recovery.max_restarts if recovery is not None else 0)
 
     def _core(self, key: ReplicaKey) -> ReplicaCore:
-        transport = LocalTransport(self.mail, key, self.incarnations[key], lambda: self.progress is not None,
+        transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,
                                    self.mail.via(key, self.replica_keys()), rides_with_tokens(self.plan, key.chain))
         return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=self.recovery is not None)
 
@@ -165,6 +168,37 @@ class World:
                                  self.rng.randint(1, self.recovery.zombie))
         self.slow[("zombie", key)] = ZOMBIE_PACE
 
+    def _progress_alive(self) -> bool:
+        """Whether a replica's call to the progress actor reaches one (if not, the call fails: a death found)."""
+        if self.progress is None:
+            self._found(PROGRESS, "a replica's progress call failed")
+        return self.progress is not None
+
+    def _still_dead(self, target: Target) -> bool:
+        """Whether ``target`` is dead now (not yet replaced by a recovery)."""
+        if target == PROGRESS:
+            return self.progress is None
+        if target == COORDINATOR:
+            return self.coordinator is None
+        return target in self.dead
+
+    def _found(self, target: Target, how: str) -> None:
+        """A death whose notice was missed is found (``how``: a call to the dead actor failed,
+        as a pending Ray call fails with ``RayActorError``): it is noticed now."""
+        cause = self.unannounced.pop(target, None)
+        if cause is not None and self._still_dead(target):
+            self.failures.append((self.result.steps, cause))
+            self.found[how] += 1
+
+    def _sweep(self) -> bool:
+        """Nothing moves: every death not noticed yet is noticed now; whether there was any. One
+        never announced and that no call found is found by a ping of every actor (the supervisor's
+        liveness check of a job that stalled)."""
+        for target in list(self.unannounced):
+            self._found(target, "the job stalled")
+        self.failures = [(self.result.steps, cause) for _, cause in self.failures]
+        return bool(self.failures)
+
     def _connect(self) -> None:
         assert self.progress is not None
         self.connected = True
@@ -174,6 +208,8 @@ class World:
         """The next message on ``link``; data takes the progress batches riding with it along."""
         incarnation, message, riders = self.mail.take(link)
         key = link[1]
+        if key in self.dead:
+            self._found(key, "a peer's call failed")
         if not self._current(key, incarnation):
             return
         core = self.replicas[key]
@@ -210,6 +246,8 @@ class World:
 
     def _inject(self, to: ReplicaKey) -> None:
         incarnation, marker = self.mail.injects[to].popleft()
+        if to in self.dead:
+            self._found(to, "the coordinator's barrier failed")
         if self._current(to, incarnation):
             self._guard(to, self.replicas[to].inject_marker, marker)
 
@@ -226,6 +264,8 @@ class World:
 
     def _perform(self, effects: ProgressEffects) -> None:
         self.mail.post_pushes(effects.pushes, self.progress_incarnation, self.replica_keys())
+        for key in {key for key, _ in effects.pushes if key in self.dead}:
+            self._found(key, "the progress actor's push failed")
         self.mail.log.extend((self.progress_incarnation, event) for event in effects.events)
 
     def _poll(self) -> None:
@@ -279,6 +319,8 @@ class World:
             actions.append(self._trigger)
         if self.mail.writes:
             actions.append(self._write)
+        if self.mail.acks and coordinator is None:
+            self._found(COORDINATOR, "a writer's acknowledgement failed")
         if self.mail.acks and coordinator is not None:
             actions.append(self._acknowledge)
         if self.mail.commits and coordinator is not None:

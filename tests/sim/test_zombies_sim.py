@@ -5,6 +5,7 @@ each model has a planted bug that a trial catches."""
 
 from __future__ import annotations
 
+import collections
 import random
 
 import pytest
@@ -24,22 +25,28 @@ NAMES = ("keyed", "join", "loop")
 TRIALS = 8
 
 
-def zombie_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
-    """Trial ``seed`` of scenario ``name``: the crashes of a recovery trial, each dead replica a
-    zombie for up to a few dozen actions; whether the output was exact, and how many actions
-    zombies took after a recovery replaced them."""
+def trial(name: str, seed: int, directory: str, **model: float) -> tuple[bool, LocalJob]:
+    """Trial ``seed`` of scenario ``name``: the crashes of a recovery trial, and a crash again once
+    a snapshot committed after the first recovery, under the deaths ``model`` gives
+    (``LocalRecovery``'s ``zombie``, ``missed``); whether the output was exact, and the job."""
     rng = random.Random(seed)
     scenario = SCENARIOS[name](rng)
     options = {"interval": rng.choice([3, 10]), "timeout": rng.choice([40, 200]), "retain": rng.randint(1, 3),
                "max_restarts": 4, "detection": rng.randint(0, 3)}
     parallelism = rng.randint(2, 3)
+    job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed,
+                   recovery=LocalRecovery(SnapshotStore(directory), **{**options, **model}))  # type: ignore[arg-type]
     try:
         calm = calm_steps(scenario, parallelism, seed, options, directory)
     except BROKEN:  # the run without crashes broke already (a planted bug): not exact
-        return False, 0
-    job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed,
-                   recovery=LocalRecovery(SnapshotStore(directory), zombie=rng.choice([5, 20, 60]), **options))
-    exact = exact_under_chaos(job, scenario, rng, seed, calm, 200_000, watch=_again_after_a_commit(rng))
+        return False, job
+    return exact_under_chaos(job, scenario, rng, seed, calm, 200_000, watch=_again_after_a_commit(rng)), job
+
+
+def zombie_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
+    """A :func:`trial` whose dead replicas are zombies for up to a few dozen actions; whether its
+    output was exact, and how many actions zombies took after a recovery replaced them."""
+    exact, job = trial(name, seed, directory, zombie=random.Random(seed).choice([5, 20, 60]))
     return exact, sum(zombie.after_replacement for zombie in job.zombies.values())
 
 
@@ -101,3 +108,28 @@ def test_a_progress_actor_taking_zombies_calls_is_caught(store_root, monkeypatch
     any once a recovery restarted it: what was on its way then is dropped with the old actor)."""
     monkeypatch.setattr(world.World, "_heard", lambda self, incarnation: True)
     assert _first_caught(store_root) is not None, "no trial caught the progress actor taking a zombie's calls"
+
+
+def missed_trial(name: str, seed: int, directory: str) -> tuple[bool, LocalJob]:
+    """A :func:`trial` in which most deaths are never announced, and the others late or at once."""
+    return trial(name, seed, directory, missed=0.75, detection=random.Random(-seed).choice([0, 60, 400]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deaths_never_announced_are_found_and_recovered_from(name, store_root):
+    found: collections.Counter[str] = collections.Counter()
+    for seed in seeds(TRIALS, f"missed deaths {name}"):
+        exact, job = missed_trial(name, seed, str(store_root / str(seed)))
+        assert exact, f"{name}, seed {seed}"
+        found += job.found
+    assert sum(found.values()) >= 3, f"only {dict(found)} missed deaths were found: the model missed nothing"
+
+
+def test_deaths_nobody_finds_hang_and_are_caught(store_root, monkeypatch):
+    """A planted bug: a death never announced is never found (neither a failed call to the dead
+    actor nor a ping of a stalled job is taken for a death, as if the driver ignored
+    ``RayActorError``); the job waits for the dead, which a trial catches as a hang."""
+    monkeypatch.setattr(world.World, "_found", lambda self, target, how: None)
+    caught = next(((name, seed) for seed in range(TRIALS) for name in NAMES
+                   if not missed_trial(name, seed, str(store_root / f"{name}-{seed}"))[0]), None)
+    assert caught is not None, "no trial caught a death that nobody found"
