@@ -163,10 +163,16 @@ class LocalJob(World):
                 after_step(self)
         return self.result
 
-    def slow_down(self, key: ReplicaKey, weight: float) -> None:
-        """Make replica ``key`` slow but alive: what is on its way to it is delivered ``weight`` times as often as
-        another mailbox's (0 < weight < 1), as a busy actor's queue drains; timeouts (in steps) may then run out."""
-        self.slow[key] = weight
+    def slow_down(self, key: Target, weight: float, at_step: int = 0, steps: int | None = None) -> None:
+        """Make ``key`` (a replica, :data:`PROGRESS` or :data:`COORDINATOR`) slow but alive: it acts
+        ``weight`` times as often as another actor (0 < weight < 1), as a busy actor's queue drains;
+        timeouts (in steps) may then run out. With ``steps``, only from ``at_step`` for that many
+        steps, and ``weight`` may be 0: frozen (it takes no action, its clock stands), then it
+        resumes. The driver's own steps (its polls, a recovery's steps) are never slowed."""
+        if steps is None:
+            self.slow[key] = weight
+        else:
+            self.spells.append((key, weight, at_step, at_step + steps))
 
     def _kill(self, target: Target) -> None:
         """Fault injection: ``target`` dies with its state and what it had in flight."""

@@ -54,6 +54,15 @@ def rescaling_in(rescaling: Execution | None, *phases: RescalePhase) -> bool:
     return rescaling is not None and rescaling.machine.phase in phases
 
 
+def _idle() -> None:
+    """A step in which nothing happens: every actor with something to do is frozen."""
+
+
+def _as(action: Callable[[], None], to: Target) -> None:
+    """``action``, taken by actor ``to`` (which paces it: :meth:`World._pace`)."""
+    action()
+
+
 class World:
     """The simulated actors of one job and what is in flight between them (see the module docstring).
 
@@ -80,6 +89,7 @@ class World:
         self.dead = self.mail.dead  # shared: a dead relay delivers nothing
         self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
         self.slow: dict[Hashable, float] = {}  # actors slowed down (``LocalJob.slow_down``, zombies)
+        self.spells: list[tuple[Hashable, float, int, int]] = []  # (actor, weight, from step, until step): a while
         self.zombies: dict[ReplicaKey, Zombie] = {}  # dead replicas still running (``LocalRecovery.zombie``)
         self.failures: list[tuple[int, RaytideError]] = []  # (step at which it is noticed, what died)
         self.unannounced: dict[Target, RaytideError] = {}  # deaths whose notice is missed (``LocalRecovery.missed``)
@@ -143,12 +153,20 @@ class World:
         return actions
 
     def _choose(self, actions: list[Callable[[], None]]) -> Callable[[], None]:
-        """The next action: uniformly, weighted by the slowness of the replica each delivers to, or paced."""
+        """The next action: uniformly, weighted by the slowness of the actor that takes it, or paced.
+        With every actor that has something to do frozen, none: the step passes idle."""
         if self.pacing is not None:
             return self.pacing.choose(actions, self.rng, self.mail, command=self._command)
-        if not self.slow:
+        if not self.slow and not self.spells:
             return self.rng.choice(actions)
-        return self.rng.choices(actions, [self.slow.get(actor_of(action), 1.0) for action in actions])[0]
+        weights = [self._pace(actor_of(action)) for action in actions]
+        return self.rng.choices(actions, weights)[0] if any(weights) else _idle
+
+    def _pace(self, actor: Hashable) -> float:
+        """How often ``actor`` acts next to an actor at full speed (0: frozen) at this step."""
+        now = self.result.steps
+        spell = [weight for who, weight, start, end in self.spells if who == actor and start <= now < end]
+        return spell[-1] if spell else self.slow.get(actor, 1.0)
 
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
         """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of it, not retired by a rescale)."""
@@ -302,8 +320,8 @@ class World:
         return core
 
     def _tick_coordinator(self) -> None:
-        """The coordinator's clock: it abandons a snapshot (or rescale cut) that took too long."""
-        if self.coordinator is None:
+        """The coordinator's clock: it abandons a snapshot (or rescale cut) that took too long (not while frozen)."""
+        if self.coordinator is None or not self._pace(COORDINATOR):
             return
         flight = self.coordinator.in_flight
         abandoned = self.coordinator.tick(self.result.steps)
@@ -316,15 +334,15 @@ class World:
         if (coordinator is not None and not self.recovery_steps and not self.result.finished
                 and not rescaling_in(self.rescaling, RescalePhase.HANDING_OVER)
                 and (coordinator.due(self.result.steps) or cut and coordinator.in_flight is None)):
-            actions.append(self._trigger)
+            actions.append(functools.partial(_as, self._trigger, to=COORDINATOR))
         if self.mail.writes:
             actions.append(self._write)
         if self.mail.acks and coordinator is None:
             self._found(COORDINATOR, "a writer's acknowledgement failed")
         if self.mail.acks and coordinator is not None:
-            actions.append(self._acknowledge)
+            actions.append(functools.partial(_as, self._acknowledge, to=COORDINATOR))
         if self.mail.commits and coordinator is not None:
-            actions.append(self._commit)
+            actions.append(functools.partial(_as, self._commit, to=COORDINATOR))
         return actions
 
     def _trigger(self) -> None:

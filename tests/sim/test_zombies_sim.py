@@ -13,11 +13,12 @@ import pytest
 from raytide.snapshots import coordinator
 from raytide.snapshots.store import SnapshotStore
 from raytide.testing import world
-from raytide.testing.local import LocalJob
+from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob
 from raytide.testing.outcome import LocalRecovery
 from tests.sim.chaos import BROKEN, calm_steps, exact_under_chaos
-from tests.sim.scenarios import SCENARIOS
+from tests.sim.scenarios import SCENARIOS, as_counters
 from tests.sim.seeds import seeds
+from tests.sim.test_slow_actors_sim import _taking_late_acknowledgements
 
 pytestmark = pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")
 
@@ -25,22 +26,37 @@ NAMES = ("keyed", "join", "loop")
 TRIALS = 8
 
 
-def trial(name: str, seed: int, directory: str, **model: float) -> tuple[bool, LocalJob]:
+def trial(name: str, seed: int, directory: str, frozen: bool = False, nodes: int | None = None,
+          **model: float) -> tuple[bool, LocalJob]:
     """Trial ``seed`` of scenario ``name``: the crashes of a recovery trial, and a crash again once
     a snapshot committed after the first recovery, under the deaths ``model`` gives
-    (``LocalRecovery``'s ``zombie``, ``missed``); whether the output was exact, and the job."""
+    (``LocalRecovery``'s ``zombie``, ``missed``), the progress actor or the coordinator slowed or
+    ``frozen`` a while, the replicas on ``nodes`` (a relay each); whether the output was exact, and the job."""
     rng = random.Random(seed)
     scenario = SCENARIOS[name](rng)
     options = {"interval": rng.choice([3, 10]), "timeout": rng.choice([40, 200]), "retain": rng.randint(1, 3),
                "max_restarts": 4, "detection": rng.randint(0, 3)}
     parallelism = rng.randint(2, 3)
-    job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed,
+    job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed, nodes=nodes,
                    recovery=LocalRecovery(SnapshotStore(directory), **{**options, **model}))  # type: ignore[arg-type]
     try:
         calm = calm_steps(scenario, parallelism, seed, options, directory)
     except BROKEN:  # the run without crashes broke already (a planted bug): not exact
         return False, job
+    if frozen:
+        _freeze(job, rng, calm)
     return exact_under_chaos(job, scenario, rng, seed, calm, 200_000, watch=_again_after_a_commit(rng)), job
+
+
+def _freeze(job: LocalJob, rng: random.Random, calm: int) -> None:
+    """The progress actor or the coordinator slowed down throughout, or frozen a few times for
+    a stretch of steps as long as a tenth of the job to four times it, then resumed."""
+    target = rng.choice([PROGRESS, COORDINATOR])
+    if rng.random() < 0.3:
+        job.slow_down(target, rng.choice([0.02, 0.1]))
+        return
+    for _ in range(rng.randint(1, 3)):
+        job.slow_down(target, 0.0, at_step=rng.randrange(max(1, calm)), steps=rng.randint(calm // 10 + 1, 4 * calm))
 
 
 def zombie_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
@@ -133,3 +149,35 @@ def test_deaths_nobody_finds_hang_and_are_caught(store_root, monkeypatch):
     caught = next(((name, seed) for seed in range(TRIALS) for name in NAMES
                    if not missed_trial(name, seed, str(store_root / f"{name}-{seed}"))[0]), None)
     assert caught is not None, "no trial caught a death that nobody found"
+
+
+def frozen_trial(name: str, seed: int, directory: str) -> bool:
+    """A :func:`trial` with the progress actor or the coordinator slow or frozen a while, the
+    replicas on two nodes every other seed (a relay's runs grow long behind a frozen progress actor)."""
+    return trial(name, seed, directory, frozen=True, nodes=2 if seed % 2 else None)[0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_frozen_progress_actor_or_coordinator_delays_never_breaks(name, store_root):
+    for seed in seeds(TRIALS, f"frozen {name}"):
+        assert frozen_trial(name, seed, str(store_root / str(seed))), f"{name}, seed {seed}"
+
+
+def test_a_coordinator_frozen_for_good_leaves_the_data_path_running(store_root):
+    """No snapshot is ever taken, and the job still finishes with its exact output."""
+    scenario = SCENARIOS["keyed"](random.Random(0))
+    job = LocalJob(scenario.flow, scenario.inputs, 2, 0, recovery=LocalRecovery(SnapshotStore(str(store_root)), interval=3))
+    job.slow_down(COORDINATOR, 0.0, at_step=0, steps=10**9)
+    run = job.run(max_steps=100_000)
+    assert run.finished and run.snapshots == [] and as_counters(run.outputs) == scenario.expected
+
+
+def test_late_acknowledgements_after_a_freeze_are_caught(store_root, monkeypatch):
+    """The planted bug of the slow-replica trials (a late acknowledgement of an abandoned
+    snapshot counted for the one in flight), which a coordinator that resumes after a freeze
+    and abandons what it had in flight invites."""
+    monkeypatch.setattr(coordinator.CoordinatorCore, "acknowledge",
+                        _taking_late_acknowledgements(coordinator.CoordinatorCore.acknowledge))
+    caught = next(((name, seed) for seed in range(TRIALS) for name in NAMES
+                   if not frozen_trial(name, seed, str(store_root / f"{name}-{seed}"))), None)
+    assert caught is not None, "no trial caught a snapshot committed from parts of two cuts"
