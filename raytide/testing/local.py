@@ -99,7 +99,6 @@ class LocalJob(World):
         self.flow = flow if isinstance(flow, Dataflow) else None
         self.parallelism, self.chaining = parallelism, chaining
         self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
-        self.failures: list[tuple[int, RaytideError]] = []  # (step at which it is noticed, what died)
         self.asks = RescaleAsks()
         if recovery is not None:
             self.first_id = recovery.store.next_id()  # this run recovers from its own snapshots (and restore=)
@@ -152,8 +151,7 @@ class LocalJob(World):
             if not choices:
                 if self.result.finished or self.result.failure is not None:  # a recovery may fail the job just now
                     break
-                if self.failures:  # nothing moves until the death is noticed: notice it now
-                    self.failures = [(self.result.steps, cause) for _, cause in self.failures]
+                if self._sweep():  # nothing moves until the death is noticed: notice it now
                     continue
                 raise Hang(f"the job hangs: nothing left to deliver after {self.result.steps} steps and "
                            f"not finished; pending: {self.progress.describe() if self.progress else None}")
@@ -165,10 +163,16 @@ class LocalJob(World):
                 after_step(self)
         return self.result
 
-    def slow_down(self, key: ReplicaKey, weight: float) -> None:
-        """Make replica ``key`` slow but alive: what is on its way to it is delivered ``weight`` times as often as
-        another mailbox's (0 < weight < 1), as a busy actor's queue drains; timeouts (in steps) may then run out."""
-        self.slow[key] = weight
+    def slow_down(self, key: Target, weight: float, at_step: int = 0, steps: int | None = None) -> None:
+        """Make ``key`` (a replica, :data:`PROGRESS` or :data:`COORDINATOR`) slow but alive: it acts
+        ``weight`` times as often as another actor (0 < weight < 1), as a busy actor's queue drains;
+        timeouts (in steps) may then run out. With ``steps``, only from ``at_step`` for that many
+        steps, and ``weight`` may be 0: frozen (it takes no action, its clock stands), then it
+        resumes. The driver's own steps (its polls, a recovery's steps) are never slowed."""
+        if steps is None:
+            self.slow[key] = weight
+        else:
+            self.spells.append((key, weight, at_step, at_step + steps))
 
     def _kill(self, target: Target) -> None:
         """Fault injection: ``target`` dies with its state and what it had in flight."""
@@ -179,6 +183,7 @@ class LocalJob(World):
             return  # the driver has seen the end: the job is gone
         if isinstance(target, ReplicaKey):
             self.dead.add(target)
+            self._rise(target)
             self.mail.drop_inbound(target)
         elif target == PROGRESS:
             self.progress = None
@@ -192,6 +197,8 @@ class LocalJob(World):
             raise ValueError(f"no such crash target: {target!r}")
         if self.recovery is None:
             self._record([ReplicaDied(target, self.result.steps)])
+        elif self.recovery.missed and self.rng.random() < self.recovery.missed:
+            self.unannounced[target] = self._lost(target)  # found when a call to it fails (``World._found``)
         else:
             noticed = self.result.steps + self.rng.randint(0, self.recovery.detection)
             self.failures.append((noticed, self._lost(target)))

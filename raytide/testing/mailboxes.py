@@ -224,6 +224,7 @@ class LocalTransport:
         self.rides = Rides(key.chain, tokens_ride)
         self.in_event = False
         self.pending: dict[ReplicaKey, None] = {}  # the peers this event sent data to, in order, not flushed
+        self.writer: list[tuple[int, LocalSnapshot]] | None = None  # its own writer's queue (a zombie's), else the world's
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         self.mail.post((self.key, to), (self.incarnation, ("data", channel, vertex, time, batch)))
@@ -273,7 +274,7 @@ class LocalTransport:
             self.mail.sent += 1
 
     def local_snapshot(self, snapshot: LocalSnapshot) -> None:
-        self.mail.writes.append((self.incarnation, snapshot))
+        (self.mail.writes if self.writer is None else self.writer).append((self.incarnation, snapshot))
 
     def held(self, marker_id: int, report: HeldReport) -> None:
         self.mail.acks.append((self.incarnation, Acknowledgement(self.key, marker_id, self.incarnation, (), report)))

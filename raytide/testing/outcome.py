@@ -33,6 +33,10 @@ class LocalRecovery:
         retain: committed snapshots kept.
         max_restarts: recoveries allowed before the job fails.
         detection: a death is noticed up to this many steps after it happened.
+        missed: the share of deaths whose notice never comes: each is found when a call to the dead
+            actor fails (a peer's, the progress actor's, the coordinator's), or once the job stalls.
+        zombie: a replica that dies goes on for up to this many actions, a zombie sending from its
+            dead incarnation, and its writer stores what it had (:mod:`raytide.testing.zombies`).
         output_commit: when the driver takes a completed epoch (:mod:`raytide.engine.output_gate`).
     """
 
@@ -42,6 +46,8 @@ class LocalRecovery:
     retain: int = 2
     max_restarts: int = 5
     detection: int = 5
+    zombie: int = 0
+    missed: float = 0.0
     output_commit: OutputCommit = "epoch"
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import collections
 import functools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, cast
 
 from raytide.engine.epoch_tokens import rides_with_tokens
@@ -35,17 +35,32 @@ from raytide.physical.protocol import EpochComplete, JobEvent, JobFailed, JobFin
 from raytide.rescale.rescaling import Aborted, CutMissed, Held, RescalePhase
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovery import RestartBudget, commit_snapshot, part_name
+from raytide.snapshots.replica_state import LocalSnapshot
 from raytide.supervisor.execution import Execution
 from raytide.supervisor.replay import input_positions
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import Command, Link, LocalTransport, Mailboxes, logged
-from raytide.testing.outcome import PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
+from raytide.testing.outcome import COORDINATOR, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
+from raytide.testing.zombies import Zombie, rise, zombie_actions
+
+#: How often a zombie acts next to a live actor (it is slow: a partitioned or dying host),
+#: so that what it sends arrives well after its replacement, across later snapshots.
+ZOMBIE_PACE = 0.2
 
 
 def rescaling_in(rescaling: Execution | None, *phases: RescalePhase) -> bool:
     """Whether ``rescaling`` (a rescale's execution) is under way, in one of ``phases``."""
     return rescaling is not None and rescaling.machine.phase in phases
+
+
+def _idle() -> None:
+    """A step in which nothing happens: every actor with something to do is frozen."""
+
+
+def _as(action: Callable[[], None], to: Target) -> None:
+    """``action``, taken by actor ``to`` (which paces it: :meth:`World._pace`)."""
+    action()
 
 
 class World:
@@ -73,7 +88,12 @@ class World:
         self.connected = False
         self.dead = self.mail.dead  # shared: a dead relay delivers nothing
         self.waiting: set[ReplicaKey] = set()  # restored, not resumed: deliveries to them wait
-        self.slow: dict[Target, float] = {}  # replicas slowed down (``LocalJob.slow_down``)
+        self.slow: dict[Hashable, float] = {}  # actors slowed down (``LocalJob.slow_down``, zombies)
+        self.spells: list[tuple[Hashable, float, int, int]] = []  # (actor, weight, from step, until step): a while
+        self.zombies: dict[ReplicaKey, Zombie] = {}  # dead replicas still running (``LocalRecovery.zombie``)
+        self.failures: list[tuple[int, RaytideError]] = []  # (step at which it is noticed, what died)
+        self.unannounced: dict[Target, RaytideError] = {}  # deaths whose notice is missed (``LocalRecovery.missed``)
+        self.found: collections.Counter[str] = collections.Counter()  # how missed deaths were found
         self.recovering: Execution | None = None  # the recovery under way (or the last one)
         self.rescaling: Execution | None = None  # the rescale under way (or the last one)
         self.result = LocalRun({name: {} for name in self.plan.outputs})
@@ -89,7 +109,7 @@ class World:
         self.budget = RestartBudget(recovery.max_restarts if recovery is not None else 0)
 
     def _core(self, key: ReplicaKey) -> ReplicaCore:
-        transport = LocalTransport(self.mail, key, self.incarnations[key], lambda: self.progress is not None,
+        transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,
                                    self.mail.via(key, self.replica_keys()), rides_with_tokens(self.plan, key.chain))
         return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=self.recovery is not None)
 
@@ -107,6 +127,7 @@ class World:
 
     def _mailboxes(self) -> list[Callable[[], None]]:
         """One action per mailbox with something to deliver."""
+        haunting = zombie_actions(self.zombies, self.mail, self.dead, self._haunt)  # first: they take their mail
         actions: list[Callable[[], None]] = []
         if not self.connected and self.progress is not None:
             actions.append(self._connect)
@@ -125,22 +146,76 @@ class World:
         if self.mail.log and not driving:  # the driver recovers (or hands state over), then reads events again
             actions.append(self._poll)
         actions += driving
+        actions += haunting
         actions += self.outputs.consumer_actions()
         if self.recovery is not None:
             actions += self._snapshot_actions()
         return actions
 
     def _choose(self, actions: list[Callable[[], None]]) -> Callable[[], None]:
-        """The next action: uniformly, weighted by the slowness of the replica each delivers to, or paced."""
+        """The next action: uniformly, weighted by the slowness of the actor that takes it, or paced.
+        With every actor that has something to do frozen, none: the step passes idle."""
         if self.pacing is not None:
             return self.pacing.choose(actions, self.rng, self.mail, command=self._command)
-        if not self.slow:
+        if not self.slow and not self.spells:
             return self.rng.choice(actions)
-        return self.rng.choices(actions, [self.slow.get(actor_of(action), 1.0) for action in actions])[0]
+        weights = [self._pace(actor_of(action)) for action in actions]
+        return self.rng.choices(actions, weights)[0] if any(weights) else _idle
+
+    def _pace(self, actor: Hashable) -> float:
+        """How often ``actor`` acts next to an actor at full speed (0: frozen) at this step."""
+        now = self.result.steps
+        spell = [weight for who, weight, start, end in self.spells if who == actor and start <= now < end]
+        return spell[-1] if spell else self.slow.get(actor, 1.0)
 
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
         """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of it, not retired by a rescale)."""
         return key not in self.dead and self.incarnations.get(key) == incarnation
+
+    def _haunt(self, key: ReplicaKey, to: object = None) -> None:
+        """Zombie ``key`` (its own actor, ``to``) takes one more action."""
+        zombie = self.zombies[key]
+        zombie.act(self.rng, self.incarnation > zombie.incarnation, self._store)
+
+    def _rise(self, key: ReplicaKey) -> None:
+        """Replica ``key`` dies but, with ``LocalRecovery.zombie``, goes on as a zombie for a few
+        actions; its writer keeps what it had not written. Call before its mailboxes are dropped."""
+        if self.recovery is None or not self.recovery.zombie or key not in self.replicas:
+            return
+        self.zombies[key] = rise(self.mail, key, self.replicas[key], self.incarnations[key],
+                                 self.rng.randint(1, self.recovery.zombie))
+        self.slow[("zombie", key)] = ZOMBIE_PACE
+
+    def _progress_alive(self) -> bool:
+        """Whether a replica's call to the progress actor reaches one (if not, the call fails: a death found)."""
+        if self.progress is None:
+            self._found(PROGRESS, "a replica's progress call failed")
+        return self.progress is not None
+
+    def _still_dead(self, target: Target) -> bool:
+        """Whether ``target`` is dead now (not yet replaced by a recovery)."""
+        if target == PROGRESS:
+            return self.progress is None
+        if target == COORDINATOR:
+            return self.coordinator is None
+        return target in self.dead
+
+    def _found(self, target: Target, how: str) -> None:
+        """A death whose notice was missed is found (``how``: a call to the dead actor failed,
+        as a pending Ray call fails with ``RayActorError``): it is noticed now."""
+        cause = self.unannounced.pop(target, None)
+        if cause is not None and self._still_dead(target):
+            self.failures.append((self.result.steps, cause))
+            self.found[how] += 1
+
+    def _sweep(self) -> bool:
+        """Nothing moves: every death not noticed yet is noticed now; whether there was any. One
+        never announced and that no call found is found by a ping of every actor (the supervisor's
+        liveness check of a job that stalled)."""
+        for target in list(self.unannounced):
+            self._found(target, "the job stalled")
+        self.failures = [(self.result.steps, cause) for _, cause in self.failures]
+        return bool(self.failures)
 
     def _connect(self) -> None:
         assert self.progress is not None
@@ -151,6 +226,8 @@ class World:
         """The next message on ``link``; data takes the progress batches riding with it along."""
         incarnation, message, riders = self.mail.take(link)
         key = link[1]
+        if key in self.dead:
+            self._found(key, "a peer's call failed")
         if not self._current(key, incarnation):
             return
         core = self.replicas[key]
@@ -164,10 +241,13 @@ class World:
         random and applies it. It is one process, so it is one action among the others however many mailboxes wait
         for it: while it applies one call, the replicas go on and the mailboxes gather, as a busy actor's callers do."""
         key = self.rng.choice(self.mail.calling(self.replica_keys()))
-        current = [call for incarnation, call in self.mail.take_progress(key, self.rng)
-                   if incarnation == self.progress_incarnation]
+        current = [call for incarnation, call in self.mail.take_progress(key, self.rng) if self._heard(incarnation)]
         if self.progress is not None and current:
             self._perform(self.progress.receive_all(current))
+
+    def _heard(self, incarnation: int) -> bool:
+        """Whether the progress actor applies a call of ``incarnation`` (its guard: only its own)."""
+        return incarnation == self.progress_incarnation
 
     def _push_status(self, to: ReplicaKey) -> None:
         incarnation, push = self.mail.pushes[to].popleft()
@@ -184,6 +264,8 @@ class World:
 
     def _inject(self, to: ReplicaKey) -> None:
         incarnation, marker = self.mail.injects[to].popleft()
+        if to in self.dead:
+            self._found(to, "the coordinator's barrier failed")
         if self._current(to, incarnation):
             self._guard(to, self.replicas[to].inject_marker, marker)
 
@@ -200,6 +282,8 @@ class World:
 
     def _perform(self, effects: ProgressEffects) -> None:
         self.mail.post_pushes(effects.pushes, self.progress_incarnation, self.replica_keys())
+        for key in {key for key, _ in effects.pushes if key in self.dead}:
+            self._found(key, "the progress actor's push failed")
         self.mail.log.extend((self.progress_incarnation, event) for event in effects.events)
 
     def _poll(self) -> None:
@@ -236,8 +320,8 @@ class World:
         return core
 
     def _tick_coordinator(self) -> None:
-        """The coordinator's clock: it abandons a snapshot (or rescale cut) that took too long."""
-        if self.coordinator is None:
+        """The coordinator's clock: it abandons a snapshot (or rescale cut) that took too long (not while frozen)."""
+        if self.coordinator is None or not self._pace(COORDINATOR):
             return
         flight = self.coordinator.in_flight
         abandoned = self.coordinator.tick(self.result.steps)
@@ -250,13 +334,15 @@ class World:
         if (coordinator is not None and not self.recovery_steps and not self.result.finished
                 and not rescaling_in(self.rescaling, RescalePhase.HANDING_OVER)
                 and (coordinator.due(self.result.steps) or cut and coordinator.in_flight is None)):
-            actions.append(self._trigger)
+            actions.append(functools.partial(_as, self._trigger, to=COORDINATOR))
         if self.mail.writes:
             actions.append(self._write)
+        if self.mail.acks and coordinator is None:
+            self._found(COORDINATOR, "a writer's acknowledgement failed")
         if self.mail.acks and coordinator is not None:
-            actions.append(self._acknowledge)
+            actions.append(functools.partial(_as, self._acknowledge, to=COORDINATOR))
         if self.mail.commits and coordinator is not None:
-            actions.append(self._commit)
+            actions.append(functools.partial(_as, self._commit, to=COORDINATOR))
         return actions
 
     def _trigger(self) -> None:
@@ -276,8 +362,12 @@ class World:
         """A replica's writer stores one local snapshot, then acknowledges it."""
         assert self.recovery is not None
         incarnation, snapshot = self.mail.writes.pop(self.rng.randrange(len(self.mail.writes)))
-        if not self._current(snapshot.key, incarnation):
-            return
+        if self._current(snapshot.key, incarnation):
+            self._store(incarnation, snapshot)
+
+    def _store(self, incarnation: int, snapshot: LocalSnapshot) -> None:
+        """A writer (a live replica's, or a zombie's) stores a local snapshot, then acknowledges it."""
+        assert self.recovery is not None
         try:
             part = self.recovery.store.write_part(snapshot.snapshot_id, part_name(snapshot.key), snapshot.data)
         except OSError as error:  # as the replica's writer thread does: the snapshot cannot complete

@@ -1,0 +1,125 @@
+"""Zombies in the in-process runtime: a replica that died, as far as the job knows, but goes on.
+
+On Ray an actor the driver declared dead may still be running for a while (a partitioned
+node, a process slow to exit), and what it sends then still arrives: data to its peers,
+progress batches, local snapshots its writer thread stores and acknowledges. Its messages
+carry its old incarnation, and every receiver must drop them once a recovery started a new
+one: a replica's guard, the progress actor's, the coordinator's check of acknowledgements.
+
+With ``LocalRecovery(zombie=n)``, a replica the simulator kills keeps its core and what was
+on its way to it (:func:`rise`), and takes up to ``n`` more actions (:meth:`Zombie.act`), each
+one message from one of its mailboxes, at random among the scheduler's other actions: its
+sends go into the world's mailboxes tagged with its old incarnation. Its writer keeps what it
+had not written, and writes and acknowledges it later (:attr:`Zombie.incarnation` lets the
+world's writer tell a zombie's write from a lost one). What is sent to it after its death is
+lost, as it is to any dead replica.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from raytide.engine.replica import ReplicaCore
+from raytide.errors import RaytideError
+from raytide.physical.protocol import ReplicaKey
+from raytide.snapshots.replica_state import LocalSnapshot
+from raytide.testing.mailboxes import LocalTransport, Mailboxes
+
+#: One message a zombie takes: its sender's incarnation (None: the driver's command, untagged),
+#: the name of the core's method and its arguments, and the progress batches riding with it.
+Haunt = tuple[int | None, str, tuple[Any, ...], list[Any]]
+
+
+@dataclass
+class Zombie:
+    """A dead replica's core, still running: its mailboxes (FIFO each) and the actions it has left."""
+
+    key: ReplicaKey
+    core: ReplicaCore
+    incarnation: int
+    left: int
+    inbox: list[collections.deque[Haunt]] = field(default_factory=list)
+    writes: list[tuple[int, LocalSnapshot]] = field(default_factory=list)  # its writer's queue, written in order
+    after_replacement: int = 0  # actions taken once a recovery replaced it (its sends must all be dropped)
+
+    @property
+    def alive(self) -> bool:
+        """Whether it has anything left to do."""
+        return self.left > 0 and (any(self.inbox) or bool(self.writes))
+
+    def act(self, rng: random.Random, replaced: bool, store: Callable[[int, LocalSnapshot], None]) -> None:
+        """Its writer ``store``-s its oldest local snapshot, or it takes the next message of one of
+        its mailboxes, as the dead actor's own guard does: a message of another incarnation is
+        dropped; what the core raises reaches nobody (the driver no longer listens to it).
+        ``replaced``: a recovery started a newer incarnation."""
+        self.left -= 1
+        self.after_replacement += replaced
+        queues = [queue for queue in self.inbox if queue]
+        if self.writes and (not queues or rng.random() < 0.5):
+            store(*self.writes.pop(0))
+            return
+        incarnation, method, args, riders = rng.choice(queues).popleft()
+        if incarnation is not None and incarnation != self.incarnation:
+            return
+        transport = self.core.transport
+        assert isinstance(transport, LocalTransport)
+        try:
+            with transport.event(riders, self.core.riders_to_pass_on):
+                getattr(self.core, method)(*args)
+        except RaytideError:
+            pass
+
+
+def rise(mail: Mailboxes, key: ReplicaKey, core: ReplicaCore, incarnation: int, actions: int) -> Zombie:
+    """Replica ``key`` (``core``, of ``incarnation``) just died: a zombie of it, with what was on
+    its way to it and what its writer had not written taken out of ``mail`` (call before
+    ``mail.drop_inbound``), for ``actions`` actions."""
+    zombie = Zombie(key, core, incarnation, actions)
+    zombie.writes = [(tagged, write) for tagged, write in mail.writes if write.key == key and tagged == incarnation]
+    assert isinstance(core.transport, LocalTransport)
+    core.transport.writer = zombie.writes
+    gather(zombie, mail)
+    return zombie
+
+
+def gather(zombie: Zombie, mail: Mailboxes) -> None:
+    """What was sent to ``zombie``'s replica since it last looked, taken out of ``mail`` into its
+    inbox: until a recovery replaces it, its peers, the progress actor and the driver still call
+    the actor they know, which is the zombie."""
+    for link, queue in list(mail.links.items()):
+        if link[1] == zombie.key and queue:
+            zombie.inbox.append(_taken(mail, link))
+    commands = {"push": "push_input", "advance": "advance_input", "marker": "inject_marker"}
+    zombie.inbox.append(collections.deque((None, commands[kind], tuple(args), [])
+                                          for kind, *args in mail.commands.pop(zombie.key, ())))
+    zombie.inbox.append(collections.deque((tagged, "on_progress", tuple(push), [])
+                                          for tagged, push in mail.pushes.pop(zombie.key, ())))
+    zombie.inbox.append(collections.deque((tagged, "inject_marker", (marker,), [])
+                                          for tagged, marker in mail.injects.pop(zombie.key, ())))
+    zombie.inbox = [queue for queue in zombie.inbox if queue]
+
+
+def _taken(mail: Mailboxes, link: tuple[ReplicaKey, ReplicaKey]) -> collections.deque[Haunt]:
+    """Every message on ``link``, with the progress batches riding with each, as the core's events."""
+    taken: collections.deque[Haunt] = collections.deque()
+    while mail.links[link]:
+        incarnation, message, riders = mail.take(link)
+        call: tuple[str, tuple[Any, ...]] = (("on_messages", ([message[1:]],)) if message[0] == "data"
+                                             else ("on_marker", tuple(message[1:])))
+        taken.append((incarnation, *call, riders))
+    return taken
+
+
+def zombie_actions(zombies: dict[ReplicaKey, Zombie], mail: Mailboxes, dead: set[ReplicaKey],
+                   act: Callable[..., None]) -> list[Callable[[], None]]:
+    """One action per zombie with something left to do (``act(key, to=...)``, the zombie its own
+    actor), each still ``dead`` (not replaced yet) having gathered what was sent to it."""
+    for key, zombie in zombies.items():
+        if key in dead and zombie.left > 0:
+            gather(zombie, mail)
+    return [functools.partial(act, key, to=("zombie", key)) for key, zombie in zombies.items() if zombie.alive]

@@ -1,0 +1,183 @@
+"""Deaths the job learns of badly: zombies (replicas declared dead that still send), death
+notices that come late or never, and a frozen progress actor or coordinator. Every trial's
+output is exactly the failure-free run's (or the job fails with an error naming the part);
+each model has a planted bug that a trial catches."""
+
+from __future__ import annotations
+
+import collections
+import random
+
+import pytest
+
+from raytide.snapshots import coordinator
+from raytide.snapshots.store import SnapshotStore
+from raytide.testing import world
+from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob
+from raytide.testing.outcome import LocalRecovery
+from tests.sim.chaos import BROKEN, calm_steps, exact_under_chaos
+from tests.sim.scenarios import SCENARIOS, as_counters
+from tests.sim.seeds import seeds
+from tests.sim.test_slow_actors_sim import _taking_late_acknowledgements
+
+pytestmark = pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")
+
+NAMES = ("keyed", "join", "loop")
+TRIALS = 8
+
+
+def trial(name: str, seed: int, directory: str, frozen: bool = False, nodes: int | None = None,
+          **model: float) -> tuple[bool, LocalJob]:
+    """Trial ``seed`` of scenario ``name``: the crashes of a recovery trial, and a crash again once
+    a snapshot committed after the first recovery, under the deaths ``model`` gives
+    (``LocalRecovery``'s ``zombie``, ``missed``), the progress actor or the coordinator slowed or
+    ``frozen`` a while, the replicas on ``nodes`` (a relay each); whether the output was exact, and the job."""
+    rng = random.Random(seed)
+    scenario = SCENARIOS[name](rng)
+    options = {"interval": rng.choice([3, 10]), "timeout": rng.choice([40, 200]), "retain": rng.randint(1, 3),
+               "max_restarts": 4, "detection": rng.randint(0, 3)}
+    parallelism = rng.randint(2, 3)
+    job = LocalJob(scenario.flow, scenario.inputs, parallelism, seed, nodes=nodes,
+                   recovery=LocalRecovery(SnapshotStore(directory), **{**options, **model}))  # type: ignore[arg-type]
+    try:
+        calm = calm_steps(scenario, parallelism, seed, options, directory)
+    except BROKEN:  # the run without crashes broke already (a planted bug): not exact
+        return False, job
+    if frozen:
+        _freeze(job, rng, calm)
+    return exact_under_chaos(job, scenario, rng, seed, calm, 200_000, watch=_again_after_a_commit(rng)), job
+
+
+def _freeze(job: LocalJob, rng: random.Random, calm: int) -> None:
+    """The progress actor or the coordinator slowed down throughout, or frozen a few times for
+    a stretch of steps as long as a tenth of the job to four times it, then resumed."""
+    target = rng.choice([PROGRESS, COORDINATOR])
+    if rng.random() < 0.3:
+        job.slow_down(target, rng.choice([0.02, 0.1]))
+        return
+    for _ in range(rng.randint(1, 3)):
+        job.slow_down(target, 0.0, at_step=rng.randrange(max(1, calm)), steps=rng.randint(calm // 10 + 1, 4 * calm))
+
+
+def zombie_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
+    """A :func:`trial` whose dead replicas are zombies for up to a few dozen actions; whether its
+    output was exact, and how many actions zombies took after a recovery replaced them."""
+    exact, job = trial(name, seed, directory, zombie=random.Random(seed).choice([5, 20, 60]))
+    return exact, sum(zombie.after_replacement for zombie in job.zombies.values())
+
+
+def _again_after_a_commit(rng: random.Random):
+    """A watch that crashes a replica once, when the job commits a snapshot after its first
+    recovery is over, so that the next recovery restores what zombies may have had a hand in."""
+    state: dict[str, int | None] = {"committed": None}
+
+    def watch(job: LocalJob) -> None:
+        recovered = job.recovering is not None and job.recovering.over
+        if state["committed"] is None and recovered:
+            state["committed"] = len(job.result.snapshots)
+        elif state["committed"] is not None and 0 <= state["committed"] < len(job.result.snapshots):
+            state["committed"] = -1  # once
+            job.crash(rng.choice(job.replica_keys()), at_step=job.result.steps + rng.randrange(1, 20))
+    return watch
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_zombies_sends_are_dropped_and_the_output_is_exact(name, store_root):
+    haunted = 0
+    for seed in seeds(TRIALS, f"zombies {name}"):
+        exact, late = zombie_trial(name, seed, str(store_root / str(seed)))
+        assert exact, f"{name}, seed {seed}"
+        haunted += late
+    assert haunted >= 5, f"zombies took only {haunted} actions after their replacement: they haunted nothing"
+
+
+def _acknowledging_any_incarnation(original):
+    """A planted bug: the coordinator takes a zombie's acknowledgement (of a dead incarnation)
+    for the snapshot in flight."""
+    def acknowledge(self, ack, now):
+        flight = self.in_flight
+        if flight is not None and ack.incarnation < self.incarnation:
+            ack = coordinator.Acknowledgement(ack.replica, flight.snapshot_id, self.incarnation, ack.parts, ack.summary)
+        return original(self, ack, now)
+    return acknowledge
+
+
+def _first_caught(store_root) -> tuple[str, int] | None:
+    return next(((name, seed) for seed in range(TRIALS) for name in NAMES
+                 if not zombie_trial(name, seed, str(store_root / f"{name}-{seed}"))[0]), None)
+
+
+def test_a_coordinator_taking_zombies_acknowledgements_is_caught(store_root, monkeypatch):
+    monkeypatch.setattr(coordinator.CoordinatorCore, "acknowledge",
+                        _acknowledging_any_incarnation(coordinator.CoordinatorCore.acknowledge))
+    assert _first_caught(store_root) is not None, "no trial caught a snapshot committed with a zombie's part"
+
+
+def test_a_replica_taking_zombies_data_is_caught(store_root, monkeypatch):
+    """A planted bug: a replica's guard takes messages of any incarnation from a live sender."""
+    monkeypatch.setattr(world.World, "_current", lambda self, key, incarnation: key not in self.dead)
+    assert _first_caught(store_root) is not None, "no trial caught a replica taking a zombie's data"
+
+
+def test_a_progress_actor_taking_zombies_calls_is_caught(store_root, monkeypatch):
+    """A planted bug: the progress actor applies calls of any incarnation (only a zombie sends
+    any once a recovery restarted it: what was on its way then is dropped with the old actor)."""
+    monkeypatch.setattr(world.World, "_heard", lambda self, incarnation: True)
+    assert _first_caught(store_root) is not None, "no trial caught the progress actor taking a zombie's calls"
+
+
+def missed_trial(name: str, seed: int, directory: str) -> tuple[bool, LocalJob]:
+    """A :func:`trial` in which most deaths are never announced, and the others late or at once."""
+    return trial(name, seed, directory, missed=0.75, detection=random.Random(-seed).choice([0, 60, 400]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deaths_never_announced_are_found_and_recovered_from(name, store_root):
+    found: collections.Counter[str] = collections.Counter()
+    for seed in seeds(TRIALS, f"missed deaths {name}"):
+        exact, job = missed_trial(name, seed, str(store_root / str(seed)))
+        assert exact, f"{name}, seed {seed}"
+        found += job.found
+    assert sum(found.values()) >= 3, f"only {dict(found)} missed deaths were found: the model missed nothing"
+
+
+def test_deaths_nobody_finds_hang_and_are_caught(store_root, monkeypatch):
+    """A planted bug: a death never announced is never found (neither a failed call to the dead
+    actor nor a ping of a stalled job is taken for a death, as if the driver ignored
+    ``RayActorError``); the job waits for the dead, which a trial catches as a hang."""
+    monkeypatch.setattr(world.World, "_found", lambda self, target, how: None)
+    caught = next(((name, seed) for seed in range(TRIALS) for name in NAMES
+                   if not missed_trial(name, seed, str(store_root / f"{name}-{seed}"))[0]), None)
+    assert caught is not None, "no trial caught a death that nobody found"
+
+
+def frozen_trial(name: str, seed: int, directory: str) -> bool:
+    """A :func:`trial` with the progress actor or the coordinator slow or frozen a while, the
+    replicas on two nodes every other seed (a relay's runs grow long behind a frozen progress actor)."""
+    return trial(name, seed, directory, frozen=True, nodes=2 if seed % 2 else None)[0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_frozen_progress_actor_or_coordinator_delays_never_breaks(name, store_root):
+    for seed in seeds(TRIALS, f"frozen {name}"):
+        assert frozen_trial(name, seed, str(store_root / str(seed))), f"{name}, seed {seed}"
+
+
+def test_a_coordinator_frozen_for_good_leaves_the_data_path_running(store_root):
+    """No snapshot is ever taken, and the job still finishes with its exact output."""
+    scenario = SCENARIOS["keyed"](random.Random(0))
+    job = LocalJob(scenario.flow, scenario.inputs, 2, 0, recovery=LocalRecovery(SnapshotStore(str(store_root)), interval=3))
+    job.slow_down(COORDINATOR, 0.0, at_step=0, steps=10**9)
+    run = job.run(max_steps=100_000)
+    assert run.finished and run.snapshots == [] and as_counters(run.outputs) == scenario.expected
+
+
+def test_late_acknowledgements_after_a_freeze_are_caught(store_root, monkeypatch):
+    """The planted bug of the slow-replica trials (a late acknowledgement of an abandoned
+    snapshot counted for the one in flight), which a coordinator that resumes after a freeze
+    and abandons what it had in flight invites."""
+    monkeypatch.setattr(coordinator.CoordinatorCore, "acknowledge",
+                        _taking_late_acknowledgements(coordinator.CoordinatorCore.acknowledge))
+    caught = next(((name, seed) for seed in range(TRIALS) for name in NAMES
+                   if not frozen_trial(name, seed, str(store_root / f"{name}-{seed}"))), None)
+    assert caught is not None, "no trial caught a snapshot committed from parts of two cuts"
