@@ -134,7 +134,9 @@ class FaultyFiles(pafs.FileSystemHandler):
         self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
 
     def delete_root_dir_contents(self) -> None:
-        raise NotImplementedError("the simulator's store never empties the filesystem's root")
+        """Refused, as a filesystem refuses what it may not do: the files beneath are this
+        machine's whole local filesystem, and no store empties its root."""
+        raise PermissionError("FaultyFiles refuses to empty the root of the local filesystem")
 
     def copy_file(self, src: str, dest: str) -> None:
         self.fs.copy_file(src, dest)
