@@ -129,10 +129,10 @@ class CoordinatorActor:
             elif commit is not None:
                 self._commit(commit)
 
-    def write_failed(self, incarnation: int, snapshot_id: int, reason: str) -> None:
-        """A replica could not write its part: the snapshot in flight is abandoned."""
+    def write_failed(self, replica: ReplicaKey, incarnation: int, snapshot_id: int, reason: str) -> None:
+        """``replica`` could not write its part: the snapshot in flight is abandoned."""
         with self.lock:
-            self._abandoned(self.core.write_failed(incarnation, snapshot_id, reason, time.monotonic()))
+            self._abandoned(self.core.write_failed(replica, incarnation, snapshot_id, reason, time.monotonic()))
 
     def _commit(self, commit: Commit) -> None:
         try:

@@ -19,6 +19,14 @@ incarnation (:meth:`CoordinatorCore.reset`); acknowledgements of another incarna
 snapshot are ignored, so late Ray calls from before a rollback do no harm. Nothing here
 blocks the job: a snapshot that cannot complete costs its timeout, never progress.
 
+A snapshot abandoned for a failure (its timeout, a part that could not be written) leaves its barriers on their way to the replicas that had
+not acknowledged it (a slow replica, or one behind a long queue). The next periodic snapshot
+waits until each of them has acknowledged it late (or failed to write it): otherwise a replica
+slower than the interval would get a barrier more per snapshot than it can take, its queue of
+barriers would grow for ever and its data, queued behind them, would never be reached (a
+livelock the simulator found). So the interval stretches to what the slowest replica can keep
+up with; a recovery or rescale (a new incarnation) clears the wait.
+
 >>> core = CoordinatorCore(["a/0", "b/0"], first_id=1, interval=1.0, timeout=10.0)
 >>> core.due(now=0.0), core.trigger(now=0.0, delivered={"out": 3})
 (True, Trigger(snapshot_id=1, incarnation=0, hold=False, delivered={'out': 3}))
@@ -154,10 +162,12 @@ class CoordinatorCore:
         self.in_flight: _InFlight | None = None
         self.last_end: float | None = None
         self.stats = SnapshotStats()
+        #: The last snapshot abandoned for its timeout, and the replicas yet to acknowledge it.
+        self.behind_id, self.behind = 0, set[Hashable]()
 
     def due(self, now: float) -> bool:
         """Whether a periodic snapshot should be triggered now."""
-        if self.interval is None or self.in_flight is not None:
+        if self.interval is None or self.in_flight is not None or self.behind:
             return False
         return self.last_end is None or now - self.last_end >= self.interval
 
@@ -176,6 +186,7 @@ class CoordinatorCore:
         Raises:
             SnapshotError: a replica that is not one of this job's acknowledged.
         """
+        self._caught_up(ack.incarnation, ack.snapshot_id, ack.replica)
         flight = self.in_flight
         if ack.incarnation != self.incarnation or flight is None or ack.snapshot_id != flight.snapshot_id:
             return None  # from before a rollback, or of an abandoned snapshot
@@ -224,6 +235,12 @@ class CoordinatorCore:
             return None
         return self._abandon(f"not complete {self.timeout:g} s after it started: {self.waiting_for()}", now)
 
+    def _caught_up(self, incarnation: int, snapshot_id: int, replica: Hashable) -> None:
+        """``replica`` of ``incarnation`` got as far as barrier ``snapshot_id``: it is no longer
+        behind the last snapshot abandoned for its timeout, if it got that far."""
+        if incarnation == self.incarnation and snapshot_id >= self.behind_id:
+            self.behind.discard(replica)
+
     def holding_cut(self, cut_id: int) -> bool:
         """Whether rescale cut ``cut_id`` is in flight and not complete yet."""
         flight = self.in_flight
@@ -237,12 +254,15 @@ class CoordinatorCore:
         return f"still waiting for {len(missing)} replicas ({', '.join(missing[:5])})" if missing \
             else "its manifest was not written"
 
-    def write_failed(self, incarnation: int, snapshot_id: int, reason: str, now: float) -> Abandon | None:
-        """A replica could not write its part of ``snapshot_id``: abandon it, if it is the one in flight."""
+    def write_failed(self, replica: Hashable, incarnation: int, snapshot_id: int, reason: str,
+                     now: float) -> Abandon | None:
+        """``replica`` could not write its part of ``snapshot_id``: abandon it, if it is the one in flight."""
         flight = self.in_flight
-        if incarnation != self.incarnation or flight is None or flight.snapshot_id != snapshot_id:
-            return None
-        return self.fail(reason, now)
+        abandon = None
+        if incarnation == self.incarnation and flight is not None and flight.snapshot_id == snapshot_id:
+            abandon = self.fail(reason, now)
+        self._caught_up(incarnation, snapshot_id, replica)
+        return abandon
 
     def fail(self, reason: str, now: float) -> Abandon | None:
         """Abandon the snapshot in flight (writing it failed, say)."""
@@ -253,6 +273,7 @@ class CoordinatorCore:
         if incarnation <= self.incarnation:
             raise SnapshotError(f"incarnation {incarnation} does not follow {self.incarnation}")
         self.incarnation = incarnation
+        self.behind = set()  # the barriers on their way belong to the incarnation gone
         if self.in_flight is None:
             return None
         return self._abandon(f"a recovery or rescale started incarnation {incarnation}", now, failure=False)
@@ -273,10 +294,12 @@ class CoordinatorCore:
     def _abandon(self, reason: str, now: float, failure: bool = True) -> Abandon:
         """Abandon the snapshot in flight; a ``failure`` (not a reset's) counts in the failures in a row."""
         assert self.in_flight is not None
-        abandoned = Abandon(self.in_flight.snapshot_id, reason)
+        flight = self.in_flight
+        abandoned = Abandon(flight.snapshot_id, reason)
         self.in_flight, self.last_end = None, now
         stats = self.stats
-        if failure:
+        if failure:  # the barriers of this snapshot still on their way hold the next one back
+            self.behind_id, self.behind = abandoned.snapshot_id, set(self.replicas - flight.acks.keys())
             if not stats.failed_in_a_row:
                 stats.failing_since = now
             stats.failed_in_a_row, stats.last_failure = stats.failed_in_a_row + 1, f"snapshot {abandoned.snapshot_id}: {reason}"

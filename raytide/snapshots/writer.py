@@ -89,7 +89,7 @@ class SnapshotWriter:
                 part = self.store.write_part(snapshot.snapshot_id, part_name(self.key), snapshot.data)
             except Exception as error:  # the store is unreachable or full: this snapshot cannot complete
                 logger.warning("replica %s could not write snapshot %d: %r", self.key, snapshot.snapshot_id, error)
-                self.coordinator.write_failed.remote(incarnation, snapshot.snapshot_id,
+                self.coordinator.write_failed.remote(self.key, incarnation, snapshot.snapshot_id,
                                                      f"replica {self.key} could not write its part: {error!r}")
                 continue
             self.written += 1

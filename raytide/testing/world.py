@@ -372,7 +372,7 @@ class World:
             part = self.recovery.store.write_part(snapshot.snapshot_id, part_name(snapshot.key), snapshot.data)
         except OSError as error:  # as the replica's writer thread does: the snapshot cannot complete
             if self.coordinator is not None:
-                self.coordinator.write_failed(incarnation, snapshot.snapshot_id, repr(error), self.result.steps)
+                self.coordinator.write_failed(snapshot.key, incarnation, snapshot.snapshot_id, repr(error), self.result.steps)
             return
         self.mail.acks.append((incarnation, Acknowledgement(snapshot.key, snapshot.snapshot_id, incarnation, (part,),
                                                        snapshot.summary)))

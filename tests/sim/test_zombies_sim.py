@@ -18,7 +18,6 @@ from raytide.testing.outcome import LocalRecovery
 from tests.sim.chaos import BROKEN, calm_steps, exact_under_chaos
 from tests.sim.scenarios import SCENARIOS, as_counters
 from tests.sim.seeds import seeds
-from tests.sim.test_slow_actors_sim import _taking_late_acknowledgements
 
 pytestmark = pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")
 
@@ -170,14 +169,3 @@ def test_a_coordinator_frozen_for_good_leaves_the_data_path_running(store_root):
     job.slow_down(COORDINATOR, 0.0, at_step=0, steps=10**9)
     run = job.run(max_steps=100_000)
     assert run.finished and run.snapshots == [] and as_counters(run.outputs) == scenario.expected
-
-
-def test_late_acknowledgements_after_a_freeze_are_caught(store_root, monkeypatch):
-    """The planted bug of the slow-replica trials (a late acknowledgement of an abandoned
-    snapshot counted for the one in flight), which a coordinator that resumes after a freeze
-    and abandons what it had in flight invites."""
-    monkeypatch.setattr(coordinator.CoordinatorCore, "acknowledge",
-                        _taking_late_acknowledgements(coordinator.CoordinatorCore.acknowledge))
-    caught = next(((name, seed) for seed in range(TRIALS) for name in NAMES
-                   if not frozen_trial(name, seed, str(store_root / f"{name}-{seed}"))), None)
-    assert caught is not None, "no trial caught a snapshot committed from parts of two cuts"

@@ -76,6 +76,39 @@ def test_a_snapshot_that_outlives_its_timeout_is_abandoned_naming_who_did_not_ac
     assert core.trigger(6.0) == Trigger(2, 0), "ids are never reused"
 
 
+def test_the_next_periodic_snapshot_waits_until_every_replica_took_the_barrier_of_the_abandoned_one():
+    """A replica slower than the interval would otherwise get barriers faster than it takes
+    them (the livelock tests/sim/test_slow_actors_sim.py catches): the wait ends when each
+    replica that had not acknowledged has done so late or failed to write; a reset ends it."""
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=1.0, timeout=5.0)
+    core.trigger(0.0)
+    core.acknowledge(ack("a/0", 1), now=1.0)
+    assert core.tick(5.0) is not None
+    assert not core.due(100.0), "a/1 and b/0 have not taken barrier 1 yet"
+    core.acknowledge(ack("a/0", 1), now=101.0)
+    core.acknowledge(ack("a/1", 1, incarnation=7), now=101.0)
+    assert not core.due(102.0), "an acknowledgement from in time, or of another incarnation, is no catching up"
+    core.acknowledge(ack("a/1", 1), now=103.0)
+    core.write_failed("b/0", 0, 1, "replica b/0 could not write its part", now=104.0)
+    assert core.due(104.0), "every replica took barrier 1"
+    core.trigger(105.0)
+    assert core.tick(111.0) is not None and not core.due(200.0)
+    core.reset(1, now=201.0)
+    assert core.due(202.0), "the barriers on their way were the incarnation's gone"
+
+
+def test_a_late_acknowledgement_is_never_counted_for_a_snapshot_asked_for_at_once():
+    """A snapshot asked for on demand (a rescale's cut, ``job.snapshot()``) does not wait for
+    the slow replicas: late acknowledgements of the abandoned one meet it and must not count."""
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=1.0, timeout=5.0)
+    core.trigger(0.0)
+    assert core.tick(5.0) is not None
+    assert core.trigger(6.0, hold=True) == Trigger(2, 0, hold=True)
+    assert all(core.acknowledge(ack(replica, 1), now=6.5) is None for replica in REPLICAS)
+    assert all(core.acknowledge(ack(replica, 2), now=7.0) is None for replica in REPLICAS[:-1])
+    assert core.acknowledge(ack(REPLICAS[-1], 2), now=7.5) is not None
+
+
 def test_misuse_is_refused():
     core = CoordinatorCore(REPLICAS, first_id=1, interval=1.0, timeout=5.0)
     core.trigger(0.0)
@@ -219,7 +252,7 @@ def test_snapshots_failed_since_the_last_commit_are_counted_and_a_recoverys_rese
     in a row, from the first; a reset (a recovery, a rescale) is no failure; a commit ends it."""
     core = CoordinatorCore(REPLICAS, first_id=1, interval=1.0, timeout=5.0)
     core.trigger(0.0)
-    core.write_failed(0, 1, "replica a/0 could not write its part: PermissionError(13)", now=1.0)
+    core.write_failed("a/0", 0, 1, "replica a/0 could not write its part: PermissionError(13)", now=1.0)
     core.trigger(2.0)
     assert core.tick(8.0) is not None  # timed out
     assert core.stats.failing(9.0) == {"in_a_row": 2, "for_s": 8.0, "last": "snapshot 2: not complete 5 s after it "
