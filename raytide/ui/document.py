@@ -117,6 +117,22 @@ def vertex_figures(graph: dict[str, Any], stats: dict[str, Any], rate: dict[str,
     return out
 
 
+def held_epoch(complete: dict[str, int | None]) -> int | None:
+    """The last epoch complete at every output in a snapshot, given each output's (``last_complete``: -1
+    none, None every epoch: the output finished); None if there is no output's to go by, or all finished.
+
+    >>> held_epoch({"a": 41, "b": 40}), held_epoch({"a": -1}), held_epoch({"a": None, "b": 7}), held_epoch({})
+    (40, -1, 7, None)
+    """
+    epochs = [epoch for epoch in complete.values() if epoch is not None]
+    return min(epochs) if epochs else None
+
+
+def _holding(epoch: int | None) -> str:
+    """What a committed snapshot's label says of the epochs complete in it."""
+    return "" if epoch is None else ", no epoch complete yet" if epoch < 0 else f", epochs to {epoch} complete"
+
+
 def _snapshot_events(stats: Any, seen: set[Any], at: float) -> list[dict[str, Any]]:
     """The snapshots ``stats`` (the coordinator's figures) shows that ``seen`` has not: its last
     committed one, and each abandoned one with its reason."""
@@ -126,9 +142,10 @@ def _snapshot_events(stats: Any, seen: set[Any], at: float) -> list[dict[str, An
     last = stats.get("last_id")
     if last is not None and ("committed", last) not in seen:
         seen.add(("committed", last))
-        events.append({"at": at, "kind": "snapshot", "id": last, "committed": True,
+        epoch = held_epoch(stats.get("last_complete") or {})
+        events.append({"at": at, "kind": "snapshot", "id": last, "committed": True, "epoch": epoch,
                        "duration_s": stats.get("last_duration_s"), "size_bytes": stats.get("last_size_bytes"),
-                       "label": f"snapshot {last} committed"})
+                       "label": f"snapshot {last} committed" + _holding(epoch)})
     for number, reason in enumerate(stats.get("abandoned_reasons") or []):
         if ("abandoned", number) not in seen:
             seen.add(("abandoned", number))

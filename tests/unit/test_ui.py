@@ -103,7 +103,8 @@ def test_the_document_has_every_vertex_its_rates_the_bottleneck_and_the_frontier
 
 def test_the_timeline_holds_snapshots_recoveries_rescales_and_the_autoscalers_reasons_once_each():
     book = JobBook("job", layout(looped_plan()))
-    snapshots = {"committed": 1, "last_id": 7, "last_duration_s": 0.05, "last_size_bytes": 900, "abandoned_reasons": ["timeout"]}
+    snapshots = {"committed": 1, "last_id": 7, "last_duration_s": 0.05, "last_size_bytes": 900, "abandoned_reasons": ["timeout"],
+                 "last_complete": {"counts": 41}}
     rescale = {"finished_at": 1001.5, "before": {"count": 1}, "after": {"count": 2}, "pause_s": 0.2, "seconds": 0.4}
     recovery = {"incarnation": 2, "finished_at": 1001.0, "seconds": 1.5, "cause": "replica job/count+counts/0 died",
                 "snapshot_id": 7, "replaced": ["job/count+counts/0"]}
@@ -119,6 +120,9 @@ def test_the_timeline_holds_snapshots_recoveries_rescales_and_the_autoscalers_re
     assert by_kind["rescale"]["pause_s"] == 0.2 and "rate 900 > 500" in by_kind["rescale"]["reason"]
     assert by_kind["recovery"]["reason"] == "replica job/count+counts/0 died" and by_kind["recovery"]["pause_s"] == 1.5
     assert "rate 900 > 500" in by_kind["autoscaler"]["reason"]
+    committed = [e for e in doc["timeline"] if e.get("committed")]
+    assert [(e["id"], e["epoch"], e["duration_s"], e["size_bytes"]) for e in committed] == [(7, 41, 0.05, 900)]
+    assert committed[0]["label"] == "snapshot 7 committed, epochs to 41 complete"
 
 
 def test_a_user_error_reaches_the_document_with_its_traceback():

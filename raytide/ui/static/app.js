@@ -315,6 +315,7 @@ function savePng() {
 
 async function tick() {
   timer = null;
+  if (document.visibilityState === "hidden") return;  // asked again when shown
   asking = true;
   const started = Date.now(), asked = current;
   try {
