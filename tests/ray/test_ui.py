@@ -301,22 +301,28 @@ def printed_url(process: subprocess.Popen, timeout: float) -> str:
     return line.split(" at ")[1].split()[0]
 
 
-def test_python_m_raytide_ui_serves_the_jobs_that_post_to_the_clusters_board(ray_session, session_ray_env, monkeypatch):
+def test_python_m_raytide_ui_serves_the_jobs_that_post_to_the_clusters_board(ray_session, session_ray_env, monkeypatch, capsys):
     """``python -m raytide ui``, run as a user runs it (a process of its own, joining the cluster), serves
-    a job whose driver runs with ``RAYTIDE_UI=1`` (which posts to the cluster's board without serving):
-    it lists the job, its document and the page's poll; Ctrl-C stops it."""
+    a job whose driver runs with ``RAYTIDE_UI=1`` (which posts to the cluster's board without serving) and
+    one started with ``ui=True`` (which also serves, and prints its URL): it lists both, serves the first's
+    document and the page's poll; Ctrl-C stops it."""
     from raytide.actors.ui_board import board
 
     monkeypatch.setenv("RAYTIDE_UI", "1")
     inputs = {"numbers": [list(range(50))] * 100}
     job = rt.run(looped_counts(), inputs=inputs, parallelism=1)
-    command = subprocess.Popen([sys.executable, "-m", "raytide", "ui", "--address", session_ray_env["RAY_ADDRESS"], "--port", "0"],
-                               env=session_ray_env, stdout=subprocess.PIPE, text=True)
+    monkeypatch.delenv("RAYTIDE_UI")
+    shown = command = None
     try:
+        shown = rt.run(looped_counts(), inputs={"numbers": [[1, 2]]}, parallelism=1, ui=True)
+        own_url = capsys.readouterr().err.split(f"the live view of job {shown.name!r} is at ")[1].split()[0]
+        assert get(own_url.replace("/?job=", "/api/job?name="))[0] == 200
+        command = subprocess.Popen([sys.executable, "-m", "raytide", "ui", "--address", session_ray_env["RAY_ADDRESS"],
+                                    "--port", "0"], env=session_ray_env, stdout=subprocess.PIPE, text=True)
         assert job.epochs_total == 100
         url = printed_url(command, 60)
-        listed = until(lambda: json.loads(get(url + "api/jobs")[1])["jobs"], 20, "the job on the board")
-        assert job.name in [entry["name"] for entry in listed]
+        until(lambda: {job.name, shown.name} <= {entry["name"] for entry in json.loads(get(url + "api/jobs")[1])["jobs"]},
+              20, "both jobs on the board")
         status, body = get(f"{url}api/job?name={job.name}")
         assert status == 200 and set(json.loads(body)["vertices"]) == set(job.plan.vertices)
         status, body = get(f"{url}api/view?name={job.name}")
@@ -325,6 +331,9 @@ def test_python_m_raytide_ui_serves_the_jobs_that_post_to_the_clusters_board(ray
         command.send_signal(signal.SIGINT)
         assert command.wait(timeout=30) == 0
     finally:
-        command.kill()
-        job.cancel()
+        if command is not None:
+            command.kill()
+        for started in (shown, job):
+            if started is not None:
+                started.cancel()
         ray_session.kill(board(create=False))
