@@ -192,6 +192,40 @@ def test_a_loopback_server_serves_the_page_the_document_and_the_svg():
         server.stop()
 
 
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)
+
+
+def test_the_pages_poll_gets_only_what_changed():
+    """``/api/view``: whole at first (the graph as SVG, every sample and entry); then, for the document it holds,
+    only the samples and entries made after it, no SVG while the graph's key is the same, nothing but
+    ``unchanged`` when no reading is newer; the SVG again when a width changes; a bad ``since`` named."""
+    book = JobBook("job", layout(looped_plan()))
+    snapshots = {"committed": 1, "last_id": 1, "last_duration_s": 0.01, "last_size_bytes": 10, "abandoned_reasons": []}
+    documents = {"job": book.add(reading(1, 0.0, 0, snapshots=snapshots), 1.0, 1000.0, {})}
+    server = UIServer(lambda: documents)
+    base = server.start() + "api/view?name=job"
+    try:
+        first = get_json(base)
+        assert first["svg"].startswith("<svg") and len(first["frontier_history"]) == 1 and len(first["timeline"]) == 1
+        assert first["boxes"]["count"]["width"] == "×1" and [j["name"] for j in first["jobs"]] == ["job"]
+        key, since = first["graph_key"], first["at"]
+        assert get_json(f"{base}&since={since}&graph={key}") == {"job": "job", "at": since, "unchanged": True, "jobs": first["jobs"]}
+        documents["job"] = book.add(reading(5, 0.5, 1), 2.0, 1001.0, {})
+        update = get_json(f"{base}&since={since}&graph={key}")
+        assert "svg" not in update and "graph" not in update and update["timeline"] == []
+        assert [s["at"] for s in update["frontier_history"]] == [1001.0] and update["boxes"]["count"]["rates"] == "in 4/s · out 4/s"
+        documents["job"] = book.add(reading(9, 1.0, 2, parallelism=2), 3.0, 1002.0, {})
+        rescaled = get_json(f"{base}&since={update['at']}&graph={key}")
+        assert rescaled["graph_key"] != key and 'data-vertex="count"' in rescaled["svg"] and "×2" in rescaled["svg"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}&since=yesterday", timeout=10)
+        assert refused.value.code == 400 and "since='yesterday' is not a time" in refused.value.read().decode()
+    finally:
+        server.stop()
+
+
 def test_the_progress_bar_needs_a_known_total_and_a_terminal(monkeypatch):
     assert epochs_total({"numbers": [[1], [2]]}, ["numbers"]) == 2 and epochs_done({"counts": 1}) == 2
     assert EpochBar(2, "job").bar is None  # pytest's stderr is no terminal
