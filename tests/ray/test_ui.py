@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -124,6 +125,9 @@ def page_figures(page: Any) -> dict[str, Any]:
             t => [t.parentNode.dataset.vertex, Number(t.dataset.in)])),
         updates: Number(document.body.dataset.updates),
         timeline: [...document.querySelectorAll('#timeline li')].map(li => li.dataset.kind),
+        header: [document.getElementById('epochs').textContent, document.getElementById('latency').textContent],
+        bars: Object.fromEntries([...document.querySelectorAll('#vertices tbody tr')].map(tr => [tr.dataset.vertex,
+            [...tr.children[7].children].map(span => [...span.querySelectorAll('.bar')].map(b => b.title.split(' ')[0]))])),
     })""")
 
 
@@ -256,10 +260,15 @@ def test_the_live_view_of_a_running_job_in_chromium(ray_session, tmp_path):
             assert second["updates"] >= first["updates"] + 2  # it polls by itself, at least once a second
             assert second["svgIn"]["count"] > 0 and second["svgIn"] != first["svgIn"]  # the rates move
             assert second["rows"]["count"]["in"] != "–"
+            assert re.fullmatch(r"epochs completed: \d+ of \d+", second["header"][0]), second["header"]
+            assert re.fullmatch(r"epoch latency p50 \d+ ms, p99 \d+ ms", second["header"][1]), second["header"]
+            assert second["bars"]["count"] == [["busy", "blocked"]]  # a busy and a blocked bar per replica
             assert int(second["rows"]["counts"]["frontier"]) > int(first["rows"]["counts"]["frontier"])  # so does the frontier
             check_a_hidden_tab_asks_nothing(page)
             job.rescale({"count": 2})
             page.wait_for_selector("#timeline li[data-kind=rescale]", timeout=15_000)
+            page.wait_for_function("document.querySelector('#vertices tr[data-vertex=count] td:last-child').children.length === 2",
+                                   timeout=10_000)  # a replica's bars more
             assert page.evaluate("[...document.querySelectorAll('#timeline li[data-kind=snapshot]')].some("
                                  "li => / committed, epochs to \\d+ complete/.test(li.textContent))")  # the epochs it holds
             page.wait_for_function("[...document.querySelectorAll('svg.dataflow g.vertex')].some("
