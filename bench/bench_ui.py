@@ -9,17 +9,28 @@ watcher reading the job at 1 Hz. The order alternates run by run. Each epoch is 
 awaited (``job.results``) before the next, so ``epochs_per_s`` is the job's epoch rate and
 ``latency_ms_p50`` / ``_p99`` its epoch latency. The page's cost is the ratio watched / not
 watched, run by run (``RATIOS``).
+
+Where the page's cost goes, while it is open: Chromium's CPU seconds per minute over its whole
+process tree (psutil; ``chromium_cpu_s_per_min``, and per process type: the browser, the
+renderer that runs the page, the GPU process that composites it, utilities such as the
+network service), the renderer's own accounting through the DevTools protocol's
+``Performance.getMetrics`` (milliseconds per second in tasks, script, layout, style
+recalculation; layouts per second), and the bytes the page fetched per second (its resource
+timings). The driver's own CPU (its feeding, the watcher and the server) per minute, with the
+page open and without: ``watched_driver_cpu_s_per_min``, ``alone_driver_cpu_s_per_min``.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
+
+import psutil
 
 import raytide as rt
 from bench.harness import ensure_ray
@@ -83,19 +94,71 @@ def polled(url: str) -> Any:
         thread.join(timeout=15)
 
 
-def browsed(playwright: Any) -> Callable[[str], AbstractContextManager[Any]]:
-    """The page open in Chromium while the block runs."""
+def _chromium_cpu() -> dict[str, float]:
+    """CPU seconds so far of each Chromium process under this one, summed by process type."""
+    per_type: dict[str, float] = {}
+    for process in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if "chrom" not in process.name():
+                continue
+            kind = next((a[7:] for a in process.cmdline() if a.startswith("--type=")), "browser")
+            times = process.cpu_times()
+        except psutil.Error:  # ended meanwhile
+            continue
+        per_type[kind] = per_type.get(kind, 0.0) + times.user + times.system
+    return per_type
+
+
+RENDERER_METRICS = {"TaskDuration": "task", "ScriptDuration": "script", "LayoutDuration": "layout",
+                    "RecalcStyleDuration": "style"}
+
+
+def _renderer(session: Any) -> dict[str, float]:
+    return {m["name"]: m["value"] for m in session.send("Performance.getMetrics")["metrics"]}
+
+
+def _fetched_bytes(page: Any) -> float:
+    return float(page.evaluate("performance.getEntriesByType('resource').reduce((n, e) => n + e.encodedBodySize, 0)"))
+
+
+class Browser:
+    """The page open in Chromium while the block runs, and what Chromium spent on it meanwhile."""
+
+    def __init__(self, playwright: Any) -> None:
+        self.playwright = playwright
+        self.figures: dict[str, float] = {}
 
     @contextmanager
-    def opened(url: str) -> Any:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        browser.new_page().goto(url)
+    def __call__(self, url: str) -> Any:
+        browser = self.playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        session = page.context.new_cdp_session(page)
+        session.send("Performance.enable")
+        page.goto(url)
+        page.evaluate("performance.setResourceTimingBufferSize(100000)")
+        page.wait_for_selector("svg.dataflow g.vertex", timeout=30_000)
+        cpu, metrics, fetched, started = _chromium_cpu(), _renderer(session), _fetched_bytes(page), time.monotonic()
         try:
             yield
+            self._measured(_chromium_cpu(), cpu, _renderer(session), metrics, _fetched_bytes(page) - fetched,
+                           time.monotonic() - started)
         finally:
             browser.close()
 
-    return opened
+    def _measured(self, cpu: dict[str, float], cpu0: dict[str, float], metrics: dict[str, float],
+                  metrics0: dict[str, float], fetched: float, seconds: float) -> None:
+        per_min = {kind: (cpu[kind] - cpu0.get(kind, 0.0)) * 60 / seconds for kind in cpu}
+        self.figures = {"chromium_cpu_s_per_min": sum(per_min.values()),
+                        **{f"chromium_{kind}_cpu_s_per_min": value for kind, value in per_min.items()},
+                        **{f"renderer_{short}_ms_per_s": (metrics[name] - metrics0[name]) * 1000 / seconds
+                           for name, short in RENDERER_METRICS.items()},
+                        "renderer_layouts_per_s": (metrics["LayoutCount"] - metrics0["LayoutCount"]) / seconds,
+                        "page_kb_per_s": fetched / 1024 / seconds}
+
+
+def _driver_cpu() -> float:
+    times = psutil.Process(os.getpid()).cpu_times()
+    return times.user + times.system
 
 
 def measure(seconds: float, parallelism: int, watcher: str) -> dict[str, float]:
@@ -106,15 +169,18 @@ def measure(seconds: float, parallelism: int, watcher: str) -> dict[str, float]:
     watched_first, _runs = _runs % 2 == 0, _runs + 1
     out: dict[str, float] = {}
     with rt.run(keyed(), parallelism=parallelism) as job, sync_playwright() as playwright:
-        watching = polled if watcher == "api" else browsed(playwright)
+        watching = polled if watcher == "api" else Browser(playwright)
         job.wait_ready(timeout=120)
         epoch, _ = epochs(job, 2.0, 0)  # warm up
         for watched in (watched_first, not watched_first):
+            cpu = _driver_cpu()
             if watched:
                 with watching(job.ui()):
+                    cpu = _driver_cpu()
                     epoch, latencies = epochs(job, seconds, epoch)
             else:
                 epoch, latencies = epochs(job, seconds, epoch)
-            out.update(figures("watched" if watched else "alone", latencies, seconds))
+            prefix = "watched" if watched else "alone"
+            out.update(figures(prefix, latencies, seconds), **{f"{prefix}_driver_cpu_s_per_min": (_driver_cpu() - cpu) * 60 / seconds})
         job.close("numbers")
-    return out
+    return {**out, **getattr(watching, "figures", {})}

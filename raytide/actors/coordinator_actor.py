@@ -69,6 +69,7 @@ class CoordinatorActor:
         self.seen = 0
         self.abandoned: collections.deque[str] = collections.deque(maxlen=5)  # the last reasons (the count is in stats)
         self.last_alignment: float | None = None  # the longest a replica aligned for the last snapshot
+        self.last_complete: dict[str, int | None] = {}  # per output, its last epoch complete in the last snapshot
         self.held: dict[int, dict[Any, Any]] = {}  # per rescale cut complete: every replica's HeldReport
         self.recent_commits: collections.deque[int] = collections.deque(maxlen=64)  # the ids last committed
         self.taking_now = 0  # calls of _take_now under way: the clock triggers no periodic snapshot meanwhile
@@ -145,6 +146,7 @@ class CoordinatorActor:
         if self.tuner is not None and self.core.stats.last_duration is not None:
             self.tuner.record_checkpoint(self.core.stats.last_duration)
         self.last_alignment = max((summary.alignment_s for summary in commit.summaries.values()), default=0.0)
+        self.last_complete = complete
         positions = {key: summary.positions for key, summary in commit.summaries.items() if summary.positions}
         self.commits.append(Committed(commit.snapshot_id, positions, complete))  # type: ignore[arg-type]
         self.recent_commits.append(commit.snapshot_id)
@@ -273,13 +275,14 @@ class CoordinatorActor:
             self.paused = True
 
     def stats(self) -> dict[str, Any]:
-        """Snapshots taken, their last duration and size, what was abandoned, the interval in
-        use, and the id of the one being taken (None: none is)."""
+        """Snapshots taken, their last id, duration and size and the epochs complete in it (per output,
+        ``last_complete``: -1 none, None all), what was abandoned, the interval in use, and the id of the
+        one being taken (None: none is)."""
         with self.lock:
             stats = self.core.stats
             return {"committed": stats.committed, "abandoned": stats.abandoned, "last_id": stats.last_id,
                     "last_duration_s": stats.last_duration, "last_size_bytes": stats.last_size,
-                    "last_alignment_s": self.last_alignment,
+                    "last_alignment_s": self.last_alignment, "last_complete": dict(self.last_complete),
                     "abandoned_reasons": list(self.abandoned), "interval_s": self.core.interval,
                     "failing": stats.failing(time.monotonic()),
                     "in_flight": None if self.core.in_flight is None else self.core.in_flight.snapshot_id}

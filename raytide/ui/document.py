@@ -12,11 +12,26 @@ recovery or a rescale that started new replicas, and counts from zero)::
 :class:`JobBook` keeps what one reading does not hold: the frontier of each output over time,
 the snapshots seen commit (the coordinator reports only its last), and the timeline of
 snapshots, recoveries, rescales and autoscaler rounds; :meth:`JobBook.add` returns the document.
+
+An open page asks for what changed since the document it holds (:func:`changes`): the frontier
+samples and timeline entries made after it, and the graph only if it is not the one it drew
+(``graph_key`` names a layout and the vertices' widths)::
+
+    >>> document = {"at": 12.0, "graph_key": "g1", "graph": {"nodes": []}, "state": "running",
+    ...             "frontier_history": [{"at": 11.0, "outputs": {}}, {"at": 12.0, "outputs": {}}],
+    ...             "timeline": [{"kind": "snapshot", "at": 10.5, "seen_at": 11.0}]}
+    >>> update = changes(document, since=11.0, graph_key="g1")
+    >>> update["frontier_history"], update["timeline"], "graph" in update
+    ([{'at': 12.0, 'outputs': {}}], [], False)
+    >>> "graph" in changes(document, since=11.0, graph_key="g0"), len(changes(document, None, None)["timeline"])
+    (True, 1)
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -38,7 +53,7 @@ def rates(previous: dict[str, dict[str, Any]], current: dict[str, dict[str, Any]
         for counter, key in (("records_in", "in_per_s"), ("records_out", "out_per_s")):
             value, old = now.get(counter, 0) or 0, before.get(counter, 0) or 0
             delta = value - old if value >= old else value  # went down: new replicas, counting from zero
-            figures[key] = delta / seconds if seconds > 0 else 0.0
+            figures[key] = round(delta / seconds, 2) if seconds > 0 else 0.0
         out[name] = figures
     return out
 
@@ -102,6 +117,22 @@ def vertex_figures(graph: dict[str, Any], stats: dict[str, Any], rate: dict[str,
     return out
 
 
+def held_epoch(complete: dict[str, int | None]) -> int | None:
+    """The last epoch complete at every output in a snapshot, given each output's (``last_complete``: -1
+    none, None every epoch: the output finished); None if there is no output's to go by, or all finished.
+
+    >>> held_epoch({"a": 41, "b": 40}), held_epoch({"a": -1}), held_epoch({"a": None, "b": 7}), held_epoch({})
+    (40, -1, 7, None)
+    """
+    epochs = [epoch for epoch in complete.values() if epoch is not None]
+    return min(epochs) if epochs else None
+
+
+def _holding(epoch: int | None) -> str:
+    """What a committed snapshot's label says of the epochs complete in it."""
+    return "" if epoch is None else ", no epoch complete yet" if epoch < 0 else f", epochs to {epoch} complete"
+
+
 def _snapshot_events(stats: Any, seen: set[Any], at: float) -> list[dict[str, Any]]:
     """The snapshots ``stats`` (the coordinator's figures) shows that ``seen`` has not: its last
     committed one, and each abandoned one with its reason."""
@@ -111,9 +142,10 @@ def _snapshot_events(stats: Any, seen: set[Any], at: float) -> list[dict[str, An
     last = stats.get("last_id")
     if last is not None and ("committed", last) not in seen:
         seen.add(("committed", last))
-        events.append({"at": at, "kind": "snapshot", "id": last, "committed": True,
+        epoch = held_epoch(stats.get("last_complete") or {})
+        events.append({"at": at, "kind": "snapshot", "id": last, "committed": True, "epoch": epoch,
                        "duration_s": stats.get("last_duration_s"), "size_bytes": stats.get("last_size_bytes"),
-                       "label": f"snapshot {last} committed"})
+                       "label": f"snapshot {last} committed" + _holding(epoch)})
     for number, reason in enumerate(stats.get("abandoned_reasons") or []):
         if ("abandoned", number) not in seen:
             seen.add(("abandoned", number))
@@ -157,6 +189,22 @@ def _autoscaler_events(rounds: list[dict[str, Any]], seen: set[Any]) -> list[dic
     return events
 
 
+def digest(graph: dict[str, Any]) -> str:
+    """A short name of a layout's content."""
+    return hashlib.sha1(json.dumps(graph, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def changes(document: dict[str, Any], since: float | None, graph_key: str | None) -> dict[str, Any]:
+    """``document`` for a page that holds the one made at ``since`` (its ``at``; None: none) with the graph
+    ``graph_key``: the frontier samples and timeline entries made after it, the graph only if it is another."""
+    update = {key: value for key, value in document.items() if key not in ("graph", "frontier_history", "timeline")}
+    if graph_key != document["graph_key"]:
+        update["graph"] = document["graph"]
+    update["frontier_history"] = [s for s in document["frontier_history"] if since is None or s["at"] > since]
+    update["timeline"] = [e for e in document["timeline"] if since is None or e["seen_at"] > since]
+    return update
+
+
 class JobBook:
     """What the page shows of one job, kept across samples (pure: fed readings, returns documents)."""
 
@@ -166,13 +214,14 @@ class JobBook:
         self.frontiers: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self.timeline: collections.deque[dict[str, Any]] = collections.deque(maxlen=TIMELINE)
         self.seen: set[Any] = set()
+        self.graph_digest = digest(graph)  # the layout's part of the documents' graph_key
 
     def add(self, stats: dict[str, Any], at: float, wall: float, facts: dict[str, Any]) -> dict[str, Any]:
         """Take a ``job.stats()`` reading made at monotonic time ``at`` (wall clock ``wall``) and the
         driver's ``facts`` (``state``, ``latest`` epoch per output, epoch ``latencies`` in seconds,
         ``errors``, ``epochs_total``, ``graph``: a new layout after a rescale); return the document."""
         if facts.get("graph") is not None:
-            self.graph = facts["graph"]
+            self.graph, self.graph_digest = facts["graph"], digest(facts["graph"])
         before_at, before = self.previous if self.previous is not None else (at, {})
         seconds = at - before_at
         rate = rates(before.get("vertices", {}), stats.get("vertices", {}), seconds) if seconds > 0 else {}
@@ -181,8 +230,8 @@ class JobBook:
         outputs = [n["name"] for n in self.graph["nodes"] if n["role"] == "output"]
         vertices = vertex_figures(self.graph, stats, rate, share)
         self.frontiers.append({"at": wall, "outputs": {name: vertices[name]["frontier"] for name in outputs}})
-        self.timeline.extend(_snapshot_events(stats.get("snapshots"), self.seen, wall))
-        self.timeline.extend(_recovery_events(stats, self.seen))
+        events = _snapshot_events(stats.get("snapshots"), self.seen, wall) + _recovery_events(stats, self.seen)
+        self.timeline.extend({**event, "seen_at": wall} for event in events)
         return self._document(stats, facts, wall, vertices, outputs, seconds)
 
     def _document(self, stats: dict[str, Any], facts: dict[str, Any], wall: float, vertices: dict[str, Any],
@@ -194,6 +243,7 @@ class JobBook:
             "job": self.name, "state": facts.get("state", "running"), "at": wall, "read_at": facts.get("read_at", wall),
             "window_s": round(seconds, 3),
             "graph": self.graph, "vertices": vertices,
+            "graph_key": self.graph_digest + "".join(f".{vertices[name]['parallelism']}" for name in sorted(vertices)),
             "outputs": {name: {"latest_epoch": latest.get(name), "frontier": vertices[name]["frontier"]} for name in outputs},
             "frontier_history": list(self.frontiers),
             "epochs_completed": (min(done) + 1 if done and None not in done else 0),

@@ -1,7 +1,7 @@
 """The web server of the live view: the page (static HTML, JS and CSS shipped with the package),
-``/api/jobs`` (the jobs it serves), ``/api/job?name=...`` (a job's document, JSON) and
-``/api/graph.svg?name=...`` (its graph, drawn by :mod:`raytide.ui.svg`), on aiohttp, in an event
-loop on a thread of its own.
+``/api/jobs`` (the jobs it serves), ``/api/job?name=...`` (a job's document, JSON),
+``/api/graph.svg?name=...`` (its graph, drawn by :mod:`raytide.ui.svg`) and ``/api/view`` (what
+the open page lacks: :func:`view`), on aiohttp, in an event loop on a thread of its own.
 
 It serves on 127.0.0.1 unless told otherwise. Bound to another address it needs a token,
 generated at start unless one is given, which every request must carry (``?token=...``, or
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import json
 import secrets
 import threading
 from collections.abc import Callable, Mapping
@@ -27,7 +28,8 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from raytide.ui.svg import render
+from raytide.ui.document import changes
+from raytide.ui.svg import boxes, render
 
 #: The page's files, served under ``/static/`` (``index.html`` at ``/``).
 STATIC = {"index.html": "text/html", "app.js": "application/javascript", "style.css": "text/css"}
@@ -45,6 +47,20 @@ def authorized(token: str | None, query: Mapping[str, str], headers: Mapping[str
     if bearer.startswith("Bearer "):
         given = given or bearer[len("Bearer "):]
     return hmac.compare_digest(given.encode(), token.encode())
+
+
+def view(document: dict[str, Any], since: float | None, graph_key: str | None) -> dict[str, Any]:
+    """What a page that holds ``document``'s job as of ``since`` (the ``at`` of its document; None: nothing)
+    with the graph ``graph_key`` drawn lacks: nothing but ``unchanged`` if no reading is newer, else the
+    document's :func:`~raytide.ui.document.changes`, with the graph drawn as ``svg`` (only if it is another)
+    and each box's texts and colours (``boxes``: :func:`~raytide.ui.svg.box`) to update the one drawn."""
+    if since is not None and document["at"] <= since:
+        return {"job": document["job"], "at": document["at"], "unchanged": True}
+    update = changes(document, since, graph_key)
+    if update.pop("graph", None) is not None:
+        update["svg"] = render(document["graph"], document["vertices"])
+    update["boxes"] = boxes(document["graph"], document["vertices"])
+    return update
 
 
 def is_loopback(host: str) -> bool:
@@ -107,7 +123,7 @@ class UIServer:
         app = web.Application(middlewares=[self._check_token])
         app.add_routes([web.get("/", self._page), web.get("/static/{file}", self._static),
                         web.get("/api/jobs", self._jobs), web.get("/api/job", self._job),
-                        web.get("/api/graph.svg", self._graph)])
+                        web.get("/api/graph.svg", self._graph), web.get("/api/view", self._view)])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -144,8 +160,24 @@ class UIServer:
         return documents[name]
 
     async def _jobs(self, request: web.Request) -> web.Response:
+        return web.json_response({"jobs": _listed(await self._all())})
+
+    async def _view(self, request: web.Request) -> web.Response:
+        """The page's poll: :func:`view` of ``?name=`` (else the first job) for ``?since=`` and ``?graph=``,
+        with the jobs' names; only the names while there is no job."""
         documents = await self._all()
-        return web.json_response({"jobs": [{"name": n, "state": d.get("state")} for n, d in sorted(documents.items())]})
+        if not documents:
+            return web.json_response({"jobs": []})
+        name = request.query.get("name") or min(documents)
+        if name not in documents:
+            raise web.HTTPNotFound(text=f"no job {name!r} here; jobs: {sorted(documents)}")
+        since = request.query.get("since")
+        try:
+            at = float(since) if since else None
+        except ValueError:
+            raise web.HTTPBadRequest(text=f"/api/view: since={since!r} is not a time (the 'at' of a document)") from None
+        update = view(documents[name], at, request.query.get("graph"))
+        return web.json_response({**update, "jobs": _listed(documents)}, dumps=_dumps)
 
     async def _job(self, request: web.Request) -> web.Response:
         return web.json_response(await self._one(request), dumps=_dumps)
@@ -163,8 +195,11 @@ class UIServer:
             self._thread.join(timeout=5)
 
 
-def _dumps(value: Any) -> str:
-    """JSON of a document; what JSON cannot say (a timestamp object, a set) as its text."""
-    import json
+def _listed(documents: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs of ``documents``, each with its state, by name."""
+    return [{"name": name, "state": document.get("state")} for name, document in sorted(documents.items())]
 
-    return json.dumps(value, default=str)
+
+def _dumps(value: Any) -> str:
+    """JSON of a document, without spaces; what JSON cannot say (a timestamp object, a set) as its text."""
+    return json.dumps(value, default=str, separators=(",", ":"))

@@ -74,20 +74,48 @@ def labels(node: dict[str, Any], figures: dict[str, Any], most: int = 21) -> dic
             "queued": f"queued {'–' if queued is None else queued}" + (f" · lag {lag}" if lag is not None else "")}
 
 
+#: A bottleneck's tooltip.
+BOTTLENECK_TIP = "bottleneck: its chain's replicas are the busiest"
+
+
+def box(node: dict[str, Any], figures: dict[str, Any]) -> dict[str, str]:
+    """What a vertex's box shows that changes as the job runs: its texts (:func:`labels` but the name),
+    its records in and out per second as numbers (``in``, ``out``: the ``data-in`` and ``data-out`` of its
+    rates), its fill, its border and tooltip (the bottleneck's). The SVG draws it; the page updates a box
+    it drew with what changed, without drawing the graph again::
+
+        >>> node = {"name": "count", "role": "vertex", "parallelism": 2, "cyclic": False}
+        >>> box(node, {"in_per_s": 1500.0, "out_per_s": 30.0, "busy": 1.0, "bottleneck": True})["stroke_width"]
+        '4'
+        >>> box(node, {})["rates"], box(node, {})["fill"], box(node, {})["tip"]
+        ('in – · out –', '#eeeeee', '')
+    """
+    bottleneck = bool(figures.get("bottleneck"))
+    text = labels(node, figures)
+    return {"width": text["width"], "rates": text["rates"], "queued": text["queued"],
+            "in": f"{figures.get('in_per_s') or 0:.1f}", "out": f"{figures.get('out_per_s') or 0:.1f}",
+            "fill": busy_colour(figures.get("busy")), "stroke": "#c0392b" if bottleneck else "#555",
+            "stroke_width": "4" if bottleneck else "1.2", "tip": BOTTLENECK_TIP if bottleneck else ""}
+
+
 def _node(node: dict[str, Any], figures: dict[str, Any]) -> str:
     x, y, w, h = node["x"], node["y"], node["w"], node["h"]
-    bottleneck = bool(figures.get("bottleneck"))
-    stroke = 'stroke="#c0392b" stroke-width="4"' if bottleneck else 'stroke="#555" stroke-width="1.2"'
     name = html.escape(node["name"])
-    text = {key: html.escape(value) for key, value in labels(node, figures).items()}
+    shown = {key: html.escape(value) for key, value in box(node, figures).items()}
+    title = html.escape(labels(node, figures)["name"])
     return (f'<g class="vertex" data-vertex="{name}" data-role="{node["role"]}">'
-            f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{busy_colour(figures.get("busy"))}" {stroke}/>'
-            f'<text class="vname" x="{x + 6}" y="{y + 15}" font-size="12" font-weight="bold">{text["name"]}<title>{name}</title></text>'
-            f'<text class="width" x="{x + w - 6}" y="{y + 15}" font-size="12" text-anchor="end">{text["width"]}</text>'
-            f'<text class="rates" x="{x + 6}" y="{y + 33}" font-size="11" data-in="{figures.get("in_per_s") or 0:.1f}" '
-            f'data-out="{figures.get("out_per_s") or 0:.1f}">{text["rates"]}</text>'
-            f'<text class="queued" x="{x + 6}" y="{y + 50}" font-size="11">{text["queued"]}</text>'
-            + ('<title>bottleneck: its chain\'s replicas are the busiest</title>' if bottleneck else "") + "</g>")
+            f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{shown["fill"]}" stroke="{shown["stroke"]}" '
+            f'stroke-width="{shown["stroke_width"]}"><title>{shown["tip"]}</title></rect>'
+            f'<text class="vname" x="{x + 6}" y="{y + 15}" font-size="12" font-weight="bold">{title}<title>{name}</title></text>'
+            f'<text class="width" x="{x + w - 6}" y="{y + 15}" font-size="12" text-anchor="end">{shown["width"]}</text>'
+            f'<text class="rates" x="{x + 6}" y="{y + 33}" font-size="11" data-in="{shown["in"]}" '
+            f'data-out="{shown["out"]}">{shown["rates"]}</text>'
+            f'<text class="queued" x="{x + 6}" y="{y + 50}" font-size="11">{shown["queued"]}</text></g>')
+
+
+def boxes(graph: dict[str, Any], vertices: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """:func:`box` of every vertex of ``graph`` with its figures in ``vertices``, by name."""
+    return {node["name"]: box(node, vertices.get(node["name"], {})) for node in graph["nodes"]}
 
 
 def _edge(edge: dict[str, Any], at: dict[str, dict[str, Any]], bottom: float) -> str:

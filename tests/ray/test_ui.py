@@ -3,20 +3,27 @@
 
 One job (an input, a loop, a keyed count, with recovery) runs while the driver feeds it; the
 test opens ``job.ui()``'s page, reads the vertex names and rates from the DOM, sees the rates,
-the frontier and the page's own polling move over two seconds, rescales the job and sees the
+the frontier and the page's own polling move over two seconds while the graph, the table's rows and
+the plot keep their nodes (updated in place, not drawn again), sees a hidden tab ask for nothing
+and a shown one ask again, rescales the job and sees the
 rescale on the page's timeline and the new width in its graph, saves the graph as SVG and PNG
 with the page's buttons, SIGKILLs a replica and sees the recovery on the timeline, saves a
 screenshot and checks it is not blank. Meanwhile a second job fails in user code, and its page
 shows the vertex, replica, epoch and the user's traceback. It also holds ``/api/job`` against
 ``job.stats()`` read around it, a server bound off loopback against requests without its token,
-``job.ui_snapshot`` (SVG and PNG), and the board that ``python -m raytide ui`` serves from.
+``job.ui_snapshot`` (SVG and PNG), and ``python -m raytide ui`` serving, from the cluster's board, a
+job whose driver runs with ``RAYTIDE_UI=1``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -118,7 +125,39 @@ def page_figures(page: Any) -> dict[str, Any]:
             t => [t.parentNode.dataset.vertex, Number(t.dataset.in)])),
         updates: Number(document.body.dataset.updates),
         timeline: [...document.querySelectorAll('#timeline li')].map(li => li.dataset.kind),
+        header: [document.getElementById('epochs').textContent, document.getElementById('latency').textContent],
+        bars: Object.fromEntries([...document.querySelectorAll('#vertices tbody tr')].map(tr => [tr.dataset.vertex,
+            [...tr.children[7].children].map(span => [...span.querySelectorAll('.bar')].map(b => b.title.split(' ')[0]))])),
     })""")
+
+
+KEEP_MARKS = """() => { for (const node of [document.querySelector('svg.dataflow'),
+    document.querySelector('#vertices tbody tr'), document.querySelector('#frontier polyline')]) node.dataset.kept = 'yes'; }"""
+KEPT = """() => [document.querySelector('svg.dataflow'), document.querySelector('#vertices tbody tr'),
+    document.querySelector('#frontier polyline')].map(node => node.dataset.kept === 'yes')"""
+
+
+def check_updated_in_place(page: Any) -> None:
+    """Marked nodes (the graph, a table row, the frontier's line) are the page's still after two polls that
+    moved the figures: it updates them, it does not draw them again; the plot's line has a point per sample."""
+    assert page.evaluate(KEPT) == [True, True, True]
+    points = page.get_attribute("#frontier polyline", "points").split()
+    assert len(points) >= 2, points
+
+
+def check_a_hidden_tab_asks_nothing(page: Any) -> None:
+    """With the tab hidden (as the browser says it is: ``visibilityState``), the page stops asking; shown, it asks again."""
+    def shown(state: str) -> None:
+        page.evaluate("state => { Object.defineProperty(document, 'visibilityState', {value: state, configurable: true});"
+                      " document.dispatchEvent(new Event('visibilitychange')); }", state)
+
+    shown("hidden")
+    time.sleep(1.2)  # an answer on its way when it was hidden still counts
+    hidden = page.evaluate("Number(document.body.dataset.updates)")
+    time.sleep(2.5)
+    assert page.evaluate("Number(document.body.dataset.updates)") == hidden
+    shown("visible")
+    page.wait_for_function(f"Number(document.body.dataset.updates) >= {hidden + 2}", timeout=10_000)
 
 
 def check_download(page: Any, button: str, path: str) -> bytes:
@@ -213,14 +252,25 @@ def test_the_live_view_of_a_running_job_in_chromium(ray_session, tmp_path):
             page.wait_for_function("document.querySelectorAll('#vertices tbody tr').length > 0", timeout=20_000)
             first = page_figures(page)
             assert sorted(first["names"]) == sorted(job.plan.vertices)
+            page.wait_for_selector("#frontier polyline", timeout=10_000)
+            page.evaluate(KEEP_MARKS)
             time.sleep(2.2)
             second = page_figures(page)
+            check_updated_in_place(page)
             assert second["updates"] >= first["updates"] + 2  # it polls by itself, at least once a second
             assert second["svgIn"]["count"] > 0 and second["svgIn"] != first["svgIn"]  # the rates move
             assert second["rows"]["count"]["in"] != "–"
+            assert re.fullmatch(r"epochs completed: \d+ of \d+", second["header"][0]), second["header"]
+            assert re.fullmatch(r"epoch latency p50 \d+ ms, p99 \d+ ms", second["header"][1]), second["header"]
+            assert second["bars"]["count"] == [["busy", "blocked"]]  # a busy and a blocked bar per replica
             assert int(second["rows"]["counts"]["frontier"]) > int(first["rows"]["counts"]["frontier"])  # so does the frontier
+            check_a_hidden_tab_asks_nothing(page)
             job.rescale({"count": 2})
             page.wait_for_selector("#timeline li[data-kind=rescale]", timeout=15_000)
+            page.wait_for_function("document.querySelector('#vertices tr[data-vertex=count] td:last-child').children.length === 2",
+                                   timeout=10_000)  # a replica's bars more
+            assert page.evaluate("[...document.querySelectorAll('#timeline li[data-kind=snapshot]')].some("
+                                 "li => / committed, epochs to \\d+ complete/.test(li.textContent))")  # the epochs it holds
             page.wait_for_function("[...document.querySelectorAll('svg.dataflow g.vertex')].some("
                                    "g => g.dataset.vertex === 'count' && g.querySelector('text.width').textContent === '×2')",
                                    timeout=15_000)
@@ -232,6 +282,8 @@ def test_the_live_view_of_a_running_job_in_chromium(ray_session, tmp_path):
             failed = failing_job()  # while the first job recovers
             page.wait_for_selector("#timeline li[data-kind=recovery]", timeout=30_000)
             assert "recovery from snapshot" in page.text_content("#timeline li[data-kind=recovery]")
+            assert page.evaluate("document.querySelectorAll('#timeline-strip rect').length === "
+                                 "document.querySelectorAll('#timeline li').length")  # a bar per entry
             page.screenshot(path=str(tmp_path / "ui.png"), full_page=True)
             check_error_page(page, failed.ui())
             browser.close()
@@ -246,23 +298,51 @@ def test_the_live_view_of_a_running_job_in_chromium(ray_session, tmp_path):
         job.cancel()
 
 
-def test_python_m_raytide_ui_serves_the_jobs_that_post_to_the_clusters_board(ray_session, tmp_path):
-    """What ``python -m raytide ui`` serves (in this process: it is connected to the same Ray):
-    a job started with ``ui=True`` posts to the cluster's board, and the board's server lists it."""
-    from raytide.actors.ui_board import board
-    from raytide.driver.watch import serve_board
-
-    inputs = {"numbers": [list(range(50))] * 100}
-    job = rt.run(looped_counts(), inputs=inputs, parallelism=1, ui=True)
-    server = serve_board()
+def printed_url(process: subprocess.Popen, timeout: float) -> str:
+    """The URL the command ``process`` prints on its first line, read on a thread (a wait with a timeout)."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()  # type: ignore[union-attr]
     try:
+        line = lines.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError(f"python -m raytide ui printed no URL within {timeout} s") from None
+    assert " at http://" in line, line
+    return line.split(" at ")[1].split()[0]
+
+
+def test_python_m_raytide_ui_serves_the_jobs_that_post_to_the_clusters_board(ray_session, session_ray_env, monkeypatch, capsys):
+    """``python -m raytide ui``, run as a user runs it (a process of its own, joining the cluster), serves
+    a job whose driver runs with ``RAYTIDE_UI=1`` (which posts to the cluster's board without serving) and
+    one started with ``ui=True`` (which also serves, and prints its URL): it lists both, serves the first's
+    document and the page's poll; Ctrl-C stops it."""
+    from raytide.actors.ui_board import board
+
+    monkeypatch.setenv("RAYTIDE_UI", "1")
+    inputs = {"numbers": [list(range(50))] * 100}
+    job = rt.run(looped_counts(), inputs=inputs, parallelism=1)
+    monkeypatch.delenv("RAYTIDE_UI")
+    shown = command = None
+    try:
+        shown = rt.run(looped_counts(), inputs={"numbers": [[1, 2]]}, parallelism=1, ui=True)
+        own_url = capsys.readouterr().err.split(f"the live view of job {shown.name!r} is at ")[1].split()[0]
+        assert get(own_url.replace("/?job=", "/api/job?name="))[0] == 200
+        command = subprocess.Popen([sys.executable, "-m", "raytide", "ui", "--address", session_ray_env["RAY_ADDRESS"],
+                                    "--port", "0"], env=session_ray_env, stdout=subprocess.PIPE, text=True)
         assert job.epochs_total == 100
-        listed = until(lambda: json.loads(get(server.url() + "api/jobs")[1])["jobs"], 20, "the job on the board")
-        assert job.name in [entry["name"] for entry in listed]
-        status, body = get(f"{server.url()}api/job?name={job.name}")
+        url = printed_url(command, 60)
+        until(lambda: {job.name, shown.name} <= {entry["name"] for entry in json.loads(get(url + "api/jobs")[1])["jobs"]},
+              20, "both jobs on the board")
+        status, body = get(f"{url}api/job?name={job.name}")
         assert status == 200 and set(json.loads(body)["vertices"]) == set(job.plan.vertices)
+        status, body = get(f"{url}api/view?name={job.name}")
+        assert status == 200 and json.loads(body)["svg"].startswith("<svg")
         job.wait(timeout=120)
+        command.send_signal(signal.SIGINT)
+        assert command.wait(timeout=30) == 0
     finally:
-        server.stop()
-        job.cancel()
+        if command is not None:
+            command.kill()
+        for started in (shown, job):
+            if started is not None:
+                started.cancel()
         ray_session.kill(board(create=False))

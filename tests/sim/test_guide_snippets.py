@@ -22,6 +22,21 @@ def test_the_readme_is_short_with_one_example_and_its_output():
     assert [(snippet.needs, snippet.output is not None) for snippet in readme] == [("ray", True)]
 
 
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def test_benchmarks_md_is_one_page_with_its_figures_dated():
+    """docs/benchmarks.md is under 300 lines; every row of its table of today's figures says the day it was
+    measured, and every section after "What the figures include" says it in its heading or its text."""
+    text = (snippets.ROOT / "docs" / "benchmarks.md").read_text()
+    assert len(text.splitlines()) < 300
+    today = text.split("\n## Today's figures\n")[1].split("\n## ")[0]
+    rows = [line for line in today.splitlines() if line.startswith("| ") and not line.startswith("| figure |")]
+    assert len(rows) > 10 and [row[:60] for row in rows if not DATE.search(row)] == []
+    sections = text.split("\n## What the figures include\n")[1].split("\n## ")[1:]
+    assert len(sections) >= 4 and [section.splitlines()[0] for section in sections if not DATE.search(section)] == []
+
+
 def test_the_guide_has_snippets_of_every_kind():
     needs = {snippet.needs for snippet in snippets.snippets("docs/guide.md")}
     assert needs == {"", "ray", "spark"}, needs

@@ -103,7 +103,8 @@ def test_the_document_has_every_vertex_its_rates_the_bottleneck_and_the_frontier
 
 def test_the_timeline_holds_snapshots_recoveries_rescales_and_the_autoscalers_reasons_once_each():
     book = JobBook("job", layout(looped_plan()))
-    snapshots = {"committed": 1, "last_id": 7, "last_duration_s": 0.05, "last_size_bytes": 900, "abandoned_reasons": ["timeout"]}
+    snapshots = {"committed": 1, "last_id": 7, "last_duration_s": 0.05, "last_size_bytes": 900, "abandoned_reasons": ["timeout"],
+                 "last_complete": {"counts": 41}}
     rescale = {"finished_at": 1001.5, "before": {"count": 1}, "after": {"count": 2}, "pause_s": 0.2, "seconds": 0.4}
     recovery = {"incarnation": 2, "finished_at": 1001.0, "seconds": 1.5, "cause": "replica job/count+counts/0 died",
                 "snapshot_id": 7, "replaced": ["job/count+counts/0"]}
@@ -119,6 +120,9 @@ def test_the_timeline_holds_snapshots_recoveries_rescales_and_the_autoscalers_re
     assert by_kind["rescale"]["pause_s"] == 0.2 and "rate 900 > 500" in by_kind["rescale"]["reason"]
     assert by_kind["recovery"]["reason"] == "replica job/count+counts/0 died" and by_kind["recovery"]["pause_s"] == 1.5
     assert "rate 900 > 500" in by_kind["autoscaler"]["reason"]
+    committed = [e for e in doc["timeline"] if e.get("committed")]
+    assert [(e["id"], e["epoch"], e["duration_s"], e["size_bytes"]) for e in committed] == [(7, 41, 0.05, 900)]
+    assert committed[0]["label"] == "snapshot 7 committed, epochs to 41 complete"
 
 
 def test_a_user_error_reaches_the_document_with_its_traceback():
@@ -184,6 +188,40 @@ def test_a_loopback_server_serves_the_page_the_document_and_the_svg():
             assert answer.read().startswith(b"<svg")
         assert status(f"http://127.0.0.1:{server.port}/api/job?name=nope") == 404
         assert status(f"http://127.0.0.1:{server.port}/static/secrets.txt") == 404
+    finally:
+        server.stop()
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)
+
+
+def test_the_pages_poll_gets_only_what_changed():
+    """``/api/view``: whole at first (the graph as SVG, every sample and entry); then, for the document it holds,
+    only the samples and entries made after it, no SVG while the graph's key is the same, nothing but
+    ``unchanged`` when no reading is newer; the SVG again when a width changes; a bad ``since`` named."""
+    book = JobBook("job", layout(looped_plan()))
+    snapshots = {"committed": 1, "last_id": 1, "last_duration_s": 0.01, "last_size_bytes": 10, "abandoned_reasons": []}
+    documents = {"job": book.add(reading(1, 0.0, 0, snapshots=snapshots), 1.0, 1000.0, {})}
+    server = UIServer(lambda: documents)
+    base = server.start() + "api/view?name=job"
+    try:
+        first = get_json(base)
+        assert first["svg"].startswith("<svg") and len(first["frontier_history"]) == 1 and len(first["timeline"]) == 1
+        assert first["boxes"]["count"]["width"] == "×1" and [j["name"] for j in first["jobs"]] == ["job"]
+        key, since = first["graph_key"], first["at"]
+        assert get_json(f"{base}&since={since}&graph={key}") == {"job": "job", "at": since, "unchanged": True, "jobs": first["jobs"]}
+        documents["job"] = book.add(reading(5, 0.5, 1), 2.0, 1001.0, {})
+        update = get_json(f"{base}&since={since}&graph={key}")
+        assert "svg" not in update and "graph" not in update and update["timeline"] == []
+        assert [s["at"] for s in update["frontier_history"]] == [1001.0] and update["boxes"]["count"]["rates"] == "in 4/s · out 4/s"
+        documents["job"] = book.add(reading(9, 1.0, 2, parallelism=2), 3.0, 1002.0, {})
+        rescaled = get_json(f"{base}&since={update['at']}&graph={key}")
+        assert rescaled["graph_key"] != key and 'data-vertex="count"' in rescaled["svg"] and "×2" in rescaled["svg"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}&since=yesterday", timeout=10)
+        assert refused.value.code == 400 and "since='yesterday' is not a time" in refused.value.read().decode()
     finally:
         server.stop()
 
