@@ -144,17 +144,14 @@ class LocalJob(World):
                 continue
             if not self.result.finished:
                 self.asks.arrive(self.result.steps, self.plan)
-            self._notice_failures()
-            self._start_rescale()
+            self._supervise()
             self._tick_coordinator()
             choices = self._mailboxes()
             if not choices:
                 if self.result.finished or self.result.failure is not None:  # a recovery may fail the job just now
                     break
-                if self._sweep():  # nothing moves until the death is noticed: notice it now
-                    continue
-                raise Hang(f"the job hangs: nothing left to deliver after {self.result.steps} steps and "
-                           f"not finished; pending: {self.progress.describe() if self.progress else None}")
+                self._stalled(max_steps)
+                continue
             if self.result.steps >= max_steps:
                 raise Hang(f"the job is still running after {max_steps} steps")
             self.result.steps += 1
@@ -164,11 +161,13 @@ class LocalJob(World):
         return self.result
 
     def slow_down(self, key: Target, weight: float, at_step: int = 0, steps: int | None = None) -> None:
-        """Make ``key`` (a replica, :data:`PROGRESS` or :data:`COORDINATOR`) slow but alive: it acts
-        ``weight`` times as often as another actor (0 < weight < 1), as a busy actor's queue drains;
-        timeouts (in steps) may then run out. With ``steps``, only from ``at_step`` for that many
-        steps, and ``weight`` may be 0: frozen (it takes no action, its clock stands), then it
-        resumes. The driver's own steps (its polls, a recovery's steps) are never slowed."""
+        """Make ``key`` (a replica, :data:`PROGRESS`, :data:`COORDINATOR` or :data:`DRIVER`) slow but
+        alive: it acts ``weight`` times as often as another actor (0 < weight < 1), as a busy actor's
+        queue drains; timeouts (in steps) may then run out. With ``steps``, only from ``at_step`` for
+        that many steps, and ``weight`` may be 0: frozen (it takes no action, its clock stands), then
+        it resumes. The driver's work is the supervisor's turn: its pushes to the inputs, its polls
+        and output hand-outs, noticing deaths, the recovery's and rescale's steps, learning of
+        commits; a frozen driver does none of it (a death meanwhile is handled when it thaws)."""
         if steps is None:
             self.slow[key] = weight
         else:
@@ -210,6 +209,26 @@ class LocalJob(World):
             return ActorLost(f"job {self.plan.name!r}: {cause}")
         vertices = self.plan.chain(target.chain).vertices if target in self.replicas else ()  # a retired one: none
         return ReplicaLost(f"{self.plan.name}/{target.chain}/{target.replica}", vertices, "the simulator", cause)
+
+    def _supervise(self) -> None:
+        """The supervisor's turn, if the driver is not frozen: what the coordinator told it, the
+        deaths noticed by now, the rescale asked for."""
+        if self._driver_awake:
+            self._learn()
+            self._notice_failures()
+            self._start_rescale()
+
+    def _stalled(self, max_steps: int) -> None:
+        """Nothing is left to deliver and the job has not finished: a step passes idle if the driver
+        is frozen (it acts when it thaws), or the deaths not noticed yet are noticed now (a ping of
+        every actor), or the job hangs."""
+        if not self._driver_awake:
+            if self.result.steps >= max_steps:
+                raise Hang(f"the job is still running after {max_steps} steps (its driver frozen)")
+            self.result.steps += 1
+        elif not self._sweep():
+            raise Hang(f"the job hangs: nothing left to deliver after {self.result.steps} steps and "
+                       f"not finished; pending: {self.progress.describe() if self.progress else None}")
 
     def _notice_failures(self) -> None:
         """Start a recovery for the deaths noticed by now (or start the one under way over)."""

@@ -15,6 +15,8 @@ from raytide.snapshots.store import Manifest, PartInfo, SnapshotStore
 
 #: Crash targets besides replicas (the driver's crash ends the run: a new driver continues it).
 PROGRESS, COORDINATOR, DRIVER = "progress", "coordinator", "driver"
+#: The replicas' writer threads, as one actor of the scheduler (they store and acknowledge local snapshots).
+WRITERS = "writers"
 Target = ReplicaKey | str
 
 

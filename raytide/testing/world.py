@@ -37,10 +37,10 @@ from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovery import RestartBudget, commit_snapshot, part_name
 from raytide.snapshots.replica_state import LocalSnapshot
 from raytide.supervisor.execution import Execution
-from raytide.supervisor.replay import input_positions
+from raytide.supervisor.replay import InputReplica, input_positions
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import Command, Link, LocalTransport, Mailboxes, logged
-from raytide.testing.outcome import COORDINATOR, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
+from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, WRITERS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
 from raytide.testing.zombies import Zombie, rise, zombie_actions
 
@@ -94,6 +94,7 @@ class World:
         self.failures: list[tuple[int, RaytideError]] = []  # (step at which it is noticed, what died)
         self.unannounced: dict[Target, RaytideError] = {}  # deaths whose notice is missed (``LocalRecovery.missed``)
         self.found: collections.Counter[str] = collections.Counter()  # how missed deaths were found
+        self.untold: list[Callable[[], None]] = []  # what the driver learns from the coordinator once it thaws
         self.recovering: Execution | None = None  # the recovery under way (or the last one)
         self.rescaling: Execution | None = None  # the rescale under way (or the last one)
         self.result = LocalRun({name: {} for name in self.plan.outputs})
@@ -159,7 +160,7 @@ class World:
             return self.pacing.choose(actions, self.rng, self.mail, command=self._command)
         if not self.slow and not self.spells:
             return self.rng.choice(actions)
-        weights = [self._pace(actor_of(action)) for action in actions]
+        weights = [self._pace(actor_of(action)) * self._sender(action) for action in actions]
         return self.rng.choices(actions, weights)[0] if any(weights) else _idle
 
     def _pace(self, actor: Hashable) -> float:
@@ -167,6 +168,29 @@ class World:
         now = self.result.steps
         spell = [weight for who, weight, start, end in self.spells if who == actor and start <= now < end]
         return spell[-1] if spell else self.slow.get(actor, 1.0)
+
+    def _sender(self, action: Callable[[], None]) -> float:
+        """The pace of whoever sends what ``action`` delivers, if not its own actor: the driver
+        for its commands to the input replicas (a frozen driver pushes nothing), else 1."""
+        return self._pace(DRIVER) if isinstance(action, functools.partial) and action.func == self._command else 1.0
+
+    @property
+    def _driver_awake(self) -> bool:
+        """Whether the driver (the supervisor's turn) acts at this step: not frozen by ``slow_down(DRIVER, 0, ...)``."""
+        return self._pace(DRIVER) > 0
+
+    def _tell(self, learn: Callable[[], None]) -> None:
+        """The driver learns something from the coordinator (a commit, a rescale's cut held or
+        missed): at once, or, while it is frozen, when it thaws (:meth:`_learn`)."""
+        if self._driver_awake and not self.untold:
+            learn()
+        else:
+            self.untold.append(learn)
+
+    def _learn(self) -> None:
+        """A driver that thawed takes in what the coordinator told it meanwhile, in order."""
+        while self.untold and self._driver_awake:
+            self.untold.pop(0)()
 
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
         """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of it, not retired by a rescale)."""
@@ -326,7 +350,8 @@ class World:
         flight = self.coordinator.in_flight
         abandoned = self.coordinator.tick(self.result.steps)
         if abandoned is not None and flight is not None and flight.hold:
-            self.rescaling.answer(CutMissed(abandoned.reason))  # type: ignore[union-attr]
+            rescaling, missed = self.rescaling, CutMissed(abandoned.reason)
+            self._tell(lambda: rescaling.answer(missed))  # type: ignore[union-attr]
 
     def _snapshot_actions(self) -> list[Callable[[], None]]:
         actions: list[Callable[[], None]] = []
@@ -336,7 +361,7 @@ class World:
                 and (coordinator.due(self.result.steps) or cut and coordinator.in_flight is None)):
             actions.append(functools.partial(_as, self._trigger, to=COORDINATOR))
         if self.mail.writes:
-            actions.append(self._write)
+            actions.append(functools.partial(self._write, to=WRITERS))
         if self.mail.acks and coordinator is None:
             self._found(COORDINATOR, "a writer's acknowledgement failed")
         if self.mail.acks and coordinator is not None:
@@ -358,7 +383,7 @@ class World:
             for key in self._input_replicas(name):
                 self.mail.injects[key].append((trigger.incarnation, marker))
 
-    def _write(self) -> None:
+    def _write(self, to: Target = WRITERS) -> None:
         """A replica's writer stores one local snapshot, then acknowledges it."""
         assert self.recovery is not None
         incarnation, snapshot = self.mail.writes.pop(self.rng.randrange(len(self.mail.writes)))
@@ -394,7 +419,8 @@ class World:
             self.coordinator.held(commit.snapshot_id, self.result.steps)
             held = Aborted("the job finished before its cut") if self.result.finished else \
                 Held(commit.snapshot_id, dict(commit.summaries))  # type: ignore[arg-type]
-            self.rescaling.answer(held)  # type: ignore[union-attr]
+            rescaling = self.rescaling
+            self._tell(lambda: rescaling.answer(held))  # type: ignore[union-attr]
             return
         try:
             complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
@@ -403,6 +429,12 @@ class World:
             return
         self.coordinator.committed(commit.snapshot_id, self.result.steps)
         self.result.snapshots.append(commit.snapshot_id)
-        self.calls.forget_covered(input_positions({key: summary.positions for key, summary in commit.summaries.items()
-                                                   if isinstance(key, ReplicaKey)}))  # as the Ray driver's sync does
-        self.outputs.release(complete)  # the driver learns of the commit
+        positions = input_positions({key: summary.positions for key, summary in commit.summaries.items()
+                                     if isinstance(key, ReplicaKey)})
+        self._tell(functools.partial(self._committed, positions, complete))
+
+    def _committed(self, positions: dict[InputReplica, int], complete: dict[str, int | None]) -> None:
+        """The driver learns of a commit (as the Ray driver's sync does): the calls it covers
+        are not replayed again, and the outputs complete in it are released."""
+        self.calls.forget_covered(positions)
+        self.outputs.release(complete)

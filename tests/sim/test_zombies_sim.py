@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import random
+from typing import Any
 
 import pytest
 
@@ -26,12 +27,13 @@ NAMES = ("keyed", "join", "loop")
 TRIALS = 8
 
 
-def trial(name: str, seed: int, directory: str, frozen: bool = False, nodes: int | None = None,
-          **model: float) -> tuple[bool, LocalJob]:
+def trial(name: str, seed: int, directory: str, frozen: tuple[str, ...] = (), nodes: int | None = None,
+          **model: Any) -> tuple[bool, LocalJob]:
     """Trial ``seed`` of scenario ``name``: the crashes of a recovery trial, and a crash again once
     a snapshot committed after the first recovery, under the deaths ``model`` gives
-    (``LocalRecovery``'s ``zombie``, ``missed``), the progress actor or the coordinator slowed or
-    ``frozen`` a while, the replicas on ``nodes`` (a relay each); whether the output was exact, and the job."""
+    (``LocalRecovery``'s ``zombie``, ``missed``, ``output_commit``), one of the actors ``frozen`` names
+    (the progress actor, the coordinator, the driver) slowed or frozen a while, the replicas on
+    ``nodes`` (a relay each); whether the output was exact, and the job."""
     rng = random.Random(seed)
     scenario = SCENARIOS[name](rng)
     options = {"interval": rng.choice([3, 10]), "timeout": rng.choice([40, 200]), "retain": rng.randint(1, 3),
@@ -44,14 +46,14 @@ def trial(name: str, seed: int, directory: str, frozen: bool = False, nodes: int
     except BROKEN:  # the run without crashes broke already (a planted bug): not exact
         return False, job
     if frozen:
-        _freeze(job, rng, calm)
+        _freeze(job, rng, calm, frozen)
     return exact_under_chaos(job, scenario, rng, seed, calm, 200_000, watch=_again_after_a_commit(rng)), job
 
 
-def _freeze(job: LocalJob, rng: random.Random, calm: int) -> None:
-    """The progress actor or the coordinator slowed down throughout, or frozen a few times for
-    a stretch of steps as long as a tenth of the job to four times it, then resumed."""
-    target = rng.choice([PROGRESS, COORDINATOR])
+def _freeze(job: LocalJob, rng: random.Random, calm: int, targets: tuple[str, ...]) -> None:
+    """One of ``targets`` slowed down throughout, or frozen a few times for a stretch of steps as
+    long as a tenth of the job to four times it, then resumed."""
+    target = rng.choice(targets)
     if rng.random() < 0.3:
         job.slow_down(target, rng.choice([0.02, 0.1]))
         return
@@ -154,7 +156,7 @@ def test_deaths_nobody_finds_hang_and_are_caught(store_root, monkeypatch):
 def frozen_trial(name: str, seed: int, directory: str) -> bool:
     """A :func:`trial` with the progress actor or the coordinator slow or frozen a while, the
     replicas on two nodes every other seed (a relay's runs grow long behind a frozen progress actor)."""
-    return trial(name, seed, directory, frozen=True, nodes=2 if seed % 2 else None)[0]
+    return trial(name, seed, directory, frozen=(PROGRESS, COORDINATOR), nodes=2 if seed % 2 else None)[0]
 
 
 @pytest.mark.parametrize("name", NAMES)
