@@ -185,10 +185,14 @@ class LocalJob(World):
             self._rise(target)
             self.mail.drop_inbound(target)
         elif target == PROGRESS:
+            self._rise_actor(PROGRESS, self.progress, self.progress_incarnation,
+                             [call for calls in self.mail.to_progress.values() for _, call in calls])
             self.progress = None
             self.mail.to_progress.clear()
             self.mail.log.clear()
         elif target == COORDINATOR:
+            self._rise_actor(COORDINATOR, self.coordinator, getattr(self.coordinator, "incarnation", 0),
+                             [ack for _, ack in self.mail.acks])
             self.coordinator = None
             self.mail.acks.clear()
             self.mail.commits.clear()

@@ -21,6 +21,7 @@ world through the simulator's runtimes (:mod:`raytide.testing.recovery`,
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import random
 from collections.abc import Callable, Hashable, Sequence
@@ -42,7 +43,7 @@ from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import Command, Link, LocalTransport, Mailboxes, logged
 from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, WRITERS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
-from raytide.testing.zombies import Zombie, rise, zombie_actions
+from raytide.testing.zombies import ActorZombie, Zombie, rise, zombie_actions
 
 #: How often a zombie acts next to a live actor (it is slow: a partitioned or dying host),
 #: so that what it sends arrives well after its replacement, across later snapshots.
@@ -91,6 +92,7 @@ class World:
         self.slow: dict[Hashable, float] = {}  # actors slowed down (``LocalJob.slow_down``, zombies)
         self.spells: list[tuple[Hashable, float, int, int]] = []  # (actor, weight, from step, until step): a while
         self.zombies: dict[ReplicaKey, Zombie] = {}  # dead replicas still running (``LocalRecovery.zombie``)
+        self.undead: dict[str, ActorZombie] = {}  # the progress actor's or the coordinator's dead incarnation, running
         self.failures: list[tuple[int, RaytideError]] = []  # (step at which it is noticed, what died)
         self.unannounced: dict[Target, RaytideError] = {}  # deaths whose notice is missed (``LocalRecovery.missed``)
         self.found: collections.Counter[str] = collections.Counter()  # how missed deaths were found
@@ -148,6 +150,8 @@ class World:
             actions.append(self._poll)
         actions += driving
         actions += haunting
+        actions += [functools.partial(self._haunt_actor, role, to=("zombie", role))
+                    for role, zombie in self.undead.items() if zombie.left > 0 and zombie.inbox]
         actions += self.outputs.consumer_actions()
         if self.recovery is not None:
             actions += self._snapshot_actions()
@@ -210,8 +214,33 @@ class World:
                                  self.rng.randint(1, self.recovery.zombie))
         self.slow[("zombie", key)] = ZOMBIE_PACE
 
+    def _rise_actor(self, role: str, core: Any, incarnation: int, inbox: list[Any]) -> None:
+        """The progress actor or the coordinator (``role``: its ``core`` of ``incarnation``) dies but,
+        with ``LocalRecovery.zombie``, goes on for a few slow actions, with what was on its way to it."""
+        if self.recovery is not None and self.recovery.zombie and core is not None:
+            self.undead[role] = ActorZombie(core, incarnation, self.rng.randint(1, self.recovery.zombie), inbox)
+            self.slow[("zombie", role)] = ZOMBIE_PACE
+
+    def _undead(self, role: str) -> ActorZombie | None:
+        """The zombie of ``role`` that still takes what is sent to the actor the job knows (the
+        dead one, not yet replaced), if any."""
+        zombie = self.undead.get(role)
+        return zombie if zombie is not None and zombie.listening() and self._still_dead(role) else None
+
+    def _haunt_actor(self, role: str, to: object = None) -> None:
+        """The zombie of the progress actor or of the coordinator (``role``) takes one more action."""
+        zombie = self.undead[role]
+        taken = zombie.take(self.rng, self.incarnation > zombie.incarnation)
+        if role == PROGRESS:
+            zombie.apply(taken, self.mail, self.replica_keys())
+        elif (commit := zombie.core.acknowledge(taken, self.result.steps)) is not None and not commit.hold:
+            with contextlib.suppress(OSError):  # its commit: the snapshot of a dead incarnation
+                commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)  # type: ignore[union-attr]
+
     def _progress_alive(self) -> bool:
         """Whether a replica's call to the progress actor reaches one (if not, the call fails: a death found)."""
+        if self.progress is None and self._undead(PROGRESS) is not None:
+            return True
         if self.progress is None:
             self._found(PROGRESS, "a replica's progress call failed")
         return self.progress is not None
@@ -266,6 +295,9 @@ class World:
         for it: while it applies one call, the replicas go on and the mailboxes gather, as a busy actor's callers do."""
         key = self.rng.choice(self.mail.calling(self.replica_keys()))
         current = [call for incarnation, call in self.mail.take_progress(key, self.rng) if self._heard(incarnation)]
+        zombie = self._undead(PROGRESS)
+        if zombie is not None:  # the actor the replicas know is the zombie
+            zombie.inbox += current
         if self.progress is not None and current:
             self._perform(self.progress.receive_all(current))
 
@@ -309,6 +341,15 @@ class World:
         for key in {key for key, _ in effects.pushes if key in self.dead}:
             self._found(key, "the progress actor's push failed")
         self.mail.log.extend((self.progress_incarnation, event) for event in effects.events)
+
+    def _orphaned_progress_calls(self) -> None:
+        """A recovery restarts the progress actor: the calls on their way to the one the replicas
+        knew go to its zombie (if it still runs), then no more call reaches it."""
+        zombie = self._undead(PROGRESS)
+        if zombie is not None:
+            zombie.inbox += [call for calls in self.mail.to_progress.values() for incarnation, call in calls
+                             if incarnation == zombie.incarnation]
+        self.mail.to_progress.clear()
 
     def _poll(self) -> None:
         """The driver reads the oldest job event (events of an older incarnation are dropped:
@@ -362,6 +403,11 @@ class World:
             actions.append(functools.partial(_as, self._trigger, to=COORDINATOR))
         if self.mail.writes:
             actions.append(functools.partial(self._write, to=WRITERS))
+        zombie = self._undead(COORDINATOR)
+        if self.mail.acks and coordinator is None and zombie is not None:  # some writers call the zombie, some wait
+            knew = [self.rng.random() < 0.5 for _ in self.mail.acks]  # for the coordinator a recovery brings
+            zombie.inbox += [ack for (_, ack), old in zip(self.mail.acks, knew) if old]
+            self.mail.acks[:] = [entry for entry, old in zip(self.mail.acks, knew) if not old]
         if self.mail.acks and coordinator is None:
             self._found(COORDINATOR, "a writer's acknowledgement failed")
         if self.mail.acks and coordinator is not None:
