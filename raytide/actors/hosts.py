@@ -247,6 +247,12 @@ class VertexHost(Host):
 
         _freeze_start_up()
 
+    @ray.method(concurrency_group="inspect")
+    def ping(self, lease: int | None = None) -> int:  # type: ignore[override]  # ray.method's type, not the signature
+        """:meth:`Host.ping` on the ``inspect`` thread: a replica busy with an event answers too (the
+        supervisor pings a stalled job's actors and declares the silent ones failed: :mod:`raytide.driver.stall_ping`)."""
+        return os.getpid()
+
     def take(self, lease: int, plan: Any, job: str, chain: str, replica: int, max_inflight: int, pretouch_mb: int,
              myself: Any, recovery: Any = None, incarnation: int = 0) -> int:
         """Become replica ``replica`` of ``chain`` for ``lease`` in ``incarnation``; returns this process's id."""

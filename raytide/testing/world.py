@@ -39,6 +39,7 @@ from raytide.snapshots.recovery import RestartBudget, commit_snapshot, part_name
 from raytide.snapshots.replica_state import LocalSnapshot
 from raytide.supervisor.execution import Execution
 from raytide.supervisor.replay import InputReplica, input_positions
+from raytide.supervisor.stalls import StallWatch
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import Command, Link, LocalTransport, Mailboxes, logged
 from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, WRITERS, LocalRecovery, LocalRun, ReplicaDied, Target
@@ -55,7 +56,7 @@ def rescaling_in(rescaling: Execution | None, *phases: RescalePhase) -> bool:
     return rescaling is not None and rescaling.machine.phase in phases
 
 
-def _idle() -> None:
+def idle() -> None:
     """A step in which nothing happens: every actor with something to do is frozen."""
 
 
@@ -96,6 +97,7 @@ class World:
         self.failures: list[tuple[int, RaytideError]] = []  # (step at which it is noticed, what died)
         self.unannounced: dict[Target, RaytideError] = {}  # deaths whose notice is missed (``LocalRecovery.missed``)
         self.found: collections.Counter[str] = collections.Counter()  # how missed deaths were found
+        self.stalls: StallWatch[Target] = StallWatch(stall=0, answer=0)  # when nothing moves, a ping finds the dead
         self.untold: list[Callable[[], None]] = []  # what the driver learns from the coordinator once it thaws
         self.recovering: Execution | None = None  # the recovery under way (or the last one)
         self.rescaling: Execution | None = None  # the rescale under way (or the last one)
@@ -165,7 +167,7 @@ class World:
         if not self.slow and not self.spells:
             return self.rng.choice(actions)
         weights = [self._pace(actor_of(action)) * self._sender(action) for action in actions]
-        return self.rng.choices(actions, weights)[0] if any(weights) else _idle
+        return self.rng.choices(actions, weights)[0] if any(weights) else idle
 
     def _pace(self, actor: Hashable) -> float:
         """How often ``actor`` acts next to an actor at full speed (0: frozen) at this step."""
@@ -262,13 +264,23 @@ class World:
             self.found[how] += 1
 
     def _sweep(self) -> bool:
-        """Nothing moves: every death not noticed yet is noticed now; whether there was any. One
-        never announced and that no call found is found by a ping of every actor (the supervisor's
-        liveness check of a job that stalled)."""
-        for target in list(self.unannounced):
+        """Nothing moves: the supervisor's stall rule (:mod:`raytide.supervisor.stalls`, the Ray
+        driver's too; its bounds 0 steps) pings every actor, and the dead, which do not answer, are
+        declared failed: a death never announced is found, a late notice comes now. Whether any did."""
+        now, actors = self.result.steps, self._actors()
+        if self.stalls.look(now, moved=False, pending=True):
+            self.stalls.pinging(now, actors)
+            for actor in actors:
+                if not self._still_dead(actor):
+                    self.stalls.answered(actor)
+        for target in self.stalls.silent(now):
             self._found(target, "the job stalled")
-        self.failures = [(self.result.steps, cause) for _, cause in self.failures]
+        self.failures = [(now, cause) for _, cause in self.failures]  # and the notices still on their way come now
         return bool(self.failures)
+
+    def _actors(self) -> list[Target]:
+        """Every actor of the job a ping reaches: the replicas, the progress actor, the coordinator."""
+        return [*self.replica_keys(), PROGRESS, COORDINATOR]
 
     def _connect(self) -> None:
         assert self.progress is not None

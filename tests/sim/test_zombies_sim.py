@@ -216,3 +216,4 @@ def test_late_acknowledgements_after_a_freeze_are_caught(store_root, monkeypatch
     caught = next(((name, seed) for seed in range(TRIALS) for name in NAMES
                    if not frozen_trial(name, seed, str(store_root / f"{name}-{seed}"))), None)
     assert caught is not None, "no trial caught a snapshot committed from parts of two cuts"
+
