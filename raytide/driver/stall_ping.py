@@ -4,8 +4,9 @@ watches; one that does not answer within ``Recovery.ping_timeout`` is declared f
 (``ray.kill``) and recovered from, named as the supervisor's ping found it.
 
 It finds what Ray never reports: a host whose process was stopped (``SIGSTOP``), or is cut off
-while Ray still counts it alive. A busy replica answers (a vertex host's ``ping`` runs on its
-``inspect`` thread, beside the event in hand). Nothing here waits: the pings are sent at one
+while Ray still counts it alive. A busy replica answers (a vertex host's ``answer`` runs on its
+``inspect`` thread, beside the event in hand; its ``ping`` waits behind the event, which is how
+``JobTimeout`` names the busy replicas). Nothing here waits: the pings are sent at one
 pump and looked at, without waiting, at the next ones.
 """
 
@@ -45,7 +46,7 @@ class StallPing:
         now = time.monotonic()
         moved, self.seen = events != self.seen, events
         if self.watch.look(now, moved, pending):
-            self.pings = {key: actor.ping.remote() for key, actor in liveness.actors.items()}
+            self.pings = {key: actor.answer.remote() for key, actor in liveness.actors.items()}
             self.watch.pinging(now, self.pings)
             logger.info("the job has not moved for %.1f s: pinging its %d actors", now - self.watch.since, len(self.pings))
         if self.watch.pinged_at is None:
