@@ -98,6 +98,11 @@ class Host:
         """Liveness check for the driver and the pool: this host's process id (any lease may ask)."""
         return os.getpid()
 
+    def answer(self, lease: int | None = None) -> int:
+        """The supervisor's ping of a stalled job (:mod:`raytide.driver.stall_ping`): this host's process
+        id; a host that does not answer in time is declared failed."""
+        return os.getpid()
+
     def node(self, lease: int | None = None) -> str:
         """The id of the Ray node this host runs on (where the driver places progress relays)."""
         return ray.get_runtime_context().get_node_id()
@@ -246,6 +251,12 @@ class VertexHost(Host):
         import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
 
         _freeze_start_up()
+
+    @ray.method(concurrency_group="inspect")
+    def answer(self, lease: int | None = None) -> int:  # type: ignore[override]  # ray.method's type, not the signature
+        """:meth:`Host.answer` on the ``inspect`` thread: a replica busy with an event answers too, where
+        its :meth:`ping` waits behind the event (which is how a timeout finds the busy replicas)."""
+        return os.getpid()
 
     def take(self, lease: int, plan: Any, job: str, chain: str, replica: int, max_inflight: int, pretouch_mb: int,
              myself: Any, recovery: Any = None, incarnation: int = 0) -> int:

@@ -95,6 +95,7 @@ class OutputCollector(ShownOutputs):
         #: Told :meth:`durable` at each acknowledgement (a job with recovery records it in its store).
         self.on_consumed: Callable[[dict[str, int]], None] | None = None
         self.cursor = 0
+        self.events = 0  # job events taken in (the supervisor's stall rule reads whether the job moved)
         self.finished = False
         #: The ``next_events`` call in flight (see :meth:`poll_call`) and when it is overdue.
         self.call: Any = None
@@ -149,6 +150,7 @@ class OutputCollector(ShownOutputs):
     def apply(self, events: list[Any]) -> list[Any]:
         """Take in job events (completed epochs, failures, the end); returns the failures among them."""
         failures = []
+        self.events += len(events)
         for event in events:
             if isinstance(event, EpochComplete):  # an output's epochs complete in order
                 self._offer_empty(event.output, event.epoch)
@@ -364,6 +366,9 @@ class Liveness:
         self.watches: dict[Hashable, Any] = {key: kept[key] if key in kept else actor.watch.remote()
                                              for key, actor in self.actors.items()}
         self.next_look = 0.0  # monotonic time of the next look (see LIVENESS_EVERY_S)
+        #: Actors declared failed and killed by the supervisor's ping of a stalled job (:mod:`raytide.driver.stall_ping`):
+        #: dead to a recovery, whatever a ping of them answers while Ray has not yet taken the kill in.
+        self.declared: set[Hashable] = set()
 
     def check(self) -> tuple[Hashable, BaseException] | None:
         """The key of an actor that died, and the error; None if all live (or if the last

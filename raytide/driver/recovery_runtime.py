@@ -224,10 +224,11 @@ class RayRecovery:
 
     def _dead(self) -> list[Any]:
         """The keys of the job's actors that are dead (a ping that fails; a busy one is alive)."""
-        actors = {**self.snapshots.placement.liveness.actors}
+        liveness = self.snapshots.placement.liveness
+        actors = {key: actor for key, actor in liveness.actors.items() if key not in liveness.declared}
         pings = {key: actor.ping.remote() for key, actor in actors.items()}
-        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=PING_TIMEOUT)
-        dead = []
+        ready = ray.wait(list(pings.values()), num_returns=len(pings), timeout=PING_TIMEOUT)[0] if pings else []
+        dead = list(liveness.declared)  # killed by the supervisor's ping of a stalled job
         for key, ref in pings.items():
             if ref in ready:
                 try:

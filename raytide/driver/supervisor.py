@@ -2,7 +2,8 @@
 keeps only the user's methods and calls this): events in, machines run, effects out::
 
     long poll (job events) ─┐
-    Liveness (a host died) ─┼─▶ notice ─▶ supervise (raytide.supervisor.deaths, the simulator's too)
+    Liveness (a host died) ─┤
+    a stall's ping (silent) ┼─▶ notice ─▶ supervise (raytide.supervisor.deaths, the simulator's too)
     coordinator sync ───────┘        │ deaths, in a job with recovery     │ any other failure
                                      ▼                                    ▼
               recover: a Recovering run by the shared loop        fail: the job is cancelled
@@ -30,6 +31,7 @@ from raytide.driver.outputs import OutputCollector
 from raytide.driver.placement import COORDINATOR, PROGRESS, JobPlacement
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision
+from raytide.driver.stall_ping import StallPing
 from raytide.driver.store_lease import release_store
 from raytide.errors import ActorLost, InternalError, JobCancelled, RaytideError, ReplicaLost
 from raytide.physical.plan import PhysicalPlan
@@ -61,6 +63,9 @@ class JobSupervisor:
         self.autoscaler: Any = None
         self.autoscale_ref: Any = None
         self.rescale: Callable[[dict[str, int]], dict[str, Any]] | None = None  # the job's, for the autoscaler
+        settings = placement.settings.recovery
+        #: The stall rule (a job with recovery): silent actors of a job that stopped moving are declared failed.
+        self.stalls = StallPing(settings.stall_timeout, settings.ping_timeout) if recovers and settings else None
 
     def pump(self, timeout: float) -> None:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
@@ -108,6 +113,9 @@ class JobSupervisor:
             dead = self.placement.liveness.check()
             if dead is not None:
                 failures.append(self.lost(*dead))
+            if self.stalls is not None:
+                failures += [self.lost(key, why=why) for key, why in
+                             self.stalls.check(self.placement.liveness, self.outputs.events, not self.outputs.finished)]
             if self.recovery is not None:
                 failure = self.recovery.sync()  # the coordinator died (ActorLost), or the store was taken over
                 if failure is not None:
@@ -150,6 +158,8 @@ class JobSupervisor:
             self.recovery.execute(machine)
         except RaytideError as error:
             self.fail(error)
+        if self.stalls is not None:
+            self.stalls.moved()  # the time the recovery took is no stall
         if self.autoscaler is not None:  # it reads the replaced actors from now on
             self.autoscaler.rescaled.remote(None, self.placement.plan, self.placement.peers, self.placement.progress)
 
@@ -170,13 +180,16 @@ class JobSupervisor:
             self.cancel("Ctrl-C (KeyboardInterrupt) while the driver waited for it")
             raise
 
-    def lost(self, key: Any, error: BaseException) -> RaytideError:
-        """The death of the job's actor ``key`` (a replica's key, or the progress actor or coordinator), named."""
+    def lost(self, key: Any, error: BaseException | None = None, why: str = "") -> RaytideError:
+        """The death of the job's actor ``key`` (a replica's key, or the progress actor or coordinator),
+        named: found by Ray (``error``), or declared by the stall rule (``why``)."""
+        cause = type(error).__name__ if error is not None else why
+        by = "the driver's liveness check" if error is not None else "the supervisor's ping of a stalled job"
         if key in (PROGRESS, COORDINATOR):
-            lost: RaytideError = ActorLost(f"job {self.name!r}: {key} died: {type(error).__name__}")
+            lost: RaytideError = ActorLost(f"job {self.name!r}: {key} died: {cause}" + (f" ({by})" if why else ""))
         else:
             lost = ReplicaLost(f"{self.name}/{key.chain}/{key.replica}", self.placement.plan.chain(key.chain).vertices,
-                               "the driver's liveness check", type(error).__name__)
+                               by, cause)
         lost.__cause__ = error
         return lost
 

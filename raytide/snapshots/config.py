@@ -19,6 +19,11 @@ from raytide.snapshots.lease import DEFAULT_LEASE, Fence
 #: The seconds a snapshot may take before it is abandoned, unless given.
 DEFAULT_SNAPSHOT_TIMEOUT = 60.0
 
+#: Seconds without an event, with work pending, before the driver pings every actor of a job
+#: with recovery; and seconds each has to answer (see ``Recovery.stall_timeout``).
+DEFAULT_STALL_TIMEOUT = 10.0
+DEFAULT_PING_TIMEOUT = 10.0
+
 #: When the driver hands out a completed output epoch: at once, or once a committed
 #: snapshot holds it (:mod:`raytide.engine.output_gate`).
 OutputCommit = Literal["epoch", "snapshot"]
@@ -59,6 +64,12 @@ class Recovery:
             was paused or cut off that long), after which every write of the old job is
             refused (fencing: :mod:`raytide.snapshots.lease`). Shorter: a dead driver's
             store is free sooner; longer: a paused driver keeps its store longer.
+        stall_timeout: seconds a job may go without an event (an output epoch, its end) while
+            it has not finished before its driver pings every actor (:mod:`raytide.supervisor.stalls`).
+        ping_timeout: seconds an actor has to answer that ping; one that does not (its process
+            stopped, or cut off while Ray still counts it alive) is declared failed, killed and
+            recovered from, as a death Ray reports is. Shorter bounds find a stopped actor
+            sooner; an actor too slow to answer a ping in time is recovered from needlessly.
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
     """
@@ -71,6 +82,8 @@ class Recovery:
     timeout: float = DEFAULT_SNAPSHOT_TIMEOUT
     output_commit: OutputCommit = "epoch"
     lease: float = DEFAULT_LEASE
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    ping_timeout: float = DEFAULT_PING_TIMEOUT
     fence: Fence | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -90,6 +103,9 @@ class Recovery:
             raise ArgumentError(f"Recovery output_commit must be 'epoch' or 'snapshot', not {self.output_commit!r}")
         if not _positive_number(self.lease):
             raise ArgumentError(f"Recovery lease must be seconds above 0, not {self.lease!r}")
+        for bound in ("stall_timeout", "ping_timeout"):
+            if not _positive_number(getattr(self, bound)):
+                raise ArgumentError(f"Recovery {bound} must be seconds above 0, not {getattr(self, bound)!r}")
         if self.fence is not None and not isinstance(self.fence, Fence):
             raise ArgumentError(f"Recovery fence is set by rt.run, not {self.fence!r}")
 

@@ -29,5 +29,6 @@ effect) and its answers back to the machine; the Ray runtime answers at once (it
 a timeout, for every actor it addresses), the simulator's queues steps its scheduler runs one
 at a time and answers at the last. What both worlds keep of a job's inputs and outputs is
 one piece of code too: the log of calls a recovery replays (:mod:`raytide.supervisor.replay`)
-and what is shown of each output (:mod:`raytide.supervisor.outputs`).
+and what is shown of each output (:mod:`raytide.supervisor.outputs`); so is the rule that finds
+a death nobody announced, pinging every actor of a job that stalled (:mod:`raytide.supervisor.stalls`).
 """

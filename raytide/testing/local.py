@@ -49,13 +49,14 @@ from raytide.snapshots.consumed import START, starting_point
 from raytide.snapshots.recovering import Recovering
 from raytide.supervisor.deaths import supervise
 from raytide.supervisor.execution import Execution
+from raytide.supervisor.stalls import StallWatch
 from raytide.testing.consumer import LocalConsumer
 from raytide.testing.mailboxes import planned_commands
 from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, Hang, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing
 from raytide.testing.recovery import start_recovery
 from raytide.testing.rescaling import RescaleAsks, SimRescale
-from raytide.testing.world import World
+from raytide.testing.world import World, idle
 
 
 class LocalJob(World):
@@ -100,6 +101,11 @@ class LocalJob(World):
         self.parallelism, self.chaining = parallelism, chaining
         self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
         self.asks = RescaleAsks()
+        self.events_seen = 0  # the job events the stall rule has seen
+        #: The stall rule for frozen actors (``LocalRecovery.stall``), None: frozen actors are waited for.
+        self.frozen_stalls: StallWatch[Target] | None = None
+        if recovery is not None and recovery.stall is not None:
+            self.frozen_stalls = StallWatch(recovery.stall, recovery.ping)
         if recovery is not None:
             self.first_id = recovery.store.next_id()  # this run recovers from its own snapshots (and restore=)
             if restore is not None:
@@ -144,31 +150,34 @@ class LocalJob(World):
                 continue
             if not self.result.finished:
                 self.asks.arrive(self.result.steps, self.plan)
-            self._notice_failures()
-            self._start_rescale()
+            self._supervise()
             self._tick_coordinator()
             choices = self._mailboxes()
             if not choices:
                 if self.result.finished or self.result.failure is not None:  # a recovery may fail the job just now
                     break
-                if self._sweep():  # nothing moves until the death is noticed: notice it now
-                    continue
-                raise Hang(f"the job hangs: nothing left to deliver after {self.result.steps} steps and "
-                           f"not finished; pending: {self.progress.describe() if self.progress else None}")
+                self._stalled(max_steps)
+                continue
             if self.result.steps >= max_steps:
                 raise Hang(f"the job is still running after {max_steps} steps")
             self.result.steps += 1
-            self._choose(choices)()
+            action = self._choose(choices)
+            if action is idle and self.result.finished:
+                break  # all that is left of a finished job is a frozen actor's mail
+            action()
+            self._watch_stall()
             if after_step is not None:
                 after_step(self)
         return self.result
 
     def slow_down(self, key: Target, weight: float, at_step: int = 0, steps: int | None = None) -> None:
-        """Make ``key`` (a replica, :data:`PROGRESS` or :data:`COORDINATOR`) slow but alive: it acts
-        ``weight`` times as often as another actor (0 < weight < 1), as a busy actor's queue drains;
-        timeouts (in steps) may then run out. With ``steps``, only from ``at_step`` for that many
-        steps, and ``weight`` may be 0: frozen (it takes no action, its clock stands), then it
-        resumes. The driver's own steps (its polls, a recovery's steps) are never slowed."""
+        """Make ``key`` (a replica, :data:`PROGRESS`, :data:`COORDINATOR` or :data:`DRIVER`) slow but
+        alive: it acts ``weight`` times as often as another actor (0 < weight < 1), as a busy actor's
+        queue drains; timeouts (in steps) may then run out. With ``steps``, only from ``at_step`` for
+        that many steps, and ``weight`` may be 0: frozen (it takes no action, its clock stands), then
+        it resumes. The driver's work is the supervisor's turn: its pushes to the inputs, its polls
+        and output hand-outs, noticing deaths, the recovery's and rescale's steps, learning of
+        commits; a frozen driver does none of it (a death meanwhile is handled when it thaws)."""
         if steps is None:
             self.slow[key] = weight
         else:
@@ -181,20 +190,7 @@ class LocalJob(World):
             return
         if self.result.finished:
             return  # the driver has seen the end: the job is gone
-        if isinstance(target, ReplicaKey):
-            self.dead.add(target)
-            self._rise(target)
-            self.mail.drop_inbound(target)
-        elif target == PROGRESS:
-            self.progress = None
-            self.mail.to_progress.clear()
-            self.mail.log.clear()
-        elif target == COORDINATOR:
-            self.coordinator = None
-            self.mail.acks.clear()
-            self.mail.commits.clear()
-        else:
-            raise ValueError(f"no such crash target: {target!r}")
+        self._take_down(target, undead=True)
         if self.recovery is None:
             self._record([ReplicaDied(target, self.result.steps)])
         elif self.recovery.missed and self.rng.random() < self.recovery.missed:
@@ -203,13 +199,86 @@ class LocalJob(World):
             noticed = self.result.steps + self.rng.randint(0, self.recovery.detection)
             self.failures.append((noticed, self._lost(target)))
 
-    def _lost(self, target: Target) -> RaytideError:
-        """The error naming ``target``'s death, as the Ray driver names a death it noticed."""
-        cause = f"{target} died at step {self.result.steps}"
+    def _declare(self, target: Target, why: str) -> None:
+        """The stall rule declared ``target`` failed (``why``): killed (a stopped process leaves no
+        zombie), noticed at once; its replacement is not frozen."""
+        self._take_down(target, undead=False)
+        self.spells = [spell for spell in self.spells if spell[0] != target]
+        self.slow.pop(target, None)
+        self.failures.append((self.result.steps, self._lost(target, why)))
+
+    def _take_down(self, target: Target, undead: bool) -> None:
+        """``target`` dies with its state and what it had in flight (going on as a zombie if ``undead``)."""
+        if isinstance(target, ReplicaKey):
+            self.dead.add(target)
+            if undead:
+                self._rise(target)
+            self.mail.drop_inbound(target)
+        elif target == PROGRESS:
+            if undead:
+                self._rise_actor(PROGRESS, self.progress, self.progress_incarnation,
+                                 [call for calls in self.mail.to_progress.values() for _, call in calls])
+            self.progress = None
+            self.mail.to_progress.clear()
+            self.mail.log.clear()
+        elif target == COORDINATOR:
+            if undead:
+                self._rise_actor(COORDINATOR, self.coordinator, getattr(self.coordinator, "incarnation", 0),
+                                 [ack for _, ack in self.mail.acks])
+            self.coordinator = None
+            self.mail.acks.clear()
+            self.mail.commits.clear()
+        else:
+            raise ValueError(f"no such crash target: {target!r}")
+
+    def _lost(self, target: Target, why: str = "") -> RaytideError:
+        """The error naming ``target``'s death (or, with ``why``, its declared failure), as the Ray driver names it."""
+        cause = f"{target} died at step {self.result.steps}" + (f": {why}" if why else "")
         if not isinstance(target, ReplicaKey):
             return ActorLost(f"job {self.plan.name!r}: {cause}")
         vertices = self.plan.chain(target.chain).vertices if target in self.replicas else ()  # a retired one: none
-        return ReplicaLost(f"{self.plan.name}/{target.chain}/{target.replica}", vertices, "the simulator", cause)
+        by = "the supervisor's ping of a stalled job" if why else "the simulator"
+        return ReplicaLost(f"{self.plan.name}/{target.chain}/{target.replica}", vertices, by, cause)
+
+    def _watch_stall(self) -> None:
+        """The stall rule (:mod:`raytide.supervisor.stalls`, the Ray driver's) with
+        ``LocalRecovery``'s bounds in steps: once the driver has taken no job event for ``stall``
+        steps (as on Ray: snapshots going on are no movement), every actor is pinged; one frozen
+        ``ping`` steps later is declared failed and killed, as the Ray driver kills a stopped
+        process. The driver runs it: not while frozen."""
+        watch = self.frozen_stalls
+        if watch is None or not self._driver_awake:
+            return
+        now, actors = self.result.steps, self._actors()
+        moved, self.events_seen = len(self.result.events) != self.events_seen, len(self.result.events)
+        if watch.look(now, moved, pending=not self.result.finished):
+            watch.pinging(now, [actor for actor in actors if not self._still_dead(actor)])
+        for actor in [actor for actor in watch.waiting if self._pace(actor) > 0]:
+            watch.answered(actor)
+        for target in watch.silent(now):
+            if not self._still_dead(target):
+                self._declare(target, f"frozen: no answer to the supervisor's ping within {watch.answer:g} steps "
+                                      f"after {watch.stall:g} steps without moving")
+
+    def _supervise(self) -> None:
+        """The supervisor's turn, if the driver is not frozen: what the coordinator told it, the
+        deaths noticed by now, the rescale asked for."""
+        if self._driver_awake:
+            self._learn()
+            self._notice_failures()
+            self._start_rescale()
+
+    def _stalled(self, max_steps: int) -> None:
+        """Nothing is left to deliver and the job has not finished: a step passes idle if the driver
+        is frozen (it acts when it thaws), or the deaths not noticed yet are noticed now (a ping of
+        every actor), or the job hangs."""
+        if not self._driver_awake:
+            if self.result.steps >= max_steps:
+                raise Hang(f"the job is still running after {max_steps} steps (its driver frozen)")
+            self.result.steps += 1
+        elif not self._sweep():
+            raise Hang(f"the job hangs: nothing left to deliver after {self.result.steps} steps and "
+                       f"not finished; pending: {self.progress.describe() if self.progress else None}")
 
     def _notice_failures(self) -> None:
         """Start a recovery for the deaths noticed by now (or start the one under way over)."""

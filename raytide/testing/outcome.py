@@ -15,6 +15,8 @@ from raytide.snapshots.store import Manifest, PartInfo, SnapshotStore
 
 #: Crash targets besides replicas (the driver's crash ends the run: a new driver continues it).
 PROGRESS, COORDINATOR, DRIVER = "progress", "coordinator", "driver"
+#: The replicas' writer threads, as one actor of the scheduler (they store and acknowledge local snapshots).
+WRITERS = "writers"
 Target = ReplicaKey | str
 
 
@@ -38,6 +40,11 @@ class LocalRecovery:
         zombie: a replica that dies goes on for up to this many actions, a zombie sending from its
             dead incarnation, and its writer stores what it had (:mod:`raytide.testing.zombies`).
         output_commit: when the driver takes a completed epoch (:mod:`raytide.engine.output_gate`).
+        stall, ping: the stall rule's bounds (``Recovery.stall_timeout``, ``ping_timeout``) for
+            frozen actors: once only frozen actors have had work for ``stall`` steps, every actor
+            is pinged and one still frozen ``ping`` steps later is declared failed and killed.
+            None: frozen actors are waited for. (A death, which leaves nothing to deliver, is
+            found at once by the same rule with bounds 0.)
     """
 
     store: SnapshotStore
@@ -49,6 +56,8 @@ class LocalRecovery:
     zombie: int = 0
     missed: float = 0.0
     output_commit: OutputCommit = "epoch"
+    stall: int | None = None
+    ping: int = 20
 
 
 class FlakyStore(SnapshotStore):

@@ -158,10 +158,10 @@ class SimRecovery:
     def _restart_progress(self, effect: RestartProgress) -> None:
         """A new progress core from the restored replicas' pointstamps and kept output records."""
         world = self.world
+        world._orphaned_progress_calls()
         world.progress = ProgressCore(world.plan.graph, world.plan.outputs, effect.pointstamps,
                                       delivered=world.outputs.book.delivered(), kept=effect.kept)
         world.progress_incarnation = effect.incarnation
-        world.mail.to_progress.clear()
         world.connected = True
         world._perform(world.progress.connect(effect.subscriptions))
 

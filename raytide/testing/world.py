@@ -21,6 +21,7 @@ world through the simulator's runtimes (:mod:`raytide.testing.recovery`,
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import random
 from collections.abc import Callable, Hashable, Sequence
@@ -37,12 +38,13 @@ from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovery import RestartBudget, commit_snapshot, part_name
 from raytide.snapshots.replica_state import LocalSnapshot
 from raytide.supervisor.execution import Execution
-from raytide.supervisor.replay import input_positions
+from raytide.supervisor.replay import InputReplica, input_positions
+from raytide.supervisor.stalls import StallWatch
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import Command, Link, LocalTransport, Mailboxes, logged
-from raytide.testing.outcome import COORDINATOR, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
+from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, WRITERS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
-from raytide.testing.zombies import Zombie, rise, zombie_actions
+from raytide.testing.zombies import ActorZombie, Zombie, rise, zombie_actions
 
 #: How often a zombie acts next to a live actor (it is slow: a partitioned or dying host),
 #: so that what it sends arrives well after its replacement, across later snapshots.
@@ -54,7 +56,7 @@ def rescaling_in(rescaling: Execution | None, *phases: RescalePhase) -> bool:
     return rescaling is not None and rescaling.machine.phase in phases
 
 
-def _idle() -> None:
+def idle() -> None:
     """A step in which nothing happens: every actor with something to do is frozen."""
 
 
@@ -91,9 +93,12 @@ class World:
         self.slow: dict[Hashable, float] = {}  # actors slowed down (``LocalJob.slow_down``, zombies)
         self.spells: list[tuple[Hashable, float, int, int]] = []  # (actor, weight, from step, until step): a while
         self.zombies: dict[ReplicaKey, Zombie] = {}  # dead replicas still running (``LocalRecovery.zombie``)
+        self.undead: dict[str, ActorZombie] = {}  # the progress actor's or the coordinator's dead incarnation, running
         self.failures: list[tuple[int, RaytideError]] = []  # (step at which it is noticed, what died)
         self.unannounced: dict[Target, RaytideError] = {}  # deaths whose notice is missed (``LocalRecovery.missed``)
         self.found: collections.Counter[str] = collections.Counter()  # how missed deaths were found
+        self.stalls: StallWatch[Target] = StallWatch(stall=0, answer=0)  # when nothing moves, a ping finds the dead
+        self.untold: list[Callable[[], None]] = []  # what the driver learns from the coordinator once it thaws
         self.recovering: Execution | None = None  # the recovery under way (or the last one)
         self.rescaling: Execution | None = None  # the rescale under way (or the last one)
         self.result = LocalRun({name: {} for name in self.plan.outputs})
@@ -147,6 +152,8 @@ class World:
             actions.append(self._poll)
         actions += driving
         actions += haunting
+        actions += [functools.partial(self._haunt_actor, role, to=("zombie", role))
+                    for role, zombie in self.undead.items() if zombie.left > 0 and zombie.inbox]
         actions += self.outputs.consumer_actions()
         if self.recovery is not None:
             actions += self._snapshot_actions()
@@ -159,14 +166,37 @@ class World:
             return self.pacing.choose(actions, self.rng, self.mail, command=self._command)
         if not self.slow and not self.spells:
             return self.rng.choice(actions)
-        weights = [self._pace(actor_of(action)) for action in actions]
-        return self.rng.choices(actions, weights)[0] if any(weights) else _idle
+        weights = [self._pace(actor_of(action)) * self._sender(action) for action in actions]
+        return self.rng.choices(actions, weights)[0] if any(weights) else idle
 
     def _pace(self, actor: Hashable) -> float:
         """How often ``actor`` acts next to an actor at full speed (0: frozen) at this step."""
         now = self.result.steps
         spell = [weight for who, weight, start, end in self.spells if who == actor and start <= now < end]
         return spell[-1] if spell else self.slow.get(actor, 1.0)
+
+    def _sender(self, action: Callable[[], None]) -> float:
+        """The pace of whoever sends what ``action`` delivers, if not its own actor: the driver
+        for its commands to the input replicas (a frozen driver pushes nothing), else 1."""
+        return self._pace(DRIVER) if isinstance(action, functools.partial) and action.func == self._command else 1.0
+
+    @property
+    def _driver_awake(self) -> bool:
+        """Whether the driver (the supervisor's turn) acts at this step: not frozen by ``slow_down(DRIVER, 0, ...)``."""
+        return self._pace(DRIVER) > 0
+
+    def _tell(self, learn: Callable[[], None]) -> None:
+        """The driver learns something from the coordinator (a commit, a rescale's cut held or
+        missed): at once, or, while it is frozen, when it thaws (:meth:`_learn`)."""
+        if self._driver_awake and not self.untold:
+            learn()
+        else:
+            self.untold.append(learn)
+
+    def _learn(self) -> None:
+        """A driver that thawed takes in what the coordinator told it meanwhile, in order."""
+        while self.untold and self._driver_awake:
+            self.untold.pop(0)()
 
     def _current(self, key: ReplicaKey, incarnation: int) -> bool:
         """Whether a message of ``incarnation`` reaches replica ``key`` (alive, of it, not retired by a rescale)."""
@@ -186,8 +216,33 @@ class World:
                                  self.rng.randint(1, self.recovery.zombie))
         self.slow[("zombie", key)] = ZOMBIE_PACE
 
+    def _rise_actor(self, role: str, core: Any, incarnation: int, inbox: list[Any]) -> None:
+        """The progress actor or the coordinator (``role``: its ``core`` of ``incarnation``) dies but,
+        with ``LocalRecovery.zombie``, goes on for a few slow actions, with what was on its way to it."""
+        if self.recovery is not None and self.recovery.zombie and core is not None:
+            self.undead[role] = ActorZombie(core, incarnation, self.rng.randint(1, self.recovery.zombie), inbox)
+            self.slow[("zombie", role)] = ZOMBIE_PACE
+
+    def _undead(self, role: str) -> ActorZombie | None:
+        """The zombie of ``role`` that still takes what is sent to the actor the job knows (the
+        dead one, not yet replaced), if any."""
+        zombie = self.undead.get(role)
+        return zombie if zombie is not None and zombie.listening() and self._still_dead(role) else None
+
+    def _haunt_actor(self, role: str, to: object = None) -> None:
+        """The zombie of the progress actor or of the coordinator (``role``) takes one more action."""
+        zombie = self.undead[role]
+        taken = zombie.take(self.rng, self.incarnation > zombie.incarnation)
+        if role == PROGRESS:
+            zombie.apply(taken, self.mail, self.replica_keys())
+        elif (commit := zombie.core.acknowledge(taken, self.result.steps)) is not None and not commit.hold:
+            with contextlib.suppress(OSError):  # its commit: the snapshot of a dead incarnation
+                commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)  # type: ignore[union-attr]
+
     def _progress_alive(self) -> bool:
         """Whether a replica's call to the progress actor reaches one (if not, the call fails: a death found)."""
+        if self.progress is None and self._undead(PROGRESS) is not None:
+            return True
         if self.progress is None:
             self._found(PROGRESS, "a replica's progress call failed")
         return self.progress is not None
@@ -209,13 +264,23 @@ class World:
             self.found[how] += 1
 
     def _sweep(self) -> bool:
-        """Nothing moves: every death not noticed yet is noticed now; whether there was any. One
-        never announced and that no call found is found by a ping of every actor (the supervisor's
-        liveness check of a job that stalled)."""
-        for target in list(self.unannounced):
+        """Nothing moves: the supervisor's stall rule (:mod:`raytide.supervisor.stalls`, the Ray
+        driver's too; its bounds 0 steps) pings every actor, and the dead, which do not answer, are
+        declared failed: a death never announced is found, a late notice comes now. Whether any did."""
+        now, actors = self.result.steps, self._actors()
+        if self.stalls.look(now, moved=False, pending=True):
+            self.stalls.pinging(now, actors)
+            for actor in actors:
+                if not self._still_dead(actor):
+                    self.stalls.answered(actor)
+        for target in self.stalls.silent(now):
             self._found(target, "the job stalled")
-        self.failures = [(self.result.steps, cause) for _, cause in self.failures]
+        self.failures = [(now, cause) for _, cause in self.failures]  # and the notices still on their way come now
         return bool(self.failures)
+
+    def _actors(self) -> list[Target]:
+        """Every actor of the job a ping reaches: the replicas, the progress actor, the coordinator."""
+        return [*self.replica_keys(), PROGRESS, COORDINATOR]
 
     def _connect(self) -> None:
         assert self.progress is not None
@@ -242,6 +307,9 @@ class World:
         for it: while it applies one call, the replicas go on and the mailboxes gather, as a busy actor's callers do."""
         key = self.rng.choice(self.mail.calling(self.replica_keys()))
         current = [call for incarnation, call in self.mail.take_progress(key, self.rng) if self._heard(incarnation)]
+        zombie = self._undead(PROGRESS)
+        if zombie is not None:  # the actor the replicas know is the zombie
+            zombie.inbox += current
         if self.progress is not None and current:
             self._perform(self.progress.receive_all(current))
 
@@ -286,6 +354,15 @@ class World:
             self._found(key, "the progress actor's push failed")
         self.mail.log.extend((self.progress_incarnation, event) for event in effects.events)
 
+    def _orphaned_progress_calls(self) -> None:
+        """A recovery restarts the progress actor: the calls on their way to the one the replicas
+        knew go to its zombie (if it still runs), then no more call reaches it."""
+        zombie = self._undead(PROGRESS)
+        if zombie is not None:
+            zombie.inbox += [call for calls in self.mail.to_progress.values() for incarnation, call in calls
+                             if incarnation == zombie.incarnation]
+        self.mail.to_progress.clear()
+
     def _poll(self) -> None:
         """The driver reads the oldest job event (events of an older incarnation are dropped:
         a recovery replays their epochs)."""
@@ -326,7 +403,8 @@ class World:
         flight = self.coordinator.in_flight
         abandoned = self.coordinator.tick(self.result.steps)
         if abandoned is not None and flight is not None and flight.hold:
-            self.rescaling.answer(CutMissed(abandoned.reason))  # type: ignore[union-attr]
+            rescaling, missed = self.rescaling, CutMissed(abandoned.reason)
+            self._tell(lambda: rescaling.answer(missed))  # type: ignore[union-attr]
 
     def _snapshot_actions(self) -> list[Callable[[], None]]:
         actions: list[Callable[[], None]] = []
@@ -336,7 +414,12 @@ class World:
                 and (coordinator.due(self.result.steps) or cut and coordinator.in_flight is None)):
             actions.append(functools.partial(_as, self._trigger, to=COORDINATOR))
         if self.mail.writes:
-            actions.append(self._write)
+            actions.append(functools.partial(self._write, to=WRITERS))
+        zombie = self._undead(COORDINATOR)
+        if self.mail.acks and coordinator is None and zombie is not None:  # some writers call the zombie, some wait
+            knew = [self.rng.random() < 0.5 for _ in self.mail.acks]  # for the coordinator a recovery brings
+            zombie.inbox += [ack for (_, ack), old in zip(self.mail.acks, knew) if old]
+            self.mail.acks[:] = [entry for entry, old in zip(self.mail.acks, knew) if not old]
         if self.mail.acks and coordinator is None:
             self._found(COORDINATOR, "a writer's acknowledgement failed")
         if self.mail.acks and coordinator is not None:
@@ -358,7 +441,7 @@ class World:
             for key in self._input_replicas(name):
                 self.mail.injects[key].append((trigger.incarnation, marker))
 
-    def _write(self) -> None:
+    def _write(self, to: Target = WRITERS) -> None:
         """A replica's writer stores one local snapshot, then acknowledges it."""
         assert self.recovery is not None
         incarnation, snapshot = self.mail.writes.pop(self.rng.randrange(len(self.mail.writes)))
@@ -394,7 +477,8 @@ class World:
             self.coordinator.held(commit.snapshot_id, self.result.steps)
             held = Aborted("the job finished before its cut") if self.result.finished else \
                 Held(commit.snapshot_id, dict(commit.summaries))  # type: ignore[arg-type]
-            self.rescaling.answer(held)  # type: ignore[union-attr]
+            rescaling = self.rescaling
+            self._tell(lambda: rescaling.answer(held))  # type: ignore[union-attr]
             return
         try:
             complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
@@ -403,6 +487,12 @@ class World:
             return
         self.coordinator.committed(commit.snapshot_id, self.result.steps)
         self.result.snapshots.append(commit.snapshot_id)
-        self.calls.forget_covered(input_positions({key: summary.positions for key, summary in commit.summaries.items()
-                                                   if isinstance(key, ReplicaKey)}))  # as the Ray driver's sync does
-        self.outputs.release(complete)  # the driver learns of the commit
+        positions = input_positions({key: summary.positions for key, summary in commit.summaries.items()
+                                     if isinstance(key, ReplicaKey)})
+        self._tell(functools.partial(self._committed, positions, complete))
+
+    def _committed(self, positions: dict[InputReplica, int], complete: dict[str, int | None]) -> None:
+        """The driver learns of a commit (as the Ray driver's sync does): the calls it covers
+        are not replayed again, and the outputs complete in it are released."""
+        self.calls.forget_covered(positions)
+        self.outputs.release(complete)

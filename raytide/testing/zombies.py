@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import functools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,14 +43,15 @@ class Zombie:
     core: ReplicaCore
     incarnation: int
     left: int
-    inbox: list[collections.deque[Haunt]] = field(default_factory=list)
+    inbox: collections.defaultdict[Hashable, collections.deque[Haunt]] = field(
+        default_factory=lambda: collections.defaultdict(collections.deque))  # per sender, FIFO each
     writes: list[tuple[int, LocalSnapshot]] = field(default_factory=list)  # its writer's queue, written in order
     after_replacement: int = 0  # actions taken once a recovery replaced it (its sends must all be dropped)
 
     @property
     def alive(self) -> bool:
         """Whether it has anything left to do."""
-        return self.left > 0 and (any(self.inbox) or bool(self.writes))
+        return self.left > 0 and (any(self.inbox.values()) or bool(self.writes))
 
     def act(self, rng: random.Random, replaced: bool, store: Callable[[int, LocalSnapshot], None]) -> None:
         """Its writer ``store``-s its oldest local snapshot, or it takes the next message of one of
@@ -59,7 +60,7 @@ class Zombie:
         ``replaced``: a recovery started a newer incarnation."""
         self.left -= 1
         self.after_replacement += replaced
-        queues = [queue for queue in self.inbox if queue]
+        queues = [queue for queue in self.inbox.values() if queue]
         if self.writes and (not queues or rng.random() < 0.5):
             store(*self.writes.pop(0))
             return
@@ -89,19 +90,18 @@ def rise(mail: Mailboxes, key: ReplicaKey, core: ReplicaCore, incarnation: int, 
 
 def gather(zombie: Zombie, mail: Mailboxes) -> None:
     """What was sent to ``zombie``'s replica since it last looked, taken out of ``mail`` into its
-    inbox: until a recovery replaces it, its peers, the progress actor and the driver still call
-    the actor they know, which is the zombie."""
+    inbox, behind what it had from the same sender (FIFO per sender, as on Ray): until a recovery
+    replaces it, its peers, the progress actor and the driver still call the actor they know,
+    which is the zombie."""
     for link, queue in list(mail.links.items()):
         if link[1] == zombie.key and queue:
-            zombie.inbox.append(_taken(mail, link))
+            zombie.inbox[link].extend(_taken(mail, link))
     commands = {"push": "push_input", "advance": "advance_input", "marker": "inject_marker"}
-    zombie.inbox.append(collections.deque((None, commands[kind], tuple(args), [])
-                                          for kind, *args in mail.commands.pop(zombie.key, ())))
-    zombie.inbox.append(collections.deque((tagged, "on_progress", tuple(push), [])
-                                          for tagged, push in mail.pushes.pop(zombie.key, ())))
-    zombie.inbox.append(collections.deque((tagged, "inject_marker", (marker,), [])
-                                          for tagged, marker in mail.injects.pop(zombie.key, ())))
-    zombie.inbox = [queue for queue in zombie.inbox if queue]
+    zombie.inbox["driver"].extend((None, commands[kind], tuple(args), []) for kind, *args in mail.commands.pop(zombie.key, ()))
+    zombie.inbox["progress"].extend((tagged, "on_progress", tuple(push), [])
+                                    for tagged, push in mail.pushes.pop(zombie.key, ()))
+    zombie.inbox["coordinator"].extend((tagged, "inject_marker", (marker,), [])
+                                       for tagged, marker in mail.injects.pop(zombie.key, ()))
 
 
 def _taken(mail: Mailboxes, link: tuple[ReplicaKey, ReplicaKey]) -> collections.deque[Haunt]:
@@ -123,3 +123,41 @@ def zombie_actions(zombies: dict[ReplicaKey, Zombie], mail: Mailboxes, dead: set
         if key in dead and zombie.left > 0:
             gather(zombie, mail)
     return [functools.partial(act, key, to=("zombie", key)) for key, zombie in zombies.items() if zombie.alive]
+
+
+@dataclass
+class ActorZombie:
+    """The progress actor or the coordinator, declared dead, still running for a few actions:
+    its core (a :class:`~raytide.engine.progress_core.ProgressCore` or a
+    :class:`~raytide.snapshots.coordinator.CoordinatorCore`), its incarnation, the actions it has
+    left and what reached it and it has not taken yet (progress calls; acknowledgements and
+    commits). Until a recovery restarts its role it takes what the replicas and writers still
+    send it; what it sends carries its incarnation, which every receiver's guard drops once a
+    recovery started a newer one."""
+
+    core: Any
+    incarnation: int
+    left: int
+    inbox: list[Any] = field(default_factory=list)
+    after_replacement: int = 0  # actions taken once a recovery restarted its role
+
+    def take(self, rng: random.Random, replaced: bool) -> Any:
+        """One action: what it takes next from its inbox (at random: the progress actor is threaded,
+        acknowledgements come in any order), counted."""
+        self.left -= 1
+        self.after_replacement += replaced
+        return self.inbox.pop(rng.randrange(len(self.inbox)))
+
+    def listening(self) -> bool:
+        """Whether it still takes what is sent to it (it has actions left)."""
+        return self.left > 0
+
+    def apply(self, call: Any, mail: Mailboxes, keys: list[ReplicaKey]) -> None:
+        """A progress actor's zombie applies ``call``: its pushes to the replicas and its job events
+        carry its dead incarnation; what its core raises (a call it had had) reaches nobody."""
+        try:
+            effects = self.core.receive_all([call])
+        except (RaytideError, ValueError):
+            return
+        mail.post_pushes(effects.pushes, self.incarnation, keys)
+        mail.log.extend((self.incarnation, event) for event in effects.events)

@@ -47,7 +47,7 @@ def test_failed_writes_and_commits_are_abandoned_and_the_output_stays_exact(name
     assert failures >= TRIALS, f"the store failed only {failures} times in {TRIALS} trials: the test proves little"
 
 
-def _acknowledged_anyway(self: LocalJob) -> None:
+def _acknowledged_anyway(self: LocalJob, to: object = None) -> None:
     """A planted bug: a writer that acknowledges a part it could not write."""
     assert self.recovery is not None
     incarnation, snapshot = self.mail.writes.pop(self.rng.randrange(len(self.mail.writes)))

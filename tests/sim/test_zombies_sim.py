@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import random
+from typing import Any
 
 import pytest
 
@@ -25,12 +26,14 @@ NAMES = ("keyed", "join", "loop")
 TRIALS = 8
 
 
-def trial(name: str, seed: int, directory: str, frozen: bool = False, nodes: int | None = None,
-          **model: float) -> tuple[bool, LocalJob]:
+def trial(name: str, seed: int, directory: str, frozen: tuple[str, ...] = (), nodes: int | None = None,
+          again: tuple[Any, ...] = (), **model: Any) -> tuple[bool, LocalJob]:
     """Trial ``seed`` of scenario ``name``: the crashes of a recovery trial, and a crash again once
     a snapshot committed after the first recovery, under the deaths ``model`` gives
-    (``LocalRecovery``'s ``zombie``, ``missed``), the progress actor or the coordinator slowed or
-    ``frozen`` a while, the replicas on ``nodes`` (a relay each); whether the output was exact, and the job."""
+    (``LocalRecovery``'s ``zombie``, ``missed``, ``output_commit``), one of the actors ``frozen`` names
+    (the progress actor, the coordinator, the driver) slowed or frozen a while, the replicas on
+    ``nodes`` (a relay each), the crash after a commit of one of ``again`` (a replica if none); whether the
+    output was exact, and the job."""
     rng = random.Random(seed)
     scenario = SCENARIOS[name](rng)
     options = {"interval": rng.choice([3, 10]), "timeout": rng.choice([40, 200]), "retain": rng.randint(1, 3),
@@ -43,14 +46,14 @@ def trial(name: str, seed: int, directory: str, frozen: bool = False, nodes: int
     except BROKEN:  # the run without crashes broke already (a planted bug): not exact
         return False, job
     if frozen:
-        _freeze(job, rng, calm)
-    return exact_under_chaos(job, scenario, rng, seed, calm, 200_000, watch=_again_after_a_commit(rng)), job
+        _freeze(job, rng, calm, frozen)
+    return exact_under_chaos(job, scenario, rng, seed, calm, 200_000, watch=_again_after_a_commit(rng, again)), job
 
 
-def _freeze(job: LocalJob, rng: random.Random, calm: int) -> None:
-    """The progress actor or the coordinator slowed down throughout, or frozen a few times for
-    a stretch of steps as long as a tenth of the job to four times it, then resumed."""
-    target = rng.choice([PROGRESS, COORDINATOR])
+def _freeze(job: LocalJob, rng: random.Random, calm: int, targets: tuple[str, ...]) -> None:
+    """One of ``targets`` slowed down throughout, or frozen a few times for a stretch of steps as
+    long as a tenth of the job to four times it, then resumed."""
+    target = rng.choice(targets)
     if rng.random() < 0.3:
         job.slow_down(target, rng.choice([0.02, 0.1]))
         return
@@ -65,9 +68,9 @@ def zombie_trial(name: str, seed: int, directory: str) -> tuple[bool, int]:
     return exact, sum(zombie.after_replacement for zombie in job.zombies.values())
 
 
-def _again_after_a_commit(rng: random.Random):
-    """A watch that crashes a replica once, when the job commits a snapshot after its first
-    recovery is over, so that the next recovery restores what zombies may have had a hand in."""
+def _again_after_a_commit(rng: random.Random, targets: tuple[Any, ...] = ()):
+    """A watch that crashes one of ``targets`` (a replica if none) once, when the job commits a snapshot
+    after its first recovery is over, so that the next recovery restores what zombies may have had a hand in."""
     state: dict[str, int | None] = {"committed": None}
 
     def watch(job: LocalJob) -> None:
@@ -76,7 +79,7 @@ def _again_after_a_commit(rng: random.Random):
             state["committed"] = len(job.result.snapshots)
         elif state["committed"] is not None and 0 <= state["committed"] < len(job.result.snapshots):
             state["committed"] = -1  # once
-            job.crash(rng.choice(job.replica_keys()), at_step=job.result.steps + rng.randrange(1, 20))
+            job.crash(rng.choice(targets or job.replica_keys()), at_step=job.result.steps + rng.randrange(1, 20))
     return watch
 
 
@@ -125,6 +128,38 @@ def test_a_progress_actor_taking_zombies_calls_is_caught(store_root, monkeypatch
     assert _first_caught(store_root) is not None, "no trial caught the progress actor taking a zombie's calls"
 
 
+def actor_zombie_trial(name: str, seed: int, directory: str) -> tuple[bool, LocalJob]:
+    """A :func:`trial` whose dead progress actor and coordinator (the crash after a commit is of
+    one of them) are zombies for up to a few dozen actions, and whose deaths are noticed at once,
+    late or very late (so that a zombie coordinator may commit a snapshot of its dead incarnation)."""
+    rng = random.Random(-seed)
+    return trial(name, seed, directory, again=(PROGRESS, COORDINATOR), zombie=rng.choice([5, 20, 60]),
+                 detection=rng.choice([0, 60, 400]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_zombie_progress_actors_and_coordinators_sends_are_dropped(name, store_root):
+    after: collections.Counter[str] = collections.Counter()
+    for seed in seeds(TRIALS, f"actor zombies {name}"):
+        exact, job = actor_zombie_trial(name, seed, str(store_root / str(seed)))
+        assert exact, f"{name}, seed {seed}"
+        after.update({role: zombie.after_replacement for role, zombie in job.undead.items()})
+    assert after[PROGRESS] + after[COORDINATOR] >= 5, f"zombies acted after their replacement only {dict(after)} times"
+
+
+def _polling_any_incarnation(self: world.World) -> None:
+    """A planted bug: the driver takes job events of any incarnation of the progress actor (a
+    zombie's, or its own from before a restart)."""
+    self._record([self.mail.log.popleft()[1]])
+
+
+def test_a_driver_taking_a_dead_progress_actors_events_is_caught(store_root, monkeypatch):
+    monkeypatch.setattr(world.World, "_poll", _polling_any_incarnation)
+    caught = next(((name, seed) for seed in range(TRIALS) for name in NAMES
+                   if not actor_zombie_trial(name, seed, str(store_root / f"{name}-{seed}"))[0]), None)
+    assert caught is not None, "no trial caught the driver taking a dead progress actor's events"
+
+
 def missed_trial(name: str, seed: int, directory: str) -> tuple[bool, LocalJob]:
     """A :func:`trial` in which most deaths are never announced, and the others late or at once."""
     return trial(name, seed, directory, missed=0.75, detection=random.Random(-seed).choice([0, 60, 400]))
@@ -153,7 +188,7 @@ def test_deaths_nobody_finds_hang_and_are_caught(store_root, monkeypatch):
 def frozen_trial(name: str, seed: int, directory: str) -> bool:
     """A :func:`trial` with the progress actor or the coordinator slow or frozen a while, the
     replicas on two nodes every other seed (a relay's runs grow long behind a frozen progress actor)."""
-    return trial(name, seed, directory, frozen=True, nodes=2 if seed % 2 else None)[0]
+    return trial(name, seed, directory, frozen=(PROGRESS, COORDINATOR), nodes=2 if seed % 2 else None)[0]
 
 
 @pytest.mark.parametrize("name", NAMES)
