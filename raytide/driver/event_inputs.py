@@ -48,7 +48,7 @@ from raytide.physical.plan import PhysicalPlan
 from raytide.physical.wire import pack
 from raytide.sources.base import Reader
 from raytide.sources.clocked_stream import ClockedStream
-from raytide.windows.event_time import Assigned, EventClock, EventTime, LateCount, late_input
+from raytide.windows.event_time import Assigned, EventClock, EventTime, LateCount, late_input, timestamp_problem
 
 
 class EventTimeInputs(InputFeeds):
@@ -230,10 +230,9 @@ def _stamps(name: str, spec: EventTime, rows: list) -> list[float]:
     for position, row in enumerate(rows):
         try:
             stamps.append(spec.stamp(row))
-        except (LookupError, TypeError, ValueError, AttributeError) as error:
-            what = f"has no timestamp {spec.timestamp!r}" if isinstance(error, LookupError) else f"has a bad timestamp: {error}"
-            raise RecordError(f"input {name!r}: record {position} of the push ({row!r:.80}) {what}; nothing of this "
-                              f"push was sent") from error
+        except Exception as error:  # a timestamp function's own error too
+            raise RecordError(f"input {name!r}: record {position} of the push ({row!r:.80}) "
+                              f"{timestamp_problem(spec, error)}; nothing of this push was sent") from error
     return stamps
 
 

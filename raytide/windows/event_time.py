@@ -124,6 +124,17 @@ class EventTime:
         return seconds_of(value)
 
 
+def timestamp_problem(spec: EventTime, error: Exception) -> str:
+    """What was wrong with a record whose ``spec.stamp`` raised ``error``, for a message that
+    names the input or source and the record's position: ``"has no timestamp 't'"``, ``"has a
+    bad timestamp: ..."``, or the timestamp function's own error."""
+    if isinstance(spec.timestamp, str) and isinstance(error, LookupError):
+        return f"has no timestamp {spec.timestamp!r}"
+    if isinstance(error, (TypeError, ValueError)):
+        return f"has a bad timestamp: {error}"
+    return f"has no timestamp: the timestamp function raised {type(error).__name__}: {error}"
+
+
 _UNIX = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 

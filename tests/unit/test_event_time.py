@@ -286,3 +286,16 @@ def test_the_timer_does_nothing_without_an_idle_timeout_or_event_time_inputs():
     plain.clocks.clear()  # as after a source read in the replicas took the input over
     plain.release_idle()
     assert plain.sent == []
+
+
+def test_a_timestamp_function_that_fails_names_the_input_the_record_and_its_error_and_sends_nothing():
+    flow = rt.Dataflow("clicks")
+    flow.input("clicks", event_time=rt.EventTime(lambda click: click["t"] / click["scale"])).output("out")
+    plan = compile_plan(flow, 1)
+    inputs = Recorded(plan, {name: [name] for name in plan.inputs}, 4, 100, lambda: None)
+    inputs.sent = []
+    with pytest.raises(rt.RecordError, match=r"input 'clicks': record 1 of the push \(\{'t': 2.0, 'scale': 0\}\) has no "
+                                             r"timestamp: the timestamp function raised ZeroDivisionError: .*; nothing"):
+        inputs.push("clicks", [{"t": 1.0, "scale": 1}, {"t": 2.0, "scale": 0}])
+    inputs.flush()
+    assert inputs.sent == []
