@@ -100,3 +100,73 @@ def test_an_idle_partition_stops_holding_a_window_on_the_drivers_timer_and_a_kil
     assert Counter(windows) == expected and len(windows) == len(expected), "a window lost, wrong or emitted twice"
     assert late == [comeback] and stats["late"]["clicks"]["by_epoch"] == {6: 1}
     assert stats["recoveries"], "the SIGKILL was not recovered from"
+
+
+def test_joins_across_time_on_event_time_inputs_match_a_plain_python_reference(ray_session):
+    """Views and buys pushed with their own times (1-second epochs) into an interval join in
+    seconds (a buy 0 to 2.5 s after a view of the same user), and the views joined with the
+    latest price of their page from a stream of price updates: every pair and every enriched
+    view once, as a plain-Python reference computes them (the state and its trimming are proven
+    against brute force in tests/unit/test_temporal_joins.py and tests/sim/test_temporal_sim.py)."""
+    rng = random.Random(4)
+    views = [{"user": rng.randrange(4), "page": rng.randrange(3), "t": round(n * 0.3, 2), "n": n} for n in range(60)]
+    buys = [{"user": rng.randrange(4), "t": round(n * 0.7 + 0.05, 2), "n": n} for n in range(25)]
+    prices = [{"page": rng.randrange(3), "t": float(t), "price": t} for t in range(0, 18, 2)]
+    flow = rt.Dataflow("time-joins")
+    seen, bought, priced = (flow.input(name, event_time=rt.EventTime("t", max_delay=1.0))
+                            for name in ("views", "buys", "prices"))
+    seen.interval_join(bought, lambda r: r["user"], 0.0, 2.5).output("pairs")
+    seen.join_latest(priced, lambda r: r["page"]).output("priced")
+    with rt.run(flow, parallelism=2) as job:
+        for name, records in (("prices", prices), ("views", views), ("buys", buys)):
+            for at in range(0, len(records), 10):
+                job.push(name, records[at:at + 10])
+            job.close(name)
+        job.wait(timeout=60)
+        pairs = [r for records in job.collect("pairs").values() for r in records]
+        enriched = [r for records in job.collect("priced").values() for r in records]
+    expected = Counter((v["user"], v["n"], b["n"]) for v in views for b in buys
+                       if v["user"] == b["user"] and 0.0 <= b["t"] - v["t"] <= 2.5)
+    assert Counter((key, v["n"], b["n"]) for key, v, b in pairs) == expected and expected
+    want = Counter()
+    for v in views:  # the updates of the latest epoch at or before the view's that has any for its page
+        epochs = [math.floor(p["t"]) for p in prices if p["page"] == v["page"] and math.floor(p["t"]) <= math.floor(v["t"])]
+        latest = [p["price"] for p in prices if epochs and p["page"] == v["page"] and math.floor(p["t"]) == max(epochs)]
+        want.update((v["page"], v["n"], price) for price in latest or [None])
+    assert Counter((key, v["n"], value if value is None else value["price"]) for key, v, value in enriched) == want
+
+
+def test_a_ray_dataset_with_event_time_goes_to_windows_each_reader_with_its_own_watermark(ray_session):
+    """A Ray Dataset of four Arrow blocks read in the replicas with ``event_time="t"`` (reader
+    ``r`` reads blocks ``r, r + 2``, each a producer with its own watermark) into tumbling
+    counts with a late output: the windows of the records not late, the late ones exactly those
+    behind their reader's watermark (one per block after the first of each reader)."""
+    import pyarrow as pa
+    import ray
+
+    from raytide.integrations.ray_data import from_dataset
+
+    rng = random.Random(9)
+    blocks = []
+    for index in range(4):
+        base = 100.0 + index // 2 * 20.0
+        rows = [{"page": rng.randrange(3), "t": base + rng.uniform(0, 20), "n": index * 100 + i} for i in range(40)]
+        rows.append({"page": 0, "t": base - 15.0, "n": index * 100 + 99})  # late unless its reader read nothing yet
+        blocks.append(rows)
+    late, highest = [], {0: -math.inf, 1: -math.inf}
+    for index, rows in enumerate(blocks):
+        reader = index % 2
+        late += [r["n"] for r in rows if highest[reader] > -math.inf and math.floor(r["t"]) < math.floor(highest[reader] - DELAY)]
+        highest[reader] = max(highest[reader], *(r["t"] for r in rows))
+    on_time = Counter((r["page"], math.floor(r["t"]) // WINDOW * WINDOW) for rows in blocks for r in rows if r["n"] not in late)
+    flow = rt.Dataflow("ray-data-event-time")
+    events = flow.input("clicks", event_time=rt.EventTime("t", max_delay=DELAY, late_output="late"))
+    events.window(lambda c: c["page"], rt.Tumbling(WINDOW)).count().output("per_page")
+    dataset = ray.data.from_arrow([pa.Table.from_pylist(rows) for rows in blocks])
+    with rt.run(flow, parallelism=2, inputs={"clicks": from_dataset(dataset, event_time="t")}) as job:
+        job.wait(timeout=60)
+        windows = [r for records in job.collect("per_page").values() for r in records]
+        got_late = sorted(c["n"] for records in job.collect("late").values() for c in records)
+        stats = job.stats()["late"]["clicks"]
+    assert late == [299, 399] and got_late == late and stats["records"] == len(late)
+    assert Counter(windows) == Counter({(p, s, s + WINDOW, n) for (p, s), n in on_time.items()}) and len(windows) == len(on_time)
