@@ -224,8 +224,8 @@ class CoordinatorActor:
         if (snapshot_id not in self.held) if hold else (snapshot_id not in self.recent_commits):
             why = next((reason for reason in reversed(self.abandoned) if reason.startswith(f"snapshot {snapshot_id}:")),
                        None) if done else None
-            raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: "
-                                f"{why or f'not complete within {timeout:g} s'}")
+            late = f"not complete within {timeout:g} s" + (f": {self.core.waiting_for()}" if self._in_flight(snapshot_id) else "")
+            raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: {why or late}")
         return snapshot_id
 
     def _in_flight(self, snapshot_id: int) -> bool:

@@ -322,8 +322,10 @@ class _KillingReader(_ListReader):
         return ray.put(records[:half]), KillingBatch(records[half:], self.victim[0], self.flag)
 
 
+@pytest.mark.parametrize("victim_of", [lambda job: f"{job.plan.chain_of('clicks').name}/0", lambda job: "coordinator"],
+                         ids=["input-replica-0", "coordinator"])
 def test_a_clocked_stream_input_replica_sigkilled_mid_batch_gives_every_window_once_and_every_late_record(
-        ray_session, tmp_path):
+        ray_session, tmp_path, victim_of):
     """A stream with event time (records out of order within and beyond ``max_delay``) into
     2-second tumbling counts with a late output, at parallelism 2. Batch 6 of 12 is dealt in
     two parts, and input replica 1, reading its part, SIGKILLs input replica 0 (both hold
@@ -332,7 +334,9 @@ def test_a_clocked_stream_input_replica_sigkilled_mid_batch_gives_every_window_o
     holds batch 5, each clock with its replica, and replays batch 6's shares: every window
     once, its count exactly that of the records not late, the late output and
     ``job.stats()["late"]`` exactly the records beyond the bound
-    (``tests/unit/test_clocked_stream.py``'s reference)."""
+    (``tests/unit/test_clocked_stream.py``'s reference). The same with the snapshot
+    coordinator SIGKILLed there instead: batch 6's snapshot never commits, and the job goes on
+    from the one that holds batch 5 as exactly."""
     from tests.unit.test_clocked_stream import reference
 
     rng = random.Random(3)
@@ -350,7 +354,7 @@ def test_a_clocked_stream_input_replica_sigkilled_mid_batch_gives_every_window_o
     source, victim = TimedStream(stream), []
     source.reader = lambda: _KillingReader(source, 6, victim, str(tmp_path / "killed"))  # type: ignore[method-assign]
     with rt.run(flow, parallelism=2, recovery=rt.Recovery(str(tmp_path / "store"))) as job:
-        victim.append(job.hosts()[f"{job.name}/{job.plan.chain_of('clicks').name}/0"])
+        victim.append(job.hosts()[f"{job.name}/{victim_of(job)}"])
         job.feed("clicks", source)
         job.wait(timeout=60)
         counts = [record for records in job.collect("counts").values() for record in records]
