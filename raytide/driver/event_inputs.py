@@ -17,7 +17,7 @@ A partition is one producer's order: its watermark is its own largest timestamp 
 ``max_delay``, and the input's is the least of its partitions' (one partition, ``0``, unless
 ``job.push`` names another). A partition goes idle by time alone, so the driver also looks at
 idleness on a timer (:meth:`EventTimeInputs.release_idle`, at each of the supervisor's pumps:
-whenever the driver takes events, about every tenth of a second while a thread waits on the
+whenever the driver takes events: every 0.1 s with recovery, 0.5 s without, while a thread waits on the
 job): an input its idle partitions held back moves then, through :meth:`EventTimeInputs._apply`
 as after a push, so the release's calls are the same calls, in the same call log a recovery
 replays (:class:`~raytide.supervisor.replay.ReplayLog`): a recovery sends the same epochs again,

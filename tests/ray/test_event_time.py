@@ -62,7 +62,7 @@ def test_an_idle_partition_stops_holding_a_window_on_the_drivers_timer_and_a_kil
     """Partition 1 pushes once (t=5), partition 0 clicks up to t=100, then nothing is pushed
     while the user waits for the window [0, 10): the driver's timer finds partition 1 idle
     ``IDLE`` seconds after its push and releases the input to partition 0's watermark (99), so
-    the window comes out without a push. Then the input replica holding the released epochs is
+    the window comes out without a push. Then input replica 0 (the released epochs went to both) is
     SIGKILLed (no snapshot committed: the recovery replays every logged call, the timer's
     release among them), partition 1 comes back with an old click (late: it was released
     past it) and partition 0 goes on: every window once, equal to a plain-Python reference."""
