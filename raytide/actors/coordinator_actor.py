@@ -76,6 +76,9 @@ class CoordinatorActor:
         self.lock = threading.Condition()
         self.last_tick = time.monotonic()
         self.paused = True
+        #: Between a recovery's :meth:`pause` and its :meth:`restart` (or :meth:`start`): the replicas
+        #: are being replaced and restored, and ``inputs`` are still the old ones, so no snapshot may start.
+        self.recovering = False
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._clock, name="raytide-coordinator-clock", daemon=True)
         self.thread.start()
@@ -177,8 +180,9 @@ class CoordinatorActor:
         with self.lock:
             snapshot_id = self._take_now(timeout, delivered, hold=False)
             if snapshot_id is None:
-                raise SnapshotError(f"the snapshot in flight did not complete within {timeout:g} s; "
-                                    f"abandoned so far: {list(self.abandoned)[-3:]}")
+                waited = "a recovery did not restart the snapshots" if self.recovering else \
+                    "the snapshot in flight did not complete"
+                raise SnapshotError(f"{waited} within {timeout:g} s; abandoned so far: {list(self.abandoned)[-3:]}")
             self.paused = self.paused or pause
             return snapshot_id
 
@@ -211,9 +215,9 @@ class CoordinatorActor:
         what = "rescale cut" if hold else "snapshot"
         self.taking_now += 1
         try:
-            self.lock.wait_for(lambda: self.core.in_flight is None, timeout)
+            self.lock.wait_for(self._may_start, timeout)
             self.delivered = dict(delivered)
-            snapshot_id = self._trigger(time.monotonic(), hold) if self.core.in_flight is None else None
+            snapshot_id = self._trigger(time.monotonic(), hold) if self._may_start() else None
             if snapshot_id is None:
                 return None
             done = self.lock.wait_for(lambda: not self._in_flight(snapshot_id), max(0.0, deadline - time.monotonic()))
@@ -226,9 +230,16 @@ class CoordinatorActor:
         if (snapshot_id not in self.held) if hold else (snapshot_id not in self.recent_commits):
             why = next((reason for reason in reversed(self.abandoned) if reason.startswith(f"snapshot {snapshot_id}:")),
                        None) if done else None
-            raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: "
-                                f"{why or f'not complete within {timeout:g} s'}")
+            late = f"not complete within {timeout:g} s" + (f": {self.core.waiting_for()}" if self._in_flight(snapshot_id) else "")
+            raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: {why or late}")
         return snapshot_id
+
+    def _may_start(self) -> bool:
+        """Whether a snapshot asked for now may start: none is in flight, and no recovery is under
+        way. During one its markers would go to the old input replicas (a dead one's lost, a
+        survivor's dropped, or taken before its restore wipes it), and the restart, in the
+        incarnation the pause began, would not abandon it: it would never complete."""
+        return self.core.in_flight is None and not self.recovering
 
     def _in_flight(self, snapshot_id: int) -> bool:
         flight = self.core.in_flight
@@ -241,17 +252,19 @@ class CoordinatorActor:
         with self.lock:
             if inputs is not None:
                 self.inputs = inputs
-            self.paused = False
+            self.paused = self.recovering = False
             self.core.last_end = time.monotonic()
+            self.lock.notify_all()  # a snapshot asked for during a recovery starts now
 
     def restart(self, incarnation: int, inputs: dict[ReplicaKey, Any], recovery_seconds: float | None) -> None:
         """A recovery started ``incarnation`` (and took ``recovery_seconds``, if known)."""
         with self.lock:
             if incarnation != self.core.incarnation:  # a coordinator started by this recovery is at it already
                 self._abandoned(self.core.reset(incarnation, time.monotonic()))
-            self.inputs, self.paused = inputs, False
+            self.inputs, self.paused, self.recovering = inputs, False, False
             self.core.last_end = time.monotonic()
             self.core.follow(self.store.next_id())
+            self.lock.notify_all()  # a snapshot asked for during the recovery starts now, at the restored inputs
             if self.tuner is not None:
                 self.tuner.record_failure()
                 if recovery_seconds is not None:
@@ -263,7 +276,7 @@ class CoordinatorActor:
         with self.lock:
             if incarnation > self.core.incarnation:
                 self._abandoned(self.core.reset(incarnation, time.monotonic()))
-            self.paused = True
+            self.paused = self.recovering = True
 
     def reconfigure(self, plan: PhysicalPlan, incarnation: int) -> None:
         """A rescale starts ``incarnation`` with ``plan``'s replicas; snapshots stay paused until

@@ -15,7 +15,13 @@ closes with it. ``job.close(name)`` pushes everything held, in epoch order, and 
 
 A partition is one producer's order: its watermark is its own largest timestamp minus
 ``max_delay``, and the input's is the least of its partitions' (one partition, ``0``, unless
-``job.push`` names another). Records held in the driver for later epochs are not in any
+``job.push`` names another). A partition goes idle by time alone, so the driver also looks at
+idleness on a timer (:meth:`EventTimeInputs.release_idle`, at each of the supervisor's pumps:
+whenever the driver takes events: every 0.1 s with recovery, 0.5 s without, while a thread waits on the
+job): an input its idle partitions held back moves then, through :meth:`EventTimeInputs._apply`
+as after a push, so the release's calls are the same calls, in the same call log a recovery
+replays (:class:`~raytide.supervisor.replay.ReplayLog`): a recovery sends the same epochs again,
+whatever the wall clock says then. Records held in the driver for later epochs are not in any
 snapshot: a driver that dies loses them, as it loses what it had not pushed yet.
 
 A stream source (``from_spark_stream``) into an input with event time, or one given
@@ -42,7 +48,7 @@ from raytide.physical.plan import PhysicalPlan
 from raytide.physical.wire import pack
 from raytide.sources.base import Reader
 from raytide.sources.clocked_stream import ClockedStream
-from raytide.windows.event_time import Assigned, EventClock, EventTime, LateCount, late_input
+from raytide.windows.event_time import Assigned, EventClock, EventTime, LateCount, late_input, timestamp_problem
 
 
 class EventTimeInputs(InputFeeds):
@@ -80,6 +86,22 @@ class EventTimeInputs(InputFeeds):
                 raise GraphError(f"input {name!r} is closed; it takes no more records")
             before = self.epochs[name]
             self._apply(name, clock.push(rows, stamps, 0 if partition is None else partition), before)
+
+    def release_idle(self) -> None:
+        """The timer of idleness (see the module docstring): each event-time input with an
+        ``idle_timeout`` moves as far as its partitions idle by now let it, its release pushed
+        and logged as a push's is. An input another thread is pushing to is left alone (that
+        push looks at idleness itself): the timer never waits for a feeder. Nothing to do,
+        and nothing done, for a job without event-time inputs."""
+        for name, clock in list(self.clocks.items()):
+            lock = self.clock_locks[name]
+            if clock.spec.idle_timeout is None or not lock.acquire(blocking=False):
+                continue
+            try:
+                if self.epochs[name] is not None and name in self.clocks:
+                    self._apply(name, clock.tick(), self.epochs[name])
+            finally:
+                lock.release()
 
     def advance(self, name: str, epoch: Any) -> None:
         if name in self.clocks:
@@ -208,10 +230,9 @@ def _stamps(name: str, spec: EventTime, rows: list) -> list[float]:
     for position, row in enumerate(rows):
         try:
             stamps.append(spec.stamp(row))
-        except (LookupError, TypeError, ValueError, AttributeError) as error:
-            what = f"has no timestamp {spec.timestamp!r}" if isinstance(error, LookupError) else f"has a bad timestamp: {error}"
-            raise RecordError(f"input {name!r}: record {position} of the push ({row!r:.80}) {what}; nothing of this "
-                              f"push was sent") from error
+        except Exception as error:  # a timestamp function's own error too
+            raise RecordError(f"input {name!r}: record {position} of the push ({row!r:.80}) "
+                              f"{timestamp_problem(spec, error)}; nothing of this push was sent") from error
     return stamps
 
 

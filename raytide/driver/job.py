@@ -87,6 +87,7 @@ class Job(JobViews):
         self._recovery = supervisor.recovery = \
             JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
         supervisor.rescale = self.rescale
+        supervisor.release_idle = self._inputs.release_idle
         try:
             self._start(restore_id)
         except BaseException:  # a timeout, or a snapshot that cannot be restored: leave no actors behind

@@ -12,6 +12,10 @@ keeps only the user's methods and calls this): events in, machines run, effects 
                                      ▼
               the autoscaler reads the replaced actors; its decisions become job.rescale calls
 
+At each pump the driver also looks at its event-time inputs' idleness (a partition that pushed
+nothing for ``idle_timeout`` stops holding the watermark back: ``EventTimeInputs.release_idle``),
+so a window an idle partition held open closes while a thread waits on the job, without a push.
+
 Every wait has a timeout and says what it waited for; Ctrl-C while the driver waits tears the
 job down (a notebook's interrupted cell leaves no actors running).
 """
@@ -66,6 +70,8 @@ class JobSupervisor:
         settings = placement.settings.recovery
         #: The stall rule (a job with recovery): silent actors of a job that stopped moving are declared failed.
         self.stalls = StallPing(settings.stall_timeout, settings.ping_timeout) if recovers and settings else None
+        #: The timer of event-time inputs' idleness (``EventTimeInputs.release_idle``), looked at each pump.
+        self.release_idle: Callable[[], None] | None = None
 
     def pump(self, timeout: float) -> None:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
@@ -83,10 +89,13 @@ class JobSupervisor:
             self.pump_now(0)
 
     def pump_now(self, timeout: float) -> None:
-        """:meth:`pump` by a thread that holds the job's lock: take the events, recover from deaths, autoscale."""
+        """:meth:`pump` by a thread that holds the job's lock: take the events, recover from deaths,
+        release what idle event-time partitions held back (the driver's timer of idleness), autoscale."""
         with self.cancelled_on_interrupt():
             # the recovery of a death runs to its end here: no machine is under way to take one
             supervise(self.notice(timeout), self.recovery is not None, (None, None), self.fail, self.recover)
+            if self.release_idle is not None:
+                self.release_idle()
             if self.autoscaler is not None and not self.rescaling:
                 self.autoscale()
 

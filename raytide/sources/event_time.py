@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from raytide.core.batches import is_arrow, to_records
 from raytide.errors import GraphError, SourceError
 from raytide.sources.base import Reader
-from raytide.windows.event_time import EventTime, LateCount, LateRecords
+from raytide.windows.event_time import EventTime, LateCount, LateRecords, timestamp_problem
 from raytide.windows.source_clock import ClockState, EpochPiece, SourceClock
 
 
@@ -92,15 +92,18 @@ def stamps(spec: EventTime, batch: Any, source: str) -> np.ndarray:
     for position, record in enumerate(records):
         try:
             seconds[position] = spec.stamp(record)
-        except (LookupError, TypeError, ValueError, AttributeError) as error:
-            raise SourceError(f"{source}: record {record!r:.80} has no good timestamp ({error})") from error
+        except Exception as error:  # a timestamp function's own error too
+            raise SourceError(f"{source}: record {position} of its batch ({record!r:.80}) "
+                              f"{timestamp_problem(spec, error)}") from error
     return seconds
 
 
 def _column_seconds(table: pa.Table, column: str, source: str) -> np.ndarray:
     values = table.column(column)
     if values.null_count:
-        raise SourceError(f"{source}: event_time column {column!r} has {values.null_count} null value(s)")
+        first = pc.index(pc.is_null(values), True).as_py()
+        raise SourceError(f"{source}: event_time column {column!r} has {values.null_count} null value(s), the first "
+                          f"in record {first} of its batch")
     kind = values.type
     if pa.types.is_date(kind):
         values, kind = values.cast(pa.timestamp("s")), pa.timestamp("s")
@@ -109,7 +112,9 @@ def _column_seconds(table: pa.Table, column: str, source: str) -> np.ndarray:
         return pc.cast(values, pa.int64()).to_numpy().astype(np.float64) / per_second
     seconds = values.to_numpy().astype(np.float64)
     if not np.isfinite(seconds).all():
-        raise SourceError(f"{source}: event_time column {column!r} has a value that is not finite")
+        first = int(np.flatnonzero(~np.isfinite(seconds))[0])
+        raise SourceError(f"{source}: event_time column {column!r} has a value that is not finite ({seconds[first]}) "
+                          f"in record {first} of its batch")
     return seconds
 
 

@@ -15,7 +15,9 @@ A push is judged against the input's epoch before it: its records of earlier epo
 *late* (their epoch is closed; the spec's ``late_output`` gets them, and the clock counts
 them), those of the input's epoch go at once, those of later epochs are held until the
 input reaches their epoch. Then the push moves the watermark, and the clock releases
-what the epochs it closed held, in epoch order.
+what the epochs it closed held, in epoch order. Time passing moves it too: a partition goes
+idle without a push, so the driver's timer ticks the clock (:meth:`EventClock.tick`), which
+moves the watermark and releases exactly as a push without records would.
 
 >>> clock = EventClock(EventTime("t", granularity=10, max_delay=5), now=lambda: 0.0)
 >>> release = clock.push([{"t": 3}, {"t": 51}, {"t": 12}], [3.0, 51.0, 12.0])
@@ -120,6 +122,17 @@ class EventTime:
         """
         value = record[self.timestamp] if isinstance(self.timestamp, str) else self.timestamp(record)
         return seconds_of(value)
+
+
+def timestamp_problem(spec: EventTime, error: Exception) -> str:
+    """What was wrong with a record whose ``spec.stamp`` raised ``error``, for a message that
+    names the input or source and the record's position: ``"has no timestamp 't'"``, ``"has a
+    bad timestamp: ..."``, or the timestamp function's own error."""
+    if isinstance(spec.timestamp, str) and isinstance(error, LookupError):
+        return f"has no timestamp {spec.timestamp!r}"
+    if isinstance(error, (TypeError, ValueError)):
+        return f"has a bad timestamp: {error}"
+    return f"has no timestamp: the timestamp function raised {type(error).__name__}: {error}"
 
 
 _UNIX = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -236,10 +249,24 @@ class EventClock:
         self.late.add(late)
         at = self.now()
         self.partitions.heard(partition, at, max(stamps) - self.spec.max_delay if stamps else None)
-        self.watermark = max(self.watermark, self.partitions.combined(at))
-        moved = max(current, epoch_of(self.watermark)) if self.watermark > -math.inf else current
         sends = [(current, now)] if now else []
-        return Assigned(sends + self._release(moved), late, moved)
+        return Assigned(sends + self._move(at), late, self.epoch)
+
+    def tick(self) -> Assigned:
+        """No push, only time passing (the driver's timer of idleness, as Flink's ``withIdleness``):
+        the partitions idle by now stop holding the watermark back, and the input moves and
+        releases exactly as a push that brought no records would have moved it (no late records,
+        no activity). Nothing changes while no partition went idle since the last push or tick."""
+        assert self.epoch is not None, "a closed event-time input has no clock to tick"
+        return Assigned(self._move(self.now()), [], self.epoch)
+
+    def _move(self, at: float) -> list[tuple[int, list]]:
+        """The watermark by the partitions at ``at`` (never going back), and the release of the
+        epochs it closed (:meth:`_release`)."""
+        self.watermark = max(self.watermark, self.partitions.combined(at))
+        assert self.epoch is not None
+        moved = max(self.epoch, self.spec.epoch_of(self.watermark)) if self.watermark > -math.inf else self.epoch
+        return self._release(moved)
 
     def close(self) -> Assigned:
         """No more pushes: everything held goes, in epoch order, and the input closes."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -288,3 +289,83 @@ def test_a_stream_replica_given_no_records_goes_idle_and_windows_close_without_i
         job.wait(timeout=60)
         windows += [record for records in job.collect("counts").values() for record in records]
     assert sorted(windows) == sorted((page, start, start + 10, 5) for start in range(0, 100, 10) for page in (0, 1))
+
+
+class KillingBatch(RemoteBatch):
+    """Records that, read the first time (by the replica they are dealt to), SIGKILL process
+    ``victim`` first: a replica killed while its peer takes the same batch."""
+
+    def __init__(self, records: list[dict], victim: int, flag: str) -> None:
+        self.records, self.victim, self.flag = records, victim, flag
+
+    def read(self) -> list[dict]:
+        if not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            os.kill(self.victim, signal.SIGKILL)
+        return self.records
+
+
+class _KillingReader(_ListReader):
+    """Batch ``kill_at`` in two pieces, the second (dealt to replica 1) a :class:`KillingBatch`
+    of input replica 0, once ``victim`` (a one-item list) has its pid."""
+
+    def __init__(self, source: ListStream, kill_at: int, victim: list[int], flag: str) -> None:
+        super().__init__(source)
+        self.kill_at, self.victim, self.flag = kill_at, victim, flag
+
+    def _pieces(self, batch_id: int) -> tuple[Any, ...]:
+        records = self.source.batches[batch_id]
+        if batch_id != self.kill_at:
+            return (ray.put(records),)
+        assert batch_id % 2 == 0, "part i of batch b goes to replica (b + i) mod 2: the killer must be replica 1's"
+        half = len(records) // 2
+        return ray.put(records[:half]), KillingBatch(records[half:], self.victim[0], self.flag)
+
+
+@pytest.mark.parametrize("victim_of", [lambda job: f"{job.plan.chain_of('clicks').name}/0", lambda job: "coordinator"],
+                         ids=["input-replica-0", "coordinator"])
+def test_a_clocked_stream_input_replica_sigkilled_mid_batch_gives_every_window_once_and_every_late_record(
+        ray_session, tmp_path, victim_of):
+    """A stream with event time (records out of order within and beyond ``max_delay``) into
+    2-second tumbling counts with a late output, at parallelism 2. Batch 6 of 12 is dealt in
+    two parts, and input replica 1, reading its part, SIGKILLs input replica 0 (both hold
+    clocks with records for epochs their watermarks have not reached): batch 6 is never held,
+    replica 1 took it, replica 0 may have. The recovery rolls both back to the snapshot that
+    holds batch 5, each clock with its replica, and replays batch 6's shares: every window
+    once, its count exactly that of the records not late, the late output and
+    ``job.stats()["late"]`` exactly the records beyond the bound
+    (``tests/unit/test_clocked_stream.py``'s reference). The same with the snapshot
+    coordinator SIGKILLed there instead: batch 6's snapshot never commits, and the job goes on
+    from the one that holds batch 5 as exactly."""
+    from tests.unit.test_clocked_stream import reference
+
+    rng = random.Random(3)
+    spec = rt.EventTime("t", granularity=1.0, max_delay=3.0, late_output="late", idle_timeout=None)
+    stream, now = [], 1000.0
+    for batch_id in range(12):
+        batch = []
+        for index in range(8):
+            now += rng.uniform(0, 0.8)
+            back = rng.choice([0.0, rng.uniform(0, 3), rng.uniform(4, 12)])
+            batch.append({"t": round(now - back, 3), "page": rng.randrange(3), "n": batch_id * 8 + index})
+        stream.append(batch)
+    flow = rt.Dataflow("clocked-stream-kill")
+    flow.input("clicks", event_time=spec).window(lambda click: click["page"], rt.Tumbling(2)).count().output("counts")
+    source, victim = TimedStream(stream), []
+    source.reader = lambda: _KillingReader(source, 6, victim, str(tmp_path / "killed"))  # type: ignore[method-assign]
+    with rt.run(flow, parallelism=2, recovery=rt.Recovery(str(tmp_path / "store"))) as job:
+        victim.append(job.hosts()[f"{job.name}/{victim_of(job)}"])
+        job.feed("clicks", source)
+        job.wait(timeout=60)
+        counts = [record for records in job.collect("counts").values() for record in records]
+        late = sorted(click["n"] for records in job.collect("late").values() for click in records)
+        stats = job.stats()
+    parts = [[batch] if b != 6 else [batch[:4], batch[4:]] for b, batch in enumerate(stream)]
+    epochs, expected_late = reference(parts, 2, spec)
+    pages = {click["n"]: click["page"] for batch in stream for click in batch}
+    windows = Counter((pages[n], epoch // 2 * 2) for n, epoch in epochs.items() if n not in expected_late)
+    assert Counter({(key, start): value for key, start, end, value in counts}) == windows
+    assert all(end == start + 2 for _, start, end, _ in counts) and len(counts) == len(windows), "a window twice"
+    assert late == sorted(expected_late) and expected_late, "the late records are exactly those beyond the bound"
+    assert stats["late"]["clicks"]["records"] == len(expected_late)
+    assert stats["recoveries"], "the SIGKILL was not recovered from"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from typing import Any
 
 import pytest
@@ -328,3 +329,40 @@ def test_a_snapshot_asked_for_now_is_the_next_one_though_periodic_ones_fall_due_
     asking.join(10)
     assert outcome == {"id": asked}, outcome
     assert late is None, f"the clock triggered snapshot {late.snapshot_id} while the caller waited"
+
+
+class _Input:
+    """An input replica's handle as the coordinator actor calls it: records each marker injected, by whom."""
+
+    def __init__(self, name: str, injected: list) -> None:
+        self.inject_marker = types.SimpleNamespace(remote=lambda incarnation, marker: injected.append(
+            (name, incarnation, marker.marker_id)))
+
+
+def test_a_snapshot_asked_for_during_a_recovery_starts_at_its_restart_at_the_restored_input_replicas(tmp_path):
+    """A stream's feed asks for a snapshot (``snapshot_now``) while a recovery is under way:
+    between the recovery's pause and its restart the coordinator still has the old input
+    replicas, a dead one among them, and a snapshot started then never completed (the restart,
+    in the incarnation the pause began, did not abandon it). It waits for the restart, then
+    goes to the restored replicas, and commits."""
+    from raytide.snapshots.replica_state import ReplicaSummary
+
+    actor, key, _ = _tiny_coordinator(tmp_path, interval=None)
+    injected: list = []
+    actor.start({key: _Input("old", injected)})
+    actor.pause(1)
+    taken: dict = {}
+    asker = threading.Thread(target=lambda: taken.update(snapshot=actor.snapshot_now(30.0, {})), daemon=True)
+    asker.start()
+    while not actor.taking_now:  # the asker is in the call; once the lock is ours it waits
+        pass
+    with actor.lock:
+        assert injected == [] and actor.core.in_flight is None, "a snapshot started at the replicas of before the recovery"
+    actor.restart(1, {key: _Input("restored", injected)}, None)
+    while not injected:
+        pass
+    assert injected == [("restored", 1, 1)]
+    part = SnapshotStore(str(tmp_path)).write_part(1, part_name(key), b"state")
+    actor.acknowledge(Acknowledgement(key, 1, 1, (part,), ReplicaSummary([], {"numbers": 3}, {})))
+    asker.join(timeout=30)
+    assert taken == {"snapshot": 1}

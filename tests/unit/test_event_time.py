@@ -22,12 +22,13 @@ from raytide.physical.plan import compile_plan
 from raytide.physical.wire import unpack
 from raytide.windows.event_time import EventClock, EventTime, seconds_of
 
-Push = tuple[int, list[float], float]  # partition, timestamps, clock time
+Push = tuple[int | None, list[float], float]  # partition (None: a tick of the timer, no push), timestamps, clock time
 
 
 def reference(pushes: list[Push], granularity: float, delay: float, idle: float | None):
-    """From scratch, per push: its late records (by index), the input's epoch after it; and
-    for every record not late, the push after which it must have been sent (the first whose
+    """From scratch, per push (or tick: partition None, which pushes nothing and is no
+    partition's activity): its late records (by index), the input's epoch after it; and for
+    every record not late, the push after which it must have been sent (the first whose
     epoch reaches its own), or None (sent at the close)."""
     epoch, mark = 0, -math.inf
     late, after, due = [], [], {}
@@ -35,7 +36,7 @@ def reference(pushes: list[Push], granularity: float, delay: float, idle: float 
     for k, (_, stamps, now) in enumerate(pushes):
         late.append([i for i, t in enumerate(stamps) if math.floor(t / granularity) < epoch])
         waiting += [(k, i, math.floor(t / granularity)) for i, t in enumerate(stamps) if i not in late[-1]]
-        seen = pushes[: k + 1]
+        seen = [push for push in pushes[: k + 1] if push[0] is not None]
         parts = {p for p, _, _ in seen}
         last = {p: max(n for q, _, n in seen if q == p) for p in parts}
         stamps_of = {p: [t for q, s, _ in seen if q == p for t in s] for p in parts}
@@ -67,7 +68,11 @@ def run_clock(pushes: list[Push], granularity: float, delay: float, idle: float 
     for k, (partition, stamps, at) in enumerate(pushes):
         now[0] = at
         before = clock.epoch
-        assigned = clock.push([(k, i) for i in range(len(stamps))], stamps, partition)
+        if partition is None:
+            assigned = clock.tick()
+            assert not assigned.late, "a tick makes nothing late"
+        else:
+            assigned = clock.push([(k, i) for i in range(len(stamps))], stamps, partition)
         assert all(epoch >= before for epoch, _ in assigned.sends), "a send into the input's past"
         assert [e for e, _ in assigned.sends] == sorted({e for e, _ in assigned.sends}), "sends out of epoch order"
         assert all(epoch <= assigned.epoch for epoch, _ in assigned.sends)
@@ -81,7 +86,8 @@ def run_clock(pushes: list[Push], granularity: float, delay: float, idle: float 
 def pushes_strategy(max_partitions: int = 3):
     stamp = st.floats(min_value=0, max_value=60, allow_nan=False).map(lambda x: round(x, 2))
     push = st.tuples(st.integers(0, max_partitions - 1), st.lists(stamp, max_size=6), st.floats(0, 3))
-    return st.lists(push, max_size=12).map(lambda ps: [(p, s, t) for (p, s, t) in _increasing_times(ps)])
+    tick = st.tuples(st.none(), st.just([]), st.floats(0, 3))
+    return st.lists(push | tick, max_size=12).map(lambda ps: [(p, s, t) for (p, s, t) in _increasing_times(ps)])
 
 
 def _increasing_times(pushes):
@@ -222,3 +228,74 @@ def test_bad_pushes_name_the_input_and_the_record_and_send_nothing():
         inputs.push_refs("clicks", [], 0)
     inputs.flush()
     assert inputs.sent == [] and inputs.clocks["clicks"].held == {}
+
+
+def idle_feeds(now: list[float]) -> Recorded:
+    """Input ``clicks`` (1-second epochs, ``max_delay`` 1 s, idle after 2 s, late output) at
+    width 2, its calls logged for a recovery, with the clock ``now[0]``."""
+    flow = rt.Dataflow("idle")
+    flow.input("clicks", event_time=rt.EventTime("t", 1.0, 1.0, late_output="late", idle_timeout=2.0)).output("out")
+    plan = compile_plan(flow, 2)
+    inputs = Recorded(plan, {name: [f"{name}/0", f"{name}/1"] for name in plan.inputs}, 4, 100, lambda: None,
+                      keep_calls=2, now=lambda: now[0])
+    inputs.sent = []
+    return inputs
+
+
+def test_the_timer_releases_what_an_idle_partition_held_back_through_the_calls_a_push_makes_and_logs():
+    """Partition 1 pushes once (t=5), partition 0 up to t=100, then nothing is pushed: the
+    input stays at partition 1's epoch 4 until the timer finds it idle (2 s after its push),
+    then every held epoch goes and the input (and its late input) moves to 99, in calls the
+    replay log keeps as it keeps a push's; partition 1's next record, older, is late."""
+    now = [0.0]
+    inputs = idle_feeds(now)
+    inputs.push("clicks", [{"t": 5.0}], partition=1)
+    now[0] = 0.5
+    inputs.push("clicks", [{"t": float(t)} for t in range(101)], partition=0)
+    assert inputs.epochs["clicks"] == 4
+    before = list(inputs.sent)
+    now[0] = 1.99
+    inputs.release_idle()
+    assert inputs.sent == before and inputs.epochs["clicks"] == 4, "not idle yet: the timer does nothing"
+    now[0] = 2.0
+    with inputs.clock_locks["clicks"]:  # a push under way: the timer leaves the input to it
+        inputs.release_idle()
+    assert inputs.sent == before
+    inputs.release_idle()
+    assert inputs.epochs["clicks"] == inputs.epochs["clicks.late"] == 99
+    inputs.flush()
+    pushed = [(args[3], unpack(args[1], args[2])) for _, method, args in inputs.sent if method == "push" and args[0] == "clicks"]
+    assert pushed == [(e, [{"t": float(e)}] * (2 if e == 5 else 1)) for e in range(4, 100)]  # 0-3 were late; 100 waits
+    for replica in (0, 1):  # every call made is in the log a recovery replays, in order
+        mine = [(method, args) for actor, method, args in inputs.sent if actor == f"clicks/{replica}"]
+        assert inputs.logs.after(("clicks", replica), 0) == mine
+    inputs.push("clicks", [{"t": 6.0}], partition=1)  # back: counts again, its old record is late
+    assert inputs.late_stats()["clicks"]["by_epoch"] == {0: 1, 1: 1, 2: 1, 3: 1, 6: 1}
+
+
+def test_the_timer_does_nothing_without_an_idle_timeout_or_event_time_inputs():
+    now = [0.0]
+    inputs = idle_feeds(now)
+    inputs.clocks["clicks"].spec = rt.EventTime("t", 1.0, 1.0, idle_timeout=None)  # type: ignore[misc]
+    inputs.push("clicks", [{"t": 5.0}], partition=1)
+    inputs.push("clicks", [{"t": 50.0}], partition=0)
+    sent, now[0] = list(inputs.sent), 1e9
+    inputs.release_idle()
+    assert inputs.sent == sent and inputs.epochs["clicks"] == 4
+    plain = feeds()
+    plain.clocks.clear()  # as after a source read in the replicas took the input over
+    plain.release_idle()
+    assert plain.sent == []
+
+
+def test_a_timestamp_function_that_fails_names_the_input_the_record_and_its_error_and_sends_nothing():
+    flow = rt.Dataflow("clicks")
+    flow.input("clicks", event_time=rt.EventTime(lambda click: click["t"] / click["scale"])).output("out")
+    plan = compile_plan(flow, 1)
+    inputs = Recorded(plan, {name: [name] for name in plan.inputs}, 4, 100, lambda: None)
+    inputs.sent = []
+    with pytest.raises(rt.RecordError, match=r"input 'clicks': record 1 of the push \(\{'t': 2.0, 'scale': 0\}\) has no "
+                                             r"timestamp: the timestamp function raised ZeroDivisionError: .*; nothing"):
+        inputs.push("clicks", [{"t": 1.0, "scale": 1}, {"t": 2.0, "scale": 0}])
+    inputs.flush()
+    assert inputs.sent == []

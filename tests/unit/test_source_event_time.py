@@ -150,3 +150,28 @@ def test_a_text_source_with_a_function_reads_each_line_at_its_time(tmp_path):
     [reader] = event_time_readers(source, "lines", rt.EventTime("t", granularity=10, max_delay=20), source.readers(1))
     assert [(epoch, list(batch)) for epoch, batch in reader if batch] == [
         (0, ["3 w3", "1 w1", "2 w2"]), (1, ["12 w12", "11 w11"]), (2, ["25 w25"])]
+
+
+def test_a_bad_timestamp_read_in_a_replica_names_the_source_the_reader_or_batch_the_record_and_what_was_wrong():
+    """What a replica reads (a source's reader, a stream's share) is refused record by record:
+    a record without the column, one of the wrong type, one whose timestamp function fails, and
+    in Arrow columns a null or an infinite time, each named by its position in the batch."""
+    from raytide.sources.clocked_stream import ClockedStream
+
+    spec = rt.EventTime("t")
+    for batch, problem in [
+        ([{"t": 1.0}, {"x": 2}], r"record 1 of its batch \(\{'x': 2\}\) has no timestamp 't'"),
+        ([{"t": 1.0}, {"t": 2.0}, {"t": "noon"}], r"record 2 of its batch .* has a bad timestamp: 'noon' \(str\) is not a timestamp"),
+        (pa.table({"t": [1.0, None, None]}), r"event_time column 't' has 2 null value\(s\), the first in record 1 of its batch"),
+        (pa.table({"t": [1.0, 2.0, math.inf]}), r"event_time column 't' has a value that is not finite \(inf\) in record 2 of its batch"),
+    ]:
+        with pytest.raises(SourceError, match=rf"^clicks reader 1: {problem}"):
+            stamps(spec, batch, "clicks reader 1")
+    failing = rt.EventTime(lambda record: 1 / record["d"])
+    with pytest.raises(SourceError, match=r"record 0 of its batch \(\{'d': 0\}\) has no timestamp: the timestamp function "
+                                          r"raised ZeroDivisionError"):
+        stamps(failing, [{"d": 0}], "lines reader 0")
+    [share, _] = ClockedStream(spec, "query 'clicks'", False).shares([[{"t": 5.0}, {"t": None}]], 4, 2)
+    with pytest.raises(SourceError, match=r"^query 'clicks' batch 4 replica 0: record 1 of its batch \(\{'t': None\}\) has a "
+                                          r"bad timestamp: None \(NoneType\) is not a timestamp"):
+        share.clock(None).take(list(share.refs))
