@@ -25,7 +25,7 @@ import ray
 from raytide.driver.outputs import POLL_SLACK
 from raytide.driver.placement import COORDINATOR
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery, RescaleRecord, Steps
-from raytide.errors import RaytideError, SnapshotError
+from raytide.errors import RaytideError
 from raytide.physical.plan import PhysicalPlan
 from raytide.rescale.rescaling import (
     Aborted,
@@ -50,6 +50,7 @@ from raytide.rescale.rescaling import (
 )
 from raytide.rescale.widths import new_widths
 from raytide.snapshots.recovering import Died, Recovering, RollBackOutputs, TimedOut
+from raytide.snapshots.replica_state import CutAnswer
 from raytide.supervisor.execution import Execution
 
 logger = logging.getLogger(__name__)
@@ -171,12 +172,15 @@ class RayRescale:
 
     def _hold(self, effect: HoldAtCut) -> RescaleEvent:
         """Every replica holds at a cut the coordinator takes (``hold_now``), while the driver
-        takes the job's events (a death noticed there answers at once)."""
+        takes the job's events: a death noticed there answers at once, and the cut of the
+        incarnation it ended is left to the coordinator, which abandons it when the recovery
+        pauses it (or never takes it, if the recovery came first); nobody reads that answer."""
         recovery, run = self.recovery, self.run
         if effect.attempt > 1 and time.monotonic() >= run.deadline:
             return TimedOut("no rescale cut was complete in time")
         run.asked_at = time.monotonic()
-        ref = recovery.coordinator.hold_now.remote(max(0.1, run.deadline - run.asked_at), recovery.outputs.durable())
+        ref = recovery.coordinator.hold_now.remote(effect.incarnation, max(0.1, run.deadline - run.asked_at),
+                                                   recovery.outputs.durable())
         while not ray.wait([ref], timeout=RECOVERY_POLL)[0]:
             died = self.supervision.watch(0)
             if died is not None:
@@ -185,14 +189,16 @@ class RayRescale:
                 return CutMissed(f"{recovery.coordinator_name()} did not answer the rescale's cut within "
                                  f"{POLL_SLACK:g} s of its deadline")
         try:
-            cut_id, reports = ray.get(ref)
-        except (SnapshotError, ray.exceptions.RayActorError) as error:
+            answer: CutAnswer = ray.get(ref)
+        except ray.exceptions.RayActorError as error:
+            answer = CutAnswer(missed=str(error))
+        if answer.missed is not None:
             died = self.supervision.watch(0)
-            return CutMissed(str(error)) if died is None else Died(died)
-        if cut_id is None:
+            return CutMissed(answer.missed) if died is None else Died(died)
+        if answer.cut_id is None:
             return TimedOut("the snapshot in flight did not complete in time, so no rescale cut could be taken")
         run.held_at = time.monotonic()
-        return Held(cut_id, reports)
+        return Held(answer.cut_id, answer.reports)
 
     def hand_over(self, effect: HandOver, run: Execution) -> RescaleEvent:
         """Every held replica splits its state; the refs of the pieces it put in the object store."""

@@ -193,6 +193,8 @@ class LocalJob(World):
             self.coordinator = None
             self.mail.acks.clear()
             self.mail.commits.clear()
+            self.cut_asks.clear()  # a call to a dead actor fails: its death answers the rescale
+            self.cut_of = None
         else:
             raise ValueError(f"no such crash target: {target!r}")
         if self.recovery is None:

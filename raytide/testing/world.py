@@ -96,6 +96,11 @@ class World:
         self.found: collections.Counter[str] = collections.Counter()  # how missed deaths were found
         self.recovering: Execution | None = None  # the recovery under way (or the last one)
         self.rescaling: Execution | None = None  # the rescale under way (or the last one)
+        #: The driver's requests for a rescale's cut on their way to the coordinator, as
+        #: ``(incarnation, attempt)`` (Ray's ``hold_now``: one may arrive after a recovery
+        #: it did not know of), and the attempt whose cut is in flight (None: no cut is).
+        self.cut_asks: collections.deque[tuple[int, int]] = collections.deque()
+        self.cut_of: int | None = None
         self.result = LocalRun({name: {} for name in self.plan.outputs})
         self.outputs = LocalOutputs(self.plan.outputs, recovery.output_commit if recovery is not None else "epoch",
                                     self.result.outputs, consumer, recovery.store if recovery is not None else None)
@@ -326,15 +331,25 @@ class World:
         flight = self.coordinator.in_flight
         abandoned = self.coordinator.tick(self.result.steps)
         if abandoned is not None and flight is not None and flight.hold:
-            self.rescaling.answer(CutMissed(abandoned.reason))  # type: ignore[union-attr]
+            self.result.cut_timeouts.append(self.result.steps)
+            self._answer_cut(CutMissed(abandoned.reason))
+
+    def _answer_cut(self, answer: Held | CutMissed) -> None:
+        """Answer the rescale's cut, if the rescale still waits for the one in flight (not after a
+        death it recovers from: the driver stopped waiting, as on Ray nobody reads that answer)."""
+        attempt, self.cut_of = self.cut_of, None
+        if rescaling_in(self.rescaling, RescalePhase.HOLDING) and self.rescaling.machine.attempts == attempt:  # type: ignore[union-attr]
+            self.rescaling.answer(answer)  # type: ignore[union-attr]
 
     def _snapshot_actions(self) -> list[Callable[[], None]]:
         actions: list[Callable[[], None]] = []
-        coordinator, cut = self.coordinator, rescaling_in(self.rescaling, RescalePhase.HOLDING)  # a cut: at once
-        if (coordinator is not None and not self.recovery_steps and not self.result.finished
-                and not rescaling_in(self.rescaling, RescalePhase.HANDING_OVER)
-                and (coordinator.due(self.result.steps) or cut and coordinator.in_flight is None)):
+        coordinator, holding = self.coordinator, rescaling_in(self.rescaling, RescalePhase.HOLDING, RescalePhase.HANDING_OVER)
+        if (coordinator is not None and not self.recovery_steps and not self.result.finished and not holding
+                and not self.cut_asks and coordinator.due(self.result.steps)):
             actions.append(functools.partial(_as, self._trigger, to=COORDINATOR))
+        if coordinator is not None and self.cut_asks and (coordinator.in_flight is None
+                                                          or coordinator.cut_refused(self.cut_asks[0][0])):
+            actions.append(functools.partial(_as, self._take_cut_ask, to=COORDINATOR))
         if self.mail.writes:
             actions.append(self._write)
         if self.mail.acks and coordinator is None:
@@ -345,11 +360,23 @@ class World:
             actions.append(functools.partial(_as, self._commit, to=COORDINATOR))
         return actions
 
-    def _trigger(self) -> None:
-        """The coordinator starts a snapshot: a barrier for every input replica."""
+    def _take_cut_ask(self) -> None:
+        """The coordinator takes the driver's oldest request for a cut (``hold_now``): refused if
+        the job has left its incarnation, else the cut is triggered (nothing is in flight)."""
         assert self.coordinator is not None
-        holding = rescaling_in(self.rescaling, RescalePhase.HOLDING)
-        trigger = self.coordinator.trigger(self.result.steps, self.outputs.durable(), hold=holding)
+        incarnation, attempt = self.cut_asks.popleft()
+        stale = self.coordinator.cut_refused(incarnation)
+        if stale is not None:
+            self.cut_of = attempt
+            self._answer_cut(CutMissed(f"rescale cut not taken: {stale}"))
+            return
+        self.cut_of = attempt
+        self._trigger(hold=True)
+
+    def _trigger(self, hold: bool = False) -> None:
+        """The coordinator starts a snapshot (a rescale's cut, with ``hold``): a barrier for every input replica."""
+        assert self.coordinator is not None
+        trigger = self.coordinator.trigger(self.result.steps, self.outputs.durable(), hold=hold)
         if trigger is None:
             return
         self.last_snapshot_id = trigger.snapshot_id
@@ -392,9 +419,11 @@ class World:
             return
         if commit.hold:
             self.coordinator.held(commit.snapshot_id, self.result.steps)
-            held = Aborted("the job finished before its cut") if self.result.finished else \
-                Held(commit.snapshot_id, dict(commit.summaries))  # type: ignore[arg-type]
-            self.rescaling.answer(held)  # type: ignore[union-attr]
+            if self.result.finished:
+                self.cut_of = None
+                self.rescaling.answer(Aborted("the job finished before its cut"))  # type: ignore[union-attr]
+            else:
+                self._answer_cut(Held(commit.snapshot_id, dict(commit.summaries)))  # type: ignore[arg-type]
             return
         try:
             complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
