@@ -15,6 +15,7 @@ the cut is taken (which notices deaths), running a recovery of the job, and fail
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,9 @@ from typing import Any
 
 import ray
 
-from raytide.driver.outputs import POLL_SLACK
-from raytide.driver.placement import COORDINATOR
+from raytide.driver.inputs import InputFeeds
+from raytide.driver.outputs import POLL_SLACK, OutputCollector
+from raytide.driver.placement import COORDINATOR, JobPlacement
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery, RescaleRecord, Steps
 from raytide.errors import RaytideError
 from raytide.physical.plan import PhysicalPlan
@@ -49,6 +51,7 @@ from raytide.rescale.rescaling import (
     Switched,
 )
 from raytide.rescale.widths import new_widths
+from raytide.snapshots.config import Recovery
 from raytide.snapshots.recovering import Died, Recovering, RollBackOutputs, TimedOut
 from raytide.snapshots.replica_state import CutAnswer
 from raytide.supervisor.execution import Execution
@@ -111,7 +114,12 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
                                 supervision.recompile(widths))
     started = time.monotonic()
     run = _RescaleRun(started + timeout)
-    RayRescale(recovery, supervision, run).execute(machine)
+    unkept = recovery.inputs.keep_calls(True)  # without recovery: kept for this rescale only
+    try:
+        placement.wait(unkept, "the input calls sent before the rescale", timeout)  # consumed before the cut
+        RayRescale(recovery, supervision, run).execute(machine)
+    finally:
+        recovery.inputs.keep_calls(False)
     assert run.done is not None
     now = time.monotonic()
     record = RescaleRecord(run.done.incarnation, before, {name: widths[name] for name in before}, run.done.cut_id,
@@ -121,6 +129,26 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
     logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)", placement.name, record.before, record.after,
                 record.seconds, record.pause_s)
     return vars(record).copy()
+
+
+def cuts_without_recovery(placement: JobPlacement, inputs: InputFeeds, outputs: OutputCollector) -> JobRecovery:
+    """What a rescale needs of a job started without ``recovery=``, made at its first rescale
+    and kept for the next: a snapshot coordinator to take the cuts (it takes no snapshot: no
+    interval, and a store, a directory of its own the driver removes at the job's end, where
+    nothing is written), which every replica learns of, and no restart (a death, or a cut not
+    complete in time, fails the job: nothing could bring it back). The output replicas keep
+    their records until the driver has them, as in a job with recovery (the driver tells them,
+    ``forget_delivered``), and the input calls are kept while a rescale runs."""
+    settings = Recovery(tempfile.mkdtemp(prefix=f"raytide-{placement.name}-cuts-"), interval=None, max_restarts=0)
+    consumed = outputs.on_consumed
+    cuts = JobRecovery(settings, placement, inputs, outputs)
+    outputs.on_consumed = consumed  # nothing is durable: what the consumers had is written nowhere
+    cuts.start_coordinator()
+    placement.wait([placement.peers[key].connect.remote(placement.peers_of(key), placement.unbounded,
+                                                        placement.route(key), cuts.coordinator)
+                    for key in placement.peers], "telling the replicas of the coordinator of rescale cuts")
+    cuts.watch()
+    return cuts
 
 
 @dataclass

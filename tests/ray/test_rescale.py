@@ -484,9 +484,9 @@ def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session,
         assert job.collect("out") == {0: [(0, (0, 0)), (0, (0, 1))]}
         with pytest.raises(RescaleError, match="finished"):
             job.rescale({"check": 2})
-    plain = rt.run(flow, parallelism=1)
-    with plain, pytest.raises(ArgumentError, match="recovery"):
-        plain.rescale({"check": 2})
+    plain = rt.run(flow, parallelism=1)  # without recovery= too (tests/ray/test_rescale_without_recovery.py)
+    with plain, pytest.raises(ArgumentError, match=r"'check'.* at most"):
+        plain.rescale({"check": 500})
 
 
 def test_a_rescale_keeps_the_pending_liveness_watch_of_every_actor_it_keeps(ray_session, tmp_path):
