@@ -424,7 +424,11 @@ class Job(JobViews):
         """What the rescales of a job without recovery need (made at the first)."""
         supervisor = self._supervisor
         if supervisor.cuts is None:
-            supervisor.cuts = cuts_without_recovery(self.placement, self._inputs, self._outputs)
+            try:
+                supervisor.cuts = cuts_without_recovery(self.placement, self._inputs, self._outputs)
+            except ray.exceptions.RayActorError:  # a replica died meanwhile: its death fails the job, named
+                supervisor.pump_now(0)
+                raise
         return supervisor.cuts
 
     def _recovery_stats(self) -> dict[str, Any]:

@@ -89,9 +89,9 @@ class SimRescale:
             world.waiting.discard(key)
             world.mail.drop_replica(key)
         world.plan, world.incarnation = plan, effect.incarnation
-        if world.coordinator is not None and world.recovery is not None:
-            world.coordinator.reconfigure(world.replica_keys(), effect.incarnation, world.recovery.store.next_id(),
-                                          world.result.steps)
+        if world.coordinator is not None:
+            written = world.recovery.store.next_id() if world.recovery is not None else world.coordinator.next_id
+            world.coordinator.reconfigure(world.replica_keys(), effect.incarnation, written, world.result.steps)
         return Switched()
 
     def recover(self, effect: Recover, run: Execution) -> None:

@@ -116,7 +116,7 @@ class World:
     def _core(self, key: ReplicaKey) -> ReplicaCore:
         transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,
                                    self.mail.via(key, self.replica_keys()), rides_with_tokens(self.plan, key.chain))
-        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=self.recovery is not None)
+        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=True)  # as on Ray
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
         chain = self.plan.chain_of(name).name
@@ -153,7 +153,7 @@ class World:
         actions += driving
         actions += haunting
         actions += self.outputs.consumer_actions()
-        if self.recovery is not None:
+        if self.recovery is not None or self.coordinator is not None:  # without recovery: a rescale's cuts
             actions += self._snapshot_actions()
         return actions
 
@@ -297,6 +297,9 @@ class World:
         incarnation, event = self.mail.log.popleft()
         if incarnation == self.progress_incarnation:
             self._record([event])
+        if self.recovery is None:  # no barrier says what the driver has: the driver does (Ray: forget_delivered)
+            for core in self.replicas.values():
+                core.forget_delivered(self.outputs.book.delivered())
 
     def _record(self, events: Sequence[JobEvent | ReplicaDied]) -> None:
         for event in events:
@@ -317,10 +320,13 @@ class World:
         return core
 
     def _new_coordinator(self) -> CoordinatorCore:
-        """A coordinator whose ids follow every id used before (even of abandoned snapshots)."""
-        assert self.recovery is not None
-        first = max(self.recovery.store.next_id(), self.last_snapshot_id + 1)
-        core = CoordinatorCore(list(self.replica_keys()), first, self.recovery.interval, self.recovery.timeout, self.incarnation)
+        """A coordinator whose ids follow every id used before (even of abandoned snapshots);
+        without recovery, one that takes a rescale's cuts only (no interval), as on Ray."""
+        recovery, first = self.recovery, self.last_snapshot_id + 1
+        interval, timeout = (None, LocalRecovery.timeout) if recovery is None else (recovery.interval, recovery.timeout)
+        if recovery is not None:
+            first = max(recovery.store.next_id(), first)
+        core = CoordinatorCore(list(self.replica_keys()), first, interval, timeout, self.incarnation)
         core.last_end = self.result.steps
         return core
 
@@ -413,7 +419,7 @@ class World:
 
     def _commit(self) -> None:
         """The coordinator writes the job part and the manifest, then applies retention."""
-        assert self.recovery is not None and self.coordinator is not None
+        assert self.coordinator is not None
         incarnation, commit = self.mail.commits.popleft()
         if incarnation != self.coordinator.incarnation:
             return
@@ -425,6 +431,7 @@ class World:
             else:
                 self._answer_cut(Held(commit.snapshot_id, dict(commit.summaries)))  # type: ignore[arg-type]
             return
+        assert self.recovery is not None  # a snapshot: without recovery, the coordinator takes cuts only
         try:
             complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
         except OSError as error:  # as the coordinator actor does: this snapshot is lost, the job goes on

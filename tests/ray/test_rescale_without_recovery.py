@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import random
+import time
 
 import pytest
 
@@ -17,7 +18,7 @@ from examples.connected_components import build_flow, union_find
 from tests.delivery import assert_exactly_once
 from tests.ray.jobs import next_in_sequence
 from tests.ray.test_rescale import SequenceChecker
-from tests.ray.test_rescale_deaths import Feed
+from tests.ray.test_rescale_deaths import Feed, kill_after
 
 pytestmark = [pytest.mark.ray]
 
@@ -35,17 +36,21 @@ def test_a_keyed_job_without_recovery_rescaled_up_and_down_sees_every_record_onc
     with rt.run(flow, {"records": feed.epochs()}, parallelism=1) as job:
         results = job.results("out", timeout=120)
         out = [next(results)]
-        records = []
+        records, calls = [], []
         for width in WIDTHS:
+            started = time.monotonic()  # the first call also leases the coordinator of the cuts, before its record starts
             records.append(job.rescale({"check": width, "notified": width}, timeout=120))
+            calls.append(time.monotonic() - started)
             assert job.parallelism()["check"] == width and job.parallelism()["notified"] == width
             out.append(next(results))
         feed.stop()
         job.wait(timeout=120)
         out += list(results)
         counts, stats = job.collect("counts"), job.stats()
-    print(f"rescales without recovery: seconds {[round(r['seconds'], 3) for r in records]}, "
-          f"cut_s {[round(r['cut_s'], 3) for r in records]}, pause_s {[round(r['pause_s'], 3) for r in records]}")
+    print(f"rescales without recovery: calls {[round(c, 3) for c in calls]} s, "
+          f"seconds {[round(r['seconds'], 3) for r in records]}, "
+          f"cut_s {[round(r['cut_s'], 3) for r in records]}, pause_s {[round(r['pause_s'], 3) for r in records]}, "
+          f"first's steps {records[0]['steps']}")
     assert_exactly_once(feed.reference(), {"out": out})
     assert sorted(counts) == list(range(feed.fed))
     for epoch, pairs in counts.items():
@@ -77,3 +82,26 @@ def test_a_loop_without_recovery_rescaled_up_and_down_gives_the_union_find_label
         job.wait(timeout=300)
         assert job.parallelism()["label-propagation"] == 2
     assert labels == union_find(edges)
+
+
+@pytest.mark.timeout(300)
+def test_a_death_during_a_rescale_without_recovery_fails_the_job_at_once_naming_it(ray_session):
+    """Nothing can bring such a job back: ``job.rescale`` raises the death (or a
+    ``RecoveryError`` naming it) within seconds, and so does the job's next call."""
+    feed = Feed()
+    flow = rt.Dataflow("killed-unrecovered")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    with rt.run(flow, {"records": feed.epochs()}, parallelism=1) as job:
+        results = job.results("out", timeout=120)
+        next(results)
+        job.rescale({"check": 2}, timeout=60)  # the coordinator of the cuts is there from now on
+        killer = kill_after(job, "check+out/1", 0.01)
+        started = time.monotonic()
+        with pytest.raises(rt.RaytideError, match=r"died|without recovery="):
+            job.rescale({"check": 3}, timeout=60)
+        took = time.monotonic() - started
+        killer.join(10)
+        feed.stop()
+        with pytest.raises(rt.RaytideError):
+            job.wait(timeout=60)
+    assert took < 20, took

@@ -44,7 +44,7 @@ def _job(name: str, seed: int, store: str) -> tuple[LocalJob, object, dict[str, 
     job = LocalJob(scenario.flow, scenario.inputs, before, seed,
                    recovery=LocalRecovery(SnapshotStore(store), interval=15, timeout=CUT_TIMEOUT, max_restarts=4,
                                           detection=3))
-    job.rescale({vertex: after}, at_step=random.Random(seed).randrange(5, 25))
+    job.rescale({vertex: after}, at_step=random.Random(seed).randrange(3, 10))
     return job, scenario, {vertex: after}
 
 
