@@ -414,8 +414,10 @@ class Job(JobViews):
                 raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
             self._supervisor.rescaling = True
             assert self._recompile is not None
-            return rescale(self._recovery or self._cuts(), self._supervisor.supervision(self._recompile), widths,
-                           timeout)
+            started, made = time.monotonic(), self._supervisor.cuts is None and self._recovery is None
+            recovery = self._recovery or self._cuts()
+            return rescale(recovery, self._supervisor.supervision(self._recompile), widths, timeout,
+                           time.monotonic() - started if made else 0.0)
         finally:
             self._supervisor.rescaling = False
             self._supervisor.driving.release()

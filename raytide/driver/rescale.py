@@ -93,9 +93,12 @@ class _RescaleRun:
     done: Rescaled | None = None
 
 
-def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, int], timeout: float) -> dict[str, Any]:
+def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, int], timeout: float,
+            made_s: float = 0.0) -> dict[str, Any]:
     """Rescale the job to the widths ``asked`` for, in the steps of the rescale machine;
-    returns its :class:`~raytide.driver.recovery.RescaleRecord` as a dict.
+    returns its :class:`~raytide.driver.recovery.RescaleRecord` as a dict. ``made_s``: the
+    seconds just spent making what a job without recovery needs for its rescales (its first:
+    :func:`cuts_without_recovery`), counted in the record as a step and in the rescale's time.
 
     Raises:
         RescaleError: a vertex whose width changes keeps state it cannot split by key.
@@ -112,8 +115,10 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
         return vars(unchanged).copy()  # the same keys as a rescale's; not one of job.stats()'s
     machine = Rescaling.between(placement.name, recovery.budget, recovery.incarnation, placement.plan,
                                 supervision.recompile(widths))
-    started = time.monotonic()
+    started = time.monotonic() - made_s
     run = _RescaleRun(started + timeout)
+    if made_s:
+        run.steps.seconds["lease the coordinator of the cuts"] = made_s
     unkept = recovery.inputs.keep_calls(True)  # without recovery: kept for this rescale only
     try:
         placement.wait(unkept, "the input calls sent before the rescale", timeout)  # consumed before the cut

@@ -38,7 +38,7 @@ def test_a_keyed_job_without_recovery_rescaled_up_and_down_sees_every_record_onc
         out = [next(results)]
         records, calls = [], []
         for width in WIDTHS:
-            started = time.monotonic()  # the first call also leases the coordinator of the cuts, before its record starts
+            started = time.monotonic()  # the first call also leases the coordinator of the cuts
             records.append(job.rescale({"check": width, "notified": width}, timeout=120))
             calls.append(time.monotonic() - started)
             assert job.parallelism()["check"] == width and job.parallelism()["notified"] == width
@@ -60,6 +60,8 @@ def test_a_keyed_job_without_recovery_rescaled_up_and_down_sees_every_record_onc
         assert per_key == {key: 3 for key in range(8)}, f"epoch {epoch}"
     assert [r["after"]["check"] for r in stats["rescales"]] == list(WIDTHS) and "recoveries" not in stats
     assert all(r["pause_s"] > 0 for r in records)
+    assert "lease the coordinator of the cuts" in records[0]["steps"] and calls[0] - records[0]["seconds"] < 0.5
+    assert not any("lease the coordinator of the cuts" in r["steps"] for r in records[1:])
 
 
 @pytest.mark.timeout(600)
