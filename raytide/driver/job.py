@@ -35,7 +35,7 @@ from raytide.driver.placement import SETUP_TIMEOUT, HostSettings, JobPlacement
 from raytide.driver.pool import cluster_cpus
 from raytide.driver.recovery import JobRecovery
 from raytide.driver.rescale import cuts_without_recovery, rescale
-from raytide.driver.stats import actor_stats, recovery_stats, unfinished
+from raytide.driver.stats import actor_stats, autoscaler_timeline, recovery_stats, unfinished
 from raytide.driver.supervisor import AUTOSCALE_POLL, JobSupervisor
 from raytide.driver.views import EpochBar, JobViews
 from raytide.errors import (
@@ -434,10 +434,13 @@ class Job(JobViews):
         return supervisor.cuts
 
     def _recovery_stats(self) -> dict[str, Any]:
-        """``snapshots``, ``recoveries``, ``rescales`` and ``autoscaler``, in a job with recovery."""
-        if self._recovery is None:
-            cuts = self._supervisor.cuts
-            return {} if cuts is None else {"rescales": cuts.rescale_stats()}
+        """``snapshots``, ``recoveries``, ``rescales`` and ``autoscaler``, in a job with recovery;
+        without, ``rescales`` and ``autoscaler`` once it has either."""
+        if self._recovery is None:  # its rescales, and the autoscaler's timeline, if either
+            cuts, autoscaler = self._supervisor.cuts, self._supervisor.autoscaler
+            rescales = {} if cuts is None and autoscaler is None else {"rescales": cuts.rescale_stats() if cuts else []}
+            return rescales if autoscaler is None else \
+                {**rescales, "autoscaler": autoscaler_timeline(autoscaler, self._outputs.finished)}
         return recovery_stats(self._recovery, self._supervisor.autoscaler, self._outputs.finished)
 
     def cancel(self) -> None:
