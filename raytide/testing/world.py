@@ -295,11 +295,14 @@ class World:
         """The driver reads the oldest job event (events of an older incarnation are dropped:
         a recovery replays their epochs)."""
         incarnation, event = self.mail.log.popleft()
-        if incarnation == self.progress_incarnation:
-            self._record([event])
-        if self.recovery is None:  # no barrier says what the driver has: the driver does (Ray: forget_delivered)
+        if incarnation != self.progress_incarnation:
+            return
+        self._record([event])
+        if self.recovery is None and isinstance(event, EpochComplete):  # no barrier says what the driver has:
+            delivered = self.outputs.book.delivered()  # the driver does (on Ray: forget_delivered)
             for core in self.replicas.values():
-                core.forget_delivered(self.outputs.book.delivered())
+                if core.kept:  # an output's replica
+                    core.forget_delivered(delivered)
 
     def _record(self, events: Sequence[JobEvent | ReplicaDied]) -> None:
         for event in events:
