@@ -15,7 +15,8 @@ pool is started before the clock). Per rescale:
 * ``latency_spike_s``: the longest epoch latency (pushed -> its last record processed)
   of the epochs pushed during the rescale, against the calm epochs' median ``latency_calm_s``.
 
-Each is reported as the median and the max over the rescales of a run.
+Each is reported as the median and the max over the rescales of a run. ``recovery=0``: the
+same job started without ``recovery=`` (its first rescale leases the coordinator of the cuts).
 
 Autoscaler (``autoscale_*``): the Mandelbrot rows of ``examples/unbalanced.py`` from
 parallelism 1 with a goal of 1.4 times one replica's true rate (measured first), rows for
@@ -41,7 +42,7 @@ from bench.harness import ensure_ray
 from examples.unbalanced import mandelbrot_flow, row_epochs
 
 PARAMS = {"state_mb": 10, "keys": 1000, "per_epoch": 200, "pace": 0.02, "calm_epochs": 40, "rescales": 4,
-          "autoscale_s": 60, "only": "all"}
+          "autoscale_s": 60, "only": "all", "recovery": 1}
 REPEAT = 3
 
 
@@ -61,14 +62,15 @@ def keyed_flow() -> rt.Dataflow:
 
 
 def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int,
-                  rescales: int) -> dict[str, float]:
-    """One run of the pause measurement; see the module docstring."""
+                  rescales: int, recovery: int = 1) -> dict[str, float]:
+    """One run of the pause measurement; see the module docstring (``recovery=0``: the job
+    is started without ``recovery=``)."""
     blob = state_mb * 1_000_000 // keys
     pushed: dict[int, float] = {}
     windows: list[tuple[float, float]] = []
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as store, \
-            rt.run(keyed_flow(), parallelism=1, recovery=rt.Recovery(store, interval=None)) as job:
+            rt.run(keyed_flow(), parallelism=1, recovery=rt.Recovery(store, interval=None) if recovery else None) as job:
         job.wait_ready()
         job.push("records", [(key, blob) for key in range(keys)], 0)  # every key's blob
         job.advance("records", 1)
@@ -160,12 +162,12 @@ def entry_rate(timeline: list[dict[str, Any]], goal: float) -> float:
 
 
 def measure(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int, rescales: int,
-            autoscale_s: float, only: str) -> dict[str, float]:
+            autoscale_s: float, only: str, recovery: int) -> dict[str, float]:
     """One run: the pause at ``state_mb`` MB (``only="pause"``), the autoscaler (``"autoscale"``), or both."""
     ensure_ray()
     metrics: dict[str, float] = {}
     if only in ("all", "pause"):
-        metrics.update(measure_pause(state_mb, keys, per_epoch, pace, calm_epochs, rescales))
+        metrics.update(measure_pause(state_mb, keys, per_epoch, pace, calm_epochs, rescales, recovery))
     if only in ("all", "autoscale"):
         goal = 1.4 * one_replica_rate()
         metrics["autoscale_goal_rows_per_s"] = goal

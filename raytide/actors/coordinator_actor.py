@@ -9,7 +9,7 @@ Message flow (fire and forget unless marked *waits*)::
     driver ──sync(delivered)──▶ coordinator        (*waits* a moment: returns the commits since,
                                                     and the snapshots failed since the last)
     driver ──snapshot_now(timeout)──▶ coordinator  (*waits* until committed: job.snapshot())
-    driver ──hold_now(timeout)──▶ coordinator      (*waits* until every replica holds at a
+    driver ──hold_now(n, timeout)──▶ coordinator   (*waits* until every replica holds at a
                                                     rescale's cut: replica ──acknowledge──▶ coordinator)
     driver ──start()──▶ coordinator                 (the replicas are connected: snapshots begin)
     driver ──restart(incarnation, inputs, recovery time)──▶ coordinator   (a recovery)
@@ -39,6 +39,7 @@ from raytide.snapshots.config import Recovery
 from raytide.snapshots.coordinator import Abandon, Acknowledgement, Commit, CoordinatorCore
 from raytide.snapshots.interval import IntervalTuner
 from raytide.snapshots.recovery import Committed, commit_snapshot
+from raytide.snapshots.replica_state import CutAnswer
 from raytide.snapshots.store import store_of
 
 #: Seconds between two ticks of the coordinator's clock: how late a snapshot may start, or
@@ -186,36 +187,45 @@ class CoordinatorActor:
             self.paused = self.paused or pause
             return snapshot_id
 
-    def hold_now(self, timeout: float, delivered: dict[str, int]) -> tuple[int | None, dict[Any, Any]]:
-        """A rescale's cut: every replica aligns on a marker, holds its state there and runs
-        nothing more (:mod:`raytide.rescale.widths`). Waits until all hold; returns the cut's
-        id and each replica's :class:`~raytide.snapshots.replica_state.HeldReport` (None and
-        nothing: the snapshot in flight did not complete in time, so no cut was started).
-        Nothing is written, and no periodic snapshot is taken after it until :meth:`start`,
-        :meth:`restart` or :meth:`reconfigure`. A cut not complete in time is abandoned at
-        once: replies that come later do not complete it.
-
-        Raises:
-            SnapshotError: the cut was abandoned (a recovery), or not complete within ``timeout`` seconds.
+    def hold_now(self, incarnation: int, timeout: float, delivered: dict[str, int]) -> CutAnswer:
+        """A rescale's cut, asked for in ``incarnation``: every replica aligns on a marker,
+        holds its state there and runs nothing more (:mod:`raytide.rescale.widths`). Waits
+        until all hold; answers with each replica's :class:`~raytide.snapshots.replica_state.HeldReport`
+        (:class:`~raytide.snapshots.replica_state.CutAnswer`). Nothing is written, and no
+        periodic snapshot is taken after it until :meth:`start`, :meth:`restart` or
+        :meth:`reconfigure`. A cut not complete in time is abandoned at once: replies that come
+        later do not complete it. A cut of an incarnation the job has left (a recovery started
+        since it was asked for) is not taken at all, and one a recovery abandons ends the wait
+        at once: the answer says why (``missed``), never an error nobody would read.
         """
         with self.lock:
+            stale = self.core.cut_refused(incarnation)
+            if stale is not None:
+                return CutAnswer(missed=f"rescale cut not taken: {stale}")
             self.paused = True
-            cut_id = self._take_now(timeout, delivered, hold=True)
-            return cut_id, {} if cut_id is None else self.held.pop(cut_id)
+            try:
+                cut_id = self._take_now(timeout, delivered, hold=True, incarnation=incarnation)
+            except SnapshotError as error:
+                return CutAnswer(missed=str(error))
+            return CutAnswer(cut_id, self.held.pop(cut_id)) if cut_id is not None else CutAnswer()
 
-    def _take_now(self, timeout: float, delivered: dict[str, int], hold: bool) -> int | None:
+    def _take_now(self, timeout: float, delivered: dict[str, int], hold: bool, incarnation: int | None = None) -> int | None:
         """Trigger a snapshot (or rescale cut) after the one in flight and wait until it is
         committed (or held); its id (None: the one in flight did not complete within
         ``timeout``, so none was triggered). Called with the lock held.
 
         Raises:
-            SnapshotError: the one triggered was abandoned, or not complete in time.
+            SnapshotError: the one triggered was abandoned, or not complete in time; or the
+                job left ``incarnation`` (if given) while the one in flight ended.
         """
         deadline = time.monotonic() + timeout
         what = "rescale cut" if hold else "snapshot"
         self.taking_now += 1
         try:
-            self.lock.wait_for(self._may_start, timeout)
+            self.lock.wait_for(lambda: self._may_start() or self._refused(incarnation) is not None, timeout)
+            stale = self._refused(incarnation)  # refused at once, not after the recovery under way
+            if stale is not None:
+                raise SnapshotError(f"{what} not taken: {stale}")
             self.delivered = dict(delivered)
             snapshot_id = self._trigger(time.monotonic(), hold) if self._may_start() else None
             if snapshot_id is None:
@@ -233,6 +243,10 @@ class CoordinatorActor:
             late = f"not complete within {timeout:g} s" + (f": {self.core.waiting_for()}" if self._in_flight(snapshot_id) else "")
             raise SnapshotError(f"{what} {snapshot_id} was not {'held' if hold else 'committed'}: {why or late}")
         return snapshot_id
+
+    def _refused(self, incarnation: int | None) -> str | None:
+        """Why a cut asked for in ``incarnation`` may not be taken (None: it may, or no incarnation was named)."""
+        return None if incarnation is None else self.core.cut_refused(incarnation)
 
     def _may_start(self) -> bool:
         """Whether a snapshot asked for now may start: none is in flight, and no recovery is under

@@ -218,7 +218,7 @@ def _forwarding(name: str) -> Callable[..., Any]:
 #: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
 VERTEX_METHODS = ("connect", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
                   "push_stream", "start_reader", "pump", "advance", "advance_quietly", "restore", "hand_over", "adopt", "resume",
-                  "stats", "debug_state", "relay", "relay_with_refs", "relay_gathered", "fan_out")
+                  "forget_delivered", "stats", "debug_state", "relay", "relay_with_refs", "relay_gathered", "fan_out")
 #: The vertex role's methods that run on the host's ``relay`` threads, not in turn with the
 #: replica's calls (:mod:`raytide.actors.progress_relay`).
 RELAY_METHODS = ("relay", "relay_with_refs", "relay_gathered")

@@ -50,6 +50,7 @@ class RayTransport:
         self.key, self.plan, self.job = key, plan, job
         self.max_inflight = max_inflight
         self.writer = writer
+        self.coordinator: Any = None  # the snapshot coordinator's handle (a cut's reports go to it)
         self.incarnation = 0
         self.peers: dict[ReplicaKey, Any] = {}
         self.unbounded: set[str] = set()
@@ -145,10 +146,14 @@ class RayTransport:
         self.writer.submit(self.incarnation, snapshot)
 
     def held(self, marker_id: int, report: HeldReport) -> None:
-        if self.writer is None or self.writer.coordinator is None:
+        """Tell the coordinator the replica holds at rescale cut ``marker_id`` (a part-less
+        acknowledgement, with what it holds: ``report``); in a job without snapshots too."""
+        if self.coordinator is None:
             raise SnapshotError(f"replica {self.job}/{self.key} reached rescale cut {marker_id} without a snapshot "
                                 f"coordinator to report to")
-        self.writer.held(marker_id, self.incarnation, report)
+        from raytide.snapshots.coordinator import Acknowledgement
+
+        self.coordinator.acknowledge.remote(Acknowledgement(self.key, marker_id, self.incarnation, (), report))
 
     def reset(self, incarnation: int, peers: dict[ReplicaKey, Any], route: ProgressRoute) -> None:
         """A recovery or a rescale: the peers now (replaced ones; the old handles are let go),

@@ -116,8 +116,7 @@ class VertexActor:
         self.node_relay = ProgressRelay(f"{job}/{chain}/{replica}")  # used if the driver made this host its node's relay
 
     def _new_core(self) -> ReplicaCore:
-        core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport,
-                           keep_outputs=self.store is not None)
+        core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport, keep_outputs=True)
         core.source_positions = functools.partial(reader_positions, self.started)  # not self: no cycle (see reader_positions)
         return core
 
@@ -129,6 +128,7 @@ class VertexActor:
         snapshot coordinator, if any, and where to send progress; returns the locations to
         subscribe to."""
         self.transport.peers, self.transport.unbounded, self.transport.route = peers, unbounded, progress
+        self.transport.coordinator = coordinator
         if self.writer is not None:
             self.writer.coordinator = coordinator
         return self.core.subscriptions()
@@ -170,6 +170,13 @@ class VertexActor:
         """Start ``marker`` at this input replica (from the driver or the snapshot coordinator)."""
         if self._current(incarnation):
             self._guard(self.core.inject_marker, marker)
+
+    def forget_delivered(self, incarnation: int, delivered: dict[str, int]) -> None:
+        """The driver has each output's epochs up to ``delivered``: the kept records of those go
+        (a job without snapshots, whose output replicas keep their records for a rescale only:
+        the driver says this about once a second)."""
+        if self._current(incarnation):
+            self.core.forget_delivered(delivered)
 
     def on_progress(self, encoded: bytes) -> None:
         """A frontier push from the progress actor: its incarnation and a ``StatusPush``, encoded as one."""
@@ -232,6 +239,7 @@ class VertexActor:
     def _reset(self, incarnation: int, peers: dict[ReplicaKey, Any], progress: ProgressRoute, coordinator: Any) -> None:
         """A fresh core for ``incarnation``, with the job's actors as they are now."""
         self.transport.reset(incarnation, peers, progress)
+        self.transport.coordinator = coordinator
         if self.writer is not None:
             self.writer.reset(incarnation, coordinator)
         self.core = self._new_core()

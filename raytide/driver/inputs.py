@@ -144,8 +144,11 @@ class InputFeeds:
         #: Per input replica, its command count in the latest committed snapshot (of id ``committed_id``).
         self.committed: dict[tuple[str, int], int] = {}
         self.committed_id = -1
+        #: Every call counted per input replica; kept in a job with recovery, and in one without
+        #: only while a rescale may replay them (:meth:`keep_calls`).
         self.logs = ReplayLog([(name, index) for name, handles in replicas.items() for index in range(len(handles))],
-                              keep_calls) if keep_calls else None
+                              keep_calls or 1)
+        self.recovers = self.keeping = bool(keep_calls)
         #: Per input, which replicas a peer may close an epoch for (a proxy token).
         proxying = proxying_inputs(plan)
         self.proxy_plans = {name: ProxyPlan(len(handles), name in proxying) for name, handles in replicas.items()}
@@ -216,7 +219,7 @@ class InputFeeds:
         taken the call (what a snapshot that holds the batch records, at least), and the
         calls' object refs. The next epoch is not opened: it is the next batch's."""
         self.check(name)
-        assert self.logs is not None, "a stream input needs a job with recovery"
+        assert self.recovers, "a stream input needs a job with recovery"
         with self.locks[name]:
             epoch = self._move_to(name, epoch)
             dealt: dict[int, list] = {index: [] for index in range(len(self.replicas[name]))}
@@ -247,7 +250,7 @@ class InputFeeds:
         its replica sets its count to it). Returns, per replica, the count a snapshot that holds the batch
         records, and the calls' object refs. The replicas move the input's epochs themselves."""
         self.check(name)
-        assert self.logs is not None, "a stream input needs a job with recovery"
+        assert self.recovers, "a stream input needs a job with recovery"
         with self.locks[name]:
             calls = []
             for index, share in enumerate(shares):
@@ -278,8 +281,7 @@ class InputFeeds:
         the calls the oldest snapshot a recovery may still restore covers are forgotten (:class:`ReplayLog`)."""
         self.committed.update(positions)
         self.committed_id = max(self.committed_id, snapshot_id)
-        if self.logs is not None:
-            self.trim(self.logs.committed(positions))
+        self.trim(self.logs.committed(positions))
 
     def holds(self, name: str, marks: dict[int, int]) -> bool:
         """Whether a committed snapshot has every replica of input ``name`` at ``marks`` or past them."""
@@ -394,7 +396,7 @@ class InputFeeds:
         (see :class:`Resume`: what is fed at or before that epoch replays them, what is fed
         past it is new). Each replica's own epoch: the replicas of an input took the
         snapshot's marker between different commands of theirs."""
-        assert self.logs is not None
+        assert self.recovers
         for (name, index), position in positions.items():
             self.resumes[(name, index)] = Resume(name, index, position, epochs.get((name, index)), position)
             self.logs[(name, index)].skip_to(position)
@@ -407,8 +409,11 @@ class InputFeeds:
         resume = self.resumes.get((name, index))
         if resume is not None and weight and resume.replayed(args[-1], weight):  # a counted call's epoch comes last
             return None
-        if self.logs is not None and weight:
-            self.logs[(name, index)].append(weight, method, args)
+        if weight:
+            log = self.logs[(name, index)]
+            log.append(weight, method, args)
+            if not self.keeping:
+                log.trim(log.end)  # counted, not kept
         return self._send(self.replicas[name][index], method, args)
 
     def _send(self, actor: Any, method: str, args: tuple) -> Any:
@@ -437,22 +442,35 @@ class InputFeeds:
             try:
                 ray.get(ready)
             except ray.exceptions.RayActorError:
-                if self.logs is None:
+                if not self.recovers:
                     raise
 
     def trim(self, positions: dict[tuple[str, int], int]) -> None:
         """Forget the calls that a committed snapshot's ``positions`` cover (per input replica)."""
-        if self.logs is not None:
-            for (name, index), position in positions.items():
-                with self.locks[name]:
-                    self.logs[(name, index)].trim(position)
+        for (name, index), position in positions.items():
+            with self.locks[name]:
+                self.logs[(name, index)].trim(position)
+
+    def keep_calls(self, keeping: bool) -> list:
+        """In a job without recovery: keep every call to the input replicas from now on (a
+        rescale sends those after its cut again), or forget them again (``keeping`` False).
+        Returns the calls in flight now, not kept (none with recovery): a rescale waits for
+        their answers (the replicas have consumed them) before it asks for its cut, so that
+        none is after it."""
+        with contextlib.ExitStack() as held:
+            for name in sorted(self.locks):
+                held.enter_context(self.locks[name])
+            self.keeping = keeping or self.recovers
+            if not self.keeping:
+                for log in self.logs.logs.values():
+                    log.trim(log.end)
+            return [] if self.recovers else [ref for window in self.windows.values() for ref in window]
 
     def rewind(self, incarnation: int, replicas: dict[str, list[Any]], positions: dict[tuple[str, int], int],
                plan: PhysicalPlan) -> None:
         """After a recovery: send each input replica (of ``replicas``, the handles now, in
         ``plan``) the calls after its restored position, in incarnation ``incarnation``; the
         receivers' tokens start again, so every replica sends its own before a peer proxies it."""
-        assert self.logs is not None
         with contextlib.ExitStack() as held:
             for name in sorted(self.locks):  # a feeder holds one lock at a time: no order to deadlock on
                 held.enter_context(self.locks[name])

@@ -34,8 +34,8 @@ from raytide.driver.outputs import OutputCollector
 from raytide.driver.placement import SETUP_TIMEOUT, HostSettings, JobPlacement
 from raytide.driver.pool import cluster_cpus
 from raytide.driver.recovery import JobRecovery
-from raytide.driver.rescale import rescale
-from raytide.driver.stats import actor_stats, recovery_stats, unfinished
+from raytide.driver.rescale import cuts_without_recovery, rescale
+from raytide.driver.stats import actor_stats, autoscaler_timeline, recovery_stats, unfinished
 from raytide.driver.supervisor import AUTOSCALE_POLL, JobSupervisor
 from raytide.driver.views import EpochBar, JobViews
 from raytide.errors import (
@@ -381,8 +381,11 @@ class Job(JobViews):
         moving key groups go to their new owners through the object store (the rest stays
         where it is), new replicas start on warm hosts and retiring ones give theirs back (see
         :mod:`raytide.rescale.widths`). A vertex that reads another replica by replica (fused
-        behind it) is rescaled with it. Needs a job started with ``recovery=``: its
-        coordinator takes the cut, and a death during a rescale is recovered from its snapshots.
+        behind it) is rescaled with it. With ``recovery=``, a death during a rescale is
+        recovered from the job's snapshots and the rescale still made. Without, the first
+        rescale leases a coordinator to take the cuts (kept for the next ones); a death during
+        a rescale, or a cut not complete in time, fails the job (a :class:`RecoveryError`
+        naming why), as a death fails such a job at any time.
 
         ``oversubscribe``: as in :func:`~raytide.driver.run.run`, allow more replicas than the
         cluster can place. Rescales from several threads are made one after the other (each
@@ -390,8 +393,7 @@ class Job(JobViews):
         job's events.
 
         Raises:
-            ArgumentError: the job was started without ``recovery``, a width is not a
-                positive integer, or is more than a keyed vertex's key groups or (without
+            ArgumentError: a width is not a positive integer, or is more than a keyed vertex's key groups or (without
                 ``oversubscribe``) than the cluster can place.
             GraphError: a vertex the job does not have.
             RescaleError: an input's width would change, two vertices that must keep one
@@ -399,8 +401,9 @@ class Job(JobViews):
                 cannot split by key, the job has finished, or another thread's rescale did
                 not end within ``timeout``.
             SnapshotError: no cut was complete within ``timeout`` seconds.
+            RecoveryError: without ``recovery``, the rescale met a death or its cut was not
+                complete in time: the job failed.
         """
-        recovery = self._require_recovery("job.rescale()")
         if not self._supervisor.driving.acquire(timeout=timeout):
             raise RescaleError(f"job {self.name!r}: the rescale to {widths} waited {timeout:g} s for another thread's "
                                f"rescale (or recovery) of the job to end, and was not made")
@@ -412,15 +415,33 @@ class Job(JobViews):
                 raise RescaleError(f"job {self.name!r} has finished (or was cancelled): there is nothing to rescale")
             self._supervisor.rescaling = True
             assert self._recompile is not None
-            return rescale(recovery, self._supervisor.supervision(self._recompile), widths, timeout)
+            started, made = time.monotonic(), self._supervisor.cuts is None and self._recovery is None
+            recovery = self._recovery or self._cuts()
+            return rescale(recovery, self._supervisor.supervision(self._recompile), widths, timeout,
+                           time.monotonic() - started if made else 0.0)
         finally:
             self._supervisor.rescaling = False
             self._supervisor.driving.release()
 
+    def _cuts(self) -> JobRecovery:
+        """What the rescales of a job without recovery need (made at the first)."""
+        supervisor = self._supervisor
+        if supervisor.cuts is None:
+            try:
+                supervisor.cuts = cuts_without_recovery(self.placement, self._inputs, self._outputs)
+            except ray.exceptions.RayActorError:  # a replica died meanwhile: its death fails the job, named
+                supervisor.pump_now(0)
+                raise
+        return supervisor.cuts
+
     def _recovery_stats(self) -> dict[str, Any]:
-        """``snapshots``, ``recoveries``, ``rescales`` and ``autoscaler``, in a job with recovery."""
-        if self._recovery is None:
-            return {}
+        """``snapshots``, ``recoveries``, ``rescales`` and ``autoscaler``, in a job with recovery;
+        without, ``rescales`` and ``autoscaler`` once it has either."""
+        if self._recovery is None:  # its rescales, and the autoscaler's timeline, if either
+            cuts, autoscaler = self._supervisor.cuts, self._supervisor.autoscaler
+            rescales = {} if cuts is None and autoscaler is None else {"rescales": cuts.rescale_stats() if cuts else []}
+            return rescales if autoscaler is None else \
+                {**rescales, "autoscaler": autoscaler_timeline(autoscaler, self._outputs.finished)}
         return recovery_stats(self._recovery, self._supervisor.autoscaler, self._outputs.finished)
 
     def cancel(self) -> None:

@@ -15,6 +15,7 @@ the cut is taken (which notices deaths), running a recovery of the job, and fail
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,10 +23,11 @@ from typing import Any
 
 import ray
 
-from raytide.driver.outputs import POLL_SLACK
-from raytide.driver.placement import COORDINATOR
+from raytide.driver.inputs import InputFeeds
+from raytide.driver.outputs import POLL_SLACK, OutputCollector
+from raytide.driver.placement import COORDINATOR, JobPlacement
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery, RescaleRecord, Steps
-from raytide.errors import RaytideError, SnapshotError
+from raytide.errors import RaytideError
 from raytide.physical.plan import PhysicalPlan
 from raytide.rescale.rescaling import (
     Aborted,
@@ -49,7 +51,9 @@ from raytide.rescale.rescaling import (
     Switched,
 )
 from raytide.rescale.widths import new_widths
+from raytide.snapshots.config import Recovery
 from raytide.snapshots.recovering import Died, Recovering, RollBackOutputs, TimedOut
+from raytide.snapshots.replica_state import CutAnswer
 from raytide.supervisor.execution import Execution
 
 logger = logging.getLogger(__name__)
@@ -89,9 +93,12 @@ class _RescaleRun:
     done: Rescaled | None = None
 
 
-def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, int], timeout: float) -> dict[str, Any]:
+def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, int], timeout: float,
+            made_s: float = 0.0) -> dict[str, Any]:
     """Rescale the job to the widths ``asked`` for, in the steps of the rescale machine;
-    returns its :class:`~raytide.driver.recovery.RescaleRecord` as a dict.
+    returns its :class:`~raytide.driver.recovery.RescaleRecord` as a dict. ``made_s``: the
+    seconds just spent making what a job without recovery needs for its rescales (its first:
+    :func:`cuts_without_recovery`), counted in the record as a step and in the rescale's time.
 
     Raises:
         RescaleError: a vertex whose width changes keeps state it cannot split by key.
@@ -108,9 +115,16 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
         return vars(unchanged).copy()  # the same keys as a rescale's; not one of job.stats()'s
     machine = Rescaling.between(placement.name, recovery.budget, recovery.incarnation, placement.plan,
                                 supervision.recompile(widths))
-    started = time.monotonic()
+    started = time.monotonic() - made_s
     run = _RescaleRun(started + timeout)
-    RayRescale(recovery, supervision, run).execute(machine)
+    if made_s:
+        run.steps.seconds["lease the coordinator of the cuts"] = made_s
+    unkept = recovery.inputs.keep_calls(True)  # without recovery: kept for this rescale only
+    try:
+        placement.wait(unkept, "the input calls sent before the rescale", timeout)  # consumed before the cut
+        RayRescale(recovery, supervision, run).execute(machine)
+    finally:
+        recovery.inputs.keep_calls(False)
     assert run.done is not None
     now = time.monotonic()
     record = RescaleRecord(run.done.incarnation, before, {name: widths[name] for name in before}, run.done.cut_id,
@@ -120,6 +134,26 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
     logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)", placement.name, record.before, record.after,
                 record.seconds, record.pause_s)
     return vars(record).copy()
+
+
+def cuts_without_recovery(placement: JobPlacement, inputs: InputFeeds, outputs: OutputCollector) -> JobRecovery:
+    """What a rescale needs of a job started without ``recovery=``, made at its first rescale
+    and kept for the next: a snapshot coordinator to take the cuts (it takes no snapshot: no
+    interval, and a store, a directory of its own the driver removes at the job's end, where
+    nothing is written), which every replica learns of, and no restart (a death, or a cut not
+    complete in time, fails the job: nothing could bring it back). The output replicas keep
+    their records until the driver has them, as in a job with recovery (the driver tells them,
+    ``forget_delivered``), and the input calls are kept while a rescale runs."""
+    settings = Recovery(tempfile.mkdtemp(prefix=f"raytide-{placement.name}-cuts-"), interval=None, max_restarts=0)
+    consumed = outputs.on_consumed
+    cuts = JobRecovery(settings, placement, inputs, outputs)
+    outputs.on_consumed = consumed  # nothing is durable: what the consumers had is written nowhere
+    cuts.start_coordinator()
+    placement.wait([placement.peers[key].connect.remote(placement.peers_of(key), placement.unbounded,
+                                                        placement.route(key), cuts.coordinator)
+                    for key in placement.peers], "telling the replicas of the coordinator of rescale cuts")
+    cuts.watch()
+    return cuts
 
 
 @dataclass
@@ -171,12 +205,15 @@ class RayRescale:
 
     def _hold(self, effect: HoldAtCut) -> RescaleEvent:
         """Every replica holds at a cut the coordinator takes (``hold_now``), while the driver
-        takes the job's events (a death noticed there answers at once)."""
+        takes the job's events: a death noticed there answers at once, and the cut of the
+        incarnation it ended is left to the coordinator, which abandons it when the recovery
+        pauses it (or never takes it, if the recovery came first); nobody reads that answer."""
         recovery, run = self.recovery, self.run
         if effect.attempt > 1 and time.monotonic() >= run.deadline:
             return TimedOut("no rescale cut was complete in time")
         run.asked_at = time.monotonic()
-        ref = recovery.coordinator.hold_now.remote(max(0.1, run.deadline - run.asked_at), recovery.outputs.durable())
+        ref = recovery.coordinator.hold_now.remote(effect.incarnation, max(0.1, run.deadline - run.asked_at),
+                                                   recovery.outputs.durable())
         while not ray.wait([ref], timeout=RECOVERY_POLL)[0]:
             died = self.supervision.watch(0)
             if died is not None:
@@ -185,14 +222,16 @@ class RayRescale:
                 return CutMissed(f"{recovery.coordinator_name()} did not answer the rescale's cut within "
                                  f"{POLL_SLACK:g} s of its deadline")
         try:
-            cut_id, reports = ray.get(ref)
-        except (SnapshotError, ray.exceptions.RayActorError) as error:
+            answer: CutAnswer = ray.get(ref)
+        except ray.exceptions.RayActorError as error:
+            answer = CutAnswer(missed=str(error))
+        if answer.missed is not None:
             died = self.supervision.watch(0)
-            return CutMissed(str(error)) if died is None else Died(died)
-        if cut_id is None:
+            return CutMissed(answer.missed) if died is None else Died(died)
+        if answer.cut_id is None:
             return TimedOut("the snapshot in flight did not complete in time, so no rescale cut could be taken")
         run.held_at = time.monotonic()
-        return Held(cut_id, reports)
+        return Held(answer.cut_id, answer.reports)
 
     def hand_over(self, effect: HandOver, run: Execution) -> RescaleEvent:
         """Every held replica splits its state; the refs of the pieces it put in the object store."""

@@ -92,8 +92,9 @@ def run(
             owners of its key groups (:mod:`raytide.rescale.reshard`). With stream inputs,
             ``"latest"`` is the latest snapshot at a batch boundary of every stream, and a
             store without any starts the job afresh (no batch was held yet).
-        autoscale: with ``recovery``, an autoscaler actor that rescales the job's vertices
-            while it runs, towards a goal (see :class:`~raytide.Autoscale`); the driver
+        autoscale: an autoscaler actor that rescales the job's vertices while it runs (with
+            or without ``recovery``, as :meth:`~raytide.driver.job.Job.rescale` does),
+            towards a goal (see :class:`~raytide.Autoscale`); the driver
             makes its changes while it waits on the job (``wait``, ``results``, ``collect``).
         oversubscribe: allow a vertex more replicas than the cluster can place
             (:func:`~raytide.rescale.widths.width_limit`: its CPUs over ``num_cpus``, or 4 per
@@ -195,9 +196,8 @@ def _checked(max_inflight: int, batch_size: int, num_cpus: float, pretouch_mb: i
         raise ArgumentError(f"name must be a non-empty string, not {name!r}")
     if recovery is not None and not isinstance(recovery, Recovery):
         raise ArgumentError(f"recovery must be an rt.Recovery(...), not {type(recovery).__name__}")
-    if autoscale is not None and (recovery is None or not isinstance(autoscale, Autoscale)):
-        raise ArgumentError(f"autoscale must be an rt.Autoscale(...), with recovery=rt.Recovery(store) (a rescale "
-                            f"moves state through its store); got autoscale={autoscale!r}, recovery={recovery!r}")
+    if autoscale is not None and not isinstance(autoscale, Autoscale):
+        raise ArgumentError(f"autoscale must be an rt.Autoscale(...), not {type(autoscale).__name__}")
     if restore is not None and (recovery is None or not (restore == "latest" or _is_id(restore))):
         raise ArgumentError(f"restore must be 'latest' or a snapshot id, with recovery=rt.Recovery(store) "
                             f"naming the store; got restore={restore!r}, recovery={recovery!r}")

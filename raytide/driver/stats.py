@@ -108,9 +108,13 @@ def recovery_stats(recovery: JobRecovery, autoscaler: Any, finished: bool) -> di
         answer, why = _ask(recovery.coordinator.stats.remote(), snapshot_health.SILENT_AFTER)
         snapshots = {**answer, **health.stats()} if why is None else \
             health.silent(now, recovery.coordinator_name(), time.monotonic() - now) or {"coordinator": why}
-    timeline: Any = None
-    if autoscaler is not None:
-        timeline, why = _ask(autoscaler.timeline.remote(finished))
-        timeline = timeline if why is None else why
     return {"snapshots": snapshots, "recoveries": recovery.stats(), "rescales": recovery.rescale_stats(),
-            "autoscaler": timeline}
+            "autoscaler": autoscaler_timeline(autoscaler, finished)}
+
+
+def autoscaler_timeline(autoscaler: Any, finished: bool) -> Any:
+    """The ``autoscaler``'s timeline (None without one; why, if it does not answer)."""
+    if autoscaler is None:
+        return None
+    timeline, why = _ask(autoscaler.timeline.remote(finished))
+    return timeline if why is None else why

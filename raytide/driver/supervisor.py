@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,7 +39,7 @@ from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision
 from raytide.driver.stall_ping import StallPing
 from raytide.driver.store_lease import release_store
-from raytide.errors import ActorLost, InternalError, JobCancelled, RaytideError, ReplicaLost
+from raytide.errors import ActorLost, InternalError, JobCancelled, RaytideError, RecoveryError, ReplicaLost
 from raytide.physical.plan import PhysicalPlan
 from raytide.snapshots.recovering import Recovering
 from raytide.supervisor.deaths import judge, supervise
@@ -46,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 #: The longest the autoscaler's long poll for changes waits (the driver keeps one pending).
 AUTOSCALE_POLL = 5.0
+#: Seconds between two calls telling a job's output replicas what the driver has, without recovery.
+FORGET_EVERY = 1.0
 
 
 class JobSupervisor:
@@ -72,6 +76,11 @@ class JobSupervisor:
         self.stalls = StallPing(settings.stall_timeout, settings.ping_timeout) if recovers and settings else None
         #: The timer of event-time inputs' idleness (``EventTimeInputs.release_idle``), looked at each pump.
         self.release_idle: Callable[[], None] | None = None
+        #: A job without recovery: what its rescales need, made at the first
+        #: (:func:`~raytide.driver.rescale.cuts_without_recovery`), and when the output replicas
+        #: were last told what the driver has (:meth:`forget_delivered`).
+        self.cuts: JobRecovery | None = None
+        self.forgotten_at = 0.0
 
     def pump(self, timeout: float) -> None:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
@@ -96,8 +105,23 @@ class JobSupervisor:
             supervise(self.notice(timeout), self.recovery is not None, (None, None), self.fail, self.recover)
             if self.release_idle is not None:
                 self.release_idle()
+            if self.recovery is None:
+                self.forget_delivered()
             if self.autoscaler is not None and not self.rescaling:
                 self.autoscale()
+
+    def forget_delivered(self) -> None:
+        """In a job without recovery, about once a second: the output replicas drop the records
+        they keep for a rescale of the epochs the driver has (with recovery, snapshots' barriers
+        tell them)."""
+        now = time.monotonic()
+        if now - self.forgotten_at < FORGET_EVERY:
+            return
+        self.forgotten_at, plan = now, self.placement.plan
+        incarnation, delivered = (self.cuts.incarnation if self.cuts else 0), self.outputs.delivered()
+        for key, peer in self.placement.peers.items():
+            if any(vertex in plan.outputs for vertex in plan.chain(key.chain).vertices):
+                peer.forget_delivered.remote(incarnation, delivered)
 
     def take_events(self, timeout: float) -> str | None:
         """Take new events (:meth:`notice`) for a rescale that holds at its cut: returns the
@@ -173,8 +197,18 @@ class JobSupervisor:
             self.autoscaler.rescaled.remote(None, self.placement.plan, self.placement.peers, self.placement.progress)
 
     def supervision(self, recompile: Callable[[dict[str, int]], PhysicalPlan]) -> Supervision:
-        """What a rescale lends of the supervisor: its events, its recoveries, its failing the job."""
-        return Supervision(recompile, self.take_events, self.run_recovery, self.fail)
+        """What a rescale lends of the supervisor: its events, its recoveries (without recovery,
+        failing the job: :meth:`cannot_recover`), its failing the job."""
+        return Supervision(recompile, self.take_events, self.run_recovery if self.recovery else self.cannot_recover,
+                           self.fail)
+
+    def cannot_recover(self, machine: Recovering) -> None:
+        """A rescale of a job without recovery that must go back to its old widths (a death, a
+        cut not complete in time) fails the job: its replicas held at the cut have nothing to
+        go back to."""
+        self.fail(RecoveryError(f"job {self.name!r} was started without recovery=, and its rescale could not be "
+                                f"made: {machine.causes[-1]}; start it with recovery=rt.Recovery(store) to have it "
+                                f"recovered"))
 
     @contextlib.contextmanager
     def cancelled_on_interrupt(self) -> Iterator[None]:
@@ -239,3 +273,5 @@ class JobSupervisor:
         if self.autoscaler is not None:
             ray.kill(self.autoscaler)
         (self.recovery or self.placement).release()  # the hosts, then (with recovery) the store's lease
+        if self.cuts is not None:
+            shutil.rmtree(self.cuts.recovery.store, ignore_errors=True)

@@ -35,8 +35,10 @@ __all__ = ["MARKERS_KEPT", "ReplicaCore", "ReplicaMode"]
 class ReplicaCore(Settling):
     """Replica ``replica`` of chain ``chain`` of ``plan``: runs its vertices, accounts progress.
 
-    With ``keep_outputs`` (a job that takes snapshots) its output vertices keep the records they received until a
-    snapshot barrier says the driver has them (:attr:`Marker.delivered`): a recovery hands them to the new progress actor.
+    With ``keep_outputs`` (every job on Ray) its output vertices keep the records they received until a snapshot
+    barrier or a rescale's cut says the driver has them (:attr:`Marker.delivered`), or the driver does
+    (:meth:`~raytide.engine.replica_barriers.BarrierHandling.forget_delivered`, in a job without snapshots): a recovery
+    or a rescale hands them to the new progress actor.
     The events from outside are here; the layers below keep the state and run the vertices
     (:class:`~raytide.engine.replica_vertices.HostedVertices`), handle barriers, snapshots and restores
     (:class:`~raytide.engine.replica_barriers.BarrierHandling`) and ship progress after each event

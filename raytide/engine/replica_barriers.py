@@ -93,13 +93,18 @@ class BarrierHandling(HostedVertices):
 
     # -- snapshots and restore ----------------------------------------------------------
 
+    def forget_delivered(self, delivered: dict[str, int]) -> None:
+        """Drop the kept output records of the epochs the driver has (``delivered``: per
+        output, its last epoch handed to the driver): no recovery or rescale hands them out again."""
+        for name, epochs in self.kept.items():
+            done = delivered.get(name, -1)
+            for epoch in [e for e in epochs if e <= done]:
+                del epochs[epoch]
+
     def _state(self, marker: Marker) -> ReplicaState:
         """The replica's state at ``marker`` (the chain is aligned on it), by reference, after
         dropping the kept output records of epochs the driver already has."""
-        for name, epochs in self.kept.items():
-            done = marker.delivered.get(name, -1)
-            for epoch in [e for e in epochs if e <= done]:
-                del epochs[epoch]
+        self.forget_delivered(marker.delivered)
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
         return ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
                             self.outbox.tables(), {**self.restored_sources, **self.source_positions()})

@@ -52,8 +52,10 @@ class HostedVertices:
     """What replica ``replica`` of chain ``chain`` of ``plan`` keeps, and how it runs its vertices
     (:class:`~raytide.engine.replica.ReplicaCore` is the whole replica).
 
-    With ``keep_outputs`` (a job that takes snapshots) its output vertices keep the records they received until a
-    snapshot barrier says the driver has them (:attr:`Marker.delivered`): a recovery hands them to the new progress actor.
+    With ``keep_outputs`` (every job on Ray) its output vertices keep the records they received until a snapshot
+    barrier or a rescale's cut says the driver has them (:attr:`Marker.delivered`), or the driver does
+    (:meth:`~raytide.engine.replica_barriers.BarrierHandling.forget_delivered`, in a job without snapshots): a recovery
+    or a rescale hands them to the new progress actor.
     """
 
     def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport, keep_outputs: bool = False) -> None:

@@ -180,6 +180,15 @@ class CoordinatorCore:
         self.next_id += 1
         return Trigger(self.in_flight.snapshot_id, self.incarnation, hold, self.in_flight.delivered)
 
+    def cut_refused(self, incarnation: int) -> str | None:
+        """Why a rescale's cut asked for in ``incarnation`` is not to be taken (None: it is):
+        the job has moved on to a later incarnation (a recovery started while the request
+        travelled, or while it waited for the snapshot in flight). Taken there, the cut's
+        markers would reach replicas being restored and it would wait out its timeout."""
+        if incarnation == self.incarnation:
+            return None
+        return f"it was asked for in incarnation {incarnation}, and the job is in incarnation {self.incarnation} now"
+
     def acknowledge(self, ack: Acknowledgement, now: float) -> Commit | None:
         """A replica's acknowledgement; the :class:`Commit` once every replica has sent one.
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
@@ -104,6 +104,20 @@ class HeldReport:
 
     summary: ReplicaSummary
     tables: dict[tuple[str, int, int], KeyGroupAssignment]
+
+
+@dataclass(frozen=True)
+class CutAnswer:
+    """The coordinator's answer to a rescale's cut (``hold_now``): every replica's report
+    (``cut_id`` set), or why the cut was not held (``missed``: abandoned, by a recovery or at
+    its timeout, or asked for in an incarnation the job has left); neither: the snapshot in
+    flight did not end in time, so no cut was started. An answer, never an exception: the
+    driver stops waiting for a cut when it notices a death, and an error nobody reads would
+    be printed as unhandled."""
+
+    cut_id: int | None = None
+    reports: dict[Any, HeldReport] = field(default_factory=dict)
+    missed: str | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from raytide.physical.protocol import ReplicaKey
-from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
+from raytide.snapshots.replica_state import LocalSnapshot
 
 if TYPE_CHECKING:  # and imported where used: a vertex host imports this module, its job may have no recovery
     from raytide.snapshots.config import Recovery
@@ -55,13 +55,6 @@ class SnapshotWriter:
     def reset(self, incarnation: int, coordinator: Any) -> None:
         """A recovery started ``incarnation``: queued snapshots of older ones are not written."""
         self.incarnation, self.coordinator = incarnation, coordinator
-
-    def held(self, marker_id: int, incarnation: int, report: HeldReport) -> None:
-        """Tell the coordinator the replica holds at rescale cut ``marker_id`` (a part-less
-        acknowledgement, with what it holds: ``report``)."""
-        from raytide.snapshots.coordinator import Acknowledgement
-
-        self.coordinator.acknowledge.remote(Acknowledgement(self.key, marker_id, incarnation, (), report))
 
     def read_own(self, snapshot_id: int) -> bytes:
         """This replica's part of committed snapshot ``snapshot_id`` (for its restore)."""

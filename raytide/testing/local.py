@@ -84,8 +84,9 @@ class LocalJob(World):
         pacing: choose the next actor by what its actions cost, and keep the model's clock
             (:mod:`raytide.testing.pacing`), instead of one mailbox at a time uniformly.
 
-    With ``recovery`` and a :class:`~raytide.Dataflow` (not a plan), :meth:`rescale` changes
-    the parallelism of vertices while the job runs, as ``job.rescale`` does on Ray.
+    With a :class:`~raytide.Dataflow` (not a plan), :meth:`rescale` changes the parallelism of
+    vertices while the job runs, as ``job.rescale`` does on Ray, with or without ``recovery``
+    (without, a coordinator takes the cuts from the first rescale on, and nothing is written).
     """
 
     def __init__(self, flow: Dataflow | PhysicalPlan, inputs: Mapping[str, Sequence[Sequence[Any]]],
@@ -120,8 +121,8 @@ class LocalJob(World):
         the steps the Ray driver takes (:class:`~raytide.rescale.rescaling.Rescaling`, its cut
         the coordinator's next trigger); a crash before or during it is recovered from, and
         the rescale still happens."""
-        if self.recovery is None or self.flow is None:
-            raise RescaleError("LocalJob.rescale needs recovery=LocalRecovery(...) and a Dataflow (not a plan)")
+        if self.flow is None:
+            raise RescaleError("LocalJob.rescale needs a Dataflow (not a plan)")
         new_widths(self.plan, widths)  # refused now, not at the cut
         self.asks.ask(widths, at_step)
 
@@ -228,6 +229,8 @@ class LocalJob(World):
             self.coordinator = None
             self.mail.acks.clear()
             self.mail.commits.clear()
+            self.cut_asks.clear()  # a call to a dead actor fails: its death answers the rescale
+            self.cut_of = None
         else:
             raise ValueError(f"no such crash target: {target!r}")
 
@@ -319,6 +322,8 @@ class LocalJob(World):
         if not self.asks.pending or self.result.finished or busy:
             return
         assert self.flow is not None
+        if self.coordinator is None and self.recovery is None:  # as on Ray: one for the cuts, from the first rescale on
+            self.coordinator = self._new_coordinator()
         plan = compile_plan(self.flow, self.parallelism, self.chaining, new_widths(self.plan, self.asks.take()))
         self.rescaling = Execution(Rescaling.between(self.plan.name, self.budget, self.incarnation, self.plan, plan),
                                    SimRescale(self))

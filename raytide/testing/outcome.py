@@ -106,6 +106,7 @@ class LocalRun:
     snapshots: list[int] = field(default_factory=list)
     rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut id)
     refused: list[tuple[int, BaseException]] = field(default_factory=list)  # rescales not made: (step, why)
+    cut_timeouts: list[int] = field(default_factory=list)  # the steps at which a rescale's cut was abandoned at its timeout
     driver_crashed: int | None = None
     #: What the latest recovery computes again: a user error there says so, as the driver's does.
     replaying: Replaying | None = None

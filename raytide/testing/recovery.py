@@ -110,14 +110,15 @@ class SimRecovery:
         run.queue([functools.partial(self._replay, effect.point, run)], Replayed())
 
     def reset_coordinator(self, effect: ResetCoordinator, run: Execution) -> None:
-        """The coordinator snapshots the restored job (a new one if it died)."""
+        """The coordinator snapshots the restored job (a new one if it died); without recovery
+        (a rescale's adoption), it takes the next rescale's cut."""
         world = self.world
-        assert world.recovery is not None, "only a job with recovery recovers"
         if world.coordinator is None:
             world.coordinator = world._new_coordinator()
         elif world.coordinator.incarnation < effect.incarnation:
             world.coordinator.reset(effect.incarnation, world.result.steps)
-        world.coordinator.follow(world.recovery.store.next_id())  # as on Ray: after a snapshot the recovery wrote
+        if world.recovery is not None:
+            world.coordinator.follow(world.recovery.store.next_id())  # as on Ray: after a snapshot the recovery wrote
         world.coordinator.last_end = world.result.steps
 
     def finished(self, effect: Finished, run: Execution) -> None:

@@ -4,9 +4,12 @@
 (:class:`~raytide.supervisor.execution.Execution`), its effects carried out on the simulated
 world (:class:`~raytide.testing.world.World`) under the seeded scheduler.
 
-The cut is the coordinator core's: its next trigger (at once, after the snapshot in flight)
-is a hold marker, and the commit of that cut answers the machine (a cut the core abandons,
-too: the world answers ``Held`` or ``CutMissed``). The hand-over is one replica's part per
+The cut is the coordinator core's: the request for it travels to the coordinator as Ray's
+``hold_now`` call does, and may be taken after a recovery the driver ran meanwhile (then it is
+refused: :meth:`~raytide.snapshots.coordinator.CoordinatorCore.cut_refused`); taken, it is a
+hold marker after the snapshot in flight, and the commit of that cut answers the machine (a
+cut the core abandons, too: the world answers ``Held`` or ``CutMissed``), if the machine still
+waits for it. The hand-over is one replica's part per
 scheduler step, in an order the world's seeded random draws, so that a crash can strike
 between any two; the moving pieces are pickled on their way, as through Ray's object store.
 Each recovery the machine asks for runs in an execution of its own
@@ -58,7 +61,10 @@ class SimRescale:
         return HostsStarted()  # one process: no hosts to start
 
     def hold_at_cut(self, effect: HoldAtCut, run: Execution) -> None:
-        """The world's coordinator triggers the cut next, at once (it reads the phase); its commit answers."""
+        """The request goes to the world's coordinator, which takes it as one of its actions
+        (after the snapshot in flight; refused if the job has left the incarnation by then);
+        the cut's commit (or its abandonment) answers."""
+        self.world.cut_asks.append((effect.incarnation, effect.attempt))
 
     def hand_over(self, effect: HandOver, run: Execution) -> None:
         """A step per held replica, in a seeded order; then the answer."""
@@ -83,9 +89,9 @@ class SimRescale:
             world.waiting.discard(key)
             world.mail.drop_replica(key)
         world.plan, world.incarnation = plan, effect.incarnation
-        if world.coordinator is not None and world.recovery is not None:
-            world.coordinator.reconfigure(world.replica_keys(), effect.incarnation, world.recovery.store.next_id(),
-                                          world.result.steps)
+        if world.coordinator is not None:
+            written = world.recovery.store.next_id() if world.recovery is not None else world.coordinator.next_id
+            world.coordinator.reconfigure(world.replica_keys(), effect.incarnation, written, world.result.steps)
         return Switched()
 
     def recover(self, effect: Recover, run: Execution) -> None:

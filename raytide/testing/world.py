@@ -101,6 +101,11 @@ class World:
         self.untold: list[Callable[[], None]] = []  # what the driver learns from the coordinator once it thaws
         self.recovering: Execution | None = None  # the recovery under way (or the last one)
         self.rescaling: Execution | None = None  # the rescale under way (or the last one)
+        #: The driver's requests for a rescale's cut on their way to the coordinator, as
+        #: ``(incarnation, attempt)`` (Ray's ``hold_now``: one may arrive after a recovery
+        #: it did not know of), and the attempt whose cut is in flight (None: no cut is).
+        self.cut_asks: collections.deque[tuple[int, int]] = collections.deque()
+        self.cut_of: int | None = None
         self.result = LocalRun({name: {} for name in self.plan.outputs})
         self.outputs = LocalOutputs(self.plan.outputs, recovery.output_commit if recovery is not None else "epoch",
                                     self.result.outputs, consumer, recovery.store if recovery is not None else None)
@@ -116,7 +121,7 @@ class World:
     def _core(self, key: ReplicaKey) -> ReplicaCore:
         transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,
                                    self.mail.via(key, self.replica_keys()), rides_with_tokens(self.plan, key.chain))
-        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=self.recovery is not None)
+        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=True)  # as on Ray
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
         chain = self.plan.chain_of(name).name
@@ -155,7 +160,7 @@ class World:
         actions += [functools.partial(self._haunt_actor, role, to=("zombie", role))
                     for role, zombie in self.undead.items() if zombie.left > 0 and zombie.inbox]
         actions += self.outputs.consumer_actions()
-        if self.recovery is not None:
+        if self.recovery is not None or self.coordinator is not None:  # without recovery: a rescale's cuts
             actions += self._snapshot_actions()
         return actions
 
@@ -367,8 +372,14 @@ class World:
         """The driver reads the oldest job event (events of an older incarnation are dropped:
         a recovery replays their epochs)."""
         incarnation, event = self.mail.log.popleft()
-        if incarnation == self.progress_incarnation:
-            self._record([event])
+        if incarnation != self.progress_incarnation:
+            return
+        self._record([event])
+        if self.recovery is None and isinstance(event, EpochComplete):  # no barrier says what the driver has:
+            delivered = self.outputs.book.delivered()  # the driver does (on Ray: forget_delivered)
+            for core in self.replicas.values():
+                if core.kept:  # an output's replica
+                    core.forget_delivered(delivered)
 
     def _record(self, events: Sequence[JobEvent | ReplicaDied]) -> None:
         for event in events:
@@ -389,10 +400,13 @@ class World:
         return core
 
     def _new_coordinator(self) -> CoordinatorCore:
-        """A coordinator whose ids follow every id used before (even of abandoned snapshots)."""
-        assert self.recovery is not None
-        first = max(self.recovery.store.next_id(), self.last_snapshot_id + 1)
-        core = CoordinatorCore(list(self.replica_keys()), first, self.recovery.interval, self.recovery.timeout, self.incarnation)
+        """A coordinator whose ids follow every id used before (even of abandoned snapshots);
+        without recovery, one that takes a rescale's cuts only (no interval), as on Ray."""
+        recovery, first = self.recovery, self.last_snapshot_id + 1
+        interval, timeout = (None, LocalRecovery.timeout) if recovery is None else (recovery.interval, recovery.timeout)
+        if recovery is not None:
+            first = max(recovery.store.next_id(), first)
+        core = CoordinatorCore(list(self.replica_keys()), first, interval, timeout, self.incarnation)
         core.last_end = self.result.steps
         return core
 
@@ -403,16 +417,30 @@ class World:
         flight = self.coordinator.in_flight
         abandoned = self.coordinator.tick(self.result.steps)
         if abandoned is not None and flight is not None and flight.hold:
-            rescaling, missed = self.rescaling, CutMissed(abandoned.reason)
-            self._tell(lambda: rescaling.answer(missed))  # type: ignore[union-attr]
+            self.result.cut_timeouts.append(self.result.steps)
+            self._answer_cut(CutMissed(abandoned.reason))
+
+    def _answer_cut(self, answer: Held | CutMissed) -> None:
+        """Answer the rescale's cut, if the rescale still waits for the one in flight (not after a
+        death it recovers from: the driver stopped waiting, as on Ray nobody reads that answer).
+        The coordinator is done with the cut at once; the driver learns of it when awake (:meth:`_tell`)."""
+        attempt, self.cut_of = self.cut_of, None
+        self._tell(lambda: self._answered(attempt, answer))
+
+    def _answered(self, attempt: int | None, answer: Held | CutMissed) -> None:
+        """The driver learns the answer to the cut of rescale attempt ``attempt``."""
+        if rescaling_in(self.rescaling, RescalePhase.HOLDING) and self.rescaling.machine.attempts == attempt:  # type: ignore[union-attr]
+            self.rescaling.answer(answer)  # type: ignore[union-attr]
 
     def _snapshot_actions(self) -> list[Callable[[], None]]:
         actions: list[Callable[[], None]] = []
-        coordinator, cut = self.coordinator, rescaling_in(self.rescaling, RescalePhase.HOLDING)  # a cut: at once
-        if (coordinator is not None and not self.recovery_steps and not self.result.finished
-                and not rescaling_in(self.rescaling, RescalePhase.HANDING_OVER)
-                and (coordinator.due(self.result.steps) or cut and coordinator.in_flight is None)):
+        coordinator, holding = self.coordinator, rescaling_in(self.rescaling, RescalePhase.HOLDING, RescalePhase.HANDING_OVER)
+        if (coordinator is not None and not self.recovery_steps and not self.result.finished and not holding
+                and not self.cut_asks and coordinator.due(self.result.steps)):
             actions.append(functools.partial(_as, self._trigger, to=COORDINATOR))
+        if coordinator is not None and self.cut_asks and (coordinator.in_flight is None
+                                                          or coordinator.cut_refused(self.cut_asks[0][0])):
+            actions.append(functools.partial(_as, self._take_cut_ask, to=COORDINATOR))
         if self.mail.writes:
             actions.append(functools.partial(self._write, to=WRITERS))
         zombie = self._undead(COORDINATOR)
@@ -428,11 +456,23 @@ class World:
             actions.append(functools.partial(_as, self._commit, to=COORDINATOR))
         return actions
 
-    def _trigger(self) -> None:
-        """The coordinator starts a snapshot: a barrier for every input replica."""
+    def _take_cut_ask(self) -> None:
+        """The coordinator takes the driver's oldest request for a cut (``hold_now``): refused if
+        the job has left its incarnation, else the cut is triggered (nothing is in flight)."""
         assert self.coordinator is not None
-        holding = rescaling_in(self.rescaling, RescalePhase.HOLDING)
-        trigger = self.coordinator.trigger(self.result.steps, self.outputs.durable(), hold=holding)
+        incarnation, attempt = self.cut_asks.popleft()
+        stale = self.coordinator.cut_refused(incarnation)
+        if stale is not None:
+            self.cut_of = attempt
+            self._answer_cut(CutMissed(f"rescale cut not taken: {stale}"))
+            return
+        self.cut_of = attempt
+        self._trigger(hold=True)
+
+    def _trigger(self, hold: bool = False) -> None:
+        """The coordinator starts a snapshot (a rescale's cut, with ``hold``): a barrier for every input replica."""
+        assert self.coordinator is not None
+        trigger = self.coordinator.trigger(self.result.steps, self.outputs.durable(), hold=hold)
         if trigger is None:
             return
         self.last_snapshot_id = trigger.snapshot_id
@@ -469,17 +509,20 @@ class World:
 
     def _commit(self) -> None:
         """The coordinator writes the job part and the manifest, then applies retention."""
-        assert self.recovery is not None and self.coordinator is not None
+        assert self.coordinator is not None
         incarnation, commit = self.mail.commits.popleft()
         if incarnation != self.coordinator.incarnation:
             return
         if commit.hold:
             self.coordinator.held(commit.snapshot_id, self.result.steps)
-            held = Aborted("the job finished before its cut") if self.result.finished else \
-                Held(commit.snapshot_id, dict(commit.summaries))  # type: ignore[arg-type]
-            rescaling = self.rescaling
-            self._tell(lambda: rescaling.answer(held))  # type: ignore[union-attr]
+            if self.result.finished:
+                self.cut_of = None
+                rescaling = self.rescaling
+                self._tell(lambda: rescaling.answer(Aborted("the job finished before its cut")))  # type: ignore[union-attr]
+            else:
+                self._answer_cut(Held(commit.snapshot_id, dict(commit.summaries)))  # type: ignore[arg-type]
             return
+        assert self.recovery is not None  # a snapshot: without recovery, the coordinator takes cuts only
         try:
             complete = commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)
         except OSError as error:  # as the coordinator actor does: this snapshot is lost, the job goes on

@@ -68,13 +68,16 @@ def test_the_rate_policy_takes_mandelbrot_from_one_replica_to_the_goal(ray_sessi
 
 
 @pytest.mark.timeout(600)
-def test_the_file_policy_follows_a_parameters_json_written_by_another_process(ray_session, tmp_path):
+@pytest.mark.parametrize("recovers", [True, False], ids=["with recovery", "without recovery"])
+def test_the_file_policy_follows_a_parameters_json_written_by_another_process(ray_session, tmp_path, recovers):
+    """In a job without recovery too: it is rescaled as one with recovery is (issue 74)."""
     parameters, stats = tmp_path / "parameters.json", tmp_path / "stats.json"
     autoscale = rt.Autoscale(policy="file", parameters=str(parameters), stats=str(stats), interval=0.5, cooldown=0.0)
     writer = [sys.executable, "-c", "import json, sys; json.dump({'mandelbrot': 2, 'out': 2}, open(sys.argv[1], 'w'))",
               str(parameters)]
     with rt.run(mandelbrot_flow(), {"rows": row_epochs(6000)}, parallelism=1,
-                recovery=rt.Recovery(str(tmp_path / "store"), interval=None), autoscale=autoscale) as job:
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=None) if recovers else None,
+                autoscale=autoscale) as job:
         deadline = time.monotonic() + 120
         while not stats.exists() or not parameters.exists():
             assert time.monotonic() < deadline, "the autoscaler wrote no stats.json"
@@ -86,7 +89,9 @@ def test_the_file_policy_follows_a_parameters_json_written_by_another_process(ra
             assert time.monotonic() < deadline, f"not rescaled: {job.stats()['autoscaler'][-3:]}"
             job.collect("out")
             time.sleep(0.1)
+        made = job.stats()
         job.cancel()
+    assert [r["after"]["mandelbrot"] for r in made["rescales"]] == [2] and made["autoscaler"], made.get("rescales")
     document = json.loads(stats.read_text())
     samples = document["mandelbrot"]
     assert samples and all(set(replicas) <= {"Replica0", "Replica1"} for replicas in samples.values())

@@ -405,15 +405,17 @@ def test_a_replica_that_handed_its_keys_over_and_died_before_they_were_adopted_i
 
 
 @pytest.mark.timeout(600)
-def test_a_rescale_while_the_replicas_read_a_source_resumes_every_reader_at_the_cut(ray_session, tmp_path):
+@pytest.mark.parametrize("recovers", [True, False], ids=["with recovery", "without recovery"])
+def test_a_rescale_while_the_replicas_read_a_source_resumes_every_reader_at_the_cut(ray_session, tmp_path, recovers):
     """The input replicas read text files themselves (their readers are part of the held
-    state): what a reader read after the cut is read again by the rescaled job, once."""
+    state): what a reader read after the cut is read again by the rescaled job, once; in a
+    job without recovery too (issue 74)."""
     paths, expected = text_parts(tmp_path, random.Random(9))
     brake = Brake(tmp_path)
     flow = counting_words("files-rescaled", brake)
     source = rt.sources.TextFileSource(paths, batch_lines=10)
     with rt.run(flow, inputs={"lines": source}, parallelism=2,
-                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3)) as job:
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3) if recovers else None) as job:
         deadline = time.monotonic() + 60
         while not job.collect("counts"):
             assert time.monotonic() < deadline, "no epoch counted in 60 s"
@@ -484,9 +486,9 @@ def test_a_rescale_that_cannot_be_done_says_why_and_the_job_goes_on(ray_session,
         assert job.collect("out") == {0: [(0, (0, 0)), (0, (0, 1))]}
         with pytest.raises(RescaleError, match="finished"):
             job.rescale({"check": 2})
-    plain = rt.run(flow, parallelism=1)
-    with plain, pytest.raises(ArgumentError, match="recovery"):
-        plain.rescale({"check": 2})
+    plain = rt.run(flow, parallelism=1)  # without recovery= too (tests/ray/test_rescale_without_recovery.py)
+    with plain, pytest.raises(ArgumentError, match=r"'check'.* at most"):
+        plain.rescale({"check": 500})
 
 
 def test_a_rescale_keeps_the_pending_liveness_watch_of_every_actor_it_keeps(ray_session, tmp_path):

@@ -165,7 +165,7 @@ def test_a_rescale_cut_the_coordinator_does_not_answer_is_missed_after_its_deadl
 
     @ray.remote(num_cpus=0)
     class Stopped:  # a coordinator that does not answer the cut (as one whose process is stopped)
-        def hold_now(self, timeout: float, delivered: dict) -> None:
+        def hold_now(self, incarnation: int, timeout: float, delivered: dict) -> None:
             time.sleep(30)
 
     monkeypatch.setattr(rescale, "POLL_SLACK", 0.3)

@@ -104,13 +104,7 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, outpu
     job = LocalJob(flow, scenario.inputs, rng.randint(1, 5), seed,
                    recovery=LocalRecovery(SnapshotStore(store_dir), interval=rng.choice([5, 20, 60]), max_restarts=6,
                                           output_commit=output_commit), nodes=nodes, relay_fanin=2)
-    groups = width_groups(job.plan)
-    asked = []
-    for _ in range(rng.randint(1, 3)):
-        chosen = {min(groups[vertex]) for vertex in rng.sample(movable, rng.randint(1, min(3, len(movable))))}
-        widths = {vertex: rng.randint(1, 5) for vertex in sorted(chosen)}  # one per group: they move together
-        asked.append(widths)
-        job.rescale(widths, at_step=rng.randrange(1, 150))
+    asked = ask_rescales(job, movable, rng)
     crashes = _Crashes(job, rng, seen, seed) if seed % 2 else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a snapshot skipped after a crash
@@ -124,6 +118,18 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, outpu
     if got != scenario.expected:
         return f"rescales {run.rescales} (asked {asked}):\n got {got}\n expected {scenario.expected}"
     return rescaled_wrongly(job, asked)
+
+
+def ask_rescales(job: LocalJob, movable: list[str], rng: random.Random) -> list[dict[str, int]]:
+    """Ask ``job`` for one to three rescales of vertices among ``movable`` at random steps; what was asked."""
+    groups = width_groups(job.plan)
+    asked = []
+    for _ in range(rng.randint(1, 3)):
+        chosen = {min(groups[vertex]) for vertex in rng.sample(movable, rng.randint(1, min(3, len(movable))))}
+        widths = {vertex: rng.randint(1, 5) for vertex in sorted(chosen)}  # one per group: they move together
+        asked.append(widths)
+        job.rescale(widths, at_step=rng.randrange(1, 150))
+    return asked
 
 
 def rescaled_wrongly(job: LocalJob, asked: list[dict[str, int]]) -> str | None:
@@ -175,6 +181,47 @@ def test_with_output_committed_at_snapshots_the_held_epochs_survive_rescales_and
         wrong = trial(name, seed, str(store_root / str(seed)), seen, output_commit="snapshot")
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
     assert seen["trials that rescaled"] >= SNAPSHOT_COMMIT_TRIALS // 2, seen
+
+
+#: Trials per scenario of a job without recovery (no crash: a death fails such a job).
+UNRECOVERED_TRIALS = 30
+
+
+def unrecovered_trial(name: str, seed: int, seen: collections.Counter) -> str | None:
+    """What went wrong in trial ``seed`` of scenario ``name`` run without recovery (None: nothing)."""
+    rng = random.Random(seed)
+    scenario = SCENARIOS[name](rng, epochs=5)
+    flow = with_input_width(scenario.flow, rng.randint(1, 2))
+    job = LocalJob(flow, scenario.inputs, rng.randint(1, 5), seed)
+    asked = ask_rescales(job, [vertex for vertex, v in flow.vertices.items() if v.role != "input"], rng)
+    run = job.run(max_steps=200_000)
+    seen["trials that rescaled"] += bool(run.rescales)
+    if run.failure is not None or not run.finished:
+        return f"failure={run.failure!r} finished={run.finished}"
+    if as_counters(run.outputs) != scenario.expected:
+        return f"rescales {run.rescales} (asked {asked}):\n got {as_counters(run.outputs)}\n expected {scenario.expected}"
+    return rescaled_wrongly(job, asked) or ("wrote snapshots" if run.snapshots else None)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_rescales_of_a_job_without_recovery_give_the_output_of_the_plain_reference(name):
+    """The cuts are a coordinator's made at the first rescale, nothing is written, and the
+    output replicas keep their records until the driver has them (it tells them after each
+    epoch it takes): every trial exact, most of them rescaled."""
+    seen: collections.Counter = collections.Counter()
+    for seed in seeds(UNRECOVERED_TRIALS, f"rescale without recovery {name}"):
+        wrong = unrecovered_trial(name, seed, seen)
+        assert wrong is None, f"{name} without recovery, seed {seed}: {wrong}"
+    assert seen["trials that rescaled"] >= UNRECOVERED_TRIALS * 0.6, seen
+
+
+def test_a_planted_forgetting_of_outputs_the_driver_has_not_had_is_caught_without_recovery(monkeypatch):
+    """Planted: an output replica told what the driver has forgets all it keeps, epochs the
+    driver has not had too (as if it kept nothing, before 2026-11-29): a rescale's new
+    progress actor lacks their records."""
+    monkeypatch.setattr(ReplicaCore, "forget_delivered", lambda self, delivered: [e.clear() for e in self.kept.values()])
+    assert caught_by(sorted(SCENARIOS), 10, lambda name, seed: unrecovered_trial(name, seed, collections.Counter())
+                     is not None), "no trial caught the planted bug"
 
 
 def test_a_rescale_changes_the_parallelism_and_keeps_the_replicas_busy(store_root):

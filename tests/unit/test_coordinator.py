@@ -366,3 +366,22 @@ def test_a_snapshot_asked_for_during_a_recovery_starts_at_its_restart_at_the_res
     actor.acknowledge(Acknowledgement(key, 1, 1, (part,), ReplicaSummary([], {"numbers": 3}, {})))
     asker.join(timeout=30)
     assert taken == {"snapshot": 1}
+
+
+def test_a_rescale_cut_of_an_incarnation_the_job_has_left_is_refused_at_once_and_answered_not_raised(tmp_path):
+    """The driver stops waiting for a cut when it notices a death; its request may reach the
+    coordinator after the recovery paused it for the next incarnation: refused at once (taken,
+    its markers would reach replicas being restored and the next cut would wait behind it for
+    its timeout). A cut a recovery abandons while it waits ends the wait at once. Both answer
+    with the reason: an error nobody reads would be printed as unhandled (issue 74)."""
+
+    actor, _, _ = _tiny_coordinator(tmp_path, interval=None)
+    actor.pause(1)  # the recovery came first
+    started = time.monotonic()
+    answer = actor.hold_now(0, 2.0, {})
+    assert answer.cut_id is None and "asked for in incarnation 0" in answer.missed, answer
+    assert time.monotonic() - started < 1.0 and actor.core.in_flight is None
+    threading.Timer(0.2, actor.pause, (2,)).start()  # a recovery while the cut of incarnation 1 waits
+    answer = actor.hold_now(1, 20.0, {})
+    assert answer.cut_id is None and "started incarnation 2" in answer.missed, answer
+    assert time.monotonic() - started < 5.0

@@ -1,0 +1,109 @@
+"""Live rescales of jobs started without ``recovery=``, on a real Ray (issue 74): the cut is
+taken by a coordinator the first rescale leases, the state moves replica to replica as with
+recovery, and nothing is written. Checked against plain Python: a keyed job whose state checks
+every key's sequence (and a vertex of its own with pending notifications), fed all along and
+rescaled up and down; a loop (connected components) rescaled up and down between epochs and
+in the middle of one."""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+
+import pytest
+
+import raytide as rt
+from examples.connected_components import build_flow, union_find
+from tests.delivery import assert_exactly_once
+from tests.ray.jobs import next_in_sequence
+from tests.ray.test_rescale import SequenceChecker
+from tests.ray.test_rescale_deaths import Feed, kill_after
+
+pytestmark = [pytest.mark.ray]
+
+WIDTHS = (3, 1, 2)
+
+
+@pytest.mark.timeout(600)
+def test_a_keyed_job_without_recovery_rescaled_up_and_down_sees_every_record_once_in_order(ray_session):
+    feed = Feed()
+    flow = rt.Dataflow("sequence-unrecovered")
+    keyed = flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check")
+    keyed.output("out")
+    keyed.map(lambda pair: pair[1], name="unpaired").exchange(lambda r: r[0], name="by_key").unary(
+        SequenceChecker, name="notified").output("counts")
+    with rt.run(flow, {"records": feed.epochs()}, parallelism=1) as job:
+        results = job.results("out", timeout=120)
+        out = [next(results)]
+        records, calls = [], []
+        for width in WIDTHS:
+            started = time.monotonic()  # the first call also leases the coordinator of the cuts
+            records.append(job.rescale({"check": width, "notified": width}, timeout=120))
+            calls.append(time.monotonic() - started)
+            assert job.parallelism()["check"] == width and job.parallelism()["notified"] == width
+            out.append(next(results))
+        feed.stop()
+        job.wait(timeout=120)
+        out += list(results)
+        counts, stats = job.collect("counts"), job.stats()
+    print(f"rescales without recovery: calls {[round(c, 3) for c in calls]} s, "
+          f"seconds {[round(r['seconds'], 3) for r in records]}, "
+          f"cut_s {[round(r['cut_s'], 3) for r in records]}, pause_s {[round(r['pause_s'], 3) for r in records]}, "
+          f"first's steps {records[0]['steps']}")
+    assert_exactly_once(feed.reference(), {"out": out})
+    assert sorted(counts) == list(range(feed.fed))
+    for epoch, pairs in counts.items():
+        per_key: collections.Counter = collections.Counter()
+        for key, n in pairs:
+            per_key[key] += n
+        assert per_key == {key: 3 for key in range(8)}, f"epoch {epoch}"
+    assert [r["after"]["check"] for r in stats["rescales"]] == list(WIDTHS) and "recoveries" not in stats
+    assert all(r["pause_s"] > 0 for r in records)
+    assert "lease the coordinator of the cuts" in records[0]["steps"] and calls[0] - records[0]["seconds"] < 0.5
+    assert not any("lease the coordinator of the cuts" in r["steps"] for r in records[1:])
+
+
+@pytest.mark.timeout(600)
+def test_a_loop_without_recovery_rescaled_up_and_down_gives_the_union_find_labels(ray_session):
+    rng = random.Random(5)
+    edges = [(rng.randrange(300), rng.randrange(300)) for _ in range(400)]
+    epochs = [edges[i::8] for i in range(8)]
+    with rt.run(build_flow(2), parallelism=2) as job:
+        results = job.results("labels", timeout=300)
+        labels: dict[int, int] = {}
+        for epoch, batch in enumerate(epochs):
+            job.push("edges", batch, epoch)
+            job.advance("edges", epoch + 1)
+            if epoch in (2, 4, 6):  # in the loop, state and all, mid-epoch
+                job.rescale({"label-propagation": {2: 3, 4: 1, 6: 2}[epoch]}, timeout=120)
+            _, pairs = next(results)
+            for node, label in pairs:
+                labels[node] = min(label, labels.get(node, label))
+        job.close("edges")
+        job.wait(timeout=300)
+        assert job.parallelism()["label-propagation"] == 2
+    assert labels == union_find(edges)
+
+
+@pytest.mark.timeout(300)
+def test_a_death_during_a_rescale_without_recovery_fails_the_job_at_once_naming_it(ray_session):
+    """Nothing can bring such a job back: ``job.rescale`` raises the death (or a
+    ``RecoveryError`` naming it) within seconds, and so does the job's next call."""
+    feed = Feed()
+    flow = rt.Dataflow("killed-unrecovered")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    with rt.run(flow, {"records": feed.epochs()}, parallelism=1) as job:
+        results = job.results("out", timeout=120)
+        next(results)
+        job.rescale({"check": 2}, timeout=60)  # the coordinator of the cuts is there from now on
+        killer = kill_after(job, "check+out/1", 0.01)
+        started = time.monotonic()
+        with pytest.raises(rt.RaytideError, match=r"died|without recovery="):
+            job.rescale({"check": 3}, timeout=60)
+        took = time.monotonic() - started
+        killer.join(10)
+        feed.stop()
+        with pytest.raises(rt.RaytideError):
+            job.wait(timeout=60)
+    assert took < 20, took
