@@ -20,6 +20,13 @@ No lock server is needed; the filesystem's own atomic operations are::
                                           the store over having seen only snapshots up to
                                           fenced_after < k (:func:`fenced_by`)
 
+A recovery of the job records the incarnation it starts the same way, as a *mark*: a claim of
+its driver's own fence at that incarnation (``gen-<G>[-<token>]-inc-<n>.json``, created,
+checked, then ``fenced_after`` written: :mod:`raytide.snapshots.incarnations`), which fences the
+commits and deletes of the job's earlier incarnations (a coordinator declared dead and replaced,
+still running) as a takeover fences an older generation; a replica's writer and the lease's
+renewal are fenced per driver only (``newer(..., incarnations=False)``).
+
 Why the double check suffices on a store whose reads see every write that finished before
 them (a local filesystem, S3 since 2020): a commit whose check *after* its manifest saw no
 greater claim finished writing the manifest before that claim was written, so the taker's
