@@ -109,7 +109,7 @@ class JobSnapshots:
 
     def __post_init__(self) -> None:
         self.budget = RestartBudget(self.recovery.max_restarts)
-        self.store = store_of(self.recovery)
+        self.store = store_of(self.recovery).at(self.incarnation)  # the driver's writes follow its incarnation
         self.lease = keeper_of(self.recovery)
         self.consumed = ConsumedRecord(self.store)
         self.outputs.on_consumed = self.record_consumed

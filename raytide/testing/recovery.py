@@ -90,7 +90,8 @@ class SimRecovery:
     def read_point(self, effect: ReadPoint, run: Execution) -> RecoveryEvent:
         world = self.world
         assert world.recovery is not None
-        return PointRead(latest_restore_point(world.plan, world.recovery.store, world.recovery.retain, world.first_id,
+        store = world.recovery.store.at(world.incarnation)  # the driver's writes (a rewrite for a rescaled job), as on Ray
+        return PointRead(latest_restore_point(world.plan, store, world.recovery.retain, world.first_id,
                                               world.started_from))
 
     def restore_replicas(self, effect: RestoreReplicas, run: Execution) -> None:
