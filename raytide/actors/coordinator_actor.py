@@ -143,7 +143,8 @@ class CoordinatorActor:
         try:
             complete = commit_snapshot(self.store, self.plan, commit, commit.delivered, self.recovery.retain)
         except Exception as error:  # the store failed: this snapshot is lost, the job goes on
-            self.paused = self.paused or isinstance(error, StoreFencedError)  # another driver has the store
+            # another driver has the store, or a recovery replaced this coordinator (it still runs: a zombie)
+            self.paused = self.paused or isinstance(error, StoreFencedError)
             self._abandoned(self.core.fail(f"committing it failed: {error!r}", time.monotonic()))
             return
         self.core.committed(commit.snapshot_id, time.monotonic())

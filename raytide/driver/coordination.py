@@ -24,6 +24,7 @@ from raytide.errors import ActorLost, RaytideError, SnapshotError, StoreFencedEr
 from raytide.rescale.reshard import latest_restore_point
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.consumed import ConsumedRecord
+from raytide.snapshots.incarnations import enter_incarnation
 from raytide.snapshots.recovery import RestartBudget, RestorePoint
 from raytide.snapshots.store import SnapshotStore, store_of
 from raytide.supervisor.replay import input_positions
@@ -108,7 +109,7 @@ class JobSnapshots:
 
     def __post_init__(self) -> None:
         self.budget = RestartBudget(self.recovery.max_restarts)
-        self.store = store_of(self.recovery)
+        self.store = store_of(self.recovery).at(self.incarnation)  # the driver's writes follow its incarnation
         self.lease = keeper_of(self.recovery)
         self.consumed = ConsumedRecord(self.store)
         self.outputs.on_consumed = self.record_consumed
@@ -199,6 +200,13 @@ class JobSnapshots:
         driver takes the store at once; a late write of this job's actors is refused)."""
         self.placement.release()
         release_store(self.recovery)
+
+    def enter(self, incarnation: int) -> None:
+        """A recovery starts ``incarnation``: record it in the store before any coordinator of it
+        may commit (:func:`~raytide.snapshots.incarnations.enter_incarnation`: a coordinator of an
+        earlier one, replaced but still running, is fenced); the driver's own writes (the consumed
+        record, a snapshot rewritten for a rescaled job) follow it from now on."""
+        self.store = self.consumed.store = enter_incarnation(self.store, incarnation, self.placement.name)
 
     def latest_point(self) -> RestorePoint:
         """Where a recovery restores the job from (:func:`~raytide.rescale.reshard.latest_restore_point`)."""

@@ -104,8 +104,11 @@ class RayRecovery:
 
     @answering
     def pause_coordinator(self, effect: PauseCoordinator, run: Execution) -> None:
-        """Pause the coordinator (and wait: no snapshot may commit after this); a dead one is replaced later."""
+        """Record the new incarnation in the store (a coordinator of an earlier one, declared dead
+        but running, can commit no more), then pause the coordinator (and wait: no snapshot may
+        commit after this); a dead one is replaced later."""
         snapshots = self.snapshots
+        snapshots.enter(effect.incarnation)
         if snapshots.coordinator is None:
             return
         try:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from raytide.errors import SnapshotError, StoreFencedError
 from raytide.snapshots.config import Recovery
+from raytide.snapshots.incarnations import newest_committed
 from raytide.snapshots.lease import Fence, LeaseRecord
 from raytide.snapshots.lease_store import LeaseFiles, acquire, this_holder
 from raytide.snapshots.store import SnapshotStore
@@ -104,8 +105,7 @@ def take_store(recovery: Recovery, job: str) -> Recovery:
     store = SnapshotStore(recovery.store, recovery.signing_key)
     store.check_writable()
     try:
-        record = acquire(store.leases, this_holder(job), recovery.lease,
-                         lambda: max((manifest.snapshot_id for manifest in store.committed()), default=-1))
+        record = acquire(store.leases, this_holder(job), recovery.lease, lambda: newest_committed(store))
     except (OSError, ValueError) as error:  # pyarrow's errors (ArrowInvalid is a ValueError)
         raise SnapshotError(f"the lease on snapshot store {recovery.store!r} could not be taken "
                             f"({type(error).__name__}: {error})") from error

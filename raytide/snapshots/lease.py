@@ -20,6 +20,13 @@ No lock server is needed; the filesystem's own atomic operations are::
                                           the store over having seen only snapshots up to
                                           fenced_after < k (:func:`fenced_by`)
 
+A recovery of the job records the incarnation it starts the same way, as a *mark*: a claim of
+its driver's own fence at that incarnation (``gen-<G>[-<token>]-inc-<n>.json``, created,
+checked, then ``fenced_after`` written: :mod:`raytide.snapshots.incarnations`), which fences the
+commits and deletes of the job's earlier incarnations (a coordinator declared dead and replaced,
+still running) as a takeover fences an older generation; a replica's writer and the lease's
+renewal are fenced per driver only (``newer(..., incarnations=False)``).
+
 Why the double check suffices on a store whose reads see every write that finished before
 them (a local filesystem, S3 since 2020): a commit whose check *after* its manifest saw no
 greater claim finished writing the manifest before that claim was written, so the taker's
@@ -47,7 +54,7 @@ DEFAULT_LEASE = 10.0
 #: or a holder with a far longer lease): a taker waits for at most about one term.
 FAR_AHEAD = 2.0
 
-_NAME = re.compile(r"gen-(\d{20})(?:-([0-9a-f]{32}))?\.json")
+_NAME = re.compile(r"gen-(\d{20})(?:-([0-9a-f]{32}))?(?:-inc-(\d{20}))?\.json")
 
 
 @dataclass(frozen=True, order=True)
@@ -57,34 +64,55 @@ class Fence:
     ``token`` tells claims of one generation apart on a store that cannot create a file
     exclusively (an object store: two takers may both claim it, and the greater token
     wins); it is ``""`` where creation is exclusive (a local filesystem).
+
+    ``incarnation``: 0 for a driver's claim itself; ``n`` for the *mark* its driver writes
+    when a recovery starts the job's incarnation ``n`` (:func:`~raytide.snapshots.incarnations.enter_incarnation`),
+    which fences the commits and deletes of the incarnations before ``n`` (a coordinator
+    declared dead and replaced, still running) as a takeover fences an older generation.
+    Ordered after ``generation`` and ``token``: every incarnation of a claim is below the next claim.
     """
 
     generation: int
     token: str = ""
+    incarnation: int = 0
+
+    @property
+    def claim(self) -> Fence:
+        """The driver's claim this fence belongs to (incarnation 0)."""
+        return replace(self, incarnation=0)
+
+    def at(self, incarnation: int) -> Fence:
+        """The fence of this claim's job in ``incarnation``."""
+        return replace(self, incarnation=incarnation)
 
     @property
     def file_name(self) -> str:
-        """The claim file's name: ``gen-<generation, 20 digits>[-<token>].json`` (sorted by generation)."""
-        return f"gen-{self.generation:020d}" + (f"-{self.token}" if self.token else "") + ".json"
+        """The claim file's name: ``gen-<generation, 20 digits>[-<token>][-inc-<incarnation, 20 digits>].json``
+        (sorted by generation)."""
+        return (f"gen-{self.generation:020d}" + (f"-{self.token}" if self.token else "")
+                + (f"-inc-{self.incarnation:020d}" if self.incarnation else "") + ".json")
 
     def __str__(self) -> str:
-        return f"generation {self.generation}" + (f" (claim {self.token[:8]})" if self.token else "")
+        return (f"generation {self.generation}" + (f" (claim {self.token[:8]})" if self.token else "")
+                + (f", incarnation {self.incarnation}" if self.incarnation else ""))
 
     def to_json(self) -> list[Any]:
-        return [self.generation, self.token]
+        """``[generation, token]``, and the incarnation if it is not 0 (as written before incarnations were fenced)."""
+        return [self.generation, self.token, *([self.incarnation] if self.incarnation else [])]
 
     @staticmethod
     def from_json(value: Any) -> Fence:
-        """A fence from ``[generation, token]``; ValueError if it is not one."""
-        if not (isinstance(value, list) and len(value) == 2 and type(value[0]) is int and isinstance(value[1], str)):
+        """A fence from ``[generation, token]`` or ``[generation, token, incarnation]``; ValueError if it is not one."""
+        if not (isinstance(value, list) and len(value) in (2, 3) and all(type(v) is int for v in value[::2])
+                and isinstance(value[1], str)):
             raise ValueError(f"not a fence: {value!r}")
-        return Fence(value[0], value[1])
+        return Fence(*value)
 
 
 def fence_of(name: str) -> Fence | None:
     """The fence a claim file's name holds; None for any other name."""
     match = _NAME.fullmatch(name)
-    return Fence(int(match.group(1)), match.group(2) or "") if match else None
+    return Fence(int(match.group(1)), match.group(2) or "", int(match.group(3) or 0)) if match else None
 
 
 @dataclass(frozen=True)
@@ -221,24 +249,34 @@ def judge(current: LeaseRecord | None, first_seen: LeaseRecord | None, now: floa
 # -- fencing -------------------------------------------------------------------------------
 
 
-def newer(own: Fence, present: Iterable[Fence]) -> Fence | None:
+def newer(own: Fence, present: Iterable[Fence], incarnations: bool = True) -> Fence | None:
     """The greatest fence of ``present`` if it is greater than ``own`` (the holder ``own``
-    is fenced: another driver took the store over); None if ``own`` still holds."""
-    greatest = max(present, default=None)
+    is fenced: another driver took the store over, or a recovery of its own job started a
+    later incarnation); None if ``own`` still holds. ``incarnations=False``: a writer fenced
+    per driver only (a replica's writer, the lease's renewal), which its own driver's
+    incarnation marks do not fence."""
+    greatest = max(present if incarnations else (fence.claim for fence in present), default=None)
     return greatest if greatest is not None and greatest > own else None
 
 
 def fenced_by(fence: Fence | None, snapshot_id: int, later: Iterator[LeaseRecord]) -> LeaseRecord | None:
-    """The takeover that fences a manifest of generation ``fence`` for snapshot ``snapshot_id``
-    (None: the manifest stands). ``later``: the claims of greater fences, in fence order
-    (read lazily: only the first that knows ``fenced_after`` is needed, the lists of later
-    ones counting at least as many snapshots). A manifest without a fence (written by a
-    writer that holds no lease) is never fenced."""
+    """The takeover (or incarnation mark) that fences a manifest of ``fence`` for snapshot
+    ``snapshot_id`` (None: the manifest stands). ``later``: the claims and marks of greater
+    fences. Any of them that knows ``fenced_after`` and counted fewer snapshots fences it: a
+    mark may be settled after a later takeover (a driver paused between the two), so the
+    first in fence order need not have listed the fewest. A manifest without a fence
+    (written by a writer that holds no lease) is never fenced."""
     if fence is None:
         return None
-    for record in later:
-        if record.fence <= fence:
-            continue
-        if record.fenced_after is not None:
-            return record if snapshot_id > record.fenced_after else None
-    return None
+    return next((record for record in later if record.fence > fence and record.fenced_after is not None
+                 and snapshot_id > record.fenced_after), None)
+
+
+def fenced_reason(fence: Fence | None, taken: LeaseRecord) -> str:
+    """Why a reader ignores a manifest of ``fence`` that ``taken`` fences (:func:`fenced_by`)."""
+    if fence is not None and taken.fence.claim == fence.claim:
+        return (f"fenced: committed by incarnation {fence.incarnation} after a recovery of its job started incarnation "
+                f"{taken.fence.incarnation}, having seen snapshots up to {taken.fenced_after} (a late commit of a "
+                f"coordinator declared dead and replaced)")
+    return (f"fenced: committed by {fence} after {taken.holder} took the store over in {taken.fence}, having seen "
+            f"snapshots up to {taken.fenced_after} (a late commit of a driver that had lost the store)")

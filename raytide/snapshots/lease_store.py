@@ -102,8 +102,8 @@ class LeaseFiles:
 
     def current(self) -> LeaseRecord | None:
         """The greatest claim (the store's holder, live or not); None if there is none."""
-        fences = self.fences()
-        return self.read(fences[-1]) if fences else None
+        claims = [fence for fence in self.fences() if not fence.incarnation]  # not its incarnation marks
+        return self.read(claims[-1]) if claims else None
 
     def create(self, record: LeaseRecord) -> bool:
         """Write ``record`` as a new claim; False if its generation is claimed already (only
@@ -137,16 +137,22 @@ class LeaseFiles:
             with self.filesystem.open_output_stream(path) as out:
                 out.write(text)
 
-    def check(self, own: Fence, what: str) -> None:
-        """Refuse ``what`` if a claim greater than ``own`` is present.
+    def check(self, own: Fence, what: str, incarnations: bool = False) -> None:
+        """Refuse ``what`` if a claim greater than ``own`` is present (with ``incarnations``, or
+        a mark of a later incarnation of its own job: ``own`` is a replaced coordinator's).
 
         Raises:
-            StoreFencedError: naming the driver that took the store over.
+            StoreFencedError: naming the driver that took the store over, or the incarnation
+                that replaced ``own``'s.
         """
-        greater = newer(own, self.fences())
+        greater = newer(own, self.fences(), incarnations)
+        if greater is not None and greater.claim == own.claim:
+            raise StoreFencedError(f"{what}: refused, a recovery of this job started incarnation {greater.incarnation} "
+                                   f"after this writer's incarnation {own.incarnation} (it was declared dead and "
+                                   f"replaced, and still runs)")
         if greater is not None:
             raise StoreFencedError(f"{what}: refused, another driver took the snapshot store {self.uri!r} over from "
-                                   f"this job ({own}): {self._who(greater)}. This job stops: its lease had lapsed "
+                                   f"this job ({own}): {self._who(greater.claim)}. This job stops: its lease had lapsed "
                                    f"(was its driver paused, cut off from the store, or stopped?)")
 
     def _who(self, fence: Fence) -> str:
@@ -264,7 +270,7 @@ def acquire(files: LeaseFiles, here: Holder, duration: float, newest_committed: 
             record = _claim(files, here, duration, verdict.generation, clock)
             if record is not None:
                 logger.info("%s took snapshot store %r: %s", here, files.uri, verdict.why)
-                return _settle(files, record, newest_committed, clock)
+                return settle(files, record, newest_committed, clock)
             first_seen = None  # another driver claimed that generation first: judge it afresh
             continue
         first_seen = first_seen or current
@@ -282,7 +288,7 @@ def _claim(files: LeaseFiles, here: Holder, duration: float, generation: int,
     return record
 
 
-def _settle(files: LeaseFiles, record: LeaseRecord, newest_committed: Callable[[], int],
+def settle(files: LeaseFiles, record: LeaseRecord, newest_committed: Callable[[], int],
             clock: Callable[[], float]) -> LeaseRecord:
     """The claim holds: list what is committed (after the claim, so every commit that saw no
     greater claim is counted) and write it into the claim as ``fenced_after``."""

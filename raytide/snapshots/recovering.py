@@ -85,9 +85,11 @@ class RollBackOutputs:
 
 @dataclass(frozen=True)
 class PauseCoordinator:
-    """The coordinator abandons the snapshot in flight and takes none until
-    :class:`ResetCoordinator`: no snapshot of the lost incarnation may commit while the
-    replicas are restored from an older one (its retention could delete the files they read)."""
+    """Record ``incarnation`` in the store first (a coordinator of an earlier one, declared dead
+    but running, is fenced: :func:`~raytide.snapshots.incarnations.enter_incarnation`); the
+    coordinator abandons the snapshot in flight and takes none until :class:`ResetCoordinator`:
+    no snapshot of the lost incarnation may commit while the replicas are restored from an older
+    one (its retention could delete the files they read)."""
 
     incarnation: int
 

@@ -100,7 +100,15 @@ def commit_snapshot(store: SnapshotStore, plan: PhysicalPlan, commit: Commit, de
     retention (the store deletes a manifest first, so none is left half deleted).
 
     ``delivered``: per output the last epoch the driver had been handed at the trigger.
+
+    Every write goes through ``store`` as the commit's incarnation writes it
+    (:meth:`~raytide.snapshots.store.SnapshotStore.at`): a coordinator declared dead and
+    replaced by a recovery, still running, has its commit and its retention refused once the
+    recovery recorded its incarnation (a :class:`~raytide.errors.StoreFencedError`). A store
+    that follows an incarnation already is the driver's, rewriting a snapshot for a rescaled
+    job (``commit`` then carries the old snapshot's incarnation): it writes in its own.
     """
+    store = store if store.follows_incarnation else store.at(commit.incarnation)
     job = store.write_part(commit.snapshot_id, JOB_PART, encode_summaries(commit.summaries))
     complete = complete_at_cut(plan, commit.summaries)
     store.commit(commit.snapshot_id, [*commit.parts, job],

@@ -37,13 +37,13 @@ Verification. Every read of a part checks its size and SHA-256 against the manif
 damaged one (missing, partial or corrupt part; missing or unparsable manifest; bad signature)
 with a :class:`RuntimeWarning` naming the snapshot and the damage.
 
-Fencing. A store opened with a ``fence`` (the generation of the lease its job holds:
-:mod:`raytide.snapshots.lease`) checks before every write, and again after a manifest or a
-record is written, that no later generation took the store over, and refuses the write with
-a :class:`~raytide.errors.StoreFencedError` if one did. Its manifests carry the fence, and a
-reader ignores (as damaged, with its reason) a manifest of a generation that was taken over
-before the manifest was committed. A store opened without a fence writes unchecked (the
-in-process runtime, tools), and its manifests are never ignored.
+Fencing (:mod:`raytide.snapshots.lease`). A store opened with a ``fence`` (its job's lease)
+checks before every write, and after a manifest or a record, that no later generation took the
+store over (:class:`~raytide.errors.StoreFencedError` if one did); one that follows its job's
+incarnation (:meth:`SnapshotStore.at`: a coordinator's, the driver's) also that no recovery
+recorded a later incarnation. Manifests carry the fence; a reader ignores (as damaged, with its
+reason) one written after a takeover or a later incarnation listed the snapshots. Without a
+fence nothing is checked, and no manifest is ignored.
 
 Signing. With ``signing_key`` the manifest carries an HMAC-SHA256 over its canonical body, which
 holds every part's checksum, so the HMAC covers the parts too. A store with a key refuses a
@@ -56,6 +56,7 @@ from it; with a key, only holders of the key can produce a snapshot the store ac
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import hashlib
 import hmac
@@ -70,7 +71,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raytide.errors import ArgumentError, SnapshotError
-from raytide.snapshots.lease import Fence
+from raytide.snapshots.lease import Fence, fenced_reason
 from raytide.snapshots.lease_store import LeaseFiles, LeaseView
 from raytide.snapshots.manifest import (
     FORMAT,
@@ -116,8 +117,7 @@ class SnapshotStore:
         signing_key: If given, manifests are signed with HMAC-SHA256 under this key, and
             manifests that are unsigned or signed otherwise are refused.
         filesystem: The filesystem to use instead of one derived from ``uri``.
-        fence: The lease generation the writing job holds: every write is refused once a
-            later one took the store over (see the module docstring); None writes unchecked.
+        fence: The writing job's lease: its writes are refused once another driver took the store over.
     """
 
     def __init__(self, uri: str, signing_key: bytes | None = None, *, filesystem: pafs.FileSystem | None = None,
@@ -125,10 +125,19 @@ class SnapshotStore:
         if signing_key is not None and not (isinstance(signing_key, bytes) and signing_key):
             raise ArgumentError(f"signing_key must be non-empty bytes or None, not {type(signing_key).__name__}")
         self.uri, self.fence = uri, fence
+        self.follows_incarnation = False  # fenced by its job's later incarnations too (:meth:`at`)
         self.filesystem, self.root = _resolve(uri, filesystem)
         self._key = signing_key
         self.leases = LeaseFiles(self.filesystem, self.root, uri)
         self.read_pauses: Sequence[float] = READ_PAUSES  # between attempts of a read (raytide.snapshots.reads)
+
+    def at(self, incarnation: int) -> SnapshotStore:
+        """This store as the job's ``incarnation`` writes it (a coordinator, the driver): refused once a
+        recovery recorded a later one (:func:`~raytide.snapshots.incarnations.enter_incarnation`)."""
+        entered = copy.copy(self)
+        entered.fence = self.fence.at(incarnation) if self.fence is not None else None
+        entered.follows_incarnation = True
+        return entered
 
     def __repr__(self) -> str:
         return f"SnapshotStore({self.uri!r}, signed={self._key is not None})"
@@ -152,13 +161,9 @@ class SnapshotStore:
     # -- writing -----------------------------------------------------------------------------
 
     def check_writable(self) -> None:
-        """Write and delete a probe file under the store's root (creating the root): a store
-        that cannot be written would abandon every snapshot, and the job would run on with
-        no fault tolerance, so ``rt.run`` refuses it first.
-
-        Raises:
-            SnapshotError: names the store and what the filesystem said.
-        """
+        """Write and delete a probe file under the store's root (creating the root): ``rt.run``
+        refuses a store that cannot be written (a :class:`SnapshotError` naming it and what the
+        filesystem said), where every snapshot would be abandoned and the job have no fault tolerance."""
         probe = f"{self.root}/.raytide-probe-{uuid.uuid4().hex}"
         try:
             self.filesystem.create_dir(self.root, recursive=True)
@@ -171,11 +176,8 @@ class SnapshotStore:
                                 f"tolerance; give rt.Recovery a directory (or URI) it can write") from error
 
     def write_part(self, snapshot_id: int, name: str, data: bytes) -> PartInfo:
-        """Writes one part of an uncommitted snapshot and returns what the manifest needs of it.
-
-        Raises:
-            SnapshotError: If the snapshot is already committed (its parts are immutable).
-        """
+        """Writes one part of an uncommitted snapshot and returns what the manifest needs of it
+        (a :class:`SnapshotError` if the snapshot is already committed: its parts are immutable)."""
         path = self.part_path(snapshot_id, name)
         self._guard(f"writing part {name!r} of snapshot {snapshot_id}")
         self._refuse_if_committed(snapshot_id, f"cannot write part {name!r}")
@@ -275,7 +277,7 @@ class SnapshotStore:
         """Refuse ``what`` with a :class:`~raytide.errors.StoreFencedError` if this store's
         fence was taken over (nothing is checked without a fence)."""
         if self.fence is not None:
-            self.leases.check(self.fence, f"{what} (snapshot store {self.uri!r})")
+            self.leases.check(self.fence, f"{what} (snapshot store {self.uri!r})", self.follows_incarnation)
 
     def _sign(self, body: dict[str, Any]) -> str:
         assert self._key is not None
@@ -455,11 +457,7 @@ class SnapshotStore:
         except SnapshotError as error:
             return _Entry(snapshot_id, None, str(error))
         taken = leases.fencing(manifest.fence, snapshot_id)
-        if taken is not None:
-            return _Entry(snapshot_id, None, f"fenced: committed by {manifest.fence} after {taken.holder} took the "
-                                             f"store over in {taken.fence}, having seen snapshots up to "
-                                             f"{taken.fenced_after} (a late commit of a driver that had lost the store)")
-        return _Entry(snapshot_id, manifest, "")
+        return _Entry(snapshot_id, manifest, "") if taken is None else _Entry(snapshot_id, None, fenced_reason(manifest.fence, taken))
 
     def _parse(self, snapshot_id: int, text: bytes) -> Manifest:
         """The manifest in ``text``, refused with a :class:`SnapshotError` unless it parses, belongs

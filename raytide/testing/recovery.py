@@ -27,6 +27,7 @@ from raytide.physical.protocol import JobFailed, ReplicaKey
 from raytide.progress.tracker import Pointstamp
 from raytide.rescale.rescaling import Recovered, RescalePhase
 from raytide.rescale.reshard import latest_restore_point
+from raytide.snapshots.incarnations import enter_incarnation
 from raytide.snapshots.recovering import (
     Failed,
     Finished,
@@ -73,8 +74,12 @@ class SimRecovery:
         self.world.outputs.rollback()
 
     def pause_coordinator(self, effect: PauseCoordinator, run: Execution) -> None:
-        """The coordinator abandons the snapshot in flight (triggers wait while a recovery runs)."""
+        """The new incarnation is recorded in the store, as on Ray (a fenced store: a coordinator's
+        zombie can commit no more); the coordinator abandons the snapshot in flight (triggers
+        wait while a recovery runs)."""
         world = self.world
+        assert world.recovery is not None, "only a job with recovery recovers"
+        enter_incarnation(world.recovery.store, effect.incarnation, world.plan.name)
         if world.coordinator is not None and world.coordinator.incarnation < effect.incarnation:
             world.coordinator.reset(effect.incarnation, world.result.steps)
 
@@ -85,7 +90,8 @@ class SimRecovery:
     def read_point(self, effect: ReadPoint, run: Execution) -> RecoveryEvent:
         world = self.world
         assert world.recovery is not None
-        return PointRead(latest_restore_point(world.plan, world.recovery.store, world.recovery.retain, world.first_id,
+        store = world.recovery.store.at(world.incarnation)  # the driver's writes (a rewrite for a rescaled job), as on Ray
+        return PointRead(latest_restore_point(world.plan, store, world.recovery.retain, world.first_id,
                                               world.started_from))
 
     def restore_replicas(self, effect: RestoreReplicas, run: Execution) -> None:

@@ -21,7 +21,6 @@ world through the simulator's runtimes (:mod:`raytide.testing.recovery`,
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import random
 from collections.abc import Callable, Hashable, Sequence
@@ -236,13 +235,12 @@ class World:
 
     def _haunt_actor(self, role: str, to: object = None) -> None:
         """The zombie of the progress actor or of the coordinator (``role``) takes one more action."""
-        zombie = self.undead[role]
-        taken = zombie.take(self.rng, self.incarnation > zombie.incarnation)
+        zombie, replaced = self.undead[role], self.incarnation > self.undead[role].incarnation
+        taken = zombie.take(self.rng, replaced)
         if role == PROGRESS:
             zombie.apply(taken, self.mail, self.replica_keys())
-        elif (commit := zombie.core.acknowledge(taken, self.result.steps)) is not None and not commit.hold:
-            with contextlib.suppress(OSError):  # its commit: the snapshot of a dead incarnation
-                commit_snapshot(self.recovery.store, self.plan, commit, commit.delivered, self.recovery.retain)  # type: ignore[union-attr]
+        else:  # its commit: a snapshot of its dead incarnation, which the store refuses once a recovery recorded one
+            zombie.commit(taken, self.recovery.store, self.plan, self.recovery.retain, self.result.steps, replaced)  # type: ignore[union-attr]
 
     def _progress_alive(self) -> bool:
         """Whether a replica's call to the progress actor reaches one (if not, the call fails: a death found)."""

@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytide.engine.replica import ReplicaCore
-from raytide.errors import RaytideError
+from raytide.errors import RaytideError, SnapshotError, StoreFencedError
+from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ReplicaKey
+from raytide.snapshots.recovery import commit_snapshot
 from raytide.snapshots.replica_state import LocalSnapshot
+from raytide.snapshots.store import SnapshotStore
 from raytide.testing.mailboxes import LocalTransport, Mailboxes
 
 #: One message a zombie takes: its sender's incarnation (None: the driver's command, untagged),
@@ -140,6 +143,9 @@ class ActorZombie:
     left: int
     inbox: list[Any] = field(default_factory=list)
     after_replacement: int = 0  # actions taken once a recovery restarted its role
+    refused: int = 0  # a coordinator's commits refused by the store (a later incarnation was recorded)
+    #: its commits that the store took: (id, made once a recovery replaced it, counted by the store's readers)
+    landed: list[tuple[int, bool, bool]] = field(default_factory=list)
 
     def take(self, rng: random.Random, replaced: bool) -> Any:
         """One action: what it takes next from its inbox (at random: the progress actor is threaded,
@@ -161,3 +167,23 @@ class ActorZombie:
             return
         mail.post_pushes(effects.pushes, self.incarnation, keys)
         mail.log.extend((self.incarnation, event) for event in effects.events)
+
+    def commit(self, ack: Any, store: SnapshotStore, plan: PhysicalPlan, retain: int, now: int, replaced: bool) -> None:
+        """A coordinator's zombie takes acknowledgement ``ack``; a snapshot it completes is committed
+        into ``store`` as its dead incarnation writes it (:func:`~raytide.snapshots.recovery.commit_snapshot`):
+        refused once a recovery recorded a later incarnation (counted in :attr:`refused`), or taken
+        (in :attr:`landed`, with ``replaced``: a recovery had replaced it, and whether the store's
+        readers count it, as a recovery would restore it). The store failing beneath it, or a
+        snapshot of that id committed already, loses it."""
+        commit = self.core.acknowledge(ack, now)
+        if commit is None or commit.hold:
+            return
+        try:
+            commit_snapshot(store, plan, commit, commit.delivered, retain)
+        except StoreFencedError:
+            self.refused += 1
+        except (OSError, SnapshotError):
+            return
+        else:
+            counted = commit.snapshot_id in {manifest.snapshot_id for manifest in store.committed()}
+            self.landed.append((commit.snapshot_id, replaced, counted))

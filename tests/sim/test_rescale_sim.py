@@ -31,6 +31,7 @@ from tests.sim.chaos import BROKEN, caught_by
 from tests.sim.scenarios import SCENARIOS, as_counters, with_input_width
 from tests.sim.seeds import seeds
 from tests.sim.test_reshard_sim import _owned_by_the_next
+from tests.sim.test_zombies_sim import claimed
 
 #: Trials per scenario, 400 in all. The loops cost 2-4 times as much per trial as the others
 #: and get half as many: enough for 5 crashes to strike while the replicas hold at a cut, 5
@@ -92,17 +93,20 @@ class _Crashes:
 
 
 def trial(name: str, seed: int, store_dir: str, seen: collections.Counter, output_commit: str = "epoch",
-          nodes: int | None = None) -> str | None:
+          nodes: int | None = None, leased: bool = False) -> str | None:
     """What went wrong in trial ``seed`` of scenario ``name`` (None: nothing); the driver
     hands out an epoch as it completes, or (``output_commit="snapshot"``) once a committed
     snapshot holds it. ``nodes``: the progress goes through a relay per node (and a group's
-    relay per two nodes), chosen again in each rescale's widths (``LocalJob(nodes=)``)."""
+    relay per two nodes), chosen again in each rescale's widths (``LocalJob(nodes=)``).
+    ``leased``: on a store the job holds a lease in, so that its recoveries record their
+    incarnations and its commits are fenced by them, as on Ray."""
     rng = random.Random(seed)
     scenario = SCENARIOS[name](rng, epochs=5)
     flow = with_input_width(scenario.flow, rng.randint(1, 2))
     movable = [vertex for vertex, v in flow.vertices.items() if v.role != "input"]
     job = LocalJob(flow, scenario.inputs, rng.randint(1, 5), seed,
-                   recovery=LocalRecovery(SnapshotStore(store_dir), interval=rng.choice([5, 20, 60]), max_restarts=6,
+                   recovery=LocalRecovery(claimed(store_dir) if leased else SnapshotStore(store_dir),
+                                          interval=rng.choice([5, 20, 60]), max_restarts=6,
                                           output_commit=output_commit), nodes=nodes, relay_fanin=2)
     asked = ask_rescales(job, movable, rng)
     crashes = _Crashes(job, rng, seen, seed) if seed % 2 else None
@@ -165,7 +169,7 @@ def test_rescales_and_crashes_with_progress_relayed_per_node_give_the_output_of_
 def test_rescales_at_random_moments_with_crashes_give_the_output_of_the_plain_reference(name, store_root):
     seen: collections.Counter = collections.Counter()
     for seed in seeds(TRIALS[name], f"rescale {name}"):
-        wrong = trial(name, seed, str(store_root / str(seed)), seen)
+        wrong = trial(name, seed, str(store_root / str(seed)), seen, leased=seed % 4 == 1)  # crashes, on a leased store
         assert wrong is None, f"{name}, seed {seed}: {wrong}"
     assert seen["trials that rescaled"] >= TRIALS[name] * 0.6, seen
     for phase in ("HOLDING", "HANDING_OVER", "ADOPTING"):

@@ -295,8 +295,8 @@ def test_a_commit_taken_over_between_its_checks_is_reported_failed_and_ignored_b
     commit(zombie, 1)
     checks = zombie.leases.check
 
-    def takeover_after_the_first_check(own: Fence, what: str) -> None:
-        checks(own, what)
+    def takeover_after_the_first_check(own: Fence, what: str, incarnations: bool = False) -> None:
+        checks(own, what, incarnations)
         if what.startswith("committing snapshot 2"):  # paused here, the zombie's lease lapses and is taken
             take(opened(), this_holder("second-job"), clock)
 
