@@ -55,7 +55,8 @@ from raytide.snapshots.recovery import RestorePoint, part_name
 from raytide.snapshots.replica_state import summed
 from raytide.supervisor.execution import Execution
 from raytide.testing.mailboxes import replayed
-from raytide.testing.world import World, rescaling_in
+from raytide.testing.snapshotting import rescaling_in
+from raytide.testing.world import World
 
 
 def start_recovery(world: World, machine: Recovering) -> None:

@@ -31,7 +31,7 @@ from raytide.snapshots import reads
 from raytide.snapshots import recovery as recovery_module
 from raytide.snapshots.reads import UnreadableFile
 from raytide.snapshots.store import SnapshotStore
-from raytide.testing import world as world_module
+from raytide.testing import snapshotting
 from raytide.testing.store_faults import StoreFaults
 from tests.sim.seeds import seeds
 from tests.sim.store_trials import NAMES, Trial, store_trial
@@ -182,7 +182,7 @@ def _retain_failing_the_commit(store, plan, commit, delivered, retain):  # type:
 
 
 def test_a_failed_delete_failing_its_commit_is_caught(store_root, monkeypatch):
-    monkeypatch.setattr(world_module, "commit_snapshot", _retain_failing_the_commit)
+    monkeypatch.setattr(snapshotting, "commit_snapshot", _retain_failing_the_commit)
     caught = first_failed(DELETES, store_root, lambda trial: not trial.exact or bool(uncounted(trial)), "snapshot")
     assert caught is not None, "no trial caught a commit reported failed for its retention"
 
