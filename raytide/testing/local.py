@@ -216,12 +216,12 @@ class LocalJob(World):
                 self._rise(target)
             self.mail.drop_inbound(target)
         elif target == PROGRESS:
-            if undead:
-                self._rise_actor(PROGRESS, self.progress, self.progress_incarnation,
-                                 [call for calls in self.mail.to_progress.values() for _, call in calls])
+            haunted = undead and self._rise_actor(PROGRESS, self.progress, self.progress_incarnation,
+                                                  [call for calls in self.mail.to_progress.values() for _, call in calls])
             self.progress = None
             self.mail.to_progress.clear()
-            self.mail.log.clear()
+            if not haunted:  # the job events the driver has not read die with it; a zombie keeps them, and the driver
+                self.mail.log.clear()  # reads on in order (as from a Ray actor's cursor: no gap before the zombie's)
         elif target == COORDINATOR:
             if undead:
                 self._rise_actor(COORDINATOR, self.coordinator, getattr(self.coordinator, "incarnation", 0),

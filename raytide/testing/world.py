@@ -208,12 +208,15 @@ class World(SnapshotTaking):
                                  self.rng.randint(1, self.recovery.zombie))
         self.slow[("zombie", key)] = ZOMBIE_PACE
 
-    def _rise_actor(self, role: str, core: Any, incarnation: int, inbox: list[Any]) -> None:
+    def _rise_actor(self, role: str, core: Any, incarnation: int, inbox: list[Any]) -> bool:
         """The progress actor or the coordinator (``role``: its ``core`` of ``incarnation``) dies but,
-        with ``LocalRecovery.zombie``, goes on for a few slow actions, with what was on its way to it."""
-        if self.recovery is not None and self.recovery.zombie and core is not None:
-            self.undead[role] = ActorZombie(core, incarnation, self.rng.randint(1, self.recovery.zombie), inbox)
-            self.slow[("zombie", role)] = ZOMBIE_PACE
+        with ``LocalRecovery.zombie``, goes on for a few slow actions, with what was on its way to it;
+        whether it does."""
+        if self.recovery is None or not self.recovery.zombie or core is None:
+            return False
+        self.undead[role] = ActorZombie(core, incarnation, self.rng.randint(1, self.recovery.zombie), inbox)
+        self.slow[("zombie", role)] = ZOMBIE_PACE
+        return True
 
     def _undead(self, role: str) -> ActorZombie | None:
         """The zombie of ``role`` that still takes what is sent to the actor the job knows (the
