@@ -381,7 +381,12 @@ def test_a_rescale_cut_of_an_incarnation_the_job_has_left_is_refused_at_once_and
     answer = actor.hold_now(0, 2.0, {})
     assert answer.cut_id is None and "asked for in incarnation 0" in answer.missed, answer
     assert time.monotonic() - started < 1.0 and actor.core.in_flight is None
-    threading.Timer(0.2, actor.pause, (2,)).start()  # a recovery while the cut of incarnation 1 waits
+    actor.restart(1, {}, None)  # the recovery is over: a cut of incarnation 1 is taken, then waits
+    threading.Timer(0.2, actor.pause, (2,)).start()  # for replicas a recovery to incarnation 2 restores
     answer = actor.hold_now(1, 20.0, {})
     assert answer.cut_id is None and "started incarnation 2" in answer.missed, answer
+    assert time.monotonic() - started < 5.0
+    actor.pause(3)  # a recovery under way: a cut asked for in the incarnation it left is refused at
+    answer = actor.hold_now(2, 20.0, {})  # once, not after the recovery's restart
+    assert answer.cut_id is None and "incarnation 3 now" in answer.missed, answer
     assert time.monotonic() - started < 5.0
