@@ -197,6 +197,21 @@ class TimedStream(ListStream):
         return "a list stream", pa.schema([("t", pa.float64()), ("page", pa.int64()), ("n", pa.int64())])
 
 
+def clicks(rng: random.Random, batches: int, per_batch: int, step: float) -> list[list[dict]]:
+    """``batches`` batches of ``per_batch`` clicks ``{"t", "page", "n"}``: time goes on by up to
+    ``step`` seconds a click, and a click's own time is now, up to 3 s back (within ``max_delay``)
+    or 4-12 s back (beyond it), each drawn as often."""
+    stream, now = [], 1000.0
+    for batch_id in range(batches):
+        batch = []
+        for index in range(per_batch):
+            now += rng.uniform(0, step)
+            back = rng.choice([0.0, rng.uniform(0, 3), rng.uniform(4, 12)])
+            batch.append({"t": round(now - back, 3), "page": rng.randrange(3), "n": batch_id * per_batch + index})
+        stream.append(batch)
+    return stream
+
+
 def test_a_stream_with_event_time_windows_exactly_once_across_a_lost_driver_and_a_restore(ray_session, tmp_path):
     """A stream with event time (records ``{"t", "page", "n"}``, out of order within and beyond
     ``max_delay``) into 2-second tumbling counts at parallelism 2. The first job takes 5
@@ -210,16 +225,8 @@ def test_a_stream_with_event_time_windows_exactly_once_across_a_lost_driver_and_
     records beyond the bound (``tests/unit/test_clocked_stream.py``'s reference)."""
     from tests.unit.test_clocked_stream import reference
 
-    rng = random.Random(7)
     spec = rt.EventTime("t", granularity=1.0, max_delay=3.0, late_output="late")
-    stream, now = [], 1000.0
-    for batch_id in range(10):
-        batch = []
-        for index in range(6):
-            now += rng.uniform(0, 1)
-            back = rng.choice([0.0, rng.uniform(0, 3), rng.uniform(4, 12)])
-            batch.append({"t": round(now - back, 3), "page": rng.randrange(3), "n": batch_id * 6 + index})
-        stream.append(batch)
+    stream = clicks(random.Random(7), batches=10, per_batch=6, step=1.0)
     flow = rt.Dataflow("clocked-stream")
     flow.input("clicks", event_time=spec).window(lambda click: click["page"], rt.Tumbling(2)).count().output("counts")
     release = threading.Event()
@@ -339,16 +346,8 @@ def test_a_clocked_stream_input_replica_sigkilled_mid_batch_gives_every_window_o
     from the one that holds batch 5 as exactly."""
     from tests.unit.test_clocked_stream import reference
 
-    rng = random.Random(3)
     spec = rt.EventTime("t", granularity=1.0, max_delay=3.0, late_output="late", idle_timeout=None)
-    stream, now = [], 1000.0
-    for batch_id in range(12):
-        batch = []
-        for index in range(8):
-            now += rng.uniform(0, 0.8)
-            back = rng.choice([0.0, rng.uniform(0, 3), rng.uniform(4, 12)])
-            batch.append({"t": round(now - back, 3), "page": rng.randrange(3), "n": batch_id * 8 + index})
-        stream.append(batch)
+    stream = clicks(random.Random(3), batches=12, per_batch=8, step=0.8)
     flow = rt.Dataflow("clocked-stream-kill")
     flow.input("clicks", event_time=spec).window(lambda click: click["page"], rt.Tumbling(2)).count().output("counts")
     source, victim = TimedStream(stream), []
