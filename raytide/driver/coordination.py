@@ -88,6 +88,9 @@ class JobSnapshots:
     placement: JobPlacement
     inputs: InputFeeds
     outputs: OutputCollector
+    #: Whether what the consumers had is recorded in the store (False: a job without recovery,
+    #: whose rescales alone use this, writes nothing there).
+    durable: bool = True
     budget: RestartBudget = field(init=False)
     store: SnapshotStore = field(init=False)
     #: The snapshots this run may recover from, in a store other runs may have used too: its
@@ -112,7 +115,8 @@ class JobSnapshots:
         self.store = store_of(self.recovery).at(self.incarnation)  # the driver's writes follow its incarnation
         self.lease = keeper_of(self.recovery)
         self.consumed = ConsumedRecord(self.store)
-        self.outputs.on_consumed = self.record_consumed
+        if self.durable:
+            self.outputs.on_consumed = self.record_consumed
         self.health = SnapshotHealth(self.placement.name, self.recovery)
 
     # -- the coordinator -------------------------------------------------------------------

@@ -145,9 +145,7 @@ def cuts_without_recovery(placement: JobPlacement, inputs: InputFeeds, outputs: 
     their records until the driver has them, as in a job with recovery (the driver tells them,
     ``forget_delivered``), and the input calls are kept while a rescale runs."""
     settings = Recovery(tempfile.mkdtemp(prefix=f"raytide-{placement.name}-cuts-"), interval=None, max_restarts=0)
-    consumed = outputs.on_consumed
-    cuts = JobRecovery(settings, placement, inputs, outputs)
-    outputs.on_consumed = consumed  # nothing is durable: what the consumers had is written nowhere
+    cuts = JobRecovery(settings, placement, inputs, outputs, durable=False)  # what the consumers had: written nowhere
     cuts.start_coordinator()
     placement.wait([placement.peers[key].connect.remote(placement.peers_of(key), placement.unbounded,
                                                         placement.route(key), cuts.coordinator)
