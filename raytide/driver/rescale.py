@@ -53,6 +53,7 @@ from raytide.rescale.rescaling import (
 from raytide.rescale.widths import new_widths
 from raytide.snapshots.config import Recovery
 from raytide.snapshots.recovering import Died, Recovering, RollBackOutputs, TimedOut
+from raytide.snapshots.recovery import RestartBudget
 from raytide.snapshots.replica_state import CutAnswer
 from raytide.supervisor.execution import Execution
 
@@ -146,6 +147,7 @@ def cuts_without_recovery(placement: JobPlacement, inputs: InputFeeds, outputs: 
     ``forget_delivered``), and the input calls are kept while a rescale runs."""
     settings = Recovery(tempfile.mkdtemp(prefix=f"raytide-{placement.name}-cuts-"), interval=None, max_restarts=0)
     cuts = JobRecovery(settings, placement, inputs, outputs, durable=False)  # what the consumers had: written nowhere
+    cuts.budget = RestartBudget.none(placement.name)  # a death met by a rescale fails the job, saying why
     cuts.start_coordinator()
     placement.wait([placement.peers[key].connect.remote(placement.peers_of(key), placement.unbounded,
                                                         placement.route(key), cuts.coordinator)

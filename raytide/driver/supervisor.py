@@ -39,9 +39,10 @@ from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision
 from raytide.driver.stall_ping import StallPing
 from raytide.driver.store_lease import release_store
-from raytide.errors import ActorLost, InternalError, JobCancelled, RaytideError, RecoveryError, ReplicaLost
+from raytide.errors import ActorLost, InternalError, JobCancelled, RaytideError, ReplicaLost
 from raytide.physical.plan import PhysicalPlan
 from raytide.snapshots.recovering import Recovering
+from raytide.snapshots.recovery import unrecoverable
 from raytide.supervisor.deaths import judge, supervise
 
 logger = logging.getLogger(__name__)
@@ -206,9 +207,7 @@ class JobSupervisor:
         """A rescale of a job without recovery that must go back to its old widths (a death, a
         cut not complete in time) fails the job: its replicas held at the cut have nothing to
         go back to."""
-        self.fail(RecoveryError(f"job {self.name!r} was started without recovery=, and its rescale could not be "
-                                f"made: {machine.causes[-1]}; start it with recovery=rt.Recovery(store) to have it "
-                                f"recovered"))
+        self.fail(unrecoverable(self.name, f"its rescale could not be made: {machine.causes[-1]}"))
 
     @contextlib.contextmanager
     def cancelled_on_interrupt(self) -> Iterator[None]:

@@ -207,16 +207,33 @@ def kept_records(summaries: Iterable[ReplicaSummary]) -> dict[str, dict[int, lis
     return kept
 
 
+def unrecoverable(job: str, what: str) -> RecoveryError:
+    """The error of job ``job``, started without ``recovery=``, when ``what`` happened that only a
+    recovery could have undone (it has no snapshot store, so nothing can bring it back)."""
+    return RecoveryError(f"job {job!r} was started without recovery=, and {what}; start it with "
+                         f"recovery=rt.Recovery(store) to have it recovered")
+
+
 @dataclass
 class RestartBudget:
     """Counts recoveries; the one past ``max_restarts`` is a :class:`RecoveryError` naming every failure."""
 
     max_restarts: int
     causes: list[str] = field(default_factory=list)
+    #: The job's name if it was started without ``recovery=`` (:meth:`none`): its rescales'
+    #: machines are the only ones spending this, and their error says that, not "max_restarts=0".
+    unrecovered: str | None = None
+
+    @classmethod
+    def none(cls, job: str) -> RestartBudget:
+        """The budget of job ``job``, started without ``recovery=``: no restart at all."""
+        return cls(0, unrecovered=job)
 
     def spend(self, cause: str) -> None:
         """Record a failure; raises RecoveryError once more have happened than may be recovered from."""
         self.causes.append(cause)
+        if self.unrecovered is not None:
+            raise unrecoverable(self.unrecovered, f"a death met its rescale: {cause}")
         if len(self.causes) > self.max_restarts:
             listed = "; ".join(f"{i}. {c}" for i, c in enumerate(self.causes, 1))
             raise RecoveryError(f"the job failed {len(self.causes)} times, more than max_restarts="

@@ -103,7 +103,7 @@ class World(SnapshotTaking):
         self.last_snapshot_id = 0
         self.first_id = 1  # this run recovers from its own snapshots (from this id on) and the one it started from
         self.started_from: int | None = None
-        self.budget = RestartBudget(recovery.max_restarts if recovery is not None else 0)
+        self.budget = RestartBudget(recovery.max_restarts) if recovery is not None else RestartBudget.none(plan.name)
 
     def _core(self, key: ReplicaKey) -> ReplicaCore:
         transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,

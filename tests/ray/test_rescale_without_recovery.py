@@ -8,13 +8,16 @@ in the middle of one."""
 from __future__ import annotations
 
 import collections
+import os
 import random
+import signal
 import time
 
 import pytest
 
 import raytide as rt
 from examples.connected_components import build_flow, union_find
+from raytide.driver.rescale import RayRescale
 from tests.delivery import assert_exactly_once
 from tests.ray.jobs import next_in_sequence
 from tests.ray.test_rescale import SequenceChecker
@@ -107,3 +110,35 @@ def test_a_death_during_a_rescale_without_recovery_fails_the_job_at_once_naming_
         with pytest.raises(rt.RaytideError):
             job.wait(timeout=60)
     assert took < 20, took
+
+
+@pytest.mark.timeout(300)
+def test_a_death_as_a_job_without_recovery_switches_widths_fails_it_saying_no_recovery_was_configured(
+        ray_session, monkeypatch):
+    """A replica SIGKILLed just before the switch (the driver's ``RayRescale.switch``, the
+    kill made there: the moment is exact) must be recovered in the new widths, which a job
+    without recovery cannot: the error says so (before 2026-11-29: "the job failed 1 times,
+    more than max_restarts=0 allows", a budget the user never set)."""
+    feed = Feed()
+    flow = rt.Dataflow("switch-killed")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    with rt.run(flow, {"records": feed.epochs()}, parallelism=1) as job:
+        next(job.results("out", timeout=120))
+        pid, switch = job.hosts()[f"{job.name}/check+out/0"], RayRescale.switch
+
+        def killed_first(self, effect, run):
+            os.kill(pid, signal.SIGKILL)
+            gone_by = time.monotonic() + 5
+            while os.path.exists(f"/proc/{pid}") and time.monotonic() < gone_by:
+                time.sleep(0.02)
+            return switch(self, effect, run)
+
+        monkeypatch.setattr(RayRescale, "switch", killed_first)
+        with pytest.raises(rt.RecoveryError) as caught:
+            job.rescale({"check": 2}, timeout=60)
+        feed.stop()
+        with pytest.raises(rt.RecoveryError):
+            job.wait(timeout=60)
+    message = str(caught.value)
+    assert f"job {job.name!r} was started without recovery=, and a death met its rescale" in message, message
+    assert "died" in message and "max_restarts" not in message, message
