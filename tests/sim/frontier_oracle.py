@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 
 from raytide.physical.protocol import EpochClosed
-from raytide.progress import Antichain, Location, PathSummary, Timestamp
+from raytide.progress import Location, PathSummary, Timestamp
+from raytide.progress.timestamps import minimal_elements
 from raytide.testing.local import LocalJob
 
 Pointstamp = tuple[Location, Timestamp]
@@ -60,15 +61,16 @@ def reached_from(plan, location: Location, time: Timestamp) -> frozenset[tuple[L
 def least_caused(plan, pointstamps: frozenset[Pointstamp]) -> list[tuple[Location, Timestamp, Pointstamp]]:
     """The least times that ``pointstamps`` may still cause at each vertex input, each with
     one pointstamp causing it. A frontier at or below these is at or below every time they
-    may cause (the order is transitive), so checking these checks them all."""
+    may cause (the order is transitive), so checking these checks them all. The least are
+    found in one sweep (``minimal_elements``): inserting each time into an ``Antichain`` took
+    a third of the CPU of the runs the oracle checks."""
     causes: dict[tuple[Location, Timestamp], Pointstamp] = {}
     for location, time in pointstamps:
-        for caused in reached_from(plan, location, time):
-            causes.setdefault(caused, (location, time))
-    least: dict[Location, Antichain[Timestamp]] = {}
+        causes.update(dict.fromkeys(reached_from(plan, location, time), (location, time)))
+    at: dict[Location, list[Timestamp]] = {}
     for target, reached in causes:
-        least.setdefault(target, Antichain()).insert(reached)
-    return [(target, reached, causes[(target, reached)]) for target, times in least.items() for reached in times]
+        at.setdefault(target, []).append(reached)
+    return [(target, reached, causes[(target, reached)]) for target, times in at.items() for reached in minimal_elements(times)]
 
 
 def check_frontiers_cover_the_truth(job: LocalJob) -> None:
