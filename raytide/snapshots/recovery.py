@@ -233,7 +233,7 @@ class RestartBudget:
         """Record a failure; raises RecoveryError once more have happened than may be recovered from."""
         self.causes.append(cause)
         if self.unrecovered is not None:
-            raise unrecoverable(self.unrecovered, f"a death met its rescale: {cause}")
+            raise unrecoverable(self.unrecovered, f"its rescale met a failure only a recovery could undo: {cause}")
         if len(self.causes) > self.max_restarts:
             listed = "; ".join(f"{i}. {c}" for i, c in enumerate(self.causes, 1))
             raise RecoveryError(f"the job failed {len(self.causes)} times, more than max_restarts="

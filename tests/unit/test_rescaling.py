@@ -182,7 +182,7 @@ def test_every_recovery_spends_the_jobs_restart_budget():
 def test_a_job_without_recovery_that_meets_a_death_after_the_hand_over_fails_saying_so(died_at):
     """A job started without ``recovery=`` has a budget of no restart (``RestartBudget.none``):
     a death after the hand-over, whose recovery would be in the new widths, fails the job with
-    an error that says what happened (no recovery configured, a death met the rescale), not
+    an error that says what happened (no recovery configured, the rescale met a death), not
     "more than max_restarts=0" (before 2026-11-29 on Ray: a replica killed as the job switched)."""
     rescale = rs.Rescaling.between("job", RestartBudget.none("job"), 0, OLD, NEW)
     pending, failed, answers = rescale.start(), None, 0
@@ -199,8 +199,9 @@ def test_a_job_without_recovery_that_meets_a_death_after_the_hand_over_fails_say
             pending += rescale.on(rc.Died("job 'job': check/1 died") if answers == died_at == 3 else event)
             answers += 1
     assert isinstance(failed, rc.Failed) and isinstance(failed.error, RecoveryError), failed
-    assert str(failed.error) == ("job 'job' was started without recovery=, and a death met its rescale: job 'job': "
-                                 "check/1 died; start it with recovery=rt.Recovery(store) to have it recovered")
+    assert str(failed.error) == ("job 'job' was started without recovery=, and its rescale met a failure only a "
+                                 "recovery could undo: job 'job': check/1 died; start it with recovery=rt.Recovery(store) "
+                                 "to have it recovered")
 
 
 @pytest.mark.parametrize(("answers", "undo"), [
