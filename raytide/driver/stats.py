@@ -78,6 +78,7 @@ def actor_stats(placement: JobPlacement, fed: list[int], late: Callable[[list], 
         "progress_relay_runs": sum(s["relay"]["runs"] for s in per_replica),  # each a replica's messages the relay merged
         "data_messages": data_batches,
         "data_calls": sum(s["data_calls"] for s in per_replica),  # Ray calls: a replica's batches to one peer share one
+        "socket_frames": sum(s["socket_frames"] for s in per_replica),  # of the data calls and markers, those sent by socket
         "max_inflight_seen": max((s["max_inflight_seen"] for s in per_replica), default=0),
         "backpressure_waits": sum(s["backpressure_waits"] for s in per_replica),
         "local_sends": sum(s["local_sends"] for s in per_replica),
