@@ -229,7 +229,7 @@ FAN_OUT_METHODS = ("fan_out",)
 #: thread of its own: a replica busy with an event (a slow user function) answers at once, not after it.
 INSPECT_METHODS = ("stats", "socket_address")
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
-PROGRESS_METHODS = ("connect", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
+PROGRESS_METHODS = ("connect", "socket_address", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
                     "describe", "stats")
 #: The methods of :class:`~raytide.actors.coordinator_actor.CoordinatorActor` that the replicas and the driver call.
 COORDINATOR_METHODS = ("acknowledge", "write_failed", "sync", "snapshot_now", "hold_now", "start", "restart", "pause",
@@ -300,13 +300,29 @@ class ProgressHost(Host):
         super().__init__(f"progress host {number}")
         import raytide.actors.progress_actor  # noqa: F401  (warm)
 
+        #: Held by each call of the role but the long poll, and by its socket's delivery thread.
+        self.serial = threading.RLock()
+
         _freeze_start_up()
 
-    def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list) -> int:
-        """Become the progress actor of ``job`` for ``lease``; returns this process's id."""
+    def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list, sockets: bool = False) -> int:
+        """Become the progress actor of ``job`` for ``lease`` (``sockets``: replicas on this node send it
+        their messages over a socket); returns this process's id."""
         from raytide.actors.progress_actor import ProgressActor
 
-        return self._take(lease, ProgressActor(graph, outputs, initial), f"{job}/progress")
+        with self.serial:
+            role = ProgressActor(graph, outputs, initial, self.serial if sockets else None, f"{job}/progress")
+            return self._take(lease, role, f"{job}/progress")
+
+    def _call(self, lease: int, method: str, args: tuple) -> Any:
+        """:meth:`Host._call`, holding :attr:`serial` (the long poll does not come this way)."""
+        with self.serial:
+            return super()._call(lease, method, args)
+
+    def reset(self, lease: int) -> bool:
+        """:meth:`Host.reset`, holding :attr:`serial`: no frame is delivered into a role being closed."""
+        with self.serial:
+            return super().reset(lease)
 
     @ray.method(concurrency_group="poll")
     def next_events(self, lease: int, cursor: int, timeout: float) -> Any:

@@ -29,7 +29,7 @@ from raytide.core.batches import to_records
 from raytide.engine import epoch_tokens
 from raytide.engine.riding import Rides
 from raytide.errors import RaytideError, ReplicaLost, SnapshotError
-from raytide.physical.frames import DATA, MARKER
+from raytide.physical.frames import DATA, MARKER, PROGRESS
 from raytide.physical.pickled import frame, pack_records, packed_size, unpicklable
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -79,6 +79,7 @@ class RayTransport:
         self.rides = Rides(key.chain, epoch_tokens.rides_with_tokens(plan, key.chain))
         #: Per peer: its socket, or the pending answer of its address, or :data:`BY_RAY`; none yet: not asked.
         self.links: dict[ReplicaKey, Any] = {}
+        self.progress_link: Any = None  # the same for the progress actor
         self.sockets = sockets  # whether to ask peers for their sockets at all
         self.socket_frames = 0  # frames sent over sockets (data and markers)
 
@@ -174,12 +175,40 @@ class RayTransport:
             self.waits += 1
             self.blocked_s += waited
 
+    def _to_progress_by_socket(self, encoded: bytes) -> bool:
+        """Send progress messages on the progress actor's socket, if connected (asked at the
+        first send; numbered messages may overtake those still in Ray calls). A socket that
+        fails goes: the Ray call goes instead, and the driver learns of a dead progress actor
+        as before."""
+        link = self.progress_link
+        if link is None:
+            self.progress_link = self.route.progress.socket_address.remote()
+            return False
+        if not isinstance(link, Outbound):
+            if link == BY_RAY or not ray.wait([link], timeout=0)[0]:
+                return False
+            try:
+                link = self.progress_link = connect_ready(link, "the progress actor") or BY_RAY
+            except ray.exceptions.RayActorError:
+                self.progress_link = BY_RAY
+            if not isinstance(link, Outbound):
+                return False
+        try:
+            link.send(PROGRESS, encoded, None)
+        except (OSError, TimeoutError):
+            link.close()
+            self.progress_link = BY_RAY
+            return False
+        self.socket_frames += 1
+        return True
+
     def close_sockets(self) -> None:
         """Close every peer's socket; the next sends go by Ray calls until they are connected again."""
-        for link in self.links.values():
+        for link in [*self.links.values(), self.progress_link]:
             if isinstance(link, Outbound):
                 link.close()
         self.links.clear()
+        self.progress_link = None
 
     def _lost(self, to: ReplicaKey, error: BaseException) -> ReplicaLost:
         """The error for a receiver that died: it names the receiver, not this sender's user code."""
@@ -243,6 +272,8 @@ class RayTransport:
         """One Ray call to the progress actor, or to the node's relay: encoded, unless a part is
         an object ref (Ray must see it)."""
         relay, progress = self.route.relay, self.route.progress
+        if relay is None and not refs and self.sockets and self._to_progress_by_socket(encode((self.incarnation, calls))):
+            return
         if refs:
             (relay.relay_with_refs if relay is not None else progress.receive_with_refs).remote(self.incarnation, *calls)
         else:

@@ -100,7 +100,8 @@ class JobPlacement:
         pids = [self._take_vertex(key) for key in keys]
         progress = self.leases[PROGRESS]
         self._pids[self.host_name(PROGRESS)] = progress.handle.take.remote(
-            progress.lease, self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps())
+            progress.lease, self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps(),
+            self.settings.sockets)
         return pids, [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
                       for key in keys]
 
@@ -217,7 +218,8 @@ class JobPlacement:
             if key == PROGRESS:
                 self.leases[PROGRESS] = lease = self.pool.lease("progress", 1)[0]
                 self.wait([lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
-                                                    self.plan.initial_pointstamps())], "replacing the progress host")
+                                                    self.plan.initial_pointstamps(), self.settings.sockets)],
+                          "replacing the progress host")
                 self.progress = lease.leased
             else:
                 assert isinstance(key, ReplicaKey)

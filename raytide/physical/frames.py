@@ -27,9 +27,10 @@ HEADER = struct.Struct("!BHI")
 #: The length of each large buffer, after the header.
 LENGTH = struct.Struct("!Q")
 #: Frame kinds: a ``receive_many`` call's framed arguments; a ``receive_marker`` call's
-#: arguments, pickled; the receiver's acknowledgement of frames it delivered (the blob: their count).
-DATA, MARKER, ACK = 0, 1, 2
-KINDS = (DATA, MARKER, ACK)
+#: arguments, pickled; the receiver's acknowledgement of frames it delivered (the blob: their
+#: count); a progress actor's ``receive`` call's encoded argument.
+DATA, MARKER, ACK, PROGRESS = 0, 1, 2, 3
+KINDS = (DATA, MARKER, ACK, PROGRESS)
 
 
 class Frame(NamedTuple):
