@@ -33,6 +33,7 @@ import select
 import selectors
 import socket
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -71,7 +72,7 @@ class Inbound:
 
     def __init__(self, name: str, deliver: Callable[[Frame], None]) -> None:
         self.name, self.deliver = name, deliver
-        self.path = os.path.join(tempfile.gettempdir(), f"raytide-{os.getpid()}-{uuid.uuid4().hex[:12]}.sock")
+        self.path = _socket_path(f"raytide-{os.getpid()}-{uuid.uuid4().hex[:12]}")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
         self.listener.listen(64)
@@ -155,10 +156,11 @@ class Inbound:
             self.wake_w.send(b"x")
         except OSError:
             pass
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        if not self.path.startswith("\0"):
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
         self.reader.join(timeout=5)
         for key in list(self.selector.get_map().values()):
             key.fileobj.close()  # type: ignore[union-attr]  # sockets only
@@ -218,6 +220,14 @@ class Outbound:
 
     def close(self) -> None:
         self.socket.close()
+
+
+def _socket_path(name: str) -> str:
+    """Where a listener binds: on Linux in the abstract namespace (no file: nothing is left
+    behind by a process that was killed), elsewhere a file in the temporary directory."""
+    if sys.platform == "linux":
+        return f"\0{name}"
+    return os.path.join(tempfile.gettempdir(), f"{name}.sock")
 
 
 def _write_timeout(connection: socket.socket) -> None:
