@@ -17,7 +17,10 @@ Replicas on its node send their messages over a Unix socket once connected
 (:mod:`raytide.actors.socket_hops`): its delivery thread runs each frame as a :meth:`receive`
 call, holding the host's lock that every call but the long poll holds. Messages are numbered
 per replica and applied in number order, so those that still come by Ray call and those by
-socket may arrive in any order; the pushes go by Ray call.
+socket may arrive in any order. Its status pushes to a replica on its node go by that
+replica's socket once connected (:class:`~raytide.actors.push_links.PushLinks`): a push
+carries absolute statuses, so a replica's pushes switch only once every push by Ray call
+to it has run.
 
 In a job with recovery, :meth:`ProgressActor.restore` replaces the core with one rebuilt
 from a snapshot (:mod:`raytide.snapshots.recovery`); calls and pushes carry the incarnation,
@@ -30,6 +33,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from raytide.actors.push_links import PushLinks
 from raytide.actors.socket_hops import Inbound
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.errors import InternalError
@@ -53,6 +57,7 @@ class ProgressActor:
         self.graph, self.outputs = graph, outputs
         self.serial = serial
         self.inbound = Inbound(name, self._delivered) if serial is not None else None
+        self.links = PushLinks(serial is not None)
         self.core = ProgressCore(graph, outputs, initial)
         self.incarnation = 0
         self.handles: dict[ReplicaKey, Any] = {}
@@ -69,6 +74,7 @@ class ProgressActor:
         statuses, then apply what replicas sent before this call (the driver does not wait
         for this actor)."""
         self.handles = {key: handle for key, (handle, _, _) in replicas.items()}
+        self.links.reset(self.handles)
         self.paths = {key: path for key, (_, _, path) in replicas.items() if path}
         self._perform(self.core.connect({key: locations for key, (_, locations, _) in replicas.items()}))
 
@@ -103,6 +109,7 @@ class ProgressActor:
         """The job is over here: stop the socket's threads."""
         if self.inbound is not None:
             self.inbound.close()
+        self.links.reset({})
 
     def receive(self, encoded: bytes) -> None:
         """Numbered messages (progress batches with their output records, declarations) of one or more
@@ -143,7 +150,7 @@ class ProgressActor:
     def _perform(self, effects: ProgressEffects) -> None:
         direct, bundles = bundled(effects.pushes, self.paths)
         for key, push in direct:
-            self.handles[key].on_progress.remote(encode((self.incarnation, push)))
+            self.links.push(key, encode((self.incarnation, push)))
         for relay, bundle in bundles.items():
             self.handles[relay].fan_out.remote(encode((self.incarnation, bundle)))
         self.fan_outs += len(bundles)
@@ -179,4 +186,5 @@ class ProgressActor:
     def stats(self) -> dict[str, Any]:
         """How many batches were applied, calls received and pushes sent, and each vertex's
         queued work and frontier (:meth:`ProgressCore.vertex_progress`)."""
-        return {**self.core.stats(), "calls": self.calls, "fan_outs": self.fan_outs, "vertices": self.core.vertex_progress()}
+        return {**self.core.stats(), "calls": self.calls, "fan_outs": self.fan_outs, "pushes_by_socket": self.links.frames,
+                "vertices": self.core.vertex_progress()}

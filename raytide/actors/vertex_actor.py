@@ -68,7 +68,7 @@ from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
 from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SourceError
-from raytide.physical.frames import DATA, Frame
+from raytide.physical.frames import DATA, PUSH, Frame
 from raytide.physical.pickled import Packed
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -174,6 +174,9 @@ class VertexActor:
                 return
             if frame.kind == DATA:
                 self.receive_many(frame.packed)
+            elif frame.kind == PUSH:
+                assert isinstance(frame.packed, bytes)
+                self.on_progress(frame.packed)
             else:
                 assert isinstance(frame.packed, bytes)
                 self.receive_marker(*pickle.loads(frame.packed))

@@ -70,6 +70,7 @@ def actor_stats(placement: JobPlacement, fed: list[int], late: Callable[[list], 
                                                 "vertices": stats["vertices"]} for key, stats in alive.items()},
         "progress_batches": progress["batches_applied"],
         "progress_pushes": progress["pushes"],
+        "progress_pushes_by_socket": progress["pushes_by_socket"],  # of those, sent on the replica's socket
         "progress_calls": progress["calls"],  # Ray calls to the progress actor: several batches may share one
         "progress_fan_outs": progress["fan_outs"],  # its calls to relays with pushes to deliver (several in each)
         "progress_relayed": sum(s["relay"]["relayed"] for s in per_replica),  # replicas' calls to their node's relay

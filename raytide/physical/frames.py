@@ -28,9 +28,10 @@ HEADER = struct.Struct("!BHI")
 LENGTH = struct.Struct("!Q")
 #: Frame kinds: a ``receive_many`` call's framed arguments; a ``receive_marker`` call's
 #: arguments, pickled; the receiver's acknowledgement of frames it delivered (the blob: their
-#: count); a progress actor's ``receive`` call's encoded argument.
-DATA, MARKER, ACK, PROGRESS = 0, 1, 2, 3
-KINDS = (DATA, MARKER, ACK, PROGRESS)
+#: count); a progress actor's ``receive`` call's encoded argument; a replica's ``on_progress``
+#: call's (a status push).
+DATA, MARKER, ACK, PROGRESS, PUSH = 0, 1, 2, 3, 4
+KINDS = (DATA, MARKER, ACK, PROGRESS, PUSH)
 
 
 class Frame(NamedTuple):
