@@ -195,7 +195,7 @@ def test_every_module_under_actors_is_a_ray_shell():
 
 @pytest.mark.parametrize(("host", "role", "own"), [
     ("VERTEX_METHODS", "raytide.actors.vertex_actor:VertexActor", {"close", "ping"}),
-    ("PROGRESS_METHODS", "raytide.actors.progress_actor:ProgressActor", {"ping", "next_events"}),
+    ("PROGRESS_METHODS", "raytide.actors.progress_actor:ProgressActor", {"close", "ping", "next_events"}),
     ("COORDINATOR_METHODS", "raytide.actors.coordinator_actor:CoordinatorActor", {"close"}),
 ])
 def test_hosts_forward_every_call_their_roles_take(host, role, own):

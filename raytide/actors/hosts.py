@@ -216,7 +216,7 @@ def _forwarding(name: str) -> Callable[..., Any]:
 
 
 #: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
-VERTEX_METHODS = ("connect", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
+VERTEX_METHODS = ("connect", "socket_address", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
                   "push_stream", "start_reader", "pump", "advance", "advance_quietly", "restore", "hand_over", "adopt", "resume",
                   "forget_delivered", "stats", "debug_state", "relay", "relay_with_refs", "relay_gathered", "fan_out")
 #: The vertex role's methods that run on the host's ``relay`` threads, not in turn with the
@@ -225,11 +225,11 @@ RELAY_METHODS = ("relay", "relay_with_refs", "relay_gathered")
 #: The vertex role's method that delivers a relay's pushes (:mod:`raytide.physical.relay_tree`),
 #: on a thread of its own: one, so that a relay delivers its bundles in the order it took them.
 FAN_OUT_METHODS = ("fan_out",)
-#: The vertex role's method that answers ``job.stats()``, on a thread of its own: a replica
-#: busy with an event (a slow user function) answers at once, not after it.
-INSPECT_METHODS = ("stats",)
+#: The vertex role's methods that answer ``job.stats()`` and a peer's ask for its socket, on a
+#: thread of its own: a replica busy with an event (a slow user function) answers at once, not after it.
+INSPECT_METHODS = ("stats", "socket_address")
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
-PROGRESS_METHODS = ("connect", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
+PROGRESS_METHODS = ("connect", "socket_address", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
                     "describe", "stats")
 #: The methods of :class:`~raytide.actors.coordinator_actor.CoordinatorActor` that the replicas and the driver call.
 COORDINATOR_METHODS = ("acknowledge", "write_failed", "sync", "snapshot_now", "hold_now", "start", "restart", "pause",
@@ -250,6 +250,10 @@ class VertexHost(Host):
         super().__init__(f"vertex host {number}")
         import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
 
+        #: Held by each call of the replica (the default group) and by its socket's delivery thread
+        #: (:mod:`raytide.actors.socket_hops`): one event at a time, as on a sequential actor.
+        self.serial = threading.RLock()
+
         _freeze_start_up()
 
     @ray.method(concurrency_group="inspect")
@@ -259,16 +263,30 @@ class VertexHost(Host):
         return os.getpid()
 
     def take(self, lease: int, plan: Any, job: str, chain: str, replica: int, max_inflight: int, pretouch_mb: int,
-             myself: Any, recovery: Any = None, incarnation: int = 0) -> int:
-        """Become replica ``replica`` of ``chain`` for ``lease`` in ``incarnation``; returns this process's id."""
+             myself: Any, recovery: Any = None, incarnation: int = 0, sockets: bool = False) -> int:
+        """Become replica ``replica`` of ``chain`` for ``lease`` in ``incarnation`` (``sockets``: reached by
+        peers on this node over a socket, :mod:`raytide.actors.socket_hops`); returns this process's id."""
         from raytide.actors.vertex_actor import VertexActor
 
         if keep_freed_buffers() and pretouch_mb:
             pretouch(pretouch_mb)
-        kept = getattr(self.role, "kept", None) if lease == self.lease else None  # a rescale (see VertexActor.hand_over)
-        role = VertexActor(plan, job, chain, replica, max_inflight, Leased(myself, lease), recovery,
-                           incarnation, kept)
-        return self._take(lease, role, f"{job}/{chain}/{replica}")
+        with self.serial:
+            kept = getattr(self.role, "kept", None) if lease == self.lease else None  # a rescale (see VertexActor.hand_over)
+            role = VertexActor(plan, job, chain, replica, max_inflight, Leased(myself, lease), recovery,
+                               incarnation, kept, self.serial if sockets else None)
+            return self._take(lease, role, f"{job}/{chain}/{replica}")
+
+    def _call(self, lease: int, method: str, args: tuple) -> Any:
+        """:meth:`Host._call`; a call of the default group holds :attr:`serial` (the others run beside it)."""
+        if method in _VERTEX_GROUPS:
+            return super()._call(lease, method, args)
+        with self.serial:
+            return super()._call(lease, method, args)
+
+    def reset(self, lease: int) -> bool:
+        """:meth:`Host.reset`, holding :attr:`serial`: no frame is delivered into a role being closed."""
+        with self.serial:
+            return super().reset(lease)
 
 
 class ProgressHost(Host):
@@ -282,13 +300,29 @@ class ProgressHost(Host):
         super().__init__(f"progress host {number}")
         import raytide.actors.progress_actor  # noqa: F401  (warm)
 
+        #: Held by each call of the role but the long poll, and by its socket's delivery thread.
+        self.serial = threading.RLock()
+
         _freeze_start_up()
 
-    def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list) -> int:
-        """Become the progress actor of ``job`` for ``lease``; returns this process's id."""
+    def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list, sockets: bool = False) -> int:
+        """Become the progress actor of ``job`` for ``lease`` (``sockets``: replicas on this node send it
+        their messages over a socket); returns this process's id."""
         from raytide.actors.progress_actor import ProgressActor
 
-        return self._take(lease, ProgressActor(graph, outputs, initial), f"{job}/progress")
+        with self.serial:
+            role = ProgressActor(graph, outputs, initial, self.serial if sockets else None, f"{job}/progress")
+            return self._take(lease, role, f"{job}/progress")
+
+    def _call(self, lease: int, method: str, args: tuple) -> Any:
+        """:meth:`Host._call`, holding :attr:`serial` (the long poll does not come this way)."""
+        with self.serial:
+            return super()._call(lease, method, args)
+
+    def reset(self, lease: int) -> bool:
+        """:meth:`Host.reset`, holding :attr:`serial`: no frame is delivered into a role being closed."""
+        with self.serial:
+            return super().reset(lease)
 
     @ray.method(concurrency_group="poll")
     def next_events(self, lease: int, cursor: int, timeout: float) -> Any:

@@ -13,6 +13,15 @@ as a plain one; an asyncio actor took half as long again per call.) The log keep
 the events the driver has not acknowledged: a poll from ``cursor`` says that every event
 before it has been read, so a job that runs for weeks holds no more than one poll's worth.
 
+Replicas on its node send their messages over a Unix socket once connected
+(:mod:`raytide.actors.socket_hops`): its delivery thread runs each frame as a :meth:`receive`
+call, holding the host's lock that every call but the long poll holds. Messages are numbered
+per replica and applied in number order, so those that still come by Ray call and those by
+socket may arrive in any order. Its status pushes to a replica on its node go by that
+replica's socket once connected (:class:`~raytide.actors.push_links.PushLinks`): a push
+carries absolute statuses, so a replica's pushes switch only once every push by Ray call
+to it has run.
+
 In a job with recovery, :meth:`ProgressActor.restore` replaces the core with one rebuilt
 from a snapshot (:mod:`raytide.snapshots.recovery`); calls and pushes carry the incarnation,
 and calls of an older one are dropped.
@@ -24,8 +33,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from raytide.actors.push_links import PushLinks
+from raytide.actors.socket_hops import Inbound
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.errors import InternalError
+from raytide.physical.frames import Frame
 from raytide.physical.pickled import pack_records
 from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
 from raytide.physical.relay_tree import Paths, bundled
@@ -38,8 +50,14 @@ from raytide.progress.tracker import Pointstamp
 class ProgressActor:
     """Owns the job's :class:`ProgressCore`; pushes statuses, logs events for the driver."""
 
-    def __init__(self, graph: ProgressGraph, outputs: list[str], initial: list[tuple[Pointstamp, int]]) -> None:
+    def __init__(self, graph: ProgressGraph, outputs: list[str], initial: list[tuple[Pointstamp, int]],
+                 serial: threading.RLock | None = None, name: str = "progress") -> None:
+        """``serial``: the host's lock of this role's calls, which the socket's delivery thread
+        holds too (none: no socket, replicas call by Ray)."""
         self.graph, self.outputs = graph, outputs
+        self.serial = serial
+        self.inbound = Inbound(name, self._delivered) if serial is not None else None
+        self.links = PushLinks(serial is not None)
         self.core = ProgressCore(graph, outputs, initial)
         self.incarnation = 0
         self.handles: dict[ReplicaKey, Any] = {}
@@ -56,6 +74,7 @@ class ProgressActor:
         statuses, then apply what replicas sent before this call (the driver does not wait
         for this actor)."""
         self.handles = {key: handle for key, (handle, _, _) in replicas.items()}
+        self.links.reset(self.handles)
         self.paths = {key: path for key, (_, _, path) in replicas.items() if path}
         self._perform(self.core.connect({key: locations for key, (_, locations, _) in replicas.items()}))
 
@@ -73,6 +92,24 @@ class ProgressActor:
         with self.changed:
             self.events, self.first = [], cursor
         self.connect(replicas)
+
+    def socket_address(self) -> tuple[str, str] | None:
+        """Where a replica on this node sends its messages by socket; None: by Ray calls only."""
+        return self.inbound.address() if self.inbound is not None else None
+
+    def _delivered(self, frame: Frame) -> None:
+        """A frame of a replica's messages, on the delivery thread: a :meth:`receive` call, under the host's lock."""
+        assert self.serial is not None and self.inbound is not None
+        with self.serial:
+            if not self.inbound.closed:
+                assert isinstance(frame.packed, bytes)
+                self.receive(frame.packed)
+
+    def close(self) -> None:
+        """The job is over here: stop the socket's threads."""
+        if self.inbound is not None:
+            self.inbound.close()
+        self.links.reset({})
 
     def receive(self, encoded: bytes) -> None:
         """Numbered messages (progress batches with their output records, declarations) of one or more
@@ -113,7 +150,7 @@ class ProgressActor:
     def _perform(self, effects: ProgressEffects) -> None:
         direct, bundles = bundled(effects.pushes, self.paths)
         for key, push in direct:
-            self.handles[key].on_progress.remote(encode((self.incarnation, push)))
+            self.links.push(key, encode((self.incarnation, push)))
         for relay, bundle in bundles.items():
             self.handles[relay].fan_out.remote(encode((self.incarnation, bundle)))
         self.fan_outs += len(bundles)
@@ -149,4 +186,5 @@ class ProgressActor:
     def stats(self) -> dict[str, Any]:
         """How many batches were applied, calls received and pushes sent, and each vertex's
         queued work and frontier (:meth:`ProgressCore.vertex_progress`)."""
-        return {**self.core.stats(), "calls": self.calls, "fan_outs": self.fan_outs, "vertices": self.core.vertex_progress()}
+        return {**self.core.stats(), "calls": self.calls, "fan_outs": self.fan_outs, "pushes_by_socket": self.links.frames,
+                "vertices": self.core.vertex_progress()}

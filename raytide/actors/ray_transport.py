@@ -5,21 +5,31 @@ vertex: a loop always drains); progress to the progress actor or its node's rela
 with data to a peer (:mod:`raytide.engine.riding`); local snapshots to the writer thread;
 a rescale cut's report and failures. The message flow is in :mod:`raytide.actors.vertex_actor`'s
 docstring; the vertex actor owns one transport, rebuilt at each incarnation's ``reset``.
+
+A peer on this node is sent to over a socket once connected (:mod:`raytide.actors.socket_hops`,
+the same ``receive_many`` and ``receive_marker`` arguments, framed): the peer is asked its
+socket's address at the first send; Ray calls carry the channel until the answer is in and
+every Ray call to that peer has run, then the socket does, in this incarnation (a reset
+closes the sockets: a rescale or a recovery starts again on Ray calls), so every channel
+stays FIFO. A peer elsewhere, or without a listener, stays on Ray calls.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import pickle
 import time
 from typing import Any
 
 import ray
 
+from raytide.actors.socket_hops import Outbound, connect_ready
 from raytide.core.batches import to_records
 from raytide.engine import epoch_tokens
 from raytide.engine.riding import Rides
 from raytide.errors import RaytideError, ReplicaLost, SnapshotError
+from raytide.physical.frames import DATA, MARKER, PROGRESS
 from raytide.physical.pickled import frame, pack_records, packed_size, unpicklable
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -37,6 +47,8 @@ from raytide.progress.timestamps import Timestamp
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 from raytide.snapshots.writer import SnapshotWriter
 
+#: A peer that is reached by Ray calls only (on another node, or without a socket).
+BY_RAY = "ray"
 #: Output records of at most this many pickled bytes per epoch travel inline to the progress
 #: actor; larger ones stay in the object store (Ray passes arguments by value up to 100 KiB).
 INLINE_BYTES = 64 * 1024
@@ -46,7 +58,7 @@ class RayTransport:
     """Sends through Ray with a bounded window of in-flight calls per receiver."""
 
     def __init__(self, key: ReplicaKey, plan: PhysicalPlan, job: str, max_inflight: int,
-                 writer: SnapshotWriter | None) -> None:
+                 writer: SnapshotWriter | None, sockets: bool = False) -> None:
         self.key, self.plan, self.job = key, plan, job
         self.max_inflight = max_inflight
         self.writer = writer
@@ -65,6 +77,11 @@ class RayTransport:
         self.gathered: dict[ReplicaKey, list[tuple[str, tuple]]] = {}  # per receiver, (sender, receive args)
         #: Progress batches going with this event's data, and other replicas' to pass on.
         self.rides = Rides(key.chain, epoch_tokens.rides_with_tokens(plan, key.chain))
+        #: Per peer: its socket, or the pending answer of its address, or :data:`BY_RAY`; none yet: not asked.
+        self.links: dict[ReplicaKey, Any] = {}
+        self.progress_link: Any = None  # the same for the progress actor
+        self.sockets = sockets  # whether to ask peers for their sockets at all
+        self.socket_frames = 0  # frames sent over sockets (data and markers)
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
         try:
@@ -104,6 +121,13 @@ class RayTransport:
         self._call(to, calls[0][0] if bounded is None else bounded, "receive_many", framed)
 
     def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
+        try:
+            link = self._link(to) if self.sockets else None
+        except ray.exceptions.RayActorError as error:  # a Ray call to it that failed, or its address
+            raise self._lost(to, error) from error
+        if link is not None:
+            self._by_socket(link, to, sender, method, args)
+            return
         window = self.inflight[to]
         try:
             if len(window) >= self.max_inflight:  # one look per window of calls, not one per call
@@ -121,6 +145,70 @@ class RayTransport:
             raise self._lost(to, error) from error
         window.append(getattr(self.peers[to], method).remote(*args))
         self.max_seen = max(self.max_seen, len(window))
+
+    def _link(self, to: ReplicaKey) -> Outbound | None:
+        """The socket to ``to``, if the channel goes by socket now (see the module docstring)."""
+        link = self.links.get(to)
+        if link is None:
+            self.links[to] = self.peers[to].socket_address.remote()
+            return None
+        if isinstance(link, Outbound) or link == BY_RAY:
+            return link if isinstance(link, Outbound) else None
+        window = self.inflight[to]
+        if window:
+            self._prune(window)
+        if window or not ray.wait([link], timeout=0)[0]:
+            return None  # Ray calls to it still to run, or no answer yet: Ray calls keep the channel FIFO
+        outbound = connect_ready(link, f"{self.job}/{to}")
+        self.links[to] = outbound if outbound is not None else BY_RAY
+        return outbound
+
+    def _by_socket(self, link: Outbound, to: ReplicaKey, sender: str, method: str, args: tuple) -> None:
+        """One call's arguments as a frame on ``to``'s socket, in the window a Ray call would wait in."""
+        kind, packed = (DATA, args[0]) if method == "receive_many" else (MARKER, pickle.dumps(args, pickle.HIGHEST_PROTOCOL))
+        try:
+            waited = link.send(kind, packed, None if sender in self.unbounded else self.max_inflight)
+        except (OSError, TimeoutError) as error:  # a dead peer's socket closed: a death notice
+            raise self._lost(to, error) from error
+        self.socket_frames += 1
+        if waited:
+            self.waits += 1
+            self.blocked_s += waited
+
+    def _to_progress_by_socket(self, encoded: bytes) -> bool:
+        """Send progress messages on the progress actor's socket, if connected (asked at the
+        first send; numbered messages may overtake those still in Ray calls). A socket that
+        fails goes: the Ray call goes instead, and the driver learns of a dead progress actor
+        as before."""
+        link = self.progress_link
+        if link is None:
+            self.progress_link = self.route.progress.socket_address.remote()
+            return False
+        if not isinstance(link, Outbound):
+            if link == BY_RAY or not ray.wait([link], timeout=0)[0]:
+                return False
+            try:
+                link = self.progress_link = connect_ready(link, "the progress actor") or BY_RAY
+            except ray.exceptions.RayActorError:
+                self.progress_link = BY_RAY
+            if not isinstance(link, Outbound):
+                return False
+        try:
+            link.send(PROGRESS, encoded, None)
+        except (OSError, TimeoutError):
+            link.close()
+            self.progress_link = BY_RAY
+            return False
+        self.socket_frames += 1
+        return True
+
+    def close_sockets(self) -> None:
+        """Close every peer's socket; the next sends go by Ray calls until they are connected again."""
+        for link in [*self.links.values(), self.progress_link]:
+            if isinstance(link, Outbound):
+                link.close()
+        self.links.clear()
+        self.progress_link = None
 
     def _lost(self, to: ReplicaKey, error: BaseException) -> ReplicaLost:
         """The error for a receiver that died: it names the receiver, not this sender's user code."""
@@ -161,6 +249,7 @@ class RayTransport:
         self.incarnation, self.peers = incarnation, peers
         self.route = route
         self.inflight.clear()
+        self.close_sockets()
         self.rides.reset()
 
     def to_progress(self, call: Sequenced) -> None:
@@ -183,6 +272,8 @@ class RayTransport:
         """One Ray call to the progress actor, or to the node's relay: encoded, unless a part is
         an object ref (Ray must see it)."""
         relay, progress = self.route.relay, self.route.progress
+        if relay is None and not refs and self.sockets and self._to_progress_by_socket(encode((self.incarnation, calls))):
+            return
         if refs:
             (relay.relay_with_refs if relay is not None else progress.receive_with_refs).remote(self.incarnation, *calls)
         else:

@@ -34,22 +34,31 @@ Message flow (no actor ever waits for one that may wait for it):
   (``restore`` then ``resume``) nothing sent before the rollback reaches the restored state.
 * to itself (a loop's feedback routed back to the replica that sent it): no Ray call;
   :class:`ReplicaCore` keeps such batches and markers and delivers them itself.
+* to a peer on this node: once connected, a frame on a Unix socket instead of the Ray call
+  (:mod:`raytide.actors.socket_hops`; the ``RAYTIDE_SOCKET_HOPS`` setting): this replica's
+  listener hands each frame to :meth:`VertexActor._delivered` on its delivery thread, which
+  runs it as the Ray call would have run, under the host's lock of the replica's calls.
 
 Ray runs the calls of one caller on one actor in submission order (a sequential actor,
-no retries that reorder), which is what makes each channel FIFO; do not make this actor
-threaded or async.
+no retries that reorder), which is what makes each channel FIFO (a socket keeps its
+sender's frames in order too); do not make this actor threaded or async: the only other
+thread that enters the core is the socket's delivery thread, and it holds the host's lock
+of the replica's calls (``serial``) as each Ray call of the default group does.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import pickle
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import ray
 
+from raytide.actors import socket_hops
 from raytide.actors.metrics import ReplicaMetrics
 from raytide.actors.progress_relay import ProgressRelay
 from raytide.actors.pushed import heard, read_pushed, take_share
@@ -59,6 +68,7 @@ from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
 from raytide.engine.replica import ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SourceError
+from raytide.physical.frames import DATA, PUSH, Frame
 from raytide.physical.pickled import Packed
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -93,17 +103,22 @@ class VertexActor:
     """One replica of one chain of fused vertices."""
 
     def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int, myself: Any = None,
-                 recovery: Recovery | None = None, incarnation: int = 0, kept: tuple[int, ReplicaKey, Piece] | None = None) -> None:
+                 recovery: Recovery | None = None, incarnation: int = 0, kept: tuple[int, ReplicaKey, Piece] | None = None,
+                 serial: threading.RLock | None = None) -> None:
         """``myself``: this replica's own handle (bound to its host's lease), for the calls
         a reader makes to itself. ``recovery``: the job takes snapshots (see the module docstring).
         ``incarnation``: the job's (a rescale's replica drops the calls of the configuration before).
         ``kept``: what the replica this host played before kept for this one, in a rescale to
-        that incarnation (:meth:`hand_over`)."""
+        that incarnation (:meth:`hand_over`). ``serial``: the host's lock of the replica's calls, which
+        the socket's delivery thread holds too (none: no socket, every peer calls by Ray)."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         self.plan, self.key = plan, ReplicaKey(chain, replica)
         self.writer = replica_writer(self.key, recovery)
         self.store = self.writer.store if self.writer is not None else None
-        self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer)
+        self.serial = serial
+        sockets = serial is not None
+        self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets)
+        self.inbound = socket_hops.Inbound(f"{job}/{chain}/{replica}", self._delivered) if sockets else None
         self.transport.incarnation = incarnation
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
         self.started: dict[str, Reader[Any]] = {}  # every reader started, reading or done
@@ -127,6 +142,7 @@ class VertexActor:
         :meth:`JobPlacement.peers_of <raytide.driver.placement.JobPlacement.peers_of>`), the
         snapshot coordinator, if any, and where to send progress; returns the locations to
         subscribe to."""
+        self.transport.close_sockets()
         self.transport.peers, self.transport.unbounded, self.transport.route = peers, unbounded, progress
         self.transport.coordinator = coordinator
         if self.writer is not None:
@@ -137,8 +153,33 @@ class VertexActor:
         """The job is over here (its host is being reset): publish the final figures, stop the writer and relay threads."""
         self.metrics.publish(self.stats())
         self.node_relay.close()
+        if self.inbound is not None:
+            self.inbound.close()
+        self.transport.close_sockets()
         if self.writer is not None:
             self.writer.close()
+
+    def socket_address(self) -> tuple[str, str] | None:
+        """Where a peer on this node reaches this replica by socket (its node and path);
+        None: by Ray calls only (see :mod:`raytide.actors.socket_hops`)."""
+        return self.inbound.address() if self.inbound is not None else None
+
+    def _delivered(self, frame: Frame) -> None:
+        """A frame from a peer's socket, on the delivery thread: the call it stands for, under
+        the host's lock (a replica that is closed by then drops it, as its host drops a call of an
+        ended lease)."""
+        assert self.serial is not None and self.inbound is not None
+        with self.serial:
+            if self.inbound.closed:
+                return
+            if frame.kind == DATA:
+                self.receive_many(frame.packed)
+            elif frame.kind == PUSH:
+                assert isinstance(frame.packed, bytes)
+                self.on_progress(frame.packed)
+            else:
+                assert isinstance(frame.packed, bytes)
+                self.receive_marker(*pickle.loads(frame.packed))
 
     def _current(self, incarnation: int) -> bool:
         """Whether a call of ``incarnation`` is for this replica's state (older ones are dropped)."""
@@ -386,6 +427,7 @@ class VertexActor:
         stats["max_inflight_seen"] = self.transport.max_seen
         stats["backpressure_waits"] = self.transport.waits
         stats["data_calls"] = self.transport.data_calls
+        stats["socket_frames"] = self.transport.socket_frames
         stats["busy_s"], stats["blocked_s"] = self._busy_and_blocked()
         stats["relay"] = self.node_relay.stats()
         stats["late"] = late_counts(self.started)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
+from raytide.actors import socket_hops
 from raytide.driver.outputs import Liveness
 from raytide.driver.pool import HostLease, host_pool
 from raytide.engine.outbox import receivers
@@ -50,6 +51,9 @@ class HostSettings:
     num_cpus: float
     pretouch_mb: int
     recovery: Recovery | None
+    #: Replicas on one node send each other data over sockets (:mod:`raytide.actors.socket_hops`),
+    #: as the driver's ``RAYTIDE_SOCKET_HOPS`` setting said when the job started.
+    sockets: bool = field(default_factory=socket_hops.enabled)
 
 
 class JobPlacement:
@@ -96,7 +100,8 @@ class JobPlacement:
         pids = [self._take_vertex(key) for key in keys]
         progress = self.leases[PROGRESS]
         self._pids[self.host_name(PROGRESS)] = progress.handle.take.remote(
-            progress.lease, self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps())
+            progress.lease, self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps(),
+            self.settings.sockets)
         return pids, [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
                       for key in keys]
 
@@ -168,7 +173,7 @@ class JobPlacement:
         lease, settings = self.leases[key], self.settings
         return lease.handle.take.remote(lease.lease, self._plan_ref, self.name, key.chain, key.replica,
                                         settings.max_inflight, settings.pretouch_mb, lease.handle, settings.recovery,
-                                        incarnation)
+                                        incarnation, settings.sockets)
 
     def lease_coordinator(self, recovery: Recovery, incarnation: int, first_id: int) -> Any:
         """Lease a host for the job's snapshot coordinator (a new one after a coordinator's
@@ -213,7 +218,8 @@ class JobPlacement:
             if key == PROGRESS:
                 self.leases[PROGRESS] = lease = self.pool.lease("progress", 1)[0]
                 self.wait([lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
-                                                    self.plan.initial_pointstamps())], "replacing the progress host")
+                                                    self.plan.initial_pointstamps(), self.settings.sockets)],
+                          "replacing the progress host")
                 self.progress = lease.leased
             else:
                 assert isinstance(key, ReplicaKey)

@@ -70,6 +70,7 @@ def actor_stats(placement: JobPlacement, fed: list[int], late: Callable[[list], 
                                                 "vertices": stats["vertices"]} for key, stats in alive.items()},
         "progress_batches": progress["batches_applied"],
         "progress_pushes": progress["pushes"],
+        "progress_pushes_by_socket": progress["pushes_by_socket"],  # of those, sent on the replica's socket
         "progress_calls": progress["calls"],  # Ray calls to the progress actor: several batches may share one
         "progress_fan_outs": progress["fan_outs"],  # its calls to relays with pushes to deliver (several in each)
         "progress_relayed": sum(s["relay"]["relayed"] for s in per_replica),  # replicas' calls to their node's relay
@@ -78,6 +79,7 @@ def actor_stats(placement: JobPlacement, fed: list[int], late: Callable[[list], 
         "progress_relay_runs": sum(s["relay"]["runs"] for s in per_replica),  # each a replica's messages the relay merged
         "data_messages": data_batches,
         "data_calls": sum(s["data_calls"] for s in per_replica),  # Ray calls: a replica's batches to one peer share one
+        "socket_frames": sum(s["socket_frames"] for s in per_replica),  # of the data calls and markers, those sent by socket
         "max_inflight_seen": max((s["max_inflight_seen"] for s in per_replica), default=0),
         "backpressure_waits": sum(s["backpressure_waits"] for s in per_replica),
         "local_sends": sum(s["local_sends"] for s in per_replica),

@@ -1,0 +1,68 @@
+"""Socket hops on a real local Ray (:mod:`raytide.actors.socket_hops`): a channel switched from
+Ray calls to its socket mid-stream stays FIFO, and the data went by socket."""
+
+from __future__ import annotations
+
+import sys
+import time as _time
+
+import pytest
+
+import raytide as rt
+
+pytestmark = pytest.mark.ray
+
+
+class InOrder(rt.Vertex):
+    """Records the order its records arrived in, per epoch; emits it when the epoch is complete.
+    Busy at its first batch (holding the GIL, so its socket's address is answered late, on
+    another thread), so that the sender's Ray calls queue up behind it before it could switch."""
+
+    def __init__(self) -> None:
+        self.arrived: dict = {}
+
+    def on_recv(self, edge, message, time):
+        if not self.arrived:  # the GIL held for 0.3 s: no other thread of this process runs meanwhile
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(1.0)
+            try:
+                until = _time.perf_counter() + 0.3
+                while _time.perf_counter() < until:
+                    pass
+            finally:
+                sys.setswitchinterval(interval)
+        if time not in self.arrived:
+            self.arrived[time] = []
+            self.notify_at(time)
+        self.arrived[time].extend(message)
+
+    def on_notify(self, time):
+        self.send_by(0, [self.arrived.pop(time)], time)
+
+
+def _per_sender(arrived: list[int]) -> list[list[int]]:
+    """The records as each input replica sent them: the driver deals a push's batches of
+    :data:`BATCH` records to the two replicas in turn."""
+    return [[x for x in arrived if x // BATCH % 2 == replica] for replica in (0, 1)]
+
+
+#: Records per batch the driver deals.
+BATCH = 20
+
+
+def test_a_channel_switched_to_its_socket_mid_stream_stays_fifo(ray_session):
+    """Two senders, one receiver: the first batches go by Ray call while the receiver's socket
+    address is asked, the rest by socket once every Ray call ran. A switch that did not wait for
+    them (a frame overtaking a Ray call still queued) shows as a sender's records out of order."""
+    flow = rt.Dataflow("fifo-switch")
+    flow.input("numbers").exchange(lambda x: 0).unary(InOrder).output("out")
+    numbers = list(range(6000))
+    with rt.run(flow, parallelism=2, batch_size=BATCH) as job:
+        job.push("numbers", numbers, 0)
+        job.close("numbers")
+        job.wait(timeout=120)
+        (arrived,) = job.collect("out")[0]
+        frames = job.stats()["socket_frames"]
+    assert sorted(arrived) == numbers
+    assert _per_sender(arrived) == _per_sender(numbers)
+    assert frames > 0, "no batch went by socket"
