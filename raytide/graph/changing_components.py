@@ -11,7 +11,7 @@ neighbour its label came from (``parent``; a node whose label is its own id is i
 parent) and when it took it (``stamp``). The parents form a forest: stamps rise strictly
 down every parent link within one label. When the edge to a node's parent goes (or its
 parent forgets), the node first tries to *reattach*: a neighbour held at its replica with
-the same label and an earlier stamp becomes its parent, and nothing else changes (most
+the same label and an earlier ``(stamp, id)`` becomes its parent, and nothing else changes (most
 lost parent edges end there). Failing that it *resets*: its label becomes its own id
 again and it tells its neighbours. A neighbour whose parent it is reattaches or resets
 too (the local part of the wave in one round, then one level a round across replicas);
@@ -162,16 +162,20 @@ def forget(s: Step, slots: np.ndarray) -> np.ndarray:
 def reattach(s: Step, slots: np.ndarray, which: np.ndarray, at: np.ndarray) -> np.ndarray:
     """Of the nodes at ``slots`` (their parent lost, none waiting), those that take a new
     parent here: a neighbour held at this replica (``at``, of ``slots[which]``), not
-    waiting, with the same label and an earlier stamp. Returns a mask of ``slots``.
+    waiting, with the same label and an earlier stamp, or the same stamp and a smaller id.
+    Returns a mask of ``slots``.
 
     Stamps (when a node last took its label: :data:`STEPS_PER_ROUND`) rise strictly along
-    every parent link between nodes of one label (an offer is taken after it was made), and
-    a node keeps its stamp when it reattaches, so the forest stays a forest: a node never
-    becomes its own ancestor. If the new parent's own chain is cut too, it forgets or
+    every parent link between nodes of one label (an offer is taken after it was made), so
+    ``(stamp, id)`` does too, reattachments included, and a node keeps its stamp when it
+    reattaches: the forest stays a forest, a node never becomes its own ancestor. (Ties
+    broken by id about double the nodes that reattach: neighbours that took their label at
+    the same step of a local fixpoint are common.) If the new parent's own chain is cut too, it forgets or
     reattaches in turn, and its notice reaches this node as a child of it."""
     state = s.state
     ok = ~state["waiting"][at] & (state["label"][at] == state["label"][slots[which]])
-    ok &= state["stamp"][at] < state["stamp"][slots[which]]
+    mine, theirs = state["stamp"][slots[which]], state["stamp"][at]
+    ok &= (theirs < mine) | ((theirs == mine) & (s.ids[at] < s.ids[slots[which]]))
     which, at = which[ok], at[ok]
     found = np.zeros(len(slots), dtype=bool)
     found[which] = True
