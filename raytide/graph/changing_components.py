@@ -41,7 +41,7 @@ from raytide.core.combine import combine_by_key
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
 from raytide.differential import DIFF
-from raytide.graph.edges import CHANGED, EMPTY, epoch_mark, mark_changed
+from raytide.graph.edges import CHANGED, EMPTY, epoch_mark, mark_changed, narrow
 
 #: The columns of the rows that go round the loop.
 MESSAGE = ("node", "label", "sender", "kind")
@@ -255,7 +255,8 @@ def local_offers(s: Step, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
 def settle(s: Step, offers: tuple[np.ndarray, np.ndarray, np.ndarray], seeds: np.ndarray) -> np.ndarray:
     """The round's offers to nodes held here taken, and what they lower offered on to the
     neighbours held here, to a local fixpoint: only offers to other replicas wait for the
-    next round. ``seeds`` offer their labels here first. Returns the slots that took."""
+    next round (a wide wave goes on as messages: :func:`~raytide.graph.edges.narrow`).
+    ``seeds`` offer their labels here first. Returns the slots that took."""
     took: list[np.ndarray] = []
     offering, step = seeds, 1
     while True:
@@ -265,6 +266,8 @@ def settle(s: Step, offers: tuple[np.ndarray, np.ndarray, np.ndarray], seeds: np
         if not len(offering):
             return np.unique(concat(took))
         took.append(offering)
+        if not narrow(offering, len(s.ids)):  # a wide wave: its offers go as messages (to_neighbours)
+            return np.unique(concat(took))
         offers, step = (EMPTY, EMPTY, EMPTY), step + 1
 
 

@@ -21,7 +21,17 @@ from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
 from raytide.graph.changing_components import changing_components
-from raytide.graph.edges import CHANGED_OR_NEW, as_pairs, both_directions, changed_rows, mark_changed, mark_new, spread, useful_offers
+from raytide.graph.edges import (
+    CHANGED_OR_NEW,
+    as_pairs,
+    both_directions,
+    changed_rows,
+    mark_changed,
+    mark_new,
+    narrow,
+    spread,
+    useful_offers,
+)
 
 
 def own_id(keys: np.ndarray) -> np.ndarray:
@@ -46,8 +56,9 @@ def settle(s: Step, slots: np.ndarray, values: np.ndarray, targets: list[np.ndar
     """Offers ``values`` to the nodes at ``slots`` taken where lower, and each label that
     drops offered on at once to the neighbours held at this replica, until none drops: the
     round's local fixpoint, so only offers to other replicas wait for the next round (one
-    hop each). Appends those offers (ids and labels) to ``targets`` and ``offers``; returns
-    the slots whose label dropped."""
+    hop each); a wide wave goes on as messages instead (:func:`~raytide.graph.edges.narrow`).
+    Appends those offers (ids and labels) to ``targets`` and ``offers``; returns the slots
+    whose label dropped."""
     label, changed = s.state["label"], []
     held = [s.lookup(t) for t in targets]
     slots = concat([slots] + [at[at >= 0] for at in held])
@@ -61,7 +72,7 @@ def settle(s: Step, slots: np.ndarray, values: np.ndarray, targets: list[np.ndar
         label[took] = smallest["label"][lower]
         changed.append(took)
         ids, values = spread(s, took, label[took])
-        slots = s.lookup(ids)
+        slots = s.lookup(ids) if narrow(took, len(label)) else np.full(len(ids), -1)  # wide: all as messages
         targets.append(ids[slots < 0])
         offers.append(values[slots < 0])
         values = values[slots >= 0]
