@@ -11,7 +11,10 @@ across epochs, so epoch ``e``'s edges start from the labels of the edges before 
 only the labels they lower move again (the work follows the change, not the graph).
 
 ``components_by_epoch`` feeds one epoch at a time and waits for its output before pushing
-the next, to report each epoch's labels as it comes. A driver may also push every epoch at
+the next, to report each epoch's labels as it comes. What a caller waits for stays
+vectorised: each epoch's edges go as one array per input replica, its changed labels come
+back as one ``(n, 2)`` array and are folded into NumPy arrays (:class:`ComponentLabels`,
+read as a dict), and the records handled are counted (``job.stats()``) only when asked. A driver may also push every epoch at
 once: the loop's epoch gate admits epoch ``e + 1`` once nothing of epoch ``e`` is left in
 it, so each epoch's labels are the same (docs/iteration.md).
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -37,27 +40,79 @@ def build_flow(parallelism: int = 2) -> rt.Dataflow:
     return flow
 
 
+class ComponentLabels(Mapping[int, int]):
+    """``{node: label}`` held as two NumPy arrays (nodes sorted, their labels): made from an
+    epoch's ``(n, 2)`` array of changed labels with a few vectorised calls, where a dict would
+    take a Python step per node. Reads like a dict and equals one with the same items."""
+
+    def __init__(self, nodes: np.ndarray | None = None, labels: np.ndarray | None = None) -> None:
+        self.nodes = np.empty(0, dtype=np.int64) if nodes is None else nodes
+        self.labels = np.empty(0, dtype=np.int64) if labels is None else labels
+
+    def lowered(self, pairs: np.ndarray) -> ComponentLabels:
+        """These labels with ``pairs`` (rows ``(node, label)``) folded in, a new node added and
+        a known one keeping the smaller label (labels only drop); ``self`` is left as it is."""
+        if not len(pairs):
+            return self
+        order = np.lexsort((pairs[:, 1], pairs[:, 0]))  # by node, then label: each node's smallest first
+        nodes, labels = pairs[order, 0], pairs[order, 1]
+        first = np.ones(len(nodes), dtype=bool)
+        first[1:] = nodes[1:] != nodes[:-1]
+        nodes, labels = nodes[first], labels[first]
+        at = np.searchsorted(self.nodes, nodes)
+        known = at < len(self.nodes)
+        known[known] = self.nodes[at[known]] == nodes[known]
+        kept = self.labels.copy()
+        kept[at[known]] = np.minimum(kept[at[known]], labels[known])
+        where = np.searchsorted(self.nodes, nodes[~known])
+        return ComponentLabels(np.insert(self.nodes, where, nodes[~known]), np.insert(kept, where, labels[~known]))
+
+    def __getitem__(self, node: int) -> int:
+        at = int(np.searchsorted(self.nodes, node))
+        if at == len(self.nodes) or self.nodes[at] != node:
+            raise KeyError(node)
+        return int(self.labels[at])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.nodes.tolist())
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ComponentLabels):
+            return np.array_equal(self.nodes, other.nodes) and np.array_equal(self.labels, other.labels)
+        return isinstance(other, Mapping) and dict(zip(self.nodes.tolist(), self.labels.tolist())) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking mapping: not hashable, as a dict
+
+
 def components_by_epoch(epochs: Sequence[Sequence[tuple[int, int]]] | Sequence[np.ndarray], parallelism: int = 2,
-                        timeout: float = 600.0) -> Iterator[tuple[dict[int, int], int]]:
+                        timeout: float = 600.0, records: bool = False) -> Iterator[tuple[ComponentLabels, int | None]]:
     """Push ``epochs[e]`` as epoch ``e``, one epoch at a time; yield ``(labels so far, records handled)`` after each.
 
     ``labels`` maps every node of the edges so far to the smallest node id of its
-    component; ``records`` counts the records the label propagation handled in the epoch.
+    component (a :class:`ComponentLabels`, read as a dict); ``records`` counts the records
+    the label propagation handled in the epoch when asked (``records=True``: a
+    ``job.stats()`` call per epoch, which waits on every replica), else None. Each epoch's
+    edges go to the input replicas as one array per replica.
     """
-    labels: dict[int, int] = {}
-    handled = 0
-    with rt.run(build_flow(parallelism), parallelism=parallelism) as job:
-        results = job.results("labels", timeout=timeout)
-        for epoch, edges in enumerate(epochs):
-            if len(edges):  # an (n, 2) array travels as one buffer, not n tuples
-                job.push("edges", np.asarray(edges, dtype=np.int64).reshape(-1, 2), epoch)
+    arrays = [np.asarray(edges, dtype=np.int64).reshape(-1, 2) for edges in epochs]
+    labels, handled = ComponentLabels(), 0
+    batch_size = max(1, -(-max((len(a) for a in arrays), default=1) // parallelism))
+    with rt.run(build_flow(parallelism), parallelism=parallelism, batch_size=batch_size) as job:
+        results = job.results("labels", timeout=timeout, batch_format="numpy")  # an (n, 2) array per epoch
+        for epoch, edges in enumerate(arrays):
+            if len(edges):
+                job.push("edges", edges, epoch)
             job.advance("edges", epoch + 1)
             _, pairs = next(results)  # an epoch without edges comes too, with no labels
-            for node, label in pairs:  # labels only drop: keep the smallest
-                labels[node] = min(label, labels.get(node, label))
-            total = job.stats()["vertices"]["label-propagation"]["records_in"]
-            yield dict(labels), total - handled
-            handled = total
+            labels = labels.lowered(np.asarray(pairs, dtype=np.int64).reshape(-1, 2))
+            count = None
+            if records:
+                total = job.stats()["vertices"]["label-propagation"]["records_in"]
+                count, handled = total - handled, total
+            yield labels, count
         job.close("edges")
         job.wait(timeout=timeout)
 
@@ -99,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     edges = [(u, v) for u, v in pairs]
     epochs = split_epochs(edges, args.epochs)
     seen, ok = 0, True
-    for epoch, (labels, records) in enumerate(components_by_epoch(epochs, args.parallelism)):
+    for epoch, (labels, records) in enumerate(components_by_epoch(epochs, args.parallelism, records=True)):
         seen += len(epochs[epoch])
         matches = labels == union_find(edges[:seen])
         ok = ok and matches

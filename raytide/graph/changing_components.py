@@ -8,17 +8,23 @@ nets them, so a deleted edge leaves it).
 
 A deleted edge may take away the only path a label came by, so each node also keeps the
 neighbour its label came from (``parent``; a node whose label is its own id is its own
-parent). The parents form a forest: a node takes a label only from a neighbour holding it
-already, and a node that forgets its label makes every node whose parent it is forget
-theirs, so every parent got its label before its children. When the edge to a node's
-parent goes, the node *resets*: its label becomes its own id again and it tells its
-neighbours. A neighbour whose parent it is resets too (down the forest, one level a
-round); any other neighbour with a smaller label offers it back; an offer from a node
-with a larger label is answered with one's own. So a deleted edge redoes only the part of
-the forest below it (a few nodes for most edges), labels come back by other paths where
-there are any, and a component cut in two gets the smallest id of each part. At the
-fixpoint every parent chain ends at its component's smallest node, whose label all its
-nodes carry.
+parent) and when it took it (``stamp``). The parents form a forest: stamps rise strictly
+down every parent link within one label. When the edge to a node's parent goes (or its
+parent forgets), the node first tries to *reattach*: a neighbour held at its replica with
+the same label and an earlier ``(stamp, id)`` becomes its parent, and nothing else changes (most
+lost parent edges end there). Failing that it *resets*: its label becomes its own id
+again and it tells its neighbours. A neighbour whose parent it is reattaches or resets
+too (the local part of the wave in one round, then one level a round across replicas);
+once the wave is over everywhere (``Step.quiet``) the reset nodes ask their neighbours,
+any other neighbour with a smaller label offers it back, and an offer from a node with a
+larger label is answered with one's own. So a deleted edge redoes only the part of the
+forest below it that finds no other way up, labels come back by other paths where there
+are any, and a component cut in two gets the smallest id of each part. At the fixpoint
+every parent chain ends at its component's smallest node, whose label all its nodes carry.
+
+Each round runs to a local fixpoint (:func:`settle`): a label a node takes is offered on
+at once to its neighbours held at the same replica, and asks to them are answered from
+their state, so only rows to other replicas wait for the next round.
 
 Messages are rows ``(node, label, sender, reset)``: an offer of ``label`` from ``sender``
 to ``node``, with ``reset`` set when the sender has just forgotten its label. Each epoch
@@ -35,7 +41,7 @@ from raytide.core.combine import combine_by_key
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
 from raytide.differential import DIFF
-from raytide.graph.edges import CHANGED, EMPTY, epoch_mark, mark_changed
+from raytide.graph.edges import CHANGED, EMPTY, epoch_mark, mark_changed, narrow
 
 #: The columns of the rows that go round the loop.
 MESSAGE = ("node", "label", "sender", "kind")
@@ -71,11 +77,30 @@ def neighbours(s: Step, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return which, dst
     value_of, rank = dense_ranks(dst, len(slots))
     code = which * len(value_of) + rank
-    summed = np.isin(code, code[special])
+    summed = member(code, code[special])
     codes, at = np.unique(code[summed], return_inverse=True)
     present = codes[np.bincount(at, weights=diff[summed], minlength=len(codes)) > 0]
     return (concat([which[~summed], present // len(value_of)]),
             concat([dst[~summed], value_of[present % len(value_of)]]))
+
+
+def member(values: np.ndarray, few: np.ndarray) -> np.ndarray:
+    """A mask of ``values`` found in ``few`` (``np.isin`` for a second array much smaller than
+    the first: a binary search of each value in it, not a sort of both)."""
+    few = np.unique(few)
+    if not len(few):
+        return np.zeros(len(values), dtype=bool)
+    found = np.minimum(np.searchsorted(few, values), len(few) - 1)
+    return few[found] == values
+
+
+def held_neighbours(s: Step, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(which, at)``: the neighbours held at this replica of the nodes at ``slots`` (by an edge
+    present now), as slots ``at``, ``which`` indexing ``slots``."""
+    which, dst = neighbours(s, slots)
+    at = s.lookup(dst)
+    here = at >= 0
+    return which[here], at[here]
 
 
 def edge_changes(s: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -129,23 +154,51 @@ def forget(s: Step, slots: np.ndarray) -> np.ndarray:
     waiting = s.state["waiting"]
     slots = slots[~waiting[slots]]
     s.state["label"][slots] = s.state["parent"][slots] = s.ids[slots]
+    s.state["stamp"][slots] = s.time.counters[-1] * STEPS_PER_ROUND
     waiting[slots] = True
     return slots
 
 
-def forget_below(s: Step, forgot: np.ndarray) -> np.ndarray:
-    """``forgot`` and, transitively, their children held at this replica, forgotten now: the
+def reattach(s: Step, slots: np.ndarray, which: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Of the nodes at ``slots`` (their parent lost, none waiting), those that take a new
+    parent here: a neighbour held at this replica (``at``, of ``slots[which]``), not
+    waiting, with the same label and an earlier stamp, or the same stamp and a smaller id.
+    Returns a mask of ``slots``.
+
+    Stamps (when a node last took its label: :data:`STEPS_PER_ROUND`) rise strictly along
+    every parent link between nodes of one label (an offer is taken after it was made), so
+    ``(stamp, id)`` does too, reattachments included, and a node keeps its stamp when it
+    reattaches: the forest stays a forest, a node never becomes its own ancestor. (Ties
+    broken by id about double the nodes that reattach: neighbours that took their label at
+    the same step of a local fixpoint are common.) If the new parent's own chain is cut too, it forgets or
+    reattaches in turn, and its notice reaches this node as a child of it."""
+    state = s.state
+    ok = ~state["waiting"][at] & (state["label"][at] == state["label"][slots[which]])
+    mine, theirs = state["stamp"][slots[which]], state["stamp"][at]
+    ok &= (theirs < mine) | ((theirs == mine) & (s.ids[at] < s.ids[slots[which]]))
+    which, at = which[ok], at[ok]
+    found = np.zeros(len(slots), dtype=bool)
+    found[which] = True
+    state["parent"][slots[which]] = s.ids[at]  # any candidate will do: the last written wins
+    return found
+
+
+def forget_below(s: Step, lost: np.ndarray) -> np.ndarray:
+    """The nodes at ``lost`` (their parent link gone) reattach where they can; the rest forget,
+    and so, transitively, do their children held at this replica that cannot reattach: the
     part of the notices' wave that would stay here, done in this round rather than one level
-    a round. Notices still go to every neighbour (those held elsewhere forget next round)."""
-    waves = [forgot]
-    while len(waves[-1]):
-        frontier = waves[-1]
-        which, dst = neighbours(s, frontier)
-        slots = s.lookup(dst)
-        here = slots >= 0
-        senders = s.ids[frontier][which][here]
-        child = slots[here][(s.state["parent"][slots[here]] == senders) & (dst[here] != senders)]
-        waves.append(forget(s, np.unique(child)))
+    a round. Returns the slots that forgot; their notices still go to every neighbour (those
+    held elsewhere are judged next round)."""
+    waves = []
+    frontier = lost[~s.state["waiting"][lost]]
+    while len(frontier):
+        which, at = held_neighbours(s, frontier)
+        forgetting = ~reattach(s, frontier, which, at)
+        waves.append(forget(s, frontier[forgetting]))
+        senders = s.ids[frontier][which]
+        child = at[forgetting[which] & (s.state["parent"][at] == senders) & (s.ids[at] != senders)]
+        child = np.unique(child)
+        frontier = child[~s.state["waiting"][child]]
     return concat(waves)
 
 
@@ -175,16 +228,47 @@ def smallest_offers(targets: np.ndarray, label: np.ndarray, sender: np.ndarray) 
     return targets[best], label[best], sender[best]
 
 
-def take_offers(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """Each target not waiting takes its smallest offer (or ask) if below its label; the slots that did."""
-    targets = s.slots
-    open_ = (kind != NOTICE) & ~s.state["waiting"][targets]
+#: A node's stamp is its loop round times this, plus the step of the round's local
+#: fixpoint it took its label at (:func:`settle`): later takes, larger stamps.
+STEPS_PER_ROUND = 1 << 20
+
+
+def take(s: Step, targets: np.ndarray, label: np.ndarray, sender: np.ndarray, stamp: int) -> np.ndarray:
+    """Each target not waiting takes its smallest offer if below its label; the slots that did."""
+    open_ = ~s.state["waiting"][targets]
     targets, label, sender = smallest_offers(targets[open_], label[open_], sender[open_])
     lower = label < s.state["label"][targets]
     taking = targets[lower]
     s.state["label"][taking] = label[lower]
     s.state["parent"][taking] = sender[lower]
+    s.state["stamp"][taking] = stamp
     return taking
+
+
+def local_offers(s: Step, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The labels of the nodes at ``slots`` offered to their neighbours held here: ``(target
+    slots, label, sender)``."""
+    which, at = held_neighbours(s, slots)
+    return at, s.state["label"][slots][which], s.ids[slots][which]
+
+
+def settle(s: Step, offers: tuple[np.ndarray, np.ndarray, np.ndarray], seeds: np.ndarray) -> np.ndarray:
+    """The round's offers to nodes held here taken, and what they lower offered on to the
+    neighbours held here, to a local fixpoint: only offers to other replicas wait for the
+    next round (a wide wave goes on as messages: :func:`~raytide.graph.edges.narrow`).
+    ``seeds`` offer their labels here first. Returns the slots that took."""
+    took: list[np.ndarray] = []
+    offering, step = seeds, 1
+    while True:
+        more = local_offers(s, offering)
+        targets, label, sender = (concat([old, new]) for old, new in zip(offers, more))
+        offering = take(s, targets, label, sender, s.time.counters[-1] * STEPS_PER_ROUND + step)
+        if not len(offering):
+            return np.unique(concat(took))
+        took.append(offering)
+        if not narrow(offering, len(s.ids)):  # a wide wave: its offers go as messages (to_neighbours)
+            return np.unique(concat(took))
+        offers, step = (EMPTY, EMPTY, EMPTY), step + 1
 
 
 def messages(node: np.ndarray, label: np.ndarray, sender: np.ndarray, kind: int) -> dict[str, np.ndarray]:
@@ -205,19 +289,32 @@ def replies(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) ->
     return messages(sender[answer], s.state["label"][targets[answer]], s.ids[targets[answer]], OFFER)
 
 
+def pulls(s: Step, asking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The labels of the asking nodes' neighbours held here, offered to them: an ask answered
+    at once, without a message. ``(target slots, label, sender)``."""
+    which, at = held_neighbours(s, asking)
+    return asking[which], s.state["label"][at], s.ids[at]
+
+
 def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
     """One round at one replica (see the module docstring): the messages of the next round."""
     lost_parent, gained_from, gained_to = edge_changes(s)
     label, sender, kind = incoming(s)
     targets, parent, ids, waiting = s.slots, s.state["parent"], s.ids, s.state["waiting"]
     notified = targets[(kind == NOTICE) & (parent[targets] == sender) & (sender != ids[targets])]
-    forgot = forget_below(s, forget(s, np.unique(concat([lost_parent, notified]))))
+    forgot = forget_below(s, np.unique(concat([lost_parent, notified])))
     asking = EMPTY
     if s.quiet:  # every notice has been taken everywhere: the waiting nodes ask for labels
         asking = np.flatnonzero(waiting)
         waiting[asking] = False
-    took = take_offers(s, label, sender, kind)
     offering = ~waiting[gained_from]
+    open_ = kind != NOTICE
+    pulled = pulls(s, asking)
+    offers = (concat([targets[open_], s.lookup(gained_to[offering]), pulled[0]]),
+              concat([label[open_], s.state["label"][gained_from[offering]], pulled[1]]),
+              concat([sender[open_], ids[gained_from[offering]], pulled[2]]))
+    held = offers[0] >= 0
+    took = settle(s, (offers[0][held], offers[1][held], offers[2][held]), asking)
     parts = [to_neighbours(s, forgot, NOTICE), to_neighbours(s, took, OFFER), to_neighbours(s, asking, ASK),
              replies(s, label, sender, kind),
              messages(gained_to[offering], s.state["label"][gained_from[offering]], ids[gained_from[offering]], OFFER)]
@@ -239,6 +336,7 @@ def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     at, kind, label = slots[here], rows["kind"][here], rows["label"][here]
     idle = (kind == OFFER) & ((label >= s.state["label"][at]) | s.state["waiting"][at])
     idle |= (kind == NOTICE) & (s.state["parent"][at] != rows["sender"][here])
+    idle |= kind == ASK  # answered here already (:func:`pulls`)
     keep = np.ones(len(slots), dtype=bool)
     keep[np.flatnonzero(here)[idle]] = False
     offers = keep & (rows["kind"] == OFFER)
@@ -267,6 +365,7 @@ def changing_components(edges: Collection, name: str) -> Collection:
     direction ignored) are inserted and deleted: the smallest node id of each node's component."""
     columns = edges.update_columns(("src", "dst"), name=f"{name}.columns")
     state = {"label": (np.int64, own_id), "parent": (np.int64, own_id), "waiting": (np.bool_, False), "changed": CHANGED,
+             "stamp": (np.int64, -1),
              "present": (np.bool_, False), "shown": (np.int64, 0), "was_shown": (np.bool_, False)}
     changes = columns.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
         relabel, key="node", state=state, arrange="src", diff=DIFF, name=name, finish=label_changes,

@@ -16,11 +16,22 @@ from __future__ import annotations
 import numpy as np
 
 from raytide.core.collection import Collection
+from raytide.core.combine import combine_by_key
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
 from raytide.graph.changing_components import changing_components
-from raytide.graph.edges import CHANGED_OR_NEW, as_pairs, both_directions, changed_rows, mark_changed, mark_new, spread, useful_offers
+from raytide.graph.edges import (
+    CHANGED_OR_NEW,
+    as_pairs,
+    both_directions,
+    changed_rows,
+    mark_changed,
+    mark_new,
+    narrow,
+    spread,
+    useful_offers,
+)
 
 
 def own_id(keys: np.ndarray) -> np.ndarray:
@@ -29,19 +40,44 @@ def own_id(keys: np.ndarray) -> np.ndarray:
 
 
 def propagate(s: Step) -> tuple[dict[str, np.ndarray], None]:
-    """One round at one replica: the offers to neighbours; the nodes whose label is new or dropped are marked."""
+    """One round at one replica, run to a local fixpoint: the offers to neighbours held
+    elsewhere; the nodes whose label is new or dropped are marked."""
     label = s.state["label"]
     added, rows = s.added.get(0, (np.empty(0, dtype=np.int64), {}))
-    targets, offers = [rows["dst"]] if len(added) else [], [label[added]] if len(added) else []
-    lower = s.values["label"] < label[s.slots]
-    changed, smaller = s.slots[lower], s.values["label"][lower]
-    label[changed] = smaller
-    more_targets, more_offers = spread(s, changed, smaller)
-    targets.append(more_targets)
-    offers.append(more_offers)
+    targets, offers = ([rows["dst"]], [label[added]]) if len(added) else ([], [])
+    changed = settle(s, s.slots, s.values["label"], targets, offers)
     mark_new(s, added)  # a new node reports its label (its id, unless it drops) in its first epoch
     mark_changed(s, changed)
     return useful_offers(s, "label", concat(targets), concat(offers)), None
+
+
+def settle(s: Step, slots: np.ndarray, values: np.ndarray, targets: list[np.ndarray],
+           offers: list[np.ndarray]) -> np.ndarray:
+    """Offers ``values`` to the nodes at ``slots`` taken where lower, and each label that
+    drops offered on at once to the neighbours held at this replica, until none drops: the
+    round's local fixpoint, so only offers to other replicas wait for the next round (one
+    hop each); a wide wave goes on as messages instead (:func:`~raytide.graph.edges.narrow`).
+    Appends those offers (ids and labels) to ``targets`` and ``offers``; returns the slots
+    whose label dropped."""
+    label, changed = s.state["label"], []
+    held = [s.lookup(t) for t in targets]
+    slots = concat([slots] + [at[at >= 0] for at in held])
+    values = concat([values] + [o[at >= 0] for o, at in zip(offers, held)])
+    targets[:] = [t[at < 0] for t, at in zip(targets, held)]
+    offers[:] = [o[at < 0] for o, at in zip(offers, held)]
+    while len(slots):
+        keys, smallest = combine_by_key(slots, {"label": values}, {"label": np.minimum})
+        lower = smallest["label"] < label[keys]
+        took = keys[lower]
+        label[took] = smallest["label"][lower]
+        changed.append(took)
+        ids, values = spread(s, took, label[took])
+        slots = s.lookup(ids) if narrow(took, len(label)) else np.full(len(ids), -1)  # wide: all as messages
+        targets.append(ids[slots < 0])
+        offers.append(values[slots < 0])
+        values = values[slots >= 0]
+        slots = slots[slots >= 0]
+    return concat(changed)
 
 
 def connected_components(edges: Stream | Collection, *, name: str = "components") -> Stream | Collection:

@@ -37,7 +37,7 @@ def test_connected_components_match_union_find(ray_session):
     nodes = 400
     edges = random_graph_edges(nodes, 300, seed=5)  # many components, and isolated nodes (absent from the result)
     edges = np.concatenate([edges, edges[:5], [[17, 17]]])  # repeated edges and a self-loop
-    [(labels, records)] = list(cc.components_by_epoch([pairs(edges)], parallelism=2))
+    [(labels, records)] = list(cc.components_by_epoch([pairs(edges)], parallelism=2, records=True))
     expected = reference_dict(nodes, edges)
     assert labels == expected
     assert len(set(expected.values())) > 20 and len(expected) < nodes
@@ -49,7 +49,7 @@ def test_components_follow_union_find_epoch_by_epoch_and_do_little_work_later(ra
     nodes = 500
     edges = pairs(random_graph_edges(nodes, 420, seed=2))
     epochs = [edges[:380], edges[380:384], [], edges[384:404], edges[404:]]  # epoch 2 is empty
-    results = list(cc.components_by_epoch(epochs, parallelism=2))
+    results = list(cc.components_by_epoch(epochs, parallelism=2, records=True))
     assert len(results) == len(epochs)
     seen = 0
     for epoch, ((labels, _), batch) in enumerate(zip(results, epochs)):
@@ -67,6 +67,23 @@ def test_split_epochs_cuts_every_edge_once():
         parts = cc.split_epochs(edges, epochs)
         assert len(parts) == epochs and [e for part in parts for e in part] == edges
         assert len(parts[0]) == (101 if epochs == 1 else 90)
+
+
+def test_component_labels_fold_epochs_as_a_dict_of_the_smallest_label_does():
+    rng = np.random.default_rng(3)
+    labels, expected, before = cc.ComponentLabels(), {}, []
+    for size in (0, 40, 1, 25, 0, 60):  # new nodes, known ones lowered, repeats within an epoch
+        pairs_in = rng.integers(0, 50, size=(size, 2))
+        for node, label in pairs_in.tolist():
+            expected[node] = min(label, expected.get(node, label))
+        before.append((labels, dict(labels)))
+        labels = labels.lowered(pairs_in)
+        assert labels == expected and dict(labels) == expected and len(labels) == len(expected)
+        assert all(labels[node] == label for node, label in expected.items())
+    assert all(old == kept for old, kept in before)  # a fold leaves the labels it started from as they were
+    with pytest.raises(KeyError):
+        labels[1000]
+    assert labels != {**expected, 1000: 0} and labels == cc.ComponentLabels(labels.nodes.copy(), labels.labels.copy())
 
 
 # -- PageRank ---------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def test_components_epoch_by_epoch_equal_union_find(ray_session):
     edges = random_graph_edges(3000, 2600, seed=7)
     epochs = [edges[:2000], edges[2000:2020], edges[2020:]]
     seen = 0
-    for epoch, (labels, handled) in enumerate(cc.components_by_epoch([pairs(e) for e in epochs], parallelism=2)):
+    for epoch, (labels, handled) in enumerate(cc.components_by_epoch([pairs(e) for e in epochs], parallelism=2, records=True)):
         seen += len(epochs[epoch])
         assert labels == reference_dict(3000, edges[:seen]), epoch
         if epoch == 1:

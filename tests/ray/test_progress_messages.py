@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import raytide as rt
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.core.routing import column_key_groups
 from raytide.graph import connected_components, edge_columns
 
 pytestmark = pytest.mark.ray
@@ -98,14 +100,26 @@ PUSHES_PER_EPOCH_OF_ROUNDS = 8
 PATH = 40
 
 
+def alternating_path(length: int) -> np.ndarray:
+    """``length`` increasing node ids from 0, each held by the other replica of two than the one
+    before it: a round runs to its local fixpoint, so only an edge between replicas costs one."""
+    owners = np.array(KeyGroupAssignment.contiguous(2).owners)[column_key_groups(np.arange(64 * length))]
+    nodes = [0]
+    while len(nodes) < length:
+        nodes.append(nodes[-1] + 1 + int(np.argmax(owners[nodes[-1] + 1:] != owners[nodes[-1]])))
+    return np.array(nodes, dtype=np.int64)
+
+
 def test_a_round_of_a_loop_waits_for_no_push_and_costs_each_replica_a_fraction_of_a_call_to_the_progress_actor(
         ray_session):
-    """Connected components on a path: about one round per edge, with one or two rows each.
+    """Connected components on a path whose every edge joins the two replicas: about one round
+    per edge, with one or two rows each.
     Only the epoch's entry runs at a notification (one per replica); every later round runs
     on the receipt that completes it."""
     flow = rt.Dataflow("rounds-in-a-loop")
     connected_components(flow.input("edges").map_batches(edge_columns), name="cc").output("labels")
-    path = np.stack([np.arange(PATH, 0, -1), np.arange(PATH - 1, -1, -1)], axis=1)
+    nodes = alternating_path(PATH + 1)
+    path = np.stack([nodes[:0:-1], nodes[-2::-1]], axis=1)
     with rt.run(flow, parallelism=2) as job:
         results = job.results("labels", timeout=120, batch_format="numpy")
         job.push("edges", path[:1], 0)
@@ -117,7 +131,7 @@ def test_a_round_of_a_loop_waits_for_no_push_and_costs_each_replica_a_fraction_o
         epoch, labels = next(results)
         after = job.stats()
         job.close("edges")
-    assert epoch == 1 and sorted(map(tuple, labels.tolist())) == [(node, 0) for node in range(PATH + 1)]
+    assert epoch == 1 and sorted(map(tuple, labels.tolist())) == [(node, 0) for node in nodes.tolist()]
     notified = after["vertices"]["cc"]["notifications"] - before["vertices"]["cc"]["notifications"]
     batches = after["vertices"]["cc"]["batches_in"] - before["vertices"]["cc"]["batches_in"]
     pushes = after["progress_pushes"] - before["progress_pushes"]

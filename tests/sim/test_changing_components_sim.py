@@ -19,6 +19,7 @@ from examples.incremental_components import random_updates
 from raytide.graph import connected_components
 from raytide.testing import LocalJob
 from tests.oracles import component_changes
+from tests.sim.seeds import seeds
 
 
 def trial(seed: int) -> None:
@@ -27,9 +28,13 @@ def trial(seed: int) -> None:
     epochs = random_updates(rng, nodes, rng.randint(1, 2 * nodes), rng.randint(2, 6), rng.choice([0.05, 0.2, 0.5]))
     if seed % 4 == 0:  # an edge twice, and taken away once: still present
         epochs[-1] = epochs[-1] + [epochs[0][0], (epochs[0][0][0], -1)]
+    check(epochs, rng.randint(1, 3), seed)
+
+
+def check(epochs: list, parallelism: int, seed: int) -> None:
+    """``epochs`` of updates through the loop at ``parallelism``: each epoch's changes are union-find's."""
     flow = rt.Dataflow("cc")
     connected_components(flow.collection("edges"), name="cc").output("labels")  # type: ignore[union-attr]
-    parallelism = rng.randint(1, 3)
     run = LocalJob(flow, {"edges": epochs}, parallelism=parallelism, seed=seed).run()
     assert run.finished and run.failure is None, f"seed {seed}: {run.failure!r}"
     got = {epoch: Counter(dict(changes)) for epoch, changes in run.outputs["labels"].items() if changes}
@@ -39,3 +44,42 @@ def trial(seed: int) -> None:
 def test_components_under_insertions_and_deletions_equal_union_find_after_every_epoch():
     for seed in range(80):
         trial(seed)
+
+
+def test_denser_graphs_where_most_lost_parents_reattach_equal_union_find():
+    """Graphs of a few hundred edges, where a node that loses its parent edge mostly finds
+    another neighbour of its label to reattach to, and chains of reattachments and resets
+    meet within a round and across replicas."""
+    for seed in seeds(4, "changing-components-dense"):
+        rng = random.Random(seed)
+        nodes = rng.randint(60, 150)
+        epochs = random_updates(rng, nodes, rng.randint(2 * nodes, 4 * nodes), rng.randint(3, 6), rng.choice([0.05, 0.2]))
+        check(epochs, rng.randint(1, 3), seed)
+
+
+def ladder(length: int) -> list[tuple[tuple[int, int], int]]:
+    """Two paths ``0 .. length-1`` and ``length .. 2*length-1`` with a rung between each pair of
+    their nodes: every node has a neighbour of its label besides its parent."""
+    rails = [((i, i + 1), 1) for i in range(length - 1)] + [((length + i, length + i + 1), 1) for i in range(length - 1)]
+    return rails + [((i, length + i), 1) for i in range(length)]
+
+
+def test_cut_components_isolated_nodes_and_cancelling_updates_equal_union_find():
+    """The cases the forest's repair could get wrong, each at widths 1 to 3 under seeded
+    interleavings: a ladder cut in two across every rung (reattachment must not keep a label
+    the part can no longer reach), a node losing all its edges (its record taken back), an
+    edge inserted and deleted in one epoch (nothing to show), a deleted edge inserted again,
+    and a bridge between two cycles deleted (the cycles keep their labels by the other way
+    round, the far one gets its own smallest id)."""
+    cut = ladder(8) + [((7, 20), 1), ((20, 21), 1)]
+    epochs = [cut,
+              [((i, 8 + i), -1) for i in range(8)],  # every rung gone: two paths, ids 0.. and 8..
+              [((20, 21), -1), ((3, 30), 1), ((3, 30), -1)],  # 21 alone (absent); an edge and its deletion
+              [((5, 13), 1), ((7, 20), -1), ((7, 20), 1)],  # a rung again; a deleted edge back in the same epoch
+              [((i, 8 + i), 1) for i in range(8)] + [((5, 13), -1)]]
+    cycles = [((i, (i + 1) % 6), 1) for i in range(6)] + [((10 + i, 10 + (i + 1) % 6), 1) for i in range(6)]
+    bridges = [cycles + [((3, 12), 1)], [((0, 1), -1), ((3, 12), -1)], [((3, 12), 1), ((0, 1), 1)], [((2, 3), -1)]]
+    for seed in seeds(2, "changing-components-cases", rotate=1):
+        for parallelism in (1, 2, 3):
+            check(epochs, parallelism, seed)
+            check(bridges, parallelism, seed)
