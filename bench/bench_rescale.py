@@ -14,11 +14,12 @@ pool is started before the clock). Per rescale:
   counted reaches the output), against ``gap_calm_s``, the longest in the calm epochs;
 * ``latency_spike_s``: the longest epoch latency (pushed -> its last record processed)
   of the epochs pushed during the rescale, against the calm epochs' median ``latency_calm_s``;
-* issue 74's measures, over each rescale's window (from the call to its return):
+* issue 74's measures, over each rescale's window (from the call to its return; every
+  epoch has a record for a key of every key group, :func:`epoch_records`):
   ``unmoved_idle_s``, the longest time any key group that the rescale does not move
   processed nothing (a gap between two of its records that overlaps the window), against
-  ``unmoved_idle_calm_s``, the same over the calm epochs (the feed's own gaps: a group gets
-  a record in most epochs, not all); ``latency_p99_ratio``, the p99 epoch latency of the
+  ``unmoved_idle_calm_s``, the same over the calm epochs (the feed's own gaps, about one
+  ``pace``); ``latency_p99_ratio``, the p99 epoch latency of the
   epochs pushed in the window over the calm epochs' p99; ``throughput_ratio``, records
   processed a second in the window over the calm rate. Targets (stepped migration, not
   built yet: today's rescale holds the whole job): idle at most 20 ms, p99 at most 2x,
@@ -40,6 +41,7 @@ run's time, ``run_s``; ``paused_share``: the same with ``pause_s`` alone, when n
 
 from __future__ import annotations
 
+import functools
 import statistics
 import tempfile
 import threading
@@ -90,7 +92,7 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
             epoch = 1
             while not stop.is_set():
                 pushed[epoch] = time.time()
-                job.push("records", [(i % keys, 0) for i in range(epoch * per_epoch, (epoch + 1) * per_epoch)], epoch)
+                job.push("records", epoch_records(epoch, keys, per_epoch), epoch)
                 job.advance("records", epoch + 1)
                 epoch += 1
                 time.sleep(pace)
@@ -127,6 +129,20 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
         metrics[f"{name}_max"] = max(values)
     metrics.update(_calm_measures(out, pushed, done, (min(pushed.values()), windows[0][0])))
     return metrics
+
+
+def epoch_records(epoch: int, keys: int, per_epoch: int) -> list[tuple[int, int]]:
+    """An epoch's ``per_epoch`` records: one for a key of every key group first (so that each
+    group processes something every epoch, and a group that stops shows), then keys in turn."""
+    firsts = _group_firsts(keys)[:per_epoch]
+    rest = per_epoch - len(firsts)
+    return [(key, 0) for key in firsts] + [(i % keys, 0) for i in range(epoch * rest, (epoch + 1) * rest)]
+
+
+@functools.cache
+def _group_firsts(keys: int) -> list[int]:
+    """The lowest key of every key group among ``range(keys)``."""
+    return list({key_group(key): key for key in reversed(range(keys))}.values())
 
 
 def moved_groups(rescales: int) -> list[set[int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bench_rescale import _group_times, _idle, _issue_measures, moved_groups
+from bench.bench_rescale import _group_times, _idle, _issue_measures, epoch_records, moved_groups
 from raytide.core.keygroups import key_group
 
 
@@ -33,3 +33,8 @@ def test_the_issue_measures_take_the_window_against_the_calm_epochs():
     assert found["latency_p99_ratio"][0] == pytest.approx(0.5 / 0.01, rel=0.02)
     assert found["throughput_ratio"][0] == pytest.approx(0.0)
     assert set(_group_times(out)) == {key_group(key)}
+
+
+def test_every_epoch_has_a_record_of_every_key_group_and_as_many_records_as_asked():
+    records = epoch_records(7, keys=1000, per_epoch=200)
+    assert len(records) == 200 and {key_group(key) for key, _ in records} == set(range(128))
