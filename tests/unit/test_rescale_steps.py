@@ -163,3 +163,28 @@ def test_a_frontier_passes_an_epoch_when_no_element_is_before_it_loop_rounds_asi
     assert frontier_passes([], 3)
     assert frontier_passes([Timestamp(3, (0,)), Timestamp(4, (0,))], 3)
     assert not frontier_passes([Timestamp(2, (99,)), Timestamp(4, (0,))], 3)
+
+
+@settings(max_examples=100, deadline=None)
+@given(plans(), st.lists(st.tuples(st.integers(0, 47), st.integers(0, 40)), max_size=30))
+def test_every_record_is_admitted_by_exactly_one_replica_the_owner_at_its_epoch_and_kept_ones_come_back_in_order(
+        drawn, records):
+    plan = drawn[2]
+    replicas = [ReplicaSteps("count", r, plan) for r in range(plan.width)]
+    kept: dict[int, list] = {}
+    for index, (group, epoch) in enumerate(records):
+        group %= plan.before.key_groups
+        admitted = []
+        for steps in replicas:
+            try:
+                now = steps.receive(group, Timestamp(epoch), index)
+            except RescaleError:
+                continue
+            admitted.append(steps.replica)
+            if not now:
+                kept.setdefault(steps.replica, []).append((group, index))
+        assert admitted == [plan.owner_at(group, epoch)]
+    for replica, records_kept in kept.items():
+        groups = {group for group, _ in records_kept}
+        released = replicas[replica].arrived(groups)
+        assert [(group, index) for group, _, index in released] == records_kept
