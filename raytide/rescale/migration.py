@@ -6,9 +6,9 @@ by the table in force at its timestamp's epoch (:class:`TimedRouter`), and every
 the vertex keeps its part of each step (:class:`ReplicaSteps`)::
 
     old owner a of group g (step at epoch e):
-        holds a capability at e (``capabilities``) until g's state has left, upstream of the
-        vertex's input (as Megaphone's routing operator does: docs/rescaling.md, "Progress
-        stays correct", says why a pointstamp at the vertex itself would not hold b back);
+        holds a capability at e (``capabilities``) until g's state has left, at the vertex's
+        input port, as a message in flight would be (docs/rescaling.md, "Progress stays
+        correct", says why a pointstamp at the vertex itself would not hold b back);
         once its frontier passes e (``due``): hands g over (take_keys, and g's
         notifications at e and after) to the new owner, and drops the capability
     new owner b:
