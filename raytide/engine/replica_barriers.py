@@ -59,6 +59,8 @@ class BarrierHandling(HostedVertices):
         if isinstance(batch, EpochClosed):
             self.tokens.record(channel, batch)
             return
+        if vertex in self.stepped:
+            self.stepped[vertex].admit(channel.port, time, batch)
         location = Location.of_input(vertex, channel.port)
         self.held_back.update((location, time), -1)
         self.held_back.caused_by(HeldCause(Cause.MESSAGE, location, time))

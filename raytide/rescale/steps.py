@@ -29,6 +29,7 @@ from functools import cached_property
 
 from raytide.core.keygroups import KeyGroupAssignment, KeyGroupMove
 from raytide.errors import RescaleError
+from raytide.physical.protocol import StepPlanMessage
 
 __all__ = ["MigrationStep", "StepPlan", "groups_per_step_for", "plan_steps"]
 
@@ -65,6 +66,21 @@ class StepPlan:
         moved = [move.key_group for step in self.steps for move in step.moves]
         if len(moved) != len(set(moved)):
             raise RescaleError(f"a stepped rescale moves each key group once; moved {sorted(moved)}")
+
+    @classmethod
+    def of_message(cls, message: StepPlanMessage) -> StepPlan:
+        """The plan a :class:`~raytide.physical.protocol.StepPlanMessage` carries."""
+        steps = tuple(MigrationStep(epoch, moves) for epoch, moves in message.steps)
+        return cls(message.before, steps, message.after)
+
+    def message(self, vertex: str) -> StepPlanMessage:
+        """This plan of ``vertex`` as the driver sends it to the replicas."""
+        return StepPlanMessage(vertex, self.before, tuple((step.epoch, step.moves) for step in self.steps), self.after)
+
+    @property
+    def first_epoch(self) -> int | None:
+        """The first step's epoch (None: a plan that moves nothing)."""
+        return self.steps[0].epoch if self.steps else None
 
     @cached_property
     def _tables(self) -> tuple[tuple[int, ...], ...]:

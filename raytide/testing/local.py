@@ -41,7 +41,7 @@ from typing import Any
 from raytide.core.dataflow import Dataflow
 from raytide.errors import ActorLost, RaytideError, ReplicaLost, RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
-from raytide.physical.protocol import JobFailed, Marker, ReplicaKey
+from raytide.physical.protocol import JobFailed, Marker, ReplicaKey, StepPlanMessage
 from raytide.rescale.rescaling import Rescaling
 from raytide.rescale.reshard import reshard_snapshot
 from raytide.rescale.widths import new_widths
@@ -83,6 +83,10 @@ class LocalJob(World):
             on a Ray cluster, and through a group's relay per ``relay_fanin`` nodes (as on Ray if None) if more (:class:`Mailboxes`).
         pacing: choose the next actor by what its actions cost, and keep the model's clock
             (:mod:`raytide.testing.pacing`), instead of one mailbox at a time uniformly.
+        step_plans: stepped rescales' plans (:class:`~raytide.physical.protocol.StepPlanMessage`) every replica
+            has before the job starts, as the driver installs them before their first epoch: routing by the owners
+            at a record's epoch, checked where the records arrive (docs/rescaling.md, "Stepped migration"; the
+            state does not move yet, nor does a recovered replica get the plan again).
 
     With a :class:`~raytide.Dataflow` (not a plan), :meth:`rescale` changes the parallelism of
     vertices while the job runs, as ``job.rescale`` does on Ray, with or without ``recovery``
@@ -94,10 +98,13 @@ class LocalJob(World):
                  markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None,
                  recovery: LocalRecovery | None = None, restore: int | str | None = None,
                  consumer: LocalConsumer | None = None, nodes: int | None = None, pacing: Pacing | None = None,
-                 relay_fanin: int | None = None) -> None:
+                 relay_fanin: int | None = None, step_plans: Sequence[StepPlanMessage] = ()) -> None:
         plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
         super().__init__(plan, planned_commands(plan, inputs, markers or {}), seed, recovery, consumer, nodes, pacing,
                          relay_fanin)
+        for message in step_plans:
+            for core in self.replicas.values():
+                core.install_plan(message)
         self.flow = flow if isinstance(flow, Dataflow) else None
         self.parallelism, self.chaining = parallelism, chaining
         self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
