@@ -90,7 +90,9 @@ class ReplicaCore(Settling):
         stepping.check_in_time(message, self.input_epochs, f"replica {self.replica} of {self.chain.name!r}")
         self.outbox.install_plan(message.vertex, StepPlan.of_message(message))
         if message.vertex in self.chain.vertices:
-            self.stepped[message.vertex] = stepping.SteppedVertex(self.plan, message, self.replica)
+            stepped = self.stepped[message.vertex] = stepping.SteppedVertex(self.plan, message, self.replica)
+            for epoch in stepped.waiting:  # its tokens answer nothing at or after a step before its state came
+                self.tokens.hold(stepping.step_channel(message.vertex, epoch, stepped.port), epoch)
 
     def push_input(self, vertex: str, batch: Any, epoch: int) -> None:
         """The driver (or a source) delivers records of ``epoch`` to input ``vertex``."""

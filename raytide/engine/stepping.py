@@ -8,21 +8,42 @@ the owners in force at its epoch (:meth:`~raytide.engine.outbox.Outbox.install_p
 replica of the vertex refuses a batch whose records' owner at their epoch is another
 replica (:class:`SteppedVertex`): the protocol was broken (a sender routing by another
 table), and processing the records would lose or repeat them.
+
+Each step, moving groups ``G`` from old owner ``a`` to new owner ``b`` at epoch ``e``::
+
+    driver: a +1 at (the vertex's input port, e) for (a, e, b), made with the plan (:func:`holds`),
+        while every input is still before e: the frontier at the vertex's input cannot pass e
+    a: once nothing before e can reach it (its input frontier, or its epoch tokens, and none
+        of its own notifications before e pending): take_keys(G), and send GroupState(e, G, state)
+        to b as a data batch at e: that message is the hold, moved (no new +1, no -1)
+    b: a record of G at an epoch >= e before the state came is kept (its pointstamp with it);
+        its epoch tokens count the step as one more channel, at e, until the state comes
+    b: GroupState comes: put_keys (which asks for G's notifications), the kept records
+        processed in their order, the hold's -1
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Any
 
-from raytide.core.routing import non_empty
+import numpy as np
+
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment, key_group
+from raytide.core.routing import ExchangeRouter, column_key_groups, non_empty
 from raytide.errors import RescaleError
 from raytide.physical.plan import PhysicalPlan
-from raytide.physical.protocol import StepPlanMessage
+from raytide.physical.protocol import ChannelId, GroupState, StepPlanMessage
+from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
-from raytide.rescale.migration import TimedRouter
+from raytide.progress.tracker import Pointstamp
+from raytide.rescale.migration import GroupHandoff, ReplicaSteps, TimedRouter
 from raytide.rescale.steps import StepPlan
 
-__all__ = ["SteppedVertex", "check_in_time"]
+__all__ = ["SteppedVertex", "check_in_time", "holds", "step_channel"]
+
+#: A record batch a new owner keeps until its groups' state comes: ``(channel, vertex, time, batch)``.
+Kept = tuple[ChannelId, str, Timestamp, Any]
 
 
 class SteppedVertex:
@@ -32,11 +53,63 @@ class SteppedVertex:
     def __init__(self, plan: PhysicalPlan, message: StepPlanMessage, replica: int) -> None:
         self.vertex, self.replica = message.vertex, replica
         self.steps = StepPlan.of_message(message)
+        self.moves = ReplicaSteps(self.vertex, replica, self.steps)
+        self.port = hold_port(plan, self.vertex)
         self._routers: dict[int, TimedRouter] = {}
+        self._keys: dict[int, Callable[[Any], Hashable] | str] = {}
         for port, edges in enumerate(plan.vertex(self.vertex).inputs):
             for edge in edges:
                 if edge.channel.kind == "exchange" and edge.channel.key is not None:
                     self._routers[port] = TimedRouter(edge.channel.key, self.steps)
+                    self._keys[port] = edge.channel.key
+        #: Groups coming here, by step epoch, whose state has not come yet.
+        self.waiting: dict[int, set[int]] = {}
+        for epoch, move in self.steps.moves_of(replica):
+            if move.to_replica == replica:
+                self.waiting.setdefault(epoch, set()).add(move.key_group)
+        self.kept: list[Kept] = []
+
+    def group_of(self) -> Callable[[Hashable], int]:
+        """How the vertex's keys map to key groups (as its first exchange input hashes them)."""
+        if any(isinstance(key, str) for key in self._keys.values()):
+            return lambda key: int(column_key_groups(np.asarray([key]), DEFAULT_KEY_GROUPS)[0])
+        return lambda key: key_group(key, DEFAULT_KEY_GROUPS)
+
+    def moving(self, groups: tuple[int, ...]) -> Callable[[Hashable], bool]:
+        """``take_keys``'s test of a key: whether it is in one of ``groups``."""
+        group_of, chosen = self.group_of(), set(groups)
+        return lambda key: group_of(key) in chosen
+
+    def handoffs(self, ready: Callable[[int], bool]) -> list[GroupHandoff]:
+        """The hand-overs due now: those of every step at an epoch ``e`` this replica still
+        holds for and ``ready(e)`` (nothing before ``e`` can reach it any more)."""
+        passed = [epoch for epoch in self.moves.capabilities() if ready(epoch)]
+        return self.moves.due([Timestamp(max(passed))]) if passed else []
+
+    def waits(self) -> list[Timestamp]:
+        """What this replica waits on for its hand-overs: the epoch before its first step's."""
+        held = self.moves.capabilities()
+        return [Timestamp(held[0] - 1)] if held and held[0] > 0 else []
+
+    def split(self, channel: ChannelId, time: Timestamp, batch: Any) -> tuple[Any, Any]:
+        """``(now, kept)``: the records of ``batch`` this replica may process now, and those
+        of groups whose state has not come (each None if there are none)."""
+        waiting = {group for epoch, groups in self.waiting.items() if epoch <= time.epoch for group in groups}
+        if not waiting or channel.port not in self._keys:
+            return batch, None
+        owners = tuple(int(group in waiting) for group in range(DEFAULT_KEY_GROUPS))
+        router = ExchangeRouter(self._keys[channel.port], 2, DEFAULT_KEY_GROUPS, KeyGroupAssignment(owners, 2))
+        parts = dict(non_empty(router.route(batch)))
+        return parts.get(0), parts.get(1)
+
+    def arrived(self, state: GroupState) -> list[Kept]:
+        """``state``'s groups came: the records kept until now, to be processed again in order."""
+        self.moves.arrived(state.groups)
+        self.waiting[state.epoch] -= set(state.groups)
+        if not self.waiting[state.epoch]:
+            del self.waiting[state.epoch]
+        kept, self.kept = self.kept, []
+        return kept
 
     def admit(self, port: int, time: Timestamp, batch: Any) -> None:
         """Check that every record of ``batch`` (at ``time``, on input ``port``) is this
@@ -54,6 +127,30 @@ class SteppedVertex:
                     f"vertex {self.vertex!r}: {len(part)} records at {time} (epoch {time.epoch}) reached replica "
                     f"{self.replica} on input {port}, but replica {owner} owns their key groups at that epoch in the "
                     f"stepped rescale's plan: a sender routed them by another table")
+
+
+def step_channel(vertex: str, epoch: int, port: int) -> ChannelId:
+    """The channel a new owner's epoch tokens count for its hand-overs at ``epoch`` (no
+    sender's: output -1, the epoch in the sender's place)."""
+    return ChannelId(vertex, -1, epoch, port)
+
+
+def hold_port(plan: PhysicalPlan, vertex: str) -> int:
+    """The input port of ``vertex`` where a step's hold is (its first exchange input)."""
+    return next(port for port, edges in enumerate(plan.vertex(vertex).inputs)
+                if any(edge.channel.kind == "exchange" for edge in edges))
+
+
+def holds(plan: PhysicalPlan, message: StepPlanMessage) -> list[tuple[Pointstamp, int]]:
+    """The pointstamps the driver makes with a plan, while every input is before its first
+    epoch: a ``+1`` at the vertex's input port at each step's epoch, per (old owner, new
+    owner) pair of the step, which the hand-over's :class:`GroupState` then carries."""
+    location = Location.of_input(message.vertex, hold_port(plan, message.vertex))
+    pairs = {(epoch, move.from_replica, move.to_replica) for epoch, moves in message.steps for move in moves}
+    counts: dict[Timestamp, int] = {}
+    for epoch, _, _ in pairs:
+        counts[Timestamp(epoch)] = counts.get(Timestamp(epoch), 0) + 1
+    return [((location, time), count) for time, count in sorted(counts.items(), key=lambda item: item[0].epoch)]
 
 
 def check_in_time(message: StepPlanMessage, input_epochs: dict[str, int | None], where: str) -> None:

@@ -16,6 +16,7 @@ Message flow (arrows are fire-and-forget Ray calls unless marked *waits*)::
     driver ──StepPlanMessage─────────────▶ every sender of a keyed vertex and every replica of it
                                                                    (a stepped rescale's plan, before its
                                                                     first epoch closes: docs/rescaling.md)
+    old owner ──GroupState───────────────▶ new owner              (a step's key groups, as a data batch)
     driver ──next_events(cursor)─────────▶ progress actor         (*waits*, a long poll in its own
                                                                     concurrency group; returns JobEvents)
 
@@ -144,6 +145,19 @@ class StepPlanMessage:
     before: KeyGroupAssignment
     steps: tuple[tuple[int, tuple[KeyGroupMove, ...]], ...]
     after: KeyGroupAssignment
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """A stepped rescale's hand-over: the state of key groups ``groups`` (what
+    ``Vertex.take_keys`` returned) that the old owner sends the new one at step epoch
+    ``epoch``, as a data batch at ``epoch`` on the channel ``ChannelId(vertex, -1, old
+    owner, port)``: the message in flight is the hold the driver made at the vertex's input
+    at ``epoch``, which the new owner retires when it puts the keys."""
+
+    epoch: int
+    groups: tuple[int, ...]
+    state: Any
 
 
 class MarkerKind(enum.Enum):

@@ -39,6 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from raytide.core.dataflow import Dataflow
+from raytide.engine.progress_core import ProgressCore
+from raytide.engine.stepping import holds
 from raytide.errors import ActorLost, RaytideError, ReplicaLost, RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import JobFailed, Marker, ReplicaKey, StepPlanMessage
@@ -102,6 +104,9 @@ class LocalJob(World):
         plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
         super().__init__(plan, planned_commands(plan, inputs, markers or {}), seed, recovery, consumer, nodes, pacing,
                          relay_fanin)
+        if step_plans:  # with the driver's holds at each step, made before any input moves
+            made = [hold for message in step_plans for hold in holds(plan, message)]
+            self.progress = ProgressCore(plan.graph, plan.outputs, plan.initial_pointstamps() + made)
         for message in step_plans:
             for core in self.replicas.values():
                 core.install_plan(message)
