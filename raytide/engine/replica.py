@@ -83,7 +83,7 @@ class ReplicaCore(Settling):
         self._settle()
 
     def install_plan(self, message: StepPlanMessage) -> None:
-        """The driver's plan of a stepped rescale (before any input closed its first step's
+        """The driver's plan of a stepped rescale (before any input reached its first step's
         epoch, or :func:`~raytide.engine.stepping.check_in_time` refuses it): route every
         exchange into its vertex by the owners at a batch's epoch, and, at a replica of that
         vertex, refuse records whose owner at their epoch is another replica."""

@@ -154,7 +154,7 @@ def holds(plan: PhysicalPlan, message: StepPlanMessage) -> list[tuple[Pointstamp
 
 
 def check_in_time(message: StepPlanMessage, input_epochs: dict[str, int | None], where: str) -> None:
-    """Refuse a plan that reaches ``where`` after one of its inputs closed the first step's
+    """Refuse a plan that reaches ``where`` after one of its inputs reached the first step's
     epoch (``input_epochs``: each hosted input's current epoch, None once closed): records
     of that epoch may have gone out by the old table already.
 
@@ -165,8 +165,9 @@ def check_in_time(message: StepPlanMessage, input_epochs: dict[str, int | None],
     if first is None:
         return
     for name, epoch in input_epochs.items():
-        if epoch is None or epoch > first:
+        if epoch is None or epoch >= first:
             state = "is closed" if epoch is None else f"is at epoch {epoch}"
             raise RescaleError(f"vertex {message.vertex!r}: a stepped rescale's plan reached {where} too late: its "
-                               f"first step is at epoch {first}, but input {name!r} {state}, past it; the plan must "
-                               f"be installed before any input closes its first epoch")
+                               f"first step is at epoch {first}, but input {name!r} {state}, and may have sent "
+                               f"records of that epoch by the old table; the plan must be installed before any "
+                               f"input reaches its first epoch")

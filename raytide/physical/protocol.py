@@ -130,7 +130,7 @@ class EpochClosed:
 class StepPlanMessage:
     """A stepped rescale's plan of ``vertex`` (``raytide.rescale.steps.StepPlan``), as the
     driver sends it to every replica that sends to the vertex and every replica of it, before
-    any input closes the first step's epoch: from then on a sender routes a record by the
+    any input reaches the first step's epoch: from then on a sender routes a record by the
     owners in force at its timestamp's epoch, and a replica of the vertex refuses a record
     whose owner at that epoch is another (docs/rescaling.md, "Stepped migration").
 

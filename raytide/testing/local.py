@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from raytide.core.dataflow import Dataflow
+from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine.progress_core import ProgressCore
 from raytide.engine.stepping import holds
 from raytide.errors import ActorLost, RaytideError, ReplicaLost, RescaleError, SnapshotError
@@ -46,6 +47,7 @@ from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import JobFailed, Marker, ReplicaKey, StepPlanMessage
 from raytide.rescale.rescaling import Rescaling
 from raytide.rescale.reshard import reshard_snapshot
+from raytide.rescale.steps import plan_steps
 from raytide.rescale.widths import new_widths
 from raytide.snapshots.consumed import START, starting_point
 from raytide.snapshots.recovering import Recovering
@@ -113,6 +115,7 @@ class LocalJob(World):
         self.flow = flow if isinstance(flow, Dataflow) else None
         self.parallelism, self.chaining = parallelism, chaining
         self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
+        self.migrations: dict[int, list[tuple[str, int, int]]] = {}  # step -> the stepped rescales made then (migrate)
         self.asks = RescaleAsks()
         self.events_seen = 0  # the job events the stall rule has seen
         #: The stall rule for frozen actors (``LocalRecovery.stall``), None: frozen actors are waited for.
@@ -137,6 +140,39 @@ class LocalJob(World):
             raise RescaleError("LocalJob.rescale needs a Dataflow (not a plan)")
         new_widths(self.plan, widths)  # refused now, not at the cut
         self.asks.ask(widths, at_step)
+
+    def migrate(self, vertex: str, parallelism: int, at_step: int, groups_per_step: int = 8) -> None:
+        """At step ``at_step``, move ``vertex``'s key groups in steps, as a stepped rescale to
+        ``parallelism`` would (docs/rescaling.md, "Stepped migration"): the driver plans the
+        steps from the epoch after the latest any input has reached, makes their holds at
+        the progress core and installs the plan at every replica in that one step (as the
+        driver holds its inputs until every replica has it). The vertex keeps its replicas
+        (no short switch yet): shrinking empties the replicas from ``parallelism`` on.
+
+        Raises:
+            RescaleError: a job with ``recovery`` (a death during a plan is not recovered
+                from yet), or ``parallelism`` wider than the vertex is.
+        """
+        if self.recovery is not None:
+            raise RescaleError("LocalJob.migrate: a stepped rescale with recovery is not built yet")
+        if not 1 <= parallelism <= self.plan.width(vertex):
+            raise RescaleError(f"LocalJob.migrate: vertex {vertex!r} has {self.plan.width(vertex)} replicas; its key "
+                               f"groups can move to 1 to that many, not {parallelism} (no short switch yet)")
+        self.migrations.setdefault(at_step, []).append((vertex, parallelism, groups_per_step))
+
+    def _migrate(self, vertex: str, parallelism: int, groups_per_step: int) -> None:
+        epochs = [epoch for core in self.replicas.values() for epoch in core.input_epochs.values()]
+        if None in epochs:  # an input closed: its records went by the old table
+            self.result.refused.append((self.result.steps, RescaleError(f"vertex {vertex!r}: an input has closed")))
+            return
+        first = max(epoch for epoch in epochs if epoch is not None) + 1
+        steps = plan_steps(KeyGroupAssignment.contiguous(self.plan.width(vertex)), parallelism, first, groups_per_step)
+        message = steps.message(vertex)
+        assert self.progress is not None
+        self._perform(self.progress.hold(holds(self.plan, message)))
+        for core in self.replicas.values():
+            core.install_plan(message)
+        self.result.migrations.append((self.result.steps, message))
 
     def crash(self, target: Target, at_step: int) -> None:
         """Kill ``target`` (a replica key, :data:`PROGRESS`, :data:`COORDINATOR` or
@@ -163,6 +199,8 @@ class LocalJob(World):
                 continue
             if not self.result.finished:
                 self.asks.arrive(self.result.steps, self.plan)
+            for migration in self.migrations.pop(self.result.steps, ()):
+                self._migrate(*migration)
             self._supervise()
             self._tick_coordinator()
             choices = self._mailboxes()

@@ -99,3 +99,23 @@ def plan(groups_per_step: int) -> StepPlan:
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6, 7, 8, *rotating(4, "stepped-handover")])
 def test_state_moves_in_steps_exactly_once_and_in_order(seed: int) -> None:
     trial(seed)
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13, 14, 15, 16, *rotating(3, "stepped-migrate")])
+def test_a_stepped_rescale_made_at_any_step_of_a_running_job(seed: int) -> None:
+    """``LocalJob.migrate``: the driver plans the steps from the epoch after the latest any
+    input has reached, at a random step of the run, with the plan's holds and its install
+    in that one step; every output as the reference's."""
+    rng = random.Random(seed)
+    keys = [[rng.randrange(60) for _ in range(rng.randrange(10, 30))] for _ in range(EPOCHS)]
+    job = LocalJob(flow(), {"keys": keys}, seed=seed)
+    at = rng.randrange(0, 900)  # runs take about 1,200 steps: an input may have closed (the rescale refused)
+    for vertex in STEPPED:
+        job.migrate(vertex, rng.choice([1, 2]), at_step=at, groups_per_step=rng.choice([4, 16, 64]))
+    result = job.run()
+    assert result.failure is None, f"seed {seed}: {result.failure}"
+    assert len(result.migrations) == len(STEPPED) or result.refused, f"seed {seed}: the migration was not made"
+    running, counts = reference(keys)
+    for name, expected in (("eager_running", running), ("running", running), ("counts", counts)):
+        got = {e: Counter(r) for e, r in result.outputs[name].items() if r}
+        assert got == {e: c for e, c in expected.items() if c}, f"seed {seed}: {name} (migrated at step {at})"
