@@ -146,8 +146,10 @@ class Outbox:
                 yield ReplicaKey(to_chain, replica), channel, consumer
 
     def tables(self) -> dict[tuple[str, int, int], KeyGroupAssignment]:
-        """The routing table of every exchange out of this replica (part of its snapshot)."""
-        return {route: router.table for route, router in self.routers.items() if isinstance(router, ExchangeRouter)}
+        """The routing table of every exchange out of this replica (part of its snapshot; a
+        stepped rescale's, its table after the last step: no snapshot is taken while it runs)."""
+        return {route: router.table if isinstance(router, ExchangeRouter) else router.after
+                for route, router in self.routers.items() if isinstance(router, ExchangeRouter | TimedRouter)}
 
     def restore_tables(self, tables: dict[tuple[str, int, int], KeyGroupAssignment]) -> None:
         """Route by ``tables`` (as :meth:`tables` returned them)."""

@@ -31,6 +31,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import ExchangeRouter, Routed
 from raytide.errors import RescaleError
 from raytide.progress.timestamps import Timestamp
@@ -56,6 +57,11 @@ class TimedRouter:
     def __init__(self, key: Callable[[Any], Hashable] | str, plan: StepPlan) -> None:
         self._key, self._plan = key, plan
         self._routers: dict[tuple[int, ...], ExchangeRouter] = {}
+
+    @property
+    def after(self) -> KeyGroupAssignment:
+        """The table once every step is done."""
+        return self._plan.after
 
     def route(self, batch: Any, time: Timestamp) -> Routed:
         """``(replica, sub_batch)`` for ``batch`` sent at ``time``, by the owners at its epoch."""

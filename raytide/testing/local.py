@@ -116,6 +116,7 @@ class LocalJob(World):
         self.parallelism, self.chaining = parallelism, chaining
         self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
         self.migrations: dict[int, list[tuple[str, int, int]]] = {}  # step -> the stepped rescales made then (migrate)
+        self.in_force: list[tuple[int, int, tuple[str, int, int]]] = []  # (incarnation, last commit, migration)
         self.asks = RescaleAsks()
         self.events_seen = 0  # the job events the stall rule has seen
         #: The stall rule for frozen actors (``LocalRecovery.stall``), None: frozen actors are waited for.
@@ -149,18 +150,26 @@ class LocalJob(World):
         driver holds its inputs until every replica has it). The vertex keeps its replicas
         (no short switch yet): shrinking empties the replicas from ``parallelism`` on.
 
+        With ``recovery``, it waits for a snapshot in flight, no snapshot is taken while a plan
+        runs, and a death falls back to today's whole-job recovery from the last committed
+        snapshot (taken before the plan), after which the rescale is made again with a new
+        plan (until a snapshot taken after the plan's end commits).
+
         Raises:
-            RescaleError: a job with ``recovery`` (a death during a plan is not recovered
-                from yet), or ``parallelism`` wider than the vertex is.
+            RescaleError: ``parallelism`` wider than the vertex is.
         """
-        if self.recovery is not None:
-            raise RescaleError("LocalJob.migrate: a stepped rescale with recovery is not built yet")
         if not 1 <= parallelism <= self.plan.width(vertex):
             raise RescaleError(f"LocalJob.migrate: vertex {vertex!r} has {self.plan.width(vertex)} replicas; its key "
                                f"groups can move to 1 to that many, not {parallelism} (no short switch yet)")
         self.migrations.setdefault(at_step, []).append((vertex, parallelism, groups_per_step))
 
     def _migrate(self, vertex: str, parallelism: int, groups_per_step: int) -> None:
+        busy = self.recovery_steps or self.progress is None or (self.coordinator and self.coordinator.in_flight)
+        if busy:  # a snapshot in flight or a recovery: the driver waits for it to end
+            self.migrations.setdefault(self.result.steps + 1, []).append((vertex, parallelism, groups_per_step))
+            return
+        self.in_force.append((self.incarnation, max(self.result.snapshots, default=0),
+                              (vertex, parallelism, groups_per_step)))
         epochs = [epoch for core in self.replicas.values() for epoch in core.input_epochs.values()]
         if None in epochs:  # an input closed: its records went by the old table
             self.result.refused.append((self.result.steps, RescaleError(f"vertex {vertex!r}: an input has closed")))
@@ -173,6 +182,18 @@ class LocalJob(World):
         for core in self.replicas.values():
             core.install_plan(message)
         self.result.migrations.append((self.result.steps, message))
+
+    def _replan(self) -> None:
+        """The stepped rescales a recovery undid (the job went back to a snapshot from before
+        their plans) are made again; one a snapshot from after its end holds is done."""
+        if self.recovery_steps:
+            return
+        committed = max(self.result.snapshots, default=0)
+        undone = [entry for entry in self.in_force if entry[0] != self.incarnation]
+        self.in_force = [entry for entry in self.in_force
+                         if entry[0] == self.incarnation and not (committed > entry[1] and not self._stepping())]
+        for _, _, migration in undone:
+            self.migrations.setdefault(self.result.steps, []).append(migration)
 
     def crash(self, target: Target, at_step: int) -> None:
         """Kill ``target`` (a replica key, :data:`PROGRESS`, :data:`COORDINATOR` or
@@ -199,6 +220,7 @@ class LocalJob(World):
                 continue
             if not self.result.finished:
                 self.asks.arrive(self.result.steps, self.plan)
+            self._replan()
             for migration in self.migrations.pop(self.result.steps, ()):
                 self._migrate(*migration)
             self._supervise()

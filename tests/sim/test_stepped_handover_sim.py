@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,8 @@ from raytide.core.keygroups import KeyGroupAssignment
 from raytide.physical.protocol import ReplicaKey
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.steps import StepPlan, plan_steps
-from raytide.testing import LocalJob
+from raytide.snapshots.store import SnapshotStore
+from raytide.testing import LocalJob, LocalRecovery
 from tests.sim.seeds import rotating
 
 EPOCHS = 8
@@ -48,6 +50,12 @@ class EagerSequence(rt.Vertex):
 
     def put_keys(self, state: Any) -> None:
         self.seen.update(state)
+
+    def snapshot(self) -> Any:
+        return dict(self.seen)
+
+    def restore(self, state: Any) -> None:
+        self.seen = dict(state or {})
 
 
 def flow() -> rt.Dataflow:
@@ -119,3 +127,32 @@ def test_a_stepped_rescale_made_at_any_step_of_a_running_job(seed: int) -> None:
     for name, expected in (("eager_running", running), ("running", running), ("counts", counts)):
         got = {e: Counter(r) for e, r in result.outputs[name].items() if r}
         assert got == {e: c for e, c in expected.items() if c}, f"seed {seed}: {name} (migrated at step {at})"
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23, 24, 25, 26, 27, 28, *rotating(4, "stepped-crash")])
+def test_a_death_during_a_stepped_rescale_falls_back_to_a_whole_job_recovery(tmp_path: Path, seed: int) -> None:
+    """With recovery: a replica of a stepped vertex (or of the input) killed at a random step
+    while the plan may run; the job recovers from the snapshot before the plan, the rescale
+    is made again, and every output is exactly the reference's, each epoch once."""
+    rng = random.Random(seed)
+    keys = [[rng.randrange(60) for _ in range(rng.randrange(10, 30))] for _ in range(EPOCHS)]
+    store = SnapshotStore(str(tmp_path / "store"))
+    job = LocalJob(flow(), {"keys": keys}, seed=seed, recovery=LocalRecovery(store, interval=rng.choice([30, 80])))
+    at = rng.randrange(0, 500)
+    widths = {vertex: rng.choice([1, 2]) for vertex in STEPPED}
+    for vertex, width in widths.items():
+        job.migrate(vertex, width, at_step=at, groups_per_step=rng.choice([4, 16]))
+    victim = rng.choice([key for key in job.replica_keys() if key.chain in (*STEPPED, "keys")])
+    job.crash(victim, at_step=at + rng.randrange(0, 400))
+    result = job.run()
+    assert result.failure is None, f"seed {seed}: {result.failure}"
+    running, counts = reference(keys)
+    for name, expected in (("eager_running", running), ("running", running), ("counts", counts)):
+        got = {e: Counter(r) for e, r in result.outputs[name].items() if r}
+        assert got == {e: c for e, c in expected.items() if c}, f"seed {seed}: {name} ({victim} killed)"
+    sender = job.replicas[ReplicaKey(job.plan.chain_of("keys").name, 0)].outbox
+    for (_, _, index), table in sender.tables().items():  # the rescale was made (again, after the recovery)
+        vertex = job.plan.consumers_of("keys", 0)[index].vertex
+        if vertex in widths and not result.refused:
+            assert table.owners == KeyGroupAssignment.contiguous(3).rescale(widths[vertex])[0].owners, \
+                f"seed {seed}: {vertex}'s groups are not where the rescale put them"
