@@ -97,8 +97,13 @@ class SteppedVertex:
         waiting = {group for epoch, groups in self.waiting.items() if epoch <= time.epoch for group in groups}
         if not waiting or channel.port not in self._keys:
             return batch, None
-        owners = tuple(int(group in waiting) for group in range(DEFAULT_KEY_GROUPS))
-        router = ExchangeRouter(self._keys[channel.port], 2, DEFAULT_KEY_GROUPS, KeyGroupAssignment(owners, 2))
+        return self._partition(channel.port, waiting, batch)
+
+    def _partition(self, port: int, groups: set[int], batch: Any) -> tuple[Any, Any]:
+        """``(others, of groups)``: ``batch``'s records split by whether their key group (by
+        input ``port``'s key) is one of ``groups`` (each None if empty)."""
+        owners = tuple(int(group in groups) for group in range(DEFAULT_KEY_GROUPS))
+        router = ExchangeRouter(self._keys[port], 2, DEFAULT_KEY_GROUPS, KeyGroupAssignment(owners, 2))
         parts = dict(non_empty(router.route(batch)))
         return parts.get(0), parts.get(1)
 
@@ -127,6 +132,12 @@ class SteppedVertex:
                     f"vertex {self.vertex!r}: {len(part)} records at {time} (epoch {time.epoch}) reached replica "
                     f"{self.replica} on input {port}, but replica {owner} owns their key groups at that epoch in the "
                     f"stepped rescale's plan: a sender routed them by another table")
+        gone = self.moves.gone(time.epoch)
+        if gone and self._partition(port, gone, batch)[1] is not None:
+            raise RescaleError(
+                f"vertex {self.vertex!r}: records at {time} (epoch {time.epoch}) reached replica {self.replica} on "
+                f"input {port} after their key groups' state left it for a later step (groups "
+                f"{sorted(gone)[:8]}): it handed them over before its frontier passed their epoch")
 
 
 def step_channel(vertex: str, epoch: int, port: int) -> ChannelId:

@@ -106,6 +106,11 @@ class ReplicaSteps:
         whose groups it has yet to hand over (so no frontier passes them before it does)."""
         return sorted({epoch for group, (epoch, _) in self._leaving.items() if group not in self._left})
 
+    def gone(self, epoch: int) -> set[int]:
+        """The groups whose state has left this replica at a step after ``epoch``: a record of
+        one of them at ``epoch`` reaching it now came too late (the protocol was broken)."""
+        return {group for group in self._left if self._leaving[group][0] > epoch}
+
     def receive(self, group: int, time: Timestamp, record: Any) -> bool:
         """Whether a record of ``group`` at ``time`` may be processed now; if not, it is kept
         until the group's state comes (:meth:`arrived` returns it).

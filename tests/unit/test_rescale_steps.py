@@ -188,3 +188,13 @@ def test_every_record_is_admitted_by_exactly_one_replica_the_owner_at_its_epoch_
         groups = {group for group, _ in records_kept}
         released = replicas[replica].arrived(groups)
         assert [(group, index) for group, _, index in released] == records_kept
+
+
+def test_a_group_handed_over_is_gone_for_the_epochs_before_its_step_only() -> None:
+    plan = plan_steps(KeyGroupAssignment.contiguous(2, 8), 1, first_epoch=3, groups_per_step=2)
+    steps = ReplicaSteps("v", 1, plan)
+    first = plan.steps[0]
+    assert steps.gone(first.epoch - 1) == set()
+    steps.due([Timestamp(first.epoch)])
+    moved = {move.key_group for move in first.moves}
+    assert steps.gone(first.epoch - 1) == moved and steps.gone(first.epoch) == set()
