@@ -13,7 +13,17 @@ pool is started before the clock). Per rescale:
   the rescale (each record's output is when it was processed, and only processing that
   counted reaches the output), against ``gap_calm_s``, the longest in the calm epochs;
 * ``latency_spike_s``: the longest epoch latency (pushed -> its last record processed)
-  of the epochs pushed during the rescale, against the calm epochs' median ``latency_calm_s``.
+  of the epochs pushed during the rescale, against the calm epochs' median ``latency_calm_s``;
+* issue 74's measures, over each rescale's window (from the call to its return; every
+  epoch has a record for a key of every key group, :func:`epoch_records`):
+  ``unmoved_idle_s``, the longest time any key group that the rescale does not move
+  processed nothing (a gap between two of its records that overlaps the window), against
+  ``unmoved_idle_calm_s``, the same over the calm epochs (the feed's own gaps, about one
+  ``pace``); ``latency_p99_ratio``, the p99 epoch latency of the
+  epochs pushed in the window over the calm epochs' p99; ``throughput_ratio``, records
+  processed a second in the window over the calm rate. Targets (stepped migration, not
+  built yet: today's rescale holds the whole job): idle at most 20 ms, p99 at most 2x,
+  throughput at least 0.8.
 
 Each is reported as the median and the max over the rescales of a run. ``recovery=0``: the
 same job started without ``recovery=`` (its first rescale leases the coordinator of the cuts).
@@ -31,6 +41,7 @@ run's time, ``run_s``; ``paused_share``: the same with ``pause_s`` alone, when n
 
 from __future__ import annotations
 
+import functools
 import statistics
 import tempfile
 import threading
@@ -40,6 +51,7 @@ from typing import Any
 import raytide as rt
 from bench.harness import ensure_ray
 from examples.unbalanced import mandelbrot_flow, row_epochs
+from raytide.core.keygroups import KeyGroupAssignment, key_group
 
 PARAMS = {"state_mb": 10, "keys": 1000, "per_epoch": 200, "pace": 0.02, "calm_epochs": 40, "rescales": 4,
           "autoscale_s": 60, "only": "all", "recovery": 1}
@@ -80,7 +92,7 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
             epoch = 1
             while not stop.is_set():
                 pushed[epoch] = time.time()
-                job.push("records", [(i % keys, 0) for i in range(epoch * per_epoch, (epoch + 1) * per_epoch)], epoch)
+                job.push("records", epoch_records(epoch, keys, per_epoch), epoch)
                 job.advance("records", epoch + 1)
                 epoch += 1
                 time.sleep(pace)
@@ -100,8 +112,7 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
         out = job.collect("out")
     done = {epoch: max(at for _, at in part) for epoch, part in out.items() if epoch in pushed}
     processed = sorted(at for epoch, part in out.items() if epoch > 0 for _, at in part)
-    calm = [epoch for epoch in done if done[epoch] < windows[0][0]]
-    metrics = {"state_mb": float(state_mb), "latency_calm_s": statistics.median(done[e] - pushed[e] for e in calm),
+    metrics = {"state_mb": float(state_mb), "latency_calm_s": statistics.median(_latencies(pushed, done, windows[0][0])),
                "gap_calm_s": _longest_gap([at for at in processed if at < windows[0][0]])}
     per_rescale: dict[str, list[float]] = {"cut_s": [], "pause_s": [], "call_s": [], "gap_s": [],
                                            "latency_spike_s": []}
@@ -111,10 +122,89 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
         per_rescale["call_s"].append(record["seconds"])
         per_rescale["gap_s"].append(_longest_gap([at for at in processed if start - 0.5 <= at <= end]))
         per_rescale["latency_spike_s"].append(max(done[e] - pushed[e] for e in done if start <= pushed[e] <= end))
+    calls = [(start, start + record["seconds"]) for (start, _), record in zip(windows, records)]
+    per_rescale.update(_issue_measures(out, pushed, done, calls, moved_groups(rescales)))
     for name, values in per_rescale.items():
         metrics[f"{name}_p50"] = statistics.median(values)
         metrics[f"{name}_max"] = max(values)
+    metrics.update(_calm_measures(out, pushed, done, (min(pushed.values()), windows[0][0])))
     return metrics
+
+
+def epoch_records(epoch: int, keys: int, per_epoch: int) -> list[tuple[int, int]]:
+    """An epoch's ``per_epoch`` records: one for a key of every key group first (so that each
+    group processes something every epoch, and a group that stops shows), then keys in turn."""
+    firsts = _group_firsts(keys)[:per_epoch]
+    rest = per_epoch - len(firsts)
+    return [(key, 0) for key in firsts] + [(i % keys, 0) for i in range(epoch * rest, (epoch + 1) * rest)]
+
+
+@functools.cache
+def _group_firsts(keys: int) -> list[int]:
+    """The lowest key of every key group among ``range(keys)``."""
+    return list({key_group(key): key for key in reversed(range(keys))}.values())
+
+
+def moved_groups(rescales: int) -> list[set[int]]:
+    """The key groups each rescale of the keyed vertex (1 -> 2 -> 1 -> ...) moves, by its
+    tables (the fewest moves, as the driver computes them)."""
+    table, moved = KeyGroupAssignment.contiguous(1), []
+    for step in range(rescales):
+        table, moves = table.rescale(2 if step % 2 == 0 else 1)
+        moved.append({move.key_group for move in moves})
+    return moved
+
+
+def _group_times(out: dict[int, list]) -> dict[int, list[float]]:
+    """When each key group processed each of its records (the warm-up epoch 0 aside)."""
+    times: dict[int, list[float]] = {}
+    for epoch, part in out.items():
+        for key, at in part if epoch > 0 else ():
+            times.setdefault(key_group(key), []).append(at)
+    return {group: sorted(ats) for group, ats in times.items()}
+
+
+def _idle(times: dict[int, list[float]], groups: set[int], start: float, end: float) -> float:
+    """The longest time one of ``groups`` processed nothing, of the gaps overlapping [start, end]."""
+    return max((b - a for group in groups for a, b in zip(times.get(group, []), times.get(group, [])[1:])
+                if b >= start and a <= end), default=0.0)
+
+
+def _rate(out: dict[int, list], start: float, end: float) -> float:
+    return sum(start <= at <= end for epoch, part in out.items() if epoch > 0 for _, at in part) / (end - start)
+
+
+def _p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[98] if len(values) > 1 else max(values)
+
+
+def _issue_measures(out: dict[int, list], pushed: dict[int, float], done: dict[int, float],
+                    calls: list[tuple[float, float]], moved: list[set[int]]) -> dict[str, list[float]]:
+    """Issue 74's measures of each rescale's window (see the module docstring), as ratios
+    to the calm epochs' where the issue asks for ratios."""
+    times = _group_times(out)
+    calm_p99 = _p99(_latencies(pushed, done, calls[0][0]))
+    calm_rate = _rate(out, min(pushed.values()), calls[0][0])
+    found: dict[str, list[float]] = {"unmoved_idle_s": [], "latency_p99_ratio": [], "throughput_ratio": []}
+    for (start, end), groups in zip(calls, moved):
+        found["unmoved_idle_s"].append(_idle(times, set(times) - groups, start, end))
+        inside = [done[e] - pushed[e] for e in done if start <= pushed[e] <= end]
+        found["latency_p99_ratio"].append(_p99(inside) / calm_p99 if inside else float("nan"))
+        found["throughput_ratio"].append(_rate(out, start, end) / calm_rate)
+    return found
+
+
+def _calm_measures(out: dict[int, list], pushed: dict[int, float], done: dict[int, float],
+                   calm: tuple[float, float]) -> dict[str, float]:
+    """The calm epochs' own figures the ratios are taken against."""
+    times = _group_times(out)
+    return {"unmoved_idle_calm_s": _idle(times, set(times), calm[0] + 0.1, calm[1]),
+            "latency_p99_calm_s": _p99(_latencies(pushed, done, calm[1])), "calm_records_per_s": _rate(out, *calm)}
+
+
+def _latencies(pushed: dict[int, float], done: dict[int, float], before: float) -> list[float]:
+    """The latencies of the epochs done before ``before`` (the calm ones)."""
+    return [done[e] - pushed[e] for e in done if done[e] < before]
 
 
 def _longest_gap(times: list[float]) -> float:

@@ -66,6 +66,8 @@ PURE = [
     "raytide.snapshots.recovery",
     "raytide.testing.local",
     "raytide.rescale.rescaling",
+    "raytide.rescale.steps",
+    "raytide.rescale.migration",
     "raytide.snapshots",
     "raytide.snapshots.barriers",
     "raytide.snapshots.store",

@@ -116,7 +116,7 @@ USER_METHODS = {
         "push", "push_refs", "advance", "close", "feed", "wait", "wait_ready", "results", "collect", "output_parts",
         "snapshot", "stop", "frontier", "stats", "parallelism", "rescale", "cancel", "hosts", "plan",
         "ui", "ui_snapshot", "plot_frontier", "progress_total", "epochs_total"},
-    "raytide.testing.local:LocalJob": {"run", "rescale", "crash", "slow_down", "replica_keys", "recovery_steps"},
+    "raytide.testing.local:LocalJob": {"run", "rescale", "migrate", "crash", "slow_down", "replica_keys", "recovery_steps"},
 }
 
 

@@ -285,6 +285,19 @@ class TokenBook:
             self.proxied[channel] = max(token, self.proxied.get(channel, token), key=_proxy_key)
         # else its own token went past the one the proxy was for: a later own token closed more
 
+    def hold(self, channel: ChannelId, epoch: int) -> None:
+        """Count ``channel`` (a stepped rescale's hand-over to this replica at ``epoch``) as
+        one more channel whose token is ``epoch`` until :meth:`release`: the tokens answer no
+        notification at or after ``epoch`` before the state has come (docs/rescaling.md)."""
+        if self.channels:
+            self.channels |= {channel}
+            self.closed[channel] = epoch
+
+    def release(self, channel: ChannelId) -> None:
+        """The hand-over on ``channel`` came: it holds nothing back any more."""
+        if channel in self.channels:
+            self.closed[channel] = None
+
     def _close(self, channel: ChannelId, below: int | None) -> None:
         """Every epoch before ``below`` is closed on ``channel`` (tokens only ever close more)."""
         if channel not in self.closed or _epoch_key(below) > _epoch_key(self.closed[channel]):

@@ -7,6 +7,10 @@ replica sends itself (a loop's feedback routed back here) never leaves it: such
 batches and markers wait in a local queue that the replica drains, in send order, so
 each channel stays FIFO; they skip serialisation, which is why ``send_by`` hands a
 batch over.
+
+While a stepped rescale of a keyed vertex runs (:meth:`Outbox.install_plan`), every exchange
+into it routes a batch by the owners in force at the batch's epoch
+(:class:`~raytide.rescale.migration.TimedRouter`), not by the moment it is sent.
 """
 
 from __future__ import annotations
@@ -16,11 +20,17 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
 from raytide.core.keygroups import KeyGroupAssignment
-from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Router
+from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Routed, Router
 from raytide.physical.plan import ChainPlan, Consumer, PhysicalPlan
 from raytide.physical.protocol import ChannelId, Marker, ReplicaKey, Sequenced
 from raytide.progress.timestamps import Timestamp
+from raytide.rescale.migration import TimedRouter
+from raytide.rescale.steps import StepPlan
 from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
+
+#: A router of an outbox: one of :mod:`raytide.core.routing`'s, or one that routes by a
+#: stepped rescale's plan at the batch's time.
+OutRouter = Router | TimedRouter
 
 
 class Transport(Protocol):
@@ -46,7 +56,7 @@ class Route(NamedTuple):
     """One consumer of an output port: its router (None: fused, a direct call) and its chain."""
 
     consumer: Consumer
-    router: Router | None
+    router: OutRouter | None
     chain: str
 
 
@@ -61,17 +71,13 @@ class Outbox:
     def __init__(self, plan: PhysicalPlan, chain: ChainPlan, replica: int, transport: Transport) -> None:
         self.plan, self.chain, self.replica, self.transport = plan, chain, replica, transport
         self.key = ReplicaKey(chain.name, replica)
-        self.routers: dict[tuple[str, int, int], Router] = {}
+        self.routers: dict[tuple[str, int, int], OutRouter] = {}
         for name in chain.vertices:
             for port in range(plan.vertex(name).outputs):
                 for index, consumer in enumerate(plan.consumers_of(name, port)):
                     if not plan.is_fused(consumer):
                         self.routers[(name, port, index)] = self._router(name, consumer)
-        self._routes = {
-            (name, port): [Route(consumer, self.routers.get((name, port, index)), plan.chain_of(consumer.vertex).name)
-                           for index, consumer in enumerate(plan.consumers_of(name, port))]
-            for name in chain.vertices for port in range(plan.vertex(name).outputs)
-        }
+        self._routes = self._make_routes()
         self.local: collections.deque[LocalMessage] = collections.deque()
         self.local_sends = 0
 
@@ -83,6 +89,27 @@ class Outbox:
         if consumer.channel.kind == "broadcast":
             return BroadcastRouter(width)
         return PipelineRouter(self.replica, self.plan.width(name), width)
+
+    def _make_routes(self) -> dict[tuple[str, int], list[Route]]:
+        plan = self.plan
+        return {
+            (name, port): [Route(consumer, self.routers.get((name, port, index)), plan.chain_of(consumer.vertex).name)
+                           for index, consumer in enumerate(plan.consumers_of(name, port))]
+            for name in self.chain.vertices for port in range(plan.vertex(name).outputs)
+        }
+
+    def install_plan(self, vertex: str, steps: StepPlan) -> bool:
+        """Route every exchange out of this replica into ``vertex`` by ``steps``' owners at a
+        batch's epoch; whether this replica has such an exchange."""
+        found = False
+        for (name, port, index), router in self.routers.items():
+            consumer = self.plan.consumers_of(name, port)[index]
+            if consumer.vertex == vertex and isinstance(router, ExchangeRouter | TimedRouter):
+                assert consumer.channel.key is not None
+                self.routers[(name, port, index)] = TimedRouter(consumer.channel.key, steps)
+                found = True
+        self._routes = self._make_routes()
+        return found
 
     def routes(self, vertex: str, output: int) -> list[Route]:
         """The consumers of ``vertex``'s ``output``, each with its router and chain (computed once)."""
@@ -119,8 +146,10 @@ class Outbox:
                 yield ReplicaKey(to_chain, replica), channel, consumer
 
     def tables(self) -> dict[tuple[str, int, int], KeyGroupAssignment]:
-        """The routing table of every exchange out of this replica (part of its snapshot)."""
-        return {route: router.table for route, router in self.routers.items() if isinstance(router, ExchangeRouter)}
+        """The routing table of every exchange out of this replica (part of its snapshot; a
+        stepped rescale's, its table after the last step: no snapshot is taken while it runs)."""
+        return {route: router.table if isinstance(router, ExchangeRouter) else router.after
+                for route, router in self.routers.items() if isinstance(router, ExchangeRouter | TimedRouter)}
 
     def restore_tables(self, tables: dict[tuple[str, int, int], KeyGroupAssignment]) -> None:
         """Route by ``tables`` (as :meth:`tables` returned them)."""
@@ -128,6 +157,11 @@ class Outbox:
             router = self.routers[route]
             if isinstance(router, ExchangeRouter):
                 router.swap_table(table)
+
+
+def split(router: OutRouter, batch: Any, time: Timestamp) -> Routed:
+    """``(replica, part)`` for ``batch`` sent at ``time`` (a timed router routes by the epoch)."""
+    return router.route(batch, time) if isinstance(router, TimedRouter) else router.route(batch)
 
 
 def destinations(plan: PhysicalPlan, chain: ChainPlan, replica: int, consumer: Consumer) -> list[int]:

@@ -101,6 +101,13 @@ class ProgressCore:
         effects.events += self._completions(list(self._output_places))  # every output: a restored log may be ahead
         return effects
 
+    def hold(self, changes: list[tuple[Pointstamp, int]]) -> ProgressEffects:
+        """Pointstamps the driver makes, applied at once: a stepped rescale's holds at its
+        vertex's input, made while every input is before their epochs
+        (:func:`raytide.engine.stepping.holds`), so no frontier has passed them."""
+        pushes = self.publisher.apply_all([Update("driver", changes, 0, None, 0)])
+        return ProgressEffects(pushes=[(cast(ReplicaKey, key), StatusPush(*push)) for key, push in pushes.items()])
+
     def receive(self, call: Sequenced) -> ProgressEffects:
         """A numbered message from a replica; applied once every earlier one of that replica was."""
         return self.receive_all([call])

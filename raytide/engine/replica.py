@@ -19,15 +19,16 @@ from __future__ import annotations
 from typing import Any
 
 from raytide.core.batches import batch_length
-from raytide.engine import epoch_tokens
+from raytide.engine import epoch_tokens, stepping
 from raytide.engine.modes import ReplicaMode
 from raytide.engine.replica_vertices import MARKERS_KEPT
 from raytide.engine.settling import Settling
 from raytide.errors import ProgressError
-from raytide.physical.protocol import Cause, ChannelId, HeldCause, Marker
+from raytide.physical.protocol import Cause, ChannelId, HeldCause, Marker, StepPlanMessage
 from raytide.progress.publisher import Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
+from raytide.rescale.steps import StepPlan
 
 __all__ = ["MARKERS_KEPT", "ReplicaCore", "ReplicaMode"]
 
@@ -80,6 +81,18 @@ class ReplicaCore(Settling):
         self.statuses.update(statuses)
         self.unacked = max(0, self.unacked - acked)
         self._settle()
+
+    def install_plan(self, message: StepPlanMessage) -> None:
+        """The driver's plan of a stepped rescale (before any input reached its first step's
+        epoch, or :func:`~raytide.engine.stepping.check_in_time` refuses it): route every
+        exchange into its vertex by the owners at a batch's epoch, and, at a replica of that
+        vertex, refuse records whose owner at their epoch is another replica."""
+        stepping.check_in_time(message, self.input_epochs, f"replica {self.replica} of {self.chain.name!r}")
+        self.outbox.install_plan(message.vertex, StepPlan.of_message(message))
+        if message.vertex in self.chain.vertices:
+            stepped = self.stepped[message.vertex] = stepping.SteppedVertex(self.plan, message, self.replica)
+            for epoch in stepped.waiting:  # its tokens answer nothing at or after a step before its state came
+                self.tokens.hold(stepping.step_channel(message.vertex, epoch, stepped.port), epoch)
 
     def push_input(self, vertex: str, batch: Any, epoch: int) -> None:
         """The driver (or a source) delivers records of ``epoch`` to input ``vertex``."""

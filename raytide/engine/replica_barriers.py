@@ -14,12 +14,14 @@ from typing import Any
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine.modes import HeldCut, ReplicaMode
 from raytide.engine.replica_vertices import HostedVertices
+from raytide.engine.stepping import step_channel
 from raytide.errors import RescaleError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
     Cause,
     ChannelId,
     EpochClosed,
+    GroupState,
     HeldCause,
     Marker,
     MarkerKind,
@@ -50,7 +52,9 @@ class BarrierHandling(HostedVertices):
     """Barriers, snapshots and restores of one replica (its state: :class:`HostedVertices`)."""
 
     def _receive(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        if self.aligner.on_record(channel, (channel, vertex, time, batch)) is not Decision.BUFFER:
+        if isinstance(batch, GroupState):
+            self._put_groups(vertex, batch)
+        elif self.aligner.on_record(channel, (channel, vertex, time, batch)) is not Decision.BUFFER:
             self._consume(channel, vertex, time, batch)
 
     def _consume(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
@@ -60,9 +64,32 @@ class BarrierHandling(HostedVertices):
             self.tokens.record(channel, batch)
             return
         location = Location.of_input(vertex, channel.port)
+        stepped = self.stepped.get(vertex)
+        if stepped is not None:
+            stepped.admit(channel.port, time, batch)
+            batch, kept = stepped.split(channel, time, batch)
+            if kept is not None:  # groups whose state has not come: kept, with a pointstamp of their own
+                stepped.kept.append((channel, vertex, time, kept))
+                if batch is None:
+                    return  # the message's pointstamp is theirs
+                self.held_back.update((location, time), 1)
         self.held_back.update((location, time), -1)
         self.held_back.caused_by(HeldCause(Cause.MESSAGE, location, time))
         self.deliver(vertex, channel.port, time, batch)
+    def _put_groups(self, vertex: str, state: GroupState) -> None:
+        """A stepped rescale's hand-over came: put the groups' keys, process the records kept
+        for them (in their order; those of groups still to come are kept again), and retire
+        the hold it carried (:mod:`raytide.engine.stepping`)."""
+        stepped = self.stepped[vertex]
+        self._run(vertex, None, self.vertices[vertex].put_keys, state.state)
+        for channel, name, time, batch in stepped.arrived(state):
+            self._consume(channel, name, time, batch)
+        if state.epoch not in stepped.waiting:
+            self.tokens.release(step_channel(vertex, state.epoch, stepped.port))
+        location, time = Location.of_input(vertex, stepped.port), Timestamp(state.epoch)
+        self.held_back.update((location, time), -1)
+        self.held_back.caused_by(HeldCause(Cause.MESSAGE, location, time))
+
     def _receive_marker(self, channel: ChannelId, marker: Marker) -> None:
         self.aligning.setdefault(marker.marker_id, monotonic())
         self.markers.setdefault(marker.marker_id, marker)

@@ -24,7 +24,8 @@ from raytide.engine.context import ReplicaContext, VertexCounters
 from raytide.engine.holdback import HeldProgress
 from raytide.engine.modes import HeldCut, ReplicaMode
 from raytide.engine.notifications import NotificationQueue
-from raytide.engine.outbox import Outbox, Transport
+from raytide.engine.outbox import Outbox, Transport, split
+from raytide.engine.stepping import SteppedVertex
 from raytide.errors import GraphError, ProgressError, RaytideError, UserCodeError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -78,8 +79,7 @@ class HostedVertices:
         self.statuses: dict[Location, Status] = {}
         self.interests: Interests = {}
         self.sequence = itertools.count()  # numbers the messages to the progress actor
-        self.flushes = 0
-        self.unacked = 0
+        self.flushes = self.unacked = 0
         self.markers: dict[int, Marker] = {}
         self.marker_log: collections.deque[MarkerRecord] = collections.deque(maxlen=MARKERS_KEPT)  # the last ones
         self.taken: dict[int, TakenState] = {}  # local snapshots waiting for their back edges' barriers
@@ -99,6 +99,7 @@ class HostedVertices:
         self.tokens = epoch_tokens.TokenBook(plan, head, replica)  # the epoch tokens it takes, and sends:
         self.token_sender = epoch_tokens.TokenSender(plan, self.outbox)
         self.in_cycle = any(plan.vertex(v).cyclic for v in self.chain.vertices)
+        self.stepped: dict[str, SteppedVertex] = {}  # hosted vertices a stepped rescale moves (install_plan)
 
     # -- setup -------------------------------------------------------------------------
 
@@ -172,7 +173,7 @@ class HostedVertices:
             target = Location.of_input(consumer.vertex, consumer.port)
             channel = ChannelId(vertex, output, self.replica, consumer.port)
             try:
-                parts = non_empty(router.route(message))
+                parts = non_empty(split(router, message, time))
             except Exception as error:  # the consumer's key function (or an unhashable key it returned)
                 raise UserCodeError(consumer.vertex, self.replica, time, error,
                                     where=f"its input's key function, run where {vertex!r} sends") from error

@@ -9,22 +9,29 @@ A layer of :class:`~raytide.engine.replica.ReplicaCore` (see :mod:`raytide.engin
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from raytide.engine.holdback import is_covered
 from raytide.engine.modes import ReplicaMode
 from raytide.engine.replica_barriers import BarrierHandling
 from raytide.engine.riding import Rides
+from raytide.engine.stepping import SteppedVertex
 from raytide.physical.protocol import (
+    ChannelId,
     Declaration,
+    GroupState,
     HeldCause,
     ProgressBatch,
     ProgressMessage,
+    ReplicaKey,
     Sequenced,
 )
 from raytide.progress.publisher import Interests, answers
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
 from raytide.progress.tracker import Pointstamp
+from raytide.rescale.migration import GroupHandoff
 
 
 class Settling(BarrierHandling):
@@ -44,6 +51,7 @@ class Settling(BarrierHandling):
         """
         self._drain_local()
         self._deliver_notifications()
+        self._hand_over()
         if self.token_sender.owed and self.mode is ReplicaMode.RUNNING:  # after what its notifications sent
             self.token_sender.close(self.transport, self.notifications.pending, self.input_epochs[self.chain.vertices[0]])
         ship = self._should_ship()  # first: it forgets causes whose deltas cancelled out
@@ -106,6 +114,11 @@ class Settling(BarrierHandling):
             if asked:
                 for port in range(len(self.plan.vertex(vertex).inputs)):
                     waits[Location.of_input(vertex, port)] = dict.fromkeys(asked, False)
+        for vertex, stepped in self.stepped.items():  # a hand-over waits for its input frontier too
+            for time in stepped.waits():
+                if not self.tokens.answers_alone(vertex, time):
+                    for port in range(len(self.plan.vertex(vertex).inputs)):
+                        waits.setdefault(Location.of_input(vertex, port), {})[time] = False
         for location, time in self.held_back.waits() if held else ():
             if not self._shipped_at_a_token(location.vertex, time):
                 waits.setdefault(location, {})[time] = True
@@ -128,6 +141,32 @@ class Settling(BarrierHandling):
             if status is None or not answers(status, time)[0]:
                 return False
         return True
+
+    def _hand_over(self) -> None:
+        """A stepped rescale's old owner: every step whose epoch nothing before can still
+        reach here hands its groups over (:mod:`raytide.engine.stepping`)."""
+        for vertex, stepped in self.stepped.items():
+            for handoff in stepped.handoffs(functools.partial(self._passed, vertex)):
+                self._send_groups(vertex, stepped, handoff)
+
+    def _passed(self, vertex: str, epoch: int) -> bool:
+        """Whether nothing before ``epoch`` can still reach ``vertex`` here: its input frontier
+        (or its tokens) passed ``epoch - 1``, and none of its own notifications before is pending."""
+        if any(time.epoch < epoch for time in self.notifications.of(vertex)):
+            return False
+        return epoch == 0 or self._ready(vertex, Timestamp(epoch - 1))
+
+    def _send_groups(self, vertex: str, stepped: SteppedVertex, handoff: GroupHandoff) -> None:
+        """``take_keys`` of the hand-over's groups, sent to the new owner as a data batch at the
+        step's epoch (the hold the driver made, moved: no pointstamp changes here)."""
+        taken: list[Any] = []
+        self._run(vertex, None, self._take_keys, vertex, stepped.moving(handoff.groups), taken)
+        channel = ChannelId(vertex, -1, self.replica, stepped.port)
+        self.outbox.send(ReplicaKey(self.chain.name, handoff.to_replica), channel, vertex,
+                         Timestamp(handoff.epoch), GroupState(handoff.epoch, handoff.groups, taken[0]))
+
+    def _take_keys(self, vertex: str, moving: Callable[[Hashable], bool], into: list[Any]) -> None:
+        into.append(self.vertices[vertex].take_keys(moving))
 
     def _deliver_notifications(self) -> None:
         if self.mode is ReplicaMode.HOLDING:

@@ -13,6 +13,10 @@ Message flow (arrows are fire-and-forget Ray calls unless marked *waits*)::
     progress actor ──StatusPush──────────▶ replica                (FIFO per replica; with relays, down
                                                                     them in a PushBundle: see relay_tree)
     replica ──JobFailed──────────────────▶ progress actor
+    driver ──StepPlanMessage─────────────▶ every sender of a keyed vertex and every replica of it
+                                                                   (a stepped rescale's plan, before its
+                                                                    first epoch closes: docs/rescaling.md)
+    old owner ──GroupState───────────────▶ new owner              (a step's key groups, as a data batch)
     driver ──next_events(cursor)─────────▶ progress actor         (*waits*, a long poll in its own
                                                                     concurrency group; returns JobEvents)
 
@@ -64,6 +68,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from raytide.core.keygroups import KeyGroupAssignment, KeyGroupMove
 from raytide.progress.publisher import Interests, Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -119,6 +124,40 @@ class EpochClosed:
     below: int | None
     for_sender: int | None = None
     after: int | None = None
+
+
+@dataclass(frozen=True)
+class StepPlanMessage:
+    """A stepped rescale's plan of ``vertex`` (``raytide.rescale.steps.StepPlan``), as the
+    driver sends it to every replica that sends to the vertex and every replica of it, before
+    any input reaches the first step's epoch: from then on a sender routes a record by the
+    owners in force at its timestamp's epoch, and a replica of the vertex refuses a record
+    whose owner at that epoch is another (docs/rescaling.md, "Stepped migration").
+
+    Attributes:
+        vertex: the keyed vertex whose key groups move.
+        before: the routing table before the first step (``max(p, q)`` wide).
+        steps: ``(epoch, moves)`` per step, at increasing epochs.
+        after: the table once every step is done (``q`` wide).
+    """
+
+    vertex: str
+    before: KeyGroupAssignment
+    steps: tuple[tuple[int, tuple[KeyGroupMove, ...]], ...]
+    after: KeyGroupAssignment
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """A stepped rescale's hand-over: the state of key groups ``groups`` (what
+    ``Vertex.take_keys`` returned) that the old owner sends the new one at step epoch
+    ``epoch``, as a data batch at ``epoch`` on the channel ``ChannelId(vertex, -1, old
+    owner, port)``: the message in flight is the hold the driver made at the vertex's input
+    at ``epoch``, which the new owner retires when it puts the keys."""
+
+    epoch: int
+    groups: tuple[int, ...]
+    state: Any
 
 
 class MarkerKind(enum.Enum):

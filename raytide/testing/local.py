@@ -39,11 +39,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from raytide.core.dataflow import Dataflow
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.engine.progress_core import ProgressCore
+from raytide.engine.stepping import holds
 from raytide.errors import ActorLost, RaytideError, ReplicaLost, RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan, compile_plan
-from raytide.physical.protocol import JobFailed, Marker, ReplicaKey
+from raytide.physical.protocol import JobFailed, Marker, ReplicaKey, StepPlanMessage
 from raytide.rescale.rescaling import Rescaling
 from raytide.rescale.reshard import reshard_snapshot
+from raytide.rescale.steps import plan_steps
 from raytide.rescale.widths import new_widths
 from raytide.snapshots.consumed import START, starting_point
 from raytide.snapshots.recovering import Recovering
@@ -83,6 +87,10 @@ class LocalJob(World):
             on a Ray cluster, and through a group's relay per ``relay_fanin`` nodes (as on Ray if None) if more (:class:`Mailboxes`).
         pacing: choose the next actor by what its actions cost, and keep the model's clock
             (:mod:`raytide.testing.pacing`), instead of one mailbox at a time uniformly.
+        step_plans: stepped rescales' plans (:class:`~raytide.physical.protocol.StepPlanMessage`) every replica
+            has before the job starts, as the driver installs them before their first epoch: routing by the owners
+            at a record's epoch, checked where the records arrive (docs/rescaling.md, "Stepped migration"; the
+            state does not move yet, nor does a recovered replica get the plan again).
 
     With a :class:`~raytide.Dataflow` (not a plan), :meth:`rescale` changes the parallelism of
     vertices while the job runs, as ``job.rescale`` does on Ray, with or without ``recovery``
@@ -94,13 +102,21 @@ class LocalJob(World):
                  markers: Mapping[str, Sequence[tuple[int, Marker]]] | None = None,
                  recovery: LocalRecovery | None = None, restore: int | str | None = None,
                  consumer: LocalConsumer | None = None, nodes: int | None = None, pacing: Pacing | None = None,
-                 relay_fanin: int | None = None) -> None:
+                 relay_fanin: int | None = None, step_plans: Sequence[StepPlanMessage] = ()) -> None:
         plan = flow if isinstance(flow, PhysicalPlan) else compile_plan(flow, parallelism, chaining)
         super().__init__(plan, planned_commands(plan, inputs, markers or {}), seed, recovery, consumer, nodes, pacing,
                          relay_fanin)
+        if step_plans:  # with the driver's holds at each step, made before any input moves
+            made = [hold for message in step_plans for hold in holds(plan, message)]
+            self.progress = ProgressCore(plan.graph, plan.outputs, plan.initial_pointstamps() + made)
+        for message in step_plans:
+            for core in self.replicas.values():
+                core.install_plan(message)
         self.flow = flow if isinstance(flow, Dataflow) else None
         self.parallelism, self.chaining = parallelism, chaining
         self.crashes: dict[int, list[Target]] = {}  # step -> what dies then (several may, at once)
+        self.migrations: dict[int, list[tuple[str, int, int]]] = {}  # step -> the stepped rescales made then (migrate)
+        self.in_force: list[tuple[int, int, tuple[str, int, int]]] = []  # (incarnation, last commit, migration)
         self.asks = RescaleAsks()
         self.events_seen = 0  # the job events the stall rule has seen
         #: The stall rule for frozen actors (``LocalRecovery.stall``), None: frozen actors are waited for.
@@ -125,6 +141,59 @@ class LocalJob(World):
             raise RescaleError("LocalJob.rescale needs a Dataflow (not a plan)")
         new_widths(self.plan, widths)  # refused now, not at the cut
         self.asks.ask(widths, at_step)
+
+    def migrate(self, vertex: str, parallelism: int, at_step: int, groups_per_step: int = 8) -> None:
+        """At step ``at_step``, move ``vertex``'s key groups in steps, as a stepped rescale to
+        ``parallelism`` would (docs/rescaling.md, "Stepped migration"): the driver plans the
+        steps from the epoch after the latest any input has reached, makes their holds at
+        the progress core and installs the plan at every replica in that one step (as the
+        driver holds its inputs until every replica has it). The vertex keeps its replicas
+        (no short switch yet): shrinking empties the replicas from ``parallelism`` on.
+
+        With ``recovery``, it waits for a snapshot in flight, no snapshot is taken while a plan
+        runs, and a death falls back to today's whole-job recovery from the last committed
+        snapshot (taken before the plan), after which the rescale is made again with a new
+        plan (until a snapshot taken after the plan's end commits).
+
+        Raises:
+            RescaleError: ``parallelism`` wider than the vertex is.
+        """
+        if not 1 <= parallelism <= self.plan.width(vertex):
+            raise RescaleError(f"LocalJob.migrate: vertex {vertex!r} has {self.plan.width(vertex)} replicas; its key "
+                               f"groups can move to 1 to that many, not {parallelism} (no short switch yet)")
+        self.migrations.setdefault(at_step, []).append((vertex, parallelism, groups_per_step))
+
+    def _migrate(self, vertex: str, parallelism: int, groups_per_step: int) -> None:
+        busy = self.recovery_steps or self.progress is None or (self.coordinator and self.coordinator.in_flight)
+        if busy:  # a snapshot in flight or a recovery: the driver waits for it to end
+            self.migrations.setdefault(self.result.steps + 1, []).append((vertex, parallelism, groups_per_step))
+            return
+        self.in_force.append((self.incarnation, max(self.result.snapshots, default=0),
+                              (vertex, parallelism, groups_per_step)))
+        epochs = [epoch for core in self.replicas.values() for epoch in core.input_epochs.values()]
+        if None in epochs:  # an input closed: its records went by the old table
+            self.result.refused.append((self.result.steps, RescaleError(f"vertex {vertex!r}: an input has closed")))
+            return
+        first = max(epoch for epoch in epochs if epoch is not None) + 1
+        steps = plan_steps(KeyGroupAssignment.contiguous(self.plan.width(vertex)), parallelism, first, groups_per_step)
+        message = steps.message(vertex)
+        assert self.progress is not None
+        self._perform(self.progress.hold(holds(self.plan, message)))
+        for core in self.replicas.values():
+            core.install_plan(message)
+        self.result.migrations.append((self.result.steps, message))
+
+    def _replan(self) -> None:
+        """The stepped rescales a recovery undid (the job went back to a snapshot from before
+        their plans) are made again; one a snapshot from after its end holds is done."""
+        if self.recovery_steps:
+            return
+        committed = max(self.result.snapshots, default=0)
+        undone = [entry for entry in self.in_force if entry[0] != self.incarnation]
+        self.in_force = [entry for entry in self.in_force
+                         if entry[0] == self.incarnation and not (committed > entry[1] and not self._stepping())]
+        for _, _, migration in undone:
+            self.migrations.setdefault(self.result.steps, []).append(migration)
 
     def crash(self, target: Target, at_step: int) -> None:
         """Kill ``target`` (a replica key, :data:`PROGRESS`, :data:`COORDINATOR` or
@@ -151,6 +220,9 @@ class LocalJob(World):
                 continue
             if not self.result.finished:
                 self.asks.arrive(self.result.steps, self.plan)
+            self._replan()
+            for migration in self.migrations.pop(self.result.steps, ()):
+                self._migrate(*migration)
             self._supervise()
             self._tick_coordinator()
             choices = self._mailboxes()

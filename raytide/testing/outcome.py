@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey
+from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey, StepPlanMessage
 from raytide.snapshots.blame import Replaying
 from raytide.snapshots.config import OutputCommit
 from raytide.snapshots.store import Manifest, PartInfo, SnapshotStore
@@ -106,6 +106,7 @@ class LocalRun:
     snapshots: list[int] = field(default_factory=list)
     rescales: list[tuple[int, dict[str, int], int]] = field(default_factory=list)  # (step, widths, cut id)
     refused: list[tuple[int, BaseException]] = field(default_factory=list)  # rescales not made: (step, why)
+    migrations: list[tuple[int, StepPlanMessage]] = field(default_factory=list)  # stepped rescales: (step, plan)
     cut_timeouts: list[int] = field(default_factory=list)  # the steps at which a rescale's cut was abandoned at its timeout
     driver_crashed: int | None = None
     #: What the latest recovery computes again: a user error there says so, as the driver's does.

@@ -61,6 +61,7 @@ class SnapshotTaking:
 
     if TYPE_CHECKING:  # the world's own, used here
         def replica_keys(self) -> list[ReplicaKey]: ...
+        def _stepping(self) -> bool: ...
         @property
         def recovery_steps(self) -> collections.deque[Callable[[], None]]: ...
         def _input_replicas(self, name: str) -> list[ReplicaKey]: ...
@@ -107,7 +108,7 @@ class SnapshotTaking:
         actions: list[Callable[[], None]] = []
         coordinator, holding = self.coordinator, rescaling_in(self.rescaling, RescalePhase.HOLDING, RescalePhase.HANDING_OVER)
         if (coordinator is not None and not self.recovery_steps and not self.result.finished and not holding
-                and not self.cut_asks and coordinator.due(self.result.steps)):
+                and not self.cut_asks and coordinator.due(self.result.steps) and not self._stepping()):
             actions.append(functools.partial(taken_by, self._trigger, to=COORDINATOR))
         if coordinator is not None and self.cut_asks and (coordinator.in_flight is None
                                                           or coordinator.cut_refused(self.cut_asks[0][0])):

@@ -105,6 +105,10 @@ class World(SnapshotTaking):
         self.started_from: int | None = None
         self.budget = RestartBudget(recovery.max_restarts) if recovery is not None else RestartBudget.none(plan.name)
 
+    def _stepping(self) -> bool:
+        """Whether a stepped rescale's plan runs (a replica has a step left): no snapshot then."""
+        return any(not stepped.moves.done for core in self.replicas.values() for stepped in core.stepped.values())
+
     def _core(self, key: ReplicaKey) -> ReplicaCore:
         transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,
                                    self.mail.via(key, self.replica_keys()), rides_with_tokens(self.plan, key.chain))

@@ -1,0 +1,174 @@
+"""A stepped rescale's plan: which key groups move at which epoch (pure).
+
+A stepped rescale (Megaphone, Hoffmann et al., VLDB 2019; ``docs/rescaling.md``, "Stepped
+migration") does not hold the job while the state travels: the moves of
+:meth:`~raytide.core.keygroups.KeyGroupAssignment.rescale` are cut into steps of a few key
+groups each, and each step takes effect at an epoch: a record of a moving group whose
+timestamp's epoch is before the step's goes to the old owner, one at or after it to the new.
+So the owner of a group is a function of the record's time, not of the moment it is sent,
+and every sender agrees on it without coordinating.
+
+While the plan runs the vertex is ``max(p, q)`` replicas wide: growing, the new replicas
+join owning nothing (:attr:`StepPlan.before`); shrinking, the retiring ones are emptied by
+the steps and leave afterwards (:attr:`StepPlan.after` is ``q`` wide).
+
+Example:
+    >>> old = KeyGroupAssignment.contiguous(parallelism=2, key_groups=8)
+    >>> plan = plan_steps(old, 3, first_epoch=10, groups_per_step=1)
+    >>> [(step.epoch, [m.key_group for m in step.moves]) for step in plan.steps]
+    [(10, [3]), (11, [7])]
+    >>> plan.owner_at(3, 9), plan.owner_at(3, 10), plan.after.owners == old.rescale(3)[0].owners
+    (0, 2, True)
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from functools import cached_property
+
+from raytide.core.keygroups import KeyGroupAssignment, KeyGroupMove
+from raytide.errors import RescaleError
+from raytide.physical.protocol import StepPlanMessage
+
+__all__ = ["MigrationStep", "StepPlan", "groups_per_step_for", "plan_steps"]
+
+
+@dataclass(frozen=True)
+class MigrationStep:
+    """The key groups that change owner at ``epoch``: a record of one of them at a timestamp
+    whose epoch is ``>= epoch`` goes to the move's new owner."""
+
+    epoch: int
+    moves: tuple[KeyGroupMove, ...]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Every step of one stepped rescale of one vertex, in epoch order.
+
+    Attributes:
+        before: the table in force before the first step, ``max(p, q)`` wide (growing: the
+            new replicas own nothing yet).
+        steps: the steps, at strictly increasing epochs; each group moves at most once.
+        after: the table once every step is done, ``q`` wide (shrinking: the emptied
+            replicas retired).
+    """
+
+    before: KeyGroupAssignment
+    steps: tuple[MigrationStep, ...]
+    after: KeyGroupAssignment
+
+    def __post_init__(self) -> None:
+        epochs = [step.epoch for step in self.steps]
+        if any(later <= earlier for earlier, later in zip(epochs, epochs[1:])):
+            raise RescaleError(f"a stepped rescale's steps must be at increasing epochs, got {epochs}")
+        moved = [move.key_group for step in self.steps for move in step.moves]
+        if len(moved) != len(set(moved)):
+            raise RescaleError(f"a stepped rescale moves each key group once; moved {sorted(moved)}")
+
+    @classmethod
+    def of_message(cls, message: StepPlanMessage) -> StepPlan:
+        """The plan a :class:`~raytide.physical.protocol.StepPlanMessage` carries."""
+        steps = tuple(MigrationStep(epoch, moves) for epoch, moves in message.steps)
+        return cls(message.before, steps, message.after)
+
+    def message(self, vertex: str) -> StepPlanMessage:
+        """This plan of ``vertex`` as the driver sends it to the replicas."""
+        return StepPlanMessage(vertex, self.before, tuple((step.epoch, step.moves) for step in self.steps), self.after)
+
+    @property
+    def first_epoch(self) -> int | None:
+        """The first step's epoch (None: a plan that moves nothing)."""
+        return self.steps[0].epoch if self.steps else None
+
+    @cached_property
+    def _tables(self) -> tuple[tuple[int, ...], ...]:
+        """The owners in force from each step's epoch on (the ``before`` owners first)."""
+        owners = list(self.before.owners)
+        tables = [tuple(owners)]
+        for step in self.steps:
+            for move in step.moves:
+                owners[move.key_group] = move.to_replica
+            tables.append(tuple(owners))
+        return tuple(tables)
+
+    @cached_property
+    def _epochs(self) -> list[int]:
+        return [step.epoch for step in self.steps]
+
+    @property
+    def width(self) -> int:
+        """How many replicas the vertex has while the plan runs."""
+        return self.before.parallelism
+
+    def owners_at(self, epoch: int) -> tuple[int, ...]:
+        """The owner of every key group for records whose timestamp's epoch is ``epoch``."""
+        return self._tables[bisect.bisect_right(self._epochs, epoch)]
+
+    def table_at(self, epoch: int) -> KeyGroupAssignment:
+        """The routing table in force at ``epoch`` (``max(p, q)`` wide)."""
+        return KeyGroupAssignment(self.owners_at(epoch), self.width)
+
+    def owner_at(self, group: int, epoch: int) -> int:
+        """The replica that owns ``group`` for records at ``epoch``."""
+        return self.owners_at(epoch)[group]
+
+    def moves_of(self, replica: int) -> tuple[tuple[int, KeyGroupMove], ...]:
+        """``(epoch, move)`` for every move into or out of ``replica``, in epoch order."""
+        return tuple((step.epoch, move) for step in self.steps for move in step.moves
+                     if replica in (move.from_replica, move.to_replica))
+
+
+def _dealt(moves: tuple[KeyGroupMove, ...]) -> list[KeyGroupMove]:
+    """The moves round robin over their (old owner, new owner) pairs, each pair's in group
+    order, so that consecutive steps spread over the replicas rather than empty one at a time."""
+    pairs: dict[tuple[int, int], list[KeyGroupMove]] = {}
+    for move in moves:
+        pairs.setdefault((move.from_replica, move.to_replica), []).append(move)
+    queues = [pairs[pair] for pair in sorted(pairs)]
+    dealt: list[KeyGroupMove] = []
+    for rank in range(max((len(queue) for queue in queues), default=0)):
+        dealt.extend(queue[rank] for queue in queues if rank < len(queue))
+    return dealt
+
+
+def plan_steps(old: KeyGroupAssignment, parallelism: int, first_epoch: int, groups_per_step: int,
+               epochs_per_step: int = 1) -> StepPlan:
+    """The stepped rescale of a vertex routed by ``old`` to ``parallelism`` replicas.
+
+    The moves are ``old.rescale(parallelism)``'s (the fewest), dealt round robin over
+    their (old owner, new owner) pairs and cut into steps of at most ``groups_per_step``;
+    step ``i`` takes effect at epoch ``first_epoch + i * epochs_per_step``.
+
+    Raises:
+        RescaleError: ``parallelism`` is not in ``[1, K]``, or ``first_epoch``,
+            ``groups_per_step`` or ``epochs_per_step`` is out of range (names which).
+    """
+    if first_epoch < 0:
+        raise RescaleError(f"a stepped rescale's first epoch must be >= 0, got {first_epoch}")
+    if groups_per_step < 1 or epochs_per_step < 1:
+        raise RescaleError(f"a stepped rescale needs groups_per_step >= 1 and epochs_per_step >= 1, got "
+                           f"{groups_per_step} and {epochs_per_step}")
+    new, moves = old.rescale(parallelism)
+    width = max(old.parallelism, parallelism)
+    dealt = _dealt(moves)
+    steps = tuple(
+        MigrationStep(first_epoch + index * epochs_per_step, tuple(dealt[start:start + groups_per_step]))
+        for index, start in enumerate(range(0, len(dealt), groups_per_step))
+    )
+    return StepPlan(KeyGroupAssignment(old.owners, width), steps, new)
+
+
+def groups_per_step_for(state_bytes: int, key_groups: int, bytes_per_step: int) -> int:
+    """How many key groups one step may move so that it carries about ``bytes_per_step``
+    of a vertex's ``state_bytes`` (spread evenly over its ``key_groups``): at least one.
+
+    The budget is what one step may stall the groups it moves (say 20 ms at the transport's
+    rate); the groups that do not move never wait for a step.
+    """
+    if key_groups < 1 or bytes_per_step < 1:
+        raise RescaleError(f"key_groups and bytes_per_step must be >= 1, got {key_groups} and {bytes_per_step}")
+    if state_bytes <= 0:
+        return key_groups
+    return max(1, min(key_groups, bytes_per_step * key_groups // state_bytes))  # n * state / K <= budget
