@@ -86,9 +86,14 @@ class UpstreamLog:
                 kept.base += 1
 
     def replay(self, channel: Hashable, position: int) -> list[tuple[int, Any]]:
-        """The messages sent on ``channel`` from number ``position`` on, with their numbers."""
+        """The messages sent on ``channel`` from number ``position`` on, with their numbers.
+
+        A position past the last message is not an error: a sender that was itself restored
+        alone numbers again from its snapshot's marks, so a receiver that took more of its
+        earlier incarnation is ahead of it; nothing is replayed, and the receiver drops what
+        the sender sends again below its position (the same messages: see :mod:`raytide.supervisor.alone`)."""
         kept = self._channel(channel)
-        if not kept.base <= position <= kept.next:
+        if position < kept.base:
             raise RecoveryError(f"replica {self.name}: cannot replay channel {channel} from message {position}: "
                                 f"it keeps messages {kept.base}..{kept.next - 1} (trimmed at the last committed "
                                 f"snapshot); a receiver restored from it asks from its mark or later")

@@ -82,3 +82,9 @@ def test_dedup_refuses_a_gap_naming_the_receiver_the_channel_and_the_epoch():
 def test_dedup_off_takes_duplicates():
     dedup = SequenceDedup("k[0]", {"c": 3}, enabled=False)
     assert dedup.admit("c", 1) and dedup.positions() == {"c": 3}
+
+
+def test_a_receiver_ahead_of_a_restored_sender_is_replayed_nothing():
+    log = UpstreamLog("x[0]", {"c": 1})
+    log.append("c", "m1")
+    assert log.replay("c", 3) == []

@@ -1,0 +1,321 @@
+"""The protocol of a replica recovered alone, in one process under a seeded scheduler: upstream
+backup (:mod:`raytide.engine.upstream_log`), downstream deduplication
+(:mod:`raytide.engine.dedup`) and the hold of a lost replica's progress, with crashes
+injected at any step (docs/recovery.md, "A replica recovered alone").
+
+A model of the protocol, not the engine: its actors are small cores written here, not
+:class:`~raytide.engine.replica.ReplicaCore` (which does not number its sends yet). The job
+is the one :func:`running_counts` compiles: an input of one replica reading the driver's
+feed, an exchange by key into ``width`` replicas that keep a running count per key and send
+``(key, count)`` at the record's epoch from ``on_recv``, and one sink replica. Each sender
+numbers its messages per channel and keeps them in its upstream log; the end of each epoch
+travels as a numbered message too (``("done", epoch)``), so the sink completes an epoch only
+once every counting replica passed it: a lost replica's epochs stay held until its
+replacement has restored and replayed them, while the other replicas run on.
+
+Snapshots: the input marks its log and sends a barrier on every channel; a counting replica
+(one input channel: nothing to align) saves its counts, where it is in its input (its dedup's
+positions) and its log's marks, and forwards nothing; the snapshot commits once every replica
+saved, and every log forgets what is before its marks. A crash abandons the snapshot in
+flight, and none starts while a replica is lost. A replacement (decided by
+:func:`~raytide.supervisor.alone.decide`, which must say ``"alone"``) restores the lost
+replica's part of the last committed snapshot; an input replica reads the driver's feed again
+from its restored position, a counting replica is replayed its input channel's messages from
+the position it restored. What either sends again under numbers its receivers had is dropped.
+
+Plants the trials must catch (``plant=``): ``"skip"`` (a replay that leaves out its first
+message), ``"repeat"`` (a replacement that takes its first replayed message twice),
+``"nodedup"`` (receivers that take every message).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from raytide.core.dataflow import Dataflow
+from raytide.core.keygroups import key_group
+from raytide.core.vertex import Vertex
+from raytide.engine.dedup import SequenceDedup
+from raytide.engine.upstream_log import UpstreamLog
+from raytide.physical.plan import PhysicalPlan, compile_plan
+from raytide.physical.protocol import ReplicaKey
+from raytide.supervisor.alone import decide
+
+Plant = Literal["skip", "repeat", "nodedup"] | None
+#: A replica of the model: ``("x", 0)`` the input, ``("count", r)`` a counting replica.
+Place = tuple[str, int]
+SINK: Place = ("sink", 0)
+
+
+class RunningCount(Vertex):
+    """The counting stage's vertex as a dataflow declares it: ``(key, count so far)`` per record,
+    sent from ``on_recv`` only (it asks for no notification)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+
+    def on_recv(self, port: int, batch: Any, time: Any) -> None:
+        for key in batch:
+            self.counts[key] += 1
+            self.send_by(0, [(key, self.counts[key])], time)
+
+
+def running_counts(width: int) -> PhysicalPlan:
+    """The model's job as a plan: ``x`` (one replica) -> ``count`` (``width``, by key) -> ``sink``."""
+    flow = Dataflow("alone")
+    counted = flow.vertex(RunningCount, [flow.input("x", parallelism=1)], exchange=[lambda key: key],
+                          name="count", parallelism=width)[0]
+    counted.map(lambda pair: pair, name="sink", parallelism=1).output("out")
+    return compile_plan(flow)
+
+
+def owner(key: Any, width: int) -> int:
+    """The counting replica of ``key``."""
+    return key_group(key) % width
+
+
+@dataclass
+class Replica:
+    """A live replica of the model: its log of sends, its dedup, its counts, where it read."""
+
+    log: UpstreamLog
+    dedup: SequenceDedup
+    counts: Counter = field(default_factory=Counter)
+    read: int = 0  # the input's position in the driver's feed
+    repeat_next: bool = False
+
+
+@dataclass
+class AloneRun:
+    """What a trial shows: the sink's epochs, each key's counts as the sink took them out of
+    order, restores and crashes per replica, the kinds decided, the largest log kept, steps the survivors took
+    while a replica was lost."""
+
+    epochs: dict[int, list]
+    order_breaks: list[str]
+    restores: Counter
+    crashed: Counter
+    kinds: list[str]
+    largest_log: int
+    survivor_steps: int
+
+
+def feed_of(epochs: list[list[int]]) -> list[tuple]:
+    """The driver's calls to the input, in order: each epoch's keys, then its end."""
+    return [item for epoch, keys in enumerate(epochs) for item in [("rec", key, epoch) for key in keys]
+            + [("done", epoch)]]
+
+
+def reference(epochs: list[list[int]]) -> dict[int, list]:
+    """The plain-Python answer: per epoch, the sorted ``(key, count so far)`` of its records."""
+    counts: Counter = Counter()
+    out: dict[int, list] = {}
+    for epoch, keys in enumerate(epochs):
+        for key in keys:
+            counts[key] += 1
+            out.setdefault(epoch, []).append((key, counts[key]))
+        out[epoch] = sorted(out.get(epoch, []))
+    return out
+
+
+@dataclass
+class Sink:
+    """The sink replica (never lost in these trials): what it took of each counting replica,
+    each epoch completed once every counting replica passed it."""
+
+    dedup: SequenceDedup
+    passed: dict[int, int]  # per counting replica, the last epoch it said it finished
+    pending: dict[int, list] = field(default_factory=dict)
+    epochs: dict[int, list] = field(default_factory=dict)
+    last: Counter = field(default_factory=Counter)
+    order_breaks: list[str] = field(default_factory=list)
+
+    def take(self, sender: int, payload: tuple) -> None:
+        """A new message from counting replica ``sender``: a count, or the end of an epoch."""
+        if payload[0] == "done":
+            self.passed[sender] = payload[1]
+            while len(self.epochs) <= min(self.passed.values()):
+                self.epochs[len(self.epochs)] = sorted(self.pending.pop(len(self.epochs), []))
+            return
+        _, key, count, epoch = payload
+        if count != self.last[key] + 1:
+            self.order_breaks.append(f"key {key} at epoch {epoch}: count {count} after {self.last[key]}")
+        self.last[key] = count
+        self.pending.setdefault(epoch, []).append((key, count))
+
+
+class AloneWorld:
+    """The model's actors, channels and snapshots, one action per :meth:`step` (see the module docstring)."""
+
+    def __init__(self, epochs: list[list[int]], width: int, seed: int, crashes: int, plant: Plant = None) -> None:
+        self.plan, self.width, self.feed, self.plant = running_counts(width), width, feed_of(epochs), plant
+        self.rng, self.crashes, self.steps = random.Random(seed), crashes, 0
+        self.counting: list[Place] = [("count", r) for r in range(width)]
+        self.replicas: dict[Place, Replica | None] = {a: self._fresh(a, {}, {}) for a in [("x", 0), *self.counting]}
+        self.sink = Sink(SequenceDedup("sink[0]", enabled=plant != "nodedup"), dict.fromkeys(range(width), -1))
+        self.channels: dict[tuple[Place, Place], deque] = {}
+        self.lost: Place | None = None
+        self.found_at = 0
+        self.in_flight: int | None = None
+        self.saved: dict[Place, dict] = {}
+        self.committed: dict[Place, dict] = {}
+        self.snapshot_ids = 0
+        self.restores: Counter = Counter()
+        self.crashed: Counter = Counter()
+        self.kinds: list[str] = []
+        self.largest_log = self.survivor_steps = 0
+
+    def _fresh(self, actor: Place, state: dict, marks: dict) -> Replica:
+        name = f"{actor[0]}[{actor[1]}]"
+        dedup = SequenceDedup(name, state.get("positions"), enabled=self.plant != "nodedup")
+        return Replica(UpstreamLog(name, marks), dedup, Counter(state.get("counts", {})), state.get("read", 0))
+
+    def send(self, sender: Place, receiver: Place, payload: tuple) -> None:
+        """Number ``payload`` on the channel, keep it in the sender's log, and put it on the
+        channel unless the receiver is lost (a call to a dead actor goes nowhere)."""
+        replica = self.replicas[sender]
+        assert replica is not None
+        sequence = replica.log.append(receiver, payload)
+        if receiver == SINK or self.replicas[receiver] is not None:
+            self.channels.setdefault((sender, receiver), deque()).append(("msg", sequence, payload))
+
+    # -- the actors' actions ------------------------------------------------------------------
+
+    def read(self) -> None:
+        """The input takes the driver's next call: a key to its owner, or an epoch's end to all."""
+        replica = self.replicas[("x", 0)]
+        assert replica is not None
+        item = self.feed[replica.read]
+        replica.read += 1
+        if item[0] == "rec":
+            self.send(("x", 0), ("count", owner(item[1], self.width)), item)
+        else:
+            for actor in self.counting:
+                self.send(("x", 0), actor, item)
+
+    def deliver(self, sender: Place, receiver: Place) -> None:
+        """The receiver takes the head of its channel from ``sender``."""
+        message = self.channels[(sender, receiver)].popleft()
+        if message[0] == "barrier":
+            self._save(receiver, message[1])
+            return
+        _, sequence, payload = message
+        if receiver == SINK:
+            if self.sink.dedup.admit(sender, sequence, payload[-1]):
+                self.sink.take(sender[1], payload)
+            return
+        replica = self.replicas[receiver]
+        assert replica is not None
+        if self.lost is not None:
+            self.survivor_steps += 1
+        if replica.dedup.admit(sender, sequence, payload[-1]):
+            for _ in range(2 if replica.repeat_next else 1):
+                self._count(receiver, replica, payload)
+            replica.repeat_next = False
+
+    def _count(self, actor: Place, replica: Replica, payload: tuple) -> None:
+        """``RunningCount.on_recv`` (or an epoch's end, passed on)."""
+        if payload[0] == "done":
+            self.send(actor, SINK, payload)
+            return
+        _, key, epoch = payload
+        replica.counts[key] += 1
+        self.send(actor, SINK, ("count", key, replica.counts[key], epoch))
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def snapshot(self) -> None:
+        """The input takes snapshot ``n`` and sends its barrier on every channel."""
+        self.snapshot_ids += 1
+        self.in_flight, self.saved = self.snapshot_ids, {}
+        self._save(("x", 0), self.snapshot_ids)
+        for actor in self.counting:
+            self.channels.setdefault((("x", 0), actor), deque()).append(("barrier", self.snapshot_ids))
+
+    def _save(self, actor: Place, snapshot_id: int) -> None:
+        """``actor`` saves its part of ``snapshot_id`` (one abandoned since: nothing), which
+        commits once every replica saved: every log forgets what is before its marks."""
+        replica = self.replicas[actor]
+        if snapshot_id != self.in_flight or replica is None:
+            return
+        self.saved[actor] = {"counts": dict(replica.counts), "positions": replica.dedup.positions(),
+                             "read": replica.read, "marks": replica.log.mark(snapshot_id)}
+        if len(self.saved) == len(self.replicas):
+            self.committed, self.in_flight = self.saved, None
+            for live in self.replicas.values():
+                assert live is not None
+                live.log.commit(snapshot_id)
+
+    # -- a death, and the replica recovered alone -------------------------------------------------
+
+    def crash(self, actor: Place) -> None:
+        """``actor`` dies: its state and what was on its way to it are gone (what it sent
+        goes on); the snapshot in flight is abandoned."""
+        self.replicas[actor], self.lost, self.in_flight = None, actor, None
+        self.crashed[actor] += 1
+        self.found_at = self.steps + self.rng.randint(1, 20)
+        for (_, receiver), channel in self.channels.items():
+            if receiver == actor:
+                channel.clear()
+
+    def replace(self) -> None:
+        """The lost replica, recovered alone: its part of the last committed snapshot restored,
+        its input replayed from the position it restored (the input: the driver's feed read again)."""
+        actor, self.lost = self.lost, None
+        assert actor is not None
+        kind = decide(self.plan, [ReplicaKey(self.plan.chain_of("x" if actor[0] == "x" else "count").name, actor[1])])
+        assert kind.kind == "alone", kind.why
+        self.kinds.append(kind.kind)
+        state = self.committed.get(actor, {})
+        self.replicas[actor] = replica = self._fresh(actor, state, state.get("marks", {}))
+        self.restores[actor] += 1
+        if actor[0] == "count":
+            source = self.replicas[("x", 0)]
+            assert source is not None
+            entries = source.log.replay(actor, replica.dedup.expected.get(("x", 0), 0))
+            if self.plant == "skip":
+                entries = entries[1:]
+            replica.repeat_next = self.plant == "repeat" and bool(entries)
+            self.channels[(("x", 0), actor)] = deque(("msg", sequence, payload) for sequence, payload in entries)
+
+    # -- the scheduler --------------------------------------------------------------------------
+
+    def _actions(self) -> list[tuple]:
+        """What may happen next: the input reads, a receiver takes a message, the lost replica
+        is found and replaced."""
+        source = self.replicas[("x", 0)]
+        actions: list[tuple] = [("read",)] if source is not None and source.read < len(self.feed) else []
+        actions += [("deliver", *pair) for pair, channel in self.channels.items()
+                    if channel and (pair[1] == SINK or self.replicas[pair[1]] is not None)]
+        if self.lost is not None and self.steps >= self.found_at:
+            actions.append(("replace",))
+        return actions
+
+    def step(self) -> bool:
+        """One action, drawn by the seed (a crash or a snapshot now and then); False once the
+        job is finished: all read, all taken, nothing lost."""
+        self.steps += 1
+        if self.lost is None and self.crashes and self.rng.random() < 0.03:
+            self.crashes -= 1
+            self.crash(self.rng.choice([("x", 0), *self.counting]))
+        elif self.lost is None and self.in_flight is None and self.rng.random() < 0.05:
+            self.snapshot()
+        actions = self._actions()
+        if not actions:
+            return self.lost is not None  # waiting for the death to be found
+        action = self.rng.choice(actions)
+        getattr(self, action[0])(*action[1:])
+        self.largest_log = max(self.largest_log, *(r.log.size() for r in self.replicas.values() if r is not None))
+        return True
+
+    def run(self, max_steps: int = 100_000) -> AloneRun:
+        """Run until finished; a job that does not finish within ``max_steps`` fails naming what is left."""
+        while self.step():
+            if self.steps > max_steps:
+                raise AssertionError(f"not finished after {max_steps} steps: lost {self.lost}, "
+                                     f"sink completed {len(self.sink.epochs)} epochs")
+        return AloneRun(self.sink.epochs, self.sink.order_breaks, self.restores, self.crashed, self.kinds, self.largest_log,
+                        self.survivor_steps)
