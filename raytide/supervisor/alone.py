@@ -48,10 +48,10 @@ class RecoveryKind:
 def decide(plan: PhysicalPlan, lost: Sequence[ReplicaKey], others: Sequence[str] = (),
            rescaling: bool = False) -> RecoveryKind:
     """The recovery for the death of replicas ``lost`` and of the job's other actors
-    ``others`` (their roles: ``"progress"``, ``"coordinator"``), with a rescale under way or
+    ``others`` (named: ``"the progress actor"``, ``"the snapshot coordinator"``), with a rescale under way or
     not (see the module docstring for the rule)."""
     if others:
-        return RecoveryKind("job", f"the {' and the '.join(others)} died: its state is the whole job's")
+        return RecoveryKind("job", f"{' and '.join(others)} died: its state is the whole job's")
     if rescaling:
         return RecoveryKind("job", "a rescale was under way: its cut and hand-over span every replica")
     if len(lost) != 1:

@@ -69,5 +69,5 @@ def test_an_event_time_input_falls_back():
 def test_two_deaths_another_actor_or_a_rescale_fall_back():
     plan = _plan()
     assert "2 replicas died at once (m[0], m[1])" in decide(plan, [ReplicaKey("m", 0), ReplicaKey("m", 1)]).why
-    assert decide(plan, [ReplicaKey("m", 0)], others=["progress actor"]).why.startswith("the progress actor died")
+    assert decide(plan, [ReplicaKey("m", 0)], others=["the progress actor"]).why.startswith("the progress actor died")
     assert "a rescale was under way" in decide(plan, [ReplicaKey("m", 0)], rescaling=True).why
