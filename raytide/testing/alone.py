@@ -39,12 +39,13 @@ from raytide.core.dataflow import Dataflow
 from raytide.core.keygroups import key_group
 from raytide.core.vertex import Vertex
 from raytide.engine.dedup import SequenceDedup
+from raytide.engine.monotone_progress import MonotoneProgress
 from raytide.engine.upstream_log import UpstreamLog
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import ReplicaKey
 from raytide.supervisor.alone import decide
 
-Plant = Literal["skip", "repeat", "nodedup"] | None
+Plant = Literal["skip", "repeat", "nodedup", "sum", "forget"] | None
 #: A replica of the model: ``("x", 0)`` the input, ``("count", r)`` a counting replica.
 Place = tuple[str, int]
 SINK: Place = ("sink", 0)
@@ -85,14 +86,16 @@ class Replica:
     dedup: SequenceDedup
     counts: Counter = field(default_factory=Counter)
     read: int = 0  # the input's position in the driver's feed
+    sent: Counter = field(default_factory=Counter)  # per (receiver, epoch): messages sent in all
+    taken: Counter = field(default_factory=Counter)  # per (sender, epoch): messages taken in all
     repeat_next: bool = False
 
 
 @dataclass
 class AloneRun:
     """What a trial shows: the sink's epochs, each key's counts as the sink took them out of
-    order, restores and crashes per replica, the kinds decided, the largest log kept, steps the survivors took
-    while a replica was lost."""
+    order, restores and crashes per replica, the kinds decided, the largest log kept, steps the
+    survivors took and epochs the sink completed while a replica was lost."""
 
     epochs: dict[int, list]
     order_breaks: list[str]
@@ -101,6 +104,7 @@ class AloneRun:
     kinds: list[str]
     largest_log: int
     survivor_steps: int
+    completed_while_lost: int
 
 
 def feed_of(epochs: list[list[int]]) -> list[tuple]:
@@ -124,27 +128,29 @@ def reference(epochs: list[list[int]]) -> dict[int, list]:
 @dataclass
 class Sink:
     """The sink replica (never lost in these trials): what it took of each counting replica,
-    each epoch completed once every counting replica passed it."""
+    each epoch completed once the progress figures say nothing at or before it can still come."""
 
     dedup: SequenceDedup
-    passed: dict[int, int]  # per counting replica, the last epoch it said it finished
+    taken: Counter = field(default_factory=Counter)  # per (sender, epoch)
     pending: dict[int, list] = field(default_factory=dict)
     epochs: dict[int, list] = field(default_factory=dict)
     last: Counter = field(default_factory=Counter)
     order_breaks: list[str] = field(default_factory=list)
 
-    def take(self, sender: int, payload: tuple) -> None:
-        """A new message from counting replica ``sender``: a count, or the end of an epoch."""
-        if payload[0] == "done":
-            self.passed[sender] = payload[1]
-            while len(self.epochs) <= min(self.passed.values()):
-                self.epochs[len(self.epochs)] = sorted(self.pending.pop(len(self.epochs), []))
-            return
+    def take(self, payload: tuple) -> None:
+        """A new count from a counting replica; a key's counts must come in order."""
         _, key, count, epoch = payload
         if count != self.last[key] + 1:
             self.order_breaks.append(f"key {key} at epoch {epoch}: count {count} after {self.last[key]}")
         self.last[key] = count
         self.pending.setdefault(epoch, []).append((key, count))
+
+    def complete(self, progress: MonotoneProgress, epochs: int) -> int:
+        """Complete every epoch ``progress`` says is; how many it completed now."""
+        done = len(self.epochs)
+        while len(self.epochs) < epochs and progress.complete(len(self.epochs)):
+            self.epochs[len(self.epochs)] = sorted(self.pending.pop(len(self.epochs), []))
+        return len(self.epochs) - done
 
 
 class AloneWorld:
@@ -155,7 +161,9 @@ class AloneWorld:
         self.rng, self.crashes, self.steps = random.Random(seed), crashes, 0
         self.counting: list[Place] = [("count", r) for r in range(width)]
         self.replicas: dict[Place, Replica | None] = {a: self._fresh(a, {}, {}) for a in [("x", 0), *self.counting]}
-        self.sink = Sink(SequenceDedup("sink[0]", enabled=plant != "nodedup"), dict.fromkeys(range(width), -1))
+        self.sink = Sink(SequenceDedup("sink[0]", enabled=plant != "nodedup"))
+        self.progress = MonotoneProgress("sum" if plant == "sum" else "max")
+        self.epochs = len(epochs)
         self.channels: dict[tuple[Place, Place], deque] = {}
         self.lost: Place | None = None
         self.found_at = 0
@@ -166,26 +174,31 @@ class AloneWorld:
         self.restores: Counter = Counter()
         self.crashed: Counter = Counter()
         self.kinds: list[str] = []
-        self.largest_log = self.survivor_steps = 0
+        self.largest_log = self.survivor_steps = self.completed_while_lost = 0
 
     def _fresh(self, actor: Place, state: dict, marks: dict) -> Replica:
         name = f"{actor[0]}[{actor[1]}]"
         dedup = SequenceDedup(name, state.get("positions"), enabled=self.plant != "nodedup")
-        return Replica(UpstreamLog(name, marks), dedup, Counter(state.get("counts", {})), state.get("read", 0))
+        return Replica(UpstreamLog(name, marks), dedup, Counter(state.get("counts", {})), state.get("read", 0),
+                       Counter(state.get("sent", {})), Counter(state.get("taken", {})))
 
     def send(self, sender: Place, receiver: Place, payload: tuple) -> None:
-        """Number ``payload`` on the channel, keep it in the sender's log, and put it on the
-        channel unless the receiver is lost (a call to a dead actor goes nowhere)."""
+        """Number ``payload`` on the channel, keep it in the sender's log, report the channel's
+        figure for its epoch, and put it on the channel unless the receiver is lost (a call to a
+        dead actor goes nowhere)."""
         replica = self.replicas[sender]
         assert replica is not None
         sequence = replica.log.append(receiver, payload)
+        replica.sent[(receiver, payload[-1])] += 1
+        self.progress.report_sent((sender, receiver), payload[-1], replica.sent[(receiver, payload[-1])])
         if receiver == SINK or self.replicas[receiver] is not None:
             self.channels.setdefault((sender, receiver), deque()).append(("msg", sequence, payload))
 
     # -- the actors' actions ------------------------------------------------------------------
 
     def read(self) -> None:
-        """The input takes the driver's next call: a key to its owner, or an epoch's end to all."""
+        """The input takes the driver's next call: a key to its owner, or an epoch's end (it
+        reaches the next epoch; it reports again an epoch it had reached before it was restored)."""
         replica = self.replicas[("x", 0)]
         assert replica is not None
         item = self.feed[replica.read]
@@ -193,8 +206,7 @@ class AloneWorld:
         if item[0] == "rec":
             self.send(("x", 0), ("count", owner(item[1], self.width)), item)
         else:
-            for actor in self.counting:
-                self.send(("x", 0), actor, item)
+            self.progress.reached(item[1] + 1)
 
     def deliver(self, sender: Place, receiver: Place) -> None:
         """The receiver takes the head of its channel from ``sender``."""
@@ -203,24 +215,22 @@ class AloneWorld:
             self._save(receiver, message[1])
             return
         _, sequence, payload = message
-        if receiver == SINK:
-            if self.sink.dedup.admit(sender, sequence, payload[-1]):
-                self.sink.take(sender[1], payload)
-            return
-        replica = self.replicas[receiver]
+        replica = self.sink if receiver == SINK else self.replicas[receiver]
         assert replica is not None
-        if self.lost is not None:
-            self.survivor_steps += 1
-        if replica.dedup.admit(sender, sequence, payload[-1]):
-            for _ in range(2 if replica.repeat_next else 1):
-                self._count(receiver, replica, payload)
-            replica.repeat_next = False
+        self.survivor_steps += self.lost is not None and receiver != SINK
+        if not replica.dedup.admit(sender, sequence, payload[-1]):
+            return
+        replica.taken[(sender, payload[-1])] += 1
+        self.progress.report_taken((sender, receiver), payload[-1], replica.taken[(sender, payload[-1])])
+        if isinstance(replica, Sink):
+            replica.take(payload)
+            return
+        for _ in range(2 if replica.repeat_next else 1):
+            self._count(receiver, replica, payload)
+        replica.repeat_next = False
 
     def _count(self, actor: Place, replica: Replica, payload: tuple) -> None:
-        """``RunningCount.on_recv`` (or an epoch's end, passed on)."""
-        if payload[0] == "done":
-            self.send(actor, SINK, payload)
-            return
+        """``RunningCount.on_recv``."""
         _, key, epoch = payload
         replica.counts[key] += 1
         self.send(actor, SINK, ("count", key, replica.counts[key], epoch))
@@ -242,7 +252,8 @@ class AloneWorld:
         if snapshot_id != self.in_flight or replica is None:
             return
         self.saved[actor] = {"counts": dict(replica.counts), "positions": replica.dedup.positions(),
-                             "read": replica.read, "marks": replica.log.mark(snapshot_id)}
+                             "read": replica.read, "marks": replica.log.mark(snapshot_id),
+                             "sent": dict(replica.sent), "taken": dict(replica.taken)}
         if len(self.saved) == len(self.replicas):
             self.committed, self.in_flight = self.saved, None
             for live in self.replicas.values():
@@ -253,13 +264,17 @@ class AloneWorld:
 
     def crash(self, actor: Place) -> None:
         """``actor`` dies: its state and what was on its way to it are gone (what it sent
-        goes on); the snapshot in flight is abandoned."""
+        goes on); the snapshot in flight is abandoned. (``plant="forget"``: the progress figures
+        count what it was owed as taken, as if a lost replica owed nothing.)"""
         self.replicas[actor], self.lost, self.in_flight = None, actor, None
         self.crashed[actor] += 1
         self.found_at = self.steps + self.rng.randint(1, 20)
         for (_, receiver), channel in self.channels.items():
             if receiver == actor:
                 channel.clear()
+        for key, count in self.progress.sent.items() if self.plant == "forget" else ():
+            if key[0] in [(sender, actor) for sender, _ in self.channels]:
+                self.progress.taken[key] = count
 
     def replace(self) -> None:
         """The lost replica, recovered alone: its part of the last committed snapshot restored,
@@ -308,6 +323,7 @@ class AloneWorld:
             return self.lost is not None  # waiting for the death to be found
         action = self.rng.choice(actions)
         getattr(self, action[0])(*action[1:])
+        self.completed_while_lost += self.sink.complete(self.progress, self.epochs) * (self.lost is not None)
         self.largest_log = max(self.largest_log, *(r.log.size() for r in self.replicas.values() if r is not None))
         return True
 
@@ -315,7 +331,7 @@ class AloneWorld:
         """Run until finished; a job that does not finish within ``max_steps`` fails naming what is left."""
         while self.step():
             if self.steps > max_steps:
-                raise AssertionError(f"not finished after {max_steps} steps: lost {self.lost}, "
-                                     f"sink completed {len(self.sink.epochs)} epochs")
+                raise AssertionError(f"not finished after {max_steps} steps: lost {self.lost}, sink completed "
+                                     f"{len(self.sink.epochs)} epochs, owed {self.progress.owed(len(self.sink.epochs))}")
         return AloneRun(self.sink.epochs, self.sink.order_breaks, self.restores, self.crashed, self.kinds, self.largest_log,
-                        self.survivor_steps)
+                        self.survivor_steps, self.completed_while_lost)
