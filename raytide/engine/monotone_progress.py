@@ -14,13 +14,13 @@ reports cumulative counts per epoch, numbered as the upstream log numbers them:
   since the job started (a restored sender counts on from its snapshot's figure);
 * a receiver: ``taken(channel, epoch, n)``, it has taken ``n`` of them (duplicates dropped by
   :class:`~raytide.engine.dedup.SequenceDedup` are not taken again);
-* an input: ``reached(epoch)``, it will send nothing earlier.
+* an input replica: ``reached(epoch)``, it will send nothing earlier.
 
 Each figure is merged by maximum, so a report that repeats or lags a figure already merged
 does nothing. Messages a lost replica had not taken (in flight to it, or sent while it was
 dead) stay counted as sent and not taken until its replacement takes them from the replay, so
-nothing downstream is complete past them. An epoch ``e`` is complete once the input reached
-past it and, on every channel, every epoch up to ``e`` has as many taken as sent
+nothing downstream is complete past them. An epoch ``e`` is complete once every input replica
+reached past it and, on every channel, every epoch up to ``e`` has as many taken as sent
 (property-tested against the sets of messages, reports repeated, stale and out of order:
 ``tests/unit/test_monotone_progress.py``).
 
@@ -37,13 +37,14 @@ from collections.abc import Hashable
 
 class MonotoneProgress:
     """The progress actor's figures for a recovery alone: per ``(channel, epoch)`` the most sent
-    and the most taken ever reported, and the furthest epoch the input reached."""
+    and the most taken ever reported, and the furthest epoch each input replica reached."""
 
-    def __init__(self, merge: str = "max") -> None:
-        """``merge="sum"`` adds reports up instead (a planted bug the simulator's trials catch)."""
+    def __init__(self, inputs: int = 1, merge: str = "max") -> None:
+        """Figures of a job with ``inputs`` input replicas; ``merge="sum"`` adds reports up
+        instead (a planted bug the simulator's trials catch)."""
         self.sent: dict[tuple[Hashable, int], int] = {}
         self.taken: dict[tuple[Hashable, int], int] = {}
-        self.input_at = 0
+        self.input_at = [0] * inputs
         self.merge = merge
 
     def _merge(self, figures: dict[tuple[Hashable, int], int], key: tuple[Hashable, int], count: int) -> None:
@@ -57,13 +58,13 @@ class MonotoneProgress:
         """A receiver has taken ``count`` messages of ``epoch`` from ``channel`` in all."""
         self._merge(self.taken, (channel, epoch), count)
 
-    def reached(self, epoch: int) -> None:
-        """The input will send nothing before ``epoch``."""
-        self.input_at = max(self.input_at, epoch)
+    def reached(self, epoch: int, replica: int = 0) -> None:
+        """Input replica ``replica`` will send nothing before ``epoch``."""
+        self.input_at[replica] = max(self.input_at[replica], epoch)
 
     def complete(self, epoch: int) -> bool:
         """Whether nothing at or before ``epoch`` can still arrive anywhere."""
-        return self.input_at > epoch and all(self.taken.get(key, 0) == count
+        return min(self.input_at) > epoch and all(self.taken.get(key, 0) == count
                                              for key, count in self.sent.items() if key[1] <= epoch)
 
     def owed(self, epoch: int) -> dict[Hashable, int]:

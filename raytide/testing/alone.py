@@ -5,27 +5,36 @@ injected at any step (docs/recovery.md, "A replica recovered alone").
 
 A model of the protocol, not the engine: its actors are small cores written here, not
 :class:`~raytide.engine.replica.ReplicaCore` (which does not number its sends yet). The job
-is the one :func:`running_counts` compiles: an input of one replica reading the driver's
-feed, an exchange by key into ``width`` replicas that keep a running count per key and send
-``(key, count)`` at the record's epoch from ``on_recv``, and one sink replica. Each sender
-numbers its messages per channel and keeps them in its upstream log; the end of each epoch
-travels as a numbered message too (``("done", epoch)``), so the sink completes an epoch only
-once every counting replica passed it: a lost replica's epochs stay held until its
-replacement has restored and replayed them, while the other replicas run on.
+is the one :func:`running_counts` compiles: an input of ``inputs`` replicas, each reading its
+share of the driver's feed, an exchange by key into ``width`` replicas that keep a running
+count per key and send ``(key, count)`` at the record's epoch from ``on_recv``, and one sink
+replica. Each sender numbers its messages per channel and keeps them in its upstream log;
+every replica reports its progress figures (:mod:`raytide.engine.monotone_progress`), and the
+sink completes an epoch when they say nothing at or before it can still come: a lost
+replica's dues stay held until its replacement has restored and replayed them, while the
+other replicas run on.
 
-Snapshots: the input marks its log and sends a barrier on every channel; a counting replica
-(one input channel: nothing to align) saves its counts, where it is in its input (its dedup's
-positions) and its log's marks, and forwards nothing; the snapshot commits once every replica
-saved, and every log forgets what is before its marks. A crash abandons the snapshot in
-flight, and none starts while a replica is lost. A replacement (decided by
-:func:`~raytide.supervisor.alone.decide`, which must say ``"alone"``) restores the lost
-replica's part of the last committed snapshot; an input replica reads the driver's feed again
-from its restored position, a counting replica is replayed its input channel's messages from
-the position it restored. What either sends again under numbers its receivers had is dropped.
+Snapshots: the inputs mark their logs and send a barrier on every channel; a counting replica
+aligns (holds a channel whose barrier came until every input's did), then saves its counts,
+where it is in each input channel (its dedup's positions), its log's marks and its figures;
+the snapshot commits once every replica saved, and every log forgets what is before its
+marks. A crash abandons the snapshot in flight, and none starts while a replica is lost. A
+replacement restores the lost replica's part of the last committed snapshot; an input replica
+reads its feed again from its restored position, a counting replica is replayed each input
+channel's messages from the position it restored. What either sends again under numbers its
+receivers had is dropped.
+
+Deaths are recovered alone only where :func:`~raytide.supervisor.alone.decide` says so: the
+inputs always, the counting replicas with one input replica (one channel each); with two, a
+counting replica's death is not injected (the model has no whole-job path), except under
+``plant="several"``, which recovers it alone anyway: its replay interleaves the two channels
+otherwise than the replica did, and the numbers its sink drops by no longer name the same
+messages.
 
 Plants the trials must catch (``plant=``): ``"skip"`` (a replay that leaves out its first
 message), ``"repeat"`` (a replacement that takes its first replayed message twice),
-``"nodedup"`` (receivers that take every message).
+``"nodedup"`` (receivers that take every message), ``"sum"`` (progress figures added up),
+``"forget"`` (a lost replica's dues counted as taken at its death), ``"several"`` (above).
 """
 
 from __future__ import annotations
@@ -45,8 +54,8 @@ from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import ReplicaKey
 from raytide.supervisor.alone import decide
 
-Plant = Literal["skip", "repeat", "nodedup", "sum", "forget"] | None
-#: A replica of the model: ``("x", 0)`` the input, ``("count", r)`` a counting replica.
+Plant = Literal["skip", "repeat", "nodedup", "sum", "forget", "several"] | None
+#: A replica of the model: ``("x", i)`` an input replica, ``("count", r)`` a counting replica.
 Place = tuple[str, int]
 SINK: Place = ("sink", 0)
 
@@ -64,10 +73,10 @@ class RunningCount(Vertex):
             self.send_by(0, [(key, self.counts[key])], time)
 
 
-def running_counts(width: int) -> PhysicalPlan:
-    """The model's job as a plan: ``x`` (one replica) -> ``count`` (``width``, by key) -> ``sink``."""
+def running_counts(width: int, inputs: int = 1) -> PhysicalPlan:
+    """The model's job as a plan: ``x`` (``inputs`` replicas) -> ``count`` (``width``, by key) -> ``sink``."""
     flow = Dataflow("alone")
-    counted = flow.vertex(RunningCount, [flow.input("x", parallelism=1)], exchange=[lambda key: key],
+    counted = flow.vertex(RunningCount, [flow.input("x", parallelism=inputs)], exchange=[lambda key: key],
                           name="count", parallelism=width)[0]
     counted.map(lambda pair: pair, name="sink", parallelism=1).output("out")
     return compile_plan(flow)
@@ -89,6 +98,7 @@ class Replica:
     sent: Counter = field(default_factory=Counter)  # per (receiver, epoch): messages sent in all
     taken: Counter = field(default_factory=Counter)  # per (sender, epoch): messages taken in all
     repeat_next: bool = False
+    aligning: set[Place] = field(default_factory=set)  # the inputs whose barrier came (their channels held)
 
 
 @dataclass
@@ -107,10 +117,11 @@ class AloneRun:
     completed_while_lost: int
 
 
-def feed_of(epochs: list[list[int]]) -> list[tuple]:
-    """The driver's calls to the input, in order: each epoch's keys, then its end."""
-    return [item for epoch, keys in enumerate(epochs) for item in [("rec", key, epoch) for key in keys]
-            + [("done", epoch)]]
+def feed_of(epochs: list[list[int]], replica: int = 0, inputs: int = 1) -> list[tuple]:
+    """The driver's calls to input replica ``replica`` of ``inputs``, in order: each epoch's
+    keys dealt to it (record ``j`` to replica ``j % inputs``), then the epoch's end."""
+    return [item for epoch, keys in enumerate(epochs)
+            for item in [("rec", key, epoch) for j, key in enumerate(keys) if j % inputs == replica] + [("done", epoch)]]
 
 
 def reference(epochs: list[list[int]]) -> dict[int, list]:
@@ -156,13 +167,16 @@ class Sink:
 class AloneWorld:
     """The model's actors, channels and snapshots, one action per :meth:`step` (see the module docstring)."""
 
-    def __init__(self, epochs: list[list[int]], width: int, seed: int, crashes: int, plant: Plant = None) -> None:
-        self.plan, self.width, self.feed, self.plant = running_counts(width), width, feed_of(epochs), plant
+    def __init__(self, epochs: list[list[int]], width: int, seed: int, crashes: int, plant: Plant = None,
+                 inputs: int = 1) -> None:
+        self.plan, self.width, self.plant = running_counts(width, inputs), width, plant
         self.rng, self.crashes, self.steps = random.Random(seed), crashes, 0
+        self.inputs: list[Place] = [("x", i) for i in range(inputs)]
+        self.feeds = {actor: feed_of(epochs, actor[1], inputs) for actor in self.inputs}
         self.counting: list[Place] = [("count", r) for r in range(width)]
-        self.replicas: dict[Place, Replica | None] = {a: self._fresh(a, {}, {}) for a in [("x", 0), *self.counting]}
+        self.replicas: dict[Place, Replica | None] = {a: self._fresh(a, {}, {}) for a in [*self.inputs, *self.counting]}
         self.sink = Sink(SequenceDedup("sink[0]", enabled=plant != "nodedup"))
-        self.progress = MonotoneProgress("sum" if plant == "sum" else "max")
+        self.progress = MonotoneProgress(inputs, "sum" if plant == "sum" else "max")
         self.epochs = len(epochs)
         self.channels: dict[tuple[Place, Place], deque] = {}
         self.lost: Place | None = None
@@ -196,23 +210,23 @@ class AloneWorld:
 
     # -- the actors' actions ------------------------------------------------------------------
 
-    def read(self) -> None:
-        """The input takes the driver's next call: a key to its owner, or an epoch's end (it
-        reaches the next epoch; it reports again an epoch it had reached before it was restored)."""
-        replica = self.replicas[("x", 0)]
+    def read(self, actor: Place) -> None:
+        """Input replica ``actor`` takes the driver's next call: a key to its owner, or an
+        epoch's end (it reaches the next epoch; again, after it was restored: nothing moves)."""
+        replica = self.replicas[actor]
         assert replica is not None
-        item = self.feed[replica.read]
+        item = self.feeds[actor][replica.read]
         replica.read += 1
         if item[0] == "rec":
-            self.send(("x", 0), ("count", owner(item[1], self.width)), item)
+            self.send(actor, ("count", owner(item[1], self.width)), item)
         else:
-            self.progress.reached(item[1] + 1)
+            self.progress.reached(item[1] + 1, actor[1])
 
     def deliver(self, sender: Place, receiver: Place) -> None:
         """The receiver takes the head of its channel from ``sender``."""
         message = self.channels[(sender, receiver)].popleft()
         if message[0] == "barrier":
-            self._save(receiver, message[1])
+            self._align(sender, receiver, message[1])
             return
         _, sequence, payload = message
         replica = self.sink if receiver == SINK else self.replicas[receiver]
@@ -238,12 +252,23 @@ class AloneWorld:
     # -- snapshots ----------------------------------------------------------------------------
 
     def snapshot(self) -> None:
-        """The input takes snapshot ``n`` and sends its barrier on every channel."""
+        """The inputs take snapshot ``n`` and send its barrier on every channel."""
         self.snapshot_ids += 1
         self.in_flight, self.saved = self.snapshot_ids, {}
-        self._save(("x", 0), self.snapshot_ids)
-        for actor in self.counting:
-            self.channels.setdefault((("x", 0), actor), deque()).append(("barrier", self.snapshot_ids))
+        for source in self.inputs:
+            self._save(source, self.snapshot_ids)
+            for actor in self.counting:
+                self.channels.setdefault((source, actor), deque()).append(("barrier", self.snapshot_ids))
+
+    def _align(self, sender: Place, receiver: Place, snapshot_id: int) -> None:
+        """A barrier from ``sender``: its channel held until every input's came, then the part saved."""
+        replica = self.replicas[receiver]
+        if snapshot_id != self.in_flight or replica is None:
+            return
+        replica.aligning.add(sender)
+        if len(replica.aligning) == len(self.inputs):
+            replica.aligning.clear()
+            self._save(receiver, snapshot_id)
 
     def _save(self, actor: Place, snapshot_id: int) -> None:
         """``actor`` saves its part of ``snapshot_id`` (one abandoned since: nothing), which
@@ -268,6 +293,9 @@ class AloneWorld:
         count what it was owed as taken, as if a lost replica owed nothing.)"""
         self.replicas[actor], self.lost, self.in_flight = None, actor, None
         self.crashed[actor] += 1
+        for survivor in self.replicas.values():
+            if survivor is not None:
+                survivor.aligning.clear()
         self.found_at = self.steps + self.rng.randint(1, 20)
         for (_, receiver), channel in self.channels.items():
             if receiver == actor:
@@ -278,33 +306,40 @@ class AloneWorld:
 
     def replace(self) -> None:
         """The lost replica, recovered alone: its part of the last committed snapshot restored,
-        its input replayed from the position it restored (the input: the driver's feed read again)."""
+        each input channel replayed from the position it restored (an input: its feed read again)."""
         actor, self.lost = self.lost, None
         assert actor is not None
         kind = decide(self.plan, [ReplicaKey(self.plan.chain_of("x" if actor[0] == "x" else "count").name, actor[1])])
-        assert kind.kind == "alone", kind.why
+        assert kind.kind == "alone" or self.plant == "several", f"the model has no whole-job path: {kind.why}"
         self.kinds.append(kind.kind)
         state = self.committed.get(actor, {})
         self.replicas[actor] = replica = self._fresh(actor, state, state.get("marks", {}))
         self.restores[actor] += 1
-        if actor[0] == "count":
-            source = self.replicas[("x", 0)]
-            assert source is not None
-            entries = source.log.replay(actor, replica.dedup.expected.get(("x", 0), 0))
-            if self.plant == "skip":
+        for index, source in enumerate(self.inputs if actor[0] == "count" else ()):
+            sender = self.replicas[source]
+            assert sender is not None
+            entries = sender.log.replay(actor, replica.dedup.expected.get(source, 0))
+            if self.plant == "skip" and index == 0:
                 entries = entries[1:]
-            replica.repeat_next = self.plant == "repeat" and bool(entries)
-            self.channels[(("x", 0), actor)] = deque(("msg", sequence, payload) for sequence, payload in entries)
+            replica.repeat_next = replica.repeat_next or (self.plant == "repeat" and bool(entries))
+            self.channels[(source, actor)] = deque(("msg", sequence, payload) for sequence, payload in entries)
 
     # -- the scheduler --------------------------------------------------------------------------
 
+    def _mortal(self) -> list[Place]:
+        """Whom a crash may hit: the replicas ``decide`` recovers alone (or, planted, every one)."""
+        alone = len(self.inputs) == 1 or self.plant == "several"
+        return [*self.inputs, *(self.counting if alone else [])]
+
     def _actions(self) -> list[tuple]:
-        """What may happen next: the input reads, a receiver takes a message, the lost replica
-        is found and replaced."""
-        source = self.replicas[("x", 0)]
-        actions: list[tuple] = [("read",)] if source is not None and source.read < len(self.feed) else []
+        """What may happen next: an input reads, a receiver takes a message (not from a channel
+        held for alignment), the lost replica is found and replaced."""
+        actions: list[tuple] = [("read", source) for source in self.inputs
+                                if (replica := self.replicas[source]) is not None
+                                and replica.read < len(self.feeds[source])]
         actions += [("deliver", *pair) for pair, channel in self.channels.items()
-                    if channel and (pair[1] == SINK or self.replicas[pair[1]] is not None)]
+                    if channel and (pair[1] == SINK or ((replica := self.replicas[pair[1]]) is not None
+                                                        and pair[0] not in replica.aligning))]
         if self.lost is not None and self.steps >= self.found_at:
             actions.append(("replace",))
         return actions
@@ -315,7 +350,7 @@ class AloneWorld:
         self.steps += 1
         if self.lost is None and self.crashes and self.rng.random() < 0.03:
             self.crashes -= 1
-            self.crash(self.rng.choice([("x", 0), *self.counting]))
+            self.crash(self.rng.choice(self._mortal()))
         elif self.lost is None and self.in_flight is None and self.rng.random() < 0.05:
             self.snapshot()
         actions = self._actions()

@@ -31,7 +31,7 @@ def _reports(figures: dict, data: st.DataObject) -> list[tuple[str, tuple, int]]
 
 
 def _board(reports: list, input_at: int, merge: str = "max") -> MonotoneProgress:
-    board = MonotoneProgress(merge)
+    board = MonotoneProgress(merge=merge)
     for kind, (channel, epoch), count in reports:
         (board.report_sent if kind == "sent" else board.report_taken)(channel, epoch, count)
     board.reached(input_at)
@@ -52,3 +52,11 @@ def test_summing_reports_instead_is_caught():
     """The planted bug: a replacement's report of what its earlier incarnation had taken, added."""
     reports = [("sent", (0, 0), 2), ("taken", (0, 0), 2), ("taken", (0, 0), 1)]
     assert _board(reports, 1).complete(0) and not _board(reports, 1, merge="sum").complete(0)
+
+
+def test_an_epoch_waits_for_every_input_replica():
+    board = MonotoneProgress(inputs=2)
+    board.reached(3, replica=0)
+    assert not board.complete(0)
+    board.reached(1, replica=1)
+    assert board.complete(0) and not board.complete(1)
