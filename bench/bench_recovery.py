@@ -167,13 +167,15 @@ def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Co
     """One replica of the 4-replica keyed stage (``count``, after the exchange) SIGKILLed once two
     snapshots are committed, the input paced: ``stage_kill_to_next_epoch_s`` from the kill to the
     first epoch fed after the kill being handed out (issue 74's measure: a
-    replica recovered alone should take at most half of today's whole-job recovery), and
+    replica recovered alone should take at most half of today's whole-job recovery),
     ``stage_recovered_alone`` (1.0 if the recovery's record says ``"alone"``; on Ray every recovery
-    is still a whole-job rollback, its record's ``why`` says what the rule found)."""
+    is still a whole-job rollback, its record's ``why`` says what the rule found), and of the
+    other replicas, ``stage_survivors_reloaded`` those whose process reset its state and
+    ``stage_survivors_same_pid`` those still in the same process."""
     arrivals: list[tuple[float, int]] = []
     pushed: list[float] = []
     got: dict[int, list] = {}
-    killed_at = None
+    killed_at, pids = None, {}
 
     def paced() -> Iterator[list[str]]:
         for lines in data:
@@ -186,15 +188,19 @@ def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Co
             arrivals.append((time.time(), epoch))
             got[epoch] = records
             if killed_at is None and job.stats()["snapshots"]["committed"] >= 2:
-                killed_at = time.time()
-                os.kill(job.hosts()[f"{job.name}/count/1"], signal.SIGKILL)
-        record = job.stats()["recoveries"]["recoveries"][0]
+                killed_at, pids = time.time(), dict(job.hosts())
+                os.kill(pids.pop(f"{job.name}/count/1"), signal.SIGKILL)
+        stats = job.stats()
+        record = stats["recoveries"]["recoveries"][0]
+        same = sum(job.hosts().get(name) == pid for name, pid in pids.items() if name in stats["replicas"])
+        reloaded = sum(stats["replicas"][name]["restores"] > 0 for name in pids if name in stats["replicas"])
     assert {e: Counter(r) for e, r in got.items()} == expected, "the output differs from the failure-free run"
     assert killed_at is not None
     first = next(epoch for epoch, at in enumerate(pushed) if at > killed_at)
     after = next(at for at, epoch in arrivals if epoch >= first)
     return {"stage_kill_to_next_epoch_s": after - killed_at, "stage_recovery_s": record["seconds"],
-            "stage_recovered_alone": float(record["kind"] == "alone")}
+            "stage_recovered_alone": float(record["kind"] == "alone"), "stage_survivors_reloaded": float(reloaded),
+            "stage_survivors_same_pid": float(same)}
 
 
 def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, parallelism: int,
