@@ -24,6 +24,12 @@ reached past it and, on every channel, every epoch up to ``e`` has as many taken
 (property-tested against the sets of messages, reports repeated, stale and out of order:
 ``tests/unit/test_monotone_progress.py``).
 
+As with the tracker's deltas, the figures of one event go together (Naiad's rule): a
+replica's ``taken`` of what it took and the ``sent`` of what that made it send in one report,
+and an input's ``sent`` before its ``reached`` past them; otherwise a message whose ``sent`` is
+still on its way is seen by nobody, and its epoch completes early. Merging by maximum makes
+the order of different senders' reports, and stale ones, not matter.
+
 For an acyclic job whose replicas hold no capability of their own (they only answer what they
 take): a vertex that asks for notifications, or a loop, needs its capabilities reported as
 figures too, which this does not do (:mod:`raytide.supervisor.alone` sends those deaths to a
