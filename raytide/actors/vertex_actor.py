@@ -125,6 +125,7 @@ class VertexActor:
         self.core = self._new_core()
         self.failed: RaytideError | None = None
         self.busy_s = 0.0  # handling events (see _guard)
+        self.restores = 0  # how often this process reset its state for a recovery or restore= (job.stats())
         self.in_event: tuple[float, float] | None = None  # the event in hand: when it began, blocked_s then
         self.metrics = ReplicaMetrics(job, chain, replica)
         self.kept = kept
@@ -272,6 +273,7 @@ class VertexActor:
         the job's start), with the job's actors as they are now; nothing runs until :meth:`resume`. Returns the
         locations to subscribe to, or what the restore raised (user code's ``restore()``): the driver fails the job."""
         self._reset(incarnation, peers, progress, coordinator)
+        self.restores += 1
         self.kept = None  # a rescale's piece this replica did not adopt (a death during the switch)
         if snapshot_id is not None and self.writer is not None:
             self._guard(self.core.restore, self.writer.read_own(snapshot_id))
@@ -431,6 +433,7 @@ class VertexActor:
         stats["busy_s"], stats["blocked_s"] = self._busy_and_blocked()
         stats["relay"] = self.node_relay.stats()
         stats["late"] = late_counts(self.started)
+        stats["restores"] = self.restores
         return stats
 
     def _busy_and_blocked(self) -> tuple[float, float]:

@@ -359,7 +359,8 @@ class Job(JobViews):
         cannot matter, so a backlog may show upstream of where it waits), ``frontier`` (the earliest epoch
         that may still arrive) and ``frontier_lag`` (epochs behind the latest input); per replica (``replicas``,
         by ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a receiver's window
-        (backpressure), and its counters per vertex; ``input_calls``, the driver's calls to input replicas, and
+        (backpressure), ``restores`` (how often its process reset its state: a recovery, ``restore=``), and
+        its counters per vertex; ``input_calls``, the driver's calls to input replicas, and
         ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens);
         ``late``: per event-time input, its late records (``records``, ``by_epoch``, ``max_lateness_s``)."""
         fed, calls = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None], self._inputs.calls

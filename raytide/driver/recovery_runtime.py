@@ -31,6 +31,7 @@ import ray
 from raytide.driver.coordination import JobSnapshots, RecoveryRecord, Steps
 from raytide.driver.placement import COORDINATOR
 from raytide.errors import JobTimeout
+from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.recovering import (
     Died,
     Failed,
@@ -55,6 +56,7 @@ from raytide.snapshots.recovering import (
     TimedOut,
 )
 from raytide.snapshots.replica_state import summed
+from raytide.supervisor.alone import RecoveryKind, decide
 from raytide.supervisor.execution import Execution
 
 logger = logging.getLogger(__name__)
@@ -98,6 +100,7 @@ class RayRecovery:
     started: float = field(default_factory=time.monotonic)
     replaced: list[str] = field(default_factory=list)
     resumed: float = 0.0
+    kind: RecoveryKind = RecoveryKind("job", "no actor was found dead")
 
     def roll_back_outputs(self, effect: RollBackOutputs, run: Execution) -> None:
         self.snapshots.outputs.rollback()  # epochs no committed snapshot holds are computed again
@@ -122,8 +125,9 @@ class RayRecovery:
         snapshots, steps = self.snapshots, self.steps
         snapshots.incarnation = effect.incarnation
         logger.warning("job %r: recovering (incarnation %d)", snapshots.placement.name, effect.incarnation)
-        self.replaced = steps.time("replace them", snapshots.placement.replace_dead, steps.time("find the dead", self._dead),
-                                   snapshots.coordinator)
+        dead = steps.time("find the dead", self._dead)
+        self.kind = self._kind(dead, run)
+        self.replaced = steps.time("replace them", snapshots.placement.replace_dead, dead, snapshots.coordinator)
         snapshots.outputs.progress = snapshots.placement.progress
         return Replaced(self.replaced)
 
@@ -208,7 +212,7 @@ class RayRecovery:
         seconds, name = time.monotonic() - self.started, self.snapshots.placement.name
         self.snapshots.records.append(RecoveryRecord(effect.incarnation, "; ".join(effect.causes), len(effect.causes),
                                                      effect.snapshot_id, self.replaced, seconds, time.time(),
-                                                     self.steps.seconds))
+                                                     self.steps.seconds, self.kind.kind, self.kind.why))
         logger.warning("job %r recovered from snapshot %s in %.2f s", name, effect.snapshot_id, seconds)
 
     def failed(self, effect: Failed, run: Execution) -> None:
@@ -224,6 +228,18 @@ class RayRecovery:
         what = "an actor died" if isinstance(error, ray.exceptions.RayActorError) else \
             "an object whose owner died was lost"
         return Died(f"job {snapshots.placement.name!r}: {what} during {during}: {type(error).__name__}")
+
+    def _kind(self, dead: list[Any], run: Execution) -> RecoveryKind:
+        """Which recovery ``dead`` calls for (:func:`~raytide.supervisor.alone.decide`; a dead
+        coordinator was found by :meth:`_dead`). Ray still rolls every recovery's whole job back,
+        so one that the rule would run alone is recorded as ``"job"``, saying so."""
+        others = [str(key) for key in dead if not isinstance(key, ReplicaKey)]
+        others += [COORDINATOR] if self.snapshots.coordinator is None else []
+        lost = [key for key in dead if isinstance(key, ReplicaKey)]
+        found = decide(self.snapshots.placement.plan, lost, others, rescaling=run.machine.pieces is not None)
+        if found.kind == "job":
+            return found
+        return RecoveryKind("job", f"{found.why}; not run alone on Ray yet: every recovery rolls the whole job back")
 
     def _dead(self) -> list[Any]:
         """The keys of the job's actors that are dead (a ping that fails; a busy one is alive)."""

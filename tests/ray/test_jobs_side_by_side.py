@@ -114,6 +114,10 @@ def test_only_the_killed_job_recovers_while_another_is_rescaled_with_a_snapshot_
     recoveries = {name: s["recoveries"] for name, s in stats.items()}
     assert recoveries["killed"]["count"] == 1 and recoveries["killed"]["recoveries"][0]["replaced"] == \
         [f"{killed.name}/numbers+times-ten+out/1"], recoveries
+    killed_record = recoveries["killed"]["recoveries"][0]  # an output in the lost chain: the whole job, and why
+    assert killed_record["kind"] == "job" and "vertex 'out' is an output" in killed_record["why"], killed_record
+    restores = {name: {replica: s["restores"] for replica, s in stats[name]["replicas"].items()} for name in jobs}
+    assert set(restores["killed"].values()) == {1} and set(restores["calm"].values()) == {0}, restores  # all reloaded
     assert [(r["count"], r["recoveries"]) for r in (recoveries["calm"], recoveries["rescaled"])] == [(0, [])] * 2, recoveries
     assert record["cut_id"] == in_flight + 1 and stats["rescaled"]["parallelism"]["check"] == 2, (record, in_flight)
     assert stats["rescaled"]["snapshots"]["last_id"] > record["cut_id"]

@@ -1,0 +1,73 @@
+"""Which recovery a death calls for (:func:`raytide.supervisor.alone.decide`): one clause of
+the rule each, on compiled plans."""
+
+from __future__ import annotations
+
+import raytide as rt
+from raytide.physical.plan import PhysicalPlan, compile_plan
+from raytide.physical.protocol import ReplicaKey
+from raytide.supervisor.alone import decide
+
+
+def _plan(input_width: int = 1, stage: str = "map") -> PhysicalPlan:
+    """An input, a 4-replica middle stage (a map, or a stateful map: it may notify) and a
+    one-replica output after it (not fused into the stage)."""
+    flow = rt.Dataflow("kinds")
+    source = flow.input("x", parallelism=input_width)
+    middle = (source.map(lambda r: r, name="m", parallelism=4) if stage == "map"
+              else source.stateful_map(lambda r: r, lambda s, r: (s, r), name="m", parallelism=4))
+    middle.map(lambda r: r, name="last", parallelism=1).output("out")
+    return compile_plan(flow)
+
+
+def test_a_stage_fed_by_one_channel_that_never_notifies_is_recovered_alone():
+    kind = decide(_plan(), [ReplicaKey("m", 2)])
+    assert kind.kind == "alone" and "replica m[2]" in kind.why and "ChannelId(source='x'" in kind.why
+
+
+def test_an_input_replica_is_recovered_alone_from_the_drivers_call_log():
+    kind = decide(_plan(input_width=2), [ReplicaKey("x", 1)])
+    assert kind.kind == "alone" and "the driver's call log" in kind.why
+
+
+def test_several_channels_fall_back_as_their_order_is_not_logged():
+    kind = decide(_plan(input_width=3), [ReplicaKey("m", 0)])
+    assert kind.kind == "job" and "takes 3 channels" in kind.why and "not logged" in kind.why
+
+
+def test_a_vertex_that_may_notify_falls_back():
+    kind = decide(_plan(stage="stateful"), [ReplicaKey("m", 0)])
+    assert kind.kind == "job" and "vertex 'm' asks for notifications" in kind.why
+
+
+def test_an_output_falls_back():
+    plan = _plan()
+    chain = plan.chain_of("out").name
+    kind = decide(plan, [ReplicaKey(chain, 0)])
+    assert kind.kind == "job" and "vertex 'out' is an output" in kind.why
+
+
+def test_a_replica_inside_a_loop_falls_back():
+    flow = rt.Dataflow("loop")
+    loop = flow.loop("loop")
+    back = loop.feedback(name="back")
+    rounds = flow.vertex(rt.Vertex, [loop.enter(flow.input("x"), name="enter"), back.stream], name="body")[0]
+    back.connect(rounds)
+    loop.leave(rounds, name="leave").output("out")
+    plan = compile_plan(flow, 2)
+    kind = decide(plan, [ReplicaKey(plan.chain_of("body").name, 1)])
+    assert kind.kind == "job" and "sits inside a loop" in kind.why
+
+
+def test_an_event_time_input_falls_back():
+    flow = rt.Dataflow("clocked")
+    flow.input("x", parallelism=2, event_time=rt.EventTime(lambda r: r)).map(str, parallelism=1).output("out")
+    kind = decide(compile_plan(flow), [ReplicaKey("x", 0)])
+    assert kind.kind == "job" and "input 'x' has event time" in kind.why
+
+
+def test_two_deaths_another_actor_or_a_rescale_fall_back():
+    plan = _plan()
+    assert "2 replicas died at once (m[0], m[1])" in decide(plan, [ReplicaKey("m", 0), ReplicaKey("m", 1)]).why
+    assert decide(plan, [ReplicaKey("m", 0)], others=["the progress actor"]).why.startswith("the progress actor died")
+    assert "a rescale was under way" in decide(plan, [ReplicaKey("m", 0)], rescaling=True).why

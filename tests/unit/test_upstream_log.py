@@ -1,0 +1,90 @@
+"""Upstream backup and downstream dedup (:mod:`raytide.engine.upstream_log`,
+:mod:`raytide.engine.dedup`): against brute force, a list of every message sent on each
+channel and a set of the numbers a receiver has taken."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from raytide.engine.dedup import SequenceDedup
+from raytide.engine.upstream_log import UpstreamLog
+from raytide.errors import RecoveryError
+
+#: A sender's life: messages on channels 0-2, snapshots marked, marked snapshots committed.
+STEPS = st.lists(st.one_of(st.tuples(st.just("send"), st.integers(0, 2)), st.tuples(st.just("mark"), st.none()),
+                           st.tuples(st.just("commit"), st.none())), max_size=40)
+
+
+def _run(steps: list) -> tuple[UpstreamLog, dict[int, list[str]], dict[int, int]]:
+    """The log after ``steps``, every message ever sent per channel (the oracle), and the
+    marks of the last committed snapshot (0 where it marked nothing)."""
+    log, sent, marks, committed = UpstreamLog("s[0]"), {0: [], 1: [], 2: []}, {}, {0: 0, 1: 0, 2: 0}
+    for kind, channel in steps:
+        if kind == "send":
+            message = f"m{channel}.{len(sent[channel])}"
+            assert log.append(channel, message) == len(sent[channel])
+            sent[channel].append(message)
+        elif kind == "mark":
+            marks[len(marks)] = log.mark(len(marks))
+        elif marks:
+            last = max(marks)
+            log.commit(last)
+            committed = {c: marks[last].get(c, 0) for c in committed}
+    return log, sent, committed
+
+
+@given(STEPS, st.data())
+def test_a_replay_from_any_kept_position_is_every_message_sent_from_it_in_order(steps, data):
+    log, sent, committed = _run(steps)
+    for channel, messages in sent.items():
+        position = data.draw(st.integers(committed[channel], len(messages)))
+        assert log.replay(channel, position) == list(enumerate(messages))[position:]
+
+
+@given(STEPS)
+def test_a_commit_keeps_exactly_what_was_sent_since_its_marks(steps):
+    log, sent, committed = _run(steps)
+    assert log.size() == sum(len(messages) - committed[channel] for channel, messages in sent.items())
+    for channel, position in committed.items():
+        if position:
+            with pytest.raises(RecoveryError, match=f"channel {channel} from message {position - 1}"):
+                log.replay(channel, position - 1)
+
+
+def test_a_restored_sender_numbers_on_from_its_snapshot():
+    log = UpstreamLog("s[1]", {"c": 7})
+    assert log.append("c", "x") == 7 and log.replay("c", 7) == [(7, "x")] and log.positions() == {"c": 8}
+
+
+#: What a receiver is sent on one channel: numbers as a sender recovered alone resends them
+#: (a run of 0..n, then back to any earlier number and on again).
+RESENT = st.lists(st.integers(0, 12), min_size=1, max_size=6).map(
+    lambda ends: [n for end, start in zip(ends, [0] + [e // 2 for e in ends]) for n in range(min(start, end), end)])
+
+
+@given(RESENT)
+def test_dedup_takes_each_number_once_in_order(numbers):
+    dedup, taken = SequenceDedup("k[0]"), []
+    for number in numbers:
+        if dedup.admit("c", number, epoch=3):
+            taken.append(number)
+    assert taken == sorted(set(numbers)) and dedup.dropped == len(numbers) - len(taken)
+
+
+def test_dedup_refuses_a_gap_naming_the_receiver_the_channel_and_the_epoch():
+    dedup = SequenceDedup("k[2]", {"c": 4})
+    with pytest.raises(RecoveryError, match=r"replica k\[2\]: message 6 on channel c at epoch 9 came before 4..5"):
+        dedup.admit("c", 6, epoch=9)
+
+
+def test_dedup_off_takes_duplicates():
+    dedup = SequenceDedup("k[0]", {"c": 3}, enabled=False)
+    assert dedup.admit("c", 1) and dedup.positions() == {"c": 3}
+
+
+def test_a_receiver_ahead_of_a_restored_sender_is_replayed_nothing():
+    log = UpstreamLog("x[0]", {"c": 1})
+    log.append("c", "m1")
+    assert log.replay("c", 3) == []
