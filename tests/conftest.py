@@ -5,7 +5,9 @@ the two lanes the suite runs in side by side (tests/lanes.py)."""
 
 from __future__ import annotations
 
+import compileall
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -88,6 +90,20 @@ def session_ray_env(ray_session) -> dict[str, str]:
     session's Spark starts (:func:`spark_last`), so the session's CPUs are free for them.
     """
     return {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile raytide's modules to bytecode once, in the controller, before any test.
+
+    This machine (and CI) sets ``PYTHONDONTWRITEBYTECODE``, and a checkout has no
+    ``__pycache__``: every Ray worker the suite starts (hundreds) would compile raytide
+    from source again at its import, about 55 ms of CPU in a vertex host (``docs/hosts.md``).
+    An installed raytide has its bytecode; Python still reads bytecode that is there, so the
+    tests' hosts start as a user's do. ``compileall`` writes each file atomically, so a
+    process importing meanwhile reads either the source or a whole file.
+    """
+    if not hasattr(config, "workerinput"):
+        compileall.compile_dir(Path(__file__).resolve().parent.parent / "raytide", quiet=1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
