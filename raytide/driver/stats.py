@@ -54,7 +54,8 @@ def actor_stats(placement: JobPlacement, fed: list[int], late: Callable[[list], 
     # not count yet was pending when the tracker answered
     progress, _ = _ask(placement.progress.stats.remote())
     if progress is None:  # dead, or the job is torn down (its host's lease is over)
-        progress = {"batches_applied": None, "calls": None, "pushes": None, "fan_outs": None, "vertices": {}}
+        progress = {"batches_applied": None, "calls": None, "pushes": None, "pushes_by_socket": None,
+                    "fan_outs": None, "vertices": {}}
     answers = placement.replica_stats(STATS_TIMEOUT)
     alive = {key: answer for key, answer in answers.items() if answer is not None}
     per_replica = list(alive.values())
