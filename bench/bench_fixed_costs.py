@@ -37,7 +37,8 @@ in a fresh Ray; the parent aggregates. Two children per repetition:
   against the baseline's time from the raytide child.
 
 Every child does the same before its clock (``ray.init``, the same imports, a pause of
-:data:`SETTLE_S`). ``--param lines=200000 --param nodes=50000 --param rows=300`` makes a quick run.
+:data:`SETTLE_S`), with every module's bytecode compiled beforehand unless ``--param bytecode=False``
+(see ``bench startup``). ``--param lines=200000 --param nodes=50000 --param rows=300`` makes a quick run.
 """
 
 from __future__ import annotations
@@ -59,13 +60,14 @@ from bench.baselines.mandelbrot_ray import mandelbrot_ray
 from bench.bench_mandelbrot import raytide_mandelbrot
 from bench.bench_soak import child_main, run_child
 from bench.bench_wordcount import dataset, handwritten_wordcount, raytide_wordcount
-from bench.harness import SETTLE_S, ensure_ray
+from bench.harness import SETTLE_S, bytecode_env, ensure_ray
 from bench.workloads.components import component_labels
 from raytide.driver import run as runtime
 from raytide.driver.placement import JobPlacement
 from raytide.driver.pool import HostPool
 
-PARAMS = {"lines": 1_000_000, "epochs": 10, "nodes": 200_000, "rows": 1000, "parallelism": 2, "later_jobs": 2}
+PARAMS = {"lines": 1_000_000, "epochs": 10, "nodes": 200_000, "rows": 1000, "parallelism": 2, "later_jobs": 2,
+          "bytecode": True}
 RATIOS = [
     ("first start-up / bare actor creation, as many actors as raytide's hosts (issue 17: <= 1.2; issue 31: <= 1.3)",
      "first_startup_s", "bare_actors_s"),
@@ -327,19 +329,26 @@ def child(part: str, **params: Any) -> dict[str, float]:
     return CHILDREN[part](**params)
 
 
-def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, later_jobs: int) -> dict[str, float]:
+def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, later_jobs: int,
+            bytecode: bool) -> dict[str, float]:
+    """One run: the raytide child, the bare children and the first-job children, each in a
+    fresh process; ``bytecode``: with every module's bytecode compiled beforehand, as
+    ``bench startup`` (:func:`~bench.harness.bytecode_env`)."""
     dataset(lines)  # written once, outside every clock
     params = {"lines": lines, "epochs": epochs, "nodes": nodes, "rows": rows, "parallelism": parallelism,
               "later_jobs": later_jobs}
-    metrics = run_child(MODULE, {"part": "raytide", **params}, timeout=CHILD_TIMEOUT)
+    env = bytecode_env(bytecode)
+    metrics = run_child(MODULE, {"part": "raytide", **params}, env=env, timeout=CHILD_TIMEOUT)
     time.sleep(SETTLE_S)
     hosts = int(metrics["hosts"])
     for actors, metric in ((hosts, "bare_actors_s"), (hosts - 1, "bare_workers_s")):  # every host; the vertex hosts
         time.sleep(SETTLE_S)
-        metrics.update(run_child(MODULE, {"part": "bare", "actors": actors, "metric": metric}, timeout=CHILD_TIMEOUT))
+        metrics.update(run_child(MODULE, {"part": "bare", "actors": actors, "metric": metric}, env=env,
+                                 timeout=CHILD_TIMEOUT))
     for workload in WORKLOADS:
         time.sleep(SETTLE_S)
-        metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, **params}, timeout=CHILD_TIMEOUT))
+        metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, **params}, env=env,
+                                 timeout=CHILD_TIMEOUT))
     return metrics
 
 

@@ -25,18 +25,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psutil
 
 import raytide as rt
-from bench.harness import ensure_ray
+from bench.harness import ROOT, ensure_ray
 
 PARAMS = {"epochs": 5000, "warmup": 500, "parallelism": 2}
 RATIOS: list = []
 
-ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 #: Epochs the driver pushes ahead of the one it reads.
 LAG = 4

@@ -23,6 +23,11 @@ start-up: a program's first ``rt.run`` pays both). ``first_job_cpu_s`` and ``num
 the CPU seconds the measured processes (the driver and the actors) used inside each clock
 (a prestarted worker's boot before it excluded): on a loaded machine they move less than the
 wall clock.
+
+``--param bytecode=False`` runs the children in the environment as it is: where it sets
+``PYTHONDONTWRITEBYTECODE`` (as the machine of ``docs/benchmarks.md`` does) and the checkout
+has no ``__pycache__``, every host compiles raytide's modules from source, which an installed
+raytide does not; by default the children have every module's bytecode, as after ``pip install``.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ import ray
 
 import raytide as rt
 from bench.bench_soak import child_main, run_child
+from bench.harness import bytecode_env
 
-PARAMS = {"parallelism": 2}
+PARAMS = {"parallelism": 2, "bytecode": True}
 REPEAT = 6
 RATIOS = [
     ("first job's start-up / as many plain actors importing NumPy, same process (issue 76: <= 1.2)",
@@ -158,10 +164,12 @@ def child(parallelism: int, job_first: bool) -> dict[str, float]:
 _RUNS = {"count": 0}
 
 
-def measure(parallelism: int) -> dict[str, float]:
-    """One run: a child process measuring both start-ups, the job's first in every other run."""
+def measure(parallelism: int, bytecode: bool) -> dict[str, float]:
+    """One run: a child process measuring both start-ups, the job's first in every other run;
+    ``bytecode``: with every module's bytecode compiled beforehand (:func:`~bench.harness.bytecode_env`)."""
     _RUNS["count"] += 1
-    return run_child(MODULE, {"parallelism": parallelism, "job_first": _RUNS["count"] % 2 == 1}, timeout=CHILD_TIMEOUT)
+    return run_child(MODULE, {"parallelism": parallelism, "job_first": _RUNS["count"] % 2 == 1},
+                     env=bytecode_env(bytecode), timeout=CHILD_TIMEOUT)
 
 
 if __name__ == "__main__":

@@ -99,15 +99,23 @@ class Job(JobViews):
             supervisor.autoscale_ref = supervisor.autoscaler.next_change.remote(AUTOSCALE_POLL)
 
     def _start(self, restore_id: int | str | None) -> None:
-        """Give the leased hosts their roles (with recovery: paused until the job is restored or runs); wait for them."""
+        """Give the leased hosts their roles (with recovery: paused until the job is restored or runs); wait for them.
+
+        With recovery, the pool keeps a spare vertex host from then on, to replace a dead one
+        at once; it starts once the job's own hosts have: on a driver's first job a spare asked
+        for sooner started beside them, a process more on the clock of the job's start (Ray
+        starts as many processes at a time as the node has CPUs), and ahead of the coordinator's,
+        which the driver waits for.
+        """
         placement, recovery = self.placement, self._recovery
         coordinator = None
         if recovery is not None:
-            placement.pool.keep_spares(1)  # a warm host to replace a dead one
             recovery.start_run()
             coordinator = recovery.coordinator
         placement.watch(coordinator)
         placement.started(*placement.take_roles(coordinator), SETUP_TIMEOUT)
+        if recovery is not None:
+            placement.pool.keep_spares(1)
         if recovery is not None and restore_id is not None:
             recovery.start_from(restore_id)
         elif recovery is not None:

@@ -119,9 +119,15 @@ def test_a_reset_host_of_a_job_with_recovery_stops_its_snapshot_writer(fresh_poo
 def test_the_snapshot_coordinator_plays_a_pooled_host_that_the_next_job_reuses(fresh_pool, tmp_path):
     """The coordinator is a role too: its host goes back to the pool with the job's others,
     keeps no coordinator (its clock thread, which holds it, stopped at the reset), and
-    the next job with recovery takes it instead of starting a process."""
+    the next job with recovery takes it instead of starting a process. The job's spare
+    vertex host was asked for after the job's own hosts, coordinator included (hosts are
+    numbered in the order the pool creates them): on a first job, a spare created sooner
+    started beside them and ahead of the coordinator, which the driver waits for."""
     recovery = rt.Recovery(str(tmp_path / "store"), interval=0.05)
     with rt.run(_flow("coordinated"), inputs={"numbers": [[1], [2]]}, parallelism=1, recovery=recovery) as job:
+        own = {lease.number for lease in job.placement.leases.values()} | {job.placement.coordinator_lease.number}
+        spares = set(fresh_pool.handles) - own
+        assert spares and min(spares) > max(own), f"the job's hosts {sorted(own)}, the spare {sorted(spares)}"
         job.wait(timeout=60)
         job.snapshot(timeout=60)
         first = job.hosts()[f"{job.name}/coordinator"]

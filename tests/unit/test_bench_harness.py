@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench import harness
 from bench.harness import format_report, paired_ratios, ratios, summarize
 
 PAIRS = [("a over b", "a", "b")]
@@ -35,3 +37,21 @@ def test_paired_ratios_are_the_median_and_spread_of_each_runs_quotient(pairs):
 
 def test_a_pair_whose_metrics_a_run_did_not_measure_is_left_out():
     assert paired_ratios([{"a": 1.0}], PAIRS) == {}
+
+
+def test_start_up_children_run_with_every_module_compiled_beforehand(tmp_path, monkeypatch):
+    """bench startup's and fixed_costs' children have bytecode, as an installed raytide has:
+    written under the cache prefix before any clock, PYTHONDONTWRITEBYTECODE dropped (the
+    machine's environment sets it, and every host then compiled raytide again); without
+    ``cached``, the environment as it is. A package of two modules stands in for the checkout."""
+    for package in ("raytide", "bench"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "piece.py").write_text("VALUE = 1\n")
+    monkeypatch.setattr(harness, "ROOT", tmp_path)
+    monkeypatch.setattr(harness, "PYCACHE", tmp_path / "cache")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert harness.bytecode_env(False) == dict(os.environ)
+    env = harness.bytecode_env(True)
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "cache")
+    compiled = sorted(path.parent.name for path in (tmp_path / "cache").rglob("piece.*.pyc"))
+    assert compiled == ["bench", "raytide"]
