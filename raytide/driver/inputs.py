@@ -1,12 +1,13 @@
 """The driver's side of a job's inputs: each input's current epoch, records spread over the
 input's replicas, and a bounded window of unacknowledged calls per replica.
 
-Records pushed from the driver are cut into batches of at most ``batch_size`` and dealt
-to the input's replicas in turn; the turn carries over from one push to the next, so
-many small pushes (or the small epochs of ``rt.run(inputs=...)``) spread as evenly as
-one large push. Object refs of batches are dealt the same way. Each call waits, before
-it is sent, until its replica has fewer than ``max_inflight`` calls unanswered
-(backpressure from the job to the driver).
+Records pushed from the driver are cut into batches of at most ``batch_size`` (a column
+batch into one piece per replica: ``push_batches.push_pieces``) and dealt to the input's
+replicas in turn; the turn carries over from one push to the next, so many small pushes
+(or the small epochs of ``rt.run(inputs=...)``) spread as evenly as one large push.
+Object refs of batches are dealt the same way. Each call waits, before it is sent, until
+its replica has fewer than ``max_inflight`` calls unanswered (backpressure from the job
+to the driver).
 
 The last batch a push deals to a replica is held back in the driver until the next call
 to that replica, and goes with it: an ``advance`` then takes it along in one call (the
@@ -49,9 +50,8 @@ from typing import Any
 
 import ray
 
-from raytide.core.batches import split_batch
 from raytide.driver.connected import require_ray
-from raytide.driver.push_batches import as_epoch, offsets, packed
+from raytide.driver.push_batches import as_epoch, offsets, packed, push_pieces
 from raytide.driver.push_batches import pushed_batch as pushed_batch
 from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
 from raytide.errors import GraphError, JobTimeout, RecoveryError
@@ -170,7 +170,7 @@ class InputFeeds:
         self.check(name)
         with self.locks[name]:
             at = self._check_epoch(name, self.epochs[name] if epoch is None else epoch)
-            pieces = split_batch(pushed_batch(name, at, records), self.batch_size)
+            pieces = push_pieces(pushed_batch(name, at, records), len(self.replicas[name]), self.batch_size)
             payloads = [packed(name, at, piece, offset) for piece, offset in zip(pieces, offsets(pieces))]
             self._move_to(name, at)
             for payload in payloads:

@@ -71,7 +71,9 @@ def run(
             fed with :meth:`Job.push`, :meth:`Job.advance` and :meth:`Job.close`.
         parallelism: replicas per vertex, overriding the dataflow's default.
         max_inflight: unacknowledged batches allowed per channel before a sender waits.
-        batch_size: records per message when the driver pushes records.
+        batch_size: records per message when the driver pushes records; a pushed column
+            batch (a dict of columns, an Arrow table) goes as one message per input replica
+            instead, each at least ``batch_size`` rows and at most 16 MiB.
         chaining: fuse pipeline-connected vertices into one actor.
         num_cpus: CPUs Ray reserves per vertex actor.
         pretouch_mb: MiB of memory each vertex actor maps at start-up and keeps for its
