@@ -17,6 +17,7 @@ from collections import Counter
 import pytest
 
 import raytide as rt
+from tests.ray.test_windows_faults import two_readers_reference
 
 pytestmark = pytest.mark.ray
 
@@ -153,12 +154,7 @@ def test_a_ray_dataset_with_event_time_goes_to_windows_each_reader_with_its_own_
         rows = [{"page": rng.randrange(3), "t": base + rng.uniform(0, 20), "n": index * 100 + i} for i in range(40)]
         rows.append({"page": 0, "t": base - 15.0, "n": index * 100 + 99})  # late unless its reader read nothing yet
         blocks.append(rows)
-    late, highest = [], {0: -math.inf, 1: -math.inf}
-    for index, rows in enumerate(blocks):
-        reader = index % 2
-        late += [r["n"] for r in rows if highest[reader] > -math.inf and math.floor(r["t"]) < math.floor(highest[reader] - DELAY)]
-        highest[reader] = max(highest[reader], *(r["t"] for r in rows))
-    on_time = Counter((r["page"], math.floor(r["t"]) // WINDOW * WINDOW) for rows in blocks for r in rows if r["n"] not in late)
+    late, on_time = two_readers_reference(blocks, DELAY, WINDOW)
     flow = rt.Dataflow("ray-data-event-time")
     events = flow.input("clicks", event_time=rt.EventTime("t", max_delay=DELAY, late_output="late"))
     events.window(lambda c: c["page"], rt.Tumbling(WINDOW)).count().output("per_page")

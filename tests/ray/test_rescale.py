@@ -199,20 +199,28 @@ def test_a_rescale_in_the_middle_of_connected_components_gives_the_union_find_la
     edges = [(rng.randrange(300), rng.randrange(300)) for _ in range(400)]
     epochs = [edges[i::8] for i in range(8)]
     with rt.run(build_flow(2), parallelism=2, recovery=rt.Recovery(str(tmp_path / "store"), interval=0.5)) as job:
-        results = job.results("labels", timeout=300)
-        labels: dict[int, int] = {}
-        for epoch, batch in enumerate(epochs):
-            job.push("edges", batch, epoch)
-            job.advance("edges", epoch + 1)
-            if epoch == 3:
-                job.rescale({"label-propagation": 3}, timeout=120)  # in the loop, state and all, mid-epoch
-            _, pairs = next(results)
-            for node, label in pairs:
-                labels[node] = min(label, labels.get(node, label))
-        job.close("edges")
-        job.wait(timeout=300)
+        labels = labels_through_rescales(job, epochs, {3: 3})
         assert job.parallelism()["label-propagation"] == 3
     assert labels == union_find(edges)
+
+
+def labels_through_rescales(job: rt.Job, epochs: list[list], widths: dict[int, int]) -> dict[int, int]:
+    """Each epoch of edges pushed to connected components' ``job``, the loop rescaled to
+    ``widths[epoch]`` after the epochs in ``widths`` are fed (in the loop, state and all,
+    mid-epoch); every node's label as the epochs' outputs fold it. Closes and waits for the job."""
+    results = job.results("labels", timeout=300)
+    labels: dict[int, int] = {}
+    for epoch, batch in enumerate(epochs):
+        job.push("edges", batch, epoch)
+        job.advance("edges", epoch + 1)
+        if epoch in widths:
+            job.rescale({"label-propagation": widths[epoch]}, timeout=120)
+        _, pairs = next(results)
+        for node, label in pairs:
+            labels[node] = min(label, labels.get(node, label))
+    job.close("edges")
+    job.wait(timeout=300)
+    return labels
 
 
 @pytest.mark.timeout(600)

@@ -20,7 +20,7 @@ from examples.connected_components import build_flow, union_find
 from raytide.driver.rescale import RayRescale
 from tests.delivery import assert_exactly_once
 from tests.ray.jobs import next_in_sequence
-from tests.ray.test_rescale import SequenceChecker
+from tests.ray.test_rescale import SequenceChecker, labels_through_rescales
 from tests.ray.test_rescale_deaths import Feed, kill_after
 
 pytestmark = [pytest.mark.ray]
@@ -73,18 +73,7 @@ def test_a_loop_without_recovery_rescaled_up_and_down_gives_the_union_find_label
     edges = [(rng.randrange(300), rng.randrange(300)) for _ in range(400)]
     epochs = [edges[i::8] for i in range(8)]
     with rt.run(build_flow(2), parallelism=2) as job:
-        results = job.results("labels", timeout=300)
-        labels: dict[int, int] = {}
-        for epoch, batch in enumerate(epochs):
-            job.push("edges", batch, epoch)
-            job.advance("edges", epoch + 1)
-            if epoch in (2, 4, 6):  # in the loop, state and all, mid-epoch
-                job.rescale({"label-propagation": {2: 3, 4: 1, 6: 2}[epoch]}, timeout=120)
-            _, pairs = next(results)
-            for node, label in pairs:
-                labels[node] = min(label, labels.get(node, label))
-        job.close("edges")
-        job.wait(timeout=300)
+        labels = labels_through_rescales(job, epochs, {2: 3, 4: 1, 6: 2})
         assert job.parallelism()["label-propagation"] == 2
     assert labels == union_find(edges)
 

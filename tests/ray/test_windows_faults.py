@@ -83,6 +83,20 @@ def test_windows_come_out_once_through_a_killed_replica_and_a_live_rescale(ray_s
     assert stats["recoveries"], "the SIGKILL was not recovered from"
 
 
+def two_readers_reference(blocks: list[list[dict]], delay: float, window: int) -> tuple[list[int], Counter]:
+    """``(late, on_time)`` for ``blocks`` read by two readers in turn (block ``i`` by reader
+    ``i % 2``), each with its own watermark: the numbers of the records behind their reader's
+    watermark (``delay`` behind the highest time it read before), and the on-time records'
+    count per ``(page, window start)`` of tumbling ``window``-second windows."""
+    late, highest = [], {0: -math.inf, 1: -math.inf}  # per reader, as from scratch
+    for index, rows in enumerate(blocks):
+        reader = index % 2
+        late += [r["n"] for r in rows if highest[reader] > -math.inf and math.floor(r["t"]) < math.floor(highest[reader] - delay)]
+        highest[reader] = max(highest[reader], *(r["t"] for r in rows))
+    on_time = Counter((r["page"], math.floor(r["t"]) // window * window) for rows in blocks for r in rows if r["n"] not in late)
+    return late, on_time
+
+
 def test_parquet_read_in_the_replicas_goes_to_event_time_windows_each_reader_with_its_own_watermark(ray_session, tmp_path):
     rng = random.Random(5)
     files: list[list[dict]] = []  # one file a batch: each reader reads every other file, in order
@@ -93,12 +107,7 @@ def test_parquet_read_in_the_replicas_goes_to_event_time_windows_each_reader_wit
             rows.append({"page": 0, "t": base - 8.0, "n": index * 100 + 99})  # behind the reader's watermark
         files.append(rows)
         pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / f"part-{index}.parquet"))
-    late, highest = [], {0: -math.inf, 1: -math.inf}  # per reader, as from scratch
-    for index, rows in enumerate(files):
-        reader = index % 2
-        late += [r["n"] for r in rows if highest[reader] > -math.inf and math.floor(r["t"]) < math.floor(highest[reader] - DELAY)]
-        highest[reader] = max(highest[reader], *(r["t"] for r in rows))
-    on_time = Counter((r["page"], math.floor(r["t"]) // WINDOW * WINDOW) for rows in files for r in rows if r["n"] not in late)
+    late, on_time = two_readers_reference(files, DELAY, WINDOW)
     flow = rt.Dataflow("parquet-event-time")
     events = flow.input("clicks", event_time=rt.EventTime("t", max_delay=DELAY, late_output="late"))
     events.window(lambda c: c["page"], rt.Tumbling(WINDOW)).count().output("per_page")
