@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from raytide.core.arrangement import Rows
-from raytide.core.epochs import Phase
+from raytide.core.epochs import Phase, phase_of
 from raytide.progress.timestamps import Timestamp
 
 #: The column tokens are exchanged by: a key of each key group, so a token row reaches each replica.
@@ -79,11 +79,20 @@ class EpochGate:
         (then it is parked), else where it started already (another replica's state that
         moved here knew) or after the latest conclusion."""
         live = self.live()
-        if live is not None and live < epoch:
+        if (live is not None and live < epoch) or self.behind(epoch):
             return None
         if epoch in self.started:
             return self.started[epoch]
         return max(self.concluded.values(), default=-1) + 1
+
+    def behind(self, epoch: Phase) -> bool:
+        """Whether a round of an epoch before ``epoch`` is still awaited here. A replica that
+        took keys after it concluded that epoch itself has the keys' old replica's request
+        for its last round, and runs the epoch's ``finish`` again for them there: ``epoch``'s
+        entry (incomparable with that round in the product order, so it may be notified
+        first) waits for it, or its first round would change the keys' state (a new label
+        overwriting the mark of the one not sent yet) before the epoch before is sent."""
+        return any(phase < epoch for phase in map(phase_of, self.awaiting) if phase is not None)
 
     def waits_before(self, time: Timestamp) -> bool:
         """Whether a slow round at or before ``time`` has not run here yet: then ``time`` waits
@@ -112,7 +121,7 @@ class EpochGate:
         if not self.parked:
             return None
         following, live = min(self.parked), self.live()
-        if live is not None and live != following:
+        if (live is not None and live != following) or self.behind(following):
             return None
         start = self.started.get(following, max(self.concluded.values()) + 1)
         return following, start, self.parked.pop(following)

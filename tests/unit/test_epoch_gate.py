@@ -41,6 +41,7 @@ def test_merged_gates_agree_on_where_epochs_start_and_end():
     ahead.awaiting.add(Timestamp(1, (6,)))
     behind.merge(ahead)
     assert behind.awaiting == {Timestamp(0, (4,)), Timestamp(1, (6,))}
+    behind.awaiting.discard(Timestamp(0, (4,)))  # notified (GatedColumns.on_notify), then concluded
     assert behind.conclude(E0, 4) == (E1, 5, {0: ["mine"]})
     assert behind.conclude(E0, 9) is None and behind.concluded[E0] == 4  # the earliest conclusion stands
 
@@ -75,6 +76,25 @@ def test_an_epoch_concluded_again_starts_no_parked_epoch_beside_the_live_one_but
     assert gate.conclude(E1, 8) == (E2, 9, {0: ["e2"]})
     late = EpochGate({E0: 0, E1: 5}, {E0: 4, E1: 8}, {E2: {0: ["e2"]}})
     assert late.conclude(E0, 4) == (E2, 9, {0: ["e2"]}), "after the latest conclusion, not after the one repeated"
+
+
+def test_an_entry_waits_for_the_finish_of_an_earlier_epoch_a_rescale_moved_here():
+    """A replica concluded epoch 0 itself, then took keys whose old replica still awaited
+    epoch 0's last round (their finish had not run). Epoch 1's entry is incomparable with
+    that round, so it may be notified first: it parks until the finish has run there, then
+    starts where it would have. Started at once, its first round lowered a moved node's
+    label, overwriting the mark of the epoch 0 row not yet sent: the row was lost (found by
+    a rescale sweep over larger graphs, seed 5066, and once on Ray in CI)."""
+    gate, moved = EpochGate({E0: 0}, {E0: 4}), EpochGate({E0: 0}, {E0: 4})
+    moved.awaiting.add(Timestamp(0, (4,)))
+    gate.merge(moved)
+    assert gate.behind(E1) and not gate.behind(E0)
+    assert gate.start_counter(E1) is None, "the entry parks behind the awaited finish"
+    gate.parked[E1] = {0: ["e1"]}
+    gate.awaiting.discard(Timestamp(0, (4,)))  # the notification of the finish runs
+    assert gate.conclude(E0, 4) == (E1, 5, {0: ["e1"]})
+    gate.awaiting.add(Timestamp(1, (6,)))
+    assert not gate.behind(E1) and gate.behind(E2), "a round of the live epoch holds back only later entries"
 
 
 def test_a_round_waits_for_its_notification_while_a_slow_round_at_or_before_it_has_not_run():
