@@ -33,6 +33,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import ray
+
 from raytide.driver.inputs import InputFeeds
 from raytide.driver.recovery import JobRecovery, RescaleRecord
 from raytide.driver.rescale import Supervision, rescale, switch
@@ -47,6 +49,9 @@ from raytide.rescale.widths import new_widths
 GROUPS_PER_STEP = 8
 #: How long the driver takes the job's events between two looks at the steps left.
 STEP_POLL = 0.02
+#: How long the driver watches the inputs for an epoch's move before it steps: the steps wait for
+#: the inputs to pass their epochs, so a job not fed meanwhile holds the whole job instead.
+QUIET_S = 0.5
 #: ``job.rescale``'s default when not told whether to step: the environment's ``RAYTIDE_STEPPED_RESCALE=1``.
 STEPPED_ENV = "RAYTIDE_STEPPED_RESCALE"
 
@@ -67,6 +72,11 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     vertex, why = stepped_vertex(plan, new)
     if vertex is not None and inputs.readers:
         vertex, why = None, f"inputs {sorted(inputs.readers)} are read in the replicas, which move their epochs"
+    if vertex is not None and not inputs_moving(inputs, QUIET_S):
+        vertex, why = None, (f"no input moved to a new epoch within {QUIET_S:g} s: the steps would wait for them (is "
+                             f"the job fed from the thread that rescales it?)")
+    if vertex is not None and None in inputs.epochs.values():
+        vertex, why = None, "an input is closed: its records went by the old table, and the steps' epochs would never come"
     if vertex is None:
         return rescale(recovery, supervision, asked, timeout, made_s, why=f"not stepped: {why}")
     check_splittable(new, {name: plan.width(name) for name in plan.vertices})  # refused before anything moves
@@ -112,23 +122,38 @@ class SteppedRescale:
     def _step(self, width: int) -> tuple[StepPlanMessage | None, str]:
         """The plan made, installed and run to its last step; ``(plan, "")``, or ``(None, why)``
         if a death met it (the job recovered, from before the plan)."""
-        recovery = self.recovery
-        coordinator = recovery.coordinator
-        if coordinator is not None:
-            recovery.wait([coordinator.pause.remote(recovery.incarnation)], "pausing the snapshots for the steps")
-            self._timed("wait for the snapshot in flight", self._no_snapshot_in_flight)
+        recovery, message = self.recovery, None
         try:
-            message = self._timed("install the plan", self._install, width)
-            self.window = [time.time(), 0.0]
-            died = self._timed("move the groups in steps", self._wait_steps, message)
-            self.window[1] = time.time()
-        finally:
-            if coordinator is not None and coordinator is recovery.coordinator:  # else a recovery restarted it
-                recovery.wait([coordinator.start.remote()], "resuming the snapshots after the steps")
-        if died is not None:
+            died = self.supervision.watch(0)  # one noticed already: recovered from first
+            if died is None:
+                self._pause()
+                message = self._timed("install the plan", self._install, width)
+                self.window = [time.time(), 0.0]
+                died = self._timed("move the groups in steps", self._wait_steps, message)
+                self.window[1] = time.time()
+        except ray.exceptions.RayActorError as error:  # a replica, the progress actor or the coordinator
+            died = f"job {recovery.placement.name!r}: an actor died during the stepped rescale: {type(error).__name__}"
+        except RescaleError:
+            if message is None:  # no plan installed: snapshots may go on
+                self._resume()
+            raise
+        if died is not None:  # the recovery restarts the snapshots
             self.supervision.recover(recovery.after_death(died))
             return None, f"a death during the steps ({died}): the job recovered from its last snapshot"
+        self._resume()
         return message, ""
+
+    def _pause(self) -> None:
+        """No snapshot from now until the steps end (none in flight either): one that cut
+        through a plan would record a key's state at two replicas."""
+        coordinator = self.recovery.coordinator
+        if coordinator is not None:
+            self.recovery.wait([coordinator.pause.remote(self.recovery.incarnation)], "pausing the snapshots")
+            self._timed("wait for the snapshot in flight", self._no_snapshot_in_flight)
+
+    def _resume(self) -> None:
+        if self.recovery.coordinator is not None:
+            self.recovery.wait([self.recovery.coordinator.start.remote()], "resuming the snapshots after the steps")
 
     def _timed(self, step: str, function: Any, *args: Any) -> Any:
         started = time.monotonic()
@@ -149,13 +174,15 @@ class SteppedRescale:
         """With no input moving: the plan from the epoch after the latest any input is at, its
         holds at the progress actor, then the plan at every replica."""
         placement, incarnation = self.recovery.placement, self.recovery.incarnation
+        table = self._table()  # read before the inputs are held: nothing changes it but a rescale, and this is one
         with held_inputs(self.inputs):
             epochs = self.inputs.epochs
             closed = sorted(name for name, epoch in epochs.items() if epoch is None)
             if closed:
-                raise RescaleError(f"job {placement.name!r}: inputs {closed} closed while the rescale was made")
+                raise RescaleError(f"job {placement.name!r}: inputs {closed} closed while the rescale was made: the "
+                                   f"steps' epochs would never come")
             first = max(epoch for epoch in epochs.values() if epoch is not None) + 1
-            steps = plan_steps(self._table(), width, first, GROUPS_PER_STEP)
+            steps = plan_steps(table, width, first, GROUPS_PER_STEP)
             message = steps.message(self.vertex)
             self.recovery.wait([placement.progress.hold.remote(incarnation, holds(placement.plan, message))],
                                "the progress actor taking the stepped rescale's holds")
@@ -230,6 +257,16 @@ class SteppedRescale:
                      "window": tuple(self.window)})
         self.recovery.rescales.append(record)
         return vars(record).copy()
+
+
+def inputs_moving(inputs: InputFeeds, within: float) -> bool:
+    """Whether an input moves to another epoch (or closes) within ``within`` seconds: the job is fed meanwhile."""
+    before, deadline = dict(inputs.epochs), time.monotonic() + within
+    while time.monotonic() < deadline:
+        if inputs.epochs != before:
+            return True
+        time.sleep(STEP_POLL / 4)
+    return False
 
 
 @contextlib.contextmanager
