@@ -401,7 +401,8 @@ class Job(JobViews):
         ``oversubscribe``: as in :func:`~raytide.driver.run.run`, allow more replicas than the
         cluster can place. ``stepped`` (default: ``RAYTIDE_STEPPED_RESCALE=1`` in the environment):
         move one keyed vertex's key groups in steps while the others flow, holding the job only to add
-        or retire replicas (docs/rescaling.md); the steps need the inputs fed meanwhile (another thread).
+        or retire replicas (docs/rescaling.md); the steps need the inputs fed meanwhile (another thread):
+        where they are not, or stepping cannot hold, the whole job is held and the record says why.
         Rescales from several threads are made one after the other (each checked against the widths
         the one before left); meanwhile no other thread takes the job's events.
 

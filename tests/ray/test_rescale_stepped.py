@@ -2,11 +2,14 @@
 job under a steady feed rescaled 2 -> 4 -> 1 -> 3 with ``stepped=True``, each rescale's key
 groups moved in steps while the others flow. Checked against plain Python (every record once,
 in order per key), and a key group the plan does not move produced output while the steps ran:
-no whole-job hold covered them."""
+no whole-job hold covered them. A replica SIGKILLed as the steps start: the job recovers and
+the rescale is made holding the whole job, its record saying why."""
 
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +19,7 @@ import pytest
 
 import raytide as rt
 from raytide.core.keygroups import key_group
+from raytide.driver.stepped import SteppedRescale
 from tests.delivery import assert_exactly_once
 from tests.ray.jobs import next_in_sequence
 
@@ -53,6 +57,18 @@ class SteadyFeed:
                         for epoch in range(self.fed)}}
 
 
+def flow_checking_sequences(name: str) -> rt.Dataflow:
+    """A keyed ``stateful_map`` checking every key's sequence, its output fused behind it."""
+    flow = rt.Dataflow(name)
+    flow.input("records", parallelism=1).stateful_map(lambda r: r[0], stamped, name="check").output("out")
+    return flow
+
+
+def without_times(out: list[tuple[int, list]]) -> list[tuple[int, list]]:
+    """The output as the reference has it: ``(key, (key, number))``, when it was processed left out."""
+    return [(epoch, [(key, (key, n)) for key, (_, n, _) in part]) for epoch, part in out]
+
+
 def flowed_during(out: list[tuple[int, list]], record: dict[str, Any]) -> int:
     """How many records of key groups the plan did not move were processed while its steps ran."""
     start, end = record["stepped"]["window"]
@@ -63,9 +79,7 @@ def flowed_during(out: list[tuple[int, list]], record: dict[str, Any]) -> int:
 @pytest.mark.timeout(300)
 def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_meanwhile(ray_session):
     feed = SteadyFeed()
-    flow = rt.Dataflow("stepped")
-    flow.input("records", parallelism=1).stateful_map(lambda r: r[0], stamped, name="check").output("out")
-    with rt.run(flow, {"records": feed.epochs()}, parallelism=2) as job:
+    with rt.run(flow_checking_sequences("stepped"), {"records": feed.epochs()}, parallelism=2) as job:
         results = job.results("out", timeout=120)
         out = [next(results)]
         records = []
@@ -81,9 +95,38 @@ def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_
         f"{r['before']} -> {r['after']}: {r['seconds']:.3f} s, pause {r['pause_s']:.3f} s, {r['stepped']['steps']} "
         f"steps over {r['steps'].get('move the groups in steps', 0):.3f} s, "
         f"{flowed_during(out, r)} unmoved records meanwhile" for r in records))
-    plain = [(epoch, [(key, (key, n)) for key, (_, n, _) in part]) for epoch, part in out]
-    assert_exactly_once(feed.reference(), {"out": plain})
+    assert_exactly_once(feed.reference(), {"out": without_times(out)})
     assert [r["mode"] for r in records] == ["stepped"] * 3, [r["why"] for r in records]
     assert [r["after"]["check"] for r in stats["rescales"]] == list(WIDTHS)
     assert all(r["stepped"]["steps"] > 1 for r in records)
     assert all(flowed_during(out, r) > 0 for r in records), "a key group that did not move stood still"
+
+
+@pytest.mark.timeout(300)
+def test_a_replica_killed_as_the_steps_start_falls_back_to_the_whole_job_rescale_and_stays_exact(
+        ray_session, tmp_path, monkeypatch):
+    feed, killed = SteadyFeed(), []
+    wait_steps = SteppedRescale._wait_steps
+
+    def killing_first(self: SteppedRescale, message: Any) -> Any:  # the plan is installed: its steps are under way
+        if not killed:
+            killed.append(job.hosts()[f"{job.name}/check+out/1"])
+            os.kill(killed[0], signal.SIGKILL)
+        return wait_steps(self, message)
+
+    monkeypatch.setattr(SteppedRescale, "_wait_steps", killing_first)
+    with rt.run(flow_checking_sequences("stepped-killed"), {"records": feed.epochs()}, parallelism=2,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.2)) as job:
+        results = job.results("out", timeout=120)
+        out = [next(results)]
+        while job.stats()["snapshots"]["committed"] < 1:
+            out.append(next(results))
+        record = job.rescale({"check": 1}, timeout=60, stepped=True)
+        out.append(next(results))
+        feed.stop()
+        job.wait(timeout=120)
+        out += list(results)
+        stats = job.stats()
+    assert_exactly_once(feed.reference(), {"out": without_times(out)})
+    assert killed and record["mode"] == "whole job" and "a death during the steps" in record["why"], record
+    assert stats["recoveries"]["count"] >= 1 and stats["parallelism"]["check"] == 1
