@@ -51,7 +51,7 @@ GROUPS_PER_STEP = 8
 STEP_POLL = 0.02
 #: How long the driver watches the inputs for an epoch's move before it steps: the steps wait for
 #: the inputs to pass their epochs, so a job not fed meanwhile holds the whole job instead.
-QUIET_S = 0.5
+QUIET_S = 1.0
 #: ``job.rescale``'s default when not told whether to step: the environment's ``RAYTIDE_STEPPED_RESCALE=1``.
 STEPPED_ENV = "RAYTIDE_STEPPED_RESCALE"
 
