@@ -113,8 +113,8 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
         return vars(record).copy()  # the same keys as a rescale's; not one of job.stats()'s
     record.why = why
     recovery.rescales.append(record)
-    logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)", recovery.placement.name, record.before,
-                record.after, record.seconds, record.pause_s)
+    logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)%s", recovery.placement.name, record.before,
+                record.after, record.seconds, record.pause_s, f", {why}" if why else "")
     return vars(record).copy()
 
 

@@ -28,6 +28,7 @@ whole job as before (:func:`~raytide.driver.rescale.rescale`) and its record say
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -44,6 +45,8 @@ from raytide.physical.protocol import ReplicaKey, StepPlanMessage
 from raytide.rescale.layout import check_splittable
 from raytide.rescale.steps import StepPlan, plan_steps, stepped_vertex
 from raytide.rescale.widths import new_widths
+
+logger = logging.getLogger(__name__)
 
 #: Key groups one step moves (of 128): 100 MB of state moves about 6 MB a step.
 GROUPS_PER_STEP = 8
@@ -256,6 +259,9 @@ class SteppedRescale:
             stepped={"vertex": self.vertex, "steps": len(epochs), "epochs": epochs[:1] + epochs[-1:], "moved": moved,
                      "window": tuple(self.window)})
         self.recovery.rescales.append(record)
+        logger.info("job %r rescaled %s -> %s in %.2f s (%s; paused %.2f s, %d steps)%s", self.recovery.placement.name,
+                    record.before, record.after, record.seconds, record.mode, record.pause_s, len(epochs),
+                    f", {record.why}" if why else "")
         return vars(record).copy()
 
 
