@@ -16,13 +16,15 @@ are the ones the in-process runtime runs (:mod:`raytide.rescale.steps`,
         no step is left; the snapshots resume
     shrinking p -> q: the short switch that retires the emptied replicas
 
-The steps need the job's inputs to pass their epochs: ``job.rescale`` waits for them while
-another thread, a feeder or a source feeds the job, and raises a :class:`RescaleError` naming
-the epochs if they are not passed within its ``timeout`` (the plan stays installed and ends as
-the inputs move on; snapshots stay paused until it has). Where stepping cannot hold
+The steps need the job's inputs to pass their epochs: the driver steps only if an input moves
+within :data:`QUIET_S` of the call (another thread, a feeder or a source feeds the job), and
+``job.rescale`` waits for the steps; it raises a :class:`RescaleError` naming the epochs if
+they are not passed within its ``timeout`` (the plan stays installed and ends as the inputs
+move on; snapshots stay paused until it has). Where stepping cannot hold
 (:func:`~raytide.rescale.steps.stepped_vertex`: several chains, a loop, a vertex fused behind;
-an input read in the replicas or closed; a death during the steps), the rescale holds the
-whole job as before (:func:`~raytide.driver.rescale.rescale`) and its record says why.
+an input read in the replicas, closed or not moving; a death before or during the steps), the
+rescale holds the whole job as before (:func:`~raytide.driver.rescale.rescale`) and its
+record says why.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from typing import Any
 
 import ray
 
+from raytide.core.keygroups import KeyGroupAssignment
 from raytide.driver.inputs import InputFeeds
-from raytide.driver.recovery import JobRecovery, RescaleRecord
+from raytide.driver.recovery import JobRecovery, RescaleRecord, Steps
 from raytide.driver.rescale import Supervision, rescale, switch
 from raytide.engine.stepping import holds
 from raytide.errors import RescaleError
@@ -93,7 +96,7 @@ class SteppedRescale:
                  deadline: float) -> None:
         self.recovery, self.supervision, self.inputs = recovery, supervision, inputs
         self.vertex, self.deadline = vertex, deadline
-        self.seconds: dict[str, float] = {}
+        self.steps = Steps()  # the seconds of the wait for a snapshot in flight, the install and the steps
         self.window = [0.0, 0.0]  # wall-clock times the plan was installed and its last step seen done
         self.switches: list[RescaleRecord] = []
 
@@ -130,9 +133,9 @@ class SteppedRescale:
             died = self.supervision.watch(0)  # one noticed already: recovered from first
             if died is None:
                 self._pause()
-                message = self._timed("install the plan", self._install, width)
+                message = self.steps.time("install the plan", self._install, width)
                 self.window = [time.time(), 0.0]
-                died = self._timed("move the groups in steps", self._wait_steps, message)
+                died = self.steps.time("move the groups in steps", self._wait_steps, message)
                 self.window[1] = time.time()
         except ray.exceptions.RayActorError as error:  # a replica, the progress actor or the coordinator
             died = f"job {recovery.placement.name!r}: an actor died during the stepped rescale: {type(error).__name__}"
@@ -152,18 +155,11 @@ class SteppedRescale:
         coordinator = self.recovery.coordinator
         if coordinator is not None:
             self.recovery.wait([coordinator.pause.remote(self.recovery.incarnation)], "pausing the snapshots")
-            self._timed("wait for the snapshot in flight", self._no_snapshot_in_flight)
+            self.steps.time("wait for the snapshot in flight", self._no_snapshot_in_flight)
 
     def _resume(self) -> None:
         if self.recovery.coordinator is not None:
             self.recovery.wait([self.recovery.coordinator.start.remote()], "resuming the snapshots after the steps")
-
-    def _timed(self, step: str, function: Any, *args: Any) -> Any:
-        started = time.monotonic()
-        try:
-            return function(*args)
-        finally:
-            self.seconds[step] = self.seconds.get(step, 0.0) + time.monotonic() - started
 
     def _no_snapshot_in_flight(self) -> None:
         coordinator = self.recovery.coordinator
@@ -202,7 +198,7 @@ class SteppedRescale:
                   if move.from_replica == key.replica}
         return {owner: peers[owner] for owner in owners}
 
-    def _table(self) -> Any:
+    def _table(self) -> KeyGroupAssignment:
         """The table the senders route the vertex's exchange by (after any plan before)."""
         placement = self.recovery.placement
         routes = {(name, port, index) for (name, port), consumers in placement.plan.consumers.items()
@@ -248,7 +244,7 @@ class SteppedRescale:
         now, switched = time.monotonic(), self.switches[-1] if self.switches else None
         widths = new_widths(plan, asked)
         before = {name: width for record in self.switches for name, width in record.before.items()}
-        steps = {**(switched.steps if switched else {}), **self.seconds}
+        steps = {**(switched.steps if switched else {}), **self.steps.seconds}
         epochs = [epoch for epoch, _ in message.steps] if message else []
         moved = sorted(move.key_group for _, moves in message.steps for move in moves) if message else []
         record = RescaleRecord(
