@@ -433,7 +433,7 @@ class Job(JobViews):
             recovery = self._recovery or self._cuts()
             return make_rescale(recovery, self._supervisor.supervision(self._recompile), self._inputs, widths, timeout,
                                 time.monotonic() - started if made else 0.0,
-                                stepping_default() if stepped is None else stepped)
+                                stepping_default() if stepped is None else stepped, self._feeders.streams)
         finally:
             self._supervisor.rescaling = False
             self._supervisor.driving.release()

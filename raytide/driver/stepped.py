@@ -33,7 +33,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import ray
@@ -68,14 +68,17 @@ def stepping_default() -> bool:
 
 
 def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputFeeds, asked: dict[str, int],
-                 timeout: float, made_s: float, stepped: bool) -> dict[str, Any]:
+                 timeout: float, made_s: float, stepped: bool, streams: Collection[str] = ()) -> dict[str, Any]:
     """``job.rescale``: in steps if asked and it can hold, else holding the whole job (the
-    record's ``why`` says why not); returns the rescale's record as a dict."""
+    record's ``why`` says why not); returns the rescale's record as a dict. ``streams``: the
+    job's stream inputs (each batch waits for a snapshot, which the steps pause: not stepped)."""
     if not stepped:
         return rescale(recovery, supervision, asked, timeout, made_s)
     plan = recovery.placement.plan
     new = supervision.recompile(new_widths(plan, asked))
     vertex, why = stepped_vertex(plan, new)
+    if vertex is not None and streams:
+        vertex, why = None, f"stream inputs {sorted(streams)} wait for a snapshot at each batch, and the steps pause them"
     if vertex is not None and inputs.readers:
         vertex, why = None, f"inputs {sorted(inputs.readers)} are read in the replicas, which move their epochs"
     if vertex is not None and not inputs_moving(inputs, QUIET_S):
