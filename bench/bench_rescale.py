@@ -27,6 +27,9 @@ pool is started before the clock). Per rescale:
 
 Each is reported as the median and the max over the rescales of a run. ``recovery=0``: the
 same job started without ``recovery=`` (its first rescale leases the coordinator of the cuts).
+``stepped=1``: each rescale made with ``job.rescale(..., stepped=True)`` (the key groups moved
+in steps while the others flow, a short switch adding or retiring the replica;
+docs/rescaling.md, "Stepped migration"); ``stepped_s`` is the time its steps took.
 
 Autoscaler (``autoscale_*``): the Mandelbrot rows of ``examples/unbalanced.py`` from
 parallelism 1 with a goal of 1.4 times one replica's true rate (measured first), rows for
@@ -54,7 +57,7 @@ from examples.unbalanced import mandelbrot_flow, row_epochs
 from raytide.core.keygroups import KeyGroupAssignment, key_group
 
 PARAMS = {"state_mb": 10, "keys": 1000, "per_epoch": 200, "pace": 0.02, "calm_epochs": 40, "rescales": 4,
-          "autoscale_s": 60, "only": "all", "recovery": 1}
+          "autoscale_s": 60, "only": "all", "recovery": 1, "stepped": 0}
 REPEAT = 3
 
 
@@ -74,9 +77,9 @@ def keyed_flow() -> rt.Dataflow:
 
 
 def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int,
-                  rescales: int, recovery: int = 1) -> dict[str, float]:
+                  rescales: int, recovery: int = 1, stepped: int = 0) -> dict[str, float]:
     """One run of the pause measurement; see the module docstring (``recovery=0``: the job
-    is started without ``recovery=``)."""
+    is started without ``recovery=``; ``stepped=1``: rescaled in steps)."""
     blob = state_mb * 1_000_000 // keys
     pushed: dict[int, float] = {}
     windows: list[tuple[float, float]] = []
@@ -102,7 +105,7 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
         time.sleep(calm_epochs * pace)
         for step in range(rescales):
             started = time.time()
-            records.append(job.rescale({"state": 2 if step % 2 == 0 else 1}, timeout=300))
+            records.append(job.rescale({"state": 2 if step % 2 == 0 else 1}, timeout=300, stepped=bool(stepped)))
             time.sleep(0.5)  # the epochs held up, and some after
             windows.append((started, time.time()))
         stop.set()
@@ -115,11 +118,12 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
     metrics = {"state_mb": float(state_mb), "latency_calm_s": statistics.median(_latencies(pushed, done, windows[0][0])),
                "gap_calm_s": _longest_gap([at for at in processed if at < windows[0][0]])}
     per_rescale: dict[str, list[float]] = {"cut_s": [], "pause_s": [], "call_s": [], "gap_s": [],
-                                           "latency_spike_s": []}
+                                           "latency_spike_s": [], "stepped_s": []}
     for (start, end), record in zip(windows, records):
         per_rescale["cut_s"].append(record["cut_s"])
         per_rescale["pause_s"].append(record["pause_s"])
         per_rescale["call_s"].append(record["seconds"])
+        per_rescale["stepped_s"].append(record["steps"].get("move the groups in steps", 0.0))
         per_rescale["gap_s"].append(_longest_gap([at for at in processed if start - 0.5 <= at <= end]))
         per_rescale["latency_spike_s"].append(max(done[e] - pushed[e] for e in done if start <= pushed[e] <= end))
     calls = [(start, start + record["seconds"]) for (start, _), record in zip(windows, records)]
@@ -252,12 +256,12 @@ def entry_rate(timeline: list[dict[str, Any]], goal: float) -> float:
 
 
 def measure(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int, rescales: int,
-            autoscale_s: float, only: str, recovery: int) -> dict[str, float]:
+            autoscale_s: float, only: str, recovery: int, stepped: int) -> dict[str, float]:
     """One run: the pause at ``state_mb`` MB (``only="pause"``), the autoscaler (``"autoscale"``), or both."""
     ensure_ray()
     metrics: dict[str, float] = {}
     if only in ("all", "pause"):
-        metrics.update(measure_pause(state_mb, keys, per_epoch, pace, calm_epochs, rescales, recovery))
+        metrics.update(measure_pause(state_mb, keys, per_epoch, pace, calm_epochs, rescales, recovery, stepped))
     if only in ("all", "autoscale"):
         goal = 1.4 * one_replica_rate()
         metrics["autoscale_goal_rows_per_s"] = goal

@@ -142,6 +142,11 @@ class ProgressActor:
             senders = ", ".join(sorted({str(getattr(call, "sender", "?")) for call in calls}))
             self._log([JobFailed(InternalError(f"the progress actor could not apply a call from {senders}: {error!r}"))])
 
+    def hold(self, incarnation: int, changes: list[tuple[Pointstamp, int]]) -> None:
+        """Pointstamps the driver makes: a stepped rescale's holds (:meth:`ProgressCore.hold`)."""
+        if incarnation == self.incarnation:
+            self._perform(self.core.hold(changes))
+
     def fail(self, incarnation: int, error: Any) -> None:
         """A replica failed; the driver will tear the job down (or recover) and raise ``error``."""
         if incarnation == self.incarnation:

@@ -77,6 +77,7 @@ from raytide.physical.protocol import (
     ProgressRoute,
     ReplicaKey,
     Sequenced,
+    StepPlanMessage,
     decode,
     encode,
 )
@@ -319,6 +320,18 @@ class VertexActor:
         held: list = []
         self._guard(lambda: held.extend(self.core.adopt(old_widths, tables, pieces)))
         return self.failed or self.core.subscriptions(), held
+
+    def install_plan(self, incarnation: int, message: StepPlanMessage, peers: dict[ReplicaKey, Any]) -> None:
+        """A stepped rescale's plan from the driver (:meth:`ReplicaCore.install_plan`; refused, failing the job, if one of
+        this replica's inputs reached its first step's epoch), with the handles of the replicas it hands groups to."""
+        if self._current(incarnation):
+            self.transport.peers.update(peers)
+            self._guard(self.core.install_plan, message)
+
+    def stepping(self) -> tuple[dict[tuple[str, int, int], KeyGroupAssignment], list[str]]:
+        """The driver's look at a stepped rescale here: the routing tables (after a plan's last step) and the
+        vertices with steps left (:mod:`raytide.driver.stepped`)."""
+        return self.core.outbox.tables(), sorted(name for name, steps in self.core.stepped.items() if not steps.moves.done)
 
     def relay(self, encoded: bytes) -> None:
         """As the node's relay: another replica's message for the progress actor (see

@@ -79,6 +79,9 @@ class RescaleRecord:
     finished_at: float  # wall-clock time it was running again
     hosts: dict[str, int]  # kept, added from the pool, returned to it
     steps: dict[str, float]
+    mode: str = "whole job"  # "stepped": key groups moved in steps while the others flowed (driver/stepped.py)
+    why: str = ""  # why a rescale asked to step held the whole job instead
+    stepped: dict[str, Any] = field(default_factory=dict)  # the plan's vertex, epochs, steps and groups
 
 
 @dataclass

@@ -34,8 +34,9 @@ from raytide.driver.outputs import OutputCollector
 from raytide.driver.placement import SETUP_TIMEOUT, HostSettings, JobPlacement
 from raytide.driver.pool import cluster_cpus
 from raytide.driver.recovery import JobRecovery
-from raytide.driver.rescale import cuts_without_recovery, rescale
+from raytide.driver.rescale import cuts_without_recovery
 from raytide.driver.stats import actor_stats, autoscaler_timeline, recovery_stats, unfinished
+from raytide.driver.stepped import make_rescale, stepping_default
 from raytide.driver.supervisor import AUTOSCALE_POLL, JobSupervisor
 from raytide.driver.views import EpochBar, JobViews
 from raytide.errors import (
@@ -380,7 +381,8 @@ class Job(JobViews):
         """Each vertex's number of replicas: ``{vertex_name: n}``."""
         return {name: self.plan.width(name) for name in self.plan.vertices}
 
-    def rescale(self, widths: dict[str, int], timeout: float = 120.0, oversubscribe: bool = False) -> dict[str, Any]:
+    def rescale(self, widths: dict[str, int], timeout: float = 120.0, oversubscribe: bool = False,
+                stepped: bool | None = None) -> dict[str, Any]:
         """Change the parallelism of vertices of the running job (``{vertex_name: n}``) and
         return once the new configuration runs: what the rescale did and how long each step
         took (also in ``job.stats()["rescales"]``).
@@ -397,9 +399,12 @@ class Job(JobViews):
         naming why), as a death fails such a job at any time.
 
         ``oversubscribe``: as in :func:`~raytide.driver.run.run`, allow more replicas than the
-        cluster can place. Rescales from several threads are made one after the other (each
-        checked against the widths the one before left); meanwhile no other thread takes the
-        job's events.
+        cluster can place. ``stepped`` (default: ``RAYTIDE_STEPPED_RESCALE=1`` in the environment):
+        move one keyed vertex's key groups in steps while the others flow, holding the job only to add
+        or retire replicas (docs/rescaling.md); the steps need the inputs fed meanwhile (another thread):
+        where they are not, or stepping cannot hold, the whole job is held and the record says why.
+        Rescales from several threads are made one after the other (each checked against the widths
+        the one before left); meanwhile no other thread takes the job's events.
 
         Raises:
             ArgumentError: a width is not a positive integer, or is more than a keyed vertex's key groups or (without
@@ -426,8 +431,9 @@ class Job(JobViews):
             assert self._recompile is not None
             started, made = time.monotonic(), self._supervisor.cuts is None and self._recovery is None
             recovery = self._recovery or self._cuts()
-            return rescale(recovery, self._supervisor.supervision(self._recompile), widths, timeout,
-                           time.monotonic() - started if made else 0.0)
+            return make_rescale(recovery, self._supervisor.supervision(self._recompile), self._inputs, widths, timeout,
+                                time.monotonic() - started if made else 0.0,
+                                stepping_default() if stepped is None else stepped, self._feeders.streams)
         finally:
             self._supervisor.rescaling = False
             self._supervisor.driving.release()

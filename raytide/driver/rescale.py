@@ -95,11 +95,12 @@ class _RescaleRun:
 
 
 def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, int], timeout: float,
-            made_s: float = 0.0) -> dict[str, Any]:
+            made_s: float = 0.0, why: str = "") -> dict[str, Any]:
     """Rescale the job to the widths ``asked`` for, in the steps of the rescale machine;
     returns its :class:`~raytide.driver.recovery.RescaleRecord` as a dict. ``made_s``: the
     seconds just spent making what a job without recovery needs for its rescales (its first:
-    :func:`cuts_without_recovery`), counted in the record as a step and in the rescale's time.
+    :func:`cuts_without_recovery`), counted in the record as a step and in the rescale's time;
+    ``why``: why a rescale asked to step holds the whole job (in the record).
 
     Raises:
         RescaleError: a vertex whose width changes keeps state it cannot split by key.
@@ -107,15 +108,29 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
         RaytideError: a vertex's ``take_keys`` failed (the job recovered and goes on), or
             the job failed meanwhile.
     """
+    record = switch(recovery, supervision, asked, timeout, made_s)
+    if record.cut_id is None:
+        return vars(record).copy()  # the same keys as a rescale's; not one of job.stats()'s
+    record.why = why
+    recovery.rescales.append(record)
+    logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)%s", recovery.placement.name, record.before,
+                record.after, record.seconds, record.pause_s, f", {why}" if why else "")
+    return vars(record).copy()
+
+
+def switch(recovery: JobRecovery, supervision: Supervision, asked: dict[str, int], timeout: float,
+           made_s: float = 0.0, kept: frozenset[str] = frozenset()) -> RescaleRecord:
+    """The job held at a cut and switched to the widths ``asked`` for (:func:`rescale`; a
+    stepped rescale's short switch, whose vertices of ``kept`` keep their key groups' owners);
+    its record (not kept: a cut_id of None if no width changed)."""
     placement = recovery.placement
     widths = new_widths(placement.plan, asked)
     before = {name: placement.plan.width(name) for name in placement.plan.vertices
               if placement.plan.width(name) != widths[name]}
     if not before:
-        unchanged = RescaleRecord(recovery.incarnation, {}, {}, None, 0.0, 0.0, 0.0, time.time(), {}, {})
-        return vars(unchanged).copy()  # the same keys as a rescale's; not one of job.stats()'s
+        return RescaleRecord(recovery.incarnation, {}, {}, None, 0.0, 0.0, 0.0, time.time(), {}, {})
     machine = Rescaling.between(placement.name, recovery.budget, recovery.incarnation, placement.plan,
-                                supervision.recompile(widths))
+                                supervision.recompile(widths), kept)
     started = time.monotonic() - made_s
     run = _RescaleRun(started + timeout)
     if made_s:
@@ -128,13 +143,9 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
         recovery.inputs.keep_calls(False)
     assert run.done is not None
     now = time.monotonic()
-    record = RescaleRecord(run.done.incarnation, before, {name: widths[name] for name in before}, run.done.cut_id,
-                           now - started, run.held_at - run.asked_at, run.resumed - run.held_at,
-                           time.time() - (now - run.resumed), run.hosts, run.steps.seconds)
-    recovery.rescales.append(record)
-    logger.info("job %r rescaled %s -> %s in %.2f s (paused %.2f s)", placement.name, record.before, record.after,
-                record.seconds, record.pause_s)
-    return vars(record).copy()
+    return RescaleRecord(run.done.incarnation, before, {name: widths[name] for name in before}, run.done.cut_id,
+                         now - started, run.held_at - run.asked_at, run.resumed - run.held_at,
+                         time.time() - (now - run.resumed), run.hosts, run.steps.seconds)
 
 
 def cuts_without_recovery(placement: JobPlacement, inputs: InputFeeds, outputs: OutputCollector) -> JobRecovery:

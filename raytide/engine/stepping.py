@@ -54,6 +54,7 @@ class SteppedVertex:
         self.vertex, self.replica = message.vertex, replica
         self.steps = StepPlan.of_message(message)
         self.moves = ReplicaSteps(self.vertex, replica, self.steps)
+        self.last = self.steps.steps[-1].epoch if self.steps.steps else -1  # the last step's epoch
         self.port = hold_port(plan, self.vertex)
         self._routers: dict[int, TimedRouter] = {}
         self._keys: dict[int, Callable[[Any], Hashable] | str] = {}
@@ -124,8 +125,8 @@ class SteppedVertex:
             RescaleError: naming the vertex, the epoch, this replica and the owner in force.
         """
         router = self._routers.get(port)
-        if router is None:
-            return
+        if router is None or (self.moves.done and time.epoch > self.last):
+            return  # after the plan's last step every sender routes by its final table: no batch routed again here
         for owner, part in non_empty(router.route(batch, time)):
             if owner != self.replica:
                 raise RescaleError(

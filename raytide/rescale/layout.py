@@ -33,7 +33,7 @@ which never change width (their positions are per replica).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -112,10 +112,17 @@ def check_splittable(plan: PhysicalPlan, old_widths: Mapping[str, int]) -> None:
 
 
 def new_tables(plan: PhysicalPlan, old_widths: Mapping[str, int],
-               routes: Iterable[Mapping[RouteKey, KeyGroupAssignment]]) -> dict[str, KeyGroupAssignment]:
+               routes: Iterable[Mapping[RouteKey, KeyGroupAssignment]],
+               kept: Collection[str] = ()) -> dict[str, KeyGroupAssignment]:
     """Per vertex, who owns its key groups in ``plan``: the table its senders routed by (the
     old replicas' ``routes``; those of :func:`_keyed_by`), rescaled with the fewest moves if
-    its width changed (contiguous ranges if nobody routes to it by key)."""
+    its width changed (contiguous ranges if nobody routes to it by key). A vertex of ``kept``
+    keeps its owners, only widened or narrowed (a stepped rescale's short switch, which adds
+    replicas owning nothing or retires emptied ones: no key group moves).
+
+    Raises:
+        RescaleError: a vertex of ``kept`` narrowed below a replica that still owns groups.
+    """
     old_tables: dict[RouteKey, KeyGroupAssignment] = {}
     for sent_by in routes:
         old_tables.update(sent_by)
@@ -127,8 +134,13 @@ def new_tables(plan: PhysicalPlan, old_widths: Mapping[str, int],
                 routed[name] = old_tables[(source, output, index)]
     tables: dict[str, KeyGroupAssignment] = {}
     for name in plan.vertices:
-        table = routed[_keyed_by(plan, old_widths, name)]
-        tables[name] = table if old_widths[name] == plan.width(name) else table.rescale(plan.width(name))[0]
+        table, width = routed[_keyed_by(plan, old_widths, name)], plan.width(name)
+        if old_widths[name] == width:
+            tables[name] = table
+        elif name in kept:
+            tables[name] = KeyGroupAssignment(table.owners, width)  # refuses an owner outside the new width
+        else:
+            tables[name] = table.rescale(width)[0]
     return tables
 
 

@@ -250,11 +250,15 @@ class Rescaling:
     missed: str | None = None
     #: The hand-over's failure, raised once the job is recovered from it.
     error: BaseException | None = None
+    #: The vertices whose owners the rescale keeps, only widened or narrowed (a stepped
+    #: rescale's short switch: :func:`~raytide.rescale.layout.new_tables`).
+    kept: frozenset[str] = frozenset()
 
     @classmethod
     def between(cls, job: str, budget: RestartBudget, incarnation: int, old: PhysicalPlan,
-                new: PhysicalPlan) -> Rescaling:
-        """A rescale of a job running ``old`` in ``incarnation`` to ``new``.
+                new: PhysicalPlan, kept: frozenset[str] = frozenset()) -> Rescaling:
+        """A rescale of a job running ``old`` in ``incarnation`` to ``new`` (``kept``: the
+        vertices whose key groups stay with their owners, a stepped rescale's short switch).
 
         Raises:
             RescaleError: a vertex whose width changes keeps state it cannot split by key
@@ -262,7 +266,7 @@ class Rescaling:
         """
         old_widths = {name: old.width(name) for name in old.vertices}
         check_splittable(new, old_widths)
-        return cls(job, budget, incarnation, new, old_widths)
+        return cls(job, budget, incarnation, new, old_widths, kept=kept)
 
     @property
     def widths(self) -> dict[str, int]:
@@ -309,7 +313,8 @@ class Rescaling:
     def _on_cut(self, event: RescaleEvent) -> list[RescaleEffect]:
         if isinstance(event, Held):
             self.cut, self.phase = event, RescalePhase.HANDING_OVER
-            self.tables = new_tables(self.plan, self.old_widths, [report.tables for report in event.reports.values()])
+            self.tables = new_tables(self.plan, self.old_widths, [report.tables for report in event.reports.values()],
+                                     self.kept)
             return [HandOver(self.incarnation, self.incarnation + 1, self.plan, self.old_widths, self.tables)]
         if isinstance(event, TimedOut):
             why = event.what if self.missed is None else f"{event.what}: {self.missed}"

@@ -29,9 +29,10 @@ from functools import cached_property
 
 from raytide.core.keygroups import KeyGroupAssignment, KeyGroupMove
 from raytide.errors import RescaleError
+from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import StepPlanMessage
 
-__all__ = ["MigrationStep", "StepPlan", "groups_per_step_for", "plan_steps"]
+__all__ = ["MigrationStep", "StepPlan", "groups_per_step_for", "plan_steps", "stepped_vertex"]
 
 
 @dataclass(frozen=True)
@@ -172,3 +173,28 @@ def groups_per_step_for(state_bytes: int, key_groups: int, bytes_per_step: int) 
     if state_bytes <= 0:
         return key_groups
     return max(1, min(key_groups, bytes_per_step * key_groups // state_bytes))  # n * state / K <= budget
+
+
+def stepped_vertex(old: PhysicalPlan, new: PhysicalPlan) -> tuple[str | None, str]:
+    """The keyed vertex whose key groups a rescale from ``old``'s widths to ``new``'s can move
+    in steps (``job.rescale`` on Ray, docs/rescaling.md, "Stepped migration"), or None and why
+    not: the rescale then holds the whole job, as before, and its record says why.
+
+    Steps serve one chain whose width changes, headed by a vertex that reads one input, an
+    exchange by key, followed by outputs only (their records need no state moved), and in no
+    loop (the hand-over's condition on a loop's rounds is not built).
+    """
+    changed = sorted({old.vertex(name).chain for name in old.vertices if old.width(name) != new.width(name)})
+    if len(changed) != 1:
+        return None, f"the widths of {len(changed)} chains change ({', '.join(changed)}): steps move one keyed vertex"
+    chain = old.chain(changed[0])
+    head = old.vertex(chain.vertices[0])
+    if any(old.vertex(name).cyclic for name in chain.vertices):
+        return None, f"vertex {head.name!r} is in a loop: stepping through a loop's rounds is not built"
+    if len(head.inputs) != 1 or any(edge.channel.kind != "exchange" or edge.channel.key is None
+                                    for edge in head.inputs[0]):
+        return None, f"vertex {head.name!r} does not read one input exchanged by key"
+    fused = [name for name in chain.vertices[1:] if old.vertex(name).role != "output"]
+    if fused:
+        return None, f"vertices {fused} are fused behind {head.name!r}: only its state moves in steps"
+    return head.name, ""

@@ -1,0 +1,132 @@
+"""A stepped rescale on a real Ray (issue 74; docs/rescaling.md, "Stepped migration"): a keyed
+job under a steady feed rescaled 2 -> 4 -> 1 -> 3 with ``stepped=True``, each rescale's key
+groups moved in steps while the others flow. Checked against plain Python (every record once,
+in order per key), and a key group the plan does not move produced output while the steps ran:
+no whole-job hold covered them. A replica SIGKILLed as the steps start: the job recovers and
+the rescale is made holding the whole job, its record saying why."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import raytide as rt
+from raytide.core.keygroups import key_group
+from raytide.driver.stepped import SteppedRescale
+from tests.delivery import assert_exactly_once
+from tests.ray.jobs import next_in_sequence
+
+pytestmark = [pytest.mark.ray]
+
+KEYS, PER_KEY = 256, 2  # keys over every key group
+WIDTHS = (4, 1, 3)
+
+
+def stamped(last: int | None, record: tuple[int, int]) -> tuple[int, tuple[int, int, float]]:
+    """The keyed vertex: the record must follow the last of its key; it leaves with when it was processed."""
+    number, _ = next_in_sequence(last, record)
+    return number, (record[0], record[1], time.time())
+
+
+class SteadyFeed:
+    """Epochs of ``(key, sequence number)`` fed every few ms until :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self.fed = 0
+
+    def epochs(self) -> Iterator[list[tuple[int, int]]]:
+        while not self.stopped.is_set():
+            yield [(key, self.fed * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)]
+            self.fed += 1
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def reference(self) -> dict[str, dict[int, collections.Counter]]:
+        return {"out": {epoch: collections.Counter((key, (key, n)) for key in range(KEYS)
+                                                   for n in range(epoch * PER_KEY, (epoch + 1) * PER_KEY))
+                        for epoch in range(self.fed)}}
+
+
+def flow_checking_sequences(name: str) -> rt.Dataflow:
+    """A keyed ``stateful_map`` checking every key's sequence, its output fused behind it."""
+    flow = rt.Dataflow(name)
+    flow.input("records", parallelism=1).stateful_map(lambda r: r[0], stamped, name="check").output("out")
+    return flow
+
+
+def without_times(out: list[tuple[int, list]]) -> list[tuple[int, list]]:
+    """The output as the reference has it: ``(key, (key, number))``, when it was processed left out."""
+    return [(epoch, [(key, (key, n)) for key, (_, n, _) in part]) for epoch, part in out]
+
+
+def flowed_during(out: list[tuple[int, list]], record: dict[str, Any]) -> int:
+    """How many records of key groups the plan did not move were processed while its steps ran."""
+    start, end = record["stepped"]["window"]
+    moved = set(record["stepped"]["moved"])
+    return sum(start < at < end and key_group(key) not in moved for _, part in out for key, (_, _, at) in part)
+
+
+@pytest.mark.timeout(300)
+def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_meanwhile(ray_session):
+    feed = SteadyFeed()
+    with rt.run(flow_checking_sequences("stepped"), {"records": feed.epochs()}, parallelism=2) as job:
+        results = job.results("out", timeout=120)
+        out = [next(results)]
+        records = []
+        for width in WIDTHS:
+            records.append(job.rescale({"check": width}, timeout=60, stepped=True))
+            assert job.parallelism()["check"] == width
+            out.append(next(results))
+        feed.stop()
+        job.wait(timeout=120)
+        out += list(results)
+        stats = job.stats()
+    print("stepped rescales: " + "; ".join(
+        f"{r['before']} -> {r['after']}: {r['seconds']:.3f} s, pause {r['pause_s']:.3f} s, {r['stepped']['steps']} "
+        f"steps over {r['steps'].get('move the groups in steps', 0):.3f} s, "
+        f"{flowed_during(out, r)} unmoved records meanwhile" for r in records))
+    assert_exactly_once(feed.reference(), {"out": without_times(out)})
+    assert [r["mode"] for r in records] == ["stepped"] * 3, [r["why"] for r in records]
+    assert [r["after"]["check"] for r in stats["rescales"]] == list(WIDTHS)
+    assert all(r["stepped"]["steps"] > 1 for r in records)
+    assert all(flowed_during(out, r) > 0 for r in records), "a key group that did not move stood still"
+
+
+@pytest.mark.timeout(300)
+def test_a_replica_killed_as_the_steps_start_falls_back_to_the_whole_job_rescale_and_stays_exact(
+        ray_session, tmp_path, monkeypatch):
+    feed, killed = SteadyFeed(), []
+    wait_steps = SteppedRescale._wait_steps
+
+    def killing_first(self: SteppedRescale, message: Any) -> Any:  # the plan is installed: its steps are under way
+        if not killed:
+            killed.append(job.hosts()[f"{job.name}/check+out/1"])
+            os.kill(killed[0], signal.SIGKILL)
+        return wait_steps(self, message)
+
+    monkeypatch.setattr(SteppedRescale, "_wait_steps", killing_first)
+    with rt.run(flow_checking_sequences("stepped-killed"), {"records": feed.epochs()}, parallelism=2,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.2)) as job:
+        results = job.results("out", timeout=120)
+        out = [next(results)]
+        while job.stats()["snapshots"]["committed"] < 1:
+            out.append(next(results))
+        record = job.rescale({"check": 1}, timeout=60, stepped=True)
+        out.append(next(results))
+        feed.stop()
+        job.wait(timeout=120)
+        out += list(results)
+        stats = job.stats()
+    assert_exactly_once(feed.reference(), {"out": without_times(out)})
+    assert killed and record["mode"] == "whole job" and "a death during the steps" in record["why"], record
+    assert stats["recoveries"]["count"] >= 1 and stats["parallelism"]["check"] == 1

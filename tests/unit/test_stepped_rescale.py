@@ -1,0 +1,71 @@
+"""What a stepped ``job.rescale`` decides before anything moves (pure): which rescales can step
+(:func:`~raytide.rescale.steps.stepped_vertex`, each refusal saying why), and the short switch's
+tables (:func:`~raytide.rescale.layout.new_tables` with ``kept``): the owners widened or
+narrowed, no key group moving, a narrowing past an owner refused."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+import raytide as rt
+from examples.connected_components import build_flow
+from raytide.core.keygroups import KeyGroupAssignment
+from raytide.errors import RescaleError
+from raytide.physical.plan import compile_plan
+from raytide.rescale.layout import new_tables
+from raytide.rescale.steps import plan_steps, stepped_vertex
+from raytide.rescale.widths import new_widths
+
+
+def keyed() -> rt.Dataflow:
+    flow = rt.Dataflow("keyed")
+    flow.input("n", parallelism=1).stateful_map(lambda r: r[0], lambda s, r: (s, r), name="sum").output("out")
+    return flow
+
+
+def rescaled(flow: rt.Dataflow, width: int, widths: dict[str, int]) -> tuple:
+    plan = compile_plan(flow, width)
+    return plan, compile_plan(flow, width, widths=new_widths(plan, widths))
+
+
+def test_a_keyed_vertex_with_its_output_fused_behind_steps():
+    assert stepped_vertex(*rescaled(keyed(), 2, {"sum": 4})) == ("sum", "")
+
+
+def test_rescales_steps_do_not_serve_are_refused_saying_why():
+    two = rt.Dataflow("two")
+    n = two.input("n", parallelism=1)
+    n.stateful_map(lambda r: r[0], lambda s, r: (s, r), name="a").output("oa")
+    n.stateful_map(lambda r: r[0], lambda s, r: (s, r), name="b").output("ob")
+    assert "the widths of 2 chains change" in stepped_vertex(*rescaled(two, 2, {"a": 3, "b": 3}))[1]
+    fused = rt.Dataflow("fused")
+    fused.input("n", parallelism=1).stateful_map(lambda r: r[0], lambda s, r: (s, r), name="a").map(
+        lambda r: r, name="after").output("out")
+    assert stepped_vertex(*rescaled(fused, 2, {"a": 3}))[1] == \
+        "vertices ['after'] are fused behind 'a': only its state moves in steps"
+    loop = build_flow(2)
+    vertex, why = stepped_vertex(*rescaled(loop, 2, {"label-propagation": 3}))
+    assert vertex is None and "loop" in why
+
+
+def test_the_short_switch_widens_the_owners_and_moves_no_group():
+    plan, grown = rescaled(keyed(), 2, {"sum": 4})
+    old = KeyGroupAssignment.contiguous(2)
+    routes = [{("n", 0, 0): old}]
+    tables = new_tables(grown, {name: plan.width(name) for name in plan.vertices}, routes, kept={"sum", "out"})
+    assert tables["sum"].owners == old.owners and tables["sum"].parallelism == 4
+    assert new_tables(grown, {name: plan.width(name) for name in plan.vertices}, routes)["sum"].owners != old.owners
+    steps = plan_steps(tables["sum"], 4, first_epoch=5, groups_per_step=8)  # then the steps balance them
+    assert sorted(collections.Counter(steps.after.owners).values()) == [32] * 4
+
+
+def test_the_short_switch_narrows_only_emptied_replicas():
+    plan, shrunk = rescaled(keyed(), 4, {"sum": 1})
+    widths = {name: plan.width(name) for name in plan.vertices}
+    emptied = plan_steps(KeyGroupAssignment.contiguous(4), 1, first_epoch=3, groups_per_step=8).after
+    tables = new_tables(shrunk, widths, [{("n", 0, 0): KeyGroupAssignment(emptied.owners, 4)}], kept={"sum", "out"})
+    assert tables["sum"].owners == emptied.owners and tables["sum"].parallelism == 1
+    with pytest.raises(RescaleError, match=r"owned by replicas \[1, 2, 3\] outside \[0, 1\)"):
+        new_tables(shrunk, widths, [{("n", 0, 0): KeyGroupAssignment.contiguous(4)}], kept={"sum", "out"})
