@@ -83,13 +83,14 @@ class RayTransport:
         self.sockets = sockets  # whether to ask peers for their sockets at all
         self.socket_frames = 0  # frames sent over sockets (data and markers)
 
-    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any,
+             sequence: int | None = None) -> None:
         try:
             payload = pack(batch)
         except Exception as error:
             raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
                               f"epoch {time.epoch}") from error
-        self.gathered.setdefault(to, []).append((channel.source, ((self.incarnation, channel, vertex, time), *payload)))
+        self.gathered.setdefault(to, []).append((channel.source, ((self.incarnation, channel, vertex, time, sequence), *payload)))
         self.rides.sent(to, token=isinstance(batch, EpochClosed))
         if not self.gathering:
             self._flush(to)

@@ -66,7 +66,7 @@ from raytide.actors.ray_transport import RayTransport
 from raytide.core.batches import batch_length
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
-from raytide.engine.replica import ReplicaCore
+from raytide.engine.replica import Received, ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SourceError
 from raytide.physical.frames import DATA, PUSH, Frame
 from raytide.physical.pickled import Packed
@@ -197,8 +197,10 @@ class VertexActor:
 
     def _on_framed(self, framed: Packed) -> None:
         calls, progress = unframe(framed)
-        messages = [(channel, vertex, time, unpack_for(payload, packed, functools.partial(_batch_place, channel, vertex, time)))
-                    for (incarnation, channel, vertex, time), payload, packed in calls if self._current(incarnation)]
+        messages: list[Received] = [
+            (channel, vertex, time, unpack_for(payload, packed, functools.partial(_batch_place, channel, vertex, time)),
+             sequence)
+            for (incarnation, channel, vertex, time, sequence), payload, packed in calls if self._current(incarnation)]
         if messages:
             self.transport.rides.carried(progress)
             self.core.on_messages(messages)

@@ -32,6 +32,10 @@ from raytide.rescale.steps import StepPlan
 
 __all__ = ["MARKERS_KEPT", "ReplicaCore", "ReplicaMode"]
 
+#: A batch another replica sent: ``(channel, vertex, time, batch)``, or with its number on the
+#: channel as a fifth item (:mod:`raytide.engine.numbered_channels`).
+Received = tuple[ChannelId, str, Timestamp, Any] | tuple[ChannelId, str, Timestamp, Any, int | None]
+
 
 class ReplicaCore(Settling):
     """Replica ``replica`` of chain ``chain`` of ``plan``: runs its vertices, accounts progress.
@@ -48,9 +52,10 @@ class ReplicaCore(Settling):
 
     # -- events from outside -------------------------------------------------------------
 
-    def on_messages(self, messages: list[tuple[ChannelId, str, Timestamp, Any]]) -> None:
+    def on_messages(self, messages: list[Received]) -> None:
         """Batches ``(channel, vertex, time, batch)`` that arrived together from another replica, in order, for
-        ``vertex`` (the chain head) on ``channel``: each received, then one settle (one progress message)."""
+        ``vertex`` (the chain head) on ``channel``, each with its number on the channel if the sender numbers
+        them (a fifth item: a duplicate is dropped): each received, then one settle (one progress message)."""
         for message in messages:
             self._receive(*message)
         self._settle()
@@ -63,6 +68,7 @@ class ReplicaCore(Settling):
     def inject_marker(self, marker: Marker) -> None:
         """At an input replica: start ``marker`` here (the driver injects it at every input)."""
         self.markers.setdefault(marker.marker_id, marker)
+        self._learn_commit(marker)
         self._apply_barrier_effects(self.aligner.inject(marker.marker_id))
         self._settle()
 

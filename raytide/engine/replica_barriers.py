@@ -51,7 +51,10 @@ from raytide.snapshots.replica_state import (
 class BarrierHandling(HostedVertices):
     """Barriers, snapshots and restores of one replica (its state: :class:`HostedVertices`)."""
 
-    def _receive(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+    def _receive(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any, sequence: int | None = None) -> None:
+        """A batch from another replica, numbered ``sequence`` on ``channel`` (a duplicate is dropped)."""
+        if not self.outbox.numbering.admit(channel, sequence, time.epoch):
+            return
         if isinstance(batch, GroupState):
             self._put_groups(vertex, batch)
         elif self.aligner.on_record(channel, (channel, vertex, time, batch)) is not Decision.BUFFER:
@@ -93,7 +96,14 @@ class BarrierHandling(HostedVertices):
     def _receive_marker(self, channel: ChannelId, marker: Marker) -> None:
         self.aligning.setdefault(marker.marker_id, monotonic())
         self.markers.setdefault(marker.marker_id, marker)
+        self.outbox.numbering.at_barrier(marker.marker_id, channel)
+        self._learn_commit(marker)
         self._apply_barrier_effects(self.aligner.on_barrier(channel, marker.marker_id))
+
+    def _learn_commit(self, marker: Marker) -> None:
+        """A marker says which snapshot committed last: the upstream log forgets what is before its marks."""
+        if marker.committed is not None:
+            self.outbox.numbering.commit(marker.committed)
 
     def _apply_barrier_effects(self, effects: list) -> None:
         for effect in effects:
@@ -133,8 +143,9 @@ class BarrierHandling(HostedVertices):
         dropping the kept output records of epochs the driver already has."""
         self.forget_delivered(marker.delivered)
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
+        sequences = self.outbox.numbering.take(marker.marker_id) if marker.kind is MarkerKind.SNAPSHOT else None
         return ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
-                            self.outbox.tables(), {**self.restored_sources, **self.source_positions()})
+                            self.outbox.tables(), {**self.restored_sources, **self.source_positions()}, sequences)
 
     def _take(self, marker: Marker, alignment_s: float) -> TakenState:
         """The local snapshot at ``marker``, taken ``alignment_s`` seconds after its first
@@ -196,3 +207,4 @@ class BarrierHandling(HostedVertices):
         self.kept.update(state.kept)
         self.outbox.restore_tables(state.tables)
         self.restored_sources = state.sources
+        self.outbox.numbering.restore(state.sequences)

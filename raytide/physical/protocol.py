@@ -56,7 +56,7 @@ per replica (:mod:`~raytide.physical.relay_tree`).
 
 On Ray, the calls to the progress actor and its status pushes travel as :func:`encode`
 makes them, the sender's incarnation included: one plain pickle, one argument per call.
-A data call's headers (incarnation, channel, vertex, time), batches and riding progress
+A data call's headers (incarnation, channel, vertex, time, its number on the channel or None), batches and riding progress
 batches travel as :func:`~raytide.physical.pickled.frame` makes them, one argument too.
 """
 
@@ -177,11 +177,14 @@ class Marker:
         kind: what a replica does at it.
         delivered: per output, the last epoch the driver had been handed when the
             marker was triggered: output replicas stop keeping records of those epochs.
+        committed: the last snapshot committed when it was triggered (None: none yet):
+            replicas that number their sends trim their upstream logs to its marks.
     """
 
     marker_id: int
     kind: MarkerKind = MarkerKind.PROBE
     delivered: dict[str, int] = field(default_factory=dict)
+    committed: int | None = None
 
     def __hash__(self) -> int:
         return hash(self.marker_id)

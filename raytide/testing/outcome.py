@@ -45,6 +45,8 @@ class LocalRecovery:
             is pinged and one still frozen ``ping`` steps later is declared failed and killed.
             None: frozen actors are waited for. (A death, which leaves nothing to deliver, is
             found at once by the same rule with bounds 0.)
+        numbered: the replicas number their sends, keep upstream logs and drop duplicates
+            (:mod:`raytide.engine.numbered_channels`), restored with every snapshot.
     """
 
     store: SnapshotStore
@@ -58,6 +60,7 @@ class LocalRecovery:
     output_commit: OutputCommit = "epoch"
     stall: int | None = None
     ping: int = 20
+    numbered: bool = False
 
 
 class FlakyStore(SnapshotStore):

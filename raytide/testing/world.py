@@ -112,7 +112,8 @@ class World(SnapshotTaking):
     def _core(self, key: ReplicaKey) -> ReplicaCore:
         transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,
                                    self.mail.via(key, self.replica_keys()), rides_with_tokens(self.plan, key.chain))
-        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=True)  # as on Ray
+        numbered = self.recovery is not None and self.recovery.numbered
+        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=True, numbered=numbered)  # as on Ray
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
         chain = self.plan.chain_of(name).name

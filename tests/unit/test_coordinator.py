@@ -36,7 +36,7 @@ def test_a_snapshot_commits_once_every_replica_acknowledged_in_any_order():
     assert core.acknowledge(ack("a/1", 4), now=0.6) is None, "a repeated acknowledgement commits nothing twice"
     core.committed(4, now=0.7)
     assert (core.stats.committed, core.stats.last_id, core.stats.last_size) == (1, 4, 7)
-    assert core.trigger(now=0.8) == Trigger(5, 0)
+    assert core.trigger(now=0.8) == Trigger(5, 0, committed=4), "the next barrier says which snapshot committed"
 
 
 def test_one_snapshot_at_a_time_and_the_interval_counts_from_the_end_of_the_last():
