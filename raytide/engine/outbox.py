@@ -24,6 +24,7 @@ from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter
 from raytide.engine.numbered_channels import Numbering
 from raytide.physical.plan import ChainPlan, Consumer, PhysicalPlan
 from raytide.physical.protocol import ChannelId, Marker, ReplicaKey, Sequenced
+from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.migration import TimedRouter
 from raytide.rescale.steps import StepPlan
@@ -121,27 +122,36 @@ class Outbox:
         """The consumers of ``vertex``'s ``output``, each with its router and chain (computed once)."""
         return self._routes[(vertex, output)]
 
-    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any,
+             counted: Location | None = None) -> None:
         """A batch to replica ``to``: queued locally when that is this replica, else numbered
-        on the channel (and kept in the upstream log) if the job numbers its sends."""
+        on the channel (and kept in the upstream log) if the job numbers its sends, and its
+        figure counted at ``counted`` (where its ``+1`` was; None: it has none, a hand-over)."""
         if to == self.key:
             self.local.append((False, (channel, vertex, time, batch)))
             self.local_sends += 1
         else:
+            if counted is not None:
+                self.numbering.count(True, counted, time, to, channel)
             sequence = self.numbering.number((to, channel), (vertex, time, batch))
             self.transport.send(to, channel, vertex, time, batch, sequence=sequence)
 
-    def replay(self, to: ReplicaKey, positions: dict[ChannelId, int]) -> int:
+    def replay(self, to: ReplicaKey, positions: dict[ChannelId, int], after: int = 0) -> int:
         """Send replica ``to`` again what this replica sent it on each channel from the
         position ``positions`` names (a channel it does not name: from the log's start), under
-        the same numbers: the upstream backup of a replica restored alone. Returns how many."""
+        the same numbers, with the markers after snapshot ``after`` (the one ``to`` restored)
+        in their places: the upstream backup of a replica restored alone. Returns how many batches."""
         replayed = 0
-        for receiver, channel, _ in self._channels_out():
+        for receiver, channel, consumer in self._channels_out():
             if receiver != to:
                 continue
-            for sequence, (vertex, time, batch) in self.numbering.replay((to, channel), positions.get(channel, 0)):
-                self.transport.send(to, channel, vertex, time, batch, sequence=sequence)
-                replayed += 1
+            for sequence, entry in self.numbering.replay((to, channel), positions.get(channel, 0), after):
+                if sequence is None:
+                    self.transport.send_marker(to, channel, consumer.vertex, entry)
+                else:
+                    vertex, time, batch = entry
+                    self.transport.send(to, channel, vertex, time, batch, sequence=sequence)
+                    replayed += 1
         return replayed
 
     def forward_marker(self, marker: Marker) -> None:
@@ -150,6 +160,7 @@ class Outbox:
             if to == self.key:
                 self.local.append((True, (channel, marker)))
             else:
+                self.numbering.note_marker((to, channel), marker)
                 self.transport.send_marker(to, channel, consumer.vertex, marker)
 
     def token_channels(self, receivers: frozenset[str]) -> list[tuple[ReplicaKey, ChannelId, str]]:

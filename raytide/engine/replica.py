@@ -16,6 +16,7 @@ each once the tracker has absorbed the last (an acknowledged flush).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from raytide.core.batches import batch_length
@@ -24,7 +25,7 @@ from raytide.engine.modes import ReplicaMode
 from raytide.engine.replica_vertices import MARKERS_KEPT
 from raytide.engine.settling import Settling
 from raytide.errors import ProgressError
-from raytide.physical.protocol import Cause, ChannelId, HeldCause, Marker, StepPlanMessage
+from raytide.physical.protocol import Cause, ChannelId, HeldCause, Marker, ReplicaKey, StepPlanMessage
 from raytide.progress.publisher import Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
@@ -81,6 +82,25 @@ class ReplicaCore(Settling):
         for channel, vertex, time, batch in replay:
             self._consume(channel, vertex, time, batch)
         self._settle()
+
+    def replace_alone(self, data: bytes | None, figures: bool, first: int, quiet_through: int) -> None:
+        """Become, as a fresh core, the lost replica recovered alone (:mod:`raytide.supervisor.alone`):
+        its part of the last committed snapshot (``data``; None: none committed yet, from the
+        start), its progress figures kept if ``figures`` (the snapshot is of the job's
+        incarnation), its messages to the progress actor numbered from ``first`` on (past the
+        lost replica's: :meth:`~raytide.engine.progress_core.ProgressCore.replace`), the
+        snapshots up to ``quiet_through`` (abandoned) passed on but not taken; then it runs."""
+        if data is not None:
+            self.restore(data, figures)
+        self.sequence = itertools.count(first)
+        self.quiet_through = quiet_through
+        self.resume()
+
+    def replay_to(self, to: ReplicaKey, positions: dict[ChannelId, int], after: int) -> None:
+        """Replica ``to`` was recovered alone at ``positions`` from snapshot ``after``: send it
+        again what this replica sent it from there on, numbered as before, and the markers
+        after that snapshot (no progress: it was counted when first sent)."""
+        self.outbox.replay(to, positions, after)
 
     def on_progress(self, statuses: dict[Location, Status], acked: int) -> None:
         """The progress actor pushed new frontiers (and absorbed ``acked`` more of our acknowledged flushes)."""

@@ -78,6 +78,8 @@ class BarrierHandling(HostedVertices):
                 self.held_back.update((location, time), 1)
         self.held_back.update((location, time), -1)
         self.held_back.caused_by(HeldCause(Cause.MESSAGE, location, time))
+        if channel.sender != self.replica or channel.source not in self.chain.vertices:  # not sent to itself
+            self.outbox.numbering.count(False, location, time, self.outbox.key, channel)
         self.deliver(vertex, channel.port, time, batch)
     def _put_groups(self, vertex: str, state: GroupState) -> None:
         """A stepped rescale's hand-over came: put the groups' keys, process the records kept
@@ -94,6 +96,8 @@ class BarrierHandling(HostedVertices):
         self.held_back.caused_by(HeldCause(Cause.MESSAGE, location, time))
 
     def _receive_marker(self, channel: ChannelId, marker: Marker) -> None:
+        if not self.outbox.numbering.admit_marker(channel, marker.marker_id):
+            return  # replayed by a sender to a replica recovered alone, which had it
         self.aligning.setdefault(marker.marker_id, monotonic())
         self.markers.setdefault(marker.marker_id, marker)
         self.outbox.numbering.at_barrier(marker.marker_id, channel)
@@ -112,7 +116,7 @@ class BarrierHandling(HostedVertices):
                 self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
                 first = self.aligning.pop(marker.marker_id, None)
                 alignment_s = 0.0 if first is None else monotonic() - first
-                if marker.kind is MarkerKind.SNAPSHOT:
+                if marker.kind is MarkerKind.SNAPSHOT and marker.marker_id > self.quiet_through:
                     self.taken[marker.marker_id] = self._take(marker, alignment_s)
                 elif marker.kind is MarkerKind.HOLD:  # nothing runs here from now on: the state stays as it is, uncopied
                     self.mode, self.cut = ReplicaMode.HOLDING, HeldCut(marker.marker_id, alignment_s, self._state(marker))
@@ -189,15 +193,16 @@ class BarrierHandling(HostedVertices):
         self._restore(state, logged)
         return capabilities(state, logged)
 
-    def restore(self, data: bytes) -> None:
-        """Become the replica whose local snapshot is ``data`` (a fresh core, before any event).
+    def restore(self, data: bytes, figures: bool = False) -> None:
+        """Become the replica whose local snapshot is ``data`` (a fresh core, before any event),
+        with its progress figures if ``figures`` (restored alone, in the snapshot's incarnation).
 
         Its back-edge batches logged in the snapshot are delivered by :meth:`resume`, once
         every replica of the job is restored.
         """
-        self._restore(*load(data))
+        self._restore(*load(data), figures=figures)
 
-    def _restore(self, state: ReplicaState, logged: list[LoggedBatch]) -> None:
+    def _restore(self, state: ReplicaState, logged: list[LoggedBatch], figures: bool = False) -> None:
         self.mode, self.replay = ReplicaMode.RESTORED, logged
         for name, saved in state.user.items():
             self._run(name, None, self.vertices[name].restore, saved)
@@ -207,4 +212,4 @@ class BarrierHandling(HostedVertices):
         self.kept.update(state.kept)
         self.outbox.restore_tables(state.tables)
         self.restored_sources = state.sources
-        self.outbox.numbering.restore(state.sequences)
+        self.outbox.numbering.restore(state.sequences, figures)

@@ -60,6 +60,10 @@ class HostedVertices:
     or a rescale hands them to the new progress actor.
     """
 
+    #: Snapshots up to this id are aligned and passed on, not taken (abandoned while a replica
+    #: was recovered alone: :meth:`~raytide.engine.replica.ReplicaCore.replace_alone`).
+    quiet_through = 0
+
     def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport, keep_outputs: bool = False,
                  numbered: bool = False) -> None:
         """``numbered``: number sends, keep them, drop duplicates (:mod:`raytide.engine.numbered_channels`)."""
@@ -182,7 +186,7 @@ class HostedVertices:
                                     where=f"its input's key function, run where {vertex!r} sends") from error
             for replica, part in parts:
                 self.held_back.update((target, time), 1)
-                self.outbox.send(ReplicaKey(chain, replica), channel, consumer.vertex, time, part)
+                self.outbox.send(ReplicaKey(chain, replica), channel, consumer.vertex, time, part, target)
 
     def _check_port(self, vertex: str, output: Any, time: Timestamp) -> None:
         """Raise a GraphError naming the vertex and its ports if ``output`` is not one of them."""

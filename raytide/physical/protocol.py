@@ -198,6 +198,13 @@ class MarkerRecord:
     records_in: dict[Hashable, int]
 
 
+#: A replica's progress figures (:mod:`raytide.engine.numbered_channels`): per ``(sent, location,
+#: time, receiver, channel)`` how many messages it has sent (``sent`` True) or taken (False) in
+#: all on a numbered channel into ``receiver``'s ``location`` at ``time``, since the job's
+#: incarnation began.
+Figures = dict[tuple[bool, Location, Timestamp, ReplicaKey, ChannelId], int]
+
+
 @dataclass(frozen=True)
 class ProgressBatch:
     """Pointstamp deltas of a replica's events, shipped together (Naiad's rule).
@@ -210,12 +217,16 @@ class ProgressBatch:
         outputs: records that reached the replica's outputs since its last batch, per
             output and epoch, as parts (on Ray packed: inline blobs or object refs, see
             :mod:`raytide.physical.wire`); the deltas retire them.
+        figures: the replica's progress figures that changed since its last batch (their
+            totals: they count exactly what its batches' deltas counted on numbered channels),
+            by which a replica recovered alone is accounted again.
     """
 
     changes: list[tuple[Pointstamp, int]]
     ack: bool = False
     interests: Interests | None = None
     outputs: dict[str, dict[int, list]] | None = None
+    figures: Figures | None = None
 
 
 @dataclass(frozen=True)
@@ -238,6 +249,7 @@ class ProgressRun:
         batches: how many of its messages were progress batches (the others were declarations).
         interests: what the replica waits on after the run (the last it declared), if it declared.
         outputs: its batches' output parts, per output and epoch, in their order.
+        figures: its batches' figures, the latest of each.
     """
 
     last: int
@@ -246,6 +258,7 @@ class ProgressRun:
     batches: int
     interests: Interests | None = None
     outputs: dict[str, dict[int, list]] | None = None
+    figures: Figures | None = None
 
 
 ProgressMessage = ProgressBatch | Declaration | ProgressRun

@@ -58,10 +58,14 @@ class Sequences:
             barrier (what the restored replica expects next).
         sent: per output channel, the number of the first message after the barrier (the
             log's mark: where a restored sender numbers on from).
+        figures: the replica's progress figures at the snapshot (``protocol.Figures``).
+        snapshot_id: the snapshot's (every barrier up to it came on every input channel).
     """
 
     taken: dict[Hashable, int] = field(default_factory=dict)
     sent: dict[Hashable, int] = field(default_factory=dict)
+    figures: dict[Any, int] = field(default_factory=dict)
+    snapshot_id: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,15 @@
 """The engine's numbered channels (:mod:`raytide.engine.numbered_channels`) under the whole-job
-recovery: with ``LocalRecovery(numbered=True)`` every replica numbers its sends, keeps them in
+recovery: with ``LocalRecovery(alone=True)`` every replica numbers its sends, keeps them in
 its upstream log (trimmed when a barrier says a snapshot committed), admits what it receives
 by number, and saves and restores both with its snapshot. The seeded crash trials of
 ``test_recovery_sim`` (five dataflows, crashes of a replica, the progress core or the
 coordinator at any step) must end exactly as the failure-free run: a restored sender numbers
 on from the marks its receivers' positions name, so no message is dropped as a duplicate and
-no gap is refused. Planted: a sender restored numbering from 0 (its receivers drop what it
-sends again as duplicates), and positions saved as they are at the snapshot rather than at
-each channel's barrier (an aligned channel runs ahead: what the restored sender sends again
-is dropped). A log never trimmed is caught by ``tests/unit/test_numbered_channels.py``."""
+no gap is refused (the few deaths ``decide`` allows are recovered alone). Planted: a sender
+restored numbering from 0 (its receivers drop what it sends again as duplicates), and
+positions saved as they are at the snapshot rather than at each channel's barrier (an
+aligned channel runs ahead: what the restored sender sends again is dropped). A log never
+trimmed is caught by ``tests/unit/test_numbered_channels.py``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ TRIALS = {"word count": 16, "keyed": 16, "join": 12, "loop": 5, "nested loop": 5
 
 
 def numbered_trial(name: str, seed: int, store_root) -> Trial:
-    return trial(name, seed, str(store_root / f"{name}-{seed}"), numbered=True)
+    """With ``alone=True`` (numbering implied): where ``decide`` refuses (most deaths here:
+    notifying stages, loops, outputs, inputs) the whole job rolls back, numbered."""
+    return trial(name, seed, str(store_root / f"{name}-{seed}"), alone=True)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -128,3 +128,40 @@ def test_a_rescales_state_or_one_taken_with_numbering_off_restores_every_channel
     assert count.outbox.numbering.dedup.positions() == {} and count.outbox.numbering.log.positions() == {}
     count.outbox.numbering.restore(Sequences({CHANNEL: 4}, {}))
     assert count.outbox.numbering.admit(CHANNEL, 3) is False and count.outbox.numbering.admit(CHANNEL, 4) is True
+
+
+def test_a_relays_run_keeps_each_figures_latest_total():
+    from raytide.engine.progress_runs import merge_runs
+    from raytide.physical.protocol import ProgressBatch, Sequenced
+    from raytide.progress.reachability import Location
+
+    figure = (True, Location.of_input("sink", 0), T0, ReplicaKey("sink", 0), ChannelId("count", 0, 0, 0))
+    sender = ReplicaKey(COUNT, 0)
+    calls = [Sequenced(sender, 0, ProgressBatch([], figures={figure: 1})), Sequenced(sender, 1, ProgressBatch([])),
+             Sequenced(sender, 2, ProgressBatch([], figures={figure: 3}))]
+    [run] = merge_runs(calls)
+    assert run.message.figures == {figure: 3}
+
+
+def test_replace_sets_what_the_tracker_counts_of_a_replica_to_its_restored_figures():
+    """A counting replica took 3 messages and sent 3 (applied); restored at a snapshot where it
+    had taken 1 and sent 1, the tracker counts 2 messages pending at its input again and 2 fewer
+    sent to the sink; its lost incarnation's late messages are dropped."""
+    from raytide.engine.progress_core import ProgressCore
+    from raytide.physical.protocol import ProgressBatch, Sequenced
+    from raytide.progress.reachability import Location
+
+    counting, sink = Location.of_input("count", 0), Location.of_input("sink", 0)
+    key, to_sink = ReplicaKey(COUNT, 0), ReplicaKey(PLAN.chain_of("sink").name, 0)
+    taken = (False, counting, T0, key, CHANNEL)
+    sent = (True, sink, T0, to_sink, ChannelId("count", 0, 0, 0))
+    core = ProgressCore(PLAN.graph, PLAN.outputs, PLAN.initial_pointstamps() + [((counting, T0), 3)])
+    core.connect({key: [counting]})
+    core.receive(Sequenced(key, 0, ProgressBatch([((counting, T0), -3), ((sink, T0), 3)], figures={taken: 3, sent: 3})))
+    core.replace(key, {taken: 1, sent: 1}, first=1 << 40, locations=[counting])
+    counts = core.publisher.tracker.active_pointstamps()
+    assert counts[(counting, T0)] == 2 and counts[(sink, T0)] == 1
+    core.receive(Sequenced(key, 1, ProgressBatch([((counting, T0), -1)])))  # the lost one's, late: dropped
+    assert core.publisher.tracker.active_pointstamps()[(counting, T0)] == 2
+    core.receive(Sequenced(key, 1 << 40, ProgressBatch([((counting, T0), -2), ((sink, T0), 2)])))
+    assert (counting, T0) not in core.publisher.tracker.active_pointstamps()
