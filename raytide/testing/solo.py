@@ -3,8 +3,9 @@
 
 When the deaths noticed at once are of one replica only, no recovery or rescale is under way
 and :func:`~raytide.supervisor.alone.decide` says ``"alone"`` (and the replica is not an
-input's: an input replica's replay is the driver's call log, not built here), the driver does,
-in one turn of its own:
+input's, whose capability the figures do not count and whose replay is the driver's call log,
+nor a node's progress relay, whose death loses what it gathered of the others' progress), the
+driver does, in one turn of its own:
 
 1. the coordinator abandons the snapshot in flight (it may need the lost replica's part),
    unless every part is in and its commit is being written (the lost replica's part is a
@@ -51,7 +52,9 @@ def alone_candidate(world: World) -> ReplicaKey | None:
     if len(lost) != 1 or decide(world.plan, lost, others, rescaling).kind != "alone":
         return None
     head = world.plan.vertex(world.plan.chain(lost[0].chain).vertices[0])
-    return None if head.role == "input" else lost[0]
+    keys = world.replica_keys()
+    relays = set() if world.mail.nodes is None else {world.mail.via(key, keys) for key in keys}
+    return None if head.role == "input" or lost[0] in relays else lost[0]
 
 
 def recover_alone(world: World, key: ReplicaKey) -> None:

@@ -38,16 +38,16 @@ def epochs_of(seed: int) -> list[list[int]]:
     return [[rng.randrange(6) for _ in range(rng.randrange(12))] for _ in range(8)]
 
 
-def trial(seed: int, root) -> tuple[LocalRun, list[ReplicaKey], dict, dict]:
+def trial(seed: int, root, nodes: int | None = None) -> tuple[LocalRun, list[ReplicaKey], dict, dict]:
     """Trial ``seed``: one or two crashes of counting replicas within the failure-free run's
-    steps, snapshots every 3 to 30 steps; returns the run, the crashed replicas, every core
-    before the run and after it."""
+    steps, snapshots every 3 to 30 steps (``nodes``: progress relayed per node); returns the
+    run, the crashed replicas, every core before the run and after it."""
     rng = random.Random(seed)
     epochs = epochs_of(seed)
 
     def job(directory: str) -> LocalJob:
         recovery = LocalRecovery(SnapshotStore(str(root / directory)), interval=rng.choice([3, 10, 30]), alone=True)
-        return LocalJob(PLAN, {"x": epochs}, seed=seed, recovery=recovery)
+        return LocalJob(PLAN, {"x": epochs}, seed=seed, recovery=recovery, nodes=nodes, relay_fanin=2)
 
     calm = job(f"calm-{seed}").run()
     crashed = job(f"crashed-{seed}")
@@ -78,6 +78,17 @@ def test_a_replica_recovered_alone_gives_exactly_the_reference_and_the_survivors
     survivors = [key for key in before if key not in run.alone]
     assert all(after[key] is before[key] for key in survivors), f"seed {seed}: a survivor was reloaded"
     assert all(after[key] is not before[key] for key in run.alone), f"seed {seed}: the lost replica was replaced"
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_a_relays_host_rolls_the_job_back_and_the_others_are_recovered_alone(seed, tmp_path):
+    """With progress relayed per node (1 to 4 nodes), a counting replica that hosts its node's
+    relay takes what the relay gathered of the others' progress with it: the job rolls back;
+    any other is recovered alone. Either way, exactly the reference."""
+    nodes = 1 + seed % 4
+    run, lost, before, after = trial(seed, tmp_path, nodes)
+    assert exact(run, seed), f"seed {seed}, {nodes} nodes: lost {lost}, alone {run.alone}, failure {run.failure!r}"
+    assert all(key in lost for key in run.alone), f"seed {seed}: only crashed replicas recovered alone"
 
 
 def test_the_trials_recover_replicas_alone_often(tmp_path):
