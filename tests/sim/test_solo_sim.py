@@ -40,20 +40,25 @@ def epochs_of(seed: int) -> list[list[int]]:
 
 def trial(seed: int, root, nodes: int | None = None) -> tuple[LocalRun, list[ReplicaKey], dict, dict]:
     """Trial ``seed``: one or two crashes of counting replicas within the failure-free run's
-    steps, snapshots every 3 to 30 steps (``nodes``: progress relayed per node); returns the
-    run, the crashed replicas, every core before the run and after it."""
+    steps, snapshots every 3 to 30 steps, each death noticed 0 to 6 steps late or (half the
+    trials) only when a call to the dead replica fails, output committed per epoch or at
+    snapshots (``nodes``: progress relayed per node); returns the run, the crashed replicas,
+    every core before the run and after it."""
     rng = random.Random(seed)
     epochs = epochs_of(seed)
 
+    options = {"interval": rng.choice([3, 10, 30]), "detection": rng.randint(0, 6), "missed": rng.choice([0.0, 0.5]),
+               "output_commit": rng.choice(["epoch", "snapshot"])}
+
     def job(directory: str) -> LocalJob:
-        recovery = LocalRecovery(SnapshotStore(str(root / directory)), interval=rng.choice([3, 10, 30]), alone=True)
+        recovery = LocalRecovery(SnapshotStore(str(root / directory)), **options, alone=True)  # type: ignore[arg-type]
         return LocalJob(PLAN, {"x": epochs}, seed=seed, recovery=recovery, nodes=nodes, relay_fanin=2)
 
     calm = job(f"calm-{seed}").run()
     crashed = job(f"crashed-{seed}")
     lost = [ReplicaKey(COUNT, rng.randrange(4)) for _ in range(rng.randint(1, 2))]
     step = rng.randrange(max(calm.steps - 20, 2))
-    for key in lost:  # apart by more than a death takes to be noticed (5 steps): two at once roll the job back
+    for key in lost:  # apart by more than a death takes to be noticed (6 steps): two at once roll the job back
         crashed.crash(key, step)
         step += rng.randint(10, 60)
     before = dict(crashed.replicas)
