@@ -117,7 +117,8 @@ class VertexActor:
         self.store = self.writer.store if self.writer is not None else None
         self.serial = serial
         sockets = serial is not None
-        self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets)
+        self.numbered = recovery is not None and recovery.alone  # numbered sends (raytide.engine.numbered_channels)
+        self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets, self.numbered)
         self.inbound = socket_hops.Inbound(f"{job}/{chain}/{replica}", self._delivered) if sockets else None
         self.transport.incarnation = incarnation
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
@@ -132,7 +133,8 @@ class VertexActor:
         self.node_relay = ProgressRelay(f"{job}/{chain}/{replica}")  # used if the driver made this host its node's relay
 
     def _new_core(self) -> ReplicaCore:
-        core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport, keep_outputs=True)
+        core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport, keep_outputs=True,
+                           numbered=self.numbered)
         core.source_positions = functools.partial(reader_positions, self.started)  # not self: no cycle (see reader_positions)
         return core
 

@@ -89,12 +89,13 @@ class ReplicaCore(Settling):
         start), its progress figures kept if ``figures`` (the snapshot is of the job's
         incarnation), its messages to the progress actor numbered from ``first`` on (past the
         lost replica's: :meth:`~raytide.engine.progress_core.ProgressCore.replace`), the
-        snapshots up to ``quiet_through`` (abandoned) passed on but not taken; then it runs."""
+        snapshots up to ``quiet_through`` (abandoned) passed on but not taken. It runs at
+        :meth:`resume`, once the progress actor counts on from its figures (nothing it sends
+        the progress actor before may arrive there first)."""
         if data is not None:
             self.restore(data, figures)
         self.sequence = itertools.count(first)
         self.quiet_through = quiet_through
-        self.resume()
 
     def replay_to(self, to: ReplicaKey, positions: dict[ChannelId, int], after: int) -> None:
         """Replica ``to`` was recovered alone at ``positions`` from snapshot ``after``: send it

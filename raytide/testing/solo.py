@@ -75,6 +75,7 @@ def recover_alone(world: World, key: ReplicaKey) -> None:
     world._guard(key, core.replace_alone, data, figures, first, world.last_snapshot_id)
     restored = core.outbox.numbering
     world._perform(world.progress.replace(key, dict(restored.figures), first, core.subscriptions()))
+    world._guard(key, core.resume)
     positions = restored.dedup.positions()
     for sender in world.replica_keys():
         if sender != key and key in receivers(world.plan, sender):

@@ -22,7 +22,7 @@ from tests.sim.seeds import seeds
 from tests.sim.test_recovery_sim import Trial, trial
 
 #: Trials per scenario (about 0.05 s of CPU each; the loops cost four times as much).
-TRIALS = {"word count": 16, "keyed": 16, "join": 12, "loop": 5, "nested loop": 5}
+TRIALS = {"word count": 10, "keyed": 10, "join": 8, "loop": 4, "nested loop": 4}
 
 
 def numbered_trial(name: str, seed: int, store_root) -> Trial:
