@@ -8,7 +8,8 @@ records all show: each key's counts in order, per epoch), with no whole-job reco
 survivors keep their cores (their state never reloaded). Plants each caught: a replay that
 skips its first batch, a replacement that takes its first replayed batch twice, receivers
 without dedup, a progress core that does not set the lost replica's figures, and a
-replacement restored with its figures at 0."""
+replacement restored with its figures at 0, and a replay without the barriers the lost
+replica had passed on (a receiver aligning on one waits for it for ever)."""
 
 from __future__ import annotations
 
@@ -143,6 +144,7 @@ PLANTS = {
                                 dedup=True: original(self, name, enabled, unchecked, dedup=False)),
     "the lost replica's figures not set": (ProgressCore, "replace", lambda original: lambda self, key, restored, first, locations:
                                            original(self, key, self.figures.get(key, {}), first, locations)),
+    "a replay without the barriers": (Numbering, "note_marker", lambda original: lambda self, channel, marker: None),
     "a replacement's figures at 0": (ReplicaCore, "replace_alone", lambda original: lambda self, data, figures, first, quiet:
                                      original(self, data, False, first, quiet)),
 }

@@ -35,13 +35,16 @@ class Numbers(Recorder):
         self.numbered: list[tuple[ReplicaKey, ChannelId, Any, int | None]] = []
         self.markers: list[tuple[ReplicaKey, Marker]] = []
         self.snapshots: list[LocalSnapshot] = []
+        self.order: list[tuple[ReplicaKey, str, int | None]] = []  # data (its number) and markers (their id), in order
 
     def send(self, to, channel, vertex, time, batch, sequence=None):
         super().send(to, channel, vertex, time, batch, sequence)
         self.numbered.append((to, channel, batch, sequence))
+        self.order.append((to, "data", sequence))
 
     def send_marker(self, to, channel, vertex, marker):
         self.markers.append((to, marker))
+        self.order.append((to, "marker", marker.marker_id))
 
     def local_snapshot(self, snapshot):
         self.snapshots.append(snapshot)
@@ -165,3 +168,28 @@ def test_replace_sets_what_the_tracker_counts_of_a_replica_to_its_restored_figur
     assert core.publisher.tracker.active_pointstamps()[(counting, T0)] == 2
     core.receive(Sequenced(key, 1 << 40, ProgressBatch([((counting, T0), -2), ((sink, T0), 2)])))
     assert (counting, T0) not in core.publisher.tracker.active_pointstamps()
+
+
+def test_a_replay_carries_the_barriers_after_the_restored_snapshot_in_their_places():
+    x, sent = core(X)
+    to = ReplicaKey(COUNT, 0)
+    for key in range(40):
+        x.push_input("x", [key], 0)
+        to_it = [entry for entry in sent.order if entry[0] == to and entry[1] == "data"]
+        if len(to_it) == 1 and not sent.markers:
+            x.inject_marker(Marker(1, MarkerKind.SNAPSHOT))
+        if len(to_it) == 2:
+            break
+    sent.order.clear()
+    x.outbox.replay(to, {CHANNEL: 0}, after=0)
+    assert [entry[1:] for entry in sent.order if entry[0] == to] == [("data", 0), ("marker", 1), ("data", 1)]
+    sent.order.clear()
+    x.outbox.replay(to, {CHANNEL: 1}, after=1)
+    assert [entry[1:] for entry in sent.order if entry[0] == to] == [("data", 1)], "restored from 1: it had the barrier"
+
+
+def test_a_barrier_sent_again_on_a_channel_is_dropped():
+    count, out = core(COUNT)
+    count.on_marker(CHANNEL, Marker(1, MarkerKind.SNAPSHOT))
+    count.on_marker(CHANNEL, Marker(1, MarkerKind.SNAPSHOT))  # replayed: the aligner would refuse it
+    assert len(out.snapshots) == 1 and [m.marker_id for _, m in out.markers] == [1]
