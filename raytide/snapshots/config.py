@@ -74,7 +74,8 @@ class Recovery:
             until a snapshot commits past it, and drop what they receive twice: what recovering
             one lost replica alone needs (docs/recovery.md, "A replica recovered alone"). On
             Ray every recovery is still a whole-job rollback for now (its record in
-            ``job.stats()["recoveries"]`` says so); off by default.
+            ``job.stats()["recoveries"]`` says so); off by default. The logs keep what was
+            sent since the last commit: with ``interval=None`` they grow until a snapshot.
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
     """
