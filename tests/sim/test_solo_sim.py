@@ -162,3 +162,26 @@ def test_each_planted_bug_is_caught(plant, monkeypatch, tmp_path):
         if not exact(run, seed):
             return
     pytest.fail(f"plant {plant!r}: 40 trials passed")
+
+
+def test_only_one_lost_counting_replica_off_the_relays_is_recovered_alone(tmp_path):
+    """``alone_candidate``: a counting replica alone, yes; an input's, two at once, a relay's
+    host, a job with zombies or without ``alone``: the whole job."""
+    from raytide.testing.solo import alone_candidate
+
+    def job(nodes: int | None = None, **options: object) -> LocalJob:
+        recovery = LocalRecovery(SnapshotStore(str(tmp_path / f"s{len(list(tmp_path.iterdir()))}")), **options)  # type: ignore[arg-type]
+        return LocalJob(PLAN, {"x": epochs_of(0)}, recovery=recovery, nodes=nodes)
+
+    x, count = ReplicaKey(PLAN.chain_of("x").name, 0), [ReplicaKey(COUNT, r) for r in range(4)]
+    cases = [(job(alone=True), [count[2]], count[2]), (job(alone=True), [x], None),
+             (job(alone=True), count[:2], None), (job(), [count[2]], None),
+             (job(alone=True, zombie=3), [count[2]], None)]
+    relayed = job(nodes=2, alone=True)
+    keys = relayed.replica_keys()
+    hosts = {relayed.mail.via(key, keys) for key in keys}
+    cases += [(job(nodes=2, alone=True), [key], None if key in hosts else key) for key in count]
+    assert any(key in hosts for key in count) and any(key not in hosts for key in count)
+    for world, lost, expected in cases:
+        world.dead.update(lost)
+        assert alone_candidate(world) == expected, (lost, expected)
