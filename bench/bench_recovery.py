@@ -56,7 +56,7 @@ from bench.workloads import components
 from raytide.snapshots.interval import DEFAULT_PRIOR_RATE, optimal_interval
 
 PARAMS = {"epochs": 120, "lines": 5_000, "vocabulary": 20_000, "nodes": 300_000, "edges": 900_000, "parallelism": 2,
-          "only": "all"}
+          "only": "all", "alone": 0}
 #: What ``--param only=...`` runs: everything, the throughput of both jobs, or of the keyed job alone;
 #: ``stage``: only the kill of one replica of a 4-replica keyed stage (:func:`measure_stage_kill`).
 PARTS = {"all": {"keyed", "components", "rest"}, "throughput": {"keyed", "components"}, "keyed": {"keyed"},
@@ -100,8 +100,9 @@ def keyed_reference(data: list[list[str]]) -> dict[int, Counter]:
     return expected
 
 
-def recovery_for(interval: float | str | None, store: str) -> rt.Recovery | None:
-    return None if interval is None else rt.Recovery(store, interval=interval)
+def recovery_for(interval: float | str | None, store: str, alone: bool = False) -> rt.Recovery | None:
+    """``alone``: ``Recovery(alone=True)``, every send numbered and kept in an upstream log."""
+    return None if interval is None else rt.Recovery(store, interval=interval, alone=alone)
 
 
 def run_keyed(data: list[list[str]], parallelism: int, recovery: rt.Recovery | None) -> tuple[float, dict, dict]:
@@ -163,7 +164,7 @@ def measure_recovery(data: list[list[str]], parallelism: int, store: str,
             "recovery_restore_s": record["seconds"], **steps}
 
 
-def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Counter]) -> dict[str, float]:
+def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Counter], alone: bool = False) -> dict[str, float]:
     """One replica of the 4-replica keyed stage (``count``, after the exchange) SIGKILLed once two
     snapshots are committed, the input paced: ``stage_kill_to_next_epoch_s`` from the kill to the
     first epoch fed after the kill being handed out (issue 74's measure: a
@@ -183,7 +184,8 @@ def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Co
             pushed.append(time.time())
             yield lines
 
-    with rt.run(keyed_flow(), inputs={"lines": paced()}, parallelism=4, recovery=rt.Recovery(store, interval=0.2)) as job:
+    recovery = rt.Recovery(store, interval=0.2, alone=alone)
+    with rt.run(keyed_flow(), inputs={"lines": paced()}, parallelism=4, recovery=recovery) as job:
         for epoch, records in job.results("totals", timeout=600):
             arrivals.append((time.time(), epoch))
             got[epoch] = records
@@ -204,8 +206,9 @@ def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Co
 
 
 def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, parallelism: int,
-            only: str = "all") -> dict[str, float]:
-    """One run; ``only``: ``"all"``, ``"throughput"`` (keyed and components), ``"keyed"`` or ``"stage"`` (see :data:`PARTS`)."""
+            only: str = "all", alone: int = 0) -> dict[str, float]:
+    """One run; ``only``: ``"all"``, ``"throughput"`` (keyed and components), ``"keyed"`` or ``"stage"`` (see
+    :data:`PARTS`); ``alone=1``: the keyed jobs and the stage's with ``Recovery(alone=True)`` (numbered sends)."""
     parts = PARTS[only]
     ensure_ray()
     from bench.baselines.data import random_graph_edges
@@ -216,7 +219,7 @@ def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, pa
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
         for label, interval in INTERVALS.items() if "keyed" in parts else ():
-            elapsed, totals, stats = run_keyed(data, parallelism, recovery_for(interval, f"{root}/keyed-{label}"))
+            elapsed, totals, stats = run_keyed(data, parallelism, recovery_for(interval, f"{root}/keyed-{label}", bool(alone)))
             assert {e: Counter(r) for e, r in totals.items()} == expected
             out[f"keyed_{label}_s"] = elapsed
             if label == "every_0.2s":
@@ -228,7 +231,7 @@ def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, pa
                 out["snapshots_taken_at_0.2s"] = float(snapshots["committed"])
             time.sleep(SETTLE_S)
         if "stage" in parts:
-            return measure_stage_kill(data, f"{root}/stage", expected)
+            return measure_stage_kill(data, f"{root}/stage", expected, bool(alone))
         for label, interval in INTERVALS.items() if "components" in parts else ():
             out[f"components_{label}_s"] = run_components(graph, parallelism,
                                                           recovery_for(interval, f"{root}/cc-{label}"))

@@ -112,7 +112,8 @@ class CoordinatorActor:
         trigger = self.core.trigger(now, self.delivered, hold)
         if trigger is None:
             return None
-        marker = Marker(trigger.snapshot_id, MarkerKind.HOLD if hold else MarkerKind.SNAPSHOT, trigger.delivered)
+        marker = Marker(trigger.snapshot_id, MarkerKind.HOLD if hold else MarkerKind.SNAPSHOT, trigger.delivered,
+                        trigger.committed)
         for handle in self.inputs.values():
             handle.inject_marker.remote(trigger.incarnation, marker)
         return trigger.snapshot_id

@@ -58,7 +58,9 @@ class RayTransport:
     """Sends through Ray with a bounded window of in-flight calls per receiver."""
 
     def __init__(self, key: ReplicaKey, plan: PhysicalPlan, job: str, max_inflight: int,
-                 writer: SnapshotWriter | None, sockets: bool = False) -> None:
+                 writer: SnapshotWriter | None, sockets: bool = False, numbered: bool = False) -> None:
+        """``numbered``: the job numbers its sends (``Recovery(alone=True)``): an input's epoch
+        close then goes to the progress actor itself, never kept by a receiver that may be lost alone."""
         self.key, self.plan, self.job = key, plan, job
         self.max_inflight = max_inflight
         self.writer = writer
@@ -76,20 +78,21 @@ class RayTransport:
         self.gathering = False  # inside an event: data batches wait in `gathered` until it ends
         self.gathered: dict[ReplicaKey, list[tuple[str, tuple]]] = {}  # per receiver, (sender, receive args)
         #: Progress batches going with this event's data, and other replicas' to pass on.
-        self.rides = Rides(key.chain, epoch_tokens.rides_with_tokens(plan, key.chain))
+        self.rides = Rides(key.chain, epoch_tokens.rides_with_tokens(plan, key.chain) and not numbered)
         #: Per peer: its socket, or the pending answer of its address, or :data:`BY_RAY`; none yet: not asked.
         self.links: dict[ReplicaKey, Any] = {}
         self.progress_link: Any = None  # the same for the progress actor
         self.sockets = sockets  # whether to ask peers for their sockets at all
         self.socket_frames = 0  # frames sent over sockets (data and markers)
 
-    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any,
+             sequence: int | None = None) -> None:
         try:
             payload = pack(batch)
         except Exception as error:
             raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
                               f"epoch {time.epoch}") from error
-        self.gathered.setdefault(to, []).append((channel.source, ((self.incarnation, channel, vertex, time), *payload)))
+        self.gathered.setdefault(to, []).append((channel.source, ((self.incarnation, channel, vertex, time, sequence), *payload)))
         self.rides.sent(to, token=isinstance(batch, EpochClosed))
         if not self.gathering:
             self._flush(to)

@@ -66,7 +66,7 @@ from raytide.actors.ray_transport import RayTransport
 from raytide.core.batches import batch_length
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
-from raytide.engine.replica import ReplicaCore
+from raytide.engine.replica import Received, ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SourceError
 from raytide.physical.frames import DATA, PUSH, Frame
 from raytide.physical.pickled import Packed
@@ -118,7 +118,8 @@ class VertexActor:
         self.store = self.writer.store if self.writer is not None else None
         self.serial = serial
         sockets = serial is not None
-        self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets)
+        self.numbered = recovery is not None and recovery.alone  # numbered sends (raytide.engine.numbered_channels)
+        self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets, self.numbered)
         self.inbound = socket_hops.Inbound(f"{job}/{chain}/{replica}", self._delivered) if sockets else None
         self.transport.incarnation = incarnation
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
@@ -133,7 +134,8 @@ class VertexActor:
         self.node_relay = ProgressRelay(f"{job}/{chain}/{replica}")  # used if the driver made this host its node's relay
 
     def _new_core(self) -> ReplicaCore:
-        core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport, keep_outputs=True)
+        core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport, keep_outputs=True,
+                           numbered=self.numbered)
         core.source_positions = functools.partial(reader_positions, self.started)  # not self: no cycle (see reader_positions)
         return core
 
@@ -198,8 +200,10 @@ class VertexActor:
 
     def _on_framed(self, framed: Packed) -> None:
         calls, progress = unframe(framed)
-        messages = [(channel, vertex, time, unpack_for(payload, packed, functools.partial(_batch_place, channel, vertex, time)))
-                    for (incarnation, channel, vertex, time), payload, packed in calls if self._current(incarnation)]
+        messages: list[Received] = [
+            (channel, vertex, time, unpack_for(payload, packed, functools.partial(_batch_place, channel, vertex, time)),
+             sequence)
+            for (incarnation, channel, vertex, time, sequence), payload, packed in calls if self._current(incarnation)]
         if messages:
             self.transport.rides.carried(progress)
             self.core.on_messages(messages)

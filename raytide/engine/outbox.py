@@ -21,8 +21,10 @@ from typing import Any, NamedTuple, Protocol
 
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Routed, Router
+from raytide.engine.numbered_channels import Numbering
 from raytide.physical.plan import ChainPlan, Consumer, PhysicalPlan
 from raytide.physical.protocol import ChannelId, Marker, ReplicaKey, Sequenced
+from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.migration import TimedRouter
 from raytide.rescale.steps import StepPlan
@@ -36,8 +38,10 @@ OutRouter = Router | TimedRouter
 class Transport(Protocol):
     """What the shell does for the core: deliver to other replicas and to the progress actor."""
 
-    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        """A data batch for ``vertex`` (the head of ``to``'s chain) on ``channel``."""
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any,
+             sequence: int | None = None) -> None:
+        """A data batch for ``vertex`` (the head of ``to``'s chain) on ``channel``, numbered
+        ``sequence`` on it (None: the job does not number its sends, :mod:`raytide.engine.numbered_channels`)."""
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
         """A control marker on ``channel``."""
@@ -68,9 +72,12 @@ LocalMessage = tuple[bool, tuple[Any, ...]]
 class Outbox:
     """Routes for every output of a chain replica, plus the queue of its self-sends."""
 
-    def __init__(self, plan: PhysicalPlan, chain: ChainPlan, replica: int, transport: Transport) -> None:
+    def __init__(self, plan: PhysicalPlan, chain: ChainPlan, replica: int, transport: Transport,
+                 numbering: Numbering | None = None) -> None:
+        """``numbering``: what numbers and keeps the sends to other replicas (none: off)."""
         self.plan, self.chain, self.replica, self.transport = plan, chain, replica, transport
         self.key = ReplicaKey(chain.name, replica)
+        self.numbering = numbering or Numbering(f"{chain.name}[{replica}]", enabled=False)
         self.routers: dict[tuple[str, int, int], OutRouter] = {}
         for name in chain.vertices:
             for port in range(plan.vertex(name).outputs):
@@ -115,13 +122,37 @@ class Outbox:
         """The consumers of ``vertex``'s ``output``, each with its router and chain (computed once)."""
         return self._routes[(vertex, output)]
 
-    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        """A batch to replica ``to``: queued locally when that is this replica."""
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any,
+             counted: Location | None = None) -> None:
+        """A batch to replica ``to``: queued locally when that is this replica, else numbered
+        on the channel (and kept in the upstream log) if the job numbers its sends, and its
+        figure counted at ``counted`` (where its ``+1`` was; None: it has none, a hand-over)."""
         if to == self.key:
             self.local.append((False, (channel, vertex, time, batch)))
             self.local_sends += 1
         else:
-            self.transport.send(to, channel, vertex, time, batch)
+            if counted is not None:
+                self.numbering.count(True, counted, time, to, channel)
+            sequence = self.numbering.number((to, channel), (vertex, time, batch))
+            self.transport.send(to, channel, vertex, time, batch, sequence=sequence)
+
+    def replay(self, to: ReplicaKey, positions: dict[ChannelId, int], after: int = 0) -> int:
+        """Send replica ``to`` again what this replica sent it on each channel from the
+        position ``positions`` names (a channel it does not name: from the log's start), under
+        the same numbers, with the markers after snapshot ``after`` (the one ``to`` restored)
+        in their places: the upstream backup of a replica restored alone. Returns how many batches."""
+        replayed = 0
+        for receiver, channel, consumer in self._channels_out():
+            if receiver != to:
+                continue
+            for sequence, entry in self.numbering.replay((to, channel), positions.get(channel, 0), after):
+                if sequence is None:
+                    self.transport.send_marker(to, channel, consumer.vertex, entry)
+                else:
+                    vertex, time, batch = entry
+                    self.transport.send(to, channel, vertex, time, batch, sequence=sequence)
+                    replayed += 1
+        return replayed
 
     def forward_marker(self, marker: Marker) -> None:
         """Send ``marker`` on every channel out of this replica (after everything sent before it)."""
@@ -129,6 +160,7 @@ class Outbox:
             if to == self.key:
                 self.local.append((True, (channel, marker)))
             else:
+                self.numbering.note_marker((to, channel), marker)
                 self.transport.send_marker(to, channel, consumer.vertex, marker)
 
     def token_channels(self, receivers: frozenset[str]) -> list[tuple[ReplicaKey, ChannelId, str]]:

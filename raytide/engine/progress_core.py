@@ -23,6 +23,7 @@ from raytide.errors import ProgressError
 from raytide.physical.protocol import (
     Declaration,
     EpochComplete,
+    Figures,
     JobEvent,
     JobFailed,
     JobFinished,
@@ -89,6 +90,11 @@ class ProgressCore:
         self.in_order: InOrder[ProgressMessage] = InOrder()
         self.early: list[Sequenced] | None = []
         self.done = False
+        #: Per replica, the progress figures its applied batches carried (:meth:`replace`).
+        self.figures: dict[ReplicaKey, Figures] = {}
+        #: Per replica recovered alone, the number its replacement's messages start at: an
+        #: earlier one is its lost incarnation's, arriving late, and is dropped.
+        self.fenced: dict[ReplicaKey, int] = {}
 
     def connect(self, subscriptions: dict[ReplicaKey, list[Location]]) -> ProgressEffects:
         """Learn which locations each replica reads; push their initial statuses, then apply
@@ -128,16 +134,51 @@ class ProgressCore:
         its epoch was completed is refused (``OutputLog.add``)."""
         effects, updates = ProgressEffects(), []
         for call in calls:
+            if call.sequence < self.fenced.get(call.sender, 0):
+                continue  # sent by a replica recovered alone before it died: its replacement accounts for it
             span = last_number(call) - call.sequence + 1
             for message in self.in_order.offer(call.sender, call.sequence, call.message, span):
                 if isinstance(message, (ProgressBatch, ProgressRun)) and message.outputs:
                     effects.events += self._add_outputs(call.sender, message.outputs)
+                if isinstance(message, (ProgressBatch, ProgressRun)) and message.figures:
+                    self.figures.setdefault(call.sender, {}).update(message.figures)
                 updates.append(_update(call.sender, message))
         if updates:
             pushes = self.publisher.apply_all(updates)
             effects.pushes += [(cast(ReplicaKey, key), StatusPush(*push)) for key, push in pushes.items()]
             touched = self.publisher.tracker.touched
             effects.events += self._completions([name for name, place in self._output_places.items() if place in touched])
+        return effects
+
+    def replace(self, key: ReplicaKey, restored: Figures, first: int, locations: list[Location]) -> ProgressEffects:
+        """Replica ``key`` is recovered alone: its replacement restored a snapshot where its
+        progress figures were ``restored``, numbers its messages from ``first`` on (higher than
+        any of the lost replica's) and reads ``locations``.
+
+        The tracker counts, of ``key``'s numbered traffic, exactly what its applied batches'
+        figures say (each batch carries the totals its deltas made); the replacement counts on
+        from ``restored``. So the difference is applied now, per figure (a send ``+1`` at the
+        receiver's location, a message taken ``-1`` at its own), as if the lost replica had
+        shipped exactly what it did up to the snapshot: what it did after is counted again by
+        the replacement, which does it again, and what it had not shipped dies with it. Its
+        lost incarnation's messages still on their way are dropped (:attr:`fenced`), and it
+        gets the statuses of ``locations`` as a new subscriber."""
+        applied = self.figures.get(key, {})
+        changes: dict[Pointstamp, int] = {}
+        for figure in set(applied) | set(restored):
+            sent, location, time = figure[:3]
+            delta = (restored.get(figure, 0) - applied.get(figure, 0)) * (1 if sent else -1)
+            if delta:
+                changes[(location, time)] = changes.get((location, time), 0) + delta
+        self.figures[key] = dict(restored)
+        self.fenced[key] = first
+        self.in_order.restart(key, first)
+        effects = ProgressEffects(pushes=[(key, StatusPush(*self.publisher.subscribe(key, locations)))])
+        update = Update(key, [(pointstamp, delta) for pointstamp, delta in changes.items() if delta], 0, None)
+        pushes = self.publisher.apply_all([update])
+        effects.pushes += [(cast(ReplicaKey, other), StatusPush(*push)) for other, push in pushes.items()]
+        touched = self.publisher.tracker.touched
+        effects.events += self._completions([name for name, place in self._output_places.items() if place in touched])
         return effects
 
     def _add_outputs(self, sender: ReplicaKey, outputs: dict[str, dict[int, list]]) -> list[JobEvent]:

@@ -95,9 +95,11 @@ def _run(sent: list[Sequenced], canonical: dict[Any, Any]) -> Sequenced:
     outputs: dict[str, dict[int, list]] = {}
     acks = batches = 0
     interests = None
+    figures: dict = {}
     for call in sent:
         message = call.message
         if not isinstance(message, Declaration):
+            figures.update(message.figures or {})  # totals: the later message's are the latest
             for pointstamp, delta in message.changes:
                 pointstamp = _canonical(pointstamp, canonical)
                 changes[pointstamp] = changes.get(pointstamp, 0) + delta
@@ -110,5 +112,5 @@ def _run(sent: list[Sequenced], canonical: dict[Any, Any]) -> Sequenced:
         if message.interests is not None:
             interests = message.interests
     run = ProgressRun(last_number(sent[-1]), [(pointstamp, delta) for pointstamp, delta in changes.items() if delta],
-                      acks, batches, interests, outputs or None)
+                      acks, batches, interests, outputs or None, figures or None)
     return Sequenced(sent[0].sender, sent[0].sequence, run)

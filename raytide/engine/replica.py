@@ -16,6 +16,7 @@ each once the tracker has absorbed the last (an acknowledged flush).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from raytide.core.batches import batch_length
@@ -24,13 +25,17 @@ from raytide.engine.modes import ReplicaMode
 from raytide.engine.replica_vertices import MARKERS_KEPT
 from raytide.engine.settling import Settling
 from raytide.errors import ProgressError
-from raytide.physical.protocol import Cause, ChannelId, HeldCause, Marker, StepPlanMessage
+from raytide.physical.protocol import Cause, ChannelId, HeldCause, Marker, ReplicaKey, StepPlanMessage
 from raytide.progress.publisher import Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.steps import StepPlan
 
 __all__ = ["MARKERS_KEPT", "ReplicaCore", "ReplicaMode"]
+
+#: A batch another replica sent: ``(channel, vertex, time, batch)``, or with its number on the
+#: channel as a fifth item (:mod:`raytide.engine.numbered_channels`).
+Received = tuple[ChannelId, str, Timestamp, Any] | tuple[ChannelId, str, Timestamp, Any, int | None]
 
 
 class ReplicaCore(Settling):
@@ -48,9 +53,10 @@ class ReplicaCore(Settling):
 
     # -- events from outside -------------------------------------------------------------
 
-    def on_messages(self, messages: list[tuple[ChannelId, str, Timestamp, Any]]) -> None:
+    def on_messages(self, messages: list[Received]) -> None:
         """Batches ``(channel, vertex, time, batch)`` that arrived together from another replica, in order, for
-        ``vertex`` (the chain head) on ``channel``: each received, then one settle (one progress message)."""
+        ``vertex`` (the chain head) on ``channel``, each with its number on the channel if the sender numbers
+        them (a fifth item: a duplicate is dropped): each received, then one settle (one progress message)."""
         for message in messages:
             self._receive(*message)
         self._settle()
@@ -63,6 +69,7 @@ class ReplicaCore(Settling):
     def inject_marker(self, marker: Marker) -> None:
         """At an input replica: start ``marker`` here (the driver injects it at every input)."""
         self.markers.setdefault(marker.marker_id, marker)
+        self._learn_commit(marker)
         self._apply_barrier_effects(self.aligner.inject(marker.marker_id))
         self._settle()
 
@@ -75,6 +82,26 @@ class ReplicaCore(Settling):
         for channel, vertex, time, batch in replay:
             self._consume(channel, vertex, time, batch)
         self._settle()
+
+    def replace_alone(self, data: bytes | None, figures: bool, first: int, quiet_through: int) -> None:
+        """Become, as a fresh core, the lost replica recovered alone (:mod:`raytide.supervisor.alone`):
+        its part of the last committed snapshot (``data``; None: none committed yet, from the
+        start), its progress figures kept if ``figures`` (the snapshot is of the job's
+        incarnation), its messages to the progress actor numbered from ``first`` on (past the
+        lost replica's: :meth:`~raytide.engine.progress_core.ProgressCore.replace`), the
+        snapshots up to ``quiet_through`` (abandoned) passed on but not taken. It runs at
+        :meth:`resume`, once the progress actor counts on from its figures (nothing it sends
+        the progress actor before may arrive there first)."""
+        if data is not None:
+            self.restore(data, figures)
+        self.sequence = itertools.count(first)
+        self.quiet_through = quiet_through
+
+    def replay_to(self, to: ReplicaKey, positions: dict[ChannelId, int], after: int) -> None:
+        """Replica ``to`` was recovered alone at ``positions`` from snapshot ``after``: send it
+        again what this replica sent it from there on, numbered as before, and the markers
+        after that snapshot (no progress: it was counted when first sent)."""
+        self.outbox.replay(to, positions, after)
 
     def on_progress(self, statuses: dict[Location, Status], acked: int) -> None:
         """The progress actor pushed new frontiers (and absorbed ``acked`` more of our acknowledged flushes)."""

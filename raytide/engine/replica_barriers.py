@@ -51,7 +51,10 @@ from raytide.snapshots.replica_state import (
 class BarrierHandling(HostedVertices):
     """Barriers, snapshots and restores of one replica (its state: :class:`HostedVertices`)."""
 
-    def _receive(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
+    def _receive(self, channel: ChannelId, vertex: str, time: Timestamp, batch: Any, sequence: int | None = None) -> None:
+        """A batch from another replica, numbered ``sequence`` on ``channel`` (a duplicate is dropped)."""
+        if not self.outbox.numbering.admit(channel, sequence, time.epoch):
+            return
         if isinstance(batch, GroupState):
             self._put_groups(vertex, batch)
         elif self.aligner.on_record(channel, (channel, vertex, time, batch)) is not Decision.BUFFER:
@@ -75,6 +78,8 @@ class BarrierHandling(HostedVertices):
                 self.held_back.update((location, time), 1)
         self.held_back.update((location, time), -1)
         self.held_back.caused_by(HeldCause(Cause.MESSAGE, location, time))
+        if channel.sender != self.replica or channel.source not in self.chain.vertices:  # not sent to itself
+            self.outbox.numbering.count(False, location, time, self.outbox.key, channel)
         self.deliver(vertex, channel.port, time, batch)
     def _put_groups(self, vertex: str, state: GroupState) -> None:
         """A stepped rescale's hand-over came: put the groups' keys, process the records kept
@@ -91,9 +96,18 @@ class BarrierHandling(HostedVertices):
         self.held_back.caused_by(HeldCause(Cause.MESSAGE, location, time))
 
     def _receive_marker(self, channel: ChannelId, marker: Marker) -> None:
+        if not self.outbox.numbering.admit_marker(channel, marker.marker_id):
+            return  # replayed by a sender to a replica recovered alone, which had it
         self.aligning.setdefault(marker.marker_id, monotonic())
         self.markers.setdefault(marker.marker_id, marker)
+        self.outbox.numbering.at_barrier(marker.marker_id, channel)
+        self._learn_commit(marker)
         self._apply_barrier_effects(self.aligner.on_barrier(channel, marker.marker_id))
+
+    def _learn_commit(self, marker: Marker) -> None:
+        """A marker says which snapshot committed last: the upstream log forgets what is before its marks."""
+        if marker.committed is not None:
+            self.outbox.numbering.commit(marker.committed)
 
     def _apply_barrier_effects(self, effects: list) -> None:
         for effect in effects:
@@ -102,7 +116,7 @@ class BarrierHandling(HostedVertices):
                 self.marker_log.append(MarkerRecord(marker.marker_id, {v: s.records_in for v, s in self.stats.items()}))
                 first = self.aligning.pop(marker.marker_id, None)
                 alignment_s = 0.0 if first is None else monotonic() - first
-                if marker.kind is MarkerKind.SNAPSHOT:
+                if marker.kind is MarkerKind.SNAPSHOT and marker.marker_id > self.quiet_through:
                     self.taken[marker.marker_id] = self._take(marker, alignment_s)
                 elif marker.kind is MarkerKind.HOLD:  # nothing runs here from now on: the state stays as it is, uncopied
                     self.mode, self.cut = ReplicaMode.HOLDING, HeldCut(marker.marker_id, alignment_s, self._state(marker))
@@ -133,8 +147,9 @@ class BarrierHandling(HostedVertices):
         dropping the kept output records of epochs the driver already has."""
         self.forget_delivered(marker.delivered)
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
+        sequences = self.outbox.numbering.take(marker.marker_id) if marker.kind is MarkerKind.SNAPSHOT else None
         return ReplicaState(user, self.notifications.pending, self.input_epochs, self.positions, self.kept,
-                            self.outbox.tables(), {**self.restored_sources, **self.source_positions()})
+                            self.outbox.tables(), {**self.restored_sources, **self.source_positions()}, sequences)
 
     def _take(self, marker: Marker, alignment_s: float) -> TakenState:
         """The local snapshot at ``marker``, taken ``alignment_s`` seconds after its first
@@ -178,15 +193,16 @@ class BarrierHandling(HostedVertices):
         self._restore(state, logged)
         return capabilities(state, logged)
 
-    def restore(self, data: bytes) -> None:
-        """Become the replica whose local snapshot is ``data`` (a fresh core, before any event).
+    def restore(self, data: bytes, figures: bool = False) -> None:
+        """Become the replica whose local snapshot is ``data`` (a fresh core, before any event),
+        with its progress figures if ``figures`` (restored alone, in the snapshot's incarnation).
 
         Its back-edge batches logged in the snapshot are delivered by :meth:`resume`, once
         every replica of the job is restored.
         """
-        self._restore(*load(data))
+        self._restore(*load(data), figures=figures)
 
-    def _restore(self, state: ReplicaState, logged: list[LoggedBatch]) -> None:
+    def _restore(self, state: ReplicaState, logged: list[LoggedBatch], figures: bool = False) -> None:
         self.mode, self.replay = ReplicaMode.RESTORED, logged
         for name, saved in state.user.items():
             self._run(name, None, self.vertices[name].restore, saved)
@@ -196,3 +212,4 @@ class BarrierHandling(HostedVertices):
         self.kept.update(state.kept)
         self.outbox.restore_tables(state.tables)
         self.restored_sources = state.sources
+        self.outbox.numbering.restore(state.sequences, figures)

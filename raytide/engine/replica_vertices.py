@@ -24,6 +24,7 @@ from raytide.engine.context import ReplicaContext, VertexCounters
 from raytide.engine.holdback import HeldProgress
 from raytide.engine.modes import HeldCut, ReplicaMode
 from raytide.engine.notifications import NotificationQueue
+from raytide.engine.numbered_channels import Numbering
 from raytide.engine.outbox import Outbox, Transport, split
 from raytide.engine.stepping import SteppedVertex
 from raytide.errors import GraphError, ProgressError, RaytideError, UserCodeError
@@ -59,11 +60,19 @@ class HostedVertices:
     or a rescale hands them to the new progress actor.
     """
 
-    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport, keep_outputs: bool = False) -> None:
+    #: Snapshots up to this id are aligned and passed on, not taken (abandoned while a replica
+    #: was recovered alone: :meth:`~raytide.engine.replica.ReplicaCore.replace_alone`).
+    quiet_through = 0
+
+    def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport, keep_outputs: bool = False,
+                 numbered: bool = False) -> None:
+        """``numbered``: number sends, keep them, drop duplicates (:mod:`raytide.engine.numbered_channels`)."""
         self.plan, self.replica, self.transport = plan, replica, transport
         self.keep_outputs = keep_outputs
         self.chain = plan.chain(chain)
-        self.outbox = Outbox(plan, self.chain, replica, transport)
+        head, channels = self.chain.vertices[0], plan.input_channels(self.chain.vertices[0], replica)
+        back_edges = plan.back_edges(head, channels)
+        self.outbox = Outbox(plan, self.chain, replica, transport, Numbering(f"{chain}[{replica}]", numbered, back_edges))
         self.contexts = {name: ReplicaContext(self, name, replica, plan.width(name)) for name in self.chain.vertices}
         self.stats = {name: VertexCounters() for name in self.chain.vertices}
         self.notifications = NotificationQueue(self.chain.vertices)
@@ -93,9 +102,7 @@ class HostedVertices:
         self.mode = ReplicaMode.RUNNING
         #: In :attr:`ReplicaMode.HOLDING`: the cut it holds at and its state there.
         self.cut: HeldCut | None = None
-        head = self.chain.vertices[0]
-        channels = plan.input_channels(head, replica)
-        self.aligner = BarrierAligner(head, inputs=channels, back_edges=plan.back_edges(head, channels))
+        self.aligner = BarrierAligner(head, inputs=channels, back_edges=back_edges)
         self.tokens = epoch_tokens.TokenBook(plan, head, replica)  # the epoch tokens it takes, and sends:
         self.token_sender = epoch_tokens.TokenSender(plan, self.outbox)
         self.in_cycle = any(plan.vertex(v).cyclic for v in self.chain.vertices)
@@ -179,7 +186,7 @@ class HostedVertices:
                                     where=f"its input's key function, run where {vertex!r} sends") from error
             for replica, part in parts:
                 self.held_back.update((target, time), 1)
-                self.outbox.send(ReplicaKey(chain, replica), channel, consumer.vertex, time, part)
+                self.outbox.send(ReplicaKey(chain, replica), channel, consumer.vertex, time, part, target)
 
     def _check_port(self, vertex: str, output: Any, time: Timestamp) -> None:
         """Raise a GraphError naming the vertex and its ports if ``output`` is not one of them."""

@@ -216,7 +216,7 @@ class Settling(BarrierHandling):
             self.unacked += 1
         parts = {name: {e: [records] for e, records in epochs.items()} for name, epochs in outputs.items()}
         self._to_progress(ProgressBatch(changes, ack, self.interests if self.interests != previous else None,
-                                        parts or None))
+                                        parts or None, self.outbox.numbering.take_figures()))
 
     def _to_progress(self, message: ProgressMessage) -> None:
         self.transport.to_progress(Sequenced(self.outbox.key, next(self.sequence), message))

@@ -64,6 +64,10 @@ class UpstreamLog:
         kept.kept.append(message)
         return kept.next - 1
 
+    def next(self, channel: Hashable) -> int:
+        """The number the next message on ``channel`` takes."""
+        return self._channel(channel).next
+
     def positions(self) -> dict[Hashable, int]:
         """The number of the next message on each channel: what a snapshot records."""
         return {channel: kept.next for channel, kept in self._channels.items()}

@@ -56,7 +56,7 @@ per replica (:mod:`~raytide.physical.relay_tree`).
 
 On Ray, the calls to the progress actor and its status pushes travel as :func:`encode`
 makes them, the sender's incarnation included: one plain pickle, one argument per call.
-A data call's headers (incarnation, channel, vertex, time), batches and riding progress
+A data call's headers (incarnation, channel, vertex, time, its number on the channel or None), batches and riding progress
 batches travel as :func:`~raytide.physical.pickled.frame` makes them, one argument too.
 """
 
@@ -177,11 +177,14 @@ class Marker:
         kind: what a replica does at it.
         delivered: per output, the last epoch the driver had been handed when the
             marker was triggered: output replicas stop keeping records of those epochs.
+        committed: the last snapshot committed when it was triggered (None: none yet):
+            replicas that number their sends trim their upstream logs to its marks.
     """
 
     marker_id: int
     kind: MarkerKind = MarkerKind.PROBE
     delivered: dict[str, int] = field(default_factory=dict)
+    committed: int | None = None
 
     def __hash__(self) -> int:
         return hash(self.marker_id)
@@ -193,6 +196,13 @@ class MarkerRecord:
 
     marker_id: int
     records_in: dict[Hashable, int]
+
+
+#: A replica's progress figures (:mod:`raytide.engine.numbered_channels`): per ``(sent, location,
+#: time, receiver, channel)`` how many messages it has sent (``sent`` True) or taken (False) in
+#: all on a numbered channel into ``receiver``'s ``location`` at ``time``, since the job's
+#: incarnation began.
+Figures = dict[tuple[bool, Location, Timestamp, ReplicaKey, ChannelId], int]
 
 
 @dataclass(frozen=True)
@@ -207,12 +217,16 @@ class ProgressBatch:
         outputs: records that reached the replica's outputs since its last batch, per
             output and epoch, as parts (on Ray packed: inline blobs or object refs, see
             :mod:`raytide.physical.wire`); the deltas retire them.
+        figures: the replica's progress figures that changed since its last batch (their
+            totals: they count exactly what its batches' deltas counted on numbered channels),
+            by which a replica recovered alone is accounted again.
     """
 
     changes: list[tuple[Pointstamp, int]]
     ack: bool = False
     interests: Interests | None = None
     outputs: dict[str, dict[int, list]] | None = None
+    figures: Figures | None = None
 
 
 @dataclass(frozen=True)
@@ -235,6 +249,7 @@ class ProgressRun:
         batches: how many of its messages were progress batches (the others were declarations).
         interests: what the replica waits on after the run (the last it declared), if it declared.
         outputs: its batches' output parts, per output and epoch, in their order.
+        figures: its batches' figures, the latest of each.
     """
 
     last: int
@@ -243,6 +258,7 @@ class ProgressRun:
     batches: int
     interests: Interests | None = None
     outputs: dict[str, dict[int, list]] | None = None
+    figures: Figures | None = None
 
 
 ProgressMessage = ProgressBatch | Declaration | ProgressRun

@@ -47,6 +47,12 @@ class InOrder(Generic[T]):
         self._next[sender] = expected
         return due
 
+    def restart(self, sender: Hashable, at: int) -> None:
+        """``sender``'s next item is number ``at``: what it had waiting is forgotten (a replica
+        recovered alone numbers again from ``at``, past everything its lost incarnation sent)."""
+        self._next[sender] = at
+        self._early.pop(sender, None)
+
     def waiting(self) -> dict[Hashable, list[int]]:
         """Per sender, the sequence numbers held back because an earlier one is missing."""
         return {sender: sorted(early) for sender, early in self._early.items() if early}

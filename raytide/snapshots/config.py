@@ -70,6 +70,12 @@ class Recovery:
             stopped, or cut off while Ray still counts it alive) is declared failed, killed and
             recovered from, as a death Ray reports is. Shorter bounds find a stopped actor
             sooner; an actor too slow to answer a ping in time is recovered from needlessly.
+        alone: the replicas number every send to another replica, keep it in an upstream log
+            until a snapshot commits past it, and drop what they receive twice: what recovering
+            one lost replica alone needs (docs/recovery.md, "A replica recovered alone"). On
+            Ray every recovery is still a whole-job rollback for now (its record in
+            ``job.stats()["recoveries"]`` says so); off by default. The logs keep what was
+            sent since the last commit: with ``interval=None`` they grow until a snapshot.
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
     """
@@ -84,6 +90,7 @@ class Recovery:
     lease: float = DEFAULT_LEASE
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     ping_timeout: float = DEFAULT_PING_TIMEOUT
+    alone: bool = False
     fence: Fence | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -106,6 +113,8 @@ class Recovery:
         for bound in ("stall_timeout", "ping_timeout"):
             if not _positive_number(getattr(self, bound)):
                 raise ArgumentError(f"Recovery {bound} must be seconds above 0, not {getattr(self, bound)!r}")
+        if not isinstance(self.alone, bool):
+            raise ArgumentError(f"Recovery alone must be True or False, not {self.alone!r}")
         if self.fence is not None and not isinstance(self.fence, Fence):
             raise ArgumentError(f"Recovery fence is set by rt.run, not {self.fence!r}")
 

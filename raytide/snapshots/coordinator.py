@@ -54,12 +54,14 @@ from raytide.snapshots.store import PartInfo
 class Trigger:
     """Effect: inject barrier ``snapshot_id`` at every input replica of incarnation
     ``incarnation``: a rescale's cut if ``hold``, carrying ``delivered``, what the driver had
-    been handed when it was triggered."""
+    been handed when it was triggered, and ``committed``, the last snapshot committed then
+    (replicas trim their upstream logs to its marks, :mod:`raytide.engine.numbered_channels`)."""
 
     snapshot_id: int
     incarnation: int
     hold: bool = False
     delivered: dict[str, int] = field(default_factory=dict)
+    committed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ class CoordinatorCore:
             return None
         self.in_flight = _InFlight(self.next_id, now, hold, dict(delivered or {}))
         self.next_id += 1
-        return Trigger(self.in_flight.snapshot_id, self.incarnation, hold, self.in_flight.delivered)
+        return Trigger(self.in_flight.snapshot_id, self.incarnation, hold, self.in_flight.delivered, self.stats.last_id)
 
     def cut_refused(self, incarnation: int) -> str | None:
         """Why a rescale's cut asked for in ``incarnation`` is not to be taken (None: it is):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,25 @@ OutputPickles = dict[tuple[str, int], tuple[list, int, bytes]]
 
 
 @dataclass(frozen=True)
+class Sequences:
+    """What a replica's snapshot records of its numbered channels (:mod:`raytide.engine.numbered_channels`).
+
+    Attributes:
+        taken: per input channel, the number of the first message after the snapshot's
+            barrier (what the restored replica expects next).
+        sent: per output channel, the number of the first message after the barrier (the
+            log's mark: where a restored sender numbers on from).
+        figures: the replica's progress figures at the snapshot (``protocol.Figures``).
+        snapshot_id: the snapshot's (every barrier up to it came on every input channel).
+    """
+
+    taken: dict[Hashable, int] = field(default_factory=dict)
+    sent: dict[Hashable, int] = field(default_factory=dict)
+    figures: dict[Any, int] = field(default_factory=dict)
+    snapshot_id: int = 0
+
+
+@dataclass(frozen=True)
 class ReplicaState:
     """Everything a replica restores from (pickled into its part of the snapshot)."""
 
@@ -60,6 +79,7 @@ class ReplicaState:
     kept: dict[str, dict[int, list]]
     tables: dict[tuple[str, int, int], KeyGroupAssignment]
     sources: dict[str, Any]  # per input read here from a source: its reader's position
+    sequences: Sequences | None = None  # its numbered channels (None: numbering off, or a rescale's state)
 
 
 @dataclass(frozen=True)

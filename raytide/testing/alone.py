@@ -3,8 +3,10 @@ backup (:mod:`raytide.engine.upstream_log`), downstream deduplication
 (:mod:`raytide.engine.dedup`) and the hold of a lost replica's progress, with crashes
 injected at any step (docs/recovery.md, "A replica recovered alone").
 
-A model of the protocol, not the engine: its actors are small cores written here, not
-:class:`~raytide.engine.replica.ReplicaCore` (which does not number its sends yet). The job
+A model of the protocol: its actors are small cores written here, not
+:class:`~raytide.engine.replica.ReplicaCore`, but they number, keep, mark, trim, admit,
+save, restore and replay with the engine's own :class:`~raytide.engine.numbered_channels.Numbering`
+(the replica core's, unchanged), so the numbering has one encoding. The job
 is the one :func:`running_counts` compiles: an input of ``inputs`` replicas, each reading its
 share of the driver's feed, an exchange by key into ``width`` replicas that keep a running
 count per key and send ``(key, count)`` at the record's epoch from ``on_recv``, and one sink
@@ -47,9 +49,8 @@ from typing import Any, Literal
 from raytide.core.dataflow import Dataflow
 from raytide.core.keygroups import key_group
 from raytide.core.vertex import Vertex
-from raytide.engine.dedup import SequenceDedup
 from raytide.engine.monotone_progress import MonotoneProgress
-from raytide.engine.upstream_log import UpstreamLog
+from raytide.engine.numbered_channels import Numbering
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import ReplicaKey
 from raytide.supervisor.alone import decide
@@ -72,6 +73,12 @@ class RunningCount(Vertex):
             self.counts[key] += 1
             self.send_by(0, [(key, self.counts[key])], time)
 
+    def snapshot(self) -> Any:
+        return dict(self.counts)
+
+    def restore(self, state: Any) -> None:
+        self.counts = Counter(state)
+
 
 def running_counts(width: int, inputs: int = 1) -> PhysicalPlan:
     """The model's job as a plan: ``x`` (``inputs`` replicas) -> ``count`` (``width``, by key) -> ``sink``."""
@@ -89,10 +96,10 @@ def owner(key: Any, width: int) -> int:
 
 @dataclass
 class Replica:
-    """A live replica of the model: its log of sends, its dedup, its counts, where it read."""
+    """A live replica of the model: its numbered channels (the engine's: its log of sends and
+    its dedup), its counts, where it read."""
 
-    log: UpstreamLog
-    dedup: SequenceDedup
+    numbering: Numbering
     counts: Counter = field(default_factory=Counter)
     read: int = 0  # the input's position in the driver's feed
     sent: Counter = field(default_factory=Counter)  # per (receiver, epoch): messages sent in all
@@ -141,7 +148,7 @@ class Sink:
     """The sink replica (never lost in these trials): what it took of each counting replica,
     each epoch completed once the progress figures say nothing at or before it can still come."""
 
-    dedup: SequenceDedup
+    numbering: Numbering
     taken: Counter = field(default_factory=Counter)  # per (sender, epoch)
     pending: dict[int, list] = field(default_factory=dict)
     epochs: dict[int, list] = field(default_factory=dict)
@@ -174,8 +181,8 @@ class AloneWorld:
         self.inputs: list[Place] = [("x", i) for i in range(inputs)]
         self.feeds = {actor: feed_of(epochs, actor[1], inputs) for actor in self.inputs}
         self.counting: list[Place] = [("count", r) for r in range(width)]
-        self.replicas: dict[Place, Replica | None] = {a: self._fresh(a, {}, {}) for a in [*self.inputs, *self.counting]}
-        self.sink = Sink(SequenceDedup("sink[0]", enabled=plant != "nodedup"))
+        self.replicas: dict[Place, Replica | None] = {a: self._fresh(a, {}) for a in [*self.inputs, *self.counting]}
+        self.sink = Sink(Numbering("sink[0]", dedup=plant != "nodedup"))
         self.progress = MonotoneProgress(inputs, "sum" if plant == "sum" else "max")
         self.epochs = len(epochs)
         self.channels: dict[tuple[Place, Place], deque] = {}
@@ -190,10 +197,11 @@ class AloneWorld:
         self.kinds: list[str] = []
         self.largest_log = self.survivor_steps = self.completed_while_lost = 0
 
-    def _fresh(self, actor: Place, state: dict, marks: dict) -> Replica:
-        name = f"{actor[0]}[{actor[1]}]"
-        dedup = SequenceDedup(name, state.get("positions"), enabled=self.plant != "nodedup")
-        return Replica(UpstreamLog(name, marks), dedup, Counter(state.get("counts", {})), state.get("read", 0),
+    def _fresh(self, actor: Place, state: dict) -> Replica:
+        """``actor`` at ``state`` (a committed snapshot's part; empty: at the start)."""
+        numbering = Numbering(f"{actor[0]}[{actor[1]}]", dedup=self.plant != "nodedup")
+        numbering.restore(state.get("sequences"))
+        return Replica(numbering, Counter(state.get("counts", {})), state.get("read", 0),
                        Counter(state.get("sent", {})), Counter(state.get("taken", {})))
 
     def send(self, sender: Place, receiver: Place, payload: tuple) -> None:
@@ -202,7 +210,7 @@ class AloneWorld:
         dead actor goes nowhere)."""
         replica = self.replicas[sender]
         assert replica is not None
-        sequence = replica.log.append(receiver, payload)
+        sequence = replica.numbering.number(receiver, payload)
         replica.sent[(receiver, payload[-1])] += 1
         self.progress.report_sent((sender, receiver), payload[-1], replica.sent[(receiver, payload[-1])])
         if receiver == SINK or self.replicas[receiver] is not None:
@@ -232,7 +240,7 @@ class AloneWorld:
         replica = self.sink if receiver == SINK else self.replicas[receiver]
         assert replica is not None
         self.survivor_steps += self.lost is not None and receiver != SINK
-        if not replica.dedup.admit(sender, sequence, payload[-1]):
+        if not replica.numbering.admit(sender, sequence, payload[-1]):
             return
         replica.taken[(sender, payload[-1])] += 1
         self.progress.report_taken((sender, receiver), payload[-1], replica.taken[(sender, payload[-1])])
@@ -266,6 +274,7 @@ class AloneWorld:
         if snapshot_id != self.in_flight or replica is None:
             return
         replica.aligning.add(sender)
+        replica.numbering.at_barrier(snapshot_id, sender)
         if len(replica.aligning) == len(self.inputs):
             replica.aligning.clear()
             self._save(receiver, snapshot_id)
@@ -276,14 +285,13 @@ class AloneWorld:
         replica = self.replicas[actor]
         if snapshot_id != self.in_flight or replica is None:
             return
-        self.saved[actor] = {"counts": dict(replica.counts), "positions": replica.dedup.positions(),
-                             "read": replica.read, "marks": replica.log.mark(snapshot_id),
-                             "sent": dict(replica.sent), "taken": dict(replica.taken)}
+        self.saved[actor] = {"counts": dict(replica.counts), "sequences": replica.numbering.take(snapshot_id),
+                             "read": replica.read, "sent": dict(replica.sent), "taken": dict(replica.taken)}
         if len(self.saved) == len(self.replicas):
             self.committed, self.in_flight = self.saved, None
             for live in self.replicas.values():
                 assert live is not None
-                live.log.commit(snapshot_id)
+                live.numbering.commit(snapshot_id)
 
     # -- a death, and the replica recovered alone -------------------------------------------------
 
@@ -313,12 +321,12 @@ class AloneWorld:
         assert kind.kind == "alone" or self.plant == "several", f"the model has no whole-job path: {kind.why}"
         self.kinds.append(kind.kind)
         state = self.committed.get(actor, {})
-        self.replicas[actor] = replica = self._fresh(actor, state, state.get("marks", {}))
+        self.replicas[actor] = replica = self._fresh(actor, state)
         self.restores[actor] += 1
         for index, source in enumerate(self.inputs if actor[0] == "count" else ()):
             sender = self.replicas[source]
             assert sender is not None
-            entries = sender.log.replay(actor, replica.dedup.expected.get(source, 0))
+            entries = sender.numbering.replay(actor, replica.numbering.dedup.expected.get(source, 0))
             if self.plant == "skip" and index == 0:
                 entries = entries[1:]
             replica.repeat_next = replica.repeat_next or (self.plant == "repeat" and bool(entries))
@@ -359,7 +367,7 @@ class AloneWorld:
         action = self.rng.choice(actions)
         getattr(self, action[0])(*action[1:])
         self.completed_while_lost += self.sink.complete(self.progress, self.epochs) * (self.lost is not None)
-        self.largest_log = max(self.largest_log, *(r.log.size() for r in self.replicas.values() if r is not None))
+        self.largest_log = max(self.largest_log, *(r.numbering.kept() for r in self.replicas.values() if r is not None))
         return True
 
     def run(self, max_steps: int = 100_000) -> AloneRun:

@@ -60,6 +60,7 @@ from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, Hang, LocalRe
 from raytide.testing.pacing import Pacing
 from raytide.testing.recovery import start_recovery
 from raytide.testing.rescaling import RescaleAsks, SimRescale
+from raytide.testing.solo import alone_candidate, recover_alone
 from raytide.testing.world import World, idle
 
 
@@ -366,7 +367,18 @@ class LocalJob(World):
         self.result.recoveries.append(cause)
 
     def _recover(self, cause: str) -> None:
+        """The deaths of ``cause``: one replica recovered alone where the rule allows (:mod:`raytide.testing.solo`), else the whole job."""
+        lost = alone_candidate(self)
+        if lost is not None:
+            self.failures = [(step, failure) for step, failure in self.failures if not self._names(failure, lost)]
+            self.unannounced.pop(lost, None)
+            recover_alone(self, lost)
+            return
         start_recovery(self, Recovering.after_death(self.plan.name, self.budget, self.incarnation, cause))
+
+    def _names(self, failure: RaytideError, key: ReplicaKey) -> bool:
+        """Whether ``failure`` is the death of replica ``key`` (noticed again: it is recovered already)."""
+        return isinstance(failure, ReplicaLost) and failure.replica == f"{self.plan.name}/{key.chain}/{key.replica}"
 
     def _fail(self, error: BaseException) -> None:
         self._record([JobFailed(error)])

@@ -226,8 +226,9 @@ class LocalTransport:
         self.pending: dict[ReplicaKey, None] = {}  # the peers this event sent data to, in order, not flushed
         self.writer: list[tuple[int, LocalSnapshot]] | None = None  # its own writer's queue (a zombie's), else the world's
 
-    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any) -> None:
-        self.mail.post((self.key, to), (self.incarnation, ("data", channel, vertex, time, batch)))
+    def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any,
+             sequence: int | None = None) -> None:
+        self.mail.post((self.key, to), (self.incarnation, ("data", channel, vertex, time, batch, sequence)))
         self.mail.sent += 1
         self.rides.sent(to, token=isinstance(batch, EpochClosed))
         if self.in_event:

@@ -4,6 +4,7 @@ of a run (:class:`LocalRun`)."""
 
 from __future__ import annotations
 
+import collections
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,10 @@ class LocalRecovery:
             is pinged and one still frozen ``ping`` steps later is declared failed and killed.
             None: frozen actors are waited for. (A death, which leaves nothing to deliver, is
             found at once by the same rule with bounds 0.)
+        numbered: the replicas number their sends, keep upstream logs and drop duplicates
+            (:mod:`raytide.engine.numbered_channels`), restored with every snapshot.
+        alone: a lost replica is recovered alone where :func:`~raytide.supervisor.alone.decide`
+            allows it (:mod:`raytide.testing.solo`; numbered implied), else the job rolls back.
     """
 
     store: SnapshotStore
@@ -58,6 +63,8 @@ class LocalRecovery:
     output_commit: OutputCommit = "epoch"
     stall: int | None = None
     ping: int = 20
+    numbered: bool = False
+    alone: bool = False
 
 
 class FlakyStore(SnapshotStore):
@@ -93,6 +100,16 @@ class ReplicaDied:
 
 
 @dataclass
+class Replacements:
+    """Replicas recovered alone in a run (:mod:`raytide.testing.solo`): how often each was (a
+    replacement numbers its progress messages past its lost incarnations'), and the snapshot
+    the job's incarnation started from (a whole-job restore's: figures count from 0 there)."""
+
+    generations: collections.Counter = field(default_factory=collections.Counter)
+    base_snapshot: int | None = None
+
+
+@dataclass
 class LocalRun:
     """What a run did: records per output and epoch, every job event, the steps taken,
     the recoveries (what caused each), the snapshots committed, the rescales done, and the
@@ -109,6 +126,8 @@ class LocalRun:
     migrations: list[tuple[int, StepPlanMessage]] = field(default_factory=list)  # stepped rescales: (step, plan)
     cut_timeouts: list[int] = field(default_factory=list)  # the steps at which a rescale's cut was abandoned at its timeout
     driver_crashed: int | None = None
+    alone: list[Any] = field(default_factory=list)  # the replicas recovered alone, in order (``LocalRecovery.alone``)
+    replacements: Replacements = field(default_factory=Replacements)
     #: What the latest recovery computes again: a user error there says so, as the driver's does.
     replaying: Replaying | None = None
     #: The first failure found so far, and how many events were looked at for it: the run

@@ -98,6 +98,7 @@ class SimRecovery:
     def restore_replicas(self, effect: RestoreReplicas, run: Execution) -> None:
         """Every replica from the snapshot, or from its pieces: a step each; then the answer."""
         pieces, subscriptions = effect.pieces, self._subscriptions
+        self.world.result.replacements.base_snapshot = effect.point.snapshot_id if pieces is None else None  # figures start at 0 there
         if pieces is None:
             run.queue([functools.partial(self._raising, run, self._restore, key, effect.point) for key in self._shuffled()],
                       lambda: Restored(subscriptions()))

@@ -148,7 +148,8 @@ class SnapshotTaking:
         if trigger is None:
             return
         self.last_snapshot_id = trigger.snapshot_id
-        marker = Marker(trigger.snapshot_id, MarkerKind.HOLD if trigger.hold else MarkerKind.SNAPSHOT, trigger.delivered)
+        marker = Marker(trigger.snapshot_id, MarkerKind.HOLD if trigger.hold else MarkerKind.SNAPSHOT, trigger.delivered,
+                        trigger.committed)
         for name in self.plan.inputs:
             for key in self._input_replicas(name):
                 self.mail.injects[key].append((trigger.incarnation, marker))

@@ -110,9 +110,11 @@ class World(SnapshotTaking):
         return any(not stepped.moves.done for core in self.replicas.values() for stepped in core.stepped.values())
 
     def _core(self, key: ReplicaKey) -> ReplicaCore:
+        numbered = self.recovery is not None and (self.recovery.numbered or self.recovery.alone)
+        rides = rides_with_tokens(self.plan, key.chain) and not numbered  # a batch kept by a lost replica would be lost
         transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,
-                                   self.mail.via(key, self.replica_keys()), rides_with_tokens(self.plan, key.chain))
-        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=True)  # as on Ray
+                                   self.mail.via(key, self.replica_keys()), rides)
+        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=True, numbered=numbered)  # as on Ray
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
         chain = self.plan.chain_of(name).name

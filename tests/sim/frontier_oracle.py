@@ -27,7 +27,7 @@ def true_pointstamps(job: LocalJob) -> frozenset[Pointstamp]:
     for (_, receiver), queue in job.mail.links.items():
         for incarnation, message in queue:
             if message[0] == "data" and job.incarnations[receiver] == incarnation and not is_token(message[4]):
-                _, channel, vertex, time, _ = message
+                _, channel, vertex, time = message[:4]
                 found.add((Location.of_input(vertex, channel.port), time))
     for core in job.replicas.values():
         for channel, vertex, time, batch in [*core.aligner.buffered(), *core.replay]:

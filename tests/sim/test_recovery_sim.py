@@ -70,11 +70,12 @@ class Trial:
 
 
 def trial(name: str, seed: int, store_dir: str, seen: collections.Counter | None = None,
-          oracle: Callable[[LocalJob], None] | None = None, nodes: int | None = None) -> Trial:
+          oracle: Callable[[LocalJob], None] | None = None, nodes: int | None = None, numbered: bool = False,
+          alone: bool = False) -> Trial:
     """Trial ``seed`` of scenario ``name``: the same job is run without a crash first (which
     must give the reference output too) to learn how many steps it takes. ``nodes``: the
     replicas' progress goes through a relay per node (``LocalJob(nodes=)``), and a group's relay
-    per two nodes."""
+    per two nodes. ``numbered``, ``alone``: ``LocalRecovery(numbered=, alone=)``."""
     rng = random.Random(seed)
     scenario = SCENARIOS[name](rng)
     options = {"interval": rng.choice([3, 10, 30]), "retain": rng.randint(1, 3), "max_restarts": 4,
@@ -82,7 +83,7 @@ def trial(name: str, seed: int, store_dir: str, seen: collections.Counter | None
     parallelism, chaining = rng.randint(1, 3), rng.random() < 0.8
 
     def job(directory: str) -> LocalJob:
-        recovery = LocalRecovery(SnapshotStore(directory), **options)
+        recovery = LocalRecovery(SnapshotStore(directory), **options, numbered=numbered, alone=alone)
         return LocalJob(scenario.flow, scenario.inputs, parallelism, seed, chaining, recovery=recovery, nodes=nodes,
                         relay_fanin=2)
 

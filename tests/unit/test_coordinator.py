@@ -36,7 +36,7 @@ def test_a_snapshot_commits_once_every_replica_acknowledged_in_any_order():
     assert core.acknowledge(ack("a/1", 4), now=0.6) is None, "a repeated acknowledgement commits nothing twice"
     core.committed(4, now=0.7)
     assert (core.stats.committed, core.stats.last_id, core.stats.last_size) == (1, 4, 7)
-    assert core.trigger(now=0.8) == Trigger(5, 0)
+    assert core.trigger(now=0.8) == Trigger(5, 0, committed=4), "the next barrier says which snapshot committed"
 
 
 def test_one_snapshot_at_a_time_and_the_interval_counts_from_the_end_of_the_last():
@@ -170,10 +170,12 @@ def test_a_commit_comes_exactly_when_the_snapshot_in_flight_has_every_acknowledg
 def test_recovery_settings_are_checked():
     recovery = rt.Recovery("/tmp/snapshots")
     assert (recovery.interval, recovery.retain, recovery.max_restarts, recovery.output_commit) == (1.0, 3, 3, "epoch")
+    assert not recovery.alone and rt.Recovery("x", alone=True).alone
     assert rt.Recovery("s3://bucket/x", interval="auto").interval == "auto"
     assert rt.Recovery("x", interval=None).interval is None
     for bad in [{"store": ""}, {"interval": 0}, {"interval": "often"}, {"retain": 0}, {"max_restarts": -1},
-                {"signing_key": "text"}, {"timeout": 0}, {"interval": True}, {"output_commit": "commit"}]:
+                {"signing_key": "text"}, {"timeout": 0}, {"interval": True}, {"output_commit": "commit"},
+                {"alone": "yes"}]:
         with pytest.raises(ArgumentError):
             rt.Recovery(**{"store": "x", **bad})
 

@@ -29,7 +29,7 @@ class Recorder:
 
         self.messages: list = []  # every message to the progress actor, in order
 
-    def send(self, to, channel, vertex, time, batch):
+    def send(self, to, channel, vertex, time, batch, sequence=None):
         if isinstance(batch, EpochClosed):
             self.tokens.append((to, channel, batch, len(self.sent)))
         else:
