@@ -264,11 +264,17 @@ def settle(s: Step, offers: tuple[np.ndarray, np.ndarray, np.ndarray], seeds: np
         targets, label, sender = (concat([old, new]) for old, new in zip(offers, more))
         offering = take(s, targets, label, sender, s.time.counters[-1] * STEPS_PER_ROUND + step)
         if not len(offering):
-            return np.unique(concat(took))
+            return distinct(took)
         took.append(offering)
         if not narrow(offering, len(s.ids)):  # a wide wave: its offers go as messages (to_neighbours)
-            return np.unique(concat(took))
+            return distinct(took)
         offers, step = (EMPTY, EMPTY, EMPTY), step + 1
+
+
+def distinct(steps: list[np.ndarray]) -> np.ndarray:
+    """The slots that took at any of a local fixpoint's ``steps`` (each step's are distinct
+    already: one sort fewer for a round of one step, a first epoch's wide waves)."""
+    return steps[0] if len(steps) == 1 else np.unique(concat(steps))
 
 
 def messages(node: np.ndarray, label: np.ndarray, sender: np.ndarray, kind: int) -> dict[str, np.ndarray]:
@@ -296,6 +302,19 @@ def pulls(s: Step, asking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return asking[which], s.state["label"][at], s.ids[at]
 
 
+def new_edge_offers(s: Step, gained_from: np.ndarray,
+                    gained_to: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
+    """The labels offered along the edges new this round by their ends not waiting: to the
+    ends held here as ``(target slots, label, sender)``, taken in this round's :func:`settle`
+    (never sent: a target there takes it or is waiting), to the others as messages."""
+    if s.state["waiting"].any():
+        offering = ~s.state["waiting"][gained_from]
+        gained_from, gained_to = gained_from[offering], gained_to[offering]
+    label, sender, at = s.state["label"][gained_from], s.ids[gained_from], s.lookup(gained_to)
+    held = at >= 0
+    return (at[held], label[held], sender[held]), messages(gained_to[~held], label[~held], sender[~held], OFFER)
+
+
 def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
     """One round at one replica (see the module docstring): the messages of the next round."""
     lost_parent, gained_from, gained_to = edge_changes(s)
@@ -307,17 +326,13 @@ def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
     if s.quiet:  # every notice has been taken everywhere: the waiting nodes ask for labels
         asking = np.flatnonzero(waiting)
         waiting[asking] = False
-    offering = ~waiting[gained_from]
     open_ = kind != NOTICE
-    pulled = pulls(s, asking)
-    offers = (concat([targets[open_], s.lookup(gained_to[offering]), pulled[0]]),
-              concat([label[open_], s.state["label"][gained_from[offering]], pulled[1]]),
-              concat([sender[open_], ids[gained_from[offering]], pulled[2]]))
-    held = offers[0] >= 0
-    took = settle(s, (offers[0][held], offers[1][held], offers[2][held]), asking)
+    held_gained, remote_gained = new_edge_offers(s, gained_from, gained_to)
+    sources = [(targets[open_], label[open_], sender[open_]), held_gained, pulls(s, asking)]
+    offers = (concat([o[0] for o in sources]), concat([o[1] for o in sources]), concat([o[2] for o in sources]))
+    took = settle(s, offers, asking)
     parts = [to_neighbours(s, forgot, NOTICE), to_neighbours(s, took, OFFER), to_neighbours(s, asking, ASK),
-             replies(s, label, sender, kind),
-             messages(gained_to[offering], s.state["label"][gained_from[offering]], ids[gained_from[offering]], OFFER)]
+             replies(s, label, sender, kind), remote_gained]
     if waiting.any():
         s.again()
     mark_changed(s, concat([forgot, took, asking, s.added.get(0, (EMPTY, {}))[0]]))
@@ -327,10 +342,16 @@ def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
 def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     """The messages that may still do something, offers folded to the smallest per target.
 
-    Dropped: an offer to a node held here that is waiting or has a label no larger (it
-    would not take it; a waiting node asks later), and a notice to a node held here whose
-    parent is not the sender (the state they are judged by is final for this round here).
+    Offers are folded first (one row per target, :func:`smallest_offers`), so what follows
+    looks up one row per target, not every edge's. Dropped: an offer to a node held here that
+    is waiting or has a label no larger (it would not take it; a waiting node asks later),
+    and a notice to a node held here whose parent is not the sender (the state they are
+    judged by is final for this round here).
     """
+    offers = rows["kind"] == OFFER
+    node, label, sender = smallest_offers(rows["node"][offers], rows["label"][offers], rows["sender"][offers])
+    folded = messages(node, label, sender, OFFER)
+    rows = {name: concat([values[~offers], folded[name]]) for name, values in rows.items()}
     slots = s.lookup(rows["node"])
     here = slots >= 0
     at, kind, label = slots[here], rows["kind"][here], rows["label"][here]
@@ -338,11 +359,8 @@ def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     idle |= (kind == NOTICE) & (s.state["parent"][at] != rows["sender"][here])
     idle |= kind == ASK  # answered here already (:func:`pulls`)
     keep = np.ones(len(slots), dtype=bool)
-    keep[np.flatnonzero(here)[idle]] = False
-    offers = keep & (rows["kind"] == OFFER)
-    node, label, sender = smallest_offers(rows["node"][offers], rows["label"][offers], rows["sender"][offers])
-    others = {name: values[keep & ~offers] for name, values in rows.items()}
-    return {name: concat([others[name], part]) for name, part in messages(node, label, sender, OFFER).items()}
+    keep[here] = ~idle
+    return {name: values[keep] for name, values in rows.items()}
 
 
 def label_changes(s: Step) -> dict[str, np.ndarray]:
