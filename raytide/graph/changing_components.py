@@ -252,29 +252,27 @@ def local_offers(s: Step, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return at, s.state["label"][slots][which], s.ids[slots][which]
 
 
-def settle(s: Step, offers: tuple[np.ndarray, np.ndarray, np.ndarray], seeds: np.ndarray) -> np.ndarray:
+def settle(s: Step, offers: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     """The round's offers to nodes held here taken, and what they lower offered on to the
     neighbours held here, to a local fixpoint: only offers to other replicas wait for the
     next round (a wide wave goes on as messages: :func:`~raytide.graph.edges.narrow`).
-    ``seeds`` offer their labels here first. Returns the slots that took."""
+    Returns the slots that took."""
     took: list[np.ndarray] = []
-    offering, step = seeds, 1
+    step = 1
     while True:
-        more = local_offers(s, offering)
-        targets, label, sender = (concat([old, new]) for old, new in zip(offers, more))
-        offering = take(s, targets, label, sender, s.time.counters[-1] * STEPS_PER_ROUND + step)
+        offering = take(s, *offers, s.time.counters[-1] * STEPS_PER_ROUND + step)
         if not len(offering):
             return distinct(took)
         took.append(offering)
         if not narrow(offering, len(s.ids)):  # a wide wave: its offers go as messages (to_neighbours)
             return distinct(took)
-        offers, step = (EMPTY, EMPTY, EMPTY), step + 1
+        offers, step = local_offers(s, offering), step + 1
 
 
 def distinct(steps: list[np.ndarray]) -> np.ndarray:
     """The slots that took at any of a local fixpoint's ``steps`` (each step's are distinct
     already: one sort fewer for a round of one step, a first epoch's wide waves)."""
-    return steps[0] if len(steps) == 1 else np.unique(concat(steps))
+    return concat(steps) if len(steps) < 2 else np.unique(concat(steps))
 
 
 def messages(node: np.ndarray, label: np.ndarray, sender: np.ndarray, kind: int) -> dict[str, np.ndarray]:
@@ -282,10 +280,11 @@ def messages(node: np.ndarray, label: np.ndarray, sender: np.ndarray, kind: int)
     return {"node": node, "label": label, "sender": sender, "kind": np.full(len(node), kind, dtype=np.int8)}
 
 
-def to_neighbours(s: Step, slots: np.ndarray, kind: int) -> dict[str, np.ndarray]:
-    """A message of ``kind`` from each node at ``slots``, with its label, to every neighbour."""
+def to_neighbours(s: Step, slots: np.ndarray, kinds: np.ndarray) -> dict[str, np.ndarray]:
+    """A message of ``kinds[k]`` from the node at ``slots[k]``, with its label, to each of its
+    neighbours: one read of the arrangement for every kind of message of the round."""
     which, dst = neighbours(s, slots)
-    return messages(dst, s.state["label"][slots][which], s.ids[slots][which], kind)
+    return {"node": dst, "label": s.state["label"][slots][which], "sender": s.ids[slots][which], "kind": kinds[which]}
 
 
 def replies(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) -> dict[str, np.ndarray]:
@@ -295,11 +294,18 @@ def replies(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) ->
     return messages(sender[answer], s.state["label"][targets[answer]], s.ids[targets[answer]], OFFER)
 
 
-def pulls(s: Step, asking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The labels of the asking nodes' neighbours held here, offered to them: an ask answered
-    at once, without a message. ``(target slots, label, sender)``."""
-    which, at = held_neighbours(s, asking)
-    return asking[which], s.state["label"][at], s.ids[at]
+def asks(s: Step, asking: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
+    """The asking nodes' neighbours held here offer them their labels and they offer theirs
+    back (an ask answered at once, without a message: ``(target slots, label, sender)``, taken
+    in this round's :func:`settle`); their neighbours held elsewhere are asked by message."""
+    which, dst = neighbours(s, asking)
+    at = s.lookup(dst)
+    here = at >= 0
+    label, ids = s.state["label"][asking][which], s.ids[asking][which]
+    near, held = which[here], at[here]
+    offers = (concat([asking[near], held]), concat([s.state["label"][held], label[here]]),
+              concat([s.ids[held], ids[here]]))
+    return offers, messages(dst[~here], label[~here], ids[~here], ASK)
 
 
 def new_edge_offers(s: Step, gained_from: np.ndarray,
@@ -328,11 +334,12 @@ def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
         waiting[asking] = False
     open_ = kind != NOTICE
     held_gained, remote_gained = new_edge_offers(s, gained_from, gained_to)
-    sources = [(targets[open_], label[open_], sender[open_]), held_gained, pulls(s, asking)]
+    asked, asks_sent = asks(s, asking)
+    sources = [(targets[open_], label[open_], sender[open_]), held_gained, asked]
     offers = (concat([o[0] for o in sources]), concat([o[1] for o in sources]), concat([o[2] for o in sources]))
-    took = settle(s, offers, asking)
-    parts = [to_neighbours(s, forgot, NOTICE), to_neighbours(s, took, OFFER), to_neighbours(s, asking, ASK),
-             replies(s, label, sender, kind), remote_gained]
+    took = settle(s, offers)
+    kinds = np.repeat(np.array([NOTICE, OFFER], dtype=np.int8), [len(forgot), len(took)])
+    parts = [to_neighbours(s, concat([forgot, took]), kinds), asks_sent, replies(s, label, sender, kind), remote_gained]
     if waiting.any():
         s.again()
     mark_changed(s, concat([forgot, took, asking, s.added.get(0, (EMPTY, {}))[0]]))
@@ -357,7 +364,7 @@ def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     at, kind, label = slots[here], rows["kind"][here], rows["label"][here]
     idle = (kind == OFFER) & ((label >= s.state["label"][at]) | s.state["waiting"][at])
     idle |= (kind == NOTICE) & (s.state["parent"][at] != rows["sender"][here])
-    idle |= kind == ASK  # answered here already (:func:`pulls`)
+    idle |= kind == ASK  # answered here already (:func:`asks`)
     keep = np.ones(len(slots), dtype=bool)
     keep[here] = ~idle
     return {name: values[keep] for name, values in rows.items()}
