@@ -353,7 +353,8 @@ def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     looks up one row per target, not every edge's. Dropped: an offer to a node held here that
     is waiting or has a label no larger (it would not take it; a waiting node asks later),
     and a notice to a node held here whose parent is not the sender (the state they are
-    judged by is final for this round here).
+    judged by is final for this round here). Asks go only to nodes held elsewhere
+    (:func:`asks` answers the others at once).
     """
     offers = rows["kind"] == OFFER
     node, label, sender = smallest_offers(rows["node"][offers], rows["label"][offers], rows["sender"][offers])
@@ -364,7 +365,6 @@ def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     at, kind, label = slots[here], rows["kind"][here], rows["label"][here]
     idle = (kind == OFFER) & ((label >= s.state["label"][at]) | s.state["waiting"][at])
     idle |= (kind == NOTICE) & (s.state["parent"][at] != rows["sender"][here])
-    idle |= kind == ASK  # answered here already (:func:`asks`)
     keep = np.ones(len(slots), dtype=bool)
     keep[here] = ~idle
     return {name: values[keep] for name, values in rows.items()}
