@@ -252,23 +252,27 @@ def local_offers(s: Step, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return at, s.state["label"][slots][which], s.ids[slots][which]
 
 
-def settle(s: Step, offers: tuple[np.ndarray, np.ndarray, np.ndarray], seeds: np.ndarray) -> np.ndarray:
+def settle(s: Step, offers: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     """The round's offers to nodes held here taken, and what they lower offered on to the
     neighbours held here, to a local fixpoint: only offers to other replicas wait for the
     next round (a wide wave goes on as messages: :func:`~raytide.graph.edges.narrow`).
-    ``seeds`` offer their labels here first. Returns the slots that took."""
+    Returns the slots that took."""
     took: list[np.ndarray] = []
-    offering, step = seeds, 1
+    step = 1
     while True:
-        more = local_offers(s, offering)
-        targets, label, sender = (concat([old, new]) for old, new in zip(offers, more))
-        offering = take(s, targets, label, sender, s.time.counters[-1] * STEPS_PER_ROUND + step)
+        offering = take(s, *offers, s.time.counters[-1] * STEPS_PER_ROUND + step)
         if not len(offering):
-            return np.unique(concat(took))
+            return distinct(took)
         took.append(offering)
         if not narrow(offering, len(s.ids)):  # a wide wave: its offers go as messages (to_neighbours)
-            return np.unique(concat(took))
-        offers, step = (EMPTY, EMPTY, EMPTY), step + 1
+            return distinct(took)
+        offers, step = local_offers(s, offering), step + 1
+
+
+def distinct(steps: list[np.ndarray]) -> np.ndarray:
+    """The slots that took at any of a local fixpoint's ``steps`` (each step's are distinct
+    already: one sort fewer for a round of one step, a first epoch's wide waves)."""
+    return concat(steps) if len(steps) < 2 else np.unique(concat(steps))
 
 
 def messages(node: np.ndarray, label: np.ndarray, sender: np.ndarray, kind: int) -> dict[str, np.ndarray]:
@@ -276,10 +280,11 @@ def messages(node: np.ndarray, label: np.ndarray, sender: np.ndarray, kind: int)
     return {"node": node, "label": label, "sender": sender, "kind": np.full(len(node), kind, dtype=np.int8)}
 
 
-def to_neighbours(s: Step, slots: np.ndarray, kind: int) -> dict[str, np.ndarray]:
-    """A message of ``kind`` from each node at ``slots``, with its label, to every neighbour."""
+def to_neighbours(s: Step, slots: np.ndarray, kinds: np.ndarray) -> dict[str, np.ndarray]:
+    """A message of ``kinds[k]`` from the node at ``slots[k]``, with its label, to each of its
+    neighbours: one read of the arrangement for every kind of message of the round."""
     which, dst = neighbours(s, slots)
-    return messages(dst, s.state["label"][slots][which], s.ids[slots][which], kind)
+    return {"node": dst, "label": s.state["label"][slots][which], "sender": s.ids[slots][which], "kind": kinds[which]}
 
 
 def replies(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) -> dict[str, np.ndarray]:
@@ -289,11 +294,31 @@ def replies(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) ->
     return messages(sender[answer], s.state["label"][targets[answer]], s.ids[targets[answer]], OFFER)
 
 
-def pulls(s: Step, asking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The labels of the asking nodes' neighbours held here, offered to them: an ask answered
-    at once, without a message. ``(target slots, label, sender)``."""
-    which, at = held_neighbours(s, asking)
-    return asking[which], s.state["label"][at], s.ids[at]
+def asks(s: Step, asking: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
+    """The asking nodes' neighbours held here offer them their labels and they offer theirs
+    back (an ask answered at once, without a message: ``(target slots, label, sender)``, taken
+    in this round's :func:`settle`); their neighbours held elsewhere are asked by message."""
+    which, dst = neighbours(s, asking)
+    at = s.lookup(dst)
+    here = at >= 0
+    label, ids = s.state["label"][asking][which], s.ids[asking][which]
+    near, held = which[here], at[here]
+    offers = (concat([asking[near], held]), concat([s.state["label"][held], label[here]]),
+              concat([s.ids[held], ids[here]]))
+    return offers, messages(dst[~here], label[~here], ids[~here], ASK)
+
+
+def new_edge_offers(s: Step, gained_from: np.ndarray,
+                    gained_to: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
+    """The labels offered along the edges new this round by their ends not waiting: to the
+    ends held here as ``(target slots, label, sender)``, taken in this round's :func:`settle`
+    (never sent: a target there takes it or is waiting), to the others as messages."""
+    if s.state["waiting"].any():
+        offering = ~s.state["waiting"][gained_from]
+        gained_from, gained_to = gained_from[offering], gained_to[offering]
+    label, sender, at = s.state["label"][gained_from], s.ids[gained_from], s.lookup(gained_to)
+    held = at >= 0
+    return (at[held], label[held], sender[held]), messages(gained_to[~held], label[~held], sender[~held], OFFER)
 
 
 def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
@@ -307,17 +332,14 @@ def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
     if s.quiet:  # every notice has been taken everywhere: the waiting nodes ask for labels
         asking = np.flatnonzero(waiting)
         waiting[asking] = False
-    offering = ~waiting[gained_from]
     open_ = kind != NOTICE
-    pulled = pulls(s, asking)
-    offers = (concat([targets[open_], s.lookup(gained_to[offering]), pulled[0]]),
-              concat([label[open_], s.state["label"][gained_from[offering]], pulled[1]]),
-              concat([sender[open_], ids[gained_from[offering]], pulled[2]]))
-    held = offers[0] >= 0
-    took = settle(s, (offers[0][held], offers[1][held], offers[2][held]), asking)
-    parts = [to_neighbours(s, forgot, NOTICE), to_neighbours(s, took, OFFER), to_neighbours(s, asking, ASK),
-             replies(s, label, sender, kind),
-             messages(gained_to[offering], s.state["label"][gained_from[offering]], ids[gained_from[offering]], OFFER)]
+    held_gained, remote_gained = new_edge_offers(s, gained_from, gained_to)
+    asked, asks_sent = asks(s, asking)
+    sources = [(targets[open_], label[open_], sender[open_]), held_gained, asked]
+    offers = (concat([o[0] for o in sources]), concat([o[1] for o in sources]), concat([o[2] for o in sources]))
+    took = settle(s, offers)
+    kinds = np.repeat(np.array([NOTICE, OFFER], dtype=np.int8), [len(forgot), len(took)])
+    parts = [to_neighbours(s, concat([forgot, took]), kinds), asks_sent, replies(s, label, sender, kind), remote_gained]
     if waiting.any():
         s.again()
     mark_changed(s, concat([forgot, took, asking, s.added.get(0, (EMPTY, {}))[0]]))
@@ -327,22 +349,25 @@ def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
 def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     """The messages that may still do something, offers folded to the smallest per target.
 
-    Dropped: an offer to a node held here that is waiting or has a label no larger (it
-    would not take it; a waiting node asks later), and a notice to a node held here whose
-    parent is not the sender (the state they are judged by is final for this round here).
+    Offers are folded first (one row per target, :func:`smallest_offers`), so what follows
+    looks up one row per target, not every edge's. Dropped: an offer to a node held here that
+    is waiting or has a label no larger (it would not take it; a waiting node asks later),
+    and a notice to a node held here whose parent is not the sender (the state they are
+    judged by is final for this round here). Asks go only to nodes held elsewhere
+    (:func:`asks` answers the others at once).
     """
+    offers = rows["kind"] == OFFER
+    node, label, sender = smallest_offers(rows["node"][offers], rows["label"][offers], rows["sender"][offers])
+    folded = messages(node, label, sender, OFFER)
+    rows = {name: concat([values[~offers], folded[name]]) for name, values in rows.items()}
     slots = s.lookup(rows["node"])
     here = slots >= 0
     at, kind, label = slots[here], rows["kind"][here], rows["label"][here]
     idle = (kind == OFFER) & ((label >= s.state["label"][at]) | s.state["waiting"][at])
     idle |= (kind == NOTICE) & (s.state["parent"][at] != rows["sender"][here])
-    idle |= kind == ASK  # answered here already (:func:`pulls`)
     keep = np.ones(len(slots), dtype=bool)
-    keep[np.flatnonzero(here)[idle]] = False
-    offers = keep & (rows["kind"] == OFFER)
-    node, label, sender = smallest_offers(rows["node"][offers], rows["label"][offers], rows["sender"][offers])
-    others = {name: values[keep & ~offers] for name, values in rows.items()}
-    return {name: concat([others[name], part]) for name, part in messages(node, label, sender, OFFER).items()}
+    keep[here] = ~idle
+    return {name: values[keep] for name, values in rows.items()}
 
 
 def label_changes(s: Step) -> dict[str, np.ndarray]:

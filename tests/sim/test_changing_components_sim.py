@@ -83,3 +83,15 @@ def test_cut_components_isolated_nodes_and_cancelling_updates_equal_union_find()
         for parallelism in (1, 2, 3):
             check(epochs, parallelism, seed)
             check(bridges, parallelism, seed)
+
+
+def test_a_new_edge_to_a_node_that_forgets_in_the_same_epoch_equals_union_find():
+    """An epoch that cuts a path and joins its far end back by a new edge: the new edge's offer
+    may reach a node that is forgetting (its parent cut) at the same round, at its own replica
+    (taken in the round, never sent) or at another; it must not be lost, and the far part
+    takes the label back by the new edge (0, then 2's own id once that edge goes too)."""
+    path = [((i, i + 1), 1) for i in range(6)]
+    epochs = [path, [((1, 2), -1), ((0, 5), 1), ((6, 9), 1)], [((0, 5), -1), ((2, 7), 1)], [((0, 4), 1)]]
+    for seed in seeds(3, "changing-components-new-edge", rotate=1):
+        for parallelism in (1, 2, 3):
+            check(epochs, parallelism, seed)
