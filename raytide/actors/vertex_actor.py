@@ -11,19 +11,9 @@ Message flow (no actor ever waits for one that may wait for it):
 * progress: ``replica -> progress actor.apply`` (with the output records the batch
   retires) and ``progress actor -> replica.on_progress``, both fire and forget; a
   replica numbers its calls to the progress actor, which applies them in that order.
-  A round of a cyclic vertex whose data goes to one replica of its own chain sends its
-  progress batch along with that data (``receive_many``), and the peer passes it on ahead
-  of its own next progress message: the frontier needs the peer's receipt of that data
-  anyway, so the batch is not later, and the round costs one Ray call less at each end.
-  A replica with batches to pass on sends its own along with them, to the peer while they
-  are few (:data:`~raytide.engine.riding.MAX_RIDING`) and none asks for an acknowledgement,
-  else to the progress actor; a batch goes there at the latest when its chain's data stops
-  (a round that sends nothing, or the epoch's output), so nothing waits for it that it could
-  wait for. An input's chain closing an epoch sends its batch so with its epoch tokens (and
-  data) to one receiver, when every frontier it moves waits for their receipt anyway
-  (``epoch_tokens.rides_with_tokens``). The rules are :mod:`raytide.engine.riding`'s,
-  which the in-process runtime runs too. On a cluster, both go through the relays
-  (:mod:`~raytide.physical.relay_tree`): this host's ``relay``/``relay_gathered`` calls
+  A progress batch may ride with data to a peer instead (docs/architecture.md, Messages;
+  the rules are :mod:`raytide.engine.riding`'s, which the in-process runtime runs too).
+  On a cluster, both go through the relays (:mod:`~raytide.physical.relay_tree`): this host's ``relay``/``relay_gathered`` calls
   gather for the progress actor, its ``fan_out`` delivers pushes, each on threads of its own.
 * failures: ``replica -> progress actor.fail`` (fire and forget).
 * snapshots (a job with ``recovery``): at a snapshot barrier the core hands its local
