@@ -54,7 +54,7 @@ def test_a_channel_switched_to_its_socket_mid_stream_stays_fifo(ray_session, mon
     """Two senders, one receiver: the first batches go by Ray call while the receiver's socket
     address is asked, the rest by socket once every Ray call ran. A switch that did not wait for
     them (a frame overtaking a Ray call still queued) shows as a sender's records out of order."""
-    monkeypatch.setenv("RAYTIDE_SOCKET_HOPS", "1")  # opt-in (raytide.actors.socket_hops.SETTING)
+    monkeypatch.setenv("RAYTIDE_SOCKET_HOPS", "1")  # on whatever the environment says (raytide.actors.socket_hops.SETTING)
     flow = rt.Dataflow("fifo-switch")
     flow.input("numbers").exchange(lambda x: 0).unary(InOrder).output("out")
     numbers = list(range(6000))
