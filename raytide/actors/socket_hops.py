@@ -132,14 +132,20 @@ class Inbound:
                 self.arrived.notify()
 
     def _deliver(self) -> None:
-        """The delivery thread: each frame to ``deliver``, in arrival order, then acknowledged."""
+        """The delivery thread: each frame to ``deliver``, in arrival order, then acknowledged.
+        A frame whose delivery raised is logged and acknowledged, and the next ones are
+        delivered, as an actor goes on after a call that raised: a delivery thread that died
+        would leave every sender waiting for acknowledgements until its write timeout."""
         while True:
             with self.arrived:
                 self.arrived.wait_for(lambda: self.inbox or self.closed)
                 if self.closed:
                     return
                 connection, frame = self.inbox.popleft()
-            self.deliver(frame)
+            try:
+                self.deliver(frame)
+            except Exception:
+                logger.exception("socket hops %s: delivering a frame of kind %d raised", self.name, frame.kind)
             self.frames_in += 1
             try:
                 connection.sendall(ack_frame(1))
