@@ -114,7 +114,8 @@ class Inbound:
         self.selector.register(connection, selectors.EVENT_READ, FrameReader())
 
     def _take(self, connection: socket.socket, reader: FrameReader) -> None:
-        """Read one connection once; a closed one (its sender gone) is let go."""
+        """Read one connection once; a closed one (its sender gone) is let go, and so is a
+        corrupt one (its sender's next write fails: the peer is lost to it), not the reader."""
         try:
             data = connection.recv(READ_BYTES)
         except OSError:
@@ -125,7 +126,13 @@ class Inbound:
             if reader.partial:
                 logger.warning("socket hops %s: a sender's connection closed mid-frame (its sender died)", self.name)
             return
-        frames = reader.feed(data)
+        try:
+            frames = reader.feed(data)
+        except ValueError:
+            logger.exception("socket hops %s: a sender's stream is corrupt; its connection is closed", self.name)
+            self.selector.unregister(connection)
+            connection.close()
+            return
         if frames:
             with self.arrived:
                 self.inbox.extend((connection, frame) for frame in frames)

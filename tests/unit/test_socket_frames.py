@@ -137,3 +137,17 @@ def test_a_frame_whose_delivery_raises_is_acknowledged_and_the_next_ones_deliver
     out.close()
     inbound.close()
     assert got[:2] == [b"after", b"last"]
+
+
+def test_a_corrupt_stream_closes_its_connection_and_leaves_the_others_served():
+    inbound, got, delivered = _receiver()
+    corrupt = Outbound("corrupt", inbound.path)
+    corrupt.socket.sendall(b"\x09" + bytes(20))  # a frame of no kind
+    other = Outbound("other", inbound.path)
+    other.send(DATA, bytes([3]) + (1).to_bytes(4, "big"), None)
+    with delivered:
+        assert delivered.wait_for(lambda: got.get(3) == [1], timeout=10), "the reader stopped at the corrupt stream"
+    with pytest.raises(ConnectionError):
+        for _ in range(100):  # from the second on, each waits for the one before's acknowledgement
+            corrupt.send(DATA, bytes([4]) + bytes(4), window=1)
+    inbound.close()
