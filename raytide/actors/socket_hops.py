@@ -21,7 +21,8 @@ A peer that died closed its socket: the next write or acknowledgement read fails
 (``ConnectionError``), which the transport reports as that replica lost, as it did a failed
 Ray call. A peer on another node, or not yet connected, is reached by Ray calls
 (:class:`~raytide.actors.ray_transport.RayTransport` keeps the choice, and switches a peer to
-its socket only once its Ray calls to it have all run: the channel stays FIFO).
+its socket only once its Ray calls to it have all run, and never back to Ray calls within an
+incarnation, while frames may still wait here: the channel stays FIFO).
 """
 
 from __future__ import annotations
