@@ -215,9 +215,9 @@ class RayTransport:
                 if isinstance(link, Outbound):
                     link.close()
                 del self.links[to]
-        if route != self.route and isinstance(self.progress_link, Outbound):
-            self.progress_link.close()
         if route != self.route:
+            if isinstance(self.progress_link, Outbound):
+                self.progress_link.close()
             self.progress_link = None
         self.peers, self.unbounded, self.route = peers, unbounded, route
 
