@@ -10,8 +10,9 @@ A peer on this node is sent to over a socket once connected (:mod:`raytide.actor
 the same ``receive_many`` and ``receive_marker`` arguments, framed): the peer is asked its
 socket's address at the first send; Ray calls carry the channel until the answer is in and
 every Ray call to that peer has run, then the socket does, in this incarnation (a reset
-closes the sockets: a rescale or a recovery starts again on Ray calls), so every channel
-stays FIFO. A peer elsewhere, or without a listener, stays on Ray calls.
+closes the sockets: a rescale or a recovery starts again on Ray calls; a ``connect`` in the
+same incarnation keeps the socket of every peer it leaves in place, :meth:`RayTransport.connect`),
+so every channel stays FIFO. A peer elsewhere, or without a listener, stays on Ray calls.
 """
 
 from __future__ import annotations
@@ -204,6 +205,24 @@ class RayTransport:
             return False
         self.socket_frames += 1
         return True
+
+    def connect(self, peers: dict[ReplicaKey, Any], unbounded: set[str], route: ProgressRoute) -> None:
+        """The peers, the sends that never wait and the progress route now, in this incarnation
+        (a job without ``recovery=`` is told them again at its first rescale, mid-stream). A
+        peer whose handle is the same keeps its link: its socket still reaches the same
+        receiver, and frames written on it may still wait for its delivery thread, so a Ray
+        call sent now could overtake them (a reorder within a channel). A peer replaced or gone
+        loses its link, and so does the progress actor if its route changed."""
+        for to, link in list(self.links.items()):
+            if peers.get(to) != self.peers.get(to):
+                if isinstance(link, Outbound):
+                    link.close()
+                del self.links[to]
+        if route != self.route:
+            if isinstance(self.progress_link, Outbound):
+                self.progress_link.close()
+            self.progress_link = None
+        self.peers, self.unbounded, self.route = peers, unbounded, route
 
     def close_sockets(self) -> None:
         """Close every peer's socket; the next sends go by Ray calls until they are connected again."""

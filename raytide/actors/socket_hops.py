@@ -21,7 +21,8 @@ A peer that died closed its socket: the next write or acknowledgement read fails
 (``ConnectionError``), which the transport reports as that replica lost, as it did a failed
 Ray call. A peer on another node, or not yet connected, is reached by Ray calls
 (:class:`~raytide.actors.ray_transport.RayTransport` keeps the choice, and switches a peer to
-its socket only once its Ray calls to it have all run: the channel stays FIFO).
+its socket only once its Ray calls to it have all run, and never back to Ray calls within an
+incarnation, while frames may still wait here: the channel stays FIFO).
 """
 
 from __future__ import annotations
@@ -53,16 +54,14 @@ logger = logging.getLogger(__name__)
 WRITE_TIMEOUT_S = 120.0
 #: Bytes read from a connection at once.
 READ_BYTES = 1 << 18
-#: The environment variable that turns the sockets on (``1``) for the jobs a driver starts after it
-#: is set. Off by default while an intermittent reorder is investigated: the whole suite run with
-#: them on once saw a keyed vertex get a key's record 6 where 3 was due, near a job's start and
-#: first rescale (tests/ray/test_rescale_without_recovery.py; not reproduced in 7 runs alone).
+#: The environment variable that turns the sockets off (``0``) for the jobs a driver starts after it
+#: is set: every hop a Ray call, as before the sockets (to compare, or to rule them out).
 SETTING = "RAYTIDE_SOCKET_HOPS"
 
 
 def enabled() -> bool:
-    """Whether replicas on one node talk over sockets (:data:`SETTING`, off unless ``1``)."""
-    return os.environ.get(SETTING, "0") == "1"
+    """Whether replicas on one node talk over sockets (:data:`SETTING`: on unless ``0``)."""
+    return os.environ.get(SETTING, "1") != "0"
 
 
 def node_id() -> str:
@@ -116,7 +115,8 @@ class Inbound:
         self.selector.register(connection, selectors.EVENT_READ, FrameReader())
 
     def _take(self, connection: socket.socket, reader: FrameReader) -> None:
-        """Read one connection once; a closed one (its sender gone) is let go."""
+        """Read one connection once; a closed one (its sender gone) is let go, and so is a
+        corrupt one (its sender's next write fails: the peer is lost to it), not the reader."""
         try:
             data = connection.recv(READ_BYTES)
         except OSError:
@@ -127,21 +127,33 @@ class Inbound:
             if reader.partial:
                 logger.warning("socket hops %s: a sender's connection closed mid-frame (its sender died)", self.name)
             return
-        frames = reader.feed(data)
+        try:
+            frames = reader.feed(data)
+        except ValueError:
+            logger.exception("socket hops %s: a sender's stream is corrupt; its connection is closed", self.name)
+            self.selector.unregister(connection)
+            connection.close()
+            return
         if frames:
             with self.arrived:
                 self.inbox.extend((connection, frame) for frame in frames)
                 self.arrived.notify()
 
     def _deliver(self) -> None:
-        """The delivery thread: each frame to ``deliver``, in arrival order, then acknowledged."""
+        """The delivery thread: each frame to ``deliver``, in arrival order, then acknowledged.
+        A frame whose delivery raised is logged and acknowledged, and the next ones are
+        delivered, as an actor goes on after a call that raised: a delivery thread that died
+        would leave every sender waiting for acknowledgements until its write timeout."""
         while True:
             with self.arrived:
                 self.arrived.wait_for(lambda: self.inbox or self.closed)
                 if self.closed:
                     return
                 connection, frame = self.inbox.popleft()
-            self.deliver(frame)
+            try:
+                self.deliver(frame)
+            except Exception:
+                logger.exception("socket hops %s: delivering a frame of kind %d raised", self.name, frame.kind)
             self.frames_in += 1
             try:
                 connection.sendall(ack_frame(1))

@@ -136,8 +136,7 @@ class VertexActor:
         :meth:`JobPlacement.peers_of <raytide.driver.placement.JobPlacement.peers_of>`), the
         snapshot coordinator, if any, and where to send progress; returns the locations to
         subscribe to."""
-        self.transport.close_sockets()
-        self.transport.peers, self.transport.unbounded, self.transport.route = peers, unbounded, progress
+        self.transport.connect(peers, unbounded, progress)
         self.transport.coordinator = coordinator
         if self.writer is not None:
             self.writer.coordinator = coordinator

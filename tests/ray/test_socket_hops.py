@@ -54,7 +54,7 @@ def test_a_channel_switched_to_its_socket_mid_stream_stays_fifo(ray_session, mon
     """Two senders, one receiver: the first batches go by Ray call while the receiver's socket
     address is asked, the rest by socket once every Ray call ran. A switch that did not wait for
     them (a frame overtaking a Ray call still queued) shows as a sender's records out of order."""
-    monkeypatch.setenv("RAYTIDE_SOCKET_HOPS", "1")  # opt-in (raytide.actors.socket_hops.SETTING)
+    monkeypatch.setenv("RAYTIDE_SOCKET_HOPS", "1")  # on whatever the environment says (raytide.actors.socket_hops.SETTING)
     flow = rt.Dataflow("fifo-switch")
     flow.input("numbers").exchange(lambda x: 0).unary(InOrder).output("out")
     numbers = list(range(6000))
@@ -66,4 +66,50 @@ def test_a_channel_switched_to_its_socket_mid_stream_stays_fifo(ray_session, mon
         frames = job.stats()["socket_frames"]
     assert sorted(arrived) == numbers
     assert _per_sender(arrived) == _per_sender(numbers)
+    assert frames > 0, "no batch went by socket"
+
+
+class SlowInOrder(rt.Vertex):
+    """Records the order its records arrived in, per epoch, taking 2 ms a batch (asleep, the
+    GIL free, the host's lock of the replica's calls held): frames queue up at its socket."""
+
+    def __init__(self) -> None:
+        self.arrived: dict = {}
+
+    def on_recv(self, edge, message, time):
+        _time.sleep(0.002)
+        if time not in self.arrived:
+            self.arrived[time] = []
+            self.notify_at(time)
+        self.arrived[time].extend(message)
+
+    def on_notify(self, time):
+        self.send_by(0, [self.arrived.pop(time)], time)
+
+
+def test_a_connect_mid_stream_keeps_every_channel_fifo(ray_session, monkeypatch):
+    """Every replica told its peers again while frames wait at a slow receiver's socket
+    (as a job without ``recovery=`` does at its first rescale), then more batches: none may
+    overtake the frames written before. A ``connect`` that closed the sockets sent them by
+    Ray call, which took the receiver's lock between two frames (failed 8 runs of 8)."""
+    monkeypatch.setenv("RAYTIDE_SOCKET_HOPS", "1")
+    flow = rt.Dataflow("fifo-connect")
+    flow.input("numbers").exchange(lambda x: 0).unary(SlowInOrder).output("out")
+    numbers = list(range(3200))
+    with rt.run(flow, parallelism=2, batch_size=BATCH) as job:
+        placement = job.placement
+        job.push("numbers", numbers[:800], 0)
+        _time.sleep(1.0)
+        job.push("numbers", numbers[800:1600], 0)
+        for key in placement.peers:
+            placement.peers[key].connect.remote(placement.peers_of(key), placement.unbounded, placement.route(key), None)
+        job.push("numbers", numbers[1600:], 0)
+        job.close("numbers")
+        job.wait(timeout=120)
+        (arrived,) = job.collect("out")[0]
+        frames = job.stats()["socket_frames"]
+    assert sorted(arrived) == numbers
+    for got, sent in zip(_per_sender(arrived), _per_sender(numbers)):
+        first = next((i for i, (a, b) in enumerate(zip(got, sent)) if a != b), None)
+        assert first is None, f"record {got[first]} arrived where {sent[first]} was due"
     assert frames > 0, "no batch went by socket"

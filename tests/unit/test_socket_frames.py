@@ -112,3 +112,42 @@ def test_a_closed_receiver_is_a_connection_error_not_a_hang():
         for _ in range(100):  # the first writes after the close may still land in the kernel's buffer
             out.send(DATA, bytes([0]) + bytes(4), window=1)
     assert time.monotonic() - started < 5
+
+
+def test_a_frame_whose_delivery_raises_is_acknowledged_and_the_next_ones_delivered():
+    got: list[bytes] = []
+    delivered = threading.Condition()
+
+    def deliver(frame: Frame) -> None:
+        assert isinstance(frame.packed, bytes)
+        if frame.packed == b"bad":
+            raise ValueError("a frame that does not decode")
+        with delivered:
+            got.append(frame.packed)
+            delivered.notify_all()
+
+    inbound = Inbound("raising", deliver)
+    out = Outbound("sender", inbound.path)
+    for blob in (b"bad", b"after", b"last"):
+        out.send(DATA, blob, None)
+    with delivered:
+        assert delivered.wait_for(lambda: len(got) == 2, timeout=10), "the delivery thread stopped at the frame that raised"
+    out.send(DATA, b"more", window=1)  # waits for every acknowledgement but this one's
+    assert out.unacked <= 1
+    out.close()
+    inbound.close()
+    assert got[:2] == [b"after", b"last"]
+
+
+def test_a_corrupt_stream_closes_its_connection_and_leaves_the_others_served():
+    inbound, got, delivered = _receiver()
+    corrupt = Outbound("corrupt", inbound.path)
+    corrupt.socket.sendall(b"\x09" + bytes(20))  # a frame of no kind
+    other = Outbound("other", inbound.path)
+    other.send(DATA, bytes([3]) + (1).to_bytes(4, "big"), None)
+    with delivered:
+        assert delivered.wait_for(lambda: got.get(3) == [1], timeout=10), "the reader stopped at the corrupt stream"
+    with pytest.raises(ConnectionError):
+        for _ in range(100):  # from the second on, each waits for the one before's acknowledgement
+            corrupt.send(DATA, bytes([4]) + bytes(4), window=1)
+    inbound.close()
