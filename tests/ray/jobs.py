@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +131,29 @@ def run_example(tmp_path: Path, env: dict[str, str], script: str, *args: str) ->
     code, out, err = until_ray_starts(attempt, lambda done: done[2])
     assert code == 0, f"exit code {code}\n{out[-3000:]}\n{err[-5000:]}"
     return out, err
+
+
+class SequenceFeed:
+    """Epochs of ``(key, sequence number)`` for ``keys`` keys, ``per_key`` consecutive numbers a key
+    an epoch, one epoch every ``pause`` s until :meth:`stop` (a vertex checks each key's numbers
+    follow on: :func:`next_in_sequence`)."""
+
+    def __init__(self, keys: int, per_key: int, pause: float) -> None:
+        self.keys, self.per_key, self.pause = keys, per_key, pause
+        self.stopped = threading.Event()
+        self.fed = 0
+
+    def epochs(self) -> Iterator[list[tuple[int, int]]]:
+        while not self.stopped.is_set():
+            yield [(key, self.fed * self.per_key + i) for i in range(self.per_key) for key in range(self.keys)]
+            self.fed += 1
+            time.sleep(self.pause)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def reference(self) -> dict[str, dict[int, Counter]]:
+        """Output ``out``'s records per epoch fed: ``(key, (key, n))`` for each number fed."""
+        return {"out": {epoch: Counter((key, (key, n)) for key in range(self.keys)
+                                       for n in range(epoch * self.per_key, (epoch + 1) * self.per_key))
+                        for epoch in range(self.fed)}}

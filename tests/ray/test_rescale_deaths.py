@@ -20,7 +20,6 @@ unhandled (an answer with an error that nobody read).
 
 from __future__ import annotations
 
-import collections
 import gc
 import logging
 import os
@@ -34,7 +33,7 @@ import pytest
 import raytide as rt
 from raytide.snapshots.store import SnapshotStore
 from tests.delivery import assert_exactly_once
-from tests.ray.jobs import next_in_sequence
+from tests.ray.jobs import SequenceFeed, next_in_sequence
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
 
@@ -47,26 +46,8 @@ TRIALS = 5
 BOUND_S = 5.0
 
 
-class Feed:
-    """Epochs of ``(key, sequence number)`` fed until :meth:`stop`, every key's numbers consecutive."""
-
-    def __init__(self) -> None:
-        self.stopped = threading.Event()
-        self.fed = 0
-
-    def epochs(self) -> Iterator[list[tuple[int, int]]]:
-        while not self.stopped.is_set():
-            yield [(key, self.fed * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)]
-            self.fed += 1
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.stopped.set()
-
-    def reference(self) -> dict[str, dict[int, collections.Counter]]:
-        return {"out": {epoch: collections.Counter((key, (key, n)) for key in range(KEYS)
-                                                   for n in range(epoch * PER_KEY, (epoch + 1) * PER_KEY))
-                        for epoch in range(self.fed)}}
+def new_feed() -> SequenceFeed:
+    return SequenceFeed(KEYS, PER_KEY, 0.01)
 
 
 def kill_after(job: rt.Job, name: str, delay: float) -> threading.Thread:
@@ -127,7 +108,7 @@ def read_to_a_snapshot(store: SnapshotStore, results: Iterator, trial: str, time
 def trials(tmp_path) -> None:
     """The trials of the test above: a kill and a rescale each, in one job fed all along, the
     delays taking turns (so each kind of trial meets the job in every state the others leave)."""
-    feed = Feed()
+    feed = new_feed()
     flow = rt.Dataflow("rescale-killed")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
     delays = KILL_AFTER * TRIALS

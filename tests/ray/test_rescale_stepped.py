@@ -7,12 +7,9 @@ the rescale is made holding the whole job, its record saying why."""
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +18,7 @@ import raytide as rt
 from raytide.core.keygroups import key_group
 from raytide.driver.stepped import SteppedRescale
 from tests.delivery import assert_exactly_once
-from tests.ray.jobs import next_in_sequence
+from tests.ray.jobs import SequenceFeed, next_in_sequence
 
 pytestmark = [pytest.mark.ray]
 
@@ -35,26 +32,8 @@ def stamped(last: int | None, record: tuple[int, int]) -> tuple[int, tuple[int, 
     return number, (record[0], record[1], time.time())
 
 
-class SteadyFeed:
-    """Epochs of ``(key, sequence number)`` fed every few ms until :meth:`stop`."""
-
-    def __init__(self) -> None:
-        self.stopped = threading.Event()
-        self.fed = 0
-
-    def epochs(self) -> Iterator[list[tuple[int, int]]]:
-        while not self.stopped.is_set():
-            yield [(key, self.fed * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)]
-            self.fed += 1
-            time.sleep(0.005)
-
-    def stop(self) -> None:
-        self.stopped.set()
-
-    def reference(self) -> dict[str, dict[int, collections.Counter]]:
-        return {"out": {epoch: collections.Counter((key, (key, n)) for key in range(KEYS)
-                                                   for n in range(epoch * PER_KEY, (epoch + 1) * PER_KEY))
-                        for epoch in range(self.fed)}}
+def steady_feed() -> SequenceFeed:
+    return SequenceFeed(KEYS, PER_KEY, 0.005)
 
 
 def flow_checking_sequences(name: str) -> rt.Dataflow:
@@ -78,7 +57,7 @@ def flowed_during(out: list[tuple[int, list]], record: dict[str, Any]) -> int:
 
 @pytest.mark.timeout(300)
 def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_meanwhile(ray_session):
-    feed = SteadyFeed()
+    feed = steady_feed()
     with rt.run(flow_checking_sequences("stepped"), {"records": feed.epochs()}, parallelism=2) as job:
         results = job.results("out", timeout=120)
         out = [next(results)]
@@ -105,7 +84,7 @@ def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_
 @pytest.mark.timeout(300)
 def test_a_replica_killed_as_the_steps_start_falls_back_to_the_whole_job_rescale_and_stays_exact(
         ray_session, tmp_path, monkeypatch):
-    feed, killed = SteadyFeed(), []
+    feed, killed = steady_feed(), []
     wait_steps = SteppedRescale._wait_steps
 
     def killing_first(self: SteppedRescale, message: Any) -> Any:  # the plan is installed: its steps are under way

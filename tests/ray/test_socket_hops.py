@@ -13,13 +13,25 @@ import raytide as rt
 pytestmark = pytest.mark.ray
 
 
-class InOrder(rt.Vertex):
-    """Records the order its records arrived in, per epoch; emits it when the epoch is complete.
-    Busy at its first batch (holding the GIL, so its socket's address is answered late, on
-    another thread), so that the sender's Ray calls queue up behind it before it could switch."""
+class ArrivalOrder(rt.Vertex):
+    """Records the order its records arrived in, per epoch; emits it when the epoch is complete."""
 
     def __init__(self) -> None:
         self.arrived: dict = {}
+
+    def arrive(self, message, time) -> None:
+        if time not in self.arrived:
+            self.arrived[time] = []
+            self.notify_at(time)
+        self.arrived[time].extend(message)
+
+    def on_notify(self, time):
+        self.send_by(0, [self.arrived.pop(time)], time)
+
+
+class InOrder(ArrivalOrder):
+    """Busy at its first batch (holding the GIL, so its socket's address is answered late, on
+    another thread), so that the sender's Ray calls queue up behind it before it could switch."""
 
     def on_recv(self, edge, message, time):
         if not self.arrived:  # the GIL held for 0.3 s: no other thread of this process runs meanwhile
@@ -31,13 +43,7 @@ class InOrder(rt.Vertex):
                     pass
             finally:
                 sys.setswitchinterval(interval)
-        if time not in self.arrived:
-            self.arrived[time] = []
-            self.notify_at(time)
-        self.arrived[time].extend(message)
-
-    def on_notify(self, time):
-        self.send_by(0, [self.arrived.pop(time)], time)
+        self.arrive(message, time)
 
 
 def _per_sender(arrived: list[int]) -> list[list[int]]:
@@ -69,22 +75,13 @@ def test_a_channel_switched_to_its_socket_mid_stream_stays_fifo(ray_session, mon
     assert frames > 0, "no batch went by socket"
 
 
-class SlowInOrder(rt.Vertex):
-    """Records the order its records arrived in, per epoch, taking 2 ms a batch (asleep, the
-    GIL free, the host's lock of the replica's calls held): frames queue up at its socket."""
-
-    def __init__(self) -> None:
-        self.arrived: dict = {}
+class SlowInOrder(ArrivalOrder):
+    """Takes 2 ms a batch (asleep, the GIL free, the host's lock of the replica's calls held):
+    frames queue up at its socket."""
 
     def on_recv(self, edge, message, time):
         _time.sleep(0.002)
-        if time not in self.arrived:
-            self.arrived[time] = []
-            self.notify_at(time)
-        self.arrived[time].extend(message)
-
-    def on_notify(self, time):
-        self.send_by(0, [self.arrived.pop(time)], time)
+        self.arrive(message, time)
 
 
 def test_a_connect_mid_stream_keeps_every_channel_fifo(ray_session, monkeypatch):
