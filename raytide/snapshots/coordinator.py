@@ -29,7 +29,7 @@ up with; a recovery or rescale (a new incarnation) clears the wait.
 
 >>> core = CoordinatorCore(["a/0", "b/0"], first_id=1, interval=1.0, timeout=10.0)
 >>> core.due(now=0.0), core.trigger(now=0.0, delivered={"out": 3})
-(True, Trigger(snapshot_id=1, incarnation=0, hold=False, delivered={'out': 3}))
+(True, Trigger(snapshot_id=1, incarnation=0, hold=False, delivered={'out': 3}, committed=None))
 >>> core.acknowledge(Acknowledgement("a/0", 1, 0, (), {"size": 3}), now=0.2) is None
 True
 >>> commit = core.acknowledge(Acknowledgement("b/0", 1, 0, (), None), now=0.3)
