@@ -44,7 +44,7 @@ from raytide.differential import DIFF
 from raytide.graph.edges import CHANGED, EMPTY, epoch_mark, mark_changed, narrow
 
 #: The columns of the rows that go round the loop.
-MESSAGE = ("node", "label", "sender", "kind", "high")
+MESSAGE = ("node", "label", "sender", "kind")
 #: The kinds of message: an offer of the sender's label; a notice that the sender forgot
 #: its label (its children forget theirs); an ask, an offer that asks the target to offer
 #: back its label if smaller.
@@ -134,7 +134,6 @@ def edge_changes(s: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lost, gained = (before > 0) & (now <= 0), (before <= 0) & (now > 0)
     owner, other = touched[pairs // width], others[pairs % width]
     orphaned = lost & (s.state["parent"][owner] == other) & (other != s.ids[owner])
-    s.state["backup"][owner[lost & (s.state["backup"][owner] == other)]] = -1
     return owner[orphaned], owner[gained], other[gained]
 
 
@@ -156,7 +155,6 @@ def forget(s: Step, slots: np.ndarray) -> np.ndarray:
     slots = slots[~waiting[slots]]
     s.state["label"][slots] = s.state["parent"][slots] = s.ids[slots]
     s.state["stamp"][slots] = s.time.counters[-1] * STEPS_PER_ROUND
-    s.state["backup"][slots] = -1
     waiting[slots] = True
     return slots
 
@@ -185,28 +183,6 @@ def reattach(s: Step, slots: np.ndarray, which: np.ndarray, at: np.ndarray) -> n
     return found
 
 
-def reattach_away(s: Step, slots: np.ndarray) -> np.ndarray:
-    """Of the nodes at ``slots`` (their parent lost, no neighbour held here to reattach to),
-    those whose ``backup`` is held at another replica take it as their parent: a mask of ``slots``.
-
-    A node's backup is a second sender of the label it took (:func:`take`): an offer is made
-    by a node that took its label before, so its ``(stamp, id)`` is the smaller, as a parent's
-    is. It is known right while it is set: the backup's stamp changes only when it takes a
-    lower label (its offer reaches this node, which takes that label or a lower one, and
-    chooses its backup again) or forgets (its notice clears the backup, :func:`relabel`, or
-    :func:`forget_below` at its own replica at once); a deleted edge to it clears it
-    (:func:`edge_changes`). If the backup forgets in the round this node reattaches to it,
-    its notice reaches this node as a child of it, as any parent's does. A backup held here
-    is judged by its state instead (:func:`reattach`).
-    """
-    backup = s.state["backup"][slots]
-    away = backup >= 0
-    away[away] = s.lookup(backup[away]) < 0
-    s.state["parent"][slots[away]] = backup[away]
-    s.state["backup"][slots[away]] = -1
-    return away
-
-
 def forget_below(s: Step, lost: np.ndarray) -> np.ndarray:
     """The nodes at ``lost`` (their parent link gone) reattach where they can; the rest forget,
     and so, transitively, do their children held at this replica that cannot reattach: the
@@ -217,53 +193,39 @@ def forget_below(s: Step, lost: np.ndarray) -> np.ndarray:
     frontier = lost[~s.state["waiting"][lost]]
     while len(frontier):
         which, at = held_neighbours(s, frontier)
-        found = reattach(s, frontier, which, at)
-        found[~found] = reattach_away(s, frontier[~found])
-        forgetting = ~found
+        forgetting = ~reattach(s, frontier, which, at)
         waves.append(forget(s, frontier[forgetting]))
         senders = s.ids[frontier][which]
-        gone = forgetting[which]
-        s.state["owing"][at[gone]] = True  # a notice taken here, at once: see at_quiet
-        s.state["backup"][at[gone & (s.state["backup"][at] == senders)]] = -1  # a notice taken here, at once
-        child = at[gone & (s.state["parent"][at] == senders) & (s.ids[at] != senders)]
+        child = at[forgetting[which] & (s.state["parent"][at] == senders) & (s.ids[at] != senders)]
         child = np.unique(child)
         frontier = child[~s.state["waiting"][child]]
     return concat(waves)
 
 
-def incoming(s: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """This round's messages: ``(label, sender, kind, high)``, row for row with ``s.slots``."""
+def incoming(s: Step) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This round's messages: ``(label, sender, kind)``, row for row with ``s.slots``."""
     if not len(s.slots):
-        return EMPTY, EMPTY, EMPTY, EMPTY
-    return s.values["label"], s.values["sender"], s.values["kind"], s.values["high"]
+        return EMPTY, EMPTY, EMPTY
+    return s.values["label"], s.values["sender"], s.values["kind"]
 
 
-def smallest_offers(targets: np.ndarray, label: np.ndarray, sender: np.ndarray,
-                    high: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Per distinct target its smallest offered label, the smallest sender of it and the largest
-    (``high``: a row's ``high`` is the largest sender it was folded from, its sender if none):
-    ``(targets, label, sender, high)``; two senders of the label when they differ.
+def smallest_offers(targets: np.ndarray, label: np.ndarray, sender: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per distinct target its smallest offered label and a sender of it: ``(targets, label, sender)``.
 
     Labels and senders that fit 31 bits each (node ids, mostly) are packed into one int64
     and folded with ``np.minimum`` (:func:`~raytide.core.combine.combine_by_key`, no sort for
-    dense targets), ``high`` packed complemented; others are sorted (``np.lexsort``), one
-    sender kept.
+    dense targets); others are sorted (``np.lexsort``).
     """
     if not len(targets):
-        return targets, label, sender, high
-    if min(int(label.min()), int(sender.min())) >= 0 and max(int(label.max()), int(high.max())) < 2**31:
-        keys, folded = combine_by_key(targets, {"packed": (label << 31) | sender, "top": (label << 31) | (HIGH - high)},
-                                      {"packed": np.minimum, "top": np.minimum})
-        return keys, folded["packed"] >> 31, folded["packed"] & HIGH, HIGH - (folded["top"] & HIGH)
+        return targets, label, sender
+    if min(int(label.min()), int(sender.min())) >= 0 and max(int(label.max()), int(sender.max())) < 2**31:
+        keys, folded = combine_by_key(targets, {"packed": (label << 31) | sender}, {"packed": np.minimum})
+        return keys, folded["packed"] >> 31, folded["packed"] & (2**31 - 1)
     order = np.lexsort((label, targets))
     first = np.ones(len(order), dtype=bool)
     first[1:] = targets[order][1:] != targets[order][:-1]
     best = order[first]
-    return targets[best], label[best], sender[best], sender[best]
-
-
-#: The low 31 bits of a packed ``(label, sender)``: the sender.
-HIGH = 2**31 - 1
+    return targets[best], label[best], sender[best]
 
 
 #: A node's stamp is its loop round times this, plus the step of the round's local
@@ -271,33 +233,26 @@ HIGH = 2**31 - 1
 STEPS_PER_ROUND = 1 << 20
 
 
-def take(s: Step, targets: np.ndarray, label: np.ndarray, sender: np.ndarray, high: np.ndarray,
-         stamp: int) -> np.ndarray:
-    """Each target not waiting takes its smallest offer if below its label, from its smallest
-    sender, another sender of it its backup (:func:`reattach_away`); the slots that did."""
+def take(s: Step, targets: np.ndarray, label: np.ndarray, sender: np.ndarray, stamp: int) -> np.ndarray:
+    """Each target not waiting takes its smallest offer if below its label; the slots that did."""
     open_ = ~s.state["waiting"][targets]
-    targets, label, sender, high = smallest_offers(targets[open_], label[open_], sender[open_], high[open_])
+    targets, label, sender = smallest_offers(targets[open_], label[open_], sender[open_])
     lower = label < s.state["label"][targets]
     taking = targets[lower]
     s.state["label"][taking] = label[lower]
     s.state["parent"][taking] = sender[lower]
-    s.state["backup"][taking] = np.where(high[lower] != sender[lower], high[lower], -1)
     s.state["stamp"][taking] = stamp
     return taking
 
 
-def local_offers(s: Step, slots: np.ndarray) -> Offers:
-    """The labels of the nodes at ``slots`` offered to their neighbours held here."""
+def local_offers(s: Step, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The labels of the nodes at ``slots`` offered to their neighbours held here: ``(target
+    slots, label, sender)``."""
     which, at = held_neighbours(s, slots)
-    sender = s.ids[slots][which]
-    return at, s.state["label"][slots][which], sender, sender
+    return at, s.state["label"][slots][which], s.ids[slots][which]
 
 
-#: Offers to nodes held here: ``(target slots, label, sender, high)`` (see :func:`smallest_offers`).
-Offers = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-def settle(s: Step, offers: Offers) -> np.ndarray:
+def settle(s: Step, offers: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     """The round's offers to nodes held here taken, and what they lower offered on to the
     neighbours held here, to a local fixpoint: only offers to other replicas wait for the
     next round (a wide wave goes on as messages: :func:`~raytide.graph.edges.narrow`).
@@ -320,19 +275,16 @@ def distinct(steps: list[np.ndarray]) -> np.ndarray:
     return concat(steps) if len(steps) < 2 else np.unique(concat(steps))
 
 
-def messages(node: np.ndarray, label: np.ndarray, sender: np.ndarray, kind: int,
-             high: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Rows of the next round, all of one kind (``high``: see :func:`smallest_offers`; the sender if none)."""
-    return {"node": node, "label": label, "sender": sender, "kind": np.full(len(node), kind, dtype=np.int8),
-            "high": sender if high is None else high}
+def messages(node: np.ndarray, label: np.ndarray, sender: np.ndarray, kind: int) -> dict[str, np.ndarray]:
+    """Rows of the next round, all of one kind."""
+    return {"node": node, "label": label, "sender": sender, "kind": np.full(len(node), kind, dtype=np.int8)}
 
 
 def to_neighbours(s: Step, slots: np.ndarray, kinds: np.ndarray) -> dict[str, np.ndarray]:
     """A message of ``kinds[k]`` from the node at ``slots[k]``, with its label, to each of its
     neighbours: one read of the arrangement for every kind of message of the round."""
     which, dst = neighbours(s, slots)
-    sender = s.ids[slots][which]
-    return {"node": dst, "label": s.state["label"][slots][which], "sender": sender, "kind": kinds[which], "high": sender}
+    return {"node": dst, "label": s.state["label"][slots][which], "sender": s.ids[slots][which], "kind": kinds[which]}
 
 
 def replies(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) -> dict[str, np.ndarray]:
@@ -342,7 +294,7 @@ def replies(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) ->
     return messages(sender[answer], s.state["label"][targets[answer]], s.ids[targets[answer]], OFFER)
 
 
-def asks(s: Step, asking: np.ndarray) -> tuple[Offers, dict[str, np.ndarray]]:
+def asks(s: Step, asking: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
     """The asking nodes' neighbours held here offer them their labels and they offer theirs
     back (an ask answered at once, without a message: ``(target slots, label, sender)``, taken
     in this round's :func:`settle`); their neighbours held elsewhere are asked by message."""
@@ -351,12 +303,13 @@ def asks(s: Step, asking: np.ndarray) -> tuple[Offers, dict[str, np.ndarray]]:
     here = at >= 0
     label, ids = s.state["label"][asking][which], s.ids[asking][which]
     near, held = which[here], at[here]
-    senders = concat([s.ids[held], ids[here]])
-    offers = (concat([asking[near], held]), concat([s.state["label"][held], label[here]]), senders, senders)
+    offers = (concat([asking[near], held]), concat([s.state["label"][held], label[here]]),
+              concat([s.ids[held], ids[here]]))
     return offers, messages(dst[~here], label[~here], ids[~here], ASK)
 
 
-def new_edge_offers(s: Step, gained_from: np.ndarray, gained_to: np.ndarray) -> tuple[Offers, dict[str, np.ndarray]]:
+def new_edge_offers(s: Step, gained_from: np.ndarray,
+                    gained_to: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
     """The labels offered along the edges new this round by their ends not waiting: to the
     ends held here as ``(target slots, label, sender)``, taken in this round's :func:`settle`
     (never sent: a target there takes it or is waiting), to the others as messages."""
@@ -365,43 +318,28 @@ def new_edge_offers(s: Step, gained_from: np.ndarray, gained_to: np.ndarray) -> 
         gained_from, gained_to = gained_from[offering], gained_to[offering]
     label, sender, at = s.state["label"][gained_from], s.ids[gained_from], s.lookup(gained_to)
     held = at >= 0
-    return (at[held], label[held], sender[held], sender[held]), messages(gained_to[~held], label[~held], sender[~held], OFFER)
-
-
-def at_quiet(s: Step) -> tuple[np.ndarray, np.ndarray]:
-    """``(asking, owing)``: at the round after one in which no replica sent a row (``Step.quiet``)
-    every notice has been taken everywhere, so the waiting nodes stop waiting and ask for
-    labels, and the nodes not waiting that were told of a neighbour forgetting (``owing``)
-    offer their labels to their neighbours now, a round before an ask would reach them.
-    Empty both at another round."""
-    if not s.quiet:
-        return EMPTY, EMPTY
-    waiting, owes = s.state["waiting"], s.state["owing"]
-    asking, owing = np.flatnonzero(waiting), np.flatnonzero(owes & ~waiting)
-    waiting[asking] = False
-    owes[:] = False
-    return asking, owing
+    return (at[held], label[held], sender[held]), messages(gained_to[~held], label[~held], sender[~held], OFFER)
 
 
 def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
     """One round at one replica (see the module docstring): the messages of the next round."""
     lost_parent, gained_from, gained_to = edge_changes(s)
-    label, sender, kind, high = incoming(s)
+    label, sender, kind = incoming(s)
     targets, parent, ids, waiting = s.slots, s.state["parent"], s.ids, s.state["waiting"]
     notified = targets[(kind == NOTICE) & (parent[targets] == sender) & (sender != ids[targets])]
-    s.state["backup"][targets[(kind == NOTICE) & (s.state["backup"][targets] == sender)]] = -1
     forgot = forget_below(s, np.unique(concat([lost_parent, notified])))
-    s.state["owing"][targets[kind == NOTICE]] = True
-    asking, owing = at_quiet(s)
+    asking = EMPTY
+    if s.quiet:  # every notice has been taken everywhere: the waiting nodes ask for labels
+        asking = np.flatnonzero(waiting)
+        waiting[asking] = False
     open_ = kind != NOTICE
     held_gained, remote_gained = new_edge_offers(s, gained_from, gained_to)
     asked, asks_sent = asks(s, asking)
-    sources = [(targets[open_], label[open_], sender[open_], high[open_]), held_gained, asked, local_offers(s, owing)]
-    targets_, labels, senders, highs = (concat([o[k] for o in sources]) for k in range(4))
-    took = settle(s, (targets_, labels, senders, highs))
-    kinds = np.repeat(np.array([NOTICE, OFFER], dtype=np.int8), [len(forgot), len(took) + len(owing)])
-    parts = [to_neighbours(s, concat([forgot, took, owing]), kinds), asks_sent, replies(s, label, sender, kind),
-             remote_gained]
+    sources = [(targets[open_], label[open_], sender[open_]), held_gained, asked]
+    offers = (concat([o[0] for o in sources]), concat([o[1] for o in sources]), concat([o[2] for o in sources]))
+    took = settle(s, offers)
+    kinds = np.repeat(np.array([NOTICE, OFFER], dtype=np.int8), [len(forgot), len(took)])
+    parts = [to_neighbours(s, concat([forgot, took]), kinds), asks_sent, replies(s, label, sender, kind), remote_gained]
     if waiting.any():
         s.again()
     mark_changed(s, concat([forgot, took, asking, s.added.get(0, (EMPTY, {}))[0]]))
@@ -419,8 +357,8 @@ def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     (:func:`asks` answers the others at once).
     """
     offers = rows["kind"] == OFFER
-    node, label, sender, high = smallest_offers(*(rows[name][offers] for name in ("node", "label", "sender", "high")))
-    folded = messages(node, label, sender, OFFER, high)
+    node, label, sender = smallest_offers(rows["node"][offers], rows["label"][offers], rows["sender"][offers])
+    folded = messages(node, label, sender, OFFER)
     rows = {name: concat([values[~offers], folded[name]]) for name, values in rows.items()}
     slots = s.lookup(rows["node"])
     here = slots >= 0
@@ -452,7 +390,7 @@ def changing_components(edges: Collection, name: str) -> Collection:
     direction ignored) are inserted and deleted: the smallest node id of each node's component."""
     columns = edges.update_columns(("src", "dst"), name=f"{name}.columns")
     state = {"label": (np.int64, own_id), "parent": (np.int64, own_id), "waiting": (np.bool_, False), "changed": CHANGED,
-             "stamp": (np.int64, -1), "backup": (np.int64, -1), "owing": (np.bool_, False),
+             "stamp": (np.int64, -1),
              "present": (np.bool_, False), "shown": (np.int64, 0), "was_shown": (np.bool_, False)}
     changes = columns.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
         relabel, key="node", state=state, arrange="src", diff=DIFF, name=name, finish=label_changes,
