@@ -95,3 +95,28 @@ def test_a_new_edge_to_a_node_that_forgets_in_the_same_epoch_equals_union_find()
     for seed in seeds(3, "changing-components-new-edge", rotate=1):
         for parallelism in (1, 2, 3):
             check(epochs, parallelism, seed)
+
+
+def gadgets(count: int) -> tuple[list, list[list], list]:
+    """``count`` copies of a component ``a - b1, a - b2, b1 - c, b2 - c, c - d`` (ids ``10k + 0..4``),
+    where ``c`` takes ``a``'s label from ``b1`` and ``b2`` at once (``b2`` its backup, wherever it
+    is held) and ``d`` from ``c``; then epochs that cut ``c``'s parent edge alone (``c`` reattaches
+    to ``b2``) and put it back, and that cut it with ``b2``'s own parent edge (``b2`` is cut in the round ``c`` reattaches to
+    it: ``c`` must forget in turn, and ``b2``, ``c``, ``d`` take ``b2``'s id)."""
+    first = [((10 * k + u, 10 * k + v), 1) for k in range(count) for u, v in ((0, 1), (0, 2), (1, 3), (2, 3), (3, 4))]
+    cut_parent = [((10 * k + 1, 10 * k + 3), -1) for k in range(count)]
+    restore = [((10 * k + 1, 10 * k + 3), 1) for k in range(count)]
+    cut_both = cut_parent + [((10 * k, 10 * k + 2), -1) for k in range(count)]
+    return first, [cut_parent, restore], cut_both
+
+
+def test_a_node_reattaching_across_replicas_into_a_subtree_being_cut_equals_union_find():
+    """A node whose parent edge goes reattaches to its backup held at another replica; when the
+    backup's own parent edge goes in the same epoch the backup forgets and so must the node
+    (its notice reaching it as its child), and no node may reattach to one that took its label
+    after it (from it, say): a cycle of parents would keep a label the part cannot reach."""
+    first, cut_parent, cut_both = gadgets(12)
+    for seed in seeds(2, "changing-components-backups", rotate=1):
+        for parallelism in (2, 3, 4):
+            check([first, *cut_parent, cut_both], parallelism, seed)
+            check([first, cut_both], parallelism, seed)
