@@ -21,7 +21,7 @@ from raytide.driver.rescale import RayRescale
 from tests.delivery import assert_exactly_once
 from tests.ray.jobs import next_in_sequence
 from tests.ray.test_rescale import SequenceChecker, labels_through_rescales
-from tests.ray.test_rescale_deaths import Feed, kill_after
+from tests.ray.test_rescale_deaths import kill_after, new_feed
 
 pytestmark = [pytest.mark.ray]
 
@@ -30,7 +30,7 @@ WIDTHS = (3, 1, 2)
 
 @pytest.mark.timeout(600)
 def test_a_keyed_job_without_recovery_rescaled_up_and_down_sees_every_record_once_in_order(ray_session):
-    feed = Feed()
+    feed = new_feed()
     flow = rt.Dataflow("sequence-unrecovered")
     keyed = flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check")
     keyed.output("out")
@@ -82,7 +82,7 @@ def test_a_loop_without_recovery_rescaled_up_and_down_gives_the_union_find_label
 def test_a_death_during_a_rescale_without_recovery_fails_the_job_at_once_naming_it(ray_session):
     """Nothing can bring such a job back: ``job.rescale`` raises the death (or a
     ``RecoveryError`` naming it) within seconds, and so does the job's next call."""
-    feed = Feed()
+    feed = new_feed()
     flow = rt.Dataflow("killed-unrecovered")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
     with rt.run(flow, {"records": feed.epochs()}, parallelism=1) as job:
@@ -108,7 +108,7 @@ def test_a_death_as_a_job_without_recovery_switches_widths_fails_it_saying_no_re
     kill made there: the moment is exact) must be recovered in the new widths, which a job
     without recovery cannot: the error says so (before 2026-11-29: "the job failed 1 times,
     more than max_restarts=0 allows", a budget the user never set)."""
-    feed = Feed()
+    feed = new_feed()
     flow = rt.Dataflow("switch-killed")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
     with rt.run(flow, {"records": feed.epochs()}, parallelism=1) as job:
