@@ -67,7 +67,18 @@ def spark(_spark_on_ray):
     """
     from raytide.integrations.spark import start_spark
 
-    return start_spark("raytide-tests")
+    if _SPARK_START_FAILURES:
+        pytest.fail(f"Spark did not start earlier in this session, not tried again: {_SPARK_START_FAILURES[0]!r}")
+    try:
+        return start_spark("raytide-tests")
+    except Exception as error:
+        _SPARK_START_FAILURES.append(error)
+        raise
+
+
+#: Why the session's Spark did not start, once it did not: each later test asking for it fails at
+#: once, rather than waiting through a start that cannot succeed (minutes each).
+_SPARK_START_FAILURES: list[Exception] = []
 
 
 @pytest.fixture

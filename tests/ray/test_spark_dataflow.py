@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 from pyspark.sql import functions as F
 
@@ -69,33 +67,3 @@ def test_outputs_convert_to_spark_after_the_job_is_torn_down(ray_session, spark)
         job.wait(timeout=180)
     back = to_spark(job, "counts", epoch=0)
     assert {r["_1"]: r["_2"] for r in back.collect()} == spark_counts(df, by_epoch=False)
-
-
-def test_a_spark_executor_killed_mid_read_is_read_again_in_place_and_every_row_counted_once(
-        ray_session, spark, monkeypatch):
-    """Issue 73, case 8: a batch ``from_spark`` job whose Spark executor is SIGKILLed once Spark has
-    computed and cached the DataFrame's Arrow partitions, before any is read into Ray. Ray restarts
-    the executor actor under its name, it joins Spark under a new id with its cache empty; the read
-    tasks wait for it and read again, the executor computing the partitions again: the job goes on,
-    every row counted exactly once (the plain-Python count of the same lines)."""
-    from raytide.integrations.spark import source
-    from tests.executor_kills import kill_executor, restarts
-
-    killed: dict[str, int] = {}
-
-    def cache_then_kill(frame, what, cache=source.cache_partitions):
-        cached = cache(frame, what)
-        for name in sorted({partition.executor for partition in cached.partitions}):
-            before = restarts(name)
-            kill_executor(name)
-            killed[name] = before
-        return cached
-
-    monkeypatch.setattr(source, "cache_partitions", cache_then_kill)
-    df = spark.createDataFrame(LINES, ["epoch", "line"]).repartition(4)
-    with rt.run(word_count_flow(), inputs={"rows": from_spark(df)}, parallelism=2) as job:
-        job.wait(timeout=180)
-        result = job.collect("counts")
-    assert killed and all(restarts(name) > before for name, before in killed.items()), killed
-    reference = Counter(word for _, line in LINES for word in line.split())
-    assert Counter(dict(result[0])) == reference and len(result[0]) == len(reference)

@@ -1,8 +1,7 @@
 """A Spark Structured Streaming query feeding a job (``from_spark_stream``), on real Spark
 through RayDP and a real Ray: files land in a directory while the query runs, micro-batch
 ``n`` is epoch ``n``, and every file's words are counted exactly once, across a replica
-SIGKILLed mid-stream, across a Spark executor SIGKILLed mid-stream (read again in place, the
-same driver going on) and across a job stopped with a savepoint and restored on the same
+SIGKILLed mid-stream and across a job stopped with a savepoint and restored on the same
 checkpoint; a rate source's numbered rows, once each across a savepoint. Counted against
 a plain-Python reference (:mod:`tests.delivery`): per epoch, the words of the files Spark
 put in that micro-batch."""
@@ -158,40 +157,6 @@ def test_an_actor_killed_mid_stream_loses_and_repeats_nothing(ray_session, spark
         recoveries = job.stats()["recoveries"]
         job.stop()
     assert recoveries["count"] >= 1, f"the {victim} was killed: the job recovered ({recoveries})"
-    assert_each_file_once(handed, 6)
-
-
-def test_a_spark_executor_killed_mid_stream_is_read_again_in_place_by_the_same_driver(
-        ray_session, spark, tmp_path, monkeypatch):
-    """Issue 74: the Spark executor caching micro-batch 2 is SIGKILLed once Spark has computed and
-    cached the batch, before the input replicas read it. Ray restarts the executor actor under its
-    name and it joins Spark under a new id, its cache empty: the replicas' reads wait for it and read
-    again (the executor computes the batch again from the query's plan), and the batches after it,
-    cached under the new id, are read from the actor named through RayDP's map of restarted
-    executors. The same driver goes on, no recovery of the job's actors, every file counted once."""
-    from raytide.integrations.spark import stream as spark_stream
-    from tests.executor_kills import kill_executor, restarts
-
-    killed: dict[str, int] = {}
-
-    def cache_then_kill(frame, what, cache=spark_stream.cache_partitions):
-        cached = cache(frame, what)
-        if what.startswith("micro-batch 2 ") and not killed:
-            for name in sorted({partition.executor for partition in cached.partitions}):
-                killed[name] = restarts(name)
-                kill_executor(name)
-        return cached
-
-    monkeypatch.setattr(spark_stream, "cache_partitions", cache_then_kill)
-    stream = Stream(tmp_path)
-    stream.land(1)
-    handed: list = []
-    with stream.run(spark) as job:
-        consume(job, stream, handed, until_files=6, land_each=True)
-        recoveries = job.stats()["recoveries"]
-        job.stop()
-    assert killed and all(restarts(name) > before for name, before in killed.items()), killed
-    assert recoveries["count"] == 0, f"an executor's death is recovered in place, not by the job: {recoveries}"
     assert_each_file_once(handed, 6)
 
 
