@@ -14,8 +14,9 @@ reads) stay Ray calls. Per replica, the channel stays FIFO across the two transp
 rule the replicas follow between themselves (:class:`~raytide.actors.ray_transport.RayTransport`):
 
 * the first call asks the replica its socket's address and goes by Ray call, as the next
-  ones do, until the answer is in and every Ray call to it has run (its window of calls in
-  flight is empty): only then a frame, which cannot overtake a Ray call still queued;
+  ones do, until the answer is in; then the driver waits until every Ray call to it has run
+  (its window of calls in flight is empty) and only then sends a frame, which cannot
+  overtake a Ray call still queued;
 * a call that must go by Ray waits first until every frame sent was run (acknowledged), so
   it cannot overtake a frame still queued at the replica's socket.
 
@@ -59,11 +60,13 @@ class InputLinks:
         self.frames = 0  # calls sent by socket (``job.stats()["input_frames"]``)
 
     def sent(self, actor: Any, method: str, args: tuple[Any, ...], window: deque, max_inflight: int,
-             prune: Callable[[], None], check: Callable[[], None]) -> bool:
+             answered: Callable[[deque, list], None], check: Callable[[], None]) -> bool:
         """Send ``method(*args)`` to ``actor`` by socket if its channel goes by socket now, and
         say so; False: the caller sends it by Ray call, which may go now (every frame sent
-        before it has run). ``window``: the Ray calls to ``actor`` in flight, ``prune`` forgets
-        those answered; ``check`` raises the job's failure between waits."""
+        before it has run). ``window``: the Ray calls to ``actor`` in flight, of which
+        ``answered(window, ready)`` forgets those ``ready``; ``check`` raises the job's failure
+        between waits. The first switch waits for the window to empty (a driver that pushes
+        without pause would never see it empty); a switch back after a Ray call does not."""
         link = self.links.get(actor)
         ours = method in DRIVER_CALLS
         if link is None and self.enabled and ours:
@@ -71,13 +74,16 @@ class InputLinks:
             return False
         if link is None or link == BY_CALL:
             return False
-        if ours and window:
-            prune()
         if isinstance(link, Outbound):
+            if ours and window:
+                answered(window, ray.wait(list(window), num_returns=len(window), timeout=0)[0])
             if ours and not window:
                 return self._write(actor, link, method, args, max_inflight, check)
             self._drained(actor, link, check)  # a Ray call next: every frame before it has run
-        elif ours and not window and ray.wait([link], timeout=0)[0]:
+        elif ours and ray.wait([link], timeout=0)[0]:
+            while window:  # every Ray call to it has run before the first frame
+                check()
+                answered(window, ray.wait(list(window), num_returns=len(window), timeout=ROOM_POLL)[0])
             link = self.links[actor] = self._connect(actor, link)
             return isinstance(link, Outbound) and self._write(actor, link, method, args, max_inflight, check)
         return False

@@ -422,8 +422,8 @@ class InputFeeds:
     def _send(self, actor: Any, method: str, args: tuple) -> Any:
         window, what = self.windows[actor], f"{method} into input {args[0]!r}"
         require_ray(what)  # a feeder thread must not start a new Ray after ray.shutdown() (driver/connected.py)
-        if self.links.sent(actor, method, (self.incarnation, *args), window, self.max_inflight, lambda: self._answered(
-                window, ray.wait(list(window), num_returns=len(window), timeout=0)[0]), self.raise_if_failed):
+        if self.links.sent(actor, method, (self.incarnation, *args), window, self.max_inflight, self._answered,
+                           self.raise_if_failed):
             self.calls[(args[0], method)] += 1
             return None  # by socket: no ref (a call whose answer nobody reads)
         if len(window) >= self.max_inflight:  # what answered goes at once: one look per window, not one per call

@@ -78,7 +78,7 @@ class Job(JobViews):
         #: Where the job's actors run: their handles, for tools and tests that look at them or kill them.
         self.placement = placement = JobPlacement(plan, name, settings)
         self._outputs = OutputCollector(placement.progress, plan.outputs,
-                                        recovery.output_commit if recovery is not None else "epoch")
+                                        recovery.output_commit if recovery is not None else "epoch", settings.sockets, name)
         #: The event and recovery loop (:mod:`raytide.driver.supervisor`): this handle only calls it.
         self._supervisor = supervisor = JobSupervisor(name, placement, self._outputs, recovery is not None)
         self._inputs = EventTimeInputs(plan, placement.input_handles(), settings.max_inflight, batch_size,

@@ -30,9 +30,10 @@ LENGTH = struct.Struct("!Q")
 #: Frame kinds: a ``receive_many`` call's framed arguments; a ``receive_marker`` call's
 #: arguments, pickled; the receiver's acknowledgement of frames it delivered (the blob: their
 #: count); a progress actor's ``receive`` call's encoded argument; a replica's ``on_progress``
-#: call's (a status push); one of the driver's calls into an input replica (:func:`call_frame`).
-DATA, MARKER, ACK, PROGRESS, PUSH, CALL = 0, 1, 2, 3, 4, 5
-KINDS = (DATA, MARKER, ACK, PROGRESS, PUSH, CALL)
+#: call's (a status push); one of the driver's calls into an input replica (:func:`call_frame`);
+#: the progress actor's job events for the driver (:mod:`raytide.actors.event_feed`).
+DATA, MARKER, ACK, PROGRESS, PUSH, CALL, EVENTS = 0, 1, 2, 3, 4, 5, 6
+KINDS = (DATA, MARKER, ACK, PROGRESS, PUSH, CALL, EVENTS)
 #: The driver's calls into an input replica that may travel as a :data:`CALL` frame: those
 #: whose answer nobody reads (:mod:`raytide.driver.input_links`).
 DRIVER_CALLS = frozenset({"push", "advance", "advance_quietly"})

@@ -57,7 +57,7 @@ def _linked(replica: Replica) -> InputLinks:
 def _send(links: InputLinks, method: str, *args, window: deque | None = None, max_inflight: int = 4,
           check=lambda: None) -> bool:
     return links.sent(ACTOR, method, (0, "x", *args), deque() if window is None else window, max_inflight,
-                      lambda: None, check)
+                      lambda window, ready: None, check)
 
 
 def _ran(replica: Replica, count: int) -> list[tuple[str, tuple]]:
@@ -66,7 +66,8 @@ def _ran(replica: Replica, count: int) -> list[tuple[str, tuple]]:
     return replica.ran
 
 
-def test_a_call_goes_by_socket_only_once_the_ray_calls_ran_and_a_ray_call_waits_for_the_frames(replica):
+def test_a_call_goes_by_socket_only_once_the_ray_calls_ran_and_a_ray_call_waits_for_the_frames(replica, monkeypatch):
+    monkeypatch.setattr(input_links.ray, "wait", lambda refs, **_: ([], refs))  # the Ray call never answers
     links = _linked(replica)
     assert not _send(links, "push", 1, window=deque(["a Ray call still in flight"]))  # a frame could overtake it
     assert links.frames == 0
@@ -115,7 +116,7 @@ def test_a_receiver_gone_sends_by_ray_from_then_on_and_a_reset_closes_every_sock
 
 def test_a_sockets_off_driver_never_asks_and_a_call_frame_carries_large_buffers_and_only_driver_calls():
     off = InputLinks(False)
-    assert not off.sent(ACTOR, "push", (0,), deque(), 4, lambda: None, lambda: None) and off.links == {}
+    assert not off.sent(ACTOR, "push", (0,), deque(), 4, lambda window, ready: None, lambda: None) and off.links == {}
     payload = (b"records", [pickle.PickleBuffer(bytearray(range(256)) * 8192)])  # 2 MiB: beside the blob
     pieces = encode_frame(CALL, call_frame("push", (3, "x", payload, True, 7, (), 8)))
     (frame,) = FrameReader().feed(b"".join(bytes(piece) for piece in pieces))
