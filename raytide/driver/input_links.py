@@ -8,10 +8,13 @@ about half a millisecond of CPU at each end on two cores; as a
 microseconds. The replica's delivery thread runs the frame as the Ray call would have run,
 under its host's lock of the replica's calls, and acknowledges it once run.
 
-Only the calls whose answer nobody reads travel so (:data:`~raytide.physical.frames.DRIVER_CALLS`);
-the others (object refs, which Ray must see, a stream's batches, whose answers the driver
-reads) stay Ray calls. Per replica, the channel stays FIFO across the two transports, by the
-rule the replicas follow between themselves (:class:`~raytide.actors.ray_transport.RayTransport`):
+Only the calls whose answer nobody reads travel so (:data:`~raytide.physical.frames.DRIVER_CALLS`),
+and only small ones: a push with a buffer large enough to travel beside its pickle
+(:data:`~raytide.physical.pickled.OUT_OF_BAND_BYTES`) goes through Ray's object store, which
+the replica reads in place, where a socket would copy it four times. The others (object
+refs, which Ray must see, a stream's batches, whose answers the driver reads) stay Ray
+calls. Per replica, the channel stays FIFO across the two transports, by the rule the
+replicas follow between themselves (:class:`~raytide.actors.ray_transport.RayTransport`):
 
 * the first call asks the replica its socket's address and goes by Ray call, as the next
   ones do, until the answer is in; then the driver waits until every Ray call to it has run
@@ -68,24 +71,26 @@ class InputLinks:
         between waits. The first switch waits for the window to empty (a driver that pushes
         without pause would never see it empty); a switch back after a Ray call does not."""
         link = self.links.get(actor)
-        ours = method in DRIVER_CALLS
-        if link is None and self.enabled and ours:
+        if link is None and self.enabled and method in DRIVER_CALLS:
             self.links[actor] = actor.socket_address.remote()
             return False
         if link is None or link == BY_CALL:
             return False
+        frame = call_frame(method, args) if method in DRIVER_CALLS else None
+        if isinstance(frame, tuple):  # large buffers beside it: by Ray, through the object store
+            frame = None
         if isinstance(link, Outbound):
-            if ours and window:
+            if frame is not None and window:
                 answered(window, ray.wait(list(window), num_returns=len(window), timeout=0)[0])
-            if ours and not window:
-                return self._write(actor, link, method, args, max_inflight, check)
+            if frame is not None and not window:
+                return self._write(actor, link, frame, max_inflight, check)
             self._drained(actor, link, check)  # a Ray call next: every frame before it has run
-        elif ours and ray.wait([link], timeout=0)[0]:
+        elif frame is not None and ray.wait([link], timeout=0)[0]:
             while window:  # every Ray call to it has run before the first frame
                 check()
                 answered(window, ray.wait(list(window), num_returns=len(window), timeout=ROOM_POLL)[0])
             link = self.links[actor] = self._connect(actor, link)
-            return isinstance(link, Outbound) and self._write(actor, link, method, args, max_inflight, check)
+            return isinstance(link, Outbound) and self._write(actor, link, frame, max_inflight, check)
         return False
 
     @staticmethod
@@ -96,13 +101,12 @@ class InputLinks:
             outbound = None
         return BY_CALL if outbound is None else outbound
 
-    def _write(self, actor: Any, link: Outbound, method: str, args: tuple[Any, ...], max_inflight: int,
-               check: Callable[[], None]) -> bool:
+    def _write(self, actor: Any, link: Outbound, frame: bytes, max_inflight: int, check: Callable[[], None]) -> bool:
         """One frame, once the window has room; False if the socket failed (the role is gone:
         this call and the next go by Ray)."""
         try:
             self._wait(link, max_inflight, check)
-            link.send(CALL, call_frame(method, args), None)
+            link.send(CALL, frame, None)
         except (OSError, TimeoutError):
             link.close()
             self.links[actor] = BY_CALL

@@ -77,7 +77,9 @@ def test_a_call_goes_by_socket_only_once_the_ray_calls_ran_and_a_ray_call_waits_
     started = time.monotonic()
     assert not _send(links, "push_refs", [], 5)  # goes by Ray: only once the three frames ran
     assert time.monotonic() - started > 0.25 and replica.ran == [("advance", (0, "x", e)) for e in range(3)]
-    assert links.frames == 3
+    large = (b"records", [pickle.PickleBuffer(bytearray(2 << 20))])  # beside the pickle: through the object store
+    assert not _send(links, "push", large, True, 9) and _send(links, "push", b"records", True, 9)
+    assert links.frames == 4
 
 
 def test_the_window_of_frames_is_backpressure_and_its_wait_checks_the_job(replica, monkeypatch):
