@@ -231,7 +231,7 @@ FAN_OUT_METHODS = ("fan_out",)
 INSPECT_METHODS = ("stats", "socket_address")
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
 PROGRESS_METHODS = ("connect", "socket_address", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
-                    "describe", "stats", "hold")
+                    "describe", "stats", "hold", "subscribe")
 #: The methods of :class:`~raytide.actors.coordinator_actor.CoordinatorActor` that the replicas and the driver call.
 COORDINATOR_METHODS = ("acknowledge", "write_failed", "sync", "snapshot_now", "hold_now", "start", "restart", "pause",
                        "reconfigure", "stats")

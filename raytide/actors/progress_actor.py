@@ -33,6 +33,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from raytide.actors.event_feed import EventFeed
 from raytide.actors.push_links import PushLinks
 from raytide.actors.socket_hops import Inbound
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
@@ -58,6 +59,7 @@ class ProgressActor:
         self.serial = serial
         self.inbound = Inbound(name, self._delivered) if serial is not None else None
         self.links = PushLinks(serial is not None)
+        self.feed = EventFeed()  # the driver's subscription to the events, if it made one
         self.core = ProgressCore(graph, outputs, initial)
         self.incarnation = 0
         self.handles: dict[ReplicaKey, Any] = {}
@@ -91,6 +93,7 @@ class ProgressActor:
         self.core = ProgressCore(self.graph, self.outputs, pointstamps, delivered, packed)
         with self.changed:
             self.events, self.first = [], cursor
+            self.feed.close()  # the driver drops what it has not taken and subscribes again
         self.connect(replicas)
 
     def socket_address(self) -> tuple[str, str] | None:
@@ -110,6 +113,7 @@ class ProgressActor:
         if self.inbound is not None:
             self.inbound.close()
         self.links.reset({})
+        self.feed.close()
 
     def receive(self, encoded: bytes) -> None:
         """Numbered messages (progress batches with their output records, declarations) of one or more
@@ -164,16 +168,36 @@ class ProgressActor:
     def _log(self, events: list[JobEvent]) -> None:
         if events:
             with self.changed:
+                first = self.first + len(self.events)
                 self.events += events
                 self.changed.notify_all()
+                if self.feed.send(first, events):  # in the driver's socket: read
+                    self._read(first + len(events))
+
+    def _read(self, cursor: int) -> None:
+        """The events before ``cursor`` have been read: they leave the log (under :attr:`changed`)."""
+        del self.events[: max(0, cursor - self.first)]
+        self.first = max(self.first, cursor)
+
+    def subscribe(self, token: int, address: tuple[str, str], cursor: int) -> bool:
+        """Write the job's events to the driver's socket at ``address`` from number ``cursor``
+        on, those logged already first (:mod:`raytide.actors.event_feed`); False: the driver polls."""
+        with self.changed:
+            self._read(cursor)
+            if not self.feed.subscribe(token, address):
+                return False
+            if self.feed.send(self.first, list(self.events)):
+                self._read(self.first + len(self.events))
+            return True
 
     def next_events(self, cursor: int, timeout: float) -> tuple[list[JobEvent], int]:
-        """Events from number ``cursor`` on, waiting up to ``timeout`` seconds for one to arrive;
-        the events before ``cursor`` have been read and are dropped."""
+        """Events from number ``cursor`` on (or from the first still logged, if later: those
+        before went by socket), waiting up to ``timeout`` seconds for one to arrive, and the
+        number after them; the events before ``cursor`` have been read and are dropped."""
         with self.changed:
-            del self.events[: max(0, cursor - self.first)]
-            self.first = max(self.first, cursor)
+            self._read(cursor)
             self.changed.wait_for(lambda: self.first + len(self.events) > cursor, timeout)
+            self.feed.polled(self.first + len(self.events))
             return list(self.events), self.first + len(self.events)
 
     def frontier(self, location: Location) -> list[Timestamp]:
@@ -192,4 +216,5 @@ class ProgressActor:
         """How many batches were applied, calls received and pushes sent, and each vertex's
         queued work and frontier (:meth:`ProgressCore.vertex_progress`)."""
         return {**self.core.stats(), "calls": self.calls, "fan_outs": self.fan_outs, "pushes_by_socket": self.links.frames,
+                "event_frames": self.feed.frames,
                 "vertices": self.core.vertex_progress()}

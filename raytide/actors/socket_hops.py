@@ -214,6 +214,19 @@ class Outbound:
         self.frames_out += 1
         return waited
 
+    def room(self, window: int, timeout: float) -> bool:
+        """Whether fewer than ``window`` frames are unacknowledged, waiting up to ``timeout``
+        seconds for acknowledgements (a caller that checks something else between its waits,
+        as the driver checks its job's failure). Raises ``ConnectionError`` if the peer is gone."""
+        self._drain(block=False)
+        deadline = time.monotonic() + timeout
+        while self.unacked >= window:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.socket], [], [], left)[0]:
+                return False
+            self._drain(block=False)
+        return True
+
     def _write(self, pieces: list[bytes | memoryview]) -> None:
         for piece in pieces:
             self.socket.sendall(piece)

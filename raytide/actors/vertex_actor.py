@@ -58,7 +58,7 @@ from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
 from raytide.engine.replica import Received, ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SourceError
-from raytide.physical.frames import DATA, PUSH, Frame
+from raytide.physical.frames import CALL, DATA, PUSH, Frame, called
 from raytide.physical.pickled import Packed
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -158,7 +158,7 @@ class VertexActor:
         return self.inbound.address() if self.inbound is not None else None
 
     def _delivered(self, frame: Frame) -> None:
-        """A frame from a peer's socket, on the delivery thread: the call it stands for, under
+        """A frame from a peer's (or the driver's) socket, on the delivery thread: the call it stands for, under
         the host's lock (a replica that is closed by then drops it, as its host drops a call of an
         ended lease)."""
         assert self.serial is not None and self.inbound is not None
@@ -170,6 +170,9 @@ class VertexActor:
             elif frame.kind == PUSH:
                 assert isinstance(frame.packed, bytes)
                 self.on_progress(frame.packed)
+            elif frame.kind == CALL:  # the driver's push or advance (raytide.driver.input_links)
+                method, args = called(frame)
+                getattr(self, method)(*args)
             else:
                 assert isinstance(frame.packed, bytes)
                 self.receive_marker(*pickle.loads(frame.packed))

@@ -51,6 +51,7 @@ from typing import Any
 import ray
 
 from raytide.driver.connected import require_ray
+from raytide.driver.input_links import InputLinks
 from raytide.driver.push_batches import as_epoch, offsets, packed, push_pieces
 from raytide.driver.push_batches import pushed_batch as pushed_batch
 from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
@@ -117,12 +118,13 @@ class InputFeeds:
 
     def __init__(self, plan: PhysicalPlan, replicas: dict[str, list[Any]], max_inflight: int, batch_size: int,
                  raise_if_failed: Callable[[], None], keep_calls: int = 0,
-                 on_open: Callable[[int], None] | None = None) -> None:
+                 on_open: Callable[[int], None] | None = None, sockets: bool = False) -> None:
         """``plan``: the job's; ``replicas``: per input, the actor handles of its replicas in replica order.
         ``keep_calls``: keep every call for a recovery that may restore any of the last
         ``keep_calls`` committed snapshots (0: keep none; see the module docstring).
         ``on_open``: called with each epoch an input is at when the driver feeds it (its
-        first, and each it moves to), before anything of that epoch is sent."""
+        first, and each it moves to), before anything of that epoch is sent. ``sockets``: calls go by
+        socket to the input replicas on this node (:mod:`raytide.driver.input_links`)."""
         self.flow_name, self.replicas = plan.name, replicas
         self.max_inflight, self.batch_size = max_inflight, batch_size
         self.raise_if_failed = raise_if_failed
@@ -131,6 +133,7 @@ class InputFeeds:
         self.locks = {name: threading.Lock() for name in replicas}
         self.turns = dict.fromkeys(replicas, 0)
         self.windows: dict[Any, collections.deque] = collections.defaultdict(collections.deque)
+        self.links = InputLinks(sockets)
         #: Per input replica, the arguments of the last push dealt to it, not sent yet, and since when.
         self.held: dict[tuple[str, int], tuple[tuple, float]] = {}
         self.held_pushes = HeldPushes(self._send_old)
@@ -404,7 +407,7 @@ class InputFeeds:
     def _submit(self, name: str, index: int, method: str, *args: Any, weight: int = 1) -> Any:
         """Call ``method`` on replica ``index`` of input ``name`` once its window has room (and
         log it), after the push held back for it; the call's object ref (None: not sent, a replay
-        of what a restored snapshot holds)."""
+        of what a restored snapshot holds, or sent by socket)."""
         self._release(name, index)
         resume = self.resumes.get((name, index))
         if resume is not None and weight and resume.replayed(args[-1], weight):  # a counted call's epoch comes last
@@ -419,6 +422,10 @@ class InputFeeds:
     def _send(self, actor: Any, method: str, args: tuple) -> Any:
         window, what = self.windows[actor], f"{method} into input {args[0]!r}"
         require_ray(what)  # a feeder thread must not start a new Ray after ray.shutdown() (driver/connected.py)
+        if self.links.sent(actor, method, (self.incarnation, *args), window, self.max_inflight, self._answered,
+                           self.raise_if_failed):
+            self.calls[(args[0], method)] += 1
+            return None  # by socket: no ref (a call whose answer nobody reads)
         if len(window) >= self.max_inflight:  # what answered goes at once: one look per window, not one per call
             self._answered(window, ray.wait(list(window), num_returns=len(window), timeout=0)[0])
         while len(window) >= self.max_inflight:
@@ -461,6 +468,8 @@ class InputFeeds:
             for name in sorted(self.locks):
                 held.enter_context(self.locks[name])
             self.keeping = keeping or self.recovers
+            if keeping and not self.recovers:  # the frames sent run before the cut, as the calls returned are waited for
+                self.links.settle(self.raise_if_failed)
             if not self.keeping:
                 for log in self.logs.logs.values():
                     log.trim(log.end)
@@ -475,6 +484,7 @@ class InputFeeds:
             for name in sorted(self.locks):  # a feeder holds one lock at a time: no order to deadlock on
                 held.enter_context(self.locks[name])
             self.incarnation = incarnation
+            self.links.reset()
             proxying = proxying_inputs(plan)
             for name in self.replicas:
                 for old in self.replicas[name]:  # calls in flight to them are of the old incarnation

@@ -78,12 +78,12 @@ class Job(JobViews):
         #: Where the job's actors run: their handles, for tools and tests that look at them or kill them.
         self.placement = placement = JobPlacement(plan, name, settings)
         self._outputs = OutputCollector(placement.progress, plan.outputs,
-                                        recovery.output_commit if recovery is not None else "epoch")
+                                        recovery.output_commit if recovery is not None else "epoch", settings.sockets, name)
         #: The event and recovery loop (:mod:`raytide.driver.supervisor`): this handle only calls it.
         self._supervisor = supervisor = JobSupervisor(name, placement, self._outputs, recovery is not None)
         self._inputs = EventTimeInputs(plan, placement.input_handles(), settings.max_inflight, batch_size,
                                        supervisor.raise_if_failed, keep_calls=recovery.retain if recovery is not None else 0,
-                                       on_open=self._outputs.open)
+                                       on_open=self._outputs.open, sockets=settings.sockets)
         self._feeders = supervisor.feeders = Feeders(self, self._inputs, supervisor.feed_failed)
         self._recovery = supervisor.recovery = \
             JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
@@ -370,12 +370,14 @@ class Job(JobViews):
         by ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a receiver's window
         (backpressure), ``restores`` (how often its process reset its state: a recovery, ``restore=``), and
         its counters per vertex; ``input_calls``, the driver's calls to input replicas, and
-        ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens);
+        ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens),
+        ``input_frames``, those that went by socket (:mod:`raytide.driver.input_links`);
         ``late``: per event-time input, its late records (``records``, ``by_epoch``, ``max_lateness_s``)."""
         fed, calls = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None], self._inputs.calls
         return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed, self._inputs.late_stats),
                 "hosts": self.hosts(), **self._recovery_stats(), "input_calls": calls.total(),
-                "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly")}
+                "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly"),
+                "input_frames": self._inputs.links.frames}
 
     def parallelism(self) -> dict[str, int]:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""

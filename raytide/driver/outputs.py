@@ -23,6 +23,7 @@ import ray
 
 from raytide.core.batches import BatchFormat
 from raytide.driver.connected import require_ray
+from raytide.driver.event_link import EventLink
 from raytide.physical.pickled import pack_records
 from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished, OutputFrontier
 from raytide.physical.wire import as_batch, as_records, unpack_items
@@ -70,9 +71,13 @@ class OutputCollector(ShownOutputs):
     once, in order, or the job fails with an :class:`~raytide.errors.InternalError`.
     """
 
-    def __init__(self, progress: Any, outputs: list[str], commit: OutputCommit = "epoch") -> None:
+    def __init__(self, progress: Any, outputs: list[str], commit: OutputCommit = "epoch", sockets: bool = False,
+                 name: str = "job") -> None:
+        """``sockets``: the progress actor on the driver's node pushes the events over a socket
+        (:mod:`raytide.driver.event_link`) once subscribed; polled until then, and elsewhere."""
         super().__init__(outputs, commit)
         self.progress = progress
+        self.link = EventLink(sockets, name)
         self.parts: dict[str, dict[int, list]] = {name: {} for name in outputs}  # in epoch order, as they complete
         self.fetched: dict[str, dict[int, list]] = {name: {} for name in outputs}
         self.batched: dict[str, set[int]] = {name: set() for name in outputs}  # fetched, BatchRows not made records
@@ -114,10 +119,16 @@ class OutputCollector(ShownOutputs):
         next polls with the lock takes its events in (:meth:`poll`). One call at a time, so
         no event is taken twice."""
         require_ray("polling the progress actor for the job's events")  # a wait for a call made before counts too
-        if self.call is None:
+        self.link.ask(self.progress, self.cursor)
+        if self.call is None and not self.link.on:
             self.call = self.progress.next_events.remote(self.cursor, timeout)
             self.call_due = time.monotonic() + timeout + POLL_SLACK
         return self.call
+
+    def wait(self, call: Any, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``call`` (of :meth:`poll_call`) to answer, or for
+        events pushed by socket (``call`` None); whether they are in."""
+        return self.link.wait(timeout) if call is None else bool(ray.wait([call], timeout=timeout)[0])
 
     def poll(self, timeout: float) -> list[Any]:
         """Take new events: those of the call in flight once it has answered, waiting up to
@@ -131,6 +142,8 @@ class OutputCollector(ShownOutputs):
         """
         made_now = self.call is None
         call = self.poll_call(timeout)
+        if call is None:
+            return self._pushed(timeout)
         wait = max(0.0, self.call_due - time.monotonic()) if made_now else timeout
         if call is not self.answered and not ray.wait([call], timeout=wait)[0]:
             if time.monotonic() < self.call_due:
@@ -139,13 +152,35 @@ class OutputCollector(ShownOutputs):
             raise ray.exceptions.GetTimeoutError(f"the progress actor did not answer a poll for events within "
                                                  f"{POLL_SLACK:g} s of its timeout")
         self.call = self.answered = None
-        events, self.cursor = ray.get(call)
-        return self.apply(events)
+        events, end = ray.get(call)
+        return self._fresh(end - len(events), events)
+
+    def _pushed(self, timeout: float) -> list[Any]:
+        """Take the events pushed by socket (waiting up to ``timeout`` seconds for some); a hint's
+        are fetched by a call from the cursor. Returns the failures among them."""
+        self.link.wait(timeout)
+        failures = []
+        for first, count, events in self.link.take():
+            if events is None and first + count > self.cursor:
+                fetched, end = ray.get(self.progress.next_events.remote(self.cursor, 0.0), timeout=POLL_SLACK)
+                first, events = end - len(fetched), fetched
+            failures += self._fresh(first, events or [])
+        return failures
+
+    def _fresh(self, first: int, events: list[Any]) -> list[Any]:
+        """Take in the events numbered from ``first`` that are new (from the cursor on); none if
+        they start after it (a poll answered once the socket took over: its frames bring them)."""
+        if first > self.cursor:
+            return []
+        new = events[self.cursor - first:]
+        self.cursor += len(new)
+        return self.apply(new)
 
     def drop_poll(self) -> None:
-        """Forget the call in flight: the progress actor was restored or replaced, and what a
-        call made before that answers is not this run's."""
+        """Forget the call in flight and the events pushed and not taken: the progress actor was
+        restored or replaced, and what a call made before that answers is not this run's."""
         self.call = self.answered = None
+        self.link.drop()
 
     def apply(self, events: list[Any]) -> list[Any]:
         """Take in job events (completed epochs, failures, the end); returns the failures among them."""

@@ -93,7 +93,7 @@ class JobSupervisor:
         with self.driving:
             call = self.outputs.poll_call(timeout)
         with self.cancelled_on_interrupt():
-            if ray.wait([call], timeout=timeout)[0]:
+            if self.outputs.wait(call, timeout) and call is not None:
                 self.outputs.answered = call  # the poll need not look again
         with self.driving:
             self.pump_now(0)
@@ -259,6 +259,7 @@ class JobSupervisor:
         if self.torn_down:
             return
         self.torn_down = True
+        self.outputs.link.close()  # the events' socket (raytide.driver.event_link)
         if self.feeders is not None:
             self.feeders.stop_streams(None)  # no batch is acknowledged to a producer from now on
         if self.error is None and not self.outputs.finished:

@@ -78,6 +78,8 @@ class Outbox:
         self.plan, self.chain, self.replica, self.transport = plan, chain, replica, transport
         self.key = ReplicaKey(chain.name, replica)
         self.numbering = numbering or Numbering(f"{chain.name}[{replica}]", enabled=False)
+        #: The numbering if it is on, else None: a send skips it with one test, not two calls that return at once.
+        self.numbered = self.numbering if self.numbering.enabled else None
         self.routers: dict[tuple[str, int, int], OutRouter] = {}
         for name in chain.vertices:
             for port in range(plan.vertex(name).outputs):
@@ -131,9 +133,11 @@ class Outbox:
             self.local.append((False, (channel, vertex, time, batch)))
             self.local_sends += 1
         else:
-            if counted is not None:
-                self.numbering.count(True, counted, time, to, channel)
-            sequence = self.numbering.number((to, channel), (vertex, time, batch))
+            sequence, numbered = None, self.numbered
+            if numbered is not None:
+                if counted is not None:
+                    numbered.count(True, counted, time, to, channel)
+                sequence = numbered.number((to, channel), (vertex, time, batch))
             self.transport.send(to, channel, vertex, time, batch, sequence=sequence)
 
     def replay(self, to: ReplicaKey, positions: dict[ChannelId, int], after: int = 0) -> int:

@@ -17,10 +17,11 @@ FIFO per channel, as Ray's ordering of one caller's calls was.
 
 from __future__ import annotations
 
+import pickle
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from raytide.physical.pickled import Packed
+from raytide.physical.pickled import Packed, pack_call
 
 #: A frame's header: its kind, how many large buffers follow the blob, and the blob's length.
 HEADER = struct.Struct("!BHI")
@@ -29,9 +30,13 @@ LENGTH = struct.Struct("!Q")
 #: Frame kinds: a ``receive_many`` call's framed arguments; a ``receive_marker`` call's
 #: arguments, pickled; the receiver's acknowledgement of frames it delivered (the blob: their
 #: count); a progress actor's ``receive`` call's encoded argument; a replica's ``on_progress``
-#: call's (a status push).
-DATA, MARKER, ACK, PROGRESS, PUSH = 0, 1, 2, 3, 4
-KINDS = (DATA, MARKER, ACK, PROGRESS, PUSH)
+#: call's (a status push); one of the driver's calls into an input replica (:func:`call_frame`);
+#: the progress actor's job events for the driver (:mod:`raytide.actors.event_feed`).
+DATA, MARKER, ACK, PROGRESS, PUSH, CALL, EVENTS = 0, 1, 2, 3, 4, 5, 6
+KINDS = (DATA, MARKER, ACK, PROGRESS, PUSH, CALL, EVENTS)
+#: The driver's calls into an input replica that may travel as a :data:`CALL` frame: those
+#: whose answer nobody reads (:mod:`raytide.driver.input_links`).
+DRIVER_CALLS = frozenset({"push", "advance", "advance_quietly"})
 
 
 class Frame(NamedTuple):
@@ -50,6 +55,23 @@ def encode_frame(kind: int, packed: Packed) -> list[bytes | memoryview]:
     views = [memoryview(buffer).cast("B") for buffer in buffers]
     head = HEADER.pack(kind, len(views), len(blob)) + b"".join(LENGTH.pack(view.nbytes) for view in views)
     return [head + blob, *views] if len(blob) < 1 << 16 else [head, blob, *views]
+
+
+def call_frame(method: str, args: tuple[Any, ...]) -> Packed:
+    """One of the driver's :data:`DRIVER_CALLS` with its arguments, packed for a :data:`CALL`
+    frame (large buffers beside the blob, as a Ray call's are)."""
+    if method not in DRIVER_CALLS:
+        raise ValueError(f"{method!r} is not a call the driver sends by socket; those are {sorted(DRIVER_CALLS)}")
+    return pack_call((method, args))
+
+
+def called(frame: Frame) -> tuple[str, tuple[Any, ...]]:
+    """The method and arguments of a :data:`CALL` frame (refused unless one of :data:`DRIVER_CALLS`)."""
+    blob, buffers = frame.packed if isinstance(frame.packed, tuple) else (frame.packed, [])
+    method, args = pickle.loads(blob, buffers=buffers)
+    if method not in DRIVER_CALLS:
+        raise ValueError(f"a call frame names {method!r}, not one of {sorted(DRIVER_CALLS)}")
+    return method, args
 
 
 def ack_frame(count: int) -> bytes:

@@ -52,6 +52,13 @@ def frame(calls: list[tuple[Any, Any, bool]], riding: Sequence[Any]) -> Packed:
     return _pickled(pickle.dumps, (calls, riding))
 
 
+def pack_call(value: Any) -> Packed:
+    """A call's method and arguments (importable classes, bytes, packed payloads) as one plain
+    pickle with its large buffers beside it: one of the driver's calls on a socket
+    (:func:`~raytide.physical.frames.call_frame`)."""
+    return _pickled(pickle.dumps, value)
+
+
 def _pickled(dumps: Callable[..., bytes], value: Any) -> Packed:
     """``value`` pickled by ``dumps`` (protocol 5) with its buffers of at least
     :data:`OUT_OF_BAND_BYTES` beside the blob."""

@@ -19,6 +19,8 @@ Message flow (arrows are fire-and-forget Ray calls unless marked *waits*)::
     old owner ──GroupState───────────────▶ new owner              (a step's key groups, as a data batch)
     driver ──next_events(cursor)─────────▶ progress actor         (*waits*, a long poll in its own
                                                                     concurrency group; returns JobEvents)
+    progress actor ──JobEvents (socket)──▶ driver                 (once the driver subscribed, on its node:
+                                                                    no poll; raytide/actors/event_feed.py)
 
 No actor waits on a call to an actor that may wait for it: replicas wait only for the
 oldest call of a full window to a downstream replica (never out of a feedback vertex,

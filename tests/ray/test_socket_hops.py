@@ -110,3 +110,23 @@ def test_a_connect_mid_stream_keeps_every_channel_fifo(ray_session, monkeypatch)
         first = next((i for i, (a, b) in enumerate(zip(got, sent)) if a != b), None)
         assert first is None, f"record {got[first]} arrived where {sent[first]} was due"
     assert frames > 0, "no batch went by socket"
+
+
+def test_the_drivers_calls_switch_to_an_input_replicas_socket_in_order(ray_session, monkeypatch):
+    """The driver's pushes into an input replica go by Ray call while its socket's address is
+    asked (the replica busy at its first batch, holding the GIL, answers it late, on another
+    thread), then by socket once every Ray call to it ran (:mod:`raytide.driver.input_links`).
+    A switch that did not wait shows as the records out of the order pushed."""
+    monkeypatch.setenv("RAYTIDE_SOCKET_HOPS", "1")
+    flow = rt.Dataflow("driver-switch")
+    flow.input("numbers").unary(InOrder).output("out")
+    numbers = list(range(4000))
+    with rt.run(flow, parallelism=1, batch_size=BATCH) as job:
+        for start in range(0, len(numbers), 100):
+            job.push("numbers", numbers[start:start + 100], 0)
+        job.close("numbers")
+        job.wait(timeout=120)
+        (arrived,) = job.collect("out")[0]
+        stats = job.stats()
+    assert arrived == numbers
+    assert stats["input_frames"] > stats["input_calls"] // 2, "the driver's calls did not go by socket"
