@@ -114,7 +114,7 @@ def running_flow() -> rt.Dataflow:
     no notification, no loop, no output in its chain): lines (one input replica) split into
     words -> ``count`` (4 replicas, by word, :class:`RunningWordCounts`) -> a sink of one replica."""
     flow = rt.Dataflow("running_wordcount")
-    words = flow.input("lines", parallelism=1).flat_map(str.split, name="words")
+    words = flow.input("lines", parallelism=1).flat_map(str.split, name="words", parallelism=1)
     counted = flow.vertex(RunningWordCounts, [words], exchange=[_word], name="count", parallelism=4)[0]
     counted.map(_word, name="sink", parallelism=1).output("totals")
     return flow
