@@ -24,6 +24,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
+
+import ray
 
 from raytide.driver.coordination import JobSnapshots, RecoveryRecord, Steps
 from raytide.driver.recovery_runtime import DEATHS, RayRecovery, ray_kind
@@ -52,7 +55,7 @@ class AloneOnRay:
             RaytideError: the restart budget is spent, or the replacement's ``restore()`` raised.
         """
         snapshots = self.snapshots
-        dead = self.steps.time("find the dead", RayRecovery(snapshots).find_dead)
+        dead = self.steps.time("find the dead", self._dead)
         found = ray_kind(snapshots, dead)
         if found.kind != "alone":
             return False
@@ -71,6 +74,19 @@ class AloneOnRay:
         logger.warning("job %r: replica %s recovered alone from snapshot %s in %.2f s", snapshots.placement.name, key,
                        point.snapshot_id, seconds)
         return True
+
+    def _dead(self) -> list[Any]:
+        """The job's actors that died, as their watches say (a pending ``watch`` call fails the
+        moment its actor dies: the liveness check dropped those it found, the others are looked
+        at now, without waiting), with those the stall rule declared; if they name none (the
+        death came by another path, the progress actor's poll), the pings of the whole-job
+        recovery (:meth:`RayRecovery.find_dead`, which waits up to its ``PING_TIMEOUT`` for busy actors)."""
+        liveness = self.snapshots.placement.liveness
+        pending = list(liveness.watches.values())
+        ended = set(ray.wait(pending, num_returns=len(pending), timeout=0)[0]) if pending else set()
+        dead = [key for key in liveness.actors if key not in liveness.watches or liveness.watches[key] in ended]
+        dead = list(dict.fromkeys([*dead, *liveness.declared]))
+        return dead or RayRecovery(self.snapshots).find_dead()
 
     def _replace(self, key: ReplicaKey) -> tuple[RestorePoint, str]:
         """The steps (see the module docstring); the snapshot restored and the replaced host's name."""
