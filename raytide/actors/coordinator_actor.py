@@ -294,6 +294,20 @@ class CoordinatorActor:
                 self._abandoned(self.core.reset(incarnation, time.monotonic()))
             self.paused = self.recovering = True
 
+    def lose(self, incarnation: int, replica: ReplicaKey) -> int:
+        """``replica`` is being recovered alone in ``incarnation``: abandon the snapshot in flight
+        unless it is committing, and take none until :meth:`start` (the replacement is restored
+        from the last commit, which none may follow meanwhile); returns the last id triggered,
+        whose barrier the replacement passes on without taking (:meth:`CoordinatorCore.lose`)."""
+        with self.lock:
+            if incarnation != self.core.incarnation:
+                raise SnapshotError(f"replica {replica} is recovered alone in incarnation {incarnation}, "
+                                    f"but the coordinator is in {self.core.incarnation}")
+            abandoned, quiet_through = self.core.lose(replica, time.monotonic())
+            self._abandoned(abandoned)
+            self.paused = self.recovering = True  # a snapshot asked for meanwhile starts at start()
+            return quiet_through
+
     def reconfigure(self, plan: PhysicalPlan, incarnation: int) -> None:
         """A rescale starts ``incarnation`` with ``plan``'s replicas; snapshots stay paused until
         :meth:`restart` (the replicas are restored), and their ids follow the rescaled snapshot's."""

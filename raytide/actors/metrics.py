@@ -59,3 +59,18 @@ class ReplicaMetrics:
         _gauge("raytide_busy_seconds", "seconds a replica spent handling events").set(stats["busy_s"], tags=tags)
         _gauge("raytide_blocked_seconds", "seconds a replica waited for a receiver's window (backpressure)").set(
             stats["blocked_s"], tags=tags)
+
+
+def busy_and_blocked(busy: float, blocked: float, in_event: tuple[float, float] | None,
+                     blocked_since: float | None) -> tuple[float, float]:
+    """A replica's seconds busy handling events and blocked by backpressure, the event in hand
+    (when it began, and ``blocked`` then) and the wait in hand (since when) included. Read from
+    the ``inspect`` thread while they change: each total is read before what is in hand, which
+    is cleared before it is added to the total, so a reading may miss the moment of an ending
+    but never counts it twice (the caller reads them in this order)."""
+    now = time.perf_counter()
+    blocking = now - blocked_since if blocked_since is not None else 0.0
+    if in_event is not None:
+        started, blocked_then = in_event
+        busy += max(0.0, now - started - (blocked - blocked_then) - blocking)
+    return busy, blocked + blocking

@@ -40,7 +40,7 @@ from raytide.engine.progress_core import ProgressCore, ProgressEffects
 from raytide.errors import InternalError
 from raytide.physical.frames import Frame
 from raytide.physical.pickled import pack_records
-from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
+from raytide.physical.protocol import Figures, JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
 from raytide.physical.relay_tree import Paths, bundled
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.reachability import Location
@@ -95,6 +95,17 @@ class ProgressActor:
             self.events, self.first = [], cursor
             self.feed.close()  # the driver drops what it has not taken and subscribes again
         self.connect(replicas)
+
+    def replace(self, incarnation: int, key: ReplicaKey, handle: Any, figures: Figures, first: int,
+                locations: list[Location]) -> None:
+        """Replica ``key`` was recovered alone as ``handle`` (docs/recovery.md, "A replica recovered
+        alone"): the tracker counts its numbered traffic from its restored ``figures`` on, its
+        lost incarnation's late messages are dropped (the replacement's are numbered from
+        ``first``), and it is pushed the statuses of ``locations`` (:meth:`ProgressCore.replace`)."""
+        if incarnation == self.incarnation:
+            self.handles[key] = handle
+            self.links.replace(key, handle)
+            self._perform(self.core.replace(key, figures, first, locations))
 
     def socket_address(self) -> tuple[str, str] | None:
         """Where a replica on this node sends its messages by socket; None: by Ray calls only."""

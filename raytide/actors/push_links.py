@@ -41,6 +41,13 @@ class PushLinks:
                 link.close()
         self.handles, self.links = handles, {}
 
+    def replace(self, key: ReplicaKey, handle: Any) -> None:
+        """Replica ``key`` is played by ``handle`` now (recovered alone): its link is asked again."""
+        link = self.links.pop(key, None)
+        if isinstance(link, Outbound):
+            link.close()
+        self.handles[key] = handle
+
     def push(self, key: ReplicaKey, encoded: bytes) -> None:
         """One push to replica ``key``, by socket if its link is up, else by Ray call."""
         link = self._link(key)

@@ -80,6 +80,10 @@ class RayTransport:
         self.gathered: dict[ReplicaKey, list[tuple[str, tuple]]] = {}  # per receiver, (sender, receive args)
         #: Progress batches going with this event's data, and other replicas' to pass on.
         self.rides = Rides(key.chain, epoch_tokens.rides_with_tokens(plan, key.chain) and not numbered)
+        #: Numbered: a send to a receiver that died is dropped (its upstream log keeps it for the
+        #: replacement's replay, :meth:`rejoin`) and the driver learns of the death from Ray.
+        self.numbered = numbered
+        self.dead: set[ReplicaKey] = set()  # receivers found dead, until they rejoin
         #: Per peer: its socket, or the pending answer of its address, or :data:`BY_RAY`; none yet: not asked.
         self.links: dict[ReplicaKey, Any] = {}
         self.progress_link: Any = None  # the same for the progress actor
@@ -125,6 +129,26 @@ class RayTransport:
         self._call(to, calls[0][0] if bounded is None else bounded, "receive_many", framed)
 
     def _call(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
+        """Call ``method`` of receiver ``to``; with numbered sends, a dead receiver's call is dropped
+        (see :attr:`numbered`: nothing waits on it, nothing fails here)."""
+        if to in self.dead:
+            return
+        try:
+            self._call_live(to, sender, method, *args)
+        except ReplicaLost:
+            if not self.numbered:
+                raise
+            self.dead.add(to)
+            self.inflight.pop(to, None)
+
+    def rejoin(self, to: ReplicaKey, handle: Any) -> None:
+        """Receiver ``to`` was recovered alone as ``handle``: sends go to it again (after the replay
+        the caller sends first), by Ray calls until its socket is asked for again."""
+        self.dead.discard(to)
+        self.inflight.pop(to, None)
+        self.connect({**self.peers, to: handle}, self.unbounded, self.route)
+
+    def _call_live(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
         try:
             link = self._link(to) if self.sockets else None
         except ray.exceptions.RayActorError as error:  # a Ray call to it that failed, or its address
@@ -271,6 +295,7 @@ class RayTransport:
         self.incarnation, self.peers = incarnation, peers
         self.route = route
         self.inflight.clear()
+        self.dead.clear()
         self.close_sockets()
         self.rides.reset()
 

@@ -49,14 +49,14 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytide.actors import socket_hops
-from raytide.actors.metrics import ReplicaMetrics
+from raytide.actors.metrics import ReplicaMetrics, busy_and_blocked
 from raytide.actors.progress_relay import ProgressRelay
 from raytide.actors.pushed import heard, read_pushed, take_share
 from raytide.actors.ray_transport import RayTransport
 from raytide.core.batches import batch_length
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
-from raytide.engine.replica import Received, ReplicaCore
+from raytide.engine.replica import AloneRestored, Received, ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SourceError
 from raytide.physical.frames import CALL, DATA, PUSH, Frame, called
 from raytide.physical.pickled import Packed
@@ -353,6 +353,25 @@ class VertexActor:
         """As its group's relay: what another node's relay gathered (its ``receive_relayed`` arguments)."""
         self.node_relay.relay_gathered(self.transport.route, self.transport.incarnation, encoded, with_refs)
 
+    def restore_alone(self, incarnation: int, snapshot_id: int | None, figures: bool, first: int,
+                      quiet_through: int) -> AloneRestored | RaytideError:
+        """Become the lost replica, recovered alone in ``incarnation`` (the survivors' own) from its part of snapshot
+        ``snapshot_id`` (:meth:`ReplicaCore.replace_alone`, :mod:`raytide.driver.alone_recovery`); nothing runs
+        until :meth:`resume`. Returns what the driver hands on, or what the restore raised."""
+        self.transport.incarnation, self.restores = incarnation, self.restores + 1
+        if self.writer is not None:
+            self.writer.reset(incarnation, self.transport.coordinator)
+        data = self.writer.read_own(snapshot_id) if snapshot_id is not None and self.writer is not None else None
+        self._guard(self.core.replace_alone, data, figures, first, quiet_through)
+        return self.failed or self.core.alone_restored()
+
+    def replay_to(self, incarnation: int, to: ReplicaKey, handle: Any, positions: dict[ChannelId, int], after: int) -> None:
+        """Replica ``to`` was recovered alone as ``handle`` (from snapshot ``after``): send it this replica's log from
+        ``positions`` on, then what follows, in one event (:meth:`RayTransport.rejoin`: the dead's sends were dropped)."""
+        if self._current(incarnation):
+            self.transport.rejoin(to, handle)
+            self._guard(self.core.replay_to, to, positions, after)
+
     def resume(self, incarnation: int) -> None:
         """Run again after :meth:`restore`: the restored back-edge batches first."""
         if self._current(incarnation):
@@ -439,24 +458,12 @@ class VertexActor:
         stats["backpressure_waits"] = self.transport.waits
         stats["data_calls"] = self.transport.data_calls
         stats["socket_frames"] = self.transport.socket_frames
-        stats["busy_s"], stats["blocked_s"] = self._busy_and_blocked()
+        stats["busy_s"], stats["blocked_s"] = busy_and_blocked(self.busy_s, self.transport.blocked_s, self.in_event,
+                                                               self.transport.blocked_since)
         stats["relay"] = self.node_relay.stats()
         stats["late"] = late_counts(self.started)
         stats["restores"] = self.restores
         return stats
-
-    def _busy_and_blocked(self) -> tuple[float, float]:
-        """Seconds busy handling events and blocked by backpressure, the event in hand and
-        the wait in hand included. Read from the ``inspect`` thread while they change: each
-        total is read before what is in hand, which is cleared before it is added to the
-        total, so a reading may miss the moment of an ending but never counts it twice."""
-        busy, blocked = self.busy_s, self.transport.blocked_s
-        in_event, blocked_since, now = self.in_event, self.transport.blocked_since, time.perf_counter()
-        blocking = now - blocked_since if blocked_since is not None else 0.0
-        if in_event is not None:
-            started, blocked_then = in_event
-            busy += max(0.0, now - started - (blocked - blocked_then) - blocking)
-        return busy, blocked + blocking
 
     def _guard(self, method: Any, *args: Any) -> None:
         """Run an event through the core; its time, less what it waited for backpressure,
@@ -484,7 +491,7 @@ class VertexActor:
                 self.transport.gathering = False
                 self.transport.gathered.clear()
                 self.transport.rides.end_event()
-                self.in_event = None  # before the total grows: see _busy_and_blocked
+                self.in_event = None  # before the total grows: see busy_and_blocked
             now = time.perf_counter()
             self.busy_s += now - started - (self.transport.blocked_s - blocked)
             if self.metrics.due(now):

@@ -61,7 +61,7 @@ class RecoveryRecord:
     seconds: float  # from noticing the failure to running again
     finished_at: float  # wall-clock time (``time.time()``) it was running again
     steps: dict[str, float]  # seconds of each step (finding the dead, replacing them, reading the snapshot, ...)
-    kind: str = "job"  # "job": every replica rolled back; "alone": the lost replica only (not on Ray yet)
+    kind: str = "job"  # "job": every replica rolled back; "alone": the lost replica only (driver/alone_recovery.py)
     why: str = ""  # what raytide.supervisor.alone.decide found about the deaths
 
 

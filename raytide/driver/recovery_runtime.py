@@ -56,7 +56,7 @@ from raytide.snapshots.recovering import (
     TimedOut,
 )
 from raytide.snapshots.replica_state import summed
-from raytide.supervisor.alone import RecoveryKind, decide
+from raytide.supervisor.alone import RecoveryKind, recovered_how
 from raytide.supervisor.execution import Execution
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class RayRecovery:
         snapshots, steps = self.snapshots, self.steps
         snapshots.incarnation = effect.incarnation
         logger.warning("job %r: recovering (incarnation %d)", snapshots.placement.name, effect.incarnation)
-        dead = steps.time("find the dead", self._dead)
+        dead = steps.time("find the dead", self.find_dead)
         self.kind = self._kind(dead, run)
         self.replaced = steps.time("replace them", snapshots.placement.replace_dead, dead, snapshots.coordinator)
         snapshots.outputs.progress = snapshots.placement.progress
@@ -230,18 +230,14 @@ class RayRecovery:
         return Died(f"job {snapshots.placement.name!r}: {what} during {during}: {type(error).__name__}")
 
     def _kind(self, dead: list[Any], run: Execution) -> RecoveryKind:
-        """Which recovery ``dead`` calls for (:func:`~raytide.supervisor.alone.decide`; a dead
-        coordinator was found by :meth:`_dead`). Ray still rolls every recovery's whole job back,
-        so one that the rule would run alone is recorded as ``"job"``, saying so."""
-        others = [str(key) for key in dead if not isinstance(key, ReplicaKey)]
-        others += [COORDINATOR] if self.snapshots.coordinator is None else []
-        lost = [key for key in dead if isinstance(key, ReplicaKey)]
-        found = decide(self.snapshots.placement.plan, lost, others, rescaling=run.machine.pieces is not None)
+        """What this whole-job recovery records of ``dead`` (:func:`ray_kind`): where the rule would
+        have recovered one alone, that its recovery alone did not finish (a death or a timeout during it)."""
+        found = ray_kind(self.snapshots, dead, rescaling=run.machine.pieces is not None)
         if found.kind == "job":
             return found
-        return RecoveryKind("job", f"{found.why}; not run alone on Ray yet: every recovery rolls the whole job back")
+        return RecoveryKind("job", f"{found.why}; its recovery alone did not finish, so the whole job rolled back")
 
-    def _dead(self) -> list[Any]:
+    def find_dead(self) -> list[Any]:
         """The keys of the job's actors that are dead (a ping that fails; a busy one is alive)."""
         liveness = self.snapshots.placement.liveness
         actors = {key: actor for key, actor in liveness.actors.items() if key not in liveness.declared}
@@ -257,6 +253,26 @@ class RayRecovery:
         if COORDINATOR in dead:
             self.snapshots.coordinator = None
         return [key for key in dead if key != COORDINATOR]
+
+
+def ray_kind(snapshots: JobSnapshots, dead: list[Any], rescaling: bool = False) -> RecoveryKind:
+    """Which recovery the deaths of ``dead`` (the keys :meth:`RayRecovery.find_dead` found; a dead
+    coordinator is ``snapshots.coordinator`` None) call for on Ray
+    (:func:`~raytide.supervisor.alone.recovered_how`, the simulator's rule too), and where Ray
+    does not carry that out alone: ``Recovery(alone=False)``; a job that relays progress per
+    node (:meth:`~raytide.driver.placement.JobPlacement.place_relays` may choose them again);
+    a job rescaled live (a snapshot of the widths before would be laid out anew, and an adopted
+    state has no figures)."""
+    others = [str(key) for key in dead if not isinstance(key, ReplicaKey)]
+    others += [COORDINATOR] if snapshots.coordinator is None else []
+    lost = [key for key in dead if isinstance(key, ReplicaKey)]
+    found = recovered_how(snapshots.placement.plan, lost, others, rescaling)
+    if found.kind == "job":
+        return found
+    why = ("Recovery(alone=False) was asked for" if not snapshots.recovery.alone else
+           "the job relays progress per node (not recovered alone on Ray)" if snapshots.placement.relay_of else
+           "the job was rescaled live (not recovered alone on Ray)" if snapshots.rescales else None)
+    return found if why is None else RecoveryKind("job", f"{found.why}; but {why}, so the whole job rolls back")
 
 
 def _raised(answers: list) -> Raised | None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import ray
 
+from raytide.driver.alone_recovery import AloneOnRay
 from raytide.driver.feeders import Feeders
 from raytide.driver.outputs import OutputCollector
 from raytide.driver.placement import COORDINATOR, PROGRESS, JobPlacement
@@ -157,9 +158,18 @@ class JobSupervisor:
             return failures
 
     def recover(self, cause: str) -> None:
-        """Recover the job from the deaths of ``cause`` (the job fails if it cannot)."""
+        """Recover the job from the deaths of ``cause`` (the job fails if it cannot): one lost
+        replica alone where ``Recovery(alone=True)`` and the rule allow (:mod:`raytide.driver.alone_recovery`), else the whole job."""
         assert self.recovery is not None
-        self.run_recovery(self.recovery.after_death(cause))
+        alone = False
+        try:
+            alone = self.recovery.recovery.alone and AloneOnRay(self.recovery).recover(cause)
+        except RaytideError as error:
+            self.fail(error)
+        if alone:
+            self.recovered()
+        else:
+            self.run_recovery(self.recovery.after_death(cause))
 
     def autoscale(self) -> None:
         """Make the changes the autoscaler decided on, if it has (without waiting for it)."""
@@ -192,6 +202,10 @@ class JobSupervisor:
             self.recovery.execute(machine)
         except RaytideError as error:
             self.fail(error)
+        self.recovered()
+
+    def recovered(self) -> None:
+        """After a recovery: the time it took is no stall, and the autoscaler reads the replaced actors."""
         if self.stalls is not None:
             self.stalls.moved()  # the time the recovery took is no stall
         if self.autoscaler is not None:  # it reads the replaced actors from now on

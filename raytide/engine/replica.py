@@ -17,7 +17,7 @@ each once the tracker has absorbed the last (an acknowledged flush).
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, cast
 
 from raytide.core.batches import batch_length
 from raytide.engine import epoch_tokens, stepping
@@ -25,17 +25,21 @@ from raytide.engine.modes import ReplicaMode
 from raytide.engine.replica_vertices import MARKERS_KEPT
 from raytide.engine.settling import Settling
 from raytide.errors import ProgressError
-from raytide.physical.protocol import Cause, ChannelId, HeldCause, Marker, ReplicaKey, StepPlanMessage
+from raytide.physical.protocol import Cause, ChannelId, Figures, HeldCause, Marker, ReplicaKey, StepPlanMessage
 from raytide.progress.publisher import Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.steps import StepPlan
 
-__all__ = ["MARKERS_KEPT", "ReplicaCore", "ReplicaMode"]
+__all__ = ["MARKERS_KEPT", "AloneRestored", "ReplicaCore", "ReplicaMode"]
 
 #: A batch another replica sent: ``(channel, vertex, time, batch)``, or with its number on the
 #: channel as a fifth item (:mod:`raytide.engine.numbered_channels`).
 Received = tuple[ChannelId, str, Timestamp, Any] | tuple[ChannelId, str, Timestamp, Any, int | None]
+
+
+#: What a replica recovered alone hands on, restored (:meth:`ReplicaCore.alone_restored`).
+AloneRestored = tuple[list[Location], Figures, dict[ChannelId, int]]
 
 
 class ReplicaCore(Settling):
@@ -96,6 +100,13 @@ class ReplicaCore(Settling):
             self.restore(data, figures)
         self.sequence = itertools.count(first)
         self.quiet_through = quiet_through
+
+    def alone_restored(self) -> AloneRestored:
+        """What the replacement :meth:`replace_alone` made hands on: the locations it reads (to the
+        progress actor), its restored figures (:meth:`ProgressCore.replace`) and its input
+        channels' positions (its senders replay from there, :meth:`replay_to`)."""
+        numbering = self.outbox.numbering
+        return self.subscriptions(), dict(numbering.figures), cast(dict[ChannelId, int], numbering.dedup.positions())
 
     def replay_to(self, to: ReplicaKey, positions: dict[ChannelId, int], after: int) -> None:
         """Replica ``to`` was recovered alone at ``positions`` from snapshot ``after``: send it

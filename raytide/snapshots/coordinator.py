@@ -279,6 +279,20 @@ class CoordinatorCore:
         """Abandon the snapshot in flight (writing it failed, say)."""
         return self._abandon(reason, now) if self.in_flight is not None else None
 
+    def lose(self, replica: Hashable, now: float) -> tuple[Abandon | None, int]:
+        """``replica`` is recovered alone (docs/recovery.md, "A replica recovered alone"):
+        abandon the snapshot in flight (its replacement passes that barrier on without taking
+        it), unless every part is in (its commit is being written). Not a failure, and the
+        replacement is not waited for; the survivors that have not acknowledged it still hold
+        the next one back until their barriers come in, as after a timeout. Returns the
+        abandonment and the last id triggered (the replacement takes no barrier up to it)."""
+        flight = self.in_flight
+        if flight is None or flight.complete:
+            return None, self.next_id - 1
+        abandoned = self._abandon(f"replica {replica} is recovered alone", now, failure=False)
+        self.behind_id, self.behind = flight.snapshot_id, set(self.replicas - flight.acks.keys() - {replica})
+        return abandoned, self.next_id - 1
+
     def reset(self, incarnation: int, now: float) -> Abandon | None:
         """A recovery started incarnation ``incarnation``: abandon the snapshot in flight."""
         if incarnation <= self.incarnation:

@@ -28,12 +28,17 @@ Everywhere else the whole job rolls back, as before, and the recovery's record s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ReplicaKey
+
+#: A replacement recovered alone numbers its messages to the progress actor from its generation
+#: (1 for the first replacement of a replica, 2 for the next, ...) times this: past anything its
+#: lost incarnations sent (:meth:`~raytide.engine.progress_core.ProgressCore.replace`).
+GENERATION = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -87,3 +92,25 @@ def _one_replica(plan: PhysicalPlan, key: ReplicaKey) -> RecoveryKind:
                                    f"not logged)")
     fed = "the driver's call log" if head.role == "input" else f"channel {channels[0]}" if channels else "nothing"
     return RecoveryKind("alone", f"{where}: its outputs are a function of one input ({fed}) replayed in order")
+
+
+def recovered_how(plan: PhysicalPlan, lost: Sequence[ReplicaKey], others: Sequence[str] = (), rescaling: bool = False,
+                  relays: Collection[ReplicaKey] = ()) -> RecoveryKind:
+    """The recovery both worlds run for these deaths with ``alone`` on (the simulator's
+    :mod:`raytide.testing.solo`, the Ray driver's :mod:`raytide.driver.alone_recovery`):
+    :func:`decide`'s, narrowed to what their steps carry out. An input replica's replay is the
+    driver's call log (``ReplayLog``), not replayed to one replica yet; a node's progress relay
+    (``relays``: the replicas that are one) loses what it gathered of the others' progress
+    with it. Both go to the whole-job recovery."""
+    found = decide(plan, lost, others, rescaling)
+    if found.kind == "job":
+        return found
+    key = lost[0]
+    where = f"replica {key.chain}[{key.replica}]"
+    if plan.vertex(plan.chain(key.chain).vertices[0]).role == "input":
+        return RecoveryKind("job", f"{where} is an input's: its replay would be the driver's call log to it alone, "
+                                   f"which is not built")
+    if key in relays:
+        return RecoveryKind("job", f"{where} is its node's progress relay: what it gathered of the other replicas' "
+                                   f"progress died with it")
+    return found

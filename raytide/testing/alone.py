@@ -80,13 +80,24 @@ class RunningCount(Vertex):
         self.counts = Counter(state)
 
 
-def running_counts(width: int, inputs: int = 1) -> PhysicalPlan:
-    """The model's job as a plan: ``x`` (``inputs`` replicas) -> ``count`` (``width``, by key) -> ``sink``."""
+def running_counts_flow(width: int, inputs: int = 1) -> Dataflow:
+    """The model's job: ``x`` (``inputs`` replicas) -> ``count`` (``width``, by key) -> ``sink``
+    (what the Ray test of a replica recovered alone runs too)."""
     flow = Dataflow("alone")
-    counted = flow.vertex(RunningCount, [flow.input("x", parallelism=inputs)], exchange=[lambda key: key],
+    counted = flow.vertex(RunningCount, [flow.input("x", parallelism=inputs)], exchange=[_identity],
                           name="count", parallelism=width)[0]
-    counted.map(lambda pair: pair, name="sink", parallelism=1).output("out")
-    return compile_plan(flow)
+    counted.map(_identity, name="sink", parallelism=1).output("out")
+    return flow
+
+
+def running_counts(width: int, inputs: int = 1) -> PhysicalPlan:
+    """The model's job (:func:`running_counts_flow`) as a plan."""
+    return compile_plan(running_counts_flow(width, inputs))
+
+
+def _identity(value: Any) -> Any:
+    """A record's key (the record itself) and the sink's map."""
+    return value
 
 
 def owner(key: Any, width: int) -> int:

@@ -2,9 +2,10 @@
 (``LocalRecovery(alone=True)``; docs/recovery.md, "A replica recovered alone").
 
 When the deaths noticed at once are of one replica only, no recovery or rescale is under way
-and :func:`~raytide.supervisor.alone.decide` says ``"alone"`` (and the replica is not an
-input's, whose capability the figures do not count and whose replay is the driver's call log,
-nor a node's progress relay, whose death loses what it gathered of the others' progress), the
+and :func:`~raytide.supervisor.alone.recovered_how` says ``"alone"`` (``decide``'s rule, and the
+replica is not an input's, whose capability the figures do not count and whose replay is the
+driver's call log, nor a node's progress relay, whose death loses what it gathered of the
+others' progress; the Ray driver asks the same function), the
 driver does, in one turn of its own:
 
 1. the coordinator abandons the snapshot in flight (it may need the lost replica's part),
@@ -32,13 +33,9 @@ from raytide.engine.outbox import receivers
 from raytide.physical.protocol import ReplicaKey
 from raytide.rescale.reshard import latest_restore_point
 from raytide.snapshots.recovery import part_name
-from raytide.supervisor.alone import decide
+from raytide.supervisor.alone import GENERATION, recovered_how
 from raytide.testing.outcome import COORDINATOR, PROGRESS
 from raytide.testing.world import World
-
-#: A replacement numbers its messages to the progress actor from its generation times this:
-#: past anything its lost incarnations sent.
-GENERATION = 1 << 40
 
 
 def alone_candidate(world: World) -> ReplicaKey | None:
@@ -49,20 +46,16 @@ def alone_candidate(world: World) -> ReplicaKey | None:
     lost = [key for key in world.dead if key in world.replicas]
     others = [name for name, actor in ((PROGRESS, world.progress), (COORDINATOR, world.coordinator)) if actor is None]
     rescaling = world.rescaling is not None and not world.rescaling.over
-    if len(lost) != 1 or decide(world.plan, lost, others, rescaling).kind != "alone":
-        return None
-    head = world.plan.vertex(world.plan.chain(lost[0].chain).vertices[0])
     keys = world.replica_keys()
     relays = set() if world.mail.nodes is None else {world.mail.via(key, keys) for key in keys}
-    return None if head.role == "input" or lost[0] in relays else lost[0]
+    return lost[0] if recovered_how(world.plan, lost, others, rescaling, relays).kind == "alone" else None
 
 
 def recover_alone(world: World, key: ReplicaKey) -> None:
     """Recover replica ``key`` alone (the module docstring's steps)."""
     assert world.recovery is not None and world.progress is not None
-    flight = world.coordinator.in_flight if world.coordinator is not None else None
-    if world.coordinator is not None and flight is not None and not flight.complete:  # a complete one commits
-        world.coordinator.fail(f"replica {key} is recovered alone", world.result.steps)
+    if world.coordinator is not None:  # a complete one commits
+        world.coordinator.lose(key, world.result.steps)
     store = world.recovery.store.at(world.incarnation)
     point = latest_restore_point(world.plan, store, world.recovery.retain, world.first_id, world.started_from)
     data = None if point.snapshot_id is None else store.read_part(point.snapshot_id, part_name(key))
@@ -73,10 +66,9 @@ def recover_alone(world: World, key: ReplicaKey) -> None:
     core = world._fresh(key)
     world.waiting.discard(key)
     world._guard(key, core.replace_alone, data, figures, first, world.last_snapshot_id)
-    restored = core.outbox.numbering
-    world._perform(world.progress.replace(key, dict(restored.figures), first, core.subscriptions()))
+    locations, figures_restored, positions = core.alone_restored()
+    world._perform(world.progress.replace(key, figures_restored, first, locations))
     world._guard(key, core.resume)
-    positions = restored.dedup.positions()
     for sender in world.replica_keys():
         if sender != key and key in receivers(world.plan, sender):
             world._guard(sender, world.replicas[sender].replay_to, key, positions, point.snapshot_id or 0)

@@ -98,6 +98,28 @@ def test_the_next_periodic_snapshot_waits_until_every_replica_took_the_barrier_o
     assert core.due(202.0), "the barriers on their way were the incarnation's gone"
 
 
+def test_a_replica_recovered_alone_abandons_the_snapshot_in_flight_and_the_next_waits_for_the_survivors_only():
+    """``lose``: the snapshot in flight is abandoned (its replacement passes the barrier on
+    without taking it), counted as no failure; the next periodic one waits for the survivors
+    still to take the abandoned barrier, never for the lost replica; nothing in flight, or a
+    complete one (its commit being written), is left alone; the answer is the last id triggered."""
+    core = CoordinatorCore(REPLICAS, first_id=1, interval=1.0, timeout=5.0)
+    assert core.lose("a/1", now=0.0) == (None, 0)
+    core.trigger(0.0)
+    core.acknowledge(ack("a/0", 1), now=0.5)
+    abandoned, quiet = core.lose("a/1", now=1.0)
+    assert abandoned is not None and abandoned.snapshot_id == 1 and quiet == 1 and core.in_flight is None
+    assert core.stats.failed_in_a_row == 0 and core.stats.abandoned == 1
+    assert not core.due(10.0), "b/0 has not taken barrier 1 yet"
+    core.acknowledge(ack("b/0", 1), now=11.0)
+    assert core.due(11.0), "every survivor took barrier 1; the lost replica's replacement never will"
+    core.trigger(12.0)
+    for replica in REPLICAS[:2]:
+        core.acknowledge(ack(replica, 2), now=12.5)
+    assert core.acknowledge(ack("b/0", 2), now=13.0) is not None
+    assert core.lose("b/0", now=13.5) == (None, 2), "a complete snapshot commits"
+
+
 def test_a_late_acknowledgement_is_never_counted_for_a_snapshot_asked_for_at_once():
     """A snapshot asked for on demand (a rescale's cut, ``job.snapshot()``) does not wait for
     the slow replicas: late acknowledgements of the abandoned one meet it and must not count."""

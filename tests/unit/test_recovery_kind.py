@@ -6,7 +6,7 @@ from __future__ import annotations
 import raytide as rt
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import ReplicaKey
-from raytide.supervisor.alone import decide
+from raytide.supervisor.alone import decide, recovered_how
 
 
 def _plan(input_width: int = 1, stage: str = "map") -> PhysicalPlan:
@@ -71,3 +71,16 @@ def test_two_deaths_another_actor_or_a_rescale_fall_back():
     assert "2 replicas died at once (m[0], m[1])" in decide(plan, [ReplicaKey("m", 0), ReplicaKey("m", 1)]).why
     assert decide(plan, [ReplicaKey("m", 0)], others=["the progress actor"]).why.startswith("the progress actor died")
     assert "a rescale was under way" in decide(plan, [ReplicaKey("m", 0)], rescaling=True).why
+
+
+def test_what_both_worlds_carry_out_alone_leaves_inputs_and_relays_to_the_whole_job():
+    """``recovered_how``: ``decide``'s rule, narrowed to what the simulator's and the Ray
+    driver's steps carry out (an input replica's replay and a relay's lost gathering are not)."""
+    plan = _plan()
+    assert recovered_how(plan, [ReplicaKey("m", 2)]) == decide(plan, [ReplicaKey("m", 2)])
+    assert recovered_how(plan, [ReplicaKey("m", 2)]).kind == "alone"
+    kind = recovered_how(_plan(input_width=2), [ReplicaKey("x", 1)])
+    assert kind.kind == "job" and "replica x[1] is an input's" in kind.why
+    kind = recovered_how(plan, [ReplicaKey("m", 2)], relays={ReplicaKey("m", 2)})
+    assert kind.kind == "job" and "its node's progress relay" in kind.why
+    assert recovered_how(plan, [ReplicaKey("m", 0), ReplicaKey("m", 1)]).kind == "job"

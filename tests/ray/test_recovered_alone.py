@@ -1,0 +1,45 @@
+"""A replica recovered alone on a real Ray (``rt.Recovery(alone=True)``, :mod:`raytide.driver.alone_recovery`):
+one replica of a 4-replica keyed stage SIGKILLed mid-stream; the output must be exactly the
+plain-Python reference (records lost, duplicated and in the wrong epoch counted; each key's
+running counts show a reorder), the survivors must keep their processes and never reload their
+state, and the recovery's record must say ``"alone"``. (That snapshots commit again after it is
+the coordinator core's ``lose``, tested in ``tests/unit/test_coordinator.py``: waiting here for a
+commit after the job ends would race the driver's silence rule for a coordinator it no longer syncs.)"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+import raytide as rt
+from raytide.testing.alone import reference, running_counts_flow
+from tests.ray.test_recovery import EPOCHS, check, run_and_kill, sigkill
+from tests.sim.scenarios import Scenario
+
+pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
+
+WIDTH = 4
+
+
+def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_session, tmp_path):
+    rng = random.Random(74)
+    epochs = [[rng.randrange(40) for _ in range(60)] for _ in range(EPOCHS)]
+    counting = Scenario("running counts", running_counts_flow(WIDTH), {"x": epochs},
+                        {"out": {epoch: Counter(records) for epoch, records in reference(epochs).items() if records}})
+    before: dict[str, int] = {}
+
+    def kill(job: rt.Job) -> None:
+        before.update(job.hosts())
+        sigkill(job, "count/1")
+
+    got, stats = run_and_kill(counting, tmp_path, [kill], alone=True)
+    check(counting, got)
+    [record] = stats["recoveries"]["recoveries"]
+    assert record["kind"] == "alone" and len(record["replaced"]) == 1 and record["replaced"][0].endswith("/count/1"), record
+    survivors = {name: pid for name, pid in before.items() if name in stats["replicas"] and name not in record["replaced"]}
+    assert len(survivors) == len(stats["replicas"]) - 1 and sum("/count/" in name for name in survivors) == WIDTH - 1
+    assert {name: stats["hosts"][name] for name in survivors} == survivors, "a survivor's process changed"
+    assert {name: stats["replicas"][name]["restores"] for name in survivors} == dict.fromkeys(survivors, 0)
+    assert stats["replicas"][record["replaced"][0]]["restores"] == 1
