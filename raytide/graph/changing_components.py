@@ -271,6 +271,8 @@ def heard(s: Step, forgot: np.ndarray, sender: np.ndarray, kind: np.ndarray) -> 
     the others offered to it were folded away, so it asks its neighbours at the barrier
     (``reask``, :func:`release`)."""
     state, waiting = s.state, s.state["waiting"]
+    if not len(forgot) and not (kind == NOTICE).any():
+        return
     which, at = held_neighbours(s, forgot)
     answering = ~waiting[at]
     take(s, forgot[which][answering], state["label"][at[answering]], s.ids[at[answering]],
@@ -422,8 +424,10 @@ def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     slots = s.lookup(rows["node"])
     here = slots >= 0
     at, kind, label = slots[here], rows["kind"][here], rows["label"][here]
-    waiting = s.state["waiting"][at]
-    idle = (kind == OFFER) & np.where(waiting, label >= s.state["held"][at], label >= s.state["label"][at])
+    taken = s.state["label"][at]
+    if s.state["waiting"].any():  # a waiting node takes nothing yet: what it holds is what an offer must beat
+        taken = np.where(s.state["waiting"][at], s.state["held"][at], taken)
+    idle = (kind == OFFER) & (label >= taken)
     idle |= (kind == NOTICE) & (s.state["parent"][at] != rows["sender"][here])
     keep = np.ones(len(slots), dtype=bool)
     keep[here] = ~idle
