@@ -14,20 +14,24 @@ parent forgets), the node first tries to *reattach*: a neighbour held at its rep
 the same label and an earlier ``(stamp, id)`` becomes its parent, and nothing else changes (most
 lost parent edges end there). Failing that it *resets*: its label becomes its own id
 again and it tells its neighbours. A neighbour whose parent it is reattaches or resets
-too (the local part of the wave in one round, then one level a round across replicas);
-once the wave is over everywhere (``Step.quiet``) the reset nodes ask their neighbours,
-any other neighbour with a smaller label offers it back, and an offer from a node with a
-larger label is answered with one's own. So a deleted edge redoes only the part of the
-forest below it that finds no other way up, labels come back by other paths where there
-are any, and a component cut in two gets the smallest id of each part. At the fixpoint
-every parent chain ends at its component's smallest node, whose label all its nodes carry.
+too (the local part of the wave in one round, then one level a round across replicas).
+A reset node takes no label while the wave runs, but its notice is also a question: every
+neighbour it does not reach as a parent answers with its label, and the reset node *holds*
+the smallest label offered to it, with its sender. Once the wave is over everywhere
+(``Step.quiet``) no chain is cut any more: the reset nodes take what they hold and offer
+it to their neighbours, with no ask and answer then (a held label whose sender forgot
+since is dropped, and that node asks its neighbours at the barrier instead). So a deleted
+edge redoes only the part of the forest below it that finds no other way up, labels come
+back by other paths where there are any, and a component cut in two gets the smallest id
+of each part. At the fixpoint every parent chain ends at its component's smallest node,
+whose label all its nodes carry.
 
 Each round runs to a local fixpoint (:func:`settle`): a label a node takes is offered on
 at once to its neighbours held at the same replica, and asks to them are answered from
 their state, so only rows to other replicas wait for the next round.
 
-Messages are rows ``(node, label, sender, reset)``: an offer of ``label`` from ``sender``
-to ``node``, with ``reset`` set when the sender has just forgotten its label. Each epoch
+Messages are rows ``(node, label, sender, kind)``: an offer of ``label`` from ``sender``
+to ``node``, a notice (the sender forgot its label) or an ask. Each epoch
 ends by sending, for the nodes it touched, the changes of their ``(node, label)`` records:
 the old record taken back, the new one added (a node without edges has none).
 """
@@ -150,12 +154,14 @@ def dense_ranks(values: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
 
 def forget(s: Step, slots: np.ndarray) -> np.ndarray:
     """The nodes at ``slots`` not waiting yet forget their labels: each its own id and its
-    own parent again, waiting for the barrier to ask for offers; returns those slots."""
-    waiting = s.state["waiting"]
-    slots = slots[~waiting[slots]]
-    s.state["label"][slots] = s.state["parent"][slots] = s.ids[slots]
-    s.state["stamp"][slots] = s.time.counters[-1] * STEPS_PER_ROUND
-    waiting[slots] = True
+    own parent again, waiting for the barrier and holding meanwhile the smallest label
+    offered to them (``held``, from ``held_from``: none yet, their own id); returns those
+    slots. A node without edges left has nothing to wait for."""
+    state = s.state
+    slots = slots[~state["waiting"][slots]]
+    state["label"][slots] = state["parent"][slots] = state["held"][slots] = state["held_from"][slots] = s.ids[slots]
+    state["stamp"][slots] = s.time.counters[-1] * STEPS_PER_ROUND
+    state["waiting"][slots] = state["present"][slots]
     return slots
 
 
@@ -234,15 +240,66 @@ STEPS_PER_ROUND = 1 << 20
 
 
 def take(s: Step, targets: np.ndarray, label: np.ndarray, sender: np.ndarray, stamp: int) -> np.ndarray:
-    """Each target not waiting takes its smallest offer if below its label; the slots that did."""
-    open_ = ~s.state["waiting"][targets]
-    targets, label, sender = smallest_offers(targets[open_], label[open_], sender[open_])
-    lower = label < s.state["label"][targets]
+    """Each target takes its smallest offer if below its label; the slots that did. A waiting
+    target holds it instead, if below what it holds (:func:`release` takes it at the
+    barrier), unless its sender is held here and waiting too: it forgot since it offered
+    (a sender held elsewhere that forgot since sends its notice after the offer: :func:`heard`)."""
+    state = s.state
+    to_waiting = state["waiting"][targets]
+    if to_waiting.any():
+        sent_from = s.lookup(sender[to_waiting])
+        stale = np.zeros(len(targets), dtype=bool)
+        stale[to_waiting] = (sent_from >= 0) & state["waiting"][np.maximum(sent_from, 0)]
+        targets, label, sender = targets[~stale], label[~stale], sender[~stale]
+    targets, label, sender = smallest_offers(targets, label, sender)
+    waiting = state["waiting"][targets]
+    hold = waiting & (label < state["held"][targets])
+    state["held"][targets[hold]], state["held_from"][targets[hold]] = label[hold], sender[hold]
+    lower = ~waiting & (label < state["label"][targets])
     taking = targets[lower]
-    s.state["label"][taking] = label[lower]
-    s.state["parent"][taking] = sender[lower]
-    s.state["stamp"][taking] = stamp
+    state["label"][taking] = label[lower]
+    state["parent"][taking] = sender[lower]
+    state["stamp"][taking] = stamp
     return taking
+
+
+def heard(s: Step, forgot: np.ndarray, sender: np.ndarray, kind: np.ndarray) -> None:
+    """What the round's forgetting tells the waiting nodes. The nodes that forgot hold their
+    neighbours' labels held here (the answers :func:`replies` gives by message, given at
+    once). A waiting node whose held label came from a node that has forgotten since (its
+    notice came, or it forgot here) holds nothing again: the label may be one cut off, and
+    the others offered to it were folded away, so it asks its neighbours at the barrier
+    (``reask``, :func:`release`)."""
+    state, waiting = s.state, s.state["waiting"]
+    if not len(forgot) and not (kind == NOTICE).any():
+        return
+    which, at = held_neighbours(s, forgot)
+    answering = ~waiting[at]
+    take(s, forgot[which][answering], state["label"][at[answering]], s.ids[at[answering]],
+         s.time.counters[-1] * STEPS_PER_ROUND)
+    told = at[waiting[at] & (state["held_from"][at] == s.ids[forgot][which])]
+    targets = s.slots
+    told = np.unique(concat([told, targets[(kind == NOTICE) & waiting[targets] & (state["held_from"][targets] == sender)]]))
+    state["held"][told] = state["held_from"][told] = s.ids[told]
+    state["reask"][told] = True
+
+
+def release(s: Step) -> tuple[np.ndarray, np.ndarray]:
+    """``(released, asking)``: at the barrier (every notice taken everywhere: ``Step.quiet``)
+    the waiting nodes stop waiting and take what they hold, the smallest label offered to
+    them since they forgot, from a node that has not forgotten since: a label with a parent
+    chain to its root, now that no chain is cut any more. Each offers its label (its own id
+    if it held none) to its neighbours; those whose held label was taken back (:func:`heard`)
+    ask them too."""
+    state = s.state
+    released = np.flatnonzero(state["waiting"])
+    state["waiting"][released] = False
+    held = released[state["held"][released] < s.ids[released]]
+    state["label"][held], state["parent"][held] = state["held"][held], state["held_from"][held]
+    state["stamp"][held] = s.time.counters[-1] * STEPS_PER_ROUND
+    asking = released[state["reask"][released]]
+    state["reask"][asking] = False
+    return released, asking
 
 
 def local_offers(s: Step, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -288,10 +345,15 @@ def to_neighbours(s: Step, slots: np.ndarray, kinds: np.ndarray) -> dict[str, np
 
 
 def replies(s: Step, label: np.ndarray, sender: np.ndarray, kind: np.ndarray) -> dict[str, np.ndarray]:
-    """An ask above the label of a target not waiting is answered with an offer of that label."""
-    targets = s.slots
-    answer = (kind == ASK) & ~s.state["waiting"][targets] & (label > s.state["label"][targets])
-    return messages(sender[answer], s.state["label"][targets[answer]], s.ids[targets[answer]], OFFER)
+    """An ask above the label of a target not waiting is answered with an offer of that label;
+    so is a notice from a node not the target's parent (its label is the sender's own id,
+    the sender forgot): the sender holds the answer while it waits (:func:`take`), so the
+    barrier finds it there and no ask is needed then (:func:`release`)."""
+    targets, state = s.slots, s.state
+    mine, open_ = state["label"][targets], ~state["waiting"][targets]
+    asked = (kind == ASK) | ((kind == NOTICE) & (state["parent"][targets] != sender))
+    answer = asked & open_ & (label > mine)
+    return messages(sender[answer], mine[answer], s.ids[targets[answer]], OFFER)
 
 
 def asks(s: Step, asking: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
@@ -328,21 +390,20 @@ def relabel(s: Step) -> tuple[dict[str, np.ndarray], None]:
     targets, parent, ids, waiting = s.slots, s.state["parent"], s.ids, s.state["waiting"]
     notified = targets[(kind == NOTICE) & (parent[targets] == sender) & (sender != ids[targets])]
     forgot = forget_below(s, np.unique(concat([lost_parent, notified])))
-    asking = EMPTY
-    if s.quiet:  # every notice has been taken everywhere: the waiting nodes ask for labels
-        asking = np.flatnonzero(waiting)
-        waiting[asking] = False
+    heard(s, forgot, sender, kind)
+    released, asking = release(s) if s.quiet else (EMPTY, EMPTY)
     open_ = kind != NOTICE
-    held_gained, remote_gained = new_edge_offers(s, gained_from, gained_to)
     asked, asks_sent = asks(s, asking)
-    sources = [(targets[open_], label[open_], sender[open_]), held_gained, asked]
+    held_gained, remote_gained = new_edge_offers(s, gained_from, gained_to)
+    sources = [(targets[open_], label[open_], sender[open_]), held_gained, asked, local_offers(s, released)]
     offers = (concat([o[0] for o in sources]), concat([o[1] for o in sources]), concat([o[2] for o in sources]))
     took = settle(s, offers)
+    took = np.union1d(took, released) if len(released) else took
     kinds = np.repeat(np.array([NOTICE, OFFER], dtype=np.int8), [len(forgot), len(took)])
     parts = [to_neighbours(s, concat([forgot, took]), kinds), asks_sent, replies(s, label, sender, kind), remote_gained]
     if waiting.any():
         s.again()
-    mark_changed(s, concat([forgot, took, asking, s.added.get(0, (EMPTY, {}))[0]]))
+    mark_changed(s, concat([forgot, took, s.added.get(0, (EMPTY, {}))[0]]))
     return useful({name: concat([part[name] for part in parts]) for name in MESSAGE}, s), None
 
 
@@ -363,7 +424,10 @@ def useful(rows: dict[str, np.ndarray], s: Step) -> dict[str, np.ndarray]:
     slots = s.lookup(rows["node"])
     here = slots >= 0
     at, kind, label = slots[here], rows["kind"][here], rows["label"][here]
-    idle = (kind == OFFER) & ((label >= s.state["label"][at]) | s.state["waiting"][at])
+    taken = s.state["label"][at]
+    if s.state["waiting"].any():  # a waiting node takes nothing yet: what it holds is what an offer must beat
+        taken = np.where(s.state["waiting"][at], s.state["held"][at], taken)
+    idle = (kind == OFFER) & (label >= taken)
     idle |= (kind == NOTICE) & (s.state["parent"][at] != rows["sender"][here])
     keep = np.ones(len(slots), dtype=bool)
     keep[here] = ~idle
@@ -390,6 +454,7 @@ def changing_components(edges: Collection, name: str) -> Collection:
     direction ignored) are inserted and deleted: the smallest node id of each node's component."""
     columns = edges.update_columns(("src", "dst"), name=f"{name}.columns")
     state = {"label": (np.int64, own_id), "parent": (np.int64, own_id), "waiting": (np.bool_, False), "changed": CHANGED,
+             "held": (np.int64, own_id), "held_from": (np.int64, own_id), "reask": (np.bool_, False),
              "stamp": (np.int64, -1),
              "present": (np.bool_, False), "shown": (np.int64, 0), "was_shown": (np.bool_, False)}
     changes = columns.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
