@@ -167,15 +167,12 @@ class VertexActor:
                 return
             if frame.kind == DATA:
                 self.receive_many(frame.packed)
-            elif frame.kind == PUSH:
-                assert isinstance(frame.packed, bytes)
-                self.on_progress(frame.packed)
             elif frame.kind == CALL:  # the driver's push or advance (raytide.driver.input_links)
                 method, args = called(frame)
                 getattr(self, method)(*args)
-            else:
-                assert isinstance(frame.packed, bytes)
-                self.receive_marker(*pickle.loads(frame.packed))
+            else:  # a progress push, or a marker
+                assert isinstance(frame.packed, bytes), frame.kind
+                self.on_progress(frame.packed) if frame.kind == PUSH else self.receive_marker(*pickle.loads(frame.packed))
 
     def _current(self, incarnation: int) -> bool:
         """Whether a call of ``incarnation`` is for this replica's state (older ones are dropped)."""
