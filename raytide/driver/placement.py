@@ -9,6 +9,7 @@ another plan. Every call that waits, waits with a timeout that says what it wait
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from raytide.progress.reachability import Location
 from raytide.snapshots.config import Recovery
 
 logger = logging.getLogger(__name__)
+#: Seconds the other answers of a wait that failed get to arrive, so that their own failures are read (_read_the_rest).
+SETTLE_FAILED_S = 1.0
 
 #: The progress actor's key among the actors a placement holds (the others are ReplicaKeys).
 PROGRESS = "the progress actor"
@@ -370,6 +373,9 @@ class JobPlacement:
             return ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError as error:
             raise JobTimeout(f"job {self.name!r}: {what} took longer than {timeout:.0f} s{self._cpu_shortage()}") from error
+        except ray.exceptions.RayError:
+            _read_the_rest(refs)
+            raise
 
     def _cpu_shortage(self) -> str:
         """Why hosts may not have started, if the cluster lacks the CPUs they reserve (a node
@@ -382,3 +388,13 @@ class JobPlacement:
             return ""
         return (f"; each of its hosts reserves {need:g} CPU and the cluster has {free:g} free, so Ray may be keeping "
                 f"hosts pending (start the job with num_cpus=0, or give the cluster more CPUs)")
+
+
+def _read_the_rest(refs: list) -> None:
+    """Read, ignoring their errors, the answers of ``refs`` that arrive within :data:`SETTLE_FAILED_S`: one of
+    them failed (an actor died), and an answer that failed too and that nobody reads Ray reports as an unhandled
+    error when its ref goes (a replica's ``adopt`` of pieces the dead replica owned: ``OwnerDiedError``)."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=SETTLE_FAILED_S)
+    for ref in ready:
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(ref, timeout=0)
