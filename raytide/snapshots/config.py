@@ -72,9 +72,10 @@ class Recovery:
             sooner; an actor too slow to answer a ping in time is recovered from needlessly.
         alone: the replicas number every send to another replica, keep it in an upstream log
             until a snapshot commits past it, and drop what they receive twice: what recovering
-            one lost replica alone needs (docs/recovery.md, "A replica recovered alone"). On
-            Ray every recovery is still a whole-job rollback for now (its record in
-            ``job.stats()["recoveries"]`` says so); off by default. The logs keep what was
+            one lost replica alone needs (docs/recovery.md, "A replica recovered alone"): one dead
+            replica where that holds is replaced alone, the others keeping their state; any
+            other death rolls the whole job back, and its record in ``job.stats()["recoveries"]``
+            says why (an input replica, a stage that notifies, ...). Off by default. The logs keep what was
             sent since the last commit: with ``interval=None`` they grow until a snapshot.
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
