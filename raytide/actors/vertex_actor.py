@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import pickle
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -58,7 +57,7 @@ from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
 from raytide.engine.replica import AloneRestored, Received, ReplicaCore
 from raytide.errors import RaytideError, RescaleError, SourceError
-from raytide.physical.frames import CALL, DATA, PUSH, Frame, called
+from raytide.physical.frames import Frame, replica_call
 from raytide.physical.pickled import Packed
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -165,14 +164,8 @@ class VertexActor:
         with self.serial:
             if self.inbound.closed:
                 return
-            if frame.kind == DATA:
-                self.receive_many(frame.packed)
-            elif frame.kind == CALL:  # the driver's push or advance (raytide.driver.input_links)
-                method, args = called(frame)
-                getattr(self, method)(*args)
-            else:  # a progress push, or a marker
-                assert isinstance(frame.packed, bytes), frame.kind
-                self.on_progress(frame.packed) if frame.kind == PUSH else self.receive_marker(*pickle.loads(frame.packed))
+            method, args = replica_call(frame)
+            getattr(self, method)(*args)
 
     def _current(self, incarnation: int) -> bool:
         """Whether a call of ``incarnation`` is for this replica's state (older ones are dropped)."""

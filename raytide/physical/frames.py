@@ -74,6 +74,18 @@ def called(frame: Frame) -> tuple[str, tuple[Any, ...]]:
     return method, args
 
 
+def replica_call(frame: Frame) -> tuple[str, tuple[Any, ...]]:
+    """The vertex actor's method a frame to a replica stands for, with its arguments: a peer's
+    data batches, a progress push or a marker, or the driver's call (:func:`called`)."""
+    if frame.kind == CALL:
+        return called(frame)
+    if frame.kind == DATA:
+        return "receive_many", (frame.packed,)
+    if not isinstance(frame.packed, bytes) or frame.kind not in (PUSH, MARKER):
+        raise ValueError(f"a frame of kind {frame.kind} is not one a replica takes")
+    return ("on_progress", (frame.packed,)) if frame.kind == PUSH else ("receive_marker", pickle.loads(frame.packed))
+
+
 def ack_frame(count: int) -> bytes:
     """An acknowledgement of ``count`` frames delivered, as bytes to write."""
     return b"".join(encode_frame(ACK, LENGTH.pack(count)))

@@ -12,7 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raytide.actors.socket_hops import Inbound, Outbound
-from raytide.physical.frames import ACK, DATA, MARKER, Frame, FrameReader, ack_count, ack_frame, encode_frame
+from raytide.physical.frames import (
+    ACK,
+    DATA,
+    MARKER,
+    PUSH,
+    Frame,
+    FrameReader,
+    ack_count,
+    ack_frame,
+    encode_frame,
+    replica_call,
+)
 
 blobs = st.binary(max_size=300)
 packeds = st.one_of(blobs, st.tuples(blobs, st.lists(st.binary(min_size=1, max_size=200), min_size=1, max_size=3)))
@@ -151,3 +162,13 @@ def test_a_corrupt_stream_closes_its_connection_and_leaves_the_others_served():
         for _ in range(100):  # from the second on, each waits for the one before's acknowledgement
             corrupt.send(DATA, bytes([4]) + bytes(4), window=1)
     inbound.close()
+
+
+def test_a_frame_to_a_replica_names_the_call_it_stands_for_and_another_kind_is_refused():
+    import pickle
+
+    assert replica_call(Frame(DATA, b"batches")) == ("receive_many", (b"batches",))
+    assert replica_call(Frame(PUSH, b"push")) == ("on_progress", (b"push",))
+    assert replica_call(Frame(MARKER, pickle.dumps((1, "marker")))) == ("receive_marker", (1, "marker"))
+    with pytest.raises(ValueError, match="kind 2 is not one a replica takes"):
+        replica_call(Frame(ACK, b"x"))
