@@ -80,3 +80,14 @@ def test_links_stay_in_the_repository_and_find_their_target(page):
         elif anchor and path.suffix == ".md" and anchor not in anchors(path):
             broken.append(target)
     assert broken == []
+
+
+def test_only_the_lines_ray_prints_on_its_own_are_left_out_of_a_snippets_output():
+    """What the raylet and forwarded worker logs print into the driver's stdout (the load decides
+    whether they come) is not compared; every other line is, a line in parentheses included."""
+    printed = (
+        "\x1b[33m(raylet)\x1b[0m WARNING: 8 PYTHON worker processes have been started on node: 6045\n"
+        "(0, [3, 5])\n(VertexHost pid=123) a worker's print\n(pid=77, ip=192.0.2.2) another\n"
+        "(1, [5])\n(raylet) but in the middle (of a line)\n(not ray) 1\n"
+    )
+    assert snippets.RAY_LINE.sub("", printed) == "(0, [3, 5])\n(1, [5])\n(not ray) 1\n"
