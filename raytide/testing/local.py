@@ -284,9 +284,9 @@ class LocalJob(World):
     def _take_down(self, target: Target, undead: bool) -> None:
         """``target`` dies with its state and what it had in flight (going on as a zombie if ``undead``)."""
         if isinstance(target, ReplicaKey):
-            self.dead.add(target)
             if undead:
                 self._rise(target)
+            self.dead.add(target)
             self.mail.drop_inbound(target)
         elif target == PROGRESS:
             haunted = undead and self._rise_actor(PROGRESS, self.progress, self.progress_incarnation,

@@ -207,7 +207,16 @@ class World(SnapshotTaking):
 
     def _rise(self, key: ReplicaKey) -> None:
         """Replica ``key`` dies but, with ``LocalRecovery.zombie``, goes on as a zombie for a few
-        actions; its writer keeps what it had not written. Call before its mailboxes are dropped."""
+        actions; its writer keeps what it had not written. Call before its mailboxes are dropped
+        and it is counted dead. Killed again before a recovery replaced it, it does not rise again:
+        its zombie's host dies too (:meth:`Zombie.end`). A second zombie of the same core would
+        take the mail sent after the second kill, skipping what the first had gathered and not
+        taken: a gap in a FIFO channel, which no actor on Ray can have (a barrier taken after
+        data that never reached the core: a snapshot that lost records)."""
+        if key in self.dead:
+            if key in self.zombies:
+                self.zombies[key].end()
+            return
         if self.recovery is None or not self.recovery.zombie or key not in self.replicas:
             return
         self.zombies[key] = rise(self.mail, key, self.replicas[key], self.incarnations[key],
@@ -217,7 +226,10 @@ class World(SnapshotTaking):
     def _rise_actor(self, role: str, core: Any, incarnation: int, inbox: list[Any]) -> bool:
         """The progress actor or the coordinator (``role``: its ``core`` of ``incarnation``) dies but,
         with ``LocalRecovery.zombie``, goes on for a few slow actions, with what was on its way to it;
-        whether it does."""
+        whether it does. Killed again before a recovery replaced it (``core`` None: it is dead), its
+        zombie's host dies too (:meth:`ActorZombie.end`): it neither rises again nor goes on."""
+        if core is None and role in self.undead and self._still_dead(role):
+            self.undead[role].end()
         if self.recovery is None or not self.recovery.zombie or core is None:
             return False
         self.undead[role] = ActorZombie(core, incarnation, self.rng.randint(1, self.recovery.zombie), inbox)

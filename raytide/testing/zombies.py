@@ -12,7 +12,9 @@ one message from one of its mailboxes, at random among the scheduler's other act
 sends go into the world's mailboxes tagged with its old incarnation. Its writer keeps what it
 had not written, and writes and acknowledges it later (:attr:`Zombie.incarnation` lets the
 world's writer tell a zombie's write from a lost one). What is sent to it after its death is
-lost, as it is to any dead replica.
+lost, as it is to any dead replica. Killed again before a recovery replaced it, a zombie ends
+(:meth:`Zombie.end`, :meth:`ActorZombie.end`): its host dies too, with what it had not taken;
+it never rises again from the same core (a second zombie would skip the first one's mail).
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ class Zombie:
     def alive(self) -> bool:
         """Whether it has anything left to do."""
         return self.left > 0 and (any(self.inbox.values()) or bool(self.writes))
+
+    def end(self) -> None:
+        """Killed again: its host dies too. It takes no more action; what it had not taken, and
+        what its writer had not written, is lost with it (as with any dead actor)."""
+        self.left = 0
+        self.inbox.clear()
+        self.writes.clear()
 
     def act(self, rng: random.Random, replaced: bool, store: Callable[[int, LocalSnapshot], None]) -> None:
         """Its writer ``store``-s its oldest local snapshot, or it takes the next message of one of
@@ -153,6 +162,12 @@ class ActorZombie:
         self.left -= 1
         self.after_replacement += replaced
         return self.inbox.pop(rng.randrange(len(self.inbox)))
+
+    def end(self) -> None:
+        """Killed again: its host dies too. It takes no more action; what reached it and it had not
+        taken is lost with it (as with any dead actor)."""
+        self.left = 0
+        self.inbox.clear()
 
     def listening(self) -> bool:
         """Whether it still takes what is sent to it (it has actions left)."""
