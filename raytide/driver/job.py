@@ -414,8 +414,8 @@ class Job(JobViews):
             GraphError: a vertex the job does not have.
             RescaleError: an input's width would change, two vertices that must keep one
                 width were given different ones, a vertex whose width changes keeps state it
-                cannot split by key, the job has finished, or another thread's rescale did
-                not end within ``timeout``.
+                cannot split by key, the job has finished (before the call, or before the
+                rescale's cut was held), or another thread's rescale did not end within ``timeout``.
             SnapshotError: no cut was complete within ``timeout`` seconds.
             RecoveryError: without ``recovery``, the rescale met a death or its cut was not
                 complete in time: the job failed.

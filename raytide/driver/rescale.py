@@ -39,6 +39,7 @@ from raytide.rescale.rescaling import (
     Held,
     HoldAtCut,
     HostsStarted,
+    JobEnded,
     KeepOldWidths,
     Recover,
     Recovered,
@@ -103,7 +104,8 @@ def rescale(recovery: JobRecovery, supervision: Supervision, asked: dict[str, in
     ``why``: why a rescale asked to step holds the whole job (in the record).
 
     Raises:
-        RescaleError: a vertex whose width changes keeps state it cannot split by key.
+        RescaleError: a vertex whose width changes keeps state it cannot split by key, or
+            the job finished before the rescale's cut was held.
         SnapshotError: no cut was complete within ``timeout`` seconds.
         RaytideError: a vertex's ``take_keys`` failed (the job recovered and goes on), or
             the job failed meanwhile.
@@ -192,7 +194,16 @@ class RayRescale:
         return HostsStarted()
 
     def hold_at_cut(self, effect: HoldAtCut, run: Execution) -> RescaleEvent:
-        return self.run.steps.time("hold at a cut", self._hold, effect)
+        """The cut (:meth:`_hold`), unless the job has finished: before it is asked for (after a
+        recovery near the job's end), or while it is taken (the driver took the job's events
+        meanwhile). Then the answer is :class:`JobEnded` whatever came of the cut but a death:
+        the rescale is refused, as ``job.rescale`` refuses a job that has finished."""
+        if self.recovery.outputs.finished:
+            return JobEnded("its last epoch completed before the rescale's cut was asked for")
+        answer = self.run.steps.time("hold at a cut", self._hold, effect)
+        if self.recovery.outputs.finished and not isinstance(answer, Died):
+            return JobEnded("its last epoch completed while the rescale's cut was taken")
+        return answer
 
     def recover(self, effect: Recover, run: Execution) -> RescaleEvent:
         """In the old widths: a recovery of the job like any other."""

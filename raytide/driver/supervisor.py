@@ -188,8 +188,9 @@ class JobSupervisor:
             try:
                 assert self.rescale is not None
                 record = self.rescale(changes)
-            except RaytideError as error:
-                logger.warning("job %r: the autoscaler's rescale %s was not made: %s", self.name, changes, error)
+            except RaytideError as error:  # the job finishing meanwhile refuses it too: nothing to warn of then
+                if not self.outputs.finished:
+                    logger.warning("job %r: the autoscaler's rescale %s was not made: %s", self.name, changes, error)
                 record = {"not_made": str(error)}
         self.autoscaler.rescaled.remote(record, self.placement.plan, self.placement.peers, self.placement.progress)
         self.autoscale_ref = self.autoscaler.next_change.remote(AUTOSCALE_POLL)

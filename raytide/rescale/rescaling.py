@@ -16,6 +16,7 @@ leaves it in the old ones::
              HOLDING       HoldAtCut(n, attempt)  ◀────────────────────────────┐
              │ Held(cut, reports)                                               │ Recovered
              │              CutMissed, Died ──▶ RECOVERING  Recover(old widths) ┘ (then the cut again)
+             │              JobEnded ──▶ FAILED (refused: the job has finished)
              ▼
              HANDING_OVER  HandOver(n, n + 1, plan, old widths, tables)
              │ HandedOver(pieces)
@@ -32,8 +33,16 @@ leaves it in the old ones::
 
     FAILED   KeepOldWidths, Refused(error): no cut in time (TimedOut: the snapshot in flight
              did not end, or the cut is asked again past the deadline), a hand-over that
-             failed; KeepOldWidths alone: the executor was interrupted (Aborted) before the
-             switch; nothing: interrupted after it.
+             failed, the job finished before its cut was held (JobEnded: a RescaleError, as
+             ``job.rescale`` raises for a job that has finished); KeepOldWidths alone: the
+             executor was interrupted (Aborted) before the switch; nothing: interrupted after it.
+
+A rescale always ends: made (Rescaled) or refused (Refused), but for an interrupted executor.
+A cut asked for again after a recovery near the job's end may come after the job's last
+epoch completed: the executor, which knows the job finished (its driver took the job's
+``JobFinished``), answers :class:`JobEnded` to that cut instead of what came of it, and the
+rescale is refused: there is nothing left to rescale, and making it would restart a job that
+is over.
 
 Until the replicas have handed their state over, the job is in its old widths: a death (or
 a cut that did not complete) is recovered from there, in a recovery machine of its own,
@@ -50,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytide.core.keygroups import KeyGroupAssignment
-from raytide.errors import SnapshotError
+from raytide.errors import RescaleError, SnapshotError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ReplicaKey
 from raytide.rescale.layout import check_splittable, cut_point, new_tables
@@ -87,10 +96,11 @@ class StartHosts:
 class HoldAtCut:
     """The coordinator takes a rescale's cut in ``incarnation``: every replica aligns on a
     hold marker and holds its state there. Answer :class:`Held`, :class:`CutMissed` (no
-    death noticed), :class:`~raytide.snapshots.recovering.Died`, or
-    :class:`~raytide.snapshots.recovering.TimedOut`: the snapshot in flight did not end in
-    time, so no cut was started, or the cut is asked again (``attempt`` > 1) once the
-    rescale's deadline has passed."""
+    death noticed), :class:`~raytide.snapshots.recovering.Died`,
+    :class:`~raytide.snapshots.recovering.TimedOut` (the snapshot in flight did not end in
+    time, so no cut was started, or the cut is asked again, ``attempt`` > 1, once the
+    rescale's deadline has passed), or :class:`JobEnded`: the driver knows the job finished
+    (before the cut was asked for, or while it was taken)."""
 
     incarnation: int
     attempt: int
@@ -187,6 +197,16 @@ class CutMissed:
 
 
 @dataclass(frozen=True)
+class JobEnded:
+    """The job finished (its driver took the job's last epoch) before its rescale's cut was
+    held, ``what`` says when: there is nothing left to rescale. An answer to
+    :class:`HoldAtCut` in place of what came of the cut (the replicas may hold at it: the job
+    is over, nothing runs there any more)."""
+
+    what: str
+
+
+@dataclass(frozen=True)
 class HandedOver:
     """Every held replica split its state: per old replica, its pieces (or their refs) by
     the replica of the new widths they go to."""
@@ -221,8 +241,8 @@ class Aborted:
     reason: str
 
 
-RescaleEvent = (HostsStarted | Held | CutMissed | HandedOver | HandOverFailed | Switched | Recovered | Died | TimedOut
-                | Aborted)
+RescaleEvent = (HostsStarted | Held | CutMissed | JobEnded | HandedOver | HandOverFailed | Switched | Recovered | Died
+                | TimedOut | Aborted)
 
 
 @dataclass
@@ -321,6 +341,10 @@ class Rescaling:
             return self._refuse(SnapshotError(f"job {self.job!r}: {why}"))
         if isinstance(event, CutMissed):
             return self._recover(f"job {self.job!r}: a rescale cut was not complete: {event.reason}")
+        if isinstance(event, JobEnded):
+            changed = {name: width for name, width in self.widths.items() if self.old_widths.get(name) != width}
+            return self._refuse(RescaleError(f"job {self.job!r} has finished: {event.what}; there is nothing to "
+                                             f"rescale, the rescale to {changed} was not made"))
         assert isinstance(event, Died)
         return self._recover(event.cause)
 
@@ -372,7 +396,7 @@ _OLD_WIDTHS = (RescalePhase.HOLDING, RescalePhase.RECOVERING, RescalePhase.HANDI
 #: The answers each phase takes (besides :class:`Aborted`).
 _ANSWERS: dict[RescalePhase, tuple[type, ...]] = {
     RescalePhase.STARTING: (HostsStarted,),
-    RescalePhase.HOLDING: (Held, CutMissed, Died, TimedOut),
+    RescalePhase.HOLDING: (Held, CutMissed, JobEnded, Died, TimedOut),
     RescalePhase.RECOVERING: (Recovered,),
     RescalePhase.HANDING_OVER: (HandedOver, HandOverFailed, Died),
     RescalePhase.SWITCHING: (Switched, Died),

@@ -9,7 +9,7 @@ The cut is the coordinator core's: the request for it travels to the coordinator
 refused: :meth:`~raytide.snapshots.coordinator.CoordinatorCore.cut_refused`); taken, it is a
 hold marker after the snapshot in flight, and the commit of that cut answers the machine (a
 cut the core abandons, too: the world answers ``Held`` or ``CutMissed``), if the machine still
-waits for it. The hand-over is one replica's part per
+waits for it; once the driver has seen the job finish, ``JobEnded`` instead (as the Ray driver). The hand-over is one replica's part per
 scheduler step, in an order the world's seeded random draws, so that a crash can strike
 between any two; the moving pieces are pickled on their way, as through Ray's object store.
 Each recovery the machine asks for runs in an execution of its own
@@ -35,6 +35,7 @@ from raytide.rescale.rescaling import (
     HandOverFailed,
     HoldAtCut,
     HostsStarted,
+    JobEnded,
     KeepOldWidths,
     Recover,
     Refused,
@@ -60,11 +61,15 @@ class SimRescale:
     def start_hosts(self, effect: StartHosts, run: Execution) -> RescaleEvent:
         return HostsStarted()  # one process: no hosts to start
 
-    def hold_at_cut(self, effect: HoldAtCut, run: Execution) -> None:
+    def hold_at_cut(self, effect: HoldAtCut, run: Execution) -> RescaleEvent | None:
         """The request goes to the world's coordinator, which takes it as one of its actions
         (after the snapshot in flight; refused if the job has left the incarnation by then);
-        the cut's commit (or its abandonment) answers."""
+        the cut's commit (or its abandonment) answers. Not asked once the job has finished:
+        that answers at once (the rescale is refused)."""
+        if self.world.result.finished:
+            return JobEnded("its last epoch completed before the rescale's cut was asked for")
         self.world.cut_asks.append((effect.incarnation, effect.attempt))
+        return None
 
     def hand_over(self, effect: HandOver, run: Execution) -> None:
         """A step per held replica, in a seeded order; then the answer."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import Marker, MarkerKind, ReplicaKey
-from raytide.rescale.rescaling import Aborted, CutMissed, Held, RescalePhase
+from raytide.rescale.rescaling import CutMissed, Held, JobEnded, RescalePhase
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovery import commit_snapshot, part_name
 from raytide.snapshots.replica_state import LocalSnapshot
@@ -100,9 +100,11 @@ class SnapshotTaking:
         self._tell(lambda: self._answered(attempt, answer))
 
     def _answered(self, attempt: int | None, answer: Held | CutMissed) -> None:
-        """The driver learns the answer to the cut of rescale attempt ``attempt``."""
+        """The driver learns the answer to the cut of rescale attempt ``attempt``; if it has seen the
+        job finish by then, it answers that instead (as the Ray driver does): the rescale is refused."""
         if rescaling_in(self.rescaling, RescalePhase.HOLDING) and self.rescaling.machine.attempts == attempt:  # type: ignore[union-attr]
-            self.rescaling.answer(answer)  # type: ignore[union-attr]
+            ended = JobEnded("its last epoch completed while the rescale's cut was taken")
+            self.rescaling.answer(ended if self.result.finished else answer)  # type: ignore[union-attr]
 
     def _snapshot_actions(self) -> list[Callable[[], None]]:
         actions: list[Callable[[], None]] = []
@@ -188,12 +190,7 @@ class SnapshotTaking:
             return
         if commit.hold:
             self.coordinator.held(commit.snapshot_id, self.result.steps)
-            if self.result.finished:
-                self.cut_of = None
-                rescaling = self.rescaling
-                self._tell(lambda: rescaling.answer(Aborted("the job finished before its cut")))  # type: ignore[union-attr]
-            else:
-                self._answer_cut(Held(commit.snapshot_id, dict(commit.summaries)))  # type: ignore[arg-type]
+            self._answer_cut(Held(commit.snapshot_id, dict(commit.summaries)))  # type: ignore[arg-type]
             return
         assert self.recovery is not None  # a snapshot: without recovery, the coordinator takes cuts only
         try:

@@ -153,6 +153,24 @@ def test_no_cut_started_in_time_refuses_the_rescale_without_a_recovery():
     assert str(effects[-1].error) == "job 'job': the snapshot in flight did not complete in time"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("ended_at", [1, 3], ids=["the first cut", "the cut again after a recovery"])
+def test_a_job_that_finished_before_its_cut_was_held_refuses_the_rescale_saying_so(ended_at):
+    """The job's last epoch completed before the cut was held (after a recovery near the job's
+    end, say): the rescale is refused with a ``RescaleError`` naming the job's finish, no
+    recovery is started for it and nothing is handed over (until 2026-11-29 such a rescale
+    ended neither made nor refused)."""
+    rescale = machine()
+    ended = rs.JobEnded("its last epoch completed while the rescale's cut was taken")
+    effects = drive(rescale, {1: rc.Died("a/0 died"), ended_at: ended} if ended_at == 3 else {ended_at: ended})
+    assert kinds(effects)[-2:] == ["KeepOldWidths", "Refused"] and "HandOver" not in kinds(effects)
+    assert len(recoveries(effects)) == (ended_at == 3), "only the death's recovery"
+    error = effects[-1].error  # type: ignore[union-attr]
+    assert isinstance(error, RescaleError)
+    assert str(error) == ("job 'job' has finished: its last epoch completed while the rescale's cut was taken; there "
+                          "is nothing to rescale, the rescale to {'count': 3, 'out': 3} was not made")
+    assert rescale.phase is rs.RescalePhase.FAILED and rescale.on(rs.Held(CUT, REPORTS)) == []
+
+
 def test_a_hand_over_that_fails_is_recovered_from_then_raised():
     error = ValueError("take_keys of count failed")
     effects = drive(machine(), {2: rs.HandOverFailed(error)})

@@ -86,3 +86,32 @@ def test_one_turn_of_the_supervisor_loop_fails_recovers_or_hands_the_death_over(
     under_way.start()
     supervise([death], True, (under_way, None), failed.append, started.append)
     assert len(started) == 1 and under_way.machine.incarnation == 2, "the recovery under way starts over"
+
+
+def test_both_worlds_answer_the_cut_of_a_job_that_has_finished_with_its_end():
+    """Once the driver has seen the job finish, both runtimes answer the rescale's cut with
+    ``JobEnded`` (the machine refuses the rescale): before asking for it, or, on Ray, in place
+    of what came of it but a death. Stand-ins for the driver's state of the job (no Ray)."""
+    from types import SimpleNamespace
+
+    from raytide.driver.rescale import _RescaleRun
+    from raytide.rescale.rescaling import Held, HoldAtCut, JobEnded
+    from raytide.snapshots.recovering import Died
+
+    outputs = SimpleNamespace(finished=True)
+    ray_rescale = RayRescale(SimpleNamespace(outputs=outputs), None, _RescaleRun(float("inf")))  # type: ignore[arg-type]
+    assert isinstance(ray_rescale.hold_at_cut(HoldAtCut(1, 2), None), JobEnded)  # type: ignore[arg-type]  # no coordinator asked
+    world = SimpleNamespace(result=SimpleNamespace(finished=True), cut_asks=[])
+    assert isinstance(SimRescale(world).hold_at_cut(HoldAtCut(1, 2), None), JobEnded)  # type: ignore[arg-type]
+    assert world.cut_asks == [], "no cut asked of a finished job"
+
+    def finishing(answer):
+        def hold(effect):
+            outputs.finished = True  # the driver took the job's last events while it waited
+            return answer
+        return hold
+
+    for answer, expected in [(Held(3, {}), JobEnded), (Died("a/0 died"), Died)]:
+        outputs.finished = False
+        ray_rescale._hold = finishing(answer)  # type: ignore[method-assign]
+        assert isinstance(ray_rescale.hold_at_cut(HoldAtCut(1, 1), None), expected)  # type: ignore[arg-type]
