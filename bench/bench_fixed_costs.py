@@ -40,6 +40,13 @@ in a fresh Ray; the parent aggregates. Two children per repetition:
   folded as the example does), against the same hand-written components time; its labels
   are checked against union-find after the clock.
 
+* three **hand-written first-job children**: each hand-written pipeline as the first job of a
+  fresh Ray too (``<workload>_handwritten_first_job_s``), as the issue's targets compare them.
+  The raytide child's baselines run after raytide's jobs in its Ray, whose prestarted workers
+  those jobs took: their actors are new processes there, where a fresh Ray's first job gets
+  its first actors on the workers Ray prestarts (measured 2026-11-29: the components
+  baseline 0.8-1.0 s of CPU in a fresh Ray, no process started).
+
 Every child does the same before its clock (``ray.init``, the same imports, a pause of
 :data:`SETTLE_S`), with every module's bytecode compiled beforehand unless ``--param bytecode=False``
 (see ``bench startup``). ``--param lines=200000 --param nodes=50000 --param rows=300`` makes a quick run.
@@ -92,10 +99,20 @@ RATIOS = [
      "components_handwritten_s"),
     ("examples/connected_components.py's time as a fresh Ray's first job / hand-written components (issue 76: <= 1.5)",
      "example_first_job_s", "components_handwritten_s"),
+    ("word count time, each side a fresh Ray's first job, raytide / hand-written (issue 76: <= 1.0)",
+     "wordcount_first_job_s", "wordcount_handwritten_first_job_s"),
+    ("Mandelbrot time, each side a fresh Ray's first job, raytide / hand-written (issue 76: <= 1.0)",
+     "mandelbrot_first_job_s", "mandelbrot_handwritten_first_job_s"),
+    ("components time, each side a fresh Ray's first job, raytide / hand-written (issue 76: <= 1.5)",
+     "components_first_job_s", "components_handwritten_first_job_s"),
+    ("examples/connected_components.py, each side a fresh Ray's first job, raytide / hand-written components "
+     "(issue 76: <= 1.5)", "example_first_job_s", "components_handwritten_first_job_s"),
 ]
 #: The workloads, each also run as the first job of a fresh Ray (``first_job`` children);
 #: ``example`` only so (the components graph through ``examples/connected_components.py``).
 WORKLOADS = ("wordcount", "mandelbrot", "components", "example")
+#: The workloads whose hand-written pipeline also runs as the first job of a fresh Ray.
+BASELINES = ("wordcount", "mandelbrot", "components")
 #: Edges per node of the components graph (the table's 600,000 edges on 200,000 nodes).
 EDGES_PER_NODE = 3
 #: Rows per pushed batch (raytide) and per remote call (baseline) of the Mandelbrot workload.
@@ -328,11 +345,28 @@ def bare_child(actors: int, metric: str) -> dict[str, float]:
     return {metric: bare_actors(actors)}
 
 
+def handwritten_end_to_end(workload: str, lines: int, epochs: int, nodes: int, rows: int, parallelism: int) -> float:
+    """Seconds of ``workload``'s hand-written pipeline, its actors created inside the clock (its input made before)."""
+    if workload == "wordcount":
+        return handwritten_wordcount(dataset(lines), epochs, warm=False)[1]
+    edges = random_graph_edges(nodes, EDGES_PER_NODE * nodes, 0) if workload == "components" else None
+    started = time.perf_counter()
+    if edges is None:
+        mandelbrot_ray(rows, rows, n_actors=parallelism, rows_per_call=MANDELBROT_BATCH)
+    else:
+        connected_components_ray(nodes, edges, n_actors=parallelism)
+    return time.perf_counter() - started
+
+
 def first_job_child(workload: str, lines: int, epochs: int, nodes: int, rows: int, parallelism: int,
-                    later_jobs: int) -> dict[str, float]:
+                    later_jobs: int, side: str = "raytide") -> dict[str, float]:
     """``<workload>_first_job_s``: raytide's side of one workload as the first job of a fresh Ray
-    (its hosts start inside the clock; ``later_jobs`` is not used here)."""
+    (its hosts start inside the clock; ``later_jobs`` is not used here); ``side="handwritten"``:
+    ``<workload>_handwritten_first_job_s``, the hand-written pipeline's instead."""
     fresh_ray()
+    if side == "handwritten":  # the baseline's side instead (:data:`BASELINES`)
+        return {f"{workload}_handwritten_first_job_s": handwritten_end_to_end(workload, lines, epochs, nodes, rows,
+                                                                               parallelism)}
     runs: dict[str, Callable[[], tuple]] = {
         "wordcount": lambda: raytide_wordcount_end_to_end(lines, epochs, parallelism),
         "mandelbrot": lambda: raytide_mandelbrot_end_to_end(rows, parallelism),
@@ -371,6 +405,10 @@ def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, la
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, **params}, env=env,
                                  timeout=CHILD_TIMEOUT))
+    for workload in BASELINES:
+        time.sleep(SETTLE_S)
+        metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, "side": "handwritten", **params},
+                                 env=env, timeout=CHILD_TIMEOUT))
     return metrics
 
 
