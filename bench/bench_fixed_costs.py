@@ -32,9 +32,20 @@ in a fresh Ray; the parent aggregates. Two children per repetition:
   Ray of its own, because whichever start-up comes first in a Ray takes the workers Ray
   prestarts.
 
-* three **first-job children**, one per workload: raytide's side of the workload as the
+* four **first-job children**, one per workload: raytide's side of the workload as the
   first job of a fresh Ray (``<workload>_first_job_s``: its hosts start inside the clock),
-  against the baseline's time from the raytide child.
+  against the baseline's time from the raytide child. The fourth, ``example``, is the
+  components graph again through ``examples/connected_components.py``'s
+  ``components_by_epoch`` (the graph layer's loop, the whole graph as one epoch, labels
+  folded as the example does), against the same hand-written components time; its labels
+  are checked against union-find after the clock.
+
+* three **hand-written first-job children**: each hand-written pipeline as the first job of a
+  fresh Ray too (``<workload>_handwritten_first_job_s``), as the issue's targets compare them.
+  The raytide child's baselines run after raytide's jobs in its Ray, whose prestarted workers
+  those jobs took: their actors are new processes there, where a fresh Ray's first job gets
+  its first actors on the workers Ray prestarts (measured 2026-11-29: the components
+  baseline 0.8-1.0 s of CPU in a fresh Ray, no process started).
 
 Every child does the same before its clock (``ray.init``, the same imports, a pause of
 :data:`SETTLE_S`), with every module's bytecode compiled beforehand unless ``--param bytecode=False``
@@ -62,6 +73,7 @@ from bench.bench_soak import child_main, run_child
 from bench.bench_wordcount import dataset, handwritten_wordcount, raytide_wordcount
 from bench.harness import SETTLE_S, bytecode_env, ensure_ray
 from bench.workloads.components import component_labels
+from examples import connected_components as example_cc
 from raytide.driver import run as runtime
 from raytide.driver.placement import JobPlacement
 from raytide.driver.pool import HostPool
@@ -83,11 +95,24 @@ RATIOS = [
      "wordcount_first_job_s"),
     ("Mandelbrot throughput as a fresh Ray's first job, raytide / hand-written", "mandelbrot_handwritten_s",
      "mandelbrot_first_job_s"),
-    ("components time as a fresh Ray's first job, raytide / hand-written", "components_first_job_s",
+    ("components time as a fresh Ray's first job, raytide / hand-written (issue 76: <= 1.5)", "components_first_job_s",
      "components_handwritten_s"),
+    ("examples/connected_components.py's time as a fresh Ray's first job / hand-written components (issue 76: <= 1.5)",
+     "example_first_job_s", "components_handwritten_s"),
+    ("word count time, each side a fresh Ray's first job, raytide / hand-written (issue 76: <= 1.0)",
+     "wordcount_first_job_s", "wordcount_handwritten_first_job_s"),
+    ("Mandelbrot time, each side a fresh Ray's first job, raytide / hand-written (issue 76: <= 1.0)",
+     "mandelbrot_first_job_s", "mandelbrot_handwritten_first_job_s"),
+    ("components time, each side a fresh Ray's first job, raytide / hand-written (issue 76: <= 1.5)",
+     "components_first_job_s", "components_handwritten_first_job_s"),
+    ("examples/connected_components.py, each side a fresh Ray's first job, raytide / hand-written components "
+     "(issue 76: <= 1.5)", "example_first_job_s", "components_handwritten_first_job_s"),
 ]
-#: The workloads, each also run as the first job of a fresh Ray (``first_job`` children).
-WORKLOADS = ("wordcount", "mandelbrot", "components")
+#: The workloads, each also run as the first job of a fresh Ray (``first_job`` children);
+#: ``example`` only so (the components graph through ``examples/connected_components.py``).
+WORKLOADS = ("wordcount", "mandelbrot", "components", "example")
+#: The workloads whose hand-written pipeline also runs as the first job of a fresh Ray.
+BASELINES = ("wordcount", "mandelbrot", "components")
 #: Edges per node of the components graph (the table's 600,000 edges on 200,000 nodes).
 EDGES_PER_NODE = 3
 #: Rows per pushed batch (raytide) and per remote call (baseline) of the Mandelbrot workload.
@@ -255,6 +280,19 @@ def raytide_components_end_to_end(nodes: int, parallelism: int) -> tuple[np.ndar
     return ours, time.perf_counter() - started
 
 
+def raytide_example_end_to_end(nodes: int, parallelism: int) -> tuple[np.ndarray, float]:
+    """The example's connected components (``components_by_epoch``, the graph as one epoch):
+    ``(label per node, seconds end to end)``; checked against union-find after the clock."""
+    edges = random_graph_edges(nodes, EDGES_PER_NODE * nodes, 0)
+    started = time.perf_counter()
+    (labels, _), = example_cc.components_by_epoch([edges], parallelism)  # one epoch: one (labels, None)
+    seconds = time.perf_counter() - started
+    ours = np.arange(nodes, dtype=np.int64)
+    ours[labels.nodes] = labels.labels
+    assert np.array_equal(ours, components_union_find(nodes, edges)), "the example's labels differ from union-find"
+    return ours, seconds
+
+
 def mandelbrot_pair(rows: int, parallelism: int) -> dict[str, float]:
     """Mandelbrot end to end: raytide's ``map`` and the baseline's actor pool."""
     ours, raytide_s, startup_s = raytide_mandelbrot_end_to_end(rows, parallelism)
@@ -307,15 +345,33 @@ def bare_child(actors: int, metric: str) -> dict[str, float]:
     return {metric: bare_actors(actors)}
 
 
+def handwritten_end_to_end(workload: str, lines: int, epochs: int, nodes: int, rows: int, parallelism: int) -> float:
+    """Seconds of ``workload``'s hand-written pipeline, its actors created inside the clock (its input made before)."""
+    if workload == "wordcount":
+        return handwritten_wordcount(dataset(lines), epochs, warm=False)[1]
+    edges = random_graph_edges(nodes, EDGES_PER_NODE * nodes, 0) if workload == "components" else None
+    started = time.perf_counter()
+    if edges is None:
+        mandelbrot_ray(rows, rows, n_actors=parallelism, rows_per_call=MANDELBROT_BATCH)
+    else:
+        connected_components_ray(nodes, edges, n_actors=parallelism)
+    return time.perf_counter() - started
+
+
 def first_job_child(workload: str, lines: int, epochs: int, nodes: int, rows: int, parallelism: int,
-                    later_jobs: int) -> dict[str, float]:
+                    later_jobs: int, side: str = "raytide") -> dict[str, float]:
     """``<workload>_first_job_s``: raytide's side of one workload as the first job of a fresh Ray
-    (its hosts start inside the clock; ``later_jobs`` is not used here)."""
+    (its hosts start inside the clock; ``later_jobs`` is not used here); ``side="handwritten"``:
+    ``<workload>_handwritten_first_job_s``, the hand-written pipeline's instead."""
     fresh_ray()
+    if side == "handwritten":  # the baseline's side instead (:data:`BASELINES`)
+        return {f"{workload}_handwritten_first_job_s": handwritten_end_to_end(workload, lines, epochs, nodes, rows,
+                                                                               parallelism)}
     runs: dict[str, Callable[[], tuple]] = {
         "wordcount": lambda: raytide_wordcount_end_to_end(lines, epochs, parallelism),
         "mandelbrot": lambda: raytide_mandelbrot_end_to_end(rows, parallelism),
         "components": lambda: raytide_components_end_to_end(nodes, parallelism),
+        "example": lambda: raytide_example_end_to_end(nodes, parallelism),
     }
     return {f"{workload}_first_job_s": runs[workload]()[1]}
 
@@ -349,6 +405,10 @@ def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, la
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, **params}, env=env,
                                  timeout=CHILD_TIMEOUT))
+    for workload in BASELINES:
+        time.sleep(SETTLE_S)
+        metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, "side": "handwritten", **params},
+                                 env=env, timeout=CHILD_TIMEOUT))
     return metrics
 
 

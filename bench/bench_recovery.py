@@ -18,7 +18,7 @@ throughput at 1 s. ``--param only=throughput`` runs just these two jobs, ``only=
 just the keyed one.
 
 Recovery (``recovery_*``): the keyed job with a snapshot every 0.2 s, its epochs fed at
-a steady pace (one every 50 ms); once two snapshots are committed, an input replica's
+a steady pace (one every 50 ms); once two snapshots are committed (``--param kill_after``), an input replica's
 process is SIGKILLed (one per repetition). ``recovery_to_restored_s``: from the kill to
 the end of the recovery (noticed, a warm host taking the dead one's place, every
 replica restored and resumed, inputs rewound); ``recovery_to_throughput_s``: from the
@@ -186,8 +186,9 @@ def run_components(edges: np.ndarray, parallelism: int, recovery: rt.Recovery | 
 
 
 def measure_recovery(data: list[list[str]], parallelism: int, store: str,
-                     expected: dict[int, Counter]) -> dict[str, float]:
-    """Kill an input replica's process once two snapshots are committed; see the module docstring."""
+                     expected: dict[int, Counter], kill_after: int = 2) -> dict[str, float]:
+    """Kill an input replica's process once ``kill_after`` snapshots are committed (more leave the
+    driver's spare host time to start, as in a long-running job); see the module docstring."""
     pushed: list[float] = []
     arrivals: list[float] = []
     got: dict[int, list] = {}
@@ -204,7 +205,7 @@ def measure_recovery(data: list[list[str]], parallelism: int, store: str,
         for epoch, records in job.results("totals", timeout=600):
             arrivals.append(time.time())
             got[epoch] = records
-            if killed_at is None and job.stats()["snapshots"]["committed"] >= 2:
+            if killed_at is None and job.stats()["snapshots"]["committed"] >= kill_after:
                 victim = random.choice(sorted(key for key in job.placement.actors if "lines" in key.chain))
                 killed_at = time.time()
                 os.kill(job.hosts()[f"{job.name}/{victim.chain}/{victim.replica}"], signal.SIGKILL)
@@ -273,7 +274,8 @@ def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, pa
             only: str = "all", alone: int = 0, stage: str = "keyed", kill_after: int = 2) -> dict[str, float]:
     """One run; ``only``: ``"all"``, ``"throughput"`` (keyed and components), ``"keyed"`` or ``"stage"`` (see
     :data:`PARTS`); ``alone=1``: the keyed jobs and the stage's with ``Recovery(alone=True)`` (numbered sends);
-    ``stage``: the stage's job (:data:`STAGES`); ``kill_after``: the commits before its kill."""
+    ``stage``: the stage's job (:data:`STAGES`); ``kill_after``: the commits before its kill (the stage's, or the
+    input replica's of ``recovery_*``)."""
     if stage not in STAGES:
         raise ValueError(f"--param stage={stage!r}: one of {STAGES}")
     parts = PARTS[only]
@@ -310,6 +312,6 @@ def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, pa
         out["auto_interval_s"] = stats["snapshots"]["interval_s"]
         cost = stats["snapshots"]["last_duration_s"] or 0.0
         out["auto_model_interval_s"] = optimal_interval(cost, DEFAULT_PRIOR_RATE) if cost else float("nan")
-        out.update(measure_recovery(data, parallelism, f"{root}/recovery", expected))
+        out.update(measure_recovery(data, parallelism, f"{root}/recovery", expected, kill_after))
     return out
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -67,6 +67,10 @@ class ComponentLabels(Mapping[int, int]):
         where = np.searchsorted(self.nodes, nodes[~known])
         return ComponentLabels(np.insert(self.nodes, where, nodes[~known]), np.insert(kept, where, labels[~known]))
 
+    def components(self) -> int:
+        """How many components: the nodes that are their own label (their component's smallest id)."""
+        return int(np.count_nonzero(self.nodes == self.labels))
+
     def __getitem__(self, node: int) -> int:
         at = int(np.searchsorted(self.nodes, node))
         if at == len(self.nodes) or self.nodes[at] != node:
@@ -82,7 +86,10 @@ class ComponentLabels(Mapping[int, int]):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ComponentLabels):
             return np.array_equal(self.nodes, other.nodes) and np.array_equal(self.labels, other.labels)
-        return isinstance(other, Mapping) and dict(zip(self.nodes.tolist(), self.labels.tolist())) == dict(other.items())
+        if not isinstance(other, Mapping):
+            return False
+        theirs = other if isinstance(other, dict) else dict(other.items())  # a dict is compared as it is, not copied
+        return dict(zip(self.nodes.tolist(), self.labels.tolist())) == theirs
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking mapping: not hashable, as a dict
 
@@ -117,22 +124,40 @@ def components_by_epoch(epochs: Sequence[Sequence[tuple[int, int]]] | Sequence[n
         job.wait(timeout=timeout)
 
 
-def union_find(edges: Sequence[tuple[int, int]]) -> dict[int, int]:
-    """The reference: plain union-find where the smaller root wins, so each root is its component's smallest id."""
-    parent: dict[int, int] = {}
+class UnionFind:
+    """The reference: plain union-find where the smaller root wins, so each root is its
+    component's smallest id. Edges may come in several calls (:meth:`add`), so a caller
+    checking every epoch adds each epoch's edges once instead of redoing the edges so far."""
 
-    def root(x: int) -> int:
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def root(self, x: int) -> int:
+        """``x``'s root, halving the path on the way (each node points to its grandparent)."""
+        parent = self.parent
         while parent[x] != x:
-            parent[x] = parent[parent[x]]  # path halving: point to the grandparent, then go there
+            parent[x] = parent[parent[x]]
             x = parent[x]
         return x
 
-    for u, v in edges:
-        parent.setdefault(u, u)
-        parent.setdefault(v, v)
-        a, b = root(u), root(v)
-        parent[max(a, b)] = min(a, b)
-    return {x: root(x) for x in parent}
+    def add(self, edges: Iterable[tuple[int, int]]) -> UnionFind:
+        """Join the ends of every edge of ``edges``; returns ``self``."""
+        parent = self.parent
+        for u, v in edges:
+            parent.setdefault(u, u)
+            parent.setdefault(v, v)
+            a, b = self.root(u), self.root(v)
+            parent[max(a, b)] = min(a, b)
+        return self
+
+    def labels(self) -> dict[int, int]:
+        """``{node: smallest id of its component}`` for every node of the edges so far."""
+        return {x: self.root(x) for x in self.parent}
+
+
+def union_find(edges: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """:class:`UnionFind`'s labels of ``edges``."""
+    return UnionFind().add(edges).labels()
 
 
 def split_epochs(edges: list[tuple[int, int]], epochs: int) -> list[list[tuple[int, int]]]:
@@ -153,13 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     pairs = np.random.default_rng(args.seed).integers(0, args.nodes, size=(args.edges, 2)).tolist()
     edges = [(u, v) for u, v in pairs]
     epochs = split_epochs(edges, args.epochs)
-    seen, ok = 0, True
+    reference, ok = UnionFind(), True
     for epoch, (labels, records) in enumerate(components_by_epoch(epochs, args.parallelism, records=True)):
-        seen += len(epochs[epoch])
-        matches = labels == union_find(edges[:seen])
+        matches = labels == reference.add(epochs[epoch]).labels()  # the reference takes each epoch's edges once
         ok = ok and matches
         print(f"epoch {epoch}: {len(epochs[epoch])} new edges, {records} records handled, "
-              f"{sum(node == label for node, label in labels.items())} components, matches union-find: {matches}")
+              f"{labels.components()} components, matches union-find: {matches}")
     return 0 if ok else 1
 
 

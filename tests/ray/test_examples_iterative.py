@@ -32,6 +32,23 @@ def test_example_union_find_is_the_reference_union_find():
     assert cc.union_find([(5, 5), (7, 3)]) == {5: 5, 7: 3, 3: 3}
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_union_find_fed_epoch_by_epoch_and_the_component_count_equal_the_references(seed):
+    # What the example's main checks each epoch with: one UnionFind given each epoch's edges once, against the
+    # reference of every edge so far; and ComponentLabels.components against the count over the label dict.
+    rng = np.random.default_rng(seed)
+    edges = pairs(rng.integers(0, 60, size=(80, 2)))
+    cuts = sorted(rng.integers(0, len(edges), size=4).tolist())
+    reference, labels = cc.UnionFind(), cc.ComponentLabels()
+    for start, end in zip([0, *cuts], [*cuts, len(edges)]):
+        expected = reference_dict(60, np.array(edges[:end]).reshape(-1, 2))
+        assert reference.add(edges[start:end]).labels() == expected, (seed, end)
+        pairs_so_far = np.array(sorted(expected.items()), dtype=np.int64).reshape(-1, 2)
+        labels = labels.lowered(pairs_so_far)
+        assert labels == expected
+        assert labels.components() == sum(node == label for node, label in expected.items())
+
+
 @pytest.mark.ray
 def test_connected_components_match_union_find(ray_session):
     nodes = 400
