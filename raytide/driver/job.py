@@ -18,6 +18,7 @@ Every wait on the driver has a timeout and says what it waited for.
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -87,6 +88,8 @@ class Job(JobViews):
         self._feeders = supervisor.feeders = Feeders(self, self._inputs, supervisor.feed_failed)
         self._recovery = supervisor.recovery = \
             JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
+        #: The figures of the job's end: its first ``stats()`` once finished (its actors, silent or released after it, change nothing).
+        self._final_stats: dict[str, Any] | None = None
         supervisor.rescale = self.rescale
         supervisor.release_idle = self._inputs.release_idle
         try:
@@ -332,7 +335,11 @@ class Job(JobViews):
     def _snapshot(self, timeout: float, delivered: dict[str, int]) -> int:
         recovery = self._require_recovery("job.snapshot()")
         self._inputs.flush()  # a push held back for its advance is part of what the user expects the snapshot to hold
-        return recovery.snapshot_now(timeout, delivered, self._inputs.open_inputs())
+        snapshot_id = recovery.snapshot_now(timeout, delivered, self._inputs.open_inputs())
+        if self._final_stats is not None:  # taken after the job's end: the end's figures are read again, with it
+            self._final_stats = None
+            self.stats()
+        return snapshot_id
 
     def stop(self, timeout: float = 60.0) -> int:
         """Take a final snapshot (a savepoint), tear the job down and return the snapshot's id.
@@ -372,12 +379,21 @@ class Job(JobViews):
         its counters per vertex; ``input_calls``, the driver's calls to input replicas, and
         ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens),
         ``input_frames``, those that went by socket (:mod:`raytide.driver.input_links`);
-        ``late``: per event-time input, its late records (``records``, ``by_epoch``, ``max_lateness_s``)."""
+        ``late``: per event-time input, its late records (``records``, ``by_epoch``, ``max_lateness_s``).
+
+        A finished job's figures stay those of its end: the first reading once it finished is kept
+        and answered from then on (read it before the job is torn down: its actors are released then)."""
+        if self._final_stats is not None:
+            return copy.deepcopy(self._final_stats)
+        finished = self._outputs.finished and not self._supervisor.torn_down
         fed, calls = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None], self._inputs.calls
-        return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed, self._inputs.late_stats),
-                "hosts": self.hosts(), **self._recovery_stats(), "input_calls": calls.total(),
-                "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly"),
-                "input_frames": self._inputs.links.frames}
+        reading = {"parallelism": self.parallelism(), **actor_stats(self.placement, fed, self._inputs.late_stats),
+                   "hosts": self.hosts(), **self._recovery_stats(), "input_calls": calls.total(),
+                   "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly"),
+                   "input_frames": self._inputs.links.frames}
+        if finished:
+            self._final_stats = copy.deepcopy(reading)
+        return reading
 
     def parallelism(self) -> dict[str, int]:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""

@@ -18,7 +18,8 @@ stopped or starved). Neither stops the job by itself; neither goes unsaid.
   epochs out again when restored.
 * **The coordinator silent.** The driver keeps one ``sync`` call to the coordinator in
   flight; one that has not answered for :data:`SILENT_AFTER` seconds means the coordinator
-  is stopped or starved (a dead one fails the call at once). The driver warns, naming the
+  is stopped or starved (a dead one fails the call at once). An answer that came and was not
+  read yet (once a job has finished the driver reads none) is no silence. The driver warns, naming the
   coordinator and its process, ``job.stats()`` answers at once with that instead of waiting
   for it, ``job.snapshot()`` fails at its timeout naming it, and the job runs on; when the
   coordinator answers again the driver says so and snapshots resume.

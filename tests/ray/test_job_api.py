@@ -226,6 +226,7 @@ def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray
     monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 0.5)
     monkeypatch.setattr("raytide.driver.snapshot_health.SILENT_AFTER", 0.5)
     recovery = SimpleNamespace(coordinator=Silent.remote(), stats=lambda: {"count": 0}, rescale_stats=lambda: [],
+                               sync_unanswered=lambda: False,
                                health=SnapshotHealth("j", rt.Recovery("unused")),
                                coordinator_name=lambda: "the snapshot coordinator j/coordinator")
     silent = recovery_stats(recovery, None, False)["snapshots"]  # its stats() did not answer: silent, said at once
@@ -234,6 +235,29 @@ def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray
     ray.kill(recovery.coordinator)
     recovery.coordinator = None
     assert recovery_stats(recovery, None, False)["snapshots"] == {"coordinator": "died; a recovery is replacing it"}
+
+
+def test_a_finished_jobs_stats_stay_those_of_its_end(ray_session, tmp_path):
+    """``job.stats()`` read after ``job.wait()``, again, and after the ``with`` block: the same
+    figures, the committed snapshots included. The driver reads no coordinator answer once a
+    job has finished, so its last ``sync`` call used to count as silent past ``SILENT_AFTER``
+    (3 s) and ``snapshots`` lost its figures; after the teardown, the released coordinator's
+    None answer failed ``job.stats()`` with a ``TypeError``."""
+    flow = rt.Dataflow("stats-at-end")
+    flow.input("xs", parallelism=1).map(lambda x: x + 1).output("out")
+    with rt.run(flow, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"), interval=None)) as job:
+        job.push("xs", [1], epoch=0)
+        job.snapshot(timeout=60)
+        job.push("xs", [2], epoch=1)
+        job.close("xs")
+        job.wait(timeout=60)
+        health = job._recovery.health
+        assert health.sent_at is not None, "the driver's last sync call is in flight"
+        health.sent_at -= 10  # as if read 10 s after the end (no sleep: the clock is the call's age)
+        first = job.stats()
+        assert first["snapshots"]["committed"] == 1, first["snapshots"]
+        assert job.stats() == first
+    assert job.stats() == first, "the figures of the job's end stay after its teardown"
 
 
 def test_stats_answer_while_a_replica_is_busy_and_leave_out_one_that_cannot_answer(ray_session, monkeypatch, tmp_path):
