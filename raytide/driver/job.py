@@ -257,7 +257,8 @@ class Job(JobViews):
         was not consumed), and :meth:`collect` afterwards returns only the epochs not yielded. Each epoch is yielded once.
 
         With recovery, an epoch counts as delivered (for a new driver restored with
-        ``restore=``) once the consumer asks for the next one or drops the iterator: a driver
+        ``restore=``) once the consumer asks for the next one or drops the iterator (before the job's
+        teardown or the driver's exit, which release its store: not after): a driver
         killed with epochs received and not yielded, or one in its consumer's hands, loses
         none; the restored job yields them again, so the epoch in hand may be seen twice by a
         consumer that is not idempotent (a sink keyed by epoch, like ``write_parquet``, not).
