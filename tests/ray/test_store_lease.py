@@ -123,8 +123,10 @@ def test_a_second_driver_is_refused_and_a_paused_one_is_fenced_after_a_takeover(
 
 DROPPED_AT_EXIT = textwrap.dedent("""
     import sys, types
+    import ray
     import raytide as rt
 
+    ray.init(log_to_driver=False)  # the session's Ray (RAY_ADDRESS); its workers' logs are not this driver's stderr
     flow = rt.Dataflow("in-hand")
     flow.input("xs", parallelism=1).map(lambda x: x + 1).output("out")
     # the iterators, kept to the interpreter's end in a module of their own that refers to
