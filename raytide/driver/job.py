@@ -88,7 +88,7 @@ class Job(JobViews):
         self._feeders = supervisor.feeders = Feeders(self, self._inputs, supervisor.feed_failed)
         self._recovery = supervisor.recovery = \
             JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
-        #: The figures of the job's end: its first ``stats()`` once finished (its actors, silent or released after it, change nothing).
+        #: The last ``stats()`` of the finished job, answered once it is torn down (its actors are released then).
         self._final_stats: dict[str, Any] | None = None
         supervisor.rescale = self.rescale
         supervisor.release_idle = self._inputs.release_idle
@@ -336,11 +336,7 @@ class Job(JobViews):
     def _snapshot(self, timeout: float, delivered: dict[str, int]) -> int:
         recovery = self._require_recovery("job.snapshot()")
         self._inputs.flush()  # a push held back for its advance is part of what the user expects the snapshot to hold
-        snapshot_id = recovery.snapshot_now(timeout, delivered, self._inputs.open_inputs())
-        if self._final_stats is not None:  # taken after the job's end: the end's figures are read again, with it
-            self._final_stats = None
-            self.stats()
-        return snapshot_id
+        return recovery.snapshot_now(timeout, delivered, self._inputs.open_inputs())
 
     def stop(self, timeout: float = 60.0) -> int:
         """Take a final snapshot (a savepoint), tear the job down and return the snapshot's id.
@@ -382,9 +378,9 @@ class Job(JobViews):
         ``input_frames``, those that went by socket (:mod:`raytide.driver.input_links`);
         ``late``: per event-time input, its late records (``records``, ``by_epoch``, ``max_lateness_s``).
 
-        A finished job's figures stay those of its end: the first reading once it finished is kept
-        and answered from then on (read it before the job is torn down: its actors are released then)."""
-        if self._final_stats is not None:
+        A finished job's last reading is kept: once the job is torn down (its actors released, the
+        coordinator's too) it is answered instead (read the figures once before the ``with`` block ends)."""
+        if self._final_stats is not None and self._supervisor.torn_down:
             return copy.deepcopy(self._final_stats)
         finished = self._outputs.finished and not self._supervisor.torn_down
         fed, calls = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None], self._inputs.calls
