@@ -176,11 +176,6 @@ class JobSnapshots:
         self.sync_ref = None
         self.health.sent(None)
 
-    def sync_unanswered(self) -> bool:
-        """Whether a ``sync`` call is in flight and its answer has not come (its answer may wait
-        unread: the driver reads it at its next look at the job's events, none once the job finished)."""
-        return self.sync_ref is not None and not ray.wait([self.sync_ref], timeout=0)[0]
-
     def coordinator_name(self) -> str:
         """``the snapshot coordinator job/coordinator (process 123)``, for messages."""
         pid = self.placement.pid_of(f"{self.placement.name}/coordinator")

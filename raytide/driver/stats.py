@@ -108,16 +108,14 @@ def recovery_stats(recovery: JobRecovery, autoscaler: Any, finished: bool) -> di
     has not answered the driver for a while as silent, at once (:mod:`raytide.driver.snapshot_health`)."""
     snapshots: Any = {"coordinator": "died; a recovery is replacing it"}
     health, now = recovery.health, time.monotonic()
-    if recovery.coordinator is not None:
-        # silent only while the driver's ``sync`` call waits unanswered: once a job has finished
-        # the driver reads no more answers, and the time since it sent the last says nothing
-        snapshots = health.silent(now, recovery.coordinator_name()) if recovery.sync_unanswered() else None
+    if recovery.coordinator is not None:  # a finished job's driver syncs no more: only the figures' call counts
+        snapshots = health.silent(now, recovery.coordinator_name(), syncing=not finished)
     if snapshots is None:
         answer, why = _ask(recovery.coordinator.stats.remote(), snapshot_health.SILENT_AFTER)
         if why is None and answer is None:  # its host no longer plays it: the job was torn down
             why = "released with the job's hosts (the job was torn down)"
-        snapshots = {**answer, **health.stats()} if why is None else \
-            health.silent(now, recovery.coordinator_name(), time.monotonic() - now) or {"coordinator": why}
+        snapshots = {**answer, **health.stats()} if why is None else health.silent(
+            now, recovery.coordinator_name(), time.monotonic() - now, not finished) or {"coordinator": why}
     return {"snapshots": snapshots, "recoveries": recovery.stats(), "rescales": recovery.rescale_stats(),
             "autoscaler": autoscaler_timeline(autoscaler, finished)}
 

@@ -226,7 +226,6 @@ def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray
     monkeypatch.setattr("raytide.driver.stats.STATS_TIMEOUT", 0.5)
     monkeypatch.setattr("raytide.driver.snapshot_health.SILENT_AFTER", 0.5)
     recovery = SimpleNamespace(coordinator=Silent.remote(), stats=lambda: {"count": 0}, rescale_stats=lambda: [],
-                               sync_unanswered=lambda: False,
                                health=SnapshotHealth("j", rt.Recovery("unused")),
                                coordinator_name=lambda: "the snapshot coordinator j/coordinator")
     silent = recovery_stats(recovery, None, False)["snapshots"]  # its stats() did not answer: silent, said at once
@@ -254,7 +253,7 @@ def test_stats_of_a_torn_down_job_say_its_coordinator_was_released(ray_session):
     released = Released.remote()
     ray.get(released.stats.remote(), timeout=60)  # started: it answers at once from now on
     recovery = SimpleNamespace(coordinator=released, stats=lambda: {"count": 0}, rescale_stats=lambda: [],
-                               sync_unanswered=lambda: False, health=SnapshotHealth("j", rt.Recovery("unused")),
+                               health=SnapshotHealth("j", rt.Recovery("unused")),
                                coordinator_name=lambda: "the snapshot coordinator j/coordinator")
     assert recovery_stats(recovery, None, True)["snapshots"] == \
         {"coordinator": "released with the job's hosts (the job was torn down)"}
