@@ -227,7 +227,12 @@ class JobSnapshots:
         (:mod:`raytide.snapshots.consumed`). Called before the consumer is handed its next
         epoch, so only the epoch in its hands can be handed out twice. A write that fails
         (the store cannot be written) is said and tried again at the next one; one another
-        driver fenced fails the job."""
+        driver fenced fails the job. Nothing once the job has released its store's lease (at its
+        teardown, or at its driver's exit): an iterator of ``job.results`` dropped after that (at
+        the latest as the interpreter shuts down, when not even an import works) leaves the epoch
+        in its consumer's hands undelivered, as a killed driver does."""
+        if self.lease is not None and self.lease.released:
+            return
         try:
             self.consumed.write(marks, self.first_id, self.started_from)
         except StoreFencedError:

@@ -18,6 +18,7 @@ Every wait on the driver has a timeout and says what it waited for.
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -87,6 +88,8 @@ class Job(JobViews):
         self._feeders = supervisor.feeders = Feeders(self, self._inputs, supervisor.feed_failed)
         self._recovery = supervisor.recovery = \
             JobRecovery(recovery, placement, self._inputs, self._outputs) if recovery is not None else None
+        #: The last ``stats()`` of the finished job, answered once it is torn down (its actors are released then).
+        self._final_stats: dict[str, Any] | None = None
         supervisor.rescale = self.rescale
         supervisor.release_idle = self._inputs.release_idle
         try:
@@ -254,7 +257,8 @@ class Job(JobViews):
         was not consumed), and :meth:`collect` afterwards returns only the epochs not yielded. Each epoch is yielded once.
 
         With recovery, an epoch counts as delivered (for a new driver restored with
-        ``restore=``) once the consumer asks for the next one or drops the iterator: a driver
+        ``restore=``) once the consumer asks for the next one or drops the iterator (before the job's
+        teardown or the driver's exit, which release its store: not after): a driver
         killed with epochs received and not yielded, or one in its consumer's hands, loses
         none; the restored job yields them again, so the epoch in hand may be seen twice by a
         consumer that is not idempotent (a sink keyed by epoch, like ``write_parquet``, not).
@@ -372,12 +376,21 @@ class Job(JobViews):
         its counters per vertex; ``input_calls``, the driver's calls to input replicas, and
         ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens),
         ``input_frames``, those that went by socket (:mod:`raytide.driver.input_links`);
-        ``late``: per event-time input, its late records (``records``, ``by_epoch``, ``max_lateness_s``)."""
+        ``late``: per event-time input, its late records (``records``, ``by_epoch``, ``max_lateness_s``).
+
+        A finished job's last reading is kept: once the job is torn down (its actors released, the
+        coordinator's too) it is answered instead (read the figures once before the ``with`` block ends)."""
+        if self._final_stats is not None and self._supervisor.torn_down:
+            return copy.deepcopy(self._final_stats)
+        finished = self._outputs.finished and not self._supervisor.torn_down
         fed, calls = [epoch for epoch in self._inputs.open_inputs().values() if epoch is not None], self._inputs.calls
-        return {"parallelism": self.parallelism(), **actor_stats(self.placement, fed, self._inputs.late_stats),
-                "hosts": self.hosts(), **self._recovery_stats(), "input_calls": calls.total(),
-                "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly"),
-                "input_frames": self._inputs.links.frames}
+        reading = {"parallelism": self.parallelism(), **actor_stats(self.placement, fed, self._inputs.late_stats),
+                   "hosts": self.hosts(), **self._recovery_stats(), "input_calls": calls.total(),
+                   "input_quiet_moves": sum(n for (_, m), n in calls.items() if m == "advance_quietly"),
+                   "input_frames": self._inputs.links.frames}
+        if finished:
+            self._final_stats = copy.deepcopy(reading)
+        return reading
 
     def parallelism(self) -> dict[str, int]:
         """Each vertex's number of replicas: ``{vertex_name: n}``."""

@@ -18,7 +18,8 @@ stopped or starved). Neither stops the job by itself; neither goes unsaid.
   epochs out again when restored.
 * **The coordinator silent.** The driver keeps one ``sync`` call to the coordinator in
   flight; one that has not answered for :data:`SILENT_AFTER` seconds means the coordinator
-  is stopped or starved (a dead one fails the call at once). The driver warns, naming the
+  is stopped or starved (a dead one fails the call at once). Once the job has finished the driver
+  reads no more answers: the call left in flight is no silence. The driver warns, naming the
   coordinator and its process, ``job.stats()`` answers at once with that instead of waiting
   for it, ``job.snapshot()`` fails at its timeout naming it, and the job runs on; when the
   coordinator answers again the driver says so and snapshots resume.
@@ -113,10 +114,12 @@ class SnapshotHealth:
         """What ``job.stats()["snapshots"]`` adds: the consumers' record's error, if any."""
         return {"consumed_record": self.record_error} if self.record_error is not None else {}
 
-    def silent(self, now: float, coordinator: str, waited: float = 0.0) -> dict[str, Any] | None:
+    def silent(self, now: float, coordinator: str, waited: float = 0.0, syncing: bool = True) -> dict[str, Any] | None:
         """``job.stats()["snapshots"]`` of a silent coordinator (None: it is not silent): one that
-        left the ``sync`` call unanswered, or ``job.stats()``'s own call for ``waited`` seconds."""
-        silent = max(self.silent_for(now), waited)
+        left the ``sync`` call unanswered (only while the driver is ``syncing``: once the job has
+        finished it reads no more answers, and the call left in flight says nothing), or
+        ``job.stats()``'s own call for ``waited`` seconds."""
+        silent = max(self.silent_for(now) if syncing else 0.0, waited)
         if silent < SILENT_AFTER:
             return None
         return {"coordinator": f"{coordinator} has not answered for {silent:.1f} s (stopped or starved): no snapshot "

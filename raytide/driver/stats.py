@@ -108,10 +108,14 @@ def recovery_stats(recovery: JobRecovery, autoscaler: Any, finished: bool) -> di
     has not answered the driver for a while as silent, at once (:mod:`raytide.driver.snapshot_health`)."""
     snapshots: Any = {"coordinator": "died; a recovery is replacing it"}
     health, now = recovery.health, time.monotonic()
-    if recovery.coordinator is not None and (snapshots := health.silent(now, recovery.coordinator_name())) is None:
+    if recovery.coordinator is not None:  # a finished job's driver syncs no more: only the figures' call counts
+        snapshots = health.silent(now, recovery.coordinator_name(), syncing=not finished)
+    if snapshots is None:
         answer, why = _ask(recovery.coordinator.stats.remote(), snapshot_health.SILENT_AFTER)
-        snapshots = {**answer, **health.stats()} if why is None else \
-            health.silent(now, recovery.coordinator_name(), time.monotonic() - now) or {"coordinator": why}
+        if why is None and answer is None:  # its host no longer plays it: the job was torn down
+            why = "released with the job's hosts (the job was torn down)"
+        snapshots = {**answer, **health.stats()} if why is None else health.silent(
+            now, recovery.coordinator_name(), time.monotonic() - now, not finished) or {"coordinator": why}
     return {"snapshots": snapshots, "recoveries": recovery.stats(), "rescales": recovery.rescale_stats(),
             "autoscaler": autoscaler_timeline(autoscaler, finished)}
 

@@ -236,6 +236,54 @@ def test_stats_say_when_the_coordinator_does_not_answer_or_is_being_replaced(ray
     assert recovery_stats(recovery, None, False)["snapshots"] == {"coordinator": "died; a recovery is replacing it"}
 
 
+@ray.remote(num_cpus=0)
+class Released:
+    """A host that no longer plays the coordinator: a call of the job's lease answers None."""
+
+    def stats(self) -> None:
+        return None
+
+
+def test_stats_of_a_torn_down_job_say_its_coordinator_was_released(ray_session):
+    """A job torn down before any reading of its figures: its coordinator's host answers None
+    (the lease is over), which failed ``job.stats()`` with a ``TypeError``."""
+    from raytide.driver.snapshot_health import SnapshotHealth
+    from raytide.driver.stats import recovery_stats
+
+    released = Released.remote()
+    ray.get(released.stats.remote(), timeout=60)  # started: it answers at once from now on
+    recovery = SimpleNamespace(coordinator=released, stats=lambda: {"count": 0}, rescale_stats=lambda: [],
+                               health=SnapshotHealth("j", rt.Recovery("unused")),
+                               coordinator_name=lambda: "the snapshot coordinator j/coordinator")
+    assert recovery_stats(recovery, None, True)["snapshots"] == \
+        {"coordinator": "released with the job's hosts (the job was torn down)"}
+    ray.kill(released)
+
+
+def test_a_finished_jobs_stats_stay_those_of_its_end(ray_session, tmp_path):
+    """``job.stats()`` read after ``job.wait()``, again, and after the ``with`` block: the same
+    snapshot figures, and after the teardown the last reading. The driver reads no coordinator
+    answer once a job has finished, so its last ``sync`` call used to count as silent past
+    ``SILENT_AFTER`` (3 s) and ``snapshots`` lost its figures; after the teardown, the released
+    coordinator's None answer failed ``job.stats()`` with a ``TypeError``."""
+    flow = rt.Dataflow("stats-at-end")
+    flow.input("xs", parallelism=1).map(lambda x: x + 1).output("out")
+    with rt.run(flow, parallelism=1, recovery=rt.Recovery(str(tmp_path / "store"), interval=None)) as job:
+        job.push("xs", [1], epoch=0)
+        job.snapshot(timeout=60)
+        job.push("xs", [2], epoch=1)
+        job.close("xs")
+        job.wait(timeout=60)
+        health = job._recovery.health
+        assert health.sent_at is not None, "the driver's last sync call is in flight"
+        health.sent_at -= 10  # as if read 10 s after the end (no sleep: the clock is the call's age)
+        first = job.stats()
+        assert first["snapshots"]["committed"] == 1, first["snapshots"]
+        last = job.stats()  # read live while the actors are there (a snapshot in flight at the end may commit)
+        assert last["snapshots"] == first["snapshots"]
+    assert job.stats() == last, "the last figures of the finished job stay after its teardown"
+
+
 def test_stats_answer_while_a_replica_is_busy_and_leave_out_one_that_cannot_answer(ray_session, monkeypatch, tmp_path):
     """A replica busy in a user function answers ``job.stats()`` at once: its statistics run
     on a thread of their own, so they show the batch it took and has not put out yet, and

@@ -119,3 +119,52 @@ def test_a_second_driver_is_refused_and_a_paused_one_is_fenced_after_a_takeover(
     assert sorted(set(epochs)) == list(range(EPOCHS)), f"lost: {sorted(set(range(EPOCHS)) - set(epochs))}"
     repeated = sorted(epoch for epoch in set(epochs) if epochs.count(epoch) > 1)
     assert repeated in ([], [by_first[-1]]), f"seen twice: {repeated} (only the one in the paused consumer's hands may be)"
+
+
+DROPPED_AT_EXIT = textwrap.dedent("""
+    import sys, types
+    import ray
+    import raytide as rt
+
+    ray.init(log_to_driver=False)  # the session's Ray (RAY_ADDRESS); its workers' logs are not this driver's stderr
+    flow = rt.Dataflow("in-hand")
+    flow.input("xs", parallelism=1).map(lambda x: x + 1).output("out")
+    # the iterators, kept to the interpreter's end in a module of their own that refers to
+    # itself (as a failed test's traceback keeps one): collected by the interpreter's last
+    # collection, once it has dropped its modules and imports fail
+    in_hand = sys.modules["in_hand"] = types.ModuleType("in_hand")
+    in_hand.kept, in_hand.itself = [], in_hand
+    del in_hand
+
+    def one_epoch_in_hand(job):
+        job.push("xs", [1], epoch=0)
+        job.push("xs", [2], epoch=1)
+        results = job.results("out", timeout=60, progress=False)
+        sys.modules["in_hand"].kept.append(results)
+        return next(results)
+
+    with rt.run(flow, parallelism=1, recovery=rt.Recovery(sys.argv[1], interval=None)) as job:
+        print("torn down", one_epoch_in_hand(job), flush=True)
+    job = rt.run(flow, parallelism=1, recovery=rt.Recovery(sys.argv[2], interval=None))
+    print("left running", one_epoch_in_hand(job), flush=True)  # the driver exits without cancelling it
+""")
+
+
+def test_a_results_iterator_dropped_at_the_interpreters_exit_writes_nothing_and_prints_no_traceback(
+        session_ray_env, tmp_path):
+    """A driver that ends with a ``job.results`` iterator in hand, its job torn down (a failed
+    test's ``with`` block) or left running: the iterator, closed as the interpreter shuts down,
+    acknowledged its epoch and wrote the consumers' record, whose lease check imported
+    ``pyarrow.fs`` after the interpreter's modules were gone: "Exception ignored in: <generator
+    object Job.results>" and a traceback ending "ImportError: sys.meta_path is None" closed the
+    output (seen in pytest runs of failing tests). A job that released its store's lease (at
+    its teardown, or at the driver's exit) writes nothing more to it."""
+    stores = [str(tmp_path / "torn-down"), str(tmp_path / "left-running")]
+    child = subprocess.run([sys.executable, "-c", DROPPED_AT_EXIT, *stores], env=session_ray_env,
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0 and child.stdout.splitlines() == ["torn down (0, [2])", "left running (0, [2])"], \
+        child.stdout + child.stderr
+    assert "Traceback" not in child.stderr and "Exception ignored" not in child.stderr, child.stderr
+    for store in stores:  # epoch 0 was in the consumer's hands, never acknowledged: none delivered
+        record = SnapshotStore(store).read_record("consumed") or {"delivered": {}}
+        assert "out" not in record["delivered"], (store, record)

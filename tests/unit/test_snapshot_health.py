@@ -46,6 +46,20 @@ def test_a_coordinator_that_leaves_the_sync_unanswered_is_named_once_and_its_ret
     assert "answers again" in caplog.text and not health.is_silent(20.0)
 
 
+def test_a_finished_jobs_sync_left_in_flight_is_no_silence_but_the_figures_own_call_still_is():
+    """Once a job has finished the driver reads no more ``sync`` answers: the call left in
+    flight aged past ``SILENT_AFTER`` and ``job.stats()["snapshots"]`` lost its figures about
+    3 s after every job's end. Only ``job.stats()``'s own call counts then, for what it waited."""
+    health = SnapshotHealth("j", rt.Recovery("/stores/j"))
+    health.sent(10.0)
+    later = 20.0 + SILENT_AFTER
+    assert health.silent(later, "c")["silent_s"] == 10.0 + SILENT_AFTER, "a running job's sync unanswered"
+    assert health.silent(later, "c", syncing=False) is None
+    assert health.silent(later, "c", 0.5, syncing=False) is None
+    said = health.silent(later, "c", SILENT_AFTER + 0.5, syncing=False)
+    assert said is not None and said["silent_s"] == SILENT_AFTER + 0.5, said
+
+
 def test_the_consumers_record_that_cannot_be_written_is_said_until_it_is(caplog):
     caplog.set_level(logging.WARNING)
     health = SnapshotHealth("j", rt.Recovery("/stores/j"))
