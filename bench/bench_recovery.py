@@ -292,6 +292,7 @@ def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Co
     noticed = record["finished_at"] - record["seconds"]
     return {"stage_kill_to_next_epoch_s": after - killed_at, "stage_recovery_s": record["seconds"],
             "stage_kill_to_noticed_s": noticed - killed_at, "stage_recovered_to_next_epoch_s": after - record["finished_at"],
+            "stage_snapshot_mb": stats["snapshots"]["last_size_bytes"] / 1e6,
             "stage_recovered_alone": float(record["kind"] == "alone"), "stage_survivors_reloaded": float(reloaded),
             "stage_survivors_same_pid": float(same), **steps}
 
