@@ -4,11 +4,12 @@ cores, as calls to the job's actors. The driver's supervisor asks :meth:`AloneOn
 first at a death; where :func:`~raytide.driver.recovery_runtime.ray_kind` says ``"job"``, or a
 step meets another death or runs out of time, the whole-job recovery runs as before::
 
-    driver ──lose(n, key)──▶ coordinator: abandon the snapshot in flight, take none   ┐ sent together,
-    driver ── a warm host takes the lost replica's role, connected to its receivers    ┘ one wait
-    driver ──restore_alone(n, L, figures?, first, quiet)──▶ replacement: R            ┐ sent together,
-    driver ──replace(n, key, handle, R, first)──▶ progress actor (runs once R is in)  ┘ one wait
-             R: its locations, restored figures, channel positions
+    driver ── a warm host: take, connect (the lost replica's role, its receivers)     ┐ sent, not
+    driver ──lose(n, key)──▶ coordinator: abandon the snapshot in flight, take none  ┘ waited for
+    driver waits for lose only, then reads L, the last committed snapshot
+    driver ──restore_alone(n, L, figures?, first, quiet)──▶ replacement: R           ┐ sent together,
+    driver ──replace(n, key, handle, R, first)──▶ progress actor (runs once R is in) ┘ one wait, with
+             R: its locations, restored figures, channel positions                      take's and connect's
     driver ──resume(n)──▶ replacement                                                ┐ sent together,
     driver ──replay_to(n, key, handle, positions, L)──▶ each replica sending to it    ┘ one wait
     driver ──start()──▶ coordinator: snapshots again
@@ -95,22 +96,25 @@ class AloneOnRay:
         """The steps (see the module docstring); the snapshot restored and the replaced host's name.
 
         A call waits only for what it needs: the coordinator's ``lose`` runs while a host takes
-        the role, the progress actor's ``replace`` is handed the replacement's answer as a Ray
-        dependency (no trip through the driver), ``resume`` and the replays go out together."""
+        the role; the replacement's ``restore_alone`` is sent behind its ``take`` and ``connect``
+        (one caller's calls run in order on a host) and the progress actor's ``replace`` is handed
+        its answer as a Ray dependency, all waited for at once; ``resume`` and the replays go
+        out together."""
         snapshots, steps = self.snapshots, self.steps
         placement, incarnation, coordinator = snapshots.placement, snapshots.incarnation, snapshots.coordinator
         losing = coordinator.lose.remote(incarnation, key)
-        [name] = steps.time("replace them", placement.replace_dead, [key], coordinator)
+        [name], taking = steps.time("replace them", placement.replacing, [key], coordinator)
+        snapshots.watch()
         quiet = steps.time("pause the coordinator", snapshots.wait, [losing],
                            f"the snapshot coordinator abandoning its snapshot for replica {key}")[0]
-        snapshots.watch()
         point = steps.time("read the snapshot", snapshots.latest_point)
         first = GENERATION * (1 + sum(record.kind == "alone" and name in record.replaced for record in snapshots.records))
         handle = placement.peers[key]
         restoring = handle.restore_alone.remote(incarnation, point.snapshot_id,
                                                 point.snapshot_id not in (None, self._base()), first, quiet)
         restored = steps.time("restore the replicas", snapshots.wait, [restoring, placement.progress.replace.remote(
-            incarnation, key, handle, restoring, first)], f"restoring replica {key} alone, and the progress actor taking it")[0]
+            incarnation, key, handle, restoring, first), *taking],
+            f"replica {key}'s host taking its role and restoring it alone, and the progress actor taking it")[0]
         if isinstance(restored, BaseException):
             raise restored
         positions = restored[2]
