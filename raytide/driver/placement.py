@@ -222,22 +222,23 @@ class JobPlacement:
         The nodes' relays are chosen again (a new host may be on another node, and a dead relay
         needs a successor); the recovery's restore tells every replica its route. The dead go
         back to the pool at once, which forgets them: no dead host's handle is kept for the rest
-        of the job. A host runs the driver's calls in the order they were sent (one caller, a
-        sequential actor), so its ``connect`` follows its ``take``, and a caller's next call to
-        it (a restore) follows both, without a round trip between them, which a loaded machine
-        stretches (docs/recovery.md, "Recovered alone on Ray, measured")."""
+        of the job; the spares used up start again after the recovery (``spares_now``). A host
+        runs the driver's calls in the order they were sent (one caller, a sequential actor), so
+        its ``connect`` follows its ``take``, and a caller's next call to it (a restore) follows
+        both, without a round trip between them, which a loaded machine stretches
+        (docs/recovery.md, "Recovered alone on Ray, measured")."""
         replaced: list[ReplicaKey] = []
         refs = []
         for key in dead:
             self.pool.give_back([self.leases.pop(key)])
             if key == PROGRESS:
-                self.leases[PROGRESS] = lease = self.pool.lease("progress", 1)[0]
+                self.leases[PROGRESS] = lease = self.pool.lease("progress", 1, spares_now=False)[0]
                 refs.append(lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
                                                      self.plan.initial_pointstamps(), self.settings.sockets))
                 self.progress = lease.leased
             else:
                 assert isinstance(key, ReplicaKey)
-                self.leases[key] = lease = self.pool.lease("vertex", 1, self.settings.num_cpus)[0]
+                self.leases[key] = lease = self.pool.lease("vertex", 1, self.settings.num_cpus, spares_now=False)[0]
                 self.actors[key], self.peers[key] = lease.handle, lease.leased
                 refs.append(self._take_vertex(key))
                 replaced.append(key)
