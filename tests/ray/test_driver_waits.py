@@ -33,7 +33,9 @@ def test_a_wait_that_fails_reads_the_answers_that_fail_after_the_first(ray_sessi
     unhandled = Unhandled()
     logging.getLogger("ray._private.worker").addHandler(unhandled)
     try:
-        refs = [fails_after.remote(0.0), fails_after.remote(0.3)]
+        first = fails_after.remote(0.0)
+        ray.wait([first], timeout=30)  # failed first whatever the load (two tasks started together may finish in any order)
+        refs = [first, fails_after.remote(0.3)]
         with pytest.raises(ray.exceptions.RayTaskError, match="failed after 0.0 s"):
             JobPlacement.wait(SimpleNamespace(name="waits"), refs, "two calls")
         del refs
