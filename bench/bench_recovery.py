@@ -32,7 +32,9 @@ failure-free run's.
 ``--param only=stage`` kills one replica of a 4-replica keyed stage instead
 (:func:`measure_stage_kill`); ``--param stage=running`` runs it on a job whose stage may be
 recovered alone (:func:`running_flow`), and ``--param alone=1`` turns that on: run both
-``alone=0`` and ``alone=1`` for issue 74's whole-job-versus-alone ratio.
+``alone=0`` and ``alone=1`` for issue 74's whole-job-versus-alone ratio; ``state_keys=`` and
+``state_bytes=`` give its stage keyed state to reload (:class:`RunningWordCounts`),
+``stage_interval=`` its snapshot interval (default 0.2 s).
 
 Snapshots: ``snapshot_bytes`` and ``snapshot_s`` of the last snapshot of the keyed job
 at 0.2 s (from its trigger to its commit), ``snapshot_alignment_s`` the longest any
@@ -61,7 +63,8 @@ from bench.workloads import components
 from raytide.snapshots.interval import DEFAULT_PRIOR_RATE, optimal_interval
 
 PARAMS = {"epochs": 120, "lines": 5_000, "vocabulary": 20_000, "nodes": 300_000, "edges": 900_000, "parallelism": 2,
-          "only": "all", "alone": 0, "stage": "keyed", "kill_after": 2}
+          "only": "all", "alone": 0, "stage": "keyed", "kill_after": 2, "state_keys": 0, "state_bytes": 0,
+          "stage_interval": 0.2}
 #: The stage job of ``only=stage``: ``keyed`` (:func:`keyed_flow`: its ``count`` notifies, so
 #: every recovery is whole-job) or ``running`` (:func:`running_flow`: one that may be recovered alone).
 STAGES = ("keyed", "running")
@@ -78,6 +81,8 @@ RATIOS = [
 INTERVALS = {"none": None, "every_1s": 1.0, "every_0.2s": 0.2}
 #: Seconds between the epochs fed to the job that is killed: it runs at the pace of its input.
 RECOVERY_PACE = 0.05
+#: The replicas of the stage job's keyed stage (``count``), one of which is killed.
+STAGE_WIDTH = 4
 
 
 def keyed_flow() -> rt.Dataflow:
@@ -90,12 +95,25 @@ def keyed_flow() -> rt.Dataflow:
 
 class RunningWordCounts(rt.Vertex):
     """Each word's count so far, sent for every occurrence as it is received (``(word, count)``),
-    all of a batch's in one batch; no notification: a replica of it may be recovered alone."""
+    all of a batch's in one batch; no notification: a replica of it may be recovered alone.
+
+    ``HELD``, ``(keys, bytes)``: keyed state this replica holds besides its counts, ``keys``
+    distinct keys of ``bytes`` random bytes each (made at its first batch), saved and restored
+    with its counts: what a whole-job rollback reloads at every replica and a recovery alone only
+    at the lost one (``--param state_keys=``, ``state_bytes=``; set on a subclass, :func:`running_flow`:
+    a factory that is not a ``Vertex`` class counts as notifying, which no replica recovers alone)."""
+
+    HELD: tuple[int, int] = (0, 0)
 
     def __init__(self) -> None:
         self.counts: Counter = Counter()
+        self.held: dict[str, bytes] | None = None
 
     def on_recv(self, port: int, batch: list[str], time: object) -> None:
+        if self.held is None:
+            keys, size = self.HELD
+            blob = np.random.default_rng(self.replica).bytes(keys * size)
+            self.held = {f"held{self.replica}:{i}": blob[i * size:(i + 1) * size] for i in range(keys)}
         out = []
         for word in batch:
             self.counts[word] += 1
@@ -103,19 +121,21 @@ class RunningWordCounts(rt.Vertex):
         self.send_by(0, out, time)
 
     def snapshot(self) -> dict:
-        return dict(self.counts)
+        return {"counts": dict(self.counts), "held": self.held}
 
     def restore(self, state: dict) -> None:
-        self.counts = Counter(state)
+        self.counts, self.held = Counter(state["counts"]), state["held"]
 
 
-def running_flow() -> rt.Dataflow:
+def running_flow(state_keys: int = 0, state_bytes: int = 0) -> rt.Dataflow:
     """The stage job a replica of which may be recovered alone (``decide``: one input channel,
     no notification, no loop, no output in its chain): lines (one input replica) split into
-    words -> ``count`` (4 replicas, by word, :class:`RunningWordCounts`) -> a sink of one replica."""
+    words -> ``count`` (4 replicas, by word, :class:`RunningWordCounts`, holding ``state_keys``
+    keys of ``state_bytes`` bytes besides, split evenly) -> a sink of one replica."""
     flow = rt.Dataflow("running_wordcount")
     words = flow.input("lines", parallelism=1).flat_map(str.split, name="words", parallelism=1)
-    counted = flow.vertex(RunningWordCounts, [words], exchange=[_word], name="count", parallelism=4)[0]
+    factory = type("HeldWordCounts", (RunningWordCounts,), {"HELD": (state_keys // STAGE_WIDTH, state_bytes)})
+    counted = flow.vertex(factory, [words], exchange=[_word], name="count", parallelism=STAGE_WIDTH)[0]
     counted.map(_word, name="sink", parallelism=1).output("totals")
     return flow
 
@@ -225,7 +245,8 @@ def measure_recovery(data: list[list[str]], parallelism: int, store: str,
 
 
 def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Counter], alone: bool = False,
-                       stage: str = "keyed", kill_after: int = 2) -> dict[str, float]:
+                       stage: str = "keyed", kill_after: int = 2, held: tuple[int, int] = (0, 0),
+                       interval: float = 0.2) -> dict[str, float]:
     """One replica of the 4-replica keyed stage (``count``, after the exchange, of the ``stage`` job:
     :data:`STAGES`) SIGKILLed once ``kill_after`` (default two; more leave the driver's spare host
     time to start, as it has in a job that runs for long)
@@ -235,7 +256,10 @@ def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Co
     ``stage_recovered_alone`` (1.0 if the recovery's record says ``"alone"``: with ``alone`` and
     the ``running`` stage; otherwise the record's ``why`` says what the rule found), and of the
     other replicas, ``stage_survivors_reloaded`` those whose process reset its state and
-    ``stage_survivors_same_pid`` those still in the same process."""
+    ``stage_survivors_same_pid`` those still in the same process; where the time went:
+    ``stage_kill_to_noticed_s`` (the death noticed), ``stage_recovery_s`` (the recovery, its
+    steps ``stage_step_*_s``), ``stage_recovered_to_next_epoch_s`` (the epoch's trip after it).
+    ``held``: the ``running`` stage's keyed state besides its counts, ``(keys, bytes per key)``."""
     arrivals: list[tuple[float, int]] = []
     pushed: list[float] = []
     got: dict[int, list] = {}
@@ -247,8 +271,8 @@ def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Co
             pushed.append(time.time())
             yield lines
 
-    recovery = rt.Recovery(store, interval=0.2, alone=alone)
-    flow = keyed_flow() if stage == "keyed" else running_flow()
+    recovery = rt.Recovery(store, interval=interval, alone=alone)
+    flow = keyed_flow() if stage == "keyed" else running_flow(*held)
     with rt.run(flow, inputs={"lines": paced()}, parallelism=4, recovery=recovery) as job:
         for epoch, records in job.results("totals", timeout=600):
             arrivals.append((time.time(), epoch))
@@ -265,17 +289,23 @@ def measure_stage_kill(data: list[list[str]], store: str, expected: dict[int, Co
     assert killed_at is not None
     first = next(epoch for epoch, at in enumerate(pushed) if at > killed_at)
     after = next(at for at, epoch in arrivals if epoch >= first)
+    steps = {f"stage_step_{step.replace(' ', '_')}_s": seconds for step, seconds in record["steps"].items()}
+    noticed = record["finished_at"] - record["seconds"]
     return {"stage_kill_to_next_epoch_s": after - killed_at, "stage_recovery_s": record["seconds"],
+            "stage_kill_to_noticed_s": noticed - killed_at, "stage_recovered_to_next_epoch_s": after - record["finished_at"],
+            "stage_snapshot_mb": stats["snapshots"]["last_size_bytes"] / 1e6,
             "stage_recovered_alone": float(record["kind"] == "alone"), "stage_survivors_reloaded": float(reloaded),
-            "stage_survivors_same_pid": float(same)}
+            "stage_survivors_same_pid": float(same), **steps}
 
 
 def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, parallelism: int,
-            only: str = "all", alone: int = 0, stage: str = "keyed", kill_after: int = 2) -> dict[str, float]:
+            only: str = "all", alone: int = 0, stage: str = "keyed", kill_after: int = 2, state_keys: int = 0,
+            state_bytes: int = 0, stage_interval: float = 0.2) -> dict[str, float]:
     """One run; ``only``: ``"all"``, ``"throughput"`` (keyed and components), ``"keyed"`` or ``"stage"`` (see
     :data:`PARTS`); ``alone=1``: the keyed jobs and the stage's with ``Recovery(alone=True)`` (numbered sends);
     ``stage``: the stage's job (:data:`STAGES`); ``kill_after``: the commits before its kill (the stage's, or the
-    input replica's of ``recovery_*``)."""
+    input replica's of ``recovery_*``); ``state_keys``, ``state_bytes``: the ``running`` stage's keyed state besides
+    its counts (:class:`RunningWordCounts`); ``stage_interval``: the stage job's snapshot interval."""
     if stage not in STAGES:
         raise ValueError(f"--param stage={stage!r}: one of {STAGES}")
     parts = PARTS[only]
@@ -301,7 +331,8 @@ def measure(epochs: int, lines: int, vocabulary: int, nodes: int, edges: int, pa
             time.sleep(SETTLE_S)
         if "stage" in parts:
             reference = expected if stage == "keyed" else running_reference(data)
-            return measure_stage_kill(data, f"{root}/stage", reference, bool(alone), stage, kill_after)
+            return measure_stage_kill(data, f"{root}/stage", reference, bool(alone), stage, kill_after,
+                                      (state_keys, state_bytes), stage_interval)
         for label, interval in INTERVALS.items() if "components" in parts else ():
             out[f"components_{label}_s"] = run_components(graph, parallelism,
                                                           recovery_for(interval, f"{root}/cc-{label}"))

@@ -31,21 +31,24 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytide.actors.event_feed import EventFeed
 from raytide.actors.push_links import PushLinks
 from raytide.actors.socket_hops import Inbound
 from raytide.engine.progress_core import ProgressCore, ProgressEffects
-from raytide.errors import InternalError
+from raytide.errors import InternalError, RaytideError
 from raytide.physical.frames import Frame
 from raytide.physical.pickled import pack_records
-from raytide.physical.protocol import Figures, JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
+from raytide.physical.protocol import JobEvent, JobFailed, ReplicaKey, Sequenced, decode, encode
 from raytide.physical.relay_tree import Paths, bundled
 from raytide.progress.graph import ProgressGraph
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.progress.tracker import Pointstamp
+
+if TYPE_CHECKING:
+    from raytide.engine.replica import AloneRestored
 
 
 class ProgressActor:
@@ -96,13 +99,17 @@ class ProgressActor:
             self.feed.close()  # the driver drops what it has not taken and subscribes again
         self.connect(replicas)
 
-    def replace(self, incarnation: int, key: ReplicaKey, handle: Any, figures: Figures, first: int,
-                locations: list[Location]) -> None:
+    def replace(self, incarnation: int, key: ReplicaKey, handle: Any, restored: AloneRestored | RaytideError,
+                first: int) -> None:
         """Replica ``key`` was recovered alone as ``handle`` (docs/recovery.md, "A replica recovered
-        alone"): the tracker counts its numbered traffic from its restored ``figures`` on, its
-        lost incarnation's late messages are dropped (the replacement's are numbered from
-        ``first``), and it is pushed the statuses of ``locations`` (:meth:`ProgressCore.replace`)."""
-        if incarnation == self.incarnation:
+        alone"), which answered its ``restore_alone`` with ``restored`` (the driver passes that
+        call's ref: Ray hands it over once it is in): the tracker counts its numbered traffic from
+        its restored figures on, its lost incarnation's late messages are dropped (the
+        replacement's are numbered from ``first``), and it is pushed the statuses of the
+        locations it reads (:meth:`ProgressCore.replace`). A restore that raised changes nothing:
+        the driver fails the job with its error."""
+        if incarnation == self.incarnation and not isinstance(restored, RaytideError):
+            locations, figures, _ = restored
             self.handles[key] = handle
             self.links.replace(key, handle)
             self._perform(self.core.replace(key, figures, first, locations))

@@ -4,14 +4,18 @@ cores, as calls to the job's actors. The driver's supervisor asks :meth:`AloneOn
 first at a death; where :func:`~raytide.driver.recovery_runtime.ray_kind` says ``"job"``, or a
 step meets another death or runs out of time, the whole-job recovery runs as before::
 
-    driver ──lose(n, key)──▶ coordinator: abandon the snapshot in flight, take none     (waits)
-    driver ── a warm host takes the lost replica's role, connected to its receivers      (waits)
-    driver ──restore_alone(n, L, figures?, first, quiet)──▶ replacement                  (waits)
-             ◀── its locations, restored figures, channel positions
-    driver ──replace(n, key, handle, figures, first, locations)──▶ progress actor        (waits)
-    driver ──resume(n)──▶ replacement                                                    (waits)
-    driver ──replay_to(n, key, handle, positions, L)──▶ each replica sending to it        (waits)
+    driver ── a warm host: take, connect (the lost replica's role, its receivers)     ┐ sent, not
+    driver ──lose(n, key)──▶ coordinator: abandon the snapshot in flight, take none  ┘ waited for
+    driver waits for lose only, then reads L, the last committed snapshot
+    driver ──restore_alone(n, L, figures?, first, quiet)──▶ replacement: R           ┐ sent together,
+    driver ──replace(n, key, handle, R, first)──▶ progress actor (runs once R is in) ┘ one wait, with
+             R: its locations, restored figures, channel positions                      take's and connect's
+    driver ──resume(n)──▶ replacement                                                ┐ sent together,
+    driver ──replay_to(n, key, handle, positions, L)──▶ each replica sending to it    ┘ one wait
     driver ──start()──▶ coordinator: snapshots again
+
+The replacement sends the progress actor nothing before its ``replace`` has run: it runs
+only what its senders replay to it and its ``resume``, both sent once ``replace`` answered.
 
 The job's incarnation does not change: the survivors run on throughout, keep their state and
 processes; a sender's calls to the dead handle were dropped (its log keeps them) until its
@@ -89,29 +93,35 @@ class AloneOnRay:
         return dead or RayRecovery(self.snapshots).find_dead()
 
     def _replace(self, key: ReplicaKey) -> tuple[RestorePoint, str]:
-        """The steps (see the module docstring); the snapshot restored and the replaced host's name."""
+        """The steps (see the module docstring); the snapshot restored and the replaced host's name.
+
+        A call waits only for what it needs: the coordinator's ``lose`` runs while a host takes
+        the role; the replacement's ``restore_alone`` is sent behind its ``take`` and ``connect``
+        (one caller's calls run in order on a host) and the progress actor's ``replace`` is handed
+        its answer as a Ray dependency, all waited for at once; ``resume`` and the replays go
+        out together."""
         snapshots, steps = self.snapshots, self.steps
         placement, incarnation, coordinator = snapshots.placement, snapshots.incarnation, snapshots.coordinator
-        quiet = steps.time("pause the coordinator", snapshots.wait, [coordinator.lose.remote(incarnation, key)],
-                           f"the snapshot coordinator abandoning its snapshot for replica {key}")[0]
-        [name] = steps.time("replace them", placement.replace_dead, [key], coordinator)
+        losing = coordinator.lose.remote(incarnation, key)
+        [name], taking = steps.time("replace them", placement.replacing, [key], coordinator)
         snapshots.watch()
+        quiet = steps.time("pause the coordinator", snapshots.wait, [losing],
+                           f"the snapshot coordinator abandoning its snapshot for replica {key}")[0]
         point = steps.time("read the snapshot", snapshots.latest_point)
         first = GENERATION * (1 + sum(record.kind == "alone" and name in record.replaced for record in snapshots.records))
         handle = placement.peers[key]
-        [restored] = steps.time("restore the replicas", snapshots.wait, [handle.restore_alone.remote(
-            incarnation, point.snapshot_id, point.snapshot_id not in (None, self._base()), first, quiet)],
-            f"restoring replica {key} alone")
+        restoring = handle.restore_alone.remote(incarnation, point.snapshot_id,
+                                                point.snapshot_id not in (None, self._base()), first, quiet)
+        restored = steps.time("restore the replicas", snapshots.wait, [restoring, placement.progress.replace.remote(
+            incarnation, key, handle, restoring, first), *taking],
+            f"replica {key}'s host taking its role and restoring it alone, and the progress actor taking it")[0]
         if isinstance(restored, BaseException):
             raise restored
-        locations, figures, positions = restored
-        steps.time("restore the progress actor", snapshots.wait, [placement.progress.replace.remote(
-            incarnation, key, handle, figures, first, locations)], f"the progress actor taking replica {key}'s replacement")
-        steps.time("resume", snapshots.wait, [handle.resume.remote(incarnation)], f"resuming replica {key}")
+        positions = restored[2]
         senders = [sender for sender in placement.peers if sender != key and key in receivers(placement.plan, sender)]
-        steps.time("replay", snapshots.wait, [placement.peers[sender].replay_to.remote(
-            incarnation, key, handle, positions, point.snapshot_id or 0) for sender in senders],
-            f"the replicas sending to replica {key} replaying their logs to it")
+        steps.time("resume and replay", snapshots.wait, [handle.resume.remote(incarnation), *(
+            placement.peers[sender].replay_to.remote(incarnation, key, handle, positions, point.snapshot_id or 0)
+            for sender in senders)], f"resuming replica {key}, the replicas sending to it replaying their logs to it")
         coordinator.start.remote()
         return point, name
 

@@ -42,6 +42,7 @@ class EventLink:
         self.token = 0
         self.asked: Any = None  # the ``subscribe`` call in flight
         self.on = False  # subscribed: the events come here, no poll is made
+        self.woken = False  # :meth:`wake` was called: the wait in hand returns
 
     def ask(self, progress: Any, cursor: int) -> None:
         """Subscribe at ``progress`` from ``cursor`` if not yet (one call; its answer looked at, never waited for)."""
@@ -71,9 +72,18 @@ class EventLink:
                 self.arrived.notify_all()
 
     def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for a frame; whether one is queued."""
+        """Wait up to ``timeout`` seconds for a frame, or until :meth:`wake`; whether one is queued."""
         with self.arrived:
-            return self.arrived.wait_for(lambda: self.queued or not self.on, timeout) and bool(self.queued)
+            self.arrived.wait_for(lambda: self.queued or not self.on or self.woken, timeout)
+            self.woken = False
+            return bool(self.queued)
+
+    def wake(self) -> None:
+        """End the wait in hand now (a watched actor died: :class:`~raytide.driver.outputs.DeathAlarm`), so
+        that its waiter looks at liveness at once instead of at the wait's end."""
+        with self.arrived:
+            self.woken = True
+            self.arrived.notify_all()
 
     def take(self) -> list[Pushed]:
         """The frames queued, in order (taken)."""

@@ -80,6 +80,7 @@ class Job(JobViews):
         self.placement = placement = JobPlacement(plan, name, settings)
         self._outputs = OutputCollector(placement.progress, plan.outputs,
                                         recovery.output_commit if recovery is not None else "epoch", settings.sockets, name)
+        placement.liveness.alarm.wake = self._outputs.link.wake  # a death wakes the wait for events
         #: The event and recovery loop (:mod:`raytide.driver.supervisor`): this handle only calls it.
         self._supervisor = supervisor = JobSupervisor(name, placement, self._outputs, recovery is not None)
         self._inputs = EventTimeInputs(plan, placement.input_handles(), settings.max_inflight, batch_size,

@@ -7,7 +7,8 @@ liveness of the actors it watches.
   large ones (object refs) as soon as it is handed them, unpacks records when asked, and
   forgets an epoch once it is consumed (``job.results``).
 * :class:`Liveness` keeps one pending ``watch`` call per actor, which fails when the actor
-  dies, and reports the first one that did.
+  dies, and reports the first one that did; its :class:`DeathAlarm` wakes the driver's wait
+  for events the moment one ends.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -377,6 +379,27 @@ def fetch_items(parts: list) -> tuple[list, bool]:
     return list(itertools.chain.from_iterable(items for items, _ in unpacked)), any(b for _, b in unpacked)
 
 
+@dataclass
+class DeathAlarm:
+    """Rung on Ray's thread the moment a watched actor's ``watch`` call ends (its death, or its
+    lease over): the driver's wait for events is woken (``wake``: the event link's, set by the
+    job) and the next liveness look is not put off. Without it a death was seen at the wait's
+    end, up to :data:`~raytide.driver.coordination.RECOVERY_POLL` later, unless some event woke
+    the driver sooner, which a job whose senders drop what goes to the dead never sends
+    (docs/recovery.md, "Recovered alone on Ray, measured")."""
+
+    wake: Callable[[], None] = lambda: None
+    rung: threading.Event = field(default_factory=threading.Event)
+
+    def arm(self, ref: Any) -> None:
+        """Ring when ``ref`` (a ``watch`` call) ends."""
+        ref.future().add_done_callback(self._ring)
+
+    def _ring(self, _: Any) -> None:
+        self.rung.set()
+        self.wake()
+
+
 class Liveness:
     """Notices the death of the actors it watches, at no cost while they live.
 
@@ -400,6 +423,11 @@ class Liveness:
             key: ref for key, ref in before.watches.items() if before.actors[key] == self.actors.get(key)}
         self.watches: dict[Hashable, Any] = {key: kept[key] if key in kept else actor.watch.remote()
                                              for key, actor in self.actors.items()}
+        #: Rings at a watch's end (kept watches were armed with the same alarm before).
+        self.alarm: DeathAlarm = before.alarm if before is not None else DeathAlarm()
+        for key, ref in self.watches.items():
+            if key not in kept:
+                self.alarm.arm(ref)
         self.next_look = 0.0  # monotonic time of the next look (see LIVENESS_EVERY_S)
         #: Actors declared failed and killed by the supervisor's ping of a stalled job (:mod:`raytide.driver.stall_ping`):
         #: dead to a recovery, whatever a ping of them answers while Ray has not yet taken the kill in.
@@ -407,11 +435,12 @@ class Liveness:
 
     def check(self) -> tuple[Hashable, BaseException] | None:
         """The key of an actor that died, and the error; None if all live (or if the last
-        look was less than :data:`LIVENESS_EVERY_S` ago)."""
+        look was less than :data:`LIVENESS_EVERY_S` ago and no watch ended since)."""
         refs = list(self.watches.values())
         now = time.monotonic()
-        if not refs or now < self.next_look:
+        if not refs or (now < self.next_look and not self.alarm.rung.is_set()):
             return None
+        self.alarm.rung.clear()
         self.next_look = now + LIVENESS_EVERY_S
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         for key, ref in list(self.watches.items()):

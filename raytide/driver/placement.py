@@ -211,31 +211,42 @@ class JobPlacement:
 
     def replace_dead(self, dead: list[Hashable], coordinator: Any) -> list[str]:
         """Lease warm hosts for the dead replicas (and progress actor) in ``dead`` and give them
-        their roles; returns the names of the replaced. The nodes' relays are chosen again
-        (a new host may be on another node, and a dead relay needs a successor); the
-        recovery's restore tells every replica its route. The dead go back to the pool at
-        once, which forgets them: no dead host's handle is kept for the rest of the job."""
+        their roles (:meth:`replacing`), waiting once for all of it; returns the names of the replaced."""
+        names, refs = self.replacing(dead, coordinator)
+        self.wait(refs, f"replacing {', '.join(names)} (taking the roles, connecting the replicas)")
+        return names
+
+    def replacing(self, dead: list[Hashable], coordinator: Any) -> tuple[list[str], list]:
+        """Lease warm hosts for the dead in ``dead`` and send them their roles and the replicas'
+        connections, without waiting: the names of the replaced, and the refs of the answers.
+        The nodes' relays are chosen again (a new host may be on another node, and a dead relay
+        needs a successor); the recovery's restore tells every replica its route. The dead go
+        back to the pool at once, which forgets them: no dead host's handle is kept for the rest
+        of the job; the spares used up start again after the recovery (``spares_now``). A host
+        runs the driver's calls in the order they were sent (one caller, a sequential actor), so
+        its ``connect`` follows its ``take``, and a caller's next call to it (a restore) follows
+        both, without a round trip between them, which a loaded machine stretches
+        (docs/recovery.md, "Recovered alone on Ray, measured")."""
         replaced: list[ReplicaKey] = []
+        refs = []
         for key in dead:
             self.pool.give_back([self.leases.pop(key)])
             if key == PROGRESS:
-                self.leases[PROGRESS] = lease = self.pool.lease("progress", 1)[0]
-                self.wait([lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
-                                                    self.plan.initial_pointstamps(), self.settings.sockets)],
-                          "replacing the progress host")
+                self.leases[PROGRESS] = lease = self.pool.lease("progress", 1, spares_now=False)[0]
+                refs.append(lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
+                                                     self.plan.initial_pointstamps(), self.settings.sockets))
                 self.progress = lease.leased
             else:
                 assert isinstance(key, ReplicaKey)
-                self.leases[key] = lease = self.pool.lease("vertex", 1, self.settings.num_cpus)[0]
+                self.leases[key] = lease = self.pool.lease("vertex", 1, self.settings.num_cpus, spares_now=False)[0]
                 self.actors[key], self.peers[key] = lease.handle, lease.leased
-                self.wait([self._take_vertex(key)], f"replacing replica {key}")
+                refs.append(self._take_vertex(key))
                 replaced.append(key)
             self._pids[self.host_name(key)] = lease.handle.ping.remote()
         self.place_relays()
-        for key in replaced:
-            self.wait([self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)],
-                      f"connecting replica {key}")
-        return [self.host_name(key) for key in dead]
+        refs += [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
+                 for key in replaced]
+        return [self.host_name(key) for key in dead], refs
 
     def add_hosts(self, plan: PhysicalPlan) -> list[HostLease]:
         """Lease, from the warm pool, the hosts ``plan`` needs beyond the job's own (a rescale,

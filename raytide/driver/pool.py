@@ -133,10 +133,13 @@ class HostPool:
 
     # -- jobs ------------------------------------------------------------------------------
 
-    def lease(self, kind: HostKind, count: int, num_cpus: float = 0.0) -> list[HostLease]:
+    def lease(self, kind: HostKind, count: int, num_cpus: float = 0.0, spares_now: bool = True) -> list[HostLease]:
         """``count`` hosts of ``kind`` for a job: idle ones first, each checked alive (a ping;
         a dead one is dropped and another taken), then new ones (not waited for: the job's
-        first calls queue behind their start)."""
+        first calls queue behind their start). The spares used up are started again now, or,
+        without ``spares_now`` (a recovery's replacement), by the housekeeping thread within
+        :data:`HOUSEKEEPING_INTERVAL`: a process's start takes a core for about a second, which
+        the recovery under way would share (docs/recovery.md, "Recovered alone on Ray, measured")."""
         if num_cpus:
             with self.lock:
                 return [self._lease_one(self._create(kind, None, num_cpus), kind, pooled=False) for _ in range(count)]
@@ -150,7 +153,8 @@ class HostPool:
             numbers += self._alive(reused) + new
         with self.lock:
             leased = [self._lease_one(number, kind, pooled=True) for number in numbers]
-            self._start_spares()
+            if spares_now:
+                self._start_spares()
             return leased
 
     def _alive(self, numbers: list[int]) -> list[int]:

@@ -1,18 +1,22 @@
 """The driver's wait for several actors' answers (``JobPlacement.wait``) when one of them fails:
 the others that fail too are read, not left for Ray to report as unhandled errors when their
 refs go (seen in a rescale whose replica was killed: a survivor's ``adopt`` of the pieces the
-dead replica owned failed with ``OwnerDiedError`` after the dead one's own call had failed)."""
+dead replica owned failed with ``OwnerDiedError`` after the dead one's own call had failed).
+And its wait for events, which a watched actor's death ends at once (``DeathAlarm``)."""
 
 from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 import ray
 
+from raytide.driver.event_link import EventLink
+from raytide.driver.outputs import Liveness
 from raytide.driver.placement import JobPlacement
 from tests.ray.test_rescale_deaths import Unhandled
 
@@ -29,7 +33,9 @@ def test_a_wait_that_fails_reads_the_answers_that_fail_after_the_first(ray_sessi
     unhandled = Unhandled()
     logging.getLogger("ray._private.worker").addHandler(unhandled)
     try:
-        refs = [fails_after.remote(0.0), fails_after.remote(0.3)]
+        first = fails_after.remote(0.0)
+        ray.wait([first], timeout=30)  # failed first whatever the load (two tasks started together may finish in any order)
+        refs = [first, fails_after.remote(0.3)]
         with pytest.raises(ray.exceptions.RayTaskError, match="failed after 0.0 s"):
             JobPlacement.wait(SimpleNamespace(name="waits"), refs, "two calls")
         del refs
@@ -38,3 +44,28 @@ def test_a_wait_that_fails_reads_the_answers_that_fail_after_the_first(ray_sessi
     finally:
         logging.getLogger("ray._private.worker").removeHandler(unhandled)
     assert not unhandled.errors, unhandled.errors
+
+
+@ray.remote(num_cpus=0)
+class Watched:
+    """An actor whose ``watch`` does not return while it lives, as a host's does during its lease."""
+
+    def watch(self) -> None:
+        threading.Event().wait(60)
+
+
+def test_a_death_ends_the_drivers_wait_for_events_and_the_next_look_sees_it(ray_session):
+    actor = Watched.remote()
+    liveness = Liveness({"watched": actor})
+    link = EventLink(True, "woken")
+    link.on = True  # subscribed: the driver waits for frames, which never come here
+    liveness.alarm.wake = link.wake
+    assert liveness.check() is None
+    liveness.next_look = time.monotonic() + 60  # only the alarm lets the next look happen now
+    started = time.monotonic()
+    threading.Timer(0.2, ray.kill, [actor]).start()
+    assert not link.wait(20)  # woken, with no frame
+    assert time.monotonic() - started < 10, "the wait for events ran on after the watched actor died"
+    dead = liveness.check()
+    assert dead is not None and dead[0] == "watched"
+    assert isinstance(dead[1], ray.exceptions.RayActorError)
