@@ -30,6 +30,7 @@ from raytide.driver.recovery import RECOVERY_POLL, JobRecovery, RescaleRecord, S
 from raytide.errors import RaytideError
 from raytide.physical.plan import PhysicalPlan
 from raytide.rescale.rescaling import (
+    ENDED_BEFORE_CUT,
     Aborted,
     Adopt,
     CutMissed,
@@ -39,7 +40,6 @@ from raytide.rescale.rescaling import (
     Held,
     HoldAtCut,
     HostsStarted,
-    JobEnded,
     KeepOldWidths,
     Recover,
     Recovered,
@@ -50,6 +50,7 @@ from raytide.rescale.rescaling import (
     StartHosts,
     Switch,
     Switched,
+    cut_answer,
 )
 from raytide.rescale.widths import new_widths
 from raytide.snapshots.config import Recovery
@@ -199,11 +200,8 @@ class RayRescale:
         meanwhile). Then the answer is :class:`JobEnded` whatever came of the cut but a death:
         the rescale is refused, as ``job.rescale`` refuses a job that has finished."""
         if self.recovery.outputs.finished:
-            return JobEnded("its last epoch completed before the rescale's cut was asked for")
-        answer = self.run.steps.time("hold at a cut", self._hold, effect)
-        if self.recovery.outputs.finished and not isinstance(answer, Died):
-            return JobEnded("its last epoch completed while the rescale's cut was taken")
-        return answer
+            return ENDED_BEFORE_CUT
+        return cut_answer(self.run.steps.time("hold at a cut", self._hold, effect), self.recovery.outputs.finished)
 
     def recover(self, effect: Recover, run: Execution) -> RescaleEvent:
         """In the old widths: a recovery of the job like any other."""

@@ -206,6 +206,19 @@ class JobEnded:
     what: str
 
 
+#: The answer to a cut not asked for: the driver had seen the job finish already.
+ENDED_BEFORE_CUT = JobEnded("its last epoch completed before the rescale's cut was asked for")
+
+
+def cut_answer(answer: RescaleEvent, finished: bool) -> RescaleEvent:
+    """What answers :class:`HoldAtCut` once the cut was taken: ``answer`` (what came of the
+    cut), or, if the driver saw the job finish meanwhile and ``answer`` is no death, a
+    :class:`JobEnded` (a death is recovered from, as ever). One rule for both runtimes."""
+    if finished and not isinstance(answer, Died):
+        return JobEnded("its last epoch completed while the rescale's cut was taken")
+    return answer
+
+
 @dataclass(frozen=True)
 class HandedOver:
     """Every held replica split its state: per old replica, its pieces (or their refs) by

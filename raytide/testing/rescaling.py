@@ -29,13 +29,13 @@ import cloudpickle
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ReplicaKey
 from raytide.rescale.rescaling import (
+    ENDED_BEFORE_CUT,
     Adopt,
     HandedOver,
     HandOver,
     HandOverFailed,
     HoldAtCut,
     HostsStarted,
-    JobEnded,
     KeepOldWidths,
     Recover,
     Refused,
@@ -67,7 +67,7 @@ class SimRescale:
         the cut's commit (or its abandonment) answers. Not asked once the job has finished:
         that answers at once (the rescale is refused)."""
         if self.world.result.finished:
-            return JobEnded("its last epoch completed before the rescale's cut was asked for")
+            return ENDED_BEFORE_CUT
         self.world.cut_asks.append((effect.incarnation, effect.attempt))
         return None
 

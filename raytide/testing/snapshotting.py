@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import Marker, MarkerKind, ReplicaKey
-from raytide.rescale.rescaling import CutMissed, Held, JobEnded, RescalePhase
+from raytide.rescale.rescaling import CutMissed, Held, RescalePhase, cut_answer
 from raytide.snapshots.coordinator import Acknowledgement, CoordinatorCore
 from raytide.snapshots.recovery import commit_snapshot, part_name
 from raytide.snapshots.replica_state import LocalSnapshot
@@ -103,8 +103,7 @@ class SnapshotTaking:
         """The driver learns the answer to the cut of rescale attempt ``attempt``; if it has seen the
         job finish by then, it answers that instead (as the Ray driver does): the rescale is refused."""
         if rescaling_in(self.rescaling, RescalePhase.HOLDING) and self.rescaling.machine.attempts == attempt:  # type: ignore[union-attr]
-            ended = JobEnded("its last epoch completed while the rescale's cut was taken")
-            self.rescaling.answer(ended if self.result.finished else answer)  # type: ignore[union-attr]
+            self.rescaling.answer(cut_answer(answer, self.result.finished))  # type: ignore[union-attr]
 
     def _snapshot_actions(self) -> list[Callable[[], None]]:
         actions: list[Callable[[], None]] = []
