@@ -1,0 +1,130 @@
+"""A growing stepped rescale whose switch adds the new replicas while the job runs: no new
+incarnation, no hold (docs/rescaling.md, "A growing switch without a new incarnation").
+
+The world of tests/sim/stepped_world.py (senders, the keyed vertex's replicas, FIFO channels,
+frontiers from the outstanding pointstamps, a crash rolling everything back to the snapshot),
+but the ``q - p`` new replicas are not there when the rescale starts. After the snapshot the
+job keeps running at width ``p`` while the driver adds them, each part one action of the
+seeded scheduler, interleaved with the records' ones::
+
+    place b      the new replica's process takes its role in the job's incarnation, owning
+                 no key group (the routing table has no column for it yet)
+    register b   the progress actor learns of b: it pushes b the statuses of what b reads and
+                 counts b's pointstamps from then on (b holds none yet: it owns nothing)
+    connect x b  a link from x to b, and from b to x, for every sender x of the exchange (each
+                 input, each replica: loop rounds go back through it, hand-overs too)
+    install      once every new replica is registered and linked: with the inputs held (one
+                 action: nothing else moves meanwhile), the plan at width q from the epoch
+                 after the latest any input has reached, and its holds; the inputs go on
+
+Then the steps, as in a stepped rescale: the new replicas receive their groups at the plan's
+epochs. A message over a link not made is lost, and a pointstamp of a replica the progress
+actor does not count is not in the frontier; so each ordering the install waits for has
+teeth (tests/sim/test_joining_switch_sim.py plants each away).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from raytide.rescale.migration import ReplicaSteps, TimedRouter
+from raytide.rescale.steps import StepPlan, plan_steps
+from tests.sim.stepped_world import SteppedWorld, Trial
+
+
+def growing_trial(seed: int, crashes: bool) -> Trial:
+    """A stepped world's trial whose rescale grows the vertex by 1 to 3 replicas."""
+    trial = Trial.draw(seed, crashes)
+    width = random.Random(f"{seed}-grow").randint(trial.old.parallelism + 1, trial.old.parallelism + 3)
+    return dataclasses.replace(trial, width=width)
+
+
+class JoiningWorld(SteppedWorld):
+    """The stepped world with the new replicas joining the running job before the plan."""
+
+    def __init__(self, trial: Trial, seed: int) -> None:
+        self.placed: set[int] = set()
+        self.registered: set[int] = set()
+        self.links: set[tuple[str, int]] = set()
+        self.installed = False
+        #: Records delivered between the snapshot and the install: the job ran while the replicas joined.
+        self.during_join = 0
+        self.crashed_joining = 0
+        self._crashes_seen = 0
+        super().__init__(trial, seed)
+
+    @property
+    def _new(self) -> range:
+        return range(self.trial.old.parallelism, self.trial.width)
+
+    def _is_new(self, origin: str) -> bool:
+        return origin.startswith("r") and int(origin[1:]) in self._new
+
+    def _linked(self, origin: str, replica: int) -> bool:
+        if origin != f"r{replica}" and (replica in self._new or self._is_new(origin)):
+            return (origin, replica) in self.links
+        return True
+
+    def _counted(self) -> list[int]:
+        return [r for r in range(self.plan.width) if r not in self._new or r in self.registered]
+
+    def _needed(self) -> set[tuple[str, int]]:
+        """Every link a new replica needs: from each sender, to each replica, both ways."""
+        origins = [f"s{s}" for s in range(len(self.trial.feeds))] + [f"r{r}" for r in range(self.trial.width)]
+        return {(origin, replica) for origin in origins for replica in range(self.trial.width)
+                if origin != f"r{replica}" and (replica in self._new or self._is_new(origin))}
+
+    def _ends_placed(self, link: tuple[str, int]) -> bool:
+        origin, replica = link
+        ends = [replica] + ([int(origin[1:])] if origin.startswith("r") else [])
+        return all(end not in self._new or end in self.placed for end in ends)
+
+    def _ready(self) -> bool:
+        """Whether the plan may be installed: every new replica registered, every link made."""
+        return self.registered == set(self._new) and self._needed() <= self.links
+
+    def _actions(self) -> list[tuple]:
+        acts = super()._actions()
+        if self.snapshot is None or self.installed:
+            return acts
+        acts += [("place", b) for b in self._new if b not in self.placed]
+        acts += [("register", b) for b in sorted(self.placed - self.registered)]
+        acts += [("connect", link) for link in sorted(self._needed() - self.links) if self._ends_placed(link)]
+        return acts + ([("install", None)] if self._ready() else [])
+
+    def _act(self, action: tuple) -> None:
+        kind, where = action
+        if kind == "place":
+            self.placed.add(where)
+        elif kind == "register":
+            self.registered.add(where)
+        elif kind == "connect":
+            self.links.add(where)
+        elif kind == "install":
+            self._install()
+        else:
+            self.during_join += self.snapshot is not None and not self.installed and kind == "data"
+            super()._act(action)
+
+    def _install(self) -> None:
+        """The inputs held: the plan from the epoch after the latest any input has reached
+        (a record of it may have gone by the old table), at every sender and replica."""
+        sent = [feed[at - 1].time.epoch for feed, at in zip(self.trial.feeds, self.positions) if at]
+        first = max([self.trial.snapshot_at - 1, *sent]) + 1 + self.rng.randint(0, 1)
+        plan = plan_steps(self.trial.old, self.trial.width, first, self.trial.groups_per_step,
+                          self.trial.epochs_per_step)
+        self.plan, self.router = plan, TimedRouter(lambda rec: rec.key, plan)
+        self.states += [{} for _ in range(plan.width - len(self.states))]
+        self.steps = [ReplicaSteps("count", r, plan) for r in range(plan.width)]
+        self.installed = True
+
+    def _restart(self) -> None:
+        """At the snapshot, and after a crash: the job at its old width from the snapshot (a
+        new replica placed is let go), the join started (again)."""
+        if self.crashed > self._crashes_seen:
+            self.crashed_joining += not self.installed
+            self._crashes_seen = self.crashed
+        states, positions = self._rollback()
+        self.placed, self.registered, self.links, self.installed = set(), set(), set(), False
+        self._start(StepPlan(self.trial.old, (), self.trial.old), states, positions)

@@ -1,0 +1,61 @@
+"""A growing stepped rescale whose new replicas join the running job without a new
+incarnation and without a hold (tests/sim/joining_world.py; docs/rescaling.md, "A growing
+switch without a new incarnation"), under seeded interleavings, with crashes at any step.
+
+Every trial must end with every key's state and every per-epoch count the plain-Python
+reference's, the same as the failure-free run, every group at its new owner and nothing
+stuck; and the job must keep processing while the replicas join. Planted (docs/rescaling.md
+has the failed trials of each): the new replicas' pointstamps not counted by the progress
+actor; the plan installed before every sender has a link to the new replicas; the plan's
+first epoch chosen from the snapshot rather than after the latest epoch an input reached;
+the inputs held while the replicas join.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sim.joining_world import JoiningWorld, growing_trial
+from tests.sim.seeds import seeds
+
+#: Trials without and with crashes (about 50 ms each on a loaded machine; a crash trial runs its failure-free one too).
+TRIALS = 20
+
+
+def run_trial(seed: int, crashes: bool) -> tuple[JoiningWorld, tuple]:
+    trial = growing_trial(seed, crashes)
+    world = JoiningWorld(trial, seed)
+    final, counts = world.run()
+    assert world.violations == [], f"seed {seed}: {world.violations[:5]}"
+    reference, reference_counts = trial.reference()
+    assert final == reference, f"seed {seed}: the keys' states differ from the reference"
+    assert counts == reference_counts, f"seed {seed}: the counts handed out differ from the reference"
+    return world, (final, counts)
+
+
+@pytest.mark.parametrize("seed", seeds(TRIALS, "joining switch"))
+def test_new_replicas_join_the_running_job_and_every_record_counts_once_in_order(seed):
+    world, _ = run_trial(seed, crashes=False)
+    assert world.installed and world.plan.width == world.trial.width
+
+
+@pytest.mark.parametrize("seed", seeds(TRIALS, "joining switch crashes"))
+def test_a_crash_at_any_step_of_the_join_or_the_steps_gives_the_failure_free_result(seed):
+    _, calm = run_trial(seed, crashes=False)
+    _, final = run_trial(seed, crashes=True)
+    assert final == calm, f"seed {seed}: differs from the failure-free run"
+
+
+def test_the_job_runs_while_the_replicas_join_and_crashes_strike_then():
+    """No hold: records are delivered between the rescale's start and the plan's install in
+    every trial; and crashes strike during the join too, not only before or during the steps."""
+    running = struck = 0
+    for seed in range(TRIALS):
+        calm = JoiningWorld(growing_trial(seed, crashes=False), seed)
+        calm.run()
+        running += calm.during_join > 0
+        crashed = JoiningWorld(growing_trial(seed, crashes=True), seed)
+        crashed.run()
+        struck += crashed.crashed_joining
+    assert running == TRIALS
+    assert struck >= 10  # 16 when last run
