@@ -18,9 +18,13 @@ seeded scheduler, interleaved with the records' ones::
                  after the latest any input has reached, and its holds; the inputs go on
 
 Then the steps, as in a stepped rescale: the new replicas receive their groups at the plan's
-epochs. A message over a link not made is lost, and a pointstamp of a replica the progress
-actor does not count is not in the frontier; so each ordering the install waits for has
-teeth (tests/sim/test_joining_switch_sim.py plants each away).
+epochs. A shrinking trial is the mirror: the plan is installed while the job runs (no replica
+joins), and each retiring replica leaves (``leave r``: its process gone, its links and what
+was on its way to it dropped) once its hand-overs are done, while the job runs.
+
+A message over a link not made is lost, and a pointstamp of a replica the progress actor
+does not count is not in the frontier; so each ordering the install waits for has teeth
+(tests/sim/test_joining_switch_sim.py plants each away).
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from raytide.core.keygroups import KeyGroupAssignment
 from raytide.rescale.migration import ReplicaSteps, TimedRouter
 from raytide.rescale.steps import StepPlan, plan_steps
-from tests.sim.stepped_world import SteppedWorld, Trial
+from tests.sim.stepped_world import KEY_GROUPS, SteppedWorld, Trial
 
 
 def growing_trial(seed: int, crashes: bool) -> Trial:
@@ -40,14 +45,24 @@ def growing_trial(seed: int, crashes: bool) -> Trial:
     return dataclasses.replace(trial, width=width)
 
 
+def shrinking_trial(seed: int, crashes: bool) -> Trial:
+    """A stepped world's trial whose rescale shrinks the vertex from 2 to 5 replicas by 1 or more."""
+    rng = random.Random(f"{seed}-shrink")
+    old = rng.randint(2, 5)
+    return dataclasses.replace(Trial.draw(seed, crashes), old=KeyGroupAssignment.contiguous(old, KEY_GROUPS),
+                               width=rng.randint(1, old - 1))
+
+
 class JoiningWorld(SteppedWorld):
-    """The stepped world with the new replicas joining the running job before the plan."""
+    """The stepped world with the new replicas joining the running job before the plan (and
+    the retiring ones leaving it after their steps)."""
 
     def __init__(self, trial: Trial, seed: int) -> None:
         self.placed: set[int] = set()
         self.registered: set[int] = set()
         self.links: set[tuple[str, int]] = set()
         self.installed = False
+        self.left: set[int] = set()
         #: Records delivered between the snapshot and the install: the job ran while the replicas joined.
         self.during_join = 0
         self.crashed_joining = 0
@@ -61,7 +76,13 @@ class JoiningWorld(SteppedWorld):
     def _is_new(self, origin: str) -> bool:
         return origin.startswith("r") and int(origin[1:]) in self._new
 
+    @property
+    def _retiring(self) -> range:
+        return range(self.trial.width, self.trial.old.parallelism)
+
     def _linked(self, origin: str, replica: int) -> bool:
+        if replica in self.left or (origin.startswith("r") and int(origin[1:]) in self.left):
+            return False
         if origin != f"r{replica}" and (replica in self._new or self._is_new(origin)):
             return (origin, replica) in self.links
         return True
@@ -85,8 +106,10 @@ class JoiningWorld(SteppedWorld):
         return self.registered == set(self._new) and self._needed() <= self.links
 
     def _actions(self) -> list[tuple]:
-        acts = super()._actions()
-        if self.snapshot is None or self.installed:
+        acts = [act for act in super()._actions() if not (act[0] in ("look", "notify") and act[1] in self.left)]
+        if self.installed:
+            return acts + [("leave", r) for r in self._retiring if r not in self.left and self.steps[r].done]
+        if self.snapshot is None:
             return acts
         acts += [("place", b) for b in self._new if b not in self.placed]
         acts += [("register", b) for b in sorted(self.placed - self.registered)]
@@ -103,9 +126,19 @@ class JoiningWorld(SteppedWorld):
             self.links.add(where)
         elif kind == "install":
             self._install()
+        elif kind == "leave":
+            self._leave(where)
         else:
             self.during_join += self.snapshot is not None and not self.installed and kind == "data"
             super()._act(action)
+
+    def _leave(self, replica: int) -> None:
+        """A retiring replica's process is gone: what it held, and what was on its way to it, is lost."""
+        self.left.add(replica)
+        self.states[replica] = {}
+        for channels in (self.data, self.handed):
+            for channel in [channel for channel in channels if channel[1] == replica]:
+                del channels[channel]
 
     def _install(self) -> None:
         """The inputs held: the plan from the epoch after the latest any input has reached
@@ -126,5 +159,5 @@ class JoiningWorld(SteppedWorld):
             self.crashed_joining += not self.installed
             self._crashes_seen = self.crashed
         states, positions = self._rollback()
-        self.placed, self.registered, self.links, self.installed = set(), set(), set(), False
+        self.placed, self.registered, self.links, self.installed, self.left = set(), set(), set(), False, set()
         self._start(StepPlan(self.trial.old, (), self.trial.old), states, positions)

@@ -8,22 +8,23 @@ stuck; and the job must keep processing while the replicas join. Planted (docs/r
 has the failed trials of each): the new replicas' pointstamps not counted by the progress
 actor; the plan installed before every sender has a link to the new replicas; the plan's
 first epoch chosen from the snapshot rather than after the latest epoch an input reached;
-the inputs held while the replicas join.
+the inputs held while the replicas join; a retiring replica leaving before its hand-overs
+are done.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.sim.joining_world import JoiningWorld, growing_trial
+from tests.sim.joining_world import JoiningWorld, growing_trial, shrinking_trial
 from tests.sim.seeds import seeds
 
 #: Trials without and with crashes (about 50 ms each on a loaded machine; a crash trial runs its failure-free one too).
 TRIALS = 20
 
 
-def run_trial(seed: int, crashes: bool) -> tuple[JoiningWorld, tuple]:
-    trial = growing_trial(seed, crashes)
+def run_trial(seed: int, crashes: bool, draw=growing_trial) -> tuple[JoiningWorld, tuple]:
+    trial = draw(seed, crashes)
     world = JoiningWorld(trial, seed)
     final, counts = world.run()
     assert world.violations == [], f"seed {seed}: {world.violations[:5]}"
@@ -43,6 +44,16 @@ def test_new_replicas_join_the_running_job_and_every_record_counts_once_in_order
 def test_a_crash_at_any_step_of_the_join_or_the_steps_gives_the_failure_free_result(seed):
     _, calm = run_trial(seed, crashes=False)
     _, final = run_trial(seed, crashes=True)
+    assert final == calm, f"seed {seed}: differs from the failure-free run"
+
+
+@pytest.mark.parametrize("seed", seeds(TRIALS // 2, "leaving switch crashes"))
+def test_retiring_replicas_leave_once_their_hand_overs_are_done_without_a_hold(seed):
+    """The shrink's mirror: the plan installed while the job runs, each retiring replica gone
+    (its links and what was on its way to it dropped) once its steps are done."""
+    calm_world, calm = run_trial(seed, crashes=False, draw=shrinking_trial)
+    assert calm_world.left == set(range(calm_world.trial.width, calm_world.trial.old.parallelism))
+    _, final = run_trial(seed, crashes=True, draw=shrinking_trial)
     assert final == calm, f"seed {seed}: differs from the failure-free run"
 
 
