@@ -29,28 +29,44 @@ does not count is not in the frontier; so each ordering the install waits for ha
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import random
 
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.progress.timestamps import Timestamp
 from raytide.rescale.migration import ReplicaSteps, TimedRouter
 from raytide.rescale.steps import StepPlan, plan_steps
-from tests.sim.stepped_world import KEY_GROUPS, SteppedWorld, Trial
+from tests.sim.stepped_world import KEY_GROUPS, Rec, SteppedWorld, Trial
+
+
+def _later(trial: Trial, rng: random.Random) -> dict:
+    """Steps of 4 to 8 groups and 6 more epochs of records, so that the steps end before the
+    feeds do in many trials."""
+    feeds = [list(feed) for feed in trial.feeds]
+    seqs = {rec.key: rec.seq + 1 for feed in feeds for rec in feed}
+    last = max((rec.time.epoch for feed in feeds for rec in feed), default=0)
+    for epoch in range(last + 1, last + 7):
+        for key in rng.sample(sorted(seqs), min(len(seqs), 4)):
+            sender = next(at for at, feed in enumerate(feeds) if any(rec.key == key for rec in feed))
+            feeds[sender].append(Rec(key, seqs[key], Timestamp(epoch, (0,)), rng.choice((0, 1))))
+            seqs[key] += 1
+    return {"feeds": feeds, "groups_per_step": rng.randint(4, 8)}
 
 
 def growing_trial(seed: int, crashes: bool) -> Trial:
     """A stepped world's trial whose rescale grows the vertex by 1 to 3 replicas."""
-    trial = Trial.draw(seed, crashes)
-    width = random.Random(f"{seed}-grow").randint(trial.old.parallelism + 1, trial.old.parallelism + 3)
-    return dataclasses.replace(trial, width=width)
+    trial, rng = Trial.draw(seed, crashes), random.Random(f"{seed}-grow")
+    width = rng.randint(trial.old.parallelism + 1, trial.old.parallelism + 3)
+    return dataclasses.replace(trial, width=width, **_later(trial, rng))
 
 
 def shrinking_trial(seed: int, crashes: bool) -> Trial:
     """A stepped world's trial whose rescale shrinks the vertex from 2 to 5 replicas by 1 or more."""
-    rng = random.Random(f"{seed}-shrink")
+    trial, rng = Trial.draw(seed, crashes), random.Random(f"{seed}-shrink")
     old = rng.randint(2, 5)
-    return dataclasses.replace(Trial.draw(seed, crashes), old=KeyGroupAssignment.contiguous(old, KEY_GROUPS),
-                               width=rng.randint(1, old - 1))
+    return dataclasses.replace(trial, old=KeyGroupAssignment.contiguous(old, KEY_GROUPS),
+                               width=rng.randint(1, old - 1), **_later(trial, rng))
 
 
 class JoiningWorld(SteppedWorld):
@@ -63,6 +79,10 @@ class JoiningWorld(SteppedWorld):
         self.links: set[tuple[str, int]] = set()
         self.installed = False
         self.left: set[int] = set()
+        #: The first snapshot after the steps: per replica taken, its groups; the records in
+        #: flight; the senders' positions; the outputs handed out and the epochs complete then.
+        self.later: tuple[dict[int, dict], dict, list[int], int, int] | None = None
+        self.crashed_after_steps = 0
         #: Records delivered between the snapshot and the install: the job ran while the replicas joined.
         self.during_join = 0
         self.crashed_joining = 0
@@ -108,6 +128,7 @@ class JoiningWorld(SteppedWorld):
     def _actions(self) -> list[tuple]:
         acts = [act for act in super()._actions() if not (act[0] in ("look", "notify") and act[1] in self.left)]
         if self.installed:
+            acts += [("snapshot", None)] if self._later_due() else []
             return acts + [("leave", r) for r in self._retiring if r not in self.left and self.steps[r].done]
         if self.snapshot is None:
             return acts
@@ -128,9 +149,21 @@ class JoiningWorld(SteppedWorld):
             self._install()
         elif kind == "leave":
             self._leave(where)
+        elif kind == "snapshot":
+            taken = [r for r in range(self.plan.width) if r not in self.left]  # the joined replicas too
+            self.later = ({r: copy.deepcopy(self.states[r]) for r in taken}, copy.deepcopy(self.data),
+                          list(self.positions), len(self.outputs), self.complete)
+            if self.trial.crashes:  # a trial that crashes crashes once more, soon after this snapshot
+                later = [self.actions_since_snapshot + self.rng.randint(1, 40)] if self.actions_since_snapshot else []
+                self.trial = dataclasses.replace(self.trial, crashes=self.trial.crashes[:self.crashed] + later)
         else:
             self.during_join += self.snapshot is not None and not self.installed and kind == "data"
             super()._act(action)
+
+    def _later_due(self) -> bool:
+        """Whether the snapshots may resume: every step done and every retiring replica gone
+        (the snapshot is the world's state at one action, the records in flight included)."""
+        return self.later is None and all(steps.done for steps in self.steps) and self.left == set(self._retiring)
 
     def _leave(self, replica: int) -> None:
         """A retiring replica's process is gone: what it held, and what was on its way to it, is lost."""
@@ -158,6 +191,21 @@ class JoiningWorld(SteppedWorld):
         if self.crashed > self._crashes_seen:
             self.crashed_joining += not self.installed
             self._crashes_seen = self.crashed
+        if self.later is not None:
+            self._back_to_later()
+            return
         states, positions = self._rollback()
         self.placed, self.registered, self.links, self.installed, self.left = set(), set(), set(), False, set()
         self._start(StepPlan(self.trial.old, (), self.trial.old), states, positions)
+
+    def _back_to_later(self) -> None:
+        """A crash after the snapshot taken after the steps: the job at its new width from it."""
+        assert self.later is not None
+        saved, data, positions, handed_out, complete = self.later
+        del self.outputs[handed_out:]
+        self.complete = complete
+        after = self.plan.after
+        self._start(StepPlan(after, (), after), [copy.deepcopy(saved.get(r, {})) for r in range(len(self.states))],
+                    list(positions))
+        self.data = copy.deepcopy(data)
+        self.crashed_after_steps += 1
