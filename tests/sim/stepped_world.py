@@ -322,3 +322,14 @@ class SteppedWorld:
             counts[key, epoch] = count
         final = {key: state for groups in self.states for group in groups.values() for key, state in group.keys.items()}
         return final, counts
+
+
+def checked_run(world: SteppedWorld, seed: int) -> tuple[KeyState, dict[tuple[int, int], int]]:
+    """Run ``world`` to its end and check it against its trial's plain-Python reference (no
+    violation, every key's state, every count); returns the states and counts."""
+    final, counts = world.run()
+    assert world.violations == [], f"seed {seed}: {world.violations[:5]}"
+    reference, reference_counts = world.trial.reference()
+    assert final == reference, f"seed {seed}: the keys' states differ from the reference"
+    assert counts == reference_counts, f"seed {seed}: the counts handed out differ from the reference"
+    return final, counts

@@ -18,20 +18,15 @@ import pytest
 
 from tests.sim.joining_world import JoiningWorld, growing_trial, shrinking_trial
 from tests.sim.seeds import seeds
+from tests.sim.stepped_world import checked_run
 
 #: Trials without and with crashes (about 50 ms each on a loaded machine; a crash trial runs its failure-free one too).
 TRIALS = 20
 
 
 def run_trial(seed: int, crashes: bool, draw=growing_trial) -> tuple[JoiningWorld, tuple]:
-    trial = draw(seed, crashes)
-    world = JoiningWorld(trial, seed)
-    final, counts = world.run()
-    assert world.violations == [], f"seed {seed}: {world.violations[:5]}"
-    reference, reference_counts = trial.reference()
-    assert final == reference, f"seed {seed}: the keys' states differ from the reference"
-    assert counts == reference_counts, f"seed {seed}: the counts handed out differ from the reference"
-    return world, (final, counts)
+    world = JoiningWorld(draw(seed, crashes), seed)
+    return world, checked_run(world, seed)
 
 
 @pytest.mark.parametrize("seed", seeds(TRIALS, "joining switch"))
