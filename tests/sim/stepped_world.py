@@ -156,9 +156,19 @@ class SteppedWorld:
         """The notifications ``replicas`` asked for, as pointstamps."""
         return [Timestamp(epoch, (0,)) for r in replicas for group in self.states[r].values() for epoch in group.pending]
 
+    def _linked(self, origin: str, replica: int) -> bool:
+        """Whether ``origin`` has a link to ``replica`` (every pair here; a join makes them:
+        tests/sim/joining_world.py). A message over no link is lost, as it would be."""
+        return True
+
+    def _counted(self) -> range | list[int]:
+        """The replicas whose pointstamps the progress actor counts (all of them here)."""
+        return range(self.plan.width)
+
     def _send(self, origin: str, rec: Rec) -> None:
         for replica, part in self.router.route([rec], rec.time):
-            self.data.setdefault((origin, replica), deque()).extend(part)
+            if self._linked(origin, replica):
+                self.data.setdefault((origin, replica), deque()).extend(part)
 
     def _process(self, replica: int, rec: Rec) -> None:
         group = key_group(rec.key, KEY_GROUPS)
@@ -223,7 +233,7 @@ class SteppedWorld:
 
     def _complete_epochs(self) -> None:
         """The driver completes the epochs no pointstamp (pending notifications too) holds back."""
-        frontier = self._frontier() + self._pending(range(self.plan.width))
+        frontier = self._frontier() + self._pending(self._counted())
         self.complete = max(self.complete, min((time.epoch for time in frontier), default=self.trial.end))
 
     def _deliver(self, replica: int, rec: Rec) -> None:
@@ -244,8 +254,9 @@ class SteppedWorld:
             if early:
                 self.violations.append(f"replica {replica} handed a group over at {handoff.epoch} with "
                                        f"notifications at {early} not delivered")
-            self.handed.setdefault((replica, handoff.to_replica), deque()).append(
-                (handoff.epoch, copy.deepcopy(payload)))  # pickled on the way, as the object store does
+            if self._linked(f"r{replica}", handoff.to_replica):  # pickled on the way, as the object store does
+                self.handed.setdefault((replica, handoff.to_replica), deque()).append(
+                    (handoff.epoch, copy.deepcopy(payload)))
 
     def _adopt(self, replica: int, epoch: int, payload: dict[int, Group]) -> None:
         self.states[replica].update(payload)
@@ -261,12 +272,17 @@ class SteppedWorld:
         self.actions_since_snapshot = 0
         self._restart()
 
-    def _restart(self) -> None:
-        """The rescale made (again) from the snapshot, with a plan at its epoch or later."""
+    def _rollback(self) -> tuple[States, list[int]]:
+        """The snapshot's states and senders' positions; what was handed out since taken back."""
         assert self.snapshot is not None
         states, positions = copy.deepcopy(self.snapshot[0]), list(self.snapshot[1])
-        del self.outputs[self.snapshot[2]:]  # what was handed out after the snapshot is taken back
+        del self.outputs[self.snapshot[2]:]
         self.complete = self.snapshot[3]
+        return states, positions
+
+    def _restart(self) -> None:
+        """The rescale made (again) from the snapshot, with a plan at its epoch or later."""
+        states, positions = self._rollback()
         first = self.trial.snapshot_at + self.rng.randint(0, 2)
         plan = plan_steps(self.trial.old, self.trial.width, first, self.trial.groups_per_step,
                           self.trial.epochs_per_step)
@@ -306,3 +322,14 @@ class SteppedWorld:
             counts[key, epoch] = count
         final = {key: state for groups in self.states for group in groups.values() for key, state in group.keys.items()}
         return final, counts
+
+
+def checked_run(world: SteppedWorld, seed: int) -> tuple[KeyState, dict[tuple[int, int], int]]:
+    """Run ``world`` to its end and check it against its trial's plain-Python reference (no
+    violation, every key's state, every count); returns the states and counts."""
+    final, counts = world.run()
+    assert world.violations == [], f"seed {seed}: {world.violations[:5]}"
+    reference, reference_counts = world.trial.reference()
+    assert final == reference, f"seed {seed}: the keys' states differ from the reference"
+    assert counts == reference_counts, f"seed {seed}: the counts handed out differ from the reference"
+    return final, counts
