@@ -27,8 +27,18 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from raytide.core.arranged import Arranged
 from raytide.core.collection_columns import FoldSums, JoinColumns, NamedColumns, SumColumns
-from raytide.core.collection_ops import Consolidate, JoinUpdates, LinearSum, Reduce, RoutingKey, records_logic
+from raytide.core.collection_ops import (
+    Consolidate,
+    JoinUpdates,
+    LinearSum,
+    Reduce,
+    RoutingKey,
+    count_logic,
+    distinct_logic,
+    records_logic,
+)
 from raytide.core.column_join import joined_names
 from raytide.core.columnar_flow import AnyStream
 from raytide.core.logical import Channel, InputEdge, LogicalVertex
@@ -163,7 +173,7 @@ class Collection:
     def count(self, key: Callable[[Any], Hashable], *, name: str | None = None,
               parallelism: int | None = None) -> Collection:
         """``(key, n)``: how many records (copies counted) each key has, kept up to date."""
-        return self._reduce(key, _count, "count", name, parallelism)
+        return self._reduce(key, count_logic, "count", name, parallelism)
 
     def sum(self, key: Callable[[Any], Hashable] | str, value: Callable[[Any], Any] | str | None = None, *,
             name: str | None = None, parallelism: int | None = None) -> Collection:
@@ -214,7 +224,7 @@ class Collection:
 
     def distinct(self, *, name: str | None = None, parallelism: int | None = None) -> Collection:
         """Each record once, whatever its count, as long as it has a copy."""
-        return self._reduce(_identity, _present, "distinct", name, parallelism)
+        return self._reduce(_identity, distinct_logic, "distinct", name, parallelism)
 
     def _reduce(self, key: Callable[[Any], Hashable], logic: Any, label: str, name: str | None,
                 parallelism: int | None) -> Collection:
@@ -234,6 +244,8 @@ class Collection:
         but its key (``(order, customer, amount)`` joined with ``(customer, region)`` on
         ``customer`` gives ``(order, customer, amount, region)``), with named columns too.
         """
+        if isinstance(other, Arranged):
+            return self._join_arranged(other, key, other_key)
         if isinstance(key, str):
             return self._join_columns(other, key, other_key or key, name, parallelism)
         if isinstance(other_key, str):
@@ -242,6 +254,21 @@ class Collection:
         routing = RoutingKey(key)
         ports = [(self, routing), (right, RoutingKey(right_key, agreeing=routing))]
         return self._keyed("join", lambda: JoinUpdates(key, right_key), ports, name, parallelism)
+
+    def _join_arranged(self, other: Arranged, key: Any, other_key: Any) -> Collection:
+        """``join`` with an arrangement: this collection read by ``other``'s vertex, the arranged records second."""
+        if isinstance(key, str) or other_key is not None:
+            raise GraphError(f"join with arrangement {other.name!r}: give this collection's key function only "
+                             f"(the arrangement's key is its own), got key={key!r}, other_key={other_key!r}")
+        return other.join(self, key, side=1)
+
+    def arrange_by_key(self, key: Callable[[Any], Hashable], *, name: str | None = None,
+                       parallelism: int | None = None) -> Arranged:
+        """The collection arranged by ``key`` once, for every operator given it (differential's
+        shared arrangement, :mod:`raytide.core.arranged`): ``arranged.join(other, other_key)``,
+        ``other.join(arranged, key)``, ``arranged.reduce(fn)``, ``.count()`` and ``.distinct()``
+        all read one trace per replica, held, saved, compacted and rescaled once."""
+        return Arranged(self, key, name, parallelism)
 
     def _join_columns(self, other: Collection, key: str, other_key: Any, name: str | None,
                       parallelism: int | None) -> Collection:
@@ -367,10 +394,6 @@ def _identity(record: Any) -> Any:
     return record
 
 
-def _count(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
-    return {(key, sum(contents.values())): 1}
-
-
 def _summing(value_of: Callable[[Any], Any]) -> Callable[[Hashable, dict[Any, int]], dict[Any, int]]:
     def total(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
         values = [value_of(record) * copies for record, copies in contents.items()]
@@ -378,7 +401,3 @@ def _summing(value_of: Callable[[Any], Any]) -> Callable[[Hashable, dict[Any, in
         return {(key, sum(values) if exact else math.fsum(values)): 1}
 
     return total
-
-
-def _present(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
-    return {key: 1}

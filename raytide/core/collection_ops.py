@@ -338,6 +338,16 @@ def _in_order(records: dict[Any, int]) -> list[Any]:
         return sorted(records, key=repr)
 
 
+def count_logic(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
+    """``count``'s logic: ``(key, n)``, the key's records with their copies counted."""
+    return {(key, sum(contents.values())): 1}
+
+
+def distinct_logic(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
+    """``distinct``'s logic: each of the key's records once (the key itself where it is the record)."""
+    return dict.fromkeys(contents, 1)
+
+
 def records_logic(fn: Callable[[Hashable, list], Any], checks: int = 64) -> Logic:
     """``fn(key, records) -> records`` as a :data:`~raytide.differential.Logic` over contents.
 
