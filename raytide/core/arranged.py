@@ -135,7 +135,11 @@ class Arranged:
         if isinstance(other, Arranged):
             raise GraphError(f"join of arrangement {self.name!r} with arrangement {other.name!r}: one vertex holds "
                              "an arrangement, so give one side as a collection (arranged.collection)")
-        right = self.collection._aligned(other, "join")
+        try:
+            right = self.collection._aligned(other, "join")
+        except GraphError as error:
+            raise GraphError(f"join with arrangement {self.name!r}: {error} (an arrangement is read in the loop it is "
+                             "made in: inside a loop, arrange a collection of the loop)") from None
         self._ports.append(self._edges(right, RoutingKey(other_key or self.key, agreeing=self.routing)))
         return self._read(("join", side, other_key or self.key), consolidated=False)
 

@@ -187,3 +187,60 @@ def test_an_arrangement_read_three_times_is_held_and_counted_once_with_the_same_
             held.update(vertex.statistics())
     # 12 orders once, 3 customers, 1 flag, 3 counts (the unshared: orders held by three operators)
     assert held["shared_updates"] == 12 and held["arranged_updates"] == 12 + 3 + 1 + 3, held
+
+
+def hops(edges: Counter, source: int) -> Counter:
+    """Each node's hops from ``source`` by the directed edges present (BFS)."""
+    dist, frontier = {source: 0}, [source]
+    while frontier:
+        frontier = [v for u in frontier for (a, v) in sorted(edges) if a == u and v not in dist
+                    and not dist.update({v: dist[u] + 1})]
+    return Counter(dict.fromkeys(dist.items(), 1))
+
+
+def shortest(node: int, rows: list) -> list:
+    return [min(rows, key=lambda row: row[1])]
+
+
+def hops_flow() -> rt.Dataflow:
+    """Hop distances as ``iterate``: the distances, arranged once by node in the loop, read by
+    the join with the edges and by the per-node minimum."""
+    flow = rt.Dataflow("hops")
+    edges, roots = flow.collection("edges"), flow.collection("roots")
+
+    def body(dist: rt.Collection) -> rt.Collection:
+        by_node = dist.arrange_by_key(lambda row: row[0])
+        stepped = by_node.join(edges, lambda e: e[0]).map(lambda kv: (kv[1][1][1], kv[1][0][1] + 1))
+        return by_node.reduce(shortest).concat(stepped, roots).reduce(lambda row: row[0], shortest)
+
+    roots.iterate(body).output("hops")
+    return flow
+
+
+def test_an_arrangement_inside_a_loop_read_twice_keeps_hop_distances_with_deletions():
+    """Edges inserted and deleted over epochs; after each, the distances equal BFS's."""
+    for seed in range(4):
+        rng = random.Random(seed)
+        edge_epochs, present = [], Counter()
+        for _ in range(6):
+            epoch = [((rng.randrange(9), rng.randrange(9)), 1) for _ in range(5)]
+            epoch += [(edge, -1) for edge in rng.sample(sorted(+present), min(3, len(+present)))]
+            for edge, diff in epoch:
+                present[edge] += diff
+            edge_epochs.append(epoch)
+        run = LocalJob(hops_flow(), {"edges": edge_epochs, "roots": [[((0, 0), 1)]]}, 1 + seed % 3, seed=seed).run()
+        assert run.finished and run.failure is None, run.failure
+        contents, present = Counter(), Counter()
+        for epoch, updates in enumerate(edge_epochs):
+            for edge, diff in updates:
+                present[edge] += diff
+            rt.accumulate(run.outputs["hops"].get(epoch, []), contents)
+            assert +Counter(contents) == hops(+present, 0), (seed, epoch)
+
+
+def test_an_arrangement_is_read_in_its_own_loop():
+    flow = rt.Dataflow("scopes")
+    edges = flow.collection("edges")
+    by_source = edges.arrange_by_key(lambda e: e[0])
+    with pytest.raises(rt.GraphError, match="arrangement .* is read in the loop it is made in"):
+        edges.iterate(lambda inner: inner.join(by_source, lambda e: e[1]).map(lambda kv: kv[1][1]))
