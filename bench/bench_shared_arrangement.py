@@ -14,11 +14,16 @@ orders (a retraction and an insertion). Record by record (key functions), on Ray
   update epoch; ``*_arranged``: the updates the joins' traces hold after the last epoch
   (``job.stats()``'s ``arranged_updates``).
 
+* ``local=True``: both in one process instead (``LocalJob``, every epoch pushed at once):
+  ``*_local_s`` the whole run's seconds, ``*_snapshot_bytes`` the pickled state of the
+  joins' vertices after it (what a snapshot holds), CPU and memory without Ray's noise.
+
 The sums of both are checked against each other and against Python's.
 """
 
 from __future__ import annotations
 
+import pickle
 import random
 import statistics
 import time
@@ -26,13 +31,17 @@ from collections import Counter
 
 import raytide as rt
 from bench.harness import ensure_ray
+from raytide.testing.local import LocalJob
 
-PARAMS = {"orders": 100_000, "customers": 10_000, "epochs": 5, "churn": 0.01, "seed": 0, "parallelism": 2}
+PARAMS = {"orders": 100_000, "customers": 10_000, "epochs": 5, "churn": 0.01, "seed": 0, "parallelism": 2,
+          "local": False}
 REPEAT = 3
 RATIOS = [
     ("update epoch shared/copied", "shared_epoch_s", "copied_epoch_s"),
     ("first epoch shared/copied", "shared_first_s", "copied_first_s"),
     ("arranged updates shared/copied", "shared_arranged", "copied_arranged"),
+    ("in one process shared/copied", "shared_local_s", "copied_local_s"),
+    ("snapshot bytes shared/copied", "shared_snapshot_bytes", "copied_snapshot_bytes"),
 ]
 _RUNS = Counter[str]()
 
@@ -113,16 +122,38 @@ def timed(parallelism: int, shared: bool, updates: dict[str, list[list]]) -> tup
     return seconds, sums, held
 
 
-def measure(orders: int, customers: int, epochs: int, churn: float, seed: int, parallelism: int) -> dict[str, float]:
-    ensure_ray()
+def in_process(parallelism: int, shared: bool, updates: dict[str, list[list]]) -> tuple[dict[str, float], dict]:
+    """The whole run in one process (``LocalJob``): its seconds, the joins' state and the final sums."""
+    job = LocalJob(build_flow(parallelism, shared), updates, parallelism, seed=0)
+    start = time.perf_counter()
+    run = job.run()
+    seconds = time.perf_counter() - start
+    assert run.finished and run.failure is None, run.failure
+    names = ("by-customer",) if shared else ("join-regions", "join-segments")
+    states = [vertex for replica in job.replicas.values() for name, vertex in replica.vertices.items() if name in names]
+    sums: dict[str, dict] = {name: {} for name in run.outputs}
+    for name, epochs in run.outputs.items():
+        for epoch in sorted(epochs):
+            rt.accumulate(epochs[epoch], sums[name])
+    return {"local_s": seconds, "arranged": sum(v.statistics()["arranged_updates"] for v in states),
+            "snapshot_bytes": sum(len(pickle.dumps(v.snapshot())) for v in states)}, sums
+
+
+def measure(orders: int, customers: int, epochs: int, churn: float, seed: int, parallelism: int,
+            local: bool) -> dict[str, float]:
     updates = make_updates(orders, customers, epochs, churn, seed)
     _RUNS["runs"] += 1
     order = (True, False) if _RUNS["runs"] % 2 else (False, True)
     out: dict[str, float] = {}
     sums = {}
     for shared in order:
-        seconds, sums[shared], held = timed(parallelism, shared, updates)
         label = "shared" if shared else "copied"
+        if local:
+            figures, sums[shared] = in_process(parallelism, shared, updates)
+            out.update({f"{label}_{name}": value for name, value in figures.items()})
+            continue
+        ensure_ray()
+        seconds, sums[shared], held = timed(parallelism, shared, updates)
         out.update({f"{label}_first_s": seconds[0], f"{label}_epoch_s": statistics.median(seconds[1:]),
                     f"{label}_arranged": held})
     assert sums[True] == sums[False], "the shared arrangement's sums differ from the copied ones'"
