@@ -69,7 +69,8 @@ class ArrangedReaders(_Keyed):
             self.send_by(output, changes[when], when)
 
     def _notify_new(self, before: set[Timestamp]) -> None:
-        """Ask for the notifications of the reductions' times that were not due ``before``."""
+        """Ask for the notifications of the reductions' times that were not due ``before`` (the
+        time being run, no longer due, keeps its notification: it is the one delivered now)."""
         for time in self.arrangement.times() - before:
             self.notify_at(time)
 
@@ -101,14 +102,13 @@ class ArrangedReaders(_Keyed):
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
         before = self.arrangement.times()
         taken = self.arrangement.take(lambda key: moving(canonical(key)))
-        for time in before - self.arrangement.times():
-            self.cancel_notify(time)
+        self._retime(before, self.arrangement.times())
         return taken
 
     def put_keys(self, state: Any) -> None:
         before = self.arrangement.times()
         self.arrangement.put(state)
-        self._notify_new(before)
+        self._retime(before, self.arrangement.times())
 
 
 class Arranged:

@@ -188,6 +188,14 @@ class _Keyed(Vertex):
     def compact(self, done: int) -> None:
         """Every time of epochs ``<= done`` is complete."""
 
+    def _retime(self, before: set[Timestamp], after: set[Timestamp]) -> None:
+        """The notifications follow the times the state is due at, ``before`` and ``after`` a
+        change of it (keys moved out or in): cancelled where no longer due, asked where new."""
+        for time in before - after:
+            self.cancel_notify(time)
+        for time in after - before:
+            self.notify_at(time)
+
     def _saved(self, core: Any) -> Any:
         return {"core": core, "depth": self.depth, "epochs": self.epochs}
 
@@ -280,15 +288,13 @@ class Reduce(_Keyed):
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
         before = self.reduction.times()
         taken = self.reduction.take(lambda key: moving(canonical(key)))
-        for time in before - self.reduction.times():
-            self.cancel_notify(time)
+        self._retime(before, self.reduction.times())
         return taken
 
     def put_keys(self, state: Any) -> None:
         before = self.reduction.times()
         self.reduction.put(state)
-        for time in self.reduction.times() - before:
-            self.notify_at(time)
+        self._retime(before, self.reduction.times())
 
 
 class JoinUpdates(_Keyed):
