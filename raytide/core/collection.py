@@ -170,9 +170,16 @@ class Collection:
         """
         return self._reduce(key, records_logic(fn), "reduce", name, parallelism)
 
-    def count(self, key: Callable[[Any], Hashable], *, name: str | None = None,
+    def count(self, key: Callable[[Any], Hashable] | str, *, name: str | None = None,
               parallelism: int | None = None) -> Collection:
-        """``(key, n)``: how many records (copies counted) each key has, kept up to date."""
+        """``(key, n)``: how many records (copies counted) each key has, kept up to date.
+
+        On a collection with named columns (:meth:`with_columns`), ``key`` may name an integer
+        column (top level only): the count is then vectorised, a linear sum of the copies as
+        ``sum`` by column is, its output records ``(key, n)`` in columns ``key`` and ``count``.
+        """
+        if isinstance(key, str):
+            return self._fold_columns("count", key, None, name, parallelism)
         return self._reduce(key, count_logic, "count", name, parallelism)
 
     def sum(self, key: Callable[[Any], Hashable] | str, value: Callable[[Any], Any] | str | None = None, *,
@@ -203,12 +210,19 @@ class Collection:
         """``sum`` by column names: :class:`~raytide.core.collection_columns.SumColumns`."""
         if not isinstance(value, str):
             raise GraphError(f"sum by column {key!r}: value must name a column too, got {value!r}")
-        self._named("sum", key, value)
-        vname = name or self.flow._fresh("sum", list(self._sources()), None)
+        return self._fold_columns("sum", key, value, name, parallelism)
+
+    def _fold_columns(self, label: str, key: str, value: str | None, name: str | None,
+                      parallelism: int | None) -> Collection:
+        """A sum of ``value`` (a count: None) per key column, vectorised: folded where the
+        changes are sent from (:class:`~raytide.core.collection_columns.FoldSums`), added by
+        :class:`~raytide.core.collection_columns.SumColumns`."""
+        self._named(label, key, *([value] if value is not None else []))
+        vname = name or self.flow._fresh(label, list(self._sources()), None)
         folds = self._sources()[0]._then("fold", lambda: FoldSums(key, value), name=f"{vname}.fold", notifies=False)
-        made = self._keyed_columns("sum", lambda: SumColumns(key, value), [(Collection(columns=folds), key)], vname,
+        made = self._keyed_columns(label, lambda: SumColumns(key, value), [(Collection(columns=folds), key)], vname,
                                    parallelism)
-        return Collection(columns=made, names=(key, "total"), consolidated=True)
+        return Collection(columns=made, names=(key, "total" if value is not None else "count"), consolidated=True)
 
     def _named(self, operator: str, *columns: str) -> tuple[str, ...]:
         """This collection's column names, which must hold ``columns``, at top level."""

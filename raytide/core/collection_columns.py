@@ -45,7 +45,7 @@ class FoldSums(Vertex):
     """Each batch's changes folded per key before they are sent to the sum (a combiner, fused
     behind the stream that makes them): :func:`~raytide.core.column_join.folded_sums`."""
 
-    def __init__(self, key: str, value: str) -> None:
+    def __init__(self, key: str, value: str | None) -> None:
         self.key, self.value = key, value
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
@@ -148,9 +148,9 @@ class JoinColumns(_PerEpoch):
 
 class SumColumns(_PerEpoch):
     """``(key, total)`` of a value column per integer key column, linear (:class:`~raytide.core.column_join.ColumnSums`),
-    from the folds :class:`FoldSums` sends."""
+    from the folds :class:`FoldSums` sends; ``(key, count)`` without a value column."""
 
-    def __init__(self, key: str, value: str) -> None:
+    def __init__(self, key: str, value: str | None) -> None:
         super().__init__()
         self.port_keys = (key,)
         self.sums = ColumnSums(key, value)
