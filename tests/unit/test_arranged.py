@@ -11,6 +11,7 @@ accumulated at that time; and the trace must be one object, held and counted onc
 
 from __future__ import annotations
 
+import pickle
 import random
 from collections import Counter
 
@@ -187,6 +188,15 @@ def test_an_arrangement_read_three_times_is_held_and_counted_once_with_the_same_
             held.update(vertex.statistics())
     # 12 orders once, 3 customers, 1 flag, 3 counts (the unshared: orders held by three operators)
     assert held["shared_updates"] == 12 and held["arranged_updates"] == 12 + 3 + 1 + 3, held
+    # one copy in snapshots: what is saved and restored is one trace, its readers' (an object pickled once)
+    vertices = [replica.vertices[name] for replica in runs[True][1].replicas.values()
+                for name in replica.vertices if name == "by-customer"]
+    for vertex in vertices:
+        core = pickle.loads(pickle.dumps(vertex.snapshot()))["core"]
+        joins = [reader for reader in core.readers if isinstance(reader, Join)]
+        assert len(joins) == 2 and all(join.sides[1 - join.owned[0]] is core.trace for join in joins)
+        assert [reader.input is core.trace for reader in core.readers if isinstance(reader, Reduction)] == [True]
+    assert len(vertices) == 2 and sum(vertex.arrangement.trace.size for vertex in vertices) == 12
 
 
 def hops(edges: Counter, source: int) -> Counter:
