@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from raytide.core.arranged import Arranged
-from raytide.core.collection_columns import FoldSums, JoinColumns, NamedColumns, SumColumns
+from raytide.core.collection_columns import DistinctColumns, FoldSums, JoinColumns, NamedColumns, SumColumns
 from raytide.core.collection_ops import (
     Consolidate,
     JoinUpdates,
@@ -237,7 +237,16 @@ class Collection:
         return self.names
 
     def distinct(self, *, name: str | None = None, parallelism: int | None = None) -> Collection:
-        """Each record once, whatever its count, as long as it has a copy."""
+        """Each record once, whatever its count, as long as it has a copy.
+
+        On a collection with named columns (:meth:`with_columns`) at top level it is
+        vectorised (:class:`~raytide.core.collection_columns.DistinctColumns`): the columns
+        must hold integers, and its output has the same columns.
+        """
+        names = self.names
+        if names is not None and self.scope is None:
+            made = self._keyed_columns("distinct", lambda: DistinctColumns(names), [(self, names[0])], name, parallelism)
+            return Collection(columns=made, names=names, consolidated=True)
         return self._reduce(_identity, distinct_logic, "distinct", name, parallelism)
 
     def _reduce(self, key: Callable[[Any], Hashable], logic: Any, label: str, name: str | None,

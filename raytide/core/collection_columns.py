@@ -18,6 +18,7 @@ import numpy as np
 
 from raytide.core.arrangement import Rows
 from raytide.core.collection_ops import located
+from raytide.core.column_distinct import DistinctRows
 from raytide.core.column_join import ColumnJoin, ColumnSums, folded_sums
 from raytide.core.keyindex import concat
 from raytide.core.step import keys_moving
@@ -25,7 +26,7 @@ from raytide.core.vertex import Vertex
 from raytide.differential import update_columns
 from raytide.progress.timestamps import Timestamp
 
-__all__ = ["FoldSums", "JoinColumns", "NamedColumns", "SumColumns"]
+__all__ = ["DistinctColumns", "FoldSums", "JoinColumns", "NamedColumns", "SumColumns"]
 
 
 class NamedColumns(Vertex):
@@ -178,4 +179,39 @@ class SumColumns(_PerEpoch):
 
     def put_keys(self, state: Any) -> None:
         self.sums.put(state["sums"])
+        self._put_pending(state["pending"])
+
+
+class DistinctColumns(_PerEpoch):
+    """Each row of a collection with named integer columns once while it has a copy
+    (:class:`~raytide.core.column_distinct.DistinctRows`), exchanged by its first column."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__()
+        self.port_keys = (names[0],)
+        self.distinct = DistinctRows(names)
+
+    def on_notify(self, time: Timestamp) -> None:
+        (rows,) = self._gathered(time)
+        with located(self, time):
+            changes = None if rows is None else self.distinct.apply(rows)
+        if changes is not None:
+            self.send_by(0, changes, time)
+
+    def statistics(self) -> dict[str, int]:
+        return {"arranged_updates": self.distinct.held}
+
+    def snapshot(self) -> Any:
+        return {"rows": self.distinct.state(), "pending": self.pending}
+
+    def restore(self, state: Any) -> None:
+        self.distinct = DistinctRows(self.distinct.names)
+        self.distinct.put(state["rows"])
+        self.pending = state["pending"]
+
+    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
+        return {"rows": self.distinct.take(moving), "pending": self._take_pending(moving)}
+
+    def put_keys(self, state: Any) -> None:
+        self.distinct.put(state["rows"])
         self._put_pending(state["pending"])

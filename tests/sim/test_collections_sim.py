@@ -123,7 +123,7 @@ def tables_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Upd
 
 
 def columns_flow() -> rt.Dataflow:
-    """The join, the sums and the count by column name (vectorised), the sums also over the join's output."""
+    """The join, the sums, the count and the distinct by column name (vectorised), the sums also over the join's output."""
     flow = rt.Dataflow("columns")
     left = flow.collection("left").with_columns("k", "v")
     joined = left.join(flow.collection("right").with_columns("k", "w"), "k", name="joining-columns")
@@ -131,6 +131,7 @@ def columns_flow() -> rt.Dataflow:
     joined.sum("w", "v", name="summing-joined").output("sums")
     left.sum("k", "v", name="summing-columns").output("linear")
     left.count("k", name="counting-columns").output("count")
+    left.distinct(name="distinct-columns").output("distinct")
     return flow
 
 
@@ -154,7 +155,8 @@ def columns_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Up
         return Counter({(k, n): 1 for k, n in per_key.items()})
 
     outputs = {"join": joined, "sums": lambda left, right: sums(joined(left, right), 2, 1),
-               "linear": lambda left, right: sums(left, 0, 1), "count": lambda left, right: counts(left)}
+               "linear": lambda left, right: sums(left, 0, 1), "count": lambda left, right: counts(left),
+               "distinct": lambda left, right: Counter(dict.fromkeys(+left, 1))}
     return inputs, expected_changes(inputs, outputs)
 
 
