@@ -19,11 +19,11 @@ from tests.sim.scenarios import SCENARIOS as TIER_SCENARIOS
 
 def shared_flow() -> rt.Dataflow:
     flow = rt.Dataflow("shared")
-    left, right = flow.collection("left"), flow.collection("right")
-    by_key = left.arrange_by_key(lambda r: r[0], name="by-key")
+    by_key = flow.collection("left").arrange_by_key(lambda r: r[0], name="by-key")
+    by_key.count().output("count")
+    right = flow.collection("right")  # made after the arrangement's vertex was placed: it grows a port
     by_key.join(right, lambda r: r[0]).output("join")
     right.join(by_key, lambda r: r[0]).output("join-flipped")
-    by_key.count().output("count")
     by_key.reduce(lambda k, rs: [(k, sum(v for _, v in rs))]).output("sums")
     by_key.distinct().output("distinct")
     return flow
