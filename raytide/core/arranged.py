@@ -38,7 +38,6 @@ class ArrangedReaders(_Keyed):
 
     def __init__(self, key_of: KeyFn, readers: tuple[ReaderSpec, ...]) -> None:
         super().__init__()
-        self.key_of = key_of
         self.arrangement = SharedArrangement()
         self.keys: list[KeyFn] = [key_of]  # per input port, the key its updates are arranged by
         self.joins: list[int] = []  # per input port after the first, the output of its join
