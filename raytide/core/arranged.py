@@ -23,7 +23,16 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from raytide.core.collection_ops import RoutingKey, _Keyed, count_logic, distinct_logic, located, records_logic
+from raytide.core.collection_ops import (
+    RoutingKey,
+    _Keyed,
+    count_logic,
+    distinct_logic,
+    identity,
+    located,
+    records_logic,
+    summing_logic,
+)
 from raytide.core.logical import Channel, InputEdge, KeyFn, LogicalVertex
 from raytide.differential import Join, Logic, Reduction, SharedArrangement, canonical
 from raytide.errors import GraphError
@@ -149,6 +158,11 @@ class Arranged:
     def count(self) -> Any:
         """``(key, n)``: how many records (copies counted) each key of the arrangement has."""
         return self._reduce(count_logic)
+
+    def sum(self, value: Callable[[Any], Any] | None = None) -> Any:
+        """``(key, total)``: the sum of ``value(record)`` (the record itself by default) over each
+        key's records, copies counted, read from the arrangement (exact, as ``sum`` in a loop)."""
+        return self._reduce(summing_logic(value or identity))
 
     def distinct(self) -> Any:
         """Each record of the arranged collection once while it has a copy."""

@@ -22,7 +22,6 @@ other widths and rescaled live like any other (docs/collections.md).
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
@@ -37,7 +36,9 @@ from raytide.core.collection_ops import (
     RoutingKey,
     count_logic,
     distinct_logic,
+    identity,
     records_logic,
+    summing_logic,
 )
 from raytide.core.column_join import joined_names
 from raytide.core.columnar_flow import AnyStream
@@ -200,9 +201,9 @@ class Collection:
             return self._sum_columns(key, value, name, parallelism)
         if isinstance(value, str):
             raise GraphError(f"sum: value names column {value!r}, so key must name a column too, got {key!r}")
-        value_of = value or _identity
+        value_of = value or identity
         if self.scope is not None:
-            return self._reduce(key, _summing(value_of), "sum", name, parallelism)
+            return self._reduce(key, summing_logic(value_of), "sum", name, parallelism)
         made = self._keyed("sum", lambda: LinearSum(key, value_of), [(self, RoutingKey(key))], name, parallelism)
         return Collection(*made.streams, consolidated=True)
 
@@ -247,7 +248,7 @@ class Collection:
         if names is not None and self.scope is None:
             made = self._keyed_columns("distinct", lambda: DistinctColumns(names), [(self, names[0])], name, parallelism)
             return Collection(columns=made, names=names, consolidated=True)
-        return self._reduce(_identity, distinct_logic, "distinct", name, parallelism)
+        return self._reduce(identity, distinct_logic, "distinct", name, parallelism)
 
     def _reduce(self, key: Callable[[Any], Hashable], logic: Any, label: str, name: str | None,
                 parallelism: int | None) -> Collection:
@@ -412,15 +413,3 @@ def _negated(update: tuple) -> tuple:
 def _record_key(update: tuple) -> Hashable:
     return canonical(update[0])
 
-
-def _identity(record: Any) -> Any:
-    return record
-
-
-def _summing(value_of: Callable[[Any], Any]) -> Callable[[Hashable, dict[Any, int]], dict[Any, int]]:
-    def total(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
-        values = [value_of(record) * copies for record, copies in contents.items()]
-        exact = all(isinstance(v, int) for v in values)
-        return {(key, sum(values) if exact else math.fsum(values)): 1}
-
-    return total

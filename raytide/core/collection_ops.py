@@ -11,6 +11,7 @@ notification of the epoch's time; inside a loop, of :func:`~raytide.differential
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
@@ -344,6 +345,11 @@ def _in_order(records: dict[Any, int]) -> list[Any]:
         return sorted(records, key=repr)
 
 
+def identity(record: Any) -> Any:
+    """A record's key where the record is its own key (``distinct``), its value where it is its own (``sum``)."""
+    return record
+
+
 def count_logic(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
     """``count``'s logic: ``(key, n)``, the key's records with their copies counted."""
     return {(key, sum(contents.values())): 1}
@@ -352,6 +358,17 @@ def count_logic(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
 def distinct_logic(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
     """``distinct``'s logic: each of the key's records once (the key itself where it is the record)."""
     return dict.fromkeys(contents, 1)
+
+
+def summing_logic(value_of: Callable[[Any], Any]) -> Logic:
+    """``sum``'s logic as a reduction: ``(key, total)`` of ``value_of`` over the key's records,
+    copies counted (exact: integers summed as they are, other numbers with ``math.fsum``)."""
+    def total(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
+        values = [value_of(record) * copies for record, copies in contents.items()]
+        exact = all(isinstance(v, int) for v in values)
+        return {(key, sum(values) if exact else math.fsum(values)): 1}
+
+    return total
 
 
 def records_logic(fn: Callable[[Hashable, list], Any], checks: int = 64) -> Logic:

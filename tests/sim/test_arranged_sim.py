@@ -1,7 +1,7 @@
 """A shared arrangement in the in-process runtime, under seeded crashes, live rescales and a
 restore at another width, against recomputation from scratch (the harness of
 ``test_collections_sim``): ``left`` arranged by its key once, read by a join with ``right``,
-a join with ``right`` on the other side, a ``count``, a ``reduce`` and a ``distinct``; each
+a join with ``right`` on the other side, a ``count``, a ``reduce``, a ``sum`` and a ``distinct``; each
 epoch's changes exact, none twice."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def shared_flow() -> rt.Dataflow:
     by_key.join(right, lambda r: r[0]).output("join")
     right.join(by_key, lambda r: r[0]).output("join-flipped")
     by_key.reduce(lambda k, rs: [(k, sum(v for _, v in rs))]).output("sums")
+    by_key.sum(lambda r: r[1]).output("linear")
     by_key.distinct().output("distinct")
     return flow
 
@@ -47,6 +48,7 @@ def shared_reference(rng: random.Random, epochs: int = 4) -> tuple[dict, dict]:
         "join-flipped": lambda left, right: joined(right, left),
         "count": lambda left, right: per_key(left, lambda k, rs: [(k, len(rs))]),
         "sums": lambda left, right: per_key(left, lambda k, rs: [(k, sum(v for _, v in rs))]),
+        "linear": lambda left, right: per_key(left, lambda k, rs: [(k, sum(v for _, v in rs))]),
         "distinct": lambda left, right: Counter(dict.fromkeys(+left, 1)),
     }
     return inputs, collections_sim.expected_changes(inputs, outputs)
