@@ -127,6 +127,9 @@ class Arranged:
     """
 
     def __init__(self, collection: Any, key: KeyFn, name: str | None, parallelism: int | None) -> None:
+        if not callable(key):
+            raise GraphError(f"arrange_by_key on collection {collection!r}: the key must be a function of a record, "
+                             f"got {key!r}")
         self.collection, self.key, self.parallelism = collection, key, parallelism
         self.routing = RoutingKey(key)
         self.name = name or collection.flow._fresh("arrange", list(collection.streams), collection.scope)
@@ -140,6 +143,9 @@ class Arranged:
         """``(k, (record, other_record))`` for every pair with equal keys, across all epochs, reading
         the arrangement (``other_key``: ``other``'s key, the arrangement's by default).
         ``side=1`` puts the arranged record second (what ``other.join(arranged, key)`` gives)."""
+        if isinstance(other_key, str):
+            raise GraphError(f"join with arrangement {self.name!r}: other_key names column {other_key!r}; an "
+                             "arrangement is by a key function (by column name, join the collections)")
         if isinstance(other, Arranged):
             raise GraphError(f"join of arrangement {self.name!r} with arrangement {other.name!r}: one vertex holds "
                              "an arrangement, so give one side as a collection (arranged.collection)")

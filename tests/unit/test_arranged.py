@@ -248,9 +248,13 @@ def test_an_arrangement_inside_a_loop_read_twice_keeps_hop_distances_with_deleti
             assert +Counter(contents) == hops(+present, 0), (seed, epoch)
 
 
-def test_an_arrangement_is_read_in_its_own_loop():
+def test_an_arrangement_is_read_in_its_own_loop_by_key_functions():
     flow = rt.Dataflow("scopes")
     edges = flow.collection("edges")
     by_source = edges.arrange_by_key(lambda e: e[0])
     with pytest.raises(rt.GraphError, match="arrangement .* is read in the loop it is made in"):
         edges.iterate(lambda inner: inner.join(by_source, lambda e: e[1]).map(lambda kv: kv[1][1]))
+    with pytest.raises(rt.GraphError, match="other_key names column 'k'"):
+        by_source.join(edges, "k")
+    with pytest.raises(rt.GraphError, match="the key must be a function of a record, got 'k'"):
+        edges.arrange_by_key("k")  # type: ignore[arg-type]
