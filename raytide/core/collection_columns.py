@@ -11,6 +11,7 @@ key before they are sent (:class:`FoldSums`), so it gets a row per key and sende
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -147,71 +148,57 @@ class JoinColumns(_PerEpoch):
         self._put_pending(state["pending"])
 
 
-class SumColumns(_PerEpoch):
-    """``(key, total)`` of a value column per integer key column, linear (:class:`~raytide.core.column_join.ColumnSums`),
-    from the folds :class:`FoldSums` sends; ``(key, count)`` without a value column."""
+class _AppliedPerEpoch(_PerEpoch):
+    """One port whose gathered rows a columnar core (``apply``, ``held``, ``rows``, ``take``,
+    ``put``) takes at each epoch's notification; its state saved as ``saved_as``."""
 
-    def __init__(self, key: str, value: str | None) -> None:
+    saved_as = "rows"
+
+    def __init__(self, fresh: Callable[[], Any], key: str) -> None:
         super().__init__()
         self.port_keys = (key,)
-        self.sums = ColumnSums(key, value)
+        self.fresh = fresh
+        self.core = fresh()
 
     def on_notify(self, time: Timestamp) -> None:
         (rows,) = self._gathered(time)
         with located(self, time):
-            changes = None if rows is None else self.sums.apply(rows)
+            changes = None if rows is None else self.core.apply(rows)
         if changes is not None:
             self.send_by(0, changes, time)
 
     def statistics(self) -> dict[str, int]:
-        return {"arranged_updates": self.sums.held}
+        return {"arranged_updates": self.core.held}
 
     def snapshot(self) -> Any:
-        return {"sums": self.sums.rows(), "pending": self.pending}
+        return {self.saved_as: self.core.rows(), "pending": self.pending}
 
     def restore(self, state: Any) -> None:
-        self.sums = ColumnSums(self.sums.key, self.sums.value)
-        self.sums.put(state["sums"])
+        self.core = self.fresh()
+        self.core.put(state[self.saved_as])
         self.pending = state["pending"]
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        return {"sums": self.sums.take(moving), "pending": self._take_pending(moving)}
+        return {self.saved_as: self.core.take(moving), "pending": self._take_pending(moving)}
 
     def put_keys(self, state: Any) -> None:
-        self.sums.put(state["sums"])
+        self.core.put(state[self.saved_as])
         self._put_pending(state["pending"])
 
 
-class DistinctColumns(_PerEpoch):
+class SumColumns(_AppliedPerEpoch):
+    """``(key, total)`` of a value column per integer key column, linear (:class:`~raytide.core.column_join.ColumnSums`),
+    from the folds :class:`FoldSums` sends; ``(key, count)`` without a value column."""
+
+    saved_as = "sums"
+
+    def __init__(self, key: str, value: str | None) -> None:
+        super().__init__(functools.partial(ColumnSums, key, value), key)
+
+
+class DistinctColumns(_AppliedPerEpoch):
     """Each row of a collection with named integer columns once while it has a copy
     (:class:`~raytide.core.column_distinct.DistinctRows`), exchanged by its first column."""
 
     def __init__(self, names: Sequence[str]) -> None:
-        super().__init__()
-        self.port_keys = (names[0],)
-        self.distinct = DistinctRows(names)
-
-    def on_notify(self, time: Timestamp) -> None:
-        (rows,) = self._gathered(time)
-        with located(self, time):
-            changes = None if rows is None else self.distinct.apply(rows)
-        if changes is not None:
-            self.send_by(0, changes, time)
-
-    def statistics(self) -> dict[str, int]:
-        return {"arranged_updates": self.distinct.held}
-
-    def snapshot(self) -> Any:
-        return {"rows": self.distinct.state(), "pending": self.pending}
-
-    def restore(self, state: Any) -> None:
-        self.distinct = DistinctRows(self.distinct.names)
-        self.distinct.put(state["rows"])
-        self.pending = state["pending"]
-
-    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        return {"rows": self.distinct.take(moving), "pending": self._take_pending(moving)}
-
-    def put_keys(self, state: Any) -> None:
-        self.distinct.put(state["rows"])
-        self._put_pending(state["pending"])
+        super().__init__(functools.partial(DistinctRows, names), names[0])

@@ -39,13 +39,13 @@ class DistinctRows:
     def __init__(self, names: Sequence[str]) -> None:
         self.names = tuple(names)
         self.dtype = np.dtype([(name, np.int64) for name in self.names])
-        self.rows = np.zeros(0, dtype=self.dtype)
+        self.sorted = np.zeros(0, dtype=self.dtype)
         self.copies = np.zeros(0, dtype=np.int64)
 
     @property
     def held(self) -> int:
         """How many distinct rows are held."""
-        return len(self.rows)
+        return len(self.sorted)
 
     def _packed(self, columns: Mapping[str, np.ndarray]) -> np.ndarray:
         """The columns as one structured array of rows (fields of integers, refused otherwise)."""
@@ -68,9 +68,9 @@ class DistinctRows:
         rows, inverse = np.unique(self._packed(changes), return_inverse=True)
         diffs = np.zeros(len(rows), dtype=np.int64)
         np.add.at(diffs, inverse.reshape(-1), np.asarray(changes[DIFF], dtype=np.int64))
-        at = np.searchsorted(self.rows, rows)
-        found = at < len(self.rows)
-        found[found] = self.rows[at[found]] == rows[found]
+        at = np.searchsorted(self.sorted, rows)
+        found = at < len(self.sorted)
+        found[found] = self.sorted[at[found]] == rows[found]
         old = np.zeros(len(rows), dtype=np.int64)
         old[found] = self.copies[at[found]]
         new = old + diffs
@@ -90,26 +90,26 @@ class DistinctRows:
     def _insert(self, at: np.ndarray, rows: np.ndarray, copies: np.ndarray) -> None:
         """New rows in their sorted places (``at``: where ``searchsorted`` found them), rows left
         with no copies dropped."""
-        self.rows, self.copies = np.insert(self.rows, at, rows), np.insert(self.copies, at, copies)
+        self.sorted, self.copies = np.insert(self.sorted, at, rows), np.insert(self.copies, at, copies)
         if (self.copies == 0).any():
             live = self.copies > 0
-            self.rows, self.copies = self.rows[live], self.copies[live]
+            self.sorted, self.copies = self.sorted[live], self.copies[live]
 
-    def state(self, keep: Callable[[np.ndarray], np.ndarray] | None = None) -> Rows:
+    def rows(self, keep: Callable[[np.ndarray], np.ndarray] | None = None) -> Rows:
         """The rows held and their copies as columns (only those ``keep`` selects, given the first column)."""
-        chosen = slice(None) if keep is None else keep(self.rows[self.names[0]])
-        return {**{name: self.rows[name][chosen] for name in self.names}, "copies": self.copies[chosen]}
+        chosen = slice(None) if keep is None else keep(self.sorted[self.names[0]])
+        return {**{name: self.sorted[name][chosen] for name in self.names}, "copies": self.copies[chosen]}
 
     def take(self, moving: Callable[[Hashable], bool]) -> Rows:
         """Remove and return the rows whose first field (the exchange key) ``moving`` selects."""
-        going = keys_moving(self.rows[self.names[0]], moving)
-        taken = self.state(lambda _: going)
-        self.rows, self.copies = self.rows[~going], self.copies[~going]
+        going = keys_moving(self.sorted[self.names[0]], moving)
+        taken = self.rows(lambda _: going)
+        self.sorted, self.copies = self.sorted[~going], self.copies[~going]
         return taken
 
     def put(self, held: Mapping[str, np.ndarray]) -> None:
-        """Rows another replica held (none of them held here), as :meth:`state` gives them."""
+        """Rows another replica held (none of them held here), as :meth:`rows` gives them."""
         rows = self._packed({**held, DIFF: held["copies"]})
-        order = np.argsort(np.concatenate([self.rows, rows]), kind="stable")
-        self.rows = np.concatenate([self.rows, rows])[order]
+        order = np.argsort(np.concatenate([self.sorted, rows]), kind="stable")
+        self.sorted = np.concatenate([self.sorted, rows])[order]
         self.copies = np.concatenate([self.copies, np.asarray(held["copies"], dtype=np.int64)])[order]
