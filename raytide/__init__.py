@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below are imported on first use (``__getattr__``)
     from raytide.autoscale.config import Autoscale as Autoscale
+    from raytide.core.arranged import Arranged as Arranged
     from raytide.core.collection import Collection as Collection
     from raytide.core.dataflow import Dataflow as Dataflow
     from raytide.core.dataflow import Loop as Loop
@@ -47,6 +48,7 @@ from raytide.errors import UserCodeError as UserCodeError
 
 #: Where each public name that is imported on first use lives, and its name there.
 _LAZY = {
+    "Arranged": ("raytide.core.arranged", "Arranged"),
     "Autoscale": ("raytide.autoscale.config", "Autoscale"),
     "Collection": ("raytide.core.collection", "Collection"),
     "Dataflow": ("raytide.core.dataflow", "Dataflow"),
@@ -69,6 +71,7 @@ _LAZY = {
 
 __all__ = [
     "ArgumentError",
+    "Arranged",
     "Autoscale",
     "Collection",
     "Dataflow",

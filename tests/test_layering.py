@@ -262,7 +262,7 @@ def test_public_api():
     import raytide
 
     assert sorted(raytide.__all__) == [
-        "ArgumentError", "Autoscale", "Collection", "Dataflow", "EventTime", "GraphError", "Job", "JobCancelled", "JobTimeout",
+        "ArgumentError", "Arranged", "Autoscale", "Collection", "Dataflow", "EventTime", "GraphError", "Job", "JobCancelled", "JobTimeout",
         "Loop", "Probe", "ProgressError",
         "RaytideError", "RecordError", "Recovery", "RecoveryError", "ReplicaLost", "RescaleError", "Session", "Sliding",
         "SourceError", "SparkIntegrationError", "StoreFencedError", "StoreLeaseError", "Stream", "Timestamp", "Tumbling",

@@ -22,13 +22,24 @@ other widths and rescaled live like any other (docs/collections.md).
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from raytide.core.collection_columns import FoldSums, JoinColumns, NamedColumns, SumColumns
-from raytide.core.collection_ops import Consolidate, JoinUpdates, LinearSum, Reduce, RoutingKey, records_logic
+from raytide.core.arranged import Arranged
+from raytide.core.collection_columns import DistinctColumns, FoldSums, JoinColumns, NamedColumns, SumColumns
+from raytide.core.collection_ops import (
+    Consolidate,
+    JoinUpdates,
+    LinearSum,
+    Reduce,
+    RoutingKey,
+    count_logic,
+    distinct_logic,
+    identity,
+    records_logic,
+    summing_logic,
+)
 from raytide.core.column_join import joined_names
 from raytide.core.columnar_flow import AnyStream
 from raytide.core.logical import Channel, InputEdge, LogicalVertex
@@ -160,10 +171,17 @@ class Collection:
         """
         return self._reduce(key, records_logic(fn), "reduce", name, parallelism)
 
-    def count(self, key: Callable[[Any], Hashable], *, name: str | None = None,
+    def count(self, key: Callable[[Any], Hashable] | str, *, name: str | None = None,
               parallelism: int | None = None) -> Collection:
-        """``(key, n)``: how many records (copies counted) each key has, kept up to date."""
-        return self._reduce(key, _count, "count", name, parallelism)
+        """``(key, n)``: how many records (copies counted) each key has, kept up to date.
+
+        On a collection with named columns (:meth:`with_columns`), ``key`` may name an integer
+        column (top level only): the count is then vectorised, a linear sum of the copies as
+        ``sum`` by column is, its output records ``(key, n)`` in columns ``key`` and ``count``.
+        """
+        if isinstance(key, str):
+            return self._fold_columns("count", key, None, name, parallelism)
+        return self._reduce(key, count_logic, "count", name, parallelism)
 
     def sum(self, key: Callable[[Any], Hashable] | str, value: Callable[[Any], Any] | str | None = None, *,
             name: str | None = None, parallelism: int | None = None) -> Collection:
@@ -183,9 +201,9 @@ class Collection:
             return self._sum_columns(key, value, name, parallelism)
         if isinstance(value, str):
             raise GraphError(f"sum: value names column {value!r}, so key must name a column too, got {key!r}")
-        value_of = value or _identity
+        value_of = value or identity
         if self.scope is not None:
-            return self._reduce(key, _summing(value_of), "sum", name, parallelism)
+            return self._reduce(key, summing_logic(value_of), "sum", name, parallelism)
         made = self._keyed("sum", lambda: LinearSum(key, value_of), [(self, RoutingKey(key))], name, parallelism)
         return Collection(*made.streams, consolidated=True)
 
@@ -193,12 +211,19 @@ class Collection:
         """``sum`` by column names: :class:`~raytide.core.collection_columns.SumColumns`."""
         if not isinstance(value, str):
             raise GraphError(f"sum by column {key!r}: value must name a column too, got {value!r}")
-        self._named("sum", key, value)
-        vname = name or self.flow._fresh("sum", list(self._sources()), None)
+        return self._fold_columns("sum", key, value, name, parallelism)
+
+    def _fold_columns(self, label: str, key: str, value: str | None, name: str | None,
+                      parallelism: int | None) -> Collection:
+        """A sum of ``value`` (a count: None) per key column, vectorised: folded where the
+        changes are sent from (:class:`~raytide.core.collection_columns.FoldSums`), added by
+        :class:`~raytide.core.collection_columns.SumColumns`."""
+        self._named(label, key, *([value] if value is not None else []))
+        vname = name or self.flow._fresh(label, list(self._sources()), None)
         folds = self._sources()[0]._then("fold", lambda: FoldSums(key, value), name=f"{vname}.fold", notifies=False)
-        made = self._keyed_columns("sum", lambda: SumColumns(key, value), [(Collection(columns=folds), key)], vname,
+        made = self._keyed_columns(label, lambda: SumColumns(key, value), [(Collection(columns=folds), key)], vname,
                                    parallelism)
-        return Collection(columns=made, names=(key, "total"), consolidated=True)
+        return Collection(columns=made, names=(key, "total" if value is not None else "count"), consolidated=True)
 
     def _named(self, operator: str, *columns: str) -> tuple[str, ...]:
         """This collection's column names, which must hold ``columns``, at top level."""
@@ -213,8 +238,17 @@ class Collection:
         return self.names
 
     def distinct(self, *, name: str | None = None, parallelism: int | None = None) -> Collection:
-        """Each record once, whatever its count, as long as it has a copy."""
-        return self._reduce(_identity, _present, "distinct", name, parallelism)
+        """Each record once, whatever its count, as long as it has a copy.
+
+        On a collection with named columns (:meth:`with_columns`) at top level it is
+        vectorised (:class:`~raytide.core.collection_columns.DistinctColumns`): the columns
+        must hold integers, and its output has the same columns.
+        """
+        names = self.names
+        if names is not None and self.scope is None:
+            made = self._keyed_columns("distinct", lambda: DistinctColumns(names), [(self, names[0])], name, parallelism)
+            return Collection(columns=made, names=names, consolidated=True)
+        return self._reduce(identity, distinct_logic, "distinct", name, parallelism)
 
     def _reduce(self, key: Callable[[Any], Hashable], logic: Any, label: str, name: str | None,
                 parallelism: int | None) -> Collection:
@@ -234,6 +268,8 @@ class Collection:
         but its key (``(order, customer, amount)`` joined with ``(customer, region)`` on
         ``customer`` gives ``(order, customer, amount, region)``), with named columns too.
         """
+        if isinstance(other, Arranged):
+            return self._join_arranged(other, key, other_key)
         if isinstance(key, str):
             return self._join_columns(other, key, other_key or key, name, parallelism)
         if isinstance(other_key, str):
@@ -242,6 +278,21 @@ class Collection:
         routing = RoutingKey(key)
         ports = [(self, routing), (right, RoutingKey(right_key, agreeing=routing))]
         return self._keyed("join", lambda: JoinUpdates(key, right_key), ports, name, parallelism)
+
+    def _join_arranged(self, other: Arranged, key: Any, other_key: Any) -> Collection:
+        """``join`` with an arrangement: this collection read by ``other``'s vertex, the arranged records second."""
+        if isinstance(key, str) or other_key is not None:
+            raise GraphError(f"join with arrangement {other.name!r}: give this collection's key function only "
+                             f"(the arrangement's key is its own), got key={key!r}, other_key={other_key!r}")
+        return other.join(self, key, side=1)
+
+    def arrange_by_key(self, key: Callable[[Any], Hashable], *, name: str | None = None,
+                       parallelism: int | None = None) -> Arranged:
+        """The collection arranged by ``key`` once, for every operator given it (differential's
+        shared arrangement, :mod:`raytide.core.arranged`): ``arranged.join(other, other_key)``,
+        ``other.join(arranged, key)``, ``arranged.reduce(fn)``, ``.count()`` and ``.distinct()``
+        all read one trace per replica, held, saved, compacted and rescaled once."""
+        return Arranged(self, key, name, parallelism)
 
     def _join_columns(self, other: Collection, key: str, other_key: Any, name: str | None,
                       parallelism: int | None) -> Collection:
@@ -362,23 +413,3 @@ def _negated(update: tuple) -> tuple:
 def _record_key(update: tuple) -> Hashable:
     return canonical(update[0])
 
-
-def _identity(record: Any) -> Any:
-    return record
-
-
-def _count(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
-    return {(key, sum(contents.values())): 1}
-
-
-def _summing(value_of: Callable[[Any], Any]) -> Callable[[Hashable, dict[Any, int]], dict[Any, int]]:
-    def total(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
-        values = [value_of(record) * copies for record, copies in contents.items()]
-        exact = all(isinstance(v, int) for v in values)
-        return {(key, sum(values) if exact else math.fsum(values)): 1}
-
-    return total
-
-
-def _present(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
-    return {key: 1}

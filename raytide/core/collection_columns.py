@@ -11,6 +11,7 @@ key before they are sent (:class:`FoldSums`), so it gets a row per key and sende
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from raytide.core.arrangement import Rows
 from raytide.core.collection_ops import located
+from raytide.core.column_distinct import DistinctRows
 from raytide.core.column_join import ColumnJoin, ColumnSums, folded_sums
 from raytide.core.keyindex import concat
 from raytide.core.step import keys_moving
@@ -25,7 +27,7 @@ from raytide.core.vertex import Vertex
 from raytide.differential import update_columns
 from raytide.progress.timestamps import Timestamp
 
-__all__ = ["FoldSums", "JoinColumns", "NamedColumns", "SumColumns"]
+__all__ = ["DistinctColumns", "FoldSums", "JoinColumns", "NamedColumns", "SumColumns"]
 
 
 class NamedColumns(Vertex):
@@ -45,7 +47,7 @@ class FoldSums(Vertex):
     """Each batch's changes folded per key before they are sent to the sum (a combiner, fused
     behind the stream that makes them): :func:`~raytide.core.column_join.folded_sums`."""
 
-    def __init__(self, key: str, value: str) -> None:
+    def __init__(self, key: str, value: str | None) -> None:
         self.key, self.value = key, value
 
     def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
@@ -146,36 +148,57 @@ class JoinColumns(_PerEpoch):
         self._put_pending(state["pending"])
 
 
-class SumColumns(_PerEpoch):
-    """``(key, total)`` of a value column per integer key column, linear (:class:`~raytide.core.column_join.ColumnSums`),
-    from the folds :class:`FoldSums` sends."""
+class _AppliedPerEpoch(_PerEpoch):
+    """One port whose gathered rows a columnar core (``apply``, ``held``, ``rows``, ``take``,
+    ``put``) takes at each epoch's notification; its state saved as ``saved_as``."""
 
-    def __init__(self, key: str, value: str) -> None:
+    saved_as = "rows"
+
+    def __init__(self, fresh: Callable[[], Any], key: str) -> None:
         super().__init__()
         self.port_keys = (key,)
-        self.sums = ColumnSums(key, value)
+        self.fresh = fresh
+        self.core = fresh()
 
     def on_notify(self, time: Timestamp) -> None:
         (rows,) = self._gathered(time)
         with located(self, time):
-            changes = None if rows is None else self.sums.apply(rows)
+            changes = None if rows is None else self.core.apply(rows)
         if changes is not None:
             self.send_by(0, changes, time)
 
     def statistics(self) -> dict[str, int]:
-        return {"arranged_updates": self.sums.held}
+        return {"arranged_updates": self.core.held}
 
     def snapshot(self) -> Any:
-        return {"sums": self.sums.rows(), "pending": self.pending}
+        return {self.saved_as: self.core.rows(), "pending": self.pending}
 
     def restore(self, state: Any) -> None:
-        self.sums = ColumnSums(self.sums.key, self.sums.value)
-        self.sums.put(state["sums"])
+        self.core = self.fresh()
+        self.core.put(state[self.saved_as])
         self.pending = state["pending"]
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        return {"sums": self.sums.take(moving), "pending": self._take_pending(moving)}
+        return {self.saved_as: self.core.take(moving), "pending": self._take_pending(moving)}
 
     def put_keys(self, state: Any) -> None:
-        self.sums.put(state["sums"])
+        self.core.put(state[self.saved_as])
         self._put_pending(state["pending"])
+
+
+class SumColumns(_AppliedPerEpoch):
+    """``(key, total)`` of a value column per integer key column, linear (:class:`~raytide.core.column_join.ColumnSums`),
+    from the folds :class:`FoldSums` sends; ``(key, count)`` without a value column."""
+
+    saved_as = "sums"
+
+    def __init__(self, key: str, value: str | None) -> None:
+        super().__init__(functools.partial(ColumnSums, key, value), key)
+
+
+class DistinctColumns(_AppliedPerEpoch):
+    """Each row of a collection with named integer columns once while it has a copy
+    (:class:`~raytide.core.column_distinct.DistinctRows`), exchanged by its first column."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__(functools.partial(DistinctRows, names), names[0])

@@ -11,6 +11,7 @@ notification of the epoch's time; inside a loop, of :func:`~raytide.differential
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
@@ -188,6 +189,14 @@ class _Keyed(Vertex):
     def compact(self, done: int) -> None:
         """Every time of epochs ``<= done`` is complete."""
 
+    def _retime(self, before: set[Timestamp], after: set[Timestamp]) -> None:
+        """The notifications follow the times the state is due at, ``before`` and ``after`` a
+        change of it (keys moved out or in): cancelled where no longer due, asked where new."""
+        for time in before - after:
+            self.cancel_notify(time)
+        for time in after - before:
+            self.notify_at(time)
+
     def _saved(self, core: Any) -> Any:
         return {"core": core, "depth": self.depth, "epochs": self.epochs}
 
@@ -280,15 +289,13 @@ class Reduce(_Keyed):
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
         before = self.reduction.times()
         taken = self.reduction.take(lambda key: moving(canonical(key)))
-        for time in before - self.reduction.times():
-            self.cancel_notify(time)
+        self._retime(before, self.reduction.times())
         return taken
 
     def put_keys(self, state: Any) -> None:
         before = self.reduction.times()
         self.reduction.put(state)
-        for time in self.reduction.times() - before:
-            self.notify_at(time)
+        self._retime(before, self.reduction.times())
 
 
 class JoinUpdates(_Keyed):
@@ -336,6 +343,32 @@ def _in_order(records: dict[Any, int]) -> list[Any]:
         return sorted(records)
     except TypeError:
         return sorted(records, key=repr)
+
+
+def identity(record: Any) -> Any:
+    """A record's key where the record is its own key (``distinct``), its value where it is its own (``sum``)."""
+    return record
+
+
+def count_logic(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
+    """``count``'s logic: ``(key, n)``, the key's records with their copies counted."""
+    return {(key, sum(contents.values())): 1}
+
+
+def distinct_logic(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
+    """``distinct``'s logic: each of the key's records once (the key itself where it is the record)."""
+    return dict.fromkeys(contents, 1)
+
+
+def summing_logic(value_of: Callable[[Any], Any]) -> Logic:
+    """``sum``'s logic as a reduction: ``(key, total)`` of ``value_of`` over the key's records,
+    copies counted (exact: integers summed as they are, other numbers with ``math.fsum``)."""
+    def total(key: Hashable, contents: dict[Any, int]) -> dict[Any, int]:
+        values = [value_of(record) * copies for record, copies in contents.items()]
+        exact = all(isinstance(v, int) for v in values)
+        return {(key, sum(values) if exact else math.fsum(values)): 1}
+
+    return total
 
 
 def records_logic(fn: Callable[[Hashable, list], Any], checks: int = 64) -> Logic:

@@ -144,30 +144,36 @@ class ColumnJoin:
                 self._add(side, rows)
 
 
-def folded_sums(rows: Rows, key: str, value: str) -> Rows:
+def folded_sums(rows: Rows, key: str, value: str | None) -> Rows:
     """Changes ``rows`` (columns ``key``, ``value``, ``diff``) folded per key: ``copies``, the
-    diffs' sum, and ``total``, of ``value * diff``. A sum is linear, so such folds of any parts
-    of an epoch's changes add up to the fold of the whole: the sender folds what it sends
-    (a combiner), and :meth:`ColumnSums.apply` adds the folds it gets.
+    diffs' sum, and ``total``, of ``value * diff`` (a count, ``value`` None: the copies again).
+    A sum is linear, so such folds of any parts of an epoch's changes add up to the fold of the
+    whole: the sender folds what it sends (a combiner), and :meth:`ColumnSums.apply` adds the
+    folds it gets.
 
     Raises:
         RecordError: The values are not numbers.
     """
-    values, diffs = np.asarray(rows[value]), np.asarray(rows[DIFF], dtype=np.int64)
+    diffs = np.asarray(rows[DIFF], dtype=np.int64)
+    values = np.asarray(rows[value]) if value is not None else diffs
     if values.dtype.kind not in "iufb":
         raise RecordError(f"column {value!r} holds {values.dtype} values (first: {values[:3].tolist()}): "
                           "a sum takes numbers")
-    weighted = values.astype(np.int64 if values.dtype.kind == "b" else values.dtype) * diffs
+    weighted = diffs if value is None else values.astype(np.int64 if values.dtype.kind == "b" else values.dtype) * diffs
     keys, folded = combine_by_key(np.asarray(rows[key]), {"copies": diffs, "total": weighted},
                                   {"copies": np.add, "total": np.add})
     return {key: keys, **folded}
 
 
 class ColumnSums:
-    """Per key (a slot of ``index``), its records' copies and their values' total; see the module."""
+    """Per key (a slot of ``index``), its records' copies and their values' total; see the module.
+    A count (``value`` None) is the sum of a one per copy: its records ``(key, n)`` in columns
+    ``key`` and ``count``."""
 
-    def __init__(self, key: str, value: str) -> None:
+    def __init__(self, key: str, value: str | None) -> None:
         self.key, self.value = key, value
+        #: The column of the output records' totals.
+        self.out = "total" if value is not None else "count"
         self.index = KeyIndex()
         self.copies = np.zeros(0, dtype=np.int64)
         self.totals = np.zeros(0, dtype=np.int64)
@@ -204,7 +210,7 @@ class ColumnSums:
         self.copies[slots], self.totals[slots] = new_copies, new_totals
         if not gone.any() and not come.any():
             return None
-        return {self.key: concat([keys[gone], keys[come]]), "total": concat([old_totals[gone], new_totals[come]]),
+        return {self.key: concat([keys[gone], keys[come]]), self.out: concat([old_totals[gone], new_totals[come]]),
                 DIFF: np.concatenate([np.full(int(gone.sum()), -1, dtype=np.int64), np.ones(int(come.sum()), dtype=np.int64)])}
 
     def _grow(self, size: int, dtype: np.dtype) -> None:

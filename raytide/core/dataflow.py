@@ -150,6 +150,17 @@ class Dataflow:
         self.vertices[vertex.name] = vertex
         return vertex.name
 
+    def _place(self, vertex: LogicalVertex) -> None:
+        """Add ``vertex``, or put it in the place of the one of its name (a shared arrangement's
+        vertex grows a port and an output per reader, :mod:`raytide.core.arranged`)."""
+        if vertex.name not in self.vertices:
+            self._add(vertex)
+            return
+        for port_edges in vertex.inputs:
+            for edge in port_edges:
+                self._check_source(vertex.name, edge)
+        self.vertices[vertex.name] = vertex
+
     def _check_source(self, vertex: str, edge: InputEdge) -> None:
         if edge.source not in self.vertices:
             raise GraphError(f"vertex {vertex!r} reads from {edge.source!r}, which is not in dataflow {self.name!r}")

@@ -28,14 +28,34 @@ __all__ = ["Join"]
 
 
 class Join:
-    """The two sides' traces (0: left, 1: right)."""
+    """The two sides' traces (0: left, 1: right).
 
-    def __init__(self) -> None:
-        self.sides = (Trace(), Trace())
+    One side may be a shared arrangement's trace (``shared`` at ``side``,
+    :class:`~raytide.differential.arranged.SharedArrangement`): its owner fills it, after this
+    join has :meth:`meet` its updates; the join keeps, compacts and moves only its other side.
+    """
+
+    def __init__(self, shared: Trace | None = None, side: int = 0) -> None:
+        sides = [Trace(), Trace()]
+        if shared is not None:
+            sides[side] = shared
+        self.sides = (sides[0], sides[1])
+        #: The sides this join keeps (both, or the one that is not shared).
+        self.owned = (0, 1) if shared is None else (1 - side,)
 
     def receive(self, side: int, time: Timestamp, updates: Sequence[tuple[Hashable, Any, int]]
                 ) -> dict[Timestamp, list[tuple[Any, int]]]:
         """Updates ``(key, value, diff)`` on ``side`` at ``time``: the output's changes, by time."""
+        out = self.meet(side, time, updates)
+        mine = self.sides[side]
+        for key, value, diff in updates:
+            mine.add(key, value, time, diff)
+        return out
+
+    def meet(self, side: int, time: Timestamp, updates: Sequence[tuple[Hashable, Any, int]]
+             ) -> dict[Timestamp, list[tuple[Any, int]]]:
+        """The output's changes, by time, of updates on ``side`` meeting the other side's trace
+        (``side``'s trace is not changed: :meth:`receive` adds them)."""
         other = self.sides[1 - side].keys
         out: dict[Timestamp, list[tuple[Any, int]]] = {}
         bounds: dict[Timestamp, list[tuple[Any, int]]] = {}  # an update time of the other side -> the list at its bound
@@ -49,21 +69,24 @@ class Join:
                     changes.extend(((key, (value, match)), diff * copies) for match, copies in matches.items())
                 else:
                     changes.extend(((key, (match, value)), diff * copies) for match, copies in matches.items())
-        mine = self.sides[side]
-        for key, value, diff in updates:
-            mine.add(key, value, time, diff)
         return out
 
     def compact(self, done: int) -> None:
-        """Every time of epochs ``<= done`` is complete: compact both traces."""
-        for trace in self.sides:
-            trace.compact(done)
+        """Every time of epochs ``<= done`` is complete: compact the traces it keeps."""
+        for side in self.owned:
+            self.sides[side].compact(done)
 
     def take(self, moving: Callable[[Hashable], bool]) -> tuple[dict, dict]:
-        """Remove and return both sides' updates of the keys for which ``moving(key)`` is true."""
-        return self.sides[0].take(moving), self.sides[1].take(moving)
+        """Remove and return its sides' updates of the keys for which ``moving(key)`` is true
+        (nothing of a shared side: its owner moves it)."""
+        taken = [self.sides[side].take(moving) if side in self.owned else {} for side in (0, 1)]
+        return taken[0], taken[1]
 
     def put(self, taken: tuple[dict, dict]) -> None:
         """Add what another join's :meth:`take` returned."""
-        for trace, updates in zip(self.sides, taken):
-            trace.put(updates)
+        for side in self.owned:
+            self.sides[side].put(taken[side])
+
+    def kept(self) -> list[Trace]:
+        """The traces this join keeps (a shared side is its owner's)."""
+        return [self.sides[side] for side in self.owned]

@@ -38,16 +38,24 @@ Logic = Callable[[Hashable, dict[Any, int]], dict[Any, int]]
 class Reduction:
     """Input and output traces of a keyed reduction, the input not applied yet, and the keys due later."""
 
-    def __init__(self, logic: Logic) -> None:
+    def __init__(self, logic: Logic, shared: Trace | None = None) -> None:
         self.logic = logic
-        self.input, self.output = Trace(), Trace()
+        #: The input trace: its own, or a shared arrangement's (``shared``), which its owner
+        #: fills as updates come and compacts and moves (only times complete are read from it).
+        self.input, self.output = shared if shared is not None else Trace(), Trace()
+        self.owns_input = shared is None
+        #: Per time not run yet, the input updates ``(key, value, diff)`` to apply then (with a
+        #: shared input, already applied: ``(key, None, 0)``, only which keys changed).
         self.pending: dict[Timestamp, list[tuple[Hashable, Any, int]]] = {}
         self.scheduled: dict[Timestamp, set[Hashable]] = {}
 
     def receive(self, time: Timestamp, updates: Sequence[tuple[Hashable, Any, int]]) -> bool:
         """Input updates ``(key, value, diff)`` at ``time``; True if ``time`` is new (notify there)."""
         new = time not in self.pending and time not in self.scheduled
-        self.pending.setdefault(time, []).extend(updates)
+        if self.owns_input:
+            self.pending.setdefault(time, []).extend(updates)
+        else:
+            self.pending.setdefault(time, []).extend((key, None, 0) for key, _, _ in updates)
         return new
 
     def run(self, time: Timestamp) -> tuple[list[tuple[Any, int]], list[Timestamp]]:
@@ -58,7 +66,8 @@ class Reduction:
         """
         changed = []
         for key, value, diff in self.pending.pop(time, ()):
-            self.input.add(key, value, time, diff)
+            if self.owns_input:
+                self.input.add(key, value, time, diff)
             changed.append(key)
         keys = dict.fromkeys(changed)
         keys.update(dict.fromkeys(self.scheduled.pop(time, ())))
@@ -97,9 +106,13 @@ class Reduction:
         return new
 
     def compact(self, done: int) -> None:
-        """Every time of epochs ``<= done`` is complete: compact both traces."""
-        self.input.compact(done)
-        self.output.compact(done)
+        """Every time of epochs ``<= done`` is complete: compact the traces it keeps."""
+        for trace in self.kept():
+            trace.compact(done)
+
+    def kept(self) -> list[Trace]:
+        """The traces this reduction keeps (a shared input is its owner's)."""
+        return [self.input, self.output] if self.owns_input else [self.output]
 
     def times(self) -> set[Timestamp]:
         """The times this reduction will run at (each needs its notification)."""
@@ -115,12 +128,13 @@ class Reduction:
         for time, keys in scheduled.items():
             self.scheduled[time] -= keys
         self._drop_empty()
-        return {"input": self.input.take(moving), "output": self.output.take(moving),
+        return {"input": self.input.take(moving) if self.owns_input else {}, "output": self.output.take(moving),
                 "pending": {t: u for t, u in pending.items() if u}, "scheduled": {t: k for t, k in scheduled.items() if k}}
 
     def put(self, state: dict[str, Any]) -> None:
         """Add the state another reduction's :meth:`take` returned."""
-        self.input.put(state["input"])
+        if self.owns_input:
+            self.input.put(state["input"])
         self.output.put(state["output"])
         for time, updates in state["pending"].items():
             self.pending.setdefault(time, []).extend(updates)

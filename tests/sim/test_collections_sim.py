@@ -123,13 +123,15 @@ def tables_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Upd
 
 
 def columns_flow() -> rt.Dataflow:
-    """The join and the sums by column name (vectorised), the sums also over the join's output."""
+    """The join, the sums, the count and the distinct by column name (vectorised), the sums also over the join's output."""
     flow = rt.Dataflow("columns")
     left = flow.collection("left").with_columns("k", "v")
     joined = left.join(flow.collection("right").with_columns("k", "w"), "k", name="joining-columns")
     joined.output("join")
     joined.sum("w", "v", name="summing-joined").output("sums")
     left.sum("k", "v", name="summing-columns").output("linear")
+    left.count("k", name="counting-columns").output("count")
+    left.distinct(name="distinct-columns").output("distinct")
     return flow
 
 
@@ -146,8 +148,15 @@ def columns_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Up
             totals[record[key]] += record[value] * copies
         return Counter({(k, total): 1 for k, total in totals.items()})
 
+    def counts(records: Counter) -> Counter:
+        per_key: Counter = Counter()
+        for record, copies in records.items():
+            per_key[record[0]] += copies
+        return Counter({(k, n): 1 for k, n in per_key.items()})
+
     outputs = {"join": joined, "sums": lambda left, right: sums(joined(left, right), 2, 1),
-               "linear": lambda left, right: sums(left, 0, 1)}
+               "linear": lambda left, right: sums(left, 0, 1), "count": lambda left, right: counts(left),
+               "distinct": lambda left, right: Counter(dict.fromkeys(+left, 1))}
     return inputs, expected_changes(inputs, outputs)
 
 
