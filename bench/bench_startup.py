@@ -10,7 +10,7 @@ holds it:
 
 * ``first_job_s``: raytide's first job in its Ray, the word count flow of
   ``bench_fixed_costs`` (``flat_map(str.split).count_by_key``, ``parallelism`` 2: four vertex
-  hosts and the progress host), timed from before ``rt.run`` to the first result in
+  hosts, the progress actor seated in one), timed from before ``rt.run`` to the first result in
   ``job.results`` (one line pushed, the input closed);
 * ``numpy_actors_s``: as many plain Ray actors as the job's processes (``num_cpus=0`` like
   raytide's hosts, their class shipped by value), each importing NumPy in ``__init__``, timed
@@ -103,7 +103,7 @@ def first_job(parallelism: int) -> tuple[float, float, int]:
     next(iter(job.results("counts", timeout=TIMEOUT, progress=False)))
     seconds = time.perf_counter() - started
     driver_cpu = time.process_time() - cpu
-    pids = list(job.hosts().values())
+    pids = sorted(set(job.hosts().values()))
     hosts_cpu = _cpu_seconds(pids, workers)
     job.wait(timeout=TIMEOUT)
     return seconds, driver_cpu + hosts_cpu, len(pids)
@@ -148,7 +148,7 @@ def child(parallelism: int, job_first: bool) -> dict[str, float]:
     started = time.perf_counter()
     rt.run  # noqa: B018  (rt.run's modules, imported on first use)
     metrics = {"driver_import_s": time.perf_counter() - started}
-    processes = 2 * parallelism + 1  # the flow's two chains at ``parallelism`` and the progress host
+    processes = 2 * parallelism  # the flow's two chains at ``parallelism`` (the progress actor seated in a vertex host)
     for part in ("job", "actors") if job_first else ("actors", "job"):
         if part == "job":
             seconds, cpu, hosts = in_fresh_ray(lambda: first_job(parallelism))
