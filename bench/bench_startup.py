@@ -63,9 +63,9 @@ TIMEOUT = 120.0
 SETTLE_S = 3.0
 
 
-def _cpu_seconds(pids: list[int], before: dict[int, float] | None = None) -> float:
+def cpu_seconds(pids: list[int], before: dict[int, float] | None = None) -> float:
     """User and system CPU seconds the processes ``pids`` used since ``before`` (each one's CPU
-    seconds then, from :func:`_workers_cpu`; a process not in it started since: all of its own);
+    seconds then, from :func:`workers_cpu`; a process not in it started since: all of its own);
     those gone count 0."""
     total = 0.0
     for pid in pids:
@@ -77,7 +77,7 @@ def _cpu_seconds(pids: list[int], before: dict[int, float] | None = None) -> flo
     return total
 
 
-def _workers_cpu() -> dict[int, float]:
+def workers_cpu() -> dict[int, float]:
     """The CPU seconds used so far by every process this driver's Ray started (its workers,
     prestarted ones included: they boot before a clock starts, and what they used then is not
     the start-up's)."""
@@ -95,7 +95,7 @@ def first_job(parallelism: int) -> tuple[float, float, int]:
     """``(seconds from rt.run to the first result, CPU seconds of the driver and the hosts, processes)``."""
     flow = rt.Dataflow("startup")
     flow.input("lines").flat_map(str.split).count_by_key(lambda word: word).output("counts")
-    cpu, workers = time.process_time(), _workers_cpu()
+    cpu, workers = time.process_time(), workers_cpu()
     started = time.perf_counter()
     job = rt.run(flow, parallelism=parallelism)
     job.push("lines", ["to be or not to be"])
@@ -104,7 +104,7 @@ def first_job(parallelism: int) -> tuple[float, float, int]:
     seconds = time.perf_counter() - started
     driver_cpu = time.process_time() - cpu
     pids = sorted(set(job.hosts().values()))
-    hosts_cpu = _cpu_seconds(pids, workers)
+    hosts_cpu = cpu_seconds(pids, workers)
     job.wait(timeout=TIMEOUT)
     return seconds, driver_cpu + hosts_cpu, len(pids)
 
@@ -121,12 +121,12 @@ def numpy_actors(count: int) -> tuple[float, float]:
             return os.getpid()
 
     remote: Any = ray.remote(num_cpus=0)(NumpyActor)
-    cpu, workers = time.process_time(), _workers_cpu()
+    cpu, workers = time.process_time(), workers_cpu()
     started = time.perf_counter()
     actors = [remote.remote() for _ in range(count)]
     pids = ray.get([actor.ping.remote() for actor in actors], timeout=TIMEOUT)
     seconds = time.perf_counter() - started
-    used = time.process_time() - cpu + _cpu_seconds(pids, workers)
+    used = time.process_time() - cpu + cpu_seconds(pids, workers)
     for actor in actors:
         ray.kill(actor)
     return seconds, used
