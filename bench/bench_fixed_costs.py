@@ -8,7 +8,7 @@ in a fresh Ray; the parent aggregates. Two children per repetition:
 
   1. ``first_startup_s``: the first job of the fresh Ray, the word count flow below
      (``flow.input("lines").flat_map(str.split).count_by_key(...)``, ``hosts`` processes:
-     four vertex hosts and the progress host at parallelism 2), timed from before
+     four vertex hosts at parallelism 2, one with the progress actor seated in it), timed from before
      ``rt.run`` to ``job.wait_ready()``. The steps of that start-up are timed too
      (``profile_*``, see :func:`profiled_first_startup`);
   2. ``later_startup_s``: the same flow started again ``later_jobs`` times after the first
@@ -27,8 +27,8 @@ in a fresh Ray; the parent aggregates. Two children per repetition:
 * two **bare children**: ``bare_actors_s``, creating ``hosts`` trivial actors (as many
   processes as raytide's first job started, ``num_cpus=0`` like raytide's hosts, a class
   shipped by value, so that their workers import nothing but Ray) and getting a ping back
-  from each; ``bare_workers_s``, the same with one actor fewer: as many as the job's
-  parallel workers (its vertex hosts; the progress host is raytide's own). Each runs in a
+  from each; ``bare_workers_s``, the same with as many as the job's parallel workers
+  (``workers``: its vertex hosts; the same count now that the progress actor is seated in one). Each runs in a
   Ray of its own, because whichever start-up comes first in a Ray takes the workers Ray
   prestarts.
 
@@ -70,6 +70,7 @@ from bench.baselines.data import random_graph_edges
 from bench.baselines.mandelbrot_ray import mandelbrot_ray
 from bench.bench_mandelbrot import raytide_mandelbrot
 from bench.bench_soak import child_main, run_child
+from bench.bench_startup import cpu_seconds, workers_cpu
 from bench.bench_wordcount import dataset, handwritten_wordcount, raytide_wordcount
 from bench.harness import SETTLE_S, bytecode_env, ensure_ray
 from bench.workloads.components import component_labels
@@ -139,16 +140,16 @@ def startup_flow() -> rt.Dataflow:
     return flow
 
 
-def started_job(parallelism: int) -> tuple[float, list[int]]:
+def started_job(parallelism: int) -> tuple[float, dict[str, int]]:
     """Start :func:`startup_flow`, wait until every host answers, let it finish; ``(seconds to
-    ready, the hosts' process ids)``."""
+    ready, the process id of each of its actors, by name: job.hosts())``."""
     started = time.perf_counter()
     with rt.run(startup_flow(), parallelism=parallelism) as job:
         job.wait_ready()
         seconds = time.perf_counter() - started
         job.close("lines")
         job.wait(timeout=JOB_TIMEOUT)
-        return seconds, list(job.hosts().values())
+        return seconds, job.hosts()
 
 
 @contextlib.contextmanager
@@ -192,9 +193,11 @@ def profiled_first_startup(parallelism: int) -> dict[str, float]:
     seconds: dict[str, float] = {}
     wall = time.time()
     with timing(DRIVER_STEPS, seconds):
-        first, pids = started_job(parallelism)
+        first, hosts = started_job(parallelism)
     time.sleep(TIMELINE_FLUSH_S)
-    metrics = {"first_startup_s": first, "hosts": float(len(pids))}
+    pids = sorted(set(hosts.values()))
+    workers = {pid for name, pid in hosts.items() if not name.endswith("/progress")}
+    metrics = {"first_startup_s": first, "hosts": float(len(pids)), "workers": float(len(workers))}
     metrics.update({f"profile_{label}_s": seconds.get(label, 0.0) for _, _, label in DRIVER_STEPS})
     metrics.update(host_phases(wall, ray.timeline(), pids))
     return metrics
@@ -362,18 +365,25 @@ def first_job_child(workload: str, lines: int, epochs: int, nodes: int, rows: in
                     later_jobs: int, side: str = "raytide") -> dict[str, float]:
     """``<workload>_first_job_s``: raytide's side of one workload as the first job of a fresh Ray
     (its hosts start inside the clock; ``later_jobs`` is not used here); ``side="handwritten"``:
-    ``<workload>_handwritten_first_job_s``, the hand-written pipeline's instead."""
+    ``<workload>_handwritten_first_job_s``, the hand-written pipeline's instead. ``..._cpu_s``: the
+    CPU seconds every process of its Ray (not the driver, whose input and checks differ) used in
+    that time, its prestarted workers' boot before it excluded: a loaded machine moves it less than the wall clock.
+    A process gone by then counts nothing (the hand-written pipelines kill their actors): compare raytide's with raytide's."""
     fresh_ray()
+    before = workers_cpu()
     if side == "handwritten":  # the baseline's side instead (:data:`BASELINES`)
-        return {f"{workload}_handwritten_first_job_s": handwritten_end_to_end(workload, lines, epochs, nodes, rows,
-                                                                               parallelism)}
+        seconds = handwritten_end_to_end(workload, lines, epochs, nodes, rows, parallelism)
+        return {f"{workload}_handwritten_first_job_s": seconds,
+                f"{workload}_handwritten_first_job_cpu_s": cpu_seconds(list(workers_cpu()), before)}
     runs: dict[str, Callable[[], tuple]] = {
         "wordcount": lambda: raytide_wordcount_end_to_end(lines, epochs, parallelism),
         "mandelbrot": lambda: raytide_mandelbrot_end_to_end(rows, parallelism),
         "components": lambda: raytide_components_end_to_end(nodes, parallelism),
         "example": lambda: raytide_example_end_to_end(nodes, parallelism),
     }
-    return {f"{workload}_first_job_s": runs[workload]()[1]}
+    seconds = runs[workload]()[1]
+    return {f"{workload}_first_job_s": seconds,
+            f"{workload}_first_job_cpu_s": cpu_seconds(list(workers_cpu()), before)}
 
 
 CHILDREN: dict[str, Callable[..., dict[str, float]]] = {"raytide": raytide_child, "bare": bare_child,
@@ -396,8 +406,7 @@ def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, la
     env = bytecode_env(bytecode)
     metrics = run_child(MODULE, {"part": "raytide", **params}, env=env, timeout=CHILD_TIMEOUT)
     time.sleep(SETTLE_S)
-    hosts = int(metrics["hosts"])
-    for actors, metric in ((hosts, "bare_actors_s"), (hosts - 1, "bare_workers_s")):  # every host; the vertex hosts
+    for actors, metric in ((int(metrics["hosts"]), "bare_actors_s"), (int(metrics["workers"]), "bare_workers_s")):
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "bare", "actors": actors, "metric": metric}, env=env,
                                  timeout=CHILD_TIMEOUT))

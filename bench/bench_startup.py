@@ -10,7 +10,7 @@ holds it:
 
 * ``first_job_s``: raytide's first job in its Ray, the word count flow of
   ``bench_fixed_costs`` (``flat_map(str.split).count_by_key``, ``parallelism`` 2: four vertex
-  hosts and the progress host), timed from before ``rt.run`` to the first result in
+  hosts, the progress actor seated in one), timed from before ``rt.run`` to the first result in
   ``job.results`` (one line pushed, the input closed);
 * ``numpy_actors_s``: as many plain Ray actors as the job's processes (``num_cpus=0`` like
   raytide's hosts, their class shipped by value), each importing NumPy in ``__init__``, timed
@@ -63,9 +63,9 @@ TIMEOUT = 120.0
 SETTLE_S = 3.0
 
 
-def _cpu_seconds(pids: list[int], before: dict[int, float] | None = None) -> float:
+def cpu_seconds(pids: list[int], before: dict[int, float] | None = None) -> float:
     """User and system CPU seconds the processes ``pids`` used since ``before`` (each one's CPU
-    seconds then, from :func:`_workers_cpu`; a process not in it started since: all of its own);
+    seconds then, from :func:`workers_cpu`; a process not in it started since: all of its own);
     those gone count 0."""
     total = 0.0
     for pid in pids:
@@ -77,7 +77,7 @@ def _cpu_seconds(pids: list[int], before: dict[int, float] | None = None) -> flo
     return total
 
 
-def _workers_cpu() -> dict[int, float]:
+def workers_cpu() -> dict[int, float]:
     """The CPU seconds used so far by every process this driver's Ray started (its workers,
     prestarted ones included: they boot before a clock starts, and what they used then is not
     the start-up's)."""
@@ -95,7 +95,7 @@ def first_job(parallelism: int) -> tuple[float, float, int]:
     """``(seconds from rt.run to the first result, CPU seconds of the driver and the hosts, processes)``."""
     flow = rt.Dataflow("startup")
     flow.input("lines").flat_map(str.split).count_by_key(lambda word: word).output("counts")
-    cpu, workers = time.process_time(), _workers_cpu()
+    cpu, workers = time.process_time(), workers_cpu()
     started = time.perf_counter()
     job = rt.run(flow, parallelism=parallelism)
     job.push("lines", ["to be or not to be"])
@@ -103,8 +103,8 @@ def first_job(parallelism: int) -> tuple[float, float, int]:
     next(iter(job.results("counts", timeout=TIMEOUT, progress=False)))
     seconds = time.perf_counter() - started
     driver_cpu = time.process_time() - cpu
-    pids = list(job.hosts().values())
-    hosts_cpu = _cpu_seconds(pids, workers)
+    pids = sorted(set(job.hosts().values()))
+    hosts_cpu = cpu_seconds(pids, workers)
     job.wait(timeout=TIMEOUT)
     return seconds, driver_cpu + hosts_cpu, len(pids)
 
@@ -121,12 +121,12 @@ def numpy_actors(count: int) -> tuple[float, float]:
             return os.getpid()
 
     remote: Any = ray.remote(num_cpus=0)(NumpyActor)
-    cpu, workers = time.process_time(), _workers_cpu()
+    cpu, workers = time.process_time(), workers_cpu()
     started = time.perf_counter()
     actors = [remote.remote() for _ in range(count)]
     pids = ray.get([actor.ping.remote() for actor in actors], timeout=TIMEOUT)
     seconds = time.perf_counter() - started
-    used = time.process_time() - cpu + _cpu_seconds(pids, workers)
+    used = time.process_time() - cpu + cpu_seconds(pids, workers)
     for actor in actors:
         ray.kill(actor)
     return seconds, used
@@ -148,7 +148,7 @@ def child(parallelism: int, job_first: bool) -> dict[str, float]:
     started = time.perf_counter()
     rt.run  # noqa: B018  (rt.run's modules, imported on first use)
     metrics = {"driver_import_s": time.perf_counter() - started}
-    processes = 2 * parallelism + 1  # the flow's two chains at ``parallelism`` and the progress host
+    processes = 2 * parallelism  # the flow's two chains at ``parallelism`` (the progress actor seated in a vertex host)
     for part in ("job", "actors") if job_first else ("actors", "job"):
         if part == "job":
             seconds, cpu, hosts = in_fresh_ray(lambda: first_job(parallelism))

@@ -50,13 +50,16 @@ ACTOR_NAME_PREFIX = ":actor_name:"
 
 class Leased(NamedTuple):
     """A host's handle bound to one lease: ``leased.method.remote(*args)`` calls
-    ``method(lease, *args)`` on the host (pickles like the handle it holds)."""
+    ``method(lease, *args)`` on the host (pickles like the handle it holds); with a
+    ``prefix``, the host's ``prefix + method`` (a role seated beside another in one host:
+    :data:`SEAT_PREFIX`)."""
 
     handle: Any
     lease: int
+    prefix: str = ""
 
     def __getattr__(self, name: str) -> _LeasedMethod:
-        return _LeasedMethod(getattr(self.handle, name), self.lease)
+        return _LeasedMethod(getattr(self.handle, self.prefix + name), self.lease)
 
 
 class _LeasedMethod(NamedTuple):
@@ -82,14 +85,19 @@ class Host:
     is either kept before its ``take`` swaps them, or runs after it.
     """
 
-    def __init__(self, label: str) -> None:
-        self.label = label
+    def __init__(self, label: str, named: bool = True) -> None:
+        """``named``: this host names its process in Ray's log prefixes (not a role seated in another host)."""
+        self.label, self.named = label, named
         self.role: Any = None
         self.lease = -1
         self.ended = -1  # the last lease given back
         self.leases = threading.Condition()  # notified when a lease is taken or given back (for watch)
         self.early: dict[int, list[tuple[str, tuple]]] = {}  # calls of leases not taken yet
-        announce(f"raytide idle host ({label})")
+        self._announce(f"raytide idle host ({label})")
+
+    def _announce(self, name: str) -> None:
+        if self.named:
+            announce(name)
 
     def __repr__(self) -> str:
         return f"raytide {self.label}"
@@ -125,7 +133,7 @@ class Host:
             self.leases.notify_all()
             early = self.early.pop(lease, [])
             self.early = {later: calls for later, calls in self.early.items() if later > lease}
-        announce(f"raytide {name}")
+        self._announce(f"raytide {name}")
         for method, args in early:
             getattr(role, method)(*args)
         return os.getpid()
@@ -153,7 +161,7 @@ class Host:
             self.role, self.lease, self.ended = None, -1, lease
             self.leases.notify_all()
         gc.collect()  # walks what is not frozen: what the process made since it started (see _freeze_start_up)
-        announce(f"raytide idle host ({self.label})")
+        self._announce(f"raytide idle host ({self.label})")
         return True
 
     def raytide_objects(self) -> dict[str, int]:
@@ -254,6 +262,9 @@ class VertexHost(Host):
         #: Held by each call of the replica (the default group) and by its socket's delivery thread
         #: (:mod:`raytide.actors.socket_hops`): one event at a time, as on a sequential actor.
         self.serial = threading.RLock()
+        #: The seat of a job's progress actor, played beside the replica under the same lease
+        #: (``progress_*`` methods, :data:`SEAT_PREFIX`), with a lock and threads of its own.
+        self.seat = ProgressHost(number, seated=True)
 
         _freeze_start_up()
 
@@ -285,9 +296,12 @@ class VertexHost(Host):
             return super()._call(lease, method, args)
 
     def reset(self, lease: int) -> bool:
-        """:meth:`Host.reset`, holding :attr:`serial`: no frame is delivered into a role being closed."""
+        """:meth:`Host.reset`, holding :attr:`serial`: no frame is delivered into a role being
+        closed; the progress role seated here under ``lease``, if any, is dropped too."""
         with self.serial:
-            return super().reset(lease)
+            clean = super().reset(lease)
+        self.seat.reset(lease)
+        return clean
 
 
 class ProgressHost(Host):
@@ -297,14 +311,16 @@ class ProgressHost(Host):
     without blocking the progress calls (see :mod:`raytide.actors.progress_actor`).
     """
 
-    def __init__(self, number: int) -> None:
-        super().__init__(f"progress host {number}")
-        import raytide.actors.progress_actor  # noqa: F401  (warm)
-
+    def __init__(self, number: int, seated: bool = False) -> None:
+        """``seated``: the seat of a vertex host (:attr:`VertexHost.seat`), not a process of
+        its own: it leaves the process's name, imports and garbage collector to that host."""
+        super().__init__(f"progress host {number}", named=not seated)
         #: Held by each call of the role but the long poll, and by its socket's delivery thread.
         self.serial = threading.RLock()
+        if not seated:
+            import raytide.actors.progress_actor  # noqa: F401  (warm)
 
-        _freeze_start_up()
+            _freeze_start_up()
 
     def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list, sockets: bool = False) -> int:
         """Become the progress actor of ``job`` for ``lease`` (``sockets``: replicas on this node send it
@@ -359,6 +375,26 @@ class CoordinatorHost(Host):
         return self._take(lease, CoordinatorActor(plan, recovery, inputs, incarnation, first_id), f"{job}/coordinator")
 
 
+#: How a vertex host names the methods of the progress role seated in it (:attr:`VertexHost.seat`):
+#: a job without recovery plays its progress actor in one of its vertex hosts, a process fewer.
+SEAT_PREFIX = "progress_"
+#: The seat's methods on a vertex host, and the concurrency group each runs in: its own thread
+#: (``progress``) for the role's calls, in turn, beside the replica's, as in a progress host.
+SEAT_GROUPS = {**dict.fromkeys(("take", "ping", "answer", *PROGRESS_METHODS), "progress"), "next_events": "poll",
+               "watch": "watch"}
+
+
+def _seated(name: str) -> Callable[..., Any]:
+    """A vertex host method that calls the seat's method ``name`` (:attr:`VertexHost.seat`)."""
+
+    def forward(self: VertexHost, lease: int, *args: Any) -> Any:
+        return getattr(self.seat, name)(lease, *args)
+
+    forward.__name__ = forward.__qualname__ = SEAT_PREFIX + name
+    forward.__doc__ = f"The seated progress role's ``{name}`` (see :attr:`VertexHost.seat`)."
+    return forward
+
+
 _VERTEX_GROUPS = {**dict.fromkeys(RELAY_METHODS, "relay"), **dict.fromkeys(FAN_OUT_METHODS, "fan_out"),
                   **dict.fromkeys(INSPECT_METHODS, "inspect")}
 for _name in VERTEX_METHODS:
@@ -367,6 +403,8 @@ for _name in VERTEX_METHODS:
     setattr(VertexHost, _name, ray.method(concurrency_group=_group)(_method) if _group else _method)
 for _name in PROGRESS_METHODS:
     setattr(ProgressHost, _name, _forwarding(_name))
+for _name, _group in SEAT_GROUPS.items():
+    setattr(VertexHost, SEAT_PREFIX + _name, ray.method(concurrency_group=_group)(_seated(_name)))
 for _name in COORDINATOR_METHODS:
     setattr(CoordinatorHost, _name, _forwarding(_name))
 

@@ -74,12 +74,18 @@ class JobPlacement:
 
     def __init__(self, plan: PhysicalPlan, name: str, settings: HostSettings) -> None:
         """Lease the job's hosts (warm ones from earlier jobs first; new ones start in
-        parallel) without waiting for them: :meth:`take_roles` gives them their roles."""
+        parallel) without waiting for them: :meth:`take_roles` gives them their roles.
+
+        A job without recovery seats its progress actor in the host of its first replica
+        (replica 0 of the plan's first chain, which every rescale keeps): a process fewer to
+        start. A job with recovery gives it a host of its own, as a recovery of a replica
+        alone needs it to outlive any replica (docs/hosts.md, "A first job's start")."""
         self.plan, self.name, self.settings = plan, name, settings
         self.pool = host_pool()
         keys = plan.replica_keys()
         self.leases: dict[Hashable, HostLease] = dict(zip(keys, self.pool.lease("vertex", len(keys), settings.num_cpus)))
-        self.leases[PROGRESS] = self.pool.lease("progress", 1)[0]
+        self.leases[PROGRESS] = (self.pool.lease("progress", 1)[0] if settings.recovery is not None
+                                 else self.pool.seat(self.leases[keys[0]]))
         self.coordinator_lease: HostLease | None = None
         self.actors: dict[ReplicaKey, Any] = {key: self.leases[key].handle for key in keys}
         self.peers: dict[ReplicaKey, Any] = {key: self.leases[key].leased for key in keys}
@@ -101,10 +107,8 @@ class JobPlacement:
         keys = self.plan.replica_keys()
         self.place_relays()
         pids = [self._take_vertex(key) for key in keys]
-        progress = self.leases[PROGRESS]
-        self._pids[self.host_name(PROGRESS)] = progress.handle.take.remote(
-            progress.lease, self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps(),
-            self.settings.sockets)
+        self._pids[self.host_name(PROGRESS)] = self.progress.take.remote(
+            self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps(), self.settings.sockets)
         return pids, [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
                       for key in keys]
 
@@ -233,9 +237,9 @@ class JobPlacement:
             self.pool.give_back([self.leases.pop(key)])
             if key == PROGRESS:
                 self.leases[PROGRESS] = lease = self.pool.lease("progress", 1, spares_now=False)[0]
-                refs.append(lease.handle.take.remote(lease.lease, self.name, self.plan.graph, self.plan.outputs,
-                                                     self.plan.initial_pointstamps(), self.settings.sockets))
                 self.progress = lease.leased
+                refs.append(self.progress.take.remote(self.name, self.plan.graph, self.plan.outputs,
+                                                      self.plan.initial_pointstamps(), self.settings.sockets))
             else:
                 assert isinstance(key, ReplicaKey)
                 self.leases[key] = lease = self.pool.lease("vertex", 1, self.settings.num_cpus, spares_now=False)[0]
@@ -271,8 +275,11 @@ class JobPlacement:
         kept = len(leases) + min(len(spare), len(missing))
         leases.update(zip(missing, spare + fresh))
         returned = spare[len(missing):]
+        seat = self.leases[PROGRESS]
+        assert not (seat.seated and any(lease.number == seat.number for lease in returned)), \
+            "a rescale gave back the host its progress actor is seated in"
         self.pool.give_back(returned)
-        self.leases = {PROGRESS: self.leases[PROGRESS], **leases}
+        self.leases = {PROGRESS: seat, **leases}
         self.plan, self._plan_ref = plan, ray.put(plan)
         self.actors = {key: leases[key].handle for key in keys}
         self.peers = {key: leases[key].leased for key in keys}
@@ -302,6 +309,15 @@ class JobPlacement:
                 for name in plan.inputs}
 
     # -- inspection and teardown -----------------------------------------------------------
+
+    def seated_in(self, key: Hashable) -> Hashable:
+        """``key``, or, for a progress actor seated in a vertex host (:meth:`~raytide.driver.pool.HostPool.seat`),
+        the replica that host plays: the two die as one process, and the replica's vertices are
+        what a user can act on."""
+        seat = self.leases.get(key)
+        if key != PROGRESS or seat is None or not seat.seated:
+            return key
+        return next(replica for replica, lease in self.leases.items() if replica != PROGRESS and lease.number == seat.number)
 
     def host_name(self, key: Hashable) -> str:
         """``job/chain/replica`` or ``job/progress``: how a host is named in Ray's log prefixes."""

@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
 
-from raytide.actors.hosts import CoordinatorHost, Leased, ProgressHost, VertexHost
+from raytide.actors.hosts import SEAT_PREFIX, CoordinatorHost, Leased, ProgressHost, VertexHost
 from raytide.core.arguments import non_negative, non_negative_int
 from raytide.driver.pool_book import HostKind, PoolBook
 
@@ -68,7 +68,7 @@ def _connected() -> None:
 #: Each kind of host: its class, its threads for calls (1: sequential) and its concurrency
 #: groups (see Host.watch, ProgressHost.next_events, CoordinatorHost).
 _KINDS: dict[HostKind, tuple[type, int, dict[str, int]]] = {
-    "vertex": (VertexHost, 1, {"watch": 1, "relay": 2, "fan_out": 1, "inspect": 1}),
+    "vertex": (VertexHost, 1, {"watch": 2, "relay": 2, "fan_out": 1, "inspect": 1, "progress": 1, "poll": 1}),
     "progress": (ProgressHost, 1, {"watch": 1, "poll": 1}),
     "coordinator": (CoordinatorHost, 4, {"watch": 1}),
 }
@@ -97,11 +97,14 @@ class HostLease:
     handle: Any  # the raw actor handle (for ray.kill, pings)
     lease: int
     pooled: bool  # False: killed, not reset, when given back (it reserved CPUs)
+    #: The progress role seated in a vertex host beside its replica, under the replica's lease
+    #: (:meth:`HostPool.seat`): given back with the replica's lease, not on its own.
+    seated: bool = False
 
     @property
     def leased(self) -> Leased:
-        """The handle whose calls carry this lease."""
-        return Leased(self.handle, self.lease)
+        """The handle whose calls carry this lease (a seated role's: its ``progress_*`` methods)."""
+        return Leased(self.handle, self.lease, SEAT_PREFIX if self.seated else "")
 
 
 @dataclass
@@ -183,6 +186,15 @@ class HostPool:
             self.spares = self.book.spares = max(self.book.spares, count)
             self._start_spares()
 
+    @staticmethod
+    def seat(host: HostLease) -> HostLease:
+        """The progress role's lease in the vertex host ``host`` leased to the same job: no
+        process of its own (a first job starts one process fewer), reset and killed with
+        ``host``. Only for a job without recovery: a replica's death takes the progress actor
+        with it, where a recovery alone needs the progress actor to live (docs/hosts.md)."""
+        assert host.kind == "vertex" and not host.seated, f"a progress role is seated in a vertex host, not {host}"
+        return replace(host, seated=True)
+
     def _lease_one(self, number: int, kind: HostKind, pooled: bool) -> HostLease:
         self.leases += 1
         return HostLease(number, kind, self.handles[number], self.leases, pooled)
@@ -194,6 +206,8 @@ class HostPool:
         with self.lock:
             now = time.monotonic()
             for host in hosts:
+                if host.seated:  # reset with its host's lease, or killed with it
+                    continue
                 if not host.pooled or self.closed:
                     self._kill(host.number)
                     killed.append(host.handle)

@@ -239,9 +239,12 @@ class JobSupervisor:
 
     def lost(self, key: Any, error: BaseException | None = None, why: str = "") -> RaytideError:
         """The death of the job's actor ``key`` (a replica's key, or the progress actor or coordinator),
-        named: found by Ray (``error``), or declared by the stall rule (``why``)."""
+        named: found by Ray (``error``), or declared by the stall rule (``why``); a progress actor seated
+        in a vertex host is named as that host's replica (:meth:`JobPlacement.seated_in`)."""
         cause = type(error).__name__ if error is not None else why
         by = "the driver's liveness check" if error is not None else "the supervisor's ping of a stalled job"
+        if self.placement.seated_in(key) != key:
+            key, cause = self.placement.seated_in(key), f"{cause}; the progress actor seated in its host died with it"
         if key in (PROGRESS, COORDINATOR):
             lost: RaytideError = ActorLost(f"job {self.name!r}: {key} died: {cause}" + (f" ({by})" if why else ""))
         else:
