@@ -70,13 +70,16 @@ class Recovery:
             stopped, or cut off while Ray still counts it alive) is declared failed, killed and
             recovered from, as a death Ray reports is. Shorter bounds find a stopped actor
             sooner; an actor too slow to answer a ping in time is recovered from needlessly.
-        alone: the replicas number every send to another replica, keep it in an upstream log
-            until a snapshot commits past it, and drop what they receive twice: what recovering
-            one lost replica alone needs (docs/recovery.md, "A replica recovered alone"): one dead
-            replica where that holds is replaced alone, the others keeping their state; any
-            other death rolls the whole job back, and its record in ``job.stats()["recoveries"]``
-            says why (an input replica, a stage that notifies, ...). Off by default. The logs keep what was
-            sent since the last commit: with ``interval=None`` they grow until a snapshot.
+        alone: recover one lost replica alone where the rule allows it (docs/recovery.md, "A
+            replica recovered alone"): the replicas number every send to another replica, keep it
+            in an upstream log until a snapshot commits past it, and drop what they receive twice;
+            one dead replica where that holds is replaced alone, the others keeping their state;
+            any other death rolls the whole job back, and its record in
+            ``job.stats()["recoveries"]`` says why (an input replica, a stage that notifies, ...).
+            ``None`` (the default): on when snapshots are periodic (``interval`` a number or
+            ``"auto"``), off with ``interval=None``, where the logs would keep everything sent
+            until a ``job.snapshot()``; ``True`` or ``False`` turns it on or off regardless.
+            Resolved when the ``Recovery`` is made: ``alone`` is then ``True`` or ``False``.
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
     """
@@ -91,7 +94,7 @@ class Recovery:
     lease: float = DEFAULT_LEASE
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     ping_timeout: float = DEFAULT_PING_TIMEOUT
-    alone: bool = False
+    alone: bool | None = None
     fence: Fence | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -114,8 +117,10 @@ class Recovery:
         for bound in ("stall_timeout", "ping_timeout"):
             if not _positive_number(getattr(self, bound)):
                 raise ArgumentError(f"Recovery {bound} must be seconds above 0, not {getattr(self, bound)!r}")
+        if self.alone is None:  # the default: on where snapshots trim the upstream logs
+            object.__setattr__(self, "alone", interval is not None)
         if not isinstance(self.alone, bool):
-            raise ArgumentError(f"Recovery alone must be True or False, not {self.alone!r}")
+            raise ArgumentError(f"Recovery alone must be True, False or None, not {self.alone!r}")
         if self.fence is not None and not isinstance(self.fence, Fence):
             raise ArgumentError(f"Recovery fence is set by rt.run, not {self.fence!r}")
 

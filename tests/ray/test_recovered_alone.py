@@ -1,10 +1,12 @@
-"""A replica recovered alone on a real Ray (``rt.Recovery(alone=True)``, :mod:`raytide.driver.alone_recovery`):
+"""A replica recovered alone on a real Ray (``rt.Recovery()``'s default, :mod:`raytide.driver.alone_recovery`):
 one replica of a 4-replica keyed stage SIGKILLed mid-stream; the output must be exactly the
 plain-Python reference (records lost, duplicated and in the wrong epoch counted; each key's
 running counts show a reorder), the survivors must keep their processes and never reload their
 state, and the recovery's record must say ``"alone"``. (That snapshots commit again after it is
 the coordinator core's ``lose``, tested in ``tests/unit/test_coordinator.py``: waiting here for a
-commit after the job ends would race the driver's silence rule for a coordinator it no longer syncs.)"""
+commit after the job ends would race the driver's silence rule for a coordinator it no longer syncs.)
+And the same job's sink SIGKILLed: the rule sends an output's replica to a whole-job rollback, which
+numbered sends (on by default in this job) survive exactly."""
 
 from __future__ import annotations
 
@@ -23,18 +25,23 @@ pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snaps
 WIDTH = 4
 
 
-def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_session, tmp_path):
+def _counting() -> Scenario:
+    """The model's job fed 30 epochs of 60 records of 40 keys, and its plain-Python reference."""
     rng = random.Random(74)
     epochs = [[rng.randrange(40) for _ in range(60)] for _ in range(EPOCHS)]
-    counting = Scenario("running counts", running_counts_flow(WIDTH), {"x": epochs},
-                        {"out": {epoch: Counter(records) for epoch, records in reference(epochs).items() if records}})
+    return Scenario("running counts", running_counts_flow(WIDTH), {"x": epochs},
+                    {"out": {epoch: Counter(records) for epoch, records in reference(epochs).items() if records}})
+
+
+def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_session, tmp_path):
+    counting = _counting()
     before: dict[str, int] = {}
 
     def kill(job: rt.Job) -> None:
         before.update(job.hosts())
         sigkill(job, "count/1")
 
-    got, stats = run_and_kill(counting, tmp_path, [kill], alone=True)
+    got, stats = run_and_kill(counting, tmp_path, [kill])  # Recovery's default: alone
     check(counting, got)
     [record] = stats["recoveries"]["recoveries"]
     assert record["kind"] == "alone" and len(record["replaced"]) == 1 and record["replaced"][0].endswith("/count/1"), record
@@ -43,3 +50,19 @@ def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_ses
     assert {name: stats["hosts"][name] for name in survivors} == survivors, "a survivor's process changed"
     assert {name: stats["replicas"][name]["restores"] for name in survivors} == dict.fromkeys(survivors, 0)
     assert stats["replicas"][record["replaced"][0]]["restores"] == 1
+
+
+def test_numbered_sends_survive_a_whole_job_rollback_exactly(ray_session, tmp_path):
+    """The same job (numbering on by default: its ``count`` replicas may be recovered alone), its
+    sink SIGKILLed: an output's replica rolls the whole job back (the record says why), every
+    sender restarts at the numbers its receivers' snapshot positions expect, and the output is
+    still exactly the reference."""
+    counting = _counting()
+
+    def kill(job: rt.Job) -> None:
+        sigkill(job, f"{job.plan.chain_of('sink').name}/0")
+
+    got, stats = run_and_kill(counting, tmp_path, [kill])
+    check(counting, got)
+    [record] = stats["recoveries"]["recoveries"]
+    assert record["kind"] == "job" and "is an output" in record["why"], record
