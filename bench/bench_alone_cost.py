@@ -3,7 +3,8 @@ alone by default). With it every send between replicas is numbered, kept in its 
 upstream log until a snapshot commits past it, and checked against duplicates at its receiver
 (docs/recovery.md, "A replica recovered alone"). Each run measures both settings, ``alone=False``
 (the default before) and ``alone=True``, alternating which goes first from run to run, with a
-snapshot every second (``Recovery``'s default interval) in both:
+snapshot every second (``Recovery``'s default interval) in both (``--param only=running``: the
+running stage and the upstream logs only):
 
 * ``{setting}_wordcount_s``: the keyed word count of ``bench recovery`` (``keyed_flow``:
   ``flat_map -> count_by_key -> stateful_map``), ``epochs`` of ``lines`` lines pushed from the
@@ -18,8 +19,8 @@ snapshot every second (``Recovery``'s default interval) in both:
   95% of the edges, then 1% at a time; the median of the five 1% epochs.
 * ``upstream_log_records``, ``upstream_log_mb``: with ``alone=True``, the most records all the
   running job's replicas kept in their upstream logs at once (messages kept times the mean
-  records of a message sent), sampled every ``paced`` epochs of a feed paced as ``bench
-  recovery``'s stage kill (an epoch every 50 ms); the bytes are that times what a
+  records of a message sent), sampled every ``paced`` epochs of 40 epochs of ``paced_lines``
+  lines paced as ``bench recovery``'s stage kill (an epoch every 50 ms); the bytes are that times what a
   ``(word, count)`` record takes in a Python list (:func:`_record_bytes`).
 """
 
@@ -38,7 +39,7 @@ from bench.bench_recovery import keyed_input, keyed_reference, run_keyed, runnin
 from bench.harness import SETTLE_S, ensure_ray
 
 PARAMS = {"epochs": 60, "lines": 5_000, "vocabulary": 20_000, "keyed_epochs": 300, "nodes": 200_000,
-          "edges": 600_000, "parallelism": 2, "paced": 5}
+          "edges": 600_000, "parallelism": 2, "paced": 5, "paced_lines": 500, "only": "all"}
 SETTINGS = {"whole": False, "alone": True}
 RATIOS = [(f"{label}: alone / whole", f"alone_{metric}", f"whole_{metric}")
           for label, metric in (("word count", "wordcount_s"), ("running stage", "running_s"),
@@ -86,17 +87,18 @@ def _record_bytes(data: list[list[str]]) -> float:
 
 
 def _one(setting: str, data: list[list[str]], expected: dict, running: dict, root: str, keyed_epochs: int,
-         edges, nodes: int, parallelism: int) -> dict[str, float]:
-    recovery = rt.Recovery(f"{root}/{setting}", interval=1.0, alone=SETTINGS[setting])
+         edges, nodes: int, parallelism: int, only: str) -> dict[str, float]:
     out: dict[str, float] = {}
-    elapsed, totals, _ = run_keyed(data, parallelism, recovery)
-    assert {e: Counter(r) for e, r in totals.items()} == expected
-    out[f"{setting}_wordcount_s"] = elapsed
-    time.sleep(SETTLE_S)
     elapsed, totals, _ = run_running(data, rt.Recovery(f"{root}/{setting}-running", interval=1.0,
                                                        alone=SETTINGS[setting]))
     assert {e: Counter(r) for e, r in totals.items() if r} == {e: c for e, c in running.items() if c}
     out[f"{setting}_running_s"] = elapsed
+    time.sleep(SETTLE_S)
+    if only == "running":
+        return out
+    elapsed, totals, _ = run_keyed(data, parallelism, rt.Recovery(f"{root}/{setting}", alone=SETTINGS[setting]))
+    assert {e: Counter(r) for e, r in totals.items()} == expected
+    out[f"{setting}_wordcount_s"] = elapsed
     time.sleep(SETTLE_S)
     latencies, _ = keyed_epoch_latencies(keyed_epochs, parallelism, rt.Recovery(f"{root}/{setting}-latency",
                                                                                 alone=SETTINGS[setting]))
@@ -112,20 +114,22 @@ def _one(setting: str, data: list[list[str]], expected: dict, running: dict, roo
 
 
 def measure(epochs: int, lines: int, vocabulary: int, keyed_epochs: int, nodes: int, edges: int,
-            parallelism: int, paced: int) -> dict[str, float]:
-    """One run: both settings, in the order this run's turn gives (see the module docstring)."""
+            parallelism: int, paced: int, paced_lines: int, only: str) -> dict[str, float]:
+    """One run: both settings, in the order this run's turn gives (see the module docstring);
+    ``only="running"``: the running stage's throughput and upstream logs only."""
     global _runs
     ensure_ray()
     data = keyed_input(epochs, lines, vocabulary)
     expected, running = keyed_reference(data), running_reference(data)
-    cc_edges, _, _ = graph(nodes, edges, 0)
+    cc_edges = graph(nodes, edges, 0)[0] if only == "all" else None
     order = ("whole", "alone") if _runs % 2 == 0 else ("alone", "whole")
     _runs += 1
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
         for setting in order:
-            out.update(_one(setting, data, expected, running, root, keyed_epochs, cc_edges, nodes, parallelism))
-        _, _, most = run_running(data[:40], rt.Recovery(f"{root}/paced", interval=1.0, alone=True), paced)
+            out.update(_one(setting, data, expected, running, root, keyed_epochs, cc_edges, nodes, parallelism, only))
+        calm = [epoch[:paced_lines] for epoch in data[:40]]
+        _, _, most = run_running(calm, rt.Recovery(f"{root}/paced", interval=1.0, alone=True), paced)
     out["upstream_log_records"] = most
     out["upstream_log_mb"] = most * _record_bytes(data) / 1e6
     return out

@@ -107,7 +107,7 @@ class VertexActor:
         self.store = self.writer.store if self.writer is not None else None
         self.serial = serial
         sockets = serial is not None
-        self.numbered = recovery is not None and recovery.alone is True  # numbered sends (raytide.engine.numbered_channels)
+        self.numbered = recovery is not None and recovery.alone  # numbered sends (raytide.engine.numbered_channels)
         self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets, self.numbered)
         self.inbound = socket_hops.Inbound(f"{job}/{chain}/{replica}", self._delivered) if sockets else None
         self.transport.incarnation = incarnation

@@ -1,4 +1,4 @@
-"""A replica recovered alone on Ray (``rt.Recovery``'s ``alone``, on by default; docs/recovery.md, "A replica
+"""A replica recovered alone on Ray (``rt.Recovery(alone=True)``; docs/recovery.md, "A replica
 recovered alone"): the steps the simulator takes in :mod:`raytide.testing.solo`, on the same
 cores, as calls to the job's actors. The driver's supervisor asks :meth:`AloneOnRay.recover`
 first at a death; where :func:`~raytide.driver.recovery_runtime.ray_kind` says ``"job"``, or a

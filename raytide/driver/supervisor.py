@@ -159,12 +159,12 @@ class JobSupervisor:
 
     def recover(self, cause: str) -> None:
         """Recover the job from the deaths of ``cause`` (the job fails if it cannot): one lost
-        replica alone where ``Recovery.alone`` (on by default) and the rule allow
+        replica alone where ``Recovery(alone=True)`` and the rule allow
         (:mod:`raytide.driver.alone_recovery`), else the whole job."""
         assert self.recovery is not None
         alone = False
         try:
-            alone = self.recovery.recovery.alone is True and AloneOnRay(self.recovery).recover(cause)
+            alone = self.recovery.recovery.alone and AloneOnRay(self.recovery).recover(cause)
         except RaytideError as error:
             self.fail(error)
         if alone:

@@ -76,10 +76,11 @@ class Recovery:
             one dead replica where that holds is replaced alone, the others keeping their state;
             any other death rolls the whole job back, and its record in
             ``job.stats()["recoveries"]`` says why (an input replica, a stage that notifies, ...).
-            ``None`` (the default): on when snapshots are periodic (``interval`` a number or
-            ``"auto"``), off with ``interval=None``, where the logs would keep everything sent
-            until a ``job.snapshot()``; ``True`` or ``False`` turns it on or off regardless.
-            Resolved when the ``Recovery`` is made: ``alone`` is then ``True`` or ``False``.
+            Off by default: where it can be used it costs the steady path about 13% of a
+            stage's throughput and keeps about two intervals' traffic in memory (docs/recovery.md,
+            "What it costs"); ``rt.run`` turns it off for a plan none of whose replicas the rule
+            recovers alone, which then pays nothing. The logs keep what was sent since the last
+            commit: with ``interval=None`` they grow until a snapshot.
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
     """
@@ -94,7 +95,7 @@ class Recovery:
     lease: float = DEFAULT_LEASE
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     ping_timeout: float = DEFAULT_PING_TIMEOUT
-    alone: bool | None = None
+    alone: bool = False
     fence: Fence | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -117,10 +118,8 @@ class Recovery:
         for bound in ("stall_timeout", "ping_timeout"):
             if not _positive_number(getattr(self, bound)):
                 raise ArgumentError(f"Recovery {bound} must be seconds above 0, not {getattr(self, bound)!r}")
-        if self.alone is None:  # the default: on where snapshots trim the upstream logs
-            object.__setattr__(self, "alone", interval is not None)
         if not isinstance(self.alone, bool):
-            raise ArgumentError(f"Recovery alone must be True, False or None, not {self.alone!r}")
+            raise ArgumentError(f"Recovery alone must be True or False, not {self.alone!r}")
         if self.fence is not None and not isinstance(self.fence, Fence):
             raise ArgumentError(f"Recovery fence is set by rt.run, not {self.fence!r}")
 

@@ -1,4 +1,4 @@
-"""A replica recovered alone on a real Ray (``rt.Recovery()``'s default, :mod:`raytide.driver.alone_recovery`):
+"""A replica recovered alone on a real Ray (``rt.Recovery(alone=True)``, :mod:`raytide.driver.alone_recovery`):
 one replica of a 4-replica keyed stage SIGKILLed mid-stream; the output must be exactly the
 plain-Python reference (records lost, duplicated and in the wrong epoch counted; each key's
 running counts show a reorder), the survivors must keep their processes and never reload their
@@ -6,7 +6,7 @@ state, and the recovery's record must say ``"alone"``. (That snapshots commit ag
 the coordinator core's ``lose``, tested in ``tests/unit/test_coordinator.py``: waiting here for a
 commit after the job ends would race the driver's silence rule for a coordinator it no longer syncs.)
 And the same job's sink SIGKILLed: the rule sends an output's replica to a whole-job rollback, which
-numbered sends (on by default in this job) survive exactly."""
+numbered sends (on in this job) survive exactly."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_ses
         before.update(job.hosts())
         sigkill(job, "count/1")
 
-    got, stats = run_and_kill(counting, tmp_path, [kill])  # Recovery's default: alone
+    got, stats = run_and_kill(counting, tmp_path, [kill], alone=True)
     check(counting, got)
     [record] = stats["recoveries"]["recoveries"]
     assert record["kind"] == "alone" and len(record["replaced"]) == 1 and record["replaced"][0].endswith("/count/1"), record
@@ -53,7 +53,7 @@ def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_ses
 
 
 def test_numbered_sends_survive_a_whole_job_rollback_exactly(ray_session, tmp_path):
-    """The same job (numbering on by default: its ``count`` replicas may be recovered alone), its
+    """The same job with ``alone=True`` (numbering on: its ``count`` replicas may be recovered alone), its
     sink SIGKILLed: an output's replica rolls the whole job back (the record says why), every
     sender restarts at the numbers its receivers' snapshot positions expect, and the output is
     still exactly the reference."""
@@ -62,7 +62,7 @@ def test_numbered_sends_survive_a_whole_job_rollback_exactly(ray_session, tmp_pa
     def kill(job: rt.Job) -> None:
         sigkill(job, f"{job.plan.chain_of('sink').name}/0")
 
-    got, stats = run_and_kill(counting, tmp_path, [kill])
+    got, stats = run_and_kill(counting, tmp_path, [kill], alone=True)
     check(counting, got)
     [record] = stats["recoveries"]["recoveries"]
     assert record["kind"] == "job" and "is an output" in record["why"], record

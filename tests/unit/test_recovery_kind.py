@@ -86,14 +86,12 @@ def test_what_both_worlds_carry_out_alone_leaves_inputs_and_relays_to_the_whole_
     assert recovered_how(plan, [ReplicaKey("m", 0), ReplicaKey("m", 1)]).kind == "job"
 
 
-def test_alone_is_on_by_default_where_snapshots_are_periodic_and_off_where_nothing_could_use_it():
-    """``Recovery(alone=None)``, the default, is on with periodic snapshots (they trim the upstream
-    logs) and off with ``interval=None``; ``numbering_for`` turns it off on a plan none of whose
-    replicas the rule recovers alone (no logs kept for nothing), and keeps what was asked otherwise."""
-    assert rt.Recovery("x").alone and rt.Recovery("x", interval="auto").alone
-    assert not rt.Recovery("x", interval=None).alone and rt.Recovery("x", interval=None, alone=True).alone
-    assert not rt.Recovery("x", alone=False).alone
-    on, off = rt.Recovery("x"), rt.Recovery("x", alone=False)
+def test_alone_numbers_only_a_plan_with_a_replica_the_rule_recovers_alone():
+    """``numbering_for`` turns ``alone`` off on a plan none of whose replicas the rule recovers
+    alone (no numbering, no logs kept for a replay that never comes), and keeps what was asked
+    otherwise; ``alone`` stays off by default."""
+    on, off = rt.Recovery("x", alone=True), rt.Recovery("x")
+    assert not off.alone
     assert numbering_for(_plan(), on) is on and numbering_for(_plan(), off) is off
     for plan in (_plan(input_width=3), _plan(stage="stateful")):  # every stage takes 3 channels, or notifies
         assert numbering_for(plan, on) == off and not numbering_for(plan, on).alone
