@@ -5,8 +5,8 @@ running counts show a reorder), the survivors must keep their processes and neve
 state, and the recovery's record must say ``"alone"``. (That snapshots commit again after it is
 the coordinator core's ``lose``, tested in ``tests/unit/test_coordinator.py``: waiting here for a
 commit after the job ends would race the driver's silence rule for a coordinator it no longer syncs.)
-And the same job's sink SIGKILLed: the rule sends an output's replica to a whole-job rollback, which
-numbered sends (on in this job) survive exactly."""
+And the same job's sink SIGKILLed: the rule sends a replica fed by 4 channels to a whole-job rollback,
+which numbered sends (on in this job) survive exactly."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_ses
 
 def test_numbered_sends_survive_a_whole_job_rollback_exactly(ray_session, tmp_path):
     """The same job with ``alone=True`` (numbering on: its ``count`` replicas may be recovered alone), its
-    sink SIGKILLed: an output's replica rolls the whole job back (the record says why), every
+    sink SIGKILLed: fed by the 4 ``count`` replicas, it rolls the whole job back (the record says why), every
     sender restarts at the numbers its receivers' snapshot positions expect, and the output is
     still exactly the reference."""
     counting = _counting()
@@ -65,4 +65,4 @@ def test_numbered_sends_survive_a_whole_job_rollback_exactly(ray_session, tmp_pa
     got, stats = run_and_kill(counting, tmp_path, [kill], alone=True)
     check(counting, got)
     [record] = stats["recoveries"]["recoveries"]
-    assert record["kind"] == "job" and "is an output" in record["why"], record
+    assert record["kind"] == "job" and "replica sink[0]: vertex 'sink' takes 4 channels" in record["why"], record
