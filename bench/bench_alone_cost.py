@@ -1,7 +1,8 @@
-"""What ``rt.Recovery(alone=True)`` costs a job that never fails (issue 74: a replica recovered
-alone by default). With it every send between replicas is numbered, kept in its sender's
-upstream log until a snapshot commits past it, and checked against duplicates at its receiver
-(docs/recovery.md, "A replica recovered alone"). Each run measures both settings, ``alone=False``
+"""What ``rt.Recovery(alone=True)`` costs a job that never fails (issue 74: whether a replica
+should be recovered alone by default; docs/recovery.md, "What it costs"). With it every send
+between replicas is numbered, kept in its sender's upstream log until a snapshot commits past
+it, and checked against duplicates at its receiver (docs/recovery.md, "A replica recovered
+alone"). Each run measures both settings, ``alone=False``
 (the default before) and ``alone=True``, alternating which goes first from run to run, with a
 snapshot every second (``Recovery``'s default interval) in both (``--param only=running``: the
 running stage and the upstream logs only):
@@ -9,7 +10,9 @@ running stage and the upstream logs only):
 * ``{setting}_wordcount_s``: the keyed word count of ``bench recovery`` (``keyed_flow``:
   ``flat_map -> count_by_key -> stateful_map``), ``epochs`` of ``lines`` lines pushed from the
   driver, from the first push to the last totals. Its ``count`` notifies, so no replica of it
-  is ever recovered alone.
+  is ever recovered alone, and ``rt.run`` numbers nothing in it even with ``alone=True``
+  (``numbering_for``): the same for the latency and components jobs below, whose pairs then
+  measure only the noise (before that gate they measured numbering everywhere).
 * ``{setting}_running_s``: the same input through ``bench recovery``'s ``running_flow`` (a
   4-replica stage counting per word as it receives, no notification), the job whose
   ``count`` replicas the rule recovers alone.
@@ -20,8 +23,8 @@ running stage and the upstream logs only):
 * ``upstream_log_records``, ``upstream_log_mb``: with ``alone=True``, the most records all the
   running job's replicas kept in their upstream logs at once (messages kept times the mean
   records of a message sent), sampled every ``paced`` epochs of 40 epochs of ``paced_lines``
-  lines paced as ``bench recovery``'s stage kill (an epoch every 50 ms); the bytes are that times what a
-  ``(word, count)`` record takes in a Python list (:func:`_record_bytes`).
+  lines paced as ``bench recovery``'s stage kill (an epoch every 50 ms); the bytes are that
+  times what a ``(word, count)`` record takes in a Python list (:func:`_record_bytes`).
 """
 
 from __future__ import annotations
