@@ -77,7 +77,7 @@ class Recovery:
             any other death rolls the whole job back, and its record in
             ``job.stats()["recoveries"]`` says why (an input replica, a stage that notifies, ...).
             Off by default: where it can be used it costs the steady path about 13% of a
-            stage's throughput and keeps about two intervals' traffic in memory (docs/recovery.md,
+            stage's throughput and keeps two to three intervals' traffic in memory (docs/recovery.md,
             "What it costs"); ``rt.run`` turns it off for a plan none of whose replicas the rule
             recovers alone, which then pays nothing. The logs keep what was sent since the last
             commit: with ``interval=None`` they grow until a snapshot.
