@@ -175,12 +175,14 @@ def raytide(nodes: int, edges: np.ndarray, parallelism: int,
     return labels, result, clock - started, elapsed
 
 
-def example(nodes: int, edges: np.ndarray, parallelism: int, epochs: list[np.ndarray]) -> tuple[np.ndarray, list[float]]:
-    """The example's job fed ``epochs`` one after another; ``(labels, seconds per epoch)``."""
+def example(nodes: int, edges: np.ndarray, parallelism: int, epochs: list[np.ndarray],
+            recovery: rt.Recovery | None = None) -> tuple[np.ndarray, list[float]]:
+    """The example's job fed ``epochs`` one after another (with ``recovery``, if given);
+    ``(labels, seconds per epoch)``."""
     labels = np.arange(nodes, dtype=np.int64)
     seconds = []
     with rt.run(example_cc.build_flow(parallelism), parallelism=parallelism,
-                batch_size=-(-len(edges) // parallelism)) as job:
+                batch_size=-(-len(edges) // parallelism), recovery=recovery) as job:
         job.wait_ready()
         results = job.results("labels", batch_format="numpy")  # one (n, 2) array per epoch
         for epoch, part in enumerate(epochs):

@@ -88,13 +88,14 @@ def _keyed_pipeline() -> rt.Dataflow:
     return flow
 
 
-def keyed_epoch_latencies(epochs: int, parallelism: int) -> tuple[list[float], float]:
+def keyed_epoch_latencies(epochs: int, parallelism: int,
+                          recovery: rt.Recovery | None = None) -> tuple[list[float], float]:
     """Seconds from each small epoch's push to its counts at the driver, and the job's
-    progress batches per data message."""
+    progress batches per data message; ``recovery``: the job's (none: no snapshots)."""
     latencies = []
     records = list(range(EPOCH_RECORDS))
     expected = sorted((k, EPOCH_RECORDS // 5) for k in range(5))
-    with rt.run(_keyed_pipeline(), parallelism=parallelism) as job:
+    with rt.run(_keyed_pipeline(), parallelism=parallelism, recovery=recovery) as job:
         job.wait_ready()
         results = job.results("counts", timeout=600)
         for epoch in range(WARMUP + epochs):

@@ -269,9 +269,9 @@ def ray_kind(snapshots: JobSnapshots, dead: list[Any], rescaling: bool = False) 
     found = recovered_how(snapshots.placement.plan, lost, others, rescaling)
     if found.kind == "job":
         return found
-    why = ("Recovery(alone=False) was asked for" if not snapshots.recovery.alone else
-           "the job relays progress per node (not recovered alone on Ray)" if snapshots.placement.relay_of else
-           "the job was rescaled live (not recovered alone on Ray)" if snapshots.rescales else None)
+    why = ("the job was rescaled live (not recovered alone on Ray)" if snapshots.rescales else
+           "Recovery(alone=False) was asked for" if not snapshots.recovery.alone else
+           "the job relays progress per node (not recovered alone on Ray)" if snapshots.placement.relay_of else None)
     return found if why is None else RecoveryKind("job", f"{found.why}; but {why}, so the whole job rolls back")
 
 

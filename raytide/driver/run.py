@@ -33,6 +33,7 @@ from raytide.snapshots.consumed import START
 from raytide.snapshots.store import store_of
 from raytide.sources.iterable import as_source
 from raytide.sources.stream import StreamSource
+from raytide.supervisor.alone import numbering_for
 
 __all__ = ["Job", "run"]
 
@@ -134,7 +135,7 @@ def run(
         recovery = dataclasses.replace(recovery, interval=None)
     name = name or f"{flow.name}-{uuid.uuid4().hex[:6]}"
     if recovery is not None:  # refused if another driver holds the store, or if it cannot be written
-        recovery = take_store(recovery, name)
+        recovery = take_store(numbering_for(plan, recovery), name)  # alone off where no replica can be
     try:
         restore_id = _prepared(plan, sources, streams, recovery, restore, num_cpus, oversubscribe)
         job = Job(plan, name, HostSettings(max_inflight, num_cpus, pretouch_mb, recovery), batch_size, restore_id,

@@ -159,7 +159,8 @@ class JobSupervisor:
 
     def recover(self, cause: str) -> None:
         """Recover the job from the deaths of ``cause`` (the job fails if it cannot): one lost
-        replica alone where ``Recovery(alone=True)`` and the rule allow (:mod:`raytide.driver.alone_recovery`), else the whole job."""
+        replica alone where ``Recovery(alone=True)`` and the rule allow
+        (:mod:`raytide.driver.alone_recovery`), else the whole job."""
         assert self.recovery is not None
         alone = False
         try:

@@ -230,4 +230,5 @@ class HostedVertices:
         """Counters per hosted vertex (with what it counts of its state) plus this replica's progress flushes."""
         return {"vertices": {name: {**vars(s), **(self.vertices[name].statistics() if name in self.vertices else {})}
                              for name, s in self.stats.items()},
-                "progress_flushes": self.flushes, "local_sends": self.outbox.local_sends}
+                "progress_flushes": self.flushes, "local_sends": self.outbox.local_sends,
+                "upstream_log": self.outbox.numbering.kept()}  # messages kept for a replay (0: not numbered)

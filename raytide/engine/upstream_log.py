@@ -104,5 +104,6 @@ class UpstreamLog:
         return [(kept.base + offset, kept.kept[offset]) for offset in range(position - kept.base, len(kept.kept))]
 
     def size(self) -> int:
-        """How many messages the log keeps, over all channels."""
-        return sum(len(kept.kept) for kept in self._channels.values())
+        """How many messages the log keeps, over all channels (safe from a stats thread: the
+        channels are copied in one step)."""
+        return sum(len(kept.kept) for kept in list(self._channels.values()))

@@ -28,12 +28,14 @@ Everywhere else the whole job rolls back, as before, and the recovery's record s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ReplicaKey
+from raytide.snapshots.config import Recovery
 
 #: A replacement recovered alone numbers its messages to the progress actor from its generation
 #: (1 for the first replacement of a replica, 2 for the next, ...) times this: past anything its
@@ -114,3 +116,16 @@ def recovered_how(plan: PhysicalPlan, lost: Sequence[ReplicaKey], others: Sequen
         return RecoveryKind("job", f"{where} is its node's progress relay: what it gathered of the other replicas' "
                                    f"progress died with it")
     return found
+
+
+def numbering_for(plan: PhysicalPlan, recovery: Recovery) -> Recovery:
+    """``recovery`` as the job started on ``plan`` runs it: with ``alone`` off where no replica of
+    ``plan`` could be recovered alone (:func:`recovered_how` answers ``"job"`` for every one of
+    them alone: every stage notifies, sits in a loop, takes several channels, ...). Numbering,
+    upstream logs and dedup would then cost every send and keep every message of a snapshot
+    interval for a replay that never comes, and the epoch tokens could not ride with the data
+    (docs/recovery.md, "A replica recovered alone"). Decided once, on the plan the job starts
+    with, so every replica of every incarnation numbers alike; a rescaled job is recovered whole."""
+    if not recovery.alone or any(recovered_how(plan, [key]).kind == "alone" for key in plan.replica_keys()):
+        return recovery
+    return dataclasses.replace(recovery, alone=False)

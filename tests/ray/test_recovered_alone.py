@@ -4,7 +4,9 @@ plain-Python reference (records lost, duplicated and in the wrong epoch counted;
 running counts show a reorder), the survivors must keep their processes and never reload their
 state, and the recovery's record must say ``"alone"``. (That snapshots commit again after it is
 the coordinator core's ``lose``, tested in ``tests/unit/test_coordinator.py``: waiting here for a
-commit after the job ends would race the driver's silence rule for a coordinator it no longer syncs.)"""
+commit after the job ends would race the driver's silence rule for a coordinator it no longer syncs.)
+And the same job's sink SIGKILLed: the rule sends a replica fed by 4 channels to a whole-job rollback,
+which numbered sends (on in this job) survive exactly."""
 
 from __future__ import annotations
 
@@ -23,11 +25,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snaps
 WIDTH = 4
 
 
-def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_session, tmp_path):
+def _counting() -> Scenario:
+    """The model's job fed 30 epochs of 60 records of 40 keys, and its plain-Python reference."""
     rng = random.Random(74)
     epochs = [[rng.randrange(40) for _ in range(60)] for _ in range(EPOCHS)]
-    counting = Scenario("running counts", running_counts_flow(WIDTH), {"x": epochs},
-                        {"out": {epoch: Counter(records) for epoch, records in reference(epochs).items() if records}})
+    return Scenario("running counts", running_counts_flow(WIDTH), {"x": epochs},
+                    {"out": {epoch: Counter(records) for epoch, records in reference(epochs).items() if records}})
+
+
+def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_session, tmp_path):
+    counting = _counting()
     before: dict[str, int] = {}
 
     def kill(job: rt.Job) -> None:
@@ -43,3 +50,19 @@ def test_a_replica_sigkilled_in_a_keyed_stage_is_recovered_alone_exactly(ray_ses
     assert {name: stats["hosts"][name] for name in survivors} == survivors, "a survivor's process changed"
     assert {name: stats["replicas"][name]["restores"] for name in survivors} == dict.fromkeys(survivors, 0)
     assert stats["replicas"][record["replaced"][0]]["restores"] == 1
+
+
+def test_numbered_sends_survive_a_whole_job_rollback_exactly(ray_session, tmp_path):
+    """The same job with ``alone=True`` (numbering on: its ``count`` replicas may be recovered alone), its
+    sink SIGKILLed: fed by the 4 ``count`` replicas, it rolls the whole job back (the record says why), every
+    sender restarts at the numbers its receivers' snapshot positions expect, and the output is
+    still exactly the reference."""
+    counting = _counting()
+
+    def kill(job: rt.Job) -> None:
+        sigkill(job, f"{job.plan.chain_of('sink').name}/0")
+
+    got, stats = run_and_kill(counting, tmp_path, [kill], alone=True)
+    check(counting, got)
+    [record] = stats["recoveries"]["recoveries"]
+    assert record["kind"] == "job" and "replica sink[0]: vertex 'sink' takes 4 channels" in record["why"], record

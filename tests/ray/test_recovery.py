@@ -57,7 +57,7 @@ def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], No
     job's stats at its end (once ``then_committed`` snapshots are).
     ``consume(job, output)`` takes the first output instead of ``job.results`` (a sink);
     ``store`` is where snapshots go (default: a directory under ``tmp_path``); ``alone``:
-    ``Recovery(alone=)``, numbered sends."""
+    ``Recovery(alone=)``, numbered sends where the plan has a replica the rule recovers alone."""
     recovery = rt.Recovery(store or str(tmp_path / "store"), interval=interval, max_restarts=max_restarts,
                            output_commit=output_commit, alone=alone)  # type: ignore[arg-type]
     started = threading.Event()
@@ -119,20 +119,7 @@ def test_a_killed_replica_is_replaced_and_the_output_is_exactly_the_failure_free
     assert len(recoveries["recoveries"][0]["replaced"]) == 1
 
 
-def test_numbered_sends_survive_a_sigkill_exactly(ray_session, tmp_path):
-    """``Recovery(alone=True)``: every send between replicas carries its number through the
-    Ray shells (the data call's header), receivers admit by number, barriers are noted in the
-    upstream logs and trimmed at commits; a SIGKILLed replica of the keyed job's stage still
-    gives exactly the reference. Ray rolls the whole job back (the record says why)."""
-    keyed = scenario("keyed")
-
-    def kill(job: rt.Job) -> None:
-        sigkill(job, next(f"{key.chain}/{key.replica}" for key in sorted(job.placement.actors) if "seen" in key.chain))
-
-    got, stats = run_and_kill(keyed, tmp_path, [kill], alone=True)
-    check(keyed, got)
-    [record] = stats["recoveries"]["recoveries"]
-    assert record["kind"] == "job" and "seen" in record["why"], record
+def test_committed_at_snapshots_output_that_depends_on_arrival_order_survives_a_kill(ray_session, tmp_path):
     """Each record linked to the one a replica saw before it, which may differ in every run:
     committed at snapshots, the output stays one chain across a real kill. (On Ray a replay
     often sees the same order again, so this does not tell the two modes apart; the seeded

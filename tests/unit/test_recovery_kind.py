@@ -6,7 +6,7 @@ from __future__ import annotations
 import raytide as rt
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import ReplicaKey
-from raytide.supervisor.alone import decide, recovered_how
+from raytide.supervisor.alone import decide, numbering_for, recovered_how
 
 
 def _plan(input_width: int = 1, stage: str = "map") -> PhysicalPlan:
@@ -84,3 +84,14 @@ def test_what_both_worlds_carry_out_alone_leaves_inputs_and_relays_to_the_whole_
     kind = recovered_how(plan, [ReplicaKey("m", 2)], relays={ReplicaKey("m", 2)})
     assert kind.kind == "job" and "its node's progress relay" in kind.why
     assert recovered_how(plan, [ReplicaKey("m", 0), ReplicaKey("m", 1)]).kind == "job"
+
+
+def test_alone_numbers_only_a_plan_with_a_replica_the_rule_recovers_alone():
+    """``numbering_for`` turns ``alone`` off on a plan none of whose replicas the rule recovers
+    alone (no numbering, no logs kept for a replay that never comes), and keeps what was asked
+    otherwise; ``alone`` stays off by default."""
+    on, off = rt.Recovery("x", alone=True), rt.Recovery("x")
+    assert not off.alone
+    assert numbering_for(_plan(), on) is on and numbering_for(_plan(), off) is off
+    for plan in (_plan(input_width=3), _plan(stage="stateful")):  # every stage takes 3 channels, or notifies
+        assert numbering_for(plan, on) == off and not numbering_for(plan, on).alone
