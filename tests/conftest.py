@@ -91,11 +91,12 @@ def own_ray_env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def session_ray_env(ray_session) -> dict[str, str]:
     """The environment for a child process that joins the test session's Ray (``RAY_ADDRESS``
     set to it), as a program does under ``ray job submit`` or in a notebook on a cluster:
-    it saves the child a Ray start and stop of its own (15-20 s on 2 busy cores).
+    it saves the child a Ray start and stop of its own (15-20 s on 2 busy cores). Once per
+    session, so that a module's fixture may start such children once for several tests.
 
     For programs that start no Spark of their own: the files using this run before the
     session's Spark starts (:func:`spark_last`), so the session's CPUs are free for them.
