@@ -47,8 +47,6 @@ receiver the quiet one does.
 
 from __future__ import annotations
 
-import weakref
-
 from raytide.engine.outbox import Outbox, Transport
 from raytide.errors import ProgressError
 from raytide.physical.plan import PhysicalPlan
@@ -62,40 +60,22 @@ MAX_TOKEN_PAIRS = 64
 #: and that one's own latest token (:class:`ProxyPlan`).
 Proxies = tuple[tuple[int, int], ...]
 
-#: :func:`senders` and :func:`receivers` per plan (a plan is immutable), found once, not per
-#: replica and vertex; held weakly: a finished job's plan is not kept alive by it in a warm host
-#: that plays another job (tests/ray/test_hosts.py).
-_FOUND: weakref.WeakKeyDictionary[PhysicalPlan, tuple[frozenset[str], frozenset[str]]] = weakref.WeakKeyDictionary()
+# Found again per replica from its plan, not cached: a cache keyed by plan would keep a
+# finished job's plan alive in a warm host that plays another job (tests/ray/test_hosts.py).
 
 
 def senders(plan: PhysicalPlan) -> frozenset[str]:
     """The chains that send tokens: headed by an input, no vertex of them on a cycle."""
-    return _found(plan)[0]
+    return frozenset(chain.name for chain in plan.chains
+                     if plan.vertex(chain.vertices[0]).role == "input"
+                     and not any(plan.vertex(v).cyclic for v in chain.vertices))
 
 
 def receivers(plan: PhysicalPlan) -> frozenset[str]:
     """The vertices that take tokens: chain heads on no cycle that may ask for notifications
     (a per-batch function never does) and whose every input edge comes from a sender's
     vertex, with at most :data:`MAX_TOKEN_PAIRS` replica pairs."""
-    return _found(plan)[1]
-
-
-def _found(plan: PhysicalPlan) -> tuple[frozenset[str], frozenset[str]]:
-    """``plan``'s senders and receivers, worked out at the first ask."""
-    found = _FOUND.get(plan)
-    if found is None:
-        sending = _senders(plan)
-        found = _FOUND[plan] = (sending, _receivers(plan, sending))
-    return found
-
-
-def _senders(plan: PhysicalPlan) -> frozenset[str]:
-    return frozenset(chain.name for chain in plan.chains
-                     if plan.vertex(chain.vertices[0]).role == "input"
-                     and not any(plan.vertex(v).cyclic for v in chain.vertices))
-
-
-def _receivers(plan: PhysicalPlan, sending: frozenset[str]) -> frozenset[str]:
+    sending = senders(plan)
     found = set()
     for chain in plan.chains:
         head = plan.vertex(chain.vertices[0])

@@ -108,8 +108,6 @@ class Mailboxes:
 
     def forwarding(self, keys: Sequence[ReplicaKey]) -> list[tuple[ReplicaKey, ReplicaKey]]:
         """The relays' mailboxes (of the replicas ``keys``) with something for a group's relay, and whose."""
-        if self.nodes is None:  # no relays
-            return []
         upstreams = self._upstreams(keys)
         return [(key, upstreams[key]) for key, calls in self.to_progress.items() if calls and key in upstreams]
 
@@ -190,7 +188,7 @@ class Mailboxes:
 
     def _merged(self, key: ReplicaKey) -> list[tuple[int, Sequenced]]:
         """All relay ``key`` holds, merged into runs per incarnation; its merge is its host's work."""
-        started = time.process_time() if self.relayed is not None else 0.0  # only paced runs charge it
+        started = time.process_time()
         calls = self.to_progress[key]
         taken = [(incarnation, run) for incarnation, runs in merge_by_incarnation(calls).items() for run in runs]
         calls[:] = []  # the relay's: freeing what it gathered is its work too
