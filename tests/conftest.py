@@ -23,10 +23,14 @@ settings.load_profile("raytide")
 #: executors, through the session's Ray and every child process): JIT-compile with the
 #: client compiler only. The tests' JVMs live seconds to minutes, where the server
 #: compiler's work never pays back: measured, a Ray start, a Spark start and a small conversion took
-#: 51 CPU-seconds with it and 30-34 without, on 2 cores. The JVM reads the variable itself
-#: and says so on stderr ("Picked up JAVA_TOOL_OPTIONS"), which is none of the noise the
-#: demo's test checks the demo is free of.
-TEST_JVM_OPTIONS = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}
+#: 51 CPU-seconds with it and 30-34 without, on 2 cores. And do not verify the bytecode of the
+#: classes the JVM loads from jars (Spark's, RayDP's; the JDK's own never are): Spark loads
+#: thousands at each start, and raytide ships no Java. Measured, a local Spark's start and a
+#: small query: 8.8-11.7 CPU-seconds of its JVM with verification (median 10.4), 7.6-9.9
+#: without (8.1; 0.74-0.93 pair by pair, six alternated pairs at load 17-40). The JVM reads
+#: the variable itself and says so on stderr ("Picked up JAVA_TOOL_OPTIONS"), which is none
+#: of the noise the demo's test checks the demo is free of.
+TEST_JVM_OPTIONS = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"}
 for _name, _value in TEST_JVM_OPTIONS.items():
     os.environ.setdefault(_name, _value)
 
@@ -91,11 +95,12 @@ def own_ray_env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def session_ray_env(ray_session) -> dict[str, str]:
     """The environment for a child process that joins the test session's Ray (``RAY_ADDRESS``
     set to it), as a program does under ``ray job submit`` or in a notebook on a cluster:
-    it saves the child a Ray start and stop of its own (15-20 s on 2 busy cores).
+    it saves the child a Ray start and stop of its own (15-20 s on 2 busy cores). Once per
+    session, so that a module's fixture may start such children once for several tests.
 
     For programs that start no Spark of their own: the files using this run before the
     session's Spark starts (:func:`spark_last`), so the session's CPUs are free for them.

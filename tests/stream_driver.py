@@ -13,7 +13,9 @@ batch ``n`` but before the batch reaches raytide; or ``executor:<n>``: SIGKILL t
 of the Spark executor (RayDP's executor actor) that caches batch ``n``'s Arrow partitions
 once Spark has computed and cached them, before the batch is handed to the job, and print
 ``killed Spark executor ...`` once Ray has seen it die (what the job does then:
-``tests/ray/test_stream_driver_restart.py``).
+``tests/ray/test_stream_driver_restart.py``). A driver that finished may be followed by
+another program in the same process (:func:`chained`); each connects to Ray and starts Spark
+only if that is not done yet.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ DRIVER = textwrap.dedent("""
     if len(counted) == files:  # the run before was done
         print("finished", flush=True)
         sys.exit(0)
-    ray.init(log_to_driver=False)
+    ray.init(log_to_driver=False, ignore_reinit_error=True)  # connected already by a program before it (chained)
     spark = start_spark("stream-driver")
     frame = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(f"{root}/in")
     flow = rt.Dataflow("stream-driver")
@@ -152,6 +154,18 @@ def check_exactly_once(root: Path, files: int, kills: int = 1) -> None:
     assert in_files == {epoch: Counter(records) for epoch, records in by_epoch.items() if records}
 
 
+def chained(*runs: tuple[str, list[str]]) -> str:
+    """One program that runs each ``(program, argv)`` of ``runs`` in turn in this process, as
+    ``python -c program *argv`` would, and prints ``chained: done <i>`` after the ``i``-th
+    returns (a program's ``sys.exit`` ends the process). The programs after the first use the
+    first's Ray connection and Spark, which saves a driver's start (a Spark start is most of
+    the 35 s a driver process takes on 2 busy cores): run a program that finishes, then one
+    that is killed, in one process."""
+    steps = [f"sys.argv = {['-c', *argv]!r}\nexec(compile({program!r}, '<driver {index}>', 'exec'), {{'__name__': '__main__'}})\n"
+             f"print('chained: done {index}', flush=True)\n" for index, (program, argv) in enumerate(runs)]
+    return "import sys\n" + "".join(steps)
+
+
 #: Event time for :data:`EVENT_DRIVER`: seconds per epoch, bound on out-of-orderness, epochs per window.
 MAX_DELAY, WINDOW = 3.0, 4
 
@@ -170,7 +184,7 @@ EVENT_DRIVER = textwrap.dedent("""
     seen = set()  # the windows (page, start) the consumers had
     if os.path.exists(f"{root}/consumed.txt"):
         seen = {w[:2] for line in open(f"{root}/consumed.txt") for w in ast.literal_eval(line.split(" ", 1)[1])}
-    ray.init(log_to_driver=False)
+    ray.init(log_to_driver=False, ignore_reinit_error=True)  # connected already by a program before it (chained)
     spark = start_spark("stream-event-time")
     lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(f"{root}/in")
     clicks = lines.selectExpr("cast(split(value, ' ')[0] as double) as t", "cast(split(value, ' ')[1] as int) as page")

@@ -13,11 +13,15 @@ And a Spark executor SIGKILLed while the driver lives (issue 34, recovered in pl
 74): the replicas read the micro-batch again from the restarted executor, and the same driver goes
 on to the end (``docs/streaming.md``, "Every failure, one outcome").
 
-All three happen to one stream, one driver after the other on the same checkpoint.
+All three happen to one stream, one driver after the other on the same checkpoint; and a
+stream with event time through a driver killed the same way, then restored.
 
-Real processes on the session's Ray, each driver with a Spark of its own (the files using
-``session_ray_env`` run before the session's Spark starts, so its CPUs are free).
-``bench/bench_stream_driver_kills.py`` kills the driver at random moments, many times.
+Real processes on the session's Ray, each driver process with a Spark of its own (the files
+using ``session_ray_env`` run before the session's Spark starts, so its CPUs are free). The
+module's four driver processes serve both streams: the event-time stream's restored driver,
+once finished, runs the word stream's first driver in its process (``chained``), which
+saves a fifth process's start (about 35 s of 100 on 2 busy cores). ``bench/bench_stream_driver_kills.py``
+kills the driver at random moments, many times.
 """
 
 from __future__ import annotations
@@ -33,15 +37,74 @@ from pathlib import Path
 import pytest
 
 import raytide as rt
-from tests.stream_driver import DRIVER, check_exactly_once, land_files
+from tests.stream_driver import DRIVER, EVENT_DRIVER, MAX_DELAY, WINDOW, chained, check_exactly_once, land_clicks, land_files
+from tests.unit.test_clocked_stream import reference
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 
 FILES = 6
 
 
-def test_drivers_killed_at_each_moment_restored_and_a_spark_executor_killed_mid_stream_count_every_file_once(
-        session_ray_env, tmp_path):
+def click_windows(landed: list[list[tuple[float, int]]]) -> tuple[dict, set, Counter]:
+    """For the clicks ``landed`` (one micro-batch per file): each click's epoch and the late ones,
+    by the plain-Python reference at parallelism 2, and the count per ``(page, window start)``
+    of the clicks not late, but for the last two files' (far ahead: they close every window)."""
+    stream = [[[{"t": t, "page": page, "n": (b, i)} for i, (t, page) in enumerate(clicks)]] for b, clicks in enumerate(landed)]
+    epochs, late = reference(stream, 2, rt.EventTime("t", max_delay=MAX_DELAY))
+    pages = {click["n"]: click["page"] for batch in stream for click in batch[0]}
+    windows = Counter((pages[n], epoch // WINDOW * WINDOW) for n, epoch in epochs.items()
+                      if n not in late and n[0] < len(landed) - 2)
+    return epochs, late, windows
+
+
+@pytest.fixture(scope="module")
+def drivers(session_ray_env, tmp_path_factory) -> dict:
+    """The module's first two driver processes, on two streams: the clicks' first driver
+    (SIGKILLed with batch 2 held), then the clicks' restored driver and, in its process once it
+    finished, the words' first driver (SIGKILLed with batch 1 held). Returns the roots of the
+    two streams, the clicks' reference, the environment and both processes' results; the word
+    stream's test runs its later drivers itself (each test's timeout covers two or three)."""
+    words, clicks = tmp_path_factory.mktemp("words"), tmp_path_factory.mktemp("clicks")
+    land_files(words, FILES)
+    epochs, late, windows = click_windows(land_clicks(clicks, 6))
+    click_args = [str(clicks), str(len(windows))]
+    programs = [[sys.executable, "-c", EVENT_DRIVER, *click_args, "start,held:2"],
+                [sys.executable, "-c", chained((EVENT_DRIVER, [*click_args, "restore"]),
+                                               (DRIVER, [str(words), str(FILES), "start,held:1"]))]]
+    runs = [subprocess.run(program, env=session_ray_env, capture_output=True, text=True, timeout=200) for program in programs]
+    return {"words": words, "clicks": clicks, "epochs": epochs, "late": late, "windows": windows, "runs": runs,
+            "env": session_ray_env}
+
+
+def test_a_stream_with_event_time_into_tumbling_windows_across_a_killed_driver_counts_every_window_once(drivers):
+    """Clicks with event times (out of order within ``max_delay`` and beyond it) from files
+    landing one per micro-batch, into 4-second tumbling counts per page at parallelism 2
+    (``from_spark_stream(..., event_time="t")``, a clock per input replica). The first driver
+    is SIGKILLed with batch 2 held by a snapshot but not committed by Spark (the replicas'
+    clocks hold records for epochs the watermark has not reached); a new driver with
+    ``restore="latest"`` resumes from the batch count in that snapshot. Every window is
+    counted once, equal to a plain-Python reference (the records not late, each replica
+    judging its files in batch order), and the late records counted in ``job.stats()`` are
+    exactly those beyond the bound. (The second driver's process goes on with another stream
+    once this one finished: :func:`drivers`.)"""
+    epochs, late, windows = drivers["epochs"], drivers["late"], drivers["windows"]
+    assert late, "the clicks have some beyond the bound"
+    first, second = drivers["runs"][:2]
+    assert first.returncode == -9, f"the first driver was to SIGKILL itself:\n{first.stderr[-3000:]}"
+    assert "chained: done 0" in second.stdout and "finished" in second.stdout.split("chained: done 0")[0], second.stderr[-3000:]
+    consumed: dict[int, list] = {}
+    for line in (drivers["clicks"] / "consumed.txt").read_text().splitlines():
+        epoch, records = line.split(" ", 1)
+        assert consumed.setdefault(int(epoch), ast.literal_eval(records)) == ast.literal_eval(records), f"epoch {epoch}"
+    got = [(page, start) for records in consumed.values() for page, start, _, _ in records]
+    assert len(got) == len(set(got)), f"a window handed out in two epochs: {sorted(got)}"
+    assert Counter({(page, start): count for records in consumed.values() for page, start, _, count in records}) == windows
+    counted = json.loads(re.search(r"^late (.*)$", second.stdout.split("chained: done 0")[0], re.M)[1])
+    assert counted["records"] == len(late)
+    assert {int(e): n for e, n in counted["by_epoch"].items()} == Counter(epochs[n] for n in late)
+
+
+def test_drivers_killed_at_each_moment_restored_and_a_spark_executor_killed_mid_stream_count_every_file_once(drivers):
     """One stream through three drivers on one checkpoint: the first SIGKILLed with batch 1
     held but not committed, the second (restored) with batch 3 planned but not handed over,
     the third (restored) going on to the end across its Spark executor's SIGKILL at batch 4;
@@ -53,56 +116,21 @@ def test_drivers_killed_at_each_moment_restored_and_a_spark_executor_killed_mid_
     until it is up and read again (it computes the batch again), and the next batches, cached
     under the new id, are read from the actor RayDP's map of restarted executors names. The
     third driver is not killed with an epoch in hand, so it adds none seen twice to the two
-    killed drivers' one each. (Each driver starts a Spark of its own: one stream through all
-    three costs a driver less than a separate stream for the executor's kill.)"""
-    land_files(tmp_path, FILES)
+    killed drivers' one each. (One stream through all three costs a driver less than a
+    separate stream for the executor's kill. The first runs in the process of the click
+    stream's last driver, after it finished: :func:`drivers`.)"""
+    words = drivers["words"]
+    driver = drivers["runs"][1]  # the first, in the process of the clicks' last driver
     for run, how in enumerate(["start,held:1", "restore,offsets:3"]):
-        driver = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(FILES), how], env=session_ray_env,
-                                capture_output=True, text=True, timeout=200)
-        assert driver.returncode == -9, f"driver {run} was to SIGKILL itself ({how}):\n{driver.stderr[-3000:]}"
-    last = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(FILES), "restore,executor:4"],
-                          env=session_ray_env, capture_output=True, text=True, timeout=200)
+        if run:
+            driver = subprocess.run([sys.executable, "-c", DRIVER, str(words), str(FILES), how], env=drivers["env"],
+                                    capture_output=True, text=True, timeout=200)
+        assert driver.returncode == -9 and "chained: done 1" not in driver.stdout, \
+            f"driver {run} was to SIGKILL itself ({how}):\n{driver.stderr[-3000:]}"
+    last = subprocess.run([sys.executable, "-c", DRIVER, str(words), str(FILES), "restore,executor:4"],
+                          env=drivers["env"], capture_output=True, text=True, timeout=200)
     assert "killed Spark executor 'raydp-executor-" in last.stdout and "at micro-batch 4:" in last.stdout, \
         f"the executor was not killed:\n{last.stdout[-2000:]}\n{last.stderr[-3000:]}"
     assert last.returncode == 0 and "finished" in last.stdout, \
         f"the driver was to go on across its executor's death:\n{last.stderr[-3000:]}"
-    check_exactly_once(Path(tmp_path), FILES, kills=2)
-
-
-def test_a_stream_with_event_time_into_tumbling_windows_across_a_killed_driver_counts_every_window_once(
-        session_ray_env, tmp_path):
-    """Clicks with event times (out of order within ``max_delay`` and beyond it) from files
-    landing one per micro-batch, into 4-second tumbling counts per page at parallelism 2
-    (``from_spark_stream(..., event_time="t")``, a clock per input replica). The first driver
-    is SIGKILLed with batch 2 held by a snapshot but not committed by Spark (the replicas'
-    clocks hold records for epochs the watermark has not reached); a new driver with
-    ``restore="latest"`` resumes from the batch count in that snapshot. Every window is
-    counted once, equal to a plain-Python reference (the records not late, each replica
-    judging its files in batch order), and the late records counted in ``job.stats()`` are
-    exactly those beyond the bound."""
-    from tests.stream_driver import EVENT_DRIVER, MAX_DELAY, WINDOW, land_clicks
-    from tests.unit.test_clocked_stream import reference
-
-    landed = land_clicks(tmp_path, 6)
-    stream = [[[{"t": t, "page": page, "n": (b, i)} for i, (t, page) in enumerate(clicks)]] for b, clicks in enumerate(landed)]
-    epochs, late = reference(stream, 2, rt.EventTime("t", max_delay=MAX_DELAY))
-    pages = {click["n"]: click["page"] for batch in stream for click in batch[0]}
-    windows = Counter((pages[n], epoch // WINDOW * WINDOW) for n, epoch in epochs.items()
-                      if n not in late and n[0] < len(landed) - 2)
-    assert late, "the clicks have some beyond the bound"
-    runs = []
-    for how in ["start,held:2", "restore"]:
-        runs.append(subprocess.run([sys.executable, "-c", EVENT_DRIVER, str(tmp_path), str(len(windows)), how],
-                                   env=session_ray_env, capture_output=True, text=True, timeout=200))
-    assert runs[0].returncode == -9, f"the first driver was to SIGKILL itself:\n{runs[0].stderr[-3000:]}"
-    assert runs[1].returncode == 0 and "finished" in runs[1].stdout, runs[1].stderr[-3000:]
-    consumed: dict[int, list] = {}
-    for line in (tmp_path / "consumed.txt").read_text().splitlines():
-        epoch, records = line.split(" ", 1)
-        assert consumed.setdefault(int(epoch), ast.literal_eval(records)) == ast.literal_eval(records), f"epoch {epoch}"
-    got = [(page, start) for records in consumed.values() for page, start, _, _ in records]
-    assert len(got) == len(set(got)), f"a window handed out in two epochs: {sorted(got)}"
-    assert Counter({(page, start): count for records in consumed.values() for page, start, _, count in records}) == windows
-    counted = json.loads(re.search(r"^late (.*)$", runs[1].stdout, re.M)[1])
-    assert counted["records"] == len(late)
-    assert {int(e): n for e, n in counted["by_epoch"].items()} == Counter(epochs[n] for n in late)
+    check_exactly_once(Path(words), FILES, kills=2)
