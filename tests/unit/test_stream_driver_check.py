@@ -1,18 +1,16 @@
 """The exactly-once check of the killed stream drivers (``tests/stream_driver.py``), on
 histories written here: it passes the one a correct run leaves, with the epoch in hand at a
 kill seen twice, and refuses a repeat that differs (whichever copy is wrong), comes late,
-or comes once too often. And :func:`~tests.stream_driver.chained`, which runs two drivers in one process."""
+or comes once too often."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from raytide.integrations.parquet import ParquetSink
-from tests.stream_driver import chained, check_exactly_once, file_counts
+from tests.stream_driver import check_exactly_once, file_counts
 
 FILES = 3
 
@@ -49,17 +47,3 @@ WRONG = [(word, 2 * count) for word, count in sorted(file_counts(1))]  # every w
 def test_a_repeat_that_differs_comes_late_or_too_often_is_refused(tmp_path, seen, why):
     with pytest.raises(AssertionError, match=why):
         check_exactly_once(history(tmp_path, seen), FILES)
-
-
-def test_chained_programs_run_in_turn_in_one_process_each_with_its_arguments():
-    """Each program sees its own ``sys.argv`` and fresh globals, a marker follows each that
-    returned, and a program that ends the process ends it there (as a SIGKILLed driver does)."""
-    show = "import os, sys\nassert 'x' not in globals()\nx = 1\nprint(sys.argv[1:], os.getpid(), flush=True)"
-    ends = "import sys\nsys.exit(int(sys.argv[1]))"
-    run = subprocess.run([sys.executable, "-c", chained((show, ["a", "b c"]), (show, ["d"]), (ends, ["3"]), (show, ["e"]))],
-                         capture_output=True, text=True, timeout=30)
-    lines = run.stdout.splitlines()
-    assert run.returncode == 3, run.stderr
-    assert [lines[0].rsplit(" ", 1)[0], lines[1], lines[2].rsplit(" ", 1)[0], lines[3]] == \
-        ["['a', 'b c']", "chained: done 0", "['d']", "chained: done 1"], lines
-    assert len(lines) == 4 and lines[0].rsplit(" ", 1)[1] == lines[2].rsplit(" ", 1)[1], "one process, stopped by the third"
