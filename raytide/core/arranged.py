@@ -34,7 +34,7 @@ from raytide.core.collection_ops import (
     summing_logic,
 )
 from raytide.core.logical import Channel, InputEdge, KeyFn, LogicalVertex
-from raytide.differential import Join, Logic, Reduction, SharedArrangement, canonical
+from raytide.differential import Join, Logic, Reduction, SharedArrangement
 from raytide.errors import GraphError
 from raytide.progress.timestamps import Timestamp
 
@@ -108,15 +108,10 @@ class ArrangedReaders(_Keyed):
         self.arrangement = self._restored(state)
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        before = self.arrangement.times()
-        taken = self.arrangement.take(lambda key: moving(canonical(key)))
-        self._retime(before, self.arrangement.times())
-        return taken
+        return self._taken(self.arrangement, moving)
 
     def put_keys(self, state: Any) -> None:
-        before = self.arrangement.times()
-        self.arrangement.put(state)
-        self._retime(before, self.arrangement.times())
+        self._put(self.arrangement, state)
 
 
 class Arranged:

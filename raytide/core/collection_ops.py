@@ -197,6 +197,20 @@ class _Keyed(Vertex):
         for time in after - before:
             self.notify_at(time)
 
+    def _taken(self, core: Any, moving: Callable[[Hashable], bool]) -> Any:
+        """The state of ``core``'s keys for which ``moving`` is true, taken out of it; its
+        notifications follow what is left due."""
+        before = core.times()
+        taken = core.take(lambda key: moving(canonical(key)))
+        self._retime(before, core.times())
+        return taken
+
+    def _put(self, core: Any, state: Any) -> None:
+        """Keys another replica's :meth:`_taken` gave, added to ``core``; its notifications follow."""
+        before = core.times()
+        core.put(state)
+        self._retime(before, core.times())
+
     def _saved(self, core: Any) -> Any:
         return {"core": core, "depth": self.depth, "epochs": self.epochs}
 
@@ -287,15 +301,10 @@ class Reduce(_Keyed):
         self.reduction = self._restored(state)
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        before = self.reduction.times()
-        taken = self.reduction.take(lambda key: moving(canonical(key)))
-        self._retime(before, self.reduction.times())
-        return taken
+        return self._taken(self.reduction, moving)
 
     def put_keys(self, state: Any) -> None:
-        before = self.reduction.times()
-        self.reduction.put(state)
-        self._retime(before, self.reduction.times())
+        self._put(self.reduction, state)
 
 
 class JoinUpdates(_Keyed):
