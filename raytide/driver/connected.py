@@ -8,15 +8,24 @@ would start one, and its job's actors are gone with the old one anyway. So each 
 calls is refused first with a :class:`~raytide.errors.RaytideError` that says why; a feeder
 thread stops with it (the job's error, raised by its next wait). What is left of the race
 with a ``ray.shutdown()`` in another thread is the few bytecodes between this check and
-Ray's own. A lost head leaves Ray initialized: its calls fail with Ray's errors, which stop a
-feeder the same way.
+Ray's own; the calls themselves go to Ray's ``get``, ``wait`` and ``kill`` without the
+auto-init wrapper (:data:`ray_get`, :data:`ray_wait`, :data:`ray_kill`), so a call that loses
+that race fails with Ray's ``RaySystemError`` instead of starting a Ray. A lost head leaves Ray
+initialized: its calls fail with Ray's errors, which stop a feeder the same way.
 """
 
 from __future__ import annotations
 
 import ray
+from ray._private import worker as _ray_worker
 
 from raytide.errors import RaytideError
+
+#: ``ray.get``, ``ray.wait`` and ``ray.kill`` as Ray defines them, before ``ray/__init__.py`` wraps
+#: the public names to call ``ray.init()`` first when Ray is not initialized. The driver's own
+#: threads (the pool's housekeeping, feeders, the output poll) call these: after a
+#: ``ray.shutdown()`` they raise ``RaySystemError`` ("Ray has not been started yet") instead.
+ray_get, ray_wait, ray_kill = _ray_worker.get, _ray_worker.wait, _ray_worker.kill
 
 
 def require_ray(what: str) -> None:

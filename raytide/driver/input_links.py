@@ -46,6 +46,7 @@ from typing import Any
 import ray
 
 from raytide.actors.socket_hops import Outbound, connect_ready
+from raytide.driver.connected import ray_wait
 from raytide.physical.frames import CALL, DRIVER_CALLS, call_frame
 
 #: An input replica the driver reaches by Ray calls only (elsewhere, or without a socket).
@@ -81,14 +82,14 @@ class InputLinks:
             frame = None
         if isinstance(link, Outbound):
             if frame is not None and window:
-                answered(window, ray.wait(list(window), num_returns=len(window), timeout=0)[0])
+                answered(window, ray_wait(list(window), num_returns=len(window), timeout=0)[0])
             if frame is not None and not window:
                 return self._write(actor, link, frame, max_inflight, check)
             self._drained(actor, link, check)  # a Ray call next: every frame before it has run
-        elif frame is not None and ray.wait([link], timeout=0)[0]:
+        elif frame is not None and ray_wait([link], timeout=0)[0]:
             while window:  # every Ray call to it has run before the first frame
                 check()
-                answered(window, ray.wait(list(window), num_returns=len(window), timeout=ROOM_POLL)[0])
+                answered(window, ray_wait(list(window), num_returns=len(window), timeout=ROOM_POLL)[0])
             link = self.links[actor] = self._connect(actor, link)
             return isinstance(link, Outbound) and self._write(actor, link, frame, max_inflight, check)
         return False

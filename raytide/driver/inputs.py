@@ -50,7 +50,7 @@ from typing import Any
 
 import ray
 
-from raytide.driver.connected import require_ray
+from raytide.driver.connected import ray_get, ray_wait, require_ray
 from raytide.driver.input_links import InputLinks
 from raytide.driver.push_batches import as_epoch, offsets, packed, push_pieces
 from raytide.driver.push_batches import pushed_batch as pushed_batch
@@ -302,7 +302,7 @@ class InputFeeds:
             if only in (None, name):
                 refs = [r.start_reader.remote(incarnation, name, reader) for r, reader in zip(self.replicas[name], readers)]
                 try:
-                    ray.get(refs, timeout=timeout)
+                    ray_get(refs, timeout=timeout)
                 except ray.exceptions.GetTimeoutError as error:
                     raise JobTimeout(f"starting the readers of input {name!r} took longer than {timeout:.0f} s") from error
 
@@ -427,11 +427,11 @@ class InputFeeds:
             self.calls[(args[0], method)] += 1
             return None  # by socket: no ref (a call whose answer nobody reads)
         if len(window) >= self.max_inflight:  # what answered goes at once: one look per window, not one per call
-            self._answered(window, ray.wait(list(window), num_returns=len(window), timeout=0)[0])
+            self._answered(window, ray_wait(list(window), num_returns=len(window), timeout=0)[0])
         while len(window) >= self.max_inflight:
             self.raise_if_failed()
             require_ray(what)
-            self._answered(window, ray.wait([window[0]], timeout=WINDOW_POLL)[0])
+            self._answered(window, ray_wait([window[0]], timeout=WINDOW_POLL)[0])
         ref = getattr(actor, method).remote(self.incarnation, *args)
         window.append(ref)
         self.calls[(args[0], method)] += 1  # every call's first argument is its input's name
@@ -447,7 +447,7 @@ class InputFeeds:
             window.clear()
             window.extend(kept)
             try:
-                ray.get(ready)
+                ray_get(ready)
             except ray.exceptions.RayActorError:
                 if not self.recovers:
                     raise

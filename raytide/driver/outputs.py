@@ -24,7 +24,7 @@ from typing import Any
 import ray
 
 from raytide.core.batches import BatchFormat
-from raytide.driver.connected import require_ray
+from raytide.driver.connected import ray_get, ray_wait, require_ray
 from raytide.driver.event_link import EventLink
 from raytide.physical.pickled import pack_records
 from raytide.physical.protocol import EpochComplete, JobFailed, JobFinished, OutputFrontier
@@ -130,7 +130,7 @@ class OutputCollector(ShownOutputs):
     def wait(self, call: Any, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for ``call`` (of :meth:`poll_call`) to answer, or for
         events pushed by socket (``call`` None); whether they are in."""
-        return self.link.wait(timeout) if call is None else bool(ray.wait([call], timeout=timeout)[0])
+        return self.link.wait(timeout) if call is None else bool(ray_wait([call], timeout=timeout)[0])
 
     def poll(self, timeout: float) -> list[Any]:
         """Take new events: those of the call in flight once it has answered, waiting up to
@@ -147,14 +147,14 @@ class OutputCollector(ShownOutputs):
         if call is None:
             return self._pushed(timeout)
         wait = max(0.0, self.call_due - time.monotonic()) if made_now else timeout
-        if call is not self.answered and not ray.wait([call], timeout=wait)[0]:
+        if call is not self.answered and not ray_wait([call], timeout=wait)[0]:
             if time.monotonic() < self.call_due:
                 return []  # made by another thread with a longer wait: it answers later
             self.call = None
             raise ray.exceptions.GetTimeoutError(f"the progress actor did not answer a poll for events within "
                                                  f"{POLL_SLACK:g} s of its timeout")
         self.call = self.answered = None
-        events, end = ray.get(call)
+        events, end = ray_get(call)
         return self._fresh(end - len(events), events)
 
     def _pushed(self, timeout: float) -> list[Any]:
@@ -164,7 +164,7 @@ class OutputCollector(ShownOutputs):
         failures = []
         for first, count, events in self.link.take():
             if events is None and first + count > self.cursor:
-                fetched, end = ray.get(self.progress.next_events.remote(self.cursor, 0.0), timeout=POLL_SLACK)
+                fetched, end = ray_get(self.progress.next_events.remote(self.cursor, 0.0), timeout=POLL_SLACK)
                 first, events = end - len(fetched), fetched
             failures += self._fresh(first, events or [])
         return failures
@@ -374,7 +374,7 @@ def fetch_items(parts: list) -> tuple[list, bool]:
     """:func:`fetch_records` with each :class:`~raytide.physical.wire.BatchRows` left as it
     is, and whether there is any."""
     refs = [p for p in parts if isinstance(p, ray.ObjectRef)]
-    loaded = dict(zip(map(id, refs), ray.get(refs))) if refs else {}  # ray.get([]) would start a Ray
+    loaded = dict(zip(map(id, refs), ray_get(refs))) if refs else {}  # ray_get([]) would start a Ray
     unpacked = [unpack_items(loaded.get(id(p), p)) for p in parts]
     return list(itertools.chain.from_iterable(items for items, _ in unpacked)), any(b for _, b in unpacked)
 
@@ -442,12 +442,12 @@ class Liveness:
             return None
         self.alarm.rung.clear()
         self.next_look = now + LIVENESS_EVERY_S
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done, _ = ray_wait(refs, num_returns=len(refs), timeout=0)
         for key, ref in list(self.watches.items()):
             if ref in done:
                 del self.watches[key]  # ended: the actor died (or its lease is over: nothing to watch)
                 try:
-                    ray.get(ref)
+                    ray_get(ref)
                 except ray.exceptions.RayActorError as error:
                     return key, error
         return None

@@ -8,10 +8,11 @@ already under way, and for the idle hosts a lease hands out to answer a ping, so
 host that died since its reset (a SIGKILL the housekeeping has not noticed yet) is
 dropped, not handed to the next job. A daemon thread looks after it once a second: it takes the answers
 of resets and pings, replaces dead spares and releases hosts unused for ``idle_timeout``.
-After ``ray.shutdown()`` any Ray call starts a new local Ray (Ray's auto-init), so the pool
-checks the connection just before each of its Ray calls (:func:`_connected`) and the thread
-stops at the first that finds it gone: a round that overlapped a driver's shutdown once
-started a second Ray from that thread at the driver's exit.
+After ``ray.shutdown()`` a call of ``ray.get``, ``ray.wait`` or ``ray.kill`` starts a new local
+Ray (Ray's auto-init), so the pool calls Ray's functions without that wrapper
+(:mod:`raytide.driver.connected`): one that races a shutdown raises instead. The thread also
+checks the connection before each call (:func:`_connected`) and stops at the first check that
+finds it gone.
 
 Only hosts that reserve no CPUs are kept (``rt.run(num_cpus=0)``, the default): an idle
 host that reserved CPUs would keep them from the rest of the cluster, so such hosts are
@@ -31,6 +32,7 @@ import ray
 
 from raytide.actors.hosts import SEAT_PREFIX, CoordinatorHost, Leased, ProgressHost, VertexHost
 from raytide.core.arguments import non_negative, non_negative_int
+from raytide.driver.connected import ray_get, ray_kill, ray_wait
 from raytide.driver.pool_book import HostKind, PoolBook
 
 logger = logging.getLogger(__name__)
@@ -59,8 +61,9 @@ class RayGone(Exception):
 
 def _connected() -> None:
     """Raise :class:`RayGone` unless this driver is connected to Ray. Called just before each
-    Ray call the pool's thread may make; what is left of the race with a ``ray.shutdown()``
-    in another thread is the few bytecodes between this check and Ray's own."""
+    Ray call the pool's thread may make. A ``ray.shutdown()`` in another thread between this
+    check and the call makes the call raise (the pool calls Ray's functions without the
+    auto-init wrapper: :mod:`raytide.driver.connected`), never start a Ray."""
     if not ray.is_initialized():
         raise RayGone("the driver's Ray connection is closed")
 
@@ -164,11 +167,11 @@ class HostPool:
         """The hosts among ``numbers`` (leased, idle a moment ago) that did not die: a ping
         each, waited for up to :data:`LEASE_CHECK` s; the dead leave the pool."""
         pings = {number: self.handles[number].ping.remote() for number in numbers}
-        ray.wait(list(pings.values()), num_returns=len(pings), timeout=LEASE_CHECK)
+        ray_wait(list(pings.values()), num_returns=len(pings), timeout=LEASE_CHECK)
         alive = []
         for number, ref in pings.items():
             try:
-                ray.get(ref, timeout=0)
+                ray_get(ref, timeout=0)
             except ray.exceptions.GetTimeoutError:  # slow, not known dead
                 pass
             except Exception:  # the host died while idle (or while it was given back)
@@ -223,7 +226,7 @@ class HostPool:
             short = count - len(self.book.of(kind, "idle"))
             resetting = [self.pending[n].ref for n in self.book.of(kind, "resetting") if n in self.pending]
         if short > 0 and resetting:
-            ray.wait(resetting, num_returns=min(short, len(resetting)), timeout=RESET_WAIT)
+            ray_wait(resetting, num_returns=min(short, len(resetting)), timeout=RESET_WAIT)
             self._take_answers()
 
     # -- housekeeping ----------------------------------------------------------------------
@@ -251,14 +254,14 @@ class HostPool:
             if not refs:
                 return
             _connected()
-            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            ready, _ = ray_wait(list(refs), num_returns=len(refs), timeout=0)
             now = time.monotonic()
             for ref in ready:
                 _connected()
                 number = refs[ref]
                 pending = self.pending.pop(number)
                 try:
-                    answer = ray.get(ref)
+                    answer = ray_get(ref)
                 except Exception:  # the host died
                     answer = None
                 if pending.what == "start" and answer is not None:
@@ -279,11 +282,11 @@ class HostPool:
                 if ref is None:
                     self.pings[number] = self.handles[number].ping.remote()
                     continue
-                ready, _ = ray.wait([ref], timeout=0)
+                ready, _ = ray_wait([ref], timeout=0)
                 if ready:
                     del self.pings[number]
                     try:
-                        ray.get(ref)
+                        ray_get(ref)
                     except Exception:
                         logger.info("an idle raytide host died; the pool forgets it")
                         self._kill(number)
@@ -315,7 +318,7 @@ class HostPool:
         if handle is not None:
             try:
                 _connected()
-                ray.kill(handle)
+                ray_kill(handle)
             except Exception:  # already gone (with Ray, if it was shut down)
                 pass
 
