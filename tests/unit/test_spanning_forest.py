@@ -1,0 +1,66 @@
+"""The replicated spanning forest (``raytide.graph.spanning_forest``) against union-find after
+random insert/delete epochs, at several widths, the edges partitioned among replicas at random."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from examples.connected_components import union_find
+from examples.incremental_components import random_updates
+from raytide.graph import spanning_forest as sf
+
+
+def updates_by_replica(rng: random.Random, updates: list, width: int, owner: dict) -> list:
+    """Each update to the replica owning its edge (chosen at random, once per edge)."""
+    parts: list[list] = [[] for _ in range(width)]
+    for (u, v), diff in updates:
+        key = (min(u, v), max(u, v))
+        parts[owner.setdefault(key, rng.randrange(width))].append((u, v, diff))
+    return [(sf.id_keys(np.array([u for u, _, _ in p], dtype=np.int64), np.array([v for _, v, _ in p], dtype=np.int64)),
+             np.array([d for _, _, d in p], dtype=np.int64)) for p in parts]
+
+
+def trial(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes, width = rng.randint(3, 40), rng.randint(1, 4)
+    epochs = random_updates(rng, nodes, rng.randint(1, 2 * nodes), rng.randint(2, 7), rng.choice([0.05, 0.2, 0.5]))
+    if seed % 4 == 0:  # an edge twice, and taken away once: still present
+        epochs[-1] = epochs[-1] + [epochs[0][0], (epochs[0][0][0], -1)]
+    forests, owned, owner = [sf.Forest.empty()] * width, [sf.OwnedEdges.empty()] * width, {}
+    present: Counter = Counter()
+    for number, updates in enumerate(epochs):
+        forests, owned, _ = sf.run_epoch(forests, owned, updates_by_replica(rng, updates, width, owner))
+        for (u, v), diff in updates:
+            present[(min(u, v), max(u, v))] += diff
+        expected = union_find([edge for edge, copies in present.items() if copies > 0])
+        for forest in forests:  # every replica holds the same forest, spanning the edges present
+            assert np.array_equal(forest.keys, forests[0].keys) and np.array_equal(forest.ids, forests[0].ids)
+            shown = forest.present()
+            got = dict(zip(forest.ids[shown].tolist(), forest.labels()[shown].tolist(), strict=True))
+            assert got == expected, f"seed {seed}, epoch {number}, width {width}"
+            assert len(forest.keys) == len(expected) - len(set(expected.values()))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_labels_equal_union_find_after_every_epoch(seed: int) -> None:
+    trial(seed)
+
+
+def test_an_epoch_takes_two_exchanges_at_most_and_one_without_a_forest_edge_deleted() -> None:
+    keys = sf.id_keys(np.array([0, 1, 2]), np.array([1, 2, 3]))
+    forests, owned, exchanges = sf.run_epoch([sf.Forest.empty()] * 2, [sf.OwnedEdges.empty()] * 2,
+                                             [(keys[:2], np.ones(2, dtype=np.int64)), (keys[2:], np.ones(1, dtype=np.int64))])
+    assert exchanges == 1 and forests[0].labels().tolist() == [0, 0, 0, 0]
+    cycle = sf.id_keys(np.array([0]), np.array([3]))  # a cycle, then one of its forest edges deleted
+    forests, owned, _ = sf.run_epoch(forests, owned, [(cycle, np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
+    forests, owned, exchanges = sf.run_epoch(forests, owned, [(keys[:1], -np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
+    assert exchanges == 2 and forests[1].labels().tolist() == [0, 0, 0, 0]
+
+
+def test_node_ids_out_of_range_are_refused() -> None:
+    with pytest.raises(ValueError, match="node ids must be integers in"):
+        sf.id_keys(np.array([-1]), np.array([2]))
