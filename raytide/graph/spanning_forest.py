@@ -118,13 +118,13 @@ def joined(root: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, 
 
 @dataclass
 class Forest:
-    """The replicated part: node ids, the spanning forest's edge keys (sorted), each node's
-    component as its smallest node index (``root``; ``ids[root]`` is the label), and the
-    nodes with a self-loop present (``loops``, sorted indices: they have an edge, none in
-    the forest)."""
+    """The replicated part: node ids; the spanning forest, rooted (``up``: each node's parent,
+    a tree's root its own; the forest's edges are ``(x, up[x])``); each node's component as
+    its smallest node index (``root``; ``ids[root]`` is the label); and the nodes with a
+    self-loop present (``loops``, sorted indices: they have an edge, none in the forest)."""
 
     ids: np.ndarray
-    keys: np.ndarray
+    up: np.ndarray
     root: np.ndarray
     loops: np.ndarray
 
@@ -138,10 +138,14 @@ class Forest:
 
     def present(self) -> np.ndarray:
         """A mask of the nodes with an edge: those on a forest edge (the forest spans) or a self-loop."""
-        mask = np.zeros(len(self.ids), dtype=bool)
-        a, b = unpack(self.keys)
-        mask[a] = mask[b] = mask[self.loops] = True
+        mask = self.up != np.arange(len(self.up))
+        mask[self.up[mask]] = True
+        mask[self.loops] = True
         return mask
+
+    def holds(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """A mask of the edges ``(a, b)`` (node indices) that are forest edges."""
+        return (self.up[a] == b) | (self.up[b] == a)
 
 
 @dataclass
@@ -220,7 +224,7 @@ def announce(forest: Forest, inserted: np.ndarray, deleted: np.ndarray) -> tuple
     Self-loops that came or went are sent too: they tell which nodes have an edge."""
     if len(deleted):
         loop = is_loop(deleted)
-        deleted = concat([deleted[loop], deleted[~loop][member(pack(*as_indices(forest.ids, deleted[~loop])), forest.keys)]])
+        deleted = concat([deleted[loop], deleted[~loop][forest.holds(*as_indices(forest.ids, deleted[~loop]))]])
     if not len(inserted):
         return deleted, EMPTY
     wider = extended(forest, concat(list(unpack(inserted))))
@@ -241,11 +245,14 @@ def extended(forest: Forest, ids: np.ndarray) -> Forest:
     if not len(fresh):
         return forest
     wider = distinct(concat([forest.ids, fresh]))
+    if wider[0] == 0 and wider[-1] < 2 * len(wider) + 1024:  # ids mostly 0 .. n-1: all of them, as_indices searches none
+        wider = np.arange(wider[-1] + 1, dtype=np.int64)
     old = np.searchsorted(wider, forest.ids)
     root = np.arange(len(wider), dtype=np.int64)
     root[old] = old[forest.root]
-    a, b = unpack(forest.keys)
-    return Forest(wider, pack(old[a], old[b]), root, old[forest.loops])
+    up = np.arange(len(wider), dtype=np.int64)
+    up[old] = old[forest.up]
+    return Forest(wider, up, root, old[forest.loops])
 
 
 def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tuple[Forest, bool]:
@@ -258,13 +265,24 @@ def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tup
     gone, came = deleted[is_loop(deleted)], inserted[is_loop(inserted)]
     if len(gone) or len(came):
         loops = distinct(concat([forest.loops, unpack(came)[0]]))
-        forest = Forest(forest.ids, forest.keys, forest.root, loops[~member(loops, distinct(unpack(gone)[0]))])
-    gone = distinct(deleted[~is_loop(deleted)])
-    split = bool(len(gone))
+        forest = Forest(forest.ids, forest.up, forest.root, loops[~member(loops, distinct(unpack(gone)[0]))])
+    a, b = unpack(deleted[~is_loop(deleted)])
+    split = bool(len(a))
     if split:
-        keys = forest.keys[~member(forest.keys, gone)]
-        forest = Forest(forest.ids, keys, spanning_forest(len(forest.ids), *unpack(keys))[1], forest.loops)
+        forest = cut(forest, np.where(forest.up[a] == b, a, b))
     return with_edges(forest, inserted[~is_loop(inserted)]), split
+
+
+def cut(forest: Forest, children: np.ndarray) -> Forest:
+    """The forest without the edges from ``children`` to their parents: each child the root of
+    its part now; every node's component found again (pointer jumping up to the nearest
+    root, then the smallest node of each part)."""
+    up = forest.up.copy()
+    up[children] = children
+    top = roots(up.copy())
+    smallest = np.full(len(up), len(up), dtype=np.int64)
+    np.minimum.at(smallest, top, np.arange(len(up), dtype=np.int64))
+    return Forest(forest.ids, up, smallest[top], forest.loops)
 
 
 def with_edges(forest: Forest, keys: np.ndarray) -> Forest:
@@ -272,8 +290,34 @@ def with_edges(forest: Forest, keys: np.ndarray) -> Forest:
     if not len(keys):
         return forest
     chosen, root = joined(forest.root, *unpack(keys))
-    added = keys[chosen]
-    return Forest(forest.ids, np.insert(forest.keys, np.searchsorted(forest.keys, added), added), root, forest.loops)
+    a, b = unpack(keys[chosen])
+    return Forest(forest.ids, linked(forest, root, a, b), root, forest.loops)
+
+
+def linked(forest: Forest, root: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``up`` with the edges ``(a, b)`` (a spanning forest over the components, which ``root``
+    gives once joined) added: each joined tree hangs from the one with its smallest node,
+    level by level; a tree hung by its node ``x`` is rerooted at ``x`` first (the path from
+    ``x`` to its root reversed), then ``x``'s parent is the other end."""
+    up, old = forest.up.copy(), forest.root
+    placed = np.zeros(len(up), dtype=bool)  # components already hung (or the top of their joined tree)
+    placed[old[a]] = root[a] == old[a]
+    placed[old[b]] |= root[b] == old[b]
+    child, parent = [], []
+    while len(a):
+        on_a, on_b = placed[old[a]], placed[old[b]]
+        now = on_a != on_b
+        child.append(np.where(on_a[now], b[now], a[now]))
+        parent.append(np.where(on_a[now], a[now], b[now]))
+        placed[old[child[-1]]] = True
+        a, b = a[~now], b[~now]
+    node, new = concat(child), concat(parent)
+    while len(node):  # the reversal of every hung tree's path at once: the paths are apart
+        above = up[node]
+        up[node] = new
+        going = above != node
+        node, new = above[going], node[going]
+    return up
 
 
 def candidates(forest: Forest, owned: OwnedEdges) -> np.ndarray:

@@ -38,11 +38,15 @@ def trial(seed: int) -> None:
             present[(min(u, v), max(u, v))] += diff
         expected = union_find([edge for edge, copies in present.items() if copies > 0])
         for forest in forests:  # every replica holds the same forest, spanning the edges present
-            assert np.array_equal(forest.keys, forests[0].keys) and np.array_equal(forest.ids, forests[0].ids)
+            assert np.array_equal(forest.up, forests[0].up) and np.array_equal(forest.ids, forests[0].ids)
             shown = forest.present()
             got = dict(zip(forest.ids[shown].tolist(), forest.labels()[shown].tolist(), strict=True))
             assert got == expected, f"seed {seed}, epoch {number}, width {width}"
-            assert len(forest.keys) == len(expected) - len(set(expected.values()))
+            assert (forest.up != np.arange(len(forest.up))).sum() == len(expected) - len(set(expected.values()))
+            child = np.flatnonzero(forest.up != np.arange(len(forest.up)))  # a forest of edges present, its trees the components
+            edges = {(min(u, v), max(u, v)) for u, v in zip(forest.ids[child].tolist(), forest.ids[forest.up[child]].tolist())}
+            assert all(present[edge] > 0 for edge in edges)
+            assert np.array_equal(forest.root[sf.roots(forest.up.copy())], forest.root)
 
 
 @pytest.mark.parametrize("seed", range(60))
