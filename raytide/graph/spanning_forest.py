@@ -59,10 +59,14 @@ def unpack(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def roots(parent: np.ndarray) -> np.ndarray:
     """Every node's root under ``parent`` (pointer jumping, only the nodes not there yet)."""
-    moving = np.flatnonzero(parent[parent] != parent)
+    grand = parent[parent]
+    moving = np.flatnonzero(grand != parent)
+    grand = grand[moving]
     while len(moving):
-        parent[moving] = parent[parent[moving]]
-        moving = moving[parent[parent[moving]] != parent[moving]]
+        parent[moving] = grand
+        above = parent[grand]
+        still = above != grand
+        moving, grand = moving[still], above[still]
     return parent
 
 
@@ -344,7 +348,7 @@ def run_epoch(forests: list[Forest], owned: list[OwnedEdges],
     applied = [apply_updates(mine, keys, diff) for mine, (keys, diff) in zip(owned, updates, strict=True)]
     owned = [mine for mine, _, _ in applied]
     sent = [announce(forest, inserted, deleted) for forest, (_, inserted, deleted) in zip(forests, applied, strict=True)]
-    middle = [split_join(forest, *(concat(got) for got in zip(*arrived(sent, r), strict=True)))
+    middle = [split_join(forest, concat([d for d, _ in arrived(sent, r)]), concat([i for _, i in arrived(sent, r)]))
               for r, forest in enumerate(forests)]
     if not middle[0][1]:
         return [forest for forest, _ in middle], owned, 1
