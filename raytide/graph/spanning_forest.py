@@ -107,17 +107,26 @@ def joined(root: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, 
 
     Only the components the edges touch are renumbered densely for :func:`spanning_forest`,
     so the work is the edges' plus one pass over the nodes."""
+    chosen, touched, top = joining(root, a, b)
+    if not len(touched):
+        return chosen, root
+    renamed = np.arange(len(root), dtype=np.int64)
+    renamed[touched] = touched[top]
+    return chosen, renamed[root]
+
+
+def joining(root: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(chosen, touched, top)``: :func:`joined`'s edges, the components they touch (sorted) and
+    each one's component once joined (``touched[top]``), with no pass over the nodes."""
     chosen = np.zeros(len(a), dtype=bool)
     ra, rb = root[a], root[b]
     crossing = np.flatnonzero(ra != rb)
     if not len(crossing):
-        return chosen, root
+        return chosen, EMPTY, EMPTY
     touched, dense = np.unique(concat([ra[crossing], rb[crossing]]), return_inverse=True)
     picked, top = spanning_forest(len(touched), dense[: len(crossing)], dense[len(crossing):])
     chosen[crossing[picked]] = True
-    renamed = np.arange(len(root), dtype=np.int64)
-    renamed[touched] = touched[top]
-    return chosen, renamed[root]
+    return chosen, touched, top
 
 
 @dataclass
@@ -182,7 +191,7 @@ def apply_updates(owned: OwnedEdges, keys: np.ndarray,
                   diff: np.ndarray) -> tuple[OwnedEdges, np.ndarray, np.ndarray]:
     """``(owned, inserted, deleted)``: the edges' copies changed by ``diff`` (summed per key), and
     the keys whose presence flipped on and off. Known keys are found by binary search and
-    new ones inserted in place: no sort of what is held."""
+    new ones inserted in place (those left with no copy dropped): no sort of what is held."""
     keys, at = np.unique(keys, return_inverse=True)
     change = np.bincount(at, weights=diff, minlength=len(keys)).astype(np.int64)
     spot = np.searchsorted(owned.keys, keys)
@@ -192,9 +201,12 @@ def apply_updates(owned: OwnedEdges, keys: np.ndarray,
     before[known] = owned.copies[spot[known]]
     copies = owned.copies.copy()
     copies[spot[known]] += change[known]
-    fresh = ~known & (change != 0)
-    new = OwnedEdges(np.insert(owned.keys, spot[fresh], keys[fresh]), np.insert(copies, spot[fresh], change[fresh]))
     now = before + change
+    gone = spot[known & (now == 0)]  # no copy left: dropped, so what is held follows the graph
+    fresh = ~known & (change != 0)
+    at = spot[fresh] - np.searchsorted(gone, spot[fresh])
+    new = OwnedEdges(np.insert(np.delete(owned.keys, gone), at, keys[fresh]),
+                     np.insert(np.delete(copies, gone), at, change[fresh]))
     return new, keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
 
 
@@ -232,7 +244,7 @@ def announce(forest: Forest, inserted: np.ndarray, deleted: np.ndarray) -> tuple
     if not len(inserted):
         return deleted, EMPTY
     wider = extended(forest, concat(list(unpack(inserted))))
-    chosen, _ = joined(wider.root, *as_indices(wider.ids, inserted))
+    chosen = joining(wider.root, *as_indices(wider.ids, inserted))[0]
     return deleted, inserted[chosen | is_loop(inserted)]
 
 
@@ -330,8 +342,7 @@ def candidates(forest: Forest, owned: OwnedEdges) -> np.ndarray:
     present = owned.present()
     a, b = as_indices(forest.ids, present)
     crossing = forest.root[a] != forest.root[b]
-    chosen, _ = joined(forest.root, a[crossing], b[crossing])
-    return present[crossing][chosen]
+    return present[crossing][joining(forest.root, a[crossing], b[crossing])[0]]
 
 
 def reconnected(forest: Forest, found: np.ndarray) -> Forest:

@@ -65,6 +65,13 @@ def test_an_epoch_takes_two_exchanges_at_most_and_one_without_a_forest_edge_dele
     assert exchanges == 2 and forests[1].labels().tolist() == [0, 0, 0, 0]
 
 
+def test_an_edge_with_no_copy_left_is_dropped_from_what_a_replica_holds() -> None:
+    keys = sf.id_keys(np.array([0, 1, 5]), np.array([1, 2, 5]))
+    owned, inserted, _ = sf.apply_updates(sf.OwnedEdges.empty(), keys, np.array([2, 1, 1]))
+    owned, _, deleted = sf.apply_updates(owned, keys, np.array([-1, -1, -1]))
+    assert owned.keys.tolist() == keys[:1].tolist() and owned.copies.tolist() == [1] and deleted.tolist() == keys[1:].tolist()
+
+
 def test_node_ids_out_of_range_are_refused() -> None:
     with pytest.raises(ValueError, match="node ids must be integers in"):
         sf.id_keys(np.array([-1]), np.array([2]))
