@@ -58,16 +58,19 @@ def unpack(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def roots(parent: np.ndarray) -> np.ndarray:
-    """Every node's root under ``parent`` (pointer jumping, only the nodes not there yet)."""
+    """Every node's root under ``parent`` (pointer jumping, only the nodes not there yet; a
+    forest's depth halves each step, so more than 64 steps means a cycle: refused)."""
     grand = parent[parent]
     moving = np.flatnonzero(grand != parent)
     grand = grand[moving]
-    while len(moving):
+    for _ in range(64):
+        if not len(moving):
+            return parent
         parent[moving] = grand
         above = parent[grand]
         still = above != grand
         moving, grand = moving[still], above[still]
-    return parent
+    raise ValueError(f"the parent links of {len(moving)} nodes form a cycle, not a forest (first: {moving[:3].tolist()})")
 
 
 def spanning_forest(count: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -324,6 +327,8 @@ def linked(forest: Forest, root: np.ndarray, a: np.ndarray, b: np.ndarray) -> np
         on_a, on_b = placed[old[a]], placed[old[b]]
         now = on_a != on_b
         child.append(np.where(on_a[now], b[now], a[now]))
+        if not now.any() or len(distinct(old[child[-1]])) < len(child[-1]):
+            raise ValueError(f"{len(a)} edges to link close a cycle: they are not a forest over the trees")
         parent.append(np.where(on_a[now], a[now], b[now]))
         placed[old[child[-1]]] = True
         a, b = a[~now], b[~now]

@@ -72,6 +72,15 @@ def test_an_edge_with_no_copy_left_is_dropped_from_what_a_replica_holds() -> Non
     assert owned.keys.tolist() == keys[:1].tolist() and owned.copies.tolist() == [1] and deleted.tolist() == keys[1:].tolist()
 
 
+def test_parent_links_in_a_cycle_and_a_cycle_to_link_are_refused_not_looped_on() -> None:
+    with pytest.raises(ValueError, match="form a cycle"):
+        sf.roots(np.array([1, 2, 0, 3]))
+    three = sf.Forest(np.arange(3), np.arange(3), np.arange(3), sf.EMPTY)
+    for a, b in (([0, 0], [1, 1]), ([0, 1, 0], [1, 2, 2])):  # two edges between two trees; a cycle of three
+        with pytest.raises(ValueError, match="not a forest over the trees"):
+            sf.linked(three, np.zeros(3, dtype=np.int64), np.array(a), np.array(b))
+
+
 def test_node_ids_out_of_range_are_refused() -> None:
     with pytest.raises(ValueError, match="node ids must be integers in"):
         sf.id_keys(np.array([-1]), np.array([2]))
