@@ -190,6 +190,7 @@ def ray_forest(parts_all: list, parallelism: int) -> list[float]:
 
     actor = ray.remote(Replica)
     replicas = [actor.remote(r, parallelism) for r in range(parallelism)]
+    ray.get([r.announce.remote(sf.EMPTY, sf.EMPTY) for r in replicas])  # started (as job.wait_ready() for the others)
     seconds = []
     for parts in parts_all:
         start = time.perf_counter()
