@@ -1,4 +1,4 @@
-"""The replicated spanning forest (``raytide.graph.spanning_forest``) against union-find after
+"""The replicated spanning forest (``bench.workloads.spanning_forest``) against union-find after
 random insert/delete epochs, at several widths, the edges partitioned among replicas at random."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from bench.workloads import spanning_forest as sf
 from examples.connected_components import union_find
 from examples.incremental_components import random_updates
-from raytide.graph import spanning_forest as sf
 
 
 def updates_by_replica(rng: random.Random, updates: list, width: int, owner: dict) -> list:

@@ -1,5 +1,8 @@
 """Connected components under insertions and deletions by a *replicated spanning forest*: pure NumPy.
 
+A prototype, not part of raytide's graph layer: measured against it by ``python -m bench
+forest`` and kept here until it is wired in (what is left: docs/collections.md).
+
 Every replica owns a part of the edges (:class:`OwnedEdges`: copies per edge, present
 while above zero) and holds the same :class:`Forest`: a spanning forest ``F`` of the
 whole graph (at most ``n - 1`` edges) and the components it implies. A node's label is
