@@ -1,0 +1,86 @@
+"""The replicated spanning forest (``bench.workloads.spanning_forest``) against union-find after
+random insert/delete epochs, at several widths, the edges partitioned among replicas at random."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from bench.workloads import spanning_forest as sf
+from examples.connected_components import union_find
+from examples.incremental_components import random_updates
+
+
+def updates_by_replica(rng: random.Random, updates: list, width: int, owner: dict) -> list:
+    """Each update to the replica owning its edge (chosen at random, once per edge)."""
+    parts: list[list] = [[] for _ in range(width)]
+    for (u, v), diff in updates:
+        key = (min(u, v), max(u, v))
+        parts[owner.setdefault(key, rng.randrange(width))].append((u, v, diff))
+    return [(sf.id_keys(np.array([u for u, _, _ in p], dtype=np.int64), np.array([v for _, v, _ in p], dtype=np.int64)),
+             np.array([d for _, _, d in p], dtype=np.int64)) for p in parts]
+
+
+def trial(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes, width = rng.randint(3, 40), rng.randint(1, 4)
+    epochs = random_updates(rng, nodes, rng.randint(1, 2 * nodes), rng.randint(2, 7), rng.choice([0.05, 0.2, 0.5]))
+    if seed % 4 == 0:  # an edge twice, and taken away once: still present
+        epochs[-1] = epochs[-1] + [epochs[0][0], (epochs[0][0][0], -1)]
+    forests, owned, owner = [sf.Forest.empty()] * width, [sf.OwnedEdges.empty()] * width, {}
+    present: Counter = Counter()
+    for number, updates in enumerate(epochs):
+        forests, owned, _ = sf.run_epoch(forests, owned, updates_by_replica(rng, updates, width, owner))
+        for (u, v), diff in updates:
+            present[(min(u, v), max(u, v))] += diff
+        expected = union_find([edge for edge, copies in present.items() if copies > 0])
+        for forest in forests:  # every replica holds the same forest, spanning the edges present
+            assert np.array_equal(forest.up, forests[0].up) and np.array_equal(forest.ids, forests[0].ids)
+            shown = forest.present()
+            got = dict(zip(forest.ids[shown].tolist(), forest.labels()[shown].tolist(), strict=True))
+            assert got == expected, f"seed {seed}, epoch {number}, width {width}"
+            assert (forest.up != np.arange(len(forest.up))).sum() == len(expected) - len(set(expected.values()))
+            child = np.flatnonzero(forest.up != np.arange(len(forest.up)))  # a forest of edges present, its trees the components
+            edges = {(min(u, v), max(u, v)) for u, v in zip(forest.ids[child].tolist(), forest.ids[forest.up[child]].tolist())}
+            assert all(present[edge] > 0 for edge in edges)
+            assert np.array_equal(forest.root[sf.roots(forest.up.copy())], forest.root)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_labels_equal_union_find_after_every_epoch(seed: int) -> None:
+    trial(seed)
+
+
+def test_an_epoch_takes_two_exchanges_at_most_and_one_without_a_forest_edge_deleted() -> None:
+    keys = sf.id_keys(np.array([0, 1, 2]), np.array([1, 2, 3]))
+    forests, owned, exchanges = sf.run_epoch([sf.Forest.empty()] * 2, [sf.OwnedEdges.empty()] * 2,
+                                             [(keys[:2], np.ones(2, dtype=np.int64)), (keys[2:], np.ones(1, dtype=np.int64))])
+    assert exchanges == 1 and forests[0].labels().tolist() == [0, 0, 0, 0]
+    cycle = sf.id_keys(np.array([0]), np.array([3]))  # a cycle, then one of its forest edges deleted
+    forests, owned, _ = sf.run_epoch(forests, owned, [(cycle, np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
+    forests, owned, exchanges = sf.run_epoch(forests, owned, [(keys[:1], -np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
+    assert exchanges == 2 and forests[1].labels().tolist() == [0, 0, 0, 0]
+
+
+def test_an_edge_with_no_copy_left_is_dropped_from_what_a_replica_holds() -> None:
+    keys = sf.id_keys(np.array([0, 1, 5]), np.array([1, 2, 5]))
+    owned, inserted, _ = sf.apply_updates(sf.OwnedEdges.empty(), keys, np.array([2, 1, 1]))
+    owned, _, deleted = sf.apply_updates(owned, keys, np.array([-1, -1, -1]))
+    assert owned.keys.tolist() == keys[:1].tolist() and owned.copies.tolist() == [1] and deleted.tolist() == keys[1:].tolist()
+
+
+def test_parent_links_in_a_cycle_and_a_cycle_to_link_are_refused_not_looped_on() -> None:
+    with pytest.raises(ValueError, match="form a cycle"):
+        sf.roots(np.array([1, 2, 0, 3]))
+    three = sf.Forest(np.arange(3), np.arange(3), np.arange(3), sf.EMPTY)
+    for a, b in (([0, 0], [1, 1]), ([0, 1, 0], [1, 2, 2])):  # two edges between two trees; a cycle of three
+        with pytest.raises(ValueError, match="not a forest over the trees"):
+            sf.linked(three, np.zeros(3, dtype=np.int64), np.array(a), np.array(b))
+
+
+def test_node_ids_out_of_range_are_refused() -> None:
+    with pytest.raises(ValueError, match="node ids must be integers in"):
+        sf.id_keys(np.array([-1]), np.array([2]))
