@@ -83,6 +83,9 @@ class Recovery:
             commit: with ``interval=None`` they grow until a snapshot.
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
+        logged: set by ``rt.run``, not by users: with ``alone``, the chains into whose replicas
+            sends are kept in upstream logs (None: every one), the others' only numbered
+            (:func:`~raytide.supervisor.alone.logged_chains`).
     """
 
     store: str
@@ -97,6 +100,7 @@ class Recovery:
     ping_timeout: float = DEFAULT_PING_TIMEOUT
     alone: bool = False
     fence: Fence | None = field(default=None, repr=False, compare=False)
+    logged: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.store, str) or not self.store:
@@ -122,6 +126,8 @@ class Recovery:
             raise ArgumentError(f"Recovery alone must be True or False, not {self.alone!r}")
         if self.fence is not None and not isinstance(self.fence, Fence):
             raise ArgumentError(f"Recovery fence is set by rt.run, not {self.fence!r}")
+        if self.logged is not None and not isinstance(self.logged, frozenset):
+            raise ArgumentError(f"Recovery logged is set by rt.run, not {self.logged!r}")
 
 
 def _positive_number(value: object) -> bool:
