@@ -3,7 +3,7 @@ should be recovered alone by default; docs/recovery.md, "What it costs"). With i
 between replicas is numbered, kept in its sender's upstream log until a snapshot commits past
 it, and checked against duplicates at its receiver (docs/recovery.md, "A replica recovered
 alone"). Each run measures both settings, ``alone=False``
-(the default before) and ``alone=True``, alternating which goes first from run to run, with a
+(every death rolls the whole job back) and ``alone=True`` (the default), alternating which goes first from run to run, with a
 snapshot every second (``Recovery``'s default interval) in both (``--param only=running``: the
 running stage and the upstream logs only):
 

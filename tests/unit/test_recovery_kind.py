@@ -94,9 +94,9 @@ def test_what_both_worlds_carry_out_alone_leaves_inputs_and_relays_to_the_whole_
 def test_alone_numbers_only_a_plan_with_a_replica_the_rule_recovers_alone():
     """``numbering_for`` turns ``alone`` off on a plan none of whose replicas the rule recovers
     alone (no numbering, no logs kept for a replay that never comes), and keeps what was asked
-    otherwise; ``alone`` stays off by default."""
-    on, off = rt.Recovery("x", alone=True), rt.Recovery("x")
-    assert not off.alone
+    otherwise; ``alone`` is on by default."""
+    on, off = rt.Recovery("x"), rt.Recovery("x", alone=False)
+    assert on.alone
     assert numbering_for(_plan(), on) == on and numbering_for(_plan(), on).logged == {"m"}
     assert numbering_for(_plan(), off) is off
     for plan in (_plan(input_width=3), _plan(stage="stateful")):  # every stage takes 3 channels, or notifies
