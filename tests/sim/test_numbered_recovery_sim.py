@@ -34,7 +34,7 @@ def numbered_trial(name: str, seed: int, store_root) -> Trial:
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_numbered_channels_recover_with_exactly_the_failure_free_output(name, store_root):
-    recoveries = kept = sent = logging = 0
+    recoveries = kept = sent = 0
     for seed in seeds(TRIALS[name], f"numbered recovery {name}"):
         result = numbered_trial(name, seed, store_root)
         assert result.exact, f"{name}, seed {seed}: {result.describe()}"
@@ -43,11 +43,10 @@ def test_numbered_channels_recover_with_exactly_the_failure_free_output(name, st
         logged = logged_chains(result.job.plan)  # a plan without: every send numbered, none kept
         kept_here = sum(log.size() for log in logs)
         assert logged or not kept_here, f"{name}, seed {seed}: {kept_here} messages kept for no replay"
-        kept, logging = kept + kept_here, logging + bool(logged)
+        kept += kept_here
         sent += sum(sum(log.positions().values()) for log in logs)
     assert recoveries >= TRIALS[name] // 2, recoveries
-    assert 0 < sent and kept < sent and (kept > 0 or not logging), \
-        f"the logs kept {kept} of {sent} messages: numbered, and trimmed at commits"
+    assert 0 <= kept < sent, f"the logs kept {kept} of {sent} messages: numbered, and trimmed at commits"
 
 
 @pytest.mark.parametrize("plant", ["senders restored at zero", "positions at the snapshot"])
