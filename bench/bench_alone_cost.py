@@ -3,7 +3,7 @@ should be recovered alone by default; docs/recovery.md, "What it costs"). With i
 between replicas is numbered, kept in its sender's upstream log until a snapshot commits past
 it, and checked against duplicates at its receiver (docs/recovery.md, "A replica recovered
 alone"). Each run measures both settings, ``alone=False``
-(the default before) and ``alone=True``, alternating which goes first from run to run, with a
+(every death rolls the whole job back) and ``alone=True`` (the default), alternating which goes first from run to run, with a
 snapshot every second (``Recovery``'s default interval) in both (``--param only=running``: the
 running stage and the upstream logs only):
 
@@ -20,17 +20,16 @@ running stage and the upstream logs only):
   (``keyed_epochs`` small epochs one after the other).
 * ``{setting}_increment_ms``: ``bench socket_ab``'s components increment: the example's job fed
   95% of the edges, then 1% at a time; the median of the five 1% epochs.
-* ``upstream_log_records``, ``upstream_log_mb``: with ``alone=True``, the most records all the
-  running job's replicas kept in their upstream logs at once (messages kept times the mean
-  records of a message sent), sampled every ``paced`` epochs of 40 epochs of ``paced_lines``
-  lines paced as ``bench recovery``'s stage kill (an epoch every 50 ms); the bytes are that
-  times what a ``(word, count)`` record takes in a Python list (:func:`_record_bytes`).
+* ``upstream_log_mb``: with ``alone=True``, the most bytes all the running job's replicas kept
+  in their upstream logs at once (messages kept times the pickled bytes of a message,
+  :func:`_message_bytes`: the logs keep the transport's packed batches), sampled every
+  ``paced`` epochs of 40 epochs of ``paced_lines`` lines paced as ``bench recovery``'s stage
+  kill (an epoch every 50 ms).
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -40,6 +39,7 @@ from bench.bench_components import example, graph
 from bench.bench_latency import _median_p99_ms, keyed_epoch_latencies
 from bench.bench_recovery import keyed_input, keyed_reference, run_keyed, running_flow, running_reference
 from bench.harness import SETTLE_S, ensure_ray
+from raytide.physical.pickled import pack_records, packed_size
 
 PARAMS = {"epochs": 60, "lines": 5_000, "vocabulary": 20_000, "keyed_epochs": 300, "nodes": 200_000,
           "edges": 600_000, "parallelism": 2, "paced": 5, "paced_lines": 500, "only": "all"}
@@ -55,8 +55,8 @@ _runs = 0
 
 def run_running(data: list[list[str]], recovery: rt.Recovery, sample_every: int = 0) -> tuple[float, dict, float]:
     """``running_flow`` fed ``data``: seconds from the first push to the last epoch; its output; with
-    ``sample_every``, the epochs paced (:data:`PACE`) and the most records its upstream logs kept
-    at once (messages times the mean records of a message), sampled every ``sample_every`` epochs
+    ``sample_every``, the epochs paced (:data:`PACE`) and the most bytes its upstream logs kept
+    at once (messages times :func:`_message_bytes`), sampled every ``sample_every`` epochs
     (0: fed at once, not sampled)."""
     most = 0.0
     with rt.run(running_flow(), parallelism=4, recovery=recovery) as job:
@@ -70,23 +70,20 @@ def run_running(data: list[list[str]], recovery: rt.Recovery, sample_every: int 
                 if epoch % sample_every == 0:
                     stats = job.stats()
                     kept = sum(replica["upstream_log"] for replica in stats["replicas"].values())
-                    most = max(most, kept * _records_per_message(stats))
+                    most = max(most, kept * _message_bytes(stats, data))
         job.close("lines")
         job.wait(timeout=600)
         return time.perf_counter() - clock, job.collect("totals"), most
 
 
-def _records_per_message(stats: dict) -> float:
-    """The mean records of a data batch the job's replicas sent (from ``job.stats()``)."""
-    vertices = [v for replica in stats["replicas"].values() for v in replica["vertices"].values()]
-    return sum(v["records_out"] for v in vertices) / max(1, sum(v["batches_out"] for v in vertices))
-
-
-def _record_bytes(data: list[list[str]]) -> float:
-    """The mean bytes a ``(word, count)`` record of the running job takes in a Python list (the list's
-    slot, the tuple, the word; small ints are shared): what a kept message holds per record."""
-    words = [w for line in data[0][:200] for w in line.split()]
-    return statistics.mean(8 + sys.getsizeof((w, 1)) + sys.getsizeof(w) for w in words)
+def _message_bytes(stats: dict, data: list[list[str]]) -> float:
+    """The bytes of one kept message: the only channels logged are the input's words into
+    ``count`` (``logged_chains``; the sink, fed by 4 channels, is never recovered alone), kept as
+    the pickled batch the transport sent, so a list of as many words as ``words`` sent per batch."""
+    counters = [replica["vertices"]["words"] for replica in stats["replicas"].values() if "words" in replica["vertices"]]
+    per_batch = sum(c["records_out"] for c in counters) / max(1, sum(c["batches_out"] for c in counters))
+    words = [w for line in data[0] for w in line.split()][:max(1, round(per_batch))]
+    return packed_size(pack_records(words)) * per_batch / len(words)
 
 
 def _one(setting: str, data: list[list[str]], expected: dict, running: dict, root: str, keyed_epochs: int,
@@ -133,6 +130,5 @@ def measure(epochs: int, lines: int, vocabulary: int, keyed_epochs: int, nodes: 
             out.update(_one(setting, data, expected, running, root, keyed_epochs, cc_edges, nodes, parallelism, only))
         calm = [epoch[:paced_lines] for epoch in data[:40]]
         _, _, most = run_running(calm, rt.Recovery(f"{root}/paced", interval=1.0, alone=True), paced)
-    out["upstream_log_records"] = most
-    out["upstream_log_mb"] = most * _record_bytes(data) / 1e6
+    out["upstream_log_mb"] = most / 1e6
     return out

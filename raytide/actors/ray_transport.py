@@ -21,7 +21,7 @@ import collections
 import dataclasses
 import pickle
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import ray
 
@@ -53,6 +53,13 @@ BY_RAY = "ray"
 #: Output records of at most this many pickled bytes per epoch travel inline to the progress
 #: actor; larger ones stay in the object store (Ray passes arguments by value up to 100 KiB).
 INLINE_BYTES = 64 * 1024
+
+
+class Sent(NamedTuple):
+    """A batch as :meth:`RayTransport.send` packed it (``(payload, packed)``, :func:`~raytide.physical.wire.pack`):
+    what an upstream log keeps, and sends again as it is (docs/recovery.md, "What it costs")."""
+
+    payload: tuple[Any, bool]
 
 
 class RayTransport:
@@ -91,9 +98,11 @@ class RayTransport:
         self.socket_frames = 0  # frames sent over sockets (data and markers)
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any,
-             sequence: int | None = None) -> None:
+             sequence: int | None = None) -> Sent | None:
+        """Pack ``batch`` (a :class:`Sent`: as it was packed before, a replay) and gather it for
+        ``to``; numbered, what an upstream log keeps of it: its packed form."""
         try:
-            payload = pack(batch)
+            payload = batch.payload if type(batch) is Sent else pack(batch)
         except Exception as error:
             raise unpicklable(to_records(batch), error, f"vertex {channel.source!r} sending to {vertex!r} at "
                               f"epoch {time.epoch}") from error
@@ -101,6 +110,7 @@ class RayTransport:
         self.rides.sent(to, token=isinstance(batch, EpochClosed))
         if not self.gathering:
             self._flush(to)
+        return None if sequence is None else Sent(payload)
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
         self._flush(to)  # the batches sent before it go first: a channel stays FIFO

@@ -108,6 +108,7 @@ class VertexActor:
         self.serial = serial
         sockets = serial is not None
         self.numbered = recovery is not None and recovery.alone  # numbered sends (raytide.engine.numbered_channels)
+        self.logged = recovery.logged if recovery is not None else None  # and kept into these chains only
         self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets, self.numbered)
         self.inbound = socket_hops.Inbound(f"{job}/{chain}/{replica}", self._delivered) if sockets else None
         self.transport.incarnation = incarnation
@@ -124,7 +125,7 @@ class VertexActor:
 
     def _new_core(self) -> ReplicaCore:
         core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport, keep_outputs=True,
-                           numbered=self.numbered)
+                           numbered=self.numbered, logged=self.logged)
         core.source_positions = functools.partial(reader_positions, self.started)  # not self: no cycle (see reader_positions)
         return core
 

@@ -9,7 +9,9 @@ the engine meets them, and the protocol model (:mod:`raytide.testing.alone`) run
 object, so both number, mark, trim, admit and restore alike:
 
 * a send to another replica takes the channel's next number (:meth:`Numbering.number`) and is
-  kept; a send to itself is not numbered (it never leaves the replica);
+  kept if its receiver may be recovered alone (``keeps``; a receiver that never is, such as
+  a sink fed by several channels, needs the numbers for its dedup but never a replay); a
+  send to itself is not numbered (it never leaves the replica);
 * a received message is admitted by its number (:meth:`Numbering.admit`): a duplicate is
   dropped, a gap refused; messages without a number (a sender with numbering off) pass;
 * a snapshot's barrier arriving on an input channel records where the receiver is in it
@@ -46,7 +48,8 @@ it and delivered again at resume, outside the channel; a loop is never recovered
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+import functools
+from collections.abc import Callable, Collection, Hashable, Iterable
 from typing import Any
 
 from raytide.engine.dedup import SequenceDedup
@@ -61,14 +64,15 @@ class Numbering:
     """One replica's numbered sends (its upstream log) and admitted receipts (its dedup)."""
 
     def __init__(self, name: str, enabled: bool = True, unchecked: Iterable[Hashable] = (),
-                 dedup: bool = True) -> None:
+                 dedup: bool = True, keeps: Callable[[Hashable], bool] | None = None) -> None:
         """Numbering for replica ``name`` (in errors); ``enabled=False``: nothing numbered or
         kept, every message admitted (the default on Ray until a recovery alone runs there);
         ``unchecked``: input channels admitted without their numbers (back edges);
-        ``dedup=False`` takes duplicates too (a planted bug the trials catch)."""
+        ``dedup=False`` takes duplicates too (a planted bug the trials catch); ``keeps``: whether
+        an output channel's sends are kept for a replay (none: every one's)."""
         self.name, self.enabled = name, enabled
         self.unchecked = frozenset(unchecked)
-        self.log = UpstreamLog(name)
+        self.log = UpstreamLog(name, keeps=keeps)
         self.dedup = SequenceDedup(name, enabled=dedup)
         self._barriers: dict[int, dict[Hashable, int]] = {}
         self.figures: Figures = {}
@@ -102,7 +106,7 @@ class Numbering:
 
     def note_marker(self, channel: Hashable, marker: Marker) -> None:
         """``marker`` leaves on output ``channel`` now, after the messages sent on it so far."""
-        if self.enabled:
+        if self.enabled and self.log.keeps(channel):
             self._markers.setdefault(channel, []).append((self.log.next(channel), marker))
 
     def admit_marker(self, channel: Hashable, marker_id: int) -> bool:
@@ -143,7 +147,7 @@ class Numbering:
         figures too if ``figures`` (a replica restored alone from a snapshot of the job's
         incarnation), else from 0 (a whole-job restore starts a new incarnation)."""
         saved = sequences or Sequences()
-        self.log = UpstreamLog(self.name, saved.sent)
+        self.log = UpstreamLog(self.name, saved.sent, self.log.keeps)
         self.dedup = SequenceDedup(self.name, saved.taken, enabled=self.dedup.enabled)
         self._barriers.clear()
         self.figures = dict(saved.figures) if figures else {}
@@ -166,3 +170,16 @@ class Numbering:
     def kept(self) -> int:
         """How many sent messages the log keeps (for ``replica_stats()``)."""
         return self.log.size()
+
+
+def kept_into(chains: Collection[str] | None) -> Callable[[Hashable], bool] | None:
+    """``keeps`` for a replica core's :class:`Numbering`, whose channels are ``(to, channel)``:
+    a send is kept when its receiver ``to`` is a replica of one of ``chains`` (the chains the
+    rule may recover a replica of alone: :func:`~raytide.supervisor.alone.logged_chains`);
+    None: every send."""
+    return None if chains is None else functools.partial(_into, frozenset(chains))
+
+
+def _into(chains: frozenset[str], channel: Hashable) -> bool:
+    to = channel[0]  # type: ignore[index]
+    return isinstance(to, ReplicaKey) and to.chain in chains

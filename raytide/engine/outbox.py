@@ -39,9 +39,11 @@ class Transport(Protocol):
     """What the shell does for the core: deliver to other replicas and to the progress actor."""
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any,
-             sequence: int | None = None) -> None:
+             sequence: int | None = None) -> Any:
         """A data batch for ``vertex`` (the head of ``to``'s chain) on ``channel``, numbered
-        ``sequence`` on it (None: the job does not number its sends, :mod:`raytide.engine.numbered_channels`)."""
+        ``sequence`` on it (None: the job does not number its sends, :mod:`raytide.engine.numbered_channels`).
+        Returns what a numbered send's upstream log keeps in place of ``batch`` (the form the
+        transport made of it, which it takes back as ``batch`` in a replay), or None: the batch."""
 
     def send_marker(self, to: ReplicaKey, channel: ChannelId, vertex: str, marker: Marker) -> None:
         """A control marker on ``channel``."""
@@ -128,17 +130,21 @@ class Outbox:
              counted: Location | None = None) -> None:
         """A batch to replica ``to``: queued locally when that is this replica, else numbered
         on the channel (and kept in the upstream log) if the job numbers its sends, and its
-        figure counted at ``counted`` (where its ``+1`` was; None: it has none, a hand-over)."""
+        figure counted at ``counted`` (where its ``+1`` was; None: it has none, a hand-over). The
+        log keeps what the transport made of the batch (its pickled bytes on Ray), not the batch:
+        one object per send, not one per record, and a replay does not pickle it again."""
         if to == self.key:
             self.local.append((False, (channel, vertex, time, batch)))
             self.local_sends += 1
         else:
-            sequence, numbered = None, self.numbered
-            if numbered is not None:
-                if counted is not None:
-                    numbered.count(True, counted, time, to, channel)
-                sequence = numbered.number((to, channel), (vertex, time, batch))
-            self.transport.send(to, channel, vertex, time, batch, sequence=sequence)
+            numbered = self.numbered
+            if numbered is None:
+                self.transport.send(to, channel, vertex, time, batch)
+                return
+            if counted is not None:
+                numbered.count(True, counted, time, to, channel)
+            sent = self.transport.send(to, channel, vertex, time, batch, sequence=numbered.log.next((to, channel)))
+            numbered.number((to, channel), (vertex, time, batch if sent is None else sent))  # the number it went with
 
     def replay(self, to: ReplicaKey, positions: dict[ChannelId, int], after: int = 0) -> int:
         """Send replica ``to`` again what this replica sent it on each channel from the

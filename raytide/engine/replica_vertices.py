@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from raytide.core.batches import batch_length, eager
@@ -24,7 +24,7 @@ from raytide.engine.context import ReplicaContext, VertexCounters
 from raytide.engine.holdback import HeldProgress
 from raytide.engine.modes import HeldCut, ReplicaMode
 from raytide.engine.notifications import NotificationQueue
-from raytide.engine.numbered_channels import Numbering
+from raytide.engine.numbered_channels import Numbering, kept_into
 from raytide.engine.outbox import Outbox, Transport, split
 from raytide.engine.stepping import SteppedVertex
 from raytide.errors import GraphError, ProgressError, RaytideError, UserCodeError
@@ -65,14 +65,16 @@ class HostedVertices:
     quiet_through = 0
 
     def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport, keep_outputs: bool = False,
-                 numbered: bool = False) -> None:
-        """``numbered``: number sends, keep them, drop duplicates (:mod:`raytide.engine.numbered_channels`)."""
+                 numbered: bool = False, logged: Collection[str] | None = None) -> None:
+        """``numbered``: number sends, keep them, drop duplicates (:mod:`raytide.engine.numbered_channels`), keeping
+        only sends into the chains ``logged`` (none: every one; :func:`~raytide.supervisor.alone.logged_chains`)."""
         self.plan, self.replica, self.transport = plan, replica, transport
         self.keep_outputs = keep_outputs
         self.chain = plan.chain(chain)
         head, channels = self.chain.vertices[0], plan.input_channels(self.chain.vertices[0], replica)
         back_edges = plan.back_edges(head, channels)
-        self.outbox = Outbox(plan, self.chain, replica, transport, Numbering(f"{chain}[{replica}]", numbered, back_edges))
+        self.outbox = Outbox(plan, self.chain, replica, transport, Numbering(f"{chain}[{replica}]", numbered, back_edges,
+                                                                               keeps=kept_into(logged)))
         self.contexts = {name: ReplicaContext(self, name, replica, plan.width(name)) for name in self.chain.vertices}
         self.stats = {name: VertexCounters() for name in self.chain.vertices}
         self.notifications = NotificationQueue(self.chain.vertices)
@@ -98,8 +100,7 @@ class HostedVertices:
         self.source_positions: Callable[[], dict[str, Any]] = dict
         self.restored_sources: dict[str, Any] = {}
         self.aligning: dict[int, float] = {}  # when each marker's first barrier arrived here
-        #: What the replica does now: runs, waits to be resumed after a restore, or holds at a cut.
-        self.mode = ReplicaMode.RUNNING
+        self.mode = ReplicaMode.RUNNING  # runs, waits to be resumed after a restore, or holds at a cut
         #: In :attr:`ReplicaMode.HOLDING`: the cut it holds at and its state there.
         self.cut: HeldCut | None = None
         self.aligner = BarrierAligner(head, inputs=channels, back_edges=back_edges)

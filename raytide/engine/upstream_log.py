@@ -14,16 +14,21 @@ the position its snapshot recorded (:meth:`UpstreamLog.replay`), which is the se
     trimmed ──────── mark(committed) ─────────────── next
                      │ kept: replayed from any position ≥ the mark │
 
+A channel into a receiver that is never recovered alone (``keeps`` says no: a sink fed by
+several channels, an output, ...; :func:`~raytide.supervisor.alone.logged_chains`) is numbered
+but keeps nothing: its receiver's dedup needs the numbers, and no replay will ever ask for
+its messages. A replay asked of it anyway is refused, never answered with less.
+
 Invariants (property-tested against a list of every message, ``tests/unit/test_upstream_log.py``):
 the messages replayed from a position are exactly those sent on the channel from it on, in
-order, with their numbers; a position before what was trimmed is refused, never answered
-with less.
+order, with their numbers; a position before what was trimmed, or on a channel that keeps
+nothing, is refused, never answered with less.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +37,12 @@ from raytide.errors import RecoveryError
 
 @dataclass
 class _Channel:
-    """One output channel's kept messages: ``base`` is the number of ``kept[0]``."""
+    """One output channel's kept messages: ``base`` is the number of ``kept[0]``; a channel
+    that does not ``keep`` only counts (``kept`` stays empty, ``base`` is the next number)."""
 
     base: int = 0
     kept: collections.deque[Any] = field(default_factory=collections.deque)
+    keep: bool = True
 
     @property
     def next(self) -> int:
@@ -46,21 +53,30 @@ class UpstreamLog:
     """The messages one sender replica sent on its output channels, kept from the last
     committed snapshot's marks on (see the module docstring)."""
 
-    def __init__(self, name: str, positions: Mapping[Hashable, int] | None = None) -> None:
+    def __init__(self, name: str, positions: Mapping[Hashable, int] | None = None,
+                 keeps: Callable[[Hashable], bool] | None = None) -> None:
         """A log for sender ``name`` (used in errors), its channels numbered from
-        ``positions`` (a restored sender's marks at its snapshot; none: from 0)."""
+        ``positions`` (a restored sender's marks at its snapshot; none: from 0); ``keeps``:
+        whether a channel's messages are kept for a replay (none: every channel's)."""
         self.name = name
+        self.keeps = keeps or _every
         self._channels: dict[Hashable, _Channel] = {}
         self._marks: dict[int, dict[Hashable, int]] = {}
         for channel, position in (positions or {}).items():
-            self._channels[channel] = _Channel(base=position)
+            self._channels[channel] = _Channel(base=position, keep=self.keeps(channel))
 
     def _channel(self, channel: Hashable) -> _Channel:
-        return self._channels.setdefault(channel, _Channel())
+        found = self._channels.get(channel)
+        if found is None:
+            found = self._channels[channel] = _Channel(keep=self.keeps(channel))
+        return found
 
     def append(self, channel: Hashable, message: Any) -> int:
-        """Keep ``message`` sent on ``channel``; returns its sequence number."""
+        """Number ``message`` sent on ``channel``, kept if the channel keeps; returns its number."""
         kept = self._channel(channel)
+        if not kept.keep:
+            kept.base += 1
+            return kept.base - 1
         kept.kept.append(message)
         return kept.next - 1
 
@@ -97,6 +113,10 @@ class UpstreamLog:
         earlier incarnation is ahead of it; nothing is replayed, and the receiver drops what
         the sender sends again below its position (the same messages: see :mod:`raytide.supervisor.alone`)."""
         kept = self._channel(channel)
+        if not kept.keep and position < kept.next:
+            raise RecoveryError(f"replica {self.name}: cannot replay channel {channel} from message {position}: "
+                                f"it keeps nothing (its receiver is never recovered alone, so its messages "
+                                f"{position}..{kept.next - 1} were only numbered)")
         if position < kept.base:
             raise RecoveryError(f"replica {self.name}: cannot replay channel {channel} from message {position}: "
                                 f"it keeps messages {kept.base}..{kept.next - 1} (trimmed at the last committed "
@@ -107,3 +127,8 @@ class UpstreamLog:
         """How many messages the log keeps, over all channels (safe from a stats thread: the
         channels are copied in one step)."""
         return sum(len(kept.kept) for kept in list(self._channels.values()))
+
+
+def _every(channel: Hashable) -> bool:
+    """Every channel's messages are kept (a log without ``keeps``)."""
+    return True

@@ -70,19 +70,23 @@ class Recovery:
             stopped, or cut off while Ray still counts it alive) is declared failed, killed and
             recovered from, as a death Ray reports is. Shorter bounds find a stopped actor
             sooner; an actor too slow to answer a ping in time is recovered from needlessly.
-        alone: recover one lost replica alone where the rule allows it (docs/recovery.md, "A
-            replica recovered alone"): the replicas number every send to another replica, keep it
-            in an upstream log until a snapshot commits past it, and drop what they receive twice;
-            one dead replica where that holds is replaced alone, the others keeping their state;
-            any other death rolls the whole job back, and its record in
-            ``job.stats()["recoveries"]`` says why (an input replica, a stage that notifies, ...).
-            Off by default: where it can be used it costs the steady path about 13% of a
-            stage's throughput and keeps two to three intervals' traffic in memory (docs/recovery.md,
-            "What it costs"); ``rt.run`` turns it off for a plan none of whose replicas the rule
-            recovers alone, which then pays nothing. The logs keep what was sent since the last
-            commit: with ``interval=None`` they grow until a snapshot.
+        alone: recover one lost replica alone where the rule allows it (the default; docs/recovery.md,
+            "A replica recovered alone"): the replicas number every send to another replica, keep
+            the sends into a replica that may be recovered alone (pickled, as sent) in an upstream
+            log until a snapshot commits past them, and drop what they receive twice; one dead
+            replica where that holds is replaced alone, the others keeping their state; any other
+            death rolls the whole job back, and its record in ``job.stats()["recoveries"]`` says
+            why (an input replica, a stage that notifies, ...). ``rt.run`` turns it off for a plan
+            none of whose replicas the rule recovers alone, which then pays nothing; elsewhere its
+            cost on the steady path is within the noise of ``bench alone_cost`` (docs/recovery.md,
+            "What it costs"). ``False``: every death rolls the whole job back, nothing numbered.
+            The logs keep what was sent since the last commit: with ``interval=None`` they grow
+            until a snapshot.
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
+        logged: set by ``rt.run``, not by users: with ``alone``, the chains into whose replicas
+            sends are kept in upstream logs (None: every one), the others' only numbered
+            (:func:`~raytide.supervisor.alone.logged_chains`).
     """
 
     store: str
@@ -95,8 +99,9 @@ class Recovery:
     lease: float = DEFAULT_LEASE
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     ping_timeout: float = DEFAULT_PING_TIMEOUT
-    alone: bool = False
+    alone: bool = True
     fence: Fence | None = field(default=None, repr=False, compare=False)
+    logged: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.store, str) or not self.store:
@@ -122,6 +127,8 @@ class Recovery:
             raise ArgumentError(f"Recovery alone must be True or False, not {self.alone!r}")
         if self.fence is not None and not isinstance(self.fence, Fence):
             raise ArgumentError(f"Recovery fence is set by rt.run, not {self.fence!r}")
+        if self.logged is not None and not isinstance(self.logged, frozenset):
+            raise ArgumentError(f"Recovery logged is set by rt.run, not {self.logged!r}")
 
 
 def _positive_number(value: object) -> bool:

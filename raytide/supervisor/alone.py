@@ -118,14 +118,26 @@ def recovered_how(plan: PhysicalPlan, lost: Sequence[ReplicaKey], others: Sequen
     return found
 
 
+def logged_chains(plan: PhysicalPlan) -> frozenset[str]:
+    """The chains of ``plan`` with a replica :func:`recovered_how` may recover alone: only sends
+    into their replicas are kept in upstream logs (a replay goes only to a replica recovered
+    alone); sends into the others (a sink fed by several channels, an output, a stage that
+    notifies, ...) are numbered for their receivers' dedup and kept nowhere. A superset of
+    what a death can call for on Ray (relays and rescaled jobs go whole there), so nothing a
+    replay needs is ever missing. Decided once per plan, with :func:`numbering_for`."""
+    return frozenset(key.chain for key in plan.replica_keys() if recovered_how(plan, [key]).kind == "alone")
+
+
 def numbering_for(plan: PhysicalPlan, recovery: Recovery) -> Recovery:
     """``recovery`` as the job started on ``plan`` runs it: with ``alone`` off where no replica of
     ``plan`` could be recovered alone (:func:`recovered_how` answers ``"job"`` for every one of
     them alone: every stage notifies, sits in a loop, takes several channels, ...). Numbering,
     upstream logs and dedup would then cost every send and keep every message of a snapshot
     interval for a replay that never comes, and the epoch tokens could not ride with the data
-    (docs/recovery.md, "A replica recovered alone"). Decided once, on the plan the job starts
-    with, so every replica of every incarnation numbers alike; a rescaled job is recovered whole."""
-    if not recovery.alone or any(recovered_how(plan, [key]).kind == "alone" for key in plan.replica_keys()):
+    (docs/recovery.md, "A replica recovered alone"). Elsewhere with ``logged``, the chains whose
+    replicas' senders keep logs (:func:`logged_chains`). Decided once, on the plan the job
+    starts with, so every replica of every incarnation numbers alike; a rescaled job is recovered whole."""
+    if not recovery.alone:
         return recovery
-    return dataclasses.replace(recovery, alone=False)
+    logged = logged_chains(plan)
+    return dataclasses.replace(recovery, alone=bool(logged), logged=logged or None)

@@ -34,6 +34,7 @@ from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import EpochComplete, JobEvent, JobFailed, JobFinished, ReplicaKey, Sequenced
 from raytide.snapshots.coordinator import CoordinatorCore
 from raytide.snapshots.recovery import RestartBudget
+from raytide.supervisor.alone import logged_chains
 from raytide.supervisor.execution import Execution
 from raytide.supervisor.stalls import StallWatch
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
@@ -114,7 +115,9 @@ class World(SnapshotTaking):
         rides = rides_with_tokens(self.plan, key.chain) and not numbered  # a batch kept by a lost replica would be lost
         transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,
                                    self.mail.via(key, self.replica_keys()), rides)
-        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=True, numbered=numbered)  # as on Ray
+        logged = logged_chains(self.plan) if self.recovery is not None and self.recovery.alone else None  # as rt.run's
+        return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=True, numbered=numbered,
+                           logged=logged)  # as on Ray
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
         chain = self.plan.chain_of(name).name

@@ -18,6 +18,7 @@ import warnings
 
 import pytest
 
+from raytide.engine import numbered_channels
 from raytide.engine.numbered_channels import Numbering
 from raytide.engine.outbox import Outbox
 from raytide.engine.progress_core import ProgressCore
@@ -147,7 +148,8 @@ PLANTS = {
     "a replay that skips its first batch": (Outbox, "replay", _skip_first),
     "a replacement that takes its first replayed batch twice": (ReplicaCore, "replace_alone", _twice),
     "receivers without dedup": (Numbering, "__init__", lambda original: lambda self, name, enabled=True, unchecked=(),
-                                dedup=True: original(self, name, enabled, unchecked, dedup=False)),
+                                dedup=True, keeps=None: original(self, name, enabled, unchecked, False, keeps)),
+    "no log kept for a replica recovered alone": (numbered_channels, "_into", lambda original: lambda chains, channel: False),
     "the lost replica's figures not set": (ProgressCore, "replace", lambda original: lambda self, key, restored, first, locations:
                                            original(self, key, self.figures.get(key, {}), first, locations)),
     "a replay without the barriers": (Numbering, "note_marker", lambda original: lambda self, channel, marker: None),

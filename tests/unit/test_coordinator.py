@@ -192,12 +192,12 @@ def test_a_commit_comes_exactly_when_the_snapshot_in_flight_has_every_acknowledg
 def test_recovery_settings_are_checked():
     recovery = rt.Recovery("/tmp/snapshots")
     assert (recovery.interval, recovery.retain, recovery.max_restarts, recovery.output_commit) == (1.0, 3, 3, "epoch")
-    assert not recovery.alone and rt.Recovery("x", alone=True).alone
+    assert recovery.alone and not rt.Recovery("x", alone=False).alone  # alone by default (issue 74)
     assert rt.Recovery("s3://bucket/x", interval="auto").interval == "auto"
     assert rt.Recovery("x", interval=None).interval is None
     for bad in [{"store": ""}, {"interval": 0}, {"interval": "often"}, {"retain": 0}, {"max_restarts": -1},
                 {"signing_key": "text"}, {"timeout": 0}, {"interval": True}, {"output_commit": "commit"},
-                {"alone": "yes"}]:
+                {"alone": "yes"}, {"logged": ["count"]}]:
         with pytest.raises(ArgumentError):
             rt.Recovery(**{"store": "x", **bad})
 

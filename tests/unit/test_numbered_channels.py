@@ -193,3 +193,25 @@ def test_a_barrier_sent_again_on_a_channel_is_dropped():
     count.on_marker(CHANNEL, Marker(1, MarkerKind.SNAPSHOT))
     count.on_marker(CHANNEL, Marker(1, MarkerKind.SNAPSHOT))  # replayed: the aligner would refuse it
     assert len(out.snapshots) == 1 and [m.marker_id for _, m in out.markers] == [1]
+
+
+class Packing(Numbers):
+    """A transport that, as Ray's does, hands back what it made of a numbered batch (here a
+    tagged copy) and takes that back in a replay."""
+
+    def send(self, to, channel, vertex, time, batch, sequence=None):
+        super().send(to, channel, vertex, time, batch, sequence)
+        return None if sequence is None else ("packed", list(batch) if isinstance(batch, list) else batch)
+
+
+def test_the_log_keeps_what_the_transport_made_of_a_batch_and_a_replay_sends_that():
+    transport = Packing()
+    x = ReplicaCore(PLAN, X, 0, transport, keep_outputs=True, numbered=True)
+    for key in range(6):
+        x.push_input("x", [key], 0)
+    to = ReplicaKey(COUNT, 0)
+    first = [batch for receiver, _, batch, _ in transport.numbered if receiver == to]
+    transport.numbered.clear()
+    x.outbox.replay(to, {CHANNEL: 0})
+    assert [(batch, sequence) for _, _, batch, sequence in transport.numbered] == [
+        (("packed", batch), sequence) for sequence, batch in enumerate(first)]

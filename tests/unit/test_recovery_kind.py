@@ -3,10 +3,15 @@ the rule each, on compiled plans."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 import raytide as rt
+from raytide.engine.replica import ReplicaCore
 from raytide.physical.plan import PhysicalPlan, compile_plan
 from raytide.physical.protocol import ReplicaKey
-from raytide.supervisor.alone import decide, numbering_for, recovered_how
+from raytide.supervisor.alone import decide, logged_chains, numbering_for, recovered_how
+from tests.unit.test_replica_core import Recorder
 
 
 def _plan(input_width: int = 1, stage: str = "map") -> PhysicalPlan:
@@ -89,9 +94,40 @@ def test_what_both_worlds_carry_out_alone_leaves_inputs_and_relays_to_the_whole_
 def test_alone_numbers_only_a_plan_with_a_replica_the_rule_recovers_alone():
     """``numbering_for`` turns ``alone`` off on a plan none of whose replicas the rule recovers
     alone (no numbering, no logs kept for a replay that never comes), and keeps what was asked
-    otherwise; ``alone`` stays off by default."""
-    on, off = rt.Recovery("x", alone=True), rt.Recovery("x")
-    assert not off.alone
-    assert numbering_for(_plan(), on) is on and numbering_for(_plan(), off) is off
+    otherwise; ``alone`` is on by default."""
+    on, off = rt.Recovery("x"), rt.Recovery("x", alone=False)
+    assert on.alone
+    assert numbering_for(_plan(), on) == on and numbering_for(_plan(), on).logged == {"m"}
+    assert numbering_for(_plan(), off) is off
     for plan in (_plan(input_width=3), _plan(stage="stateful")):  # every stage takes 3 channels, or notifies
         assert numbering_for(plan, on) == off and not numbering_for(plan, on).alone
+
+
+def _small_plan(input_width: int, stage: str, width: int, chaining: bool) -> PhysicalPlan:
+    """An input, a middle stage of ``width`` (a map, a stateful map that may notify, or a keyed
+    exchange into a map), a map after it, an output: chained or not."""
+    flow = rt.Dataflow("small")
+    source = flow.input("x", parallelism=input_width)
+    middle = (source.stateful_map(lambda r: r, lambda s, r: (s, r), name="m", parallelism=width) if stage == "stateful"
+              else source.exchange(lambda r: r, name="m", parallelism=width) if stage == "keyed"
+              else source.map(lambda r: r, name="m", parallelism=width))
+    middle.map(lambda r: r, name="last", parallelism=width).output("out")
+    return compile_plan(flow, chaining=chaining)
+
+
+@given(st.integers(1, 3), st.sampled_from(["map", "stateful", "keyed"]), st.integers(1, 4), st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_every_channel_into_a_replica_recovered_alone_is_logged_and_no_other(input_width, stage, width, chaining):
+    """``logged_chains`` against ``decide`` by brute force: every replica ``decide`` recovers
+    alone (but an input's, which the driver's call log replays) is in a logged chain, so each
+    of its senders' cores keeps every channel into it; a chain none of whose replicas is
+    recovered alone keeps nothing."""
+    plan = _small_plan(input_width, stage, width, chaining)
+    logged = logged_chains(plan)
+    alone = {key for key in plan.replica_keys() if decide(plan, [key]).kind == "alone"
+             and plan.vertex(plan.chain(key.chain).vertices[0]).role != "input"}
+    assert {key.chain for key in alone} == logged
+    for key in plan.replica_keys():
+        core = ReplicaCore(plan, key.chain, key.replica, Recorder(), numbered=True, logged=logged)
+        for to, channel, _ in core.outbox.token_channels(frozenset(plan.vertices)):
+            assert core.outbox.numbering.log.keeps((to, channel)) == (to.chain in logged), (key, to, channel)

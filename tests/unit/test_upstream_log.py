@@ -88,3 +88,12 @@ def test_a_receiver_ahead_of_a_restored_sender_is_replayed_nothing():
     log = UpstreamLog("x[0]", {"c": 1})
     log.append("c", "m1")
     assert log.replay("c", 3) == []
+
+
+def test_a_channel_that_keeps_nothing_numbers_on_and_refuses_a_replay():
+    """A channel into a receiver never recovered alone: numbered for its dedup, kept nowhere."""
+    log = UpstreamLog("s[0]", {"sink": 3}, keeps=lambda channel: channel != "sink")
+    assert [log.append("sink", "x"), log.append("count", "y"), log.append("sink", "z")] == [3, 0, 4]
+    assert log.size() == 1 and log.positions() == {"sink": 5, "count": 1} and log.replay("sink", 5) == []
+    with pytest.raises(RecoveryError, match="cannot replay channel sink from message 4: it keeps nothing"):
+        log.replay("sink", 4)
