@@ -8,7 +8,7 @@ in a fresh Ray; the parent aggregates. Two children per repetition:
 
   1. ``first_startup_s``: the first job of the fresh Ray, the word count flow below
      (``flow.input("lines").flat_map(str.split).count_by_key(...)``, ``hosts`` processes:
-     four vertex hosts at parallelism 2, one with the progress actor seated in it), timed from before
+     two vertex hosts at parallelism 2, each with an input replica seated in it, the progress actor in one), timed from before
      ``rt.run`` to ``job.wait_ready()``. The steps of that start-up are timed too
      (``profile_*``, see :func:`profiled_first_startup`);
   2. ``later_startup_s``: the same flow started again ``later_jobs`` times after the first
