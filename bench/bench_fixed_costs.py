@@ -404,20 +404,20 @@ def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, la
     params = {"lines": lines, "epochs": epochs, "nodes": nodes, "rows": rows, "parallelism": parallelism,
               "later_jobs": later_jobs}
     env = bytecode_env(bytecode)
-    metrics = run_child(MODULE, {"part": "raytide", **params}, env=env, timeout=CHILD_TIMEOUT)
+    metrics = run_child(MODULE, {"part": "raytide", **params}, env=env, timeout=CHILD_TIMEOUT, ray_address="local")
     time.sleep(SETTLE_S)
     for actors, metric in ((int(metrics["hosts"]), "bare_actors_s"), (int(metrics["workers"]), "bare_workers_s")):
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "bare", "actors": actors, "metric": metric}, env=env,
-                                 timeout=CHILD_TIMEOUT))
+                                 timeout=CHILD_TIMEOUT, ray_address="local"))
     for workload in WORKLOADS:
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, **params}, env=env,
-                                 timeout=CHILD_TIMEOUT))
+                                 timeout=CHILD_TIMEOUT, ray_address="local"))
     for workload in BASELINES:
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, "side": "handwritten", **params},
-                                 env=env, timeout=CHILD_TIMEOUT))
+                                 env=env, timeout=CHILD_TIMEOUT, ray_address="local"))
     return metrics
 
 

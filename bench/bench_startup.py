@@ -169,7 +169,7 @@ def measure(parallelism: int, bytecode: bool) -> dict[str, float]:
     ``bytecode``: with every module's bytecode compiled beforehand (:func:`~bench.harness.bytecode_env`)."""
     _RUNS["count"] += 1
     return run_child(MODULE, {"parallelism": parallelism, "job_first": _RUNS["count"] % 2 == 1},
-                     env=bytecode_env(bytecode), timeout=CHILD_TIMEOUT)
+                     env=bytecode_env(bytecode), timeout=CHILD_TIMEOUT, ray_address="local")
 
 
 if __name__ == "__main__":
