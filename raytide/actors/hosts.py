@@ -72,7 +72,8 @@ class VertexHost(Host):
     which keeps every channel FIFO (see :mod:`raytide.actors.vertex_actor`). The node's
     progress relay, if this host is it, runs on threads of its own (the concurrency groups
     ``relay``: :data:`RELAY_METHODS`, and ``fan_out``: :data:`FAN_OUT_METHODS`), and so do
-    the replica's statistics (``inspect``: :data:`INSPECT_METHODS`).
+    the replica's statistics (``inspect``: :data:`INSPECT_METHODS`), and the roles seated beside
+    the replica (:attr:`seat`, :attr:`inputs`).
     """
 
     def __init__(self, number: int, beside: VertexHost | None = None) -> None:
@@ -92,7 +93,7 @@ class VertexHost(Host):
         self.seat = ProgressHost(number, seated=True)
         #: The seat of an input replica that feeds the replica played here, under the same lease
         #: (``input_*`` methods, :data:`INPUT_PREFIX`), on a thread and with a lock of its own: its
-        #: sends to this host's replica run in this process (:class:`~raytide.actors.ray_transport.Beside`),
+        #: sends to this host's replica run in this process (:class:`~raytide.actors.host_base.Beside`),
         #: and its wait for a full window toward another host's holds only its own lock.
         self.inputs = VertexHost(number, beside=self)
 
@@ -110,7 +111,7 @@ class VertexHost(Host):
         peers on this node over a socket, :mod:`raytide.actors.socket_hops`); returns this process's id."""
         from raytide.actors.vertex_actor import VertexActor
 
-        if self.beside is None and keep_freed_buffers() and pretouch_mb:  # once per process: not for a seat
+        if self.beside is None and keep_freed_buffers() and pretouch_mb:  # the host's replica's, not again for its seat
             pretouch(pretouch_mb)
         with self.serial:
             kept = getattr(self.role, "kept", None) if lease == self.lease else None  # a rescale (see VertexActor.hand_over)
