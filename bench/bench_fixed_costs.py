@@ -8,7 +8,7 @@ in a fresh Ray; the parent aggregates. Two children per repetition:
 
   1. ``first_startup_s``: the first job of the fresh Ray, the word count flow below
      (``flow.input("lines").flat_map(str.split).count_by_key(...)``, ``hosts`` processes:
-     four vertex hosts at parallelism 2, one with the progress actor seated in it), timed from before
+     two vertex hosts at parallelism 2, each with an input replica seated in it, the progress actor in one), timed from before
      ``rt.run`` to ``job.wait_ready()``. The steps of that start-up are timed too
      (``profile_*``, see :func:`profiled_first_startup`);
   2. ``later_startup_s``: the same flow started again ``later_jobs`` times after the first
@@ -404,20 +404,20 @@ def measure(lines: int, epochs: int, nodes: int, rows: int, parallelism: int, la
     params = {"lines": lines, "epochs": epochs, "nodes": nodes, "rows": rows, "parallelism": parallelism,
               "later_jobs": later_jobs}
     env = bytecode_env(bytecode)
-    metrics = run_child(MODULE, {"part": "raytide", **params}, env=env, timeout=CHILD_TIMEOUT)
+    metrics = run_child(MODULE, {"part": "raytide", **params}, env=env, timeout=CHILD_TIMEOUT, ray_address="local")
     time.sleep(SETTLE_S)
     for actors, metric in ((int(metrics["hosts"]), "bare_actors_s"), (int(metrics["workers"]), "bare_workers_s")):
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "bare", "actors": actors, "metric": metric}, env=env,
-                                 timeout=CHILD_TIMEOUT))
+                                 timeout=CHILD_TIMEOUT, ray_address="local"))
     for workload in WORKLOADS:
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, **params}, env=env,
-                                 timeout=CHILD_TIMEOUT))
+                                 timeout=CHILD_TIMEOUT, ray_address="local"))
     for workload in BASELINES:
         time.sleep(SETTLE_S)
         metrics.update(run_child(MODULE, {"part": "first_job", "workload": workload, "side": "handwritten", **params},
-                                 env=env, timeout=CHILD_TIMEOUT))
+                                 env=env, timeout=CHILD_TIMEOUT, ray_address="local"))
     return metrics
 
 

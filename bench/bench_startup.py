@@ -148,7 +148,7 @@ def child(parallelism: int, job_first: bool) -> dict[str, float]:
     started = time.perf_counter()
     rt.run  # noqa: B018  (rt.run's modules, imported on first use)
     metrics = {"driver_import_s": time.perf_counter() - started}
-    processes = 2 * parallelism  # the flow's two chains at ``parallelism`` (the progress actor seated in a vertex host)
+    processes = parallelism  # the counting replicas' hosts (the input replicas and the progress actor seated in them)
     for part in ("job", "actors") if job_first else ("actors", "job"):
         if part == "job":
             seconds, cpu, hosts = in_fresh_ray(lambda: first_job(parallelism))
@@ -169,7 +169,7 @@ def measure(parallelism: int, bytecode: bool) -> dict[str, float]:
     ``bytecode``: with every module's bytecode compiled beforehand (:func:`~bench.harness.bytecode_env`)."""
     _RUNS["count"] += 1
     return run_child(MODULE, {"parallelism": parallelism, "job_first": _RUNS["count"] % 2 == 1},
-                     env=bytecode_env(bytecode), timeout=CHILD_TIMEOUT)
+                     env=bytecode_env(bytecode), timeout=CHILD_TIMEOUT, ray_address="local")
 
 
 if __name__ == "__main__":

@@ -28,199 +28,19 @@ below), because vectorised vertices allocate and free arrays of megabytes on eve
 from __future__ import annotations
 
 import ctypes
-import gc
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import ray
 
+from raytide.actors.host_base import ACTOR_NAME_PREFIX, Beside, Host, Leased, announce, forwarding, freeze_start_up  # noqa: F401  (kept importable here)
 from raytide.errors import ArgumentError
 
 logger = logging.getLogger(__name__)
-
-#: Ray's log monitor takes a line starting with this as the new name of the process's actor
-#: (``ray._private.ray_constants.LOG_PREFIX_ACTOR_NAME``).
-ACTOR_NAME_PREFIX = ":actor_name:"
-
-
-class Leased(NamedTuple):
-    """A host's handle bound to one lease: ``leased.method.remote(*args)`` calls
-    ``method(lease, *args)`` on the host (pickles like the handle it holds); with a
-    ``prefix``, the host's ``prefix + method`` (a role seated beside another in one host:
-    :data:`SEAT_PREFIX`)."""
-
-    handle: Any
-    lease: int
-    prefix: str = ""
-
-    def __getattr__(self, name: str) -> _LeasedMethod:
-        return _LeasedMethod(getattr(self.handle, self.prefix + name), self.lease)
-
-
-class _LeasedMethod(NamedTuple):
-    method: Any
-    lease: int
-
-    def remote(self, *args: Any) -> Any:
-        return self.method.remote(self.lease, *args)
-
-
-def announce(name: str) -> None:
-    """Name this process ``name`` in Ray's log prefixes from now on (stdout and stderr)."""
-    for stream in (sys.stdout, sys.stderr):
-        print(f"{ACTOR_NAME_PREFIX}{name}", file=stream, flush=True)
-
-
-class Host:
-    """A process that plays one role at a time; the base of :class:`VertexHost`,
-    :class:`ProgressHost` and :class:`CoordinatorHost`.
-
-    A coordinator host runs calls on several threads, so the lease, the role and the calls
-    kept for a later lease change only under :attr:`leases`' lock: a call of a later lease
-    is either kept before its ``take`` swaps them, or runs after it.
-    """
-
-    def __init__(self, label: str, named: bool = True) -> None:
-        """``named``: this host names its process in Ray's log prefixes (not a role seated in another host)."""
-        self.label, self.named = label, named
-        self.role: Any = None
-        self.lease = -1
-        self.ended = -1  # the last lease given back
-        self.leases = threading.Condition()  # notified when a lease is taken or given back (for watch)
-        self.early: dict[int, list[tuple[str, tuple]]] = {}  # calls of leases not taken yet
-        self._announce(f"raytide idle host ({label})")
-
-    def _announce(self, name: str) -> None:
-        if self.named:
-            announce(name)
-
-    def __repr__(self) -> str:
-        return f"raytide {self.label}"
-
-    def ping(self, lease: int | None = None) -> int:
-        """Liveness check for the driver and the pool: this host's process id (any lease may ask)."""
-        return os.getpid()
-
-    def answer(self, lease: int | None = None) -> int:
-        """The supervisor's ping of a stalled job (:mod:`raytide.driver.stall_ping`): this host's process
-        id; a host that does not answer in time is declared failed."""
-        return os.getpid()
-
-    def node(self, lease: int | None = None) -> str:
-        """The id of the Ray node this host runs on (where the driver places progress relays)."""
-        return ray.get_runtime_context().get_node_id()
-
-    @ray.method(concurrency_group="watch")
-    def watch(self, lease: int) -> None:
-        """Returns once ``lease`` is over (given back, or a later one taken): while it lasts,
-        the driver's pending call costs nothing, and fails the moment this process dies
-        (the driver's liveness check, :class:`~raytide.driver.outputs.Liveness`)."""
-        with self.leases:
-            self.leases.wait_for(lambda: self.ended >= lease or self.lease > lease)
-
-    def _take(self, lease: int, role: Any, name: str) -> int:
-        """Play ``role`` for ``lease``; a role this lease had (a rescale gives a kept host a
-        new one) is closed first."""
-        if lease == self.lease and self.role is not None and hasattr(self.role, "close"):
-            self.role.close()
-        with self.leases:
-            self.role, self.lease = role, lease
-            self.leases.notify_all()
-            early = self.early.pop(lease, [])
-            self.early = {later: calls for later, calls in self.early.items() if later > lease}
-        self._announce(f"raytide {name}")
-        for method, args in early:
-            getattr(role, method)(*args)
-        return os.getpid()
-
-    def _call(self, lease: int, method: str, args: tuple) -> Any:
-        """``role.method(*args)`` for the current lease; kept for a later one; dropped for an earlier one."""
-        with self.leases:
-            if lease != self.lease:
-                if lease > self.lease:
-                    self.early.setdefault(lease, []).append((method, args))
-                return None
-            role = self.role
-        return getattr(role, method)(*args)
-
-    def reset(self, lease: int) -> bool:
-        """Drop the role of ``lease`` and everything it held (plan, channels, vertex objects,
-        buffered records); True if the host is clean now. Module-level globals of user code
-        stay, as they do on a Ray worker that runs one task after another."""
-        if lease != self.lease:
-            return False
-        close = getattr(self.role, "close", None)
-        if close is not None:
-            close()
-        with self.leases:
-            self.role, self.lease, self.ended = None, -1, lease
-            self.leases.notify_all()
-        gc.collect()  # walks what is not frozen: what the process made since it started (see _freeze_start_up)
-        self._announce(f"raytide idle host ({self.label})")
-        return True
-
-    def raytide_objects(self) -> dict[str, int]:
-        """How many objects of raytide's runtime classes this process holds (tests check a
-        reset host holds none), frozen ones included; the process stays thawed after it."""
-        from raytide.actors.coordinator_actor import CoordinatorActor
-        from raytide.core.vertex import Vertex
-        from raytide.engine.progress_core import ProgressCore
-        from raytide.engine.replica import ReplicaCore
-        from raytide.physical.plan import PhysicalPlan
-        from raytide.snapshots.writer import SnapshotWriter
-
-        gc.collect()
-        gc.unfreeze()  # the permanent generation too, uncollected: a job's garbage frozen there is counted
-        kinds = (CoordinatorActor, PhysicalPlan, ProgressCore, ReplicaCore, SnapshotWriter, Vertex)
-        counts = dict.fromkeys((kind.__name__ for kind in kinds), 0)
-        for thing in gc.get_objects():
-            for kind in kinds:
-                if isinstance(thing, kind):
-                    counts[kind.__name__] += 1
-        return counts
-
-    def census(self, lease: int | None = None) -> dict[str, Any]:
-        """What this process holds that a long-running job could pile up: the actors it has
-        Python handles to (``actors``, their ids in hex), the entries of its Ray core worker's
-        reference table (``references``: the object refs counted here) and the objects the
-        garbage collector tracks (``objects``). Tests check that a replica holds handles only
-        to the actors it calls, however many rescales and recoveries it went through."""
-        gc.collect()
-        things = gc.get_objects()
-        actors = {thing._actor_id.hex() for thing in things if isinstance(thing, ray.actor.ActorHandle)}
-        references = ray._private.worker.global_worker.core_worker.get_all_reference_counts()  # type: ignore[attr-defined]
-        return {"actors": sorted(actors), "references": len(references), "objects": len(things)}
-
-
-def _freeze_start_up() -> None:
-    """Move what exists when a host has started (its imports, the host) to the garbage
-    collector's permanent generation, where no collection walks it: it lives as long as the
-    process. A job's objects are never frozen, so a reset's collection finds their cycles
-    and walks only what the process made since it started, where freezing at every job's start
-    and thawing and collecting everything at its end would walk the whole process at every job's
-    end (80,000-120,000 objects, 60-100 ms of CPU per host).
-
-    No collection comes first: it would walk the whole process (66,000 objects in a vertex
-    host) for 18-25 ms of CPU on the clock of a job's first start, to find some 31 objects
-    of garbage, which the freeze keeps instead, once per process.
-    """
-    gc.freeze()
-
-
-def _forwarding(name: str) -> Callable[..., Any]:
-    """A host method that calls the role's method ``name`` if the lease is current."""
-
-    def forward(self: Host, lease: int, *args: Any) -> Any:
-        return self._call(lease, name, args)
-
-    forward.__name__ = forward.__qualname__ = name
-    forward.__doc__ = f"The role's ``{name}`` for the current lease (see :meth:`Host._call`)."
-    return forward
 
 
 #: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
@@ -252,21 +72,32 @@ class VertexHost(Host):
     which keeps every channel FIFO (see :mod:`raytide.actors.vertex_actor`). The node's
     progress relay, if this host is it, runs on threads of its own (the concurrency groups
     ``relay``: :data:`RELAY_METHODS`, and ``fan_out``: :data:`FAN_OUT_METHODS`), and so do
-    the replica's statistics (``inspect``: :data:`INSPECT_METHODS`).
+    the replica's statistics (``inspect``: :data:`INSPECT_METHODS`), and the roles seated beside
+    the replica (:attr:`seat`, :attr:`inputs`).
     """
 
-    def __init__(self, number: int) -> None:
-        super().__init__(f"vertex host {number}")
-        import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
-
+    def __init__(self, number: int, beside: VertexHost | None = None) -> None:
+        """``beside``: the host whose input seat this is (:attr:`inputs`), not a process of its
+        own: it leaves the process's name, imports and garbage collector to that host."""
+        super().__init__(f"vertex host {number}", named=beside is None)
         #: Held by each call of the replica (the default group) and by its socket's delivery thread
         #: (:mod:`raytide.actors.socket_hops`): one event at a time, as on a sequential actor.
         self.serial = threading.RLock()
+        self.beside = beside
+        if beside is not None:
+            return
+        import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
+
         #: The seat of a job's progress actor, played beside the replica under the same lease
         #: (``progress_*`` methods, :data:`SEAT_PREFIX`), with a lock and threads of its own.
         self.seat = ProgressHost(number, seated=True)
+        #: The seat of an input replica that feeds the replica played here, under the same lease
+        #: (``input_*`` methods, :data:`INPUT_PREFIX`), on a thread and with a lock of its own: its
+        #: sends to this host's replica run in this process (:class:`~raytide.actors.host_base.Beside`),
+        #: and its wait for a full window toward another host's holds only its own lock.
+        self.inputs = VertexHost(number, beside=self)
 
-        _freeze_start_up()
+        freeze_start_up()
 
     @ray.method(concurrency_group="inspect")
     def answer(self, lease: int | None = None) -> int:  # type: ignore[override]  # ray.method's type, not the signature
@@ -280,12 +111,14 @@ class VertexHost(Host):
         peers on this node over a socket, :mod:`raytide.actors.socket_hops`); returns this process's id."""
         from raytide.actors.vertex_actor import VertexActor
 
-        if keep_freed_buffers() and pretouch_mb:
+        if self.beside is None and keep_freed_buffers() and pretouch_mb:  # the host's replica's, not again for its seat
             pretouch(pretouch_mb)
         with self.serial:
             kept = getattr(self.role, "kept", None) if lease == self.lease else None  # a rescale (see VertexActor.hand_over)
-            role = VertexActor(plan, job, chain, replica, max_inflight, Leased(myself, lease), recovery,
-                               incarnation, kept, self.serial if sockets else None)
+            seated = self.beside is not None
+            beside = Beside(myself._actor_id, self.beside._call) if self.beside is not None else None
+            role = VertexActor(plan, job, chain, replica, max_inflight, Leased(myself, lease, INPUT_PREFIX if seated else ""),
+                               recovery, incarnation, kept, self.serial if sockets else None, beside)
             return self._take(lease, role, f"{job}/{chain}/{replica}")
 
     def _call(self, lease: int, method: str, args: tuple) -> Any:
@@ -297,10 +130,12 @@ class VertexHost(Host):
 
     def reset(self, lease: int) -> bool:
         """:meth:`Host.reset`, holding :attr:`serial`: no frame is delivered into a role being
-        closed; the progress role seated here under ``lease``, if any, is dropped too."""
+        closed; the input and progress roles seated here under ``lease``, if any, are dropped too."""
         with self.serial:
             clean = super().reset(lease)
-        self.seat.reset(lease)
+        if self.beside is None:
+            self.inputs.reset(lease)
+            self.seat.reset(lease)
         return clean
 
 
@@ -320,7 +155,7 @@ class ProgressHost(Host):
         if not seated:
             import raytide.actors.progress_actor  # noqa: F401  (warm)
 
-            _freeze_start_up()
+            freeze_start_up()
 
     def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list, sockets: bool = False) -> int:
         """Become the progress actor of ``job`` for ``lease`` (``sockets``: replicas on this node send it
@@ -365,7 +200,7 @@ class CoordinatorHost(Host):
         super().__init__(f"coordinator host {number}")
         import raytide.actors.coordinator_actor  # noqa: F401  (warm)
 
-        _freeze_start_up()
+        freeze_start_up()
 
     def take(self, lease: int, job: str, plan: Any, recovery: Any, inputs: dict, incarnation: int, first_id: int) -> int:
         """Become the snapshot coordinator of ``job`` (whose replicas ``plan`` lays out) for
@@ -382,31 +217,41 @@ SEAT_PREFIX = "progress_"
 #: (``progress``) for the role's calls, in turn, beside the replica's, as in a progress host.
 SEAT_GROUPS = {**dict.fromkeys(("take", "ping", "answer", *PROGRESS_METHODS), "progress"), "next_events": "poll",
                "watch": "watch"}
+#: How a vertex host names the methods of the input replica seated in it (:attr:`VertexHost.inputs`):
+#: a job without recovery plays an input replica in the host of the replica it feeds, a process fewer.
+INPUT_PREFIX = "input_"
 
 
-def _seated(name: str) -> Callable[..., Any]:
-    """A vertex host method that calls the seat's method ``name`` (:attr:`VertexHost.seat`)."""
+def _seated(seat: str, prefix: str, name: str) -> Callable[..., Any]:
+    """A vertex host method that calls the method ``name`` of its seat ``seat`` (:attr:`VertexHost.seat`,
+    :attr:`VertexHost.inputs`)."""
 
     def forward(self: VertexHost, lease: int, *args: Any) -> Any:
-        return getattr(self.seat, name)(lease, *args)
+        return getattr(getattr(self, seat), name)(lease, *args)
 
-    forward.__name__ = forward.__qualname__ = SEAT_PREFIX + name
-    forward.__doc__ = f"The seated progress role's ``{name}`` (see :attr:`VertexHost.seat`)."
+    forward.__name__ = forward.__qualname__ = prefix + name
+    forward.__doc__ = f"The seated role's ``{name}`` (see :attr:`VertexHost.{seat}`)."
     return forward
 
 
 _VERTEX_GROUPS = {**dict.fromkeys(RELAY_METHODS, "relay"), **dict.fromkeys(FAN_OUT_METHODS, "fan_out"),
                   **dict.fromkeys(INSPECT_METHODS, "inspect")}
 for _name in VERTEX_METHODS:
-    _method = _forwarding(_name)
+    _method = forwarding(_name)
     _group = _VERTEX_GROUPS.get(_name)
     setattr(VertexHost, _name, ray.method(concurrency_group=_group)(_method) if _group else _method)
 for _name in PROGRESS_METHODS:
-    setattr(ProgressHost, _name, _forwarding(_name))
+    setattr(ProgressHost, _name, forwarding(_name))
+#: The input seat's methods on a vertex host, and the concurrency group each runs in: the replica's own
+#: groups but the default, whose calls run on the seat's thread (``input``), in turn, beside the host's replica.
+INPUT_GROUPS = {**{name: _VERTEX_GROUPS.get(name, "input") for name in ("take", "ping", *VERTEX_METHODS)},
+                "answer": "inspect", "watch": "watch"}
 for _name, _group in SEAT_GROUPS.items():
-    setattr(VertexHost, SEAT_PREFIX + _name, ray.method(concurrency_group=_group)(_seated(_name)))
+    setattr(VertexHost, SEAT_PREFIX + _name, ray.method(concurrency_group=_group)(_seated("seat", SEAT_PREFIX, _name)))
+for _name, _group in INPUT_GROUPS.items():
+    setattr(VertexHost, INPUT_PREFIX + _name, ray.method(concurrency_group=_group)(_seated("inputs", INPUT_PREFIX, _name)))
 for _name in COORDINATOR_METHODS:
-    setattr(CoordinatorHost, _name, _forwarding(_name))
+    setattr(CoordinatorHost, _name, forwarding(_name))
 
 
 # -- the host process's allocator ---------------------------------------------------------

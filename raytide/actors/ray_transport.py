@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import ray
 
+from raytide.actors.host_base import Beside
 from raytide.actors.socket_hops import Outbound, connect_ready
 from raytide.core.batches import to_records
 from raytide.engine import epoch_tokens
@@ -66,9 +67,12 @@ class RayTransport:
     """Sends through Ray with a bounded window of in-flight calls per receiver."""
 
     def __init__(self, key: ReplicaKey, plan: PhysicalPlan, job: str, max_inflight: int,
-                 writer: SnapshotWriter | None, sockets: bool = False, numbered: bool = False) -> None:
+                 writer: SnapshotWriter | None, sockets: bool = False, numbered: bool = False,
+                 beside: Beside | None = None) -> None:
         """``numbered``: the job numbers its sends (``Recovery(alone=True)``): an input's epoch
-        close then goes to the progress actor itself, never kept by a receiver that may be lost alone."""
+        close then goes to the progress actor itself, never kept by a receiver that may be lost alone.
+        ``beside``: the replica this one's host plays, reached in this process (an input replica seated
+        beside the replica it feeds, :attr:`VertexHost.inputs <raytide.actors.hosts.VertexHost.inputs>`)."""
         self.key, self.plan, self.job = key, plan, job
         self.max_inflight = max_inflight
         self.writer = writer
@@ -96,6 +100,8 @@ class RayTransport:
         self.progress_link: Any = None  # the same for the progress actor
         self.sockets = sockets  # whether to ask peers for their sockets at all
         self.socket_frames = 0  # frames sent over sockets (data and markers)
+        self.beside = beside
+        self.beside_calls = 0  # calls to the replica beside, in this process (data and markers)
 
     def send(self, to: ReplicaKey, channel: ChannelId, vertex: str, time: Timestamp, batch: Any,
              sequence: int | None = None) -> Sent | None:
@@ -159,6 +165,10 @@ class RayTransport:
         self.connect({**self.peers, to: handle}, self.unbounded, self.route)
 
     def _call_live(self, to: ReplicaKey, sender: str, method: str, *args: Any) -> None:
+        peer = self.peers[to]
+        if self.beside is not None and self.beside.plays(peer):
+            self._in_host(peer.lease, method, args)
+            return
         try:
             link = self._link(to) if self.sockets else None
         except ray.exceptions.RayActorError as error:  # a Ray call to it that failed, or its address
@@ -183,6 +193,20 @@ class RayTransport:
             raise self._lost(to, error) from error
         window.append(getattr(self.peers[to], method).remote(*args))
         self.max_seen = max(self.max_seen, len(window))
+
+    def _in_host(self, lease: int, method: str, args: tuple) -> None:
+        """Run the call on the replica beside, in this process, now: FIFO as the sender's events
+        are, and it holds back the sender as a full window would, so its time counts as blocked.
+        Safe from deadlock: the replica beside never sends to this one (an input has no
+        upstream), and this sender's waits for other hosts' windows hold only its own lock."""
+        assert self.beside is not None
+        started = self.blocked_since = time.perf_counter()
+        try:
+            self.beside.call(lease, method, args)
+        finally:
+            self.blocked_since = None
+            self.blocked_s += time.perf_counter() - started
+        self.beside_calls += 1
 
     def _link(self, to: ReplicaKey) -> Outbound | None:
         """The socket to ``to``, if the channel goes by socket now (see the module docstring)."""

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from raytide.actors import socket_hops
+from raytide.actors.host_base import Beside
 from raytide.actors.metrics import ReplicaMetrics, busy_and_blocked
 from raytide.actors.progress_relay import ProgressRelay
 from raytide.actors.pushed import heard, read_pushed, take_share
@@ -94,13 +95,15 @@ class VertexActor:
 
     def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int, myself: Any = None,
                  recovery: Recovery | None = None, incarnation: int = 0, kept: tuple[int, ReplicaKey, Piece] | None = None,
-                 serial: threading.RLock | None = None) -> None:
+                 serial: threading.RLock | None = None, beside: Beside | None = None) -> None:
         """``myself``: this replica's own handle (bound to its host's lease), for the calls
         a reader makes to itself. ``recovery``: the job takes snapshots (see the module docstring).
         ``incarnation``: the job's (a rescale's replica drops the calls of the configuration before).
         ``kept``: what the replica this host played before kept for this one, in a rescale to
         that incarnation (:meth:`hand_over`). ``serial``: the host's lock of the replica's calls, which
-        the socket's delivery thread holds too (none: no socket, every peer calls by Ray)."""
+        the socket's delivery thread holds too (none: no socket, every peer calls by Ray). ``beside``: the replica
+        this host plays beside this one, an input replica seated in it (:attr:`VertexHost.inputs
+        <raytide.actors.hosts.VertexHost.inputs>`), called in this process."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         self.plan, self.key = plan, ReplicaKey(chain, replica)
         self.writer = replica_writer(self.key, recovery)
@@ -109,7 +112,7 @@ class VertexActor:
         sockets = serial is not None
         self.numbered = recovery is not None and recovery.alone  # numbered sends (raytide.engine.numbered_channels)
         self.logged = recovery.logged if recovery is not None else None  # and kept into these chains only
-        self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets, self.numbered)
+        self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets, self.numbered, beside)
         self.inbound = socket_hops.Inbound(f"{job}/{chain}/{replica}", self._delivered) if sockets else None
         self.transport.incarnation = incarnation
         self.readers: dict[str, tuple[Reader[Any], Iterator[tuple[int, Any]]]] = {}
@@ -448,6 +451,7 @@ class VertexActor:
         stats["max_inflight_seen"] = self.transport.max_seen
         stats["backpressure_waits"] = self.transport.waits
         stats["data_calls"] = self.transport.data_calls
+        stats["beside_calls"] = self.transport.beside_calls
         stats["socket_frames"] = self.transport.socket_frames
         stats["busy_s"], stats["blocked_s"] = busy_and_blocked(self.busy_s, self.transport.blocked_s, self.in_event,
                                                                self.transport.blocked_since)

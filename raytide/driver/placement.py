@@ -18,6 +18,7 @@ from typing import Any
 import ray
 
 from raytide.actors import socket_hops
+from raytide.actors.hosts import INPUT_PREFIX
 from raytide.driver.outputs import Liveness
 from raytide.driver.pool import HostLease, host_pool
 from raytide.engine.outbox import receivers
@@ -76,16 +77,23 @@ class JobPlacement:
         """Lease the job's hosts (warm ones from earlier jobs first; new ones start in
         parallel) without waiting for them: :meth:`take_roles` gives them their roles.
 
-        A job without recovery seats its progress actor in the host of its first replica
-        (replica 0 of the plan's first chain, which every rescale keeps): a process fewer to
-        start. A job with recovery gives it a host of its own, as a recovery of a replica
-        alone needs it to outlive any replica (docs/hosts.md, "A first job's start")."""
+        A job without recovery seats its input replicas in the hosts of the replicas they feed
+        (:func:`input_seats`) and its progress actor in the host of its first replica of its own
+        (replica 0 of a chain, which every rescale keeps): fewer processes to start. A job with
+        recovery gives each a host of its own, as a recovery of a replica alone needs the
+        others to outlive it (docs/hosts.md, "A first job's start")."""
         self.plan, self.name, self.settings = plan, name, settings
         self.pool = host_pool()
+        seats = input_seats(plan) if settings.recovery is None else {}
         keys = plan.replica_keys()
-        self.leases: dict[Hashable, HostLease] = dict(zip(keys, self.pool.lease("vertex", len(keys), settings.num_cpus)))
+        own = [key for key in keys if key not in seats]
+        self.leases: dict[Hashable, HostLease] = dict(zip(own, self.pool.lease("vertex", len(own), settings.num_cpus)))
+        self.leases.update({key: self.pool.seat(self.leases[host], INPUT_PREFIX) for key, host in seats.items()})
         self.leases[PROGRESS] = (self.pool.lease("progress", 1)[0] if settings.recovery is not None
-                                 else self.pool.seat(self.leases[keys[0]]))
+                                 else self.pool.seat(self.leases[own[0]]))
+        #: Hosts that play no replica of the plan now but carry a seated input replica (a rescale took
+        #: their replica away): kept, and given back with the job, or given a replica by a later rescale.
+        self.bare: list[HostLease] = []
         self.coordinator_lease: HostLease | None = None
         self.actors: dict[ReplicaKey, Any] = {key: self.leases[key].handle for key in keys}
         self.peers: dict[ReplicaKey, Any] = {key: self.leases[key].leased for key in keys}
@@ -178,7 +186,7 @@ class JobPlacement:
     def _take_vertex(self, key: ReplicaKey, incarnation: int = 0) -> Any:
         """Tell the host leased for ``key`` to become that replica; the ref of its process id."""
         lease, settings = self.leases[key], self.settings
-        return lease.handle.take.remote(lease.lease, self._plan_ref, self.name, key.chain, key.replica,
+        return lease.leased.take.remote(self._plan_ref, self.name, key.chain, key.replica,
                                         settings.max_inflight, settings.pretouch_mb, lease.handle, settings.recovery,
                                         incarnation, settings.sockets)
 
@@ -256,8 +264,9 @@ class JobPlacement:
         """Lease, from the warm pool, the hosts ``plan`` needs beyond the job's own (a rescale,
         before its cut), and wait until they answer: a host that is still starting does so
         before the job pauses, not during."""
-        have = sum(1 for key in self.leases if isinstance(key, ReplicaKey))
-        fresh = self.pool.lease("vertex", max(0, len(plan.replica_keys()) - have), self.settings.num_cpus)
+        have = len(self._own_hosts()) + len(self.bare)
+        need = sum(1 for key in plan.replica_keys() if not (key in self.leases and self.leases[key].seated))
+        fresh = self.pool.lease("vertex", max(0, need - have), self.settings.num_cpus)
         self.wait([lease.handle.ping.remote() for lease in fresh], f"starting {len(fresh)} hosts to rescale onto")
         return fresh
 
@@ -267,14 +276,9 @@ class JobPlacement:
         (:meth:`add_hosts`); the job's hosts left over go back to the pool. Each takes its
         role in ``incarnation`` and learns its peers. Returns how many hosts were ``kept``,
         ``added`` and ``returned``."""
-        old = {key: lease for key, lease in self.leases.items() if isinstance(key, ReplicaKey)}
         keys = plan.replica_keys()
-        leases: dict[Hashable, HostLease] = {key: old.pop(key) for key in keys if key in old}
-        spare = list(old.values())
-        missing = [key for key in keys if key not in leases]
-        kept = len(leases) + min(len(spare), len(missing))
-        leases.update(zip(missing, spare + fresh))
-        returned = spare[len(missing):]
+        leases, returned = self._hosts_for(keys, fresh)
+        kept = len({lease.number for lease in [*leases.values(), *self.bare]} - {lease.number for lease in fresh})
         seat = self.leases[PROGRESS]
         assert not (seat.seated and any(lease.number == seat.number for lease in returned)), \
             "a rescale gave back the host its progress actor is seated in"
@@ -291,6 +295,26 @@ class JobPlacement:
         self._pids = {name: pid for name, pid in self._pids.items() if name.endswith(("/progress", "/coordinator"))}
         self._pids.update({self.host_name(key): pid for key, pid in zip(keys, answers)})
         return {"kept": kept, "added": len(fresh), "returned": len(returned)}
+
+    def _own_hosts(self) -> dict[ReplicaKey, HostLease]:
+        """The leases of the replicas that play a host of their own (not seated)."""
+        return {key: lease for key, lease in self.leases.items() if isinstance(key, ReplicaKey) and not lease.seated}
+
+    def _hosts_for(self, keys: list[ReplicaKey], fresh: list[HostLease]) -> tuple[dict[Hashable, HostLease], list[HostLease]]:
+        """A rescale's hosts for ``keys``, and the hosts to give back: a replica kept keeps its host
+        (an input its seat: inputs keep their widths); a new one takes a host of a replica gone, one
+        that carries an input's seat first, else one of ``fresh``. A host whose replica is gone but
+        that carries an input's seat is kept (:attr:`bare`), never given back under the input."""
+        old = {key: lease for key, lease in self.leases.items() if isinstance(key, ReplicaKey)}
+        leases: dict[Hashable, HostLease] = {key: old.pop(key) for key in keys if key in old}
+        carrying = {lease.number for lease in leases.values() if lease.seated}
+        spare = self.bare + sorted((lease for lease in old.values() if not lease.seated),
+                                   key=lambda lease: lease.number not in carrying)
+        missing = [key for key in keys if key not in leases]
+        leases.update(zip(missing, spare + fresh))
+        left = spare[len(missing):]
+        self.bare = [lease for lease in left if lease.number in carrying]
+        return leases, [lease for lease in left if lease.number not in carrying]
 
     def give_back(self, leases: list[HostLease]) -> None:
         """Give hosts the job does not use back to the pool (a rescale that did not happen)."""
@@ -382,7 +406,7 @@ class JobPlacement:
         reserved CPUs are killed, not kept, and ``ray.kill`` returns at once: wait (a bounded
         time) until their processes are gone, so that the next job finds the CPUs free."""
         coordinator = [self.coordinator_lease] if self.coordinator_lease is not None else []
-        killed = self.pool.give_back([*self.leases.values(), *coordinator])
+        killed = self.pool.give_back([*self.leases.values(), *self.bare, *coordinator])
         if killed:
             gone = [handle.ping.remote() for handle in killed]
             _, alive = ray.wait(gone, num_returns=len(gone), timeout=TEARDOWN_TIMEOUT)
@@ -415,6 +439,25 @@ class JobPlacement:
             return ""
         return (f"; each of its hosts reserves {need:g} CPU and the cluster has {free:g} free, so Ray may be keeping "
                 f"hosts pending (start the job with num_cpus=0, or give the cluster more CPUs)")
+
+
+def input_seats(plan: PhysicalPlan) -> dict[ReplicaKey, ReplicaKey]:
+    """Where a job without recovery seats its input replicas: replica ``r`` of an input's chain
+    in the host of replica ``r`` of the first chain it sends to that has one and is no input's
+    (an input has no upstream, so the replica it is seated beside never sends to it: no wait of
+    either on the other, docs/hosts.md), one input replica per host. An input's chain that sends
+    to nobody (the whole job fused into it) keeps hosts of its own."""
+    inputs = {plan.chain_of(name).name for name in plan.inputs}
+    order = {key: at for at, key in enumerate(plan.replica_keys())}
+    seats: dict[ReplicaKey, ReplicaKey] = {}
+    for key in order:
+        if key.chain not in inputs:
+            continue
+        beside = sorted((to for to in receivers(plan, key) if to.replica == key.replica and to.chain not in inputs
+                         and to not in seats.values()), key=order.__getitem__)
+        if beside:
+            seats[key] = beside[0]
+    return seats
 
 
 def _read_the_rest(refs: list) -> None:

@@ -71,7 +71,7 @@ def _connected() -> None:
 #: Each kind of host: its class, its threads for calls (1: sequential) and its concurrency
 #: groups (see Host.watch, ProgressHost.next_events, CoordinatorHost).
 _KINDS: dict[HostKind, tuple[type, int, dict[str, int]]] = {
-    "vertex": (VertexHost, 1, {"watch": 2, "relay": 2, "fan_out": 1, "inspect": 1, "progress": 1, "poll": 1}),
+    "vertex": (VertexHost, 1, {"watch": 3, "relay": 2, "fan_out": 1, "inspect": 1, "progress": 1, "poll": 1, "input": 1}),
     "progress": (ProgressHost, 1, {"watch": 1, "poll": 1}),
     "coordinator": (CoordinatorHost, 4, {"watch": 1}),
 }
@@ -100,14 +100,20 @@ class HostLease:
     handle: Any  # the raw actor handle (for ray.kill, pings)
     lease: int
     pooled: bool  # False: killed, not reset, when given back (it reserved CPUs)
-    #: The progress role seated in a vertex host beside its replica, under the replica's lease
-    #: (:meth:`HostPool.seat`): given back with the replica's lease, not on its own.
-    seated: bool = False
+    #: A role seated in a vertex host beside its replica, under the replica's lease (:meth:`HostPool.seat`):
+    #: the prefix of its methods there (the progress actor's or an input replica's); given back with the
+    #: replica's lease, not on its own.
+    seat: str = ""
+
+    @property
+    def seated(self) -> bool:
+        """Whether this is a role seated beside a replica's (no host of its own)."""
+        return bool(self.seat)
 
     @property
     def leased(self) -> Leased:
-        """The handle whose calls carry this lease (a seated role's: its ``progress_*`` methods)."""
-        return Leased(self.handle, self.lease, SEAT_PREFIX if self.seated else "")
+        """The handle whose calls carry this lease (a seated role's: its ``progress_*`` or ``input_*`` methods)."""
+        return Leased(self.handle, self.lease, self.seat)
 
 
 @dataclass
@@ -190,13 +196,14 @@ class HostPool:
             self._start_spares()
 
     @staticmethod
-    def seat(host: HostLease) -> HostLease:
-        """The progress role's lease in the vertex host ``host`` leased to the same job: no
+    def seat(host: HostLease, prefix: str = SEAT_PREFIX) -> HostLease:
+        """The lease of a role seated in the vertex host ``host`` leased to the same job (the progress
+        actor's, or with :data:`~raytide.actors.hosts.INPUT_PREFIX` an input replica's): no
         process of its own (a first job starts one process fewer), reset and killed with
-        ``host``. Only for a job without recovery: a replica's death takes the progress actor
-        with it, where a recovery alone needs the progress actor to live (docs/hosts.md)."""
-        assert host.kind == "vertex" and not host.seated, f"a progress role is seated in a vertex host, not {host}"
-        return replace(host, seated=True)
+        ``host``. Only for a job without recovery: a replica's death takes the seated role
+        with it, where a recovery alone needs the others to live (docs/hosts.md)."""
+        assert host.kind == "vertex" and not host.seated, f"a role is seated in a vertex host, not {host}"
+        return replace(host, seat=prefix)
 
     def _lease_one(self, number: int, kind: HostKind, pooled: bool) -> HostLease:
         self.leases += 1

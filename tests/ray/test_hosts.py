@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import time
+from collections import Counter
 
 import pytest
 import ray
@@ -89,6 +90,46 @@ def test_a_second_job_runs_on_the_hosts_the_first_gave_back(fresh_pool):
         assert job.collect("out") == {0: [3]}
         assert set(job.hosts().values()) == set(first.values()), "the second job got the first one's processes"
         assert job.stats()["hosts"] == job.hosts()
+
+
+def _word_count(name: str) -> rt.Dataflow:
+    flow = rt.Dataflow(name)
+    flow.input("lines").flat_map(str.split, name="words").count_by_key(lambda w: w, name="count").output("counts")
+    return flow
+
+
+def test_input_replicas_are_seated_in_the_hosts_of_the_replicas_they_feed(fresh_pool):
+    """A word count at parallelism 2 starts two processes, as two hand-written actors: each input
+    replica plays in the host of the counting replica of its number, and its sends there are calls
+    in that process (``beside_calls``), not Ray calls."""
+    lines = [["a b a", "b c"], ["c c d"]]
+    with rt.run(_word_count("seated"), inputs={"lines": lines}, parallelism=2) as job:
+        job.wait(timeout=60)
+        hosts, result = job.hosts(), job.collect("counts")
+        stats = job.placement.replica_stats()
+        inputs, counts = (job.placement.plan.chain_of(vertex).name for vertex in ("lines", "count"))
+    assert len(set(hosts.values())) == 2, hosts
+    for replica in (0, 1):
+        assert hosts[f"{job.name}/{inputs}/{replica}"] == hosts[f"{job.name}/{counts}/{replica}"], hosts
+    assert sum(s["beside_calls"] for key, s in stats.items() if key.chain == inputs) > 0
+    assert {e: dict(r) for e, r in result.items()} == {0: {"a": 2, "b": 2, "c": 1}, 1: {"c": 2, "d": 1}}
+
+
+def test_seated_inputs_with_full_windows_both_ways_do_not_wait_on_themselves(fresh_pool):
+    """Two hosts, each an input replica beside a counting replica, each input sending to both
+    with one call in flight at most (``max_inflight=1``) and many epochs pushed at once: both
+    windows toward the other host fill at once. An input waits for the other host's window on a
+    thread and a lock of its own, so the counting replica beside it runs meanwhile; planted, an
+    input that holds its host's thread while it waits (the seat in the default group, under the
+    replica's lock) times out here, naming what it waited for."""
+    lines = [[f"w{(epoch * 7 + i) % 23} w{i}" for i in range(40)] for epoch in range(60)]
+    with rt.run(_word_count("windows"), inputs={"lines": lines}, parallelism=2, max_inflight=1) as job:
+        job.wait(timeout=60)
+        result = job.collect("counts")
+        waits = sum(s["backpressure_waits"] for s in job.placement.replica_stats().values())
+    expected = {e: dict(Counter(w for line in epoch for w in line.split())) for e, epoch in enumerate(lines)}
+    assert {e: dict(r) for e, r in result.items()} == expected
+    assert waits > 0, "the windows filled"
 
 
 def test_a_reset_host_keeps_nothing_of_raytides_but_user_globals_persist(fresh_pool):

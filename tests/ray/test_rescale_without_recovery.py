@@ -79,6 +79,34 @@ def test_a_loop_without_recovery_rescaled_up_and_down_gives_the_union_find_label
 
 
 @pytest.mark.timeout(300)
+def test_a_host_whose_replica_a_rescale_retires_keeps_the_input_seated_in_it(ray_session):
+    """Input replica 1 sits in the host of ``check`` replica 1 (docs/hosts.md): a rescale to one
+    ``check`` replica keeps that host with the job (its input goes on in its seat, nothing lost),
+    the rescale back to three gives it a replica again, and the job's end gives every host back."""
+    feed = new_feed()
+    flow = rt.Dataflow("seated-input")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    with rt.run(flow, {"records": feed.epochs()}, parallelism=2) as job:
+        results = job.results("out", timeout=120)
+        out = [next(results)]
+        seat = job.hosts()[f"{job.name}/records/1"]
+        assert seat == job.hosts()[f"{job.name}/check+out/1"], job.hosts()
+        records = []
+        for width in (1, 3):
+            records.append(job.rescale({"check": width}, timeout=60))
+            out.append(next(results))
+            assert job.hosts()[f"{job.name}/records/1"] == seat
+        feed.stop()
+        job.wait(timeout=120)
+        out += list(results)
+        pool = job.placement.pool
+    assert_exactly_once(feed.reference(), {"out": out})
+    assert [(r["hosts"]["kept"], r["hosts"]["returned"]) for r in records] == [(2, 0), (2, 0)], records
+    assert seat in set(job.hosts().values()), "the seat's host played a check replica again"
+    assert not pool.describe().get("vertex leased"), "every host given back"
+
+
+@pytest.mark.timeout(300)
 def test_a_death_during_a_rescale_without_recovery_fails_the_job_at_once_naming_it(ray_session):
     """Nothing can bring such a job back: ``job.rescale`` raises the death (or a
     ``RecoveryError`` naming it) within seconds, and so does the job's next call."""

@@ -1,0 +1,213 @@
+"""What every warm host does (:mod:`raytide.actors.hosts` has the kinds): leases, the calls
+of a lease not taken yet, a reset that drops the role, its name in Ray's log prefixes, and
+what a test asks of a host's process (``raytide_objects``, ``census``).
+
+Every call of a role carries the lease it belongs to, and a host answers only calls of its
+current lease (see :mod:`raytide.actors.hosts`). :class:`Leased` binds a handle to a lease,
+so the roles call each other as before (``peer.receive.remote(...)``) without knowing of
+leases; with a prefix, it calls a role seated beside another in one host.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import ray
+
+#: Ray's log monitor takes a line starting with this as the new name of the process's actor
+#: (``ray._private.ray_constants.LOG_PREFIX_ACTOR_NAME``).
+ACTOR_NAME_PREFIX = ":actor_name:"
+
+
+class Leased(NamedTuple):
+    """A host's handle bound to one lease: ``leased.method.remote(*args)`` calls
+    ``method(lease, *args)`` on the host (pickles like the handle it holds); with a
+    ``prefix``, the host's ``prefix + method`` (a role seated beside another in one host:
+    :data:`SEAT_PREFIX`)."""
+
+    handle: Any
+    lease: int
+    prefix: str = ""
+
+    def __getattr__(self, name: str) -> _LeasedMethod:
+        return _LeasedMethod(getattr(self.handle, self.prefix + name), self.lease)
+
+
+class _LeasedMethod(NamedTuple):
+    method: Any
+    lease: int
+
+    def remote(self, *args: Any) -> Any:
+        return self.method.remote(self.lease, *args)
+
+
+class Beside(NamedTuple):
+    """The replica a seated role's host plays beside it (:attr:`~raytide.actors.hosts.VertexHost.inputs`):
+    a send to it is a call in this process (``call(lease, method, args)``, the host's own
+    :meth:`Host._call`, which holds that replica's lock), not a Ray call: no window to wait in,
+    and no wait of this process's thread for a call queued behind it on this process."""
+
+    actor: Any  # the host's actor id
+    call: Callable[[int, str, tuple], Any]
+
+    def plays(self, peer: Any) -> bool:
+        """Whether ``peer`` (a :class:`Leased` handle) is the replica this host plays itself, not a seat of it."""
+        return isinstance(peer, Leased) and not peer.prefix and peer.handle._actor_id == self.actor
+
+
+def announce(name: str) -> None:
+    """Name this process ``name`` in Ray's log prefixes from now on (stdout and stderr)."""
+    for stream in (sys.stdout, sys.stderr):
+        print(f"{ACTOR_NAME_PREFIX}{name}", file=stream, flush=True)
+
+
+class Host:
+    """A process that plays one role at a time; the base of :class:`VertexHost`,
+    :class:`ProgressHost` and :class:`CoordinatorHost`.
+
+    A coordinator host runs calls on several threads, so the lease, the role and the calls
+    kept for a later lease change only under :attr:`leases`' lock: a call of a later lease
+    is either kept before its ``take`` swaps them, or runs after it.
+    """
+
+    def __init__(self, label: str, named: bool = True) -> None:
+        """``named``: this host names its process in Ray's log prefixes (not a role seated in another host)."""
+        self.label, self.named = label, named
+        self.role: Any = None
+        self.lease = -1
+        self.ended = -1  # the last lease given back
+        self.leases = threading.Condition()  # notified when a lease is taken or given back (for watch)
+        self.early: dict[int, list[tuple[str, tuple]]] = {}  # calls of leases not taken yet
+        self._announce(f"raytide idle host ({label})")
+
+    def _announce(self, name: str) -> None:
+        if self.named:
+            announce(name)
+
+    def __repr__(self) -> str:
+        return f"raytide {self.label}"
+
+    def ping(self, lease: int | None = None) -> int:
+        """Liveness check for the driver and the pool: this host's process id (any lease may ask)."""
+        return os.getpid()
+
+    def answer(self, lease: int | None = None) -> int:
+        """The supervisor's ping of a stalled job (:mod:`raytide.driver.stall_ping`): this host's process
+        id; a host that does not answer in time is declared failed."""
+        return os.getpid()
+
+    def node(self, lease: int | None = None) -> str:
+        """The id of the Ray node this host runs on (where the driver places progress relays)."""
+        return ray.get_runtime_context().get_node_id()
+
+    @ray.method(concurrency_group="watch")
+    def watch(self, lease: int) -> None:
+        """Returns once ``lease`` is over (given back, or a later one taken): while it lasts,
+        the driver's pending call costs nothing, and fails the moment this process dies
+        (the driver's liveness check, :class:`~raytide.driver.outputs.Liveness`)."""
+        with self.leases:
+            self.leases.wait_for(lambda: self.ended >= lease or self.lease > lease)
+
+    def _take(self, lease: int, role: Any, name: str) -> int:
+        """Play ``role`` for ``lease``; a role this lease had (a rescale gives a kept host a
+        new one) is closed first."""
+        if lease == self.lease and self.role is not None and hasattr(self.role, "close"):
+            self.role.close()
+        with self.leases:
+            self.role, self.lease = role, lease
+            self.leases.notify_all()
+            early = self.early.pop(lease, [])
+            self.early = {later: calls for later, calls in self.early.items() if later > lease}
+        self._announce(f"raytide {name}")
+        for method, args in early:
+            getattr(role, method)(*args)
+        return os.getpid()
+
+    def _call(self, lease: int, method: str, args: tuple) -> Any:
+        """``role.method(*args)`` for the current lease; kept for a later one; dropped for an earlier one."""
+        with self.leases:
+            if lease != self.lease:
+                if lease > self.lease:
+                    self.early.setdefault(lease, []).append((method, args))
+                return None
+            role = self.role
+        return getattr(role, method)(*args)
+
+    def reset(self, lease: int) -> bool:
+        """Drop the role of ``lease`` and everything it held (plan, channels, vertex objects,
+        buffered records); True if the host is clean now. Module-level globals of user code
+        stay, as they do on a Ray worker that runs one task after another."""
+        if lease != self.lease:
+            return False
+        close = getattr(self.role, "close", None)
+        if close is not None:
+            close()
+        with self.leases:
+            self.role, self.lease, self.ended = None, -1, lease
+            self.leases.notify_all()
+        gc.collect()  # walks what is not frozen: what the process made since it started (see freeze_start_up)
+        self._announce(f"raytide idle host ({self.label})")
+        return True
+
+    def raytide_objects(self) -> dict[str, int]:
+        """How many objects of raytide's runtime classes this process holds (tests check a
+        reset host holds none), frozen ones included; the process stays thawed after it."""
+        from raytide.actors.coordinator_actor import CoordinatorActor
+        from raytide.core.vertex import Vertex
+        from raytide.engine.progress_core import ProgressCore
+        from raytide.engine.replica import ReplicaCore
+        from raytide.physical.plan import PhysicalPlan
+        from raytide.snapshots.writer import SnapshotWriter
+
+        gc.collect()
+        gc.unfreeze()  # the permanent generation too, uncollected: a job's garbage frozen there is counted
+        kinds = (CoordinatorActor, PhysicalPlan, ProgressCore, ReplicaCore, SnapshotWriter, Vertex)
+        counts = dict.fromkeys((kind.__name__ for kind in kinds), 0)
+        for thing in gc.get_objects():
+            for kind in kinds:
+                if isinstance(thing, kind):
+                    counts[kind.__name__] += 1
+        return counts
+
+    def census(self, lease: int | None = None) -> dict[str, Any]:
+        """What this process holds that a long-running job could pile up: the actors it has
+        Python handles to (``actors``, their ids in hex), the entries of its Ray core worker's
+        reference table (``references``: the object refs counted here) and the objects the
+        garbage collector tracks (``objects``). Tests check that a replica holds handles only
+        to the actors it calls, however many rescales and recoveries it went through."""
+        gc.collect()
+        things = gc.get_objects()
+        actors = {thing._actor_id.hex() for thing in things if isinstance(thing, ray.actor.ActorHandle)}
+        references = ray._private.worker.global_worker.core_worker.get_all_reference_counts()  # type: ignore[attr-defined]
+        return {"actors": sorted(actors), "references": len(references), "objects": len(things)}
+
+
+def freeze_start_up() -> None:
+    """Move what exists when a host has started (its imports, the host) to the garbage
+    collector's permanent generation, where no collection walks it: it lives as long as the
+    process. A job's objects are never frozen, so a reset's collection finds their cycles
+    and walks only what the process made since it started, where freezing at every job's start
+    and thawing and collecting everything at its end would walk the whole process at every job's
+    end (80,000-120,000 objects, 60-100 ms of CPU per host).
+
+    No collection comes first: it would walk the whole process (66,000 objects in a vertex
+    host) for 18-25 ms of CPU on the clock of a job's first start, to find some 31 objects
+    of garbage, which the freeze keeps instead, once per process.
+    """
+    gc.freeze()
+
+
+def forwarding(name: str) -> Callable[..., Any]:
+    """A host method that calls the role's method ``name`` if the lease is current."""
+
+    def forward(self: Host, lease: int, *args: Any) -> Any:
+        return self._call(lease, name, args)
+
+    forward.__name__ = forward.__qualname__ = name
+    forward.__doc__ = f"The role's ``{name}`` for the current lease (see :meth:`Host._call`)."
+    return forward
