@@ -76,7 +76,7 @@ def run(
             batch (a dict of columns, an Arrow table) goes as one message per input replica
             instead, each at least ``batch_size`` rows and at most 16 MiB.
         chaining: fuse pipeline-connected vertices into one actor.
-        num_cpus: CPUs Ray reserves per vertex actor.
+        num_cpus: CPUs Ray reserves per vertex host (process; a seated input replica shares its host, docs/hosts.md).
         pretouch_mb: MiB of memory each vertex actor maps at start-up and keeps for its
             arrays (like the JVM's ``-XX:+AlwaysPreTouch``, see
             :mod:`raytide.actors.hosts`): the page faults of a first large epoch move

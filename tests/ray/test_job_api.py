@@ -55,10 +55,12 @@ def eventually(condition, timeout: float = 30.0) -> bool:
     return True
 
 
-def test_num_cpus_reserves_that_many_cpus_per_vertex_actor_while_the_job_runs(ray_session):
+def test_num_cpus_reserves_that_many_cpus_per_vertex_host_while_the_job_runs(ray_session):
     before = free_cpus()
     with rt.run(word_count(), parallelism=1, num_cpus=0.25) as job:
-        reserved = 0.25 * len(job.placement.actors)
+        hosts = [lease for lease in job.placement.leases.values() if not lease.seated]
+        assert len(hosts) == 1 < len(job.placement.actors), "the input replica is seated in the count's host"
+        reserved = 0.25 * len(hosts)
         assert eventually(lambda: free_cpus() == pytest.approx(before - reserved)), (free_cpus(), before, reserved)
         job.push("lines", ["a b a"])
         job.close("lines")

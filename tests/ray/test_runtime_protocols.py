@@ -62,7 +62,9 @@ def test_backpressure_bounds_in_flight_batches(ray_session):
     # The consumer holds its first batch until the producer has handed on bound + 1 batches:
     # then `bound` calls are outstanding (the held one and those queued behind it), the window
     # is full, and the producer's next send must wait: it cannot hand on batch bound + 2 while
-    # the consumer still holds the first.
+    # the consumer still holds the first. Not chained: the producer is a host of its own (the
+    # input seated in it), so its sends to the consumer go by Ray calls in a window; an input
+    # replica chained with the producer would be seated in the consumer's host and call it in process.
     bound = 4
     gate = Gate.remote(opens_at=bound + 1)
 
@@ -73,7 +75,7 @@ def test_backpressure_bounds_in_flight_batches(ray_session):
     flow = rt.Dataflow("backpressure")
     (flow.input("numbers").map_batches(hand_on, batch_format="list", name="fast")
         .unary(lambda: Held(gate), exchange=lambda x: 0, name="slow").output("out"))
-    with rt.run(flow, parallelism=1, max_inflight=bound, batch_size=10) as job:
+    with rt.run(flow, parallelism=1, max_inflight=bound, batch_size=10, chaining=False) as job:
         job.push("numbers", list(range(3000)))
         job.close("numbers")
         job.wait(timeout=120)

@@ -67,7 +67,7 @@ def _ran(replica: Replica, count: int) -> list[tuple[str, tuple]]:
 
 
 def test_a_call_goes_by_socket_only_once_the_ray_calls_ran_and_a_ray_call_waits_for_the_frames(replica, monkeypatch):
-    monkeypatch.setattr(input_links.ray, "wait", lambda refs, **_: ([], refs))  # the Ray call never answers
+    monkeypatch.setattr(input_links, "ray_wait", lambda refs, **_: ([], refs))  # the Ray call never answers
     links = _linked(replica)
     assert not _send(links, "push", 1, window=deque(["a Ray call still in flight"]))  # a frame could overtake it
     assert links.frames == 0
