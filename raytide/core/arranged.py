@@ -26,6 +26,7 @@ from typing import Any
 from raytide.core.collection_ops import (
     RoutingKey,
     _Keyed,
+    _trace_counters,
     count_logic,
     distinct_logic,
     identity,
@@ -96,10 +97,7 @@ class ArrangedReaders(_Keyed):
         self.arrangement.compact(done)
 
     def statistics(self) -> dict[str, int]:
-        traces = self.arrangement.traces()
-        return {"arranged_updates": sum(trace.size for trace in traces),
-                "compacted_away": sum(trace.compacted_away for trace in traces),
-                "shared_updates": self.arrangement.trace.size}
+        return {**_trace_counters(*self.arrangement.traces()), "shared_updates": self.arrangement.trace.size}
 
     def snapshot(self) -> Any:
         return self._saved(self.arrangement)
