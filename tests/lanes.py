@@ -1,23 +1,26 @@
-"""The suite's two lanes, run side by side under pytest-xdist (``-n 2``, pyproject's default).
+"""The suite's two lanes, run side by side under pytest-xdist (``-n 3``, pyproject's default).
 
 * The **session lane**: every test that uses the test session's Ray or Spark, one after the
   other in one worker (in the order of ``conftest.spark_last``), as in a run without xdist.
   It leaves about a quarter of two cores idle: it waits on actors starting, on child
   processes and on polls.
-* The **other lane**: first the programs that start a Ray of their own in child processes
+* The **other lane**: the programs that start a Ray of their own in child processes
   (:data:`OWN_RAY_FILES`: the demo, ``ray job submit``, Ctrl-C, the memory children, the
-  lost node), then every test that starts no Ray (unit, simulation, contract, doctests).
-  Those last are CPU-bound and run at the lowest CPU priority (:func:`lower_priority`), so
-  they fill the session lane's idle time without slowing it. They are handed out a file at
-  a time (:func:`unit_of`): the session lane's worker takes the files still waiting once
-  its own tests are done, so neither core stands idle at the end of the run while the
-  other lane works through the last of them alone.
+  lost node), first in their worker, and every test that starts no Ray (unit, simulation,
+  contract, doctests), in the other workers (two with ``-n 3``; one with ``-n 2``). Those
+  last are CPU-bound and run at the lowest CPU priority (:func:`lower_priority`), so they
+  fill the idle time of the session lane and of the programs without slowing them: with one
+  such worker beside the session lane, the two cores were about 70% busy (a sampler over a
+  whole run); with two, whatever the session lane leaves is taken. They are handed out a
+  file at a time (:func:`unit_of`): a worker whose own tests are done takes the files still
+  waiting, so no core stands idle at the end of the run while one worker works through the
+  last of them alone.
 
 Two kinds of test must not share the CPUs: a program with a Ray of its own, and a session
 test marked ``needs_both_cores`` (what it asserts depends on two free cores, as an
 autoscaler's decision does). Each runs in its turn (:func:`cpu_turn`, a lock shared by the
-two workers), and a ``needs_both_cores`` test also stops the other lane's worker while it
-runs (SIGSTOP, then SIGCONT).
+workers), and a ``needs_both_cores`` test also stops every worker of the other lane that has
+lowered its priority while it runs (SIGSTOP, then SIGCONT).
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ OWN_RAY_FILES = frozenset({
 #: The fixtures of the test session's Ray and Spark (conftest.py).
 SESSION_FIXTURES = frozenset({"ray_session", "spark", "session_ray_env"})
 
-#: Where the other lane's worker writes its process id and start time once it lowers its priority.
-_PID_FILE = "other-lane.pid"
+#: Where a worker of the other lane writes its process id and start time once it lowers its
+#: priority (one file per worker: ``other-lane-<pid>.pid``).
+_PID_GLOB = "other-lane-*.pid"
 
 
 def lane_of(nodeid: str) -> str:
@@ -86,8 +90,8 @@ def misplaced(items: list[pytest.Item]) -> list[str]:
 
 def scheduler(config: pytest.Config, log):
     """xdist's scheduler for the lanes: the units of :func:`unit_of`, each given whole to one
-    worker, which runs it in the collected order. The session lane goes to one worker and
-    the programs with a Ray of their own to the other; the files of tests that start no Ray
+    worker, which runs it in the collected order. The session lane goes to one worker,
+    the programs with a Ray of their own to the next; the files of tests that start no Ray
     follow, in the collected order, each to the first worker with at most two tests left.
     (xdist's own ``loadgroup`` cannot be used: it marks a group in a node id, which pytest
     9's node ids no longer take.)"""
@@ -128,24 +132,25 @@ def _run_dir(testrunuid: str) -> Path:
 
 
 def resume_other_lane(testrunuid: str) -> None:
-    """SIGCONT to the other lane's worker, if it still runs: called by the controller when a
+    """SIGCONT to the other lane's workers that still run: called by the controller when a
     worker goes down, since a worker that died pausing the other lane cannot resume it."""
-    worker = _other_worker(_run_dir(testrunuid))
-    if worker is not None:
+    for worker in _other_workers(_run_dir(testrunuid)):
         worker.send_signal(signal.SIGCONT)
 
 
 def lower_priority(item: pytest.Item) -> None:
-    """Before a test that starts no Ray, in the other lane's worker: drop to the lowest CPU
+    """Before a test that starts no Ray, in a worker of the other lane: drop to the lowest CPU
     priority (once; an unprivileged process cannot raise it again, which is why the programs
     with a Ray of their own run first) and say where this worker can be paused."""
     shared = shared_dir(item.config)
-    if (shared is None or lane_of(item.nodeid) != OTHER_LANE or item.get_closest_marker("ray") is not None
-            or (shared / _PID_FILE).exists()):
+    if shared is None or lane_of(item.nodeid) != OTHER_LANE or item.get_closest_marker("ray") is not None:
+        return
+    me = psutil.Process()
+    mine = shared / _PID_GLOB.replace("*", str(me.pid))
+    if mine.exists():
         return
     os.nice(19)
-    me = psutil.Process()
-    (shared / _PID_FILE).write_text(f"{me.pid} {me.create_time()}")
+    mine.write_text(f"{me.pid} {me.create_time()}")
 
 
 @contextlib.contextmanager
@@ -164,23 +169,27 @@ def cpu_turn(item: pytest.Item) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _other_lane_paused(shared: Path) -> Iterator[None]:
-    """The other lane's worker stopped (if it has lowered its priority and still runs)."""
-    worker = _other_worker(shared)
-    if worker is None:
-        yield
-        return
-    worker.send_signal(signal.SIGSTOP)
+    """The other lane's workers stopped (those that have lowered their priority and still run)."""
+    workers = [worker for worker in _other_workers(shared) if worker.pid != os.getpid()]
+    for worker in workers:
+        worker.send_signal(signal.SIGSTOP)
     try:
         yield
     finally:
-        worker.send_signal(signal.SIGCONT)
+        for worker in workers:
+            worker.send_signal(signal.SIGCONT)
 
 
-def _other_worker(shared: Path) -> psutil.Process | None:
-    """The other lane's worker, checked by its start time (its process id may have been reused)."""
-    try:
-        pid, started = (shared / _PID_FILE).read_text().split()
-        process = psutil.Process(int(pid))
-        return process if process.create_time() == float(started) else None
-    except (FileNotFoundError, ValueError, psutil.Error):
-        return None
+def _other_workers(shared: Path) -> list[psutil.Process]:
+    """The other lane's workers that still run, each checked by its start time (a process id
+    may have been reused)."""
+    workers = []
+    for path in shared.glob(_PID_GLOB):
+        try:
+            pid, started = path.read_text().split()
+            process = psutil.Process(int(pid))
+        except (FileNotFoundError, ValueError, psutil.Error):
+            continue
+        if process.create_time() == float(started):
+            workers.append(process)
+    return workers
