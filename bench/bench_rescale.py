@@ -22,7 +22,8 @@ pool is started before the clock). Per rescale:
   ``pace``); ``latency_p99_ratio``, the p99 epoch latency of the
   epochs pushed in the window over the calm epochs' p99; ``throughput_ratio``, records
   processed a second in the window over the calm rate. Targets: idle at most 20 ms, p99 at
-  most 2x, throughput at least 0.8.
+  most 2x, throughput at least 0.8. A stepped rescale's ``unmoved_idle_plan_s`` is the idle time
+  over its plan alone (from the install's start to the last step done; the short switch aside).
 
 Each is reported as the median and the max over the rescales of a run. ``recovery=0``: the
 same job started without ``recovery=`` (its first rescale leases the coordinator of the cuts).
@@ -133,6 +134,11 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
         per_rescale["latency_spike_s"].append(max(done[e] - pushed[e] for e in done if start <= pushed[e] <= end))
     calls = [(start, start + record["seconds"]) for (start, _), record in zip(windows, records)]
     per_rescale.update(_issue_measures(out, pushed, done, calls, moved_groups(rescales)))
+    plans = [(_plan_window(record), groups) for record, groups in zip(records, moved_groups(rescales))
+             if record["mode"] == "stepped"]
+    if plans:  # the short switch aside: what the plan's install and its steps stall
+        times = _group_times(out)
+        per_rescale["unmoved_idle_plan_s"] = [_idle(times, set(times) - groups, *window) for window, groups in plans]
     for name, values in per_rescale.items():
         metrics[f"{name}_p50"] = statistics.median(values)
         metrics[f"{name}_max"] = max(values)
@@ -162,6 +168,12 @@ def moved_groups(rescales: int) -> list[set[int]]:
         table, moves = table.rescale(2 if step % 2 == 0 else 1)
         moved.append({move.key_group for move in moves})
     return moved
+
+
+def _plan_window(record: dict[str, Any]) -> tuple[float, float]:
+    """A stepped rescale's plan, wall-clock: from its install's start to its last step seen done."""
+    start, end = record["stepped"]["window"]
+    return start - record["steps"].get("install the plan", 0.0), end
 
 
 def _group_times(out: dict[int, list]) -> dict[int, list[float]]:

@@ -359,12 +359,15 @@ class VertexActor:
         self._guard(self.core.replace_alone, data, figures, first, quiet_through)
         return self.failed or self.core.alone_restored()
 
-    def replay_to(self, incarnation: int, to: ReplicaKey, handle: Any, positions: dict[ChannelId, int], after: int) -> None:
+    def replay_to(self, incarnation: int, to: ReplicaKey, handle: Any, positions: dict[ChannelId, int], after: int) -> str | None:
         """Replica ``to`` was recovered alone as ``handle`` (from snapshot ``after``): send it this replica's log from
-        ``positions`` on, then what follows, in one event (:meth:`RayTransport.rejoin`: the dead's sends were dropped)."""
-        if self._current(incarnation):
+        ``positions`` on, then what follows, in one event (:meth:`RayTransport.rejoin`: the dead's sends were dropped);
+        or, sending nothing, why the log cannot (:meth:`ReplicaCore.refusal`: the whole job rolls back)."""
+        refused = self.core.refusal(to, positions) if self._current(incarnation) else None
+        if self._current(incarnation) and refused is None:
             self.transport.rejoin(to, handle)
             self._guard(self.core.replay_to, to, positions, after)
+        return refused
 
     def resume(self, incarnation: int) -> None:
         """Run again after :meth:`restore`: the restored back-edge batches first."""

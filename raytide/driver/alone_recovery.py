@@ -12,6 +12,8 @@ step meets another death or runs out of time, the whole-job recovery runs as bef
              R: its locations, restored figures, channel positions                      take's and connect's
     driver ──resume(n)──▶ replacement                                                ┐ sent together,
     driver ──replay_to(n, key, handle, positions, L)──▶ each replica sending to it    ┘ one wait
+             (one whose log dropped what the replay needs past its cap answers why, sending nothing:
+              the whole job rolls back, its record saying so)
     driver ──start()──▶ coordinator: snapshots again
 
 The replacement sends the progress actor nothing before its ``replace`` has run: it runs
@@ -35,6 +37,7 @@ import ray
 from raytide.driver.coordination import JobSnapshots, RecoveryRecord, Steps
 from raytide.driver.recovery_runtime import DEATHS, RayRecovery, ray_kind
 from raytide.engine.outbox import receivers
+from raytide.engine.upstream_log import ReplayRefused
 from raytide.errors import JobTimeout
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.recovery import RestorePoint
@@ -67,8 +70,9 @@ class AloneOnRay:
         snapshots.budget.spend(cause)
         try:
             point, name = self._replace(key)
-        except (*DEATHS, JobTimeout) as error:
+        except (*DEATHS, JobTimeout, ReplayRefused) as error:
             snapshots.budget.causes.pop()  # the whole-job recovery that takes over spends it
+            snapshots.alone_refused = str(error) if isinstance(error, ReplayRefused) else None
             logger.warning("job %r: replica %s was not recovered alone (%r); the whole job rolls back",
                            snapshots.placement.name, key, error)
             return False
@@ -119,9 +123,11 @@ class AloneOnRay:
             raise restored
         positions = restored[2]
         senders = [sender for sender in placement.peers if sender != key and key in receivers(placement.plan, sender)]
-        steps.time("resume and replay", snapshots.wait, [handle.resume.remote(incarnation), *(
+        refused = steps.time("resume and replay", snapshots.wait, [handle.resume.remote(incarnation), *(
             placement.peers[sender].replay_to.remote(incarnation, key, handle, positions, point.snapshot_id or 0)
-            for sender in senders)], f"resuming replica {key}, the replicas sending to it replaying their logs to it")
+            for sender in senders)], f"resuming replica {key}, the replicas sending to it replaying their logs to it")[1:]
+        if any(refused):  # a log dropped (past its cap) what the replay needs: nothing of it was sent
+            raise ReplayRefused("; ".join(answer for answer in refused if answer))
         coordinator.start.remote()
         return point, name
 

@@ -110,6 +110,8 @@ class JobSnapshots:
     consumed: ConsumedRecord = field(init=False)
     records: list[RecoveryRecord] = field(default_factory=list)
     rescales: list[RescaleRecord] = field(default_factory=list)
+    #: Why the last recovery alone gave up before the whole job rolled back (a sender's log could not replay).
+    alone_refused: str | None = None
     #: Renews the store's lease (``rt.run`` took it: :mod:`raytide.driver.store_lease`).
     lease: LeaseKeeper | None = field(init=False)
     #: Whether snapshots commit, and the coordinator answers (:mod:`raytide.driver.snapshot_health`).

@@ -52,6 +52,7 @@ import ray
 
 from raytide.driver.connected import ray_get, ray_wait, require_ray
 from raytide.driver.input_links import InputLinks
+from raytide.driver.plan_gate import PlanGate
 from raytide.driver.push_batches import as_epoch, offsets, packed, push_pieces
 from raytide.driver.push_batches import pushed_batch as pushed_batch
 from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
@@ -131,6 +132,7 @@ class InputFeeds:
         self.on_open = on_open
         self.epochs: dict[str, int | None] = dict.fromkeys(replicas, 0)
         self.locks = {name: threading.Lock() for name in replicas}
+        self.gate = PlanGate(plan.name)  # every epoch move passes it: a stepped rescale closes it ahead of its plan
         self.turns = dict.fromkeys(replicas, 0)
         self.windows: dict[Any, collections.deque] = collections.defaultdict(collections.deque)
         self.links = InputLinks(sockets)
@@ -337,6 +339,7 @@ class InputFeeds:
         """Move every replica of input ``name`` to ``epoch``: those with a held push in one call
         with it, and those without records since their last epoch token quietly, while the first
         of the others sends a proxy token for them (``epoch_tokens.ProxyPlan``)."""
+        self.gate.move(name, epoch)
         self._opened(self.epochs[name])
         self._opened(epoch)
         held = [index for index in range(len(self.replicas[name])) if (name, index) in self.held]

@@ -374,7 +374,8 @@ class Job(JobViews):
         that may still arrive) and ``frontier_lag`` (epochs behind the latest input); per replica (``replicas``,
         by ``job/chain/replica``) ``busy_s`` handling events, ``blocked_s`` waiting for a receiver's window
         (backpressure), ``restores`` (how often its process reset its state: a recovery, ``restore=``),
-        ``upstream_log`` (the messages it keeps for a replay to a replica recovered alone), and
+        ``upstream_log`` (the messages it keeps for a replay to a replica recovered alone),
+        ``log_dropped`` (those its log dropped past its cap: a replay from before them is refused), and
         its counters per vertex; ``input_calls``, the driver's calls to input replicas, and
         ``input_quiet_moves``, those that moved a replica without records while a peer closed its epoch (proxy tokens),
         ``input_frames``, those that went by socket (:mod:`raytide.driver.input_links`);

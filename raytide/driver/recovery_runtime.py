@@ -231,7 +231,11 @@ class RayRecovery:
 
     def _kind(self, dead: list[Any], run: Execution) -> RecoveryKind:
         """What this whole-job recovery records of ``dead`` (:func:`ray_kind`): where the rule would
-        have recovered one alone, that its recovery alone did not finish (a death or a timeout during it)."""
+        have recovered one alone, that its recovery alone did not finish (a death or a timeout during it, or a
+        sender's log that could not replay: :attr:`JobSnapshots.alone_refused`)."""
+        refused, self.snapshots.alone_refused = self.snapshots.alone_refused, None
+        if refused is not None:
+            return RecoveryKind("job", f"its recovery alone gave up ({refused}), so the whole job rolled back")
         found = ray_kind(self.snapshots, dead, rescaling=run.machine.pieces is not None)
         if found.kind == "job":
             return found

@@ -69,6 +69,7 @@ def actor_stats(placement: JobPlacement, fed: list[int], late: Callable[[list], 
         "vertices": {n: {**c, **_progress_of(n, progress["vertices"], fed)} for n, c in vertices.items()},
         "replicas": {placement.host_name(key): {"busy_s": stats["busy_s"], "blocked_s": stats["blocked_s"],
                                                 "restores": stats["restores"], "upstream_log": stats["upstream_log"],
+                                                "log_dropped": stats["log_dropped"],
                                                 "vertices": stats["vertices"]}
                      for key, stats in alive.items()},
         "progress_batches": progress["batches_applied"],

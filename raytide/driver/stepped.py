@@ -7,9 +7,13 @@ are the ones the in-process runtime runs (:mod:`raytide.rescale.steps`,
     growing p -> q: the short switch (the rescale machine, the vertex's owners kept: the new
         replicas own nothing, no state moves; a brief hold of the whole job)
     driver: the periodic snapshots paused (none may cut through a plan), the one in flight waited for
-    driver, every input's lock held (no input moves): the plan from the senders' table, its first
-        step at the epoch after the latest any input is at; its holds at the progress actor
-        (ProgressActor.hold), the plan at every replica (VertexActor.install_plan); inputs let go
+    driver: the gate closed at first = the latest epoch any input is at (or was let through to)
+        + a margin (about 0.15 s of epochs at the inputs' recent rate): raytide.driver.plan_gate
+    driver ─hold(+1 at the vertex's input port at each step's epoch)─▶ progress actor  } at once,
+    driver ─plan(steps from first; the old owners' new owners' handles)─▶ every replica } inputs
+        (ProgressActor.hold, VertexActor.install_plan), and waits for every answer        } flowing
+    inputs meanwhile: push and advance below first; one that would reach first waits at the gate
+    driver: the gate opened (the wait, if any, is the record's "inputs held at the plan's first epoch")
     replicas: each step as the inputs pass its epoch (old owner: take_keys, GroupState to the new
         owner, which keeps the group's records until it comes); the other groups flow
     driver: takes the job's events and asks the vertex's replicas (VertexActor.stepping) until
@@ -29,11 +33,10 @@ record says why.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from typing import Any
 
 import ray
@@ -58,6 +61,8 @@ STEP_POLL = 0.02
 #: How long the driver watches the inputs for an epoch's move before it steps: the steps wait for
 #: the inputs to pass their epochs, so a job not fed meanwhile holds the whole job instead.
 QUIET_S = 1.0
+#: The record's step for the time inputs waited at the gate for the plan (:mod:`raytide.driver.plan_gate`).
+HELD_STEP = "inputs held at the plan's first epoch"
 #: ``job.rescale``'s default when not told whether to step: the environment's ``RAYTIDE_STEPPED_RESCALE=1``.
 STEPPED_ENV = "RAYTIDE_STEPPED_RESCALE"
 
@@ -173,23 +178,21 @@ class SteppedRescale:
             time.sleep(STEP_POLL)
 
     def _install(self, width: int) -> StepPlanMessage:
-        """With no input moving: the plan from the epoch after the latest any input is at, its
-        holds at the progress actor, then the plan at every replica."""
-        placement, incarnation = self.recovery.placement, self.recovery.incarnation
-        table = self._table()  # read before the inputs are held: nothing changes it but a rescale, and this is one
-        with held_inputs(self.inputs):
-            epochs = self.inputs.epochs
-            closed = sorted(name for name, epoch in epochs.items() if epoch is None)
-            if closed:
-                raise RescaleError(f"job {placement.name!r}: inputs {closed} closed while the rescale was made: the "
-                                   f"steps' epochs would never come")
-            first = max(epoch for epoch in epochs.values() if epoch is not None) + 1
+        """The plan from an epoch a margin ahead of the inputs (the gate closed there), its holds at
+        the progress actor and the plan at every replica at once, while the inputs go on below
+        that epoch; then the gate opened (an input that reached it meanwhile waited: measured)."""
+        placement, incarnation, gate = self.recovery.placement, self.recovery.incarnation, self.inputs.gate
+        table = self._table()  # nothing changes it but a rescale, and this is one
+        first = gate.close_ahead(self.inputs.epochs, gate.margin(), self.deadline)
+        try:
             steps = plan_steps(table, width, first, GROUPS_PER_STEP)
             message = steps.message(self.vertex)
-            self.recovery.wait([placement.progress.hold.remote(incarnation, holds(placement.plan, message))],
-                               "the progress actor taking the stepped rescale's holds")
-            self.recovery.wait([peer.install_plan.remote(incarnation, message, self._new_owners(key, steps))
-                                for key, peer in placement.peers.items()], "every replica taking the stepped rescale's plan")
+            self.recovery.wait([placement.progress.hold.remote(incarnation, holds(placement.plan, message)),
+                                *[peer.install_plan.remote(incarnation, message, self._new_owners(key, steps))
+                                  for key, peer in placement.peers.items()]],
+                               "the progress actor taking the stepped rescale's holds and every replica its plan")
+        finally:
+            self.steps.seconds[HELD_STEP] = gate.open()
         return message
 
     def _new_owners(self, key: ReplicaKey, steps: StepPlan) -> dict[ReplicaKey, Any]:
@@ -274,11 +277,3 @@ def inputs_moving(inputs: InputFeeds, within: float) -> bool:
     return False
 
 
-@contextlib.contextmanager
-def held_inputs(inputs: InputFeeds) -> Iterator[None]:
-    """Every input's lock held: no push, advance or close is sent meanwhile (a feeder holds
-    one lock at a time, so taking them in name order cannot deadlock)."""
-    with contextlib.ExitStack() as held:
-        for name in sorted(inputs.locks):
-            held.enter_context(inputs.locks[name])
-        yield

@@ -147,7 +147,9 @@ class Numbering:
         figures too if ``figures`` (a replica restored alone from a snapshot of the job's
         incarnation), else from 0 (a whole-job restore starts a new incarnation)."""
         saved = sequences or Sequences()
-        self.log = UpstreamLog(self.name, saved.sent, self.log.keeps)
+        dropped = self.log.dropped, self.log.drops  # what its lives dropped past the cap stays said
+        self.log = UpstreamLog(self.name, saved.sent, self.log.keeps, self.log.cap)
+        self.log.dropped, self.log.drops = dropped
         self.dedup = SequenceDedup(self.name, saved.taken, enabled=self.dedup.enabled)
         self._barriers.clear()
         self.figures = dict(saved.figures) if figures else {}

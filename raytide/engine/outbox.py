@@ -164,6 +164,13 @@ class Outbox:
                     replayed += 1
         return replayed
 
+    def refusal(self, to: ReplicaKey, positions: dict[ChannelId, int]) -> str | None:
+        """Why :meth:`replay` to ``to`` from ``positions`` cannot be given (None: it can; see
+        :meth:`~raytide.engine.upstream_log.UpstreamLog.refusal`), asked before anything is sent."""
+        refusals = (self.numbering.log.refusal((to, channel), positions.get(channel, 0))
+                    for receiver, channel, _ in self._channels_out() if receiver == to)
+        return next((refused for refused in refusals if refused is not None), None)
+
     def forward_marker(self, marker: Marker) -> None:
         """Send ``marker`` on every channel out of this replica (after everything sent before it)."""
         for to, channel, consumer in self._channels_out():

@@ -114,6 +114,11 @@ class ReplicaCore(Settling):
         after that snapshot (no progress: it was counted when first sent)."""
         self.outbox.replay(to, positions, after)
 
+    def refusal(self, to: ReplicaKey, positions: dict[ChannelId, int]) -> str | None:
+        """Why :meth:`replay_to` ``to`` from ``positions`` cannot be given (None: it can): the
+        replacement is then not recovered alone, and the whole job rolls back."""
+        return self.outbox.refusal(to, positions)
+
     def on_progress(self, statuses: dict[Location, Status], acked: int) -> None:
         """The progress actor pushed new frontiers (and absorbed ``acked`` more of our acknowledged flushes)."""
         self.statuses.update(statuses)

@@ -232,4 +232,5 @@ class HostedVertices:
         return {"vertices": {name: {**vars(s), **(self.vertices[name].statistics() if name in self.vertices else {})}
                              for name, s in self.stats.items()},
                 "progress_flushes": self.flushes, "local_sends": self.outbox.local_sends,
-                "upstream_log": self.outbox.numbering.kept()}  # messages kept for a replay (0: not numbered)
+                "upstream_log": self.outbox.numbering.kept(),  # messages kept for a replay (0: not numbered)
+                "log_dropped": self.outbox.numbering.log.dropped}  # messages its log dropped past its cap

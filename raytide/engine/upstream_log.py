@@ -19,6 +19,14 @@ several channels, an output, ...; :func:`~raytide.supervisor.alone.logged_chains
 but keeps nothing: its receiver's dedup needs the numbers, and no replay will ever ask for
 its messages. A replay asked of it anyway is refused, never answered with less.
 
+A log is capped (:data:`CAP` messages over its channels, so that a job far behind its feed,
+whose snapshots commit late, does not keep everything since the last commit): past the cap it
+drops all it keeps (each channel's ``base`` moves to its next number; it goes on numbering and
+keeping from there) and counts the drop (:attr:`UpstreamLog.dropped`, in ``job.stats()``). A
+replay from before a drop is refused (:class:`ReplayRefused`, naming the channel, the position
+and the cap), never answered with less: the replica is then not recovered alone, and the whole
+job rolls back.
+
 Invariants (property-tested against a list of every message, ``tests/unit/test_upstream_log.py``):
 the messages replayed from a position are exactly those sent on the channel from it on, in
 order, with their numbers; a position before what was trimmed, or on a channel that keeps
@@ -34,6 +42,14 @@ from typing import Any
 
 from raytide.errors import RecoveryError
 
+#: The most messages one replica's log keeps over its channels before it drops them all.
+CAP = 65_536
+
+
+class ReplayRefused(RecoveryError):
+    """A replay this log cannot give (trimmed, dropped past its cap, or never kept): the
+    receiver cannot be recovered alone, and the whole job rolls back instead."""
+
 
 @dataclass
 class _Channel:
@@ -43,6 +59,7 @@ class _Channel:
     base: int = 0
     kept: collections.deque[Any] = field(default_factory=collections.deque)
     keep: bool = True
+    dropped_to: int = 0  # ``base`` after the last drop past the cap (0: none)
 
     @property
     def next(self) -> int:
@@ -54,12 +71,17 @@ class UpstreamLog:
     committed snapshot's marks on (see the module docstring)."""
 
     def __init__(self, name: str, positions: Mapping[Hashable, int] | None = None,
-                 keeps: Callable[[Hashable], bool] | None = None) -> None:
+                 keeps: Callable[[Hashable], bool] | None = None, cap: int | None = None) -> None:
         """A log for sender ``name`` (used in errors), its channels numbered from
         ``positions`` (a restored sender's marks at its snapshot; none: from 0); ``keeps``:
-        whether a channel's messages are kept for a replay (none: every channel's)."""
+        whether a channel's messages are kept for a replay (none: every channel's); ``cap``:
+        the most messages kept before all are dropped (none: :data:`CAP`)."""
         self.name = name
         self.keeps = keeps or _every
+        self.cap = CAP if cap is None else cap
+        #: Messages dropped past the cap, and how many times (``job.stats()``' replicas' ``log_dropped``).
+        self.dropped, self.drops = 0, 0
+        self._size = 0
         self._channels: dict[Hashable, _Channel] = {}
         self._marks: dict[int, dict[Hashable, int]] = {}
         for channel, position in (positions or {}).items():
@@ -78,7 +100,17 @@ class UpstreamLog:
             kept.base += 1
             return kept.base - 1
         kept.kept.append(message)
+        self._size += 1
+        if self._size > self.cap:
+            self._drop()
         return kept.next - 1
+
+    def _drop(self) -> None:
+        """Past the cap: forget every kept message (numbering goes on), and say so."""
+        for kept in self._channels.values():
+            kept.base, kept.dropped_to = kept.next, kept.next
+            kept.kept.clear()
+        self.dropped, self.drops, self._size = self.dropped + self._size, self.drops + 1, 0
 
     def next(self, channel: Hashable) -> int:
         """The number the next message on ``channel`` takes."""
@@ -104,6 +136,7 @@ class UpstreamLog:
             while kept.base < position:
                 kept.kept.popleft()
                 kept.base += 1
+                self._size -= 1
 
     def replay(self, channel: Hashable, position: int) -> list[tuple[int, Any]]:
         """The messages sent on ``channel`` from number ``position`` on, with their numbers.
@@ -111,22 +144,36 @@ class UpstreamLog:
         A position past the last message is not an error: a sender that was itself restored
         alone numbers again from its snapshot's marks, so a receiver that took more of its
         earlier incarnation is ahead of it; nothing is replayed, and the receiver drops what
-        the sender sends again below its position (the same messages: see :mod:`raytide.supervisor.alone`)."""
+        the sender sends again below its position (the same messages: see :mod:`raytide.supervisor.alone`).
+
+        Raises:
+            ReplayRefused: :meth:`refusal` says why not.
+        """
+        refused = self.refusal(channel, position)
+        if refused is not None:
+            raise ReplayRefused(refused)
         kept = self._channel(channel)
-        if not kept.keep and position < kept.next:
-            raise RecoveryError(f"replica {self.name}: cannot replay channel {channel} from message {position}: "
-                                f"it keeps nothing (its receiver is never recovered alone, so its messages "
-                                f"{position}..{kept.next - 1} were only numbered)")
-        if position < kept.base:
-            raise RecoveryError(f"replica {self.name}: cannot replay channel {channel} from message {position}: "
-                                f"it keeps messages {kept.base}..{kept.next - 1} (trimmed at the last committed "
-                                f"snapshot); a receiver restored from it asks from its mark or later")
         return [(kept.base + offset, kept.kept[offset]) for offset in range(position - kept.base, len(kept.kept))]
 
+    def refusal(self, channel: Hashable, position: int) -> str | None:
+        """Why a replay of ``channel`` from ``position`` cannot be given (None: it can): its
+        messages from there were dropped past the cap, only numbered, or trimmed at a commit."""
+        kept = self._channel(channel)
+        where = f"replica {self.name}: cannot replay channel {channel} from message {position}"
+        if position < kept.dropped_to:
+            return (f"{where}: its log dropped messages up to {kept.dropped_to - 1} past its cap of {self.cap} "
+                    f"messages (the last committed snapshot is too far behind)")
+        if not kept.keep and position < kept.next:
+            return (f"{where}: it keeps nothing (its receiver is never recovered alone, so its messages "
+                    f"{position}..{kept.next - 1} were only numbered)")
+        if position < kept.base:
+            return (f"{where}: it keeps messages {kept.base}..{kept.next - 1} (trimmed at the last committed "
+                    f"snapshot); a receiver restored from it asks from its mark or later")
+        return None
+
     def size(self) -> int:
-        """How many messages the log keeps, over all channels (safe from a stats thread: the
-        channels are copied in one step)."""
-        return sum(len(kept.kept) for kept in list(self._channels.values()))
+        """How many messages the log keeps, over all channels."""
+        return self._size
 
 
 def _every(channel: Hashable) -> bool:

@@ -81,7 +81,7 @@ class Recovery:
             cost on the steady path is within the noise of ``bench alone_cost`` (docs/recovery.md,
             "What it costs"). ``False``: every death rolls the whole job back, nothing numbered.
             The logs keep what was sent since the last commit: with ``interval=None`` they grow
-            until a snapshot.
+            until a snapshot, or to their cap (past it, a death there rolls the whole job back).
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
         logged: set by ``rt.run``, not by users: with ``alone``, the chains into whose replicas

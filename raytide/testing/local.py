@@ -372,8 +372,10 @@ class LocalJob(World):
         if lost is not None:
             self.failures = [(step, failure) for step, failure in self.failures if not self._names(failure, lost)]
             self.unannounced.pop(lost, None)
-            recover_alone(self, lost)
-            return
+            refused = recover_alone(self, lost)
+            if refused is None:
+                return
+            self.result.alone_refused.append(refused)  # a sender's log dropped what the replay needs: the whole job
         start_recovery(self, Recovering.after_death(self.plan.name, self.budget, self.incarnation, cause))
 
     def _names(self, failure: RaytideError, key: ReplicaKey) -> bool:

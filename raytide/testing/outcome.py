@@ -127,6 +127,7 @@ class LocalRun:
     cut_timeouts: list[int] = field(default_factory=list)  # the steps at which a rescale's cut was abandoned at its timeout
     driver_crashed: int | None = None
     alone: list[Any] = field(default_factory=list)  # the replicas recovered alone, in order (``LocalRecovery.alone``)
+    alone_refused: list[str] = field(default_factory=list)  # why recoveries alone gave up (a log past its cap)
     replacements: Replacements = field(default_factory=Replacements)
     #: What the latest recovery computes again: a user error there says so, as the driver's does.
     replaying: Replaying | None = None

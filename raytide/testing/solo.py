@@ -51,8 +51,10 @@ def alone_candidate(world: World) -> ReplicaKey | None:
     return lost[0] if recovered_how(world.plan, lost, others, rescaling, relays).kind == "alone" else None
 
 
-def recover_alone(world: World, key: ReplicaKey) -> None:
-    """Recover replica ``key`` alone (the module docstring's steps)."""
+def recover_alone(world: World, key: ReplicaKey) -> str | None:
+    """Recover replica ``key`` alone (the module docstring's steps); or, before the progress core
+    or any sender is touched, why a sender's log cannot replay (past its cap: the caller rolls
+    the whole job back, as the Ray driver does on a sender's refusal)."""
     assert world.recovery is not None and world.progress is not None
     if world.coordinator is not None:  # a complete one commits
         world.coordinator.lose(key, world.result.steps)
@@ -67,9 +69,13 @@ def recover_alone(world: World, key: ReplicaKey) -> None:
     world.waiting.discard(key)
     world._guard(key, core.replace_alone, data, figures, first, world.last_snapshot_id)
     locations, figures_restored, positions = core.alone_restored()
+    senders = [sender for sender in world.replica_keys() if sender != key and key in receivers(world.plan, sender)]
+    refused = [why for sender in senders if (why := world.replicas[sender].refusal(key, positions)) is not None]
+    if refused:
+        return "; ".join(refused)
     world._perform(world.progress.replace(key, figures_restored, first, locations))
     world._guard(key, core.resume)
-    for sender in world.replica_keys():
-        if sender != key and key in receivers(world.plan, sender):
-            world._guard(sender, world.replicas[sender].replay_to, key, positions, point.snapshot_id or 0)
+    for sender in senders:
+        world._guard(sender, world.replicas[sender].replay_to, key, positions, point.snapshot_id or 0)
     world.result.alone.append(key)
+    return None

@@ -18,7 +18,7 @@ import warnings
 
 import pytest
 
-from raytide.engine import numbered_channels
+from raytide.engine import numbered_channels, upstream_log
 from raytide.engine.numbered_channels import Numbering
 from raytide.engine.outbox import Outbox
 from raytide.engine.progress_core import ProgressCore
@@ -193,3 +193,19 @@ def test_only_one_lost_counting_replica_off_the_relays_is_recovered_alone(tmp_pa
     for world, lost, expected in cases:
         world.dead.update(lost)
         assert alone_candidate(world) == expected, (lost, expected)
+
+
+def test_a_log_past_its_cap_refuses_the_replay_and_the_whole_job_rolls_back_exactly(monkeypatch, tmp_path):
+    """A tiny cap (docs/recovery.md, "A replica recovered alone"): a sender's log drops all it
+    keeps past ``cap`` messages, and a replay from before the drop is refused, so that death
+    rolls the whole job back; every trial still exactly the reference, and the refusals happen."""
+    cap = 8
+    monkeypatch.setattr(upstream_log, "CAP", cap)
+    refused = 0
+    for seed in range(3):
+        run, lost, *_ = trial(seed, tmp_path)
+        assert exact(run, seed), f"cap {cap}, seed {seed}: lost {lost}, alone {run.alone}, failure {run.failure!r}"
+        assert len(run.alone) + len(run.alone_refused) <= len(run.recoveries)
+        assert all("past its cap" in why for why in run.alone_refused), run.alone_refused
+        refused += len(run.alone_refused)
+    assert refused >= 2, f"cap {cap}: {refused} replays refused in 3 trials"

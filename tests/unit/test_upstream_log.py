@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raytide.engine.dedup import SequenceDedup
-from raytide.engine.upstream_log import UpstreamLog
+from raytide.engine.upstream_log import ReplayRefused, UpstreamLog
 from raytide.errors import RecoveryError
 
 #: A sender's life: messages on channels 0-2, snapshots marked, marked snapshots committed.
@@ -17,10 +17,10 @@ STEPS = st.lists(st.one_of(st.tuples(st.just("send"), st.integers(0, 2)), st.tup
                            st.tuples(st.just("commit"), st.none())), max_size=40)
 
 
-def _run(steps: list) -> tuple[UpstreamLog, dict[int, list[str]], dict[int, int]]:
-    """The log after ``steps``, every message ever sent per channel (the oracle), and the
-    marks of the last committed snapshot (0 where it marked nothing)."""
-    log, sent, marks, committed = UpstreamLog("s[0]"), {0: [], 1: [], 2: []}, {}, {0: 0, 1: 0, 2: 0}
+def _run(steps: list, cap: int | None = None) -> tuple[UpstreamLog, dict[int, list[str]], dict[int, int]]:
+    """The log after ``steps`` (capped at ``cap``), every message ever sent per channel (the
+    oracle), and the marks of the last committed snapshot (0 where it marked nothing)."""
+    log, sent, marks, committed = UpstreamLog("s[0]", cap=cap), {0: [], 1: [], 2: []}, {}, {0: 0, 1: 0, 2: 0}
     for kind, channel in steps:
         if kind == "send":
             message = f"m{channel}.{len(sent[channel])}"
@@ -97,3 +97,20 @@ def test_a_channel_that_keeps_nothing_numbers_on_and_refuses_a_replay():
     assert log.size() == 1 and log.positions() == {"sink": 5, "count": 1} and log.replay("sink", 5) == []
     with pytest.raises(RecoveryError, match="cannot replay channel sink from message 4: it keeps nothing"):
         log.replay("sink", 4)
+
+
+@given(STEPS, st.integers(1, 6), st.data())
+def test_a_log_past_its_cap_drops_all_it_keeps_and_refuses_a_replay_from_before_the_drop(steps, cap, data):
+    log, sent, committed = _run(steps, cap)
+    assert log.size() <= cap and (log.dropped > cap) == (log.drops > 0)
+    for channel, messages in sent.items():
+        position = data.draw(st.integers(0, len(messages)))
+        if log.refusal(channel, position) is None:  # kept: exactly what was sent from there
+            assert position >= committed[channel]
+            assert log.replay(channel, position) == list(enumerate(messages))[position:]
+        else:
+            with pytest.raises(ReplayRefused, match=f"channel {channel} from message {position}"):
+                log.replay(channel, position)
+    if log.drops:  # a drop forgot everything sent before it: the latest message on some channel is past it
+        assert any(log.refusal(channel, 0) and "past its cap of" in log.refusal(channel, 0) for channel in sent
+                   if sent[channel])

@@ -1,0 +1,110 @@
+"""The gate a stepped rescale's plan closes on the driver's inputs (issue 74;
+docs/rescaling.md, "Stepped migration", "On Ray").
+
+A plan's first step is at epoch ``first``; every replica must have the plan before any input
+reaches ``first`` (an input at ``first`` may send records of it by the old table). The driver
+used to hold every input's lock while it installed the plan (35-53 ms, the whole job's inputs
+stopped). Instead it closes this gate at an epoch a margin ahead of the inputs
+(:meth:`PlanGate.close_ahead`), installs the plan while the inputs go on pushing and
+advancing below it, and opens the gate once every replica has the plan (:meth:`PlanGate.open`).
+Only an input that reaches ``first`` meanwhile waits, for the rest of the install; the wait is
+measured (the record's ``inputs held at the plan's first epoch``). Every move of an input's
+epoch (an advance, a push at a later epoch, a close) goes through :meth:`PlanGate.move` under
+that input's lock, so a move either was counted when the gate chose ``first`` or sees the gate.
+
+The margin is a time (:data:`AHEAD_S`) turned into epochs at the rate the inputs have been
+moving (:meth:`PlanGate.margin`), so that an install of about that time holds no input.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+
+from raytide.errors import RescaleError
+
+__all__ = ["AHEAD_S", "PlanGate"]
+
+#: How far ahead of the inputs (in seconds at their recent rate) a plan's first epoch is put:
+#: an install on a loaded machine takes 20-60 ms (two Ray calls' round trips, in parallel).
+AHEAD_S = 0.15
+#: The fewest and the most epochs the first epoch is put ahead (the epoch after the latest at least).
+MARGINS = (1, 64)
+#: How many recent moves the rate is taken from.
+RECENT = 16
+
+
+class PlanGate:
+    """Each input's latest epoch let through, and (while a plan is installed) the epoch no input
+    may reach until it is open again."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self._cond = threading.Condition()
+        self._at: dict[str, float] = {}  # each input's latest epoch let through (inf: closed)
+        self._moves: collections.deque[float] = collections.deque(maxlen=RECENT)  # when epochs moved
+        self._limit: int | None = None
+        self._deadline = 0.0
+        self._held_since = math.inf  # when the first move waited at the gate closed now
+
+    def move(self, name: str, epoch: int | None) -> None:
+        """Input ``name`` moves to ``epoch`` (None: closes), under its lock: waits while the gate
+        is closed at or before it.
+
+        Raises:
+            RescaleError: the gate was not opened by the deadline of the rescale that closed it.
+        """
+        to = math.inf if epoch is None else epoch
+        with self._cond:
+            if self._limit is not None and to >= self._limit:
+                started, limit = time.monotonic(), self._limit
+                self._held_since = min(self._held_since, started)
+                if not self._cond.wait_for(lambda: self._limit is None or to < self._limit,
+                                           max(0.0, self._deadline - started)):
+                    raise RescaleError(f"job {self.job!r}: input {name!r} waited {time.monotonic() - started:.1f} s to move to epoch "
+                                       f"{epoch} for a stepped rescale's plan (first step at epoch {limit}) to reach "
+                                       f"every replica, past the rescale's deadline")
+            self._at[name] = max(self._at.get(name, -math.inf), to)
+            self._moves.append(time.monotonic())
+
+    def margin(self) -> int:
+        """How many epochs past the latest an input is at the first step goes: :data:`AHEAD_S` at
+        the rate of the recent moves (counted over every input), within :data:`MARGINS`."""
+        with self._cond:
+            moves = list(self._moves)
+        if len(moves) < 2 or moves[-1] <= moves[0]:
+            return MARGINS[0] + 1
+        period = (moves[-1] - moves[0]) / (len(moves) - 1)
+        return max(MARGINS[0], min(MARGINS[1], 1 + math.ceil(AHEAD_S / period)))
+
+    def close_ahead(self, epochs: dict[str, int | None], margin: int, deadline: float) -> int:
+        """Close the gate ``margin`` epochs after the latest epoch any input is at (``epochs``, the
+        driver's) or was let through to; returns that epoch, the plan's first. Moves to it or past
+        it wait until :meth:`open`, or ``deadline`` (``time.monotonic()``).
+
+        Raises:
+            RescaleError: an input is closed (the steps' epochs would never come), or ``margin`` < 1.
+        """
+        if margin < 1:
+            raise RescaleError(f"job {self.job!r}: a stepped rescale's first epoch must be after every input's, got a margin of {margin}")
+        with self._cond:
+            at = dict(self._at)
+            for name, epoch in epochs.items():
+                at[name] = max(at.get(name, -math.inf), math.inf if epoch is None else epoch)
+            closed = sorted(name for name, to in at.items() if to == math.inf)
+            if closed:
+                raise RescaleError(f"job {self.job!r}: inputs {closed} closed while the rescale was made: the steps' "
+                                  f"epochs would never come")
+            self._limit, self._deadline = int(max(at.values(), default=0)) + margin, deadline
+            self._held_since = math.inf
+            return self._limit
+
+    def open(self) -> float:
+        """Let every input move again; returns how long the first move that waited at the gate
+        since it closed has waited (0: none waited)."""
+        with self._cond:
+            self._limit = None
+            self._cond.notify_all()
+            return max(0.0, time.monotonic() - self._held_since)
