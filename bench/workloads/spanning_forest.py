@@ -4,10 +4,11 @@ A prototype, not part of raytide's graph layer: measured against it by ``python 
 forest`` and kept here until it is wired in (what is left: docs/collections.md).
 
 Every replica owns a part of the edges (:class:`OwnedEdges`: copies per edge, present
-while above zero) and holds the same :class:`Forest`: a spanning forest ``F`` of the
-whole graph (at most ``n - 1`` edges) and the components it implies. A node's label is
-the smallest node id of its component, whichever forest spans it. An epoch takes at
-most two exchanges, whatever the depth of what changed:
+while above zero, and an adjacency index of those present) and holds the same
+:class:`Forest`: a spanning forest ``F`` of the whole graph (at most ``n - 1`` edges),
+rooted, with an index of each node's children, and the components it implies. A node's
+label is the smallest node id of its component, and every tree is rooted at its smallest
+node. An epoch takes at most two exchanges, whatever the depth of what changed:
 
 1. Each replica applies its updates (:func:`apply_updates`) and announces
    (:func:`announce`) its deleted edges that are forest edges, and its inserted edges
@@ -16,18 +17,26 @@ most two exchanges, whatever the depth of what changed:
 2. From the same announcements every replica computes the same ``F''`` (:func:`split_join`):
    ``F`` less the deleted edges, plus the inserted edges that join different trees. If no
    forest edge was deleted, ``F''`` spans the graph: the epoch ends. Otherwise each
-   replica scans its own present edges for ones whose ends are in different trees of
-   ``F''`` (only a split tree's parts can be joined so) and announces them, reduced to a
-   spanning forest over those trees (:func:`candidates`).
+   replica looks, among its own present edges at the nodes whose tree changed and those it
+   inserted, for ones whose ends are in different trees of ``F''`` and announces them,
+   reduced to a spanning forest over those trees (:func:`candidates`).
 3. Every replica adds the same candidates the same way (:func:`reconnected`): the new ``F``.
+
+The work of an epoch follows what changed, not ``n``: a deleted forest edge ``(u, up[u])``
+cuts off exactly ``u``'s subtree, found by walking the children index down from every cut
+at once (:func:`cut`); only the edges at those nodes are searched for replacements; a tree
+hung elsewhere is rerooted along one path; only the nodes whose component changed are
+relabelled. (The part above a cut keeps its root, the smallest node, so nothing of it is
+visited.) Its cost is the cut-off subtrees' sizes, so the forest's depth: on the bench's
+random graphs about 25 on average.
 
 Every choice is deterministic: :func:`spanning_forest` is a function of its arrays, which
 are sorted before it sees them, so replicas that get the same announcements (in any order)
-pick the same forest. The price is memory and work of ``O(n)`` per replica (the forest and
-a label per node; a split recomputes the components of the forest), traded for rounds.
+pick the same forest. The price is memory of ``O(n)`` per replica (the forest, its
+children index and a label per node), traded for rounds.
 
 Nodes are held by index into :attr:`Forest.ids` (sorted node ids); edges by index pairs
-``a < b``, packed into one int64 key (:func:`pack`).
+``a < b``, packed into one int64 key (:func:`pack`); indexes by ordered pairs (:func:`pair`).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from raytide.core.keyindex import concat
 EMPTY = np.empty(0, dtype=np.int64)
 #: An edge ``(a, b)`` of node indices, ``a < b``, is the key ``a << SHIFT | b``.
 SHIFT = 32
+LOW = (1 << SHIFT) - 1
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -57,7 +67,33 @@ def pack(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def unpack(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(a, b)``, ``a < b``, of packed edge keys."""
-    return keys >> SHIFT, keys & ((1 << SHIFT) - 1)
+    return keys >> SHIFT, keys & LOW
+
+
+def pair(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """The keys of the ordered pairs ``(high, low)``: sorted, they run by ``high`` (an index by it)."""
+    return (high << SHIFT) | low
+
+
+def ranges(keys: np.ndarray, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(at, owner)``: the positions in the sorted pair keys ``keys`` of those whose ``high`` is one
+    of ``heads``, and for each the index in ``heads`` of its own (two binary searches a head,
+    then the runs laid out: no pass over ``keys``)."""
+    start = np.searchsorted(keys, heads << SHIFT)
+    count = np.searchsorted(keys, (heads + 1) << SHIFT) - start
+    owner = np.repeat(np.arange(len(heads)), count)
+    return np.arange(len(owner)) + np.repeat(start - np.cumsum(count) + count, count), owner
+
+
+def patched(keys: np.ndarray, gone: np.ndarray, came: np.ndarray) -> np.ndarray:
+    """The sorted ``keys`` less ``gone`` (each held) plus ``came`` (none held): a binary search
+    each and one copy of what is held, no sort of it."""
+    if len(gone):
+        keys = np.delete(keys, np.searchsorted(keys, gone))
+    if len(came):
+        came = np.sort(came)
+        keys = np.insert(keys, np.searchsorted(keys, came), came)
+    return keys
 
 
 def roots(parent: np.ndarray) -> np.ndarray:
@@ -107,23 +143,10 @@ def spanning_forest(count: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarra
     return chosen, parent
 
 
-def joined(root: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(chosen, root)``: the edges ``(a, b)`` that join different components of ``root`` (a
-    spanning forest of them over the components), and the components once joined.
-
-    Only the components the edges touch are renumbered densely for :func:`spanning_forest`,
-    so the work is the edges' plus one pass over the nodes."""
-    chosen, touched, top = joining(root, a, b)
-    if not len(touched):
-        return chosen, root
-    renamed = np.arange(len(root), dtype=np.int64)
-    renamed[touched] = touched[top]
-    return chosen, renamed[root]
-
-
 def joining(root: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(chosen, touched, top)``: :func:`joined`'s edges, the components they touch (sorted) and
-    each one's component once joined (``touched[top]``), with no pass over the nodes."""
+    """``(chosen, touched, top)``: the edges ``(a, b)`` that join different components of ``root``
+    (a mask: a spanning forest of them over the components), the components they touch (sorted)
+    and each one's component once joined (``touched[top]``, its smallest), with no pass over the nodes."""
     chosen = np.zeros(len(a), dtype=bool)
     ra, rb = root[a], root[b]
     crossing = np.flatnonzero(ra != rb)
@@ -140,16 +163,19 @@ class Forest:
     """The replicated part: node ids; the spanning forest, rooted (``up``: each node's parent,
     a tree's root its own; the forest's edges are ``(x, up[x])``); each node's component as
     its smallest node index (``root``; ``ids[root]`` is the label); and the nodes with a
-    self-loop present (``loops``, sorted indices: they have an edge, none in the forest)."""
+    self-loop present (``loops``, sorted indices: they have an edge, none in the forest); and
+    the children index (``kids``: ``pair(up[x], x)`` of every node ``x`` not a root, sorted).
+    A tree's root is its smallest node, so ``root`` is also each node's tree root."""
 
     ids: np.ndarray
     up: np.ndarray
     root: np.ndarray
     loops: np.ndarray
+    kids: np.ndarray
 
     @classmethod
     def empty(cls) -> Forest:
-        return cls(EMPTY, EMPTY, EMPTY, EMPTY)
+        return cls(EMPTY, EMPTY, EMPTY, EMPTY, EMPTY)
 
     def labels(self) -> np.ndarray:
         """Every node's label: the smallest node id of its component."""
@@ -170,14 +196,17 @@ class Forest:
 @dataclass
 class OwnedEdges:
     """A replica's own edges: keys of ``(min id, max id)`` packed (:func:`id_keys`), sorted, and
-    their copies (an edge is present while it has more than zero)."""
+    their copies (an edge is present while it has more than zero); and the adjacency of
+    those present (``adj``: ``pair(u, v)`` and ``pair(v, u)`` of each, ids, self-loops left
+    out, sorted), so that the edges at a few nodes are found without a pass over them all."""
 
     keys: np.ndarray
     copies: np.ndarray
+    adj: np.ndarray
 
     @classmethod
     def empty(cls) -> OwnedEdges:
-        return cls(EMPTY, EMPTY)
+        return cls(EMPTY, EMPTY, EMPTY)
 
     def present(self) -> np.ndarray:
         """The keys of the edges present."""
@@ -211,9 +240,18 @@ def apply_updates(owned: OwnedEdges, keys: np.ndarray,
     gone = spot[known & (now == 0)]  # no copy left: dropped, so what is held follows the graph
     fresh = ~known & (change != 0)
     at = spot[fresh] - np.searchsorted(gone, spot[fresh])
+    inserted, deleted = keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
     new = OwnedEdges(np.insert(np.delete(owned.keys, gone), at, keys[fresh]),
-                     np.insert(np.delete(copies, gone), at, change[fresh]))
-    return new, keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
+                     np.insert(np.delete(copies, gone), at, change[fresh]),
+                     patched(owned.adj, both_ways(deleted), both_ways(inserted)))
+    return new, inserted, deleted
+
+
+def both_ways(keys: np.ndarray) -> np.ndarray:
+    """The edges ``keys`` (self-loops left out) as ordered pairs, each way."""
+    low, high = unpack(keys)
+    other = low != high
+    return concat([keys[other], pair(high[other], low[other])])
 
 
 def member(values: np.ndarray, sorted_few: np.ndarray) -> np.ndarray:
@@ -231,12 +269,6 @@ def as_indices(ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if len(ids) and ids[0] == 0 and ids[-1] == len(ids) - 1:
         return low, high
     return np.searchsorted(ids, low), np.searchsorted(ids, high)
-
-
-def as_ids(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Edges given as index keys, as id keys."""
-    a, b = unpack(keys)
-    return pack(ids[a], ids[b])
 
 
 def announce(forest: Forest, inserted: np.ndarray, deleted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -274,105 +306,187 @@ def extended(forest: Forest, ids: np.ndarray) -> Forest:
     root[old] = old[forest.root]
     up = np.arange(len(wider), dtype=np.int64)
     up[old] = old[forest.up]
-    return Forest(wider, up, root, old[forest.loops])
+    parent, child = unpack(forest.kids)
+    return Forest(wider, up, root, old[forest.loops], pair(old[parent], old[child]))
 
 
-def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tuple[Forest, bool]:
-    """Round 2, the same at every replica: ``(F'', split)`` from every replica's announcements (id
-    keys, in any order): the forest less the deleted edges, plus the inserted ones joining
-    different trees; ``split`` if a forest edge was deleted (then :func:`candidates`)."""
+def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tuple[Forest, bool, np.ndarray]:
+    """Round 2, the same at every replica: ``(F'', split, moved)`` from every replica's announcements
+    (id keys, in any order): the forest less the deleted edges, plus the inserted ones joining
+    different trees; ``split`` if a forest edge was deleted (then :func:`candidates`); ``moved``
+    the nodes whose component changed (their ``root`` rewritten; some more than once)."""
     inserted = distinct(inserted)
     forest = extended(forest, concat(list(unpack(inserted))))
     deleted, inserted = (pack(*as_indices(forest.ids, keys)) for keys in (deleted, inserted))
     gone, came = deleted[is_loop(deleted)], inserted[is_loop(inserted)]
     if len(gone) or len(came):
         loops = distinct(concat([forest.loops, unpack(came)[0]]))
-        forest = Forest(forest.ids, forest.up, forest.root, loops[~member(loops, distinct(unpack(gone)[0]))])
+        forest = Forest(forest.ids, forest.up, forest.root, loops[~member(loops, distinct(unpack(gone)[0]))], forest.kids)
     a, b = unpack(deleted[~is_loop(deleted)])
-    split = bool(len(a))
-    if split:
-        forest = cut(forest, np.where(forest.up[a] == b, a, b))
-    return with_edges(forest, inserted[~is_loop(inserted)]), split
+    cut_off = EMPTY
+    if len(a):
+        forest, cut_off = cut(forest, np.where(forest.up[a] == b, a, b))
+    forest, hung = with_edges(forest, inserted[~is_loop(inserted)])
+    return forest, bool(len(a)), concat([cut_off, hung])
 
 
-def cut(forest: Forest, children: np.ndarray) -> Forest:
-    """The forest without the edges from ``children`` to their parents: each child the root of
-    its part now; every node's component found again (pointer jumping up to the nearest
-    root, then the smallest node of each part)."""
+def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
+    """The forest without the edges from ``children`` to their parents, and the nodes cut off: each
+    child's subtree, found down the children index from every child at once (a cut below
+    another starts a part of its own). Each part is rerooted at its smallest node, its label;
+    the part left above a cut keeps its root, the smallest node, and its label: none of it is
+    visited."""
+    children = distinct(children)
     up = forest.up.copy()
+    kids = patched(forest.kids, pair(up[children], children), EMPTY)
     up[children] = children
-    top = roots(up.copy())
-    smallest = np.full(len(up), len(up), dtype=np.int64)
-    np.minimum.at(smallest, top, np.arange(len(up), dtype=np.int64))
-    return Forest(forest.ids, up, smallest[top], forest.loops)
+    nodes, top = subtrees(kids, children)
+    smallest = np.full(len(children), len(up), dtype=np.int64)
+    np.minimum.at(smallest, top, nodes)
+    kids = rerooted(up, kids, smallest, smallest)
+    root = forest.root.copy()
+    root[nodes] = smallest[top]
+    return Forest(forest.ids, up, root, forest.loops, kids), nodes
 
 
-def with_edges(forest: Forest, keys: np.ndarray) -> Forest:
-    """The forest with those of the edges ``keys`` (index keys, sorted) that join its trees added."""
-    if not len(keys):
-        return forest
-    chosen, root = joined(forest.root, *unpack(keys))
-    a, b = unpack(keys[chosen])
-    return Forest(forest.ids, linked(forest, root, a, b), root, forest.loops)
+def subtrees(kids: np.ndarray, tops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(nodes, top)``: every node of the subtrees under ``tops`` (roots in the children index
+    ``kids``), ``tops`` first, and the index in ``tops`` of the one each is under; level by
+    level from all of them at once."""
+    nodes, top = [tops], [np.arange(len(tops))]
+    for _ in range(len(kids) + 1):
+        at, owner = ranges(kids, nodes[-1])
+        if not len(at):
+            return concat(nodes), concat(top)
+        nodes.append(kids[at] & LOW)
+        top.append(top[-1][owner])
+    raise ValueError(f"the children index of {len(kids)} links holds a cycle: it is not a forest's")
 
 
-def linked(forest: Forest, root: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``up`` with the edges ``(a, b)`` (a spanning forest over the components, which ``root``
-    gives once joined) added: each joined tree hangs from the one with its smallest node,
-    level by level; a tree hung by its node ``x`` is rerooted at ``x`` first (the path from
-    ``x`` to its root reversed), then ``x``'s parent is the other end."""
-    up, old = forest.up.copy(), forest.root
-    placed = np.zeros(len(up), dtype=bool)  # components already hung (or the top of their joined tree)
-    placed[old[a]] = root[a] == old[a]
-    placed[old[b]] |= root[b] == old[b]
-    child, parent = [], []
-    while len(a):
-        on_a, on_b = placed[old[a]], placed[old[b]]
-        now = on_a != on_b
-        child.append(np.where(on_a[now], b[now], a[now]))
-        if not now.any() or len(distinct(old[child[-1]])) < len(child[-1]):
-            raise ValueError(f"{len(a)} edges to link close a cycle: they are not a forest over the trees")
-        parent.append(np.where(on_a[now], a[now], b[now]))
-        placed[old[child[-1]]] = True
-        a, b = a[~now], b[~now]
-    node, new = concat(child), concat(parent)
-    while len(node):  # the reversal of every hung tree's path at once: the paths are apart
+def rerooted(up: np.ndarray, kids: np.ndarray, node: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The children index once each ``node``'s tree is rerooted at it (the path from it to its root
+    reversed) and hung from ``new`` (``new = node`` only reroots), ``up`` changed so in place;
+    the paths must be apart. The index is patched for the nodes whose parent changed only."""
+    moved, was = [], []
+    for _ in range(len(up) + 1):
+        if not len(node):
+            break
         above = up[node]
+        moved.append(node)
+        was.append(above)
         up[node] = new
         going = above != node
         node, new = above[going], node[going]
-    return up
+    else:
+        raise ValueError(f"the parent links of {len(node)} nodes form a cycle, not a forest")
+    child, old = concat(moved), concat(was)
+    now = up[child]
+    return patched(kids, pair(old, child)[(old != child) & (old != now)], pair(now, child)[(now != child) & (old != now)])
 
 
-def candidates(forest: Forest, owned: OwnedEdges) -> np.ndarray:
+def with_edges(forest: Forest, keys: np.ndarray) -> tuple[Forest, np.ndarray]:
+    """The forest with those of the edges ``keys`` (index keys, sorted) that join its trees added,
+    and the nodes whose component changed: each joined tree hangs from the one with the
+    smallest root, which stays the root and is the label of all; only the hung trees' nodes
+    are relabelled (found down the children index)."""
+    chosen, touched, top = joining(forest.root, *unpack(keys))
+    if not len(touched):
+        return forest, EMPTY
+    a, b = unpack(keys[chosen])
+    hung = np.flatnonzero(top != np.arange(len(touched)))
+    nodes, under = subtrees(forest.kids, touched[hung])
+    root = forest.root.copy()
+    root[nodes] = touched[top[hung]][under]
+    up = forest.up.copy()
+    kids = linked(up, forest.kids, (a, np.searchsorted(touched, forest.root[a])),
+                  (b, np.searchsorted(touched, forest.root[b])), top)
+    return Forest(forest.ids, up, root, forest.loops, kids), nodes
+
+
+def linked(up: np.ndarray, kids: np.ndarray, ends_a: tuple[np.ndarray, np.ndarray],
+           ends_b: tuple[np.ndarray, np.ndarray], top: np.ndarray) -> np.ndarray:
+    """The children index once the edges ``(a, b)`` are added to the forest ``up`` (changed in
+    place): ``ends_a`` is ``(a, tree of a)``, ``ends_b`` the same of ``b``, trees as indices
+    into ``top`` (``top[t]`` the tree at the top of ``t``'s joined tree); the edges a spanning
+    forest over the trees. Each joined tree hangs from its top, level by level; a tree hung by
+    its node ``x`` is rerooted at ``x`` first, then ``x``'s parent is the other end."""
+    (a, ta), (b, tb) = ends_a, ends_b
+    placed = top == np.arange(len(top))  # trees hung already, or at the top of their joined tree
+    child, parent = [], []
+    while len(a):
+        on_a, on_b = placed[ta], placed[tb]
+        now = on_a != on_b
+        hung = np.where(on_a[now], tb[now], ta[now])
+        if not now.any() or len(distinct(hung)) < len(hung):
+            raise ValueError(f"{len(a)} edges to link close a cycle: they are not a forest over the trees")
+        child.append(np.where(on_a[now], b[now], a[now]))
+        parent.append(np.where(on_a[now], a[now], b[now]))
+        placed[hung] = True
+        a, b, ta, tb = a[~now], b[~now], ta[~now], tb[~now]
+    return rerooted(up, kids, concat(child), concat(parent))
+
+
+def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, inserted: np.ndarray) -> np.ndarray:
     """Round 2 at one replica, after a split: its present edges whose ends are in different trees
-    of ``F''``, reduced to a spanning forest over those trees (id keys, to send to every replica)."""
-    present = owned.present()
-    a, b = as_indices(forest.ids, present)
-    crossing = forest.root[a] != forest.root[b]
-    return present[crossing][joining(forest.root, a[crossing], b[crossing])[0]]
+    of ``F''``, reduced to a spanning forest over those trees (id keys, to send to every
+    replica). Only two kinds can be: edges at a node whose component changed (``moved``, by
+    :func:`split_join`), found in the adjacency index, and the edges it ``inserted`` this epoch
+    (announced reduced over the trees before the cut); any other was inside a tree and is."""
+    mask = np.zeros(len(forest.ids), dtype=bool)
+    mask[moved] = True
+    at, _ = ranges(owned.adj, forest.ids[np.flatnonzero(mask)])
+    near, far = unpack(owned.adj[at])
+    a, b = as_indices(forest.ids, concat([pack(near, far), inserted]))
+    once = np.ones(len(a), dtype=bool)  # an edge with both ends moved is found from each: once from the smaller
+    once[: len(at)] = ~mask[b[: len(at)]] | (a[: len(at)] < b[: len(at)])
+    once[len(at):] = ~(mask[a[len(at):]] | mask[b[len(at):]])
+    a, b = a[once], b[once]
+    crossing = np.flatnonzero(forest.root[a] != forest.root[b])
+    chosen = joining(forest.root, a[crossing], b[crossing])[0]
+    return pack(forest.ids[a[crossing[chosen]]], forest.ids[b[crossing[chosen]]])
 
 
-def reconnected(forest: Forest, found: np.ndarray) -> Forest:
+def reconnected(forest: Forest, found: np.ndarray) -> tuple[Forest, np.ndarray]:
     """Round 3, the same at every replica: ``F''`` with every replica's candidates (id keys, in any
-    order) that join its trees added: the new forest."""
+    order) that join its trees added: the new forest, and the nodes whose component changed."""
     return with_edges(forest, pack(*as_indices(forest.ids, distinct(found))))
 
 
-def run_epoch(forests: list[Forest], owned: list[OwnedEdges],
-              updates: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[Forest], list[OwnedEdges], int]:
+def relabelled(before: Forest, after: Forest, moved: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, labels)``: the nodes among ``moved`` (indices into ``after``, which may hold more nodes)
+    whose label differs from ``before``'s, new nodes included, and their labels now."""
+    mask = np.zeros(len(after.ids), dtype=bool)
+    mask[moved] = True
+    if len(after.ids) > len(before.ids):  # new nodes, each its own tree's top or hung (a pass only when some came)
+        mask |= ~member(after.ids, before.ids)
+    node = np.flatnonzero(mask)
+    ids, label = after.ids[node], after.ids[after.root[node]]
+    if not len(before.ids):
+        return ids, label
+    at = np.minimum(np.searchsorted(before.ids, ids), len(before.ids) - 1)
+    changed = (before.ids[at] != ids) | (before.ids[before.root[at]] != label)
+    return ids[changed], label[changed]
+
+
+def run_epoch(forests: list[Forest], owned: list[OwnedEdges], updates: list[tuple[np.ndarray, np.ndarray]]
+              ) -> tuple[list[Forest], list[OwnedEdges], int, tuple[np.ndarray, np.ndarray]]:
     """One epoch of every replica, the exchanges done in place (a reference of the rounds, for
-    tests and benchmarks): ``(forests, owned, exchanges)``, ``updates[r]`` replica ``r``'s
-    ``(id keys, diffs)``. Exchanges: 1 if no forest edge was deleted anywhere, else 2."""
+    tests and benchmarks): ``(forests, owned, exchanges, changes)``, ``updates[r]`` replica
+    ``r``'s ``(id keys, diffs)``. Exchanges: 1 if no forest edge was deleted anywhere, else 2;
+    ``changes`` the ``(ids, labels)`` of the nodes whose label changed (:func:`relabelled`),
+    as every replica finds them."""
     applied = [apply_updates(mine, keys, diff) for mine, (keys, diff) in zip(owned, updates, strict=True)]
     owned = [mine for mine, _, _ in applied]
     sent = [announce(forest, inserted, deleted) for forest, (_, inserted, deleted) in zip(forests, applied, strict=True)]
     middle = [split_join(forest, concat([d for d, _ in arrived(sent, r)]), concat([i for _, i in arrived(sent, r)]))
               for r, forest in enumerate(forests)]
     if not middle[0][1]:
-        return [forest for forest, _ in middle], owned, 1
-    found = [candidates(forest, mine) for (forest, _), mine in zip(middle, owned, strict=True)]
-    return [reconnected(forest, concat(arrived(found, r))) for r, (forest, _) in enumerate(middle)], owned, 2
+        return [forest for forest, _, _ in middle], owned, 1, relabelled(forests[0], middle[0][0], middle[0][2])
+    found = [candidates(forest, mine, moved, inserted)
+             for (forest, _, moved), mine, (_, inserted, _) in zip(middle, owned, applied, strict=True)]
+    final = [reconnected(forest, concat(arrived(found, r))) for r, (forest, _, _) in enumerate(middle)]
+    changes = relabelled(forests[0], final[0][0], concat([middle[0][2], final[0][1]]))
+    return [forest for forest, _ in final], owned, 2, changes
 
 
 def arrived(sent: list, replica: int) -> list:

@@ -32,11 +32,16 @@ def trial(seed: int) -> None:
         epochs[-1] = epochs[-1] + [epochs[0][0], (epochs[0][0][0], -1)]
     forests, owned, owner = [sf.Forest.empty()] * width, [sf.OwnedEdges.empty()] * width, {}
     present: Counter = Counter()
+    before: dict = {}
     for number, updates in enumerate(epochs):
-        forests, owned, _ = sf.run_epoch(forests, owned, updates_by_replica(rng, updates, width, owner))
+        forests, owned, _, (ids, labels) = sf.run_epoch(forests, owned, updates_by_replica(rng, updates, width, owner))
         for (u, v), diff in updates:
             present[(min(u, v), max(u, v))] += diff
         expected = union_find([edge for edge, copies in present.items() if copies > 0])
+        every = dict(zip(forests[0].ids.tolist(), forests[0].labels().tolist(), strict=True))
+        changed = {node: label for node, label in every.items() if before.get(node) != label}
+        assert dict(zip(ids.tolist(), labels.tolist(), strict=True)) == changed  # the changes found are all of them
+        before = every
         for forest in forests:  # every replica holds the same forest, spanning the edges present
             assert np.array_equal(forest.up, forests[0].up) and np.array_equal(forest.ids, forests[0].ids)
             shown = forest.present()
@@ -46,7 +51,19 @@ def trial(seed: int) -> None:
             child = np.flatnonzero(forest.up != np.arange(len(forest.up)))  # a forest of edges present, its trees the components
             edges = {(min(u, v), max(u, v)) for u, v in zip(forest.ids[child].tolist(), forest.ids[forest.up[child]].tolist())}
             assert all(present[edge] > 0 for edge in edges)
-            assert np.array_equal(forest.root[sf.roots(forest.up.copy())], forest.root)
+            assert_indexed(forest, owned)
+
+
+def assert_indexed(forest: sf.Forest, owned: list) -> None:
+    """The indexes agree with what they index: every tree rooted at its smallest node, which is each
+    node's ``root``; the children index exactly the parent links; each replica's adjacency
+    exactly its present edges, both ways."""
+    assert np.array_equal(sf.roots(forest.up.copy()), forest.root)
+    assert (forest.root <= np.arange(len(forest.root))).all()
+    child = np.flatnonzero(forest.up != np.arange(len(forest.up)))
+    assert forest.kids.tolist() == sorted(sf.pair(forest.up[child], child).tolist())
+    for mine in owned:
+        assert mine.adj.tolist() == sorted(sf.both_ways(mine.present()).tolist())
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -56,12 +73,12 @@ def test_labels_equal_union_find_after_every_epoch(seed: int) -> None:
 
 def test_an_epoch_takes_two_exchanges_at_most_and_one_without_a_forest_edge_deleted() -> None:
     keys = sf.id_keys(np.array([0, 1, 2]), np.array([1, 2, 3]))
-    forests, owned, exchanges = sf.run_epoch([sf.Forest.empty()] * 2, [sf.OwnedEdges.empty()] * 2,
+    forests, owned, exchanges, _ = sf.run_epoch([sf.Forest.empty()] * 2, [sf.OwnedEdges.empty()] * 2,
                                              [(keys[:2], np.ones(2, dtype=np.int64)), (keys[2:], np.ones(1, dtype=np.int64))])
     assert exchanges == 1 and forests[0].labels().tolist() == [0, 0, 0, 0]
     cycle = sf.id_keys(np.array([0]), np.array([3]))  # a cycle, then one of its forest edges deleted
-    forests, owned, _ = sf.run_epoch(forests, owned, [(cycle, np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
-    forests, owned, exchanges = sf.run_epoch(forests, owned, [(keys[:1], -np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
+    forests, owned, _, _ = sf.run_epoch(forests, owned, [(cycle, np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
+    forests, owned, exchanges, _ = sf.run_epoch(forests, owned, [(keys[:1], -np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
     assert exchanges == 2 and forests[1].labels().tolist() == [0, 0, 0, 0]
 
 
@@ -70,15 +87,17 @@ def test_an_edge_with_no_copy_left_is_dropped_from_what_a_replica_holds() -> Non
     owned, inserted, _ = sf.apply_updates(sf.OwnedEdges.empty(), keys, np.array([2, 1, 1]))
     owned, _, deleted = sf.apply_updates(owned, keys, np.array([-1, -1, -1]))
     assert owned.keys.tolist() == keys[:1].tolist() and owned.copies.tolist() == [1] and deleted.tolist() == keys[1:].tolist()
+    assert owned.adj.tolist() == [sf.pair(0, 1), sf.pair(1, 0)]  # the self-loop (5, 5) never in the adjacency
 
 
 def test_parent_links_in_a_cycle_and_a_cycle_to_link_are_refused_not_looped_on() -> None:
     with pytest.raises(ValueError, match="form a cycle"):
         sf.roots(np.array([1, 2, 0, 3]))
-    three = sf.Forest(np.arange(3), np.arange(3), np.arange(3), sf.EMPTY)
     for a, b in (([0, 0], [1, 1]), ([0, 1, 0], [1, 2, 2])):  # two edges between two trees; a cycle of three
         with pytest.raises(ValueError, match="not a forest over the trees"):
-            sf.linked(three, np.zeros(3, dtype=np.int64), np.array(a), np.array(b))
+            sf.linked(np.arange(3), sf.EMPTY, (np.array(a), np.array(a)), (np.array(b), np.array(b)), np.zeros(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="holds a cycle"):
+        sf.subtrees(sf.pair(np.array([0, 1]), np.array([1, 0])), np.array([0]))
 
 
 def test_node_ids_out_of_range_are_refused() -> None:
