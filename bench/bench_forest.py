@@ -111,9 +111,10 @@ def timed_epoch(forests: list, owned: list, parts: list) -> tuple[list, list, in
     second = [clocked(split_and_scan, f, sent, r, owned[r], first[r][0][2]) for r, f in enumerate(forests)]
     rounds = [[t for _, t in first], [t for _, t in second]]
     if not second[0][0][1]:
-        return [f for (f, _, _), _ in second], owned, 1, rounds
-    found = [c for (_, _, c), _ in second]
-    third = [clocked(sf.reconnected, f, np.concatenate(sf.arrived(found, r))) for r, ((f, _, _), _) in enumerate(second)]
+        return [f for (f, _, _, _), _ in second], owned, 1, rounds
+    found = [c for (_, _, c, _), _ in second]
+    third = [clocked(sf.reconnected, f, np.concatenate(sf.arrived(found, r)), moved)
+             for r, ((f, _, _, moved), _) in enumerate(second)]
     return [f for (f, _), _ in third], owned, 2, rounds + [[t for _, t in third]]
 
 
@@ -130,10 +131,10 @@ def announce_round(forest: sf.Forest, owned: sf.OwnedEdges, part: tuple) -> tupl
 
 
 def split_and_scan(forest: sf.Forest, sent: list, replica: int, owned: sf.OwnedEdges, inserted: np.ndarray) -> tuple:
-    """Round 2 at ``replica``: ``(F'', split, candidates)``."""
+    """Round 2 at ``replica``: ``(F'', split, candidates, moved)``."""
     got = sf.arrived(sent, replica)
     middle, split, moved = sf.split_join(forest, np.concatenate([d for d, _ in got]), np.concatenate([i for _, i in got]))
-    return middle, split, sf.candidates(middle, owned, moved, inserted) if split else sf.EMPTY
+    return middle, split, sf.candidates(middle, owned, moved, inserted) if split else sf.EMPTY, moved
 
 
 def measure(nodes: int, edges: int | None, epochs: int, churn: float, seed: int, parallelism: int,
@@ -178,7 +179,7 @@ class Replica:
         """Reconnected; the changed labels of the nodes this replica shows (by id modulo the width)."""
         moved = self.moved
         if found is not None:
-            self.forest, hung = sf.reconnected(self.forest, np.concatenate(sf.arrived(found, self.index)))
+            self.forest, hung = sf.reconnected(self.forest, np.concatenate(sf.arrived(found, self.index)), moved)
             moved = np.concatenate([moved, hung])
         node, label = sf.relabelled(self.before, self.forest, moved)
         mine = node % self.width == self.index

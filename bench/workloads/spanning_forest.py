@@ -51,6 +51,8 @@ EMPTY = np.empty(0, dtype=np.int64)
 #: An edge ``(a, b)`` of node indices, ``a < b``, is the key ``a << SHIFT | b``.
 SHIFT = 32
 LOW = (1 << SHIFT) - 1
+#: Edges added at once above one per this many nodes rebuild the forest (:func:`rebuilt`).
+BULK = 4
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -77,12 +79,25 @@ def pair(high: np.ndarray, low: np.ndarray) -> np.ndarray:
 
 def ranges(keys: np.ndarray, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(at, owner)``: the positions in the sorted pair keys ``keys`` of those whose ``high`` is one
-    of ``heads``, and for each the index in ``heads`` of its own (two binary searches a head,
-    then the runs laid out: no pass over ``keys``)."""
+    of ``heads``, and for each the index in ``heads`` of its own (two binary searches a head:
+    no pass over ``keys``)."""
     start = np.searchsorted(keys, heads << SHIFT)
-    count = np.searchsorted(keys, (heads + 1) << SHIFT) - start
-    owner = np.repeat(np.arange(len(heads)), count)
+    return runs(start, np.searchsorted(keys, (heads + 1) << SHIFT) - start)
+
+
+def runs(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(at, owner)``: the positions ``start[i] .. start[i] + count[i] - 1`` laid out one after
+    another, and for each its ``i``."""
+    owner = np.repeat(np.arange(len(start)), count)
     return np.arange(len(owner)) + np.repeat(start - np.cumsum(count) + count, count), owner
+
+
+def offsets(keys: np.ndarray, count: int) -> np.ndarray:
+    """Where each ``high`` in ``0 .. count - 1`` starts in the sorted pair keys ``keys``, and their end
+    last (a count and a running sum: one pass, no search)."""
+    start = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys >> SHIFT, minlength=count), out=start[1:])
+    return start
 
 
 def patched(keys: np.ndarray, gone: np.ndarray, came: np.ndarray) -> np.ndarray:
@@ -152,10 +167,21 @@ def joining(root: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray,
     crossing = np.flatnonzero(ra != rb)
     if not len(crossing):
         return chosen, EMPTY, EMPTY
-    touched, dense = np.unique(concat([ra[crossing], rb[crossing]]), return_inverse=True)
+    touched, dense = renumbered(concat([ra[crossing], rb[crossing]]), len(root))
     picked, top = spanning_forest(len(touched), dense[: len(crossing)], dense[len(crossing):])
     chosen[crossing[picked]] = True
     return chosen, touched, top
+
+
+def renumbered(values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct, dense)``: the distinct ``values`` (in ``0 .. count - 1``), sorted, and each value's
+    index among them; by a sort when they are few, by a mark per value and a running count
+    when they are many (no sort)."""
+    if len(values) * 16 < count:
+        return np.unique(values, return_inverse=True)
+    seen = np.zeros(count, dtype=bool)
+    seen[values] = True
+    return np.flatnonzero(seen), (np.cumsum(seen) - 1)[values]
 
 
 @dataclass
@@ -340,7 +366,7 @@ def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
     up = forest.up.copy()
     kids = patched(forest.kids, pair(up[children], children), EMPTY)
     up[children] = children
-    nodes, top = subtrees(kids, children)
+    nodes, top = subtrees(kids, children, len(up))
     smallest = np.full(len(children), len(up), dtype=np.int64)
     np.minimum.at(smallest, top, nodes)
     kids = rerooted(up, kids, smallest, smallest)
@@ -349,13 +375,19 @@ def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
     return Forest(forest.ids, up, root, forest.loops, kids), nodes
 
 
-def subtrees(kids: np.ndarray, tops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def subtrees(kids: np.ndarray, tops: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
     """``(nodes, top)``: every node of the subtrees under ``tops`` (roots in the children index
-    ``kids``), ``tops`` first, and the index in ``tops`` of the one each is under; level by
-    level from all of them at once."""
+    ``kids`` of ``count`` nodes), ``tops`` first, and the index in ``tops`` of the one each is
+    under; level by level from all of them at once, each level's children read at their offsets."""
     nodes, top = [tops], [np.arange(len(tops))]
+    start = None
     for _ in range(len(kids) + 1):
-        at, owner = ranges(kids, nodes[-1])
+        front = nodes[-1]
+        if start is None and len(front) * 1024 < count:  # few: a binary search each
+            at, owner = ranges(kids, front)
+        else:
+            start = offsets(kids, count) if start is None else start
+            at, owner = runs(start[front], start[front + 1] - start[front])
         if not len(at):
             return concat(nodes), concat(top)
         nodes.append(kids[at] & LOW)
@@ -384,23 +416,69 @@ def rerooted(up: np.ndarray, kids: np.ndarray, node: np.ndarray, new: np.ndarray
     return patched(kids, pair(old, child)[(old != child) & (old != now)], pair(now, child)[(now != child) & (old != now)])
 
 
-def with_edges(forest: Forest, keys: np.ndarray) -> tuple[Forest, np.ndarray]:
+def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> tuple[Forest, np.ndarray]:
     """The forest with those of the edges ``keys`` (index keys, sorted) that join its trees added,
     and the nodes whose component changed: each joined tree hangs from the one with the
     smallest root, which stays the root and is the label of all; only the hung trees' nodes
-    are relabelled (found down the children index)."""
+    are relabelled (see :func:`members` for ``known``). A bulk of edges (more than one per
+    :data:`BULK` nodes, as the first epoch's) rebuilds the forest instead (:func:`rebuilt`)."""
+    if len(keys) * BULK > len(forest.up):
+        return rebuilt(forest, keys)
     chosen, touched, top = joining(forest.root, *unpack(keys))
     if not len(touched):
         return forest, EMPTY
     a, b = unpack(keys[chosen])
     hung = np.flatnonzero(top != np.arange(len(touched)))
-    nodes, under = subtrees(forest.kids, touched[hung])
+    nodes, under = members(forest, touched[hung], known)
     root = forest.root.copy()
     root[nodes] = touched[top[hung]][under]
     up = forest.up.copy()
     kids = linked(up, forest.kids, (a, np.searchsorted(touched, forest.root[a])),
                   (b, np.searchsorted(touched, forest.root[b])), top)
     return Forest(forest.ids, up, root, forest.loops, kids), nodes
+
+
+def members(forest: Forest, tops: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(nodes, top)``: every node of the trees rooted at ``tops`` (sorted), and the index in
+    ``tops`` of its root. The nodes of a tree whose root is among the nodes ``known`` are taken
+    from them (the caller vouches that they hold all of such a tree: the nodes whose component
+    changed this epoch do); the others are found down the children index."""
+    if not len(known):
+        return subtrees(forest.kids, tops, len(forest.up))
+    mask = np.zeros(len(forest.up), dtype=bool)
+    mask[known] = True
+    inside = mask[tops]
+    walked, under = subtrees(forest.kids, tops[~inside], len(forest.up))
+    root = forest.root[known]
+    at = np.minimum(np.searchsorted(tops, root), len(tops) - 1)
+    hit = (tops[at] == root) & inside[at]
+    return concat([walked, known[hit]]), concat([np.flatnonzero(~inside)[under], at[hit]])
+
+
+def rebuilt(forest: Forest, keys: np.ndarray) -> tuple[Forest, np.ndarray]:
+    """The forest rebuilt from its edges and the edges ``keys`` (index keys) as breadth-first trees,
+    each from its smallest node, and every node (all moved): for a bulk of edges, a shallow
+    forest, so that later cuts cut off small subtrees (their size is the forest's depth)."""
+    count = len(forest.up)
+    child = np.flatnonzero(forest.up != np.arange(count))
+    low, high = unpack(keys)
+    a, b = concat([low, child]), concat([high, forest.up[child]])
+    root = spanning_forest(count, a, b)[1]
+    order = np.argsort(concat([a, b]), kind="stable")
+    far = concat([b, a])[order]
+    start = offsets(concat([a, b]) << SHIFT, count)
+    up = np.arange(count, dtype=np.int64)
+    seen = root == up
+    front = np.flatnonzero(seen)
+    while len(front):  # a level of every tree at once; each node's parent its first neighbour seen
+        at, owner = runs(start[front], start[front + 1] - start[front])
+        near, nearby = front[owner], far[at]
+        fresh = ~seen[nearby]
+        front, first = np.unique(nearby[fresh], return_index=True)
+        up[front] = near[fresh][first]
+        seen[front] = True
+    child = np.flatnonzero(up != np.arange(count))
+    return Forest(forest.ids, up, root, forest.loops, np.sort(pair(up[child], child))), np.arange(count)
 
 
 def linked(up: np.ndarray, kids: np.ndarray, ends_a: tuple[np.ndarray, np.ndarray],
@@ -434,7 +512,12 @@ def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, inserted: n
     (announced reduced over the trees before the cut); any other was inside a tree and is."""
     mask = np.zeros(len(forest.ids), dtype=bool)
     mask[moved] = True
-    at, _ = ranges(owned.adj, forest.ids[np.flatnonzero(mask)])
+    heads = forest.ids[np.flatnonzero(mask)]
+    if len(heads) * 64 > len(forest.ids) and forest.ids[-1] < 2 * len(forest.ids):  # many, ids about dense: offsets
+        start = offsets(owned.adj, int(forest.ids[-1]) + 1)
+        at, _ = runs(start[heads], start[heads + 1] - start[heads])
+    else:
+        at, _ = ranges(owned.adj, heads)
     near, far = unpack(owned.adj[at])
     a, b = as_indices(forest.ids, concat([pack(near, far), inserted]))
     once = np.ones(len(a), dtype=bool)  # an edge with both ends moved is found from each: once from the smaller
@@ -446,10 +529,12 @@ def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, inserted: n
     return pack(forest.ids[a[crossing[chosen]]], forest.ids[b[crossing[chosen]]])
 
 
-def reconnected(forest: Forest, found: np.ndarray) -> tuple[Forest, np.ndarray]:
+def reconnected(forest: Forest, found: np.ndarray, moved: np.ndarray) -> tuple[Forest, np.ndarray]:
     """Round 3, the same at every replica: ``F''`` with every replica's candidates (id keys, in any
-    order) that join its trees added: the new forest, and the nodes whose component changed."""
-    return with_edges(forest, pack(*as_indices(forest.ids, distinct(found))))
+    order) that join its trees added: the new forest, and the nodes whose component changed
+    (``moved``, :func:`split_join`'s, are those whose component changed before: their trees
+    are not walked again)."""
+    return with_edges(forest, pack(*as_indices(forest.ids, distinct(found))), moved)
 
 
 def relabelled(before: Forest, after: Forest, moved: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -484,7 +569,7 @@ def run_epoch(forests: list[Forest], owned: list[OwnedEdges], updates: list[tupl
         return [forest for forest, _, _ in middle], owned, 1, relabelled(forests[0], middle[0][0], middle[0][2])
     found = [candidates(forest, mine, moved, inserted)
              for (forest, _, moved), mine, (_, inserted, _) in zip(middle, owned, applied, strict=True)]
-    final = [reconnected(forest, concat(arrived(found, r))) for r, (forest, _, _) in enumerate(middle)]
+    final = [reconnected(forest, concat(arrived(found, r)), moved) for r, (forest, _, moved) in enumerate(middle)]
     changes = relabelled(forests[0], final[0][0], concat([middle[0][2], final[0][1]]))
     return [forest for forest, _ in final], owned, 2, changes
 
