@@ -41,6 +41,7 @@ from bench.baselines.cc_ray import components_union_find
 from bench.bench_collections import churn_epochs, timed_epochs
 from bench.harness import ensure_ray
 from bench.workloads import spanning_forest as sf
+from raytide.actors.hosts import keep_freed_buffers
 from examples import connected_components as insert_only
 from examples import incremental_components as incremental
 from raytide.differential import update_columns
@@ -161,6 +162,7 @@ class Replica:
     """One replica of the forest in a Ray actor: its edges and its copy of the forest."""
 
     def __init__(self, index: int, width: int) -> None:
+        keep_freed_buffers()  # as raytide's vertex hosts do: freed arrays come back without page faults
         self.index, self.width = index, width
         self.forest, self.owned = sf.Forest.empty(), sf.OwnedEdges.empty()
 

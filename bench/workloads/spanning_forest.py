@@ -53,6 +53,8 @@ SHIFT = 32
 LOW = (1 << SHIFT) - 1
 #: Edges added at once above one per this many nodes rebuild the forest (:func:`rebuilt`).
 BULK = 4
+#: A replica drops its edges with no copy left once they are one in this many of those it holds.
+TOMBSTONES = 8
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -221,22 +223,23 @@ class Forest:
 
 @dataclass
 class OwnedEdges:
-    """A replica's own edges: keys of ``(min id, max id)`` packed (:func:`id_keys`), sorted, and
-    their copies (an edge is present while it has more than zero); and the adjacency of
-    those present (``adj``: ``pair(u, v)`` and ``pair(v, u)`` of each, ids, self-loops left
-    out, sorted), so that the edges at a few nodes are found without a pass over them all."""
+    """A replica's own edges as an adjacency, so that the edges at a few nodes are found without a
+    pass over them all: ``pair(u, v)`` and ``pair(v, u)`` of each edge (ids; a self-loop once),
+    sorted (``adj``), and the edge's copies at both (``copies``: present while above zero).
+    An edge left with no copy stays, unmoved, until such edges are one in
+    :data:`TOMBSTONES` of what is held: then they are dropped, so what is held follows the graph."""
 
-    keys: np.ndarray
-    copies: np.ndarray
     adj: np.ndarray
+    copies: np.ndarray
 
     @classmethod
     def empty(cls) -> OwnedEdges:
-        return cls(EMPTY, EMPTY, EMPTY)
+        return cls(EMPTY, EMPTY)
 
     def present(self) -> np.ndarray:
-        """The keys of the edges present."""
-        return self.keys[self.copies > 0]
+        """The keys of the edges present (:func:`pack`'s, of ids)."""
+        low, high = unpack(self.adj)
+        return self.adj[(self.copies > 0) & (low <= high)]
 
 
 def id_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -251,33 +254,35 @@ def id_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 def apply_updates(owned: OwnedEdges, keys: np.ndarray,
                   diff: np.ndarray) -> tuple[OwnedEdges, np.ndarray, np.ndarray]:
     """``(owned, inserted, deleted)``: the edges' copies changed by ``diff`` (summed per key), and
-    the keys whose presence flipped on and off. Known keys are found by binary search and
-    new ones inserted in place (those left with no copy dropped): no sort of what is held."""
+    the keys whose presence flipped on and off. Known edges are found by binary search and
+    their copies changed where they are; only new ones move what is held (inserted in place,
+    no sort of it), and dropping the edges with no copy left, once they are many."""
     keys, at = np.unique(keys, return_inverse=True)
     change = np.bincount(at, weights=diff, minlength=len(keys)).astype(np.int64)
-    spot = np.searchsorted(owned.keys, keys)
-    known = spot < len(owned.keys)
-    known[known] = owned.keys[spot[known]] == keys[known]
+    spot = np.searchsorted(owned.adj, keys)
+    known = spot < len(owned.adj)
+    known[known] = owned.adj[spot[known]] == keys[known]
     before = np.zeros(len(keys), dtype=np.int64)
     before[known] = owned.copies[spot[known]]
-    copies = owned.copies.copy()
-    copies[spot[known]] += change[known]
     now = before + change
-    gone = spot[known & (now == 0)]  # no copy left: dropped, so what is held follows the graph
-    fresh = ~known & (change != 0)
-    at = spot[fresh] - np.searchsorted(gone, spot[fresh])
-    inserted, deleted = keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
-    new = OwnedEdges(np.insert(np.delete(owned.keys, gone), at, keys[fresh]),
-                     np.insert(np.delete(copies, gone), at, change[fresh]),
-                     patched(owned.adj, both_ways(deleted), both_ways(inserted)))
-    return new, inserted, deleted
+    copies = owned.copies.copy()
+    ends, edge = both_ways(keys[known])
+    copies[np.searchsorted(owned.adj, ends)] = now[known][edge]
+    ends, edge = both_ways(keys[~known & (change != 0)])
+    order = np.argsort(ends)
+    at = np.searchsorted(owned.adj, ends[order])
+    adj, copies = np.insert(owned.adj, at, ends[order]), np.insert(copies, at, now[~known & (change != 0)][edge[order]])
+    if np.count_nonzero(copies == 0) * TOMBSTONES > len(copies):
+        adj, copies = adj[copies != 0], copies[copies != 0]
+    return OwnedEdges(adj, copies), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
 
 
-def both_ways(keys: np.ndarray) -> np.ndarray:
-    """The edges ``keys`` (self-loops left out) as ordered pairs, each way."""
+def both_ways(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ends, edge)``: the edges ``keys`` as ordered pairs each way (a self-loop once), and for each
+    pair the index of its edge in ``keys``."""
     low, high = unpack(keys)
-    other = low != high
-    return concat([keys[other], pair(high[other], low[other])])
+    other = np.flatnonzero(low != high)
+    return concat([keys, pair(high[other], low[other])]), concat([np.arange(len(keys)), other])
 
 
 def member(values: np.ndarray, sorted_few: np.ndarray) -> np.ndarray:
@@ -518,7 +523,7 @@ def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, inserted: n
         at, _ = runs(start[heads], start[heads + 1] - start[heads])
     else:
         at, _ = ranges(owned.adj, heads)
-    near, far = unpack(owned.adj[at])
+    near, far = unpack(owned.adj[at[owned.copies[at] > 0]])
     a, b = as_indices(forest.ids, concat([pack(near, far), inserted]))
     once = np.ones(len(a), dtype=bool)  # an edge with both ends moved is found from each: once from the smaller
     once[: len(at)] = ~mask[b[: len(at)]] | (a[: len(at)] < b[: len(at)])

@@ -37,7 +37,10 @@ def trial(seed: int) -> None:
         forests, owned, _, (ids, labels) = sf.run_epoch(forests, owned, updates_by_replica(rng, updates, width, owner))
         for (u, v), diff in updates:
             present[(min(u, v), max(u, v))] += diff
-        expected = union_find([edge for edge, copies in present.items() if copies > 0])
+        live = [edge for edge, copies in present.items() if copies > 0]
+        expected = union_find(live)
+        low, high = sf.unpack(np.concatenate([mine.present() for mine in owned]))
+        assert sorted(zip(low.tolist(), high.tolist())) == sorted(live)  # the replicas hold the edges present, once
         every = dict(zip(forests[0].ids.tolist(), forests[0].labels().tolist(), strict=True))
         changed = {node: label for node, label in every.items() if before.get(node) != label}
         assert dict(zip(ids.tolist(), labels.tolist(), strict=True)) == changed  # the changes found are all of them
@@ -63,7 +66,10 @@ def assert_indexed(forest: sf.Forest, owned: list) -> None:
     child = np.flatnonzero(forest.up != np.arange(len(forest.up)))
     assert forest.kids.tolist() == sorted(sf.pair(forest.up[child], child).tolist())
     for mine in owned:
-        assert mine.adj.tolist() == sorted(sf.both_ways(mine.present()).tolist())
+        held = dict(zip(mine.adj.tolist(), mine.copies.tolist(), strict=True))
+        assert list(held) == sorted(held) and len(held) == len(mine.adj)
+        low, high = sf.unpack(mine.adj)
+        assert all(held[sf.pair(v, u)] == copies for u, v, copies in zip(low.tolist(), high.tolist(), mine.copies.tolist()))
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -88,8 +94,8 @@ def test_an_edge_with_no_copy_left_is_dropped_from_what_a_replica_holds() -> Non
     keys = sf.id_keys(np.array([0, 1, 5]), np.array([1, 2, 5]))
     owned, inserted, _ = sf.apply_updates(sf.OwnedEdges.empty(), keys, np.array([2, 1, 1]))
     owned, _, deleted = sf.apply_updates(owned, keys, np.array([-1, -1, -1]))
-    assert owned.keys.tolist() == keys[:1].tolist() and owned.copies.tolist() == [1] and deleted.tolist() == keys[1:].tolist()
-    assert owned.adj.tolist() == [sf.pair(0, 1), sf.pair(1, 0)]  # the self-loop (5, 5) never in the adjacency
+    assert deleted.tolist() == keys[1:].tolist()  # 3 of the 5 held without a copy: dropped (above one in 8)
+    assert owned.adj.tolist() == [sf.pair(0, 1), sf.pair(1, 0)] and owned.copies.tolist() == [1, 1]
 
 
 def test_parent_links_in_a_cycle_and_a_cycle_to_link_are_refused_not_looped_on() -> None:
@@ -105,3 +111,16 @@ def test_parent_links_in_a_cycle_and_a_cycle_to_link_are_refused_not_looped_on()
 def test_node_ids_out_of_range_are_refused() -> None:
     with pytest.raises(ValueError, match="node ids must be integers in"):
         sf.id_keys(np.array([-1]), np.array([2]))
+
+
+def test_an_inserted_edge_announced_by_another_is_still_a_candidate_where_neither_end_moved() -> None:
+    """0 roots 2 and 4; (0, 2) goes and (1, 2), (1, 4) come at one replica, which announces only
+    (1, 2) (both join the same two trees). {0, 4} and {1, 2} meet only through (1, 4), whose
+    ends kept their roots: found because the replica searches the edges it inserted too."""
+    one = np.ones(2, dtype=np.int64)
+    forests, owned, _, _ = sf.run_epoch([sf.Forest.empty()], [sf.OwnedEdges.empty()],
+                                        [(sf.id_keys(np.array([0, 0]), np.array([2, 4])), one)])
+    assert forests[0].up.tolist()[2:5:2] == [0, 0]
+    updates = (sf.id_keys(np.array([0, 1, 1]), np.array([2, 2, 4])), np.array([-1, 1, 1]))
+    forests, _, exchanges, _ = sf.run_epoch(forests, owned, [updates])
+    assert exchanges == 2 and forests[0].labels().tolist() == [0, 0, 0, 3, 0]
