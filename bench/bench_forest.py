@@ -41,9 +41,9 @@ from bench.baselines.cc_ray import components_union_find
 from bench.bench_collections import churn_epochs, timed_epochs
 from bench.harness import ensure_ray
 from bench.workloads import spanning_forest as sf
-from raytide.actors.hosts import keep_freed_buffers
 from examples import connected_components as insert_only
 from examples import incremental_components as incremental
+from raytide.actors.hosts import keep_freed_buffers
 from raytide.differential import update_columns
 from raytide.testing.local import LocalJob
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bench.workloads import spanning_forest as sf
+from bench.workloads.sorted_pairs import pair, subtrees, unpack
 from examples.connected_components import union_find
 from examples.incremental_components import random_updates
 
@@ -39,7 +40,7 @@ def trial(seed: int) -> None:
             present[(min(u, v), max(u, v))] += diff
         live = [edge for edge, copies in present.items() if copies > 0]
         expected = union_find(live)
-        low, high = sf.unpack(np.concatenate([mine.present() for mine in owned]))
+        low, high = unpack(np.concatenate([mine.present() for mine in owned]))
         assert sorted(zip(low.tolist(), high.tolist())) == sorted(live)  # the replicas hold the edges present, once
         every = dict(zip(forests[0].ids.tolist(), forests[0].labels().tolist(), strict=True))
         changed = {node: label for node, label in every.items() if before.get(node) != label}
@@ -64,12 +65,12 @@ def assert_indexed(forest: sf.Forest, owned: list) -> None:
     assert np.array_equal(sf.roots(forest.up.copy()), forest.root)
     assert (forest.root <= np.arange(len(forest.root))).all()
     child = np.flatnonzero(forest.up != np.arange(len(forest.up)))
-    assert forest.kids.tolist() == sorted(sf.pair(forest.up[child], child).tolist())
+    assert forest.kids.tolist() == sorted(pair(forest.up[child], child).tolist())
     for mine in owned:
         held = dict(zip(mine.adj.tolist(), mine.copies.tolist(), strict=True))
         assert list(held) == sorted(held) and len(held) == len(mine.adj)
-        low, high = sf.unpack(mine.adj)
-        assert all(held[sf.pair(v, u)] == copies for u, v, copies in zip(low.tolist(), high.tolist(), mine.copies.tolist()))
+        low, high = unpack(mine.adj)
+        assert all(held[pair(v, u)] == copies for u, v, copies in zip(low.tolist(), high.tolist(), mine.copies.tolist()))
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -95,7 +96,7 @@ def test_an_edge_with_no_copy_left_is_dropped_from_what_a_replica_holds() -> Non
     owned, inserted, _ = sf.apply_updates(sf.OwnedEdges.empty(), keys, np.array([2, 1, 1]))
     owned, _, deleted = sf.apply_updates(owned, keys, np.array([-1, -1, -1]))
     assert deleted.tolist() == keys[1:].tolist()  # 3 of the 5 held without a copy: dropped (above one in 8)
-    assert owned.adj.tolist() == [sf.pair(0, 1), sf.pair(1, 0)] and owned.copies.tolist() == [1, 1]
+    assert owned.adj.tolist() == [pair(0, 1), pair(1, 0)] and owned.copies.tolist() == [1, 1]
 
 
 def test_parent_links_in_a_cycle_and_a_cycle_to_link_are_refused_not_looped_on() -> None:
@@ -105,7 +106,7 @@ def test_parent_links_in_a_cycle_and_a_cycle_to_link_are_refused_not_looped_on()
         with pytest.raises(ValueError, match="not a forest over the trees"):
             sf.linked(np.arange(3), sf.EMPTY, (np.array(a), np.array(a)), (np.array(b), np.array(b)), np.zeros(3, dtype=np.int64))
     with pytest.raises(ValueError, match="holds a cycle"):
-        sf.subtrees(sf.pair(np.array([0, 1]), np.array([1, 0])), np.array([0]), 2)
+        subtrees(pair(np.array([0, 1]), np.array([1, 0])), np.array([0]), 2)
 
 
 def test_node_ids_out_of_range_are_refused() -> None:
