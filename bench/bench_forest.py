@@ -114,7 +114,8 @@ def timed_epoch(forests: list, owned: list, parts: list) -> tuple[list, list, in
     if not second[0][0][1]:
         return [f for (f, _, _, _), _ in second], owned, 1, rounds
     found = [c for (_, _, c, _), _ in second]
-    third = [clocked(sf.reconnected, f, np.concatenate(sf.arrived(found, r)), moved)
+    third = [clocked(sf.reconnected, f, np.concatenate(sf.arrived(found, r)),
+                     np.concatenate([i for _, i in sf.arrived(sent, r)]), moved)
              for r, ((f, _, _, moved), _) in enumerate(second)]
     return [f for (f, _), _ in third], owned, 2, rounds + [[t for _, t in third]]
 
@@ -172,16 +173,16 @@ class Replica:
 
     def split(self, sent: list) -> np.ndarray | None:
         got = sf.arrived(sent, self.index)
-        self.before = self.forest
-        self.forest, split, self.moved = sf.split_join(self.forest, np.concatenate([d for d, _ in got]),
-                                                       np.concatenate([i for _, i in got]))
+        self.before, self.announced = self.forest, np.concatenate([i for _, i in got])
+        self.forest, split, self.moved = sf.split_join(self.forest, np.concatenate([d for d, _ in got]), self.announced)
         return sf.candidates(self.forest, self.owned, self.moved, self.inserted) if split else None
 
     def join(self, found: list | None) -> dict[str, np.ndarray]:
         """Reconnected; the changed labels of the nodes this replica shows (by id modulo the width)."""
         moved = self.moved
         if found is not None:
-            self.forest, hung = sf.reconnected(self.forest, np.concatenate(sf.arrived(found, self.index)), moved)
+            self.forest, hung = sf.reconnected(self.forest, np.concatenate(sf.arrived(found, self.index)),
+                                               self.announced, moved)
             moved = np.concatenate([moved, hung])
         node, label = sf.relabelled(self.before, self.forest, moved)
         mine = node % self.width == self.index

@@ -266,9 +266,11 @@ def extended(forest: Forest, ids: np.ndarray) -> Forest:
 
 def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tuple[Forest, bool, np.ndarray]:
     """Round 2, the same at every replica: ``(F'', split, moved)`` from every replica's announcements
-    (id keys, in any order): the forest less the deleted edges, plus the inserted ones joining
-    different trees; ``split`` if a forest edge was deleted (then :func:`candidates`); ``moved``
-    the nodes whose component changed (their ``root`` rewritten; some more than once)."""
+    (id keys, in any order). ``split`` if a forest edge was deleted: then ``F''`` is the forest
+    less the deleted edges, each of its parts a piece of one tree of before (what
+    :func:`candidates` relies on), ``moved`` the nodes cut off, and the inserted edges wait for
+    :func:`reconnected`. Otherwise ``F''`` is the forest plus the inserted edges joining
+    different trees, the new forest, and ``moved`` the nodes whose component changed."""
     inserted = distinct(inserted)
     forest = extended(forest, concat(list(unpack(inserted))))
     deleted, inserted = (pack(*as_indices(forest.ids, keys)) for keys in (deleted, inserted))
@@ -277,11 +279,11 @@ def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tup
         loops = distinct(concat([forest.loops, unpack(came)[0]]))
         forest = Forest(forest.ids, forest.up, forest.root, loops[~member(loops, distinct(unpack(gone)[0]))], forest.kids)
     a, b = unpack(deleted[~is_loop(deleted)])
-    cut_off = EMPTY
     if len(a):
         forest, cut_off = cut(forest, np.where(forest.up[a] == b, a, b))
+        return forest, True, cut_off
     forest, hung = with_edges(forest, inserted[~is_loop(inserted)])
-    return forest, bool(len(a)), concat([cut_off, hung])
+    return forest, False, hung
 
 
 def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
@@ -413,36 +415,57 @@ def linked(up: np.ndarray, kids: np.ndarray, ends_a: tuple[np.ndarray, np.ndarra
 
 
 def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, inserted: np.ndarray) -> np.ndarray:
-    """Round 2 at one replica, after a split: its present edges whose ends are in different trees
-    of ``F''``, reduced to a spanning forest over those trees (id keys, to send to every
-    replica). Only two kinds can be: edges at a node whose component changed (``moved``, by
-    :func:`split_join`), found in the adjacency index, and the edges it ``inserted`` this epoch
-    (announced reduced over the trees before the cut); any other was inside a tree and is."""
-    mask = np.zeros(len(forest.ids), dtype=bool)
-    mask[moved] = True
-    heads = forest.ids[np.flatnonzero(mask)]
-    if len(heads) * 64 > len(forest.ids) and forest.ids[-1] < 2 * len(forest.ids):  # many, ids about dense: offsets
-        start = offsets(owned.adj, int(forest.ids[-1]) + 1)
-        at, _ = runs(start[heads], start[heads + 1] - start[heads])
-    else:
-        at, _ = ranges(owned.adj, heads)
-    near, far = unpack(owned.adj[at[owned.copies[at] > 0]])
-    a, b = as_indices(forest.ids, concat([pack(near, far), inserted]))
-    once = np.ones(len(a), dtype=bool)  # an edge with both ends moved is found from each: once from the smaller
-    once[: len(at)] = ~mask[b[: len(at)]] | (a[: len(at)] < b[: len(at)])
-    once[len(at):] = ~(mask[a[len(at):]] | mask[b[len(at):]])
+    """Round 2 at one replica, after a split: enough of its present edges whose ends are in
+    different parts of ``F''`` to join them as all of them would, reduced to a spanning forest
+    over the parts (id keys, to send to every replica). Only two kinds can cross: edges at a
+    node cut off (``moved``, by :func:`split_join`), found in the adjacency, and the edges it
+    ``inserted`` this epoch (all taken); any other was inside a tree and is.
+
+    A part's root is searched first: a part with an edge there of before to a node not cut off
+    (so to the part left above the cuts of its own tree) is settled by it, and its other
+    nodes' edges are not searched. Leaving out an edge of before between two parts of a tree
+    is safe: a settled end is joined to the part above; the other end is too, or is not
+    settled and its own search finds the edge."""
+    cut_off = np.zeros(len(forest.ids), dtype=bool)
+    cut_off[moved] = True
+    heads = moved[forest.root[moved] == moved]
+    a, b = incident(forest.ids, owned, heads)
+    settles = ~cut_off[b] & ~member(pack(forest.ids[a], forest.ids[b]), inserted)
+    settled = np.zeros(len(forest.ids), dtype=bool)
+    settled[a[settles]] = True
+    rest = moved[~settled[forest.root[moved]] & (forest.root[moved] != moved)]
+    more_a, more_b = incident(forest.ids, owned, rest)
+    searched = np.zeros(len(forest.ids), dtype=bool)
+    searched[heads], searched[rest] = True, True
+    new_a, new_b = as_indices(forest.ids, inserted)
+    new = ~(searched[new_a] | searched[new_b])  # an inserted edge at a searched node is found there
+    a, b = concat([a, more_a, new_a[new]]), concat([b, more_b, new_b[new]])
+    once = ~searched[b] | (a < b)  # an edge found from both ends: once, from the smaller
     a, b = a[once], b[once]
     crossing = np.flatnonzero(forest.root[a] != forest.root[b])
     chosen = joining(forest.root, a[crossing], b[crossing])[0]
     return pack(forest.ids[a[crossing[chosen]]], forest.ids[b[crossing[chosen]]])
 
 
-def reconnected(forest: Forest, found: np.ndarray, moved: np.ndarray) -> tuple[Forest, np.ndarray]:
-    """Round 3, the same at every replica: ``F''`` with every replica's candidates (id keys, in any
-    order) that join its trees added: the new forest, and the nodes whose component changed
-    (``moved``, :func:`split_join`'s, are those whose component changed before: their trees
-    are not walked again)."""
-    return with_edges(forest, pack(*as_indices(forest.ids, distinct(found))), moved)
+def incident(ids: np.ndarray, owned: OwnedEdges, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(a, b)``: the present edges of ``owned`` at ``nodes`` (indices into ``ids``), ``a`` the end
+    among them; by the adjacency's offsets when they are many and the ids about dense, else
+    by two binary searches a node."""
+    heads = ids[nodes]
+    if len(heads) * 64 > len(ids) and ids[-1] < 2 * len(ids):
+        start = offsets(owned.adj, int(ids[-1]) + 1)
+        at, _ = runs(start[heads], start[heads + 1] - start[heads])
+    else:
+        at, _ = ranges(owned.adj, heads)
+    return as_indices(ids, owned.adj[at[owned.copies[at] > 0]])
+
+
+def reconnected(forest: Forest, found: np.ndarray, inserted: np.ndarray, moved: np.ndarray) -> tuple[Forest, np.ndarray]:
+    """Round 3, the same at every replica: ``F''`` with every replica's candidates and every
+    announced inserted edge (id keys, in any order) that join its trees added: the new forest,
+    and the nodes whose component changed (``moved``, :func:`split_join`'s, are those cut off:
+    their parts are not walked again)."""
+    return with_edges(forest, pack(*as_indices(forest.ids, distinct(concat([found, inserted])))), moved)
 
 
 def relabelled(before: Forest, after: Forest, moved: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -477,7 +500,8 @@ def run_epoch(forests: list[Forest], owned: list[OwnedEdges], updates: list[tupl
         return [forest for forest, _, _ in middle], owned, 1, relabelled(forests[0], middle[0][0], middle[0][2])
     found = [candidates(forest, mine, moved, inserted)
              for (forest, _, moved), mine, (_, inserted, _) in zip(middle, owned, applied, strict=True)]
-    final = [reconnected(forest, concat(arrived(found, r)), moved) for r, (forest, _, moved) in enumerate(middle)]
+    final = [reconnected(forest, concat(arrived(found, r)), concat([i for _, i in arrived(sent, r)]), moved)
+             for r, (forest, _, moved) in enumerate(middle)]
     changes = relabelled(forests[0], final[0][0], concat([middle[0][2], final[0][1]]))
     return [forest for forest, _ in final], owned, 2, changes
 

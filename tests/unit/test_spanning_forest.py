@@ -125,3 +125,27 @@ def test_an_inserted_edge_announced_by_another_is_still_a_candidate_where_neithe
     updates = (sf.id_keys(np.array([0, 1, 1]), np.array([2, 2, 4])), np.array([-1, 1, 1]))
     forests, _, exchanges, _ = sf.run_epoch(forests, owned, [updates])
     assert exchanges == 2 and forests[0].labels().tolist() == [0, 0, 0, 3, 0]
+
+
+@pytest.mark.parametrize(("parents", "others", "deleted", "inserted"), [
+    # {1, 2} and {3, 4} cut off from 0; 3 settles by (3, 7), 1 has only the inserted (1, 5) to the other tree:
+    # not settled by it, so 2's edge (2, 4) to {3, 4} is searched and the two trees join
+    ({1: 0, 3: 0, 7: 0, 2: 1, 4: 3, 6: 5}, [(2, 4), (3, 7)], [(0, 1), (0, 3)], [(1, 5)]),
+    # {1}, {3, 4} and {5, 6} cut off; the inserted (1, 3) waits for the search, so {3, 4} is searched as a
+    # part of its own tree (it is not settled) and its edge (4, 6) to {5, 6} joins 0's tree to 2's
+    ({1: 0, 7: 0, 3: 2, 5: 2, 8: 2, 4: 3, 6: 5}, [(1, 7), (4, 6), (5, 8)], [(0, 1), (2, 3), (2, 5)], [(1, 3)]),
+])
+def test_a_part_is_settled_only_by_an_edge_of_before_to_the_part_above_its_own_cut(parents, others, deleted, inserted) -> None:
+    """Searching a cut-off part's root first and stopping there is safe only if what settles it
+    is an edge of before to its own tree's part above the cuts (two plants caught here)."""
+    def keyed(edges: list) -> np.ndarray:
+        return sf.id_keys(np.array([u for u, _ in edges]), np.array([v for _, v in edges]))
+    up = np.arange(max(parents) + 1)
+    up[list(parents)] = list(parents.values())
+    child = np.flatnonzero(up != np.arange(len(up)))
+    forest = sf.Forest(np.arange(len(up)), up, sf.roots(up.copy()), sf.EMPTY, np.sort(pair(up[child], child)))
+    graph = list(parents.items()) + others
+    owned = sf.apply_updates(sf.OwnedEdges.empty(), keyed(graph), np.ones(len(graph), dtype=np.int64))[0]
+    diff = np.array([-1] * len(deleted) + [1] * len(inserted), dtype=np.int64)
+    forests, _, exchanges, _ = sf.run_epoch([forest], [owned], [(keyed(deleted + inserted), diff)])
+    assert exchanges == 2 and set(forests[0].labels().tolist()) == {0}
