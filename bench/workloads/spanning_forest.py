@@ -14,17 +14,19 @@ node. An epoch takes at most two exchanges, whatever the depth of what changed:
    (:func:`announce`) its deleted edges that are forest edges, and its inserted edges
    reduced to a spanning forest over the trees of ``F`` (few, and none of a tree's inner
    edges). Every replica gets every announcement.
-2. From the same announcements every replica computes the same ``F''`` (:func:`split_join`):
-   ``F`` less the deleted edges, plus the inserted edges that join different trees. If no
-   forest edge was deleted, ``F''`` spans the graph: the epoch ends. Otherwise each
-   replica looks, among its own present edges at the nodes whose tree changed and those it
-   inserted, for ones whose ends are in different trees of ``F''`` and announces them,
-   reduced to a spanning forest over those trees (:func:`candidates`).
-3. Every replica adds the same candidates the same way (:func:`reconnected`): the new ``F``.
+2. From the same announcements every replica computes the same ``F''`` (:func:`split_join`).
+   If no forest edge was deleted, ``F''`` is ``F`` plus the inserted edges that join
+   different trees, the new forest: the epoch ends. Otherwise ``F''`` is ``F`` less the
+   deleted edges, and each replica looks, among its own present edges at the nodes cut off
+   and those it inserted, for enough whose ends are in different parts of ``F''`` and
+   announces them, reduced to a spanning forest over the parts (:func:`candidates`).
+3. Every replica adds the same candidates and announced insertions the same way
+   (:func:`reconnected`): the new ``F``.
 
 The work of an epoch follows what changed, not ``n``: a deleted forest edge ``(u, up[u])``
 cuts off exactly ``u``'s subtree, found by walking the children index down from every cut
-at once (:func:`cut`); only the edges at those nodes are searched for replacements; a tree
+at once (:func:`cut`); only the edges at those nodes are searched for replacements, a
+part's root first (an edge there to the part above its cut settles it); a tree
 hung elsewhere is rerooted along one path; only the nodes whose component changed are
 relabelled. (The part above a cut keeps its root, the smallest node, so nothing of it is
 visited.) Its cost is the cut-off subtrees' sizes, so the forest's depth: a bulk of edges
