@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bench.workloads import spanning_forest as sf
+from bench.workloads.hooking import roots
 from bench.workloads.sorted_pairs import pair, subtrees, unpack
 from examples.connected_components import union_find
 from examples.incremental_components import random_updates
@@ -62,7 +63,7 @@ def assert_indexed(forest: sf.Forest, owned: list) -> None:
     """The indexes agree with what they index: every tree rooted at its smallest node, which is each
     node's ``root``; the children index exactly the parent links; each replica's adjacency
     exactly its present edges, both ways."""
-    assert np.array_equal(sf.roots(forest.up.copy()), forest.root)
+    assert np.array_equal(roots(forest.up.copy()), forest.root)
     assert (forest.root <= np.arange(len(forest.root))).all()
     child = np.flatnonzero(forest.up != np.arange(len(forest.up)))
     assert forest.kids.tolist() == sorted(pair(forest.up[child], child).tolist())
@@ -101,7 +102,7 @@ def test_an_edge_with_no_copy_left_is_dropped_from_what_a_replica_holds() -> Non
 
 def test_parent_links_in_a_cycle_and_a_cycle_to_link_are_refused_not_looped_on() -> None:
     with pytest.raises(ValueError, match="form a cycle"):
-        sf.roots(np.array([1, 2, 0, 3]))
+        roots(np.array([1, 2, 0, 3]))
     for a, b in (([0, 0], [1, 1]), ([0, 1, 0], [1, 2, 2])):  # two edges between two trees; a cycle of three
         with pytest.raises(ValueError, match="not a forest over the trees"):
             sf.linked(np.arange(3), sf.EMPTY, (np.array(a), np.array(a)), (np.array(b), np.array(b)), np.zeros(3, dtype=np.int64))
@@ -143,7 +144,7 @@ def test_a_part_is_settled_only_by_an_edge_of_before_to_the_part_above_its_own_c
     up = np.arange(max(parents) + 1)
     up[list(parents)] = list(parents.values())
     child = np.flatnonzero(up != np.arange(len(up)))
-    forest = sf.Forest(np.arange(len(up)), up, sf.roots(up.copy()), sf.EMPTY, np.sort(pair(up[child], child)))
+    forest = sf.Forest(np.arange(len(up)), up, roots(up.copy()), sf.EMPTY, np.sort(pair(up[child], child)))
     graph = list(parents.items()) + others
     owned = sf.apply_updates(sf.OwnedEdges.empty(), keyed(graph), np.ones(len(graph), dtype=np.int64))[0]
     diff = np.array([-1] * len(deleted) + [1] * len(inserted), dtype=np.int64)
