@@ -43,6 +43,7 @@ from bench.harness import ensure_ray
 from bench.workloads import spanning_forest as sf
 from examples import connected_components as insert_only
 from examples import incremental_components as incremental
+from raytide.actors.hosts import keep_freed_buffers
 from raytide.differential import update_columns
 from raytide.testing.local import LocalJob
 
@@ -107,14 +108,16 @@ def forest_epochs(batches: list, parallelism: int) -> tuple[list[int], list[floa
 def timed_epoch(forests: list, owned: list, parts: list) -> tuple[list, list, int, list[list[float]]]:
     """:func:`~bench.workloads.spanning_forest.run_epoch`'s rounds, each replica's thread CPU per round."""
     first = [clocked(announce_round, f, o, p) for f, o, p in zip(forests, owned, parts, strict=True)]
-    owned, sent = [o for (o, _), _ in first], [s for (_, s), _ in first]
-    second = [clocked(split_and_scan, f, sent, r, owned[r]) for r, f in enumerate(forests)]
+    owned, sent = [o for (o, _, _), _ in first], [s for (_, s, _), _ in first]
+    second = [clocked(split_and_scan, f, sent, r, owned[r], first[r][0][2]) for r, f in enumerate(forests)]
     rounds = [[t for _, t in first], [t for _, t in second]]
     if not second[0][0][1]:
-        return [f for (f, _, _), _ in second], owned, 1, rounds
-    found = [c for (_, _, c), _ in second]
-    third = [clocked(sf.reconnected, f, np.concatenate(sf.arrived(found, r))) for r, ((f, _, _), _) in enumerate(second)]
-    return [f for f, _ in third], owned, 2, rounds + [[t for _, t in third]]
+        return [f for (f, _, _, _), _ in second], owned, 1, rounds
+    found = [c for (_, _, c, _), _ in second]
+    third = [clocked(sf.reconnected, f, np.concatenate(sf.arrived(found, r)),
+                     np.concatenate([i for _, i in sf.arrived(sent, r)]), moved)
+             for r, ((f, _, _, moved), _) in enumerate(second)]
+    return [f for (f, _), _ in third], owned, 2, rounds + [[t for _, t in third]]
 
 
 def clocked(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
@@ -123,17 +126,17 @@ def clocked(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
     return fn(*args), time.thread_time() - start
 
 
-def announce_round(forest: sf.Forest, owned: sf.OwnedEdges, part: tuple) -> tuple[sf.OwnedEdges, tuple]:
-    """Round 1 at one replica: its edges updated, and what it announces."""
+def announce_round(forest: sf.Forest, owned: sf.OwnedEdges, part: tuple) -> tuple[sf.OwnedEdges, tuple, np.ndarray]:
+    """Round 1 at one replica: its edges updated, what it announces, and the edges it inserted."""
     owned, inserted, deleted = sf.apply_updates(owned, *part)
-    return owned, sf.announce(forest, inserted, deleted)
+    return owned, sf.announce(forest, inserted, deleted), inserted
 
 
-def split_and_scan(forest: sf.Forest, sent: list, replica: int, owned: sf.OwnedEdges) -> tuple:
-    """Round 2 at ``replica``: ``(F'', split, candidates)``."""
+def split_and_scan(forest: sf.Forest, sent: list, replica: int, owned: sf.OwnedEdges, inserted: np.ndarray) -> tuple:
+    """Round 2 at ``replica``: ``(F'', split, candidates, moved)``."""
     got = sf.arrived(sent, replica)
-    middle, split = sf.split_join(forest, np.concatenate([d for d, _ in got]), np.concatenate([i for _, i in got]))
-    return middle, split, sf.candidates(middle, owned) if split else sf.EMPTY
+    middle, split, moved = sf.split_join(forest, np.concatenate([d for d, _ in got]), np.concatenate([i for _, i in got]))
+    return middle, split, sf.candidates(middle, owned, moved, inserted) if split else sf.EMPTY, moved
 
 
 def measure(nodes: int, edges: int | None, epochs: int, churn: float, seed: int, parallelism: int,
@@ -160,28 +163,30 @@ class Replica:
     """One replica of the forest in a Ray actor: its edges and its copy of the forest."""
 
     def __init__(self, index: int, width: int) -> None:
+        keep_freed_buffers()  # as raytide's vertex hosts do: freed arrays come back without page faults
         self.index, self.width = index, width
         self.forest, self.owned = sf.Forest.empty(), sf.OwnedEdges.empty()
 
     def announce(self, keys: np.ndarray, diff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        self.owned, inserted, deleted = sf.apply_updates(self.owned, keys, diff)
-        return sf.announce(self.forest, inserted, deleted)
+        self.owned, self.inserted, deleted = sf.apply_updates(self.owned, keys, diff)
+        return sf.announce(self.forest, self.inserted, deleted)
 
     def split(self, sent: list) -> np.ndarray | None:
         got = sf.arrived(sent, self.index)
-        self.before = self.forest.labels()
-        self.forest, split = sf.split_join(self.forest, np.concatenate([d for d, _ in got]),
-                                           np.concatenate([i for _, i in got]))
-        return sf.candidates(self.forest, self.owned) if split else None
+        self.before, self.announced = self.forest, np.concatenate([i for _, i in got])
+        self.forest, split, self.moved = sf.split_join(self.forest, np.concatenate([d for d, _ in got]), self.announced)
+        return sf.candidates(self.forest, self.owned, self.moved, self.inserted) if split else None
 
     def join(self, found: list | None) -> dict[str, np.ndarray]:
         """Reconnected; the changed labels of the nodes this replica shows (by id modulo the width)."""
+        moved = self.moved
         if found is not None:
-            self.forest = sf.reconnected(self.forest, np.concatenate(sf.arrived(found, self.index)))
-        label, old = self.forest.labels(), self.before
-        changed = np.flatnonzero(label[: len(old)] != old)
-        changed = changed[self.forest.ids[changed] % self.width == self.index]
-        return {"node": self.forest.ids[changed], "label": label[changed]}
+            self.forest, hung = sf.reconnected(self.forest, np.concatenate(sf.arrived(found, self.index)),
+                                               self.announced, moved)
+            moved = np.concatenate([moved, hung])
+        node, label = sf.relabelled(self.before, self.forest, moved)
+        mine = node % self.width == self.index
+        return {"node": node[mine], "label": label[mine]}
 
 
 def ray_forest(parts_all: list, parallelism: int) -> list[float]:

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from bench.workloads import spanning_forest as sf
+from bench.workloads.hooking import roots
+from bench.workloads.sorted_pairs import pair, subtrees, unpack
 from examples.connected_components import union_find
 from examples.incremental_components import random_updates
 
@@ -32,11 +34,19 @@ def trial(seed: int) -> None:
         epochs[-1] = epochs[-1] + [epochs[0][0], (epochs[0][0][0], -1)]
     forests, owned, owner = [sf.Forest.empty()] * width, [sf.OwnedEdges.empty()] * width, {}
     present: Counter = Counter()
+    before: dict = {}
     for number, updates in enumerate(epochs):
-        forests, owned, _ = sf.run_epoch(forests, owned, updates_by_replica(rng, updates, width, owner))
+        forests, owned, _, (ids, labels) = sf.run_epoch(forests, owned, updates_by_replica(rng, updates, width, owner))
         for (u, v), diff in updates:
             present[(min(u, v), max(u, v))] += diff
-        expected = union_find([edge for edge, copies in present.items() if copies > 0])
+        live = [edge for edge, copies in present.items() if copies > 0]
+        expected = union_find(live)
+        low, high = unpack(np.concatenate([mine.present() for mine in owned]))
+        assert sorted(zip(low.tolist(), high.tolist())) == sorted(live)  # the replicas hold the edges present, once
+        every = dict(zip(forests[0].ids.tolist(), forests[0].labels().tolist(), strict=True))
+        changed = {node: label for node, label in every.items() if before.get(node) != label}
+        assert dict(zip(ids.tolist(), labels.tolist(), strict=True)) == changed  # the changes found are all of them
+        before = every
         for forest in forests:  # every replica holds the same forest, spanning the edges present
             assert np.array_equal(forest.up, forests[0].up) and np.array_equal(forest.ids, forests[0].ids)
             shown = forest.present()
@@ -46,22 +56,39 @@ def trial(seed: int) -> None:
             child = np.flatnonzero(forest.up != np.arange(len(forest.up)))  # a forest of edges present, its trees the components
             edges = {(min(u, v), max(u, v)) for u, v in zip(forest.ids[child].tolist(), forest.ids[forest.up[child]].tolist())}
             assert all(present[edge] > 0 for edge in edges)
-            assert np.array_equal(forest.root[sf.roots(forest.up.copy())], forest.root)
+            assert_indexed(forest, owned)
+
+
+def assert_indexed(forest: sf.Forest, owned: list) -> None:
+    """The indexes agree with what they index: every tree rooted at its smallest node, which is each
+    node's ``root``; the children index exactly the parent links; each replica's adjacency
+    exactly its present edges, both ways."""
+    assert np.array_equal(roots(forest.up.copy()), forest.root)
+    assert (forest.root <= np.arange(len(forest.root))).all()
+    child = np.flatnonzero(forest.up != np.arange(len(forest.up)))
+    assert forest.kids.tolist() == sorted(pair(forest.up[child], child).tolist())
+    for mine in owned:
+        held = dict(zip(mine.adj.tolist(), mine.copies.tolist(), strict=True))
+        assert list(held) == sorted(held) and len(held) == len(mine.adj)
+        low, high = unpack(mine.adj)
+        assert all(held[pair(v, u)] == copies for u, v, copies in zip(low.tolist(), high.tolist(), mine.copies.tolist()))
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_labels_equal_union_find_after_every_epoch(seed: int) -> None:
+def test_labels_equal_union_find_after_every_epoch(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    if seed % 2:  # edges always linked into the forest, never a bulk rebuilding it
+        monkeypatch.setattr(sf, "BULK", 0)
     trial(seed)
 
 
 def test_an_epoch_takes_two_exchanges_at_most_and_one_without_a_forest_edge_deleted() -> None:
     keys = sf.id_keys(np.array([0, 1, 2]), np.array([1, 2, 3]))
-    forests, owned, exchanges = sf.run_epoch([sf.Forest.empty()] * 2, [sf.OwnedEdges.empty()] * 2,
+    forests, owned, exchanges, _ = sf.run_epoch([sf.Forest.empty()] * 2, [sf.OwnedEdges.empty()] * 2,
                                              [(keys[:2], np.ones(2, dtype=np.int64)), (keys[2:], np.ones(1, dtype=np.int64))])
     assert exchanges == 1 and forests[0].labels().tolist() == [0, 0, 0, 0]
     cycle = sf.id_keys(np.array([0]), np.array([3]))  # a cycle, then one of its forest edges deleted
-    forests, owned, _ = sf.run_epoch(forests, owned, [(cycle, np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
-    forests, owned, exchanges = sf.run_epoch(forests, owned, [(keys[:1], -np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
+    forests, owned, _, _ = sf.run_epoch(forests, owned, [(cycle, np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
+    forests, owned, exchanges, _ = sf.run_epoch(forests, owned, [(keys[:1], -np.ones(1, dtype=np.int64)), (sf.EMPTY, sf.EMPTY)])
     assert exchanges == 2 and forests[1].labels().tolist() == [0, 0, 0, 0]
 
 
@@ -69,18 +96,57 @@ def test_an_edge_with_no_copy_left_is_dropped_from_what_a_replica_holds() -> Non
     keys = sf.id_keys(np.array([0, 1, 5]), np.array([1, 2, 5]))
     owned, inserted, _ = sf.apply_updates(sf.OwnedEdges.empty(), keys, np.array([2, 1, 1]))
     owned, _, deleted = sf.apply_updates(owned, keys, np.array([-1, -1, -1]))
-    assert owned.keys.tolist() == keys[:1].tolist() and owned.copies.tolist() == [1] and deleted.tolist() == keys[1:].tolist()
+    assert deleted.tolist() == keys[1:].tolist()  # 3 of the 5 held without a copy: dropped (above one in 8)
+    assert owned.adj.tolist() == [pair(0, 1), pair(1, 0)] and owned.copies.tolist() == [1, 1]
 
 
 def test_parent_links_in_a_cycle_and_a_cycle_to_link_are_refused_not_looped_on() -> None:
     with pytest.raises(ValueError, match="form a cycle"):
-        sf.roots(np.array([1, 2, 0, 3]))
-    three = sf.Forest(np.arange(3), np.arange(3), np.arange(3), sf.EMPTY)
+        roots(np.array([1, 2, 0, 3]))
     for a, b in (([0, 0], [1, 1]), ([0, 1, 0], [1, 2, 2])):  # two edges between two trees; a cycle of three
         with pytest.raises(ValueError, match="not a forest over the trees"):
-            sf.linked(three, np.zeros(3, dtype=np.int64), np.array(a), np.array(b))
+            sf.linked(np.arange(3), sf.EMPTY, (np.array(a), np.array(a)), (np.array(b), np.array(b)), np.zeros(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="holds a cycle"):
+        subtrees(pair(np.array([0, 1]), np.array([1, 0])), np.array([0]), 2)
 
 
 def test_node_ids_out_of_range_are_refused() -> None:
     with pytest.raises(ValueError, match="node ids must be integers in"):
         sf.id_keys(np.array([-1]), np.array([2]))
+
+
+def test_an_inserted_edge_announced_by_another_is_still_a_candidate_where_neither_end_moved() -> None:
+    """0 roots 2 and 4; (0, 2) goes and (1, 2), (1, 4) come at one replica, which announces only
+    (1, 2) (both join the same two trees). {0, 4} and {1, 2} meet only through (1, 4), whose
+    ends kept their roots: found because the replica searches the edges it inserted too."""
+    one = np.ones(2, dtype=np.int64)
+    forests, owned, _, _ = sf.run_epoch([sf.Forest.empty()], [sf.OwnedEdges.empty()],
+                                        [(sf.id_keys(np.array([0, 0]), np.array([2, 4])), one)])
+    assert forests[0].up.tolist()[2:5:2] == [0, 0]
+    updates = (sf.id_keys(np.array([0, 1, 1]), np.array([2, 2, 4])), np.array([-1, 1, 1]))
+    forests, _, exchanges, _ = sf.run_epoch(forests, owned, [updates])
+    assert exchanges == 2 and forests[0].labels().tolist() == [0, 0, 0, 3, 0]
+
+
+@pytest.mark.parametrize(("parents", "others", "deleted", "inserted"), [
+    # {1, 2} and {3, 4} cut off from 0; 3 settles by (3, 7), 1 has only the inserted (1, 5) to the other tree:
+    # not settled by it, so 2's edge (2, 4) to {3, 4} is searched and the two trees join
+    ({1: 0, 3: 0, 7: 0, 2: 1, 4: 3, 6: 5}, [(2, 4), (3, 7)], [(0, 1), (0, 3)], [(1, 5)]),
+    # {1}, {3, 4} and {5, 6} cut off; the inserted (1, 3) waits for the search, so {3, 4} is searched as a
+    # part of its own tree (it is not settled) and its edge (4, 6) to {5, 6} joins 0's tree to 2's
+    ({1: 0, 7: 0, 3: 2, 5: 2, 8: 2, 4: 3, 6: 5}, [(1, 7), (4, 6), (5, 8)], [(0, 1), (2, 3), (2, 5)], [(1, 3)]),
+])
+def test_a_part_is_settled_only_by_an_edge_of_before_to_the_part_above_its_own_cut(parents, others, deleted, inserted) -> None:
+    """Searching a cut-off part's root first and stopping there is safe only if what settles it
+    is an edge of before to its own tree's part above the cuts (two plants caught here)."""
+    def keyed(edges: list) -> np.ndarray:
+        return sf.id_keys(np.array([u for u, _ in edges]), np.array([v for _, v in edges]))
+    up = np.arange(max(parents) + 1)
+    up[list(parents)] = list(parents.values())
+    child = np.flatnonzero(up != np.arange(len(up)))
+    forest = sf.Forest(np.arange(len(up)), up, roots(up.copy()), sf.EMPTY, np.sort(pair(up[child], child)))
+    graph = list(parents.items()) + others
+    owned = sf.apply_updates(sf.OwnedEdges.empty(), keyed(graph), np.ones(len(graph), dtype=np.int64))[0]
+    diff = np.array([-1] * len(deleted) + [1] * len(inserted), dtype=np.int64)
+    forests, _, exchanges, _ = sf.run_epoch([forest], [owned], [(keyed(deleted + inserted), diff)])
+    assert exchanges == 2 and set(forests[0].labels().tolist()) == {0}
