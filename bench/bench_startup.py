@@ -5,8 +5,9 @@ Rays one after the other (``ray.init(num_cpus=2)``, a pause of :data:`SETTLE_S` 
 prestarted workers finish starting, the measurement, ``ray.shutdown()``), in an order that
 alternates from run to run, because whichever start-up comes first in a process has its files
 cached and the other does not. Before either, the child imports what Ray's serialization
-context imports in the driver at its first call (pyarrow, pydantic and its v1 fields), so that neither clock
-holds it:
+context imports in the driver at its first call (every module ``ray.util.serialization_addons.apply``
+imports: pyarrow, pydantic and its v1 fields, Ray's pydantic and Arrow serializers), so that neither
+clock holds it (whichever side came first in a child paid its 25-30 ms until 2026-11-30):
 
 * ``first_job_s``: raytide's first job in its Ray, the word count flow of
   ``bench_fixed_costs`` (``flat_map(str.split).count_by_key``, ``parallelism`` 2: four vertex
@@ -41,6 +42,8 @@ import pyarrow.json  # noqa: F401  (see the module docstring)
 import pydantic.main  # noqa: F401
 import pydantic.v1.fields  # noqa: F401
 import ray
+import ray._common.pydantic_compat  # noqa: F401
+import ray._private.arrow_serialization  # noqa: F401
 
 import raytide as rt
 from bench.bench_soak import child_main, run_child

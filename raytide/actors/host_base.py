@@ -23,19 +23,81 @@ import ray
 #: (``ray._private.ray_constants.LOG_PREFIX_ACTOR_NAME``).
 ACTOR_NAME_PREFIX = ":actor_name:"
 
+#: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
+VERTEX_METHODS = ("connect", "socket_address", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
+                  "push_stream", "start_reader", "pump", "advance", "advance_quietly", "restore", "hand_over", "adopt", "resume",
+                  "forget_delivered", "stats", "debug_state", "relay", "relay_with_refs", "relay_gathered", "fan_out",
+                  "install_plan", "stepping", "restore_alone", "replay_to")
+#: The vertex role's methods that run on the host's ``relay`` threads, not in turn with the
+#: replica's calls (:mod:`raytide.actors.progress_relay`).
+RELAY_METHODS = ("relay", "relay_with_refs", "relay_gathered")
+#: The vertex role's method that delivers a relay's pushes (:mod:`raytide.physical.relay_tree`),
+#: on a thread of its own: one, so that a relay delivers its bundles in the order it took them.
+FAN_OUT_METHODS = ("fan_out",)
+#: The vertex role's methods that answer ``job.stats()`` and a peer's ask for its socket, on a
+#: thread of its own: a replica busy with an event (a slow user function) answers at once, not after it.
+INSPECT_METHODS = ("stats", "socket_address")
+#: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
+PROGRESS_METHODS = ("connect", "socket_address", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
+                    "describe", "stats", "hold", "replace", "subscribe")
+#: The methods of :class:`~raytide.actors.coordinator_actor.CoordinatorActor` that the replicas and the driver call.
+COORDINATOR_METHODS = ("acknowledge", "write_failed", "sync", "snapshot_now", "hold_now", "start", "restart", "pause",
+                       "reconfigure", "stats", "lose")
+
+#: The vertex role's methods that run beside the replica's calls, and their concurrency groups (the rest run in turn,
+#: in the default group).
+VERTEX_GROUPS = {**dict.fromkeys(RELAY_METHODS, "relay"), **dict.fromkeys(FAN_OUT_METHODS, "fan_out"),
+                 **dict.fromkeys(INSPECT_METHODS, "inspect")}
+
+#: How a vertex host names the methods of the progress role seated in it (:attr:`~raytide.actors.hosts.VertexHost.seat`):
+#: a job without recovery plays its progress actor in one of its vertex hosts, a process fewer.
+SEAT_PREFIX = "progress_"
+#: How a vertex host names the methods of the input replica seated in it (:attr:`~raytide.actors.hosts.VertexHost.inputs`):
+#: a job without recovery plays an input replica in the host of the replica it feeds, a process fewer.
+INPUT_PREFIX = "input_"
+#: The progress seat's methods on a vertex host, and the concurrency group each runs in: its own thread
+#: (``progress``) for the role's calls, in turn, beside the replica's, as in a progress host.
+SEAT_GROUPS = {**dict.fromkeys(("take", "ping", "answer", *PROGRESS_METHODS), "progress"), "next_events": "poll",
+               "watch": "watch"}
+#: The input seat's methods on a vertex host, and the concurrency group each runs in: the replica's own groups
+#: but the default, whose calls run on the seat's thread (``input``), in turn, beside the host's replica.
+INPUT_GROUPS = {**{name: VERTEX_GROUPS.get(name, "input") for name in ("take", "ping", *VERTEX_METHODS)},
+                "answer": "inspect", "watch": "watch"}
+#: Per seat (its prefix), the concurrency group of each of its methods. A vertex host has one actor method per
+#: group a seat's calls run in (``seated_`` and the group, :func:`seated_group`), not one per seated method: Ray
+#: exports, pickles and describes every method of an actor class at each actor's creation and each handle's
+#: unpickling (a vertex host had 91 methods with one per seated method, 48 without, 2026-11-30).
+SEATED_GROUPS = {SEAT_PREFIX: SEAT_GROUPS, INPUT_PREFIX: INPUT_GROUPS}
+#: The prefix of a vertex host's methods that call a seated role, one per concurrency group.
+SEATED = "seated_"
+
+
+def seated_group(prefix: str, name: str) -> str:
+    """The concurrency group the seat ``prefix``'s method ``name`` runs in.
+
+    Raises:
+        AttributeError: the seat has no such method (as a handle has no such method).
+    """
+    group = SEATED_GROUPS.get(prefix, {}).get(name)
+    if group is None:
+        raise AttributeError(f"the seat {prefix!r} of a vertex host has no method {name!r}")
+    return group
+
 
 class Leased(NamedTuple):
     """A host's handle bound to one lease: ``leased.method.remote(*args)`` calls
     ``method(lease, *args)`` on the host (pickles like the handle it holds); with a
-    ``prefix``, the host's ``prefix + method`` (a role seated beside another in one host:
-    :data:`SEAT_PREFIX`)."""
+    ``prefix``, the method of a role seated beside another in one host (:data:`SEAT_PREFIX`,
+    :data:`INPUT_PREFIX`), through the host's method of its concurrency group (:data:`SEATED`)."""
 
     handle: Any
     lease: int
     prefix: str = ""
 
-    def __getattr__(self, name: str) -> _LeasedMethod:
-        return _LeasedMethod(getattr(self.handle, self.prefix + name), self.lease)
+    def __getattr__(self, name: str) -> _LeasedMethod | _SeatedMethod:
+        if self.prefix:
+            return _SeatedMethod(getattr(self.handle, SEATED + seated_group(self.prefix, name)), self.lease, self.prefix, name)
+        return _LeasedMethod(getattr(self.handle, name), self.lease)
 
 
 class _LeasedMethod(NamedTuple):
@@ -44,6 +106,18 @@ class _LeasedMethod(NamedTuple):
 
     def remote(self, *args: Any) -> Any:
         return self.method.remote(self.lease, *args)
+
+
+class _SeatedMethod(NamedTuple):
+    """A seated role's method ``name``: called through its host's method of the concurrency group it runs in."""
+
+    method: Any
+    lease: int
+    prefix: str
+    name: str
+
+    def remote(self, *args: Any) -> Any:
+        return self.method.remote(self.prefix, self.name, self.lease, *args)
 
 
 class Beside(NamedTuple):

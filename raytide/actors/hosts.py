@@ -37,32 +37,31 @@ from typing import Any
 
 import ray
 
-from raytide.actors.host_base import ACTOR_NAME_PREFIX, Beside, Host, Leased, announce, forwarding, freeze_start_up  # noqa: F401  (kept importable here)
+from raytide.actors.host_base import (  # noqa: F401  (kept importable here)
+    ACTOR_NAME_PREFIX,
+    COORDINATOR_METHODS,
+    FAN_OUT_METHODS,
+    INPUT_GROUPS,
+    INPUT_PREFIX,
+    INSPECT_METHODS,
+    PROGRESS_METHODS,
+    RELAY_METHODS,
+    SEAT_GROUPS,
+    SEAT_PREFIX,
+    SEATED,
+    SEATED_GROUPS,
+    VERTEX_GROUPS,
+    VERTEX_METHODS,
+    Beside,
+    Host,
+    Leased,
+    announce,
+    forwarding,
+    freeze_start_up,
+)
 from raytide.errors import ArgumentError
 
 logger = logging.getLogger(__name__)
-
-
-#: The methods of :class:`~raytide.actors.vertex_actor.VertexActor` that other actors and the driver call.
-VERTEX_METHODS = ("connect", "socket_address", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
-                  "push_stream", "start_reader", "pump", "advance", "advance_quietly", "restore", "hand_over", "adopt", "resume",
-                  "forget_delivered", "stats", "debug_state", "relay", "relay_with_refs", "relay_gathered", "fan_out",
-                  "install_plan", "stepping", "restore_alone", "replay_to")
-#: The vertex role's methods that run on the host's ``relay`` threads, not in turn with the
-#: replica's calls (:mod:`raytide.actors.progress_relay`).
-RELAY_METHODS = ("relay", "relay_with_refs", "relay_gathered")
-#: The vertex role's method that delivers a relay's pushes (:mod:`raytide.physical.relay_tree`),
-#: on a thread of its own: one, so that a relay delivers its bundles in the order it took them.
-FAN_OUT_METHODS = ("fan_out",)
-#: The vertex role's methods that answer ``job.stats()`` and a peer's ask for its socket, on a
-#: thread of its own: a replica busy with an event (a slow user function) answers at once, not after it.
-INSPECT_METHODS = ("stats", "socket_address")
-#: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
-PROGRESS_METHODS = ("connect", "socket_address", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
-                    "describe", "stats", "hold", "replace", "subscribe")
-#: The methods of :class:`~raytide.actors.coordinator_actor.CoordinatorActor` that the replicas and the driver call.
-COORDINATOR_METHODS = ("acknowledge", "write_failed", "sync", "snapshot_now", "hold_now", "start", "restart", "pause",
-                       "reconfigure", "stats", "lose")
 
 
 class VertexHost(Host):
@@ -89,10 +88,10 @@ class VertexHost(Host):
         import raytide.actors.vertex_actor  # noqa: F401  (warm: imported once per process, not per job)
 
         #: The seat of a job's progress actor, played beside the replica under the same lease
-        #: (``progress_*`` methods, :data:`SEAT_PREFIX`), with a lock and threads of its own.
+        #: (its calls by :data:`SEAT_PREFIX` and name, through the ``seated_*`` methods), with a lock and threads of its own.
         self.seat = ProgressHost(number, seated=True)
         #: The seat of an input replica that feeds the replica played here, under the same lease
-        #: (``input_*`` methods, :data:`INPUT_PREFIX`), on a thread and with a lock of its own: its
+        #: (by :data:`INPUT_PREFIX` and name, the same way), on a thread and with a lock of its own: its
         #: sends to this host's replica run in this process (:class:`~raytide.actors.host_base.Beside`),
         #: and its wait for a full window toward another host's holds only its own lock.
         self.inputs = VertexHost(number, beside=self)
@@ -123,7 +122,7 @@ class VertexHost(Host):
 
     def _call(self, lease: int, method: str, args: tuple) -> Any:
         """:meth:`Host._call`; a call of the default group holds :attr:`serial` (the others run beside it)."""
-        if method in _VERTEX_GROUPS:
+        if method in VERTEX_GROUPS:
             return super()._call(lease, method, args)
         with self.serial:
             return super()._call(lease, method, args)
@@ -210,46 +209,32 @@ class CoordinatorHost(Host):
         return self._take(lease, CoordinatorActor(plan, recovery, inputs, incarnation, first_id), f"{job}/coordinator")
 
 
-#: How a vertex host names the methods of the progress role seated in it (:attr:`VertexHost.seat`):
-#: a job without recovery plays its progress actor in one of its vertex hosts, a process fewer.
-SEAT_PREFIX = "progress_"
-#: The seat's methods on a vertex host, and the concurrency group each runs in: its own thread
-#: (``progress``) for the role's calls, in turn, beside the replica's, as in a progress host.
-SEAT_GROUPS = {**dict.fromkeys(("take", "ping", "answer", *PROGRESS_METHODS), "progress"), "next_events": "poll",
-               "watch": "watch"}
-#: How a vertex host names the methods of the input replica seated in it (:attr:`VertexHost.inputs`):
-#: a job without recovery plays an input replica in the host of the replica it feeds, a process fewer.
-INPUT_PREFIX = "input_"
+#: The attribute of a vertex host that plays each seat (by its prefix).
+_SEATS = {SEAT_PREFIX: "seat", INPUT_PREFIX: "inputs"}
 
 
-def _seated(seat: str, prefix: str, name: str) -> Callable[..., Any]:
-    """A vertex host method that calls the method ``name`` of its seat ``seat`` (:attr:`VertexHost.seat`,
-    :attr:`VertexHost.inputs`)."""
+def _seated(group: str) -> Callable[..., Any]:
+    """The vertex host method that calls a seated role's methods of concurrency group ``group``
+    (:attr:`VertexHost.seat`, :attr:`VertexHost.inputs`; :data:`~raytide.actors.host_base.SEATED_GROUPS`)."""
 
-    def forward(self: VertexHost, lease: int, *args: Any) -> Any:
-        return getattr(getattr(self, seat), name)(lease, *args)
+    def forward(self: VertexHost, prefix: str, name: str, lease: int, *args: Any) -> Any:
+        if SEATED_GROUPS.get(prefix, {}).get(name) != group:
+            raise ArgumentError(f"{self!r}: the seat {prefix!r} has no method {name!r} in the concurrency group {group!r}")
+        return getattr(getattr(self, _SEATS[prefix]), name)(lease, *args)
 
-    forward.__name__ = forward.__qualname__ = prefix + name
-    forward.__doc__ = f"The seated role's ``{name}`` (see :attr:`VertexHost.{seat}`)."
+    forward.__name__ = forward.__qualname__ = SEATED + group
+    forward.__doc__ = f"A seated role's method (by its seat's prefix and its name) that runs in the ``{group}`` group."
     return forward
 
 
-_VERTEX_GROUPS = {**dict.fromkeys(RELAY_METHODS, "relay"), **dict.fromkeys(FAN_OUT_METHODS, "fan_out"),
-                  **dict.fromkeys(INSPECT_METHODS, "inspect")}
 for _name in VERTEX_METHODS:
     _method = forwarding(_name)
-    _group = _VERTEX_GROUPS.get(_name)
+    _group = VERTEX_GROUPS.get(_name)
     setattr(VertexHost, _name, ray.method(concurrency_group=_group)(_method) if _group else _method)
 for _name in PROGRESS_METHODS:
     setattr(ProgressHost, _name, forwarding(_name))
-#: The input seat's methods on a vertex host, and the concurrency group each runs in: the replica's own
-#: groups but the default, whose calls run on the seat's thread (``input``), in turn, beside the host's replica.
-INPUT_GROUPS = {**{name: _VERTEX_GROUPS.get(name, "input") for name in ("take", "ping", *VERTEX_METHODS)},
-                "answer": "inspect", "watch": "watch"}
-for _name, _group in SEAT_GROUPS.items():
-    setattr(VertexHost, SEAT_PREFIX + _name, ray.method(concurrency_group=_group)(_seated("seat", SEAT_PREFIX, _name)))
-for _name, _group in INPUT_GROUPS.items():
-    setattr(VertexHost, INPUT_PREFIX + _name, ray.method(concurrency_group=_group)(_seated("inputs", INPUT_PREFIX, _name)))
+for _group in sorted({group for groups in SEATED_GROUPS.values() for group in groups.values()}):
+    setattr(VertexHost, SEATED + _group, ray.method(concurrency_group=_group)(_seated(_group)))
 for _name in COORDINATOR_METHODS:
     setattr(CoordinatorHost, _name, forwarding(_name))
 

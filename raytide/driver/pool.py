@@ -112,7 +112,7 @@ class HostLease:
 
     @property
     def leased(self) -> Leased:
-        """The handle whose calls carry this lease (a seated role's: its ``progress_*`` or ``input_*`` methods)."""
+        """The handle whose calls carry this lease (a seated role's: by its prefix and name, through its host's ``seated_*`` methods)."""
         return Leased(self.handle, self.lease, self.seat)
 
 
