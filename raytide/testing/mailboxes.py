@@ -106,6 +106,15 @@ class Mailboxes:
         upstreams = self._upstreams(keys)
         return [key for key, calls in self.to_progress.items() if calls and key not in upstreams]
 
+    def progress_mailboxes(self, keys: Callable[[], Sequence[ReplicaKey]]
+                           ) -> tuple[list[ReplicaKey], list[tuple[ReplicaKey, ReplicaKey]]]:
+        """:meth:`calling` and :meth:`forwarding` at once, as the scheduler asks at every step;
+        ``keys()`` (the replicas) is asked only with ``nodes`` (without, no mailbox forwards)."""
+        if self.nodes is None:
+            return [key for key, calls in self.to_progress.items() if calls], []
+        replicas = keys()
+        return self.calling(replicas), self.forwarding(replicas)
+
     def forwarding(self, keys: Sequence[ReplicaKey]) -> list[tuple[ReplicaKey, ReplicaKey]]:
         """The relays' mailboxes (of the replicas ``keys``) with something for a group's relay, and whose."""
         upstreams = self._upstreams(keys)
@@ -188,7 +197,7 @@ class Mailboxes:
 
     def _merged(self, key: ReplicaKey) -> list[tuple[int, Sequenced]]:
         """All relay ``key`` holds, merged into runs per incarnation; its merge is its host's work."""
-        started = time.process_time()
+        started = time.process_time() if self.relayed is not None else 0.0  # a Pacing's only (a system call)
         calls = self.to_progress[key]
         taken = [(incarnation, run) for incarnation, runs in merge_by_incarnation(calls).items() for run in runs]
         calls[:] = []  # the relay's: freeing what it gathered is its work too
