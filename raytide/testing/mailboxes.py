@@ -58,6 +58,7 @@ class Mailboxes:
     links: dict[Link, collections.deque] = field(default_factory=_deques)  # replica to replica
     rank: dict[Link, int] = field(default_factory=dict)  # each link's place in ``links``
     busy: set[Link] = field(default_factory=set)  # the links posted to since seen empty
+    ordered: list[Link] | None = None  # the pending links in order, until a link fills or empties (None: unknown)
     ranks: Iterator[int] = field(default_factory=itertools.count)
     to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = field(  # any order: the progress actor is threaded; per relay with nodes
         default_factory=lambda: collections.defaultdict(list))
@@ -81,6 +82,7 @@ class Mailboxes:
         for (_, receiver), queue in self.links.items():
             if receiver == key:
                 queue.clear()
+        self.ordered = None
         for mailbox in (self.pushes, self.commands, self.injects, self.fan_outs):
             mailbox.pop(key, None)
         if self.nodes is not None:  # a relay's host died: what it gathered for the progress actor is lost
@@ -92,14 +94,19 @@ class Mailboxes:
         if link not in self.links:
             self.rank[link] = next(self.ranks)
         self.links[link].append(entry)
-        self.busy.add(link)
+        if link not in self.busy:
+            self.busy.add(link)
+            self.ordered = None
 
     def pending_links(self) -> list[Link]:
         """The links with something to deliver, in the order of ``links`` (the order of their
         first message); without looking at every link ever used, which at 512 replicas are
-        hundreds of thousands."""
-        self.busy = {link for link in self.busy if self.links.get(link)}
-        return sorted(self.busy, key=self.rank.__getitem__)
+        hundreds of thousands, and worked out again only once a link filled or emptied (the
+        scheduler asks at every step; the caller must not change the list)."""
+        if self.ordered is None:
+            self.busy = {link for link in self.busy if self.links.get(link)}
+            self.ordered = sorted(self.busy, key=self.rank.__getitem__)
+        return self.ordered
 
     def calling(self, keys: Sequence[ReplicaKey]) -> list[ReplicaKey]:
         """The mailboxes (of the replicas ``keys``) with something for the progress actor itself."""
@@ -177,6 +184,8 @@ class Mailboxes:
         queue = self.links[link]
         incarnation, message = queue.popleft()
         riders = queue.popleft()[1][1] if queue and queue[0][1][0] == "riders" else []
+        if not queue:
+            self.ordered = None
         return incarnation, message, riders
 
     def take_progress(self, key: ReplicaKey, rng: random.Random) -> list[tuple[int, Sequenced]]:
@@ -210,6 +219,7 @@ class Mailboxes:
         message to or from it, go."""
         for link in [link for link in self.links if key in link]:
             del self.links[link]
+        self.ordered = None
         for mailbox in (self.to_progress, self.pushes, self.commands, self.injects, self.fan_outs):
             mailbox.pop(key, None)
         self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]
