@@ -9,12 +9,12 @@ chooses, at each step, which mailbox delivers next.
 from __future__ import annotations
 
 import collections
-import contextlib
 import itertools
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
@@ -242,6 +242,7 @@ class LocalTransport:
         self.mail, self.key, self.incarnation, self.progress_alive, self.via = mail, key, incarnation, progress_alive, via
         self.rides = Rides(key.chain, tokens_ride)
         self.in_event = False
+        self.pass_on: Callable[[Rides], list[Sequenced]] = Rides.take_passing_on  # the event's (:meth:`event`)
         self.pending: dict[ReplicaKey, None] = {}  # the peers this event sent data to, in order, not flushed
         self.writer: list[tuple[int, LocalSnapshot]] | None = None  # its own writer's queue (a zombie's), else the world's
 
@@ -260,27 +261,37 @@ class LocalTransport:
     def to_progress(self, call: Sequenced) -> None:
         self._send_progress(self.rides.place(call, self.in_event, self.pending))
 
-    @contextlib.contextmanager
     def event(self, riders: Sequence[Sequenced] = (),
-              pass_on: Callable[[Rides], list[Sequenced]] = Rides.take_passing_on) -> Iterator[None]:
-        """One event of the replica; ``riders``: other replicas' progress batches that came
+              pass_on: Callable[[Rides], list[Sequenced]] = Rides.take_passing_on) -> LocalTransport:
+        """One event of the replica, as a context (``with transport.event(...):``; events do not
+        nest); ``riders``: other replicas' progress batches that came
         with the data it takes. At its end the batches placed with each peer follow its
         data, those whose data went before them (a marker) go to the progress actor, and the
         riders not sent on with them that ``pass_on`` picks (the rest wait for the
         replica's next message: :meth:`~raytide.engine.replica.ReplicaCore.riders_to_pass_on`);
-        a failed event's go nowhere (the job fails)."""
+        a failed event's go nowhere (the job fails). The transport is its own context manager,
+        not a ``contextlib`` generator: it wraps every delivery the simulator makes."""
         self.rides.carried(riders)
-        self.in_event = True
+        self.in_event, self.pass_on = True, pass_on
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        """The end of :meth:`event` (an error raised in it propagates)."""
         try:
-            yield
-            for to in list(self.pending):
-                self._flush(to)
-            self._send_progress(self.rides.take_stranded())
+            if kind is None:
+                for to in list(self.pending):
+                    self._flush(to)
+                self._send_progress(self.rides.take_stranded())
         finally:
             self.pending.clear()
             self.rides.end_event()
             self.in_event = False
-        self._send_progress(pass_on(self.rides))
+        if kind is None:
+            self._send_progress(self.pass_on(self.rides))
 
     def _flush(self, to: ReplicaKey) -> None:
         self.pending.pop(to, None)
