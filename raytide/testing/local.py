@@ -187,7 +187,7 @@ class LocalJob(World):
     def _replan(self) -> None:
         """The stepped rescales a recovery undid (the job went back to a snapshot from before
         their plans) are made again; one a snapshot from after its end holds is done."""
-        if self.recovery_steps:
+        if not self.in_force or self.recovery_steps:
             return
         committed = max(self.result.snapshots, default=0)
         undone = [entry for entry in self.in_force if entry[0] != self.incarnation]
@@ -358,6 +358,8 @@ class LocalJob(World):
 
     def _notice_failures(self) -> None:
         """Start a recovery for the deaths noticed by now (or start the one under way over)."""
+        if not self.failures:
+            return
         due = [cause for step, cause in self.failures if step <= self.result.steps]
         if not due or self.result.finished:
             return
@@ -404,8 +406,9 @@ class LocalJob(World):
 
     def _start_rescale(self) -> None:
         """The rescale asked for, once no other recovery or rescale is under way."""
-        busy = [under_way for under_way in (self.recovering, self.rescaling) if under_way and not under_way.over]
-        if not self.asks.pending or self.result.finished or busy:
+        if not self.asks.pending or self.result.finished:
+            return
+        if any(under_way and not under_way.over for under_way in (self.recovering, self.rescaling)):
             return
         assert self.flow is not None
         if self.coordinator is None and self.recovery is None:  # as on Ray: one for the cuts, from the first rescale on

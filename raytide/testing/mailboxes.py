@@ -9,12 +9,12 @@ chooses, at each step, which mailbox delivers next.
 from __future__ import annotations
 
 import collections
-import contextlib
 import itertools
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from raytide.engine.epoch_tokens import ProxyPlan, proxying_inputs
@@ -58,6 +58,7 @@ class Mailboxes:
     links: dict[Link, collections.deque] = field(default_factory=_deques)  # replica to replica
     rank: dict[Link, int] = field(default_factory=dict)  # each link's place in ``links``
     busy: set[Link] = field(default_factory=set)  # the links posted to since seen empty
+    ordered: list[Link] | None = None  # the pending links in order, until a link fills or empties (None: unknown)
     ranks: Iterator[int] = field(default_factory=itertools.count)
     to_progress: dict[ReplicaKey, list[tuple[int, Sequenced]]] = field(  # any order: the progress actor is threaded; per relay with nodes
         default_factory=lambda: collections.defaultdict(list))
@@ -81,6 +82,7 @@ class Mailboxes:
         for (_, receiver), queue in self.links.items():
             if receiver == key:
                 queue.clear()
+        self.ordered = None
         for mailbox in (self.pushes, self.commands, self.injects, self.fan_outs):
             mailbox.pop(key, None)
         if self.nodes is not None:  # a relay's host died: what it gathered for the progress actor is lost
@@ -92,19 +94,33 @@ class Mailboxes:
         if link not in self.links:
             self.rank[link] = next(self.ranks)
         self.links[link].append(entry)
-        self.busy.add(link)
+        if link not in self.busy:
+            self.busy.add(link)
+            self.ordered = None
 
     def pending_links(self) -> list[Link]:
         """The links with something to deliver, in the order of ``links`` (the order of their
         first message); without looking at every link ever used, which at 512 replicas are
-        hundreds of thousands."""
-        self.busy = {link for link in self.busy if self.links.get(link)}
-        return sorted(self.busy, key=self.rank.__getitem__)
+        hundreds of thousands, and worked out again only once a link filled or emptied (the
+        scheduler asks at every step; the caller must not change the list)."""
+        if self.ordered is None:
+            self.busy = {link for link in self.busy if self.links.get(link)}
+            self.ordered = sorted(self.busy, key=self.rank.__getitem__)
+        return self.ordered
 
     def calling(self, keys: Sequence[ReplicaKey]) -> list[ReplicaKey]:
         """The mailboxes (of the replicas ``keys``) with something for the progress actor itself."""
         upstreams = self._upstreams(keys)
         return [key for key, calls in self.to_progress.items() if calls and key not in upstreams]
+
+    def progress_mailboxes(self, keys: Callable[[], Sequence[ReplicaKey]]
+                           ) -> tuple[list[ReplicaKey], list[tuple[ReplicaKey, ReplicaKey]]]:
+        """:meth:`calling` and :meth:`forwarding` at once, as the scheduler asks at every step;
+        ``keys()`` (the replicas) is asked only with ``nodes`` (without, no mailbox forwards)."""
+        if self.nodes is None:
+            return [key for key, calls in self.to_progress.items() if calls], []
+        replicas = keys()
+        return self.calling(replicas), self.forwarding(replicas)
 
     def forwarding(self, keys: Sequence[ReplicaKey]) -> list[tuple[ReplicaKey, ReplicaKey]]:
         """The relays' mailboxes (of the replicas ``keys``) with something for a group's relay, and whose."""
@@ -168,6 +184,8 @@ class Mailboxes:
         queue = self.links[link]
         incarnation, message = queue.popleft()
         riders = queue.popleft()[1][1] if queue and queue[0][1][0] == "riders" else []
+        if not queue:
+            self.ordered = None
         return incarnation, message, riders
 
     def take_progress(self, key: ReplicaKey, rng: random.Random) -> list[tuple[int, Sequenced]]:
@@ -188,7 +206,7 @@ class Mailboxes:
 
     def _merged(self, key: ReplicaKey) -> list[tuple[int, Sequenced]]:
         """All relay ``key`` holds, merged into runs per incarnation; its merge is its host's work."""
-        started = time.process_time()
+        started = time.process_time() if self.relayed is not None else 0.0  # a Pacing's only (a system call)
         calls = self.to_progress[key]
         taken = [(incarnation, run) for incarnation, runs in merge_by_incarnation(calls).items() for run in runs]
         calls[:] = []  # the relay's: freeing what it gathered is its work too
@@ -201,6 +219,7 @@ class Mailboxes:
         message to or from it, go."""
         for link in [link for link in self.links if key in link]:
             del self.links[link]
+        self.ordered = None
         for mailbox in (self.to_progress, self.pushes, self.commands, self.injects, self.fan_outs):
             mailbox.pop(key, None)
         self.writes = [(incarnation, write) for incarnation, write in self.writes if write.key != key]
@@ -223,6 +242,7 @@ class LocalTransport:
         self.mail, self.key, self.incarnation, self.progress_alive, self.via = mail, key, incarnation, progress_alive, via
         self.rides = Rides(key.chain, tokens_ride)
         self.in_event = False
+        self.pass_on: Callable[[Rides], list[Sequenced]] = Rides.take_passing_on  # the event's (:meth:`event`)
         self.pending: dict[ReplicaKey, None] = {}  # the peers this event sent data to, in order, not flushed
         self.writer: list[tuple[int, LocalSnapshot]] | None = None  # its own writer's queue (a zombie's), else the world's
 
@@ -241,27 +261,37 @@ class LocalTransport:
     def to_progress(self, call: Sequenced) -> None:
         self._send_progress(self.rides.place(call, self.in_event, self.pending))
 
-    @contextlib.contextmanager
     def event(self, riders: Sequence[Sequenced] = (),
-              pass_on: Callable[[Rides], list[Sequenced]] = Rides.take_passing_on) -> Iterator[None]:
-        """One event of the replica; ``riders``: other replicas' progress batches that came
+              pass_on: Callable[[Rides], list[Sequenced]] = Rides.take_passing_on) -> LocalTransport:
+        """One event of the replica, as a context (``with transport.event(...):``; events do not
+        nest); ``riders``: other replicas' progress batches that came
         with the data it takes. At its end the batches placed with each peer follow its
         data, those whose data went before them (a marker) go to the progress actor, and the
         riders not sent on with them that ``pass_on`` picks (the rest wait for the
         replica's next message: :meth:`~raytide.engine.replica.ReplicaCore.riders_to_pass_on`);
-        a failed event's go nowhere (the job fails)."""
+        a failed event's go nowhere (the job fails). The transport is its own context manager,
+        not a ``contextlib`` generator: it wraps every delivery the simulator makes."""
         self.rides.carried(riders)
-        self.in_event = True
+        self.in_event, self.pass_on = True, pass_on
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        """The end of :meth:`event` (an error raised in it propagates)."""
         try:
-            yield
-            for to in list(self.pending):
-                self._flush(to)
-            self._send_progress(self.rides.take_stranded())
+            if kind is None:
+                for to in list(self.pending):
+                    self._flush(to)
+                self._send_progress(self.rides.take_stranded())
         finally:
             self.pending.clear()
             self.rides.end_event()
             self.in_event = False
-        self._send_progress(pass_on(self.rides))
+        if kind is None:
+            self._send_progress(self.pass_on(self.rides))
 
     def _flush(self, to: ReplicaKey) -> None:
         self.pending.pop(to, None)

@@ -54,6 +54,7 @@ class SnapshotTaking:
     outputs: LocalOutputs
     calls: ReplayLog
     rescaling: Execution | None
+    recovering: Execution | None
     #: The driver's requests for a rescale's cut on their way to the coordinator, as
     #: ``(incarnation, attempt)``, and the attempt whose cut is in flight (None: no cut is).
     cut_asks: collections.deque[tuple[int, int]]
@@ -107,17 +108,18 @@ class SnapshotTaking:
 
     def _snapshot_actions(self) -> list[Callable[[], None]]:
         actions: list[Callable[[], None]] = []
-        coordinator, holding = self.coordinator, rescaling_in(self.rescaling, RescalePhase.HOLDING, RescalePhase.HANDING_OVER)
-        if (coordinator is not None and not self.recovery_steps and not self.result.finished and not holding
-                and not self.cut_asks and coordinator.due(self.result.steps) and not self._stepping()):
+        coordinator, recovering = self.coordinator, self.recovering is not None and self.recovering.steps
+        if (coordinator is not None and not recovering and not self.result.finished and not self.cut_asks
+                and not rescaling_in(self.rescaling, RescalePhase.HOLDING, RescalePhase.HANDING_OVER)
+                and coordinator.due(self.result.steps) and not self._stepping()):
             actions.append(functools.partial(taken_by, self._trigger, to=COORDINATOR))
         if coordinator is not None and self.cut_asks and (coordinator.in_flight is None
                                                           or coordinator.cut_refused(self.cut_asks[0][0])):
             actions.append(functools.partial(taken_by, self._take_cut_ask, to=COORDINATOR))
         if self.mail.writes:
             actions.append(functools.partial(self._write, to=WRITERS))
-        zombie = self._undead(COORDINATOR)
-        if self.mail.acks and coordinator is None and zombie is not None:  # some writers call the zombie, some wait
+        zombie = self._undead(COORDINATOR) if self.mail.acks and coordinator is None else None
+        if zombie is not None:  # some writers call the zombie, some wait
             knew = [self.rng.random() < 0.5 for _ in self.mail.acks]  # for the coordinator a recovery brings
             zombie.inbox += [ack for (_, ack), old in zip(self.mail.acks, knew) if old]
             self.mail.acks[:] = [entry for entry, old in zip(self.mail.acks, knew) if not old]

@@ -132,29 +132,36 @@ class World(SnapshotTaking):
         return self.recovering.steps if self.recovering is not None else collections.deque()
 
     def _mailboxes(self) -> list[Callable[[], None]]:
-        """One action per mailbox with something to deliver."""
-        haunting = zombie_actions(self.zombies, self.mail, self.dead, self._haunt)  # first: they take their mail
+        """One action per mailbox with something to deliver. It runs at every step, of which one
+        action is taken: it looks only at the mailboxes that may hold something, and skips
+        what an empty world (no zombie, nobody waiting, no relay) cannot offer."""
+        mail, waiting = self.mail, self.waiting
+        haunting = zombie_actions(self.zombies, mail, self.dead, self._haunt) if self.zombies else []  # first: they take their mail
         actions: list[Callable[[], None]] = []
         if not self.connected and self.progress is not None:
             actions.append(self._connect)
-        links = [link for link in self.mail.pending_links() if link[1] not in self.waiting]
+        links = mail.pending_links()
+        if waiting:
+            links = [link for link in links if link[1] not in waiting]
         actions += (self.pacing.per_receiver(links, self._deliver, self.rng) if self.pacing is not None
                     else [functools.partial(self._deliver, link, to=link[1]) for link in links])
-        keys = self.replica_keys()
-        if self.mail.calling(keys):
+        calling, forwarding = mail.progress_mailboxes(self.replica_keys)
+        if calling:
             actions.append(functools.partial(self._take_progress_call, to=PROGRESS))
-        actions += [functools.partial(self.mail.forward, key, to=to) for key, to in self.mail.forwarding(keys)]
-        for deliver, mailbox in ((self._push_status, self.mail.pushes), (self._command, self.mail.commands),
-                                 (self._inject, self.mail.injects), (self.mail.fan_out, self.mail.fan_outs)):
-            actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
-                        if queue and key not in self.waiting]
+        actions += [functools.partial(mail.forward, key, to=to) for key, to in forwarding]
+        for deliver, mailbox in ((self._push_status, mail.pushes), (self._command, mail.commands),
+                                 (self._inject, mail.injects), (mail.fan_out, mail.fan_outs)):
+            if mailbox:
+                actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
+                            if queue and key not in waiting]
         driving = [under_way.step for under_way in (self.recovering, self.rescaling) if under_way and under_way.steps]
-        if self.mail.log and not driving:  # the driver recovers (or hands state over), then reads events again
+        if mail.log and not driving:  # the driver recovers (or hands state over), then reads events again
             actions.append(self._poll)
         actions += driving
         actions += haunting
-        actions += [functools.partial(self._haunt_actor, role, to=("zombie", role))
-                    for role, zombie in self.undead.items() if zombie.left > 0 and zombie.inbox]
+        if self.undead:
+            actions += [functools.partial(self._haunt_actor, role, to=("zombie", role))
+                        for role, zombie in self.undead.items() if zombie.left > 0 and zombie.inbox]
         actions += self.outputs.consumer_actions()
         if self.recovery is not None or self.coordinator is not None:  # without recovery: a rescale's cuts
             actions += self._snapshot_actions()
@@ -172,6 +179,8 @@ class World(SnapshotTaking):
 
     def _pace(self, actor: Hashable) -> float:
         """How often ``actor`` acts next to an actor at full speed (0: frozen) at this step."""
+        if not self.spells:
+            return self.slow.get(actor, 1.0)
         now = self.result.steps
         spell = [weight for who, weight, start, end in self.spells if who == actor and start <= now < end]
         return spell[-1] if spell else self.slow.get(actor, 1.0)
