@@ -55,7 +55,9 @@ class Mailboxes:
 
     nodes: int | None = None
     fanin: int | None = None  # node relays per group's relay (None: as on Ray)
-    links: dict[Link, collections.deque] = field(default_factory=_deques)  # replica to replica
+    #: Replica to replica. Changed only by :meth:`post`, :meth:`take`, :meth:`drop_inbound` and
+    #: :meth:`drop_replica`, which keep ``busy`` and ``ordered`` (the pending links) true.
+    links: dict[Link, collections.deque] = field(default_factory=_deques)
     rank: dict[Link, int] = field(default_factory=dict)  # each link's place in ``links``
     busy: set[Link] = field(default_factory=set)  # the links posted to since seen empty
     ordered: list[Link] | None = None  # the pending links in order, until a link fills or empties (None: unknown)
