@@ -8,11 +8,10 @@
   (:data:`OWN_RAY_FILES`: the demo, ``ray job submit``, Ctrl-C, the memory children, the
   lost node), first in their worker, and every test that starts no Ray (unit, simulation,
   contract, doctests), in the other workers (two with ``-n 3``; one with ``-n 2``). Those
-  last are CPU-bound and run at the lowest CPU priority (:func:`lower_priority`: nice 19,
-  ``SCHED_IDLE``), so they fill the idle time of the session lane and of the programs
-  without slowing them: with one such worker beside the session lane, the two cores were
-  about 70% busy (a sampler over a whole run); with two, whatever the session lane leaves
-  is taken. They are handed out a
+  last are CPU-bound and run at the lowest CPU priority (:func:`lower_priority`), so they
+  fill the idle time of the session lane and of the programs without slowing them: with one
+  such worker beside the session lane, the two cores were about 70% busy (a sampler over a
+  whole run); with two, whatever the session lane leaves is taken. They are handed out a
   file at a time (:func:`unit_of`): a worker whose own tests are done takes the files still
   waiting, so no core stands idle at the end of the run while one worker works through the
   last of them alone.
@@ -150,22 +149,8 @@ def lower_priority(item: pytest.Item) -> None:
     mine = shared / _PID_GLOB.replace("*", str(me.pid))
     if mine.exists():
         return
-    _idle_priority()
-    mine.write_text(f"{me.pid} {me.create_time()}")
-
-
-def _idle_priority() -> None:
-    """Every thread of this process at nice 19 and under ``SCHED_IDLE``: besides the smallest
-    share of a busy CPU, a thread of the session lane (or one of its Ray processes) that wakes
-    up takes the CPU from it at once, where a nice-19 thread under ``SCHED_OTHER`` may keep it
-    for a scheduler slice first. The session lane's jobs are chains of such wake-ups (every Ray
-    call is one), and with two workers of the other lane beside it at nice 19 alone its tests
-    took 14% longer (summed, one fresh-clone run against the last with one such worker)."""
     os.nice(19)
-    for thread in map(int, os.listdir("/proc/self/task")):  # nice and policy are per thread on Linux
-        with contextlib.suppress(ProcessLookupError, PermissionError):  # a thread gone; a policy refused
-            os.setpriority(os.PRIO_PROCESS, thread, 19)
-            os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+    mine.write_text(f"{me.pid} {me.create_time()}")
 
 
 @contextlib.contextmanager
