@@ -89,6 +89,9 @@ def test_a_second_driver_is_refused_and_a_paused_one_is_fenced_after_a_takeover(
     third = None
     try:
         wait_for(lambda: generation(store) == 1, "the first driver's lease", 60, first)
+        # and its first snapshot: before it, a restoring driver is refused for want of one,
+        # whoever holds the store (seen at a load of 20)
+        wait_for(lambda: store.latest() is not None, "the first driver's first snapshot", 60, first)
         second = subprocess.run([sys.executable, "-c", DRIVER, uri, str(log), "restore", "0"], env=env,
                                 capture_output=True, text=True, timeout=60)
         assert second.returncode != 0 and "StoreLeaseError" in second.stderr, second.stderr[-3000:]
