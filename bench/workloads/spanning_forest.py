@@ -48,14 +48,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench.workloads.child_lists import Children, subtrees
 from bench.workloads.hooking import joining, spanning_forest
-from bench.workloads.sorted_pairs import SHIFT, distinct, member, offsets, pack, pair, patched, ranges, runs, subtrees, unpack
+from bench.workloads.sorted_pairs import LOW, SHIFT, Runs, distinct, member, offsets, pack, pair, runs, unpack
 from raytide.core.keyindex import EMPTY, concat
 
 #: Edges added at once above one per this many nodes rebuild the forest (:func:`rebuilt`).
 BULK = 4
 #: A replica drops its edges with no copy left once they are one in this many of those it holds.
 TOMBSTONES = 8
+#: A replica merges the edges new since its last merge once they are one in this many of the others.
+MERGE = 16
 
 
 @dataclass
@@ -64,18 +67,18 @@ class Forest:
     a tree's root its own; the forest's edges are ``(x, up[x])``); each node's component as
     its smallest node index (``root``; ``ids[root]`` is the label); and the nodes with a
     self-loop present (``loops``, sorted indices: they have an edge, none in the forest); and
-    the children index (``kids``: ``pair(up[x], x)`` of every node ``x`` not a root, sorted).
+    the children index (``kids``: each node's children).
     A tree's root is its smallest node, so ``root`` is also each node's tree root."""
 
     ids: np.ndarray
     up: np.ndarray
     root: np.ndarray
     loops: np.ndarray
-    kids: np.ndarray
+    kids: Children
 
     @classmethod
     def empty(cls) -> Forest:
-        return cls(EMPTY, EMPTY, EMPTY, EMPTY, EMPTY)
+        return cls(EMPTY, EMPTY, EMPTY, EMPTY, Children.of(EMPTY))
 
     def labels(self) -> np.ndarray:
         """Every node's label: the smallest node id of its component."""
@@ -97,21 +100,40 @@ class Forest:
 class OwnedEdges:
     """A replica's own edges as an adjacency, so that the edges at a few nodes are found without a
     pass over them all: ``pair(u, v)`` and ``pair(v, u)`` of each edge (ids; a self-loop once),
-    sorted (``adj``), and the edge's copies at both (``copies``: present while above zero).
-    An edge left with no copy stays, unmoved, until such edges are one in
-    :data:`TOMBSTONES` of what is held: then they are dropped, so what is held follows the graph."""
+    with their runs, and the edge's copies at both (present while above zero; changed in place
+    by :func:`apply_updates`). Two tiers: what was held at the last merge (``adj``,
+    ``copies``), and the edges new since (``recent``, ``recent_copies``), merged into the first
+    once they are one in :data:`MERGE` of it, so that an epoch's new edges move only the small
+    tier. An edge left with no copy (``dead`` of them) stays until such edges are one in
+    :data:`TOMBSTONES` of what is held: then a merge drops them, so what is held follows the graph."""
 
-    adj: np.ndarray
+    adj: Runs
     copies: np.ndarray
+    recent: Runs
+    recent_copies: np.ndarray
+    dead: int = 0
 
     @classmethod
     def empty(cls) -> OwnedEdges:
-        return cls(EMPTY, EMPTY)
+        return cls(Runs.of(EMPTY), EMPTY, Runs.of(EMPTY), EMPTY)
+
+    def tiers(self) -> tuple[tuple[Runs, np.ndarray], tuple[Runs, np.ndarray]]:
+        """The two tiers, each its index and copies, the merged one first."""
+        return (self.adj, self.copies), (self.recent, self.recent_copies)
 
     def present(self) -> np.ndarray:
         """The keys of the edges present (:func:`pack`'s, of ids)."""
-        low, high = unpack(self.adj)
-        return self.adj[(self.copies > 0) & (low <= high)]
+        keys = [index.keys[(copies > 0) & (index.keys >> SHIFT <= (index.keys & LOW))] for index, copies in self.tiers()]
+        return concat(keys)
+
+    def settled(self) -> OwnedEdges:
+        """Merged into one tier (its edges with no copy dropped) when due, else itself."""
+        held = len(self.copies) + len(self.recent_copies)
+        if len(self.recent_copies) * MERGE <= len(self.copies) and self.dead * TOMBSTONES <= held:
+            return self
+        at = np.searchsorted(self.adj.keys, self.recent.keys)
+        keys, copies = np.insert(self.adj.keys, at, self.recent.keys), np.insert(self.copies, at, self.recent_copies)
+        return OwnedEdges(Runs.of(keys[copies != 0]), copies[copies != 0], Runs.of(EMPTY), EMPTY)
 
 
 def id_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -126,27 +148,37 @@ def id_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 def apply_updates(owned: OwnedEdges, keys: np.ndarray,
                   diff: np.ndarray) -> tuple[OwnedEdges, np.ndarray, np.ndarray]:
     """``(owned, inserted, deleted)``: the edges' copies changed by ``diff`` (summed per key), and
-    the keys whose presence flipped on and off. Known edges are found by binary search and
-    their copies changed where they are; only new ones move what is held (inserted in place,
-    no sort of it), and dropping the edges with no copy left, once they are many."""
+    the keys whose presence flipped on and off. Both ends of every edge are found by a binary
+    search a tier and known ones' copies changed in place (``owned``'s too); only new ones
+    move what is held: inserted into the small tier, which is merged once due."""
     keys, at = np.unique(keys, return_inverse=True)
     change = np.bincount(at, weights=diff, minlength=len(keys)).astype(np.int64)
-    spot = np.searchsorted(owned.adj, keys)
-    known = spot < len(owned.adj)
-    known[known] = owned.adj[spot[known]] == keys[known]
-    before = np.zeros(len(keys), dtype=np.int64)
-    before[known] = owned.copies[spot[known]]
-    now = before + change
-    copies = owned.copies.copy()
-    ends, edge = both_ways(keys[known])
-    copies[np.searchsorted(owned.adj, ends)] = now[known][edge]
-    ends, edge = both_ways(keys[~known & (change != 0)])
+    ends, edge = both_ways(keys)
     order = np.argsort(ends)
-    at = np.searchsorted(owned.adj, ends[order])
-    adj, copies = np.insert(owned.adj, at, ends[order]), np.insert(copies, at, now[~known & (change != 0)][edge[order]])
-    if np.count_nonzero(copies == 0) * TOMBSTONES > len(copies):
-        adj, copies = adj[copies != 0], copies[copies != 0]
-    return OwnedEdges(adj, copies), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
+    ends, edge = ends[order], edge[order]
+    found = [located(index.keys, ends) for index, _ in owned.tiers()]
+    before = np.zeros(len(keys), dtype=np.int64)
+    for (_, copies), (spot, hit) in zip(owned.tiers(), found, strict=True):
+        before[edge[hit]] = copies[spot[hit]]
+    now, dead = before + change, owned.dead
+    for (_, copies), (spot, hit) in zip(owned.tiers(), found, strict=True):
+        if hit.any():
+            copies[spot[hit]] = now[edge[hit]]
+            dead += int(np.count_nonzero(now[edge[hit]] == 0) - np.count_nonzero(before[edge[hit]] == 0))
+    spot, hit = found[1]
+    fresh = ~found[0][1] & ~hit & (change[edge] != 0)
+    recent = Runs.of(np.insert(owned.recent.keys, spot[fresh], ends[fresh]))
+    owned = OwnedEdges(owned.adj, owned.copies, recent, np.insert(owned.recent_copies, spot[fresh], now[edge[fresh]]), dead)
+    return owned.settled(), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
+
+
+def located(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(spot, found)``: where each of ``values`` is, or would go, in the sorted ``keys``, and a mask
+    of those held."""
+    spot = np.searchsorted(keys, values)
+    found = spot < len(keys)
+    found[found] = keys[spot[found]] == values[found]
+    return spot, found
 
 
 def both_ways(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -201,8 +233,8 @@ def extended(forest: Forest, ids: np.ndarray) -> Forest:
     root[old] = old[forest.root]
     up = np.arange(len(wider), dtype=np.int64)
     up[old] = old[forest.up]
-    parent, child = unpack(forest.kids)
-    return Forest(wider, up, root, old[forest.loops], pair(old[parent], old[child]))
+    kept = not len(old) or old[-1] == len(old) - 1  # indices kept (ids 0 .. n-1 as before): the index too
+    return Forest(wider, up, root, old[forest.loops], forest.kids.widened(len(up)) if kept else Children.of(up))
 
 
 def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tuple[Forest, bool, np.ndarray]:
@@ -234,22 +266,22 @@ def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
     the part left above a cut keeps its root, the smallest node, and its label: none of it is
     visited."""
     children = distinct(children)
-    up = forest.up.copy()
-    kids = patched(forest.kids, pair(up[children], children), EMPTY)
+    up, kids = forest.up.copy(), forest.kids.copy()
+    kids.relink(pair(up[children], children), EMPTY)
     up[children] = children
-    nodes, top = subtrees(kids, children, len(up))
+    nodes, top = subtrees(kids, children)
     smallest = np.full(len(children), len(up), dtype=np.int64)
     np.minimum.at(smallest, top, nodes)
-    kids = rerooted(up, kids, smallest, smallest)
+    rerooted(up, kids, smallest, smallest)
     root = forest.root.copy()
     root[nodes] = smallest[top]
     return Forest(forest.ids, up, root, forest.loops, kids), nodes
 
 
-def rerooted(up: np.ndarray, kids: np.ndarray, node: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """The children index once each ``node``'s tree is rerooted at it (the path from it to its root
-    reversed) and hung from ``new`` (``new = node`` only reroots), ``up`` changed so in place;
-    the paths must be apart. The index is patched for the nodes whose parent changed only."""
+def rerooted(up: np.ndarray, kids: Children, node: np.ndarray, new: np.ndarray) -> None:
+    """Each ``node``'s tree rerooted at it (the path from it to its root reversed) and hung from
+    ``new`` (``new = node`` only reroots): ``up`` and the children index changed so in place,
+    the index for the nodes whose parent changed only. The paths must be apart."""
     moved, was = [], []
     for _ in range(len(up) + 1):
         if not len(node):
@@ -264,7 +296,7 @@ def rerooted(up: np.ndarray, kids: np.ndarray, node: np.ndarray, new: np.ndarray
         raise ValueError(f"the parent links of {len(node)} nodes form a cycle, not a forest")
     child, old = concat(moved), concat(was)
     now = up[child]
-    return patched(kids, pair(old, child)[(old != child) & (old != now)], pair(now, child)[(now != child) & (old != now)])
+    kids.relink(pair(old, child)[(old != child) & (old != now)], pair(now, child)[(now != child) & (old != now)])
 
 
 def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> tuple[Forest, np.ndarray]:
@@ -283,9 +315,8 @@ def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> t
     nodes, under = members(forest, touched[hung], known)
     root = forest.root.copy()
     root[nodes] = touched[top[hung]][under]
-    up = forest.up.copy()
-    kids = linked(up, forest.kids, (a, np.searchsorted(touched, forest.root[a])),
-                  (b, np.searchsorted(touched, forest.root[b])), top)
+    up, kids = forest.up.copy(), forest.kids.copy()
+    linked(up, kids, (a, np.searchsorted(touched, forest.root[a])), (b, np.searchsorted(touched, forest.root[b])), top)
     return Forest(forest.ids, up, root, forest.loops, kids), nodes
 
 
@@ -295,11 +326,11 @@ def members(forest: Forest, tops: np.ndarray, known: np.ndarray) -> tuple[np.nda
     from them (the caller vouches that they hold all of such a tree: the nodes whose component
     changed this epoch do); the others are found down the children index."""
     if not len(known):
-        return subtrees(forest.kids, tops, len(forest.up))
+        return subtrees(forest.kids, tops)
     mask = np.zeros(len(forest.up), dtype=bool)
     mask[known] = True
     inside = mask[tops]
-    walked, under = subtrees(forest.kids, tops[~inside], len(forest.up))
+    walked, under = subtrees(forest.kids, tops[~inside])
     root = forest.root[known]
     at = np.minimum(np.searchsorted(tops, root), len(tops) - 1)
     hit = (tops[at] == root) & inside[at]
@@ -328,13 +359,12 @@ def rebuilt(forest: Forest, keys: np.ndarray) -> tuple[Forest, np.ndarray]:
         front, first = np.unique(nearby[fresh], return_index=True)
         up[front] = near[fresh][first]
         seen[front] = True
-    child = np.flatnonzero(up != np.arange(count))
-    return Forest(forest.ids, up, root, forest.loops, np.sort(pair(up[child], child))), np.arange(count)
+    return Forest(forest.ids, up, root, forest.loops, Children.of(up)), np.arange(count)
 
 
-def linked(up: np.ndarray, kids: np.ndarray, ends_a: tuple[np.ndarray, np.ndarray],
-           ends_b: tuple[np.ndarray, np.ndarray], top: np.ndarray) -> np.ndarray:
-    """The children index once the edges ``(a, b)`` are added to the forest ``up`` (changed in
+def linked(up: np.ndarray, kids: Children, ends_a: tuple[np.ndarray, np.ndarray],
+           ends_b: tuple[np.ndarray, np.ndarray], top: np.ndarray) -> None:
+    """The edges ``(a, b)`` added to the forest ``up`` and its children index ``kids`` (changed in
     place): ``ends_a`` is ``(a, tree of a)``, ``ends_b`` the same of ``b``, trees as indices
     into ``top`` (``top[t]`` the tree at the top of ``t``'s joined tree); the edges a spanning
     forest over the trees. Each joined tree hangs from its top, level by level; a tree hung by
@@ -352,7 +382,7 @@ def linked(up: np.ndarray, kids: np.ndarray, ends_a: tuple[np.ndarray, np.ndarra
         parent.append(np.where(on_a[now], a[now], b[now]))
         placed[hung] = True
         a, b, ta, tb = a[~now], b[~now], ta[~now], tb[~now]
-    return rerooted(up, kids, concat(child), concat(parent))
+    rerooted(up, kids, concat(child), concat(parent))
 
 
 def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, inserted: np.ndarray) -> np.ndarray:
@@ -390,15 +420,12 @@ def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, inserted: n
 
 def incident(ids: np.ndarray, owned: OwnedEdges, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(a, b)``: the present edges of ``owned`` at ``nodes`` (indices into ``ids``), ``a`` the end
-    among them; by the adjacency's offsets when they are many and the ids about dense, else
-    by two binary searches a node."""
-    heads = ids[nodes]
-    if len(heads) * 64 > len(ids) and ids[-1] < 2 * len(ids):
-        start = offsets(owned.adj, int(ids[-1]) + 1)
-        at, _ = runs(start[heads], start[heads + 1] - start[heads])
-    else:
-        at, _ = ranges(owned.adj, heads)
-    return as_indices(ids, owned.adj[at[owned.copies[at] > 0]])
+    among them, read at their runs of the adjacency's tiers."""
+    found = []
+    for index, copies in owned.tiers():
+        at, _ = index.at(ids[nodes])
+        found.append(index.keys[at[copies[at] > 0]])
+    return as_indices(ids, concat(found))
 
 
 def reconnected(forest: Forest, found: np.ndarray, inserted: np.ndarray, moved: np.ndarray) -> tuple[Forest, np.ndarray]:
