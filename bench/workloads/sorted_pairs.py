@@ -35,10 +35,15 @@ class Runs:
     start: np.ndarray
 
     @classmethod
-    def of(cls, keys: np.ndarray) -> Runs:
-        """The index of the sorted pair keys ``keys`` (one count over them)."""
+    def of(cls, keys: np.ndarray, like: Runs | None = None) -> Runs:
+        """The index of the sorted pair keys ``keys`` (one count over them); with starts if they are
+        dense, or if ``like`` has starts (a few keys over the same highs: a count over the highs)."""
         bound = int(keys[-1] >> SHIFT) + 1 if len(keys) else 0
-        return cls(keys, offsets(keys, bound) if dense(bound, len(keys)) else EMPTY)
+        if like is not None and len(like.start):
+            bound, size = max(bound, len(like.start) - 1), len(like.keys)
+        else:
+            size = len(keys)
+        return cls(keys, offsets(keys, bound) if dense(bound, size) else EMPTY)
 
     def at(self, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(at, owner)``: the positions of the keys whose ``high`` is one of ``heads``, and for each

@@ -167,7 +167,7 @@ def apply_updates(owned: OwnedEdges, keys: np.ndarray,
             dead += int(np.count_nonzero(now[edge[hit]] == 0) - np.count_nonzero(before[edge[hit]] == 0))
     spot, hit = found[1]
     fresh = ~found[0][1] & ~hit & (change[edge] != 0)
-    recent = Runs.of(np.insert(owned.recent.keys, spot[fresh], ends[fresh]))
+    recent = Runs.of(np.insert(owned.recent.keys, spot[fresh], ends[fresh]), owned.adj)
     owned = OwnedEdges(owned.adj, owned.copies, recent, np.insert(owned.recent_copies, spot[fresh], now[edge[fresh]]), dead)
     return owned.settled(), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
 
