@@ -26,8 +26,8 @@ node. An epoch takes at most two exchanges, whatever the depth of what changed:
 The work of an epoch follows what changed, not ``n``: a deleted forest edge ``(u, up[u])``
 cuts off exactly ``u``'s subtree, found by walking the children index down from every cut
 at once (:func:`cut`); only the edges at those nodes are searched for replacements, a
-part's root first (an edge there to the part above its cut settles it); a tree
-hung elsewhere is rerooted along one path; only the nodes whose component changed are
+part's top first (``u``: an edge there to the part above its cut settles it, and the part,
+hung by it, keeps its shape); a tree hung elsewhere is rerooted along one path; only the nodes whose component changed are
 relabelled. (The part above a cut keeps its root, the smallest node, so nothing of it is
 visited.) Its cost is the cut-off subtrees' sizes, so the forest's depth: a bulk of edges
 builds breadth-first trees (:func:`rebuilt`; mean depth 9 on the bench's random graph of
@@ -237,13 +237,14 @@ def extended(forest: Forest, ids: np.ndarray) -> Forest:
     return Forest(wider, up, root, old[forest.loops], forest.kids.widened(len(up)) if kept else Children.of(up))
 
 
-def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tuple[Forest, bool, np.ndarray]:
-    """Round 2, the same at every replica: ``(F'', split, moved)`` from every replica's announcements
-    (id keys, in any order). ``split`` if a forest edge was deleted: then ``F''`` is the forest
-    less the deleted edges, each of its parts a piece of one tree of before (what
-    :func:`candidates` relies on), ``moved`` the nodes cut off, and the inserted edges wait for
-    :func:`reconnected`. Otherwise ``F''`` is the forest plus the inserted edges joining
-    different trees, the new forest, and ``moved`` the nodes whose component changed."""
+def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tuple[Forest, bool, np.ndarray, np.ndarray]:
+    """Round 2, the same at every replica: ``(F'', split, moved, tops)`` from every replica's
+    announcements (id keys, in any order). ``split`` if a forest edge was deleted: then ``F''``
+    is the forest less the deleted edges, each of its parts a piece of one tree of before (what
+    :func:`candidates` relies on), ``moved`` the nodes cut off, ``tops`` the nodes cut from
+    their parents (a part's top each), and the inserted edges wait for :func:`reconnected`.
+    Otherwise ``F''`` is the forest plus the inserted edges joining different trees, the new
+    forest, ``moved`` the nodes whose component changed, and no ``tops``."""
     inserted = distinct(inserted)
     forest = extended(forest, concat(list(unpack(inserted))))
     deleted, inserted = (pack(*as_indices(forest.ids, keys)) for keys in (deleted, inserted))
@@ -253,10 +254,11 @@ def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tup
         forest = Forest(forest.ids, forest.up, forest.root, loops[~member(loops, distinct(unpack(gone)[0]))], forest.kids)
     a, b = unpack(deleted[~is_loop(deleted)])
     if len(a):
-        forest, cut_off = cut(forest, np.where(forest.up[a] == b, a, b))
-        return forest, True, cut_off
+        tops = distinct(np.where(forest.up[a] == b, a, b))
+        forest, cut_off = cut(forest, tops)
+        return forest, True, cut_off, tops
     forest, hung = with_edges(forest, inserted[~is_loop(inserted)])
-    return forest, False, hung
+    return forest, False, hung, EMPTY
 
 
 def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
@@ -385,29 +387,30 @@ def linked(up: np.ndarray, kids: Children, ends_a: tuple[np.ndarray, np.ndarray]
     rerooted(up, kids, concat(child), concat(parent))
 
 
-def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, inserted: np.ndarray) -> np.ndarray:
+def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, tops: np.ndarray, inserted: np.ndarray) -> np.ndarray:
     """Round 2 at one replica, after a split: enough of its present edges whose ends are in
     different parts of ``F''`` to join them as all of them would, reduced to a spanning forest
     over the parts (id keys, to send to every replica). Only two kinds can cross: edges at a
     node cut off (``moved``, by :func:`split_join`), found in the adjacency, and the edges it
     ``inserted`` this epoch (all taken); any other was inside a tree and is.
 
-    A part's root is searched first: a part with an edge there of before to a node not cut off
-    (so to the part left above the cuts of its own tree) is settled by it, and its other
-    nodes' edges are not searched. Leaving out an edge of before between two parts of a tree
-    is safe: a settled end is joined to the part above; the other end is too, or is not
-    settled and its own search finds the edge."""
+    A part's top (``tops``: where it was cut) is searched first: a part with an edge there of
+    before to a node not cut off (so to the part left above the cuts of its own tree) is
+    settled by it, and its other nodes' edges are not searched. Leaving out an edge of before
+    between two parts of a tree is safe: a settled end is joined to the part above; the other
+    end is too, or is not settled and its own search finds the edge. Hung by such an edge, the
+    part keeps its shape (rerooted at its top again): the forest's depth does not drift."""
     cut_off = np.zeros(len(forest.ids), dtype=bool)
     cut_off[moved] = True
-    heads = moved[forest.root[moved] == moved]
-    a, b = incident(forest.ids, owned, heads)
+    a, b = incident(forest.ids, owned, tops)
     settles = ~cut_off[b] & ~member(pack(forest.ids[a], forest.ids[b]), inserted)
     settled = np.zeros(len(forest.ids), dtype=bool)
-    settled[a[settles]] = True
-    rest = moved[~settled[forest.root[moved]] & (forest.root[moved] != moved)]
-    more_a, more_b = incident(forest.ids, owned, rest)
+    settled[forest.root[a[settles]]] = True  # parts, by their roots
     searched = np.zeros(len(forest.ids), dtype=bool)
-    searched[heads], searched[rest] = True, True
+    searched[tops] = True
+    rest = moved[~settled[forest.root[moved]] & ~searched[moved]]
+    more_a, more_b = incident(forest.ids, owned, rest)
+    searched[rest] = True
     new_a, new_b = as_indices(forest.ids, inserted)
     new = ~(searched[new_a] | searched[new_b])  # an inserted edge at a searched node is found there
     a, b = concat([a, more_a, new_a[new]]), concat([b, more_b, new_b[new]])
@@ -465,11 +468,11 @@ def run_epoch(forests: list[Forest], owned: list[OwnedEdges], updates: list[tupl
     middle = [split_join(forest, concat([d for d, _ in arrived(sent, r)]), concat([i for _, i in arrived(sent, r)]))
               for r, forest in enumerate(forests)]
     if not middle[0][1]:
-        return [forest for forest, _, _ in middle], owned, 1, relabelled(forests[0], middle[0][0], middle[0][2])
-    found = [candidates(forest, mine, moved, inserted)
-             for (forest, _, moved), mine, (_, inserted, _) in zip(middle, owned, applied, strict=True)]
+        return [forest for forest, _, _, _ in middle], owned, 1, relabelled(forests[0], middle[0][0], middle[0][2])
+    found = [candidates(forest, mine, moved, tops, inserted)
+             for (forest, _, moved, tops), mine, (_, inserted, _) in zip(middle, owned, applied, strict=True)]
     final = [reconnected(forest, concat(arrived(found, r)), concat([i for _, i in arrived(sent, r)]), moved)
-             for r, (forest, _, moved) in enumerate(middle)]
+             for r, (forest, _, moved, _) in enumerate(middle)]
     changes = relabelled(forests[0], final[0][0], concat([middle[0][2], final[0][1]]))
     return [forest for forest, _ in final], owned, 2, changes
 
