@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.workloads.sorted_pairs import LOW, SHIFT, distinct, member
-from raytide.core.keyindex import EMPTY, concat
+from raytide.core.keyindex import concat
 
 #: No node: the end of a list, or a node without children.
 NONE = -1
@@ -34,7 +34,7 @@ class Children:
         """The children index of the parent links ``up`` (a root its own parent)."""
         child = np.flatnonzero(up != np.arange(len(up)))
         index = cls(np.full(len(up), NONE, dtype=np.int64), np.full(len(up), NONE, dtype=np.int64))
-        index.relink(EMPTY, np.sort((up[child] << SHIFT) | child))
+        index.laid(np.sort((up[child] << SHIFT) | child))  # no list to read or take from: laid at once
         return index
 
     def copy(self) -> Children:
@@ -72,6 +72,11 @@ class Children:
         links = distinct(concat([held[~member(held, distinct(gone))], came]))
         self.first[parents] = NONE
         self.after[gone & LOW] = NONE
+        self.laid(links)
+
+    def laid(self, links: np.ndarray) -> None:
+        """In place: the lists of the parents of ``links`` (sorted pair keys, all of each one's
+        children) laid out in their order."""
         if not len(links):
             return
         parent, child = links >> SHIFT, links & LOW

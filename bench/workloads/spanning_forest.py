@@ -131,8 +131,11 @@ class OwnedEdges:
         held = len(self.copies) + len(self.recent_copies)
         if len(self.recent_copies) * MERGE <= len(self.copies) and self.dead * TOMBSTONES <= held:
             return self
-        at = np.searchsorted(self.adj.keys, self.recent.keys)
-        keys, copies = np.insert(self.adj.keys, at, self.recent.keys), np.insert(self.copies, at, self.recent_copies)
+        if len(self.copies):
+            at = np.searchsorted(self.adj.keys, self.recent.keys)
+            keys, copies = np.insert(self.adj.keys, at, self.recent.keys), np.insert(self.copies, at, self.recent_copies)
+        else:  # a first epoch: all its edges new
+            keys, copies = self.recent.keys, self.recent_copies
         return OwnedEdges(Runs.of(keys[copies != 0]), copies[copies != 0], Runs.of(EMPTY), EMPTY)
 
 
