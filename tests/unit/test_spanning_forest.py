@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from bench.workloads import owned_edges
 from bench.workloads import spanning_forest as sf
 from bench.workloads.child_lists import Children, subtrees
 from bench.workloads.hooking import roots
@@ -67,6 +68,7 @@ def assert_indexed(forest: sf.Forest, owned: list) -> None:
     exactly its present edges, both ways."""
     assert np.array_equal(roots(forest.up.copy()), forest.root)
     assert (forest.root <= np.arange(len(forest.root))).all()
+    assert forest.depth.tolist() == depths(forest.up).tolist()
     child = np.flatnonzero(forest.up != np.arange(len(forest.up)))
     nodes = np.arange(len(forest.up))
     kid, owner = forest.kids.of_parents(nodes)
@@ -82,6 +84,16 @@ def assert_indexed(forest: sf.Forest, owned: list) -> None:
         assert all(held[pair(key & 0xFFFFFFFF, key >> 32)] == copies for key, copies in held.items())
 
 
+def depths(up: np.ndarray) -> np.ndarray:
+    """Each node's depth under the parent links ``up``, counted up to its root."""
+    depth, node = np.zeros(len(up), dtype=np.int64), np.arange(len(up))
+    while (up[node] != node).any():
+        below = up[node] != node
+        depth[below] += 1
+        node = np.where(below, up[node], node)
+    return depth
+
+
 def assert_runs(index: Runs, keys: list) -> None:
     """The index holds exactly ``keys`` (sorted), and its starts (when kept) are where each high's run starts,
     for every high held."""
@@ -95,8 +107,8 @@ def test_labels_equal_union_find_after_every_epoch(seed: int, monkeypatch: pytes
     if seed % 2:  # edges always linked into the forest, never a bulk rebuilding it
         monkeypatch.setattr(sf, "BULK", 0)
     if seed % 3 == 0:  # never merged: a replica's new edges stay in its small tier, its edges with no copy held
-        monkeypatch.setattr(sf, "MERGE", 0)
-        monkeypatch.setattr(sf, "TOMBSTONES", 0)
+        monkeypatch.setattr(owned_edges, "MERGE", 0)
+        monkeypatch.setattr(owned_edges, "TOMBSTONES", 0)
     trial(seed, 50_000_000 if seed % 5 == 0 else 1)  # every fifth: node ids up to 2e9, indexes found by search
 
 
@@ -163,9 +175,25 @@ def test_a_part_is_settled_only_by_an_edge_of_before_to_the_part_above_its_own_c
         return sf.id_keys(np.array([u for u, _ in edges]), np.array([v for _, v in edges]))
     up = np.arange(max(parents) + 1)
     up[list(parents)] = list(parents.values())
-    forest = sf.Forest(np.arange(len(up)), up, roots(up.copy()), sf.EMPTY, Children.of(up))
+    forest = sf.Forest(np.arange(len(up)), up, roots(up.copy()), sf.EMPTY, Children.of(up), depths(up))
     graph = list(parents.items()) + others
     owned = sf.apply_updates(sf.OwnedEdges.empty(), keyed(graph), np.ones(len(graph), dtype=np.int64))[0]
     diff = np.array([-1] * len(deleted) + [1] * len(inserted), dtype=np.int64)
     forests, _, exchanges, _ = sf.run_epoch([forest], [owned], [(keyed(deleted + inserted), diff)])
     assert exchanges == 2 and set(forests[0].labels().tolist()) == {0}
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_a_part_cut_off_hangs_from_the_shallowest_node_it_has_an_edge_to(width: int) -> None:
+    """7 is cut from 6 and has edges to 3 (depth 3) and 4 (depth 1): it hangs from 4, so churn
+    deepens the forest less (by key order it would hang from 3). One replica picks among its
+    candidates; two (the last one owning (4, 7)) each send one, and every replica picks."""
+    up = np.array([0, 0, 1, 2, 0, 5, 0, 6])
+    forest = sf.Forest(np.arange(8), up, roots(up.copy()), sf.EMPTY, Children.of(up), depths(up))
+    graph = [(1, 0), (2, 1), (3, 2), (4, 0), (6, 0), (7, 6), (3, 7), (4, 7)]
+    parts = [graph] if width == 1 else [graph[:-1], graph[-1:]]
+    owned = [sf.apply_updates(sf.OwnedEdges.empty(), sf.id_keys(np.array([u for u, _ in part]), np.array([v for _, v in part])),
+                              np.ones(len(part), dtype=np.int64))[0] for part in parts]
+    cut = (sf.id_keys(np.array([6]), np.array([7])), -np.ones(1, dtype=np.int64))
+    forests, _, exchanges, _ = sf.run_epoch([forest] * width, owned, [cut] + [(sf.EMPTY, sf.EMPTY)] * (width - 1))
+    assert exchanges == 2 and forests[0].up[7] == 4 and forests[0].depth[7] == 2
