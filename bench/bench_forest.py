@@ -135,8 +135,8 @@ def announce_round(forest: sf.Forest, owned: sf.OwnedEdges, part: tuple) -> tupl
 def split_and_scan(forest: sf.Forest, sent: list, replica: int, owned: sf.OwnedEdges, inserted: np.ndarray) -> tuple:
     """Round 2 at ``replica``: ``(F'', split, candidates, moved)``."""
     got = sf.arrived(sent, replica)
-    middle, split, moved = sf.split_join(forest, np.concatenate([d for d, _ in got]), np.concatenate([i for _, i in got]))
-    return middle, split, sf.candidates(middle, owned, moved, inserted) if split else sf.EMPTY, moved
+    middle, split, moved, tops = sf.split_join(forest, np.concatenate([d for d, _ in got]), np.concatenate([i for _, i in got]))
+    return middle, split, sf.candidates(middle, owned, moved, tops, inserted) if split else sf.EMPTY, moved
 
 
 def measure(nodes: int, edges: int | None, epochs: int, churn: float, seed: int, parallelism: int,
@@ -174,8 +174,8 @@ class Replica:
     def split(self, sent: list) -> np.ndarray | None:
         got = sf.arrived(sent, self.index)
         self.before, self.announced = self.forest, np.concatenate([i for _, i in got])
-        self.forest, split, self.moved = sf.split_join(self.forest, np.concatenate([d for d, _ in got]), self.announced)
-        return sf.candidates(self.forest, self.owned, self.moved, self.inserted) if split else None
+        self.forest, split, self.moved, tops = sf.split_join(self.forest, np.concatenate([d for d, _ in got]), self.announced)
+        return sf.candidates(self.forest, self.owned, self.moved, tops, self.inserted) if split else None
 
     def join(self, found: list | None) -> dict[str, np.ndarray]:
         """Reconnected; the changed labels of the nodes this replica shows (by id modulo the width)."""

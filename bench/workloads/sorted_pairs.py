@@ -3,19 +3,63 @@ the helpers of the replicated spanning forest (``bench.workloads.spanning_forest
 
 A pair ``(high, low)`` of node indices (or ids below ``2**31``) is the key ``high << SHIFT |
 low``; sorted, the keys run by ``high``, so the keys of one ``high`` (a node's children, its
-edges) are one run, found by two binary searches (:func:`ranges`) or, for many nodes at
-once, by a count per node (:func:`offsets`).
+edges) are one run. :class:`Runs` keeps, beside the keys, where each ``high``'s run starts,
+counted once when the index is built: a node's run is then read without a search.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from raytide.core.keyindex import concat
+from raytide.core.keyindex import EMPTY
 
 #: An edge ``(a, b)`` of node indices, ``a < b``, is the key ``a << SHIFT | b``.
 SHIFT = 32
 LOW = (1 << SHIFT) - 1
+#: :class:`Runs` keeps its starts while the highs it covers are at most this many a key (plus
+#: :data:`SLACK`); sparser (node ids far apart), it finds runs by binary search instead.
+DENSE = 4
+SLACK = 4096
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Sorted pair keys (:func:`pair`) and where each ``high``'s run starts: the keys of ``high``
+    are ``keys[start[high]:start[high + 1]]``, for the highs below ``len(start) - 1`` (none
+    above): a node's run found without a search. ``start`` is empty while the highs are
+    sparse (see :data:`DENSE`): runs are then found by two binary searches each."""
+
+    keys: np.ndarray
+    start: np.ndarray
+
+    @classmethod
+    def of(cls, keys: np.ndarray, like: Runs | None = None) -> Runs:
+        """The index of the sorted pair keys ``keys`` (one count over them); with starts if they are
+        dense, or if ``like`` has starts (a few keys over the same highs: a count over the highs)."""
+        bound = int(keys[-1] >> SHIFT) + 1 if len(keys) else 0
+        if like is not None and len(like.start):
+            bound, size = max(bound, len(like.start) - 1), len(like.keys)
+        else:
+            size = len(keys)
+        return cls(keys, offsets(keys, bound) if dense(bound, size) else EMPTY)
+
+    def at(self, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(at, owner)``: the positions of the keys whose ``high`` is one of ``heads``, and for each
+        the index in ``heads`` of its own."""
+        if not len(self.start):
+            return ranges(self.keys, heads)
+        top = len(self.start) - 1
+        first = self.start[np.minimum(heads, top)]
+        return runs(first, self.start[np.minimum(heads + 1, top)] - first)
+
+
+def dense(bound: int, size: int) -> bool:
+    """Whether an index of ``size`` keys over highs below ``bound`` keeps its starts."""
+    return bound <= DENSE * size + SLACK
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
     """The distinct values, sorted (a sort and a comparison: ``np.unique``'s hashing is far slower
     on int64 keys here)."""
@@ -61,17 +105,6 @@ def offsets(keys: np.ndarray, count: int) -> np.ndarray:
     return start
 
 
-def patched(keys: np.ndarray, gone: np.ndarray, came: np.ndarray) -> np.ndarray:
-    """The sorted ``keys`` less ``gone`` (each held) plus ``came`` (none held): a binary search
-    each and one copy of what is held, no sort of it."""
-    if len(gone):
-        keys = np.delete(keys, np.searchsorted(keys, gone))
-    if len(came):
-        came = np.sort(came)
-        keys = np.insert(keys, np.searchsorted(keys, came), came)
-    return keys
-
-
 def renumbered(values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
     """``(distinct, dense)``: the distinct ``values`` (in ``0 .. count - 1``), sorted, and each value's
     index among them; by a sort when they are few, by a mark per value and a running count
@@ -89,23 +122,3 @@ def member(values: np.ndarray, sorted_few: np.ndarray) -> np.ndarray:
         return np.zeros(len(values), dtype=bool)
     found = np.minimum(np.searchsorted(sorted_few, values), len(sorted_few) - 1)
     return sorted_few[found] == values
-
-
-def subtrees(kids: np.ndarray, tops: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(nodes, top)``: every node of the subtrees under ``tops`` (roots in the children index
-    ``kids`` of ``count`` nodes), ``tops`` first, and the index in ``tops`` of the one each is
-    under; level by level from all of them at once, each level's children read at their offsets."""
-    nodes, top = [tops], [np.arange(len(tops))]
-    start = None
-    for _ in range(len(kids) + 1):
-        front = nodes[-1]
-        if start is None and len(front) * 1024 < count:  # few: a binary search each
-            at, owner = ranges(kids, front)
-        else:
-            start = offsets(kids, count) if start is None else start
-            at, owner = runs(start[front], start[front + 1] - start[front])
-        if not len(at):
-            return concat(nodes), concat(top)
-        nodes.append(kids[at] & LOW)
-        top.append(top[-1][owner])
-    raise ValueError(f"the children index of {len(kids)} links holds a cycle: it is not a forest's")

@@ -26,12 +26,14 @@ node. An epoch takes at most two exchanges, whatever the depth of what changed:
 The work of an epoch follows what changed, not ``n``: a deleted forest edge ``(u, up[u])``
 cuts off exactly ``u``'s subtree, found by walking the children index down from every cut
 at once (:func:`cut`); only the edges at those nodes are searched for replacements, a
-part's root first (an edge there to the part above its cut settles it); a tree
-hung elsewhere is rerooted along one path; only the nodes whose component changed are
+part's top first (``u``: an edge there to the part above its cut settles it, and the part,
+hung by it, keeps its shape); a tree hung elsewhere is rerooted along one path; only the nodes whose component changed are
 relabelled. (The part above a cut keeps its root, the smallest node, so nothing of it is
 visited.) Its cost is the cut-off subtrees' sizes, so the forest's depth: a bulk of edges
 builds breadth-first trees (:func:`rebuilt`; mean depth 9 on the bench's random graph of
-200k nodes, against 22 for hooking), which churn deepens slowly.
+200k nodes, against 22 for hooking); parts cut off hang back from the shallowest nodes they
+have edges to (a depth per node kept, :func:`with_depths`), so churn deepens it little
+(13.8 after 20 epochs of 1%, 22.9 hung by key order).
 
 Every choice is deterministic: :func:`spanning_forest` is a function of its arrays, which
 are sorted before it sees them, so replicas that get the same announcements (in any order)
@@ -44,18 +46,20 @@ Nodes are held by index into :attr:`Forest.ids` (sorted node ids); edges by inde
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from bench.workloads.child_lists import Children, subtrees
 from bench.workloads.hooking import joining, spanning_forest
-from bench.workloads.sorted_pairs import SHIFT, distinct, member, offsets, pack, pair, patched, ranges, runs, subtrees, unpack
+from bench.workloads.owned_edges import OwnedEdges as OwnedEdges
+from bench.workloads.owned_edges import apply_updates as apply_updates
+from bench.workloads.owned_edges import id_keys as id_keys
+from bench.workloads.sorted_pairs import SHIFT, distinct, member, offsets, pack, pair, runs, unpack
 from raytide.core.keyindex import EMPTY, concat
 
 #: Edges added at once above one per this many nodes rebuild the forest (:func:`rebuilt`).
 BULK = 4
-#: A replica drops its edges with no copy left once they are one in this many of those it holds.
-TOMBSTONES = 8
 
 
 @dataclass
@@ -64,18 +68,20 @@ class Forest:
     a tree's root its own; the forest's edges are ``(x, up[x])``); each node's component as
     its smallest node index (``root``; ``ids[root]`` is the label); and the nodes with a
     self-loop present (``loops``, sorted indices: they have an edge, none in the forest); and
-    the children index (``kids``: ``pair(up[x], x)`` of every node ``x`` not a root, sorted).
+    the children index (``kids``: each node's children); and each node's depth (``depth``: how
+    far down its tree; a tree hung again this epoch is hung by edges to shallow nodes first).
     A tree's root is its smallest node, so ``root`` is also each node's tree root."""
 
     ids: np.ndarray
     up: np.ndarray
     root: np.ndarray
     loops: np.ndarray
-    kids: np.ndarray
+    kids: Children
+    depth: np.ndarray
 
     @classmethod
     def empty(cls) -> Forest:
-        return cls(EMPTY, EMPTY, EMPTY, EMPTY, EMPTY)
+        return cls(EMPTY, EMPTY, EMPTY, EMPTY, Children.of(EMPTY), EMPTY)
 
     def labels(self) -> np.ndarray:
         """Every node's label: the smallest node id of its component."""
@@ -91,70 +97,6 @@ class Forest:
     def holds(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """A mask of the edges ``(a, b)`` (node indices) that are forest edges."""
         return (self.up[a] == b) | (self.up[b] == a)
-
-
-@dataclass
-class OwnedEdges:
-    """A replica's own edges as an adjacency, so that the edges at a few nodes are found without a
-    pass over them all: ``pair(u, v)`` and ``pair(v, u)`` of each edge (ids; a self-loop once),
-    sorted (``adj``), and the edge's copies at both (``copies``: present while above zero).
-    An edge left with no copy stays, unmoved, until such edges are one in
-    :data:`TOMBSTONES` of what is held: then they are dropped, so what is held follows the graph."""
-
-    adj: np.ndarray
-    copies: np.ndarray
-
-    @classmethod
-    def empty(cls) -> OwnedEdges:
-        return cls(EMPTY, EMPTY)
-
-    def present(self) -> np.ndarray:
-        """The keys of the edges present (:func:`pack`'s, of ids)."""
-        low, high = unpack(self.adj)
-        return self.adj[(self.copies > 0) & (low <= high)]
-
-
-def id_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """The keys of the undirected edges ``{src, dst}`` of node ids, which must be in ``[0, 2**31)``."""
-    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    if len(src) and (min(int(src.min()), int(dst.min())) < 0 or max(int(src.max()), int(dst.max())) >= 2**31):
-        bad = src[(src < 0) | (src >= 2**31)].tolist()[:1] + dst[(dst < 0) | (dst >= 2**31)].tolist()[:1]
-        raise ValueError(f"node ids must be integers in [0, 2**31) for the replicated spanning forest, got {bad[0]}")
-    return pack(src, dst)
-
-
-def apply_updates(owned: OwnedEdges, keys: np.ndarray,
-                  diff: np.ndarray) -> tuple[OwnedEdges, np.ndarray, np.ndarray]:
-    """``(owned, inserted, deleted)``: the edges' copies changed by ``diff`` (summed per key), and
-    the keys whose presence flipped on and off. Known edges are found by binary search and
-    their copies changed where they are; only new ones move what is held (inserted in place,
-    no sort of it), and dropping the edges with no copy left, once they are many."""
-    keys, at = np.unique(keys, return_inverse=True)
-    change = np.bincount(at, weights=diff, minlength=len(keys)).astype(np.int64)
-    spot = np.searchsorted(owned.adj, keys)
-    known = spot < len(owned.adj)
-    known[known] = owned.adj[spot[known]] == keys[known]
-    before = np.zeros(len(keys), dtype=np.int64)
-    before[known] = owned.copies[spot[known]]
-    now = before + change
-    copies = owned.copies.copy()
-    ends, edge = both_ways(keys[known])
-    copies[np.searchsorted(owned.adj, ends)] = now[known][edge]
-    ends, edge = both_ways(keys[~known & (change != 0)])
-    order = np.argsort(ends)
-    at = np.searchsorted(owned.adj, ends[order])
-    adj, copies = np.insert(owned.adj, at, ends[order]), np.insert(copies, at, now[~known & (change != 0)][edge[order]])
-    if np.count_nonzero(copies == 0) * TOMBSTONES > len(copies):
-        adj, copies = adj[copies != 0], copies[copies != 0]
-    return OwnedEdges(adj, copies), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
-
-
-def both_ways(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(ends, edge)``: the edges ``keys`` as ordered pairs each way (a self-loop once), and for each
-    pair the index of its edge in ``keys``."""
-    low, high = unpack(keys)
-    other = np.flatnonzero(low != high)
-    return concat([keys, pair(high[other], low[other])]), concat([np.arange(len(keys)), other])
 
 
 def as_indices(ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -201,30 +143,34 @@ def extended(forest: Forest, ids: np.ndarray) -> Forest:
     root[old] = old[forest.root]
     up = np.arange(len(wider), dtype=np.int64)
     up[old] = old[forest.up]
-    parent, child = unpack(forest.kids)
-    return Forest(wider, up, root, old[forest.loops], pair(old[parent], old[child]))
+    depth = np.zeros(len(wider), dtype=np.int64)
+    depth[old] = forest.depth
+    kept = not len(old) or old[-1] == len(old) - 1  # indices kept (ids 0 .. n-1 as before): the index too
+    return Forest(wider, up, root, old[forest.loops], forest.kids.widened(len(up)) if kept else Children.of(up), depth)
 
 
-def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tuple[Forest, bool, np.ndarray]:
-    """Round 2, the same at every replica: ``(F'', split, moved)`` from every replica's announcements
-    (id keys, in any order). ``split`` if a forest edge was deleted: then ``F''`` is the forest
-    less the deleted edges, each of its parts a piece of one tree of before (what
-    :func:`candidates` relies on), ``moved`` the nodes cut off, and the inserted edges wait for
-    :func:`reconnected`. Otherwise ``F''`` is the forest plus the inserted edges joining
-    different trees, the new forest, and ``moved`` the nodes whose component changed."""
+def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tuple[Forest, bool, np.ndarray, np.ndarray]:
+    """Round 2, the same at every replica: ``(F'', split, moved, tops)`` from every replica's
+    announcements (id keys, in any order). ``split`` if a forest edge was deleted: then ``F''``
+    is the forest less the deleted edges, each of its parts a piece of one tree of before (what
+    :func:`candidates` relies on), ``moved`` the nodes cut off, ``tops`` the nodes cut from
+    their parents (a part's top each), and the inserted edges wait for :func:`reconnected`.
+    Otherwise ``F''`` is the forest plus the inserted edges joining different trees, the new
+    forest, ``moved`` the nodes whose component changed, and no ``tops``."""
     inserted = distinct(inserted)
     forest = extended(forest, concat(list(unpack(inserted))))
     deleted, inserted = (pack(*as_indices(forest.ids, keys)) for keys in (deleted, inserted))
     gone, came = deleted[is_loop(deleted)], inserted[is_loop(inserted)]
     if len(gone) or len(came):
         loops = distinct(concat([forest.loops, unpack(came)[0]]))
-        forest = Forest(forest.ids, forest.up, forest.root, loops[~member(loops, distinct(unpack(gone)[0]))], forest.kids)
+        forest = replace(forest, loops=loops[~member(loops, distinct(unpack(gone)[0]))])
     a, b = unpack(deleted[~is_loop(deleted)])
     if len(a):
-        forest, cut_off = cut(forest, np.where(forest.up[a] == b, a, b))
-        return forest, True, cut_off
+        tops = distinct(np.where(forest.up[a] == b, a, b))
+        forest, cut_off = cut(forest, tops)
+        return forest, True, cut_off, tops
     forest, hung = with_edges(forest, inserted[~is_loop(inserted)])
-    return forest, False, hung
+    return forest, False, hung, EMPTY
 
 
 def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
@@ -234,22 +180,22 @@ def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
     the part left above a cut keeps its root, the smallest node, and its label: none of it is
     visited."""
     children = distinct(children)
-    up = forest.up.copy()
-    kids = patched(forest.kids, pair(up[children], children), EMPTY)
+    up, kids = forest.up.copy(), forest.kids.copy()
+    kids.relink(pair(up[children], children), EMPTY)
     up[children] = children
-    nodes, top = subtrees(kids, children, len(up))
+    nodes, top = subtrees(kids, children)
     smallest = np.full(len(children), len(up), dtype=np.int64)
     np.minimum.at(smallest, top, nodes)
-    kids = rerooted(up, kids, smallest, smallest)
+    rerooted(up, kids, smallest, smallest)
     root = forest.root.copy()
     root[nodes] = smallest[top]
-    return Forest(forest.ids, up, root, forest.loops, kids), nodes
+    return replace(forest, up=up, root=root, kids=kids), nodes
 
 
-def rerooted(up: np.ndarray, kids: np.ndarray, node: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """The children index once each ``node``'s tree is rerooted at it (the path from it to its root
-    reversed) and hung from ``new`` (``new = node`` only reroots), ``up`` changed so in place;
-    the paths must be apart. The index is patched for the nodes whose parent changed only."""
+def rerooted(up: np.ndarray, kids: Children, node: np.ndarray, new: np.ndarray) -> None:
+    """Each ``node``'s tree rerooted at it (the path from it to its root reversed) and hung from
+    ``new`` (``new = node`` only reroots): ``up`` and the children index changed so in place,
+    the index for the nodes whose parent changed only. The paths must be apart."""
     moved, was = [], []
     for _ in range(len(up) + 1):
         if not len(node):
@@ -264,7 +210,7 @@ def rerooted(up: np.ndarray, kids: np.ndarray, node: np.ndarray, new: np.ndarray
         raise ValueError(f"the parent links of {len(node)} nodes form a cycle, not a forest")
     child, old = concat(moved), concat(was)
     now = up[child]
-    return patched(kids, pair(old, child)[(old != child) & (old != now)], pair(now, child)[(now != child) & (old != now)])
+    kids.relink(pair(old, child)[(old != child) & (old != now)], pair(now, child)[(now != child) & (old != now)])
 
 
 def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> tuple[Forest, np.ndarray]:
@@ -275,18 +221,44 @@ def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> t
     :data:`BULK` nodes, as the first epoch's) rebuilds the forest instead (:func:`rebuilt`)."""
     if len(keys) * BULK > len(forest.up):
         return rebuilt(forest, keys)
+    keys = keys[np.lexsort((keys, shallow(forest, *unpack(keys), known)))]
     chosen, touched, top = joining(forest.root, *unpack(keys))
     if not len(touched):
-        return forest, EMPTY
+        return with_depths(forest, known), EMPTY
     a, b = unpack(keys[chosen])
     hung = np.flatnonzero(top != np.arange(len(touched)))
     nodes, under = members(forest, touched[hung], known)
     root = forest.root.copy()
     root[nodes] = touched[top[hung]][under]
-    up = forest.up.copy()
-    kids = linked(up, forest.kids, (a, np.searchsorted(touched, forest.root[a])),
-                  (b, np.searchsorted(touched, forest.root[b])), top)
-    return Forest(forest.ids, up, root, forest.loops, kids), nodes
+    up, kids = forest.up.copy(), forest.kids.copy()
+    linked(up, kids, (a, np.searchsorted(touched, forest.root[a])), (b, np.searchsorted(touched, forest.root[b])), top)
+    return with_depths(replace(forest, up=up, root=root, kids=kids), concat([known, nodes])), nodes
+
+
+def shallow(forest: Forest, a: np.ndarray, b: np.ndarray, moved: np.ndarray) -> np.ndarray:
+    """For each edge ``(a, b)``, the depth of its end that was not ``moved`` (``a``'s if neither was):
+    edges taken in this order hang a tree from shallow nodes first, so the forest stays shallow."""
+    mask = np.zeros(len(forest.up), dtype=bool)
+    mask[moved] = True
+    return np.where(mask[a], forest.depth[b], forest.depth[a])
+
+
+def with_depths(forest: Forest, nodes: np.ndarray) -> Forest:
+    """The forest with the depths of ``nodes`` found again (whole subtrees: every child of one is
+    among them), down from those whose parent is not; the others' depths did not change."""
+    if not len(nodes):
+        return forest
+    up, depth = forest.up, forest.depth.copy()
+    mask = np.zeros(len(up), dtype=bool)
+    mask[nodes] = True
+    front = distinct(nodes[~mask[up[nodes]] | (up[nodes] == nodes)])
+    depth[front] = np.where(up[front] == front, 0, depth[up[front]] + 1)
+    for _ in range(len(up)):
+        child, owner = forest.kids.of_parents(front)
+        if not len(child):
+            break
+        depth[child], front = depth[front[owner]] + 1, child
+    return replace(forest, depth=depth)
 
 
 def members(forest: Forest, tops: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -295,11 +267,11 @@ def members(forest: Forest, tops: np.ndarray, known: np.ndarray) -> tuple[np.nda
     from them (the caller vouches that they hold all of such a tree: the nodes whose component
     changed this epoch do); the others are found down the children index."""
     if not len(known):
-        return subtrees(forest.kids, tops, len(forest.up))
+        return subtrees(forest.kids, tops)
     mask = np.zeros(len(forest.up), dtype=bool)
     mask[known] = True
     inside = mask[tops]
-    walked, under = subtrees(forest.kids, tops[~inside], len(forest.up))
+    walked, under = subtrees(forest.kids, tops[~inside])
     root = forest.root[known]
     at = np.minimum(np.searchsorted(tops, root), len(tops) - 1)
     hit = (tops[at] == root) & inside[at]
@@ -318,7 +290,7 @@ def rebuilt(forest: Forest, keys: np.ndarray) -> tuple[Forest, np.ndarray]:
     order = np.argsort(concat([a, b]), kind="stable")
     far = concat([b, a])[order]
     start = offsets(concat([a, b]) << SHIFT, count)
-    up = np.arange(count, dtype=np.int64)
+    up, depth = np.arange(count, dtype=np.int64), np.zeros(count, dtype=np.int64)
     seen = root == up
     front = np.flatnonzero(seen)
     while len(front):  # a level of every tree at once; each node's parent its first neighbour seen
@@ -327,14 +299,14 @@ def rebuilt(forest: Forest, keys: np.ndarray) -> tuple[Forest, np.ndarray]:
         fresh = ~seen[nearby]
         front, first = np.unique(nearby[fresh], return_index=True)
         up[front] = near[fresh][first]
+        depth[front] = depth[up[front]] + 1
         seen[front] = True
-    child = np.flatnonzero(up != np.arange(count))
-    return Forest(forest.ids, up, root, forest.loops, np.sort(pair(up[child], child))), np.arange(count)
+    return Forest(forest.ids, up, root, forest.loops, Children.of(up), depth), np.arange(count)
 
 
-def linked(up: np.ndarray, kids: np.ndarray, ends_a: tuple[np.ndarray, np.ndarray],
-           ends_b: tuple[np.ndarray, np.ndarray], top: np.ndarray) -> np.ndarray:
-    """The children index once the edges ``(a, b)`` are added to the forest ``up`` (changed in
+def linked(up: np.ndarray, kids: Children, ends_a: tuple[np.ndarray, np.ndarray],
+           ends_b: tuple[np.ndarray, np.ndarray], top: np.ndarray) -> None:
+    """The edges ``(a, b)`` added to the forest ``up`` and its children index ``kids`` (changed in
     place): ``ends_a`` is ``(a, tree of a)``, ``ends_b`` the same of ``b``, trees as indices
     into ``top`` (``top[t]`` the tree at the top of ``t``'s joined tree); the edges a spanning
     forest over the trees. Each joined tree hangs from its top, level by level; a tree hung by
@@ -352,53 +324,52 @@ def linked(up: np.ndarray, kids: np.ndarray, ends_a: tuple[np.ndarray, np.ndarra
         parent.append(np.where(on_a[now], a[now], b[now]))
         placed[hung] = True
         a, b, ta, tb = a[~now], b[~now], ta[~now], tb[~now]
-    return rerooted(up, kids, concat(child), concat(parent))
+    rerooted(up, kids, concat(child), concat(parent))
 
 
-def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, inserted: np.ndarray) -> np.ndarray:
+def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, tops: np.ndarray, inserted: np.ndarray) -> np.ndarray:
     """Round 2 at one replica, after a split: enough of its present edges whose ends are in
     different parts of ``F''`` to join them as all of them would, reduced to a spanning forest
     over the parts (id keys, to send to every replica). Only two kinds can cross: edges at a
     node cut off (``moved``, by :func:`split_join`), found in the adjacency, and the edges it
     ``inserted`` this epoch (all taken); any other was inside a tree and is.
 
-    A part's root is searched first: a part with an edge there of before to a node not cut off
-    (so to the part left above the cuts of its own tree) is settled by it, and its other
-    nodes' edges are not searched. Leaving out an edge of before between two parts of a tree
-    is safe: a settled end is joined to the part above; the other end is too, or is not
-    settled and its own search finds the edge."""
+    A part's top (``tops``: where it was cut) is searched first: a part with an edge there of
+    before to a node not cut off (so to the part left above the cuts of its own tree) is
+    settled by it, and its other nodes' edges are not searched. Leaving out an edge of before
+    between two parts of a tree is safe: a settled end is joined to the part above; the other
+    end is too, or is not settled and its own search finds the edge. Hung by such an edge, the
+    part keeps its shape (rerooted at its top again): the forest's depth does not drift."""
     cut_off = np.zeros(len(forest.ids), dtype=bool)
     cut_off[moved] = True
-    heads = moved[forest.root[moved] == moved]
-    a, b = incident(forest.ids, owned, heads)
+    a, b = incident(forest.ids, owned, tops)
     settles = ~cut_off[b] & ~member(pack(forest.ids[a], forest.ids[b]), inserted)
     settled = np.zeros(len(forest.ids), dtype=bool)
-    settled[a[settles]] = True
-    rest = moved[~settled[forest.root[moved]] & (forest.root[moved] != moved)]
-    more_a, more_b = incident(forest.ids, owned, rest)
+    settled[forest.root[a[settles]]] = True  # parts, by their roots
     searched = np.zeros(len(forest.ids), dtype=bool)
-    searched[heads], searched[rest] = True, True
+    searched[tops] = True
+    rest = moved[~settled[forest.root[moved]] & ~searched[moved]]
+    more_a, more_b = incident(forest.ids, owned, rest)
+    searched[rest] = True
     new_a, new_b = as_indices(forest.ids, inserted)
     new = ~(searched[new_a] | searched[new_b])  # an inserted edge at a searched node is found there
     a, b = concat([a, more_a, new_a[new]]), concat([b, more_b, new_b[new]])
     once = ~searched[b] | (a < b)  # an edge found from both ends: once, from the smaller
     a, b = a[once], b[once]
     crossing = np.flatnonzero(forest.root[a] != forest.root[b])
+    crossing = crossing[np.argsort(shallow(forest, a[crossing], b[crossing], moved), kind="stable")]
     chosen = joining(forest.root, a[crossing], b[crossing])[0]
     return pack(forest.ids[a[crossing[chosen]]], forest.ids[b[crossing[chosen]]])
 
 
 def incident(ids: np.ndarray, owned: OwnedEdges, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(a, b)``: the present edges of ``owned`` at ``nodes`` (indices into ``ids``), ``a`` the end
-    among them; by the adjacency's offsets when they are many and the ids about dense, else
-    by two binary searches a node."""
-    heads = ids[nodes]
-    if len(heads) * 64 > len(ids) and ids[-1] < 2 * len(ids):
-        start = offsets(owned.adj, int(ids[-1]) + 1)
-        at, _ = runs(start[heads], start[heads + 1] - start[heads])
-    else:
-        at, _ = ranges(owned.adj, heads)
-    return as_indices(ids, owned.adj[at[owned.copies[at] > 0]])
+    among them, read at their runs of the adjacency's tiers."""
+    found = []
+    for index, copies in owned.tiers():
+        at, _ = index.at(ids[nodes])
+        found.append(index.keys[at[copies[at] > 0]])
+    return as_indices(ids, concat(found))
 
 
 def reconnected(forest: Forest, found: np.ndarray, inserted: np.ndarray, moved: np.ndarray) -> tuple[Forest, np.ndarray]:
@@ -438,11 +409,11 @@ def run_epoch(forests: list[Forest], owned: list[OwnedEdges], updates: list[tupl
     middle = [split_join(forest, concat([d for d, _ in arrived(sent, r)]), concat([i for _, i in arrived(sent, r)]))
               for r, forest in enumerate(forests)]
     if not middle[0][1]:
-        return [forest for forest, _, _ in middle], owned, 1, relabelled(forests[0], middle[0][0], middle[0][2])
-    found = [candidates(forest, mine, moved, inserted)
-             for (forest, _, moved), mine, (_, inserted, _) in zip(middle, owned, applied, strict=True)]
+        return [forest for forest, _, _, _ in middle], owned, 1, relabelled(forests[0], middle[0][0], middle[0][2])
+    found = [candidates(forest, mine, moved, tops, inserted)
+             for (forest, _, moved, tops), mine, (_, inserted, _) in zip(middle, owned, applied, strict=True)]
     final = [reconnected(forest, concat(arrived(found, r)), concat([i for _, i in arrived(sent, r)]), moved)
-             for r, (forest, _, moved) in enumerate(middle)]
+             for r, (forest, _, moved, _) in enumerate(middle)]
     changes = relabelled(forests[0], final[0][0], concat([middle[0][2], final[0][1]]))
     return [forest for forest, _ in final], owned, 2, changes
 

@@ -1,0 +1,114 @@
+"""A replica's own edges for the replicated spanning forest (``bench.workloads.spanning_forest``):
+copies per edge, present while above zero, and an adjacency of those held, read at a few
+nodes without a pass over them all and changed where they are, an epoch's new edges in a
+small tier of their own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench.workloads.sorted_pairs import LOW, SHIFT, Runs, pack, pair, unpack
+from raytide.core.keyindex import EMPTY, concat
+
+#: A replica drops its edges with no copy left once they are one in this many of those it holds.
+TOMBSTONES = 8
+#: A replica merges the edges new since its last merge once they are one in this many of the others.
+MERGE = 16
+
+
+@dataclass
+class OwnedEdges:
+    """A replica's own edges as an adjacency, so that the edges at a few nodes are found without a
+    pass over them all: ``pair(u, v)`` and ``pair(v, u)`` of each edge (ids; a self-loop once),
+    with their runs, and the edge's copies at both (present while above zero; changed in place
+    by :func:`apply_updates`). Two tiers: what was held at the last merge (``adj``,
+    ``copies``), and the edges new since (``recent``, ``recent_copies``), merged into the first
+    once they are one in :data:`MERGE` of it, so that an epoch's new edges move only the small
+    tier. An edge left with no copy (``dead`` of them) stays until such edges are one in
+    :data:`TOMBSTONES` of what is held: then a merge drops them, so what is held follows the graph."""
+
+    adj: Runs
+    copies: np.ndarray
+    recent: Runs
+    recent_copies: np.ndarray
+    dead: int = 0
+
+    @classmethod
+    def empty(cls) -> OwnedEdges:
+        return cls(Runs.of(EMPTY), EMPTY, Runs.of(EMPTY), EMPTY)
+
+    def tiers(self) -> tuple[tuple[Runs, np.ndarray], tuple[Runs, np.ndarray]]:
+        """The two tiers, each its index and copies, the merged one first."""
+        return (self.adj, self.copies), (self.recent, self.recent_copies)
+
+    def present(self) -> np.ndarray:
+        """The keys of the edges present (:func:`pack`'s, of ids)."""
+        keys = [index.keys[(copies > 0) & (index.keys >> SHIFT <= (index.keys & LOW))] for index, copies in self.tiers()]
+        return concat(keys)
+
+    def settled(self) -> OwnedEdges:
+        """Merged into one tier (its edges with no copy dropped) when due, else itself."""
+        held = len(self.copies) + len(self.recent_copies)
+        if len(self.recent_copies) * MERGE <= len(self.copies) and self.dead * TOMBSTONES <= held:
+            return self
+        if len(self.copies):
+            at = np.searchsorted(self.adj.keys, self.recent.keys)
+            keys, copies = np.insert(self.adj.keys, at, self.recent.keys), np.insert(self.copies, at, self.recent_copies)
+        else:  # a first epoch: all its edges new
+            keys, copies = self.recent.keys, self.recent_copies
+        return OwnedEdges(Runs.of(keys[copies != 0]), copies[copies != 0], Runs.of(EMPTY), EMPTY)
+
+
+def id_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The keys of the undirected edges ``{src, dst}`` of node ids, which must be in ``[0, 2**31)``."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    if len(src) and (min(int(src.min()), int(dst.min())) < 0 or max(int(src.max()), int(dst.max())) >= 2**31):
+        bad = src[(src < 0) | (src >= 2**31)].tolist()[:1] + dst[(dst < 0) | (dst >= 2**31)].tolist()[:1]
+        raise ValueError(f"node ids must be integers in [0, 2**31) for the replicated spanning forest, got {bad[0]}")
+    return pack(src, dst)
+
+
+def apply_updates(owned: OwnedEdges, keys: np.ndarray,
+                  diff: np.ndarray) -> tuple[OwnedEdges, np.ndarray, np.ndarray]:
+    """``(owned, inserted, deleted)``: the edges' copies changed by ``diff`` (summed per key), and
+    the keys whose presence flipped on and off. Both ends of every edge are found by a binary
+    search a tier and known ones' copies changed in place (``owned``'s too); only new ones
+    move what is held: inserted into the small tier, which is merged once due."""
+    keys, at = np.unique(keys, return_inverse=True)
+    change = np.bincount(at, weights=diff, minlength=len(keys)).astype(np.int64)
+    ends, edge = both_ways(keys)
+    order = np.argsort(ends)
+    ends, edge = ends[order], edge[order]
+    found = [located(index.keys, ends) for index, _ in owned.tiers()]
+    before = np.zeros(len(keys), dtype=np.int64)
+    for (_, copies), (spot, hit) in zip(owned.tiers(), found, strict=True):
+        before[edge[hit]] = copies[spot[hit]]
+    now, dead = before + change, owned.dead
+    for (_, copies), (spot, hit) in zip(owned.tiers(), found, strict=True):
+        if hit.any():
+            copies[spot[hit]] = now[edge[hit]]
+            dead += int(np.count_nonzero(now[edge[hit]] == 0) - np.count_nonzero(before[edge[hit]] == 0))
+    spot, hit = found[1]
+    fresh = ~found[0][1] & ~hit & (change[edge] != 0)
+    recent = Runs.of(np.insert(owned.recent.keys, spot[fresh], ends[fresh]), owned.adj)
+    owned = OwnedEdges(owned.adj, owned.copies, recent, np.insert(owned.recent_copies, spot[fresh], now[edge[fresh]]), dead)
+    return owned.settled(), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
+
+
+def located(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(spot, found)``: where each of ``values`` is, or would go, in the sorted ``keys``, and a mask
+    of those held."""
+    spot = np.searchsorted(keys, values)
+    found = spot < len(keys)
+    found[found] = keys[spot[found]] == values[found]
+    return spot, found
+
+
+def both_ways(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ends, edge)``: the edges ``keys`` as ordered pairs each way (a self-loop once), and for each
+    pair the index of its edge in ``keys``."""
+    low, high = unpack(keys)
+    other = np.flatnonzero(low != high)
+    return concat([keys, pair(high[other], low[other])]), concat([np.arange(len(keys)), other])
