@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # not imported by a host: a job without rescales never loads 
 class RescaleCalls:
     """The rescale calls of a vertex replica (what :class:`VertexActor` keeps that they use is declared here)."""
 
+    plan: PhysicalPlan
     core: ReplicaCore
     transport: RayTransport
     key: ReplicaKey
@@ -77,3 +78,14 @@ class RescaleCalls:
         """The driver's look at a stepped rescale here: the routing tables (after a plan's last step) and the
         vertices with steps left (:mod:`raytide.driver.stepped`)."""
         return self.core.outbox.tables(), sorted(name for name, steps in self.core.stepped.items() if not steps.moves.done)
+
+    def widen(self, incarnation: int, plan: PhysicalPlan, peers: dict[ReplicaKey, Any]) -> None:
+        """A growing stepped rescale's join (docs/rescaling.md): play ``plan`` from now
+        (:meth:`ReplicaCore.widen`), reaching the joined replicas ``peers`` it sends to. The
+        driver gives the old plan back the same way if a death stops the join (before the
+        recovery's restore, which builds the core from it)."""
+        if self._current(incarnation):
+            self.plan = self.transport.plan = plan
+            transport = self.transport
+            transport.connect({**transport.peers, **peers}, transport.unbounded, transport.route)
+            self._guard(self.core.widen, plan)

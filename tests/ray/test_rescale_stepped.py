@@ -73,12 +73,16 @@ def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_
     print("stepped rescales: " + "; ".join(
         f"{r['before']} -> {r['after']}: {r['seconds']:.3f} s, pause {r['pause_s']:.3f} s, {r['stepped']['steps']} "
         f"steps over {r['steps'].get('move the groups in steps', 0):.3f} s, "
-        f"{flowed_during(out, r)} unmoved records meanwhile" for r in records))
+        f"{flowed_during(out, r)} unmoved records meanwhile ({r['stepped']['switch']}; {r['steps']})" for r in records))
     assert_exactly_once(feed.reference(), {"out": without_times(out)})
     assert [r["mode"] for r in records] == ["stepped"] * 3, [r["why"] for r in records]
     assert [r["after"]["check"] for r in stats["rescales"]] == list(WIDTHS)
     assert all(r["stepped"]["steps"] > 1 for r in records)
     assert all(flowed_during(out, r) > 0 for r in records), "a key group that did not move stood still"
+    grown = [records[0], records[2]]  # 2 -> 4 and 1 -> 3: joined in place, no hold, no new incarnation
+    assert [r["stepped"]["switch"] for r in grown] == ["joined in place: no hold, no new incarnation"] * 2, records
+    assert [(r["cut_id"], r["pause_s"]) for r in grown] == [(None, 0.0)] * 2
+    assert [r["incarnation"] for r in records] == [0, 1, 1]  # only the shrink's switch made one
 
 
 @pytest.mark.timeout(300)
