@@ -23,6 +23,8 @@ path.
 
 from __future__ import annotations
 
+import os
+
 import ray
 
 from raytide.driver.recovery import JobRecovery, Steps
@@ -31,12 +33,18 @@ from raytide.engine.joining import join_refusal
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import ReplicaKey
 
-__all__ = ["join"]
+__all__ = ["JOIN_ENV", "join", "refusal"]
+
+#: The driver's environment setting that turns the join off (``0``).
+JOIN_ENV = "RAYTIDE_STEPPED_JOIN"
 
 
 def refusal(recovery: JobRecovery, new: PhysicalPlan, vertex: str) -> str | None:
-    """Why the job cannot join ``vertex``'s new replicas in place (None: it can)."""
+    """Why the job cannot join ``vertex``'s new replicas in place (None: it can); ``RAYTIDE_STEPPED_JOIN=0``
+    in the driver's environment turns the join off (the short switch of before, to compare)."""
     placement = recovery.placement
+    if os.environ.get(JOIN_ENV, "1") == "0":
+        return f"the join is turned off ({JOIN_ENV}=0)"
     if placement.relay_of:
         return "the job relays its progress per node (the relays are chosen for each placement)"
     return join_refusal(placement.plan, new, vertex)
