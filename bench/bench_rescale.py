@@ -28,8 +28,10 @@ pool is started before the clock). Per rescale:
 Each is reported as the median and the max over the rescales of a run. ``recovery=0``: the
 same job started without ``recovery=`` (its first rescale leases the coordinator of the cuts).
 ``stepped=1``: each rescale made with ``job.rescale(..., stepped=True)`` (the key groups moved
-in steps while the others flow, a short switch adding or retiring the replica;
-docs/rescaling.md, "Stepped migration"); ``stepped_s`` is the time its steps took. Every
+in steps while the others flow; growing, the new replica joins in place, or with ``join=0``
+a short switch adds it; shrinking, a short switch retires it; docs/rescaling.md, "Stepped
+migration"); ``stepped_s`` is the time its steps took, ``grow_*`` the issue's measures of the
+growing rescales alone. Every
 step of a rescale's record is also reported, growing and shrinking apart
 (``grow_give_the_hosts_their_replicas_s``, ``shrink_install_the_plan_s``, ...): what the short
 switch's hold is made of.
@@ -48,6 +50,7 @@ run's time, ``run_s``; ``paused_share``: the same with ``pause_s`` alone, when n
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import tempfile
 import threading
@@ -58,9 +61,10 @@ import raytide as rt
 from bench.harness import ensure_ray
 from examples.unbalanced import mandelbrot_flow, row_epochs
 from raytide.core.keygroups import KeyGroupAssignment, key_group
+from raytide.driver.joining import JOIN_ENV
 
 PARAMS = {"state_mb": 10, "keys": 1000, "per_epoch": 200, "pace": 0.02, "calm_epochs": 40, "rescales": 4,
-          "autoscale_s": 60, "only": "all", "recovery": 1, "stepped": 0}
+          "autoscale_s": 60, "only": "all", "recovery": 1, "stepped": 0, "join": 1}
 REPEAT = 3
 
 
@@ -80,9 +84,11 @@ def keyed_flow() -> rt.Dataflow:
 
 
 def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int,
-                  rescales: int, recovery: int = 1, stepped: int = 0) -> dict[str, float]:
+                  rescales: int, recovery: int = 1, stepped: int = 0, join: int = 1) -> dict[str, float]:
     """One run of the pause measurement; see the module docstring (``recovery=0``: the job
-    is started without ``recovery=``; ``stepped=1``: rescaled in steps)."""
+    is started without ``recovery=``; ``stepped=1``: rescaled in steps; ``join=0``: a stepped
+    growth adds its replicas by the short switch, not by joining them in place)."""
+    os.environ[JOIN_ENV] = str(join)
     blob = state_mb * 1_000_000 // keys
     pushed: dict[int, float] = {}
     windows: list[tuple[float, float]] = []
@@ -139,6 +145,9 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
     if plans:  # the short switch aside: what the plan's install and its steps stall
         times = _group_times(out)
         per_rescale["unmoved_idle_plan_s"] = [_idle(times, set(times) - groups, *window) for window, groups in plans]
+    for name in ("unmoved_idle_s", "unmoved_idle_plan_s", "latency_p99_ratio", "throughput_ratio"):
+        per_rescale[f"grow_{name}"] = per_rescale.get(name, [])[0::2]  # 1 -> 2: the join's (or the short switch's)
+    per_rescale = {name: values for name, values in per_rescale.items() if values}
     for name, values in per_rescale.items():
         metrics[f"{name}_p50"] = statistics.median(values)
         metrics[f"{name}_max"] = max(values)
@@ -273,12 +282,12 @@ def entry_rate(timeline: list[dict[str, Any]], goal: float) -> float:
 
 
 def measure(state_mb: int, keys: int, per_epoch: int, pace: float, calm_epochs: int, rescales: int,
-            autoscale_s: float, only: str, recovery: int, stepped: int) -> dict[str, float]:
+            autoscale_s: float, only: str, recovery: int, stepped: int, join: int) -> dict[str, float]:
     """One run: the pause at ``state_mb`` MB (``only="pause"``), the autoscaler (``"autoscale"``), or both."""
     ensure_ray()
     metrics: dict[str, float] = {}
     if only in ("all", "pause"):
-        metrics.update(measure_pause(state_mb, keys, per_epoch, pace, calm_epochs, rescales, recovery, stepped))
+        metrics.update(measure_pause(state_mb, keys, per_epoch, pace, calm_epochs, rescales, recovery, stepped, join))
     if only in ("all", "autoscale"):
         goal = 1.4 * one_replica_rate()
         metrics["autoscale_goal_rows_per_s"] = goal

@@ -206,7 +206,8 @@ def test_hosts_forward_every_call_their_roles_take(host, role, own):
 
     module, cls = role.split(":")
     role_class = getattr(importlib.import_module(module), cls)
-    public = {name for name in vars(role_class) if not name.startswith("_") and callable(getattr(role_class, name))}
+    public = {name for cls in role_class.__mro__[:-1] for name in vars(cls)  # its own and its parts' (RescaleCalls)
+              if not name.startswith("_") and callable(getattr(role_class, name))}
     assert set(getattr(hosts, host)) == public - own
 
 

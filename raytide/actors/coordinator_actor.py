@@ -317,6 +317,14 @@ class CoordinatorActor:
                                                   time.monotonic()))
             self.paused = True
 
+    def widen(self, incarnation: int, plan: PhysicalPlan) -> None:
+        """A growing stepped rescale joined replicas to ``incarnation`` (no new one; snapshots paused
+        meanwhile): the next snapshots wait for ``plan``'s replicas, the joined ones included."""
+        with self.lock:
+            if incarnation == self.core.incarnation:
+                self.plan = plan
+                self.core.replicas = frozenset(plan.replica_keys())
+
     def stats(self) -> dict[str, Any]:
         """Snapshots taken, their last id, duration and size and the epochs complete in it (per output,
         ``last_complete``: -1 none, None all), what was abandoned, the interval in use, and the id of the

@@ -114,6 +114,14 @@ class ProgressActor:
             self.links.replace(key, handle)
             self._perform(self.core.replace(key, figures, first, locations))
 
+    def join(self, incarnation: int, key: ReplicaKey, handle: Any, locations: list[Location]) -> None:
+        """Replica ``key`` joined the job as ``handle`` (a growing stepped rescale, docs/rescaling.md):
+        it is pushed the statuses of ``locations`` and counted from now on (:meth:`ProgressCore.join`)."""
+        if incarnation == self.incarnation:
+            self.handles[key] = handle
+            self.links.replace(key, handle)
+            self._perform(self.core.join(key, locations))
+
     def socket_address(self) -> tuple[str, str] | None:
         """Where a replica on this node sends its messages by socket; None: by Ray calls only."""
         return self.inbound.address() if self.inbound is not None else None

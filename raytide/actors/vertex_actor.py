@@ -53,11 +53,11 @@ from raytide.actors.metrics import ReplicaMetrics, busy_and_blocked
 from raytide.actors.progress_relay import ProgressRelay
 from raytide.actors.pushed import heard, read_pushed, take_share
 from raytide.actors.ray_transport import RayTransport
+from raytide.actors.vertex_rescaling import RescaleCalls
 from raytide.core.batches import batch_length
-from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine import epoch_tokens
 from raytide.engine.replica import AloneRestored, Received, ReplicaCore
-from raytide.errors import RaytideError, RescaleError, SourceError
+from raytide.errors import RaytideError, SourceError
 from raytide.physical.frames import Frame, replica_call
 from raytide.physical.pickled import Packed
 from raytide.physical.plan import PhysicalPlan
@@ -67,7 +67,6 @@ from raytide.physical.protocol import (
     ProgressRoute,
     ReplicaKey,
     Sequenced,
-    StepPlanMessage,
     decode,
     encode,
 )
@@ -90,8 +89,8 @@ def _batch_place(channel: ChannelId, vertex: str, time: Timestamp) -> str:
     return f"vertex {vertex!r} input {channel.port} at {time} (from replica {channel.sender} of {channel.source!r})"
 
 
-class VertexActor:
-    """One replica of one chain of fused vertices."""
+class VertexActor(RescaleCalls):
+    """One replica of one chain of fused vertices (its rescale calls: :class:`RescaleCalls`)."""
 
     def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int, myself: Any = None,
                  recovery: Recovery | None = None, incarnation: int = 0, kept: tuple[int, ReplicaKey, Piece] | None = None,
@@ -280,48 +279,6 @@ class VertexActor:
         self.failed = None
         self.readers.clear()
         self.started.clear()
-
-    def hand_over(self, incarnation: int, into: int, plan: PhysicalPlan, old_widths: dict[str, int],
-                  tables: dict[str, KeyGroupAssignment]) -> dict[ReplicaKey, Any]:
-        """A rescale to ``plan`` in incarnation ``into``: this replica, held at its cut, splits
-        its state into a piece per replica of ``plan`` (:meth:`ReplicaCore.hand_over`). The
-        piece for the replica of the same key, which this host goes on playing, stays here,
-        not copied (:class:`~raytide.actors.hosts.VertexHost` passes it to the new role); the
-        others go to the object store. Returns their refs."""
-        if not self._current(incarnation):
-            raise RescaleError(f"replica {self.transport.job}/{self.key} is in incarnation "
-                               f"{self.transport.incarnation}, not {incarnation}: it cannot hand over its state")
-        pieces = self.core.hand_over(plan, old_widths, tables)
-        own = pieces.pop(self.key, None)
-        self.kept = None if own is None else (into, self.key, own)
-        return {key: ray.put(piece) for key, piece in pieces.items()}
-
-    def adopt(self, incarnation: int, refs: list, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
-              peers: dict[ReplicaKey, Any], progress: ProgressRoute, coordinator: Any) -> tuple[list[Location] | RaytideError, list]:
-        """Start incarnation ``incarnation`` of a rescaled job as this replica, from the pieces
-        the held replicas handed over (``refs``, and what this host kept for it); nothing
-        runs until :meth:`resume`. Returns the locations to subscribe to (or what the adoption
-        raised, as :meth:`restore`) and the pointstamps the replica holds."""
-        self._reset(incarnation, peers, progress, coordinator)
-        pieces = list(ray.get(refs)) if refs else []
-        if self.kept is not None and self.kept[:2] == (incarnation, self.key):
-            pieces.append(self.kept[2])
-        self.kept = None
-        held: list = []
-        self._guard(lambda: held.extend(self.core.adopt(old_widths, tables, pieces)))
-        return self.failed or self.core.subscriptions(), held
-
-    def install_plan(self, incarnation: int, message: StepPlanMessage, peers: dict[ReplicaKey, Any]) -> None:
-        """A stepped rescale's plan from the driver (:meth:`ReplicaCore.install_plan`; refused, failing the job, if one of
-        this replica's inputs reached its first step's epoch), with the handles of the replicas it hands groups to."""
-        if self._current(incarnation):
-            self.transport.peers.update(peers)
-            self._guard(self.core.install_plan, message)
-
-    def stepping(self) -> tuple[dict[tuple[str, int, int], KeyGroupAssignment], list[str]]:
-        """The driver's look at a stepped rescale here: the routing tables (after a plan's last step) and the
-        vertices with steps left (:mod:`raytide.driver.stepped`)."""
-        return self.core.outbox.tables(), sorted(name for name, steps in self.core.stepped.items() if not steps.moves.done)
 
     def relay(self, encoded: bytes) -> None:
         """As the node's relay: another replica's message for the progress actor (see

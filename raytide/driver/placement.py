@@ -296,6 +296,27 @@ class JobPlacement:
         self._pids.update({self.host_name(key): pid for key, pid in zip(keys, answers)})
         return {"kept": kept, "added": len(fresh), "returned": len(returned)}
 
+    def admit(self, plan: PhysicalPlan, fresh: list[HostLease], incarnation: int, coordinator: Any) -> tuple[list, list]:
+        """A growing stepped rescale's join (:mod:`raytide.driver.joining`): play ``plan`` from now, its
+        new replicas on ``fresh`` (:meth:`add_hosts`), each sent its role in ``incarnation`` and its
+        peers; returns their keys and the refs of the answers. :meth:`withdraw` undoes it."""
+        keys = [key for key in plan.replica_keys() if key not in self.leases]
+        self.leases.update(zip(keys, fresh))
+        self.actors.update({key: self.leases[key].handle for key in keys})
+        self.peers.update({key: self.leases[key].leased for key in keys})
+        self.plan, self._plan_ref = plan, ray.put(plan)
+        pids = [self._take_vertex(key, incarnation) for key in keys]
+        self._pids.update({self.host_name(key): pid for key, pid in zip(keys, pids)})
+        return keys, pids + [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key),
+                                                            coordinator) for key in keys]
+
+    def withdraw(self, plan: PhysicalPlan, keys: list[ReplicaKey]) -> None:
+        """Undo :meth:`admit` (a death met the join): back to ``plan``, the hosts of ``keys`` to the pool."""
+        self.pool.give_back([self.leases.pop(key) for key in keys])
+        for key in keys:
+            del self.actors[key], self.peers[key], self._pids[self.host_name(key)]
+        self.plan, self._plan_ref = plan, ray.put(plan)
+
     def _own_hosts(self) -> dict[ReplicaKey, HostLease]:
         """The leases of the replicas that play a host of their own (not seated)."""
         return {key: lease for key, lease in self.leases.items() if isinstance(key, ReplicaKey) and not lease.seated}

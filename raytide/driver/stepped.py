@@ -4,8 +4,9 @@ every other key group keeps flowing. The plan, its message, its holds and each r
 are the ones the in-process runtime runs (:mod:`raytide.rescale.steps`,
 :mod:`raytide.engine.stepping`); this module is the driver's side::
 
-    growing p -> q: the short switch (the rescale machine, the vertex's owners kept: the new
-        replicas own nothing, no state moves; a brief hold of the whole job)
+    growing p -> q: the new replicas join the running job owning nothing (raytide.driver.joining:
+        no hold, no new incarnation); where that cannot hold, the short switch (the rescale
+        machine, the vertex's owners kept: no state moves; a brief hold of the whole job)
     driver: the periodic snapshots paused (none may cut through a plan), the one in flight waited for
     driver: the gate closed at first = the latest epoch any input is at (or was let through to)
         + a margin (about 0.15 s of epochs at the inputs' recent rate): raytide.driver.plan_gate
@@ -43,6 +44,7 @@ import ray
 
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.driver.inputs import InputFeeds
+from raytide.driver.joining import join, refusal
 from raytide.driver.recovery import JobRecovery, RescaleRecord, Steps
 from raytide.driver.rescale import Supervision, rescale, switch
 from raytide.engine.stepping import holds
@@ -107,14 +109,17 @@ class SteppedRescale:
         self.steps = Steps()  # the seconds of the wait for a snapshot in flight, the install and the steps
         self.window = [0.0, 0.0]  # wall-clock times the plan was installed and its last step seen done
         self.switches: list[RescaleRecord] = []
+        self.joined: str | None = None  # growing: None if the new replicas joined in place, else why not
+        self.widths: dict[str, int] = {}  # every vertex's width before
 
     def run(self, asked: dict[str, int], made_s: float) -> dict[str, Any]:
         """Switch (growing), step, switch (shrinking); the record, kept in ``job.stats()``."""
         started = time.monotonic() - made_s
         plan = self.recovery.placement.plan
+        self.widths = {name: plan.width(name) for name in plan.vertices}
         before, after = plan.width(self.vertex), new_widths(plan, asked)[self.vertex]
         if after > before:
-            self._switch(asked, made_s)
+            self._grow(asked, made_s)
         message, why = self._step(after)
         if why:  # a death met the steps: the job recovered; the rest as before, holding the whole job
             done = rescale(self.recovery, self.supervision, asked, self._left(), why=f"not stepped: {why}")
@@ -127,6 +132,20 @@ class SteppedRescale:
 
     def _left(self) -> float:
         return max(0.1, self.deadline - time.monotonic())
+
+    def _grow(self, asked: dict[str, int], made_s: float) -> None:
+        """The new replicas join the running job, owning nothing (:mod:`raytide.driver.joining`: no
+        hold, no new incarnation; snapshots paused first); where that cannot hold, or a death met
+        it (the job recovered in the old widths), the short switch below (``self.joined`` says why)."""
+        new = self.supervision.recompile(new_widths(self.recovery.placement.plan, asked))
+        self.joined = refusal(self.recovery, new, self.vertex)
+        if self.joined is None:
+            self._pause()
+            self.joined = join(self.recovery, self.supervision, new, self.vertex, self.steps)
+            if self.joined is None:
+                return
+            self._resume()  # the switch's cut may start; after a recovery, they run already
+        self._switch(asked, made_s)
 
     def _switch(self, asked: dict[str, int], made_s: float) -> None:
         """The short switch: the widths change, the vertex's owners do not (nothing moves)."""
@@ -249,7 +268,7 @@ class SteppedRescale:
         plan = self.recovery.placement.plan
         now, switched = time.monotonic(), self.switches[-1] if self.switches else None
         widths = new_widths(plan, asked)
-        before = {name: width for record in self.switches for name, width in record.before.items()}
+        before = {name: width for name, width in self.widths.items() if width != widths[name]}
         steps = {**(switched.steps if switched else {}), **self.steps.seconds}
         epochs = [epoch for epoch, _ in message.steps] if message else []
         moved = sorted(move.key_group for _, moves in message.steps for move in moves) if message else []
@@ -259,12 +278,18 @@ class SteppedRescale:
             switched.pause_s if switched else 0.0, time.time(), switched.hosts if switched else {}, steps,
             mode="whole job" if why else "stepped", why=why and f"not stepped: {why}",
             stepped={"vertex": self.vertex, "steps": len(epochs), "epochs": epochs[:1] + epochs[-1:], "moved": moved,
-                     "window": tuple(self.window)})
+                     "window": tuple(self.window), "switch": self._how_switched()})
         self.recovery.rescales.append(record)
         logger.info("job %r rescaled %s -> %s in %.2f s (%s; paused %.2f s, %d steps)%s", self.recovery.placement.name,
                     record.before, record.after, record.seconds, record.mode, record.pause_s, len(epochs),
                     f", {record.why}" if why else "")
         return vars(record).copy()
+
+    def _how_switched(self) -> str:
+        """How the replicas were added or retired: joined in place, or by a switch to a new incarnation, and why."""
+        if not self.switches and self.joined is None:
+            return "joined in place: no hold, no new incarnation"
+        return f"a new incarnation: {self.joined or 'the retiring replicas leave holding the job'}"
 
 
 def inputs_moving(inputs: InputFeeds, within: float) -> bool:

@@ -107,6 +107,13 @@ class ProgressCore:
         effects.events += self._completions(list(self._output_places))  # every output: a restored log may be ahead
         return effects
 
+    def join(self, key: ReplicaKey, locations: list[Location]) -> ProgressEffects:
+        """Replica ``key`` joins the job (a growing stepped rescale's new replica, owning no key
+        group yet): it reads ``locations``, is pushed their statuses now, and its numbered
+        messages are counted from its first on, as any replica's. It holds no pointstamp yet,
+        so nothing it does not hold can complete meanwhile (docs/rescaling.md)."""
+        return ProgressEffects(pushes=[(key, StatusPush(*self.publisher.subscribe(key, locations)))])
+
     def hold(self, changes: list[tuple[Pointstamp, int]]) -> ProgressEffects:
         """Pointstamps the driver makes, applied at once: a stepped rescale's holds at its
         vertex's input, made while every input is before their epochs

@@ -25,6 +25,7 @@ from raytide.engine.modes import ReplicaMode
 from raytide.engine.replica_vertices import MARKERS_KEPT
 from raytide.engine.settling import Settling
 from raytide.errors import ProgressError
+from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import Cause, ChannelId, Figures, HeldCause, Marker, ReplicaKey, StepPlanMessage
 from raytide.progress.publisher import Status
 from raytide.progress.reachability import Location
@@ -124,6 +125,19 @@ class ReplicaCore(Settling):
         self.statuses.update(statuses)
         self.unacked = max(0, self.unacked - acked)
         self._settle()
+
+    def widen(self, plan: PhysicalPlan) -> None:
+        """Play ``plan`` from now: this replica's plan with one keyed vertex wider, whose
+        joined replicas own no key group yet (a growing stepped rescale's join,
+        docs/rescaling.md; the driver joins only where nothing else reads that width:
+        :func:`raytide.engine.joining.join_refusal`). The markers and epoch tokens this
+        replica sends reach the joined replicas too; the data keeps its routes' tables (the
+        joined get key groups only at the plan's steps), and the hosted vertices see the width."""
+        self.plan = self.outbox.plan = plan
+        self.chain = self.outbox.chain = plan.chain(self.chain.name)
+        for name, context in self.contexts.items():
+            context.parallelism = plan.width(name)
+        self.token_sender.channels = epoch_tokens.sent_on(plan, self.outbox)
 
     def install_plan(self, message: StepPlanMessage) -> None:
         """The driver's plan of a stepped rescale (before any input reached its first step's

@@ -2,8 +2,10 @@
 job under a steady feed rescaled 2 -> 4 -> 1 -> 3 with ``stepped=True``, each rescale's key
 groups moved in steps while the others flow. Checked against plain Python (every record once,
 in order per key), and a key group the plan does not move produced output while the steps ran:
-no whole-job hold covered them. A replica SIGKILLed as the steps start: the job recovers and
-the rescale is made holding the whole job, its record saying why."""
+no whole-job hold covered them; growing, the new replicas join in place (no hold, no new
+incarnation). A replica SIGKILLed as new replicas join: the job recovers in the old widths and
+the rescale is made with a new incarnation; one SIGKILLed as the steps start: the job recovers
+and the rescale is made holding the whole job; each record says why."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 
 import raytide as rt
 from raytide.core.keygroups import key_group
+from raytide.driver.placement import JobPlacement
 from raytide.driver.stepped import SteppedRescale
 from tests.delivery import assert_exactly_once
 from tests.ray.jobs import SequenceFeed, next_in_sequence
@@ -73,33 +76,50 @@ def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_
     print("stepped rescales: " + "; ".join(
         f"{r['before']} -> {r['after']}: {r['seconds']:.3f} s, pause {r['pause_s']:.3f} s, {r['stepped']['steps']} "
         f"steps over {r['steps'].get('move the groups in steps', 0):.3f} s, "
-        f"{flowed_during(out, r)} unmoved records meanwhile" for r in records))
+        f"{flowed_during(out, r)} unmoved records meanwhile ({r['stepped']['switch']}; {r['steps']})" for r in records))
     assert_exactly_once(feed.reference(), {"out": without_times(out)})
     assert [r["mode"] for r in records] == ["stepped"] * 3, [r["why"] for r in records]
     assert [r["after"]["check"] for r in stats["rescales"]] == list(WIDTHS)
     assert all(r["stepped"]["steps"] > 1 for r in records)
     assert all(flowed_during(out, r) > 0 for r in records), "a key group that did not move stood still"
+    grown = [records[0], records[2]]  # 2 -> 4 and 1 -> 3: joined in place, no hold, no new incarnation
+    assert [r["stepped"]["switch"] for r in grown] == ["joined in place: no hold, no new incarnation"] * 2, records
+    assert [(r["cut_id"], r["pause_s"]) for r in grown] == [(None, 0.0)] * 2
+    assert [r["incarnation"] for r in records] == [0, 1, 1]  # only the shrink's switch made one
 
 
 @pytest.mark.timeout(300)
-def test_a_replica_killed_as_the_steps_start_falls_back_to_the_whole_job_rescale_and_stays_exact(
+def test_a_replica_killed_as_replicas_join_or_as_the_steps_start_falls_back_to_the_whole_job_and_stays_exact(
         ray_session, tmp_path, monkeypatch):
-    feed, killed = steady_feed(), []
+    feed, killed, started = steady_feed(), [], []  # started: the second rescale is under way
     wait_steps = SteppedRescale._wait_steps
 
     def killing_first(self: SteppedRescale, message: Any) -> Any:  # the plan is installed: its steps are under way
-        if not killed:
+        if not killed and started:  # the second rescale's
             killed.append(job.hosts()[f"{job.name}/check+out/1"])
             os.kill(killed[0], signal.SIGKILL)
         return wait_steps(self, message)
 
     monkeypatch.setattr(SteppedRescale, "_wait_steps", killing_first)
+    admit, killed_joining = JobPlacement.admit, []
+
+    def killing_as_they_join(self: JobPlacement, *args: Any) -> Any:  # the new replicas took their roles: the join is under way
+        answer = admit(self, *args)
+        if killed_joining:
+            return answer
+        killed_joining.append(job.hosts()[f"{job.name}/check+out/1"])
+        os.kill(killed_joining[-1], signal.SIGKILL)
+        return answer
+
+    monkeypatch.setattr(JobPlacement, "admit", killing_as_they_join)
     with rt.run(flow_checking_sequences("stepped-killed"), {"records": feed.epochs()}, parallelism=2,
                 recovery=rt.Recovery(str(tmp_path / "store"), interval=0.2)) as job:
         results = job.results("out", timeout=120)
         out = [next(results)]
         while job.stats()["snapshots"]["committed"] < 1:
             out.append(next(results))
+        grown = job.rescale({"check": 3}, timeout=60, stepped=True)
+        started.append(True)
         record = job.rescale({"check": 1}, timeout=60, stepped=True)
         out.append(next(results))
         feed.stop()
@@ -107,5 +127,7 @@ def test_a_replica_killed_as_the_steps_start_falls_back_to_the_whole_job_rescale
         out += list(results)
         stats = job.stats()
     assert_exactly_once(feed.reference(), {"out": without_times(out)})
+    assert killed_joining and grown["mode"] == "stepped" and grown["cut_id"] is not None, (grown["why"], grown["stepped"])
+    assert grown["stepped"]["switch"].startswith("a new incarnation: a death during the join"), grown
     assert killed and record["mode"] == "whole job" and "a death during the steps" in record["why"], record
-    assert stats["recoveries"]["count"] >= 1 and stats["parallelism"]["check"] == 1
+    assert stats["recoveries"]["count"] >= 2 and stats["parallelism"]["check"] == 1
