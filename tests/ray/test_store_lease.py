@@ -88,7 +88,10 @@ def test_a_second_driver_is_refused_and_a_paused_one_is_fenced_after_a_takeover(
     first = driver(uri, log, "start", 0.3, tmp_path / "first.out", env)
     third = None
     try:
-        wait_for(lambda: generation(store) == 1, "the first driver's lease", 60, first)
+        # its lease and a committed snapshot: a second driver restoring "latest" from a store with none is
+        # refused for that first (SnapshotError), and the refusal tested here would not be reached
+        wait_for(lambda: generation(store) == 1 and bool(store.committed()), "the first driver's lease and first snapshot",
+                 60, first)
         second = subprocess.run([sys.executable, "-c", DRIVER, uri, str(log), "restore", "0"], env=env,
                                 capture_output=True, text=True, timeout=60)
         assert second.returncode != 0 and "StoreLeaseError" in second.stderr, second.stderr[-3000:]
