@@ -21,7 +21,7 @@ import collections
 import dataclasses
 import pickle
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import ray
 
@@ -46,8 +46,10 @@ from raytide.physical.protocol import (
 )
 from raytide.physical.wire import pack
 from raytide.progress.timestamps import Timestamp
-from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
-from raytide.snapshots.writer import SnapshotWriter
+
+if TYPE_CHECKING:  # imported by a replica's first snapshot or cut, which a first job may never take
+    from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
+    from raytide.snapshots.writer import SnapshotWriter
 
 #: A peer that is reached by Ray calls only (on another node, or without a socket).
 BY_RAY = "ray"

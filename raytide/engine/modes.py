@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from raytide.snapshots.replica_state import LoggedBatch, ReplicaState
+if TYPE_CHECKING:  # a replica imports them at its first cut (raytide.engine.replica_barriers)
+    from raytide.snapshots.replica_state import LoggedBatch, ReplicaState
 
 
 class ReplicaMode(enum.Enum):

@@ -50,14 +50,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytide.engine.dedup import SequenceDedup
 from raytide.engine.upstream_log import UpstreamLog
 from raytide.physical.protocol import ChannelId, Figures, Marker, ReplicaKey
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
-from raytide.snapshots.replica_state import Sequences
+
+if TYPE_CHECKING:  # imported at a replica's first snapshot or restore, which a first job may never have
+    from raytide.snapshots.replica_state import Sequences
 
 
 class Numbering:
@@ -129,6 +131,8 @@ class Numbering:
         numbering is off."""
         if not self.enabled:
             return None
+        from raytide.snapshots.replica_state import Sequences
+
         taken = {**self.dedup.positions(), **self._barriers.pop(snapshot_id, {})}
         for older in [known for known in self._barriers if known < snapshot_id]:
             del self._barriers[older]
@@ -146,6 +150,8 @@ class Numbering:
         a rescale's state: every channel from 0, as every other replica starts then); its
         figures too if ``figures`` (a replica restored alone from a snapshot of the job's
         incarnation), else from 0 (a whole-job restore starts a new incarnation)."""
+        from raytide.snapshots.replica_state import Sequences
+
         saved = sequences or Sequences()
         dropped = self.log.dropped, self.log.drops  # what its lives dropped past the cap stays said
         self.log = UpstreamLog(self.name, saved.sent, self.log.keeps, self.log.cap)

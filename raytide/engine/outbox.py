@@ -10,14 +10,15 @@ batch over.
 
 While a stepped rescale of a keyed vertex runs (:meth:`Outbox.install_plan`), every exchange
 into it routes a batch by the owners in force at the batch's epoch
-(:class:`~raytide.rescale.migration.TimedRouter`), not by the moment it is sent.
+(:class:`~raytide.rescale.migration.TimedRouter`), not by the moment it is sent. The rescale's
+modules come with the first such plan (or a snapshot of the tables), not with every replica.
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.core.routing import BroadcastRouter, ExchangeRouter, PipelineRouter, Routed, Router
@@ -26,13 +27,15 @@ from raytide.physical.plan import ChainPlan, Consumer, PhysicalPlan
 from raytide.physical.protocol import ChannelId, Marker, ReplicaKey, Sequenced
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
-from raytide.rescale.migration import TimedRouter
-from raytide.rescale.steps import StepPlan
-from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
+
+if TYPE_CHECKING:
+    from raytide.rescale.migration import TimedRouter
+    from raytide.rescale.steps import StepPlan
+    from raytide.snapshots.replica_state import HeldReport, LocalSnapshot
 
 #: A router of an outbox: one of :mod:`raytide.core.routing`'s, or one that routes by a
 #: stepped rescale's plan at the batch's time.
-OutRouter = Router | TimedRouter
+OutRouter: TypeAlias = "Router | TimedRouter"
 
 
 class Transport(Protocol):
@@ -112,6 +115,8 @@ class Outbox:
     def install_plan(self, vertex: str, steps: StepPlan) -> bool:
         """Route every exchange out of this replica into ``vertex`` by ``steps``' owners at a
         batch's epoch; whether this replica has such an exchange."""
+        from raytide.rescale.migration import TimedRouter
+
         found = False
         for (name, port, index), router in self.routers.items():
             consumer = self.plan.consumers_of(name, port)[index]
@@ -197,6 +202,8 @@ class Outbox:
     def tables(self) -> dict[tuple[str, int, int], KeyGroupAssignment]:
         """The routing table of every exchange out of this replica (part of its snapshot; a
         stepped rescale's, its table after the last step: no snapshot is taken while it runs)."""
+        from raytide.rescale.migration import TimedRouter
+
         return {route: router.table if isinstance(router, ExchangeRouter) else router.after
                 for route, router in self.routers.items() if isinstance(router, ExchangeRouter | TimedRouter)}
 
@@ -210,7 +217,7 @@ class Outbox:
 
 def split(router: OutRouter, batch: Any, time: Timestamp) -> Routed:
     """``(replica, part)`` for ``batch`` sent at ``time`` (a timed router routes by the epoch)."""
-    return router.route(batch, time) if isinstance(router, TimedRouter) else router.route(batch)
+    return router.route(batch) if isinstance(router, Router) else router.route(batch, time)
 
 
 def destinations(plan: PhysicalPlan, chain: ChainPlan, replica: int, consumer: Consumer) -> list[int]:

@@ -20,7 +20,7 @@ import itertools
 from typing import Any, cast
 
 from raytide.core.batches import batch_length
-from raytide.engine import epoch_tokens, stepping
+from raytide.engine import epoch_tokens
 from raytide.engine.modes import ReplicaMode
 from raytide.engine.replica_vertices import MARKERS_KEPT
 from raytide.engine.settling import Settling
@@ -30,7 +30,6 @@ from raytide.physical.protocol import Cause, ChannelId, Figures, HeldCause, Mark
 from raytide.progress.publisher import Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
-from raytide.rescale.steps import StepPlan
 
 __all__ = ["MARKERS_KEPT", "AloneRestored", "ReplicaCore", "ReplicaMode"]
 
@@ -143,7 +142,11 @@ class ReplicaCore(Settling):
         """The driver's plan of a stepped rescale (before any input reached its first step's
         epoch, or :func:`~raytide.engine.stepping.check_in_time` refuses it): route every
         exchange into its vertex by the owners at a batch's epoch, and, at a replica of that
-        vertex, refuse records whose owner at their epoch is another replica."""
+        vertex, refuse records whose owner at their epoch is another replica. The rescale's
+        modules come with the first plan: a job that never rescales never imports them."""
+        from raytide.engine import stepping
+        from raytide.rescale.steps import StepPlan
+
         stepping.check_in_time(message, self.input_epochs, f"replica {self.replica} of {self.chain.name!r}")
         self.outbox.install_plan(message.vertex, StepPlan.of_message(message))
         if message.vertex in self.chain.vertices:

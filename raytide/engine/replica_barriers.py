@@ -4,17 +4,23 @@ and completed, a rescale's cut held and reported, and the state restored from a 
 adopted from a rescale's pieces or handed over to them.
 
 A layer of :class:`~raytide.engine.replica.ReplicaCore` (see :mod:`raytide.engine.replica_vertices`).
+
+What a replica saves (:mod:`raytide.snapshots.replica_state`), a rescale's pieces
+(:mod:`raytide.rescale.layout`) and a stepped rescale's steps (:mod:`raytide.engine.stepping`)
+are imported by the methods that take, hand over, restore or step a replica's state, at its
+first snapshot, cut, restore or stepped hand-over: a first job without recovery or rescale
+never does any of these, and its hosts start without them (issue 76: about a third of a
+vertex host's imports).
 """
 
 from __future__ import annotations
 
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine.modes import HeldCut, ReplicaMode
 from raytide.engine.replica_vertices import HostedVertices
-from raytide.engine.stepping import step_channel
 from raytide.errors import RescaleError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -31,21 +37,11 @@ from raytide.physical.protocol import (
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.progress.tracker import Pointstamp
-from raytide.rescale.layout import Piece, merge, split
 from raytide.snapshots.barriers import Decision, ForwardBarrier, Release, SnapshotComplete, TakeSnapshot
-from raytide.snapshots.replica_state import (
-    HeldReport,
-    LoggedBatch,
-    ReplicaState,
-    ReplicaSummary,
-    TakenState,
-    capabilities,
-    complete,
-    load,
-    pickle_outputs,
-    take,
-    unpicklable_state,
-)
+
+if TYPE_CHECKING:
+    from raytide.rescale.layout import Piece
+    from raytide.snapshots.replica_state import LoggedBatch, ReplicaState, TakenState
 
 
 class BarrierHandling(HostedVertices):
@@ -90,6 +86,8 @@ class BarrierHandling(HostedVertices):
         for channel, name, time, batch in stepped.arrived(state):
             self._consume(channel, name, time, batch)
         if state.epoch not in stepped.waiting:
+            from raytide.engine.stepping import step_channel
+
             self.tokens.release(step_channel(vertex, state.epoch, stepped.port))
         location, time = Location.of_input(vertex, stepped.port), Timestamp(state.epoch)
         self.held_back.update((location, time), -1)
@@ -125,6 +123,8 @@ class BarrierHandling(HostedVertices):
                 if self.cut is not None and self.cut.marker_id == effect.snapshot_id:
                     self._report_held([batch for records in effect.logged.values() for batch in records])
                 elif taken is not None:
+                    from raytide.snapshots.replica_state import complete
+
                     self.transport.local_snapshot(complete(effect.snapshot_id, self.outbox.key, taken, effect.logged))
             elif isinstance(effect, ForwardBarrier):
                 self.outbox.forward_marker(self.markers.pop(effect.snapshot_id))
@@ -145,6 +145,8 @@ class BarrierHandling(HostedVertices):
     def _state(self, marker: Marker) -> ReplicaState:
         """The replica's state at ``marker`` (the chain is aligned on it), by reference, after
         dropping the kept output records of epochs the driver already has."""
+        from raytide.snapshots.replica_state import ReplicaState
+
         self.forget_delivered(marker.delivered)
         user = {name: vertex.snapshot() for name, vertex in self.vertices.items()}
         sequences = self.outbox.numbering.take(marker.marker_id) if marker.kind is MarkerKind.SNAPSHOT else None
@@ -154,6 +156,8 @@ class BarrierHandling(HostedVertices):
     def _take(self, marker: Marker, alignment_s: float) -> TakenState:
         """The local snapshot at ``marker``, taken ``alignment_s`` seconds after its first
         barrier came: the state, copied by pickling (processing goes on)."""
+        from raytide.snapshots.replica_state import take, unpicklable_state
+
         state = self._state(marker)
         try:
             taken, self.kept_pickles = take(state, alignment_s, self.kept_pickles)
@@ -163,6 +167,8 @@ class BarrierHandling(HostedVertices):
 
     def _report_held(self, logged: list[LoggedBatch]) -> None:
         """The cut is complete here (``logged``: the back-edge batches in flight in it): tell the coordinator."""
+        from raytide.snapshots.replica_state import HeldReport, ReplicaSummary, capabilities, pickle_outputs
+
         cut = self.cut
         assert cut is not None
         cut.logged = logged
@@ -182,6 +188,8 @@ class BarrierHandling(HostedVertices):
         if self.cut is None or self.taken:
             raise RescaleError(f"replica {self.outbox.key} was asked for its state for a rescale, but it is not "
                                f"held at a complete rescale cut")
+        from raytide.rescale.layout import split
+
         return split(plan, old_widths, tables, self.replica, self.cut.state, self.cut.logged)
 
     def adopt(self, old_widths: dict[str, int], tables: dict[str, KeyGroupAssignment],
@@ -189,6 +197,9 @@ class BarrierHandling(HostedVertices):
         """Become this replica of a rescaled job from the ``pieces`` the held replicas handed
         over (a fresh core, before any event; :func:`~raytide.rescale.layout.merge`); returns
         the pointstamps it holds now. Its logged back-edge batches go at :meth:`resume`."""
+        from raytide.rescale.layout import merge
+        from raytide.snapshots.replica_state import capabilities
+
         state, logged = merge(self.plan, old_widths, tables, self.outbox.key, pieces)
         self._restore(state, logged)
         return capabilities(state, logged)
@@ -200,6 +211,8 @@ class BarrierHandling(HostedVertices):
         Its back-edge batches logged in the snapshot are delivered by :meth:`resume`, once
         every replica of the job is restored.
         """
+        from raytide.snapshots.replica_state import load
+
         self._restore(*load(data), figures=figures)
 
     def _restore(self, state: ReplicaState, logged: list[LoggedBatch], figures: bool = False) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytide.core.batches import batch_length, eager
 from raytide.core.routing import non_empty
@@ -26,7 +26,6 @@ from raytide.engine.modes import HeldCut, ReplicaMode
 from raytide.engine.notifications import NotificationQueue
 from raytide.engine.numbered_channels import Numbering, kept_into
 from raytide.engine.outbox import Outbox, Transport, split
-from raytide.engine.stepping import SteppedVertex
 from raytide.errors import GraphError, ProgressError, RaytideError, UserCodeError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
@@ -40,11 +39,10 @@ from raytide.progress.publisher import Interests, Status
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp
 from raytide.snapshots.barriers import BarrierAligner
-from raytide.snapshots.replica_state import (
-    LoggedBatch,
-    OutputPickles,
-    TakenState,
-)
+
+if TYPE_CHECKING:  # imported with a first stepped rescale, snapshot or restore (raytide.engine.replica_barriers)
+    from raytide.engine.stepping import SteppedVertex
+    from raytide.snapshots.replica_state import LoggedBatch, OutputPickles, TakenState
 
 #: How many of the markers that passed it a replica remembers (for tests and ``replica_stats()``): not all.
 MARKERS_KEPT = 64

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytide.engine.holdback import is_covered
 from raytide.engine.modes import ReplicaMode
 from raytide.engine.replica_barriers import BarrierHandling
 from raytide.engine.riding import Rides
-from raytide.engine.stepping import SteppedVertex
 from raytide.physical.protocol import (
     ChannelId,
     Declaration,
@@ -31,7 +30,10 @@ from raytide.progress.publisher import Interests, answers
 from raytide.progress.reachability import Location
 from raytide.progress.timestamps import Timestamp, minimal_elements
 from raytide.progress.tracker import Pointstamp
-from raytide.rescale.migration import GroupHandoff
+
+if TYPE_CHECKING:  # imported with a stepped rescale's plan (raytide.engine.replica)
+    from raytide.engine.stepping import SteppedVertex
+    from raytide.rescale.migration import GroupHandoff
 
 
 class Settling(BarrierHandling):

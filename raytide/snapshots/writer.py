@@ -16,10 +16,10 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from raytide.physical.protocol import ReplicaKey
-from raytide.snapshots.replica_state import LocalSnapshot
 
 if TYPE_CHECKING:  # and imported where used: a vertex host imports this module, its job may have no recovery
     from raytide.snapshots.config import Recovery
+    from raytide.snapshots.replica_state import LocalSnapshot
     from raytide.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)

@@ -194,7 +194,7 @@ original_complete = replica_state.complete
 
 
 PLANTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], tuple[str, ...]]] = {
-    "logged records not counted": (lambda mp: mp.setattr("raytide.engine.replica_barriers.complete", uncounted_log),
+    "logged records not counted": (lambda mp: mp.setattr(replica_state, "complete", uncounted_log),
                                    ("loop", "nested loop")),
     "back-edge records not logged": (
         lambda mp: mp.setattr(ReplicaCore, "_apply_barrier_effects", _logging_nothing()),
@@ -251,7 +251,7 @@ def test_the_trials_restore_from_committed_snapshots(store_root):
         return state, batches
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("raytide.engine.replica_barriers.load", counting_load)
+        mp.setattr(replica_state, "load", counting_load)
         for seed in range(60):  # stops at the first such trial: the main test runs all of these seeds
             assert trial("loop", seed, str(store_root / str(seed))).exact
             if restored_with_log:
