@@ -110,17 +110,20 @@ class ProgressActor:
         the driver fails the job with its error."""
         if incarnation == self.incarnation and not isinstance(restored, RaytideError):
             locations, figures, _ = restored
-            self.handles[key] = handle
-            self.links.replace(key, handle)
+            self._reach(key, handle)
             self._perform(self.core.replace(key, figures, first, locations))
 
     def join(self, incarnation: int, key: ReplicaKey, handle: Any, locations: list[Location]) -> None:
         """Replica ``key`` joined the job as ``handle`` (a growing stepped rescale, docs/rescaling.md):
         it is pushed the statuses of ``locations`` and counted from now on (:meth:`ProgressCore.join`)."""
         if incarnation == self.incarnation:
-            self.handles[key] = handle
-            self.links.replace(key, handle)
+            self._reach(key, handle)
             self._perform(self.core.join(key, locations))
+
+    def _reach(self, key: ReplicaKey, handle: Any) -> None:
+        """Send to replica ``key`` as ``handle`` from now on (a replacement's or a joined replica's)."""
+        self.handles[key] = handle
+        self.links.replace(key, handle)
 
     def socket_address(self) -> tuple[str, str] | None:
         """Where a replica on this node sends its messages by socket; None: by Ray calls only."""
