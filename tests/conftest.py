@@ -1,7 +1,7 @@
-"""Shared fixtures: one real local Ray for the whole session (2 CPUs, as on CI), Spark on it,
-a check that every test's ``ray`` mark says whether it starts Ray, an order of the test
-files in which the session's Spark starts once and is stopped only by the last files, and
-the two lanes the suite runs in side by side (tests/lanes.py)."""
+"""Shared fixtures: one real local Ray for the whole session (2 CPUs, as on CI; one per session
+lane under xdist), Spark on it, a check that every test's ``ray`` mark says whether it starts
+Ray, an order of the test files in which the session's Spark starts once and is stopped only
+by the last files, and the lanes the suite runs in side by side (tests/lanes.py)."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """The suite's two lanes side by side (tests/lanes.py)."""
+    """The suite's lanes side by side (tests/lanes.py)."""
     return lanes.scheduler(config, log)
 
 
@@ -164,11 +164,12 @@ def pytest_testnodedown(node, error) -> None:
     lanes.resume_other_lane(node.workerinput["testrunuid"])
 
 
-@pytest.fixture(autouse=True)
-def _cpu_turn(request):
-    """A test that must not share the CPUs with the other lane runs in its turn (tests/lanes.py)."""
-    with lanes.cpu_turn(request.node):
-        yield
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test that must not share the CPUs with another lane runs in its turn (tests/lanes.py),
+    its module's fixtures set up and torn down in that turn too."""
+    with lanes.cpu_turn(item):
+        return (yield)
 
 
 def spark_last(items: list[pytest.Item]) -> list[pytest.Item]:

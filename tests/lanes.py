@@ -1,17 +1,19 @@
-"""The suite's two lanes, run side by side under pytest-xdist (``-n 3``, pyproject's default).
+"""The suite's lanes, run side by side under pytest-xdist (``-n 4``, pyproject's default).
 
-* The **session lane**: every test that uses the test session's Ray or Spark, one after the
-  other in one worker (in the order of ``conftest.spark_last``), as in a run without xdist.
-  It leaves about a quarter of two cores idle: it waits on actors starting, on child
-  processes and on polls.
+* Two **session lanes**, each in a worker of its own with a local Ray of its own (the
+  ``ray_session`` fixture is per process): the **Spark lane** takes the files of
+  :data:`SPARK_LANE_FILES` (every file that uses the session's Spark, so that Spark starts
+  once, and the heaviest programs that run children: stream drivers, notebooks), the **Ray
+  lane** every other test that uses a session's Ray. Each runs its tests one after the
+  other (in the order of ``conftest.spark_last``), as in a run without xdist. One session
+  lane left about a quarter of two cores idle, waiting on actors starting, on child
+  processes and on polls, and was the run's critical path (1,100-1,225 s of 1,164-1,390).
 * The **other lane**: the programs that start a Ray of their own in child processes
   (:data:`OWN_RAY_FILES`: the demo, ``ray job submit``, Ctrl-C, the memory children, the
   lost node), first in their worker, and every test that starts no Ray (unit, simulation,
-  contract, doctests), in the other workers (two with ``-n 3``; one with ``-n 2``). Those
-  last are CPU-bound and run at the lowest CPU priority (:func:`lower_priority`), so they
-  fill the idle time of the session lane and of the programs without slowing them: with one
-  such worker beside the session lane, the two cores were about 70% busy (a sampler over a
-  whole run); with two, whatever the session lane leaves is taken. They are handed out a
+  contract, doctests), in the other workers (two with ``-n 4``). Those last are CPU-bound
+  and run at the lowest CPU priority (:func:`lower_priority`), so they fill the idle time
+  of the session lanes and of the programs without slowing them. They are handed out a
   file at a time (:func:`unit_of`): a worker whose own tests are done takes the files still
   waiting, so no core stands idle at the end of the run while one worker works through the
   last of them alone.
@@ -19,8 +21,10 @@
 Two kinds of test must not share the CPUs: a program with a Ray of its own, and a session
 test marked ``needs_both_cores`` (what it asserts depends on two free cores, as an
 autoscaler's decision does). Each runs in its turn (:func:`cpu_turn`, a lock shared by the
-workers), and a ``needs_both_cores`` test also stops every worker of the other lane that has
-lowered its priority while it runs (SIGSTOP, then SIGCONT).
+workers). A ``needs_both_cores`` test also waits for the other session lane's test to end
+and holds that lane back while it runs (a shared lock every session test holds, behind a
+gate so that the holds of one lane cannot starve it), and stops every worker of the other
+lane that has lowered its priority (SIGSTOP, then SIGCONT).
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import psutil
 import pytest
 
-SESSION_LANE, OTHER_LANE = "session", "other"
+SESSION_LANE, SPARK_LANE, OTHER_LANE = "session", "session spark", "other"
+SESSION_LANES = (SESSION_LANE, SPARK_LANE)
 
 #: The files whose tests start a Ray of their own (``own_ray_env``) and no test uses the
 #: session's; :func:`misplaced` checks both halves.
@@ -49,6 +55,26 @@ OWN_RAY_FILES = frozenset({
     "tests/ray/test_memory.py",
     "tests/ray/test_node_loss.py",
 })
+#: The files of the Spark lane: every file that uses the session's Spark (:func:`misplaced`
+#: checks it) and, to even out the two session lanes' time (summed test seconds of a full
+#: run: about 600 each), the heaviest files that run programs in children of their own.
+SPARK_LANE_FILES = frozenset({
+    "tests/ray/test_baselines.py",
+    "tests/ray/test_examples_iterative.py",
+    "tests/ray/test_examples_spark.py",
+    "tests/ray/test_guide_spark.py",
+    "tests/ray/test_notebooks.py",
+    "tests/ray/test_source_positions.py",
+    "tests/ray/test_spark.py",
+    "tests/ray/test_spark_dataflow.py",
+    "tests/ray/test_spark_executor_kills.py",
+    "tests/ray/test_spark_lifecycle.py",
+    "tests/ray/test_spark_restart.py",
+    "tests/ray/test_spark_stream.py",
+    "tests/ray/test_spark_types.py",
+    "tests/ray/test_stream_driver_restart.py",
+    "tests/ray/test_ui.py",
+})
 #: The fixtures of the test session's Ray and Spark (conftest.py).
 SESSION_FIXTURES = frozenset({"ray_session", "spark", "session_ray_env"})
 
@@ -59,39 +85,45 @@ _PID_GLOB = "other-lane-*.pid"
 
 def lane_of(nodeid: str) -> str:
     """The lane of the test with this node id."""
-    in_session = nodeid.startswith("tests/ray/") and nodeid.split("::", 1)[0] not in OWN_RAY_FILES
-    return SESSION_LANE if in_session else OTHER_LANE
+    module = nodeid.split("::", 1)[0]
+    if not nodeid.startswith("tests/ray/") or module in OWN_RAY_FILES:
+        return OTHER_LANE
+    return SPARK_LANE if module in SPARK_LANE_FILES else SESSION_LANE
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work the test with this node id is handed out in: the session lane whole,
+    """The unit of work the test with this node id is handed out in: each session lane whole,
     the programs with a Ray of their own whole (they run first in their worker, before it
     lowers its priority), and every other test with the rest of its file."""
-    if lane_of(nodeid) == SESSION_LANE:
-        return SESSION_LANE
+    lane = lane_of(nodeid)
+    if lane in SESSION_LANES:
+        return lane
     module = nodeid.split("::", 1)[0]
     return OTHER_LANE if module in OWN_RAY_FILES else f"{OTHER_LANE} {module}"
 
 
 def misplaced(items: list[pytest.Item]) -> list[str]:
     """What is wrong with the lanes of ``items``: a test in the other lane that uses the
-    session's Ray (it would start a second one there), or a session-lane test that starts a
-    Ray of its own (it would share the CPUs with the session's tests)."""
+    session's Ray (it would start a second one there), a session-lane test that starts a
+    Ray of its own (it would share the CPUs with the session's tests), or a test of the Ray
+    lane that uses the session's Spark (Spark would start in both session lanes)."""
     wrong = []
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         lane = lane_of(item.nodeid)
         if lane == OTHER_LANE and fixtures & SESSION_FIXTURES:
             wrong.append(f"{item.nodeid}: uses the session's Ray, so its file must leave lanes.OWN_RAY_FILES")
-        if lane == SESSION_LANE and "own_ray_env" in fixtures:
+        if lane in SESSION_LANES and "own_ray_env" in fixtures:
             wrong.append(f"{item.nodeid}: starts a Ray of its own, so its file belongs in lanes.OWN_RAY_FILES")
+        if lane == SESSION_LANE and "_spark_on_ray" in fixtures:
+            wrong.append(f"{item.nodeid}: uses the session's Spark, so its file belongs in lanes.SPARK_LANE_FILES")
     return wrong
 
 
 def scheduler(config: pytest.Config, log):
     """xdist's scheduler for the lanes: the units of :func:`unit_of`, each given whole to one
-    worker, which runs it in the collected order. The session lane goes to one worker,
-    the programs with a Ray of their own to the next; the files of tests that start no Ray
+    worker, which runs it in the collected order. Each session lane goes to a worker of its
+    own, the programs with a Ray of their own to the next; the files of tests that start no Ray
     follow, in the collected order, each to the first worker with at most two tests left.
     (xdist's own ``loadgroup`` cannot be used: it marks a group in a node id, which pytest
     9's node ids no longer take.)"""
@@ -104,7 +136,7 @@ def scheduler(config: pytest.Config, log):
         def _assign_work_unit(self, node) -> None:
             if not any(self.assigned_work.values()):  # the first: put the units in order (xdist sorts them by size)
                 collected = list(dict.fromkeys(map(unit_of, self.collection or [])))
-                rank = {unit: (unit not in (SESSION_LANE, OTHER_LANE), i) for i, unit in enumerate(collected)}
+                rank = {unit: (unit not in (*SESSION_LANES, OTHER_LANE), i) for i, unit in enumerate(collected)}
                 for unit in sorted(self.workqueue, key=rank.__getitem__):
                     self.workqueue.move_to_end(unit)
             super()._assign_work_unit(node)
@@ -155,16 +187,40 @@ def lower_priority(item: pytest.Item) -> None:
 
 @contextlib.contextmanager
 def cpu_turn(item: pytest.Item) -> Iterator[None]:
-    """Run ``item`` in its turn if it must not share the CPUs (see the module docstring)."""
+    """Run ``item`` in its turn (see the module docstring): a program with a Ray of its own
+    or a ``needs_both_cores`` test one at a time, a session test while no ``needs_both_cores``
+    test of the other session lane runs."""
     shared = shared_dir(item.config)
-    alone = item.get_closest_marker("needs_both_cores") is not None
-    if shared is None or not (alone or "own_ray_env" in getattr(item, "fixturenames", ())):
+    if shared is None:
         yield
         return
-    with open(shared / "cpu.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker holds it for one test at most
-        with _other_lane_paused(shared) if alone else contextlib.nullcontext():
-            yield
+    alone = item.get_closest_marker("needs_both_cores") is not None
+    with contextlib.ExitStack() as stack:
+        if alone or "own_ray_env" in getattr(item, "fixturenames", ()):
+            _locked(stack, shared / "cpu.lock", fcntl.LOCK_EX)  # the other worker holds it for one test at most
+        if lane_of(item.nodeid) in SESSION_LANES:
+            _session_turn(stack, shared, alone)
+        if alone:
+            stack.enter_context(_other_lane_paused(shared))
+        yield
+
+
+def _session_turn(stack: contextlib.ExitStack, shared: Path, alone: bool) -> None:
+    """The session lanes' turn, held until ``stack`` closes: shared by their tests, whole for
+    a ``needs_both_cores`` one. Taken behind a gate held only while the turn is taken, so that
+    a test waiting for the whole turn bars the other lane's next test from taking its share."""
+    how = fcntl.LOCK_EX if alone else fcntl.LOCK_SH
+    gate = _locked(stack, shared / "session-gate.lock", how)
+    _locked(stack, shared / "session-turn.lock", how)  # the other lane holds it for one test at most
+    if not alone:
+        fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+def _locked(stack: contextlib.ExitStack, path: Path, how: int) -> IO[str]:
+    """``path`` opened and locked (``flock``) until ``stack`` closes it."""
+    file = stack.enter_context(open(path, "a"))
+    fcntl.flock(file, how)
+    return file
 
 
 @contextlib.contextmanager
