@@ -24,11 +24,12 @@ the user asks for.
 In a job with recovery the driver also keeps, per input replica, every call it made
 (:class:`CallLog`) until committed snapshots cover it: a recovery rewinds each input
 replica to the position its snapshot recorded (how many pushes and advances it had
-consumed) and sends the rest again. Every call carries the job's incarnation. A rewind
-holds every input's lock at once: a feeder of one input that pushed while another input was
-being rewound would otherwise send its call in the new incarnation ahead of its own
-input's replay (which then sent it again), and its replicas would run it twice, or fail on
-an epoch that goes back.
+consumed) and sends the rest again, after it returns (:mod:`raytide.driver.input_replay`:
+each input's replay goes before its next call). Every call carries the job's incarnation. A
+rewind holds every input's lock at once: a feeder of one input that pushed while another
+input was being rewound would otherwise send its call in the new incarnation ahead of its
+own input's replay (which then sent it again), and its replicas would run it twice, or fail
+on an epoch that goes back.
 
 A job restored from an earlier run's snapshot (``restore=``) knows, per input replica,
 how many commands the snapshot had consumed and the epoch the input was at (:class:`Resume`):
@@ -52,6 +53,7 @@ import ray
 from raytide.driver.connected import ray_get
 from raytide.driver.held_pushes import HOLD_S as HOLD_S
 from raytide.driver.held_pushes import HeldPushes as HeldPushes
+from raytide.driver.input_replay import InputReplay
 from raytide.driver.input_sender import WINDOW_POLL as WINDOW_POLL
 from raytide.driver.input_sender import InputSender
 from raytide.driver.plan_gate import PlanGate
@@ -94,6 +96,8 @@ class InputFeeds:
         #: Per input replica, the arguments of the last push dealt to it, not sent yet, and since when.
         self.held: dict[tuple[str, int], tuple[tuple, float]] = {}
         self.held_pushes = HeldPushes(self._send_old)
+        self.replay = InputReplay(self.locks, lambda name, index, method, args: self.sender.send(
+            self.replicas[name][index], method, args))
         self.resumes: dict[tuple[str, int], Resume] = {}
         #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
         self.readers: dict[str, list[Reader[Any]]] = {}
@@ -111,9 +115,10 @@ class InputFeeds:
 
     def check(self, name: str) -> None:
         """Raise a GraphError naming the job's inputs if ``name`` is not one of them, or what
-        stopped the thread that sends held pushes."""
-        if self.held_pushes.error is not None:
-            raise self.held_pushes.error
+        stopped the thread that sends held pushes or the one that replays a rewind's calls."""
+        for error in (self.held_pushes.error, self.replay.error):
+            if error is not None:
+                raise error
         if name not in self.replicas:
             raise GraphError(f"{name!r} is not an input of dataflow {self.flow_name!r}; inputs: {list(self.replicas)}")
 
@@ -320,9 +325,10 @@ class InputFeeds:
             self._submit(name, index, "push", *held[0])
 
     def flush(self) -> None:
-        """Send every push held back (see the module docstring)."""
+        """Send every call a rewind left pending and every push held back (see the module docstring)."""
         for name in self.replicas:
             with self.locks[name]:
+                self.replay.drain(name)
                 for index in range(len(self.replicas[name])):
                     self._release(name, index)
 
@@ -361,7 +367,9 @@ class InputFeeds:
     def _submit(self, name: str, index: int, method: str, *args: Any, weight: int = 1) -> Any:
         """Call ``method`` on replica ``index`` of input ``name`` once its window has room (and
         log it), after the push held back for it; the call's object ref (None: not sent, a replay
-        of what a restored snapshot holds, or sent by socket)."""
+        of what a restored snapshot holds, or sent by socket). The calls a rewind left pending
+        for the input's replicas go first."""
+        self.replay.drain(name)
         self._release(name, index)
         resume = self.resumes.get((name, index))
         if resume is not None and weight and resume.replayed(args[-1], weight):  # a counted call's epoch comes last
@@ -384,23 +392,29 @@ class InputFeeds:
         rescale sends those after its cut again), or forget them again (``keeping`` False).
         Returns the calls in flight now, not kept (none with recovery): a rescale waits for
         their answers (the replicas have consumed them) before it asks for its cut, so that
-        none is after it."""
+        none is after it. Without recovery, every call an earlier rescale's rewind left
+        pending is sent first: the log may be trimmed before they are."""
+        if self.recovers:  # every call is kept: a pending replay is in the log
+            return []
         with contextlib.ExitStack() as held:
             for name in sorted(self.locks):
                 held.enter_context(self.locks[name])
-            self.keeping = keeping or self.recovers
-            if keeping and not self.recovers:  # the frames sent run before the cut, as the calls returned are waited for
+            self.keeping = keeping
+            if keeping:  # the frames sent run before the cut, as the calls returned are waited for
+                self.replay.drain_all()
                 self.sender.links.settle(self.raise_if_failed)
             if not self.keeping:
                 for log in self.logs.logs.values():
                     log.trim(log.end)
-            return [] if self.recovers else self.sender.in_flight()
+            return self.sender.in_flight()
 
     def rewind(self, incarnation: int, replicas: dict[str, list[Any]], positions: dict[tuple[str, int], int],
                plan: PhysicalPlan) -> None:
-        """After a recovery: send each input replica (of ``replicas``, the handles now, in
-        ``plan``) the calls after its restored position, in incarnation ``incarnation``; the
-        receivers' tokens start again, so every replica sends its own before a peer proxies it."""
+        """After a recovery or a rescale: hand each input replica (of ``replicas``, the handles
+        now, in ``plan``) the calls after its restored position, to send in incarnation
+        ``incarnation`` before its input's next call (:class:`InputReplay`; nothing here waits
+        for a window); the receivers' tokens start again, so every replica sends its own before
+        a peer proxies it."""
         with contextlib.ExitStack() as held:
             for name in sorted(self.locks):  # a feeder holds one lock at a time: no order to deadlock on
                 held.enter_context(self.locks[name])
@@ -409,7 +423,5 @@ class InputFeeds:
             for name in self.replicas:
                 self.replicas[name] = replicas[name]
                 self.proxy_plans[name] = ProxyPlan(len(replicas[name]), name in proxying)
-                for index, actor in enumerate(replicas[name]):
-                    position = positions.get((name, index), 0)
-                    for method, args in self.logs.after((name, index), position):
-                        self.sender.send(actor, method, args)
+            self.replay.hand({(name, index): self.logs.after((name, index), positions.get((name, index), 0))
+                              for name, handles in replicas.items() for index in range(len(handles))})
