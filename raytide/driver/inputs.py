@@ -7,7 +7,7 @@ replicas in turn; the turn carries over from one push to the next, so many small
 (or the small epochs of ``rt.run(inputs=...)``) spread as evenly as one large push.
 Object refs of batches are dealt the same way. Each call waits, before it is sent, until
 its replica has fewer than ``max_inflight`` calls unanswered (backpressure from the job
-to the driver).
+to the driver: :mod:`raytide.driver.input_sender`).
 
 The last batch a push deals to a replica is held back in the driver until the next call
 to that replica, and goes with it: an ``advance`` then takes it along in one call (the
@@ -16,7 +16,7 @@ timely's input handles hold records until they are flushed or the epoch moves. R
 of an epoch that is still open cannot complete anything, so holding them changes no
 output. A replica given no records since its last epoch token moves quietly while the
 replica with records closes the epoch for it with a proxy token (``epoch_tokens.ProxyPlan``).
-A push held for :data:`HOLD_S` goes on its own (:class:`HeldPushes`: records pushed
+A push held for :data:`HOLD_S` goes on its own (:mod:`raytide.driver.held_pushes`: records pushed
 into an epoch left open still reach the job at once, as Flink's buffer timeout sends a
 partly filled buffer), and :meth:`InputFeeds.flush` sends what is held before a snapshot
 the user asks for.
@@ -24,11 +24,12 @@ the user asks for.
 In a job with recovery the driver also keeps, per input replica, every call it made
 (:class:`CallLog`) until committed snapshots cover it: a recovery rewinds each input
 replica to the position its snapshot recorded (how many pushes and advances it had
-consumed) and sends the rest again. Every call carries the job's incarnation. A rewind
-holds every input's lock at once: a feeder of one input that pushed while another input was
-being rewound would otherwise send its call in the new incarnation ahead of its own
-input's replay (which then sent it again), and its replicas would run it twice, or fail on
-an epoch that goes back.
+consumed) and sends the rest again, after it returns (:mod:`raytide.driver.input_replay`:
+each input's replay goes before its next call). Every call carries the job's incarnation. A
+rewind holds every input's lock at once: a feeder of one input that pushed while another
+input was being rewound would otherwise send its call in the new incarnation ahead of its
+own input's replay (which then sent it again), and its replicas would run it twice, or fail
+on an epoch that goes back.
 
 A job restored from an earlier run's snapshot (``restore=``) knows, per input replica,
 how many commands the snapshot had consumed and the epoch the input was at (:class:`Resume`):
@@ -41,7 +42,6 @@ the epoch is refused with a RecoveryError that says what to push: never a silent
 from __future__ import annotations
 
 import collections
-import collections.abc
 import contextlib
 import threading
 import time
@@ -50,8 +50,12 @@ from typing import Any
 
 import ray
 
-from raytide.driver.connected import ray_get, ray_wait, require_ray
-from raytide.driver.input_links import InputLinks
+from raytide.driver.connected import ray_get
+from raytide.driver.held_pushes import HOLD_S as HOLD_S
+from raytide.driver.held_pushes import HeldPushes as HeldPushes
+from raytide.driver.input_replay import InputReplay
+from raytide.driver.input_sender import WINDOW_POLL as WINDOW_POLL
+from raytide.driver.input_sender import InputSender
 from raytide.driver.plan_gate import PlanGate
 from raytide.driver.push_batches import as_epoch, offsets, packed, push_pieces
 from raytide.driver.push_batches import pushed_batch as pushed_batch
@@ -63,55 +67,8 @@ from raytide.supervisor.replay import CallLog as CallLog
 from raytide.supervisor.replay import ReplayLog
 from raytide.supervisor.replay import Resume as Resume
 
-#: How long one wait for a full window lasts before the job's failure is checked again.
-WINDOW_POLL = 1.0
 #: How long the input replicas may take to start their readers.
 READER_TIMEOUT = 120.0
-#: How long a push is held for the advance after it before it goes in a call of its own.
-HOLD_S = 0.01
-#: How long the thread that sends held pushes waits for one before it ends (the next push starts one).
-SENDER_IDLE_S = 5.0
-
-
-class HeldPushes:
-    """A thread that sends the pushes held longer than :data:`HOLD_S` (see the module
-    docstring); it runs while pushes are held and ends after :data:`SENDER_IDLE_S` without.
-
-    ``send_old(age)`` sends those held at least ``age`` seconds and says whether any are still held.
-    """
-
-    def __init__(self, send_old: Callable[[float], bool]) -> None:
-        self.send_old = send_old
-        self.armed = threading.Event()  # set while a push may be held
-        self.lock = threading.Lock()  # guards `thread`: one sender, started again after it ended
-        self.thread: threading.Thread | None = None
-        #: What stopped the thread (the job failed, a feed a restored snapshot refuses): the driver's next call raises it.
-        self.error: BaseException | None = None
-
-    def held(self) -> None:
-        """A push was just held: it goes within :data:`HOLD_S` unless a call takes it first."""
-        self.armed.set()
-        with self.lock:
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="raytide-held-pushes", daemon=True)
-                self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            if not self.armed.wait(SENDER_IDLE_S):
-                with self.lock:
-                    if not self.armed.is_set():
-                        self.thread = None
-                        return
-            time.sleep(HOLD_S)
-            self.armed.clear()
-            try:
-                if self.send_old(HOLD_S):
-                    self.armed.set()
-            except Exception as error:  # raised by the driver's next call, never dropped
-                with self.lock:
-                    self.error, self.thread = error, None
-                return
 
 
 class InputFeeds:
@@ -126,23 +83,21 @@ class InputFeeds:
         ``on_open``: called with each epoch an input is at when the driver feeds it (its
         first, and each it moves to), before anything of that epoch is sent. ``sockets``: calls go by
         socket to the input replicas on this node (:mod:`raytide.driver.input_links`)."""
-        self.flow_name, self.replicas = plan.name, replicas
-        self.max_inflight, self.batch_size = max_inflight, batch_size
+        self.flow_name, self.replicas, self.batch_size = plan.name, replicas, batch_size
         self.raise_if_failed = raise_if_failed
         self.on_open = on_open
         self.epochs: dict[str, int | None] = dict.fromkeys(replicas, 0)
         self.locks = {name: threading.Lock() for name in replicas}
         self.gate = PlanGate(plan.name)  # every epoch move passes it: a stepped rescale closes it ahead of its plan
         self.turns = dict.fromkeys(replicas, 0)
-        self.windows: dict[Any, collections.deque] = collections.defaultdict(collections.deque)
-        self.links = InputLinks(sockets)
+        self.sender = InputSender(max_inflight, raise_if_failed, bool(keep_calls), sockets)
+        #: What ``job.stats()`` reads: per input and method, the calls made; the replicas' sockets.
+        self.calls, self.links = self.sender.calls, self.sender.links
         #: Per input replica, the arguments of the last push dealt to it, not sent yet, and since when.
         self.held: dict[tuple[str, int], tuple[tuple, float]] = {}
         self.held_pushes = HeldPushes(self._send_old)
-        #: Per input and method, the Ray calls made to its replicas (``job.stats()["input_calls"]``
-        #: and ``["input_quiet_moves"]``; under the input's lock).
-        self.calls: collections.Counter[tuple[str, str]] = collections.Counter()
-        self.incarnation = 0
+        self.replay = InputReplay(self.locks, lambda name, index, method, args: self.sender.send(
+            self.replicas[name][index], method, args))
         self.resumes: dict[tuple[str, int], Resume] = {}
         #: Per input read in the replicas, the readers handed out (a recovery hands them out again).
         self.readers: dict[str, list[Reader[Any]]] = {}
@@ -160,9 +115,10 @@ class InputFeeds:
 
     def check(self, name: str) -> None:
         """Raise a GraphError naming the job's inputs if ``name`` is not one of them, or what
-        stopped the thread that sends held pushes."""
-        if self.held_pushes.error is not None:
-            raise self.held_pushes.error
+        stopped the thread that sends held pushes or the one that replays a rewind's calls."""
+        for error in (self.held_pushes.error, self.replay.error):
+            if error is not None:
+                raise error
         if name not in self.replicas:
             raise GraphError(f"{name!r} is not an input of dataflow {self.flow_name!r}; inputs: {list(self.replicas)}")
 
@@ -215,7 +171,7 @@ class InputFeeds:
         with self.locks[name]:
             self.epochs[name] = None
         self.readers[name] = readers
-        self.start_readers(self.incarnation, timeout, only=name)
+        self.start_readers(self.sender.incarnation, timeout, only=name)
 
     def push_batch(self, name: str, refs: list, epoch: Any) -> tuple[dict[int, int], list]:
         """Batch ``epoch`` of a stream input (:mod:`raytide.sources.stream`): each replica gets
@@ -369,9 +325,10 @@ class InputFeeds:
             self._submit(name, index, "push", *held[0])
 
     def flush(self) -> None:
-        """Send every push held back (see the module docstring)."""
+        """Send every call a rewind left pending and every push held back (see the module docstring)."""
         for name in self.replicas:
             with self.locks[name]:
+                self.replay.drain(name)
                 for index in range(len(self.replicas[name])):
                     self._release(name, index)
 
@@ -410,7 +367,9 @@ class InputFeeds:
     def _submit(self, name: str, index: int, method: str, *args: Any, weight: int = 1) -> Any:
         """Call ``method`` on replica ``index`` of input ``name`` once its window has room (and
         log it), after the push held back for it; the call's object ref (None: not sent, a replay
-        of what a restored snapshot holds, or sent by socket)."""
+        of what a restored snapshot holds, or sent by socket). The calls a rewind left pending
+        for the input's replicas go first."""
+        self.replay.drain(name)
         self._release(name, index)
         resume = self.resumes.get((name, index))
         if resume is not None and weight and resume.replayed(args[-1], weight):  # a counted call's epoch comes last
@@ -420,40 +379,7 @@ class InputFeeds:
             log.append(weight, method, args)
             if not self.keeping:
                 log.trim(log.end)  # counted, not kept
-        return self._send(self.replicas[name][index], method, args)
-
-    def _send(self, actor: Any, method: str, args: tuple) -> Any:
-        window, what = self.windows[actor], f"{method} into input {args[0]!r}"
-        require_ray(what)  # a feeder thread must not start a new Ray after ray.shutdown() (driver/connected.py)
-        if self.links.sent(actor, method, (self.incarnation, *args), window, self.max_inflight, self._answered,
-                           self.raise_if_failed):
-            self.calls[(args[0], method)] += 1
-            return None  # by socket: no ref (a call whose answer nobody reads)
-        if len(window) >= self.max_inflight:  # what answered goes at once: one look per window, not one per call
-            self._answered(window, ray_wait(list(window), num_returns=len(window), timeout=0)[0])
-        while len(window) >= self.max_inflight:
-            self.raise_if_failed()
-            require_ray(what)
-            self._answered(window, ray_wait([window[0]], timeout=WINDOW_POLL)[0])
-        ref = getattr(actor, method).remote(self.incarnation, *args)
-        window.append(ref)
-        self.calls[(args[0], method)] += 1  # every call's first argument is its input's name
-        return ref
-
-    def _answered(self, window: collections.deque, ready: list) -> None:
-        """Forget the calls of ``window`` that are ``ready``, keeping the order of the rest; the
-        error of one that failed is raised, but a dead replica's in a job with recovery (a
-        recovery will replace the replica and send the logged calls again)."""
-        if ready:
-            done = set(ready)
-            kept = [ref for ref in window if ref not in done]
-            window.clear()
-            window.extend(kept)
-            try:
-                ray_get(ready)
-            except ray.exceptions.RayActorError:
-                if not self.recovers:
-                    raise
+        return self.sender.send(self.replicas[name][index], method, args)
 
     def trim(self, positions: dict[tuple[str, int], int]) -> None:
         """Forget the calls that a committed snapshot's ``positions`` cover (per input replica)."""
@@ -466,35 +392,36 @@ class InputFeeds:
         rescale sends those after its cut again), or forget them again (``keeping`` False).
         Returns the calls in flight now, not kept (none with recovery): a rescale waits for
         their answers (the replicas have consumed them) before it asks for its cut, so that
-        none is after it."""
+        none is after it. Without recovery, every call an earlier rescale's rewind left
+        pending is sent first: the log may be trimmed before they are."""
+        if self.recovers:  # every call is kept: a pending replay is in the log
+            return []
         with contextlib.ExitStack() as held:
             for name in sorted(self.locks):
                 held.enter_context(self.locks[name])
-            self.keeping = keeping or self.recovers
-            if keeping and not self.recovers:  # the frames sent run before the cut, as the calls returned are waited for
-                self.links.settle(self.raise_if_failed)
+            self.keeping = keeping
+            if keeping:  # the frames sent run before the cut, as the calls returned are waited for
+                self.replay.drain_all()
+                self.sender.links.settle(self.raise_if_failed)
             if not self.keeping:
                 for log in self.logs.logs.values():
                     log.trim(log.end)
-            return [] if self.recovers else [ref for window in self.windows.values() for ref in window]
+            return self.sender.in_flight()
 
     def rewind(self, incarnation: int, replicas: dict[str, list[Any]], positions: dict[tuple[str, int], int],
                plan: PhysicalPlan) -> None:
-        """After a recovery: send each input replica (of ``replicas``, the handles now, in
-        ``plan``) the calls after its restored position, in incarnation ``incarnation``; the
-        receivers' tokens start again, so every replica sends its own before a peer proxies it."""
+        """After a recovery or a rescale: hand each input replica (of ``replicas``, the handles
+        now, in ``plan``) the calls after its restored position, to send in incarnation
+        ``incarnation`` before its input's next call (:class:`InputReplay`; nothing here waits
+        for a window); the receivers' tokens start again, so every replica sends its own before
+        a peer proxies it."""
         with contextlib.ExitStack() as held:
             for name in sorted(self.locks):  # a feeder holds one lock at a time: no order to deadlock on
                 held.enter_context(self.locks[name])
-            self.incarnation = incarnation
-            self.links.reset()
+            self.sender.reset(incarnation, [old for handles in self.replicas.values() for old in handles])
             proxying = proxying_inputs(plan)
             for name in self.replicas:
-                for old in self.replicas[name]:  # calls in flight to them are of the old incarnation
-                    self.windows.pop(old, None)
                 self.replicas[name] = replicas[name]
                 self.proxy_plans[name] = ProxyPlan(len(replicas[name]), name in proxying)
-                for index, actor in enumerate(replicas[name]):
-                    position = positions.get((name, index), 0)
-                    for method, args in self.logs.after((name, index), position):
-                        self._send(actor, method, args)
+            self.replay.hand({(name, index): self.logs.after((name, index), positions.get((name, index), 0))
+                              for name, handles in replicas.items() for index in range(len(handles))})

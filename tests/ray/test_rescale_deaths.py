@@ -105,6 +105,12 @@ def read_to_a_snapshot(store: SnapshotStore, results: Iterator, trial: str, time
     return out
 
 
+def last_recovery(job: rt.Job) -> dict:
+    """The seconds and steps of the job's latest recovery (a rescale's record has only its own steps)."""
+    record = job.stats()["recoveries"]["recoveries"][-1]
+    return {"seconds": round(record["seconds"], 2), **{step: round(s, 2) for step, s in record["steps"].items()}}
+
+
 def trials(tmp_path) -> None:
     """The trials of the test above: a kill and a rescale each, in one job fed all along, the
     delays taking turns (so each kind of trial meets the job in every state the others leave)."""
@@ -125,7 +131,8 @@ def trials(tmp_path) -> None:
             started = time.monotonic()
             steps = job.rescale({"check": width}, timeout=120)["steps"]
             took[delay].append(time.monotonic() - started)
-            assert took[delay][-1] < BOUND_S, f"trial {trial}: a kill at {delay} s: the calls took {took}; its steps {steps}"
+            assert took[delay][-1] < BOUND_S, (f"trial {trial}: a kill at {delay} s: the calls took {took}; its steps "
+                                               f"{steps}; the last recovery's {last_recovery(job)}")
             slowest = max(slowest, (took[delay][-1], delay, steps), key=lambda seen: seen[0])
             killer.join(10)
             assert job.parallelism()["check"] == width, f"trial {trial} (kill at {delay} s)"

@@ -1,5 +1,5 @@
 """The driver's thread that sends pushes held for an advance that did not come
-(:class:`raytide.driver.inputs.HeldPushes`): it sends them after ``HOLD_S``, keeps going
+(:class:`raytide.driver.held_pushes.HeldPushes`): it sends them after ``HOLD_S``, keeps going
 while some are still held, ends when idle, and keeps an error for the driver's next call."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import threading
 import pytest
 
 import raytide as rt
-from raytide.driver import inputs
-from raytide.driver.inputs import HeldPushes
+from raytide.driver import held_pushes, inputs
+from raytide.driver.held_pushes import HeldPushes
 from raytide.physical.plan import compile_plan
 
 WAIT = 10.0  # a deadline for the thread, never reached when it works
@@ -29,11 +29,11 @@ def test_held_pushes_are_sent_after_the_hold_and_again_while_some_are_still_held
     held = HeldPushes(send_old)
     held.held()
     assert done.wait(WAIT), calls
-    assert calls == [inputs.HOLD_S, inputs.HOLD_S]
+    assert calls == [held_pushes.HOLD_S, held_pushes.HOLD_S]
 
 
 def test_the_thread_ends_when_idle_and_the_next_push_starts_another(monkeypatch):
-    monkeypatch.setattr(inputs, "SENDER_IDLE_S", 0.01)
+    monkeypatch.setattr(held_pushes, "SENDER_IDLE_S", 0.01)
     sent = threading.Event()
     held = HeldPushes(lambda age: sent.set() or False)
     held.held()
