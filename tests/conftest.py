@@ -13,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 from tests import lanes
+from tests.ray.own_ray import until_ray_starts
 
 # A test may be paused while the other lane runs a test that needs both cores
 # (tests/lanes.py), and times are measured in bench/, not asserted here: no deadlines.
@@ -42,11 +43,14 @@ RAY_FIXTURES = frozenset({"ray_session", "spark", "session_ray_env", "own_ray_en
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A real local Ray started once per test session and shut down at its end."""
+    """A real local Ray started once per test session and shut down at its end; started again
+    when Ray itself did not start in time (tests/ray/own_ray.py): under xdist, two session
+    lanes and a program with a Ray of its own start theirs at the same moment."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=bool(os.environ.get("RAYTIDE_TEST_LOGS")))
+        until_ray_starts(lambda: ray.init(num_cpus=2, include_dashboard=False,
+                                          log_to_driver=bool(os.environ.get("RAYTIDE_TEST_LOGS"))))
     yield ray
     ray.shutdown()
 

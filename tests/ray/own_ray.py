@@ -9,7 +9,7 @@ such a child (the demo, Ctrl-C, ``ray.shutdown``, the memory children) run it ag
 most :data:`ATTEMPTS` times, when that is how it failed, and only then; every other
 failure is the test's to report. (``ray start`` and ``Cluster.add_node`` have the same
 wait: ``test_job_submit`` and ``test_node_loss`` start their heads and clusters again
-for the same reason.)
+for the same reason; so does each session lane's own Ray, ``conftest.ray_session``.)
 """
 
 from __future__ import annotations
