@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import compileall
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-from tests import lanes
+from tests import jvm_archive, lanes
 from tests.ray.own_ray import until_ray_starts
 
 # A test may be paused while the other lane runs a test that needs both cores
@@ -120,10 +122,33 @@ def pytest_configure(config: pytest.Config) -> None:
     from source again at its import, about 55 ms of CPU in a vertex host (``docs/hosts.md``).
     An installed raytide has its bytecode; Python still reads bytecode that is there, so the
     tests' hosts start as a user's do. ``compileall`` writes each file atomically, so a
-    process importing meanwhile reads either the source or a whole file.
+    process importing meanwhile reads either the source or a whole file. Then start making
+    the Spark drivers' class-data archive (:func:`_start_jvm_archive`).
     """
     if not hasattr(config, "workerinput"):
         compileall.compile_dir(Path(__file__).resolve().parent.parent / "raytide", quiet=1)
+        _start_jvm_archive(config)
+
+
+def _start_jvm_archive(config: pytest.Config) -> None:
+    """In a run that holds tests of tests/ray, make the class-data archive of the Spark driver
+    JVMs (tests/jvm_archive.py) in a directory of the run's, and have every process started
+    after this use it; the controller only, before any worker starts. A run whose environment
+    sets ``SPARK_SUBMIT_OPTS`` already keeps its own (an archive made beforehand, say)."""
+    if jvm_archive.SUBMIT_OPTIONS in os.environ:
+        return
+    ray_tests = Path(__file__).resolve().parent / "ray"
+    paths = [Path(arg.split("::", 1)[0]).resolve() for arg in config.args]
+    if not any(path == ray_tests or ray_tests in path.parents or path in ray_tests.parents for path in paths):
+        return
+    directory = Path(tempfile.mkdtemp(prefix="raytide-tests-jvm-"))
+    process = jvm_archive.start(directory)
+
+    def clean() -> None:
+        jvm_archive.stop(process)
+        shutil.rmtree(directory, ignore_errors=True)
+
+    config.add_cleanup(clean)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

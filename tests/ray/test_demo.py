@@ -1,11 +1,13 @@
 """The demo end to end, as a newcomer runs it: ``examples/demo.py`` in a fresh process that
 starts a Ray and a Spark of its own.
 
-One difference: its JVMs get the tests' JIT and bytecode-verification options
+Two differences: its JVMs get the tests' JIT and bytecode-verification options
 (``conftest.TEST_JVM_OPTIONS``), which change no output and save about 22 of the run's 70
 CPU-seconds (the JIT's alone) and a fifth of each JVM's start; the line each JVM prints
-about it ("Picked up JAVA_TOOL_OPTIONS: ...") is not noise of the demo's (``NOISE``). The
-README's own command runs without it, as checked by hand in a fresh clone."""
+about it ("Picked up JAVA_TOOL_OPTIONS: ...") is not noise of the demo's (``NOISE``). And
+its Spark driver maps the run's class-data archive once it is made (``tests/jvm_archive.py``,
+through ``SPARK_SUBMIT_OPTS``), quietly. The README's own command runs without either, as
+checked by hand in a fresh clone."""
 
 from __future__ import annotations
 
