@@ -70,7 +70,8 @@ class Forest:
     self-loop present (``loops``, sorted indices: they have an edge, none in the forest); and
     the children index (``kids``: each node's children); and each node's depth (``depth``: how
     far down its tree; a tree hung again this epoch is hung by edges to shallow nodes first).
-    A tree's root is its smallest node, so ``root`` is also each node's tree root."""
+    A tree's root is its smallest node, so ``root`` is also each node's tree root (but from
+    :func:`split_join` to :func:`reconnected` a part cut off is rooted at its top: :func:`cut`)."""
 
     ids: np.ndarray
     up: np.ndarray
