@@ -12,7 +12,8 @@ ratios are of the same run; no Ray, so what is compared is rounds and CPU, not h
   out (``LocalJob`` takes minutes at 50k nodes).
 * ``forest_exchanges`` / ``forest_cpu_s``: the forest, the edges partitioned by a hash of the
   edge: the median update epoch's exchanges, and its CPU on the critical path (per round the
-  slowest replica's, rounds summed: the work that would not overlap on Ray);
+  slowest replica's, rounds summed: the work that would not overlap on Ray), glibc's
+  thresholds pinned as in the actors (freed arrays reused, not faulted in again);
   ``forest_all_cpu_s`` every replica's summed; ``forest_first_cpu_s`` epoch 0's critical path.
 
 * ``--param ray=True`` adds, on Ray, the forest's replicas as two plain actors with the
@@ -141,6 +142,7 @@ def split_and_scan(forest: sf.Forest, sent: list, replica: int, owned: sf.OwnedE
 
 def measure(nodes: int, edges: int | None, epochs: int, churn: float, seed: int, parallelism: int,
             old: bool, ray: bool) -> dict[str, float]:
+    keep_freed_buffers()  # as the replicas on Ray (and raytide's hosts) do: at load, fresh pages cost more than the work
     graph = data.random_graph_edges(nodes, edges or 3 * nodes, seed)
     batches = churn_epochs(graph, epochs, churn, seed, nodes)
     exchanges, critical, total, forest = forest_epochs(batches, parallelism)

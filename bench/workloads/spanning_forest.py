@@ -70,7 +70,8 @@ class Forest:
     self-loop present (``loops``, sorted indices: they have an edge, none in the forest); and
     the children index (``kids``: each node's children); and each node's depth (``depth``: how
     far down its tree; a tree hung again this epoch is hung by edges to shallow nodes first).
-    A tree's root is its smallest node, so ``root`` is also each node's tree root."""
+    A tree's root is its smallest node, so ``root`` is also each node's tree root (but from
+    :func:`split_join` to :func:`reconnected` a part cut off is rooted at its top: :func:`cut`)."""
 
     ids: np.ndarray
     up: np.ndarray
@@ -176,9 +177,10 @@ def split_join(forest: Forest, deleted: np.ndarray, inserted: np.ndarray) -> tup
 def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
     """The forest without the edges from ``children`` to their parents, and the nodes cut off: each
     child's subtree, found down the children index from every child at once (a cut below
-    another starts a part of its own). Each part is rerooted at its smallest node, its label;
-    the part left above a cut keeps its root, the smallest node, and its label: none of it is
-    visited."""
+    another starts a part of its own). Each part's label is its smallest node, but it stays
+    rooted at its top (where it was cut) until :func:`reconnected`: most parts hang back by
+    their top, so they are not rerooted twice. The part left above a cut keeps its root, the
+    smallest node, and its label: none of it is visited."""
     children = distinct(children)
     up, kids = forest.up.copy(), forest.kids.copy()
     kids.relink(pair(up[children], children), EMPTY)
@@ -186,7 +188,6 @@ def cut(forest: Forest, children: np.ndarray) -> tuple[Forest, np.ndarray]:
     nodes, top = subtrees(kids, children)
     smallest = np.full(len(children), len(up), dtype=np.int64)
     np.minimum.at(smallest, top, nodes)
-    rerooted(up, kids, smallest, smallest)
     root = forest.root.copy()
     root[nodes] = smallest[top]
     return replace(forest, up=up, root=root, kids=kids), nodes
@@ -217,21 +218,25 @@ def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> t
     """The forest with those of the edges ``keys`` (index keys, sorted) that join its trees added,
     and the nodes whose component changed: each joined tree hangs from the one with the
     smallest root, which stays the root and is the label of all; only the hung trees' nodes
-    are relabelled (see :func:`members` for ``known``). A bulk of edges (more than one per
-    :data:`BULK` nodes, as the first epoch's) rebuilds the forest instead (:func:`rebuilt`)."""
+    are relabelled (see :func:`members` for ``known``; a tree of ``known`` rooted elsewhere
+    than at its smallest node, a part cut off, is rerooted there). A bulk of edges (more than
+    one per :data:`BULK` nodes, as the first epoch's) rebuilds the forest instead (:func:`rebuilt`)."""
     if len(keys) * BULK > len(forest.up):
         return rebuilt(forest, keys)
     keys = keys[np.lexsort((keys, shallow(forest, *unpack(keys), known)))]
     chosen, touched, top = joining(forest.root, *unpack(keys))
-    if not len(touched):
-        return with_depths(forest, known), EMPTY
-    a, b = unpack(keys[chosen])
-    hung = np.flatnonzero(top != np.arange(len(touched)))
-    nodes, under = members(forest, touched[hung], known)
-    root = forest.root.copy()
-    root[nodes] = touched[top[hung]][under]
-    up, kids = forest.up.copy(), forest.kids.copy()
-    linked(up, kids, (a, np.searchsorted(touched, forest.root[a])), (b, np.searchsorted(touched, forest.root[b])), top)
+    if not len(touched) and not len(known):
+        return forest, EMPTY
+    up, kids, root, nodes = forest.up.copy(), forest.kids.copy(), forest.root.copy(), EMPTY
+    if len(touched):
+        a, b = unpack(keys[chosen])
+        hung = np.flatnonzero(top != np.arange(len(touched)))
+        nodes, under = members(forest, touched[hung], known)
+        root[nodes] = touched[top[hung]][under]
+        linked(up, kids, (a, np.searchsorted(touched, forest.root[a])), (b, np.searchsorted(touched, forest.root[b])), top)
+    label = distinct(root[known])
+    misplaced = label[up[label] != label]  # parts cut off left at the top of their tree, rooted at their cut
+    rerooted(up, kids, misplaced, misplaced)
     return with_depths(replace(forest, up=up, root=root, kids=kids), concat([known, nodes])), nodes
 
 
