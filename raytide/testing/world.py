@@ -53,37 +53,6 @@ def idle() -> None:
     """A step in which nothing happens: every actor with something to do is frozen."""
 
 
-class Actions(dict[Hashable, Callable[[], None]]):
-    """Each mailbox's action (``make(mailbox)``), made the first time the mailbox has something
-    and reused at every later step it has: the scheduler lists the actions at every step, and
-    making a ``functools.partial`` (and a bound method) per busy mailbox each time was about a
-    fifth of the simulator's own CPU per step."""
-
-    def __init__(self, make: Callable[[Any], Callable[[], None]]) -> None:
-        super().__init__()
-        self.make = make
-        self.last: tuple[list[Any], list[Callable[[], None]]] = ([], [])  # :meth:`listing`'s
-
-    def __missing__(self, mailbox: Hashable) -> Callable[[], None]:
-        self[mailbox] = action = self.make(mailbox)
-        return action
-
-    def listing(self, mailboxes: list[Any]) -> list[Callable[[], None]]:
-        """The actions of ``mailboxes``, in order; listed again only for another list than the
-        last one (its owner makes a new list when the mailboxes change, never changes one)."""
-        if mailboxes is not self.last[0]:
-            self.last = (mailboxes, [self[mailbox] for mailbox in mailboxes])
-        return self.last[1]
-
-
-def _delivery(deliver: Callable[..., None], mailbox: Hashable) -> Callable[[], None]:
-    return functools.partial(deliver, to=mailbox)
-
-
-def _link_delivery(deliver: Callable[..., None], link: Link) -> Callable[[], None]:
-    return functools.partial(deliver, link, to=link[1])
-
-
 class World(SnapshotTaking):
     """The simulated actors of one job and what is in flight between them (see the module docstring).
 
@@ -164,23 +133,27 @@ class World(SnapshotTaking):
 
     def _mailboxes(self) -> list[Callable[[], None]]:
         """One action per mailbox with something to deliver. It runs at every step, of which one
-        action is taken: it looks only at the mailboxes that may hold something, skips what an
-        empty world (no zombie, nobody waiting, no relay) cannot offer, and reuses each
-        mailbox's action (:class:`Actions`): the list, its order and the RNG's draws are as if
-        every action were made anew."""
+        action is taken: it looks only at the mailboxes that may hold something, and skips
+        what an empty world (no zombie, nobody waiting, no relay) cannot offer."""
         mail, waiting = self.mail, self.waiting
         haunting = zombie_actions(self.zombies, mail, self.dead, self._haunt) if self.zombies else []  # first: they take their mail
         actions: list[Callable[[], None]] = []
         if not self.connected and self.progress is not None:
             actions.append(self._connect)
-        actions += self._link_actions(mail.pending_links())
+        links = mail.pending_links()
+        if waiting:
+            links = [link for link in links if link[1] not in waiting]
+        actions += (self.pacing.per_receiver(links, self._deliver, self.rng) if self.pacing is not None
+                    else [functools.partial(self._deliver, link, to=link[1]) for link in links])
         calling, forwarding = mail.progress_mailboxes(self.replica_keys)
         if calling:
             actions.append(functools.partial(self._take_progress_call, to=PROGRESS))
         actions += [functools.partial(mail.forward, key, to=to) for key, to in forwarding]
-        for made, mailbox in self._made[1]:
+        for deliver, mailbox in ((self._push_status, mail.pushes), (self._command, mail.commands),
+                                 (self._inject, mail.injects), (mail.fan_out, mail.fan_outs)):
             if mailbox:
-                actions += [made[key] for key, queue in mailbox.items() if queue and key not in waiting]
+                actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
+                            if queue and key not in waiting]
         driving = [under_way.step for under_way in (self.recovering, self.rescaling) if under_way and under_way.steps]
         if mail.log and not driving:  # the driver recovers (or hands state over), then reads events again
             actions.append(self._poll)
@@ -193,25 +166,6 @@ class World(SnapshotTaking):
         if self.recovery is not None or self.coordinator is not None:  # without recovery: a rescale's cuts
             actions += self._snapshot_actions()
         return actions
-
-    def _link_actions(self, links: list[Link]) -> list[Callable[[], None]]:
-        """The deliveries of the pending ``links`` (to replicas not waiting), or a paced world's
-        per receiver; listed again only when :meth:`Mailboxes.pending_links` made a new list."""
-        if self.waiting:
-            links = [link for link in links if link[1] not in self.waiting]
-        if self.pacing is not None:
-            return self.pacing.per_receiver(links, self._deliver, self.rng)
-        return self._made[0].listing(links)
-
-    @functools.cached_property
-    def _made(self) -> tuple[Actions, list[tuple[Actions, dict[ReplicaKey, collections.deque[Any]]]]]:
-        """The deliveries of the links, and those of the other mailboxes a replica or a relay
-        takes from (the status pushes, the driver's commands, the barriers, the relays' bundles)."""
-        mail = self.mail
-        boxes = ((self._push_status, mail.pushes), (self._command, mail.commands), (self._inject, mail.injects),
-                 (mail.fan_out, mail.fan_outs))
-        return (Actions(functools.partial(_link_delivery, self._deliver)),
-                [(Actions(functools.partial(_delivery, deliver)), mailbox) for deliver, mailbox in boxes])
 
     def _choose(self, actions: list[Callable[[], None]]) -> Callable[[], None]:
         """The next action: uniformly, weighted by the slowness of the actor that takes it, or paced.
