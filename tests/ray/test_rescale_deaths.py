@@ -16,6 +16,10 @@ was abandoned, 60 s later (the rescale then returned, and an unhandled ``Snapsho
 printed by the coordinator's host). Now each call returns within 5 s, the job in the asked
 widths, every record once and in order per key, and the driver reports no error as
 unhandled (an answer with an error that nobody read).
+
+The 5 s are the issue's bound on a job that has the machine's two cores: beside the suite's
+other lanes, at a load of 20-50, a call took 6-16 s (a host's start and the cut's hold grow
+with the load), so the test runs in its turn, as the autoscaler's do (``needs_both_cores``).
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class Unhandled(logging.Handler):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.needs_both_cores  # each call's 5-s bound assumes the cores are the job's (tests/lanes.py)
 def test_a_replica_killed_0_to_200_ms_after_job_rescale_is_recovered_and_the_rescale_made_in_seconds(
         ray_session, tmp_path):
     unhandled = Unhandled()
