@@ -181,9 +181,15 @@ def test_bad_specs_are_refused_naming_the_argument():
 
 
 class Recorded(EventTimeInputs):
-    """The driver's input feeds with every call to a replica recorded instead of sent."""
+    """The driver's input feeds with every call to a replica recorded instead of sent (by the
+    feeds' sender, where every call into an input replica leaves the driver)."""
 
-    def _send(self, actor, method, args):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list = []
+        self.sender.send = self._record
+
+    def _record(self, actor, method, args):
         self.sent.append((actor, method, args))
         return None
 
