@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 AUTOSCALE_POLL = 5.0
 #: Seconds between two calls telling a job's output replicas what the driver has, without recovery.
 FORGET_EVERY = 1.0
+#: Seconds a feed stopped by a replica's death waits for the liveness watch to name that death
+#: (Ray fails the watch and the feed's call together; the watch's alarm rings a moment later).
+FEED_DEATH_GRACE = 10.0
 
 
 class JobSupervisor:
@@ -83,6 +86,8 @@ class JobSupervisor:
         #: were last told what the driver has (:meth:`forget_delivered`).
         self.cuts: JobRecovery | None = None
         self.forgotten_at = 0.0
+        #: A feed stopped by a replica's death, and until when it leaves the death to the liveness watch.
+        self.feed_death: tuple[float, RaytideError] | None = None
 
     def pump(self, timeout: float) -> None:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
@@ -151,6 +156,8 @@ class JobSupervisor:
             if self.stalls is not None:
                 failures += [self.lost(key, why=why) for key, why in
                              self.stalls.check(self.placement.liveness, self.outputs.events, not self.outputs.finished)]
+            if not failures and self.feed_death is not None and time.monotonic() >= self.feed_death[0]:
+                failures.append(self.feed_death[1])
             if self.recovery is not None:
                 failure = self.recovery.sync()  # the coordinator died (ActorLost), or the store was taken over
                 if failure is not None:
@@ -268,10 +275,20 @@ class JobSupervisor:
             raise self.error
 
     def feed_failed(self, name: str, error: BaseException) -> None:
-        """A feeder thread of input ``name`` failed: the job fails with it (the next call raises it)."""
-        if not self.torn_down:
-            self.error = RaytideError(f"feeding input {name!r} failed: {error!r}")
-            self.error.__cause__ = error
+        """A feeder thread of input ``name`` failed: the job fails with it (the next call raises it).
+
+        A feed stopped by a replica's death (in a job without recovery: one with recovery replays the
+        feed's calls) leaves the death to the liveness watch, which names the replica, or to the
+        rescale under way, which says that only a recovery could undo it; the feed's own error
+        fails the job only if neither did within :data:`FEED_DEATH_GRACE` s."""
+        if self.torn_down:
+            return
+        failed = RaytideError(f"feeding input {name!r} failed: {error!r}")
+        failed.__cause__ = error
+        if not isinstance(error, ray.exceptions.RayActorError):
+            self.error = failed
+        elif self.feed_death is None:
+            self.feed_death = (time.monotonic() + FEED_DEATH_GRACE, failed)
 
     def cancel(self, by: str) -> None:
         """Stop the job (``by`` whom, for the error of a wait that had not finished) and give its hosts back."""
