@@ -40,7 +40,8 @@ TEST_JVM_OPTIONS = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UnlockDia
 #: 3.4-4.2% of a core, 47 CPU-seconds in 23 minutes. No Ray of the tests forwards workers'
 #: logs to its driver (``log_to_driver=False``), so a new file may wait 2 s to be seen:
 #: measured on a copy of that lane's directory, the loop took 0.67-0.80 CPU-seconds in 15 s
-#: before, 0.22-0.25 with these (three alternated pairs at load 23-40).
+#: before, 0.29-0.30 looking every 1 s (three alternated pairs), 0.22-0.25 every 2 s (two
+#: runs; load 23-40). In a run of test_hosts.py and test_recovery.py, 0.51-0.55x per second.
 TEST_RAY_OPTIONS = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "2"}
 for _name, _value in {**TEST_JVM_OPTIONS, **TEST_RAY_OPTIONS}.items():
     os.environ.setdefault(_name, _value)
