@@ -34,7 +34,16 @@ settings.load_profile("raytide")
 #: the variable itself and says so on stderr ("Picked up JAVA_TOOL_OPTIONS"), which is none
 #: of the noise the demo's test checks the demo is free of.
 TEST_JVM_OPTIONS = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"}
-for _name, _value in TEST_JVM_OPTIONS.items():
+#: Ray's log monitor (one per Ray the tests start: each session lane's, every child's own)
+#: globs the session's log directory for new worker log files every 0.1 s until it watches
+#: 1,000 files, and its cost grows with the files: a session lane's reached 500 and took
+#: 3.4-4.2% of a core, 47 CPU-seconds in 23 minutes. No Ray of the tests forwards workers'
+#: logs to its driver (``log_to_driver=False``), so a new file may wait 2 s to be seen:
+#: measured on a copy of that lane's directory, the loop took 0.67-0.80 CPU-seconds in 15 s
+#: before, 0.29-0.30 looking every 1 s (three alternated pairs), 0.22-0.25 every 2 s (two
+#: runs; load 23-40). In a run of test_hosts.py and test_recovery.py, 0.51-0.55x per second.
+TEST_RAY_OPTIONS = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "LOG_NAME_UPDATE_INTERVAL_S": "2"}
+for _name, _value in {**TEST_JVM_OPTIONS, **TEST_RAY_OPTIONS}.items():
     os.environ.setdefault(_name, _value)
 
 #: Fixtures that give a test a real Ray: the session's (``ray_session``, ``spark``, and
