@@ -50,6 +50,7 @@ import ray
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment
 from raytide.driver.inputs import InputFeeds
 from raytide.driver.joining import join, refusal
+from raytide.driver.plan_gate import PlanGate
 from raytide.driver.recovery import JobRecovery, RescaleRecord, Steps
 from raytide.driver.rescale import Supervision, rescale, switch
 from raytide.driver.steps_left import MOVE_STEP, STEP_POLL, PendingPlan, StepsLeft
@@ -98,7 +99,7 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     if vertex is not None and None in inputs.epochs.values():
         vertex, why = None, "an input is closed: its records went by the old table, and the steps' epochs would never come"
     if vertex is not None:
-        why = feed_refusal(inputs, shrinking=new.width(vertex) < plan.width(vertex))
+        why = feed_refusal(inputs.gate, shrinking=new.width(vertex) < plan.width(vertex))
         vertex = None if why else vertex
     if vertex is None:
         return rescale(recovery, supervision, asked, max(0.1, deadline - time.monotonic()), made_s,
@@ -107,13 +108,13 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     return SteppedRescale(recovery, supervision, inputs, vertex, deadline, left).run(asked, made_s)
 
 
-def feed_refusal(inputs: InputFeeds, shrinking: bool) -> str:
+def feed_refusal(gate: PlanGate, shrinking: bool) -> str:
     """Why the steps cannot be left to the feed ("" if they can): they are made as the inputs pass their
     epochs. A growth returns once its plan is installed, so whoever feeds next makes them, the caller
     included; a shrink retires its replicas after the last step, within the call, so another thread
     must feed meanwhile. An idle job (no epoch moved within :data:`QUIET_S`) holds the whole job: that
     holds nothing running, and a plan would wait for a feed that may not come before the next rescale."""
-    moved_at, mover = inputs.gate.last_move()
+    moved_at, mover = gate.last_move()
     if time.monotonic() - moved_at > QUIET_S:
         return f"no input moved to a new epoch within {QUIET_S:g} s: the steps would wait for them"
     if shrinking and mover == threading.get_ident():

@@ -92,17 +92,20 @@ class StepsLeft:
         """``plan`` installed; its steps run on without the caller."""
         self.plan = plan
 
-    def poll(self) -> bool:
+    def poll(self, finished: bool = False) -> bool:
         """At a pump: if the plan's steps are done, finish it and resume the snapshots; whether
-        none is left (True also with no plan)."""
+        none is left (True also with no plan). ``finished``: the job's last epoch completed, which
+        the plan's holds allowed only once every step was made (nothing to resume then)."""
         with self._lock:
             plan = self.plan
             if plan is None:
                 return True
-            if not plan.done():
+            if not finished and not plan.done():
                 return False
             self.plan = None
         plan.finish("done")
+        if finished:
+            return True
         try:
             plan.resume()
         except ray.exceptions.RayActorError:  # the coordinator died: its recovery starts the snapshots

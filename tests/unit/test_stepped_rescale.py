@@ -1,17 +1,22 @@
 """What a stepped ``job.rescale`` decides before anything moves (pure): which rescales can step
-(:func:`~raytide.rescale.steps.stepped_vertex`, each refusal saying why), and the short switch's
+(:func:`~raytide.rescale.steps.stepped_vertex`, each refusal saying why; who feeds the job,
+:func:`~raytide.driver.stepped.feed_refusal`), and the short switch's
 tables (:func:`~raytide.rescale.layout.new_tables` with ``kept``): the owners widened or
 narrowed, no key group moving, a narrowing past an owner refused."""
 
 from __future__ import annotations
 
 import collections
+import threading
 
 import pytest
 
 import raytide as rt
 from examples.connected_components import build_flow
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.driver import stepped
+from raytide.driver.plan_gate import PlanGate
+from raytide.driver.stepped import feed_refusal, stepping_default
 from raytide.errors import RescaleError
 from raytide.physical.plan import compile_plan
 from raytide.rescale.layout import new_tables
@@ -69,3 +74,24 @@ def test_the_short_switch_narrows_only_emptied_replicas():
     assert tables["sum"].owners == emptied.owners and tables["sum"].parallelism == 1
     with pytest.raises(RescaleError, match=r"owned by replicas \[1, 2, 3\] outside \[0, 1\)"):
         new_tables(shrunk, widths, [{("n", 0, 0): KeyGroupAssignment.contiguous(4)}], kept={"sum", "out"})
+
+
+def test_who_feeds_decides_whether_the_steps_can_be_left_to_the_feed(monkeypatch):
+    """``job.rescale`` steps by default: a growth whoever feeds (it returns once its plan is
+    installed), a shrink only while another thread feeds (it waits for its steps); an idle job
+    holds the whole job, saying why; ``RAYTIDE_STEPPED_RESCALE=0`` holds it always."""
+    gate = PlanGate("j")
+    assert "no input moved" in feed_refusal(gate, shrinking=False)  # never fed
+    gate.move("records", 1)  # fed by this thread, the one that rescales
+    assert feed_refusal(gate, shrinking=False) == ""
+    assert "the thread that rescales is the one feeding" in feed_refusal(gate, shrinking=True)
+    other = threading.Thread(target=gate.move, args=("records", 2))
+    other.start()
+    other.join()
+    assert feed_refusal(gate, shrinking=False) == feed_refusal(gate, shrinking=True) == ""
+    monkeypatch.setattr(stepped, "QUIET_S", 0.0)  # the last move is now older than the quiet time
+    assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, shrinking=False)
+    monkeypatch.delenv(stepped.STEPPED_ENV, raising=False)
+    assert stepping_default()
+    monkeypatch.setenv(stepped.STEPPED_ENV, "0")
+    assert not stepping_default()
