@@ -85,7 +85,7 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     whole job (the record's ``why`` says why not); returns the rescale's record as a dict. The
     steps of the rescale before end first (``left``). ``streams``: the job's stream inputs (each
     batch waits for a snapshot, which the steps pause: not stepped)."""
-    deadline = time.monotonic() + timeout
+    called, deadline = time.monotonic() - made_s, time.monotonic() + timeout
     finish_steps_left(recovery, supervision, inputs, left, deadline)
     if not stepped:
         return rescale(recovery, supervision, asked, max(0.1, deadline - time.monotonic()), made_s)
@@ -99,7 +99,7 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     if vertex is not None and None in inputs.epochs.values():
         vertex, why = None, "an input is closed: its records went by the old table, and the steps' epochs would never come"
     if vertex is not None:
-        why = feed_refusal(inputs.gate, shrinking=new.width(vertex) < plan.width(vertex))
+        why = feed_refusal(inputs.gate, new.width(vertex) < plan.width(vertex), called)
         vertex = None if why else vertex
     if vertex is None:
         return rescale(recovery, supervision, asked, max(0.1, deadline - time.monotonic()), made_s,
@@ -108,14 +108,16 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     return SteppedRescale(recovery, supervision, inputs, vertex, deadline, left).run(asked, made_s)
 
 
-def feed_refusal(gate: PlanGate, shrinking: bool) -> str:
+def feed_refusal(gate: PlanGate, shrinking: bool, called: float) -> str:
     """Why the steps cannot be left to the feed ("" if they can): they are made as the inputs pass their
     epochs. A growth returns once its plan is installed, so whoever feeds next makes them, the caller
     included; a shrink retires its replicas after the last step, within the call, so another thread
-    must feed meanwhile. An idle job (no epoch moved within :data:`QUIET_S`) holds the whole job: that
+    must feed meanwhile. An idle job (no epoch moved within :data:`QUIET_S` before the call, at
+    ``called``, ``time.monotonic()``: a job without recovery's first rescale leases its
+    coordinator of the cuts first) holds the whole job: that
     holds nothing running, and a plan would wait for a feed that may not come before the next rescale."""
     moved_at, mover = gate.last_move()
-    if time.monotonic() - moved_at > QUIET_S:
+    if called - moved_at > QUIET_S:
         return f"no input moved to a new epoch within {QUIET_S:g} s: the steps would wait for them"
     if shrinking and mover == threading.get_ident():
         return ("the thread that rescales is the one feeding the job: a shrink retires its replicas after the "
@@ -131,15 +133,21 @@ def finish_steps_left(recovery: JobRecovery, supervision: Supervision, inputs: I
     Raises:
         RescaleError: they were not done by ``deadline``, or they cannot be (the caller feeds the job).
     """
-    if left.plan is not None and not left.poll() and caller_feeds(inputs):
-        first, last = left.plan.epochs
+    plan = left.plan
+    if plan is not None and caller_feeds(inputs) and not passed(inputs, plan.epochs[1]):
+        first, last = plan.epochs
         raise RescaleError(f"job {recovery.placement.name!r}: the stepped rescale before this one has steps left at "
                            f"epochs {first}..{last}, made as the inputs pass them, and the inputs are at "
-                           f"{inputs.epochs}: advance them past {last} first")
+                           f"{inputs.epochs}: advance them to {last} or later first")
     died = left.wait(supervision.watch, inputs, deadline)
     if died is not None:
         left.abandon(died)
         supervision.recover(recovery.after_death(died))
+
+
+def passed(inputs: InputFeeds, epoch: int) -> bool:
+    """Whether every input is at ``epoch`` or later (or closed): a step at ``epoch`` needs no more feed."""
+    return all(at is None or at >= epoch for at in inputs.epochs.values())
 
 
 def caller_feeds(inputs: InputFeeds) -> bool:
@@ -193,8 +201,12 @@ class SteppedRescale:
         new = self.supervision.recompile(new_widths(self.recovery.placement.plan, asked))
         self.joined = refusal(self.recovery, new, self.vertex)
         if self.joined is None:
-            self._pause()
-            self.joined = join(self.recovery, self.supervision, new, self.vertex, self.steps)
+            died = self._pause()
+            if died is not None:  # the snapshot in flight would never end: recovered from, in the old widths
+                self.supervision.recover(self.recovery.after_death(died))
+                self.joined = f"a death before the join ({died}): the job recovered in its old widths"
+            else:
+                self.joined = join(self.recovery, self.supervision, new, self.vertex, self.steps)
             if self.joined is None:
                 return
             self._resume()  # the switch's cut may start; after a recovery, they run already
@@ -213,7 +225,8 @@ class SteppedRescale:
         try:
             died = self.supervision.watch(0)  # one noticed already: recovered from first
             if died is None:
-                self._pause()
+                died = self._pause()
+            if died is None:
                 message = self.steps.time("install the plan", self._install, width)
                 self.window = [time.time(), 0.0]
                 if not wait:
@@ -233,25 +246,31 @@ class SteppedRescale:
             return None, f"a death during the steps ({died}): the job recovered from its last snapshot"
         return message, ""  # the snapshots resumed as the last step was seen done (StepsLeft.poll)
 
-    def _pause(self) -> None:
+    def _pause(self) -> str | None:
         """No snapshot from now until the steps end (none in flight either): one that cut
-        through a plan would record a key's state at two replicas."""
+        through a plan would record a key's state at two replicas. A death's cause if one came
+        first (the snapshot in flight would not end: the caller recovers from it)."""
         coordinator = self.recovery.coordinator
-        if coordinator is not None:
-            self.recovery.wait([coordinator.pause.remote(self.recovery.incarnation)], "pausing the snapshots")
-            self.steps.time("wait for the snapshot in flight", self._no_snapshot_in_flight)
+        if coordinator is None:
+            return None
+        self.recovery.wait([coordinator.pause.remote(self.recovery.incarnation)], "pausing the snapshots")
+        return self.steps.time("wait for the snapshot in flight", self._no_snapshot_in_flight)
 
     def _resume(self) -> None:
         if self.recovery.coordinator is not None:
             self.recovery.wait([self.recovery.coordinator.start.remote()], "resuming the snapshots after the steps")
 
-    def _no_snapshot_in_flight(self) -> None:
+    def _no_snapshot_in_flight(self) -> str | None:
+        """Take the job's events until the coordinator has no snapshot in flight; a death's cause if one came first."""
         coordinator = self.recovery.coordinator
         while self.recovery.wait([coordinator.stats.remote()], "the coordinator's stats")[0]["in_flight"] is not None:
             if time.monotonic() > self.deadline:
                 raise RescaleError(f"job {self.recovery.placement.name!r}: the snapshot in flight did not end "
                                    f"before the stepped rescale's deadline")
-            time.sleep(STEP_POLL)
+            died = self.supervision.watch(STEP_POLL)
+            if died is not None:
+                return died
+        return None
 
     def _install(self, width: int) -> StepPlanMessage:
         """The plan from an epoch a margin ahead of the inputs (the gate closed there), its holds at
@@ -296,8 +315,9 @@ class SteppedRescale:
         """The installed plan, for whoever sees its steps end (:mod:`raytide.driver.steps_left`)."""
         placement = self.recovery.placement
         chain = placement.plan.chain_of(self.vertex).name
-        return PendingPlan(placement.name, self.vertex, [peer for key, peer in placement.peers.items()
-                                                         if key.chain == chain], message, self._resume, record)
+        replicas = [peer for key, peer in placement.peers.items() if key.chain == chain]
+        outputs = frozenset(placement.plan.chain(chain).vertices) & frozenset(placement.plan.outputs)
+        return PendingPlan(placement.name, self.vertex, replicas, message, self._resume, record, outputs)
 
     def _record(self, started: float, asked: dict[str, int], message: StepPlanMessage | None,
                 why: str) -> RescaleRecord:

@@ -48,9 +48,11 @@ class PendingPlan:
     the rescale's record (filled in when the steps end)."""
 
     def __init__(self, job: str, vertex: str, replicas: list[Any], message: StepPlanMessage,
-                 resume: Callable[[], None], record: RescaleRecord | None) -> None:
-        """``resume``: the snapshots let run again; ``record``: the rescale's (None: its caller waits and fills it)."""
+                 resume: Callable[[], None], record: RescaleRecord | None, outputs: frozenset[str]) -> None:
+        """``resume``: the snapshots let run again; ``record``: the rescale's (None: its caller waits
+        and fills it); ``outputs``: the job's outputs fused behind the vertex (their epochs wait for its steps)."""
         self.job, self.vertex, self.replicas, self.message, self.resume = job, vertex, replicas, message, resume
+        self.outputs = outputs
         self.installed, self.installed_wall = time.monotonic(), time.time()
         self.record = record
         self._asked: list[Any] = []
@@ -60,9 +62,14 @@ class PendingPlan:
         """The plan's first and last steps' epochs."""
         return self.message.steps[0][0], self.message.steps[-1][0]
 
-    def done(self) -> bool:
-        """Whether no replica of the vertex has a step left, without waiting: asks them, and reads
-        the answers once all have come (a later call); a replica's death is left to the liveness watch."""
+    def done(self, shown: dict[str, int | None]) -> bool:
+        """Whether no replica of the vertex has a step left, without waiting: an output behind the
+        vertex has shown the last step's epoch (its holds kept that epoch open until the state had
+        come), or the replicas say so (asked, and the answers read once all have come, at a later
+        call); a replica's death is left to the liveness watch."""
+        reached = [shown.get(name) for name in self.outputs]
+        if reached and all(at is not None and at >= self.epochs[1] for at in reached):
+            return True
         if not self._asked:
             self._asked = [peer.stepping.remote() for peer in self.replicas]
         if len(ray.wait(self._asked, num_returns=len(self._asked), timeout=0)[0]) < len(self._asked):
@@ -92,15 +99,16 @@ class StepsLeft:
         """``plan`` installed; its steps run on without the caller."""
         self.plan = plan
 
-    def poll(self, finished: bool = False) -> bool:
+    def poll(self, finished: bool = False, shown: dict[str, int | None] | None = None) -> bool:
         """At a pump: if the plan's steps are done, finish it and resume the snapshots; whether
         none is left (True also with no plan). ``finished``: the job's last epoch completed, which
-        the plan's holds allowed only once every step was made (nothing to resume then)."""
+        the plan's holds allowed only once every step was made (nothing to resume then); ``shown``:
+        the latest epoch each output has shown (``OutputCollector.latest``)."""
         with self._lock:
             plan = self.plan
             if plan is None:
                 return True
-            if not finished and not plan.done():
+            if not finished and not plan.done(shown or {}):
                 return False
             self.plan = None
         plan.finish("done")

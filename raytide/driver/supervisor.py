@@ -117,7 +117,7 @@ class JobSupervisor:
                 self.release_idle()
             if self.recovery is None:
                 self.forget_delivered()
-            self.steps_left.poll(self.outputs.finished)
+            self.steps_left.poll(self.outputs.finished, self.outputs.latest())
             if self.autoscaler is not None and not self.rescaling:
                 self.autoscale()
 

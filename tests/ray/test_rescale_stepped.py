@@ -133,3 +133,38 @@ def test_a_replica_killed_as_replicas_join_or_as_the_steps_start_falls_back_to_t
     assert grown["stepped"]["switch"].startswith("a new incarnation: a death during the join"), grown
     assert killed and record["mode"] == "whole job" and "a death during the steps" in record["why"], record
     assert stats["recoveries"]["count"] >= 2 and stats["parallelism"]["check"] == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_caller_that_feeds_the_job_itself_grows_it_in_one_step_made_by_its_next_advance(ray_session):
+    """The thread that rescales is the one feeding: the growth returns once its plan is installed
+    (one step, at the epoch after the inputs'), the caller's next advance makes it, and its waits on
+    the job see it end (the record's ``ended``); the shrink then holds the whole job, saying why
+    (its retiring switch would wait for steps only the caller's feed can make). Exact throughout."""
+    def batch(epoch: int) -> list[tuple[int, int]]:
+        return [(key, epoch * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)]
+
+    fed = SequenceFeed(KEYS, PER_KEY, 0.0)
+    with rt.run(flow_checking_sequences("stepped-by-the-caller"), parallelism=1) as job:
+        results = job.results("out", timeout=120)
+
+        def feed(epochs: int) -> None:
+            for _ in range(epochs):
+                job.push("records", batch(fed.fed), fed.fed)
+                fed.fed += 1
+                job.advance("records", fed.fed)
+
+        feed(3)
+        grown = job.rescale({"check": 2}, timeout=60)
+        assert grown["mode"] == "stepped", grown["why"]
+        assert (grown["stepped"]["steps"], grown["stepped"]["ended"]) == (1, None), grown
+        feed(2)
+        out = [next(results) for _ in range(fed.fed)]  # the caller's waits on the job see the step end
+        assert job.stats()["rescales"][0]["stepped"]["ended"] == "done", job.stats()["rescales"]
+        shrunk = job.rescale({"check": 1}, timeout=60)
+        assert shrunk["mode"] == "whole job" and "the one feeding" in shrunk["why"], shrunk
+        feed(2)
+        job.close("records")
+        job.wait(timeout=120)
+        out += list(results)
+    assert_exactly_once(fed.reference(), {"out": without_times(out)})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 
 import pytest
 
@@ -81,16 +82,16 @@ def test_who_feeds_decides_whether_the_steps_can_be_left_to_the_feed(monkeypatch
     installed), a shrink only while another thread feeds (it waits for its steps); an idle job
     holds the whole job, saying why; ``RAYTIDE_STEPPED_RESCALE=0`` holds it always."""
     gate = PlanGate("j")
-    assert "no input moved" in feed_refusal(gate, shrinking=False)  # never fed
+    assert "no input moved" in feed_refusal(gate, False, time.monotonic())  # never fed
     gate.move("records", 1)  # fed by this thread, the one that rescales
-    assert feed_refusal(gate, shrinking=False) == ""
-    assert "the thread that rescales is the one feeding" in feed_refusal(gate, shrinking=True)
+    assert feed_refusal(gate, False, time.monotonic()) == ""
+    assert "the thread that rescales is the one feeding" in feed_refusal(gate, True, time.monotonic())
     other = threading.Thread(target=gate.move, args=("records", 2))
     other.start()
     other.join()
-    assert feed_refusal(gate, shrinking=False) == feed_refusal(gate, shrinking=True) == ""
+    assert feed_refusal(gate, False, time.monotonic()) == feed_refusal(gate, True, time.monotonic()) == ""
     monkeypatch.setattr(stepped, "QUIET_S", 0.0)  # the last move is now older than the quiet time
-    assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, shrinking=False)
+    assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, False, time.monotonic())
     monkeypatch.delenv(stepped.STEPPED_ENV, raising=False)
     assert stepping_default()
     monkeypatch.setenv(stepped.STEPPED_ENV, "0")
