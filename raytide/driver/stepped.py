@@ -65,8 +65,8 @@ logger = logging.getLogger(__name__)
 
 #: Key groups one step moves (of 128): 100 MB of state moves about 6 MB a step.
 GROUPS_PER_STEP = 8
-#: How long the driver watches the inputs for an epoch's move before it steps: the steps wait for
-#: the inputs to pass their epochs, so a job not fed meanwhile holds the whole job instead.
+#: An input's epoch must have moved within this many seconds before the call for the driver to step:
+#: the steps are made as the inputs pass their epochs, so an idle job holds the whole job instead.
 QUIET_S = 1.0
 #: The record's step for the time inputs waited at the gate for the plan (:mod:`raytide.driver.plan_gate`).
 HELD_STEP = "inputs held at the plan's first epoch"
