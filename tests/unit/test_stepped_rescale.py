@@ -16,8 +16,8 @@ import raytide as rt
 from examples.connected_components import build_flow
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.driver import stepped
-from raytide.driver.plan_gate import PlanGate
 from raytide.driver.coordination import RescaleRecord
+from raytide.driver.plan_gate import PlanGate
 from raytide.driver.stepped import feed_refusal, stepping_default
 from raytide.driver.steps_left import MOVE_STEP, PendingPlan, StepsLeft
 from raytide.errors import RescaleError
