@@ -31,8 +31,8 @@ same job started without ``recovery=`` (its first rescale leases the coordinator
 in steps while the others flow; growing, the new replica joins in place, or with ``join=0``
 a short switch adds it; shrinking, a short switch retires it; docs/rescaling.md, "Stepped
 migration"); ``stepped_s`` is the time its steps took, ``grow_*`` the issue's measures of the
-growing rescales alone. Every
-step of a rescale's record is also reported, growing and shrinking apart
+growing rescales alone. The call's time (``grow_call_s``, ``shrink_call_s``) and every
+step of a rescale's record are also reported, growing and shrinking apart
 (``grow_give_the_hosts_their_replicas_s``, ``shrink_install_the_plan_s``, ...): what the short
 switch's hold is made of.
 
@@ -135,6 +135,7 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
         per_rescale["cut_s"].append(record["cut_s"])
         per_rescale["pause_s"].append(record["pause_s"])
         per_rescale["call_s"].append(record["seconds"])
+        per_rescale.setdefault(f"{way}_call_s", []).append(record["seconds"])
         per_rescale["stepped_s"].append(record["steps"].get("move the groups in steps", 0.0))
         per_rescale["gap_s"].append(_longest_gap([at for at in processed if start - 0.5 <= at <= end]))
         per_rescale["latency_spike_s"].append(max(done[e] - pushed[e] for e in done if start <= pushed[e] <= end))

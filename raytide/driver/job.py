@@ -417,10 +417,12 @@ class Job(JobViews):
         naming why), as a death fails such a job at any time.
 
         ``oversubscribe``: as in :func:`~raytide.driver.run.run`, allow more replicas than the
-        cluster can place. ``stepped`` (default: ``RAYTIDE_STEPPED_RESCALE=1`` in the environment):
+        cluster can place. ``stepped`` (default: where the plan can, unless ``RAYTIDE_STEPPED_RESCALE=0``):
         move one keyed vertex's key groups in steps while the others flow, holding the job only to add
-        or retire replicas (docs/rescaling.md); the steps need the inputs fed meanwhile (another thread):
-        where they are not, or stepping cannot hold, the whole job is held and the record says why.
+        or retire replicas (docs/rescaling.md). A growth returns once its plan is installed (its steps
+        end as the inputs pass their epochs, whoever feeds them); a shrink waits for its steps, so it
+        steps only while another thread feeds the job. Where stepping cannot hold, or ``stepped=False``,
+        the whole job is held and the record says why.
         Rescales from several threads are made one after the other (each checked against the widths
         the one before left); meanwhile no other thread takes the job's events.
 
@@ -451,7 +453,8 @@ class Job(JobViews):
             recovery = self._recovery or self._cuts()
             return make_rescale(recovery, self._supervisor.supervision(self._recompile), self._inputs, widths, timeout,
                                 time.monotonic() - started if made else 0.0,
-                                stepping_default() if stepped is None else stepped, self._feeders.streams)
+                                stepping_default() if stepped is None else stepped, self._feeders.streams,
+                                self._supervisor.steps_left)
         finally:
             self._supervisor.rescaling = False
             self._supervisor.driving.release()

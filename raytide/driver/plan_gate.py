@@ -48,6 +48,7 @@ class PlanGate:
         self._limit: int | None = None
         self._deadline = 0.0
         self._held_since = math.inf  # when the first move waited at the gate closed now
+        self._last: tuple[float, int | None] = (-math.inf, None)  # when an input's epoch moved last, and by which thread
 
     def move(self, name: str, epoch: int | None) -> None:
         """Input ``name`` moves to ``epoch`` (None: closes), under its lock: waits while the gate
@@ -68,6 +69,12 @@ class PlanGate:
                                        f"every replica, past the rescale's deadline")
             self._at[name] = max(self._at.get(name, -math.inf), to)
             self._moves.append(time.monotonic())
+            self._last = (self._moves[-1], threading.get_ident())
+
+    def last_move(self) -> tuple[float, int | None]:
+        """When (``time.monotonic()``) an input's epoch moved last, and the thread that moved it (None: none has)."""
+        with self._cond:
+            return self._last
 
     def margin(self) -> int:
         """How many epochs past the latest an input is at the first step goes: :data:`AHEAD_S` at

@@ -17,36 +17,43 @@ are the ones the in-process runtime runs (:mod:`raytide.rescale.steps`,
     driver: the gate opened (the wait, if any, is the record's "inputs held at the plan's first epoch")
     replicas: each step as the inputs pass its epoch (old owner: take_keys, GroupState to the new
         owner, which keeps the group's records until it comes); the other groups flow
-    driver: takes the job's events and asks the vertex's replicas (VertexActor.stepping) until
-        no step is left; the snapshots resume
-    shrinking p -> q: the short switch that retires the emptied replicas
+    growing: job.rescale returns here; the job's pumps see the last step and resume the snapshots
+        (raytide.driver.steps_left, which draws that flow)
+    shrinking: the driver takes the job's events and asks the vertex's replicas (VertexActor.stepping)
+        until no step is left; the snapshots resume; the short switch retires the emptied replicas
 
-The steps need the job's inputs to pass their epochs: the driver steps only if an input moves
-within :data:`QUIET_S` of the call (another thread, a feeder or a source feeds the job), and
-``job.rescale`` waits for the steps; it raises a :class:`RescaleError` naming the epochs if
-they are not passed within its ``timeout`` (the plan stays installed and ends as the inputs
-move on; snapshots stay paused until it has). Where stepping cannot hold
-(:func:`~raytide.rescale.steps.stepped_vertex`: several chains, a loop, a vertex fused behind;
-an input read in the replicas, closed or not moving; a death before or during the steps), the
-rescale holds the whole job as before (:func:`~raytide.driver.rescale.rescale`) and its
-record says why.
+``job.rescale`` steps by default (``stepped=False``, or ``RAYTIDE_STEPPED_RESCALE=0``, holds the
+whole job). The steps are made as the inputs pass their epochs, so the driver steps only if an
+input's epoch moved within :data:`QUIET_S` before the call. A growth returns once the plan is
+installed, whoever feeds next (the caller's own thread included: then one step moves every group,
+at the epoch after the inputs', so one advance makes it). A shrink waits for its steps before its
+retiring switch, so it steps only while another thread feeds; it raises a :class:`RescaleError`
+naming the epochs if they are not passed within its ``timeout`` (the plan stays installed and ends
+as the inputs move on, the pumps resuming the snapshots then). A rescale first waits for the steps
+the one before left. Where stepping cannot hold (:func:`~raytide.rescale.steps.stepped_vertex`:
+several chains, a loop, a vertex fused behind; an input read in the replicas, closed or idle; a
+death before or during the steps), the rescale holds the whole job as before
+(:func:`~raytide.driver.rescale.rescale`) and its record says why.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Collection
 from typing import Any
 
 import ray
 
-from raytide.core.keygroups import KeyGroupAssignment
+from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment
 from raytide.driver.inputs import InputFeeds
 from raytide.driver.joining import join, refusal
+from raytide.driver.plan_gate import PlanGate
 from raytide.driver.recovery import JobRecovery, RescaleRecord, Steps
 from raytide.driver.rescale import Supervision, rescale, switch
+from raytide.driver.steps_left import MOVE_STEP, STEP_POLL, PendingPlan, StepsLeft
 from raytide.engine.stepping import holds
 from raytide.errors import RescaleError
 from raytide.physical.protocol import ReplicaKey, StepPlanMessage
@@ -58,29 +65,30 @@ logger = logging.getLogger(__name__)
 
 #: Key groups one step moves (of 128): 100 MB of state moves about 6 MB a step.
 GROUPS_PER_STEP = 8
-#: How long the driver takes the job's events between two looks at the steps left.
-STEP_POLL = 0.02
-#: How long the driver watches the inputs for an epoch's move before it steps: the steps wait for
-#: the inputs to pass their epochs, so a job not fed meanwhile holds the whole job instead.
+#: An input's epoch must have moved within this many seconds before the call for the driver to step:
+#: the steps are made as the inputs pass their epochs, so an idle job holds the whole job instead.
 QUIET_S = 1.0
 #: The record's step for the time inputs waited at the gate for the plan (:mod:`raytide.driver.plan_gate`).
 HELD_STEP = "inputs held at the plan's first epoch"
-#: ``job.rescale``'s default when not told whether to step: the environment's ``RAYTIDE_STEPPED_RESCALE=1``.
+#: Overrides ``job.rescale``'s default (step where the plan can): ``0`` holds the whole job, ``1`` steps.
 STEPPED_ENV = "RAYTIDE_STEPPED_RESCALE"
 
 
 def stepping_default() -> bool:
-    """Whether ``job.rescale`` steps when not told (``RAYTIDE_STEPPED_RESCALE=1``; off otherwise)."""
-    return os.environ.get(STEPPED_ENV, "") == "1"
+    """Whether ``job.rescale`` steps when not told: where the plan can, unless ``RAYTIDE_STEPPED_RESCALE=0``."""
+    return os.environ.get(STEPPED_ENV, "") != "0"
 
 
 def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputFeeds, asked: dict[str, int],
-                 timeout: float, made_s: float, stepped: bool, streams: Collection[str] = ()) -> dict[str, Any]:
-    """``job.rescale``: in steps if asked and it can hold, else holding the whole job (the
-    record's ``why`` says why not); returns the rescale's record as a dict. ``streams``: the
-    job's stream inputs (each batch waits for a snapshot, which the steps pause: not stepped)."""
+                 timeout: float, made_s: float, stepped: bool, streams: Collection[str], left: StepsLeft) -> dict[str, Any]:
+    """``job.rescale``: in steps where it can hold (unless ``stepped`` is False), else holding the
+    whole job (the record's ``why`` says why not); returns the rescale's record as a dict. The
+    steps of the rescale before end first (``left``). ``streams``: the job's stream inputs (each
+    batch waits for a snapshot, which the steps pause: not stepped)."""
+    called, deadline = time.monotonic() - made_s, time.monotonic() + timeout
+    finish_steps_left(recovery, supervision, inputs, left, deadline)
     if not stepped:
-        return rescale(recovery, supervision, asked, timeout, made_s)
+        return rescale(recovery, supervision, asked, max(0.1, deadline - time.monotonic()), made_s)
     plan = recovery.placement.plan
     new = supervision.recompile(new_widths(plan, asked))
     vertex, why = stepped_vertex(plan, new)
@@ -88,24 +96,74 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
         vertex, why = None, f"stream inputs {sorted(streams)} wait for a snapshot at each batch, and the steps pause them"
     if vertex is not None and inputs.readers:
         vertex, why = None, f"inputs {sorted(inputs.readers)} are read in the replicas, which move their epochs"
-    if vertex is not None and not inputs_moving(inputs, QUIET_S):
-        vertex, why = None, (f"no input moved to a new epoch within {QUIET_S:g} s: the steps would wait for them (is "
-                             f"the job fed from the thread that rescales it?)")
     if vertex is not None and None in inputs.epochs.values():
         vertex, why = None, "an input is closed: its records went by the old table, and the steps' epochs would never come"
+    if vertex is not None:
+        why = feed_refusal(inputs.gate, new.width(vertex) < plan.width(vertex), called)
+        vertex = None if why else vertex
     if vertex is None:
-        return rescale(recovery, supervision, asked, timeout, made_s, why=f"not stepped: {why}")
+        return rescale(recovery, supervision, asked, max(0.1, deadline - time.monotonic()), made_s,
+                       why=f"not stepped: {why}")
     check_splittable(new, {name: plan.width(name) for name in plan.vertices})  # refused before anything moves
-    return SteppedRescale(recovery, supervision, inputs, vertex, time.monotonic() + timeout).run(asked, made_s)
+    return SteppedRescale(recovery, supervision, inputs, vertex, deadline, left).run(asked, made_s)
+
+
+def feed_refusal(gate: PlanGate, shrinking: bool, called: float) -> str:
+    """Why the steps cannot be left to the feed ("" if they can): they are made as the inputs pass their
+    epochs. A growth returns once its plan is installed, so whoever feeds next makes them, the caller
+    included; a shrink retires its replicas after the last step, within the call, so another thread
+    must feed meanwhile. An idle job (no epoch moved within :data:`QUIET_S` before the call, at
+    ``called``, ``time.monotonic()``: a job without recovery's first rescale leases its
+    coordinator of the cuts first) holds the whole job: that
+    holds nothing running, and a plan would wait for a feed that may not come before the next rescale."""
+    moved_at, mover = gate.last_move()
+    if called - moved_at > QUIET_S:
+        return f"no input moved to a new epoch within {QUIET_S:g} s: the steps would wait for them"
+    if shrinking and mover == threading.get_ident():
+        return ("the thread that rescales is the one feeding the job: a shrink retires its replicas after the "
+                "last step, which waits for the inputs")
+    return ""
+
+
+def finish_steps_left(recovery: JobRecovery, supervision: Supervision, inputs: InputFeeds, left: StepsLeft,
+                      deadline: float) -> None:
+    """The steps of the rescale before, done before anything else is planned (a death meanwhile
+    ends them: recovered from here, as the pump would).
+
+    Raises:
+        RescaleError: they were not done by ``deadline``, or they cannot be (the caller feeds the job).
+    """
+    plan = left.plan
+    if plan is not None and caller_feeds(inputs) and not passed(inputs, plan.epochs[1]):
+        first, last = plan.epochs
+        raise RescaleError(f"job {recovery.placement.name!r}: the stepped rescale before this one has steps left at "
+                           f"epochs {first}..{last}, made as the inputs pass them, and the inputs are at "
+                           f"{inputs.epochs}: advance them to {last} or later first")
+    died = left.wait(supervision.watch, inputs, deadline)
+    if died is not None:
+        left.abandon(died)
+        supervision.recover(recovery.after_death(died))
+
+
+def passed(inputs: InputFeeds, epoch: int) -> bool:
+    """Whether every input is at ``epoch`` or later (or closed): a step at ``epoch`` needs no more feed."""
+    return all(at is None or at >= epoch for at in inputs.epochs.values())
+
+
+def caller_feeds(inputs: InputFeeds) -> bool:
+    """Whether the thread calling is the one that moved an input's epoch last (it feeds the job itself)."""
+    return inputs.gate.last_move()[1] == threading.get_ident()
 
 
 class SteppedRescale:
     """One stepped rescale of ``vertex`` on Ray (see the module docstring)."""
 
     def __init__(self, recovery: JobRecovery, supervision: Supervision, inputs: InputFeeds, vertex: str,
-                 deadline: float) -> None:
+                 deadline: float, left: StepsLeft) -> None:
         self.recovery, self.supervision, self.inputs = recovery, supervision, inputs
-        self.vertex, self.deadline = vertex, deadline
+        self.vertex, self.deadline, self.left = vertex, deadline, left
+        #: The caller feeds the job itself: one step moves every group, at the epoch after the inputs'.
+        self.one_step = caller_feeds(inputs)
         self.steps = Steps()  # the seconds of the wait for a snapshot in flight, the install and the steps
         self.window = [0.0, 0.0]  # wall-clock times the plan was installed and its last step seen done
         self.switches: list[RescaleRecord] = []
@@ -120,7 +178,7 @@ class SteppedRescale:
         before, after = plan.width(self.vertex), new_widths(plan, asked)[self.vertex]
         if after > before:
             self._grow(asked, made_s)
-        message, why = self._step(after)
+        message, why = self._step(after, wait=after < before)
         if why:  # a death met the steps: the job recovered; the rest as before, holding the whole job
             done = rescale(self.recovery, self.supervision, asked, self._left(), why=f"not stepped: {why}")
             if done["cut_id"] is not None:
@@ -128,7 +186,10 @@ class SteppedRescale:
             # grown already: the recovery laid the last snapshot out for the new widths
         elif after < before:
             self._switch(asked, 0.0)
-        return self._record(started, asked, message, why)
+        record = self._record(started, asked, message, why)
+        if message is not None and after > before:  # the job's pumps see the steps end (driver/steps_left.py)
+            self.left.start(self._pending(message, record))
+        return vars(record).copy()
 
     def _left(self) -> float:
         return max(0.1, self.deadline - time.monotonic())
@@ -140,8 +201,12 @@ class SteppedRescale:
         new = self.supervision.recompile(new_widths(self.recovery.placement.plan, asked))
         self.joined = refusal(self.recovery, new, self.vertex)
         if self.joined is None:
-            self._pause()
-            self.joined = join(self.recovery, self.supervision, new, self.vertex, self.steps)
+            died = self._pause()
+            if died is not None:  # the snapshot in flight would never end: recovered from, in the old widths
+                self.supervision.recover(self.recovery.after_death(died))
+                self.joined = f"a death before the join ({died}): the job recovered in its old widths"
+            else:
+                self.joined = join(self.recovery, self.supervision, new, self.vertex, self.steps)
             if self.joined is None:
                 return
             self._resume()  # the switch's cut may start; after a recovery, they run already
@@ -152,17 +217,22 @@ class SteppedRescale:
         kept = frozenset(name for name in self.recovery.placement.plan.vertices)
         self.switches.append(switch(self.recovery, self.supervision, asked, self._left(), made_s, kept))
 
-    def _step(self, width: int) -> tuple[StepPlanMessage | None, str]:
-        """The plan made, installed and run to its last step; ``(plan, "")``, or ``(None, why)``
-        if a death met it (the job recovered, from before the plan)."""
+    def _step(self, width: int, wait: bool) -> tuple[StepPlanMessage | None, str]:
+        """The plan made and installed, and (``wait``: a shrink, whose retiring switch follows) run
+        to its last step; ``(plan, "")``, or ``(None, why)`` if a death met it (the job recovered,
+        from before the plan)."""
         recovery, message = self.recovery, None
         try:
             died = self.supervision.watch(0)  # one noticed already: recovered from first
             if died is None:
-                self._pause()
+                died = self._pause()
+            if died is None:
                 message = self.steps.time("install the plan", self._install, width)
                 self.window = [time.time(), 0.0]
-                died = self.steps.time("move the groups in steps", self._wait_steps, message)
+                if not wait:
+                    return message, ""
+                self.left.start(self._pending(message, None))
+                died = self.steps.time(MOVE_STEP, self.left.wait, self.supervision.watch, self.inputs, self.deadline)
                 self.window[1] = time.time()
         except ray.exceptions.RayActorError as error:  # a replica, the progress actor or the coordinator
             died = f"job {recovery.placement.name!r}: an actor died during the stepped rescale: {type(error).__name__}"
@@ -171,30 +241,36 @@ class SteppedRescale:
                 self._resume()
             raise
         if died is not None:  # the recovery restarts the snapshots
+            self.left.abandon(died)
             self.supervision.recover(recovery.after_death(died))
             return None, f"a death during the steps ({died}): the job recovered from its last snapshot"
-        self._resume()
-        return message, ""
+        return message, ""  # the snapshots resumed as the last step was seen done (StepsLeft.poll)
 
-    def _pause(self) -> None:
+    def _pause(self) -> str | None:
         """No snapshot from now until the steps end (none in flight either): one that cut
-        through a plan would record a key's state at two replicas."""
+        through a plan would record a key's state at two replicas. A death's cause if one came
+        first (the snapshot in flight would not end: the caller recovers from it)."""
         coordinator = self.recovery.coordinator
-        if coordinator is not None:
-            self.recovery.wait([coordinator.pause.remote(self.recovery.incarnation)], "pausing the snapshots")
-            self.steps.time("wait for the snapshot in flight", self._no_snapshot_in_flight)
+        if coordinator is None:
+            return None
+        self.recovery.wait([coordinator.pause.remote(self.recovery.incarnation)], "pausing the snapshots")
+        return self.steps.time("wait for the snapshot in flight", self._no_snapshot_in_flight)
 
     def _resume(self) -> None:
         if self.recovery.coordinator is not None:
             self.recovery.wait([self.recovery.coordinator.start.remote()], "resuming the snapshots after the steps")
 
-    def _no_snapshot_in_flight(self) -> None:
+    def _no_snapshot_in_flight(self) -> str | None:
+        """Take the job's events until the coordinator has no snapshot in flight; a death's cause if one came first."""
         coordinator = self.recovery.coordinator
         while self.recovery.wait([coordinator.stats.remote()], "the coordinator's stats")[0]["in_flight"] is not None:
             if time.monotonic() > self.deadline:
                 raise RescaleError(f"job {self.recovery.placement.name!r}: the snapshot in flight did not end "
                                    f"before the stepped rescale's deadline")
-            time.sleep(STEP_POLL)
+            died = self.supervision.watch(STEP_POLL)
+            if died is not None:
+                return died
+        return None
 
     def _install(self, width: int) -> StepPlanMessage:
         """The plan from an epoch a margin ahead of the inputs (the gate closed there), its holds at
@@ -202,9 +278,9 @@ class SteppedRescale:
         that epoch; then the gate opened (an input that reached it meanwhile waited: measured)."""
         placement, incarnation, gate = self.recovery.placement, self.recovery.incarnation, self.inputs.gate
         table = self._table()  # nothing changes it but a rescale, and this is one
-        first = gate.close_ahead(self.inputs.epochs, gate.margin(), self.deadline)
+        first = gate.close_ahead(self.inputs.epochs, 1 if self.one_step else gate.margin(), self.deadline)
         try:
-            steps = plan_steps(table, width, first, GROUPS_PER_STEP)
+            steps = plan_steps(table, width, first, DEFAULT_KEY_GROUPS if self.one_step else GROUPS_PER_STEP)
             message = steps.message(self.vertex)
             self.recovery.wait([placement.progress.hold.remote(incarnation, holds(placement.plan, message)),
                                 *[peer.install_plan.remote(incarnation, message, self._new_owners(key, steps))
@@ -235,36 +311,18 @@ class SteppedRescale:
                     return table
         raise RescaleError(f"job {placement.name!r}: no replica routes to vertex {self.vertex!r} by key")
 
-    def _wait_steps(self, message: StepPlanMessage) -> str | None:
-        """Take the job's events until no replica of the vertex has a step left; a death's
-        cause if one came first.
-
-        Raises:
-            RescaleError: the steps were not done by the rescale's deadline (naming their epochs
-                and the inputs').
-        """
+    def _pending(self, message: StepPlanMessage, record: RescaleRecord | None) -> PendingPlan:
+        """The installed plan, for whoever sees its steps end (:mod:`raytide.driver.steps_left`)."""
         placement = self.recovery.placement
         chain = placement.plan.chain_of(self.vertex).name
         replicas = [peer for key, peer in placement.peers.items() if key.chain == chain]
-        while True:
-            died = self.supervision.watch(STEP_POLL)
-            if died is not None:
-                return died
-            left = [name for _, names in self.recovery.wait([peer.stepping.remote() for peer in replicas],
-                                                             "the replicas' steps left") for name in names]
-            if not left:
-                return None
-            if time.monotonic() > self.deadline:
-                epochs = [epoch for epoch, _ in message.steps]
-                raise RescaleError(
-                    f"job {placement.name!r}: the stepped rescale of {self.vertex!r} has steps left at epochs "
-                    f"{epochs[0]}..{epochs[-1]}, and the inputs are at {self.inputs.epochs}: its steps are made as "
-                    f"the inputs pass their epochs (feed the job from another thread while job.rescale runs); the "
-                    f"plan goes on, and snapshots stay paused until it ends")
+        outputs = frozenset(placement.plan.chain(chain).vertices) & frozenset(placement.plan.outputs)
+        return PendingPlan(placement.name, self.vertex, replicas, message, self._resume, record, outputs)
 
     def _record(self, started: float, asked: dict[str, int], message: StepPlanMessage | None,
-                why: str) -> dict[str, Any]:
-        """One record for the whole rescale: the switch's hold (if any) and the steps."""
+                why: str) -> RescaleRecord:
+        """One record for the whole rescale: the switch's hold (if any) and the steps (a growth's
+        are filled in when they end: ``stepped["ended"]`` is None until then)."""
         plan = self.recovery.placement.plan
         now, switched = time.monotonic(), self.switches[-1] if self.switches else None
         widths = new_widths(plan, asked)
@@ -278,27 +336,16 @@ class SteppedRescale:
             switched.pause_s if switched else 0.0, time.time(), switched.hosts if switched else {}, steps,
             mode="whole job" if why else "stepped", why=why and f"not stepped: {why}",
             stepped={"vertex": self.vertex, "steps": len(epochs), "epochs": epochs[:1] + epochs[-1:], "moved": moved,
-                     "window": tuple(self.window), "switch": self._how_switched()})
+                     "window": tuple(self.window), "switch": self._how_switched(),
+                     "ended": "done" if self.window[1] else None})
         self.recovery.rescales.append(record)
         logger.info("job %r rescaled %s -> %s in %.2f s (%s; paused %.2f s, %d steps)%s", self.recovery.placement.name,
                     record.before, record.after, record.seconds, record.mode, record.pause_s, len(epochs),
                     f", {record.why}" if why else "")
-        return vars(record).copy()
+        return record
 
     def _how_switched(self) -> str:
         """How the replicas were added or retired: joined in place, or by a switch to a new incarnation, and why."""
         if not self.switches and self.joined is None:
             return "joined in place: no hold, no new incarnation"
         return f"a new incarnation: {self.joined or 'the retiring replicas leave holding the job'}"
-
-
-def inputs_moving(inputs: InputFeeds, within: float) -> bool:
-    """Whether an input moves to another epoch (or closes) within ``within`` seconds: the job is fed meanwhile."""
-    before, deadline = dict(inputs.epochs), time.monotonic() + within
-    while time.monotonic() < deadline:
-        if inputs.epochs != before:
-            return True
-        time.sleep(STEP_POLL / 4)
-    return False
-
-

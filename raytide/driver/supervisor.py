@@ -39,6 +39,7 @@ from raytide.driver.placement import COORDINATOR, PROGRESS, JobPlacement
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision
 from raytide.driver.stall_ping import StallPing
+from raytide.driver.steps_left import StepsLeft
 from raytide.driver.store_lease import release_store
 from raytide.errors import ActorLost, InternalError, JobCancelled, RaytideError, ReplicaLost
 from raytide.physical.plan import PhysicalPlan
@@ -88,6 +89,8 @@ class JobSupervisor:
         self.forgotten_at = 0.0
         #: A feed stopped by a replica's death, and until when it leaves the death to the liveness watch.
         self.feed_death: tuple[float, RaytideError] | None = None
+        #: A growing stepped rescale's steps left after ``job.rescale`` returned: each pump looks (driver/steps_left.py).
+        self.steps_left = StepsLeft()
 
     def pump(self, timeout: float) -> None:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
@@ -114,6 +117,7 @@ class JobSupervisor:
                 self.release_idle()
             if self.recovery is None:
                 self.forget_delivered()
+            self.steps_left.poll(self.outputs.finished, self.outputs.latest())
             if self.autoscaler is not None and not self.rescaling:
                 self.autoscale()
 
@@ -169,9 +173,10 @@ class JobSupervisor:
         replica alone where ``Recovery(alone=True)`` and the rule allow
         (:mod:`raytide.driver.alone_recovery`), else the whole job."""
         assert self.recovery is not None
-        alone = False
+        alone, stepping = False, self.steps_left.plan is not None
+        self.steps_left.abandon(cause)  # the whole job recovers: from its last snapshot, taken before the plan
         try:
-            alone = self.recovery.recovery.alone and AloneOnRay(self.recovery).recover(cause)
+            alone = not stepping and self.recovery.recovery.alone and AloneOnRay(self.recovery).recover(cause)
         except RaytideError as error:
             self.fail(error)
         if alone:

@@ -131,7 +131,8 @@ def rescale_with_a_snapshot_in_flight(fed: Fed, brake: Path, entered: Path, othe
     until(entered.exists, "a snapshot reaching the braked vertex")
     in_flight = job.stats()["snapshots"]["in_flight"]
     answer: list[dict] = []
-    rescaling = threading.Thread(target=lambda: answer.append(job.rescale({"check": 2}, timeout=60)), daemon=True)
+    rescaling = threading.Thread(target=lambda: answer.append(job.rescale({"check": 2}, timeout=60, stepped=False)),
+                                 daemon=True)  # the whole job's cut, after the snapshot in flight
     rescaling.start()
     fed.step(2)
     for other in others:

@@ -68,11 +68,12 @@ class Gates:
             time.sleep(0.005)
         self.fed = epoch
 
-    def rescale(self, job: rt.Job, step: int, widths: dict[str, int]) -> dict[str, Any]:
-        """Rescale ``job`` as step ``step``, once the feed is there, while it goes on."""
+    def rescale(self, job: rt.Job, step: int, widths: dict[str, int], stepped: bool | None = None) -> dict[str, Any]:
+        """Rescale ``job`` as step ``step``, once the feed is there, while it goes on (``stepped``: as
+        ``job.rescale``'s; False where a test is about the whole-job rescale's machine)."""
         assert self.reached[step].wait(300)
         self.started[step].set()
-        record = job.rescale(widths, timeout=120)
+        record = job.rescale(widths, timeout=120, stepped=stepped)
         self.rescaled[step].set()
         return record
 
@@ -138,17 +139,17 @@ class SequenceChecker(rt.Vertex):
             self.counts[at].update(per_key)
 
 
-def run_with_rescales(flow: rt.Dataflow, vertex: str, tmp_path) -> tuple[dict[int, list], list[dict[str, Any]],
-                                                                          dict[str, Any], int]:
-    """Feed ``flow`` and rescale ``vertex`` through :data:`STEPS` meanwhile; the output, the
-    rescales' records, the job's final stats and how many epochs were fed."""
+def run_with_rescales(flow: rt.Dataflow, vertex: str, tmp_path, stepped: bool | None = None) -> tuple[
+        dict[int, list], list[dict[str, Any]], dict[str, Any], int]:
+    """Feed ``flow`` and rescale ``vertex`` through :data:`STEPS` meanwhile (``stepped``: as
+    ``job.rescale``'s); the output, the rescales' records, the job's final stats and how many epochs were fed."""
     gates = Gates()
     job = rt.run(flow, {"records": gates.epochs()}, parallelism=1,
                  recovery=rt.Recovery(str(tmp_path / "store"), interval=0.5))
     with job:
         records = []
         for step, width in enumerate(STEPS):
-            records.append(gates.rescale(job, step, {vertex: width}))
+            records.append(gates.rescale(job, step, {vertex: width}, stepped))
             assert job.parallelism()[vertex] == width
         job.wait(timeout=300)
         return job.collect("out"), records, job.stats(), gates.fed
@@ -156,12 +157,13 @@ def run_with_rescales(flow: rt.Dataflow, vertex: str, tmp_path) -> tuple[dict[in
 
 def sequence_rescaled_1_4_2_3(tmp_path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A keyed ``stateful_map`` that checks each key's sequence (:func:`next_in_sequence`),
-    rescaled through :data:`STEPS` while it runs: every record must arrive once (counted
+    rescaled through :data:`STEPS` while it runs, holding the whole job (the stepped rescale's
+    own test is tests/ray/test_rescale_stepped.py): every record must arrive once (counted
     against every key's full sequence) and every epoch once, in order. Returns the
     rescales' records and the job's final stats."""
     flow = rt.Dataflow("sequence")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
-    out, records, stats, epochs = run_with_rescales(flow, "check", tmp_path)
+    out, records, stats, epochs = run_with_rescales(flow, "check", tmp_path, stepped=False)
     got = collections.Counter(record for records_ in out.values() for _, record in records_)
     assert got == collections.Counter((key, n) for key in range(KEYS) for n in range(epochs * PER_KEY))
     assert sorted(out) == list(range(epochs))
@@ -236,7 +238,7 @@ def test_a_replica_killed_as_the_rescale_starts_is_recovered_and_the_rescale_sti
             if step == 1:
                 assert gates.reached[step].wait(300)
                 sigkill(job, "check+out/1")
-            gates.rescale(job, step, {"check": width})
+            gates.rescale(job, step, {"check": width}, stepped=False)
         job.wait(timeout=300)
         out, stats = list(job.results("out")), job.stats()
     assert_exactly_once(sequences(gates.fed), {"out": out})
@@ -294,10 +296,10 @@ def test_a_replica_killed_while_the_state_moves_recovers_into_one_configuration(
         snapshot_id = job.snapshot()  # at width 1: what a recovery in the new widths must lay out again
         killer = threading.Thread(target=kill_once_announced, daemon=True)
         killer.start()
-        record = gates.rescale(job, 0, {"check": 3})
+        record = gates.rescale(job, 0, {"check": 3}, stepped=False)
         killer.join(timeout=120)
         for step, width in enumerate(STEPS[1:], start=1):
-            gates.rescale(job, step, {"check": width})
+            gates.rescale(job, step, {"check": width}, stepped=False)
         job.wait(timeout=300)
         out, stats = job.collect("out"), job.stats()
     assert record["after"]["check"] == 3 and stats["recoveries"]["count"] >= 1
@@ -331,12 +333,12 @@ def test_the_coordinator_killed_as_the_job_switches_to_the_new_widths_leaves_it_
                 recovery=rt.Recovery(store, interval=0.3, max_restarts=3)) as job:
         host = job._recovery.coordinator.handle  # the coordinator's pooled host
         killed = at_the_switch(monkeypatch, lambda: ray.kill(host), before=before)
-        record = gates.rescale(job, 0, {"check": STEPS[0]})
+        record = gates.rescale(job, 0, {"check": STEPS[0]}, stepped=False)
         assert killed == [1], killed
         monkeypatch.undo()
         assert job.parallelism()["check"] == STEPS[0]
         for step, width in enumerate(STEPS[1:], start=1):
-            gates.rescale(job, step, {"check": width})
+            gates.rescale(job, step, {"check": width}, stepped=False)
         job.wait(timeout=300)
         out, stats = list(job.results("out")), job.stats()
     assert record["after"] == {"check": STEPS[0], "out": STEPS[0]} and stats["recoveries"]["count"] == 1, stats
@@ -398,13 +400,13 @@ def test_a_replica_that_handed_its_keys_over_and_died_before_they_were_adopted_i
     gates = Gates()
     with rt.run(flow, {"records": gates.epochs()}, parallelism=1,
                 recovery=rt.Recovery(str(tmp_path / "store"), interval=0.3, max_restarts=3)) as job:
-        gates.rescale(job, 0, {"check": STEPS[0]})
+        gates.rescale(job, 0, {"check": STEPS[0]}, stepped=False)
         owner = job.hosts()[f"{job.name}/check+out/3"]
         killed = at_the_switch(monkeypatch, lambda: kill_and_wait_gone(owner), before=False)
-        gates.rescale(job, 1, {"check": STEPS[1]})
+        gates.rescale(job, 1, {"check": STEPS[1]}, stepped=False)
         assert killed, "no kill was made at the switch"
         monkeypatch.undo()
-        gates.rescale(job, 2, {"check": STEPS[2]})
+        gates.rescale(job, 2, {"check": STEPS[2]}, stepped=False)
         job.wait(timeout=300)
         out, stats = list(job.results("out")), job.stats()
     assert stats["recoveries"]["count"] == 1, stats["recoveries"]
@@ -468,7 +470,7 @@ def test_a_cut_that_a_busy_replica_does_not_reach_in_time_fails_the_rescale_nami
             time.sleep(0.01)
         with pytest.raises(rt.RaytideError, match=r"rescale cut \d+ was not held: .*still waiting for 1 replicas "
                                                   r"\(by_value\+slow\+out/0\)"):
-            job.rescale({"by_value": 2}, timeout=2.0)
+            job.rescale({"by_value": 2}, timeout=2.0, stepped=False)  # the whole job's cut
         job.push("numbers", [3], 1)
         job.close("numbers")
         job.wait(timeout=120)

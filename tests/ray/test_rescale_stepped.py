@@ -80,7 +80,7 @@ def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_
     assert_exactly_once(feed.reference(), {"out": without_times(out)})
     assert [r["mode"] for r in records] == ["stepped"] * 3, [r["why"] for r in records]
     assert [r["after"]["check"] for r in stats["rescales"]] == list(WIDTHS)
-    assert all(r["stepped"]["steps"] > 1 for r in records)
+    assert all(r["stepped"]["steps"] > 1 and r["stepped"]["ended"] == "done" for r in records)
     assert all(flowed_during(out, r) > 0 for r in records), "a key group that did not move stood still"
     grown = [records[0], records[2]]  # 2 -> 4 and 1 -> 3: joined in place, no hold, no new incarnation
     assert [r["stepped"]["switch"] for r in grown] == ["joined in place: no hold, no new incarnation"] * 2, records
@@ -92,15 +92,16 @@ def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_
 def test_a_replica_killed_as_replicas_join_or_as_the_steps_start_falls_back_to_the_whole_job_and_stays_exact(
         ray_session, tmp_path, monkeypatch):
     feed, killed, started = steady_feed(), [], []  # started: the second rescale is under way
-    wait_steps = SteppedRescale._wait_steps
+    install = SteppedRescale._install
 
-    def killing_first(self: SteppedRescale, message: Any) -> Any:  # the plan is installed: its steps are under way
-        if not killed and started:  # the second rescale's
+    def killing_first(self: SteppedRescale, width: int) -> Any:  # the plan installed: its steps are under way
+        message = install(self, width)
+        if not killed and started:  # the second rescale's (after the first's steps were waited for)
             killed.append(job.hosts()[f"{job.name}/check+out/1"])
             os.kill(killed[0], signal.SIGKILL)
-        return wait_steps(self, message)
+        return message
 
-    monkeypatch.setattr(SteppedRescale, "_wait_steps", killing_first)
+    monkeypatch.setattr(SteppedRescale, "_install", killing_first)
     admit, killed_joining = JobPlacement.admit, []
 
     def killing_as_they_join(self: JobPlacement, *args: Any) -> Any:  # the new replicas took their roles: the join is under way
@@ -128,6 +129,42 @@ def test_a_replica_killed_as_replicas_join_or_as_the_steps_start_falls_back_to_t
         stats = job.stats()
     assert_exactly_once(feed.reference(), {"out": without_times(out)})
     assert killed_joining and grown["mode"] == "stepped" and grown["cut_id"] is not None, (grown["why"], grown["stepped"])
+    assert grown["stepped"]["ended"] == "done", grown  # its steps ended before the next rescale planned
     assert grown["stepped"]["switch"].startswith("a new incarnation: a death during the join"), grown
     assert killed and record["mode"] == "whole job" and "a death during the steps" in record["why"], record
     assert stats["recoveries"]["count"] >= 2 and stats["parallelism"]["check"] == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_caller_that_feeds_the_job_itself_grows_it_in_one_step_made_by_its_next_advance(ray_session):
+    """The thread that rescales is the one feeding: the growth returns once its plan is installed
+    (one step, at the epoch after the inputs'), the caller's next advance makes it, and its waits on
+    the job see it end (the record's ``ended``); the shrink then holds the whole job, saying why
+    (its retiring switch would wait for steps only the caller's feed can make). Exact throughout."""
+    def batch(epoch: int) -> list[tuple[int, int]]:
+        return [(key, epoch * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)]
+
+    fed = SequenceFeed(KEYS, PER_KEY, 0.0)
+    with rt.run(flow_checking_sequences("stepped-by-the-caller"), parallelism=1) as job:
+        results = job.results("out", timeout=120)
+
+        def feed(epochs: int) -> None:
+            for _ in range(epochs):
+                job.push("records", batch(fed.fed), fed.fed)
+                fed.fed += 1
+                job.advance("records", fed.fed)
+
+        feed(3)
+        grown = job.rescale({"check": 2}, timeout=60)
+        assert grown["mode"] == "stepped", grown["why"]
+        assert (grown["stepped"]["steps"], grown["stepped"]["ended"]) == (1, None), grown
+        feed(2)
+        out = [next(results) for _ in range(fed.fed)]  # the caller's waits on the job see the step end
+        assert job.stats()["rescales"][0]["stepped"]["ended"] == "done", job.stats()["rescales"]
+        shrunk = job.rescale({"check": 1}, timeout=60)
+        assert shrunk["mode"] == "whole job" and "the one feeding" in shrunk["why"], shrunk
+        feed(2)
+        job.close("records")
+        job.wait(timeout=120)
+        out += list(results)
+    assert_exactly_once(fed.reference(), {"out": without_times(out)})

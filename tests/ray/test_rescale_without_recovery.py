@@ -93,7 +93,7 @@ def test_a_host_whose_replica_a_rescale_retires_keeps_the_input_seated_in_it(ray
         assert seat == job.hosts()[f"{job.name}/check+out/1"], job.hosts()
         records = []
         for width in (1, 3):
-            records.append(job.rescale({"check": width}, timeout=60))
+            records.append(job.rescale({"check": width}, timeout=60, stepped=False))  # the switch's hosts
             out.append(next(results))
             assert job.hosts()[f"{job.name}/records/1"] == seat
         feed.stop()
@@ -152,7 +152,7 @@ def test_a_death_as_a_job_without_recovery_switches_widths_fails_it_saying_no_re
 
         monkeypatch.setattr(RayRescale, "switch", killed_first)
         with pytest.raises(rt.RecoveryError) as caught:
-            job.rescale({"check": 2}, timeout=60)
+            job.rescale({"check": 2}, timeout=60, stepped=False)  # the whole job's switch
         feed.stop()
         with pytest.raises(rt.RecoveryError):
             job.wait(timeout=60)

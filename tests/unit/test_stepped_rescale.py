@@ -1,17 +1,25 @@
 """What a stepped ``job.rescale`` decides before anything moves (pure): which rescales can step
-(:func:`~raytide.rescale.steps.stepped_vertex`, each refusal saying why), and the short switch's
+(:func:`~raytide.rescale.steps.stepped_vertex`, each refusal saying why; who feeds the job,
+:func:`~raytide.driver.stepped.feed_refusal`), and the short switch's
 tables (:func:`~raytide.rescale.layout.new_tables` with ``kept``): the owners widened or
 narrowed, no key group moving, a narrowing past an owner refused."""
 
 from __future__ import annotations
 
 import collections
+import threading
+import time
 
 import pytest
 
 import raytide as rt
 from examples.connected_components import build_flow
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.driver import stepped
+from raytide.driver.coordination import RescaleRecord
+from raytide.driver.plan_gate import PlanGate
+from raytide.driver.stepped import feed_refusal, stepping_default
+from raytide.driver.steps_left import MOVE_STEP, PendingPlan, StepsLeft
 from raytide.errors import RescaleError
 from raytide.physical.plan import compile_plan
 from raytide.rescale.layout import new_tables
@@ -69,3 +77,52 @@ def test_the_short_switch_narrows_only_emptied_replicas():
     assert tables["sum"].owners == emptied.owners and tables["sum"].parallelism == 1
     with pytest.raises(RescaleError, match=r"owned by replicas \[1, 2, 3\] outside \[0, 1\)"):
         new_tables(shrunk, widths, [{("n", 0, 0): KeyGroupAssignment.contiguous(4)}], kept={"sum", "out"})
+
+
+def test_who_feeds_decides_whether_the_steps_can_be_left_to_the_feed(monkeypatch):
+    """``job.rescale`` steps by default: a growth whoever feeds (it returns once its plan is
+    installed), a shrink only while another thread feeds (it waits for its steps); an idle job
+    holds the whole job, saying why; ``RAYTIDE_STEPPED_RESCALE=0`` holds it always."""
+    gate = PlanGate("j")
+    assert "no input moved" in feed_refusal(gate, False, time.monotonic())  # never fed
+    gate.move("records", 1)  # fed by this thread, the one that rescales
+    assert feed_refusal(gate, False, time.monotonic()) == ""
+    assert "the thread that rescales is the one feeding" in feed_refusal(gate, True, time.monotonic())
+    other = threading.Thread(target=gate.move, args=("records", 2))
+    other.start()
+    other.join()
+    assert feed_refusal(gate, False, time.monotonic()) == feed_refusal(gate, True, time.monotonic()) == ""
+    monkeypatch.setattr(stepped, "QUIET_S", 0.0)  # the last move is now older than the quiet time
+    assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, False, time.monotonic())
+    monkeypatch.delenv(stepped.STEPPED_ENV, raising=False)
+    assert stepping_default()
+    monkeypatch.setenv(stepped.STEPPED_ENV, "0")
+    assert not stepping_default()
+
+
+def test_the_steps_left_end_once_the_output_behind_shows_the_last_step_or_the_job_ends_or_a_death():
+    """A growth's steps are seen done by the pumps (driver/steps_left.py): once the output fused
+    behind the vertex has shown the last step's epoch (its holds kept that epoch open until the
+    state came), or the job finished; then the record is filled and the snapshots resume. A
+    death ends the plan: the record names it, and the recovery (not this) restarts the snapshots."""
+    message = plan_steps(KeyGroupAssignment.contiguous(1), 2, first_epoch=4, groups_per_step=8).message("sum")
+    last, resumed = message.steps[-1][0], []
+
+    def pending() -> tuple[PendingPlan, RescaleRecord]:
+        record = RescaleRecord(0, {}, {}, None, 0.0, 0.0, 0.0, 0.0, {}, {}, mode="stepped", stepped={"ended": None})
+        return PendingPlan("j", "sum", [], message, lambda: resumed.append(1), record, frozenset({"out"})), record
+
+    left = StepsLeft()
+    plan, record = pending()
+    left.start(plan)
+    assert plan.epochs == (4, last) and last > 4
+    assert left.poll(shown={"out": last, "other": None}) and left.plan is None
+    assert record.stepped["ended"] == "done" and MOVE_STEP in record.steps and resumed == [1]
+    plan, record = pending()
+    left.start(plan)
+    assert left.poll(finished=True) and record.stepped["ended"] == "done" and resumed == [1]
+    plan, record = pending()
+    left.start(plan)
+    left.abandon("replica check/1 died")
+    assert left.plan is None and resumed == [1]
+    assert record.stepped["ended"].startswith("a death during the steps (replica check/1 died)"), record.stepped
