@@ -417,7 +417,7 @@ class Job(JobViews):
         naming why), as a death fails such a job at any time.
 
         ``oversubscribe``: as in :func:`~raytide.driver.run.run`, allow more replicas than the
-        cluster can place. ``stepped`` (default: where the plan can, unless ``RAYTIDE_STEPPED_RESCALE=0``):
+        cluster can place. ``stepped`` (default: only with ``RAYTIDE_STEPPED_RESCALE=1``; True: where the plan can):
         move one keyed vertex's key groups in steps while the others flow, holding the job only to add
         or retire replicas (docs/rescaling.md). A growth returns once its plan is installed (its steps
         end as the inputs pass their epochs, whoever feeds them); a shrink waits for its steps, so it

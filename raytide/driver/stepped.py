@@ -70,13 +70,15 @@ GROUPS_PER_STEP = 8
 QUIET_S = 1.0
 #: The record's step for the time inputs waited at the gate for the plan (:mod:`raytide.driver.plan_gate`).
 HELD_STEP = "inputs held at the plan's first epoch"
-#: Overrides ``job.rescale``'s default (step where the plan can): ``0`` holds the whole job, ``1`` steps.
+#: ``job.rescale``'s default when not told whether to step: ``1`` steps where the plan can; anything else
+#: holds the whole job (stepping is not the default yet: a replica killed as a growth's replicas join
+#: can leave a cut waiting for the joined replica, docs/rescaling.md "Left").
 STEPPED_ENV = "RAYTIDE_STEPPED_RESCALE"
 
 
 def stepping_default() -> bool:
-    """Whether ``job.rescale`` steps when not told: where the plan can, unless ``RAYTIDE_STEPPED_RESCALE=0``."""
-    return os.environ.get(STEPPED_ENV, "") != "0"
+    """Whether ``job.rescale`` steps when not told: with ``RAYTIDE_STEPPED_RESCALE=1``, where the plan can."""
+    return os.environ.get(STEPPED_ENV, "") == "1"
 
 
 def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputFeeds, asked: dict[str, int],

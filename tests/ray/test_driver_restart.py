@@ -149,7 +149,9 @@ RESCALED = textwrap.dedent("""
                 os.fsync(consumed.fileno())
                 if phase == "rescale" and epoch == 6:  # a snapshot with state in it, then the rescale
                     job.snapshot()
-                    threading.Thread(target=job.rescale, args=({"check": 2},), daemon=True).start()
+                    # the whole job's switch is what the kill strikes (a stepped growth joins, no switch)
+                    threading.Thread(target=job.rescale, args=({"check": 2},), kwargs={"stepped": False},
+                                     daemon=True).start()
                 time.sleep(0.03)
     print("finished", flush=True)
 """).replace("EPOCHS", str(EPOCHS // 2)).replace("KEYS", str(KEYS))

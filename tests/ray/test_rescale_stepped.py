@@ -155,13 +155,13 @@ def test_a_caller_that_feeds_the_job_itself_grows_it_in_one_step_made_by_its_nex
                 job.advance("records", fed.fed)
 
         feed(3)
-        grown = job.rescale({"check": 2}, timeout=60)
+        grown = job.rescale({"check": 2}, timeout=60, stepped=True)
         assert grown["mode"] == "stepped", grown["why"]
         assert (grown["stepped"]["steps"], grown["stepped"]["ended"]) == (1, None), grown
         feed(2)
         out = [next(results) for _ in range(fed.fed)]  # the caller's waits on the job see the step end
         assert job.stats()["rescales"][0]["stepped"]["ended"] == "done", job.stats()["rescales"]
-        shrunk = job.rescale({"check": 1}, timeout=60)
+        shrunk = job.rescale({"check": 1}, timeout=60, stepped=True)
         assert shrunk["mode"] == "whole job" and "the one feeding" in shrunk["why"], shrunk
         feed(2)
         job.close("records")

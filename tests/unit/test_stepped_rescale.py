@@ -80,9 +80,9 @@ def test_the_short_switch_narrows_only_emptied_replicas():
 
 
 def test_who_feeds_decides_whether_the_steps_can_be_left_to_the_feed(monkeypatch):
-    """``job.rescale`` steps by default: a growth whoever feeds (it returns once its plan is
-    installed), a shrink only while another thread feeds (it waits for its steps); an idle job
-    holds the whole job, saying why; ``RAYTIDE_STEPPED_RESCALE=0`` holds it always."""
+    """``job.rescale(stepped=True)`` (or ``RAYTIDE_STEPPED_RESCALE=1``) steps a growth whoever feeds
+    (it returns once its plan is installed), a shrink only while another thread feeds (it waits for
+    its steps); an idle job holds the whole job, saying why; by default it holds it always."""
     gate = PlanGate("j")
     assert "no input moved" in feed_refusal(gate, False, time.monotonic())  # never fed
     gate.move("records", 1)  # fed by this thread, the one that rescales
@@ -95,9 +95,9 @@ def test_who_feeds_decides_whether_the_steps_can_be_left_to_the_feed(monkeypatch
     monkeypatch.setattr(stepped, "QUIET_S", 0.0)  # the last move is now older than the quiet time
     assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, False, time.monotonic())
     monkeypatch.delenv(stepped.STEPPED_ENV, raising=False)
-    assert stepping_default()
-    monkeypatch.setenv(stepped.STEPPED_ENV, "0")
     assert not stepping_default()
+    monkeypatch.setenv(stepped.STEPPED_ENV, "1")
+    assert stepping_default()
 
 
 def test_the_steps_left_end_once_the_output_behind_shows_the_last_step_or_the_job_ends_or_a_death():
