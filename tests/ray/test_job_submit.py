@@ -145,7 +145,13 @@ class Head:
         return self.log.exists() and STARTED in self.log.read_text(errors="replace")
 
     def log_tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+        """The tail of ``ray start``'s output, then of its GCS's and raylet's own logs (a head that
+        did not start is removed with its temp dir: what they said is kept only here)."""
+        tail = self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+        for name in ("gcs_server.out", "raylet.out"):
+            for path in {found.resolve() for found in Path(self.temp_dir).glob(f"session_*/logs/{name}")}:
+                tail += f"\n--- {path.name}:\n" + path.read_text(errors="replace")[-chars // 2:]
+        return tail
 
     def stop(self) -> None:
         """Stop this head only: SIGTERM to ``ray start --block``, then SIGKILL to what is left of its group."""
