@@ -22,8 +22,8 @@ are the ones the in-process runtime runs (:mod:`raytide.rescale.steps`,
     shrinking: the driver takes the job's events and asks the vertex's replicas (VertexActor.stepping)
         until no step is left; the snapshots resume; the short switch retires the emptied replicas
 
-``job.rescale`` steps by default (``stepped=False``, or ``RAYTIDE_STEPPED_RESCALE=0``, holds the
-whole job). The steps are made as the inputs pass their epochs, so the driver steps only if an
+``job.rescale`` steps when asked (``stepped=True``, or ``RAYTIDE_STEPPED_RESCALE=1``; by default it
+holds the whole job: :data:`STEPPED_ENV` says why). The steps are made as the inputs pass their epochs, so the driver steps only if an
 input's epoch moved within :data:`QUIET_S` before the call. A growth returns once the plan is
 installed, whoever feeds next (the caller's own thread included: then one step moves every group,
 at the epoch after the inputs', so one advance makes it). A shrink waits for its steps before its

@@ -30,12 +30,13 @@ from typing import Any
 
 import ray
 
+from raytide.driver.connected import ray_get, ray_wait
 from raytide.driver.coordination import RescaleRecord
 from raytide.driver.inputs import InputFeeds
 from raytide.errors import RescaleError
 from raytide.physical.protocol import StepPlanMessage
 
-__all__ = ["STEP_POLL", "PendingPlan", "StepsLeft"]
+__all__ = ["MOVE_STEP", "STEP_POLL", "PendingPlan", "StepsLeft"]
 
 #: How long a wait for the steps takes the job's events between two looks at the steps left.
 STEP_POLL = 0.02
@@ -72,11 +73,11 @@ class PendingPlan:
             return True
         if not self._asked:
             self._asked = [peer.stepping.remote() for peer in self.replicas]
-        if len(ray.wait(self._asked, num_returns=len(self._asked), timeout=0)[0]) < len(self._asked):
+        if len(ray_wait(self._asked, num_returns=len(self._asked), timeout=0)[0]) < len(self._asked):
             return False
         asked, self._asked = self._asked, []
         try:
-            return not any(names for _, names in ray.get(asked, timeout=0))
+            return not any(names for _, names in ray_get(asked, timeout=0))
         except ray.exceptions.RayActorError:
             return False
 

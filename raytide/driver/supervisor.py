@@ -117,7 +117,8 @@ class JobSupervisor:
                 self.release_idle()
             if self.recovery is None:
                 self.forget_delivered()
-            self.steps_left.poll(self.outputs.finished, self.outputs.latest())
+            if self.steps_left.plan is not None:  # a growth's steps may be left (their outputs' epochs copied only then)
+                self.steps_left.poll(self.outputs.finished, self.outputs.latest())
             if self.autoscaler is not None and not self.rescaling:
                 self.autoscale()
 
