@@ -202,7 +202,8 @@ def head(tmp_path, own_ray_env):
         try:
             started.wait_ready()
             break
-        except HeadDidNotStart:
+        except HeadDidNotStart as error:
+            print(f"head attempt {attempt} of {HEAD_ATTEMPTS} did not start:\n{error}", file=sys.stderr, flush=True)
             started.stop()
             if attempt == HEAD_ATTEMPTS:
                 raise
