@@ -174,7 +174,7 @@ def imports_ray(source: str) -> bool:
 
 #: The modules of the roles a pooled host plays (``actors/hosts.py``): Ray actors' code that
 #: makes Ray calls on the handles it is given, though it need not import ``ray`` itself.
-ROLE_MODULES = {"vertex_actor.py", "progress_actor.py", "coordinator_actor.py"}
+ROLE_MODULES = {"vertex_actor.py", "vertex_inputs.py", "progress_actor.py", "coordinator_actor.py"}
 
 
 def not_ray_shells(sources: dict[str, str]) -> list[str]:

@@ -42,7 +42,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -51,13 +51,11 @@ from raytide.actors import socket_hops
 from raytide.actors.host_base import Beside
 from raytide.actors.metrics import ReplicaMetrics, busy_and_blocked
 from raytide.actors.progress_relay import ProgressRelay
-from raytide.actors.pushed import heard, read_pushed, take_share
 from raytide.actors.ray_transport import RayTransport
+from raytide.actors.vertex_inputs import InputCalls
 from raytide.actors.vertex_rescaling import RescaleCalls
-from raytide.core.batches import batch_length
-from raytide.engine import epoch_tokens
 from raytide.engine.replica import AloneRestored, Received, ReplicaCore
-from raytide.errors import RaytideError, SourceError
+from raytide.errors import RaytideError
 from raytide.physical.frames import Frame, replica_call
 from raytide.physical.pickled import Packed
 from raytide.physical.plan import PhysicalPlan
@@ -79,7 +77,6 @@ from raytide.sources.base import Reader, late_counts, reader_positions
 if TYPE_CHECKING:  # not imported by a host: a job without rescales, recovery or streams never loads them
     from raytide.rescale.layout import Piece
     from raytide.snapshots.config import Recovery
-    from raytide.sources.clocked_stream import Heard, Share
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +86,9 @@ def _batch_place(channel: ChannelId, vertex: str, time: Timestamp) -> str:
     return f"vertex {vertex!r} input {channel.port} at {time} (from replica {channel.sender} of {channel.source!r})"
 
 
-class VertexActor(RescaleCalls):
-    """One replica of one chain of fused vertices (its rescale calls: :class:`RescaleCalls`)."""
+class VertexActor(InputCalls, RescaleCalls):
+    """One replica of one chain of fused vertices (its input calls: :class:`InputCalls`; its rescale calls:
+    :class:`RescaleCalls`)."""
 
     def __init__(self, plan: PhysicalPlan, job: str, chain: str, replica: int, max_inflight: int, myself: Any = None,
                  recovery: Recovery | None = None, incarnation: int = 0, kept: tuple[int, ReplicaKey, Piece] | None = None,
@@ -111,6 +109,7 @@ class VertexActor(RescaleCalls):
         sockets = serial is not None
         self.numbered = recovery is not None and recovery.alone  # numbered sends (raytide.engine.numbered_channels)
         self.logged = recovery.logged if recovery is not None else None  # and kept into these chains only
+        self.log_cap = recovery.upstream_log_cap if recovery is not None else None  # at most this many
         self.transport = RayTransport(self.key, plan, job, max_inflight, self.writer, sockets, self.numbered, beside)
         self.inbound = socket_hops.Inbound(f"{job}/{chain}/{replica}", self._delivered) if sockets else None
         self.transport.incarnation = incarnation
@@ -127,7 +126,7 @@ class VertexActor(RescaleCalls):
 
     def _new_core(self) -> ReplicaCore:
         core = ReplicaCore(self.plan, self.key.chain, self.key.replica, self.transport, keep_outputs=True,
-                           numbered=self.numbered, logged=self.logged)
+                           numbered=self.numbered, logged=self.logged, log_cap=self.log_cap)
         core.source_positions = functools.partial(reader_positions, self.started)  # not self: no cycle (see reader_positions)
         return core
 
@@ -216,47 +215,6 @@ class VertexActor(RescaleCalls):
         if self._current(incarnation):
             self._guard(self.core.on_progress, *push)
 
-    def push(self, incarnation: int, vertex: str, payload: Any, packed: bool, epoch: int,
-             proxies: epoch_tokens.Proxies = (), then: int | None = None) -> None:
-        """Records of ``epoch`` for input ``vertex`` from the driver (:mod:`raytide.physical.wire`); then, if ``then`` is
-        given, move the input to ``then`` in the same call, with the proxy tokens ``proxies`` (:mod:`raytide.driver.inputs`)."""
-        if self._current(incarnation):
-            self._guard(self._push_then, vertex, payload, packed, epoch, proxies, then)
-
-    def _push_then(self, vertex: str, payload: Any, packed: bool, epoch: int, proxies: epoch_tokens.Proxies,
-                   then: int | None) -> None:
-        """One event of :meth:`push`: what both moves send goes out in one flush."""
-        self.core.push_input(vertex, unpack_for(payload, packed, lambda: f"input {vertex!r} epoch {epoch}"), epoch)
-        if then is not None:
-            self.core.advance_input(vertex, then, False, proxies)
-
-    def push_refs(self, incarnation: int, vertex: str, refs: list, epoch: int, then: int | None = None) -> None:
-        """Records of ``epoch`` for input ``vertex`` as object refs or :class:`RemoteBatch` handles (read here, not on the
-        driver); then, if ``then`` is given, move the input to ``then`` in the same call (a stream's batch: no snapshot in it)."""
-        if not self._current(incarnation):
-            return
-        for batch in self._read_pushed(vertex, refs, f"epoch {epoch}"):
-            self._guard(self.core.push_input, vertex, batch, epoch)
-        if then is not None:
-            self._guard(self.core.advance_input, vertex, then)
-
-    def push_stream(self, incarnation: int, vertex: str, share: Share) -> Heard | None:
-        """This replica's share of a batch of a stream with event time, or its end: read here, put to epochs by this
-        replica's clock in one event (:mod:`raytide.sources.clocked_stream`); returns what tells the driver it is idle."""
-        if self._current(incarnation):
-            batches = list(self._read_pushed(vertex, share.refs, f"batch {share.upto - 1}"))
-            self._guard(take_share, self.core, self.started, vertex, share, batches)
-        return heard(self.started, vertex, self.key.replica) if self.failed is None else None
-
-    def _read_pushed(self, vertex: str, refs: Sequence[Any], where: str) -> Iterator[Any]:
-        """The batches of ``refs``, read here in order; one that cannot be read fails the job (and ends them):
-        objects whose owner died or that were freed, or a batch kept where it cannot be read any more (its
-        Spark executor is gone). No epoch completes without them."""
-        try:
-            yield from read_pushed(refs)
-        except Exception as error:
-            self._fail(SourceError(f"input {vertex!r} replica {self.transport.key[1]} {where}: {error}"))
-
     def restore(self, incarnation: int, snapshot_id: int | None, peers: dict[ReplicaKey, Any], progress: ProgressRoute,
                 coordinator: Any) -> list[Location] | RaytideError:
         """Start incarnation ``incarnation`` as this replica was in committed snapshot ``snapshot_id`` (None: as at
@@ -330,66 +288,6 @@ class VertexActor(RescaleCalls):
         """Run again after :meth:`restore`: the restored back-edge batches first."""
         if self._current(incarnation):
             self._guard(self.core.resume)
-
-    def start_reader(self, incarnation: int, vertex: str, reader: Reader[Any]) -> None:
-        """Read input ``vertex`` here from ``reader``, this replica's share of a source read in the replicas.
-
-        ``reader`` yields ``(epoch, batch)`` pairs, epochs never decreasing, from its start
-        or from the position it was sought to (see :mod:`raytide.sources.base`). A replica
-        restored from a snapshot resumes it where the snapshot says it was (nothing, if
-        the input was closed by then).
-        """
-        if not self._current(incarnation):
-            return
-        if vertex in self.core.restored_sources:
-            self._guard(reader.seek, self.core.restored_sources[vertex])
-        self.started[vertex] = reader
-        if self.core.input_epochs[vertex] is None:
-            return
-        self.readers[vertex] = (reader, iter(reader))
-        self.myself.pump.remote(incarnation, vertex)
-
-    def pump(self, incarnation: int, vertex: str, budget: float = 0.05) -> None:
-        """Read and send batches for about ``budget`` seconds, then yield to other calls and continue.
-
-        Sends wait when downstream is full, so reading is paced by the slowest consumer.
-        """
-        entry = self.readers.get(vertex)
-        if entry is None or self.failed is not None or not self._current(incarnation):
-            return
-        reader = entry[1]
-        deadline = time.monotonic() + budget
-        try:
-            while time.monotonic() < deadline:
-                item = next(reader, None)
-                if item is None:
-                    del self.readers[vertex]
-                    self._guard(self.core.advance_input, vertex, None)
-                    return
-                epoch, batch = item
-                self._guard(self._read_one, vertex, epoch, batch)
-                if self.failed is not None:
-                    return
-        except Exception as error:  # the reader itself failed (a missing file, a corrupt block)
-            self._fail(SourceError(f"input {vertex!r} replica {self.transport.key[1]}: reading failed: {error!r}"))
-            return
-        self.myself.pump.remote(incarnation, vertex)
-
-    def _read_one(self, vertex: str, epoch: int, batch: Any) -> None:
-        if epoch != self.core.input_epochs[vertex]:
-            self.core.advance_input(vertex, epoch)
-        if batch_length(batch):
-            self.core.push_input(vertex, batch, epoch)
-
-    def advance(self, incarnation: int, vertex: str, epoch: int | None) -> None:
-        """Move input ``vertex`` to ``epoch``; None closes it."""
-        if self._current(incarnation):
-            self._guard(self.core.advance_input, vertex, epoch)
-
-    def advance_quietly(self, incarnation: int, vertex: str, epoch: int) -> None:
-        """Move input ``vertex`` to ``epoch`` while a peer sends its epoch tokens (``epoch_tokens.ProxyPlan``)."""
-        if self._current(incarnation):
-            self._guard(self.core.advance_input, vertex, epoch, True)
 
     def debug_state(self) -> dict[str, Any]:
         """What the replica holds back and knows, for diagnosing a stuck job."""

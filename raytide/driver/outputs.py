@@ -23,6 +23,7 @@ from typing import Any
 
 import ray
 
+from raytide.actors.host_base import Leased
 from raytide.core.batches import BatchFormat
 from raytide.driver.connected import ray_get, ray_wait, require_ray
 from raytide.driver.event_link import EventLink
@@ -390,10 +391,18 @@ class DeathAlarm:
 
     wake: Callable[[], None] = lambda: None
     rung: threading.Event = field(default_factory=threading.Event)
+    #: Deaths another thread of the driver met first (a feed's call to a dead input replica):
+    #: ``(actor id, error)``, named by the next liveness look (:meth:`Liveness.name`).
+    named: collections.deque[tuple[str, BaseException]] = field(default_factory=collections.deque)
 
     def arm(self, ref: Any) -> None:
         """Ring when ``ref`` (a ``watch`` call) ends."""
         ref.future().add_done_callback(self._ring)
+
+    def ring(self, actor_id: str, error: BaseException) -> None:
+        """Ring for the death of actor ``actor_id`` that a call of the driver's met (``error``)."""
+        self.named.append((actor_id, error))
+        self._ring(None)
 
     def _ring(self, _: Any) -> None:
         self.rung.set()
@@ -433,15 +442,33 @@ class Liveness:
         #: dead to a recovery, whatever a ping of them answers while Ray has not yet taken the kill in.
         self.declared: set[Hashable] = set()
 
+    def name(self, error: BaseException) -> bool:
+        """Whether ``error``, a Ray call's ``RayActorError`` met by another thread of the driver
+        (a feed's), is the death of an actor watched here. If so, the alarm rings with it and
+        the next :meth:`check` names that actor at once, before its watch may have ended: the
+        death has one report, the watch's (its ``ReplicaLost``, or a rescale's verdict on it)."""
+        actor_id = getattr(error, "actor_id", None)
+        if actor_id is None or actor_id not in map(_actor_id, self.actors.values()):
+            return False
+        self.alarm.ring(actor_id, error)
+        return True
+
     def check(self) -> tuple[Hashable, BaseException] | None:
         """The key of an actor that died, and the error; None if all live (or if the last
-        look was less than :data:`LIVENESS_EVERY_S` ago and no watch ended since)."""
+        look was less than :data:`LIVENESS_EVERY_S` ago and no watch ended since). A death
+        named by :meth:`name` comes first, its watch forgotten (it is reported once)."""
         refs = list(self.watches.values())
         now = time.monotonic()
         if not refs or (now < self.next_look and not self.alarm.rung.is_set()):
             return None
         self.alarm.rung.clear()
         self.next_look = now + LIVENESS_EVERY_S
+        while self.alarm.named:  # a name for an actor no longer watched here (its watch ended first) is dropped
+            actor_id, error = self.alarm.named.popleft()
+            named = next((key for key in self.watches if _actor_id(self.actors[key]) == actor_id), None)
+            if named is not None:
+                del self.watches[named]
+                return named, error
         done, _ = ray_wait(refs, num_returns=len(refs), timeout=0)
         for key, ref in list(self.watches.items()):
             if ref in done:
@@ -451,3 +478,8 @@ class Liveness:
                 except ray.exceptions.RayActorError as error:
                     return key, error
         return None
+
+
+def _actor_id(actor: Any) -> str:
+    """The Ray actor id (hex) of a watched handle (a host's, under a lease: :class:`~raytide.actors.host_base.Leased`)."""
+    return str((actor.handle if isinstance(actor, Leased) else actor)._actor_id.hex())

@@ -12,6 +12,20 @@ keeps only the user's methods and calls this): events in, machines run, effects 
                                      ▼
               the autoscaler reads the replaced actors; its decisions become job.rescale calls
 
+A death has one report, the liveness watch's, whoever meets it first. A feed thread (a driver
+thread pushing an input's batches, :mod:`raytide.driver.feeders`) whose call into a killed input
+replica fails hands the death to the watch, which names the replica at its next look::
+
+    feed thread ──push──▶ input replica (dead): ActorDiedError(actor id)
+         │ feed_failed (no recovery: a job with recovery replays the feed's calls, nothing fails)
+         ▼
+    Liveness.name ── the actor is watched ──▶ DeathAlarm.ring: wakes the driver's wait for events
+         │ not watched (nobody else can name it): the job fails with the feed's error
+         ▼
+    the next notice (a pump, or a rescale under way taking events) ─▶ Liveness.check ─▶ lost(key):
+    ReplicaLost naming the replica; in a rescale under way, the rescale's verdict on a death
+    (without recovery, a RecoveryError: only a recovery could undo it)
+
 At each pump the driver also looks at its event-time inputs' idleness (a partition that pushed
 nothing for ``idle_timeout`` stops holding the watermark back: ``EventTimeInputs.release_idle``),
 so a window an idle partition held open closes while a thread waits on the job, without a push.
@@ -53,9 +67,6 @@ logger = logging.getLogger(__name__)
 AUTOSCALE_POLL = 5.0
 #: Seconds between two calls telling a job's output replicas what the driver has, without recovery.
 FORGET_EVERY = 1.0
-#: Seconds a feed stopped by a replica's death waits for the liveness watch to name that death
-#: (Ray fails the watch and the feed's call together; the watch's alarm rings a moment later).
-FEED_DEATH_GRACE = 10.0
 
 
 class JobSupervisor:
@@ -87,8 +98,6 @@ class JobSupervisor:
         #: were last told what the driver has (:meth:`forget_delivered`).
         self.cuts: JobRecovery | None = None
         self.forgotten_at = 0.0
-        #: A feed stopped by a replica's death, and until when it leaves the death to the liveness watch.
-        self.feed_death: tuple[float, RaytideError] | None = None
         #: A growing stepped rescale's steps left after ``job.rescale`` returned: each pump looks (driver/steps_left.py).
         self.steps_left = StepsLeft()
 
@@ -161,8 +170,6 @@ class JobSupervisor:
             if self.stalls is not None:
                 failures += [self.lost(key, why=why) for key, why in
                              self.stalls.check(self.placement.liveness, self.outputs.events, not self.outputs.finished)]
-            if not failures and self.feed_death is not None and time.monotonic() >= self.feed_death[0]:
-                failures.append(self.feed_death[1])
             if self.recovery is not None:
                 failure = self.recovery.sync()  # the coordinator died (ActorLost), or the store was taken over
                 if failure is not None:
@@ -283,18 +290,18 @@ class JobSupervisor:
     def feed_failed(self, name: str, error: BaseException) -> None:
         """A feeder thread of input ``name`` failed: the job fails with it (the next call raises it).
 
-        A feed stopped by a replica's death (in a job without recovery: one with recovery replays the
-        feed's calls) leaves the death to the liveness watch, which names the replica, or to the
-        rescale under way, which says that only a recovery could undo it; the feed's own error
-        fails the job only if neither did within :data:`FEED_DEATH_GRACE` s."""
+        A feed stopped by the death of an actor the job watches (in a job without recovery: one
+        with recovery replays the feed's calls) hands it to the liveness watch instead, which names
+        the replica at once (see the module docstring): the job fails with its ``ReplicaLost``, or
+        with the verdict of the rescale under way."""
         if self.torn_down:
             return
+        if (self.recovery is None and isinstance(error, ray.exceptions.RayActorError)
+                and self.placement.liveness.name(error)):
+            return  # with recovery the job could not go on without this feed: its error fails the job
         failed = RaytideError(f"feeding input {name!r} failed: {error!r}")
         failed.__cause__ = error
-        if not isinstance(error, ray.exceptions.RayActorError):
-            self.error = failed
-        elif self.feed_death is None:
-            self.feed_death = (time.monotonic() + FEED_DEATH_GRACE, failed)
+        self.error = failed
 
     def cancel(self, by: str) -> None:
         """Stop the job (``by`` whom, for the error of a wait that had not finished) and give its hosts back."""

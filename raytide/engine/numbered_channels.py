@@ -66,15 +66,16 @@ class Numbering:
     """One replica's numbered sends (its upstream log) and admitted receipts (its dedup)."""
 
     def __init__(self, name: str, enabled: bool = True, unchecked: Iterable[Hashable] = (),
-                 dedup: bool = True, keeps: Callable[[Hashable], bool] | None = None) -> None:
+                 dedup: bool = True, keeps: Callable[[Hashable], bool] | None = None, cap: int | None = None) -> None:
         """Numbering for replica ``name`` (in errors); ``enabled=False``: nothing numbered or
         kept, every message admitted (the default on Ray until a recovery alone runs there);
         ``unchecked``: input channels admitted without their numbers (back edges);
         ``dedup=False`` takes duplicates too (a planted bug the trials catch); ``keeps``: whether
-        an output channel's sends are kept for a replay (none: every one's)."""
+        an output channel's sends are kept for a replay (none: every one's); ``cap``: the most
+        messages its log keeps (``Recovery.upstream_log_cap``; none: :data:`~raytide.engine.upstream_log.CAP`)."""
         self.name, self.enabled = name, enabled
         self.unchecked = frozenset(unchecked)
-        self.log = UpstreamLog(name, keeps=keeps)
+        self.log = UpstreamLog(name, keeps=keeps, cap=cap)
         self.dedup = SequenceDedup(name, enabled=dedup)
         self._barriers: dict[int, dict[Hashable, int]] = {}
         self.figures: Figures = {}

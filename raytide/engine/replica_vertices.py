@@ -63,16 +63,17 @@ class HostedVertices:
     quiet_through = 0
 
     def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport, keep_outputs: bool = False,
-                 numbered: bool = False, logged: Collection[str] | None = None) -> None:
+                 numbered: bool = False, logged: Collection[str] | None = None, log_cap: int | None = None) -> None:
         """``numbered``: number sends, keep them, drop duplicates (:mod:`raytide.engine.numbered_channels`), keeping
-        only sends into the chains ``logged`` (none: every one; :func:`~raytide.supervisor.alone.logged_chains`)."""
+        only sends into the chains ``logged`` (none: every one; :func:`~raytide.supervisor.alone.logged_chains`), at
+        most ``log_cap`` of them (``Recovery.upstream_log_cap``; none: :data:`~raytide.engine.upstream_log.CAP`)."""
         self.plan, self.replica, self.transport = plan, replica, transport
         self.keep_outputs = keep_outputs
         self.chain = plan.chain(chain)
         head, channels = self.chain.vertices[0], plan.input_channels(self.chain.vertices[0], replica)
         back_edges = plan.back_edges(head, channels)
         self.outbox = Outbox(plan, self.chain, replica, transport, Numbering(f"{chain}[{replica}]", numbered, back_edges,
-                                                                               keeps=kept_into(logged)))
+                                                                               keeps=kept_into(logged), cap=log_cap))
         self.contexts = {name: ReplicaContext(self, name, replica, plan.width(name)) for name in self.chain.vertices}
         self.stats = {name: VertexCounters() for name in self.chain.vertices}
         self.notifications = NotificationQueue(self.chain.vertices)

@@ -19,8 +19,9 @@ several channels, an output, ...; :func:`~raytide.supervisor.alone.logged_chains
 but keeps nothing: its receiver's dedup needs the numbers, and no replay will ever ask for
 its messages. A replay asked of it anyway is refused, never answered with less.
 
-A log is capped (:data:`CAP` messages over its channels, so that a job far behind its feed,
-whose snapshots commit late, does not keep everything since the last commit): past the cap it
+A log is capped (``Recovery.upstream_log_cap`` messages over its channels, :data:`CAP` unless
+given, so that a job far behind its feed, whose snapshots commit late, does not keep
+everything since the last commit): past the cap it
 drops all it keeps (each channel's ``base`` moves to its next number; it goes on numbering and
 keeping from there) and counts the drop (:attr:`UpstreamLog.dropped`, in ``job.stats()``). A
 replay from before a drop is refused (:class:`ReplayRefused`, naming the channel, the position
@@ -42,7 +43,8 @@ from typing import Any
 
 from raytide.errors import RecoveryError
 
-#: The most messages one replica's log keeps over its channels before it drops them all.
+#: The most messages one replica's log keeps over its channels before it drops them all, unless
+#: its job's ``Recovery.upstream_log_cap`` says otherwise.
 CAP = 65_536
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from raytide.core.arguments import non_negative_int
+from raytide.core.arguments import non_negative_int, positive_int
 from raytide.errors import ArgumentError
 from raytide.snapshots.lease import DEFAULT_LEASE, Fence
 
@@ -82,6 +82,11 @@ class Recovery:
             "What it costs"). ``False``: every death rolls the whole job back, nothing numbered.
             The logs keep what was sent since the last commit: with ``interval=None`` they grow
             until a snapshot, or to their cap (past it, a death there rolls the whole job back).
+        upstream_log_cap: the most messages a replica's upstream log keeps over its channels
+            (None: 65,536, :data:`raytide.engine.upstream_log.CAP`) before it drops them all and
+            numbers on: a replay from before the drop is refused, so a death there rolls the
+            whole job back, its record saying so. Lower: less memory for a job far behind its feed, whose snapshots commit late;
+            higher: such a job's replicas stay recoverable alone longer. Only with ``alone``.
         fence: set by ``rt.run``, not by users: the lease generation the job holds, which
             every store write of the job checks.
         logged: set by ``rt.run``, not by users: with ``alone``, the chains into whose replicas
@@ -100,6 +105,7 @@ class Recovery:
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     ping_timeout: float = DEFAULT_PING_TIMEOUT
     alone: bool = True
+    upstream_log_cap: int | None = None
     fence: Fence | None = field(default=None, repr=False, compare=False)
     logged: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
@@ -125,6 +131,8 @@ class Recovery:
                 raise ArgumentError(f"Recovery {bound} must be seconds above 0, not {getattr(self, bound)!r}")
         if not isinstance(self.alone, bool):
             raise ArgumentError(f"Recovery alone must be True or False, not {self.alone!r}")
+        if self.upstream_log_cap is not None:
+            positive_int(self.upstream_log_cap, "Recovery upstream_log_cap (the most messages a replica's log keeps)")
         if self.fence is not None and not isinstance(self.fence, Fence):
             raise ArgumentError(f"Recovery fence is set by rt.run, not {self.fence!r}")
         if self.logged is not None and not isinstance(self.logged, frozenset):

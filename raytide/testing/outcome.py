@@ -50,6 +50,7 @@ class LocalRecovery:
             (:mod:`raytide.engine.numbered_channels`), restored with every snapshot.
         alone: a lost replica is recovered alone where :func:`~raytide.supervisor.alone.decide`
             allows it (:mod:`raytide.testing.solo`; numbered implied), else the job rolls back.
+        upstream_log_cap: the most messages a replica's upstream log keeps (``Recovery.upstream_log_cap``; None: 65,536).
     """
 
     store: SnapshotStore
@@ -65,6 +66,7 @@ class LocalRecovery:
     ping: int = 20
     numbered: bool = False
     alone: bool = False
+    upstream_log_cap: int | None = None
 
 
 class FlakyStore(SnapshotStore):

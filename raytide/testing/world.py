@@ -116,8 +116,9 @@ class World(SnapshotTaking):
         transport = LocalTransport(self.mail, key, self.incarnations[key], self._progress_alive,
                                    self.mail.via(key, self.replica_keys()), rides)
         logged = logged_chains(self.plan) if self.recovery is not None and self.recovery.alone else None  # as rt.run's
+        cap = self.recovery.upstream_log_cap if self.recovery is not None else None
         return ReplicaCore(self.plan, key.chain, key.replica, transport, keep_outputs=True, numbered=numbered,
-                           logged=logged)  # as on Ray
+                           logged=logged, log_cap=cap)  # as on Ray
 
     def _input_replicas(self, name: str) -> list[ReplicaKey]:
         chain = self.plan.chain_of(name).name

@@ -69,3 +69,28 @@ def test_a_death_ends_the_drivers_wait_for_events_and_the_next_look_sees_it(ray_
     dead = liveness.check()
     assert dead is not None and dead[0] == "watched"
     assert isinstance(dead[1], ray.exceptions.RayActorError)
+
+
+def test_a_death_a_feed_met_first_is_named_by_the_next_look_and_reported_once(ray_session):
+    """A feed's call into a dead replica fails (``ActorDiedError``) and hands the death to the
+    watch (``Liveness.name``): the next look names that actor with the feed's error, whether or
+    not its watch has ended yet, and never again when the watch ends. An error of an actor not
+    watched, or without an actor id, is not named (the feed's error then fails the job)."""
+    actor, other = Watched.remote(), Watched.remote()
+    liveness = Liveness({"watched": actor, "other": other})
+    assert liveness.check() is None
+    liveness.next_look = time.monotonic() + 60  # only the alarm lets the next look happen now
+    watch = liveness.watches["watched"]
+    ray.kill(actor)
+    with pytest.raises(ray.exceptions.RayActorError) as met:
+        ray.get(actor.watch.remote(), timeout=30)  # the feed's call
+    stranger = Watched.remote()
+    ray.kill(stranger)
+    with pytest.raises(ray.exceptions.RayActorError) as unwatched:
+        ray.get(stranger.watch.remote(), timeout=30)
+    assert not liveness.name(unwatched.value) and not liveness.name(ray.exceptions.RayActorError())
+    assert liveness.name(met.value)
+    assert liveness.check() == ("watched", met.value)
+    assert ray.wait([watch], timeout=30)[0], "the dead actor's watch did not end"
+    liveness.next_look = 0.0
+    assert liveness.check() is None, "the death was reported twice"  # the watch's own end: not a second report

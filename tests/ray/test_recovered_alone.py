@@ -6,7 +6,9 @@ state, and the recovery's record must say ``"alone"``. (That snapshots commit ag
 the coordinator core's ``lose``, tested in ``tests/unit/test_coordinator.py``: waiting here for a
 commit after the job ends would race the driver's silence rule for a coordinator it no longer syncs.)
 And the same job's sink SIGKILLed: the rule sends a replica fed by 4 channels to a whole-job rollback,
-which numbered sends (on in this job) survive exactly."""
+which numbered sends (on in this job) survive exactly; and ``count/1`` SIGKILLed with a cap of 8
+messages on the logs (``Recovery(upstream_log_cap=8)``): the input's log dropped past it, so its
+replay is refused and the whole job rolls back, exactly."""
 
 from __future__ import annotations
 
@@ -66,3 +68,17 @@ def test_numbered_sends_survive_a_whole_job_rollback_exactly(ray_session, tmp_pa
     check(counting, got)
     [record] = stats["recoveries"]["recoveries"]
     assert record["kind"] == "job" and "replica sink[0]: vertex 'sink' takes 4 channels" in record["why"], record
+
+
+def test_a_log_past_the_jobs_cap_refuses_the_replay_and_the_job_rolls_back_exactly(ray_session, tmp_path):
+    """``Recovery(upstream_log_cap=8)`` reaches the Ray workers' logs: the input replica's log
+    (about four messages an epoch into ``count``) drops what it keeps past 8 messages, the replay
+    ``count/1``'s replacement needs is refused, and the job rolls back whole, its record saying
+    why; the output is still exactly the reference. Planted: the setting ignored on Ray (the
+    module's cap of 65,536): nothing dropped, recovered alone, the test fails."""
+    counting = _counting()
+    got, stats = run_and_kill(counting, tmp_path, [lambda job: sigkill(job, "count/1")], alone=True, upstream_log_cap=8)
+    check(counting, got)
+    [record] = stats["recoveries"]["recoveries"]
+    assert record["kind"] == "job" and "past its cap of 8 messages" in record["why"], record
+    assert sum(replica["log_dropped"] for replica in stats["replicas"].values()) > 0, stats["replicas"]

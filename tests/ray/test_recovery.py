@@ -48,7 +48,7 @@ def a_replica(job: rt.Job, rng: random.Random) -> ReplicaKey:
 def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], None]], *, after_snapshots: int = 2,
                  max_restarts: int = 3, interval: float = 0.1, then_committed: int = 0,
                  consume: Callable[[rt.Job, str], dict[int, list]] | None = None, store: str | None = None,
-                 output_commit: str = "epoch", alone: bool = False) -> tuple[dict[str, Handed], dict[str, Any]]:
+                 output_commit: str = "epoch", alone: bool = False, **settings: Any) -> tuple[dict[str, Handed], dict[str, Any]]:
     """Run ``scenario`` with recovery, feeding its inputs at a pace; at a third (and, for a
     second kill, two thirds) of the epochs the feeding waits until ``after_snapshots`` more
     snapshots are committed and makes the next kill, so that every kill strikes while the
@@ -57,9 +57,10 @@ def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], No
     job's stats at its end (once ``then_committed`` snapshots are).
     ``consume(job, output)`` takes the first output instead of ``job.results`` (a sink);
     ``store`` is where snapshots go (default: a directory under ``tmp_path``); ``alone``:
-    ``Recovery(alone=)``, numbered sends where the plan has a replica the rule recovers alone."""
+    ``Recovery(alone=)``, numbered sends where the plan has a replica the rule recovers alone;
+    ``settings``: more ``rt.Recovery`` settings (``upstream_log_cap``)."""
     recovery = rt.Recovery(store or str(tmp_path / "store"), interval=interval, max_restarts=max_restarts,
-                           output_commit=output_commit, alone=alone)  # type: ignore[arg-type]
+                           output_commit=output_commit, alone=alone, **settings)  # type: ignore[arg-type]
     started = threading.Event()
     holder: list[rt.Job] = []
     pending = list(kills)

@@ -18,7 +18,7 @@ import warnings
 
 import pytest
 
-from raytide.engine import numbered_channels, upstream_log
+from raytide.engine import numbered_channels
 from raytide.engine.numbered_channels import Numbering
 from raytide.engine.outbox import Outbox
 from raytide.engine.progress_core import ProgressCore
@@ -40,8 +40,8 @@ def epochs_of(seed: int) -> list[list[int]]:
     return [[rng.randrange(6) for _ in range(rng.randrange(12))] for _ in range(8)]
 
 
-def trial(seed: int, root, nodes: int | None = None,
-          noticed_apart: bool = False) -> tuple[LocalRun, list[ReplicaKey], dict, dict]:
+def trial(seed: int, root, nodes: int | None = None, noticed_apart: bool = False,
+          **settings: object) -> tuple[LocalRun, list[ReplicaKey], dict, dict]:
     """Trial ``seed``: one or two crashes of counting replicas within the failure-free run's
     steps, snapshots every 3 to 30 steps, each death noticed 0 to 6 steps late or (half the
     trials) only when a call to the dead replica fails, output committed per epoch or at
@@ -49,12 +49,13 @@ def trial(seed: int, root, nodes: int | None = None,
     every core before the run and after it. ``noticed_apart``: two crashes' deaths are
     noticed within 6 steps each (never only at a failed call), so the first is noticed before
     the second crash: a death noticed at a failed call may be noticed after it, and two
-    replicas dead at once roll the job back (rightly, docs/recovery.md)."""
+    replicas dead at once roll the job back (rightly, docs/recovery.md). ``settings``: more
+    ``LocalRecovery`` settings (``upstream_log_cap``)."""
     rng = random.Random(seed)
     epochs = epochs_of(seed)
 
     options = {"interval": rng.choice([3, 10, 30]), "detection": rng.randint(0, 6), "missed": rng.choice([0.0, 0.5]),
-               "output_commit": rng.choice(["epoch", "snapshot"])}
+               "output_commit": rng.choice(["epoch", "snapshot"]), **settings}
 
     def job(directory: str) -> LocalJob:
         recovery = LocalRecovery(SnapshotStore(str(root / directory)), **options, alone=True)  # type: ignore[arg-type]
@@ -148,7 +149,7 @@ PLANTS = {
     "a replay that skips its first batch": (Outbox, "replay", _skip_first),
     "a replacement that takes its first replayed batch twice": (ReplicaCore, "replace_alone", _twice),
     "receivers without dedup": (Numbering, "__init__", lambda original: lambda self, name, enabled=True, unchecked=(),
-                                dedup=True, keeps=None: original(self, name, enabled, unchecked, False, keeps)),
+                                dedup=True, keeps=None, cap=None: original(self, name, enabled, unchecked, False, keeps, cap)),
     "no log kept for a replica recovered alone": (numbered_channels, "_into", lambda original: lambda chains, channel: False),
     "the lost replica's figures not set": (ProgressCore, "replace", lambda original: lambda self, key, restored, first, locations:
                                            original(self, key, self.figures.get(key, {}), first, locations)),
@@ -195,17 +196,18 @@ def test_only_one_lost_counting_replica_off_the_relays_is_recovered_alone(tmp_pa
         assert alone_candidate(world) == expected, (lost, expected)
 
 
-def test_a_log_past_its_cap_refuses_the_replay_and_the_whole_job_rolls_back_exactly(monkeypatch, tmp_path):
-    """A tiny cap (docs/recovery.md, "A replica recovered alone"): a sender's log drops all it
-    keeps past ``cap`` messages, and a replay from before the drop is refused, so that death
-    rolls the whole job back; every trial still exactly the reference, and the refusals happen."""
+def test_a_log_past_its_cap_refuses_the_replay_and_the_whole_job_rolls_back_exactly(tmp_path):
+    """A tiny cap, the job's setting (``upstream_log_cap``, as ``rt.Recovery``'s; docs/recovery.md,
+    "A cap on a log"): a sender's log drops all it keeps past it, and a replay from before the
+    drop is refused, so that death rolls the whole job back, the record saying why; every trial
+    still exactly the reference, and the refusals happen. Planted: the setting ignored (the
+    module's cap of 65,536 used): no refusal, the test fails."""
     cap = 8
-    monkeypatch.setattr(upstream_log, "CAP", cap)
     refused = 0
     for seed in range(3):
-        run, lost, *_ = trial(seed, tmp_path)
+        run, lost, *_ = trial(seed, tmp_path, upstream_log_cap=cap)
         assert exact(run, seed), f"cap {cap}, seed {seed}: lost {lost}, alone {run.alone}, failure {run.failure!r}"
         assert len(run.alone) + len(run.alone_refused) <= len(run.recoveries)
-        assert all("past its cap" in why for why in run.alone_refused), run.alone_refused
+        assert all(f"past its cap of {cap} messages" in why for why in run.alone_refused), run.alone_refused
         refused += len(run.alone_refused)
     assert refused >= 2, f"cap {cap}: {refused} replays refused in 3 trials"

@@ -202,6 +202,13 @@ def test_recovery_settings_are_checked():
             rt.Recovery(**{"store": "x", **bad})
 
 
+def test_the_upstream_log_cap_is_a_positive_count_of_messages():
+    assert rt.Recovery("x").upstream_log_cap is None and rt.Recovery("x", upstream_log_cap=8).upstream_log_cap == 8
+    for bad in [0, -1, 2.5, True, "8"]:
+        with pytest.raises(ArgumentError, match=rf"Recovery upstream_log_cap .* must be a positive integer, not {bad!r}"):
+            rt.Recovery("x", upstream_log_cap=bad)
+
+
 def test_the_restart_budget_names_every_failure_once_spent():
     budget = RestartBudget(2)
     budget.spend("a/0 died")

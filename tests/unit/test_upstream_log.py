@@ -8,9 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import raytide as rt
+from raytide.actors.vertex_actor import VertexActor
 from raytide.engine.dedup import SequenceDedup
 from raytide.engine.upstream_log import ReplayRefused, UpstreamLog
 from raytide.errors import RecoveryError
+from raytide.snapshots.store import SnapshotStore
+from raytide.testing.alone import running_counts
+from raytide.testing.local import LocalJob, LocalRecovery
 
 #: A sender's life: messages on channels 0-2, snapshots marked, marked snapshots committed.
 STEPS = st.lists(st.one_of(st.tuples(st.just("send"), st.integers(0, 2)), st.tuples(st.just("mark"), st.none()),
@@ -114,3 +119,22 @@ def test_a_log_past_its_cap_drops_all_it_keeps_and_refuses_a_replay_from_before_
     if log.drops:  # a drop forgot everything sent before it: the latest message on some channel is past it
         assert any(log.refusal(channel, 0) and "past its cap of" in log.refusal(channel, 0) for channel in sent
                    if sent[channel])
+
+
+def test_the_jobs_cap_reaches_every_replicas_log_on_ray_and_in_the_simulator(tmp_path):
+    """``Recovery(upstream_log_cap=)`` is what every replica's log keeps at most: built by the Ray
+    shell (no Ray needed to build one) and by the simulator, and kept across a restore. Planted:
+    the vertex actor not passing it on (the module's cap used instead) fails here."""
+    plan = running_counts(4)
+    recovery = rt.Recovery(str(tmp_path / "ray"), upstream_log_cap=8)
+    replicas = [VertexActor(plan, "cap", key.chain, key.replica, max_inflight=8, myself=object(), recovery=recovery)
+                for key in plan.replica_keys()]
+    local = LocalJob(plan, {"x": [[1, 2]]}, recovery=LocalRecovery(SnapshotStore(str(tmp_path / "sim")), alone=True,
+                                                                  upstream_log_cap=8))
+    cores = [replica.core for replica in replicas] + list(local.replicas.values())
+    assert [core.outbox.numbering.log.cap for core in cores] == [8] * len(cores)
+    for core in cores:
+        core.outbox.numbering.restore(None)
+        assert core.outbox.numbering.log.cap == 8
+    for replica in replicas:
+        replica.close()
