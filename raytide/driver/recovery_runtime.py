@@ -204,7 +204,8 @@ class RayRecovery:
             snapshots.coordinator.start.remote(inputs)
         else:
             seconds = time.monotonic() - self.started
-            snapshots.coordinator.restart.remote(effect.incarnation, inputs, seconds if effect.how == "recovered" else None)
+            snapshots.coordinator.restart.remote(effect.incarnation, inputs, seconds if effect.how == "recovered" else None,
+                                                 snapshots.placement.plan)
 
     def finished(self, effect: Finished, run: Execution) -> None:
         if not effect.causes:  # a start from a savepoint, or a rescale's switch, that nothing interrupted
