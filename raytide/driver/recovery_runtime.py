@@ -19,6 +19,7 @@ what a replica's part raised ``Raised``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -198,14 +199,20 @@ class RayRecovery:
         return Replayed()
 
     def reset_coordinator(self, effect: ResetCoordinator, run: Execution) -> None:
+        """The coordinator takes snapshots again, at the restored (or rescaled) input replicas; waited
+        for: it runs its calls on several threads, which Ray does not order, so the driver's next call
+        (a stepped rescale's pause of the snapshots, right after its short switch) could run first and
+        be undone by it (snapshots taken through the steps). A dead coordinator is the liveness check's."""
         snapshots = self.snapshots
         inputs = snapshots.placement.input_replicas()
         if effect.how == "rescaled":  # reconfigured for the new widths before the replicas adopted
-            snapshots.coordinator.start.remote(inputs)
+            started = snapshots.coordinator.start.remote(inputs)
         else:
             seconds = time.monotonic() - self.started
-            snapshots.coordinator.restart.remote(effect.incarnation, inputs, seconds if effect.how == "recovered" else None,
-                                                 snapshots.placement.plan)
+            started = snapshots.coordinator.restart.remote(effect.incarnation, inputs, seconds if effect.how == "recovered"
+                                                           else None, snapshots.placement.plan)
+        with contextlib.suppress(ray.exceptions.RayActorError):
+            snapshots.wait([started], "the snapshot coordinator starting again")
 
     def finished(self, effect: Finished, run: Execution) -> None:
         if not effect.causes:  # a start from a savepoint, or a rescale's switch, that nothing interrupted
