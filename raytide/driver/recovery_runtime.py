@@ -19,7 +19,6 @@ what a replica's part raised ``Raised``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
@@ -200,9 +199,8 @@ class RayRecovery:
 
     def reset_coordinator(self, effect: ResetCoordinator, run: Execution) -> None:
         """The coordinator takes snapshots again, at the restored (or rescaled) input replicas; waited
-        for: it runs its calls on several threads, which Ray does not order, so the driver's next call
-        (a stepped rescale's pause of the snapshots, right after its short switch) could run first and
-        be undone by it (snapshots taken through the steps). A dead coordinator is the liveness check's."""
+        for (:meth:`JobSnapshots.settle`): a stepped rescale pauses them right after its short switch,
+        and a pause run first would be undone (snapshots taken through the steps)."""
         snapshots = self.snapshots
         inputs = snapshots.placement.input_replicas()
         if effect.how == "rescaled":  # reconfigured for the new widths before the replicas adopted
@@ -211,8 +209,7 @@ class RayRecovery:
             seconds = time.monotonic() - self.started
             started = snapshots.coordinator.restart.remote(effect.incarnation, inputs, seconds if effect.how == "recovered"
                                                            else None, snapshots.placement.plan)
-        with contextlib.suppress(ray.exceptions.RayActorError):
-            snapshots.wait([started], "the snapshot coordinator starting again")
+        snapshots.settle(started, "the snapshot coordinator starting again")
 
     def finished(self, effect: Finished, run: Execution) -> None:
         if not effect.causes:  # a start from a savepoint, or a rescale's switch, that nothing interrupted
