@@ -253,10 +253,10 @@ class JobSnapshots:
         return self.placement.wait(refs, what, RECOVERY_TIMEOUT)
 
     def settle(self, ref: Any, what: str) -> None:
-        """Wait for ``ref``, a call that changes whether the coordinator snapshots (``start``,
-        ``restart``): it runs its calls on several threads, which Ray does not order, so the driver's
-        next call (a stepped rescale's pause) could run first and be undone by it. A dead coordinator
-        is left to the liveness check, which recovers from it."""
+        """Wait for ``ref``, a call that changes whether or what the coordinator snapshots (``start``,
+        ``restart``, ``widen``): it runs its calls on several threads, which Ray does not order, so the
+        driver's next call (a stepped rescale's pause, a recovery's) could run first and be undone by it,
+        or undo it. A dead coordinator is left to the liveness check, which recovers from it."""
         try:
             self.wait([ref], what)
         except ray.exceptions.RayActorError:

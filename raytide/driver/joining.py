@@ -91,17 +91,15 @@ def _withdraw(recovery: JobRecovery, old: PhysicalPlan, keys: list[ReplicaKey], 
     for (it comes before the recovery's restore, which builds its core from the plan). The coordinator's
     run on several threads: its ``widen`` back is sent once its widening (``widening``) has ended, and
     waited for, so neither can run after the other nor after a recovery's pause (which drops a ``widen``
-    of the incarnation it leaves): either would leave the next cut waiting for a replica that left. A
-    dead coordinator is replaced by the recovery, from the placement's plan."""
+    of the incarnation it leaves): either would leave the next cut waiting for a replica that left
+    (:meth:`~raytide.driver.coordination.JobSnapshots.settle`; a dead coordinator is replaced by the
+    recovery, from the placement's plan)."""
     placement = recovery.placement
     for other, peer in placement.peers.items():
         if other not in keys:
             peer.widen.remote(recovery.incarnation, old, {})
     placement.withdraw(old, keys)
-    try:
-        if widening:
-            recovery.wait(widening, "the coordinator widening to the joining replicas")
-            recovery.wait([recovery.coordinator.widen.remote(recovery.incarnation, old)],
-                          "the coordinator given the old replicas back after a death met the join")
-    except ray.exceptions.RayActorError:
-        pass  # the coordinator died: the recovery starts another for the placement's replicas
+    for widened in widening:
+        recovery.settle(widened, "the coordinator widening to the joining replicas")
+        recovery.settle(recovery.coordinator.widen.remote(recovery.incarnation, old),
+                        "the coordinator given the old replicas back after a death met the join")
