@@ -12,7 +12,7 @@ Message flow (fire and forget unless marked *waits*)::
     driver ──hold_now(n, timeout)──▶ coordinator   (*waits* until every replica holds at a
                                                     rescale's cut: replica ──acknowledge──▶ coordinator)
     driver ──start()──▶ coordinator                 (the replicas are connected: snapshots begin)
-    driver ──restart(incarnation, inputs, recovery time)──▶ coordinator   (a recovery)
+    driver ──restart(incarnation, inputs, recovery time, plan)──▶ coordinator   (a recovery)
 
 The coordinator waits for nobody: a snapshot that cannot complete is abandoned at its
 timeout. It is the role of a pooled host (:class:`~raytide.actors.hosts.CoordinatorHost`),
@@ -272,11 +272,16 @@ class CoordinatorActor:
             self.core.last_end = time.monotonic()
             self.lock.notify_all()  # a snapshot asked for during a recovery starts now
 
-    def restart(self, incarnation: int, inputs: dict[ReplicaKey, Any], recovery_seconds: float | None) -> None:
-        """A recovery started ``incarnation`` (and took ``recovery_seconds``, if known)."""
+    def restart(self, incarnation: int, inputs: dict[ReplicaKey, Any], recovery_seconds: float | None,
+                plan: PhysicalPlan) -> None:
+        """A recovery started ``incarnation`` (and took ``recovery_seconds``, if known) with ``plan``'s
+        replicas: the next snapshots wait for those, whatever an earlier incarnation widened to (a join
+        withdrawn after a death: its ``widen`` back may run after the recovery's :meth:`pause`, which
+        drops it, and a cut would wait for a replica that left)."""
         with self.lock:
             if incarnation != self.core.incarnation:  # a coordinator started by this recovery is at it already
                 self._abandoned(self.core.reset(incarnation, time.monotonic()))
+            self._follow(plan)
             self.inputs, self.paused, self.recovering = inputs, False, False
             self.core.last_end = time.monotonic()
             self.core.follow(self.store.next_id())
@@ -322,8 +327,12 @@ class CoordinatorActor:
         meanwhile): the next snapshots wait for ``plan``'s replicas, the joined ones included."""
         with self.lock:
             if incarnation == self.core.incarnation:
-                self.plan = plan
-                self.core.replicas = frozenset(plan.replica_keys())
+                self._follow(plan)
+
+    def _follow(self, plan: PhysicalPlan) -> None:
+        """Snapshot ``plan``'s replicas from now (called with the lock held)."""
+        self.plan = plan
+        self.core.replicas = frozenset(plan.replica_keys())
 
     def stats(self) -> dict[str, Any]:
         """Snapshots taken, their last id, duration and size and the epochs complete in it (per output,

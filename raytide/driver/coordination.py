@@ -252,6 +252,16 @@ class JobSnapshots:
         """
         return self.placement.wait(refs, what, RECOVERY_TIMEOUT)
 
+    def settle(self, ref: Any, what: str) -> None:
+        """Wait for ``ref``, a call that changes whether or what the coordinator snapshots (``start``,
+        ``restart``, ``widen``): it runs its calls on several threads, which Ray does not order, so the
+        driver's next call (a stepped rescale's pause, a recovery's) could run first and be undone by it,
+        or undo it. A dead coordinator is left to the liveness check, which recovers from it."""
+        try:
+            self.wait([ref], what)
+        except ray.exceptions.RayActorError:
+            pass
+
     def stats(self) -> dict[str, Any]:
         """Recoveries so far (the coordinator adds the snapshots): ``count`` restarts after a
         death (a death during a recovery starts it over: one record, one more restart)."""

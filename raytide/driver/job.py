@@ -417,9 +417,10 @@ class Job(JobViews):
         naming why), as a death fails such a job at any time.
 
         ``oversubscribe``: as in :func:`~raytide.driver.run.run`, allow more replicas than the
-        cluster can place. ``stepped`` (default: only with ``RAYTIDE_STEPPED_RESCALE=1``; True: where the plan can):
-        move one keyed vertex's key groups in steps while the others flow, holding the job only to add
-        or retire replicas (docs/rescaling.md). A growth returns once its plan is installed (its steps
+        cluster can place. ``stepped`` (default True, where the plan can; ``RAYTIDE_STEPPED_RESCALE=0`` in the
+        driver's environment makes it False): move one keyed vertex's key groups in steps while the
+        others flow, holding the job only to add replicas that cannot join it in place, or
+        to retire replicas (docs/rescaling.md). A growth returns once its plan is installed (its steps
         end as the inputs pass their epochs, whoever feeds them); a shrink waits for its steps, so it
         steps only while another thread feeds the job. Where stepping cannot hold, or ``stepped=False``,
         the whole job is held and the record says why.

@@ -60,16 +60,17 @@ def join(recovery: JobRecovery, supervision: Supervision, new: PhysicalPlan, ver
     placement, incarnation, old = recovery.placement, recovery.incarnation, recovery.placement.plan
     fresh = steps.time("lease the joining hosts", placement.add_hosts, new)
     keys: list[ReplicaKey] = []
+    widening: list = []  # the coordinator's widen, once sent
     try:
         keys, refs = placement.admit(new, fresh, incarnation, recovery.coordinator)
         answers = steps.time("the joining replicas take their roles", recovery.wait, refs, "the joining replicas' roles")
         subscriptions = dict(zip(keys, answers[len(keys):]))
+        widening = [recovery.coordinator.widen.remote(incarnation, new)] if recovery.coordinator is not None else []
         steps.time("join them and widen every replica", recovery.wait, [
             *[placement.progress.join.remote(incarnation, key, placement.peers[key], locations)
               for key, locations in subscriptions.items()],
             *[peer.widen.remote(incarnation, new, {key: placement.peers[key] for key in keys if key in placement.peers_of(other)})
-              for other, peer in placement.peers.items() if other not in keys],
-            *([recovery.coordinator.widen.remote(incarnation, new)] if recovery.coordinator is not None else [])],
+              for other, peer in placement.peers.items() if other not in keys], *widening],
             "the progress actor joining the new replicas, every replica and the coordinator widening to them")
         cause = died = supervision.watch(0)
     except ray.exceptions.RayActorError as error:  # a joining host's, or one the driver notices next
@@ -78,12 +79,27 @@ def join(recovery: JobRecovery, supervision: Supervision, new: PhysicalPlan, ver
     if died is None:
         recovery.watch()  # the joined hosts' deaths too
         return None
-    for other, peer in placement.peers.items():  # before the recovery's restore: the core is built from the old plan
-        if other not in keys:
-            peer.widen.remote(incarnation, old, {})
-    if recovery.coordinator is not None:
-        recovery.coordinator.widen.remote(incarnation, old)
-    placement.withdraw(old, keys)
+    _withdraw(recovery, old, keys, widening)
     if cause is not None:
         supervision.recover(recovery.after_death(cause))
     return f"a death during the join ({died})"
+
+
+def _withdraw(recovery: JobRecovery, old: PhysicalPlan, keys: list[ReplicaKey], widening: list) -> None:
+    """Undo a join that met a death: every replica and the coordinator given ``old`` back, the hosts of
+    ``keys`` back to the pool. A replica's calls run in turn, so its ``widen`` back is sent and not waited
+    for (it comes before the recovery's restore, which builds its core from the plan). The coordinator's
+    run on several threads: its ``widen`` back is sent once its widening (``widening``) has ended, and
+    waited for, so neither can run after the other nor after a recovery's pause (which drops a ``widen``
+    of the incarnation it leaves): either would leave the next cut waiting for a replica that left
+    (:meth:`~raytide.driver.coordination.JobSnapshots.settle`; a dead coordinator is replaced by the
+    recovery, from the placement's plan)."""
+    placement = recovery.placement
+    for other, peer in placement.peers.items():
+        if other not in keys:
+            peer.widen.remote(recovery.incarnation, old, {})
+    placement.withdraw(old, keys)
+    for widened in widening:
+        recovery.settle(widened, "the coordinator widening to the joining replicas")
+        recovery.settle(recovery.coordinator.widen.remote(recovery.incarnation, old),
+                        "the coordinator given the old replicas back after a death met the join")

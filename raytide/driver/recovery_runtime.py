@@ -198,13 +198,18 @@ class RayRecovery:
         return Replayed()
 
     def reset_coordinator(self, effect: ResetCoordinator, run: Execution) -> None:
+        """The coordinator takes snapshots again, at the restored (or rescaled) input replicas; waited
+        for (:meth:`JobSnapshots.settle`): a stepped rescale pauses them right after its short switch,
+        and a pause run first would be undone (snapshots taken through the steps)."""
         snapshots = self.snapshots
         inputs = snapshots.placement.input_replicas()
         if effect.how == "rescaled":  # reconfigured for the new widths before the replicas adopted
-            snapshots.coordinator.start.remote(inputs)
+            started = snapshots.coordinator.start.remote(inputs)
         else:
             seconds = time.monotonic() - self.started
-            snapshots.coordinator.restart.remote(effect.incarnation, inputs, seconds if effect.how == "recovered" else None)
+            started = snapshots.coordinator.restart.remote(effect.incarnation, inputs, seconds if effect.how == "recovered"
+                                                           else None, snapshots.placement.plan)
+        snapshots.settle(started, "the snapshot coordinator starting again")
 
     def finished(self, effect: Finished, run: Execution) -> None:
         if not effect.causes:  # a start from a savepoint, or a rescale's switch, that nothing interrupted

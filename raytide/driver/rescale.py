@@ -213,8 +213,8 @@ class RayRescale:
 
     def keep_old_widths(self, effect: KeepOldWidths, run: Execution) -> None:
         self.recovery.placement.give_back(self.run.fresh)
-        if self.recovery.coordinator is not None:
-            self.recovery.coordinator.start.remote()  # the cut paused it
+        if self.recovery.coordinator is not None:  # the cut paused it
+            self.recovery.settle(self.recovery.coordinator.start.remote(), "the snapshot coordinator starting again")
 
     def refused(self, effect: Refused, run: Execution) -> None:
         """``job.rescale`` raises why the rescale was not made."""

@@ -22,18 +22,18 @@ are the ones the in-process runtime runs (:mod:`raytide.rescale.steps`,
     shrinking: the driver takes the job's events and asks the vertex's replicas (VertexActor.stepping)
         until no step is left; the snapshots resume; the short switch retires the emptied replicas
 
-``job.rescale`` steps when asked (``stepped=True``, or ``RAYTIDE_STEPPED_RESCALE=1``; by default it
-holds the whole job: :data:`STEPPED_ENV` says why). The steps are made as the inputs pass their epochs, so the driver steps only if an
-input's epoch moved within :data:`QUIET_S` before the call. A growth returns once the plan is
-installed, whoever feeds next (the caller's own thread included: then one step moves every group,
-at the epoch after the inputs', so one advance makes it). A shrink waits for its steps before its
-retiring switch, so it steps only while another thread feeds; it raises a :class:`RescaleError`
-naming the epochs if they are not passed within its ``timeout`` (the plan stays installed and ends
-as the inputs move on, the pumps resuming the snapshots then). A rescale first waits for the steps
-the one before left. Where stepping cannot hold (:func:`~raytide.rescale.steps.stepped_vertex`:
-several chains, a loop, a vertex fused behind; an input read in the replicas, closed or idle; a
-death before or during the steps), the rescale holds the whole job as before
-(:func:`~raytide.driver.rescale.rescale`) and its record says why.
+``job.rescale`` steps by default where the plan can (``stepped=False``, or ``RAYTIDE_STEPPED_RESCALE=0``
+in the driver's environment, holds the whole job: :data:`STEPPED_ENV`). The steps are made as the inputs
+pass their epochs, so the driver steps only if an input's epoch moved within :data:`QUIET_S` before the
+call. A growth returns once the plan is installed, whoever feeds next (the caller's own thread included:
+then one step moves every group, at the epoch after the inputs', so one advance makes it). A shrink
+waits for its steps before its retiring switch, so it steps only while another thread feeds; it raises a
+:class:`RescaleError` naming the epochs if they are not passed within its ``timeout`` (the plan stays
+installed and ends as the inputs move on, the pumps resuming the snapshots then). A rescale first waits
+for the steps the one before left. Where stepping cannot hold
+(:func:`~raytide.rescale.steps.stepped_vertex`: several chains, a loop, a vertex fused behind; an input
+read in the replicas, closed or idle; a death before or during the steps), the rescale holds the whole
+job as before (:func:`~raytide.driver.rescale.rescale`) and its record says why.
 """
 
 from __future__ import annotations
@@ -70,15 +70,14 @@ GROUPS_PER_STEP = 8
 QUIET_S = 1.0
 #: The record's step for the time inputs waited at the gate for the plan (:mod:`raytide.driver.plan_gate`).
 HELD_STEP = "inputs held at the plan's first epoch"
-#: ``job.rescale``'s default when not told whether to step: ``1`` steps where the plan can; anything else
-#: holds the whole job (stepping is not the default yet: a replica killed as a growth's replicas join
-#: can leave a cut waiting for the joined replica, docs/rescaling.md "Left").
+#: The driver's environment setting for ``job.rescale``'s default when not told whether to step: ``0``
+#: holds the whole job (to compare, or to fall back); unset or anything else steps where the plan can.
 STEPPED_ENV = "RAYTIDE_STEPPED_RESCALE"
 
 
 def stepping_default() -> bool:
-    """Whether ``job.rescale`` steps when not told: with ``RAYTIDE_STEPPED_RESCALE=1``, where the plan can."""
-    return os.environ.get(STEPPED_ENV, "") == "1"
+    """Whether ``job.rescale`` steps when not told: yes (where the plan can), unless ``RAYTIDE_STEPPED_RESCALE=0``."""
+    return os.environ.get(STEPPED_ENV, "") != "0"
 
 
 def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputFeeds, asked: dict[str, int],

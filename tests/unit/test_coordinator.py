@@ -223,16 +223,22 @@ def test_part_names_are_plain_file_names_whatever_the_vertex_is_called():
     assert part_name(ReplicaKey("x", 0)) != part_name(ReplicaKey("x", 1))
 
 
+def _tiny_plan(width: int):
+    """The plan of a job whose one chain (its input and output) runs ``width`` replicas."""
+    from raytide.physical.plan import compile_plan
+
+    flow = rt.Dataflow("tiny")
+    flow.input("numbers").output("out")
+    return compile_plan(flow, width)
+
+
 def _tiny_coordinator(tmp_path, interval: float | None):
     """The coordinator actor's class (no Ray) of a one-replica job, its clock thread stopped
     so that a test ticks it; with its replica's key and a way to acknowledge a snapshot as that replica does."""
     from raytide.actors.coordinator_actor import CoordinatorActor
-    from raytide.physical.plan import compile_plan
     from raytide.snapshots.replica_state import ReplicaSummary
 
-    flow = rt.Dataflow("tiny")
-    flow.input("numbers").output("out")
-    plan = compile_plan(flow, 1)
+    plan = _tiny_plan(1)
     (key,) = [ReplicaKey(chain.name, 0) for chain in plan.chains]
     store = SnapshotStore(str(tmp_path))
     actor = CoordinatorActor(plan, rt.Recovery(str(tmp_path), interval=interval), {}, 0, 1)
@@ -389,7 +395,7 @@ def test_a_snapshot_asked_for_during_a_recovery_starts_at_its_restart_at_the_res
         pass
     with actor.lock:
         assert injected == [] and actor.core.in_flight is None, "a snapshot started at the replicas of before the recovery"
-    actor.restart(1, {key: _Input("restored", injected)}, None)
+    actor.restart(1, {key: _Input("restored", injected)}, None, actor.plan)
     while not injected:
         pass
     assert injected == [("restored", 1, 1)]
@@ -412,7 +418,7 @@ def test_a_rescale_cut_of_an_incarnation_the_job_has_left_is_refused_at_once_and
     answer = actor.hold_now(0, 2.0, {})
     assert answer.cut_id is None and "asked for in incarnation 0" in answer.missed, answer
     assert time.monotonic() - started < 1.0 and actor.core.in_flight is None
-    actor.restart(1, {}, None)  # the recovery is over: a cut of incarnation 1 is taken, then waits
+    actor.restart(1, {}, None, actor.plan)  # the recovery is over: a cut of incarnation 1 is taken, then waits
     threading.Timer(0.2, actor.pause, (2,)).start()  # for replicas a recovery to incarnation 2 restores
     answer = actor.hold_now(1, 20.0, {})
     assert answer.cut_id is None and "started incarnation 2" in answer.missed, answer
@@ -421,3 +427,30 @@ def test_a_rescale_cut_of_an_incarnation_the_job_has_left_is_refused_at_once_and
     answer = actor.hold_now(2, 20.0, {})  # once, not after the recovery's restart
     assert answer.cut_id is None and "incarnation 3 now" in answer.missed, answer
     assert time.monotonic() - started < 5.0
+
+
+def test_the_cut_after_a_join_met_by_a_death_waits_for_the_replicas_the_recovery_restored_not_the_joined_one(tmp_path):
+    """A growing stepped rescale widened the coordinator to a joining replica; a death met the join,
+    and the driver gave the coordinator the old plan back as the recovery paused it. The coordinator
+    runs its calls on several threads, so that ``widen`` back may run after the pause, which drops a
+    ``widen`` of the incarnation it leaves. The recovery's restart names the replicas it restored: the
+    next cut waits for those only (issue 74: it waited 60 s for the joined replica that had left,
+    ``still waiting for 1 replicas (check+out/1)``)."""
+    from raytide.snapshots.replica_state import HeldReport, ReplicaSummary
+
+    actor, key, _ = _tiny_coordinator(tmp_path, interval=None)
+    narrow, injected = actor.plan, []
+    actor.start({key: _Input("old", injected)})
+    actor.widen(0, _tiny_plan(2))  # the join: the next snapshots wait for the joined replica too
+    actor.pause(1)  # a death met the join: the recovery
+    actor.widen(0, narrow)  # the join withdrawn, its call run after the pause: dropped
+    actor.restart(1, {key: _Input("restored", injected)}, None, narrow)
+    answers: list = []
+    cutter = threading.Thread(target=lambda: answers.append(actor.hold_now(1, 5.0, {})), daemon=True)
+    cutter.start()
+    while not injected:
+        pass
+    (_, incarnation, cut_id), = injected
+    actor.acknowledge(Acknowledgement(key, cut_id, incarnation, (), HeldReport(ReplicaSummary([], {}, {}), {})))
+    cutter.join(timeout=30)
+    assert answers and answers[0].cut_id == cut_id, answers and answers[0].missed

@@ -80,9 +80,9 @@ def test_the_short_switch_narrows_only_emptied_replicas():
 
 
 def test_who_feeds_decides_whether_the_steps_can_be_left_to_the_feed(monkeypatch):
-    """``job.rescale(stepped=True)`` (or ``RAYTIDE_STEPPED_RESCALE=1``) steps a growth whoever feeds
-    (it returns once its plan is installed), a shrink only while another thread feeds (it waits for
-    its steps); an idle job holds the whole job, saying why; by default it holds it always."""
+    """``job.rescale`` steps a growth whoever feeds (it returns once its plan is installed), a shrink
+    only while another thread feeds (it waits for its steps); an idle job holds the whole job, saying
+    why. It steps by default; ``stepped=False`` or ``RAYTIDE_STEPPED_RESCALE=0`` holds the whole job."""
     gate = PlanGate("j")
     assert "no input moved" in feed_refusal(gate, False, time.monotonic())  # never fed
     gate.move("records", 1)  # fed by this thread, the one that rescales
@@ -95,6 +95,8 @@ def test_who_feeds_decides_whether_the_steps_can_be_left_to_the_feed(monkeypatch
     monkeypatch.setattr(stepped, "QUIET_S", 0.0)  # the last move is now older than the quiet time
     assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, False, time.monotonic())
     monkeypatch.delenv(stepped.STEPPED_ENV, raising=False)
+    assert stepping_default()
+    monkeypatch.setenv(stepped.STEPPED_ENV, "0")
     assert not stepping_default()
     monkeypatch.setenv(stepped.STEPPED_ENV, "1")
     assert stepping_default()
