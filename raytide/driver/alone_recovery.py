@@ -14,7 +14,7 @@ step meets another death or runs out of time, the whole-job recovery runs as bef
     driver ──replay_to(n, key, handle, positions, L)──▶ each replica sending to it    ┘ one wait
              (one whose log dropped what the replay needs past its cap answers why, sending nothing:
               the whole job rolls back, its record saying so)
-    driver ──start()──▶ coordinator: snapshots again
+    driver ──start()──▶ coordinator: snapshots again                        waited for
 
 The replacement sends the progress actor nothing before its ``replace`` has run: it runs
 only what its senders replay to it and its ``resume``, both sent once ``replace`` answered.
@@ -128,7 +128,7 @@ class AloneOnRay:
             for sender in senders)], f"resuming replica {key}, the replicas sending to it replaying their logs to it")[1:]
         if any(refused):  # a log dropped (past its cap) what the replay needs: nothing of it was sent
             raise ReplayRefused("; ".join(answer for answer in refused if answer))
-        coordinator.start.remote()
+        snapshots.settle(coordinator.start.remote(), "the snapshot coordinator starting again after the recovery alone")
         return point, name
 
     def _base(self) -> int | None:

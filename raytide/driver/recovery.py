@@ -49,9 +49,10 @@ class JobRecovery(JobSnapshots):
 
     def start_fresh(self) -> None:
         """A run from the start (no ``restore=``): nothing is consumed yet, whatever an
-        earlier run's record says; the coordinator starts taking snapshots."""
+        earlier run's record says; the coordinator starts taking snapshots (waited for: a stepped
+        rescale's pause asked for next must not run before it, :meth:`settle`)."""
         self.record_consumed({})
-        self.coordinator.start.remote()
+        self.settle(self.coordinator.start.remote(), "the snapshot coordinator starting")
 
     def execute(self, machine: Recovering, steps: Steps | None = None) -> float:
         """Carry out recovery ``machine`` (:mod:`raytide.snapshots.recovering`) on Ray
