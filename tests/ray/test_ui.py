@@ -338,7 +338,7 @@ def test_python_m_raytide_ui_serves_the_jobs_that_post_to_the_clusters_board(ray
         assert status == 200 and json.loads(body)["svg"].startswith("<svg")
         job.wait(timeout=120)
         command.send_signal(signal.SIGINT)
-        assert command.wait(timeout=30) == 0
+        assert command.wait(timeout=90) == 0  # its exit disconnects from Ray: 30 s ran out once at load 25-35
     finally:
         if command is not None:
             command.kill()
