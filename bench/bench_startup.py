@@ -10,8 +10,8 @@ imports: pyarrow, pydantic and its v1 fields, Ray's pydantic and Arrow serialize
 clock holds it (whichever side came first in a child paid its 25-30 ms until 2026-11-30):
 
 * ``first_job_s``: raytide's first job in its Ray, the word count flow of
-  ``bench_fixed_costs`` (``flat_map(str.split).count_by_key``, ``parallelism`` 2: four vertex
-  hosts, the progress actor seated in one), timed from before ``rt.run`` to the first result in
+  ``bench_fixed_costs`` (``flat_map(str.split).count_by_key``, ``parallelism`` 2: two vertex
+  hosts, the input replicas and the progress actor seated in them), timed from before ``rt.run`` to the first result in
   ``job.results`` (one line pushed, the input closed);
 * ``numpy_actors_s``: as many plain Ray actors as the job's processes (``num_cpus=0`` like
   raytide's hosts, their class shipped by value), each importing NumPy in ``__init__``, timed
@@ -23,7 +23,9 @@ the fresh process, before any Ray started (``first_job_with_import_s`` adds it t
 start-up: a program's first ``rt.run`` pays both). ``first_job_cpu_s`` and ``numpy_actors_cpu_s`` are
 the CPU seconds the measured processes (the driver and the actors) used inside each clock
 (a prestarted worker's boot before it excluded): on a loaded machine they move less than the
-wall clock.
+wall clock; ``first_job_driver_cpu_s`` and ``numpy_actors_driver_cpu_s`` are the driver's part
+(its serial part comes first: Ray exports an actor class, disassembling every method, before
+the first actor of it is created).
 
 ``--param bytecode=False`` runs the children in the environment as it is: where it sets
 ``PYTHONDONTWRITEBYTECODE`` (as the machine of ``docs/benchmarks.md`` does) and the checkout
@@ -94,8 +96,9 @@ def workers_cpu() -> dict[int, float]:
     return used
 
 
-def first_job(parallelism: int) -> tuple[float, float, int]:
-    """``(seconds from rt.run to the first result, CPU seconds of the driver and the hosts, processes)``."""
+def first_job(parallelism: int) -> tuple[float, float, float, int]:
+    """``(seconds from rt.run to the first result, CPU seconds of the driver and the hosts, of the driver alone,
+    processes)``."""
     flow = rt.Dataflow("startup")
     flow.input("lines").flat_map(str.split).count_by_key(lambda word: word).output("counts")
     cpu, workers = time.process_time(), workers_cpu()
@@ -109,12 +112,12 @@ def first_job(parallelism: int) -> tuple[float, float, int]:
     pids = sorted(set(job.hosts().values()))
     hosts_cpu = cpu_seconds(pids, workers)
     job.wait(timeout=TIMEOUT)
-    return seconds, driver_cpu + hosts_cpu, len(pids)
+    return seconds, driver_cpu + hosts_cpu, driver_cpu, len(pids)
 
 
-def numpy_actors(count: int) -> tuple[float, float]:
+def numpy_actors(count: int) -> tuple[float, float, float]:
     """``(seconds to create count actors that import NumPy and get a ping back from each, their CPU
-    seconds and the driver's)``."""
+    seconds and the driver's, the driver's alone)``."""
 
     class NumpyActor:  # made here, so that Ray ships it by value and its workers import nothing of bench's
         def __init__(self) -> None:
@@ -129,10 +132,11 @@ def numpy_actors(count: int) -> tuple[float, float]:
     actors = [remote.remote() for _ in range(count)]
     pids = ray.get([actor.ping.remote() for actor in actors], timeout=TIMEOUT)
     seconds = time.perf_counter() - started
-    used = time.process_time() - cpu + cpu_seconds(pids, workers)
+    driver_cpu = time.process_time() - cpu
+    used = driver_cpu + cpu_seconds(pids, workers)
     for actor in actors:
         ray.kill(actor)
-    return seconds, used
+    return seconds, used, driver_cpu
 
 
 def in_fresh_ray(measure: Any) -> Any:
@@ -154,13 +158,13 @@ def child(parallelism: int, job_first: bool) -> dict[str, float]:
     processes = parallelism  # the counting replicas' hosts (the input replicas and the progress actor seated in them)
     for part in ("job", "actors") if job_first else ("actors", "job"):
         if part == "job":
-            seconds, cpu, hosts = in_fresh_ray(lambda: first_job(parallelism))
+            seconds, cpu, driver_cpu, hosts = in_fresh_ray(lambda: first_job(parallelism))
             assert hosts == processes, f"the job has {hosts} hosts, not {processes}"
-            metrics.update(first_job_s=seconds, first_job_cpu_s=cpu,
+            metrics.update(first_job_s=seconds, first_job_cpu_s=cpu, first_job_driver_cpu_s=driver_cpu,
                            first_job_with_import_s=seconds + metrics["driver_import_s"])
         else:
-            seconds, cpu = in_fresh_ray(lambda: numpy_actors(processes))
-            metrics.update(numpy_actors_s=seconds, numpy_actors_cpu_s=cpu)
+            seconds, cpu, driver_cpu = in_fresh_ray(lambda: numpy_actors(processes))
+            metrics.update(numpy_actors_s=seconds, numpy_actors_cpu_s=cpu, numpy_actors_driver_cpu_s=driver_cpu)
     return metrics
 
 
