@@ -10,8 +10,8 @@ imports: pyarrow, pydantic and its v1 fields, Ray's pydantic and Arrow serialize
 clock holds it (whichever side came first in a child paid its 25-30 ms until 2026-11-30):
 
 * ``first_job_s``: raytide's first job in its Ray, the word count flow of
-  ``bench_fixed_costs`` (``flat_map(str.split).count_by_key``, ``parallelism`` 2: four vertex
-  hosts, the progress actor seated in one), timed from before ``rt.run`` to the first result in
+  ``bench_fixed_costs`` (``flat_map(str.split).count_by_key``, ``parallelism`` 2: two vertex
+  hosts, the input replicas and the progress actor seated in them), timed from before ``rt.run`` to the first result in
   ``job.results`` (one line pushed, the input closed);
 * ``numpy_actors_s``: as many plain Ray actors as the job's processes (``num_cpus=0`` like
   raytide's hosts, their class shipped by value), each importing NumPy in ``__init__``, timed
@@ -23,7 +23,13 @@ the fresh process, before any Ray started (``first_job_with_import_s`` adds it t
 start-up: a program's first ``rt.run`` pays both). ``first_job_cpu_s`` and ``numpy_actors_cpu_s`` are
 the CPU seconds the measured processes (the driver and the actors) used inside each clock
 (a prestarted worker's boot before it excluded): on a loaded machine they move less than the
-wall clock.
+wall clock; ``first_job_driver_cpu_s`` and ``numpy_actors_driver_cpu_s`` are the driver's part
+(its serial part comes first: Ray exports an actor class, disassembling every method, before
+the first actor of it is created).
+
+``--param trace=DIR`` writes each run's two Ray timelines to ``DIR`` (Chrome's trace format, for
+Perfetto): when each host's creation, its class's and arguments' loading, its ``__init__`` and each
+call ran, beside the NumPy actors' (how ``docs/hosts.md``'s breakdown of a first job was read).
 
 ``--param bytecode=False`` runs the children in the environment as it is: where it sets
 ``PYTHONDONTWRITEBYTECODE`` (as the machine of ``docs/benchmarks.md`` does) and the checkout
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -49,7 +56,7 @@ import raytide as rt
 from bench.bench_soak import child_main, run_child
 from bench.harness import bytecode_env
 
-PARAMS = {"parallelism": 2, "bytecode": True}
+PARAMS = {"parallelism": 2, "bytecode": True, "trace": ""}
 REPEAT = 6
 RATIOS = [
     ("first job's start-up / as many plain actors importing NumPy, same process (issue 76: <= 1.2)",
@@ -64,6 +71,8 @@ MODULE, CHILD_TIMEOUT = "bench.bench_startup", 600.0
 TIMEOUT = 120.0
 #: Seconds between ``ray.init`` and a clock (Ray's prestarted workers start meanwhile), and after a shutdown.
 SETTLE_S = 3.0
+#: Seconds waited before a timeline is read: Ray's workers report their tasks' events once a second.
+TIMELINE_FLUSH_S = 2.0
 
 
 def cpu_seconds(pids: list[int], before: dict[int, float] | None = None) -> float:
@@ -94,8 +103,9 @@ def workers_cpu() -> dict[int, float]:
     return used
 
 
-def first_job(parallelism: int) -> tuple[float, float, int]:
-    """``(seconds from rt.run to the first result, CPU seconds of the driver and the hosts, processes)``."""
+def first_job(parallelism: int) -> tuple[float, float, float, int]:
+    """``(seconds from rt.run to the first result, CPU seconds of the driver and the hosts, of the driver alone,
+    processes)``."""
     flow = rt.Dataflow("startup")
     flow.input("lines").flat_map(str.split).count_by_key(lambda word: word).output("counts")
     cpu, workers = time.process_time(), workers_cpu()
@@ -109,12 +119,12 @@ def first_job(parallelism: int) -> tuple[float, float, int]:
     pids = sorted(set(job.hosts().values()))
     hosts_cpu = cpu_seconds(pids, workers)
     job.wait(timeout=TIMEOUT)
-    return seconds, driver_cpu + hosts_cpu, len(pids)
+    return seconds, driver_cpu + hosts_cpu, driver_cpu, len(pids)
 
 
-def numpy_actors(count: int) -> tuple[float, float]:
+def numpy_actors(count: int) -> tuple[float, float, float]:
     """``(seconds to create count actors that import NumPy and get a ping back from each, their CPU
-    seconds and the driver's)``."""
+    seconds and the driver's, the driver's alone)``."""
 
     class NumpyActor:  # made here, so that Ray ships it by value and its workers import nothing of bench's
         def __init__(self) -> None:
@@ -129,49 +139,59 @@ def numpy_actors(count: int) -> tuple[float, float]:
     actors = [remote.remote() for _ in range(count)]
     pids = ray.get([actor.ping.remote() for actor in actors], timeout=TIMEOUT)
     seconds = time.perf_counter() - started
-    used = time.process_time() - cpu + cpu_seconds(pids, workers)
-    for actor in actors:
-        ray.kill(actor)
-    return seconds, used
+    driver_cpu = time.process_time() - cpu
+    return seconds, driver_cpu + cpu_seconds(pids, workers), driver_cpu  # the actors end with their Ray
 
 
-def in_fresh_ray(measure: Any) -> Any:
-    """``measure()`` in a Ray of its own, started and settled first, shut down after."""
+def in_fresh_ray(measure: Any, timeline: str = "") -> Any:
+    """``measure()`` in a Ray of its own, started and settled first, shut down after; with ``timeline``
+    (a file), Ray's timeline of that Ray's tasks written there first (Chrome's trace format: each actor's
+    creation, its arguments' deserialization, each call, on each worker; open it in Perfetto)."""
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         time.sleep(SETTLE_S)
-        return measure()
+        result = measure()
+        if timeline:
+            time.sleep(TIMELINE_FLUSH_S)
+            ray.timeline(filename=timeline)
+        return result
     finally:
         ray.shutdown()
         time.sleep(SETTLE_S)
 
 
-def child(parallelism: int, job_first: bool) -> dict[str, float]:
-    """Both start-ups in this process, each in a fresh Ray, the job's first if ``job_first``."""
+def child(parallelism: int, job_first: bool, trace: str = "") -> dict[str, float]:
+    """Both start-ups in this process, each in a fresh Ray, the job's first if ``job_first``; with ``trace``,
+    each Ray's timeline in ``trace-job.json`` and ``trace-actors.json``."""
     started = time.perf_counter()
     rt.run  # noqa: B018  (rt.run's modules, imported on first use)
     metrics = {"driver_import_s": time.perf_counter() - started}
     processes = parallelism  # the counting replicas' hosts (the input replicas and the progress actor seated in them)
     for part in ("job", "actors") if job_first else ("actors", "job"):
         if part == "job":
-            seconds, cpu, hosts = in_fresh_ray(lambda: first_job(parallelism))
+            seconds, cpu, driver_cpu, hosts = in_fresh_ray(lambda: first_job(parallelism), trace and f"{trace}-job.json")
             assert hosts == processes, f"the job has {hosts} hosts, not {processes}"
-            metrics.update(first_job_s=seconds, first_job_cpu_s=cpu,
+            metrics.update(first_job_s=seconds, first_job_cpu_s=cpu, first_job_driver_cpu_s=driver_cpu,
                            first_job_with_import_s=seconds + metrics["driver_import_s"])
         else:
-            seconds, cpu = in_fresh_ray(lambda: numpy_actors(processes))
-            metrics.update(numpy_actors_s=seconds, numpy_actors_cpu_s=cpu)
+            seconds, cpu, driver_cpu = in_fresh_ray(lambda: numpy_actors(processes), trace and f"{trace}-actors.json")
+            metrics.update(numpy_actors_s=seconds, numpy_actors_cpu_s=cpu, numpy_actors_driver_cpu_s=driver_cpu)
     return metrics
 
 
 _RUNS = {"count": 0}
 
 
-def measure(parallelism: int, bytecode: bool) -> dict[str, float]:
+def measure(parallelism: int, bytecode: bool, trace: str) -> dict[str, float]:
     """One run: a child process measuring both start-ups, the job's first in every other run;
-    ``bytecode``: with every module's bytecode compiled beforehand (:func:`~bench.harness.bytecode_env`)."""
+    ``bytecode``: with every module's bytecode compiled beforehand (:func:`~bench.harness.bytecode_env`);
+    ``trace``: a folder for each run's two Ray timelines (``run1-job.json``, ``run1-actors.json``, ...)."""
     _RUNS["count"] += 1
-    return run_child(MODULE, {"parallelism": parallelism, "job_first": _RUNS["count"] % 2 == 1},
+    timelines = ""
+    if trace:
+        Path(trace).mkdir(parents=True, exist_ok=True)
+        timelines = str(Path(trace).resolve() / f"run{_RUNS['count']}")
+    return run_child(MODULE, {"parallelism": parallelism, "job_first": _RUNS["count"] % 2 == 1, "trace": timelines},
                      env=bytecode_env(bytecode), timeout=CHILD_TIMEOUT, ray_address="local")
 
 

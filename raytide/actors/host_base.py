@@ -63,11 +63,23 @@ SEAT_GROUPS = {**dict.fromkeys(("take", "ping", "answer", *PROGRESS_METHODS), "p
 #: but the default, whose calls run on the seat's thread (``input``), in turn, beside the host's replica.
 INPUT_GROUPS = {**{name: VERTEX_GROUPS.get(name, "input") for name in ("take", "ping", *VERTEX_METHODS)},
                 "answer": "inspect", "watch": "watch"}
+#: How a vertex host's handle names the methods of the replica the host plays itself (a :class:`Leased` handle
+#: with this prefix): they go through the same per-group methods as a seat's, so the host has no actor method
+#: per role method either.
+REPLICA_PREFIX = "replica_"
+#: Ray's default concurrency group, as a seat's group: its method (``seated_default``) has no group of its own,
+#: so its calls run in turn with the host's other default calls (``take``, ``reset``), as the replica's always did.
+DEFAULT_GROUP = "default"
+#: The replica's methods on its vertex host, and the concurrency group each runs in: the groups they ran in as
+#: methods of their own (:data:`VERTEX_GROUPS`, else the default group, in turn).
+REPLICA_GROUPS = {**{name: VERTEX_GROUPS.get(name, DEFAULT_GROUP) for name in ("take", "ping", *VERTEX_METHODS)},
+                  "answer": "inspect", "watch": "watch"}
 #: Per seat (its prefix), the concurrency group of each of its methods. A vertex host has one actor method per
 #: group a seat's calls run in (``seated_`` and the group, :func:`seated_group`), not one per seated method: Ray
-#: exports, pickles and describes every method of an actor class at each actor's creation and each handle's
-#: unpickling (a vertex host had 91 methods with one per seated method, 48 without, 2026-11-30).
-SEATED_GROUPS = {SEAT_PREFIX: SEAT_GROUPS, INPUT_PREFIX: INPUT_GROUPS}
+#: disassembles (``dis``), pickles and describes every method of an actor class at each actor class's export and
+#: each handle's unpickling, on a first job's clock (a vertex host had 91 methods with one per seated method, 52
+#: with one per replica method, 23 with neither; the driver's ``dis`` of the class took 28 ms of CPU at 52, 2026-11-30).
+SEATED_GROUPS = {SEAT_PREFIX: SEAT_GROUPS, INPUT_PREFIX: INPUT_GROUPS, REPLICA_PREFIX: REPLICA_GROUPS}
 #: The prefix of a vertex host's methods that call a seated role, one per concurrency group.
 SEATED = "seated_"
 
@@ -88,7 +100,8 @@ class Leased(NamedTuple):
     """A host's handle bound to one lease: ``leased.method.remote(*args)`` calls
     ``method(lease, *args)`` on the host (pickles like the handle it holds); with a
     ``prefix``, the method of a role seated beside another in one host (:data:`SEAT_PREFIX`,
-    :data:`INPUT_PREFIX`), through the host's method of its concurrency group (:data:`SEATED`)."""
+    :data:`INPUT_PREFIX`) or of the vertex host's own replica (:data:`REPLICA_PREFIX`), through the
+    host's method of its concurrency group (:data:`SEATED`)."""
 
     handle: Any
     lease: int
@@ -131,7 +144,7 @@ class Beside(NamedTuple):
 
     def plays(self, peer: Any) -> bool:
         """Whether ``peer`` (a :class:`Leased` handle) is the replica this host plays itself, not a seat of it."""
-        return isinstance(peer, Leased) and not peer.prefix and peer.handle._actor_id == self.actor
+        return isinstance(peer, Leased) and peer.prefix == REPLICA_PREFIX and peer.handle._actor_id == self.actor
 
 
 def announce(name: str) -> None:

@@ -40,12 +40,14 @@ import ray
 from raytide.actors.host_base import (  # noqa: F401  (kept importable here)
     ACTOR_NAME_PREFIX,
     COORDINATOR_METHODS,
+    DEFAULT_GROUP,
     FAN_OUT_METHODS,
     INPUT_GROUPS,
     INPUT_PREFIX,
     INSPECT_METHODS,
     PROGRESS_METHODS,
     RELAY_METHODS,
+    REPLICA_PREFIX,
     SEAT_GROUPS,
     SEAT_PREFIX,
     SEATED,
@@ -116,7 +118,7 @@ class VertexHost(Host):
             kept = getattr(self.role, "kept", None) if lease == self.lease else None  # a rescale (see VertexActor.hand_over)
             seated = self.beside is not None
             beside = Beside(myself._actor_id, self.beside._call) if self.beside is not None else None
-            role = VertexActor(plan, job, chain, replica, max_inflight, Leased(myself, lease, INPUT_PREFIX if seated else ""),
+            role = VertexActor(plan, job, chain, replica, max_inflight, Leased(myself, lease, INPUT_PREFIX if seated else REPLICA_PREFIX),
                                recovery, incarnation, kept, self.serial if sockets else None, beside)
             return self._take(lease, role, f"{job}/{chain}/{replica}")
 
@@ -209,32 +211,35 @@ class CoordinatorHost(Host):
         return self._take(lease, CoordinatorActor(plan, recovery, inputs, incarnation, first_id), f"{job}/coordinator")
 
 
-#: The attribute of a vertex host that plays each seat (by its prefix).
-_SEATS = {SEAT_PREFIX: "seat", INPUT_PREFIX: "inputs"}
+#: The attribute of a vertex host that plays each seat (by its prefix; the replica's is the host itself).
+_SEATS = {SEAT_PREFIX: "seat", INPUT_PREFIX: "inputs", REPLICA_PREFIX: ""}
 
 
 def _seated(group: str) -> Callable[..., Any]:
     """The vertex host method that calls a seated role's methods of concurrency group ``group``
-    (:attr:`VertexHost.seat`, :attr:`VertexHost.inputs`; :data:`~raytide.actors.host_base.SEATED_GROUPS`)."""
+    (:attr:`VertexHost.seat`, :attr:`VertexHost.inputs`, or the host's own replica;
+    :data:`~raytide.actors.host_base.SEATED_GROUPS`). A replica's method (one the host class does not
+    have: :data:`~raytide.actors.host_base.VERTEX_METHODS`) goes to the seat's :meth:`Host._call`, as a
+    method of its own forwarded it."""
 
     def forward(self: VertexHost, prefix: str, name: str, lease: int, *args: Any) -> Any:
         if SEATED_GROUPS.get(prefix, {}).get(name) != group:
             raise ArgumentError(f"{self!r}: the seat {prefix!r} has no method {name!r} in the concurrency group {group!r}")
-        return getattr(getattr(self, _SEATS[prefix]), name)(lease, *args)
+        seat = getattr(self, _SEATS[prefix]) if _SEATS[prefix] else self
+        if isinstance(seat, VertexHost) and name in VERTEX_METHODS:
+            return seat._call(lease, name, args)
+        return getattr(seat, name)(lease, *args)
 
     forward.__name__ = forward.__qualname__ = SEATED + group
     forward.__doc__ = f"A seated role's method (by its seat's prefix and its name) that runs in the ``{group}`` group."
     return forward
 
 
-for _name in VERTEX_METHODS:
-    _method = forwarding(_name)
-    _group = VERTEX_GROUPS.get(_name)
-    setattr(VertexHost, _name, ray.method(concurrency_group=_group)(_method) if _group else _method)
 for _name in PROGRESS_METHODS:
     setattr(ProgressHost, _name, forwarding(_name))
 for _group in sorted({group for groups in SEATED_GROUPS.values() for group in groups.values()}):
-    setattr(VertexHost, SEATED + _group, ray.method(concurrency_group=_group)(_seated(_group)))
+    _method = _seated(_group)
+    setattr(VertexHost, SEATED + _group, _method if _group == DEFAULT_GROUP else ray.method(concurrency_group=_group)(_method))
 for _name in COORDINATOR_METHODS:
     setattr(CoordinatorHost, _name, forwarding(_name))
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import ray
 
-from raytide.actors.hosts import SEAT_PREFIX, CoordinatorHost, Leased, ProgressHost, VertexHost
+from raytide.actors.hosts import REPLICA_PREFIX, SEAT_PREFIX, CoordinatorHost, Leased, ProgressHost, VertexHost
 from raytide.core.arguments import non_negative, non_negative_int
 from raytide.driver.connected import ray_get, ray_kill, ray_wait
 from raytide.driver.pool_book import HostKind, PoolBook
@@ -113,7 +113,7 @@ class HostLease:
     @property
     def leased(self) -> Leased:
         """The handle whose calls carry this lease (a seated role's: by its prefix and name, through its host's ``seated_*`` methods)."""
-        return Leased(self.handle, self.lease, self.seat)
+        return Leased(self.handle, self.lease, self.seat or (REPLICA_PREFIX if self.kind == "vertex" else ""))
 
 
 @dataclass

@@ -1,9 +1,9 @@
-"""A vertex host reaches the roles seated in it (a job's progress actor, an input replica) through one
-actor method per concurrency group, not one per seated method (issue 76): Ray exports, describes and
-unpickles every method of an actor class at each host's start, on a first job's clock. Each seated
-call still runs in the group it ran in before, so its thread, and its order with the calls of its
-group, are unchanged. No Ray here: a recording handle stands for a host's actor handle, and the host's
-methods run in this process."""
+"""A vertex host reaches the roles seated in it (a job's progress actor, an input replica) and the replica
+it plays itself through one actor method per concurrency group, not one per role method (issue 76): Ray
+disassembles, exports, describes and unpickles every method of an actor class at each host's start, on a
+first job's clock. Each call still runs in the group it ran in before, so its thread, and its order with
+the calls of its group, are unchanged. No Ray here: a recording handle stands for a host's actor handle,
+and the host's methods run in this process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from raytide.actors.host_base import INPUT_PREFIX, SEAT_PREFIX, SEATED, SEATED_GROUPS, Leased
+from raytide.actors.host_base import (
+    DEFAULT_GROUP,
+    INPUT_PREFIX,
+    REPLICA_PREFIX,
+    SEAT_PREFIX,
+    SEATED,
+    SEATED_GROUPS,
+    VERTEX_METHODS,
+    Leased,
+)
 from raytide.actors.hosts import VertexHost
 from raytide.driver.pool import _KINDS
 from raytide.errors import ArgumentError
@@ -43,11 +52,13 @@ def test_a_vertex_host_has_one_method_per_seated_concurrency_group():
     groups = {group for seat in SEATED_GROUPS.values() for group in seat.values()}
     assert {name for name in methods if name.startswith(SEATED)} == {SEATED + group for group in groups}
     assert [name for name in methods if name.startswith((SEAT_PREFIX, INPUT_PREFIX))] == []
-    assert len(methods) < 45, methods  # 83 with a method per seated method (91 as Ray counts, with the inherited)
+    assert not set(methods) & set(VERTEX_METHODS), "a replica's method is an actor method of its own again"
+    assert len(methods) < 16, methods  # 83 with a method per seated method, 44 with one per replica method
     vertex_groups = _KINDS["vertex"][2]
-    for group in groups:
+    for group in groups - {DEFAULT_GROUP}:
         assert getattr(VertexHost, SEATED + group).__ray_concurrency_group__ == group
         assert group in vertex_groups, f"the pool creates vertex hosts without the group {group!r}"
+    assert not hasattr(getattr(VertexHost, SEATED + DEFAULT_GROUP), "__ray_concurrency_group__")  # Ray's default group
 
 
 @pytest.mark.parametrize(("prefix", "name", "group"), [
@@ -75,3 +86,30 @@ def test_a_seated_call_in_another_group_or_of_no_such_method_is_refused():
     assert host.inputs.calls == []
     with pytest.raises(AttributeError, match="no method 'nonesuch'"):
         Leased(_Recording(), 7, SEAT_PREFIX).nonesuch  # noqa: B018
+
+
+@pytest.mark.parametrize(("name", "group"), [
+    ("receive_many", DEFAULT_GROUP), ("push", DEFAULT_GROUP), ("connect", DEFAULT_GROUP), ("relay", "relay"),
+    ("fan_out", "fan_out"), ("stats", "inspect"), ("socket_address", "inspect"),
+])
+def test_a_replica_call_goes_through_its_groups_method_to_the_hosts_role(name, group):
+    """The replica a host plays is reached as a seat is, and runs as its own method ran: through the
+    host's ``_call`` (the current lease's role, under the replica's lock but in the side groups)."""
+    handle = _Recording()
+    getattr(Leased(handle, 7, REPLICA_PREFIX), name).remote("a", 1)
+    assert handle.calls == [(SEATED + group, (REPLICA_PREFIX, name, 7, "a", 1))]
+    host = _host()
+    called = []
+    host._call = lambda lease, method, args: called.append((lease, method, args))
+    getattr(VertexHost, SEATED + group)(host, *handle.calls[0][1])
+    assert called == [(7, name, ("a", 1))] and host.seat.calls == [] and host.inputs.calls == []
+
+
+def test_a_replica_call_of_the_hosts_own_methods_goes_to_them():
+    handle = _Recording()
+    Leased(handle, 7, REPLICA_PREFIX).take.remote("plan")
+    Leased(handle, 7, REPLICA_PREFIX).watch.remote()
+    assert handle.calls == [(SEATED + DEFAULT_GROUP, (REPLICA_PREFIX, "take", 7, "plan")),
+                            (SEATED + "watch", (REPLICA_PREFIX, "watch", 7))]
+    with pytest.raises(AttributeError, match="no method 'reset'"):
+        Leased(handle, 7, REPLICA_PREFIX).reset  # noqa: B018  (the pool resets a host by its raw handle)
