@@ -80,10 +80,11 @@ def grouped(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> 
     """A segment of the rows ``columns`` whose keys have slots ``slots`` (all below ``size``),
     each slot's rows in their input order."""
     slots = slots.astype(np.int64, copy=False)
-    if CSR_ROWS_FACTOR * len(slots) < size:  # few rows in any order: a packed sort
+    offsets = None
+    if CSR_ROWS_FACTOR * len(slots) < size:  # few rows (an epoch's new ones): a packed sort, no pass over the slots
         order = stable_order(slots)
-        return Segment(slots[order], {name: np.asarray(values)[order] for name, values in columns.items()}, size)
-    offsets, order = group_by_first(slots, np.arange(len(slots)), size)  # counting, and one packed sort
+    else:
+        offsets, order = group_by_first(slots, np.arange(len(slots)), size)  # counting, and one packed sort
     return Segment(slots[order], {name: np.asarray(values)[order] for name, values in columns.items()}, size, offsets)
 
 

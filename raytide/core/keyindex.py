@@ -174,8 +174,8 @@ def stable_order(keys: np.ndarray) -> np.ndarray:
         lo, hi = int(keys.min()), int(keys.max())
         shift = (count - 1).bit_length()
         if shift + (hi - lo).bit_length() <= 63:
-            packed = keys.astype(np.int64)
-            packed -= lo
+            # less the smallest: unsigned keys in their own type (they may pass 2**63), signed ones as int64
+            packed = (keys - keys.min()).astype(np.int64) if keys.dtype.kind == "u" else keys.astype(np.int64) - lo
             packed <<= shift
             packed |= np.arange(count, dtype=np.int64)
             packed.sort()
