@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from raytide.core.keyindex import concat, group_by_first, is_dense, runs
+from raytide.core.keyindex import concat, group_by_first, is_dense, runs, stable_order
 
 #: The newest segment is merged with the one before it while it holds at least 1/MERGE_RATIO of its rows.
 MERGE_RATIO = 2
@@ -80,9 +80,11 @@ def grouped(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> 
     """A segment of the rows ``columns`` whose keys have slots ``slots`` (all below ``size``),
     each slot's rows in their input order."""
     slots = slots.astype(np.int64, copy=False)
-    if CSR_ROWS_FACTOR * len(slots) < size:
-        return _sorted(slots, columns, size)
-    offsets, order = group_by_first(slots, np.arange(len(slots)), size)  # counting, and one packed sort
+    offsets = None
+    if CSR_ROWS_FACTOR * len(slots) < size:  # few rows (an epoch's new ones): a packed sort, no pass over the slots
+        order = stable_order(slots)
+    else:
+        offsets, order = group_by_first(slots, np.arange(len(slots)), size)  # counting, and one packed sort
     return Segment(slots[order], {name: np.asarray(values)[order] for name, values in columns.items()}, size, offsets)
 
 
@@ -187,6 +189,7 @@ def merge_order(values: np.ndarray, split: int) -> np.ndarray:
 
 
 def _sorted(slots: np.ndarray, columns: Mapping[str, np.ndarray], size: int) -> Segment:
+    """Two segments' rows, each run sorted: a timsort finds the runs and merges them."""
     order = np.argsort(slots, kind="stable")
     return Segment(slots[order], {name: np.asarray(values)[order] for name, values in columns.items()}, size)
 

