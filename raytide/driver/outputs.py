@@ -392,16 +392,20 @@ class DeathAlarm:
     wake: Callable[[], None] = lambda: None
     rung: threading.Event = field(default_factory=threading.Event)
     #: Deaths another thread of the driver met first (a feed's call to a dead input replica):
-    #: ``(actor id, error)``, named by the next liveness look (:meth:`Liveness.name`).
-    named: collections.deque[tuple[str, BaseException]] = field(default_factory=collections.deque)
+    #: ``(actor id, error, failure)``, named by the next liveness look (:meth:`Liveness.name`).
+    named: collections.deque[tuple[str, BaseException, BaseException]] = field(default_factory=collections.deque)
+    #: The ``failure`` of each named death whose actor was no longer watched when looked at (a
+    #: rescale retired it meanwhile): nothing else reports it, so the job fails with it.
+    unclaimed: list[BaseException] = field(default_factory=list)
 
     def arm(self, ref: Any) -> None:
         """Ring when ``ref`` (a ``watch`` call) ends."""
         ref.future().add_done_callback(self._ring)
 
-    def ring(self, actor_id: str, error: BaseException) -> None:
-        """Ring for the death of actor ``actor_id`` that a call of the driver's met (``error``)."""
-        self.named.append((actor_id, error))
+    def ring(self, actor_id: str, error: BaseException, failure: BaseException) -> None:
+        """Ring for the death of actor ``actor_id`` that a call of the driver's met (``error``;
+        ``failure`` fails the job if no watch of the actor is left to name it)."""
+        self.named.append((actor_id, error, failure))
         self._ring(None)
 
     def _ring(self, _: Any) -> None:
@@ -442,16 +446,23 @@ class Liveness:
         #: dead to a recovery, whatever a ping of them answers while Ray has not yet taken the kill in.
         self.declared: set[Hashable] = set()
 
-    def name(self, error: BaseException) -> bool:
+    def name(self, error: BaseException, failure: BaseException) -> bool:
         """Whether ``error``, a Ray call's ``RayActorError`` met by another thread of the driver
         (a feed's), is the death of an actor watched here. If so, the alarm rings with it and
         the next :meth:`check` names that actor at once, before its watch may have ended: the
-        death has one report, the watch's (its ``ReplicaLost``, or a rescale's verdict on it)."""
+        death has one report, the watch's (its ``ReplicaLost``, or a rescale's verdict on it).
+        If a rescale retired the actor before that look, nothing else reports the death:
+        ``failure`` is then left in :meth:`unclaimed`."""
         actor_id = getattr(error, "actor_id", None)
         if actor_id is None or actor_id not in map(_actor_id, self.actors.values()):
             return False
-        self.alarm.ring(actor_id, error)
+        self.alarm.ring(actor_id, error, failure)
         return True
+
+    def unclaimed(self) -> list[BaseException]:
+        """The failures of named deaths no watch was left to report (taken: each is returned once)."""
+        taken, self.alarm.unclaimed[:] = list(self.alarm.unclaimed), []
+        return taken
 
     def check(self) -> tuple[Hashable, BaseException] | None:
         """The key of an actor that died, and the error; None if all live (or if the last
@@ -463,12 +474,15 @@ class Liveness:
             return None
         self.alarm.rung.clear()
         self.next_look = now + LIVENESS_EVERY_S
-        while self.alarm.named:  # a name for an actor no longer watched here (its watch ended first) is dropped
-            actor_id, error = self.alarm.named.popleft()
+        while self.alarm.named:
+            actor_id, error, failure = self.alarm.named.popleft()
             named = next((key for key in self.watches if _actor_id(self.actors[key]) == actor_id), None)
             if named is not None:
                 del self.watches[named]
                 return named, error
+            if actor_id not in map(_actor_id, self.actors.values()):  # retired by a rescale: nobody else reports it
+                self.alarm.unclaimed.append(failure)
+            # else its watch ended first and reported the death
         done, _ = ray_wait(refs, num_returns=len(refs), timeout=0)
         for key, ref in list(self.watches.items()):
             if ref in done:

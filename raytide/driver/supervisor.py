@@ -24,7 +24,8 @@ replica fails hands the death to the watch, which names the replica at its next 
          ▼
     the next notice (a pump, or a rescale under way taking events) ─▶ Liveness.check ─▶ lost(key):
     ReplicaLost naming the replica; in a rescale under way, the rescale's verdict on a death
-    (without recovery, a RecoveryError: only a recovery could undo it)
+    (without recovery, a RecoveryError: only a recovery could undo it); an actor a rescale
+    retired before that look: Liveness.unclaimed, the job fails with the feed's error
 
 At each pump the driver also looks at its event-time inputs' idleness (a partition that pushed
 nothing for ``idle_timeout`` stops holding the watermark back: ``EventTimeInputs.release_idle``),
@@ -167,6 +168,7 @@ class JobSupervisor:
             dead = self.placement.liveness.check()
             if dead is not None:
                 failures.append(self.lost(*dead))
+            failures += self.placement.liveness.unclaimed()
             if self.stalls is not None:
                 failures += [self.lost(key, why=why) for key, why in
                              self.stalls.check(self.placement.liveness, self.outputs.events, not self.outputs.finished)]
@@ -296,11 +298,11 @@ class JobSupervisor:
         with the verdict of the rescale under way."""
         if self.torn_down:
             return
-        if (self.recovery is None and isinstance(error, ray.exceptions.RayActorError)
-                and self.placement.liveness.name(error)):
-            return  # with recovery the job could not go on without this feed: its error fails the job
         failed = RaytideError(f"feeding input {name!r} failed: {error!r}")
         failed.__cause__ = error
+        if (self.recovery is None and isinstance(error, ray.exceptions.RayActorError)
+                and self.placement.liveness.name(error, failed)):
+            return  # with recovery the job could not go on without this feed: its error fails the job
         self.error = failed
 
     def cancel(self, by: str) -> None:

@@ -75,7 +75,9 @@ def test_a_death_a_feed_met_first_is_named_by_the_next_look_and_reported_once(ra
     """A feed's call into a dead replica fails (``ActorDiedError``) and hands the death to the
     watch (``Liveness.name``): the next look names that actor with the feed's error, whether or
     not its watch has ended yet, and never again when the watch ends. An error of an actor not
-    watched, or without an actor id, is not named (the feed's error then fails the job)."""
+    watched, or without an actor id, is not named (the feed's error then fails the job). A named
+    death whose actor a rescale retired before the look is left unclaimed: the job fails with the
+    feed's error, which nothing else would report."""
     actor, other = Watched.remote(), Watched.remote()
     liveness = Liveness({"watched": actor, "other": other})
     assert liveness.check() is None
@@ -88,9 +90,22 @@ def test_a_death_a_feed_met_first_is_named_by_the_next_look_and_reported_once(ra
     ray.kill(stranger)
     with pytest.raises(ray.exceptions.RayActorError) as unwatched:
         ray.get(stranger.watch.remote(), timeout=30)
-    assert not liveness.name(unwatched.value) and not liveness.name(ray.exceptions.RayActorError())
-    assert liveness.name(met.value)
-    assert liveness.check() == ("watched", met.value)
+    failure = RuntimeError("feeding input 'numbers' failed")
+    assert not liveness.name(unwatched.value, failure) and not liveness.name(ray.exceptions.RayActorError(), failure)
+    assert liveness.name(met.value, failure)
+    assert liveness.check() == ("watched", met.value) and liveness.unclaimed() == []
     assert ray.wait([watch], timeout=30)[0], "the dead actor's watch did not end"
     liveness.next_look = 0.0
     assert liveness.check() is None, "the death was reported twice"  # the watch's own end: not a second report
+    assert liveness.unclaimed() == [], "a death its watch reported was reported again"
+
+    retiring = Watched.remote()
+    before = Liveness({"retiring": retiring, "other": other})
+    assert before.check() is None
+    ray.kill(retiring)
+    with pytest.raises(ray.exceptions.RayActorError) as met:
+        ray.get(retiring.watch.remote(), timeout=30)
+    assert before.name(met.value, failure)
+    after = Liveness({"other": other}, before)  # a rescale retired it before the driver's next look
+    after.next_look = 0.0
+    assert after.check() is None and after.unclaimed() == [failure] and after.unclaimed() == []
