@@ -171,11 +171,12 @@ def stable_order(keys: np.ndarray) -> np.ndarray:
     row count take more than 63 bits together are argsorted as they are."""
     count = len(keys)
     if keys.dtype.kind in "iu" and count > 1:
-        lo, hi = int(keys.min()), int(keys.max())
+        smallest = keys.min()
+        lo, hi = int(smallest), int(keys.max())
         shift = (count - 1).bit_length()
         if shift + (hi - lo).bit_length() <= 63:
             # less the smallest: unsigned keys in their own type (they may pass 2**63), signed ones as int64
-            packed = (keys - keys.min()).astype(np.int64) if keys.dtype.kind == "u" else keys.astype(np.int64) - lo
+            packed = (keys - smallest).astype(np.int64) if keys.dtype.kind == "u" else keys.astype(np.int64) - lo
             packed <<= shift
             packed |= np.arange(count, dtype=np.int64)
             packed.sort()
