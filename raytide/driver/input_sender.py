@@ -13,7 +13,7 @@ from typing import Any
 
 import ray
 
-from raytide.driver.connected import ray_get, ray_wait, require_ray
+from raytide.driver.connected import ray_calls, ray_get, ray_wait, require_ray
 from raytide.driver.input_links import InputLinks
 
 #: How long one wait for a full window lasts before the job's failure is checked again.
@@ -40,7 +40,10 @@ class InputSender:
         """Call ``method(incarnation, *args)`` on ``actor`` once its window has room; its object
         ref (None: sent by socket, a call whose answer nobody reads). ``args[0]`` is the input's name."""
         window, what = self.windows[actor], f"{method} into input {args[0]!r}"
-        require_ray(what)  # a feeder thread must not start a new Ray after ray.shutdown() (driver/connected.py)
+        with ray_calls(what):  # a feeder thread must not start a new Ray after ray.shutdown() (driver/connected.py)
+            return self._send(actor, method, args, window, what)
+
+    def _send(self, actor: Any, method: str, args: tuple, window: collections.deque, what: str) -> Any:
         if self.links.sent(actor, method, (self.incarnation, *args), window, self.max_inflight, self.answered,
                            self.raise_if_failed):
             self.calls[(args[0], method)] += 1
