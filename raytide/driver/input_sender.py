@@ -8,6 +8,7 @@ at most ``max_inflight`` calls unanswered, which a call waits on before it is se
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ import ray
 
 from raytide.driver.connected import ray_calls, ray_get, ray_wait, require_ray
 from raytide.driver.input_links import InputLinks
+from raytide.errors import JobTimeout
 
 #: How long one wait for a full window lasts before the job's failure is checked again.
 WINDOW_POLL = 1.0
@@ -73,6 +75,22 @@ class InputSender:
             except ray.exceptions.RayActorError:
                 if not self.recovers:
                     raise
+
+    def run_out(self, timeout: float) -> None:
+        """Wait until every call in flight by Ray has answered (run at its replica, or failed
+        with it: a recovery sends it again), checking the job's failure between waits.
+
+        Raises:
+            JobTimeout: some were not answered within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        for window in self.windows.values():
+            while window:
+                self.raise_if_failed()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise JobTimeout(f"{len(window)} calls into the job's inputs not answered within {timeout:g} s")
+                self.answered(window, ray_wait(list(window), num_returns=len(window), timeout=min(WINDOW_POLL, left))[0])
 
     def in_flight(self) -> list:
         """The refs of every call not answered yet."""

@@ -332,6 +332,22 @@ class InputFeeds:
                 for index in range(len(self.replicas[name])):
                     self._release(name, index)
 
+    def run_out(self, timeout: float) -> None:
+        """Send every call pending or held (:meth:`flush`) and wait until each call sent has run
+        at its replica, so that a snapshot asked for next (``job.snapshot()``, ``job.stop()``'s
+        savepoint) holds every push made before it: its markers come from the coordinator, and
+        neither Ray nor a replica's socket orders them after the driver's own calls.
+
+        Raises:
+            JobTimeout: the calls had not all run within ``timeout`` seconds.
+        """
+        self.flush()
+        with contextlib.ExitStack() as held:
+            for name in sorted(self.locks):
+                held.enter_context(self.locks[name])
+            self.sender.links.settle(self.raise_if_failed)
+            self.sender.run_out(timeout)
+
     def _send_old(self, age: float) -> bool:
         """Send the pushes held at least ``age`` seconds; whether any are still held. An input
         whose lock another thread holds is left alone: that thread is feeding it. Nothing is

@@ -336,7 +336,7 @@ class Job(JobViews):
 
     def _snapshot(self, timeout: float, delivered: dict[str, int]) -> int:
         recovery = self._require_recovery("job.snapshot()")
-        self._inputs.flush()  # a push held back for its advance is part of what the user expects the snapshot to hold
+        self._inputs.run_out(timeout)  # every push made before is part of what the user expects the snapshot to hold
         return recovery.snapshot_now(timeout, delivered, self._inputs.open_inputs())
 
     def stop(self, timeout: float = 60.0) -> int:
