@@ -27,7 +27,7 @@ ACTOR_NAME_PREFIX = ":actor_name:"
 VERTEX_METHODS = ("connect", "socket_address", "receive_many", "receive_marker", "inject_marker", "on_progress", "push", "push_refs",
                   "push_stream", "start_reader", "pump", "advance", "advance_quietly", "restore", "hand_over", "adopt", "resume",
                   "forget_delivered", "stats", "debug_state", "relay", "relay_with_refs", "relay_gathered", "fan_out",
-                  "install_plan", "stepping", "widen", "restore_alone", "replay_to")
+                  "install_plan", "stepping", "widen", "retire", "restore_alone", "replay_to")
 #: The vertex role's methods that run on the host's ``relay`` threads, not in turn with the
 #: replica's calls (:mod:`raytide.actors.progress_relay`).
 RELAY_METHODS = ("relay", "relay_with_refs", "relay_gathered")
@@ -39,7 +39,7 @@ FAN_OUT_METHODS = ("fan_out",)
 INSPECT_METHODS = ("stats", "socket_address")
 #: The methods of :class:`~raytide.actors.progress_actor.ProgressActor` called from outside (but the long poll).
 PROGRESS_METHODS = ("connect", "socket_address", "restore", "receive", "receive_with_refs", "receive_relayed", "fail", "frontier",
-                    "describe", "stats", "hold", "replace", "join", "subscribe")
+                    "describe", "stats", "hold", "replace", "join", "leave", "subscribe")
 #: The methods of :class:`~raytide.actors.coordinator_actor.CoordinatorActor` that the replicas and the driver call.
 COORDINATOR_METHODS = ("acknowledge", "write_failed", "sync", "snapshot_now", "hold_now", "start", "restart", "pause",
                        "reconfigure", "widen", "stats", "lose")

@@ -120,6 +120,16 @@ class ProgressActor:
             self._reach(key, handle)
             self._perform(self.core.join(key, locations))
 
+    def leave(self, incarnation: int, key: ReplicaKey, through: int) -> bool:
+        """Replica ``key`` leaves the job (a shrink's retiring switch, docs/rescaling.md), once its
+        first ``through`` messages are applied here (:meth:`ProgressCore.leave`); whether it has left
+        (False: the driver asks again; nothing here waits)."""
+        if incarnation != self.incarnation or not self.core.leave(key, through):
+            return False
+        self.handles.pop(key, None)
+        self.links.drop(key)
+        return True
+
     def _reach(self, key: ReplicaKey, handle: Any) -> None:
         """Send to replica ``key`` as ``handle`` from now on (a replacement's or a joined replica's)."""
         self.handles[key] = handle

@@ -43,10 +43,15 @@ class PushLinks:
 
     def replace(self, key: ReplicaKey, handle: Any) -> None:
         """Replica ``key`` is played by ``handle`` now (recovered alone): its link is asked again."""
+        self.drop(key)
+        self.handles[key] = handle
+
+    def drop(self, key: ReplicaKey) -> None:
+        """Replica ``key`` left the job: its link closed, its handle forgotten."""
         link = self.links.pop(key, None)
         if isinstance(link, Outbound):
             link.close()
-        self.handles[key] = handle
+        self.handles.pop(key, None)
 
     def push(self, key: ReplicaKey, encoded: bytes) -> None:
         """One push to replica ``key``, by socket if its link is up, else by Ray call."""

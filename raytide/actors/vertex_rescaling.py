@@ -81,11 +81,22 @@ class RescaleCalls:
 
     def widen(self, incarnation: int, plan: PhysicalPlan, peers: dict[ReplicaKey, Any]) -> None:
         """A growing stepped rescale's join (docs/rescaling.md): play ``plan`` from now
-        (:meth:`ReplicaCore.widen`), reaching the joined replicas ``peers`` it sends to. The
-        driver gives the old plan back the same way if a death stops the join (before the
+        (:meth:`ReplicaCore.widen`), reaching the joined replicas ``peers`` it sends to; or a
+        shrink's retiring switch: ``plan`` narrower, the links to the retiring replicas closed.
+        The driver gives the old plan back the same way if a death stops either (before the
         recovery's restore, which builds the core from it)."""
         if self._current(incarnation):
             self.plan = self.transport.plan = plan
-            transport = self.transport
-            transport.connect({**transport.peers, **peers}, transport.unbounded, transport.route)
+            transport, keys = self.transport, set(plan.replica_keys())
+            kept = {key: handle for key, handle in {**transport.peers, **peers}.items() if key in keys}
+            transport.connect(kept, transport.unbounded, transport.route)
             self._guard(self.core.widen, plan)
+
+    def retire(self, incarnation: int) -> tuple[str | None, int]:
+        """A shrink's retiring switch (docs/rescaling.md): why this replica, emptied by the plan's
+        steps, cannot leave yet, or None, its progress shipped; with the number of its messages the
+        progress actor must apply first (:meth:`ReplicaCore.retire`). Another incarnation's: it
+        is not this job's replica any more."""
+        if not self._current(incarnation):
+            return f"replica {self.key} is not in incarnation {incarnation}", 0
+        return self.core.retire()

@@ -299,7 +299,7 @@ class JobPlacement:
     def admit(self, plan: PhysicalPlan, fresh: list[HostLease], incarnation: int, coordinator: Any) -> tuple[list, list]:
         """A growing stepped rescale's join (:mod:`raytide.driver.joining`): play ``plan`` from now, its
         new replicas on ``fresh`` (:meth:`add_hosts`), each sent its role in ``incarnation`` and its
-        peers; returns their keys and the refs of the answers. :meth:`withdraw` undoes it."""
+        peers; returns their keys and the refs of the answers. :meth:`retire` to the old plan undoes it."""
         keys = [key for key in plan.replica_keys() if key not in self.leases]
         self.leases.update(zip(keys, fresh))
         self.actors.update({key: self.leases[key].handle for key in keys})
@@ -310,11 +310,17 @@ class JobPlacement:
         return keys, pids + [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key),
                                                             coordinator) for key in keys]
 
-    def withdraw(self, plan: PhysicalPlan, keys: list[ReplicaKey]) -> None:
-        """Undo :meth:`admit` (a death met the join): back to ``plan``, the hosts of ``keys`` to the pool."""
-        self.pool.give_back([self.leases.pop(key) for key in keys])
-        for key in keys:
-            del self.actors[key], self.peers[key], self._pids[self.host_name(key)]
+    def retire(self, plan: PhysicalPlan) -> None:
+        """A shrink's retiring switch in place, or a join undone (a death met it; :mod:`raytide.driver.joining`):
+        play ``plan`` from now, the hosts of the replicas it no longer has back to the pool (one that carries
+        an input's seat kept: :attr:`bare`), as :meth:`reconfigure` leaves them, the other replicas untouched."""
+        gone = [key for key in self.plan.replica_keys() if key not in set(plan.replica_keys())]
+        leases, returned = self._hosts_for(plan.replica_keys(), [])
+        self.pool.give_back(returned)
+        self.leases = {PROGRESS: self.leases[PROGRESS], **leases}
+        for key in gone:
+            del self.actors[key], self.peers[key]
+            self._pids.pop(self.host_name(key), None)
         self.plan, self._plan_ref = plan, ray.put(plan)
 
     def _own_hosts(self) -> dict[ReplicaKey, HostLease]:

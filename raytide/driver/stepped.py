@@ -20,7 +20,9 @@ are the ones the in-process runtime runs (:mod:`raytide.rescale.steps`,
     growing: job.rescale returns here; the job's pumps see the last step and resume the snapshots
         (raytide.driver.steps_left, which draws that flow)
     shrinking: the driver takes the job's events and asks the vertex's replicas (VertexActor.stepping)
-        until no step is left; the snapshots resume; the short switch retires the emptied replicas
+        until no step is left; the emptied replicas leave the running job (raytide.driver.joining's
+        retire: no hold, no new incarnation) and the snapshots resume; where that cannot hold, the
+        snapshots resume and the short switch retires them
 
 ``job.rescale`` steps by default where the plan can (``stepped=False``, or ``RAYTIDE_STEPPED_RESCALE=0``
 in the driver's environment, holds the whole job: :data:`STEPPED_ENV`). The steps are made as the inputs
@@ -49,7 +51,7 @@ import ray
 
 from raytide.core.keygroups import DEFAULT_KEY_GROUPS, KeyGroupAssignment
 from raytide.driver.inputs import InputFeeds
-from raytide.driver.joining import join, refusal
+from raytide.driver.joining import join, refusal, retire
 from raytide.driver.plan_gate import PlanGate
 from raytide.driver.recovery import JobRecovery, RescaleRecord, Steps
 from raytide.driver.rescale import Supervision, rescale, switch
@@ -168,7 +170,7 @@ class SteppedRescale:
         self.steps = Steps()  # the seconds of the wait for a snapshot in flight, the install and the steps
         self.window = [0.0, 0.0]  # wall-clock times the plan was installed and its last step seen done
         self.switches: list[RescaleRecord] = []
-        self.joined: str | None = None  # growing: None if the new replicas joined in place, else why not
+        self.in_place: str | None = None  # None if the replicas joined or retired in place, else why not
         self.widths: dict[str, int] = {}  # every vertex's width before
 
     def run(self, asked: dict[str, int], made_s: float) -> dict[str, Any]:
@@ -179,14 +181,16 @@ class SteppedRescale:
         before, after = plan.width(self.vertex), new_widths(plan, asked)[self.vertex]
         if after > before:
             self._grow(asked, made_s)
+        else:
+            self.in_place = refusal(self.recovery, self.supervision.recompile(new_widths(plan, asked)), self.vertex)
         message, why = self._step(after, wait=after < before)
-        if why:  # a death met the steps: the job recovered; the rest as before, holding the whole job
+        if not why and after < before:
+            why = self._retire(asked)
+        if why:  # a death met the steps or the retirement: the job recovered; the rest holding the whole job
             done = rescale(self.recovery, self.supervision, asked, self._left(), why=f"not stepped: {why}")
             if done["cut_id"] is not None:
                 return done
             # grown already: the recovery laid the last snapshot out for the new widths
-        elif after < before:
-            self._switch(asked, 0.0)
         record = self._record(started, asked, message, why)
         if message is not None and after > before:  # the job's pumps see the steps end (driver/steps_left.py)
             self.left.start(self._pending(message, record))
@@ -200,18 +204,33 @@ class SteppedRescale:
         hold, no new incarnation; snapshots paused first); where that cannot hold, or a death met
         it (the job recovered in the old widths), the short switch below (``self.joined`` says why)."""
         new = self.supervision.recompile(new_widths(self.recovery.placement.plan, asked))
-        self.joined = refusal(self.recovery, new, self.vertex)
-        if self.joined is None:
+        self.in_place = refusal(self.recovery, new, self.vertex)
+        if self.in_place is None:
             died = self._pause()
             if died is not None:  # the snapshot in flight would never end: recovered from, in the old widths
                 self.supervision.recover(self.recovery.after_death(died))
-                self.joined = f"a death before the join ({died}): the job recovered in its old widths"
+                self.in_place = f"a death before the join ({died}): the job recovered in its old widths"
             else:
-                self.joined = join(self.recovery, self.supervision, new, self.vertex, self.steps)
-            if self.joined is None:
+                self.in_place = join(self.recovery, self.supervision, new, self.vertex, self.steps)
+            if self.in_place is None:
                 return
             self._resume()  # the switch's cut may start; after a recovery, they run already
         self._switch(asked, made_s)
+
+    def _retire(self, asked: dict[str, int]) -> str:
+        """A shrink's steps done: the emptied replicas leave the running job (:func:`~raytide.driver.joining.retire`;
+        no hold, no new incarnation), then the snapshots resume; where that cannot hold, the snapshots resume and
+        the short switch retires them (``self.in_place`` says why). Why the rescale must hold the whole job ("":
+        it need not): a death met the retirement, and the job recovered from before the plan."""
+        if self.in_place is None:
+            new = self.supervision.recompile(new_widths(self.recovery.placement.plan, asked))
+            self.in_place, died = retire(self.recovery, self.supervision, new, self.vertex, self.steps, self.deadline)
+            if died:
+                return f"{self.in_place}: the job recovered from its last snapshot"
+        self._resume()
+        if self.in_place is not None:
+            self._switch(asked, 0.0)
+        return ""
 
     def _switch(self, asked: dict[str, int], made_s: float) -> None:
         """The short switch: the widths change, the vertex's owners do not (nothing moves)."""
@@ -232,7 +251,8 @@ class SteppedRescale:
                 self.window = [time.time(), 0.0]
                 if not wait:
                     return message, ""
-                self.left.start(self._pending(message, None))
+                # retiring in place: the snapshots resume once the emptied replicas have left (_retire)
+                self.left.start(self._pending(message, None, resume=self.in_place is not None))
                 died = self.steps.time(MOVE_STEP, self.left.wait, self.supervision.watch, self.inputs, self.deadline)
                 self.window[1] = time.time()
         except ray.exceptions.RayActorError as error:  # a replica, the progress actor or the coordinator
@@ -312,13 +332,15 @@ class SteppedRescale:
                     return table
         raise RescaleError(f"job {placement.name!r}: no replica routes to vertex {self.vertex!r} by key")
 
-    def _pending(self, message: StepPlanMessage, record: RescaleRecord | None) -> PendingPlan:
-        """The installed plan, for whoever sees its steps end (:mod:`raytide.driver.steps_left`)."""
+    def _pending(self, message: StepPlanMessage, record: RescaleRecord | None, resume: bool = True) -> PendingPlan:
+        """The installed plan, for whoever sees its steps end (:mod:`raytide.driver.steps_left`), who resumes
+        the snapshots then (unless not ``resume``)."""
         placement = self.recovery.placement
         chain = placement.plan.chain_of(self.vertex).name
         replicas = [peer for key, peer in placement.peers.items() if key.chain == chain]
         outputs = frozenset(placement.plan.chain(chain).vertices) & frozenset(placement.plan.outputs)
-        return PendingPlan(placement.name, self.vertex, replicas, message, self._resume, record, outputs)
+        return PendingPlan(placement.name, self.vertex, replicas, message, self._resume if resume else _stay_paused,
+                           record, outputs)
 
     def _record(self, started: float, asked: dict[str, int], message: StepPlanMessage | None,
                 why: str) -> RescaleRecord:
@@ -337,7 +359,7 @@ class SteppedRescale:
             switched.pause_s if switched else 0.0, time.time(), switched.hosts if switched else {}, steps,
             mode="whole job" if why else "stepped", why=why and f"not stepped: {why}",
             stepped={"vertex": self.vertex, "steps": len(epochs), "epochs": epochs[:1] + epochs[-1:], "moved": moved,
-                     "window": tuple(self.window), "switch": self._how_switched(),
+                     "window": tuple(self.window), "switch": self._how_switched(widths[self.vertex] > self.widths[self.vertex]),
                      "ended": "done" if self.window[1] else None})
         self.recovery.rescales.append(record)
         logger.info("job %r rescaled %s -> %s in %.2f s (%s; paused %.2f s, %d steps)%s", self.recovery.placement.name,
@@ -345,8 +367,12 @@ class SteppedRescale:
                     f", {record.why}" if why else "")
         return record
 
-    def _how_switched(self) -> str:
-        """How the replicas were added or retired: joined in place, or by a switch to a new incarnation, and why."""
-        if not self.switches and self.joined is None:
-            return "joined in place: no hold, no new incarnation"
-        return f"a new incarnation: {self.joined or 'the retiring replicas leave holding the job'}"
+    def _how_switched(self, growing: bool) -> str:
+        """How the replicas were added or retired: in place, or by a switch to a new incarnation, and why."""
+        if not self.switches and self.in_place is None:
+            return f"{'joined' if growing else 'retired'} in place: no hold, no new incarnation"
+        return f"a new incarnation: {self.in_place or 'the switch held the job'}"
+
+
+def _stay_paused() -> None:
+    """The snapshots stay paused when the last step is seen: a shrink's retirement in place follows."""

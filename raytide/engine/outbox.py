@@ -127,6 +127,24 @@ class Outbox:
         self._routes = self._make_routes()
         return found
 
+    def follow(self, plan: PhysicalPlan) -> None:
+        """Send by ``plan`` from now: one keyed vertex wider or narrower, in place (a stepped
+        rescale's join or retiring switch, docs/rescaling.md). Markers and epoch tokens follow
+        its width at once; the data keeps its routes' tables, but a stepped exchange into a
+        vertex that narrowed (its plan's steps all past: the retiring replicas own nothing)
+        routes by the plan's final table at the new width from now on."""
+        from raytide.rescale.migration import TimedRouter
+
+        self.plan = plan
+        for (name, port, index), router in self.routers.items():
+            consumer = plan.consumers_of(name, port)[index]
+            width = plan.width(consumer.vertex)
+            if isinstance(router, TimedRouter) and router.after.parallelism > width:
+                assert consumer.channel.key is not None
+                table = KeyGroupAssignment(router.after.owners, width)  # refuses a group owned by a retiring replica
+                self.routers[(name, port, index)] = ExchangeRouter(consumer.channel.key, width, table.key_groups, table)
+        self._routes = self._make_routes()
+
     def routes(self, vertex: str, output: int) -> list[Route]:
         """The consumers of ``vertex``'s ``output``, each with its router and chain (computed once)."""
         return self._routes[(vertex, output)]

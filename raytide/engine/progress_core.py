@@ -114,6 +114,19 @@ class ProgressCore:
         so nothing it does not hold can complete meanwhile (docs/rescaling.md)."""
         return ProgressEffects(pushes=[(key, StatusPush(*self.publisher.subscribe(key, locations)))])
 
+    def leave(self, key: ReplicaKey, through: int) -> bool:
+        """Replica ``key`` leaves the job (a shrink's retiring switch, the mirror of :meth:`join`),
+        once its first ``through`` messages are applied (whether they were: the driver asks again
+        if not): it is pushed nothing more. It holds no pointstamp then (it owns no key group,
+        and its last message shipped all it held back: ``ReplicaCore.retire``); a replica of its key
+        that joins later is counted afresh."""
+        if self.in_order.applied(key) < through:
+            return False
+        self.publisher.unsubscribe(key)
+        self.in_order.restart(key, 0)  # a replica of its key joined later numbers its messages from 0
+        self.figures.pop(key, None)
+        return True
+
     def hold(self, changes: list[tuple[Pointstamp, int]]) -> ProgressEffects:
         """Pointstamps the driver makes, applied at once: a stepped rescale's holds at its
         vertex's input, made while every input is before their epochs

@@ -129,14 +129,32 @@ class ReplicaCore(Settling):
         """Play ``plan`` from now: this replica's plan with one keyed vertex wider, whose
         joined replicas own no key group yet (a growing stepped rescale's join,
         docs/rescaling.md; the driver joins only where nothing else reads that width:
-        :func:`raytide.engine.joining.join_refusal`). The markers and epoch tokens this
-        replica sends reach the joined replicas too; the data keeps its routes' tables (the
-        joined get key groups only at the plan's steps), and the hosted vertices see the width."""
-        self.plan = self.outbox.plan = plan
+        :func:`raytide.engine.joining.join_refusal`), or narrower, its retiring replicas
+        emptied by the plan's steps (a shrink's retiring switch: ``retire_refusal``). The
+        markers and epoch tokens this replica sends reach the new width's replicas; the data
+        keeps its routes' owners (:meth:`Outbox.follow`), and the hosted vertices see the width."""
+        self.plan = plan
+        self.outbox.follow(plan)
         self.chain = self.outbox.chain = plan.chain(self.chain.name)
         for name, context in self.contexts.items():
             context.parallelism = plan.width(name)
         self.token_sender.channels = epoch_tokens.sent_on(plan, self.outbox)
+
+    def retire(self) -> tuple[str | None, int]:
+        """A shrink's retiring switch asks this replica, emptied by the plan's steps, to leave the
+        running job (docs/rescaling.md, "The retiring switch on Ray"): why it cannot yet (a step
+        left, a notification pending, records kept or queued), or None once everything it held back
+        for the progress actor is shipped; with how many of its messages the progress actor must
+        have applied before it stops counting this replica (nothing it did is then lost with it)."""
+        left = sorted(name for name, steps in self.stepped.items() if not steps.moves.done or steps.kept)
+        pending = sorted(name for name, times in self.notifications.pending.items() if times)
+        why = (f"steps left at {left}" if left else f"notifications pending at {pending}" if pending
+               else "messages to itself queued" if self.outbox.local else None)
+        if why is None:
+            self._send_held(*self._take_held(), ack=False)
+        sent = next(self.sequence)
+        self.sequence = itertools.count(sent)
+        return why, sent
 
     def install_plan(self, message: StepPlanMessage) -> None:
         """The driver's plan of a stepped rescale (before any input reached its first step's

@@ -53,6 +53,10 @@ class InOrder(Generic[T]):
         self._next[sender] = at
         self._early.pop(sender, None)
 
+    def applied(self, sender: Hashable) -> int:
+        """How many of ``sender``'s numbers were released (the next one it is due)."""
+        return self._next.get(sender, 0)
+
     def waiting(self) -> dict[Hashable, list[int]]:
         """Per sender, the sequence numbers held back because an earlier one is missing."""
         return {sender: sorted(early) for sender, early in self._early.items() if early}

@@ -124,6 +124,13 @@ class FrontierPublisher:
         self.pushes += 1
         return statuses, 0
 
+    def unsubscribe(self, subscriber: Hashable) -> None:
+        """``subscriber`` left the job (a retiring replica): no push, no interest of it from now on."""
+        for location in self.subscriptions.pop(subscriber, []):
+            self.subscribers_of[location].remove(subscriber)
+        for kept in (self.interests, self._seen, self._owed):
+            kept.pop(subscriber, None)
+
     def initialize(self, pointstamps: list[tuple[Pointstamp, int]]) -> None:
         """Apply the pointstamps held before anything runs (the inputs' first epochs)."""
         self.tracker.update_all(pointstamps)
