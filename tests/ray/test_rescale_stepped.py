@@ -2,10 +2,12 @@
 job under a steady feed rescaled 2 -> 4 -> 1 -> 3 with ``stepped=True``, each rescale's key
 groups moved in steps while the others flow. Checked against plain Python (every record once,
 in order per key), and a key group the plan does not move produced output while the steps ran:
-no whole-job hold covered them; growing, the new replicas join in place (no hold, no new
-incarnation). A replica SIGKILLed as new replicas join: the job recovers in the old widths and
-the rescale is made with a new incarnation; one SIGKILLed as the steps start: the job recovers
-and the rescale is made holding the whole job; each record says why."""
+no whole-job hold covered them; growing, the new replicas join in place, shrinking, the emptied
+ones retire in place (no hold, no new incarnation). A replica SIGKILLed as new replicas join: the
+job recovers in the old widths and the rescale is made with a new incarnation; one SIGKILLed as
+the steps start, or as the emptied replicas retire: the job recovers and the rescale is made
+holding the whole job; each record says why. After a retirement in place, a snapshot commits
+(the coordinator waits for the replicas left alone)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 
 import raytide as rt
 from raytide.core.keygroups import key_group
+from raytide.driver import joining
 from raytide.driver.placement import JobPlacement
 from raytide.driver.stepped import SteppedRescale
 from tests.delivery import assert_exactly_once
@@ -133,6 +136,41 @@ def test_a_replica_killed_as_replicas_join_or_as_the_steps_start_falls_back_to_t
     assert grown["stepped"]["switch"].startswith("a new incarnation: a death during the join"), grown
     assert killed and record["mode"] == "whole job" and "a death during the steps" in record["why"], record
     assert stats["recoveries"]["count"] >= 2 and stats["parallelism"]["check"] == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_snapshot_commits_after_a_retirement_in_place_and_a_replica_killed_as_replicas_retire_recovers_exactly(
+        ray_session, tmp_path, monkeypatch):
+    """3 -> 2 retires replica 2 in place, then a snapshot commits (the coordinator's set narrowed); 2 -> 1
+    with the retiring replica SIGKILLed as the driver asks it to leave: the job recovers from its last
+    snapshot and the rescale holds the whole job, saying why; exact throughout."""
+    feed, killed = steady_feed(), []
+    emptied = joining._emptied
+
+    def killing_first(recovery: Any, keys: list, deadline: float) -> Any:  # the steps done: the retirement starts
+        if len(killed) < 1 and recovery.placement.plan.width("check") == 2:
+            killed.append(job.hosts()[f"{job.name}/check+out/1"])
+            os.kill(killed[0], signal.SIGKILL)
+        return emptied(recovery, keys, deadline)
+
+    monkeypatch.setattr(joining, "_emptied", killing_first)
+    with rt.run(flow_checking_sequences("stepped-retired"), {"records": feed.epochs()}, parallelism=3,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.2)) as job:
+        results = job.results("out", timeout=120)
+        out = [next(results)]
+        retired = job.rescale({"check": 2}, timeout=60, stepped=True)
+        job.snapshot(timeout=30)  # waits for replica 2 if the coordinator was not narrowed past it
+        out.append(next(results))
+        record = job.rescale({"check": 1}, timeout=60, stepped=True)
+        out.append(next(results))
+        feed.stop()
+        job.wait(timeout=120)
+        out += list(results)
+        stats = job.stats()
+    assert_exactly_once(feed.reference(), {"out": without_times(out)})
+    assert retired["stepped"]["switch"].startswith("retired in place") and retired["cut_id"] is None, retired
+    assert killed and record["mode"] == "whole job" and "a death during the retirement" in record["why"], record
+    assert stats["recoveries"]["count"] >= 1 and stats["parallelism"]["check"] == 1
 
 
 @pytest.mark.timeout(300)
