@@ -29,9 +29,10 @@ Each is reported as the median and the max over the rescales of a run. ``recover
 same job started without ``recovery=`` (its first rescale leases the coordinator of the cuts).
 ``stepped=1``: each rescale made with ``job.rescale(..., stepped=True)`` (the key groups moved
 in steps while the others flow; growing, the new replica joins in place, or with ``join=0``
-a short switch adds it; shrinking, a short switch retires it; docs/rescaling.md, "Stepped
-migration"); ``stepped_s`` is the time its steps took, ``grow_*`` the issue's measures of the
-growing rescales alone. The call's time (``grow_call_s``, ``shrink_call_s``) and every
+a short switch adds it; shrinking, the emptied replica retires in place, or with ``join=0`` a
+short switch retires it; docs/rescaling.md, "Stepped migration"); ``stepped_s`` is the time its
+steps took, ``grow_*`` and ``shrink_*`` the issue's measures of the growing and the shrinking
+rescales alone. The call's time (``grow_call_s``, ``shrink_call_s``) and every
 step of a rescale's record are also reported, growing and shrinking apart
 (``grow_give_the_hosts_their_replicas_s``, ``shrink_install_the_plan_s``, ...): what the short
 switch's hold is made of.
@@ -87,7 +88,7 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
                   rescales: int, recovery: int = 1, stepped: int = 0, join: int = 1) -> dict[str, float]:
     """One run of the pause measurement; see the module docstring (``recovery=0``: the job
     is started without ``recovery=``; ``stepped=1``: rescaled in steps; ``join=0``: a stepped
-    growth adds its replicas by the short switch, not by joining them in place)."""
+    rescale adds or retires its replicas by the short switch, not in place)."""
     os.environ[JOIN_ENV] = str(join)
     blob = state_mb * 1_000_000 // keys
     pushed: dict[int, float] = {}
@@ -148,6 +149,7 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
         per_rescale["unmoved_idle_plan_s"] = [_idle(times, set(times) - groups, *window) for window, groups in plans]
     for name in ("unmoved_idle_s", "unmoved_idle_plan_s", "latency_p99_ratio", "throughput_ratio"):
         per_rescale[f"grow_{name}"] = per_rescale.get(name, [])[0::2]  # 1 -> 2: the join's (or the short switch's)
+        per_rescale[f"shrink_{name}"] = per_rescale.get(name, [])[1::2]  # 2 -> 1: the retirement's (or the switch's)
     per_rescale = {name: values for name, values in per_rescale.items() if values}
     for name, values in per_rescale.items():
         metrics[f"{name}_p50"] = statistics.median(values)
