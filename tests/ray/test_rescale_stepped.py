@@ -61,6 +61,14 @@ def flowed_during(out: list[tuple[int, list]], record: dict[str, Any]) -> int:
     return sum(start < at < end and key_group(key) not in moved for _, part in out for key, (_, _, at) in part)
 
 
+def run_out(job: Any, feed: SequenceFeed, results: Any, out: list) -> tuple[list, dict[str, Any]]:
+    """One more epoch out, then the feed stopped and the job run out: every epoch's output and the job's stats."""
+    out.append(next(results))
+    feed.stop()
+    job.wait(timeout=120)
+    return out + list(results), job.stats()
+
+
 @pytest.mark.timeout(300)
 def test_a_keyed_job_rescaled_2_4_1_3_in_steps_is_exact_and_unmoved_groups_flow_meanwhile(ray_session):
     feed = steady_feed()
@@ -125,11 +133,7 @@ def test_a_replica_killed_as_replicas_join_or_as_the_steps_start_falls_back_to_t
         grown = job.rescale({"check": 3}, timeout=60, stepped=True)
         started.append(True)
         record = job.rescale({"check": 1}, timeout=60, stepped=True)
-        out.append(next(results))
-        feed.stop()
-        job.wait(timeout=120)
-        out += list(results)
-        stats = job.stats()
+        out, stats = run_out(job, feed, results, out)
     assert_exactly_once(feed.reference(), {"out": without_times(out)})
     assert killed_joining and grown["mode"] == "stepped" and grown["cut_id"] is not None, (grown["why"], grown["stepped"])
     assert grown["stepped"]["ended"] == "done", grown  # its steps ended before the next rescale planned
@@ -162,11 +166,7 @@ def test_a_snapshot_commits_after_a_retirement_in_place_and_a_replica_killed_as_
         job.snapshot(timeout=30)  # waits for replica 2 if the coordinator was not narrowed past it
         out.append(next(results))
         record = job.rescale({"check": 1}, timeout=60, stepped=True)
-        out.append(next(results))
-        feed.stop()
-        job.wait(timeout=120)
-        out += list(results)
-        stats = job.stats()
+        out, stats = run_out(job, feed, results, out)
     assert_exactly_once(feed.reference(), {"out": without_times(out)})
     assert retired["stepped"]["switch"].startswith("retired in place") and retired["cut_id"] is None, retired
     assert killed and record["mode"] == "whole job" and "a death during the retirement" in record["why"], record
