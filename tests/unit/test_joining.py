@@ -11,15 +11,15 @@ all it sent is applied. On Ray: ``tests/ray/test_rescale_stepped.py``."""
 
 from __future__ import annotations
 
-import raytide as rt
 import pytest
 
+import raytide as rt
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.engine.joining import join_refusal, retire_refusal
 from raytide.engine.progress_core import ProgressCore
 from raytide.engine.replica import ReplicaCore
-from raytide.physical.plan import compile_plan
 from raytide.errors import RescaleError
+from raytide.physical.plan import compile_plan
 from raytide.physical.protocol import EpochClosed, ProgressBatch, ReplicaKey, Sequenced
 from raytide.rescale.steps import plan_steps
 from raytide.rescale.widths import new_widths
