@@ -202,7 +202,7 @@ class SteppedRescale:
     def _grow(self, asked: dict[str, int], made_s: float) -> None:
         """The new replicas join the running job, owning nothing (:mod:`raytide.driver.joining`: no
         hold, no new incarnation; snapshots paused first); where that cannot hold, or a death met
-        it (the job recovered in the old widths), the short switch below (``self.joined`` says why)."""
+        it (the job recovered in the old widths), the short switch below (``self.in_place`` says why)."""
         new = self.supervision.recompile(new_widths(self.recovery.placement.plan, asked))
         self.in_place = refusal(self.recovery, new, self.vertex)
         if self.in_place is None:
