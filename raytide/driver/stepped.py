@@ -224,7 +224,12 @@ class SteppedRescale:
         it need not): a death met the retirement, and the job recovered from before the plan."""
         if self.in_place is None:
             new = self.supervision.recompile(new_widths(self.recovery.placement.plan, asked))
-            self.in_place, died = retire(self.recovery, self.supervision, new, self.vertex, self.steps, self.deadline)
+            try:
+                self.in_place, died = retire(self.recovery, self.supervision, new, self.vertex, self.steps,
+                                             self.deadline)
+            except RescaleError:  # not let go by the deadline: the emptied replicas hold nothing a snapshot needs
+                self._resume()
+                raise
             if died:
                 return f"{self.in_place}: the job recovered from its last snapshot"
         self._resume()
