@@ -298,10 +298,13 @@ class JobPlacement:
 
     def admit(self, plan: PhysicalPlan, fresh: list[HostLease], incarnation: int, coordinator: Any) -> tuple[list, list]:
         """A growing stepped rescale's join (:mod:`raytide.driver.joining`): play ``plan`` from now, its
-        new replicas on ``fresh`` (:meth:`add_hosts`), each sent its role in ``incarnation`` and its
-        peers; returns their keys and the refs of the answers. :meth:`retire` to the old plan undoes it."""
+        new replicas on the job's :attr:`bare` hosts and ``fresh`` (:meth:`add_hosts`), each sent its
+        role in ``incarnation`` and its peers; returns their keys and the refs of the answers.
+        :meth:`retire` to the old plan undoes it."""
         keys = [key for key in plan.replica_keys() if key not in self.leases]
-        self.leases.update(zip(keys, fresh))
+        hosts = [*self.bare, *fresh]  # a host that carries an input's seat first, as :meth:`_hosts_for` does
+        self.leases.update(zip(keys, hosts))
+        self.bare = hosts[len(keys):]
         self.actors.update({key: self.leases[key].handle for key in keys})
         self.peers.update({key: self.leases[key].leased for key in keys})
         self.plan, self._plan_ref = plan, ray.put(plan)

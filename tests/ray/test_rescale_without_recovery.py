@@ -79,10 +79,12 @@ def test_a_loop_without_recovery_rescaled_up_and_down_gives_the_union_find_label
 
 
 @pytest.mark.timeout(300)
-def test_a_host_whose_replica_a_rescale_retires_keeps_the_input_seated_in_it(ray_session):
+@pytest.mark.parametrize("stepped", [False, True])
+def test_a_host_whose_replica_a_rescale_retires_keeps_the_input_seated_in_it(ray_session, stepped):
     """Input replica 1 sits in the host of ``check`` replica 1 (docs/hosts.md): a rescale to one
     ``check`` replica keeps that host with the job (its input goes on in its seat, nothing lost),
-    the rescale back to three gives it a replica again, and the job's end gives every host back."""
+    the rescale back to three gives it a replica again, and the job's end gives every host back;
+    by the short switch, or stepped (the replica retired and the new ones joined in place)."""
     feed = new_feed()
     flow = rt.Dataflow("seated-input")
     flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
@@ -93,7 +95,7 @@ def test_a_host_whose_replica_a_rescale_retires_keeps_the_input_seated_in_it(ray
         assert seat == job.hosts()[f"{job.name}/check+out/1"], job.hosts()
         records = []
         for width in (1, 3):
-            records.append(job.rescale({"check": width}, timeout=60, stepped=False))  # the switch's hosts
+            records.append(job.rescale({"check": width}, timeout=60, stepped=stepped))
             out.append(next(results))
             assert job.hosts()[f"{job.name}/records/1"] == seat
         feed.stop()
@@ -101,7 +103,10 @@ def test_a_host_whose_replica_a_rescale_retires_keeps_the_input_seated_in_it(ray
         out += list(results)
         pool = job.placement.pool
     assert_exactly_once(feed.reference(), {"out": out})
-    assert [(r["hosts"]["kept"], r["hosts"]["returned"]) for r in records] == [(2, 0), (2, 0)], records
+    if stepped:
+        assert [r["stepped"]["switch"].split(" in place")[0] for r in records] == ["retired", "joined"], records
+    else:
+        assert [(r["hosts"]["kept"], r["hosts"]["returned"]) for r in records] == [(2, 0), (2, 0)], records
     assert seat in set(job.hosts().values()), "the seat's host played a check replica again"
     assert not pool.describe().get("vertex leased"), "every host given back"
 
