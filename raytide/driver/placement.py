@@ -297,10 +297,9 @@ class JobPlacement:
         return {"kept": kept, "added": len(fresh), "returned": len(returned)}
 
     def admit(self, plan: PhysicalPlan, fresh: list[HostLease], incarnation: int, coordinator: Any) -> tuple[list, list]:
-        """A growing stepped rescale's join (:mod:`raytide.driver.joining`): play ``plan`` from now, its
-        new replicas on the job's :attr:`bare` hosts and ``fresh`` (:meth:`add_hosts`), each sent its
-        role in ``incarnation`` and its peers; returns their keys and the refs of the answers.
-        :meth:`retire` to the old plan undoes it."""
+        """A stepped growth's join (:mod:`raytide.driver.joining`): play ``plan`` from now, its new replicas on
+        the :attr:`bare` hosts and ``fresh`` (:meth:`add_hosts`), each sent its role in ``incarnation`` and its
+        peers; their keys and the refs of the answers. :meth:`retire` to the old plan undoes it."""
         keys = [key for key in plan.replica_keys() if key not in self.leases]
         hosts = [*self.bare, *fresh]  # a host that carries an input's seat first, as :meth:`_hosts_for` does
         self.leases.update(zip(keys, hosts))
@@ -314,9 +313,8 @@ class JobPlacement:
                                                             coordinator) for key in keys]
 
     def retire(self, plan: PhysicalPlan) -> None:
-        """A shrink's retiring switch in place, or a join undone (a death met it; :mod:`raytide.driver.joining`):
-        play ``plan`` from now, the hosts of the replicas it no longer has back to the pool (one that carries
-        an input's seat kept: :attr:`bare`), as :meth:`reconfigure` leaves them, the other replicas untouched."""
+        """A shrink's retiring switch in place, or a join undone (:mod:`raytide.driver.joining`): play ``plan``
+        from now, the hosts of the replicas it lacks back to the pool (one carrying an input's seat kept: :attr:`bare`)."""
         gone = [key for key in self.plan.replica_keys() if key not in set(plan.replica_keys())]
         leases, returned = self._hosts_for(plan.replica_keys(), [])
         self.pool.give_back(returned)
