@@ -1,5 +1,5 @@
 """Connected components under churn in one process: today's forgetful label propagation against
-the replicated spanning forest prototype (``bench.workloads.spanning_forest``), same batches.
+the replicated spanning forest prototype (``raytide.graph.spanning_forest``), same batches.
 
 Run with ``python -m bench forest --repeat 3 --param nodes=200000``. The batches are
 ``bench collections``' (epoch 0 the graph, then epochs deleting ``churn`` of the edges
@@ -41,11 +41,11 @@ from bench.baselines import data
 from bench.baselines.cc_ray import components_union_find
 from bench.bench_collections import churn_epochs, timed_epochs
 from bench.harness import ensure_ray
-from bench.workloads import spanning_forest as sf
 from examples import connected_components as insert_only
 from examples import incremental_components as incremental
 from raytide.actors.hosts import keep_freed_buffers
 from raytide.differential import update_columns
+from raytide.graph import spanning_forest as sf
 from raytide.testing.local import LocalJob
 
 PARAMS = {"nodes": 20_000, "edges": None, "epochs": 5, "churn": 0.01, "seed": 0, "parallelism": 2, "old": True,
@@ -107,7 +107,7 @@ def forest_epochs(batches: list, parallelism: int) -> tuple[list[int], list[floa
 
 
 def timed_epoch(forests: list, owned: list, parts: list) -> tuple[list, list, int, list[list[float]]]:
-    """:func:`~bench.workloads.spanning_forest.run_epoch`'s rounds, each replica's thread CPU per round."""
+    """:func:`~raytide.graph.spanning_forest.run_epoch`'s rounds, each replica's thread CPU per round."""
     first = [clocked(announce_round, f, o, p) for f, o, p in zip(forests, owned, parts, strict=True)]
     owned, sent = [o for (o, _, _), _ in first], [s for (_, s, _), _ in first]
     second = [clocked(split_and_scan, f, sent, r, owned[r], first[r][0][2]) for r, f in enumerate(forests)]

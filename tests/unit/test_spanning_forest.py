@@ -1,4 +1,4 @@
-"""The replicated spanning forest (``bench.workloads.spanning_forest``) against union-find after
+"""The replicated spanning forest (``raytide.graph.spanning_forest``) against union-find after
 random insert/delete epochs, at several widths, the edges partitioned among replicas at random."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from bench.workloads import owned_edges
-from bench.workloads import spanning_forest as sf
-from bench.workloads.child_lists import Children, subtrees
-from bench.workloads.hooking import roots
-from bench.workloads.sorted_pairs import Runs, offsets, pair, unpack
 from examples.connected_components import union_find
 from examples.incremental_components import random_updates
+from raytide.graph import owned_edges
+from raytide.graph import spanning_forest as sf
+from raytide.graph.child_lists import Children, subtrees
+from raytide.graph.hooking import roots
+from raytide.graph.sorted_pairs import Runs, offsets, pair, unpack
 
 
 def updates_by_replica(rng: random.Random, updates: list, width: int, owner: dict) -> list:

@@ -50,13 +50,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bench.workloads.child_lists import Children, subtrees
-from bench.workloads.hooking import joining, spanning_forest
-from bench.workloads.owned_edges import OwnedEdges as OwnedEdges
-from bench.workloads.owned_edges import apply_updates as apply_updates
-from bench.workloads.owned_edges import id_keys as id_keys
-from bench.workloads.sorted_pairs import SHIFT, distinct, member, offsets, pack, pair, runs, unpack
 from raytide.core.keyindex import EMPTY, concat
+from raytide.graph.child_lists import Children, subtrees
+from raytide.graph.hooking import joining, spanning_forest
+from raytide.graph.owned_edges import OwnedEdges as OwnedEdges
+from raytide.graph.owned_edges import apply_updates as apply_updates
+from raytide.graph.owned_edges import id_keys as id_keys
+from raytide.graph.sorted_pairs import SHIFT, distinct, member, offsets, pack, pair, runs, unpack
 
 #: Edges added at once above one per this many nodes rebuild the forest (:func:`rebuilt`).
 BULK = 4
