@@ -76,7 +76,7 @@ class ForestLabels:
         src, dst, diff = (integers(rows[name], name) for name in ("src", "dst", DIFF))
         if not len(src):
             return None
-        self.codes, coded, shift = self.codes.encode(concat([src, dst]), self.known())
+        self.codes, coded, shift = self.codes.encode(concat([src, dst]), self.known)
         if shift is not None:
             self.recoded(shift)
         keys = pack(coded[: len(src)], coded[len(src):])

@@ -36,15 +36,15 @@ class NodeCodes:
         """The node ids of ``codes``."""
         return codes if self.names is None else self.names[codes]
 
-    def encode(self, ids: np.ndarray, known: np.ndarray) -> tuple[NodeCodes, np.ndarray, Shift | None]:
+    def encode(self, ids: np.ndarray, known: Callable[[], np.ndarray]) -> tuple[NodeCodes, np.ndarray, Shift | None]:
         """``(codes, coded ids, shift)``: the coding that holds ``ids`` as well as every id seen
         before, ``ids`` coded by it, and the map of the state's codes to it (None: unchanged).
-        ``known`` are the codes the state holds (needed when the coding switches to ranks)."""
+        ``known()`` gives the codes the state holds (asked only when the coding switches to ranks)."""
         ids = np.asarray(ids, dtype=np.int64)
         if self.names is None:
             if not len(ids) or (int(ids.min()) >= 0 and int(ids.max()) < LIMIT):
                 return self, ids, None
-            names = distinct(np.concatenate([known, ids]))
+            names = distinct(np.concatenate([known(), ids]))
             return NodeCodes(names), np.searchsorted(names, ids), ranks_in(names)
         fresh = ids[~member(ids, self.names)]
         if not len(fresh):
