@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -109,7 +110,15 @@ def test_labels_equal_union_find_after_every_epoch(seed: int, monkeypatch: pytes
     if seed % 3 == 0:  # never merged: a replica's new edges stay in its small tier, its edges with no copy held
         monkeypatch.setattr(owned_edges, "MERGE", 0)
         monkeypatch.setattr(owned_edges, "TOMBSTONES", 0)
+    monkeypatch.setattr(sf, "arrived", shuffled(random.Random(seed)))  # each replica gets the announcements in a random order
     trial(seed, 50_000_000 if seed % 5 == 0 else 1)  # every fifth: node ids up to 2e9, indexes found by search
+
+
+def shuffled(rng: random.Random) -> Callable[[list, int], list]:
+    """An ``arrived`` that hands each replica what every replica sent in an order drawn at random."""
+    def arrived(sent: list, replica: int) -> list:
+        return rng.sample(sent, len(sent))
+    return arrived
 
 
 def test_an_epoch_takes_two_exchanges_at_most_and_one_without_a_forest_edge_deleted() -> None:
