@@ -88,6 +88,6 @@ def test_edges_of_ids_that_are_not_integers_are_refused_naming_the_vertex_and_th
     with pytest.raises(RecordError, match="column 'src' holds float64 values such as 0.5"):
         ForestLabels().apply({"src": np.array([0.5]), "dst": np.array([1]), DIFF: np.array([1])})
     flow = rt.Dataflow("cc")
-    rt.graph.connected_components(flow.collection("edges"), name="cc").output("labels")  # type: ignore[union-attr]
+    rt.graph.connected_components(flow.collection("edges"), name="cc").output("labels")
     run = LocalJob(flow, {"edges": [[(("a", "b"), 1)]]}, parallelism=2).run()
     assert run.failure is not None and "vertex 'cc'" in str(run.failure) and "column 'src'" in str(run.failure)
