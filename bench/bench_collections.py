@@ -8,7 +8,7 @@ as many new ones. Every time below leaves actor start-up out (``job.wait_ready()
 and runs from the push in the driver to the epoch's output in the driver.
 
 * ``first_s``: ``examples/incremental_components.py`` (``rt.graph.connected_components`` on
-  a collection: vectorised label propagation that forgets, ``raytide.graph.changing_components``),
+  a collection: the spanning forest at one replica, ``raytide.graph.forest_components``),
   epoch 0, each epoch's updates pushed as a column batch (``src``, ``dst``, ``diff``);
   ``epoch_s``: the median of the churn epochs, ``epoch_max_s`` the slowest.
 * ``insert_only_first_s`` / ``insert_only_epoch_s``: ``examples/connected_components.py``

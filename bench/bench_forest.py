@@ -1,15 +1,11 @@
-"""Connected components under churn in one process: today's forgetful label propagation against
-the replicated spanning forest prototype (``bench.workloads.spanning_forest``), same batches.
+"""The spanning forest (``raytide.graph.spanning_forest``) under churn with its edges partitioned
+among replicas, as a broadcast loop would run it (not built: ``connected_components`` runs it
+whole at one replica, ``raytide.graph.forest_components``), against the wired one, same batches.
 
 Run with ``python -m bench forest --repeat 3 --param nodes=200000``. The batches are
 ``bench collections``' (epoch 0 the graph, then epochs deleting ``churn`` of the edges
-present and inserting as many). Both run in every measurement, one after the other, so the
-ratios are of the same run; no Ray, so what is compared is rounds and CPU, not hops.
+present and inserting as many).
 
-* ``old_rounds`` / ``old_cpu_s``: ``examples/incremental_components.py`` in ``LocalJob`` at
-  ``parallelism``: the median update epoch's loop rounds, and the thread CPU of its steps
-  (``changing_components.relabel``, every replica summed); ``--param old=False`` leaves it
-  out (``LocalJob`` takes minutes at 50k nodes).
 * ``forest_exchanges`` / ``forest_cpu_s``: the forest, the edges partitioned by a hash of the
   edge: the median update epoch's exchanges, and its CPU on the critical path (per round the
   slowest replica's, rounds summed: the work that would not overlap on Ray), glibc's
@@ -19,9 +15,9 @@ ratios are of the same run; no Ray, so what is compared is rounds and CPU, not h
 * ``--param ray=True`` adds, on Ray, the forest's replicas as two plain actors with the
   driver relaying the exchanges (three calls each an epoch: announce, split and scan,
   reconnect and the changed labels): ``ray_forest_epoch_s`` / ``ray_forest_first_s``, push to
-  labels; and today's ``examples/incremental_components.py`` and the insert-only
-  ``examples/connected_components.py`` as ``bench collections`` times them
-  (``ray_today_epoch_s``, ``ray_insert_only_epoch_s``), in one run.
+  labels; and the wired ``examples/incremental_components.py`` (the forest at one replica)
+  and the insert-only ``examples/connected_components.py`` as ``bench collections`` times
+  them (``ray_wired_epoch_s``, ``ray_insert_only_epoch_s``), in one run.
 
 The forest's labels after the last epoch are checked against union-find.
 """
@@ -36,51 +32,27 @@ from typing import Any
 import numpy as np
 
 import raytide as rt
-import raytide.graph.changing_components as changing
 from bench.baselines import data
 from bench.baselines.cc_ray import components_union_find
 from bench.bench_collections import churn_epochs, timed_epochs
 from bench.harness import ensure_ray
-from bench.workloads import spanning_forest as sf
 from examples import connected_components as insert_only
 from examples import incremental_components as incremental
 from raytide.actors.hosts import keep_freed_buffers
 from raytide.differential import update_columns
-from raytide.testing.local import LocalJob
+from raytide.graph import spanning_forest as sf
 
-PARAMS = {"nodes": 20_000, "edges": None, "epochs": 5, "churn": 0.01, "seed": 0, "parallelism": 2, "old": True,
+PARAMS = {"nodes": 20_000, "edges": None, "epochs": 5, "churn": 0.01, "seed": 0, "parallelism": 2,
           "ray": False}
 REPEAT = 3
 RATIOS = [
-    ("rounds forest/old (an update epoch)", "forest_exchanges", "old_rounds"),
-    ("critical-path CPU forest/old's steps (an update epoch)", "forest_cpu_s", "old_cpu_s"),
-    ("on Ray: update epoch forest/today", "ray_forest_epoch_s", "ray_today_epoch_s"),
-    ("on Ray: update epoch forest/insert-only", "ray_forest_epoch_s", "ray_insert_only_epoch_s"),
-    ("on Ray: update epoch today/insert-only", "ray_today_epoch_s", "ray_insert_only_epoch_s"),
+    ("critical-path CPU partitioned/all replicas' (an update epoch)", "forest_cpu_s", "forest_all_cpu_s"),
+    ("on Ray: update epoch partitioned actors/wired", "ray_forest_epoch_s", "ray_wired_epoch_s"),
+    ("on Ray: update epoch partitioned actors/insert-only", "ray_forest_epoch_s", "ray_insert_only_epoch_s"),
+    ("on Ray: update epoch wired/insert-only", "ray_wired_epoch_s", "ray_insert_only_epoch_s"),
+    ("on Ray: first fixpoint wired/insert-only", "ray_wired_first_s", "ray_insert_only_first_s"),
     ("on Ray: first fixpoint forest/insert-only", "ray_forest_first_s", "ray_insert_only_first_s"),
 ]
-
-
-def old_epochs(batches: list, parallelism: int) -> tuple[list[int], list[float]]:
-    """Per epoch, today's loop rounds and its steps' thread CPU in ``LocalJob``."""
-    rounds: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    step = changing.relabel
-
-    def timed(s: Any) -> Any:
-        start = time.thread_time()
-        out = step(s)
-        cpu[s.time.epoch] = cpu.get(s.time.epoch, 0.0) + time.thread_time() - start
-        rounds[s.time.epoch] = max(rounds.get(s.time.epoch, 0), s.iteration + 1)
-        return out
-
-    changing.relabel = timed  # read when the flow is built
-    try:
-        run = LocalJob(incremental.build_flow(parallelism), {"edges": batches}, parallelism=parallelism).run()
-    finally:
-        changing.relabel = step
-    assert run.finished and run.failure is None, run.failure
-    return [rounds[e] for e in sorted(rounds)], [cpu[e] for e in sorted(cpu)]
 
 
 def partitioned(batches: list, parallelism: int) -> list[list[tuple[np.ndarray, np.ndarray]]]:
@@ -107,7 +79,7 @@ def forest_epochs(batches: list, parallelism: int) -> tuple[list[int], list[floa
 
 
 def timed_epoch(forests: list, owned: list, parts: list) -> tuple[list, list, int, list[list[float]]]:
-    """:func:`~bench.workloads.spanning_forest.run_epoch`'s rounds, each replica's thread CPU per round."""
+    """:func:`~raytide.graph.spanning_forest.run_epoch`'s rounds, each replica's thread CPU per round."""
     first = [clocked(announce_round, f, o, p) for f, o, p in zip(forests, owned, parts, strict=True)]
     owned, sent = [o for (o, _, _), _ in first], [s for (_, s, _), _ in first]
     second = [clocked(split_and_scan, f, sent, r, owned[r], first[r][0][2]) for r, f in enumerate(forests)]
@@ -141,7 +113,7 @@ def split_and_scan(forest: sf.Forest, sent: list, replica: int, owned: sf.OwnedE
 
 
 def measure(nodes: int, edges: int | None, epochs: int, churn: float, seed: int, parallelism: int,
-            old: bool, ray: bool) -> dict[str, float]:
+            ray: bool) -> dict[str, float]:
     keep_freed_buffers()  # as the replicas on Ray (and raytide's hosts) do: at load, fresh pages cost more than the work
     graph = data.random_graph_edges(nodes, edges or 3 * nodes, seed)
     batches = churn_epochs(graph, epochs, churn, seed, nodes)
@@ -152,10 +124,6 @@ def measure(nodes: int, edges: int | None, epochs: int, churn: float, seed: int,
     assert np.array_equal(forest.labels()[shown], expected[forest.ids[shown]]), "forest labels differ from union-find"
     got = {"forest_exchanges": statistics.median(exchanges[1:]), "forest_cpu_s": statistics.median(critical[1:]),
            "forest_all_cpu_s": statistics.median(total[1:]), "forest_first_cpu_s": critical[0]}
-    if old:
-        rounds, cpu = old_epochs(batches, parallelism)
-        got |= {"old_rounds": statistics.median(rounds[1:]), "old_cpu_s": statistics.median(cpu[1:]),
-                "old_first_cpu_s": cpu[0]}
     if ray:
         got |= on_ray(batches, parallelism)
     return got
@@ -211,13 +179,13 @@ def ray_forest(parts_all: list, parallelism: int) -> list[float]:
 
 
 def on_ray(batches: list, parallelism: int) -> dict[str, float]:
-    """The forest's actors, today's loop and the insert-only loop on Ray, one after another."""
+    """The forest's actors, the wired vertex and the insert-only loop on Ray, one after another."""
     ensure_ray()
     forest = ray_forest(partitioned(batches, parallelism), parallelism)
     columns = [update_columns(batch, ("src", "dst")) for batch in batches]
-    today = timed_epochs(incremental.build_flow(parallelism), columns, parallelism, lambda changes: None)
+    wired = timed_epochs(incremental.build_flow(parallelism), columns, parallelism, lambda changes: None)
     inserts = [np.array([edge for edge, diff in batch if diff > 0], dtype=np.int64) for batch in batches]
     insert = timed_epochs(insert_only.build_flow(parallelism), inserts, parallelism, lambda changes: None)
     return {"ray_forest_first_s": forest[0], "ray_forest_epoch_s": statistics.median(forest[1:]),
-            "ray_today_epoch_s": statistics.median(today[1:]), "ray_today_first_s": today[0],
+            "ray_wired_epoch_s": statistics.median(wired[1:]), "ray_wired_first_s": wired[0],
             "ray_insert_only_epoch_s": statistics.median(insert[1:]), "ray_insert_only_first_s": insert[0]}

@@ -4,11 +4,11 @@
 
 The edges are a collection: each epoch pushes updates ``((u, v), +1)`` (an edge added) and
 ``((u, v), -1)`` (an edge removed), as pairs or as a column batch ``{"src": us, "dst": vs,
-"diff": ds}``. ``rt.graph.connected_components`` on a collection is a vectorised label
-propagation that forgets (``raytide.graph.changing_components``): a node's label is the
-smallest id of its component; after an epoch's changes only the labels they reach are
-redone, and a deleted edge makes the nodes whose label came through it forget theirs and
-ask their neighbours again, so a component that loses its bridge splits. The output
+"diff": ds}``. ``rt.graph.connected_components`` on a collection keeps a spanning forest of the graph
+(``raytide.graph.forest_components``): a node's label is the smallest id of its component;
+an epoch's deleted forest edges cut the forest, the parts cut off hang back by other edges
+found at their nodes, and only the nodes whose label changed are shown again, so a
+component that loses its bridge splits. The output
 ``labels`` is, per epoch, the changes ``((node, label), diff)``; ``rt.accumulate`` folds
 them into the labels.
 """

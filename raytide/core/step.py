@@ -36,8 +36,7 @@ class Step:
         quiet: in a gated loop (``iterate_columns``), whether no replica sent any row to this
             round (only :meth:`again` kept the loop going): every row of the rounds before
             has been taken, everywhere. A barrier: a step holding work back until messages
-            of one kind have died out (see :mod:`raytide.graph.changing_components`) waits
-            for it, asking ``again()`` meanwhile.
+            of one kind have died out waits for it, asking ``again()`` meanwhile.
     """
 
     def __init__(self, time: Timestamp, keys: np.ndarray, slots: np.ndarray, values: Rows,

@@ -20,7 +20,6 @@ from raytide.core.combine import combine_by_key
 from raytide.core.dataflow import Stream
 from raytide.core.keyindex import concat
 from raytide.core.step import Step
-from raytide.graph.changing_components import changing_components
 from raytide.graph.edges import (
     CHANGED_OR_NEW,
     as_pairs,
@@ -32,6 +31,7 @@ from raytide.graph.edges import (
     spread,
     useful_offers,
 )
+from raytide.graph.forest_components import forest_components
 
 
 def own_id(keys: np.ndarray) -> np.ndarray:
@@ -88,10 +88,10 @@ def connected_components(edges: Stream | Collection, *, name: str = "components"
     ``edges``: batches of columns ``src`` and ``dst`` (direction ignored). Given a
     :class:`~raytide.core.collection.Collection` of ``(u, v)`` edges instead (integer node
     ids), inserted and deleted, returns the collection of ``(node, label)`` kept up to date:
-    a deleted edge may split a component (:mod:`raytide.graph.changing_components`).
+    a deleted edge may split a component (:mod:`raytide.graph.forest_components`).
     """
     if isinstance(edges, Collection):
-        return changing_components(edges, name)
+        return forest_components(edges, name)
     changes = edges.map_batches(both_directions, name=f"{name}.both-directions").iterate_columns(
         propagate, key="node", state={"label": (np.int64, own_id), "changed": CHANGED_OR_NEW},
         combine={"label": np.minimum}, arrange="src", name=name, finish=changed_rows("label"),

@@ -7,7 +7,7 @@ reach are redone, iteration by iteration, and a deleted edge takes back what it 
 (a node too far from the source loses its distance). A node without edges is in no
 result. PageRank (:func:`ranks`) runs a fixed number of rounds instead of to a fixpoint.
 Connected components have a vectorised loop of their own
-(:mod:`raytide.graph.changing_components`).
+(:mod:`raytide.graph.forest_components`).
 """
 
 from __future__ import annotations

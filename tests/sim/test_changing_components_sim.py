@@ -1,5 +1,5 @@
-"""Connected components of a collection of edges inserted and deleted (the forgetful label
-propagation of ``raytide.graph.changing_components``), in the in-process runtime under
+"""Connected components of a collection of edges inserted and deleted (the spanning forest of
+``raytide.graph.forest_components``), in the in-process runtime under
 seeded interleavings, against union-find of the edges present after every epoch.
 
 Each epoch's output must be exactly the changes between union-find's labellings before and

@@ -1,21 +1,22 @@
-"""The replicated spanning forest (``bench.workloads.spanning_forest``) against union-find after
+"""The replicated spanning forest (``raytide.graph.spanning_forest``) against union-find after
 random insert/delete epochs, at several widths, the edges partitioned among replicas at random."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from bench.workloads import owned_edges
-from bench.workloads import spanning_forest as sf
-from bench.workloads.child_lists import Children, subtrees
-from bench.workloads.hooking import roots
-from bench.workloads.sorted_pairs import Runs, offsets, pair, unpack
 from examples.connected_components import union_find
 from examples.incremental_components import random_updates
+from raytide.graph import owned_edges
+from raytide.graph import spanning_forest as sf
+from raytide.graph.child_lists import Children, subtrees
+from raytide.graph.hooking import roots
+from raytide.graph.sorted_pairs import Runs, offsets, pair, unpack
 
 
 def updates_by_replica(rng: random.Random, updates: list, width: int, owner: dict) -> list:
@@ -109,7 +110,15 @@ def test_labels_equal_union_find_after_every_epoch(seed: int, monkeypatch: pytes
     if seed % 3 == 0:  # never merged: a replica's new edges stay in its small tier, its edges with no copy held
         monkeypatch.setattr(owned_edges, "MERGE", 0)
         monkeypatch.setattr(owned_edges, "TOMBSTONES", 0)
+    monkeypatch.setattr(sf, "arrived", shuffled(random.Random(seed)))  # each replica gets the announcements in a random order
     trial(seed, 50_000_000 if seed % 5 == 0 else 1)  # every fifth: node ids up to 2e9, indexes found by search
+
+
+def shuffled(rng: random.Random) -> Callable[[list, int], list]:
+    """An ``arrived`` that hands each replica what every replica sent in an order drawn at random."""
+    def arrived(sent: list, replica: int) -> list:
+        return rng.sample(sent, len(sent))
+    return arrived
 
 
 def test_an_epoch_takes_two_exchanges_at_most_and_one_without_a_forest_edge_deleted() -> None:

@@ -1,8 +1,8 @@
 """A forest's children index as a list per node, patched where links change: the replicated
-spanning forest's (``bench.workloads.spanning_forest``) way down from a cut, with no pass over
+spanning forest's (``raytide.graph.spanning_forest``) way down from a cut, with no pass over
 the nodes an epoch (a sorted index of all the links would be copied, or recounted, at each change).
 
-A link is a pair key ``pair(parent, child)`` (:func:`~bench.workloads.sorted_pairs.pair`).
+A link is a pair key ``pair(parent, child)`` (:func:`~raytide.graph.sorted_pairs.pair`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.workloads.sorted_pairs import LOW, SHIFT, distinct, member
 from raytide.core.keyindex import concat
+from raytide.graph.sorted_pairs import LOW, SHIFT, distinct, member
 
 #: No node: the end of a list, or a node without children.
 NONE = -1

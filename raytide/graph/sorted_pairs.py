@@ -1,5 +1,5 @@
 """Indexes held as sorted int64 keys of node pairs, read and changed without a pass over them:
-the helpers of the replicated spanning forest (``bench.workloads.spanning_forest``).
+the helpers of the replicated spanning forest (``raytide.graph.spanning_forest``).
 
 A pair ``(high, low)`` of node indices (or ids below ``2**31``) is the key ``high << SHIFT |
 low``; sorted, the keys run by ``high``, so the keys of one ``high`` (a node's children, its

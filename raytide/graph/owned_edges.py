@@ -1,4 +1,4 @@
-"""A replica's own edges for the replicated spanning forest (``bench.workloads.spanning_forest``):
+"""A replica's own edges for the replicated spanning forest (``raytide.graph.spanning_forest``):
 copies per edge, present while above zero, and an adjacency of those held, read at a few
 nodes without a pass over them all and changed where they are, an epoch's new edges in a
 small tier of their own."""
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.workloads.sorted_pairs import LOW, SHIFT, Runs, pack, pair, unpack
 from raytide.core.keyindex import EMPTY, concat
+from raytide.graph.sorted_pairs import LOW, SHIFT, Runs, pack, pair, unpack
 
 #: A replica drops its edges with no copy left once they are one in this many of those it holds.
 TOMBSTONES = 8

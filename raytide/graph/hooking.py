@@ -1,12 +1,12 @@
 """Spanning forests of an edge list by hooking, vectorised: the deterministic choice every replica
-of the replicated spanning forest (``bench.workloads.spanning_forest``) makes the same way."""
+of the replicated spanning forest (``raytide.graph.spanning_forest``) makes the same way."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench.workloads.sorted_pairs import renumbered
 from raytide.core.keyindex import EMPTY, concat
+from raytide.graph.sorted_pairs import renumbered
 
 
 def roots(parent: np.ndarray) -> np.ndarray:

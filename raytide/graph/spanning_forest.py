@@ -50,13 +50,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bench.workloads.child_lists import Children, subtrees
-from bench.workloads.hooking import joining, spanning_forest
-from bench.workloads.owned_edges import OwnedEdges as OwnedEdges
-from bench.workloads.owned_edges import apply_updates as apply_updates
-from bench.workloads.owned_edges import id_keys as id_keys
-from bench.workloads.sorted_pairs import SHIFT, distinct, member, offsets, pack, pair, runs, unpack
 from raytide.core.keyindex import EMPTY, concat
+from raytide.graph.child_lists import Children, subtrees
+from raytide.graph.hooking import joining, spanning_forest
+from raytide.graph.owned_edges import OwnedEdges as OwnedEdges
+from raytide.graph.owned_edges import apply_updates as apply_updates
+from raytide.graph.owned_edges import id_keys as id_keys
+from raytide.graph.sorted_pairs import SHIFT, distinct, member, offsets, pack, pair, runs, unpack
 
 #: Edges added at once above one per this many nodes rebuild the forest (:func:`rebuilt`).
 BULK = 4
@@ -339,32 +339,46 @@ def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, tops: np.nd
     node cut off (``moved``, by :func:`split_join`), found in the adjacency, and the edges it
     ``inserted`` this epoch (all taken); any other was inside a tree and is.
 
-    A part's top (``tops``: where it was cut) is searched first: a part with an edge there of
-    before to a node not cut off (so to the part left above the cuts of its own tree) is
-    settled by it, and its other nodes' edges are not searched. Leaving out an edge of before
-    between two parts of a tree is safe: a settled end is joined to the part above; the other
-    end is too, or is not settled and its own search finds the edge. Hung by such an edge, the
-    part keeps its shape (rerooted at its top again): the forest's depth does not drift."""
+    Each part is searched down from its top (``tops``: where it was cut), a level at a time,
+    until it is settled: an edge of before found from it to a node not cut off (so to the part
+    left above the cuts of its own tree); its nodes below are not searched. Leaving out an edge
+    of before between two parts of a tree is safe: a settled end is joined to the part above;
+    the other end is too, or is not settled and its own search (down to its last level) finds
+    the edge. Most parts settle at their top: hung by it, they keep their shape (rerooted at
+    their top again), so the forest's depth does not drift."""
     cut_off = np.zeros(len(forest.ids), dtype=bool)
     cut_off[moved] = True
-    a, b = incident(forest.ids, owned, tops)
-    settles = ~cut_off[b] & ~member(pack(forest.ids[a], forest.ids[b]), inserted)
-    settled = np.zeros(len(forest.ids), dtype=bool)
-    settled[forest.root[a[settles]]] = True  # parts, by their roots
-    searched = np.zeros(len(forest.ids), dtype=bool)
-    searched[tops] = True
-    rest = moved[~settled[forest.root[moved]] & ~searched[moved]]
-    more_a, more_b = incident(forest.ids, owned, rest)
-    searched[rest] = True
+    a, b, searched = searched_down(forest, owned, tops, cut_off, inserted)
     new_a, new_b = as_indices(forest.ids, inserted)
     new = ~(searched[new_a] | searched[new_b])  # an inserted edge at a searched node is found there
-    a, b = concat([a, more_a, new_a[new]]), concat([b, more_b, new_b[new]])
+    a, b = concat([a, new_a[new]]), concat([b, new_b[new]])
     once = ~searched[b] | (a < b)  # an edge found from both ends: once, from the smaller
     a, b = a[once], b[once]
     crossing = np.flatnonzero(forest.root[a] != forest.root[b])
     crossing = crossing[np.argsort(shallow(forest, a[crossing], b[crossing], moved), kind="stable")]
     chosen = joining(forest.root, a[crossing], b[crossing])[0]
     return pack(forest.ids[a[crossing[chosen]]], forest.ids[b[crossing[chosen]]])
+
+
+def searched_down(forest: Forest, owned: OwnedEdges, tops: np.ndarray, cut_off: np.ndarray,
+                  inserted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(a, b, searched)``: the present edges of ``owned`` at the nodes of the parts cut off
+    (``a`` the end searched), each part searched a level at a time down from its top (in
+    ``tops``) until one is settled (:func:`candidates`), and a mask of the nodes searched."""
+    settled = np.zeros(len(forest.ids), dtype=bool)  # parts, by their roots
+    searched = np.zeros(len(forest.ids), dtype=bool)
+    found_a, found_b, front = [], [], tops
+    for _ in range(len(forest.ids) + 1):
+        if not len(front):
+            break
+        a, b = incident(forest.ids, owned, front)
+        searched[front] = True
+        settled[forest.root[a[~cut_off[b] & ~member(pack(forest.ids[a], forest.ids[b]), inserted)]]] = True
+        found_a.append(a)
+        found_b.append(b)
+        child = forest.kids.of_parents(front)[0]
+        front = child[~settled[forest.root[child]]]
+    return concat(found_a), concat(found_b), searched
 
 
 def incident(ids: np.ndarray, owned: OwnedEdges, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
