@@ -148,9 +148,10 @@ class JoinColumns(_PerEpoch):
         self._put_pending(state["pending"])
 
 
-class _AppliedPerEpoch(_PerEpoch):
+class AppliedPerEpoch(_PerEpoch):
     """One port whose gathered rows a columnar core (``apply``, ``held``, ``rows``, ``take``,
-    ``put``) takes at each epoch's notification; its state saved as ``saved_as``."""
+    ``put``) takes at each epoch's notification; its state saved as ``saved_as``. The base of
+    the collection vertices with one input and of :mod:`raytide.graph`'s connected components."""
 
     saved_as = "rows"
 
@@ -186,7 +187,7 @@ class _AppliedPerEpoch(_PerEpoch):
         self._put_pending(state["pending"])
 
 
-class SumColumns(_AppliedPerEpoch):
+class SumColumns(AppliedPerEpoch):
     """``(key, total)`` of a value column per integer key column, linear (:class:`~raytide.core.column_join.ColumnSums`),
     from the folds :class:`FoldSums` sends; ``(key, count)`` without a value column."""
 
@@ -196,7 +197,7 @@ class SumColumns(_AppliedPerEpoch):
         super().__init__(functools.partial(ColumnSums, key, value), key)
 
 
-class DistinctColumns(_AppliedPerEpoch):
+class DistinctColumns(AppliedPerEpoch):
     """Each row of a collection with named integer columns once while it has a copy
     (:class:`~raytide.core.column_distinct.DistinctRows`), exchanged by its first column."""
 

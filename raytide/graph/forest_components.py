@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from raytide.core.collection import Collection
-from raytide.core.collection_columns import _AppliedPerEpoch
+from raytide.core.collection_columns import AppliedPerEpoch
 from raytide.core.keyindex import EMPTY, concat
 from raytide.differential import DIFF
 from raytide.errors import RecordError
@@ -170,7 +170,7 @@ def aligned(shown: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndar
     return out
 
 
-class ForestComponents(_AppliedPerEpoch):
+class ForestComponents(AppliedPerEpoch):
     """The vertex: each epoch's updates gathered and run at its notification by :class:`ForestLabels`."""
 
     saved_as = "forest"
