@@ -65,7 +65,9 @@ def test_two_rescales_from_two_threads_are_made_one_after_the_other_and_nothing_
     two threads of a job at 3 replicas, then 3 and 4, while the main thread reads the
     output; each is made (one waits for the other) or refused with a RescaleError, and the
     running sums are exactly the plain-Python ones. (With the lock planted out, a caller
-    got a bare KeyError of a ReplicaKey, or the job failed with a ProgressError.)"""
+    got a bare KeyError of a ReplicaKey, or the job failed with a ProgressError.) The rescales
+    hold the whole job (``stepped=False``): the feed here waits for them, and a stepped shrink
+    waits for the feed's epochs (docs/rescaling.md), so it would wait out its timeout."""
     flow = rt.Dataflow("two-threads")
     flow.input("numbers").stateful_map(lambda r: r[0], running_sum, name="total").output("out")
     records = keyed_numbers(40)
@@ -75,7 +77,7 @@ def test_two_rescales_from_two_threads_are_made_one_after_the_other_and_nothing_
     def rescale(job: rt.Job, width: int, ready: threading.Barrier) -> None:
         ready.wait(30)
         try:
-            outcomes.append(job.rescale({"total": width}, timeout=120)["after"])
+            outcomes.append(job.rescale({"total": width}, timeout=120, stepped=False)["after"])
         except RescaleError as error:
             outcomes.append(error)
         except Exception as error:  # anything else is the corruption this test looks for
