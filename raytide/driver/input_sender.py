@@ -92,10 +92,6 @@ class InputSender:
                     raise JobTimeout(f"{len(window)} calls into the job's inputs not answered within {timeout:g} s")
                 self.answered(window, ray_wait(list(window), num_returns=len(window), timeout=min(WINDOW_POLL, left))[0])
 
-    def in_flight(self) -> list:
-        """The refs of every call not answered yet."""
-        return [ref for window in self.windows.values() for ref in window]
-
     def reset(self, incarnation: int, old: list[Any]) -> None:
         """A recovery or a rescale to ``incarnation``: the calls in flight to the ``old``
         handles are of the incarnation before, and every socket closes."""

@@ -403,26 +403,35 @@ class InputFeeds:
             with self.locks[name]:
                 self.logs[(name, index)].trim(position)
 
-    def keep_calls(self, keeping: bool) -> list:
-        """In a job without recovery: keep every call to the input replicas from now on (a
-        rescale sends those after its cut again), or forget them again (``keeping`` False).
-        Returns the calls in flight now, not kept (none with recovery): a rescale waits for
-        their answers (the replicas have consumed them) before it asks for its cut, so that
-        none is after it. Without recovery, every call an earlier rescale's rewind left
-        pending is sent first: the log may be trimmed before they are."""
-        if self.recovers:  # every call is kept: a pending replay is in the log
-            return []
+    def keep_calls(self, timeout: float) -> None:
+        """In a job without recovery: keep every call to the input replicas from now on, for a
+        rescale to send those after its cut again (:meth:`forget_calls` when it is done). The
+        calls made before are not kept, so the cut must come after them: this waits until each
+        has run at its replica (:meth:`run_out`, the wait a snapshot the driver asks for makes
+        too). With recovery every call is kept and nothing is waited for: a call after a cut is
+        sent again from the log.
+
+        Raises:
+            JobTimeout: the calls made before had not all run within ``timeout`` seconds.
+        """
+        if not self.recovers:
+            self._keeping(True)
+            self.run_out(timeout)
+
+    def forget_calls(self) -> None:
+        """In a job without recovery: stop keeping the calls :meth:`keep_calls` kept."""
+        if not self.recovers:
+            self._keeping(False)
+
+    def _keeping(self, keeping: bool) -> None:
+        """Keep every call from now on, or forget those kept (under every input's lock)."""
         with contextlib.ExitStack() as held:
             for name in sorted(self.locks):
                 held.enter_context(self.locks[name])
             self.keeping = keeping
-            if keeping:  # the frames sent run before the cut, as the calls returned are waited for
-                self.replay.drain_all()
-                self.sender.links.settle(self.raise_if_failed)
-            if not self.keeping:
+            if not keeping:
                 for log in self.logs.logs.values():
                     log.trim(log.end)
-            return self.sender.in_flight()
 
     def rewind(self, incarnation: int, replicas: dict[str, list[Any]], positions: dict[tuple[str, int], int],
                plan: PhysicalPlan) -> None:

@@ -138,12 +138,11 @@ def switch(recovery: JobRecovery, supervision: Supervision, asked: dict[str, int
     run = _RescaleRun(started + timeout)
     if made_s:
         run.steps.seconds["lease the coordinator of the cuts"] = made_s
-    unkept = recovery.inputs.keep_calls(True)  # without recovery: kept for this rescale only
     try:
-        placement.wait(unkept, "the input calls sent before the rescale", timeout)  # consumed before the cut
+        recovery.inputs.keep_calls(timeout)  # without recovery: kept for this rescale only
         RayRescale(recovery, supervision, run).execute(machine)
     finally:
-        recovery.inputs.keep_calls(False)
+        recovery.inputs.forget_calls()
     assert run.done is not None
     now = time.monotonic()
     return RescaleRecord(run.done.incarnation, before, {name: widths[name] for name in before}, run.done.cut_id,
