@@ -205,6 +205,23 @@ def cpu_turn(item: pytest.Item) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def quiet_start(config: pytest.Config) -> Iterator[None]:
+    """For the start of a Ray of a program's own, inside its test's turn: the session lanes'
+    whole turn (their running tests end, no new one starts) and the other lane's workers
+    stopped. ``ray start --head`` gives its raylet a fixed 30 s to register with its GCS,
+    which a head started beside two busy session lanes (load 30-50) missed three times in a
+    row; the head itself takes a few seconds on a machine at rest."""
+    shared = shared_dir(config)
+    if shared is None:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        _session_turn(stack, shared, alone=True)
+        stack.enter_context(_other_lane_paused(shared))
+        yield
+
+
 def _session_turn(stack: contextlib.ExitStack, shared: Path, alone: bool) -> None:
     """The session lanes' turn, held until ``stack`` closes: shared by their tests, whole for
     a ``needs_both_cores`` one. Taken behind a gate held only while the turn is taken, so that

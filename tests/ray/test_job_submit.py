@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from examples.spark_streaming import expected_counts
+from tests import lanes
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow]
 
@@ -190,7 +191,7 @@ def _group_alive(group: int) -> bool:
 
 
 @pytest.fixture()
-def head(tmp_path, own_ray_env):
+def head(tmp_path, own_ray_env, request):
     """A started head; one that failed to come up is stopped and a fresh one started on new ports.
 
     On a loaded machine a raylet can take longer than the 30 s ``ray start`` waits for it to
@@ -198,15 +199,16 @@ def head(tmp_path, own_ray_env):
     anything about raytide, and a second head normally starts.
     """
     for attempt in range(1, HEAD_ATTEMPTS + 1):
-        started = Head(tmp_path / f"head{attempt}", cli_env(own_ray_env))
-        try:
-            started.wait_ready()
-            break
-        except HeadDidNotStart as error:
-            print(f"head attempt {attempt} of {HEAD_ATTEMPTS} did not start:\n{error}", file=sys.stderr, flush=True)
-            started.stop()
-            if attempt == HEAD_ATTEMPTS:
-                raise
+        with lanes.quiet_start(request.config):
+            started = Head(tmp_path / f"head{attempt}", cli_env(own_ray_env))
+            try:
+                started.wait_ready()
+                break
+            except HeadDidNotStart as error:
+                print(f"head attempt {attempt} of {HEAD_ATTEMPTS} did not start:\n{error}", file=sys.stderr, flush=True)
+                started.stop()
+                if attempt == HEAD_ATTEMPTS:
+                    raise
     try:
         yield started
     finally:
