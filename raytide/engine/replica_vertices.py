@@ -81,6 +81,9 @@ class HostedVertices:
         self.vertices: dict[str, Vertex] = {}
         self.input_epochs: dict[str, int | None] = {}
         self.positions: dict[str, int] = {}  # driver commands each hosted input consumed
+        #: Each hosted input's latest epoch records were pushed at since this core started (a stepped plan may be
+        #: cut at an input's own epoch only if none was: ``stepping.check_in_time``).
+        self.fed: dict[str, int] = {}
         self.outputs: dict[str, dict[int, list]] = {}  # records per epoch not shipped yet (a columnar batch: a BatchRows)
         self.kept: dict[str, dict[int, list]] = {}  # records per epoch the driver may not have yet
         self.kept_pickles: OutputPickles = {}  # of the kept records at the last snapshot
