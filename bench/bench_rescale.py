@@ -24,6 +24,9 @@ pool is started before the clock). Per rescale:
   processed a second in the window over the calm rate. Targets: idle at most 20 ms, p99 at
   most 2x, throughput at least 0.8. A stepped rescale's ``unmoved_idle_plan_s`` is the idle time
   over its plan alone (from the install's start to the last step done; the short switch aside).
+  The feed's own gaps between epochs are about one ``pace`` whatever a rescale does, so each idle is
+  also given beyond them (``unmoved_idle_beyond_calm_*``: less ``unmoved_gap_p99_calm_s``, the p99
+  of every key group's gaps over the calm epochs); ``pace=0.005`` makes those gaps small beside 20 ms.
 
 Each is reported as the median and the max over the rescales of a run. ``recovery=0``: the
 same job started without ``recovery=`` (its first rescale leases the coordinator of the cuts).
@@ -155,6 +158,7 @@ def measure_pause(state_mb: int, keys: int, per_epoch: int, pace: float, calm_ep
         metrics[f"{name}_p50"] = statistics.median(values)
         metrics[f"{name}_max"] = max(values)
     metrics.update(_calm_measures(out, pushed, done, (min(pushed.values()), windows[0][0])))
+    metrics.update(_beyond_calm(metrics))
     return metrics
 
 
@@ -197,10 +201,23 @@ def _group_times(out: dict[int, list]) -> dict[int, list[float]]:
     return {group: sorted(ats) for group, ats in times.items()}
 
 
+def _gaps(times: dict[int, list[float]], groups: set[int], start: float, end: float) -> list[float]:
+    """Each time one of ``groups`` processed nothing (between two of its records), of those overlapping [start, end]."""
+    return [b - a for group in groups for a, b in zip(times.get(group, []), times.get(group, [])[1:])
+            if b >= start and a <= end]
+
+
 def _idle(times: dict[int, list[float]], groups: set[int], start: float, end: float) -> float:
     """The longest time one of ``groups`` processed nothing, of the gaps overlapping [start, end]."""
-    return max((b - a for group in groups for a, b in zip(times.get(group, []), times.get(group, [])[1:])
-                if b >= start and a <= end), default=0.0)
+    return max(_gaps(times, groups, start, end), default=0.0)
+
+
+def _beyond_calm(metrics: dict[str, float]) -> dict[str, float]:
+    """Each unmoved-idle figure less the calm gaps' p99 (``unmoved_gap_p99_calm_s``, 0 at least): the idle
+    a rescale adds to the feed's own gaps between epochs, which are about one ``pace`` whatever it does."""
+    calm = metrics["unmoved_gap_p99_calm_s"]
+    return {name.replace("_idle_", "_idle_beyond_calm_"): max(0.0, value - calm) for name, value in metrics.items()
+            if "unmoved_idle_" in name and "_calm_" not in name}
 
 
 def _rate(out: dict[int, list], start: float, end: float) -> float:
@@ -232,6 +249,7 @@ def _calm_measures(out: dict[int, list], pushed: dict[int, float], done: dict[in
     """The calm epochs' own figures the ratios are taken against."""
     times = _group_times(out)
     return {"unmoved_idle_calm_s": _idle(times, set(times), calm[0] + 0.1, calm[1]),
+            "unmoved_gap_p99_calm_s": _p99(_gaps(times, set(times), calm[0] + 0.1, calm[1])),
             "latency_p99_calm_s": _p99(_latencies(pushed, done, calm[1])), "calm_records_per_s": _rate(out, *calm)}
 
 

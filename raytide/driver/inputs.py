@@ -134,6 +134,7 @@ class InputFeeds:
             pieces = push_pieces(pushed_batch(name, at, records), len(self.replicas[name]), self.batch_size)
             payloads = [packed(name, at, piece, offset) for piece, offset in zip(pieces, offsets(pieces))]
             self._move_to(name, at)
+            self.gate.feed(name, at)
             for payload in payloads:
                 index = self._next_index(name)
                 self._release(name, index)
@@ -145,6 +146,7 @@ class InputFeeds:
         self.check(name)
         with self.locks[name]:
             epoch = self._move_to(name, epoch)
+            self.gate.feed(name, epoch)
             dealt: dict[int, list] = collections.defaultdict(list)
             for ref in refs:
                 dealt[self._next_index(name)].append(ref)

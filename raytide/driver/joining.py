@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import ray
 
@@ -119,7 +121,8 @@ def retire(recovery: JobRecovery, supervision: Supervision, new: PhysicalPlan, v
     whether a death was the cause (then the job recovered in its old widths, from before the plan:
     the caller rescales by the whole-job path; else it retires them by the short switch)."""
     placement, incarnation, old = recovery.placement, recovery.incarnation, recovery.placement.plan
-    keys = [key for key in old.replica_keys() if key not in set(new.replica_keys())]
+    staying = set(new.replica_keys())
+    keys = [key for key in old.replica_keys() if key not in staying]
     narrowing: list = []  # the coordinator's widen, once sent
     try:
         sent, why = steps.time("the retiring replicas ship their progress", _emptied, recovery, keys, deadline)
@@ -148,18 +151,14 @@ def _emptied(recovery: JobRecovery, keys: list[ReplicaKey], deadline: float) -> 
     """Ask each retiring replica of ``keys`` to ship its progress (``VertexActor.retire``) until each has
     nothing left; per replica the number of messages it sent, and None, or why one could not within
     :data:`RETIRE_WAIT_S` (or by ``deadline``)."""
-    peers, why = recovery.placement.peers, None
-    sent: dict[ReplicaKey, int] = {}
-    until = min(deadline, time.monotonic() + RETIRE_WAIT_S)
-    while len(sent) < len(keys):
-        left = [key for key in keys if key not in sent]
-        answers = recovery.wait([peers[key].retire.remote(recovery.incarnation) for key in left],
-                                "the retiring replicas shipping their progress")
-        sent.update({key: count for key, (reason, count) in zip(left, answers) if reason is None})
-        why = next((f"retiring replica {key} has {reason}" for key, (reason, _) in zip(left, answers) if reason), None)
-        if why is not None and time.monotonic() > until:
-            return sent, f"{why} {RETIRE_WAIT_S:g} s after its last step"
-        time.sleep(STEP_POLL if len(sent) < len(keys) else 0)
+    peers = recovery.placement.peers
+    emptied, left = _polled(recovery, lambda key: peers[key].retire.remote(recovery.incarnation), keys,
+                            lambda answer: answer[0] is None, min(deadline, time.monotonic() + RETIRE_WAIT_S),
+                            "the retiring replicas shipping their progress")
+    sent = {key: count for key, (_, count) in emptied.items()}
+    if left:
+        key, (reason, _) = next(iter(left.items()))
+        return sent, f"retiring replica {key} has {reason} {RETIRE_WAIT_S:g} s after its last step"
     return sent, None
 
 
@@ -170,15 +169,30 @@ def _unsubscribed(recovery: JobRecovery, sent: dict[ReplicaKey, int], deadline: 
     Raises:
         RescaleError: not by ``deadline``, naming the replicas.
     """
-    progress, left = recovery.placement.progress, dict(sent)
-    while left:
-        answers = recovery.wait([progress.leave.remote(recovery.incarnation, key, count) for key, count in left.items()],
-                                "the progress actor letting the retiring replicas go")
-        left = {key: count for (key, count), gone in zip(left.items(), answers) if not gone}
-        if left and time.monotonic() > deadline:
-            raise RescaleError(f"job {recovery.placement.name!r}: the progress actor has not applied every message "
-                               f"of the retiring replicas {sorted(map(str, left))} by the rescale's deadline")
-        time.sleep(STEP_POLL if left else 0)
+    progress = recovery.placement.progress
+    _, left = _polled(recovery, lambda key: progress.leave.remote(recovery.incarnation, key, sent[key]), list(sent),
+                      bool, deadline, "the progress actor letting the retiring replicas go")
+    if left:
+        raise RescaleError(f"job {recovery.placement.name!r}: the progress actor has not applied every message "
+                           f"of the retiring replicas {sorted(map(str, left))} by the rescale's deadline")
+
+
+def _polled(recovery: JobRecovery, call: Callable[[ReplicaKey], Any], keys: list[ReplicaKey],
+            done: Callable[[Any], bool], until: float, what: str) -> tuple[dict[ReplicaKey, Any], dict[ReplicaKey, Any]]:
+    """Make ``call`` for each of ``keys`` (an actor call, its answer waited for as ``what``), and again every
+    :data:`STEP_POLL` for those whose answer is not ``done`` (nothing waits at the actor: each answers at
+    once), until every answer is done or ``until`` (monotonic) has passed; the done answers by key, and the
+    last answers of those not done (empty once all are)."""
+    answered: dict[ReplicaKey, Any] = {}
+    left = list(keys)
+    while True:
+        answers = dict(zip(left, recovery.wait([call(key) for key in left], what)))
+        answered.update({key: answer for key, answer in answers.items() if done(answer)})
+        pending = {key: answer for key, answer in answers.items() if not done(answer)}
+        if not pending or time.monotonic() > until:
+            return answered, pending
+        left = list(pending)
+        time.sleep(STEP_POLL)
 
 
 def _withdraw(recovery: JobRecovery, old: PhysicalPlan, keys: list[ReplicaKey], widening: list) -> None:

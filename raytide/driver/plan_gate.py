@@ -14,6 +14,12 @@ that input's lock, so a move either was counted when the gate chose ``first`` or
 
 The margin is a time (:data:`AHEAD_S`) turned into epochs at the rate the inputs have been
 moving (:meth:`PlanGate.margin`), so that an install of about that time holds no input.
+
+A shrink called from the thread that feeds the job cannot wait for an epoch after the inputs'
+(that thread is in ``job.rescale``). Its one step may be cut at the inputs' own epoch instead,
+if no record of it has been pushed (:meth:`PlanGate.close_at_frontier`): every push passes
+:meth:`PlanGate.feed` under its input's lock, which records it and, while the gate is closed at
+its epoch, waits; a replica's own check refuses a plan at an epoch its input took records at.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class PlanGate:
         self._deadline = 0.0
         self._held_since = math.inf  # when the first move waited at the gate closed now
         self._last: tuple[float, int | None] = (-math.inf, None)  # when an input's epoch moved last, and by which thread
+        self._fed: dict[str, float] = {}  # each input's latest epoch records were pushed at
 
     def move(self, name: str, epoch: int | None) -> None:
         """Input ``name`` moves to ``epoch`` (None: closes), under its lock: waits while the gate
@@ -59,22 +66,62 @@ class PlanGate:
         """
         to = math.inf if epoch is None else epoch
         with self._cond:
-            if self._limit is not None and to >= self._limit:
-                started, limit = time.monotonic(), self._limit
-                self._held_since = min(self._held_since, started)
-                if not self._cond.wait_for(lambda: self._limit is None or to < self._limit,
-                                           max(0.0, self._deadline - started)):
-                    raise RescaleError(f"job {self.job!r}: input {name!r} waited {time.monotonic() - started:.1f} s to move to epoch "
-                                       f"{epoch} for a stepped rescale's plan (first step at epoch {limit}) to reach "
-                                       f"every replica, past the rescale's deadline")
+            self._wait_below(name, to, "move to epoch")
             self._at[name] = max(self._at.get(name, -math.inf), to)
             self._moves.append(time.monotonic())
             self._last = (self._moves[-1], threading.get_ident())
+
+    def feed(self, name: str, epoch: int) -> None:
+        """Input ``name`` takes records at ``epoch``, under its lock: waits while the gate is closed
+        at or before it (a plan cut at the inputs' own epoch is being installed: :meth:`close_at_frontier`).
+
+        Raises:
+            RescaleError: the gate was not opened by the deadline of the rescale that closed it.
+        """
+        with self._cond:
+            self._wait_below(name, epoch, "push records at")
+            self._fed[name] = max(self._fed.get(name, -math.inf), epoch)
+
+    def frontier(self, epochs: dict[str, int | None]) -> int | None:
+        """The latest epoch the inputs (``epochs``, the driver's) are at, if no record of it has been pushed
+        yet: a plan's first step may be there (nothing of that epoch went out by the old table, and no
+        input needs to move for the step to be made). None if an input took records at it, or is closed,
+        or is at an epoch this gate did not let it move to (a restored one: what was pushed at it before
+        is not known here)."""
+        with self._cond:
+            if not epochs or any(self._at.get(name) != epoch for name, epoch in epochs.items()):
+                return None
+            frontier = max(self._at[name] for name in epochs)
+            unfed = max((self._fed.get(name, -math.inf) for name in epochs), default=-math.inf) < frontier
+            return int(frontier) if frontier != math.inf and unfed else None
+
+    def close_at_frontier(self, epochs: dict[str, int | None], deadline: float) -> int | None:
+        """Close the gate at :meth:`frontier` and return it (None: the gate is left open). Pushes at
+        it and moves past it wait until :meth:`open`, or ``deadline`` (``time.monotonic()``)."""
+        with self._cond:
+            first = self.frontier(epochs)
+            if first is not None:
+                self._limit, self._deadline, self._held_since = first, deadline, math.inf
+            return first
 
     def last_move(self) -> tuple[float, int | None]:
         """When (``time.monotonic()``) an input's epoch moved last, and the thread that moved it (None: none has)."""
         with self._cond:
             return self._last
+
+    def _wait_below(self, name: str, to: float, what: str) -> None:
+        """Wait, the condition held, while the gate is closed at or before ``to`` (input ``name``'s ``what`` it).
+
+        Raises:
+            RescaleError: the gate was not opened by the deadline of the rescale that closed it.
+        """
+        if self._limit is not None and to >= self._limit:
+            started, limit = time.monotonic(), self._limit
+            self._held_since = min(self._held_since, started)
+            if not self._cond.wait_for(lambda: self._limit is None or to < self._limit, max(0.0, self._deadline - started)):
+                raise RescaleError(f"job {self.job!r}: input {name!r} waited {time.monotonic() - started:.1f} s to {what} "
+                                   f"{None if to == math.inf else int(to)} for a stepped rescale's plan (first step at "
+                                   f"epoch {limit}) to reach every replica, past the rescale's deadline")
 
     def margin(self) -> int:
         """How many epochs past the latest an input is at the first step goes: :data:`AHEAD_S` at

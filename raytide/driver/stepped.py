@@ -29,7 +29,9 @@ in the driver's environment, holds the whole job: :data:`STEPPED_ENV`). The step
 pass their epochs, so the driver steps only if an input's epoch moved within :data:`QUIET_S` before the
 call. A growth returns once the plan is installed, whoever feeds next (the caller's own thread included:
 then one step moves every group, at the epoch after the inputs', so one advance makes it). A shrink
-waits for its steps before its retiring switch, so it steps only while another thread feeds; it raises a
+waits for its steps before its retiring switch, so it steps while another thread feeds, or while the
+caller feeds and has pushed nothing at the inputs' epoch yet (its one step is cut there, made at once:
+:meth:`~raytide.driver.plan_gate.PlanGate.close_at_frontier`); it raises a
 :class:`RescaleError` naming the epochs if they are not passed within its ``timeout`` (the plan stays
 installed and ends as the inputs move on, the pumps resuming the snapshots then). A rescale first waits
 for the steps the one before left. Where stepping cannot hold
@@ -102,7 +104,7 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     if vertex is not None and None in inputs.epochs.values():
         vertex, why = None, "an input is closed: its records went by the old table, and the steps' epochs would never come"
     if vertex is not None:
-        why = feed_refusal(inputs.gate, new.width(vertex) < plan.width(vertex), called)
+        why = feed_refusal(inputs.gate, new.width(vertex) < plan.width(vertex), called, inputs.epochs)
         vertex = None if why else vertex
     if vertex is None:
         return rescale(recovery, supervision, asked, max(0.1, deadline - time.monotonic()), made_s,
@@ -111,20 +113,23 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     return SteppedRescale(recovery, supervision, inputs, vertex, deadline, left).run(asked, made_s)
 
 
-def feed_refusal(gate: PlanGate, shrinking: bool, called: float) -> str:
+def feed_refusal(gate: PlanGate, shrinking: bool, called: float, epochs: dict[str, int | None]) -> str:
     """Why the steps cannot be left to the feed ("" if they can): they are made as the inputs pass their
     epochs. A growth returns once its plan is installed, so whoever feeds next makes them, the caller
     included; a shrink retires its replicas after the last step, within the call, so another thread
-    must feed meanwhile. An idle job (no epoch moved within :data:`QUIET_S` before the call, at
+    must feed meanwhile, unless the caller feeds and has pushed nothing at the inputs' epochs (``epochs``,
+    the driver's) yet: then its one step is cut there, made without another epoch
+    (:meth:`~raytide.driver.plan_gate.PlanGate.frontier`). An idle job (no epoch moved within :data:`QUIET_S` before the call, at
     ``called``, ``time.monotonic()``: a job without recovery's first rescale leases its
     coordinator of the cuts first) holds the whole job: that
     holds nothing running, and a plan would wait for a feed that may not come before the next rescale."""
     moved_at, mover = gate.last_move()
     if called - moved_at > QUIET_S:
         return f"no input moved to a new epoch within {QUIET_S:g} s: the steps would wait for them"
-    if shrinking and mover == threading.get_ident():
-        return ("the thread that rescales is the one feeding the job: a shrink retires its replicas after the "
-                "last step, which waits for the inputs")
+    if shrinking and mover == threading.get_ident() and gate.frontier(epochs) is None:
+        return (f"the thread that rescales is the one feeding the job, and the inputs {epochs} took records at their "
+                f"epoch already: a shrink retires its replicas after its last step, which would wait for that "
+                f"thread's next advance (advance the inputs first, or rescale from another thread)")
     return ""
 
 
@@ -252,7 +257,7 @@ class SteppedRescale:
             if died is None:
                 died = self._pause()
             if died is None:
-                message = self.steps.time("install the plan", self._install, width)
+                message = self.steps.time("install the plan", self._install, width, wait)
                 self.window = [time.time(), 0.0]
                 if not wait:
                     return message, ""
@@ -298,13 +303,17 @@ class SteppedRescale:
                 return died
         return None
 
-    def _install(self, width: int) -> StepPlanMessage:
+    def _install(self, width: int, shrinking: bool) -> StepPlanMessage:
         """The plan from an epoch a margin ahead of the inputs (the gate closed there), its holds at
         the progress actor and the plan at every replica at once, while the inputs go on below
-        that epoch; then the gate opened (an input that reached it meanwhile waited: measured)."""
+        that epoch; then the gate opened (an input that reached it meanwhile waited: measured). A
+        caller that feeds the job itself gets one step: a shrink's at the inputs' own epoch if they took
+        no records at it yet (made at once: its retirement follows within the call), else the epoch after."""
         placement, incarnation, gate = self.recovery.placement, self.recovery.incarnation, self.inputs.gate
         table = self._table()  # nothing changes it but a rescale, and this is one
-        first = gate.close_ahead(self.inputs.epochs, 1 if self.one_step else gate.margin(), self.deadline)
+        first = gate.close_at_frontier(self.inputs.epochs, self.deadline) if self.one_step and shrinking else None
+        if first is None:  # another thread pushed meanwhile: it feeds, and makes the step
+            first = gate.close_ahead(self.inputs.epochs, 1 if self.one_step else gate.margin(), self.deadline)
         try:
             steps = plan_steps(table, width, first, DEFAULT_KEY_GROUPS if self.one_step else GROUPS_PER_STEP)
             message = steps.message(self.vertex)

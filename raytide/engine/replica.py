@@ -158,19 +158,20 @@ class ReplicaCore(Settling):
 
     def install_plan(self, message: StepPlanMessage) -> None:
         """The driver's plan of a stepped rescale (before any input reached its first step's
-        epoch, or :func:`~raytide.engine.stepping.check_in_time` refuses it): route every
+        epoch, or took records at it, or :func:`~raytide.engine.stepping.check_in_time` refuses it): route every
         exchange into its vertex by the owners at a batch's epoch, and, at a replica of that
         vertex, refuse records whose owner at their epoch is another replica. The rescale's
         modules come with the first plan: a job that never rescales never imports them."""
         from raytide.engine import stepping
         from raytide.rescale.steps import StepPlan
 
-        stepping.check_in_time(message, self.input_epochs, f"replica {self.replica} of {self.chain.name!r}")
+        stepping.check_in_time(message, self.input_epochs, f"replica {self.replica} of {self.chain.name!r}", self.fed)
         self.outbox.install_plan(message.vertex, StepPlan.of_message(message))
         if message.vertex in self.chain.vertices:
             stepped = self.stepped[message.vertex] = stepping.SteppedVertex(self.plan, message, self.replica)
             for epoch in stepped.waiting:  # its tokens answer nothing at or after a step before its state came
                 self.tokens.hold(stepping.step_channel(message.vertex, epoch, stepped.port), epoch)
+        self._settle()  # a step at the inputs' own epoch is due now: no later event need come to make it
 
     def push_input(self, vertex: str, batch: Any, epoch: int) -> None:
         """The driver (or a source) delivers records of ``epoch`` to input ``vertex``."""
@@ -182,6 +183,7 @@ class ReplicaCore(Settling):
             raise ProgressError(f"input {vertex!r} replica {self.replica} got records for epoch {epoch} "
                                 f"but is at epoch {current}: advance the input first")
         time = Timestamp(epoch)
+        self.fed[vertex] = epoch
         self.held_back.caused_by(HeldCause(Cause.CAPABILITY, Location.of_vertex(vertex), time))
         self.stats[vertex].records_in += batch_length(batch)
         self.stats[vertex].batches_in += 1

@@ -61,6 +61,10 @@ class HostedVertices:
     #: Snapshots up to this id are aligned and passed on, not taken (abandoned while a replica
     #: was recovered alone: :meth:`~raytide.engine.replica.ReplicaCore.replace_alone`).
     quiet_through = 0
+    positions: dict[str, int]
+    #: Each hosted input's latest epoch records were pushed at since this core started (a stepped plan may be
+    #: cut at an input's own epoch only if none was: :func:`~raytide.engine.stepping.check_in_time`).
+    fed: dict[str, int]
 
     def __init__(self, plan: PhysicalPlan, chain: str, replica: int, transport: Transport, keep_outputs: bool = False,
                  numbered: bool = False, logged: Collection[str] | None = None, log_cap: int | None = None) -> None:
@@ -80,7 +84,7 @@ class HostedVertices:
         self.held_back = HeldProgress()
         self.vertices: dict[str, Vertex] = {}
         self.input_epochs: dict[str, int | None] = {}
-        self.positions: dict[str, int] = {}  # driver commands each hosted input consumed
+        self.positions, self.fed = {}, {}  # driver commands each hosted input consumed; the epoch of its latest push
         self.outputs: dict[str, dict[int, list]] = {}  # records per epoch not shipped yet (a columnar batch: a BatchRows)
         self.kept: dict[str, dict[int, list]] = {}  # records per epoch the driver may not have yet
         self.kept_pickles: OutputPickles = {}  # of the kept records at the last snapshot

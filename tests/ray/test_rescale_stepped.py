@@ -105,8 +105,8 @@ def test_a_replica_killed_as_replicas_join_or_as_the_steps_start_falls_back_to_t
     feed, killed, started = steady_feed(), [], []  # started: the second rescale is under way
     install = SteppedRescale._install
 
-    def killing_first(self: SteppedRescale, width: int) -> Any:  # the plan installed: its steps are under way
-        message = install(self, width)
+    def killing_first(self: SteppedRescale, width: int, shrinking: bool) -> Any:  # the plan installed: its steps are under way
+        message = install(self, width, shrinking)
         if not killed and started:  # the second rescale's (after the first's steps were waited for)
             killed.append(job.hosts()[f"{job.name}/check+out/1"])
             os.kill(killed[0], signal.SIGKILL)
@@ -174,11 +174,13 @@ def test_a_snapshot_commits_after_a_retirement_in_place_and_a_replica_killed_as_
 
 
 @pytest.mark.timeout(300)
-def test_a_caller_that_feeds_the_job_itself_grows_it_in_one_step_made_by_its_next_advance(ray_session):
-    """The thread that rescales is the one feeding: the growth returns once its plan is installed
+def test_a_caller_that_feeds_the_job_itself_grows_it_in_one_step_and_shrinks_it_in_place(ray_session):
+    """The thread that rescales is the one feeding: the growth (1 -> 3) returns once its plan is installed
     (one step, at the epoch after the inputs'), the caller's next advance makes it, and its waits on
-    the job see it end (the record's ``ended``); the shrink then holds the whole job, saying why
-    (its retiring switch would wait for steps only the caller's feed can make). Exact throughout."""
+    the job see it end (the record's ``ended``). Its shrink (3 -> 2), with nothing pushed at the inputs'
+    epoch yet, is one step at that epoch, made without another epoch, and the emptied replica retires in
+    place within the call; a shrink (2 -> 1) after records were pushed at the inputs' epoch holds the
+    whole job, saying why (its step would wait for the caller's next advance). Exact throughout."""
     def batch(epoch: int) -> list[tuple[int, int]]:
         return [(key, epoch * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)]
 
@@ -193,14 +195,22 @@ def test_a_caller_that_feeds_the_job_itself_grows_it_in_one_step_made_by_its_nex
                 job.advance("records", fed.fed)
 
         feed(3)
-        grown = job.rescale({"check": 2}, timeout=60, stepped=True)
+        grown = job.rescale({"check": 3}, timeout=60, stepped=True)
         assert grown["mode"] == "stepped", grown["why"]
         assert (grown["stepped"]["steps"], grown["stepped"]["ended"]) == (1, None), grown
         feed(2)
         out = [next(results) for _ in range(fed.fed)]  # the caller's waits on the job see the step end
         assert job.stats()["rescales"][0]["stepped"]["ended"] == "done", job.stats()["rescales"]
-        shrunk = job.rescale({"check": 1}, timeout=60, stepped=True)
-        assert shrunk["mode"] == "whole job" and "the one feeding" in shrunk["why"], shrunk
+        shrunk = job.rescale({"check": 2}, timeout=60, stepped=True)
+        assert shrunk["mode"] == "stepped" and shrunk["cut_id"] is None, shrunk
+        assert shrunk["stepped"]["switch"].startswith("retired in place"), shrunk
+        assert (shrunk["stepped"]["epochs"], shrunk["stepped"]["ended"]) == ([fed.fed, fed.fed], "done"), shrunk
+        assert job.parallelism()["check"] == 2
+        job.push("records", batch(fed.fed), fed.fed)  # the inputs' epoch took records: no step can be cut there
+        held = job.rescale({"check": 1}, timeout=60, stepped=True)
+        assert held["mode"] == "whole job" and "took records at their epoch" in held["why"], held
+        fed.fed += 1
+        job.advance("records", fed.fed)
         feed(2)
         job.close("records")
         job.wait(timeout=120)

@@ -20,7 +20,7 @@ from raytide.engine.progress_core import ProgressCore
 from raytide.engine.replica import ReplicaCore
 from raytide.errors import RescaleError
 from raytide.physical.plan import compile_plan
-from raytide.physical.protocol import EpochClosed, ProgressBatch, ReplicaKey, Sequenced
+from raytide.physical.protocol import Declaration, EpochClosed, ProgressBatch, ReplicaKey, Sequenced
 from raytide.rescale.steps import plan_steps
 from raytide.rescale.widths import new_widths
 from tests.unit.test_replica_core import Recorder
@@ -102,7 +102,8 @@ def test_a_retiring_replica_leaves_once_its_steps_are_done_and_its_progress_is_a
     core = ReplicaCore(old, chain, 1, transport := Recorder())
     core.install_plan(plan_steps(KeyGroupAssignment.contiguous(2), 1, 1, 8).message("sum"))
     why, _ = core.retire()
-    assert why is not None and "steps left" in why and not transport.messages  # its groups not handed over yet
+    assert why is not None and "steps left" in why and not transport.sent  # its groups not handed over yet
+    assert all(isinstance(message, Declaration) for message in transport.messages)  # only its wait for the step
     progress = ProgressCore(old.graph, old.outputs, old.initial_pointstamps())
     progress.connect({})
     leaving = ReplicaKey(chain, 1)

@@ -9,11 +9,15 @@ import time
 
 import pytest
 
+import raytide as rt
 from raytide.core.keygroups import KeyGroupAssignment
 from raytide.driver.plan_gate import MARGINS, PlanGate
+from raytide.engine.replica import ReplicaCore
 from raytide.engine.stepping import check_in_time
 from raytide.errors import RescaleError
+from raytide.physical.plan import compile_plan
 from raytide.rescale.steps import plan_steps
+from tests.unit.test_replica_core import Recorder
 
 REPLICAS = 3
 
@@ -81,3 +85,50 @@ def test_the_margin_is_at_least_one_epoch_and_at_most_the_cap():
     assert MARGINS[0] <= gate.margin() <= MARGINS[1]
     with pytest.raises(RescaleError, match="margin of 0"):
         gate.close_ahead({"records": 20}, 0, time.monotonic() + 30)
+
+
+def test_a_plan_cut_at_the_inputs_own_epoch_only_while_nothing_was_pushed_at_it():
+    """A caller that feeds the job itself shrinks it with one step at its inputs' epoch (no other epoch
+    need come for it) if it pushed nothing at that epoch yet: the gate knows each push (``feed``), holds
+    pushes at that epoch while the plan is installed, and each replica refuses a plan at an epoch its
+    input took records at (a restored input's epoch, not moved through this gate, is never cut at)."""
+    gate = PlanGate("j")
+    assert gate.close_at_frontier({"records": 0}, time.monotonic() + 30) is None  # never moved here: unknown
+    gate.move("records", 3)
+    gate.feed("records", 3)
+    assert gate.close_at_frontier({"records": 3}, time.monotonic() + 30) is None  # records of 3 went out
+    gate.move("records", 4)
+    assert gate.close_at_frontier({"records": 4, "other": 2}, time.monotonic() + 30) is None  # 'other' unknown
+    gate.move("other", 2)
+    assert gate.close_at_frontier({"records": 4, "other": 2}, time.monotonic() + 30) == 4
+    pushing = threading.Thread(target=gate.feed, args=("records", 4), daemon=True)
+    pushing.start()
+    pushing.join(0.05)
+    assert pushing.is_alive(), "a push at the plan's first epoch went on while the plan was installed"
+    gate.feed("other", 2)  # below the gate: never waits
+    message = plan_steps(KeyGroupAssignment.contiguous(2), 1, 4, 128).message("v")
+    check_in_time(message, {"records": 4}, "replica 0", {"records": 3})  # at the epoch, nothing taken at it: in time
+    gate.open()
+    pushing.join(10)
+    assert not pushing.is_alive()
+    with pytest.raises(RescaleError, match=r"input 'records' is at epoch 4 and took records at it"):
+        check_in_time(message, {"records": 4}, "replica 0", {"records": 4})
+    with pytest.raises(RescaleError, match=r"input 'records' is at epoch 5"):
+        check_in_time(message, {"records": 5}, "replica 0", {})
+
+
+def test_an_input_replica_takes_a_plan_at_its_epoch_only_before_records_of_it():
+    """The replica's side of the cut at the inputs' epoch: its core knows whether its input took records
+    at its epoch (``ReplicaCore.fed``) and refuses the plan then."""
+    flow = rt.Dataflow("keyed")
+    flow.input("n", parallelism=1).stateful_map(lambda r: r[0], lambda s, r: (s, r), name="sum").output("out")
+    plan = compile_plan(flow, 2)
+    message = plan_steps(KeyGroupAssignment.contiguous(2), 1, 3, 128).message("sum")
+    cores = [ReplicaCore(plan, plan.chain_of("n").name, 0, Recorder()) for _ in range(2)]
+    for core in cores:
+        core.push_input("n", [(1, 1)], 0)
+        core.advance_input("n", 3)
+    cores[0].install_plan(message)  # nothing of epoch 3 taken: in time
+    cores[1].push_input("n", [(2, 2)], 3)
+    with pytest.raises(RescaleError, match=r"input 'n' is at epoch 3 and took records at it"):
+        cores[1].install_plan(message)

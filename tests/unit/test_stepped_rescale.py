@@ -81,19 +81,23 @@ def test_the_short_switch_narrows_only_emptied_replicas():
 
 def test_who_feeds_decides_whether_the_steps_can_be_left_to_the_feed(monkeypatch):
     """``job.rescale`` steps a growth whoever feeds (it returns once its plan is installed), a shrink
-    only while another thread feeds (it waits for its steps); an idle job holds the whole job, saying
-    why. It steps by default; ``stepped=False`` or ``RAYTIDE_STEPPED_RESCALE=0`` holds the whole job."""
+    while another thread feeds (it waits for its steps), or while the caller feeds and has pushed nothing
+    at the inputs' epoch yet (its step is cut there); an idle job holds the whole job, saying why. It
+    steps by default; ``stepped=False`` or ``RAYTIDE_STEPPED_RESCALE=0`` holds the whole job."""
     gate = PlanGate("j")
-    assert "no input moved" in feed_refusal(gate, False, time.monotonic())  # never fed
+    assert "no input moved" in feed_refusal(gate, False, time.monotonic(), {"records": 0})  # never fed
     gate.move("records", 1)  # fed by this thread, the one that rescales
-    assert feed_refusal(gate, False, time.monotonic()) == ""
-    assert "the thread that rescales is the one feeding" in feed_refusal(gate, True, time.monotonic())
+    assert feed_refusal(gate, False, time.monotonic(), {"records": 1}) == ""
+    assert feed_refusal(gate, True, time.monotonic(), {"records": 1}) == ""  # nothing pushed at epoch 1 yet
+    gate.feed("records", 1)
+    assert feed_refusal(gate, False, time.monotonic(), {"records": 1}) == ""
+    assert "the inputs {'records': 1} took records at their epoch" in feed_refusal(gate, True, time.monotonic(), {"records": 1})
     other = threading.Thread(target=gate.move, args=("records", 2))
     other.start()
     other.join()
-    assert feed_refusal(gate, False, time.monotonic()) == feed_refusal(gate, True, time.monotonic()) == ""
+    assert feed_refusal(gate, False, time.monotonic(), {"records": 2}) == feed_refusal(gate, True, time.monotonic(), {"records": 2}) == ""
     monkeypatch.setattr(stepped, "QUIET_S", 0.0)  # the last move is now older than the quiet time
-    assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, False, time.monotonic())
+    assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, False, time.monotonic(), {"records": 2})
     monkeypatch.delenv(stepped.STEPPED_ENV, raising=False)
     assert stepping_default()
     monkeypatch.setenv(stepped.STEPPED_ENV, "0")
