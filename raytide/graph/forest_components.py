@@ -93,8 +93,8 @@ class ForestLabels:
 
     def recoded(self, shift: Shift) -> None:
         """Every code held mapped by ``shift`` (the coding changed; the order of codes is kept)."""
-        adj, recent = (Runs.of(recoded_pairs(index.keys, shift)) for index, _ in self.owned.tiers())
-        self.owned = OwnedEdges(adj, self.owned.copies, Runs.of(recent.keys, adj), self.owned.recent_copies,
+        adj, recent = Runs.of(recoded_pairs(self.owned.adj.keys, shift)), recoded_pairs(self.owned.recent.keys, shift)
+        self.owned = OwnedEdges(adj, self.owned.copies, Runs.sparse(recent), self.owned.recent_copies,
                                 self.owned.dead)
         self.forest = replace(self.forest, ids=shift(self.forest.ids))
         shown = self.shown >= 0

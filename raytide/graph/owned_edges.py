@@ -79,7 +79,7 @@ def apply_updates(owned: OwnedEdges, keys: np.ndarray,
     keys, at = np.unique(keys, return_inverse=True)
     change = np.bincount(at, weights=diff, minlength=len(keys)).astype(np.int64)
     ends, edge = both_ways(keys)
-    order = np.argsort(ends)
+    order = np.argsort(ends, kind="stable")  # a merge sort: the first half, the keys, is sorted already
     ends, edge = ends[order], edge[order]
     found = [located(index.keys, ends) for index, _ in owned.tiers()]
     before = np.zeros(len(keys), dtype=np.int64)
@@ -92,7 +92,7 @@ def apply_updates(owned: OwnedEdges, keys: np.ndarray,
             dead += int(np.count_nonzero(now[edge[hit]] == 0) - np.count_nonzero(before[edge[hit]] == 0))
     spot, hit = found[1]
     fresh = ~found[0][1] & ~hit & (change[edge] != 0)
-    recent = Runs.of(np.insert(owned.recent.keys, spot[fresh], ends[fresh]), owned.adj)
+    recent = Runs.sparse(np.insert(owned.recent.keys, spot[fresh], ends[fresh]))
     owned = OwnedEdges(owned.adj, owned.copies, recent, np.insert(owned.recent_copies, spot[fresh], now[edge[fresh]]), dead)
     return owned.settled(), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
 

@@ -35,15 +35,17 @@ class Runs:
     start: np.ndarray
 
     @classmethod
-    def of(cls, keys: np.ndarray, like: Runs | None = None) -> Runs:
-        """The index of the sorted pair keys ``keys`` (one count over them); with starts if they are
-        dense, or if ``like`` has starts (a few keys over the same highs: a count over the highs)."""
+    def of(cls, keys: np.ndarray) -> Runs:
+        """The index of the sorted pair keys ``keys`` (one count over them); with starts if they are dense."""
         bound = int(keys[-1] >> SHIFT) + 1 if len(keys) else 0
-        if like is not None and len(like.start):
-            bound, size = max(bound, len(like.start) - 1), len(like.keys)
-        else:
-            size = len(keys)
-        return cls(keys, offsets(keys, bound) if dense(bound, size) else EMPTY)
+        return cls(keys, offsets(keys, bound) if dense(bound, len(keys)) else EMPTY)
+
+    @classmethod
+    def sparse(cls, keys: np.ndarray) -> Runs:
+        """The index of the sorted pair keys ``keys`` without starts (runs found by binary search): for a
+        few keys over many highs, as an epoch's new edges, where counting the starts would cost a
+        pass over the highs at every change."""
+        return cls(keys, EMPTY)
 
     def at(self, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(at, owner)``: the positions of the keys whose ``high`` is one of ``heads``, and for each

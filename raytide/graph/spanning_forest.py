@@ -104,9 +104,14 @@ def as_indices(ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarra
     """The index pairs in ``ids`` (sorted, holding every end) of edges given as id keys (the ids
     themselves when ``ids`` are ``0 .. n-1``, a graph's usual ids: no search)."""
     low, high = unpack(keys)
-    if len(ids) and ids[0] == 0 and ids[-1] == len(ids) - 1:
+    if counted(ids):
         return low, high
     return np.searchsorted(ids, low), np.searchsorted(ids, high)
+
+
+def counted(ids: np.ndarray) -> bool:
+    """Whether the sorted distinct node ids ``ids`` are ``0 .. n-1``: each id is then its own index."""
+    return not len(ids) or (ids[0] == 0 and ids[-1] == len(ids) - 1)
 
 
 def announce(forest: Forest, inserted: np.ndarray, deleted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -133,7 +138,7 @@ def is_loop(keys: np.ndarray) -> np.ndarray:
 def extended(forest: Forest, ids: np.ndarray) -> Forest:
     """The forest with the node ids ``ids`` it lacks added, each its own tree; indices renumbered
     (the order of ids kept, so a tree's smallest index stays its smallest)."""
-    fresh = ids[~member(ids, forest.ids)]
+    fresh = ids[ids >= len(forest.ids)] if counted(forest.ids) else ids[~member(ids, forest.ids)]
     if not len(fresh):
         return forest
     wider = distinct(concat([forest.ids, fresh]))
