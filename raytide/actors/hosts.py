@@ -235,7 +235,7 @@ class RaytideHost:
     class, wraps each for its tracing and describes each in every handle, in the driver before its
     first host starts and in each host as it loads the class and unpickles its peers' handles, all on
     a first job's clock. A vertex host class had 25 methods as Ray counts them (its own, inherited
-    and private ones, and Ray's four); this one has seven, as many as a plain actor with two.
+    and private ones, and Ray's four); this one has seven, one more than a plain actor with two.
     """
 
     def __init__(self, kind: str, number: int) -> None:
