@@ -74,14 +74,19 @@ DEFAULT_GROUP = "default"
 #: methods of their own (:data:`VERTEX_GROUPS`, else the default group, in turn).
 REPLICA_GROUPS = {**{name: VERTEX_GROUPS.get(name, DEFAULT_GROUP) for name in ("take", "ping", *VERTEX_METHODS)},
                   "answer": "inspect", "watch": "watch"}
-#: Per seat (its prefix), the concurrency group of each of its methods. A vertex host has one actor method per
-#: group a seat's calls run in (``seated_`` and the group, :func:`seated_group`), not one per seated method: Ray
-#: disassembles (``dis``), pickles and describes every method of an actor class at each actor class's export and
-#: each handle's unpickling, on a first job's clock (a vertex host had 91 methods with one per seated method, 52
-#: with one per replica method, 23 with neither; the driver's ``dis`` of the class took 28 ms of CPU at 52, 2026-11-30).
+#: Per seat (its prefix), the concurrency group of each of its methods. A host's Ray actor class has one method
+#: that every call goes through (:class:`~raytide.actors.host_actor.RaytideHost`), a seated role's with its
+#: seat's prefix and its name (the vertex host's :data:`SEATED`), and the caller puts the call in its group
+#: (Ray's ``.options(concurrency_group=...)``): Ray disassembles (``dis``), pickles and describes every method
+#: of an actor class at its export and at each host's start and handle's unpickling, on a first job's clock (a
+#: vertex host had 91 methods with one per seated method, 52 with one per replica method, 25 with one per
+#: group; the driver's ``dis`` of the class took 28 ms of CPU at 52, 2026-11-30).
 SEATED_GROUPS = {SEAT_PREFIX: SEAT_GROUPS, INPUT_PREFIX: INPUT_GROUPS, REPLICA_PREFIX: REPLICA_GROUPS}
-#: The prefix of a vertex host's methods that call a seated role, one per concurrency group.
-SEATED = "seated_"
+#: The vertex host's method that calls a seated role (:meth:`~raytide.actors.hosts.VertexHost.seated`).
+SEATED = "seated"
+#: The concurrency group of a host's own methods that do not run in Ray's default group (a call with no seat):
+#: a lease's watch waits on threads of its own, the progress host's long poll on one of its own.
+HOST_GROUPS = {"watch": "watch", "next_events": "poll"}
 
 
 def seated_group(prefix: str, name: str) -> str:
@@ -101,36 +106,40 @@ class Leased(NamedTuple):
     ``method(lease, *args)`` on the host (pickles like the handle it holds); with a
     ``prefix``, the method of a role seated beside another in one host (:data:`SEAT_PREFIX`,
     :data:`INPUT_PREFIX`) or of the vertex host's own replica (:data:`REPLICA_PREFIX`), through the
-    host's method of its concurrency group (:data:`SEATED`)."""
+    host's :data:`SEATED` method. Either way in the concurrency group the method runs in
+    (:data:`SEATED_GROUPS`, :data:`HOST_GROUPS`). A lease of ``None`` is for the calls any lease
+    may make (``ping``, ``node``, ``census``, ...: :func:`unleased`)."""
 
     handle: Any
-    lease: int
+    lease: int | None
     prefix: str = ""
 
-    def __getattr__(self, name: str) -> _LeasedMethod | _SeatedMethod:
+    def __getattr__(self, name: str) -> HostMethod:
+        if name.startswith("_"):  # not a host's method (copy, pickle and NamedTuple look such names up)
+            raise AttributeError(name)
         if self.prefix:
-            return _SeatedMethod(getattr(self.handle, SEATED + seated_group(self.prefix, name)), self.lease, self.prefix, name)
-        return _LeasedMethod(getattr(self.handle, name), self.lease)
+            group = seated_group(self.prefix, name)
+            return HostMethod(self.handle, group, (SEATED, group, self.prefix, name, self.lease))
+        return HostMethod(self.handle, HOST_GROUPS.get(name, DEFAULT_GROUP), (name, self.lease))
 
 
-class _LeasedMethod(NamedTuple):
-    method: Any
-    lease: int
+def unleased(handle: Any) -> Leased:
+    """``handle`` (a host's raw actor handle) for the calls any lease may make: ``ping``, ``node``,
+    ``raytide_objects``, ``census``."""
+    return Leased(handle, None)
+
+
+class HostMethod(NamedTuple):
+    """A host's method, called with ``remote(*args)``: its host's one actor method, ``call``, with the
+    method's name and leading arguments (``head``), in the method's concurrency ``group``."""
+
+    handle: Any
+    group: str
+    head: tuple
 
     def remote(self, *args: Any) -> Any:
-        return self.method.remote(self.lease, *args)
-
-
-class _SeatedMethod(NamedTuple):
-    """A seated role's method ``name``: called through its host's method of the concurrency group it runs in."""
-
-    method: Any
-    lease: int
-    prefix: str
-    name: str
-
-    def remote(self, *args: Any) -> Any:
-        return self.method.remote(self.prefix, self.name, self.lease, *args)
+        call = self.handle.call if self.group == DEFAULT_GROUP else self.handle.call.options(concurrency_group=self.group)
+        return call.remote(*self.head, *args)
 
 
 class Beside(NamedTuple):
@@ -192,7 +201,6 @@ class Host:
         """The id of the Ray node this host runs on (where the driver places progress relays)."""
         return ray.get_runtime_context().get_node_id()
 
-    @ray.method(concurrency_group="watch")
     def watch(self, lease: int) -> None:
         """Returns once ``lease`` is over (given back, or a later one taken): while it lasts,
         the driver's pending call costs nothing, and fails the moment this process dies
@@ -241,7 +249,7 @@ class Host:
         self._announce(f"raytide idle host ({self.label})")
         return True
 
-    def raytide_objects(self) -> dict[str, int]:
+    def raytide_objects(self, lease: int | None = None) -> dict[str, int]:
         """How many objects of raytide's runtime classes this process holds (tests check a
         reset host holds none), frozen ones included; the process stays thawed after it."""
         from raytide.actors.coordinator_actor import CoordinatorActor

@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -60,6 +58,7 @@ from raytide.actors.host_base import (  # noqa: F401  (kept importable here)
     announce,
     forwarding,
     freeze_start_up,
+    unleased,
 )
 from raytide.errors import ArgumentError
 
@@ -100,12 +99,6 @@ class VertexHost(Host):
 
         freeze_start_up()
 
-    @ray.method(concurrency_group="inspect")
-    def answer(self, lease: int | None = None) -> int:  # type: ignore[override]  # ray.method's type, not the signature
-        """:meth:`Host.answer` on the ``inspect`` thread: a replica busy with an event answers too, where
-        its :meth:`ping` waits behind the event (which is how a timeout finds the busy replicas)."""
-        return os.getpid()
-
     def take(self, lease: int, plan: Any, job: str, chain: str, replica: int, max_inflight: int, pretouch_mb: int,
              myself: Any, recovery: Any = None, incarnation: int = 0, sockets: bool = False) -> int:
         """Become replica ``replica`` of ``chain`` for ``lease`` in ``incarnation`` (``sockets``: reached by
@@ -121,6 +114,24 @@ class VertexHost(Host):
             role = VertexActor(plan, job, chain, replica, max_inflight, Leased(myself, lease, INPUT_PREFIX if seated else REPLICA_PREFIX),
                                recovery, incarnation, kept, self.serial if sockets else None, beside)
             return self._take(lease, role, f"{job}/{chain}/{replica}")
+
+    def seated(self, group: str, prefix: str, name: str, lease: int, *args: Any) -> Any:
+        """The method ``name`` of the role seated here with ``prefix`` (:attr:`seat`, :attr:`inputs`, or with
+        :data:`REPLICA_PREFIX` the replica this host plays), called in the concurrency group ``group``
+        (:data:`~raytide.actors.host_base.SEATED_GROUPS`: the replica's ``answer``, say, in ``inspect``,
+        where a replica busy with an event answers at once, while its ``ping`` waits behind the event). A
+        replica's method (one the host class does not have: :data:`VERTEX_METHODS`) goes to the seat's
+        :meth:`Host._call`.
+
+        Raises:
+            ArgumentError: the seat has no such method in that group.
+        """
+        if SEATED_GROUPS.get(prefix, {}).get(name) != group:
+            raise ArgumentError(f"{self!r}: the seat {prefix!r} has no method {name!r} in the concurrency group {group!r}")
+        seat = getattr(self, _SEATS[prefix]) if _SEATS[prefix] else self
+        if isinstance(seat, VertexHost) and name in VERTEX_METHODS:
+            return seat._call(lease, name, args)
+        return getattr(seat, name)(lease, *args)
 
     def _call(self, lease: int, method: str, args: tuple) -> Any:
         """:meth:`Host._call`; a call of the default group holds :attr:`serial` (the others run beside it)."""
@@ -177,7 +188,6 @@ class ProgressHost(Host):
         with self.serial:
             return super().reset(lease)
 
-    @ray.method(concurrency_group="poll")
     def next_events(self, lease: int, cursor: int, timeout: float) -> Any:
         """The role's long poll (in the ``poll`` concurrency group, so not ordered with the
         driver's ``take``): no events while the lease is not (or no longer) this host's."""
@@ -215,33 +225,56 @@ class CoordinatorHost(Host):
 _SEATS = {SEAT_PREFIX: "seat", INPUT_PREFIX: "inputs", REPLICA_PREFIX: ""}
 
 
-def _seated(group: str) -> Callable[..., Any]:
-    """The vertex host method that calls a seated role's methods of concurrency group ``group``
-    (:attr:`VertexHost.seat`, :attr:`VertexHost.inputs`, or the host's own replica;
-    :data:`~raytide.actors.host_base.SEATED_GROUPS`). A replica's method (one the host class does not
-    have: :data:`~raytide.actors.host_base.VERTEX_METHODS`) goes to the seat's :meth:`Host._call`, as a
-    method of its own forwarded it."""
+class RaytideHost:
+    """The Ray actor class of every host: a :class:`VertexHost`, :class:`ProgressHost` or
+    :class:`CoordinatorHost` (``kind``) behind one actor method, :meth:`call`, that every call of
+    the driver and of the roles goes through (:class:`~raytide.actors.host_base.Leased` names the
+    method and puts the call in its concurrency group).
 
-    def forward(self: VertexHost, prefix: str, name: str, lease: int, *args: Any) -> Any:
-        if SEATED_GROUPS.get(prefix, {}).get(name) != group:
-            raise ArgumentError(f"{self!r}: the seat {prefix!r} has no method {name!r} in the concurrency group {group!r}")
-        seat = getattr(self, _SEATS[prefix]) if _SEATS[prefix] else self
-        if isinstance(seat, VertexHost) and name in VERTEX_METHODS:
-            return seat._call(lease, name, args)
-        return getattr(seat, name)(lease, *args)
+    Why one method: Ray disassembles (``dis``) every method of an actor class when it exports the
+    class, wraps each for its tracing and describes each in every handle, in the driver before its
+    first host starts and in each host as it loads the class and unpickles its peers' handles, all on
+    a first job's clock. A vertex host class had 25 methods as Ray counts them (its own, inherited
+    and private ones, and Ray's four); this one has seven, one more than a plain actor with two.
+    """
 
-    forward.__name__ = forward.__qualname__ = SEATED + group
-    forward.__doc__ = f"A seated role's method (by its seat's prefix and its name) that runs in the ``{group}`` group."
-    return forward
+    def __init__(self, kind: str, number: int) -> None:
+        self.host: Host = _KIND_CLASSES[kind](number)
+        self.methods = _methods(type(self.host))
+
+    def __repr__(self) -> str:
+        return repr(self.host)
+
+    def call(self, name: str, *args: Any) -> Any:
+        """The host's method ``name`` with ``args``.
+
+        Raises:
+            AttributeError: the host has no such method (a public method of its class).
+        """
+        if name not in self.methods:
+            raise AttributeError(f"{self.host!r} has no method {name!r}")
+        return getattr(self.host, name)(*args)
+
+
+def remote_host(threads: int, groups: dict[str, int]) -> Any:
+    """:class:`RaytideHost` as a Ray actor class running ``threads`` calls at a time in Ray's default
+    concurrency group and the ``groups`` (name: threads) beside it."""
+    return ray.remote(max_concurrency=threads, concurrency_groups=groups)(RaytideHost)  # type: ignore[call-overload]
+
+
+def _methods(cls: type) -> frozenset[str]:
+    """The methods of the host class ``cls`` a call may name: its public ones."""
+    return frozenset(name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name)))
 
 
 for _name in PROGRESS_METHODS:
     setattr(ProgressHost, _name, forwarding(_name))
-for _group in sorted({group for groups in SEATED_GROUPS.values() for group in groups.values()}):
-    _method = _seated(_group)
-    setattr(VertexHost, SEATED + _group, _method if _group == DEFAULT_GROUP else ray.method(concurrency_group=_group)(_method))
 for _name in COORDINATOR_METHODS:
     setattr(CoordinatorHost, _name, forwarding(_name))
+
+#: Each kind of host (:class:`RaytideHost`'s first argument) and its class.
+_KIND_CLASSES: dict[str, type[VertexHost] | type[ProgressHost] | type[CoordinatorHost]] = {
+    "vertex": VertexHost, "progress": ProgressHost, "coordinator": CoordinatorHost}
 
 
 # -- the host process's allocator ---------------------------------------------------------

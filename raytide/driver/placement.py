@@ -18,7 +18,7 @@ from typing import Any
 import ray
 
 from raytide.actors import socket_hops
-from raytide.actors.hosts import INPUT_PREFIX
+from raytide.actors.hosts import INPUT_PREFIX, unleased
 from raytide.driver.outputs import Liveness
 from raytide.driver.pool import HostLease, host_pool
 from raytide.engine.outbox import receivers
@@ -158,7 +158,7 @@ class JobPlacement:
             return
         keys = self.plan.replica_keys()
         unknown = [self.actors[key] for key in keys if self.actors[key] not in self._nodes]
-        known = self._nodes | dict(zip(unknown, self.wait([actor.node.remote() for actor in unknown],
+        known = self._nodes | dict(zip(unknown, self.wait([unleased(actor).node.remote() for actor in unknown],
                                                           f"asking {len(unknown)} hosts which node they are on")))
         # only the hosts the job has now: a dead or given-back host's handle is not kept alive here
         self._nodes = {self.actors[key]: known[self.actors[key]] for key in keys}
@@ -206,8 +206,7 @@ class JobPlacement:
         if self.coordinator_lease is not None:  # dead: the pool forgets it (see replace_dead)
             self.pool.give_back([self.coordinator_lease])
         self.coordinator_lease = lease = self.pool.lease("coordinator", 1)[0]
-        take = lease.handle.take.remote(lease.lease, self.name, self.plan, recovery, self.input_replicas(),
-                                        incarnation, first_id)
+        take = lease.leased_host.take.remote(self.name, self.plan, recovery, self.input_replicas(), incarnation, first_id)
         self._pids[f"{self.name}/coordinator"] = self.wait([take], "starting the snapshot coordinator")[0]
         return lease.leased
 
@@ -254,7 +253,7 @@ class JobPlacement:
                 self.actors[key], self.peers[key] = lease.handle, lease.leased
                 refs.append(self._take_vertex(key))
                 replaced.append(key)
-            self._pids[self.host_name(key)] = lease.handle.ping.remote()
+            self._pids[self.host_name(key)] = unleased(lease.handle).ping.remote()
         self.place_relays()
         refs += [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
                  for key in replaced]
@@ -267,7 +266,7 @@ class JobPlacement:
         have = len(self._own_hosts()) + len(self.bare)
         need = sum(1 for key in plan.replica_keys() if not (key in self.leases and self.leases[key].seated))
         fresh = self.pool.lease("vertex", max(0, need - have), self.settings.num_cpus)
-        self.wait([lease.handle.ping.remote() for lease in fresh], f"starting {len(fresh)} hosts to rescale onto")
+        self.wait([unleased(lease.handle).ping.remote() for lease in fresh], f"starting {len(fresh)} hosts to rescale onto")
         return fresh
 
     def reconfigure(self, plan: PhysicalPlan, incarnation: int, fresh: list[HostLease], coordinator: Any) -> dict[str, int]:
@@ -414,7 +413,7 @@ class JobPlacement:
         seconds is busy: running user code, or waiting for a slower receiver. Of the busy
         ones, those from which no other busy one is reachable are where the work waits.
         """
-        pings = {key: handle.ping.remote() for key, handle in self.actors.items()}
+        pings = {key: unleased(handle).ping.remote() for key, handle in self.actors.items()}
         ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=within)
         busy = [key for key, ref in pings.items() if ref not in set(ready)]
         plan = self.plan
@@ -436,7 +435,7 @@ class JobPlacement:
         coordinator = [self.coordinator_lease] if self.coordinator_lease is not None else []
         killed = self.pool.give_back([*self.leases.values(), *self.bare, *coordinator])
         if killed:
-            gone = [handle.ping.remote() for handle in killed]
+            gone = [unleased(handle).ping.remote() for handle in killed]
             _, alive = ray.wait(gone, num_returns=len(gone), timeout=TEARDOWN_TIMEOUT)
             if alive:
                 logger.warning("job %r: %d hosts still alive %.0f s after being killed", self.name, len(alive),

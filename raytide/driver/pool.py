@@ -30,7 +30,7 @@ from typing import Any
 
 import ray
 
-from raytide.actors.hosts import REPLICA_PREFIX, SEAT_PREFIX, CoordinatorHost, Leased, ProgressHost, VertexHost
+from raytide.actors.hosts import REPLICA_PREFIX, SEAT_PREFIX, Leased, remote_host, unleased
 from raytide.core.arguments import non_negative, non_negative_int
 from raytide.driver.connected import ray_get, ray_kill, ray_wait
 from raytide.driver.pool_book import HostKind, PoolBook
@@ -68,20 +68,19 @@ def _connected() -> None:
         raise RayGone("the driver's Ray connection is closed")
 
 
-#: Each kind of host: its class, its threads for calls (1: sequential) and its concurrency
-#: groups (see Host.watch, ProgressHost.next_events, CoordinatorHost).
-_KINDS: dict[HostKind, tuple[type, int, dict[str, int]]] = {
-    "vertex": (VertexHost, 1, {"watch": 3, "relay": 2, "fan_out": 1, "inspect": 1, "progress": 1, "poll": 1, "input": 1}),
-    "progress": (ProgressHost, 1, {"watch": 1, "poll": 1}),
-    "coordinator": (CoordinatorHost, 4, {"watch": 1}),
+#: Each kind of host: its threads for calls in Ray's default group (1: sequential) and its concurrency
+#: groups (see Host.watch, ProgressHost.next_events, CoordinatorHost, host_base.SEATED_GROUPS).
+_KINDS: dict[HostKind, tuple[int, dict[str, int]]] = {
+    "vertex": (1, {"watch": 3, "relay": 2, "fan_out": 1, "inspect": 1, "progress": 1, "poll": 1, "input": 1}),
+    "progress": (1, {"watch": 1, "poll": 1}),
+    "coordinator": (4, {"watch": 1}),
 }
 
 
 def _remote_class(kind: HostKind) -> Any:
     """The Ray actor class of ``kind`` (made once: ``ray.remote`` pickles the class)."""
     if kind not in _CLASSES:
-        host, threads, groups = _KINDS[kind]
-        _CLASSES[kind] = ray.remote(max_concurrency=threads, concurrency_groups=groups)(host)  # type: ignore[call-overload]
+        _CLASSES[kind] = remote_host(*_KINDS[kind])
     return _CLASSES[kind]
 
 
@@ -114,6 +113,11 @@ class HostLease:
     def leased(self) -> Leased:
         """The handle whose calls carry this lease (a seated role's: by its prefix and name, through its host's ``seated_*`` methods)."""
         return Leased(self.handle, self.lease, self.seat or (REPLICA_PREFIX if self.kind == "vertex" else ""))
+
+    @property
+    def leased_host(self) -> Leased:
+        """The handle whose calls carry this lease to the host itself, not its role (``reset``, ``take`` of a coordinator)."""
+        return Leased(self.handle, self.lease)
 
 
 @dataclass
@@ -172,7 +176,7 @@ class HostPool:
     def _alive(self, numbers: list[int]) -> list[int]:
         """The hosts among ``numbers`` (leased, idle a moment ago) that did not die: a ping
         each, waited for up to :data:`LEASE_CHECK` s; the dead leave the pool."""
-        pings = {number: self.handles[number].ping.remote() for number in numbers}
+        pings = {number: unleased(self.handles[number]).ping.remote() for number in numbers}
         ray_wait(list(pings.values()), num_returns=len(pings), timeout=LEASE_CHECK)
         alive = []
         for number, ref in pings.items():
@@ -223,7 +227,7 @@ class HostPool:
                     killed.append(host.handle)
                     continue
                 self.book.give_back([host.number], now)
-                self.pending[host.number] = _Pending(host.handle.reset.remote(host.lease), "reset")
+                self.pending[host.number] = _Pending(host.leased_host.reset.remote(), "reset")
         return killed
 
     def _wait_for_resets(self, kind: HostKind, count: int) -> None:
@@ -287,7 +291,7 @@ class HostPool:
                 _connected()
                 ref = self.pings.get(number)
                 if ref is None:
-                    self.pings[number] = self.handles[number].ping.remote()
+                    self.pings[number] = unleased(self.handles[number]).ping.remote()
                     continue
                 ready, _ = ray_wait([ref], timeout=0)
                 if ready:
@@ -301,7 +305,7 @@ class HostPool:
     def _start_spares(self) -> None:
         for number in self.book.spares_to_start(time.monotonic()):
             self._create("vertex", number)
-            self.pending[number] = _Pending(self.handles[number].ping.remote(), "start")
+            self.pending[number] = _Pending(unleased(self.handles[number]).ping.remote(), "start")
 
     # -- processes -------------------------------------------------------------------------
 
@@ -314,7 +318,7 @@ class HostPool:
         # 30-50 ms per host on the driver, one after the other; its repr names it instead
         self.handles[number] = _remote_class(kind).options(
             num_cpus=num_cpus, max_restarts=0, max_task_retries=0,
-        ).remote(number)
+        ).remote(kind, number)
         return number
 
     def _kill(self, number: int) -> None:

@@ -24,6 +24,7 @@ import pytest
 import ray
 
 import raytide as rt
+from raytide.actors.hosts import unleased
 from raytide.driver.placement import PROGRESS
 from raytide.engine.outbox import receivers
 from raytide.physical.protocol import ReplicaKey
@@ -61,7 +62,7 @@ def _allowed(job: rt.Job, key: ReplicaKey) -> set[str]:
 def _check_holdings(job: rt.Job, max_inflight: int) -> None:
     """Every replica holds handles only to the actors it may call, and refs only for its calls in flight."""
     for key, actor in job.placement.actors.items():
-        census = ray.get(actor.census.remote(), timeout=60)
+        census = ray.get(unleased(actor).census.remote(), timeout=60)
         allowed = _allowed(job, key)
         assert set(census["actors"]) <= allowed, (key, len(census["actors"]), len(allowed))
         calls = max_inflight * len(receivers(job.plan, key))

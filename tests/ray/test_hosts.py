@@ -14,6 +14,7 @@ import pytest
 import ray
 
 import raytide as rt
+from raytide.actors.hosts import unleased
 from raytide.driver import pool as pool_module
 from raytide.driver.pool import host_pool
 
@@ -56,7 +57,7 @@ def _wait_until(condition, what: str, timeout: float = 60.0) -> None:
 
 def _dead(handle) -> bool:
     try:
-        ray.get(handle.ping.remote(), timeout=5)
+        ray.get(unleased(handle).ping.remote(), timeout=5)
     except ray.exceptions.RayActorError:
         return True
     except ray.exceptions.GetTimeoutError:  # alive but busy
@@ -138,7 +139,7 @@ def test_a_reset_host_keeps_nothing_of_raytides_but_user_globals_persist(fresh_p
         assert job.collect("out") == {0: [1, 2, 3]}
     _wait_until(lambda: len(_idle(fresh_pool)) == 1, "the host's reset")
     (number,) = _idle(fresh_pool)
-    held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
+    held = ray.get(unleased(fresh_pool.handles[number]).raytide_objects.remote(), timeout=30)
     assert held == {"CoordinatorActor": 0, "PhysicalPlan": 0, "ProgressCore": 0, "ReplicaCore": 0, "SnapshotWriter": 0,
                     "Vertex": 0}, held
     with rt.run(_flow("globals2", count_calls), inputs={"numbers": [[0]]}, parallelism=1) as job:
@@ -156,7 +157,7 @@ def test_a_reset_host_of_a_job_with_recovery_stops_its_snapshot_writer(fresh_poo
         assert len(set(hosts.values())) == len(hosts), f"with recovery, a progress host of its own: {hosts}"
     _wait_until(lambda: set(numbers) <= set(_idle(fresh_pool)), "the hosts' resets")
     for number in numbers:
-        held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
+        held = ray.get(unleased(fresh_pool.handles[number]).raytide_objects.remote(), timeout=30)
         assert held["SnapshotWriter"] == 0 and held["ReplicaCore"] == 0, held
 
 
@@ -177,7 +178,7 @@ def test_the_snapshot_coordinator_plays_a_pooled_host_that_the_next_job_reuses(f
         first = job.hosts()[f"{job.name}/coordinator"]
         number = job.placement.coordinator_lease.number
     _wait_until(lambda: number in _idle(fresh_pool, "coordinator"), "the coordinator host's reset")
-    held = ray.get(fresh_pool.handles[number].raytide_objects.remote(), timeout=30)
+    held = ray.get(unleased(fresh_pool.handles[number]).raytide_objects.remote(), timeout=30)
     assert held["CoordinatorActor"] == 0, held
     with rt.run(_flow("coordinated2"), inputs={"numbers": [[3]]}, parallelism=1, recovery=recovery) as job:
         job.wait(timeout=60)
@@ -238,7 +239,7 @@ def test_a_host_killed_while_idle_is_forgotten_and_a_job_on_a_killed_host_fails_
         job.wait(timeout=60)
     _wait_until(lambda: len(_idle(fresh_pool)) == 2, "the hosts' resets")
     victim = _idle(fresh_pool)[0]
-    victim_pid = ray.get(fresh_pool.handles[victim].ping.remote(), timeout=30)
+    victim_pid = ray.get(unleased(fresh_pool.handles[victim]).ping.remote(), timeout=30)
     ray.kill(fresh_pool.handles[victim])
     _wait_until(lambda: victim not in _idle(fresh_pool), "the pool to notice the dead idle host")
     with rt.run(_flow("after"), inputs={"numbers": [[1, 2]]}, parallelism=2) as job:
@@ -265,7 +266,7 @@ def test_a_host_that_dies_just_before_a_lease_is_not_handed_to_the_next_job(fres
     with rt.run(_flow("before"), inputs={"numbers": [[1]]}, parallelism=2) as job:
         job.wait(timeout=60)
     _wait_until(lambda: len(_idle(fresh_pool)) == 2, "the hosts' resets")
-    victims = {ray.get(fresh_pool.handles[number].ping.remote(), timeout=30) for number in _idle(fresh_pool)}
+    victims = {ray.get(unleased(fresh_pool.handles[number]).ping.remote(), timeout=30) for number in _idle(fresh_pool)}
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
     with rt.run(_flow("after"), inputs={"numbers": [[1, 2]]}, parallelism=2) as job:
@@ -281,7 +282,7 @@ def test_a_spare_is_kept_started_and_taken_by_the_next_job(fresh_pool):
     try:
         _wait_until(lambda: len(_idle(fresh_pool)) == 1, "the spare to start")
         (spare,) = _idle(fresh_pool)
-        spare_pid = ray.get(fresh_pool.handles[spare].ping.remote(), timeout=30)
+        spare_pid = ray.get(unleased(fresh_pool.handles[spare]).ping.remote(), timeout=30)
         with rt.run(_flow("taker"), inputs={"numbers": [[1]]}, parallelism=1) as second:
             second.wait(timeout=60)
             assert _vertex_pids(second) == {spare_pid}
@@ -295,9 +296,9 @@ def test_spares_killed_while_idle_are_replaced_by_new_ones(fresh_pool):
         job.wait(timeout=60)
     _wait_until(lambda: len(_idle(fresh_pool)) == 2, "the job's host reset and the spare started")
     victims = _idle(fresh_pool)
-    victim_pids = set(ray.get([fresh_pool.handles[n].ping.remote() for n in victims], timeout=30))
+    victim_pids = set(ray.get([unleased(fresh_pool.handles[n]).ping.remote() for n in victims], timeout=30))
     for number in victims:
         ray.kill(fresh_pool.handles[number])
     _wait_until(lambda: any(n not in victims for n in _idle(fresh_pool)), "the pool to start a new spare")
     new = [n for n in _idle(fresh_pool) if n not in victims]
-    assert not victim_pids & set(ray.get([fresh_pool.handles[n].ping.remote() for n in new], timeout=30))
+    assert not victim_pids & set(ray.get([unleased(fresh_pool.handles[n]).ping.remote() for n in new], timeout=30))

@@ -21,6 +21,7 @@ CHILD = textwrap.dedent("""
     import json, signal, sys, time
     import ray
     import raytide as rt
+    from raytide.actors.hosts import unleased
 
     # Ctrl-C as at a terminal: a shell runs a background job with SIGINT ignored, and the
     # child of a suite started that way would inherit that (and never be interrupted)
@@ -48,7 +49,7 @@ CHILD = textwrap.dedent("""
         if not alive or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    held = [ray.get(job.placement.pool.handles[n].raytide_objects.remote(), timeout=30) for n in states.get("vertex idle", [])]
+    held = [ray.get(unleased(job.placement.pool.handles[n]).raytide_objects.remote(), timeout=30) for n in states.get("vertex idle", [])]
     alive += [counts for counts in held if any(counts.values())]
     try:
         job.wait(timeout=5)
