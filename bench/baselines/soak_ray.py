@@ -281,12 +281,34 @@ class PlainJob:
         return pickle.loads(blobs[index]) if index < len(blobs) else {}
 
 
+#: How long a soak goes on past its minutes for the faults it was asked to make (``min_faults``).
+FAULTS_TIMEOUT_S = 300.0
+
+
+def _soak_goes_on(end: float, made: tuple[int, int], wanted: tuple[int, int]) -> bool:
+    """Whether the soak ending at ``end`` goes on: its time is not up, or it has made fewer
+    (rescales, kills) than ``wanted``; an error once those are ``FAULTS_TIMEOUT_S`` late."""
+    now = time.monotonic()
+    if now < end:
+        return True
+    if all(done >= want for done, want in zip(made, wanted)):
+        return False
+    if now > end + FAULTS_TIMEOUT_S:
+        raise TimeoutError(f"the plain soak made (rescales, kills) {made} of the {wanted} asked for "
+                           f"{FAULTS_TIMEOUT_S:.0f} s after its time was up")
+    return True
+
+
 def plain_soak(minutes: float, interval: float, pace: float, rescale_every_s: float, kill_every_s: float,
                sample_every_s: float, seed: int, records: Any, widths: tuple[int, ...],
-               sample: Any) -> dict[str, float]:
+               sample: Any, min_faults: tuple[int, int] = (0, 0)) -> dict[str, float]:
     """Run the plain job for ``minutes``, feeding ``records(epoch)`` every ``pace`` seconds;
     ``sample(pids)`` is called every ``sample_every_s`` with the driver's and every actor's
-    process id. Returns the epochs, faults, wrong epochs and latencies (ms)."""
+    process id. Returns the epochs, faults, wrong epochs and latencies (ms).
+
+    ``min_faults`` (rescales, kills): go on past ``minutes`` until at least that many were
+    made (a test's check that they happen, on a machine where each takes long), for at most
+    :data:`FAULTS_TIMEOUT_S` more."""
     rng = random.Random(seed)
     path = os.path.join(tempfile.gettempdir(), f"raytide-plain-soak-{os.getpid()}")
     job = PlainJob(interval, path, widths[-1])
@@ -295,7 +317,7 @@ def plain_soak(minutes: float, interval: float, pace: float, rescale_every_s: fl
     started = time.monotonic()
     end = started + minutes * 60
     next_feed, next_rescale, next_kill, next_sample = started, started + rescale_every_s, started + kill_every_s, started
-    while time.monotonic() < end:
+    while _soak_goes_on(end, (rescales, kills), min_faults):
         now = time.monotonic()
         if now >= next_feed:
             job.feed(epoch, records(epoch))
