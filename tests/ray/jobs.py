@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -33,6 +34,13 @@ def wait_for_epoch(job: rt.Job, output: str, epoch: int, timeout: float = 120.0)
     while max(job.collect(output), default=-1) < epoch:
         assert time.monotonic() < deadline, f"epoch {epoch} of {output!r} not handed out within {timeout:g} s"
         time.sleep(0.02)
+
+
+def committed_snapshots(job: rt.Job) -> int:
+    """The snapshots ``job`` has committed, for a poll with a deadline of its own: 0 while its
+    coordinator does not answer (replaced after a kill, or starved on a loaded machine), when
+    ``job.stats()["snapshots"]`` says why in place of the figures."""
+    return int(job.stats()["snapshots"].get("committed", 0))
 
 
 def as_multisets(result: dict[int, list]) -> dict[int, Counter]:
@@ -109,10 +117,17 @@ def next_in_sequence(last: int | None, record: tuple[int, int]) -> tuple[int, tu
     return number, record
 
 
+#: How long an example may run in a test: the demo (a Ray, a Spark of three JVMs, four epochs)
+#: took 209 s beside both session lanes in a full run, more than 240 s in one CI run.
+EXAMPLE_TIMEOUT_S = 360
+
+
 def run_example(tmp_path: Path, env: dict[str, str], script: str, *args: str) -> tuple[str, str]:
     """Run ``examples/<script>`` in a fresh process from the repository's root; its stdout and
-    stderr, after checking it exited with 0 within 240 s. Run again if it started a Ray of
-    its own and that Ray did not start (:func:`~tests.ray.own_ray.until_ray_starts`).
+    stderr, after checking it exited with 0 within :data:`EXAMPLE_TIMEOUT_S`. Run again if it
+    started a Ray of its own and that Ray did not start (:func:`~tests.ray.own_ray.until_ray_starts`).
+    One still running then is stopped with SIGABRT first, which its faulthandler (turned on
+    here) answers by writing every thread's stack to its stderr: the failure shows where it was.
 
     Output goes to files, not pipes: Ray's and Spark's helper processes inherit the
     descriptors, and reading a pipe to its end would also wait for them."""
@@ -120,16 +135,23 @@ def run_example(tmp_path: Path, env: dict[str, str], script: str, *args: str) ->
         stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
         with open(stdout, "w") as out, open(stderr, "w") as err:
             run = subprocess.Popen([sys.executable, f"examples/{script}", *args], cwd=Path(__file__).resolve().parents[2],
-                                   env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+                                   env={**env, "PYTHONFAULTHANDLER": "1"}, stdout=out, stderr=err,
+                                   stdin=subprocess.DEVNULL)
             try:
-                run.wait(timeout=240)
+                run.wait(timeout=EXAMPLE_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                run.kill()
-                run.wait()
+                err.write(f"\n[test] still running after {EXAMPLE_TIMEOUT_S} s: SIGABRT for its stacks\n")
+                err.flush()
+                run.send_signal(signal.SIGABRT)
+                try:
+                    run.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    run.kill()
+                    run.wait()
         return run.returncode, stdout.read_text(), stderr.read_text()
 
     code, out, err = until_ray_starts(attempt, lambda done: done[2])
-    assert code == 0, f"exit code {code}\n{out[-3000:]}\n{err[-5000:]}"
+    assert code == 0, f"exit code {code}\n{out[-3000:]}\n{err[-8000:]}"
     return out, err
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import raytide as rt
+from tests.ray.jobs import committed_snapshots
 from tests.ray.test_recovery import sigkill
 from tests.ray.test_rescale import KEYS, PER_KEY, SequenceChecker
 from tests.ray.test_snapshot_stalls import until
@@ -58,7 +59,7 @@ class Fed:
 
     def committed(self) -> int:
         self.job.collect("out")  # takes the job's events: commits, deaths
-        return self.job.stats()["snapshots"]["committed"]
+        return committed_snapshots(self.job)
 
     def outputs(self) -> dict[int, list]:
         self.job.close(self.job.plan.inputs[0])

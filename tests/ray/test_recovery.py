@@ -24,7 +24,7 @@ from raytide.integrations.parquet import write_parquet
 from raytide.physical.protocol import ReplicaKey
 from raytide.snapshots.store import SnapshotStore
 from tests.delivery import Handed, assert_exactly_once, read_outputs
-from tests.ray.jobs import Brake, as_multisets, counting_words, text_parts, wait_for_epoch
+from tests.ray.jobs import Brake, as_multisets, committed_snapshots, counting_words, text_parts, wait_for_epoch
 from tests.sim.scenarios import SCENARIOS, Scenario, with_input_width
 from tests.sim.test_output_commit_sim import chain_breaks, chained_flow
 
@@ -67,7 +67,7 @@ def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], No
     gates = {EPOCHS * (i + 1) // (len(kills) + 1) for i in range(len(kills))}
 
     def committed() -> int:
-        return holder[0].stats()["snapshots"]["committed"]
+        return committed_snapshots(holder[0])
 
     def feed(epochs: list[list[Any]], kills_here: bool) -> Iterator[list[Any]]:
         wanted = after_snapshots
@@ -93,7 +93,7 @@ def run_and_kill(scenario: Scenario, tmp_path, kills: list[Callable[[rt.Job], No
         got.update(read_outputs(job, [name for name in outputs if name not in got]))
         assert not pending, "not every kill was made"
         deadline = time.monotonic() + 60
-        while job.stats()["snapshots"]["committed"] < then_committed:
+        while committed_snapshots(job) < then_committed:
             assert time.monotonic() < deadline, f"fewer than {then_committed} snapshots committed in 60 s"
             time.sleep(0.05)
         return got, job.stats()
@@ -254,7 +254,7 @@ def test_an_input_replica_killed_while_peers_close_epochs_for_one_another(ray_se
 
         feed(range(EPOCHS))
         deadline = time.monotonic() + 60
-        while job.stats()["snapshots"]["committed"] < 1:
+        while committed_snapshots(job) < 1:
             assert time.monotonic() < deadline, "no snapshot was committed in 60 s"
             time.sleep(0.05)
         quiet_before = job.stats()["input_quiet_moves"]
@@ -414,7 +414,7 @@ def test_a_source_read_in_the_replicas_resumes_where_the_snapshot_left_it(ray_se
     source = rt.sources.TextFileSource(paths, batch_lines=10)
     with rt.run(flow, inputs={"lines": source}, parallelism=2, recovery=recovery) as job:
         deadline = time.monotonic() + 60
-        while job.stats()["snapshots"]["committed"] < 2:
+        while committed_snapshots(job) < 2:
             assert time.monotonic() < deadline, "no two snapshots in 60 s"
             time.sleep(0.02)
         sigkill(job, str(a_replica(job, rng)))

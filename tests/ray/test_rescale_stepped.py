@@ -24,7 +24,7 @@ from raytide.driver import joining
 from raytide.driver.placement import JobPlacement
 from raytide.driver.stepped import SteppedRescale
 from tests.delivery import assert_exactly_once
-from tests.ray.jobs import SequenceFeed, next_in_sequence
+from tests.ray.jobs import SequenceFeed, committed_snapshots, next_in_sequence
 
 pytestmark = [pytest.mark.ray]
 
@@ -128,7 +128,7 @@ def test_a_replica_killed_as_replicas_join_or_as_the_steps_start_falls_back_to_t
                 recovery=rt.Recovery(str(tmp_path / "store"), interval=0.2)) as job:
         results = job.results("out", timeout=120)
         out = [next(results)]
-        while job.stats()["snapshots"]["committed"] < 1:
+        while committed_snapshots(job) < 1:
             out.append(next(results))
         grown = job.rescale({"check": 3}, timeout=60, stepped=True)
         started.append(True)

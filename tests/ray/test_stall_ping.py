@@ -19,6 +19,7 @@ import pytest
 
 import raytide as rt
 from tests.delivery import assert_exactly_once, read_outputs
+from tests.ray.jobs import committed_snapshots
 from tests.ray.test_recovery import a_replica, scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
@@ -40,7 +41,7 @@ def test_a_stopped_actor_is_found_by_the_ping_killed_and_recovered_from(ray_sess
                 assert started.wait(60)
                 job = holder[0]
                 deadline = time.monotonic() + 60
-                while job.stats()["snapshots"]["committed"] < 2:
+                while committed_snapshots(job) < 2:
                     assert time.monotonic() < deadline, "no two snapshots committed in 60 s"
                     time.sleep(0.05)
                 name = "progress" if victim == "the progress actor" else "{}/{}".format(*a_replica(job, random.Random(7)))
