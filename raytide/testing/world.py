@@ -39,7 +39,6 @@ from raytide.supervisor.execution import Execution
 from raytide.supervisor.stalls import StallWatch
 from raytide.testing.consumer import LocalConsumer, LocalOutputs
 from raytide.testing.mailboxes import Command, Link, LocalTransport, Mailboxes, logged
-from raytide.testing.offers import Offers
 from raytide.testing.outcome import COORDINATOR, DRIVER, PROGRESS, LocalRecovery, LocalRun, ReplicaDied, Target
 from raytide.testing.pacing import Pacing, actor_of
 from raytide.testing.snapshotting import SnapshotTaking
@@ -48,11 +47,6 @@ from raytide.testing.zombies import ActorZombie, Zombie, rise, zombie_actions
 #: How often a zombie acts next to a live actor (it is slow: a partitioned or dying host),
 #: so that what it sends arrives well after its replacement, across later snapshots.
 ZOMBIE_PACE = 0.2
-
-
-def _to(deliver: Callable[..., None], key: Hashable) -> Callable[[], None]:
-    """The action that ``deliver``-s to ``key`` (its actor: :func:`~raytide.testing.pacing.actor_of`)."""
-    return functools.partial(deliver, to=key)
 
 
 def idle() -> None:
@@ -138,63 +132,51 @@ class World(SnapshotTaking):
         """The steps of the recovery under way (empty: none is)."""
         return self.recovering.steps if self.recovering is not None else collections.deque()
 
-    def _mailboxes(self) -> Offers:
+    def _mailboxes(self) -> list[Callable[[], None]]:
         """One action per mailbox with something to deliver. It runs at every step, of which one
-        action is taken: it looks only at the mailboxes that may hold something, skips what an
-        empty world (no zombie, nobody waiting, no relay) cannot offer, and makes the actions
-        of the mailboxes (:class:`~raytide.testing.offers.Offers`) only when one is chosen."""
+        action is taken: it looks only at the mailboxes that may hold something, and skips
+        what an empty world (no zombie, nobody waiting, no relay) cannot offer."""
         mail, waiting = self.mail, self.waiting
         haunting = zombie_actions(self.zombies, mail, self.dead, self._haunt) if self.zombies else []  # first: they take their mail
-        actions = Offers()
+        actions: list[Callable[[], None]] = []
         if not self.connected and self.progress is not None:
-            actions.add(self._connect)
+            actions.append(self._connect)
         links = mail.pending_links()
         if waiting:
             links = [link for link in links if link[1] not in waiting]
-        if self.pacing is not None:
-            actions.extend(self.pacing.per_receiver(links, self._deliver, self.rng))
-        else:
-            actions.each(links, self._delivery)
+        actions += (self.pacing.per_receiver(links, self._deliver, self.rng) if self.pacing is not None
+                    else [functools.partial(self._deliver, link, to=link[1]) for link in links])
         calling, forwarding = mail.progress_mailboxes(self.replica_keys)
         if calling:
-            actions.add(functools.partial(self._take_progress_call, to=PROGRESS))
-        actions.each(forwarding, self._forwarding)
+            actions.append(functools.partial(self._take_progress_call, to=PROGRESS))
+        actions += [functools.partial(mail.forward, key, to=to) for key, to in forwarding]
         for deliver, mailbox in ((self._push_status, mail.pushes), (self._command, mail.commands),
                                  (self._inject, mail.injects), (mail.fan_out, mail.fan_outs)):
             if mailbox:
-                actions.each([key for key, queue in mailbox.items() if queue and key not in waiting],
-                             functools.partial(_to, deliver))
+                actions += [functools.partial(deliver, to=key) for key, queue in mailbox.items()
+                            if queue and key not in waiting]
         driving = [under_way.step for under_way in (self.recovering, self.rescaling) if under_way and under_way.steps]
         if mail.log and not driving:  # the driver recovers (or hands state over), then reads events again
-            actions.add(self._poll)
-        actions.extend(driving)
-        actions.extend(haunting)
+            actions.append(self._poll)
+        actions += driving
+        actions += haunting
         if self.undead:
-            actions.extend([functools.partial(self._haunt_actor, role, to=("zombie", role))
-                            for role, zombie in self.undead.items() if zombie.left > 0 and zombie.inbox])
-        actions.extend(self.outputs.consumer_actions())
+            actions += [functools.partial(self._haunt_actor, role, to=("zombie", role))
+                        for role, zombie in self.undead.items() if zombie.left > 0 and zombie.inbox]
+        actions += self.outputs.consumer_actions()
         if self.recovery is not None or self.coordinator is not None:  # without recovery: a rescale's cuts
-            actions.extend(self._snapshot_actions())
+            actions += self._snapshot_actions()
         return actions
 
-    def _delivery(self, link: Link) -> Callable[[], None]:
-        """The action that delivers the next message on ``link`` (its receiver's)."""
-        return functools.partial(self._deliver, link, to=link[1])
-
-    def _forwarding(self, relays: tuple[ReplicaKey, ReplicaKey]) -> Callable[[], None]:
-        """The action of relay ``relays[0]`` forwarding what it holds to its group's relay ``relays[1]``."""
-        return functools.partial(self.mail.forward, relays[0], to=relays[1])
-
-    def _choose(self, actions: Offers) -> Callable[[], None]:
-        """The next action: uniformly (only it is made), weighted by the slowness of the actor that
-        takes it, or paced. With every actor that has something to do frozen, none: the step passes idle."""
-        if not self.slow and not self.spells and self.pacing is None:
-            return self.rng.choice(actions)
-        offered = list(actions)
+    def _choose(self, actions: list[Callable[[], None]]) -> Callable[[], None]:
+        """The next action: uniformly, weighted by the slowness of the actor that takes it, or paced.
+        With every actor that has something to do frozen, none: the step passes idle."""
         if self.pacing is not None:
-            return self.pacing.choose(offered, self.rng, self.mail, command=self._command)
-        weights = [self._pace(actor_of(action)) * self._sender(action) for action in offered]
-        return self.rng.choices(offered, weights)[0] if any(weights) else idle
+            return self.pacing.choose(actions, self.rng, self.mail, command=self._command)
+        if not self.slow and not self.spells:
+            return self.rng.choice(actions)
+        weights = [self._pace(actor_of(action)) * self._sender(action) for action in actions]
+        return self.rng.choices(actions, weights)[0] if any(weights) else idle
 
     def _pace(self, actor: Hashable) -> float:
         """How often ``actor`` acts next to an actor at full speed (0: frozen) at this step."""
