@@ -194,7 +194,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    lanes.lower_priority(item)
+    if lanes.lower_priority(item):
+        release_session_ray()
+
+
+def release_session_ray() -> None:
+    """Stop this worker's session Spark and Ray, if it has them: called when a session lane's
+    worker, its own lane done, takes the other lane's tests (tests/lanes.py), none of which
+    uses them. Kept to the run's end, they went on taking CPU the simulations wait for: the
+    Spark driver's JVM, Ray's daemons (2.7-4.5 CPU-seconds a minute for an idle local Ray)
+    and the pool's idle hosts (about 0.5 each) until their idle timeout. The session
+    fixtures' own teardown then finds nothing left to stop."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return
+    if "raydp" in sys.modules:  # a Spark was started here (or may have been)
+        from raytide.integrations.spark import stop_spark
+
+        stop_spark()
+    ray.shutdown()
 
 
 def pytest_testnodedown(node, error) -> None:

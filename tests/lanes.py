@@ -170,19 +170,21 @@ def resume_other_lane(testrunuid: str) -> None:
         worker.send_signal(signal.SIGCONT)
 
 
-def lower_priority(item: pytest.Item) -> None:
+def lower_priority(item: pytest.Item) -> bool:
     """Before a test that starts no Ray, in a worker of the other lane: drop to the lowest CPU
     priority (once; an unprivileged process cannot raise it again, which is why the programs
-    with a Ray of their own run first) and say where this worker can be paused."""
+    with a Ray of their own run first) and say where this worker can be paused. Whether it
+    dropped now: the worker's first such test (in a session lane's worker, its lane is done)."""
     shared = shared_dir(item.config)
     if shared is None or lane_of(item.nodeid) != OTHER_LANE or item.get_closest_marker("ray") is not None:
-        return
+        return False
     me = psutil.Process()
     mine = shared / _PID_GLOB.replace("*", str(me.pid))
     if mine.exists():
-        return
+        return False
     os.nice(19)
     mine.write_text(f"{me.pid} {me.create_time()}")
+    return True
 
 
 @contextlib.contextmanager
