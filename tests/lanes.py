@@ -16,7 +16,8 @@
   of the session lanes and of the programs without slowing them. They are handed out a
   file at a time (:func:`unit_of`): a worker whose own tests are done takes the files still
   waiting, so no core stands idle at the end of the run while one worker works through the
-  last of them alone.
+  last of them alone. A session lane's worker that takes them first stops its Spark and Ray
+  (``conftest.release_session_ray``): idle to the run's end, they took CPU from the simulations.
 
 Two kinds of test must not share the CPUs: a program with a Ray of its own, and a session
 test marked ``needs_both_cores`` (what it asserts depends on two free cores, as an
