@@ -210,11 +210,12 @@ def cpu_turn(item: pytest.Item) -> Iterator[None]:
 
 @contextlib.contextmanager
 def quiet_start(config: pytest.Config) -> Iterator[None]:
-    """For the start of a Ray of a program's own, inside its test's turn: the session lanes'
-    whole turn (their running tests end, no new one starts) and the other lane's workers
+    """For a program with a Ray and a Spark of its own, inside its test's turn: the session
+    lanes' whole turn (their running tests end, no new one starts) and the other lane's workers
     stopped. ``ray start --head`` gives its raylet a fixed 30 s to register with its GCS,
     which a head started beside two busy session lanes (load 30-50) missed three times in a
-    row; the head itself takes a few seconds on a machine at rest."""
+    row; and the demo's and ``ray job submit``'s Spark (three JVMs each) beside the Spark
+    lane's stream drivers (a Spark each) ran past 240-420 s where they take 90-190 s alone."""
     shared = shared_dir(config)
     if shared is None:
         yield

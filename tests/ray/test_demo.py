@@ -15,6 +15,7 @@ import re
 
 import pytest
 
+from tests import lanes
 from tests.ray.jobs import run_example
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
@@ -33,9 +34,10 @@ NOISE = re.compile(
 
 
 @pytest.mark.slow
-def test_demo_runs_in_a_fresh_process_quietly_with_a_moving_bar_and_its_summary(tmp_path, own_ray_env):
+def test_demo_runs_in_a_fresh_process_quietly_with_a_moving_bar_and_its_summary(tmp_path, own_ray_env, request):
     epochs = 4
-    out, err = run_example(tmp_path, own_ray_env, "demo.py", "--lines", "20000", "--epochs", str(epochs))
+    with lanes.quiet_start(request.config):  # its Ray and three JVMs beside the Spark lane's took over 240 s
+        out, err = run_example(tmp_path, own_ray_env, "demo.py", "--lines", "20000", "--epochs", str(epochs))
     assert "records in:  20,000 lines" in out and "lines/s" in out and "words/s" in out, out
     assert re.search(r"^start-up: +\d+\.\d s", out, re.MULTILINE), out
     assert re.search(r"^processing: +\d+\.\d s", out, re.MULTILINE), out

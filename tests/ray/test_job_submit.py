@@ -201,8 +201,8 @@ def head(tmp_path, own_ray_env, request):
     register, or a port found free can be taken before the head binds it; neither says
     anything about raytide, and a second head normally starts.
     """
-    for attempt in range(1, HEAD_ATTEMPTS + 1):
-        with lanes.quiet_start(request.config):
+    with lanes.quiet_start(request.config):  # the head's start, and its job's Ray and Spark, on their own
+        for attempt in range(1, HEAD_ATTEMPTS + 1):
             started = Head(tmp_path / f"head{attempt}", cli_env(own_ray_env))
             try:
                 started.wait_ready()
@@ -212,10 +212,10 @@ def head(tmp_path, own_ray_env, request):
                 started.stop()
                 if attempt == HEAD_ATTEMPTS:
                     raise
-    try:
-        yield started
-    finally:
-        started.stop()
+        try:
+            yield started
+        finally:
+            started.stop()
 
 
 def write_input(path: Path) -> collections.Counter:
