@@ -54,7 +54,8 @@ RAY_FIXTURES = frozenset({"ray_session", "spark", "session_ray_env", "own_ray_en
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A real local Ray started once per test session and shut down at its end; started again
+    """A real local Ray started once per test session and shut down at its end (or once its
+    lane is done: :func:`release_session_ray`); started again
     when Ray itself did not start in time (tests/ray/own_ray.py): under xdist, two session
     lanes and a program with a Ray of its own start theirs at the same moment."""
     import ray
