@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,20 @@ def run_collect(flow: rt.Dataflow, inputs: dict[str, Any] | None = None, output:
         return job.collect(output)
 
 
+def until(condition: Callable[[], Any], what: str, timeout: float = 30.0, every: float = 0.05) -> Any:
+    """Poll ``condition`` every ``every`` s until it is true and return its value; fail naming
+    ``what`` after ``timeout`` s (the tests' one poll with a deadline)."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(every)
+    return value
+
+
 def wait_for_epoch(job: rt.Job, output: str, epoch: int, timeout: float = 120.0) -> None:
     """Poll until ``job`` handed out epoch ``epoch`` (or a later one) of ``output``; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while max(job.collect(output), default=-1) < epoch:
-        assert time.monotonic() < deadline, f"epoch {epoch} of {output!r} not handed out within {timeout:g} s"
-        time.sleep(0.02)
+    until(lambda: max(job.collect(output), default=-1) >= epoch, f"epoch {epoch} of {output!r} handed out",
+          timeout, every=0.02)
 
 
 def committed_snapshots(job: rt.Job) -> int:

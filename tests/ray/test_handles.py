@@ -28,7 +28,7 @@ from raytide.actors.hosts import unleased
 from raytide.driver.placement import PROGRESS
 from raytide.engine.outbox import receivers
 from raytide.physical.protocol import ReplicaKey
-from tests.ray.jobs import next_in_sequence
+from tests.ray.jobs import next_in_sequence, until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240),
               pytest.mark.filterwarnings("ignore:skipping snapshot:RuntimeWarning")]
@@ -93,10 +93,8 @@ def _wait_until_forgotten(job: rt.Job, dead: str, timeout: float = 30.0) -> None
     (which forgets it once its reset fails, on its housekeeping thread)."""
     placement = job.placement
     assert dead not in {_id(lease.handle) for lease in placement.leases.values()}
-    deadline = time.monotonic() + timeout
-    while dead in {_id(handle) for handle in list(placement.pool.handles.values())}:
-        assert time.monotonic() < deadline, f"the pool still holds the dead host {dead} after {timeout:.0f} s"
-        time.sleep(0.2)
+    until(lambda: dead not in {_id(handle) for handle in list(placement.pool.handles.values())},
+          f"the pool forgetting the dead host {dead}", timeout, every=0.2)
 
 
 def test_a_replica_holds_handles_only_to_the_actors_it_calls_after_rescales_and_recoveries(ray_session, tmp_path):

@@ -17,6 +17,7 @@ import raytide as rt
 from raytide.actors.hosts import unleased
 from raytide.driver import pool as pool_module
 from raytide.driver.pool import host_pool
+from tests.ray.jobs import until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 
@@ -46,13 +47,6 @@ def _flow(name: str, fn=lambda x: x) -> rt.Dataflow:
 
 def _vertex_pids(job) -> set[int]:
     return {pid for name, pid in job.hosts().items() if not name.endswith("/progress")}
-
-
-def _wait_until(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def _dead(handle) -> bool:
@@ -137,7 +131,7 @@ def test_a_reset_host_keeps_nothing_of_raytides_but_user_globals_persist(fresh_p
     with rt.run(_flow("globals", count_calls), inputs={"numbers": [[0, 0, 0]]}, parallelism=1) as job:
         job.wait(timeout=60)
         assert job.collect("out") == {0: [1, 2, 3]}
-    _wait_until(lambda: len(_idle(fresh_pool)) == 1, "the host's reset")
+    until(lambda: len(_idle(fresh_pool)) == 1, "the host's reset", 60, every=0.2)
     (number,) = _idle(fresh_pool)
     held = ray.get(unleased(fresh_pool.handles[number]).raytide_objects.remote(), timeout=30)
     assert held == {"CoordinatorActor": 0, "PhysicalPlan": 0, "ProgressCore": 0, "ReplicaCore": 0, "SnapshotWriter": 0,
@@ -155,7 +149,7 @@ def test_a_reset_host_of_a_job_with_recovery_stops_its_snapshot_writer(fresh_poo
         numbers = [lease.number for key, lease in job.placement.leases.items() if key != "the progress actor"]
         hosts = job.hosts()
         assert len(set(hosts.values())) == len(hosts), f"with recovery, a progress host of its own: {hosts}"
-    _wait_until(lambda: set(numbers) <= set(_idle(fresh_pool)), "the hosts' resets")
+    until(lambda: set(numbers) <= set(_idle(fresh_pool)), "the hosts' resets", 60, every=0.2)
     for number in numbers:
         held = ray.get(unleased(fresh_pool.handles[number]).raytide_objects.remote(), timeout=30)
         assert held["SnapshotWriter"] == 0 and held["ReplicaCore"] == 0, held
@@ -177,7 +171,7 @@ def test_the_snapshot_coordinator_plays_a_pooled_host_that_the_next_job_reuses(f
         job.snapshot(timeout=60)
         first = job.hosts()[f"{job.name}/coordinator"]
         number = job.placement.coordinator_lease.number
-    _wait_until(lambda: number in _idle(fresh_pool, "coordinator"), "the coordinator host's reset")
+    until(lambda: number in _idle(fresh_pool, "coordinator"), "the coordinator host's reset", 60, every=0.2)
     held = ray.get(unleased(fresh_pool.handles[number]).raytide_objects.remote(), timeout=30)
     assert held["CoordinatorActor"] == 0, held
     with rt.run(_flow("coordinated2"), inputs={"numbers": [[3]]}, parallelism=1, recovery=recovery) as job:
@@ -202,7 +196,7 @@ def test_a_failed_jobs_host_is_reused_after_a_clean_reset_and_killed_if_it_never
     stuck, (handle,) = _vertex_pids(job), list(job.placement.actors.values())
     time.sleep(2.0)  # the vertex is inside its long sleep: its reset cannot run
     job.cancel()
-    _wait_until(lambda: _dead(handle), "the pool to kill the host that did not reset")
+    until(lambda: _dead(handle), "the pool to kill the host that did not reset", 60, every=0.2)
     with rt.run(_flow("next"), inputs={"numbers": [[1]]}, parallelism=1) as job:
         job.wait(timeout=60)
         assert job.collect("out") == {0: [1]}
@@ -214,8 +208,8 @@ def test_idle_hosts_are_released_after_the_idle_timeout(fresh_pool):
     with rt.run(_flow("brief"), inputs={"numbers": [[1]]}, parallelism=2) as job:
         job.wait(timeout=60)
         handles = list(job.placement.actors.values())
-    _wait_until(lambda: fresh_pool.describe() == {}, "the pool to release its idle hosts")
-    _wait_until(lambda: all(map(_dead, handles)), "the released hosts' processes to exit")
+    until(lambda: fresh_pool.describe() == {}, "the pool to release its idle hosts", 60, every=0.2)
+    until(lambda: all(map(_dead, handles)), "the released hosts' processes to exit", 60, every=0.2)
 
 
 def test_concurrent_jobs_each_get_hosts_of_their_own(fresh_pool):
@@ -237,11 +231,11 @@ def test_concurrent_jobs_each_get_hosts_of_their_own(fresh_pool):
 def test_a_host_killed_while_idle_is_forgotten_and_a_job_on_a_killed_host_fails_clearly(fresh_pool):
     with rt.run(_flow("before"), inputs={"numbers": [[1]]}, parallelism=2) as job:
         job.wait(timeout=60)
-    _wait_until(lambda: len(_idle(fresh_pool)) == 2, "the hosts' resets")
+    until(lambda: len(_idle(fresh_pool)) == 2, "the hosts' resets", 60, every=0.2)
     victim = _idle(fresh_pool)[0]
     victim_pid = ray.get(unleased(fresh_pool.handles[victim]).ping.remote(), timeout=30)
     ray.kill(fresh_pool.handles[victim])
-    _wait_until(lambda: victim not in _idle(fresh_pool), "the pool to notice the dead idle host")
+    until(lambda: victim not in _idle(fresh_pool), "the pool to notice the dead idle host", 60, every=0.2)
     with rt.run(_flow("after"), inputs={"numbers": [[1, 2]]}, parallelism=2) as job:
         job.wait(timeout=60)
         assert sorted(job.collect("out")[0]) == [1, 2]
@@ -265,7 +259,7 @@ def test_a_host_that_dies_just_before_a_lease_is_not_handed_to_the_next_job(fres
     check planted out, the job failed at its start with Ray's raw ActorDiedError.)"""
     with rt.run(_flow("before"), inputs={"numbers": [[1]]}, parallelism=2) as job:
         job.wait(timeout=60)
-    _wait_until(lambda: len(_idle(fresh_pool)) == 2, "the hosts' resets")
+    until(lambda: len(_idle(fresh_pool)) == 2, "the hosts' resets", 60, every=0.2)
     victims = {ray.get(unleased(fresh_pool.handles[number]).ping.remote(), timeout=30) for number in _idle(fresh_pool)}
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
@@ -280,7 +274,7 @@ def test_a_spare_is_kept_started_and_taken_by_the_next_job(fresh_pool):
     rt.configure_pool(spares=1)
     first = rt.run(_flow("holder"), parallelism=1)  # holds its hosts while the second starts
     try:
-        _wait_until(lambda: len(_idle(fresh_pool)) == 1, "the spare to start")
+        until(lambda: len(_idle(fresh_pool)) == 1, "the spare to start", 60, every=0.2)
         (spare,) = _idle(fresh_pool)
         spare_pid = ray.get(unleased(fresh_pool.handles[spare]).ping.remote(), timeout=30)
         with rt.run(_flow("taker"), inputs={"numbers": [[1]]}, parallelism=1) as second:
@@ -294,11 +288,11 @@ def test_spares_killed_while_idle_are_replaced_by_new_ones(fresh_pool):
     rt.configure_pool(spares=1)
     with rt.run(_flow("starter"), inputs={"numbers": [[1]]}, parallelism=1) as job:
         job.wait(timeout=60)
-    _wait_until(lambda: len(_idle(fresh_pool)) == 2, "the job's host reset and the spare started")
+    until(lambda: len(_idle(fresh_pool)) == 2, "the job's host reset and the spare started", 60, every=0.2)
     victims = _idle(fresh_pool)
     victim_pids = set(ray.get([unleased(fresh_pool.handles[n]).ping.remote() for n in victims], timeout=30))
     for number in victims:
         ray.kill(fresh_pool.handles[number])
-    _wait_until(lambda: any(n not in victims for n in _idle(fresh_pool)), "the pool to start a new spare")
+    until(lambda: any(n not in victims for n in _idle(fresh_pool)), "the pool to start a new spare", 60, every=0.2)
     new = [n for n in _idle(fresh_pool) if n not in victims]
     assert not victim_pids & set(ray.get([unleased(fresh_pool.handles[n]).ping.remote() for n in new], timeout=30))

@@ -20,7 +20,6 @@ import collections
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import nbclient
@@ -29,6 +28,8 @@ import pytest
 import ray
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
+
+from tests.ray.jobs import until
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL = "raytide-test-venv"
@@ -69,10 +70,8 @@ def execute(name: str, kernel_dirs: Path, env: dict[str, str]):
 
 
 def wait_for_free_cpus(timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while (free := ray.available_resources().get("CPU", 0)) < (total := ray.cluster_resources()["CPU"]):
-        assert time.monotonic() < deadline, f"{total - free:g} of the session's {total:g} CPUs still taken after {timeout} s"
-        time.sleep(0.2)
+    until(lambda: ray.available_resources().get("CPU", 0) >= ray.cluster_resources()["CPU"],
+          "every CPU of the session's Ray free", timeout, every=0.2)
 
 
 def code_cells(notebook) -> list:

@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ import pytest
 import raytide as rt
 from raytide.driver import snapshot_health
 from raytide.errors import SnapshotError
+from tests.ray.jobs import until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
@@ -50,15 +51,6 @@ def unwritable(directory: Path) -> Iterator[None]:
         yield
     finally:
         subprocess.run(["chattr", "-i", str(directory)], check=True)
-
-
-def until(condition: Callable[[], object], what: str, timeout: float = 30.0) -> object:
-    """Poll ``condition`` until it is true (its value); fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"{what} within {timeout:g} s"
-        time.sleep(0.02)
-    return value
 
 
 class Fed:

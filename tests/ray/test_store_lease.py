@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from raytide.snapshots.store import SnapshotStore
+from tests.ray.jobs import until
 from tests.ray.test_recovery_s3 import s3_uri  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore:skipping snapshot")]
@@ -65,13 +65,12 @@ def consumed(log: Path) -> list[tuple[int, int, str]]:
             (line.split(" ", 2) for line in log.read_text().splitlines())]
 
 
-def wait_for(condition, what: str, timeout: float, *alive: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        for process in alive:
-            assert process.poll() is None, f"a driver exited while the test waited for {what}"
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.05)
+def wait_for(condition, what: str, timeout: float, driver: subprocess.Popen) -> None:
+    """:func:`until` ``condition``, failing at once if ``driver`` exits meanwhile."""
+    def met() -> bool:
+        assert driver.poll() is None, f"a driver exited while the test waited for {what}"
+        return bool(condition())
+    until(met, what, timeout)
 
 
 def generation(store: SnapshotStore) -> int:

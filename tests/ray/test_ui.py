@@ -28,12 +28,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import raytide as rt
+from tests.ray.jobs import until
 
 pytestmark = pytest.mark.ray
 
@@ -73,15 +73,6 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
             return answer.status, answer.read()
     except urllib.error.HTTPError as error:
         return error.code, b""
-
-
-def until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 class Fed:
@@ -211,7 +202,7 @@ def check_json_against_stats(job: rt.Job, url: str) -> None:
         document = json.loads(get(url)[1])
         return document if document["read_at"] > read else None
 
-    doc = until(later, 10, "a reading begun after job.stats() returned")
+    doc = until(later, "a reading begun after job.stats() returned", 10)
     after = job.stats()
     assert set(doc["vertices"]) == set(after["vertices"]) == set(job.plan.vertices)
     for name, figures in doc["vertices"].items():
@@ -264,7 +255,7 @@ def test_the_live_view_of_a_running_job_in_chromium(ray_session, tmp_path):
             assert re.fullmatch(r"epoch latency p50 \d+ ms, p99 \d+ ms", second["header"][1]), second["header"]
             assert second["bars"]["count"] == [["busy", "blocked"]]  # a busy and a blocked bar per replica
             before = int(first["rows"]["counts"]["frontier"])  # so does the frontier (over 2 s an epoch at load 50)
-            until(lambda: int(page_figures(page)["rows"]["counts"]["frontier"]) > before, 30, f"the frontier past {before}")
+            until(lambda: int(page_figures(page)["rows"]["counts"]["frontier"]) > before, f"the frontier past {before}")
             check_a_hidden_tab_asks_nothing(page)
             job.rescale({"count": 2})
             page.wait_for_selector("#timeline li[data-kind=rescale]", timeout=15_000)
@@ -332,7 +323,7 @@ def test_python_m_raytide_ui_serves_the_jobs_that_post_to_the_clusters_board(ray
         assert job.epochs_total == 100
         url = printed_url(command, 60)
         until(lambda: {job.name, shown.name} <= {entry["name"] for entry in json.loads(get(url + "api/jobs")[1])["jobs"]},
-              20, "both jobs on the board")
+              "both jobs on the board", 20)
         status, body = get(f"{url}api/job?name={job.name}")
         assert status == 200 and set(json.loads(body)["vertices"]) == set(job.plan.vertices)
         status, body = get(f"{url}api/view?name={job.name}")
