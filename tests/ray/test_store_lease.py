@@ -31,6 +31,7 @@ DRIVER = textwrap.dedent("""
     import raytide as rt
 
     store, log, restore, pause = sys.argv[1], sys.argv[2], sys.argv[3] == "restore", float(sys.argv[4])
+    held = sys.argv[5] if len(sys.argv) > 5 else None  # while this file exists, the consumer waits at its first epoch
     flow = rt.Dataflow("fenced")
     flow.input("numbers").map(lambda n: n * 10, name="times-ten").output("out")
 
@@ -48,14 +49,20 @@ DRIVER = textwrap.dedent("""
                 consumed.flush()
                 os.fsync(consumed.fileno())
                 time.sleep(pause)
+                while held and os.path.exists(held):
+                    time.sleep(0.05)
     print("finished", flush=True)
 """).replace("EPOCHS", str(EPOCHS)).replace("LEASE", str(LEASE))
 
 
-def driver(store: str, log: Path, mode: str, pause: float, out: Path, env: dict[str, str]) -> subprocess.Popen:
-    """A driver process; its output goes to ``out`` (a pipe left unread would stop a chatty one)."""
+def driver(store: str, log: Path, mode: str, pause: float, out: Path, env: dict[str, str],
+           held: Path | None = None) -> subprocess.Popen:
+    """A driver process; its output goes to ``out`` (a pipe left unread would stop a chatty one).
+    While ``held`` exists its consumer waits after its first epoch, so the job (and its lease)
+    outlives whatever the test does meanwhile, however slowly that starts on a loaded machine."""
     with open(out, "w") as sink:
-        return subprocess.Popen([sys.executable, "-c", DRIVER, store, str(log), mode, str(pause)], env=env,
+        return subprocess.Popen([sys.executable, "-c", DRIVER, store, str(log), mode, str(pause),
+                                 *([str(held)] if held else [])], env=env,
                                 stdout=sink, stderr=subprocess.STDOUT, text=True)
 
 
@@ -84,7 +91,9 @@ def test_a_second_driver_is_refused_and_a_paused_one_is_fenced_after_a_takeover(
     uri = str(tmp_path / "store") if where == "local" else request.getfixturevalue("s3_uri")
     store, log, env = SnapshotStore(uri), tmp_path / "consumed.txt", session_ray_env
     log.touch()
-    first = driver(uri, log, "start", 0.3, tmp_path / "first.out", env)
+    held = tmp_path / "hold-the-first-consumer"
+    held.touch()  # until the second driver is refused: else the first may be done before the second starts
+    first = driver(uri, log, "start", 0.3, tmp_path / "first.out", env, held)
     third = None
     try:
         wait_for(lambda: generation(store) == 1, "the first driver's lease", 60, first)
@@ -97,6 +106,7 @@ def test_a_second_driver_is_refused_and_a_paused_one_is_fenced_after_a_takeover(
         refusal = second.stderr[second.stderr.index("StoreLeaseError"):]
         assert f"process {first.pid} on host" in refusal and "job 'fenced-" in refusal, refusal
         assert "holding since" in refusal and "expires at" in refusal, refusal
+        held.unlink()
         wait_for(lambda: len(consumed(log)) >= 4, "the first driver's consumer to have 4 epochs", 60, first)
         os.kill(first.pid, signal.SIGSTOP)  # paused: it renews nothing, its actors go on
         paused_at = len(consumed(log))
