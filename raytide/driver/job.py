@@ -421,8 +421,10 @@ class Job(JobViews):
         driver's environment makes it False): move one keyed vertex's key groups in steps while the
         others flow, holding the job only to add replicas that cannot join it in place, or
         to retire replicas (docs/rescaling.md). A growth returns once its plan is installed (its steps
-        end as the inputs pass their epochs, whoever feeds them); a shrink waits for its steps, so it
-        steps only while another thread feeds the job. Where stepping cannot hold, or ``stepped=False``,
+        end as the inputs pass their epochs, whoever feeds them); a shrink waits for its steps and retires
+        the emptied replicas, unless its caller feeds the job and has pushed at the inputs' epoch: then it
+        returns once its plan is installed, and the job's next wait, read or rescale after that thread's
+        next advance retires them. Where stepping cannot hold, or ``stepped=False``,
         the whole job is held and the record says why.
         Rescales from several threads are made one after the other (each checked against the widths
         the one before left); meanwhile no other thread takes the job's events.

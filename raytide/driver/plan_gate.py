@@ -20,6 +20,8 @@ A shrink called from the thread that feeds the job cannot wait for an epoch afte
 if no record of it has been pushed (:meth:`PlanGate.close_at_frontier`): every push passes
 :meth:`PlanGate.feed` under its input's lock, which records it and, while the gate is closed at
 its epoch, waits; a replica's own check refuses a plan at an epoch its input took records at.
+Once a record of it has been pushed, the step goes after it and the shrink returns before its
+retirement, which the job's pumps make (:mod:`raytide.driver.stepped`).
 """
 
 from __future__ import annotations

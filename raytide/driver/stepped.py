@@ -22,16 +22,23 @@ are the ones the in-process runtime runs (:mod:`raytide.rescale.steps`,
     shrinking: the driver takes the job's events and asks the vertex's replicas (VertexActor.stepping)
         until no step is left; the emptied replicas leave the running job (raytide.driver.joining's
         retire: no hold, no new incarnation) and the snapshots resume; where that cannot hold, the
-        snapshots resume and the short switch retires them
+        snapshots resume and the short switch retires them. A shrink whose caller feeds the job and
+        has pushed at the inputs' epoch returns once its plan is installed, and the pumps retire
+        (raytide.driver.steps_left: the plan's resume is the retirement, its redo after a death the
+        rescale made again holding the whole job)
 
 ``job.rescale`` steps by default where the plan can (``stepped=False``, or ``RAYTIDE_STEPPED_RESCALE=0``
 in the driver's environment, holds the whole job: :data:`STEPPED_ENV`). The steps are made as the inputs
 pass their epochs, so the driver steps only if an input's epoch moved within :data:`QUIET_S` before the
 call. A growth returns once the plan is installed, whoever feeds next (the caller's own thread included:
 then one step moves every group, at the epoch after the inputs', so one advance makes it). A shrink
-waits for its steps before its retiring switch, so it steps while another thread feeds, or while the
-caller feeds and has pushed nothing at the inputs' epoch yet (its one step is cut there, made at once:
-:meth:`~raytide.driver.plan_gate.PlanGate.close_at_frontier`); it raises a
+waits for its steps before its retiring switch while another thread feeds, or while the caller feeds
+and has pushed nothing at the inputs' epoch yet (its one step is cut there, made at once:
+:meth:`~raytide.driver.plan_gate.PlanGate.close_at_frontier`). A caller that feeds and has pushed at
+that epoch gets one step at the epoch after, which only its own next advance can make: that shrink
+returns once the plan is installed, as a growth does, with the old width still running, and the
+job's pumps (its next wait, read or rescale after that advance) retire the emptied replicas
+(``stepped["switch"]`` says so until then). A shrink that waits raises a
 :class:`RescaleError` naming the epochs if they are not passed within its ``timeout`` (the plan stays
 installed and ends as the inputs move on, the pumps resuming the snapshots then). A rescale first waits
 for the steps the one before left. Where stepping cannot hold
@@ -46,7 +53,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import ray
@@ -57,7 +64,7 @@ from raytide.driver.joining import join, refusal, retire
 from raytide.driver.plan_gate import PlanGate
 from raytide.driver.recovery import JobRecovery, RescaleRecord, Steps
 from raytide.driver.rescale import Supervision, rescale, switch
-from raytide.driver.steps_left import MOVE_STEP, STEP_POLL, PendingPlan, StepsLeft
+from raytide.driver.steps_left import MOVE_STEP, STEP_POLL, PendingPlan, StepsLeft, died_in_steps
 from raytide.engine.stepping import holds
 from raytide.errors import RescaleError
 from raytide.physical.protocol import ReplicaKey, StepPlanMessage
@@ -74,6 +81,9 @@ GROUPS_PER_STEP = 8
 QUIET_S = 1.0
 #: The record's step for the time inputs waited at the gate for the plan (:mod:`raytide.driver.plan_gate`).
 HELD_STEP = "inputs held at the plan's first epoch"
+#: The record's ``stepped["switch"]`` of a shrink whose retirement is left to the pumps, until they make it.
+RETIRING = ("retiring once the step is made: it waits for the caller's next advance; then the job's next wait, "
+            "read or rescale retires the emptied replicas in place")
 #: The driver's environment setting for ``job.rescale``'s default when not told whether to step: ``0``
 #: holds the whole job (to compare, or to fall back); unset or anything else steps where the plan can.
 STEPPED_ENV = "RAYTIDE_STEPPED_RESCALE"
@@ -104,7 +114,7 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     if vertex is not None and None in inputs.epochs.values():
         vertex, why = None, "an input is closed: its records went by the old table, and the steps' epochs would never come"
     if vertex is not None:
-        why = feed_refusal(inputs.gate, new.width(vertex) < plan.width(vertex), called, inputs.epochs)
+        why = feed_refusal(inputs.gate, called)
         vertex = None if why else vertex
     if vertex is None:
         return rescale(recovery, supervision, asked, max(0.1, deadline - time.monotonic()), made_s,
@@ -113,23 +123,17 @@ def make_rescale(recovery: JobRecovery, supervision: Supervision, inputs: InputF
     return SteppedRescale(recovery, supervision, inputs, vertex, deadline, left).run(asked, made_s)
 
 
-def feed_refusal(gate: PlanGate, shrinking: bool, called: float, epochs: dict[str, int | None]) -> str:
+def feed_refusal(gate: PlanGate, called: float) -> str:
     """Why the steps cannot be left to the feed ("" if they can): they are made as the inputs pass their
-    epochs. A growth returns once its plan is installed, so whoever feeds next makes them, the caller
-    included; a shrink retires its replicas after the last step, within the call, so another thread
-    must feed meanwhile, unless the caller feeds and has pushed nothing at the inputs' epochs (``epochs``,
-    the driver's) yet: then its one step is cut there, made without another epoch
-    (:meth:`~raytide.driver.plan_gate.PlanGate.frontier`). An idle job (no epoch moved within :data:`QUIET_S` before the call, at
-    ``called``, ``time.monotonic()``: a job without recovery's first rescale leases its
-    coordinator of the cuts first) holds the whole job: that
-    holds nothing running, and a plan would wait for a feed that may not come before the next rescale."""
-    moved_at, mover = gate.last_move()
+    epochs. An idle job (no epoch moved within :data:`QUIET_S` before the call, at ``called``,
+    ``time.monotonic()``: a job without recovery's first rescale leases its coordinator of the cuts first)
+    holds the whole job: that holds nothing running, and a plan would wait for a feed that may not come
+    before the next rescale. A caller that feeds the job itself is no reason: a growth returns once its
+    plan is installed, and so does a shrink whose one step waits for the caller's next advance (its
+    retirement is left to the job's pumps: :meth:`SteppedRescale.run`)."""
+    moved_at, _ = gate.last_move()
     if called - moved_at > QUIET_S:
         return f"no input moved to a new epoch within {QUIET_S:g} s: the steps would wait for them"
-    if shrinking and mover == threading.get_ident() and gate.frontier(epochs) is None:
-        return (f"the thread that rescales is the one feeding the job, and the inputs {epochs} took records at their "
-                f"epoch already: a shrink retires its replicas after its last step, which would wait for that "
-                f"thread's next advance (advance the inputs first, or rescale from another thread)")
     return ""
 
 
@@ -149,8 +153,9 @@ def finish_steps_left(recovery: JobRecovery, supervision: Supervision, inputs: I
                            f"{inputs.epochs}: advance them to {last} or later first")
     died = left.wait(supervision.watch, inputs, deadline)
     if died is not None:
-        left.abandon(died)
+        redo = left.abandon(died)
         supervision.recover(recovery.after_death(died))
+        redo()
 
 
 def passed(inputs: InputFeeds, epoch: int) -> bool:
@@ -170,8 +175,11 @@ class SteppedRescale:
                  deadline: float, left: StepsLeft) -> None:
         self.recovery, self.supervision, self.inputs = recovery, supervision, inputs
         self.vertex, self.deadline, self.left = vertex, deadline, left
+        self.timeout = deadline - time.monotonic()  # a retirement left to the pumps gets as long from its start
         #: The caller feeds the job itself: one step moves every group, at the epoch after the inputs'.
         self.one_step = caller_feeds(inputs)
+        #: A shrink whose one step waits for the caller's next advance: its retirement is left to the pumps.
+        self.deferred = False
         self.steps = Steps()  # the seconds of the wait for a snapshot in flight, the install and the steps
         self.window = [0.0, 0.0]  # wall-clock times the plan was installed and its last step seen done
         self.switches: list[RescaleRecord] = []
@@ -188,17 +196,20 @@ class SteppedRescale:
             self._grow(asked, made_s)
         else:
             self.in_place = refusal(self.recovery, self.supervision.recompile(new_widths(plan, asked)), self.vertex)
-        message, why = self._step(after, wait=after < before)
-        if not why and after < before:
+        message, why = self._step(after, shrinking=after < before)
+        if not why and after < before and not self.deferred:
             why = self._retire(asked)
         if why:  # a death met the steps or the retirement: the job recovered; the rest holding the whole job
-            done = rescale(self.recovery, self.supervision, asked, self._left(), why=f"not stepped: {why}")
+            done = self._remake(asked, why)
             if done["cut_id"] is not None:
                 return done
             # grown already: the recovery laid the last snapshot out for the new widths
         record = self._record(started, asked, message, why)
-        if message is not None and after > before:  # the job's pumps see the steps end (driver/steps_left.py)
-            self.left.start(self._pending(message, record))
+        if message is not None and self.deferred:  # the pumps retire the emptied replicas once the step is made
+            self.left.start(self._pending(message, record, lambda: self._retire_later(asked, record),
+                                          lambda died: self._remake(asked, died_in_steps(died), later=True)))
+        elif message is not None and after > before:  # the job's pumps see the steps end (driver/steps_left.py)
+            self.left.start(self._pending(message, record, self._resume))
         return vars(record).copy()
 
     def _left(self) -> float:
@@ -221,6 +232,27 @@ class SteppedRescale:
                 return
             self._resume()  # the switch's cut may start; after a recovery, they run already
         self._switch(asked, made_s)
+
+    def _retire_later(self, asked: dict[str, int], record: RescaleRecord) -> None:
+        """A shrink whose step waited for the caller's next advance, seen made by a pump or the next rescale:
+        its emptied replicas retire as within the call (:meth:`_retire`, given the rescale's timeout from
+        now; a death met it: made holding the whole job), and its record says how."""
+        self.deadline = time.monotonic() + self.timeout
+        why = self._retire(asked)
+        if why:
+            self._remake(asked, why)
+        record.steps.update(self.steps.seconds)
+        record.stepped["switch"] = self._how_switched(False)
+        if self.switches:
+            record.cut_id, record.pause_s = self.switches[-1].cut_id, self.switches[-1].pause_s
+
+    def _remake(self, asked: dict[str, int], why: str, later: bool = False) -> dict[str, Any]:
+        """The rescale made holding the whole job (a death met the steps or the retirement: the job recovered
+        from its last snapshot, from before the plan); its record. ``later``: by a pump, after the call
+        returned (given the rescale's timeout from now)."""
+        if later:
+            self.deadline = time.monotonic() + self.timeout
+        return rescale(self.recovery, self.supervision, asked, self._left(), why=f"not stepped: {why}")
 
     def _retire(self, asked: dict[str, int]) -> str:
         """A shrink's steps done: the emptied replicas leave the running job (:func:`~raytide.driver.joining.retire`;
@@ -247,22 +279,22 @@ class SteppedRescale:
         kept = frozenset(name for name in self.recovery.placement.plan.vertices)
         self.switches.append(switch(self.recovery, self.supervision, asked, self._left(), made_s, kept))
 
-    def _step(self, width: int, wait: bool) -> tuple[StepPlanMessage | None, str]:
-        """The plan made and installed, and (``wait``: a shrink, whose retiring switch follows) run
-        to its last step; ``(plan, "")``, or ``(None, why)`` if a death met it (the job recovered,
-        from before the plan)."""
+    def _step(self, width: int, shrinking: bool) -> tuple[StepPlanMessage | None, str]:
+        """The plan made and installed, and (``shrinking``, whose retiring switch follows, unless it is
+        left to the pumps: ``self.deferred``) run to its last step; ``(plan, "")``, or ``(None, why)``
+        if a death met it (the job recovered, from before the plan)."""
         recovery, message = self.recovery, None
         try:
             died = self.supervision.watch(0)  # one noticed already: recovered from first
             if died is None:
                 died = self._pause()
             if died is None:
-                message = self.steps.time("install the plan", self._install, width, wait)
+                message = self.steps.time("install the plan", self._install, width, shrinking)
                 self.window = [time.time(), 0.0]
-                if not wait:
+                if not shrinking or self.deferred:
                     return message, ""
                 # retiring in place: the snapshots resume once the emptied replicas have left (_retire)
-                self.left.start(self._pending(message, None, resume=self.in_place is not None))
+                self.left.start(self._pending(message, None, self._resume if self.in_place is not None else _stay_paused))
                 died = self.steps.time(MOVE_STEP, self.left.wait, self.supervision.watch, self.inputs, self.deadline)
                 self.window[1] = time.time()
         except ray.exceptions.RayActorError as error:  # a replica, the progress actor or the coordinator
@@ -274,7 +306,7 @@ class SteppedRescale:
         if died is not None:  # the recovery restarts the snapshots
             self.left.abandon(died)
             self.supervision.recover(recovery.after_death(died))
-            return None, f"a death during the steps ({died}): the job recovered from its last snapshot"
+            return None, died_in_steps(died)
         return message, ""  # the snapshots resumed as the last step was seen done (StepsLeft.poll)
 
     def _pause(self) -> str | None:
@@ -308,11 +340,13 @@ class SteppedRescale:
         the progress actor and the plan at every replica at once, while the inputs go on below
         that epoch; then the gate opened (an input that reached it meanwhile waited: measured). A
         caller that feeds the job itself gets one step: a shrink's at the inputs' own epoch if they took
-        no records at it yet (made at once: its retirement follows within the call), else the epoch after."""
+        no records at it yet (made at once: its retirement follows within the call), else the epoch after
+        (made at the caller's next advance: its retirement is left to the pumps, ``self.deferred``)."""
         placement, incarnation, gate = self.recovery.placement, self.recovery.incarnation, self.inputs.gate
         table = self._table()  # nothing changes it but a rescale, and this is one
         first = gate.close_at_frontier(self.inputs.epochs, self.deadline) if self.one_step and shrinking else None
-        if first is None:  # another thread pushed meanwhile: it feeds, and makes the step
+        if first is None:  # the step waits for the next advance: a shrink's retirement is left to the pumps
+            self.deferred = self.one_step and shrinking
             first = gate.close_ahead(self.inputs.epochs, 1 if self.one_step else gate.margin(), self.deadline)
         try:
             steps = plan_steps(table, width, first, DEFAULT_KEY_GROUPS if self.one_step else GROUPS_PER_STEP)
@@ -346,15 +380,15 @@ class SteppedRescale:
                     return table
         raise RescaleError(f"job {placement.name!r}: no replica routes to vertex {self.vertex!r} by key")
 
-    def _pending(self, message: StepPlanMessage, record: RescaleRecord | None, resume: bool = True) -> PendingPlan:
-        """The installed plan, for whoever sees its steps end (:mod:`raytide.driver.steps_left`), who resumes
-        the snapshots then (unless not ``resume``)."""
+    def _pending(self, message: StepPlanMessage, record: RescaleRecord | None, then: Callable[[], None],
+                 redo: Callable[[str], Any] | None = None) -> PendingPlan:
+        """The installed plan, for whoever sees its steps end (:mod:`raytide.driver.steps_left`), who runs
+        ``then`` (the snapshots resumed, or the retirement); ``redo``: what follows a death's recovery."""
         placement = self.recovery.placement
         chain = placement.plan.chain_of(self.vertex).name
         replicas = [peer for key, peer in placement.peers.items() if key.chain == chain]
         outputs = frozenset(placement.plan.chain(chain).vertices) & frozenset(placement.plan.outputs)
-        return PendingPlan(placement.name, self.vertex, replicas, message, self._resume if resume else _stay_paused,
-                           record, outputs)
+        return PendingPlan(placement.name, self.vertex, replicas, message, then, record, outputs, redo)
 
     def _record(self, started: float, asked: dict[str, int], message: StepPlanMessage | None,
                 why: str) -> RescaleRecord:
@@ -367,13 +401,14 @@ class SteppedRescale:
         steps = {**(switched.steps if switched else {}), **self.steps.seconds}
         epochs = [epoch for epoch, _ in message.steps] if message else []
         moved = sorted(move.key_group for _, moves in message.steps for move in moves) if message else []
+        switch = RETIRING if self.deferred else self._how_switched(widths[self.vertex] > self.widths[self.vertex])
         record = RescaleRecord(
             self.recovery.incarnation, before, {name: widths[name] for name in before},
             switched.cut_id if switched else None, now - started, switched.cut_s if switched else 0.0,
             switched.pause_s if switched else 0.0, time.time(), switched.hosts if switched else {}, steps,
             mode="whole job" if why else "stepped", why=why and f"not stepped: {why}",
             stepped={"vertex": self.vertex, "steps": len(epochs), "epochs": epochs[:1] + epochs[-1:], "moved": moved,
-                     "window": tuple(self.window), "switch": self._how_switched(widths[self.vertex] > self.widths[self.vertex]),
+                     "window": tuple(self.window), "switch": switch,
                      "ended": "done" if self.window[1] else None})
         self.recovery.rescales.append(record)
         logger.info("job %r rescaled %s -> %s in %.2f s (%s; paused %.2f s, %d steps)%s", self.recovery.placement.name,

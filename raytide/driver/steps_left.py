@@ -36,7 +36,7 @@ from raytide.driver.inputs import InputFeeds
 from raytide.errors import RescaleError
 from raytide.physical.protocol import StepPlanMessage
 
-__all__ = ["MOVE_STEP", "STEP_POLL", "PendingPlan", "StepsLeft"]
+__all__ = ["MOVE_STEP", "STEP_POLL", "PendingPlan", "StepsLeft", "died_in_steps"]
 
 #: How long a wait for the steps takes the job's events between two looks at the steps left.
 STEP_POLL = 0.02
@@ -44,16 +44,25 @@ STEP_POLL = 0.02
 MOVE_STEP = "move the groups in steps"
 
 
+def died_in_steps(died: str) -> str:
+    """How a plan ended, or why its rescale holds the whole job, after death ``died`` met its steps."""
+    return f"a death during the steps ({died}): the job recovered from its last snapshot"
+
+
 class PendingPlan:
     """One installed plan whose steps may be left: the vertex's replicas, the plan's epochs and
     the rescale's record (filled in when the steps end)."""
 
     def __init__(self, job: str, vertex: str, replicas: list[Any], message: StepPlanMessage,
-                 resume: Callable[[], None], record: RescaleRecord | None, outputs: frozenset[str]) -> None:
-        """``resume``: the snapshots let run again; ``record``: the rescale's (None: its caller waits
-        and fills it); ``outputs``: the job's outputs fused behind the vertex (their epochs wait for its steps)."""
+                 resume: Callable[[], None], record: RescaleRecord | None, outputs: frozenset[str],
+                 redo: Callable[[str], Any] | None = None) -> None:
+        """``resume``: what follows the last step (the snapshots let run again; a shrink left to the pumps
+        retires its emptied replicas first); ``record``: the rescale's (None: its caller waits and fills
+        it); ``outputs``: the job's outputs fused behind the vertex (their epochs wait for its steps);
+        ``redo``: what follows the recovery of a death that ended the plan, given the death (a shrink left
+        to the pumps is made again, holding the whole job: the recovery put the job back in its old widths)."""
         self.job, self.vertex, self.replicas, self.message, self.resume = job, vertex, replicas, message, resume
-        self.outputs = outputs
+        self.outputs, self.redo = outputs, redo
         self.installed, self.installed_wall = time.monotonic(), time.time()
         self.record = record
         self._asked: list[Any] = []
@@ -89,6 +98,10 @@ class PendingPlan:
             self.record.stepped["ended"] = ended
 
 
+def _nothing() -> None:
+    """Nothing follows the recovery: the plan's rescale stands (a growth's widths are the recovery's)."""
+
+
 class StepsLeft:
     """The job's plan whose steps may be left (at most one: a rescale waits for the one before)."""
 
@@ -121,12 +134,15 @@ class StepsLeft:
             pass
         return True
 
-    def abandon(self, why: str) -> None:
-        """A death ended the plan: the recovery starts the replicas without it (and the snapshots)."""
+    def abandon(self, why: str) -> Callable[[], None]:
+        """A death ended the plan: the recovery starts the replicas without it (and the snapshots). Returns
+        what the caller runs once it has recovered the job (the plan's ``redo``, if any)."""
         with self._lock:
             plan, self.plan = self.plan, None
         if plan is not None:
-            plan.finish(f"a death during the steps ({why}): the job recovered from its last snapshot")
+            plan.finish(died_in_steps(why))
+        redo = plan.redo if plan is not None else None
+        return (lambda: redo(why)) if redo is not None else _nothing
 
     def wait(self, watch: Callable[[float], str | None], inputs: InputFeeds, deadline: float) -> str | None:
         """Take the job's events (``watch``) until no step is left; a death's cause if one came

@@ -184,7 +184,7 @@ class JobSupervisor:
         (:mod:`raytide.driver.alone_recovery`), else the whole job."""
         assert self.recovery is not None
         alone, stepping = False, self.steps_left.plan is not None
-        self.steps_left.abandon(cause)  # the whole job recovers: from its last snapshot, taken before the plan
+        redo = self.steps_left.abandon(cause)  # the whole job recovers: from its last snapshot, taken before the plan
         try:
             alone = not stepping and self.recovery.recovery.alone and AloneOnRay(self.recovery).recover(cause)
         except RaytideError as error:
@@ -193,6 +193,7 @@ class JobSupervisor:
             self.recovered()
         else:
             self.run_recovery(self.recovery.after_death(cause))
+            redo()  # a shrink left to the pumps is made again, holding the whole job
 
     def autoscale(self) -> None:
         """Make the changes the autoscaler decided on, if it has (without waiting for it)."""

@@ -20,7 +20,7 @@ import pytest
 
 import raytide as rt
 from raytide.core.keygroups import key_group
-from raytide.driver import joining
+from raytide.driver import joining, stepped
 from raytide.driver.placement import JobPlacement
 from raytide.driver.stepped import SteppedRescale
 from tests.delivery import assert_exactly_once
@@ -59,6 +59,27 @@ def flowed_during(out: list[tuple[int, list]], record: dict[str, Any]) -> int:
     start, end = record["stepped"]["window"]
     moved = set(record["stepped"]["moved"])
     return sum(start < at < end and key_group(key) not in moved for _, part in out for key, (_, _, at) in part)
+
+
+class CallerFeed:
+    """The calling thread feeds ``job`` itself: ``feed(n)`` pushes ``n`` epochs of ``fed``'s numbers, advancing
+    past each; :meth:`push` pushes the inputs' epoch's without advancing, :meth:`advance` moves on."""
+
+    def __init__(self, job: rt.Job, fed: SequenceFeed) -> None:
+        self.job, self.fed = job, fed
+
+    def __call__(self, epochs: int) -> None:
+        for _ in range(epochs):
+            self.push()
+            self.advance()
+
+    def push(self) -> None:
+        epoch = self.fed.fed
+        self.job.push("records", [(key, epoch * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)], epoch)
+
+    def advance(self) -> None:
+        self.fed.fed += 1
+        self.job.advance("records", self.fed.fed)
 
 
 def run_out(job: Any, feed: SequenceFeed, results: Any, out: list) -> tuple[list, dict[str, Any]]:
@@ -179,21 +200,14 @@ def test_a_caller_that_feeds_the_job_itself_grows_it_in_one_step_and_shrinks_it_
     (one step, at the epoch after the inputs'), the caller's next advance makes it, and its waits on
     the job see it end (the record's ``ended``). Its shrink (3 -> 2), with nothing pushed at the inputs'
     epoch yet, is one step at that epoch, made without another epoch, and the emptied replica retires in
-    place within the call; a shrink (2 -> 1) after records were pushed at the inputs' epoch holds the
-    whole job, saying why (its step would wait for the caller's next advance). Exact throughout."""
-    def batch(epoch: int) -> list[tuple[int, int]]:
-        return [(key, epoch * PER_KEY + i) for i in range(PER_KEY) for key in range(KEYS)]
-
+    place within the call. A shrink (2 -> 1) after records were pushed at the inputs' epoch holds nothing
+    either: it returns with its one step at the epoch after, the old width still running, and once the
+    caller's next advance has made the step its reads retire the emptied replica in place. Exact
+    throughout."""
     fed = SequenceFeed(KEYS, PER_KEY, 0.0)
     with rt.run(flow_checking_sequences("stepped-by-the-caller"), parallelism=1) as job:
         results = job.results("out", timeout=120)
-
-        def feed(epochs: int) -> None:
-            for _ in range(epochs):
-                job.push("records", batch(fed.fed), fed.fed)
-                fed.fed += 1
-                job.advance("records", fed.fed)
-
+        feed = CallerFeed(job, fed)
         feed(3)
         grown = job.rescale({"check": 3}, timeout=60, stepped=True)
         assert grown["mode"] == "stepped", grown["why"]
@@ -201,18 +215,62 @@ def test_a_caller_that_feeds_the_job_itself_grows_it_in_one_step_and_shrinks_it_
         feed(2)
         out = [next(results) for _ in range(fed.fed)]  # the caller's waits on the job see the step end
         assert job.stats()["rescales"][0]["stepped"]["ended"] == "done", job.stats()["rescales"]
+        feed(1)  # an epoch moved just now: a job whose inputs moved none within QUIET_S holds the whole job
         shrunk = job.rescale({"check": 2}, timeout=60, stepped=True)
         assert shrunk["mode"] == "stepped" and shrunk["cut_id"] is None, shrunk
         assert shrunk["stepped"]["switch"].startswith("retired in place"), shrunk
         assert (shrunk["stepped"]["epochs"], shrunk["stepped"]["ended"]) == ([fed.fed, fed.fed], "done"), shrunk
         assert job.parallelism()["check"] == 2
-        job.push("records", batch(fed.fed), fed.fed)  # the inputs' epoch took records: no step can be cut there
-        held = job.rescale({"check": 1}, timeout=60, stepped=True)
-        assert held["mode"] == "whole job" and "took records at their epoch" in held["why"], held
-        fed.fed += 1
-        job.advance("records", fed.fed)
+        feed(1)
+        feed.push()  # the inputs' epoch took records: the step is at the next
+        later = job.rescale({"check": 1}, timeout=60, stepped=True)
+        assert later["mode"] == "stepped" and later["cut_id"] is None and later["pause_s"] == 0, later
+        assert (later["stepped"]["epochs"], later["stepped"]["ended"]) == ([fed.fed + 1] * 2, None), later
+        assert later["stepped"]["switch"] == stepped.RETIRING and job.parallelism()["check"] == 2, later
+        feed.advance()
         feed(2)
+        out += [next(results) for _ in range(fed.fed - len(out))]  # the caller's reads see the step: they retire
+        retired = job.stats()["rescales"][-1]["stepped"]
+        assert (retired["ended"], retired["switch"][:16]) == ("done", "retired in place"), retired
+        assert job.parallelism()["check"] == 1 and len(job.stats()["rescales"]) == 3
+        feed(1)
         job.close("records")
         job.wait(timeout=120)
         out += list(results)
     assert_exactly_once(fed.reference(), {"out": without_times(out)})
+
+
+@pytest.mark.timeout(300)
+def test_a_replica_killed_before_a_shrink_left_to_the_pumps_retires_has_it_made_again_holding_the_whole_job(
+        ray_session, tmp_path):
+    """The caller feeds a job with recovery and shrinks it (2 -> 1) after pushing at the inputs' epoch: the call
+    returns with the step at the next epoch; the retiring replica (the old owner of the moving groups) is
+    SIGKILLed before the caller advances. The caller's reads notice the death: the job recovers from its last
+    snapshot (from before the plan, in the old widths), and the shrink is made again holding the whole job,
+    saying why; exact."""
+    fed = SequenceFeed(KEYS, PER_KEY, 0.0)
+    with rt.run(flow_checking_sequences("stepped-left-to-the-pumps"), parallelism=2,
+                recovery=rt.Recovery(str(tmp_path / "store"), interval=0.2)) as job:
+        results, feed, out = job.results("out", timeout=120), CallerFeed(job, fed), []
+        deadline = time.monotonic() + 60
+        while committed_snapshots(job) < 1 and time.monotonic() < deadline:
+            feed(1)
+            out.append(next(results))
+        feed(1)
+        feed.push()
+        later = job.rescale({"check": 1}, timeout=60, stepped=True)
+        assert later["stepped"]["switch"] == stepped.RETIRING, later
+        os.kill(job.hosts()[f"{job.name}/check+out/1"], signal.SIGKILL)
+        feed.advance()
+        feed(2)
+        out += [next(results) for _ in range(fed.fed - len(out))]  # the reads notice the death, and remake the shrink
+        rescales = job.stats()["rescales"]
+        feed(1)
+        job.close("records")
+        job.wait(timeout=120)
+        out += list(results)
+        stats = job.stats()
+    assert_exactly_once(fed.reference(), {"out": without_times(out)})
+    assert rescales[0]["stepped"]["ended"].startswith("a death during the steps"), rescales
+    assert rescales[-1]["mode"] == "whole job" and "a death during the steps" in rescales[-1]["why"], rescales
+    assert stats["recoveries"]["count"] >= 1 and stats["parallelism"]["check"] == 1

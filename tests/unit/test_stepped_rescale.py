@@ -79,25 +79,24 @@ def test_the_short_switch_narrows_only_emptied_replicas():
         new_tables(shrunk, widths, [{("n", 0, 0): KeyGroupAssignment.contiguous(4)}], kept={"sum", "out"})
 
 
-def test_who_feeds_decides_whether_the_steps_can_be_left_to_the_feed(monkeypatch):
-    """``job.rescale`` steps a growth whoever feeds (it returns once its plan is installed), a shrink
-    while another thread feeds (it waits for its steps), or while the caller feeds and has pushed nothing
-    at the inputs' epoch yet (its step is cut there); an idle job holds the whole job, saying why. It
-    steps by default; ``stepped=False`` or ``RAYTIDE_STEPPED_RESCALE=0`` holds the whole job."""
+def test_only_an_idle_feed_keeps_a_rescale_from_stepping(monkeypatch):
+    """``job.rescale`` steps whoever feeds: a growth returns once its plan is installed, a shrink waits
+    for its steps while another thread feeds or while the caller has pushed nothing at the inputs' epoch
+    (its step is cut there), and otherwise returns once its plan is installed, its retirement left to the
+    pumps; an idle job holds the whole job, saying why. It steps by default; ``stepped=False`` or
+    ``RAYTIDE_STEPPED_RESCALE=0`` holds the whole job."""
     gate = PlanGate("j")
-    assert "no input moved" in feed_refusal(gate, False, time.monotonic(), {"records": 0})  # never fed
+    assert "no input moved" in feed_refusal(gate, time.monotonic())  # never fed
     gate.move("records", 1)  # fed by this thread, the one that rescales
-    assert feed_refusal(gate, False, time.monotonic(), {"records": 1}) == ""
-    assert feed_refusal(gate, True, time.monotonic(), {"records": 1}) == ""  # nothing pushed at epoch 1 yet
-    gate.feed("records", 1)
-    assert feed_refusal(gate, False, time.monotonic(), {"records": 1}) == ""
-    assert "the inputs {'records': 1} took records at their epoch" in feed_refusal(gate, True, time.monotonic(), {"records": 1})
+    assert feed_refusal(gate, time.monotonic()) == ""
+    gate.feed("records", 1)  # records pushed at the inputs' epoch: still stepped (the pumps retire)
+    assert feed_refusal(gate, time.monotonic()) == ""
     other = threading.Thread(target=gate.move, args=("records", 2))
     other.start()
     other.join()
-    assert feed_refusal(gate, False, time.monotonic(), {"records": 2}) == feed_refusal(gate, True, time.monotonic(), {"records": 2}) == ""
+    assert feed_refusal(gate, time.monotonic()) == ""
     monkeypatch.setattr(stepped, "QUIET_S", 0.0)  # the last move is now older than the quiet time
-    assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, False, time.monotonic(), {"records": 2})
+    assert "no input moved to a new epoch within 0 s" in feed_refusal(gate, time.monotonic())
     monkeypatch.delenv(stepped.STEPPED_ENV, raising=False)
     assert stepping_default()
     monkeypatch.setenv(stepped.STEPPED_ENV, "0")
@@ -110,7 +109,8 @@ def test_the_steps_left_end_once_the_output_behind_shows_the_last_step_or_the_jo
     """A growth's steps are seen done by the pumps (driver/steps_left.py): once the output fused
     behind the vertex has shown the last step's epoch (its holds kept that epoch open until the
     state came), or the job finished; then the record is filled and the snapshots resume. A
-    death ends the plan: the record names it, and the recovery (not this) restarts the snapshots."""
+    death ends the plan: the record names it, and the recovery (not this) restarts the snapshots; a
+    shrink's plan left to the pumps is made again by the caller once it has recovered the job."""
     message = plan_steps(KeyGroupAssignment.contiguous(1), 2, first_epoch=4, groups_per_step=8).message("sum")
     last, resumed = message.steps[-1][0], []
 
@@ -129,6 +129,12 @@ def test_the_steps_left_end_once_the_output_behind_shows_the_last_step_or_the_jo
     assert left.poll(finished=True) and record.stepped["ended"] == "done" and resumed == [1]
     plan, record = pending()
     left.start(plan)
-    left.abandon("replica check/1 died")
+    left.abandon("replica check/1 died")()  # a growth's plan: nothing follows the recovery
     assert left.plan is None and resumed == [1]
     assert record.stepped["ended"].startswith("a death during the steps (replica check/1 died)"), record.stepped
+    redone: list[str] = []  # a shrink left to the pumps: made again once the caller has recovered the job
+    left.start(PendingPlan("j", "sum", [], message, lambda: resumed.append(1), None, frozenset({"out"}), redone.append))
+    redo = left.abandon("replica check/2 died")
+    assert redone == [] and resumed == [1]
+    redo()
+    assert redone == ["replica check/2 died"]
