@@ -52,7 +52,7 @@ import numpy as np
 
 from raytide.core.keyindex import EMPTY, concat
 from raytide.graph.child_lists import Children, subtrees
-from raytide.graph.hooking import joining, spanning_forest
+from raytide.graph.hooking import depths, joining, spanning_forest
 from raytide.graph.owned_edges import OwnedEdges as OwnedEdges
 from raytide.graph.owned_edges import apply_updates as apply_updates
 from raytide.graph.owned_edges import id_keys as id_keys
@@ -255,19 +255,12 @@ def shallow(forest: Forest, a: np.ndarray, b: np.ndarray, moved: np.ndarray) -> 
 
 def with_depths(forest: Forest, nodes: np.ndarray) -> Forest:
     """The forest with the depths of ``nodes`` found again (whole subtrees: every child of one is
-    among them), down from those whose parent is not; the others' depths did not change."""
+    among them) by :func:`~raytide.graph.hooking.depths`; the others' depths did not change."""
     if not len(nodes):
         return forest
-    up, depth = forest.up, forest.depth.copy()
-    mask = np.zeros(len(up), dtype=bool)
-    mask[nodes] = True
-    front = distinct(nodes[~mask[up[nodes]] | (up[nodes] == nodes)])
-    depth[front] = np.where(up[front] == front, 0, depth[up[front]] + 1)
-    for _ in range(len(up)):
-        child, owner = forest.kids.of_parents(front)
-        if not len(child):
-            break
-        depth[child], front = depth[front[owner]] + 1, child
+    depth = forest.depth.copy()
+    found, deeper = depths(forest.up, forest.depth, nodes)
+    depth[found] = deeper
     return replace(forest, depth=depth)
 
 
