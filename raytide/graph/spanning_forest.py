@@ -109,6 +109,18 @@ def as_indices(ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return np.searchsorted(ids, low), np.searchsorted(ids, high)
 
 
+def indexed(ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(at, held)``: the index in the sorted node ids ``ids`` of each of the ids ``wanted`` (0 where
+    not held), and a mask of those held; no search when ``ids`` are ``0 .. n-1``."""
+    if counted(ids):
+        held = (wanted >= 0) & (wanted < len(ids))
+    else:
+        at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        held = ids[at] == wanted
+        wanted = at
+    return np.where(held, wanted, 0), held
+
+
 def counted(ids: np.ndarray) -> bool:
     """Whether the sorted distinct node ids ``ids`` are ``0 .. n-1``: each id is then its own index."""
     return not len(ids) or (ids[0] == 0 and ids[-1] == len(ids) - 1)
@@ -275,9 +287,10 @@ def members(forest: Forest, tops: np.ndarray, known: np.ndarray) -> tuple[np.nda
     mask[known] = True
     inside = mask[tops]
     walked, under = subtrees(forest.kids, tops[~inside])
-    root = forest.root[known]
-    at = np.minimum(np.searchsorted(tops, root), len(tops) - 1)
-    hit = (tops[at] == root) & inside[at]
+    index = np.full(len(forest.up), -1, dtype=np.int64)  # a top's index in ``tops``, by node (no search)
+    index[tops[inside]] = np.flatnonzero(inside)
+    at = index[forest.root[known]]
+    hit = at >= 0
     return concat([walked, known[hit]]), concat([np.flatnonzero(~inside)[under], at[hit]])
 
 
@@ -408,8 +421,8 @@ def relabelled(before: Forest, after: Forest, moved: np.ndarray) -> tuple[np.nda
     ids, label = after.ids[node], after.ids[after.root[node]]
     if not len(before.ids):
         return ids, label
-    at = np.minimum(np.searchsorted(before.ids, ids), len(before.ids) - 1)
-    changed = (before.ids[at] != ids) | (before.ids[before.root[at]] != label)
+    at, held = indexed(before.ids, ids)
+    changed = ~held | (before.ids[before.root[at]] != label)
     return ids[changed], label[changed]
 
 
