@@ -240,7 +240,7 @@ def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> t
     one per :data:`BULK` nodes, as the first epoch's) rebuilds the forest instead (:func:`rebuilt`)."""
     if len(keys) * BULK > len(forest.up):
         return rebuilt(forest, keys)
-    keys = keys[np.lexsort((keys, shallow(forest, *unpack(keys), known)))]
+    keys = keys[shallow(forest, *unpack(keys), known)]  # sorted keys: ties by key
     chosen, touched, top = joining(forest.root, *unpack(keys))
     if not len(touched) and not len(known):
         return forest, EMPTY
@@ -258,11 +258,15 @@ def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> t
 
 
 def shallow(forest: Forest, a: np.ndarray, b: np.ndarray, moved: np.ndarray) -> np.ndarray:
-    """For each edge ``(a, b)``, the depth of its end that was not ``moved`` (``a``'s if neither was):
-    edges taken in this order hang a tree from shallow nodes first, so the forest stays shallow."""
+    """The edges ``(a, b)`` in order of the depth of their end that was not ``moved`` (``a``'s if
+    neither was), ties in their order (a stable order): edges taken in this order hang a tree
+    from shallow nodes first, so the forest stays shallow. Depths are sorted by radix while
+    they fit 16 bits (a pass, not a comparison sort)."""
     mask = np.zeros(len(forest.up), dtype=bool)
     mask[moved] = True
-    return np.where(mask[a], forest.depth[b], forest.depth[a])
+    depth = np.where(mask[a], forest.depth[b], forest.depth[a])
+    narrow = depth.astype(np.int16) if len(depth) and int(depth.max()) < 2**15 else depth
+    return np.argsort(narrow, kind="stable")
 
 
 def with_depths(forest: Forest, nodes: np.ndarray) -> Forest:
@@ -366,7 +370,7 @@ def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, tops: np.nd
     once = ~searched[b] | (a < b)  # an edge found from both ends: once, from the smaller
     a, b = a[once], b[once]
     crossing = np.flatnonzero(forest.root[a] != forest.root[b])
-    crossing = crossing[np.argsort(shallow(forest, a[crossing], b[crossing], moved), kind="stable")]
+    crossing = crossing[shallow(forest, a[crossing], b[crossing], moved)]
     chosen = joining(forest.root, a[crossing], b[crossing])[0]
     return pack(forest.ids[a[crossing[chosen]]], forest.ids[b[crossing[chosen]]])
 

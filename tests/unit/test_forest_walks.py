@@ -1,5 +1,5 @@
-"""The spanning forest's walks (``raytide.graph.child_lists.subtrees`` down the children lists,
-``raytide.graph.hooking.depths`` up the parent links) against brute force on random forests."""
+"""The spanning forest's walks and orders (``raytide.graph.child_lists.subtrees`` down the children lists,
+``raytide.graph.hooking.depths`` up the parent links, ``spanning_forest.shallow``) against brute force."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raytide.graph import spanning_forest as sf
 from raytide.graph.child_lists import Children, subtrees
 from raytide.graph.hooking import depths
 
@@ -74,3 +75,15 @@ def test_a_cycle_is_refused_by_both_walks() -> None:
         depths(up, np.zeros(4, dtype=np.int64), np.arange(3))
     with pytest.raises(ValueError, match="holds a cycle"):
         subtrees(Children(np.array([1, 2, 0, -1]), np.full(4, -1)), np.array([0]))
+
+
+@pytest.mark.parametrize("deepest", [40, 40_000])
+def test_edges_are_taken_shallow_end_first_ties_in_their_order(deepest: int) -> None:
+    """``shallow``'s order against a comparison sort, depths that fit 16 bits (a radix sort) and not."""
+    rng = np.random.default_rng(deepest)
+    count = 500
+    depth = rng.integers(0, deepest, count)
+    forest = sf.Forest(np.arange(count), np.arange(count), np.arange(count), sf.EMPTY, Children.of(np.arange(count)), depth)
+    a, b, moved = rng.integers(0, count, 300), rng.integers(0, count, 300), rng.choice(count, 100, replace=False)
+    end = np.where(np.isin(a, moved), depth[b], depth[a])
+    assert sf.shallow(forest, a, b, moved).tolist() == np.lexsort((np.arange(300), end)).tolist()
