@@ -88,13 +88,22 @@ class Children:
 
 def subtrees(kids: Children, tops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(nodes, top)``: every node of the subtrees under ``tops`` (roots in the children index
-    ``kids``), ``tops`` first, and the index in ``tops`` of the one each is under; level by
-    level from all of them at once."""
+    ``kids``), ``tops`` first, and the index in ``tops`` of the one each is under.
+
+    The lists are walked as the binary tree they are (a node's first child, and the sibling after
+    it), from every top at once: a step takes one child or sibling further along every path, so
+    the walk takes as many steps as the longest path counted so, not a step per sibling at every
+    level (:meth:`Children.of_parents`, level by level, waits at each level for its longest list)."""
     nodes, top = [tops], [np.arange(len(tops))]
-    for _ in range(len(kids.first) + 1):
-        child, owner = kids.of_parents(nodes[-1])
-        if not len(child):
+    node, owner, count = kids.first[tops], top[0], len(tops)
+    while True:
+        held = node != NONE
+        node, owner = node[held], owner[held]
+        if not len(node):
             return concat(nodes), concat(top)
-        nodes.append(child)
-        top.append(top[-1][owner])
-    raise ValueError(f"the children index of {len(kids.first)} nodes holds a cycle: it is not a forest's")
+        nodes.append(node)
+        top.append(owner)
+        count += len(node)
+        if count > len(kids.first):  # a node reached twice
+            raise ValueError(f"the children index of {len(kids.first)} nodes holds a cycle: it is not a forest's")
+        node, owner = np.concatenate([kids.first[node], kids.after[node]]), np.concatenate([owner, owner])

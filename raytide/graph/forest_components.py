@@ -42,7 +42,7 @@ from raytide.graph.child_lists import NONE
 from raytide.graph.node_codes import NodeCodes, Shift
 from raytide.graph.owned_edges import OwnedEdges
 from raytide.graph.sorted_pairs import Runs, distinct, member, pack, pair, unpack
-from raytide.graph.spanning_forest import Forest, run_epoch
+from raytide.graph.spanning_forest import Forest, indexed, run_epoch
 
 #: The key column every update carries to the vertex, and its one value: the whole graph.
 PART, WHOLE = "part", 0
@@ -105,8 +105,8 @@ class ForestLabels:
         """The record changes of the nodes ``touched`` (codes: the ends of the epoch's edges and
         the nodes relabelled), their shown labels brought up to date."""
         forest = self.forest
-        at = np.minimum(np.searchsorted(forest.ids, touched), max(len(forest.ids) - 1, 0))
-        at = at[forest.ids[at] == touched] if len(forest.ids) else EMPTY
+        at, held = indexed(forest.ids, touched)
+        at = at[held]
         present = (forest.up[at] != at) | (forest.kids.first[at] != NONE) | member(at, forest.loops)
         label, shown = forest.ids[forest.root[at]], self.shown[at]
         was = shown != UNSHOWN

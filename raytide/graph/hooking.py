@@ -25,6 +25,33 @@ def roots(parent: np.ndarray) -> np.ndarray:
     raise ValueError(f"the parent links of {len(moving)} nodes form a cycle, not a forest (first: {moving[:3].tolist()})")
 
 
+def depths(up: np.ndarray, depth: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(nodes, their depths)``: the depths under the parent links ``up`` (a root its own parent) of
+    ``nodes`` (any order, repeats allowed), which must hold every child of each of them; the
+    depths ``depth`` of the other nodes are taken as they are. Each node's distance to the
+    first node above it outside ``nodes``, or to its root, by pointer jumping among ``nodes``
+    only: a step per doubling of the longest path, whatever the siblings (more than 64 means
+    a cycle: refused). ``nodes`` come back sorted, once each."""
+    inside = np.zeros(len(up), dtype=bool)
+    inside[nodes] = True
+    nodes = np.flatnonzero(inside)
+    at = np.empty(len(up), dtype=np.int64)
+    at[nodes] = np.arange(len(nodes))
+    above = up[nodes]
+    top, linked = above == nodes, inside[above] & (above != nodes)
+    link = np.where(linked, at[above], -1)  # where each is counted from: a node of ``nodes``, or -1 (found)
+    value = np.where(linked, 1, np.where(top, 0, depth[above] + 1))
+    pending = np.flatnonzero(linked)
+    for _ in range(64):
+        if not len(pending):
+            return nodes, value
+        ahead = link[pending]
+        value[pending] += value[ahead]
+        link[pending] = link[ahead]
+        pending = pending[link[pending] >= 0]
+    raise ValueError(f"the parent links of {len(pending)} nodes form a cycle, not a forest")
+
+
 def spanning_forest(count: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(chosen, root)``: a spanning forest of the graph of ``count`` nodes and edges ``(a[i], b[i])``,
     as a mask of the edges, and every node's component as its smallest node.

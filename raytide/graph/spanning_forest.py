@@ -52,7 +52,7 @@ import numpy as np
 
 from raytide.core.keyindex import EMPTY, concat
 from raytide.graph.child_lists import Children, subtrees
-from raytide.graph.hooking import joining, spanning_forest
+from raytide.graph.hooking import depths, joining, spanning_forest
 from raytide.graph.owned_edges import OwnedEdges as OwnedEdges
 from raytide.graph.owned_edges import apply_updates as apply_updates
 from raytide.graph.owned_edges import id_keys as id_keys
@@ -107,6 +107,18 @@ def as_indices(ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if counted(ids):
         return low, high
     return np.searchsorted(ids, low), np.searchsorted(ids, high)
+
+
+def indexed(ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(at, held)``: the index in the sorted node ids ``ids`` of each of the ids ``wanted`` (0 where
+    not held), and a mask of those held; no search when ``ids`` are ``0 .. n-1``."""
+    if counted(ids):
+        held = (wanted >= 0) & (wanted < len(ids))
+    else:
+        at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        held = ids[at] == wanted
+        wanted = at
+    return np.where(held, wanted, 0), held
 
 
 def counted(ids: np.ndarray) -> bool:
@@ -228,7 +240,7 @@ def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> t
     one per :data:`BULK` nodes, as the first epoch's) rebuilds the forest instead (:func:`rebuilt`)."""
     if len(keys) * BULK > len(forest.up):
         return rebuilt(forest, keys)
-    keys = keys[np.lexsort((keys, shallow(forest, *unpack(keys), known)))]
+    keys = keys[shallow(forest, *unpack(keys), known)]  # sorted keys: ties by key
     chosen, touched, top = joining(forest.root, *unpack(keys))
     if not len(touched) and not len(known):
         return forest, EMPTY
@@ -246,28 +258,25 @@ def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> t
 
 
 def shallow(forest: Forest, a: np.ndarray, b: np.ndarray, moved: np.ndarray) -> np.ndarray:
-    """For each edge ``(a, b)``, the depth of its end that was not ``moved`` (``a``'s if neither was):
-    edges taken in this order hang a tree from shallow nodes first, so the forest stays shallow."""
+    """The edges ``(a, b)`` in order of the depth of their end that was not ``moved`` (``a``'s if
+    neither was), ties in their order (a stable order): edges taken in this order hang a tree
+    from shallow nodes first, so the forest stays shallow. Depths are sorted by radix while
+    they fit 16 bits (a pass, not a comparison sort)."""
     mask = np.zeros(len(forest.up), dtype=bool)
     mask[moved] = True
-    return np.where(mask[a], forest.depth[b], forest.depth[a])
+    depth = np.where(mask[a], forest.depth[b], forest.depth[a])
+    narrow = depth.astype(np.int16) if len(depth) and int(depth.max()) < 2**15 else depth
+    return np.argsort(narrow, kind="stable")
 
 
 def with_depths(forest: Forest, nodes: np.ndarray) -> Forest:
     """The forest with the depths of ``nodes`` found again (whole subtrees: every child of one is
-    among them), down from those whose parent is not; the others' depths did not change."""
+    among them) by :func:`~raytide.graph.hooking.depths`; the others' depths did not change."""
     if not len(nodes):
         return forest
-    up, depth = forest.up, forest.depth.copy()
-    mask = np.zeros(len(up), dtype=bool)
-    mask[nodes] = True
-    front = distinct(nodes[~mask[up[nodes]] | (up[nodes] == nodes)])
-    depth[front] = np.where(up[front] == front, 0, depth[up[front]] + 1)
-    for _ in range(len(up)):
-        child, owner = forest.kids.of_parents(front)
-        if not len(child):
-            break
-        depth[child], front = depth[front[owner]] + 1, child
+    depth = forest.depth.copy()
+    found, deeper = depths(forest.up, forest.depth, nodes)
+    depth[found] = deeper
     return replace(forest, depth=depth)
 
 
@@ -282,9 +291,10 @@ def members(forest: Forest, tops: np.ndarray, known: np.ndarray) -> tuple[np.nda
     mask[known] = True
     inside = mask[tops]
     walked, under = subtrees(forest.kids, tops[~inside])
-    root = forest.root[known]
-    at = np.minimum(np.searchsorted(tops, root), len(tops) - 1)
-    hit = (tops[at] == root) & inside[at]
+    index = np.full(len(forest.up), -1, dtype=np.int64)  # a top's index in ``tops``, by node (no search)
+    index[tops[inside]] = np.flatnonzero(inside)
+    at = index[forest.root[known]]
+    hit = at >= 0
     return concat([walked, known[hit]]), concat([np.flatnonzero(~inside)[under], at[hit]])
 
 
@@ -360,7 +370,7 @@ def candidates(forest: Forest, owned: OwnedEdges, moved: np.ndarray, tops: np.nd
     once = ~searched[b] | (a < b)  # an edge found from both ends: once, from the smaller
     a, b = a[once], b[once]
     crossing = np.flatnonzero(forest.root[a] != forest.root[b])
-    crossing = crossing[np.argsort(shallow(forest, a[crossing], b[crossing], moved), kind="stable")]
+    crossing = crossing[shallow(forest, a[crossing], b[crossing], moved)]
     chosen = joining(forest.root, a[crossing], b[crossing])[0]
     return pack(forest.ids[a[crossing[chosen]]], forest.ids[b[crossing[chosen]]])
 
@@ -415,8 +425,8 @@ def relabelled(before: Forest, after: Forest, moved: np.ndarray) -> tuple[np.nda
     ids, label = after.ids[node], after.ids[after.root[node]]
     if not len(before.ids):
         return ids, label
-    at = np.minimum(np.searchsorted(before.ids, ids), len(before.ids) - 1)
-    changed = (before.ids[at] != ids) | (before.ids[before.root[at]] != label)
+    at, held = indexed(before.ids, ids)
+    changed = ~held | (before.ids[before.root[at]] != label)
     return ids[changed], label[changed]
 
 
