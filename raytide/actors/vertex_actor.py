@@ -103,7 +103,7 @@ class VertexActor(InputCalls, RescaleCalls):
         <raytide.actors.hosts.VertexHost.inputs>`), called in this process."""
         self.myself = myself if myself is not None else ray.get_runtime_context().current_actor
         self.plan, self.key = plan, ReplicaKey(chain, replica)
-        self.writer = replica_writer(self.key, recovery)
+        self.writer = replica_writer(self.key, recovery, incarnation)
         self.store = self.writer.store if self.writer is not None else None
         self.serial = serial
         sockets = serial is not None

@@ -25,24 +25,29 @@ if TYPE_CHECKING:  # and imported where used: a vertex host imports this module,
 logger = logging.getLogger(__name__)
 
 
-def replica_writer(key: ReplicaKey, recovery: Recovery | None) -> SnapshotWriter | None:
-    """The writer of replica ``key`` of a job with ``recovery``, on the store it names (None
-    without recovery). The store's modules, its lease's and the coordinator's are imported
-    here, by a job with recovery only: a vertex host does not load them at its start."""
+def replica_writer(key: ReplicaKey, recovery: Recovery | None, incarnation: int) -> SnapshotWriter | None:
+    """The writer of replica ``key`` of a job with ``recovery``, on the store it names, writing the
+    snapshots of ``incarnation`` (None without recovery). The store's modules, its lease's and the
+    coordinator's are imported here, by a job with recovery only: a vertex host does not load them
+    at its start."""
     if recovery is None:
         return None
     from raytide.snapshots.store import store_of
 
-    return SnapshotWriter(key, store_of(recovery))
+    return SnapshotWriter(key, store_of(recovery), incarnation)
 
 
 class SnapshotWriter:
     """One thread that writes a replica's local snapshots in the order they were taken."""
 
-    def __init__(self, key: ReplicaKey, store: SnapshotStore) -> None:
+    def __init__(self, key: ReplicaKey, store: SnapshotStore, incarnation: int) -> None:
+        """``incarnation``: the job's when the replica starts. A replica that joins a running job
+        in place (a stepped growth after a recovery: incarnation 1 or later, and no restore to
+        :meth:`reset` it) skipped every snapshot it took as another incarnation's, and the
+        coordinator waited out each one for it."""
         self.key, self.store = key, store
         self.coordinator: Any = None
-        self.incarnation = 0
+        self.incarnation = incarnation
         self.queue: queue.SimpleQueue[tuple[int, LocalSnapshot] | None] = queue.SimpleQueue()
         self.written = 0
         self.thread = threading.Thread(target=self._run, name=f"raytide-snapshot-writer-{key}", daemon=True)

@@ -24,7 +24,7 @@ from raytide.driver import joining, stepped
 from raytide.driver.placement import JobPlacement
 from raytide.driver.stepped import SteppedRescale
 from tests.delivery import assert_exactly_once
-from tests.ray.jobs import SequenceFeed, committed_snapshots, next_in_sequence
+from tests.ray.jobs import SequenceFeed, committed_snapshots, next_in_sequence, until
 
 pytestmark = [pytest.mark.ray]
 
@@ -274,3 +274,27 @@ def test_a_replica_killed_before_a_shrink_left_to_the_pumps_retires_has_it_made_
     assert rescales[0]["stepped"]["ended"].startswith("a death during the steps"), rescales
     assert rescales[-1]["mode"] == "whole job" and "a death during the steps" in rescales[-1]["why"], rescales
     assert stats["recoveries"]["count"] >= 1 and stats["parallelism"]["check"] == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_snapshot_commits_after_a_growth_joined_in_place_just_after_a_recovery(ray_session, tmp_path):
+    """A replica SIGKILLed and the job recovered (incarnation 1), then 2 -> 3 joined in place: the joined
+    replica's snapshots are written and acknowledged in incarnation 1, so the next snapshot commits at once
+    (its writer skipped them as another incarnation's, and each snapshot waited out its 60 s for it); exact."""
+    feed = steady_feed()
+    with rt.run(flow_checking_sequences("stepped-joined-after-a-recovery"), {"records": feed.epochs()},
+                parallelism=2, recovery=rt.Recovery(str(tmp_path / "store"), interval=0.2)) as job:
+        results = job.results("out", timeout=120)
+        out = [next(results)]
+        while committed_snapshots(job) < 1:
+            out.append(next(results))
+        os.kill(job.hosts()[f"{job.name}/check+out/0"], signal.SIGKILL)
+        while job.stats()["recoveries"]["count"] < 1:
+            out.append(next(results))
+        grown = job.rescale({"check": 3}, timeout=60, stepped=True)
+        assert grown["stepped"]["switch"].startswith("joined in place") and grown["incarnation"] == 1, grown
+        before = committed_snapshots(job)  # the reads below pump the steps to their end, then the snapshots resume
+        until(lambda: out.append(next(results)) or committed_snapshots(job) > before + 1, "two snapshots committed after the join", 20)
+        out, stats = run_out(job, feed, results, out)
+    assert_exactly_once(feed.reference(), {"out": without_times(out)})
+    assert stats["parallelism"]["check"] == 3
