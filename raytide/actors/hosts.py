@@ -128,9 +128,8 @@ class VertexHost(Host):
         it plays and the input replica seated beside it, if any (``roles``: each one's chain, replica and
         ``connect`` arguments, this host's own first), each taken and connected (:meth:`take`); then, if
         seated here, the progress actor (``progress``: its take's arguments after the lease and job, and
-        its ``connect``'s). ``settings``: what :meth:`take` takes after ``myself`` (this host's raw
-        handle), but the connection: ``(max_inflight, pretouch_mb, recovery, incarnation,
-        sockets)``. Returns this process's id.
+        its ``connect``'s). ``myself``: this host's raw handle; ``settings``: ``(max_inflight, pretouch_mb,
+        recovery, incarnation, sockets)``, as :meth:`take` takes them. Returns this process's id.
 
         Raises:
             ArgumentError: more roles than the host has seats for.
