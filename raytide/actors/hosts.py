@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -101,13 +100,9 @@ class VertexHost(Host):
         freeze_start_up()
 
     def take(self, lease: int, plan: Any, job: str, chain: str, replica: int, max_inflight: int, pretouch_mb: int,
-             myself: Any, recovery: Any = None, incarnation: int = 0, sockets: bool = False,
-             connection: tuple | None = None) -> int:
+             myself: Any, recovery: Any = None, incarnation: int = 0, sockets: bool = False) -> int:
         """Become replica ``replica`` of ``chain`` for ``lease`` in ``incarnation`` (``sockets``: reached by
-        peers on this node over a socket, :mod:`raytide.actors.socket_hops`); returns this process's id.
-        ``connection``: the arguments of the replica's ``connect``, made before the role is installed, so
-        that the calls this host kept for ``lease`` (a progress push sent before this call came) find
-        it connected (:meth:`start`)."""
+        peers on this node over a socket, :mod:`raytide.actors.socket_hops`); returns this process's id."""
         from raytide.actors.vertex_actor import VertexActor
 
         if self.beside is None and keep_freed_buffers() and pretouch_mb:  # the host's replica's, not again for its seat
@@ -118,32 +113,7 @@ class VertexHost(Host):
             beside = Beside(myself._actor_id, self.beside._call) if self.beside is not None else None
             role = VertexActor(plan, job, chain, replica, max_inflight, Leased(myself, lease, INPUT_PREFIX if seated else REPLICA_PREFIX),
                                recovery, incarnation, kept, self.serial if sockets else None, beside)
-            if connection is not None:
-                role.connect(*connection)
             return self._take(lease, role, f"{job}/{chain}/{replica}")
-
-    def start(self, lease: int, plan: Any, job: str, myself: Any, settings: tuple, roles: list[tuple[str, int, tuple]],
-              progress: tuple | None = None) -> int:
-        """A job's first start on this host in one call (docs/hosts.md, "A first job's start"): the replica
-        it plays and the input replica seated beside it, if any (``roles``: each one's chain, replica and
-        ``connect`` arguments, this host's own first), each taken and connected (:meth:`take`); then, if
-        seated here, the progress actor (``progress``: its take's arguments after the lease and job, and
-        its ``connect``'s). ``myself``: this host's raw handle; ``settings``: ``(max_inflight, pretouch_mb,
-        recovery, incarnation, sockets)``, as :meth:`take` takes them. Returns this process's id.
-
-        Raises:
-            ArgumentError: more roles than the host has seats for.
-        """
-        if len(roles) > 2:
-            raise ArgumentError(f"{self!r}: job {job!r} gave it {len(roles)} replicas to play; it plays one and seats one input")
-        max_inflight, pretouch_mb, recovery, incarnation, sockets = settings
-        for host, (chain, replica, connection) in zip((self, self.inputs), roles):
-            host.take(lease, plan, job, chain, replica, max_inflight, pretouch_mb, myself, recovery, incarnation, sockets,
-                      connection)
-        if progress is not None:
-            (graph, outputs, initial, seat_sockets), replicas = progress
-            self.seat.take(lease, job, graph, outputs, initial, seat_sockets, replicas)
-        return os.getpid()
 
     def seated(self, group: str, prefix: str, name: str, lease: int, *args: Any) -> Any:
         """The method ``name`` of the role seated here with ``prefix`` (:attr:`seat`, :attr:`inputs`, or with
@@ -199,18 +169,13 @@ class ProgressHost(Host):
 
             freeze_start_up()
 
-    def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list, sockets: bool = False,
-             replicas: dict | None = None) -> int:
+    def take(self, lease: int, job: str, graph: Any, outputs: list[str], initial: list, sockets: bool = False) -> int:
         """Become the progress actor of ``job`` for ``lease`` (``sockets``: replicas on this node send it
-        their messages over a socket); returns this process's id. ``replicas``: the argument of its
-        ``connect``, made before the role is installed (the driver computed each replica's subscriptions
-        from the plan), so the replicas' messages this host kept for ``lease`` come after it."""
+        their messages over a socket); returns this process's id."""
         from raytide.actors.progress_actor import ProgressActor
 
         with self.serial:
             role = ProgressActor(graph, outputs, initial, self.serial if sockets else None, f"{job}/progress")
-            if replicas is not None:
-                role.connect(replicas)
             return self._take(lease, role, f"{job}/progress")
 
     def _call(self, lease: int, method: str, args: tuple) -> Any:

@@ -6,10 +6,7 @@ so a replica must take its pushes in the order they were made: a later one overt
 earlier one would set a frontier back. So, per replica: the first push asks it for its
 socket's address and goes by Ray call, as the next ones do, each call's ref kept, until the
 address is in and every one of those calls has run; from then on its pushes go by socket.
-The progress actor never waits: it looks (``ray.wait`` with no timeout) at each push. A replica
-answers None only if it was asked before its host took its role (the host keeps a call of a lease
-it has not taken yet and answers None: a job's first start connects the progress actor before
-every host has started, docs/hosts.md); it is asked again at the next push. A socket
+The progress actor never waits: it looks (``ray.wait`` with no timeout) at each push. A socket
 that fails (the replica's role is gone) is dropped and its pushes go by Ray call again: the
 replica is dead or replaced, and the driver learns of that from Ray, as before.
 """
@@ -88,9 +85,6 @@ class PushLinks:
             calls[:] = [call for call in calls if call not in done]
             return None
         try:
-            if ray.get(address) is None:  # asked before its host took the role (kept, answered None): ask again
-                self.links[key] = (self.handles[key].socket_address.remote(), calls)
-                return None
             outbound = connect_ready(address, f"replica {key}")
         except ray.exceptions.RayActorError:
             outbound = None

@@ -118,7 +118,7 @@ class Job(JobViews):
             recovery.start_run()
             coordinator = recovery.coordinator
         placement.watch(coordinator)
-        placement.started(placement.take_roles(coordinator), SETUP_TIMEOUT)
+        placement.started(*placement.take_roles(coordinator), SETUP_TIMEOUT)
         if recovery is not None:
             placement.pool.keep_spares(1)
         if recovery is not None and restore_id is not None:

@@ -108,31 +108,17 @@ class JobPlacement:
 
     # -- roles -----------------------------------------------------------------------------
 
-    def take_roles(self, coordinator: Any) -> list:
-        """Tell every leased host its roles, connected, in one call per process, waiting for none (a vertex host's
-        :meth:`~raytide.actors.hosts.VertexHost.start`: its replica, the input replica seated in it and, if seated
-        there, the progress actor, told each replica's subscriptions, computed here from the plan; a progress
-        host's ``take``); returns the refs of the vertex hosts' process ids, for :meth:`started`."""
-        plan, settings, seat = self.plan, self.settings, self.leases[PROGRESS]
+    def take_roles(self, coordinator: Any) -> tuple[list, list]:
+        """Tell every leased host its role and connect the replicas; returns the refs of the
+        vertex hosts' process ids and of their connections (each connection answers with
+        the locations that replica subscribes to), for :meth:`started` to wait on."""
+        keys = self.plan.replica_keys()
         self.place_relays()
-        replicas = self.progress_replicas({key: plan.subscriptions(key.chain) for key in plan.replica_keys()})
-        progress = ((plan.graph, plan.outputs, plan.initial_pointstamps(), settings.sockets), replicas)
-        if not seat.seated:
-            self._pids[self.host_name(PROGRESS)] = self.progress.take.remote(self.name, *progress[0], replicas)
-        common = (settings.max_inflight, settings.pretouch_mb, settings.recovery, 0, settings.sockets)
-        refs = []
-        for key, lease in self._own_hosts().items():
-            roles = [key, *(other for other, there in self.leases.items() if isinstance(other, ReplicaKey) and there.seated
-                            and there.number == lease.number)]
-            carries = seat.seated and seat.number == lease.number
-            refs.append(lease.leased_host.start.remote(self._plan_ref, self.name, lease.handle, common, [
-                (role.chain, role.replica, self.connection(role, coordinator)) for role in roles], progress if carries else None))
-            self._pids.update({self.host_name(role): refs[-1] for role in [*roles, *([PROGRESS] if carries else [])]})
-        return refs
-
-    def connection(self, key: ReplicaKey, coordinator: Any) -> tuple:
-        """The arguments of replica ``key``'s ``connect``: its peers, the sends that never wait, its route, the coordinator."""
-        return self.peers_of(key), self.unbounded, self.route(key), coordinator
+        pids = [self._take_vertex(key) for key in keys]
+        self._pids[self.host_name(PROGRESS)] = self.progress.take.remote(
+            self.name, self.plan.graph, self.plan.outputs, self.plan.initial_pointstamps(), self.settings.sockets)
+        return pids, [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
+                      for key in keys]
 
     def peers_of(self, key: ReplicaKey) -> dict[ReplicaKey, Any]:
         """The handles replica ``key`` is given (``connect``, ``restore``, ``adopt``): of the
@@ -183,14 +169,19 @@ class JobPlacement:
             self.relay_of = {key: relay_on[self._nodes[self.actors[key]]] for key in keys}
             self.upstream_of = relay_groups(list(relay_on.values()))
 
-    def started(self, refs: list, timeout: float) -> None:
-        """Wait for the vertex hosts :meth:`take_roles` started (a progress host keeps what comes before its role).
+    def started(self, pids: list, connections: list, timeout: float) -> None:
+        """Wait for the hosts :meth:`take_roles` addressed, then connect the progress actor to
+        the replicas' subscriptions. The driver does not wait for the progress host, which
+        keeps what replicas send before it is connected.
 
         Raises:
             JobTimeout: the hosts did not all answer within ``timeout`` seconds.
         """
-        pids = dict(zip(refs, self.wait(refs, "starting the vertex hosts and giving them their roles", timeout)))
-        self._pids.update({name: pids[ref] for name, ref in self._pids.items() if isinstance(ref, ray.ObjectRef) and ref in pids})
+        keys = self.plan.replica_keys()
+        answers = self.wait(pids + connections, "starting and connecting vertex hosts", timeout)
+        vertex_pids, subscriptions = answers[: len(keys)], answers[len(keys):]
+        self.progress.connect.remote(self.progress_replicas(dict(zip(keys, subscriptions))))
+        self._pids.update({self.host_name(key): pid for key, pid in zip(keys, vertex_pids)})
 
     def _take_vertex(self, key: ReplicaKey, incarnation: int = 0) -> Any:
         """Tell the host leased for ``key`` to become that replica; the ref of its process id."""
@@ -237,13 +228,16 @@ class JobPlacement:
         return names
 
     def replacing(self, dead: list[Hashable], coordinator: Any) -> tuple[list[str], list]:
-        """Lease warm hosts for the dead in ``dead`` and send them their roles and the replicas' connections,
-        without waiting: the names of the replaced, and the refs of the answers. The nodes' relays are chosen
-        again (a new host may be on another node, a dead relay needs a successor); the recovery's restore tells
-        every replica its route. The dead go back to the pool at once, which forgets them (no dead host's handle
-        is kept); the spares used up start again after the recovery (``spares_now``). A host runs the driver's
-        calls in the order sent (one caller, a sequential actor): its ``connect`` follows its ``take``, and a
-        restore both, with no round trip between them (docs/recovery.md, "Recovered alone on Ray, measured")."""
+        """Lease warm hosts for the dead in ``dead`` and send them their roles and the replicas'
+        connections, without waiting: the names of the replaced, and the refs of the answers.
+        The nodes' relays are chosen again (a new host may be on another node, and a dead relay
+        needs a successor); the recovery's restore tells every replica its route. The dead go
+        back to the pool at once, which forgets them: no dead host's handle is kept for the rest
+        of the job; the spares used up start again after the recovery (``spares_now``). A host
+        runs the driver's calls in the order they were sent (one caller, a sequential actor), so
+        its ``connect`` follows its ``take``, and a caller's next call to it (a restore) follows
+        both, without a round trip between them, which a loaded machine stretches
+        (docs/recovery.md, "Recovered alone on Ray, measured")."""
         replaced: list[ReplicaKey] = []
         refs = []
         for key in dead:
@@ -261,7 +255,8 @@ class JobPlacement:
                 replaced.append(key)
             self._pids[self.host_name(key)] = unleased(lease.handle).ping.remote()
         self.place_relays()
-        refs += [self.peers[key].connect.remote(*self.connection(key, coordinator)) for key in replaced]
+        refs += [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
+                 for key in replaced]
         return [self.host_name(key) for key in dead], refs
 
     def add_hosts(self, plan: PhysicalPlan) -> list[HostLease]:
@@ -293,7 +288,8 @@ class JobPlacement:
         self.peers = {key: leases[key].leased for key in keys}
         self.place_relays()
         pids = [self._take_vertex(key, incarnation) for key in keys]
-        connects = [self.peers[key].connect.remote(*self.connection(key, coordinator)) for key in keys]
+        connects = [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key), coordinator)
+                    for key in keys]
         answers = self.wait(pids + connects, f"giving {len(keys)} hosts their replicas of the rescaled job")
         self._pids = {name: pid for name, pid in self._pids.items() if name.endswith(("/progress", "/coordinator"))}
         self._pids.update({self.host_name(key): pid for key, pid in zip(keys, answers)})
@@ -312,7 +308,8 @@ class JobPlacement:
         self.plan, self._plan_ref = plan, ray.put(plan)
         pids = [self._take_vertex(key, incarnation) for key in keys]
         self._pids.update({self.host_name(key): pid for key, pid in zip(keys, pids)})
-        return keys, pids + [self.peers[key].connect.remote(*self.connection(key, coordinator)) for key in keys]
+        return keys, pids + [self.peers[key].connect.remote(self.peers_of(key), self.unbounded, self.route(key),
+                                                            coordinator) for key in keys]
 
     def retire(self, plan: PhysicalPlan) -> None:
         """A shrink's retiring switch in place, or a join undone (:mod:`raytide.driver.joining`): play ``plan``

@@ -130,7 +130,8 @@ class HostedVertices:
     def subscriptions(self) -> list[Location]:
         """The locations whose frontier this replica needs: every input of its vertices (not
         outputs': the progress actor decides when an output epoch is complete)."""
-        return self.plan.subscriptions(self.chain.name)
+        return [Location.of_input(name, port) for name in self.chain.vertices if name not in self.outputs
+                for port in range(len(self.plan.vertex(name).inputs))]
 
     # -- running vertices ----------------------------------------------------------------
 

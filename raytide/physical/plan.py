@@ -121,13 +121,6 @@ class PhysicalPlan:
         """The chain that hosts ``vertex``."""
         return self.chain(self.vertex(vertex).chain)
 
-    def subscriptions(self, chain: str) -> list[Location]:
-        """The locations whose frontier a replica of ``chain`` needs: every input of its vertices but
-        an output's (the progress actor decides when an output epoch is complete). The driver tells
-        the progress actor these at a job's start, without asking the replicas."""
-        return [Location.of_input(name, port) for name in self.chain(chain).vertices if self.vertex(name).role != "output"
-                for port in range(len(self.vertex(name).inputs))]
-
     def width(self, vertex: str) -> int:
         """How many replicas ``vertex`` has."""
         return self.vertex(vertex).parallelism

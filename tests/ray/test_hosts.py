@@ -15,11 +15,8 @@ import ray
 
 import raytide as rt
 from raytide.actors.hosts import unleased
-from raytide.actors.push_links import PushLinks
 from raytide.driver import pool as pool_module
 from raytide.driver.pool import host_pool
-from raytide.physical.plan import compile_plan
-from raytide.physical.protocol import ReplicaKey, StatusPush, encode
 from tests.ray.jobs import until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
@@ -111,31 +108,6 @@ def test_input_replicas_are_seated_in_the_hosts_of_the_replicas_they_feed(fresh_
         assert hosts[f"{job.name}/{inputs}/{replica}"] == hosts[f"{job.name}/{counts}/{replica}"], hosts
     assert sum(s["beside_calls"] for key, s in stats.items() if key.chain == inputs) > 0
     assert {e: dict(r) for e, r in result.items()} == {0: {"a": 2, "b": 2, "c": 1}, 1: {"c": 2, "d": 1}}
-
-
-def test_the_progress_actor_asks_a_replica_again_for_its_socket_once_its_host_took_the_role(fresh_pool):
-    """A first job's start connects the progress actor before every host has its role (``VertexHost.start``):
-    a replica asked for its socket's address before its host took the lease answers None (the host
-    keeps the call), and the progress actor asks again at its next push, whose pushes then go by socket.
-    Here the progress actor's links (``PushLinks``) are the test's, and the host a real one: asked before
-    its ``take``, then pushed to after it (planted: None taken as "no socket", every push stayed a Ray call)."""
-    plan = compile_plan(_word_count("late"), 1, True)
-    key = ReplicaKey(plan.chain_of("count").name, 0)
-    [lease] = fresh_pool.lease("vertex", 1)
-    try:
-        links, push = PushLinks(True), encode((0, StatusPush({}, 0)))
-        links.reset({key: lease.leased})
-        links.push(key, push)  # asks for the address: the host has no role yet
-        ray.get(links.links[key][0], timeout=60)
-        ray.get(lease.leased.take.remote(ray.put(plan), "late", key.chain, 0, 16, 0, lease.handle, None, 0, True), timeout=60)
-        deadline = time.monotonic() + 30
-        while links.frames == 0 and time.monotonic() < deadline:
-            links.push(key, push)
-            time.sleep(0.05)
-        assert links.frames > 0, f"every push to the replica went by Ray call: {links.links[key]!r}"
-    finally:
-        links.reset({})
-        fresh_pool.give_back([lease])
 
 
 def test_seated_inputs_with_full_windows_both_ways_do_not_wait_on_themselves(fresh_pool):
