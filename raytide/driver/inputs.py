@@ -104,6 +104,7 @@ class InputFeeds:
         #: Per input replica, its command count in the latest committed snapshot (of id ``committed_id``).
         self.committed: dict[tuple[str, int], int] = {}
         self.committed_id = -1
+        self.untrimmed: dict[tuple[str, int], int] = {}  # positions to trim at, their input busy at the commit (trim)
         #: Every call counted per input replica; kept in a job with recovery, and in one without
         #: only while a rescale may replay them (:meth:`keep_calls`).
         self.logs = ReplayLog([(name, index) for name, handles in replicas.items() for index in range(len(handles))],
@@ -400,10 +401,18 @@ class InputFeeds:
         return self.sender.send(self.replicas[name][index], method, args)
 
     def trim(self, positions: dict[tuple[str, int], int]) -> None:
-        """Forget the calls that a committed snapshot's ``positions`` cover (per input replica)."""
-        for (name, index), position in positions.items():
-            with self.locks[name]:
-                self.logs[(name, index)].trim(position)
+        """Forget the calls that a committed snapshot's ``positions`` cover (per input replica). An input
+        another thread holds is trimmed at a later call: the pump that calls this must not wait for it
+        (a push waiting for its replica's window holds it, and a stopped replica opens none until the
+        stall rule of that same pump has it killed)."""
+        self.untrimmed.update(positions)
+        for (name, index), position in list(self.untrimmed.items()):
+            if self.locks[name].acquire(blocking=False):
+                try:
+                    self.logs[(name, index)].trim(position)
+                    del self.untrimmed[(name, index)]
+                finally:
+                    self.locks[name].release()
 
     def keep_calls(self, timeout: float) -> None:
         """In a job without recovery: keep every call to the input replicas from now on, for a

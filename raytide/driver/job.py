@@ -269,6 +269,7 @@ class Job(JobViews):
         deadline, bar = time.monotonic() + timeout, EpochBar(self.progress_total, self.name, progress)
         while True:
             while True:
+                self._supervisor.pump_if_due()
                 with self._supervisor.driving:  # taken while no other thread (a stream's feed) takes events
                     taken = self._outputs.hand_first(name, batch_format)
                 if taken is None:

@@ -49,7 +49,7 @@ import ray
 
 from raytide.driver.alone_recovery import AloneOnRay
 from raytide.driver.feeders import Feeders
-from raytide.driver.outputs import OutputCollector
+from raytide.driver.outputs import LIVENESS_EVERY_S, OutputCollector
 from raytide.driver.placement import COORDINATOR, PROGRESS, JobPlacement
 from raytide.driver.recovery import RECOVERY_POLL, JobRecovery
 from raytide.driver.rescale import Supervision
@@ -101,6 +101,16 @@ class JobSupervisor:
         self.forgotten_at = 0.0
         #: A growing stepped rescale's steps left after ``job.rescale`` returned: each pump looks (driver/steps_left.py).
         self.steps_left = StepsLeft()
+        self.pumped_at = 0.0  # monotonic time of the last pump (see pump_if_due)
+
+    def pump_if_due(self) -> None:
+        """A pump that waits for nothing, if none ran for :data:`LIVENESS_EVERY_S`: a consumer
+        taking epochs shown already (``job.results`` of a backlog) pumps as one waiting for the
+        next, so a death is recovered from and a stepped rescale's end resumes the snapshots
+        while it catches up, not after (a consumer slower than the job could hold both off
+        indefinitely)."""
+        if time.monotonic() - self.pumped_at >= LIVENESS_EVERY_S:
+            self.pump(0)
 
     def pump(self, timeout: float) -> None:
         """Take new events from the progress actor (waiting up to ``timeout``); check liveness.
@@ -116,6 +126,7 @@ class JobSupervisor:
                 self.outputs.answered = call  # the poll need not look again
         with self.driving:
             self.pump_now(0)
+        self.pumped_at = time.monotonic()
 
     def pump_now(self, timeout: float) -> None:
         """:meth:`pump` by a thread that holds the job's lock: take the events, recover from deaths,

@@ -81,15 +81,16 @@ class SnapshotWriter:
             if item is None:
                 return
             incarnation, snapshot = item
-            if incarnation != self.incarnation or self.coordinator is None:
+            coordinator = self.coordinator  # read once: close() clears it from the replica's thread meanwhile
+            if incarnation != self.incarnation or coordinator is None:
                 continue
             try:
                 part = self.store.write_part(snapshot.snapshot_id, part_name(self.key), snapshot.data)
             except Exception as error:  # the store is unreachable or full: this snapshot cannot complete
                 logger.warning("replica %s could not write snapshot %d: %r", self.key, snapshot.snapshot_id, error)
-                self.coordinator.write_failed.remote(self.key, incarnation, snapshot.snapshot_id,
+                coordinator.write_failed.remote(self.key, incarnation, snapshot.snapshot_id,
                                                      f"replica {self.key} could not write its part: {error!r}")
                 continue
             self.written += 1
-            self.coordinator.acknowledge.remote(
+            coordinator.acknowledge.remote(
                 Acknowledgement(self.key, snapshot.snapshot_id, incarnation, (part,), snapshot.summary))

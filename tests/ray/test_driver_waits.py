@@ -2,12 +2,15 @@
 the others that fail too are read, not left for Ray to report as unhandled errors when their
 refs go (seen in a rescale whose replica was killed: a survivor's ``adopt`` of the pieces the
 dead replica owned failed with ``OwnerDiedError`` after the dead one's own call had failed).
-And its wait for events, which a watched actor's death ends at once (``DeathAlarm``)."""
+And its wait for events, which a watched actor's death ends at once (``DeathAlarm``); and its look at
+the job while a consumer takes epochs shown already, which it makes as often as while one waits."""
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
+import signal
 import threading
 import time
 from types import SimpleNamespace
@@ -15,9 +18,12 @@ from types import SimpleNamespace
 import pytest
 import ray
 
+import raytide as rt
 from raytide.driver.event_link import EventLink
 from raytide.driver.outputs import Liveness
 from raytide.driver.placement import JobPlacement
+from tests.delivery import assert_exactly_once
+from tests.ray.jobs import SequenceFeed, next_in_sequence
 from tests.ray.test_rescale_deaths import Unhandled
 
 pytestmark = pytest.mark.ray
@@ -109,3 +115,32 @@ def test_a_death_a_feed_met_first_is_named_by_the_next_look_and_reported_once(ra
     after = Liveness({"other": other}, before)  # a rescale retired it before the driver's next look
     after.next_look = 0.0
     assert after.check() is None and after.unclaimed() == [failure] and after.unclaimed() == []
+
+
+@pytest.mark.timeout(240)
+def test_a_consumer_taking_a_backlog_still_pumps_a_death_is_recovered_before_it_catches_up(ray_session, tmp_path):
+    """The job's events are taken by its consumer's calls. One that takes epochs shown already (a backlog)
+    pumps as one that waits: a replica SIGKILLed meanwhile is recovered while epochs shown before the
+    kill are still to be taken (a consumer slower than its job held off every recovery, and the end of a
+    stepped rescale's steps with the snapshots it pauses, until it caught up: CI, 2026-12-01); exact."""
+    feed = SequenceFeed(64, 2, 0.005)
+    flow = rt.Dataflow("backlog-pumps")
+    flow.input("records").stateful_map(lambda r: r[0], next_in_sequence, name="check").output("out")
+    with rt.run(flow, {"records": feed.epochs()}, parallelism=2, recovery=rt.Recovery(str(tmp_path), interval=0.5)) as job:
+        results = job.results("out", timeout=120)
+        out = [next(results)]
+        time.sleep(1.5)  # the job runs on: its epochs wait at the progress actor until the next call takes them
+        out.append(next(results))
+        backlog_end = job._outputs.latest()["out"]
+        assert backlog_end - out[-1][0] > 30, (out[-1][0], backlog_end)
+        os.kill(job.hosts()[f"{job.name}/check+out/0"], signal.SIGKILL)
+        pause = 3.0 / (backlog_end - out[-1][0])  # the backlog taken in about 3 s: time to notice the death
+        while out[-1][0] < backlog_end - 10:  # epochs shown before the kill: taken without a wait
+            time.sleep(pause)
+            out.append(next(results))
+        assert job.stats()["recoveries"]["count"] == 1, f"not recovered by epoch {out[-1][0]} of {backlog_end}"
+        out.append(next(results))
+        feed.stop()
+        job.wait(timeout=120)
+        out += list(results)
+    assert_exactly_once(feed.reference(), {"out": out})

@@ -294,8 +294,8 @@ def test_a_snapshot_commits_after_a_growth_joined_in_place_just_after_a_recovery
         grown = job.rescale({"check": 3}, timeout=60, stepped=True)
         assert grown["stepped"]["switch"].startswith("joined in place") and grown["incarnation"] == 1, grown
         before = committed_snapshots(job)  # the reads below pump the steps to their end, then the snapshots resume
-        # 90 s: the steps after a recovery once took 19 s (snapshots paused meanwhile), the first cut after
-        # them more than 20 s; with the bug no snapshot of incarnation 1 ever commits (each waits out 60 s)
+        # with the bug no snapshot of incarnation 1 ever commits (each waits out 60 s); the steps' end (and the
+        # snapshots' resume) once waited for this loop to take the backlog the recovery left (CI, 2026-12-01)
         until(lambda: out.append(next(results)) or committed_snapshots(job) > before + 1, "two snapshots committed after the join", 90)
 
         out, stats = run_out(job, feed, results, out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import random
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -124,3 +125,19 @@ def test_with_no_feeder_the_replay_thread_sends_every_replay_in_order():
     assert not feeds.replay.thread.is_alive() and feeds.replay.error is None
     assert_replayed(feeds, got, 1, 2, positions)
     assert not feeds.replay.pending
+
+
+def test_a_commit_while_a_push_holds_an_input_returns_at_once_and_trims_that_input_at_the_next():
+    """The pump's commit does not wait for an input another thread holds: a push waiting for its replica's
+    window holds it, and a stopped replica opens none until the stall rule of that same pump has it killed
+    (a job hung 480 s so in a full run). The held input is trimmed at the next commit, the other at once."""
+    feeds, _ = fed_feeds(1)
+    at = {replica: sum(weight for weight, _, _ in list(log.calls)[:2]) for replica, log in feeds.logs.logs.items()}
+    with feeds.locks["x"]:
+        commit = threading.Thread(target=feeds.commit, args=(1, at))
+        commit.start()
+        commit.join(WAIT)
+        assert not commit.is_alive(), f"the commit waited {WAIT:g} s for input x's lock"
+    assert (feeds.logs[("x", 0)].base, feeds.logs[("y", 0)].base) == (0, at[("y", 0)])
+    feeds.commit(2, at)
+    assert feeds.logs[("x", 0)].base == at[("x", 0)]
