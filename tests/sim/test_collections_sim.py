@@ -6,13 +6,14 @@ the difference from the epoch before (so a change shown twice, or lost, shows).
 The dataflows: keyed operators over two changing tables (``count``, ``distinct``, a
 ``reduce``, a ``join`` across epochs), the join and sums by column name (vectorised), and
 ``iterate`` with deletions (connected components against union-find, hop distances against
-BFS).
+BFS, weighted directed distances against Dijkstra).
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import heapq
 import math
 import random
 import warnings
@@ -192,6 +193,37 @@ def graph_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Upda
     return inputs, expected_changes(inputs, outputs)
 
 
+def paths_flow() -> rt.Dataflow:
+    flow = rt.Dataflow("paths")
+    shortest_paths(flow.collection("arcs"), 0, directed=True, name="sp").output("distances")  # type: ignore[union-attr]
+    return flow
+
+
+def dijkstra_from(source: int, arcs: Counter) -> dict[int, int]:
+    """Distances from ``source`` along directed weighted arcs ``(u, v, weight)``; none if no arc leaves it."""
+    out: dict = collections.defaultdict(list)
+    for u, v, weight in arcs:
+        out[u].append((v, weight))
+    if source not in out:
+        return {}
+    done: dict[int, int] = {}
+    queue = [(0, source)]
+    while queue:
+        distance, node = heapq.heappop(queue)
+        if node not in done:
+            done[node] = distance
+            for head, weight in out[node]:
+                heapq.heappush(queue, (distance + weight, head))
+    return done
+
+
+def paths_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Updates], dict[str, dict]]:
+    nodes = rng.randint(4, 9)
+    arc = lambda: (rng.randrange(nodes), rng.randrange(nodes), rng.randint(1, 4))  # noqa: E731
+    inputs = {"arcs": churn(rng, arc, epochs, most=10)}
+    return inputs, expected_changes(inputs, {"distances": lambda arcs: Counter(dijkstra_from(0, arcs).items())})
+
+
 def pagerank_flow() -> rt.Dataflow:
     flow = rt.Dataflow("ranks")
     pagerank(flow.collection("edges"), iterations=4, name="pr").output("ranks")  # type: ignore[union-attr]
@@ -219,7 +251,7 @@ def pagerank_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, U
 
 
 SCENARIOS = {"tables": (tables_flow, tables_reference, "joining"), "graph": (graph_flow, graph_reference, "cc"),
-             "pagerank": (pagerank_flow, pagerank_reference, "pr.sum"),
+             "pagerank": (pagerank_flow, pagerank_reference, "pr.sum"), "paths": (paths_flow, paths_reference, "sp.nearest"),
              "columns": (columns_flow, columns_reference, "joining-columns")}
 
 
@@ -270,6 +302,14 @@ def test_iterate_with_deletions_equals_union_find_and_bfs_after_every_epoch(stor
     seen: Counter = Counter()
     for seed in range(40):
         trial(seed, "graph", store_root, seen)
+
+
+def test_weighted_shortest_paths_with_deletions_equal_dijkstra_after_every_epoch_also_under_crashes_and_rescales(
+        store_root):
+    seen: Counter = Counter()
+    for seed in range(24):
+        trial(seed, "paths", store_root, seen, crashes=seed % 3 == 1, rescales=seed % 3 == 2)
+    assert seen["recoveries"] >= 3 and seen["rescales"] >= 5, dict(seen)
 
 
 def test_pagerank_on_collections_equals_its_definition_after_every_epoch_also_under_crashes_and_rescales(store_root):
