@@ -128,12 +128,17 @@ class PlanGate:
     def margin(self) -> int:
         """How many epochs past the latest an input is at the first step goes: :data:`AHEAD_S` at
         the rate of the recent moves (counted over every input), within :data:`MARGINS`."""
+        ahead = self.epochs_within(AHEAD_S)
+        return MARGINS[0] + 1 if ahead is None else max(MARGINS[0], min(MARGINS[1], 1 + ahead))
+
+    def epochs_within(self, seconds: float) -> int | None:
+        """How many epochs the inputs pass in ``seconds`` at the rate of their recent moves
+        (rounded up); None while too few moves were seen to tell."""
         with self._cond:
             moves = list(self._moves)
         if len(moves) < 2 or moves[-1] <= moves[0]:
-            return MARGINS[0] + 1
-        period = (moves[-1] - moves[0]) / (len(moves) - 1)
-        return max(MARGINS[0], min(MARGINS[1], 1 + math.ceil(AHEAD_S / period)))
+            return None
+        return math.ceil(seconds * (len(moves) - 1) / (moves[-1] - moves[0]))
 
     def close_ahead(self, epochs: dict[str, int | None], margin: int, deadline: float) -> int:
         """Close the gate ``margin`` epochs after the latest epoch any input is at (``epochs``, the

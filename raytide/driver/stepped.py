@@ -69,13 +69,17 @@ from raytide.engine.stepping import holds
 from raytide.errors import RescaleError
 from raytide.physical.protocol import ReplicaKey, StepPlanMessage
 from raytide.rescale.layout import check_splittable
-from raytide.rescale.steps import StepPlan, plan_steps, stepped_vertex
+from raytide.rescale.steps import StepPlan, groups_per_step_at_pace, plan_steps, stepped_vertex
 from raytide.rescale.widths import new_widths
 
 logger = logging.getLogger(__name__)
 
-#: Key groups one step moves (of 128): 100 MB of state moves about 6 MB a step.
+#: The most key groups one step moves (of 128; 100 MB of state: about 6 MB a step), taken
+#: when the inputs' epochs come slowly or their pace is not known.
 GROUPS_PER_STEP = 8
+#: About how long a plan's steps may take at the inputs' pace: within it, steps are as small as
+#: one key group (:func:`~raytide.rescale.steps.groups_per_step_at_pace`).
+STEPS_S = 1.0
 #: An input's epoch must have moved within this many seconds before the call for the driver to step:
 #: the steps are made as the inputs pass their epochs, so an idle job holds the whole job instead.
 QUIET_S = 1.0
@@ -349,7 +353,7 @@ class SteppedRescale:
             self.deferred = self.one_step and shrinking
             first = gate.close_ahead(self.inputs.epochs, 1 if self.one_step else gate.margin(), self.deadline)
         try:
-            steps = plan_steps(table, width, first, DEFAULT_KEY_GROUPS if self.one_step else GROUPS_PER_STEP)
+            steps = plan_steps(table, width, first, DEFAULT_KEY_GROUPS if self.one_step else self._groups_per_step(table, width))
             message = steps.message(self.vertex)
             self.recovery.wait([placement.progress.hold.remote(incarnation, holds(placement.plan, message)),
                                 *[peer.install_plan.remote(incarnation, message, self._new_owners(key, steps))
@@ -367,6 +371,11 @@ class SteppedRescale:
         owners = {ReplicaKey(key.chain, move.to_replica) for _, move in steps.moves_of(key.replica)
                   if move.from_replica == key.replica}
         return {owner: peers[owner] for owner in owners}
+
+    def _groups_per_step(self, table: KeyGroupAssignment, width: int) -> int:
+        """Steps as small as the inputs' pace lets the plan's moves fit in about :data:`STEPS_S`."""
+        moves = len(table.rescale(width)[1])
+        return groups_per_step_at_pace(max(1, moves), self.inputs.gate.epochs_within(STEPS_S), GROUPS_PER_STEP)
 
     def _table(self) -> KeyGroupAssignment:
         """The table the senders route the vertex's exchange by (after any plan before)."""

@@ -32,7 +32,7 @@ from raytide.errors import RescaleError
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import StepPlanMessage
 
-__all__ = ["MigrationStep", "StepPlan", "groups_per_step_for", "plan_steps", "stepped_vertex"]
+__all__ = ["MigrationStep", "StepPlan", "groups_per_step_at_pace", "plan_steps", "stepped_vertex"]
 
 
 @dataclass(frozen=True)
@@ -161,18 +161,22 @@ def plan_steps(old: KeyGroupAssignment, parallelism: int, first_epoch: int, grou
     return StepPlan(KeyGroupAssignment(old.owners, width), steps, new)
 
 
-def groups_per_step_for(state_bytes: int, key_groups: int, bytes_per_step: int) -> int:
-    """How many key groups one step may move so that it carries about ``bytes_per_step``
-    of a vertex's ``state_bytes`` (spread evenly over its ``key_groups``): at least one.
+def groups_per_step_at_pace(moves: int, epochs: int | None, most: int) -> int:
+    """How many key groups a step moves so that ``moves`` moves take about ``epochs`` steps
+    (the epochs the inputs pass in the time a plan may take; None: their pace is not known),
+    from 1 to ``most``.
 
-    The budget is what one step may stall the groups it moves (say 20 ms at the transport's
-    rate); the groups that do not move never wait for a step.
+    A step's hand-over stalls every other group of its old owner while it packs and sends the
+    step's state, so smaller steps stall less (``bench rescale --param stepped=1``: at 100 MB
+    and a 20-ms feed, 2 groups a step left the unmoved groups' gaps 5-18 ms beyond the feed's
+    own, 8 groups 16-46 ms); but a step takes an epoch, so at a slow pace they would stretch
+    the plan (and a shrink's call) over many seconds: ``most`` is taken then.
     """
-    if key_groups < 1 or bytes_per_step < 1:
-        raise RescaleError(f"key_groups and bytes_per_step must be >= 1, got {key_groups} and {bytes_per_step}")
-    if state_bytes <= 0:
-        return key_groups
-    return max(1, min(key_groups, bytes_per_step * key_groups // state_bytes))  # n * state / K <= budget
+    if moves < 1 or most < 1:
+        raise RescaleError(f"moves and most must be >= 1, got {moves} and {most}")
+    if epochs is None or epochs < 1:
+        return most
+    return max(1, min(most, -(-moves // epochs)))
 
 
 def stepped_vertex(old: PhysicalPlan, new: PhysicalPlan) -> tuple[str | None, str]:

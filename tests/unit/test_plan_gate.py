@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 import pytest
 
 import raytide as rt
 from raytide.core.keygroups import KeyGroupAssignment
+from raytide.driver import plan_gate
 from raytide.driver.plan_gate import MARGINS, PlanGate
 from raytide.engine.replica import ReplicaCore
 from raytide.engine.stepping import check_in_time
@@ -85,6 +87,22 @@ def test_the_margin_is_at_least_one_epoch_and_at_most_the_cap():
     assert MARGINS[0] <= gate.margin() <= MARGINS[1]
     with pytest.raises(RescaleError, match="margin of 0"):
         gate.close_ahead({"records": 20}, 0, time.monotonic() + 30)
+
+
+def test_the_epochs_within_a_time_follow_the_inputs_recent_pace(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(plan_gate, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    gate = PlanGate("j")
+    gate.move("records", 1)
+    assert gate.epochs_within(1.0) is None  # one move: no pace yet
+    for epoch in range(2, 50):  # 64 epochs a second, then (the last 20) 4 (times exact in binary)
+        clock[0] += 1 / 64 if epoch < 30 else 0.25
+        gate.move("records", epoch)
+    assert gate.epochs_within(1.0) == 4  # the recent moves only: 4 epochs a second
+    for epoch in range(50, 70):
+        clock[0] += 1 / 64
+        gate.move("records", epoch)
+    assert gate.epochs_within(1.0) == 64 and gate.epochs_within(0.15) == 10  # 9.6 rounded up
 
 
 def test_a_plan_cut_at_the_inputs_own_epoch_only_while_nothing_was_pushed_at_it():

@@ -15,7 +15,7 @@ from raytide.core.routing import column_key_groups
 from raytide.errors import RescaleError
 from raytide.progress.timestamps import Timestamp
 from raytide.rescale.migration import ReplicaSteps, TimedRouter, frontier_passes
-from raytide.rescale.steps import MigrationStep, StepPlan, groups_per_step_for, plan_steps
+from raytide.rescale.steps import MigrationStep, StepPlan, groups_per_step_at_pace, plan_steps
 
 
 @st.composite
@@ -91,11 +91,19 @@ def test_bad_plans_are_refused_saying_what_was_wrong():
         StepPlan(old, (MigrationStep(4, (move,)), MigrationStep(5, (move,))), old)
 
 
-@given(st.integers(0, 10**9), st.integers(1, 256), st.integers(1, 10**8))
-def test_groups_per_step_is_the_most_groups_within_the_budget(state_bytes, groups, budget):
-    chosen = groups_per_step_for(state_bytes, groups, budget)
-    fitting = [n for n in range(1, groups + 1) if n * state_bytes <= budget * groups]
-    assert chosen == (max(fitting) if fitting else 1)
+@given(st.integers(1, 256), st.none() | st.integers(-1, 500), st.integers(1, 128))
+def test_steps_are_the_fewest_groups_that_fit_the_moves_in_the_epochs_given(moves, epochs, most):
+    chosen = groups_per_step_at_pace(moves, epochs, most)
+    if epochs is None or epochs < 1:
+        assert chosen == most
+        return
+    fitting = [n for n in range(1, most + 1) if -(-moves // n) <= epochs]
+    assert chosen == (min(fitting) if fitting else most)
+
+
+def test_steps_at_pace_refuse_no_moves_or_no_groups():
+    with pytest.raises(RescaleError, match="moves and most must be >= 1"):
+        groups_per_step_at_pace(0, 10, 8)
 
 
 @settings(max_examples=100, deadline=None)
