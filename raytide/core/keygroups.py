@@ -62,6 +62,8 @@ from raytide.errors import RescaleError
 __all__ = ["DEFAULT_KEY_GROUPS", "KeyGroupAssignment", "KeyGroupMove", "key_group", "key_groups_of"]
 
 DEFAULT_KEY_GROUPS = 128
+#: The hasher every key's is copied from (set up once: a copy costs less than a new one).
+_BLANK = hashlib.blake2b(digest_size=8)
 
 
 def _netstring(data: bytes) -> bytes:
@@ -81,6 +83,8 @@ def _encode(key: object) -> bytes:
     Raises:
         TypeError: The key, or an element of a tuple key, is of another type.
     """
+    if isinstance(key, int):  # first: a Python int (bool too) before the numbers.Integral ABC, which costs more than the hash
+        return b"i%d" % key
     if key is None:
         return b"n"
     if isinstance(key, str):
@@ -107,7 +111,11 @@ def key_group(key: object, key_groups: int = DEFAULT_KEY_GROUPS) -> int:
         TypeError: The key is not a str, int, bytes, None or a tuple of those (names the type).
         ValueError: ``key_groups`` is not positive.
     """
-    return key_groups_of((key,), key_groups)[0]
+    if key_groups < 1:
+        raise ValueError(f"key_groups must be >= 1, got {key_groups}")
+    hasher = _BLANK.copy()  # as key_groups_of hashes, without its list and array for one key
+    hasher.update(_encode(key))
+    return int.from_bytes(hasher.digest(), "big") % key_groups
 
 
 def key_groups_of(keys: Sequence[object], key_groups: int = DEFAULT_KEY_GROUPS) -> list[int]:
@@ -124,10 +132,9 @@ def key_groups_of(keys: Sequence[object], key_groups: int = DEFAULT_KEY_GROUPS) 
     """
     if key_groups < 1:
         raise ValueError(f"key_groups must be >= 1, got {key_groups}")
-    blank = hashlib.blake2b(digest_size=8)
     digests = []
     for key in keys:
-        hasher = blank.copy()
+        hasher = _BLANK.copy()
         hasher.update(_encode(key))
         digests.append(hasher.digest())
     values = array.array("Q", b"".join(digests))  # each digest as a 64-bit integer, read in C
