@@ -219,7 +219,10 @@ def dijkstra_from(source: int, arcs: Counter) -> dict[int, int]:
 
 def paths_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Updates], dict[str, dict]]:
     nodes = rng.randint(4, 9)
-    arc = lambda: (rng.randrange(nodes), rng.randrange(nodes), rng.randint(1, 4))  # noqa: E731
+
+    def arc() -> tuple[int, int, int]:
+        return rng.randrange(nodes), rng.randrange(nodes), rng.randint(1, 4)
+
     inputs = {"arcs": churn(rng, arc, epochs, most=10)}
     return inputs, expected_changes(inputs, {"distances": lambda arcs: Counter(dijkstra_from(0, arcs).items())})
 
