@@ -7,8 +7,8 @@ Ray, under the seeded scheduler) with ``nodes * per_node`` replicas in all:
 * ``keyed``: a three-stage keyed pipeline, ``input -> map -> exchange -> map -> exchange
   -> map -> output``, its two keyed stages at a quarter of the replicas each (at most 128,
   the number of key groups) and its input stage at the rest;
-* ``loop``: halving to a fixed point, exchanged every round, its five stages at a fifth
-  of the replicas each (at most 128).
+* ``loop``: halving to a fixed point, exchanged every round, its three stages at a third
+  of the replicas each (at most 128; five stages before a stream read twice was fused).
 
 Each epoch carries ``records_per_replica`` records per replica. Each job runs five times:
 
@@ -167,9 +167,10 @@ def keyed_pipeline(replicas: int) -> tuple[rt.Dataflow, int]:
 
 
 def halving_loop(replicas: int) -> tuple[rt.Dataflow, int]:
-    """Halving to a fixed point, exchanged every round: five stages at a fifth of ``replicas``
-    each (at most the number of key groups); also that width."""
-    width = min(DEFAULT_KEY_GROUPS, replicas // 5)
+    """Halving to a fixed point, exchanged every round: three stages at a third of ``replicas``
+    each (the input's, the round's, and the rest fused behind the exchange; at most the number
+    of key groups); also that width."""
+    width = min(DEFAULT_KEY_GROUPS, replicas // 3)
     flow = rt.Dataflow("loop-at-scale")
     lp = flow.loop("halve")
     back = lp.feedback(name="back")

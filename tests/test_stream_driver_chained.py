@@ -17,7 +17,7 @@ def test_chained_programs_run_in_turn_in_one_process_each_with_its_arguments():
     show = "import os, sys\nassert 'x' not in globals()\nx = 1\nprint(sys.argv[1:], os.getpid(), flush=True)"
     ends = "import sys\nsys.exit(int(sys.argv[1]))"
     run = subprocess.run([sys.executable, "-c", chained((show, ["a", "b c"]), (show, ["d"]), (ends, ["3"]), (show, ["e"]))],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=120)  # a child at nice 19 waits for the cores
     lines = run.stdout.splitlines()
     assert run.returncode == 3, run.stderr
     assert [lines[0].rsplit(" ", 1)[0], lines[1], lines[2].rsplit(" ", 1)[0], lines[3]] == \

@@ -62,11 +62,13 @@ class Transport(Protocol):
 
 
 class Route(NamedTuple):
-    """One consumer of an output port: its router (None: fused, a direct call) and its chain."""
+    """One consumer of an output port: its router (None: fused, a direct call), its chain, and
+    whether a fused consumer is handed a copy of each batch (:func:`readers_own`)."""
 
     consumer: Consumer
     router: OutRouter | None
     chain: str
+    copy: bool = False
 
 
 #: A message this replica sent itself: a data batch ``(channel, vertex, time, batch)``
@@ -105,12 +107,14 @@ class Outbox:
         return PipelineRouter(self.replica, self.plan.width(name), width)
 
     def _make_routes(self) -> dict[tuple[str, int], list[Route]]:
-        plan = self.plan
-        return {
-            (name, port): [Route(consumer, self.routers.get((name, port, index)), plan.chain_of(consumer.vertex).name)
-                           for index, consumer in enumerate(plan.consumers_of(name, port))]
-            for name in self.chain.vertices for port in range(plan.vertex(name).outputs)
-        }
+        routes = {}
+        for name in self.chain.vertices:
+            for port in range(self.plan.vertex(name).outputs):
+                consumers = self.plan.consumers_of(name, port)
+                routers = [self.routers.get((name, port, index)) for index in range(len(consumers))]
+                routes[(name, port)] = [Route(consumer, router, self.plan.chain_of(consumer.vertex).name, copy)
+                                        for consumer, router, copy in zip(consumers, routers, readers_own(routers))]
+        return routes
 
     def install_plan(self, vertex: str, steps: StepPlan) -> bool:
         """Route every exchange out of this replica into ``vertex`` by ``steps``' owners at a
@@ -231,6 +235,19 @@ class Outbox:
             router = self.routers[route]
             if isinstance(router, ExchangeRouter):
                 router.swap_table(table)
+
+
+def readers_own(routers: list[OutRouter | None]) -> list[bool]:
+    """Which consumers of one output port (by their routers; None: fused) are handed a copy of
+    each batch: a stream read by several consumers gives each its own records, as separate
+    processes would get them, so that none sees what another changed in them or keeps. The
+    batch itself goes to the routers (which pickle it, never change it) and, when every
+    consumer is fused, to the last one, which runs after the others took their copies."""
+    fused = [index for index, router in enumerate(routers) if router is None]
+    if len(routers) < 2 or not fused:
+        return [False] * len(routers)
+    owner = fused[-1] if len(fused) == len(routers) else None
+    return [router is None and index != owner for index, router in enumerate(routers)]
 
 
 def split(router: OutRouter, batch: Any, time: Timestamp) -> Routed:

@@ -27,6 +27,7 @@ from raytide.engine.notifications import NotificationQueue
 from raytide.engine.numbered_channels import Numbering, kept_into
 from raytide.engine.outbox import Outbox, Transport, split
 from raytide.errors import GraphError, ProgressError, RaytideError, UserCodeError
+from raytide.physical.pickled import copied
 from raytide.physical.plan import PhysicalPlan
 from raytide.physical.protocol import (
     ChannelId,
@@ -177,9 +178,11 @@ class HostedVertices:
         stats = self.stats[vertex]
         stats.batches_out += 1
         stats.records_out += n
-        for consumer, router, chain in self.outbox.routes(vertex, output):
+        for consumer, router, chain, copy in self.outbox.routes(vertex, output):
             if router is None:
-                self.deliver(consumer.vertex, consumer.port, time, message)
+                own = copied(message, f"vertex {vertex!r} replica {self.replica}, output {output} at {time}, "
+                                      f"copied for {consumer.vertex!r}, one of its readers") if copy else message
+                self.deliver(consumer.vertex, consumer.port, time, own)
                 continue
             target = Location.of_input(consumer.vertex, consumer.port)
             channel = ChannelId(vertex, output, self.replica, consumer.port)

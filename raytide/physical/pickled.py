@@ -40,6 +40,18 @@ def pack_records(records: Any) -> Packed:
     return _pickled(cloudpickle.dumps, records)
 
 
+def copied(records: Any, where: str) -> Any:
+    """A batch as another process would get it: every record (and buffer) copied, so that
+    changing the copy cannot change ``records``; what a fused consumer of a stream read twice
+    gets. Raises the :class:`RecordError` of :func:`unpicklable`, naming ``where``, if a record
+    does not pickle (as it could not travel to another process either)."""
+    try:
+        blob = cloudpickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:
+        raise unpicklable(list(records), error, where) from error
+    return pickle.loads(blob)
+
+
 def frame(calls: list[tuple[Any, Any, bool]], riding: Sequence[Any]) -> Packed:
     """The arguments of one data call (:meth:`~raytide.actors.vertex_actor.VertexActor.receive_many`)
     as one plain pickle, large buffers beside it: each batch's ``(header, payload, packed)``,

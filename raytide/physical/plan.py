@@ -307,6 +307,6 @@ def _fusable_upstream(flow: Dataflow, vertex: LogicalVertex, consumers: dict[tup
     source = flow.vertices.get(edge.source)
     if source is None or not source.chain or source.role == "feedback" or edge.channel.kind != "pipeline":
         return None
-    if widths[edge.source] != widths[vertex.name] or len(consumers[(edge.source, edge.output)]) != 1:
+    if widths[edge.source] != widths[vertex.name]:
         return None
     return edge.source

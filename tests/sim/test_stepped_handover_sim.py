@@ -151,8 +151,8 @@ def test_a_death_during_a_stepped_rescale_falls_back_to_a_whole_job_recovery(tmp
         got = {e: Counter(r) for e, r in result.outputs[name].items() if r}
         assert got == {e: c for e, c in expected.items() if c}, f"seed {seed}: {name} ({victim} killed)"
     sender = job.replicas[ReplicaKey(job.plan.chain_of("keys").name, 0)].outbox
-    for (_, _, index), table in sender.tables().items():  # the rescale was made (again, after the recovery)
-        vertex = job.plan.consumers_of("keys", 0)[index].vertex
+    for (name, port, index), table in sender.tables().items():  # the rescale was made (again, after the recovery)
+        vertex = job.plan.consumers_of(name, port)[index].vertex
         if vertex in widths and not result.refused:
             assert table.owners == KeyGroupAssignment.contiguous(3).rescale(widths[vertex])[0].owners, \
                 f"seed {seed}: {vertex}'s groups are not where the rescale put them"

@@ -9,6 +9,7 @@ import json
 import sys
 import urllib.error
 import urllib.request
+from collections import Counter
 
 import pytest
 
@@ -42,11 +43,15 @@ def test_the_layout_puts_vertices_in_columns_and_marks_loops_exchanges_and_chain
     assert any(e["kind"] == "exchange" and e["target"] == "count" and not e["fused"] for e in graph["edges"])
     for edge in graph["edges"]:  # every edge but the loop's goes left to right
         assert edge["back"] or nodes[edge["source"]]["column"] < nodes[edge["target"]]["column"]
-    for chain in graph["chains"]:  # a chain's box holds its vertices, and fused vertices share a row
-        for name in chain["vertices"]:
+    for chain in graph["chains"]:  # a chain's box holds its vertices and no other's; a row per branch
+        for name in nodes:
             node = nodes[name]
-            assert chain["x"] < node["x"] and node["x"] + node["w"] < chain["x"] + chain["w"]
-        assert len({nodes[name]["row"] for name in chain["vertices"]}) == 1
+            inside = chain["x"] < node["x"] and node["x"] + node["w"] < chain["x"] + chain["w"] and \
+                chain["y"] < node["y"] and node["y"] + node["h"] < chain["y"] + chain["h"]
+            assert inside == (name in chain["vertices"]), (name, chain["name"])
+        readers = Counter(e["source"] for e in graph["edges"] if e["fused"] and e["source"] in chain["vertices"])
+        branches = sum(count - 1 for count in readers.values())  # halve's stream: the feedback's and the leave's
+        assert len({nodes[name]["row"] for name in chain["vertices"]}) == 1 + branches
     boxes = {(n["x"], n["y"]) for n in nodes.values()}
     assert len(boxes) == len(nodes)  # no two vertices on one spot
     assert all(n["parallelism"] == 2 for n in nodes.values())
@@ -77,7 +82,7 @@ def reading(records: int, busy: float, frontier: int, parallelism: int = 1, **ex
     """A ``job.stats()`` reading of the looped plan: every vertex saw ``records``; chain ``count+counts``
     was busy ``busy`` seconds in all, the others a tenth of that."""
     plan = looped_plan()
-    replicas = {f"job/{chain.name}/{r}": {"busy_s": busy if "count" in chain.name else busy / 10, "blocked_s": 0.0,
+    replicas = {f"job/{chain.name}/{r}": {"busy_s": busy if chain.vertices[0] == "count" else busy / 10, "blocked_s": 0.0,
                                           "vertices": {}} for chain in plan.chains for r in range(parallelism)}
     vertices = {name: {"records_in": records, "records_out": records, "queued": 0, "frontier": frontier,
                        "frontier_lag": 1} for name in plan.vertices}
