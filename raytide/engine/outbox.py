@@ -241,8 +241,8 @@ def readers_own(routers: list[OutRouter | None]) -> list[bool]:
     """Which consumers of one output port (by their routers; None: fused) are handed a copy of
     each batch: a stream read by several consumers gives each its own records, as separate
     processes would get them, so that none sees what another changed in them or keeps. The
-    batch itself goes to the routers (which pickle it, never change it) and, when every
-    consumer is fused, to the last one, which runs after the others took their copies."""
+    batch itself goes to the routed consumers (as it did before any reader was fused) or, when
+    every consumer is fused, to the last one, which runs after the others took their copies."""
     fused = [index for index, router in enumerate(routers) if router is None]
     if len(routers) < 2 or not fused:
         return [False] * len(routers)
