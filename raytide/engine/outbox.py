@@ -244,9 +244,7 @@ def readers_own(routers: list[OutRouter | None]) -> list[bool]:
     batch itself goes to the routed consumers (as it did before any reader was fused) or, when
     every consumer is fused, to the last one, which runs after the others took their copies."""
     fused = [index for index, router in enumerate(routers) if router is None]
-    if len(routers) < 2 or not fused:
-        return [False] * len(routers)
-    owner = fused[-1] if len(fused) == len(routers) else None
+    owner = fused[-1] if fused and len(fused) == len(routers) else None
     return [router is None and index != owner for index, router in enumerate(routers)]
 
 

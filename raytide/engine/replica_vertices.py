@@ -180,8 +180,8 @@ class HostedVertices:
         stats.records_out += n
         for consumer, router, chain, copy in self.outbox.routes(vertex, output):
             if router is None:
-                own = copied(message, f"vertex {vertex!r} replica {self.replica}, output {output} at {time}, "
-                                      f"copied for {consumer.vertex!r}, one of its readers") if copy else message
+                own = copied(message, lambda reader=consumer.vertex: f"vertex {vertex!r} replica {self.replica}, "
+                             f"output {output} at {time}, copied for {reader!r}, one of its readers") if copy else message
                 self.deliver(consumer.vertex, consumer.port, time, own)
                 continue
             target = Location.of_input(consumer.vertex, consumer.port)

@@ -40,15 +40,17 @@ def pack_records(records: Any) -> Packed:
     return _pickled(cloudpickle.dumps, records)
 
 
-def copied(records: Any, where: str) -> Any:
+def copied(records: Any, where: Callable[[], str]) -> Any:
     """A batch as another process would get it: every record (and buffer) copied, so that
     changing the copy cannot change ``records``; what a fused consumer of a stream read twice
-    gets. Raises the :class:`RecordError` of :func:`unpicklable`, naming ``where``, if a record
-    does not pickle (as it could not travel to another process either)."""
+    gets. Large buffers are copied too (not handed beside the blob as :func:`pack_records`
+    does: in one process they would still be the same memory). Raises the :class:`RecordError`
+    of :func:`unpicklable`, naming ``where()`` (built only then), if a record does not pickle
+    (as it could not travel to another process either)."""
     try:
         blob = cloudpickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:
-        raise unpicklable(list(records), error, where) from error
+        raise unpicklable(records if isinstance(records, list) else [records], error, where()) from error
     return pickle.loads(blob)
 
 

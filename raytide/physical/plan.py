@@ -224,7 +224,7 @@ def compile_plan(flow: Dataflow, parallelism: int | None = None, chaining: bool 
         if vertex.role == "feedback" and not vertex.inputs[0]:
             raise GraphError(f"feedback {name!r} is never connected: close the loop with feedback.connect(stream)")
     graph = _progress_graph(flow)
-    chains = _chains(flow, consumers, width_of) if chaining else [ChainPlan(n, (n,), width_of[n]) for n in flow.vertices]
+    chains = _chains(flow, width_of) if chaining else [ChainPlan(n, (n,), width_of[n]) for n in flow.vertices]
     chain_of = {v: c.name for c in chains for v in c.vertices}
     cyclic = _on_cycles(flow, graph)
     vertices = {
@@ -279,7 +279,7 @@ def _progress_graph(flow: Dataflow) -> ProgressGraph:
     return builder.build()
 
 
-def _chains(flow: Dataflow, consumers: dict[tuple[str, int], list[Consumer]], widths: dict[str, int]) -> list[ChainPlan]:
+def _chains(flow: Dataflow, widths: dict[str, int]) -> list[ChainPlan]:
     """Greedy fusing in insertion order (a topological order once back edges are set aside).
 
     A feedback vertex is placed last, in its upstream's chain when it can be fused there
@@ -292,15 +292,16 @@ def _chains(flow: Dataflow, consumers: dict[tuple[str, int], list[Consumer]], wi
     names = [n for n, v in flow.vertices.items() if v.role != "feedback"]
     names += [n for n, v in flow.vertices.items() if v.role == "feedback"]
     for name in names:
-        upstream = _fusable_upstream(flow, flow.vertices[name], consumers, widths)
+        upstream = _fusable_upstream(flow, flow.vertices[name], widths)
         head = head_of.get(upstream, name) if upstream is not None else name
         head_of[name] = head
         members.setdefault(head, []).append(name)
     return [ChainPlan("+".join(vs), tuple(vs), widths[head]) for head, vs in members.items()]
 
 
-def _fusable_upstream(flow: Dataflow, vertex: LogicalVertex, consumers: dict[tuple[str, int], list[Consumer]],
-                      widths: dict[str, int]) -> str | None:
+def _fusable_upstream(flow: Dataflow, vertex: LogicalVertex, widths: dict[str, int]) -> str | None:
+    """The vertex ``vertex`` is fused behind, if any: its one input is a pipeline from a vertex of
+    its width that chains (however many others read that stream: each reader is fused)."""
     if not vertex.chain or vertex.role == "input" or len(vertex.inputs) != 1 or len(vertex.inputs[0]) != 1:
         return None
     edge = vertex.inputs[0][0]
