@@ -7,6 +7,7 @@ seeded interleavings, at widths 1 to 3, against a plain-Python reference."""
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from typing import Any
 
@@ -67,3 +68,16 @@ def test_readers_fused_behind_one_stream_never_see_each_others_changes(seed: int
         got = {epoch: Counter(records) for epoch, records in result.outputs[name].items() if records}
         expected = {epoch: Counter(n * scale for n in batch) for epoch, batch in enumerate(numbers) if batch}
         assert got == expected, f"seed {seed}: {name!r} saw another reader's change (changer first: {changer_first})"
+
+
+def test_a_record_that_does_not_pickle_fails_the_copy_naming_vertex_replica_time_and_reader() -> None:
+    """A record another process could not get cannot be copied for a fused reader either: the
+    job fails with a RecordError saying where, never a reader sharing the other's object."""
+    job = rt.Dataflow("unpicklable")
+    locks = job.input("numbers").map(lambda n: threading.Lock(), name="locks")
+    locks.map(lambda lock: 1, name="a").output("oa")
+    locks.map(lambda lock: 2, name="b").output("ob")
+    result = LocalJob(job, {"numbers": [[1, 2]]}, parallelism=1).run()
+    assert isinstance(result.failure, rt.RecordError), result.failure
+    assert "vertex 'locks' replica 0, output 0 at Timestamp(0), copied for 'a'" in str(result.failure)
+    assert "cannot be pickled" in str(result.failure)
