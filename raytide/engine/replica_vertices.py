@@ -180,8 +180,7 @@ class HostedVertices:
         stats.records_out += n
         for consumer, router, chain, copy in self.outbox.routes(vertex, output):
             if router is None:
-                own = copied(message, lambda reader=consumer.vertex: f"vertex {vertex!r} replica {self.replica}, "
-                             f"output {output} at {time}, copied for {reader!r}, one of its readers") if copy else message
+                own = self._copied(message, vertex, output, time, consumer.vertex) if copy else message
                 self.deliver(consumer.vertex, consumer.port, time, own)
                 continue
             target = Location.of_input(consumer.vertex, consumer.port)
@@ -194,6 +193,12 @@ class HostedVertices:
             for replica, part in parts:
                 self.held_back.update((target, time), 1)
                 self.outbox.send(ReplicaKey(chain, replica), channel, consumer.vertex, time, part, target)
+
+    def _copied(self, message: Any, vertex: str, output: int, time: Timestamp, reader: str) -> Any:
+        """``message`` copied for ``reader``, one of the fused readers of ``vertex``'s ``output``
+        (:func:`~raytide.engine.outbox.readers_own`); the error says where if it does not pickle."""
+        return copied(message, lambda: f"vertex {vertex!r} replica {self.replica}, output {output} at {time}, "
+                                       f"copied for {reader!r}, one of its readers")
 
     def _check_port(self, vertex: str, output: Any, time: Timestamp) -> None:
         """Raise a GraphError naming the vertex and its ports if ``output`` is not one of them."""
