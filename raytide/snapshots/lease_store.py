@@ -255,15 +255,15 @@ def acquire(files: LeaseFiles, here: Holder, duration: float, newest_committed: 
     Raises:
         StoreLeaseError: another driver holds the store (it renews its lease), naming it.
     """
-    started, first_seen = clock(), None
+    started, first_seen, judged = clock(), None, False
     while True:
         current, now = files.current(), clock()
         limit = WAIT_TERMS * max(duration, current.duration if current is not None else 0.0) + WAIT_SLACK
-        if now - started > limit:
+        if judged and now - started > limit:  # judged once first: a process starved before its first look still tries
             raise StoreLeaseError(f"waited {now - started:.1f} s (at most {limit:g}) to take snapshot store "
                                   f"{files.uri!r}, in vain; last seen: "
                                   f"{current.describe(now) if current is not None else 'no claim'}")
-        verdict = judge(current, first_seen, now, here, current is not None and gone(current.holder, here))
+        verdict, judged = judge(current, first_seen, now, here, current is not None and gone(current.holder, here)), True
         if isinstance(verdict, Refuse):
             raise StoreLeaseError(refusal(files.uri, verdict, now))
         if isinstance(verdict, Take):
