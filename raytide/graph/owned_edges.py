@@ -73,15 +73,15 @@ def id_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 def apply_updates(owned: OwnedEdges, keys: np.ndarray,
                   diff: np.ndarray) -> tuple[OwnedEdges, np.ndarray, np.ndarray]:
     """``(owned, inserted, deleted)``: the edges' copies changed by ``diff`` (summed per key), and
-    the keys whose presence flipped on and off. Both ends of every edge are found by a binary
-    search a tier and known ones' copies changed in place (``owned``'s too); only new ones
+    the keys whose presence flipped on and off. Both ends of every edge are found in each tier
+    (:meth:`~raytide.graph.sorted_pairs.Runs.find`) and known ones' copies changed in place (``owned``'s too); only new ones
     move what is held: inserted into the small tier, which is merged once due."""
     keys, at = np.unique(keys, return_inverse=True)
     change = np.bincount(at, weights=diff, minlength=len(keys)).astype(np.int64)
     ends, edge = both_ways(keys)
     order = np.argsort(ends, kind="stable")  # a merge sort: the first half, the keys, is sorted already
     ends, edge = ends[order], edge[order]
-    found = [located(index.keys, ends) for index, _ in owned.tiers()]
+    found = [index.find(ends) for index, _ in owned.tiers()]
     before = np.zeros(len(keys), dtype=np.int64)
     for (_, copies), (spot, hit) in zip(owned.tiers(), found, strict=True):
         before[edge[hit]] = copies[spot[hit]]
@@ -95,15 +95,6 @@ def apply_updates(owned: OwnedEdges, keys: np.ndarray,
     recent = Runs.sparse(np.insert(owned.recent.keys, spot[fresh], ends[fresh]))
     owned = OwnedEdges(owned.adj, owned.copies, recent, np.insert(owned.recent_copies, spot[fresh], now[edge[fresh]]), dead)
     return owned.settled(), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
-
-
-def located(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(spot, found)``: where each of ``values`` is, or would go, in the sorted ``keys``, and a mask
-    of those held."""
-    spot = np.searchsorted(keys, values)
-    found = spot < len(keys)
-    found[found] = keys[spot[found]] == values[found]
-    return spot, found
 
 
 def both_ways(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -57,6 +57,28 @@ class Runs:
         return runs(first, self.start[np.minimum(heads + 1, top)] - first)
 
 
+    def find(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(spot, found)``: where each of the pair keys ``values`` is, or would go, in :attr:`keys`
+        (``np.searchsorted``'s left position), and a mask of those held. With starts, each value
+        is searched only in its ``high``'s run, every value a step at once (a bisection as many
+        steps long as the longest run's bits): its loads do not wait on one another as those of
+        a binary search over all the keys do (half the time on an index of a million edges)."""
+        if not len(self.start):
+            spot = np.searchsorted(self.keys, values)
+        else:
+            top = len(self.start) - 1
+            high = values >> SHIFT
+            spot, end = self.start[np.minimum(high, top)], self.start[np.minimum(high + 1, top)]
+            last = len(self.keys) - 1
+            for _ in range(int((end - spot).max()).bit_length() if len(values) else 0):
+                middle = (spot + end) >> 1
+                below = (middle < end) & (self.keys[np.minimum(middle, last)] < values)
+                spot, end = np.where(below, middle + 1, spot), np.where(below, end, middle)
+        found = spot < len(self.keys)
+        found[found] = self.keys[spot[found]] == values[found]
+        return spot, found
+
+
 def dense(bound: int, size: int) -> bool:
     """Whether an index of ``size`` keys over highs below ``bound`` keeps its starts."""
     return bound <= DENSE * size + SLACK

@@ -206,3 +206,23 @@ def test_a_part_cut_off_hangs_from_the_shallowest_node_it_has_an_edge_to(width: 
     cut = (sf.id_keys(np.array([6]), np.array([7])), -np.ones(1, dtype=np.int64))
     forests, _, exchanges, _ = sf.run_epoch([forest] * width, owned, [cut] + [(sf.EMPTY, sf.EMPTY)] * (width - 1))
     assert exchanges == 2 and forests[0].up[7] == 4 and forests[0].depth[7] == 2
+
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_runs_find_is_searchsorted_and_a_membership(seed: int) -> None:
+    """:meth:`Runs.find` (a bisection inside each high's run when the index keeps its starts, a
+    binary search over all the keys when it does not) against ``np.searchsorted``: the same spot
+    for every value, held or not, its high among the keys' or past them, and the same mask."""
+    rng = np.random.default_rng(seed)
+    highs, lows, count = int(rng.integers(1, 60)), int(rng.integers(1, 40)), int(rng.integers(0, 300))
+    keys = np.unique(pair(rng.integers(0, highs, count), rng.integers(0, lows, count)))
+    asked = int(rng.integers(0, 200))
+    values = np.concatenate([pair(rng.integers(0, highs + 3, asked), rng.integers(0, lows + 1, asked)),
+                             rng.choice(keys, min(len(keys), asked))])
+    rng.shuffle(values)  # in any order, as the search within runs allows
+    for index in (Runs.of(keys), Runs.sparse(keys)):
+        spot, found = index.find(values)
+        assert spot.tolist() == np.searchsorted(keys, values).tolist()
+        assert found.tolist() == np.isin(values, keys).tolist()
+    assert len(Runs.of(keys).start) or not len(keys)  # the bisection ran: these keys are dense
