@@ -226,3 +226,36 @@ def test_a_runs_find_is_searchsorted_and_a_membership(seed: int) -> None:
         assert spot.tolist() == np.searchsorted(keys, values).tolist()
         assert found.tolist() == np.isin(values, keys).tolist()
     assert len(Runs.of(keys).start) or not len(keys)  # the bisection ran: these keys are dense
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_bulk_builds_breadth_first_trees_over_all_its_edges(seed: int) -> None:
+    """A first epoch (a bulk) is announced whole, not reduced to a spanning forest, so the forest it
+    builds is breadth-first over all its edges: every node's depth is its distance from its
+    component's smallest node (reduced first, the trees were the hooking's, twice as deep on
+    ``bench collections``' graph, and every later cut cut off subtrees as much larger)."""
+    rng = random.Random(seed)
+    nodes, width = rng.randint(20, 120), rng.randint(1, 3)
+    edges = sorted({(min(u, v), max(u, v)) for u, v in ((rng.randrange(nodes), rng.randrange(nodes)) for _ in range(3 * nodes))
+                    if u != v})
+    updates = updates_by_replica(rng, [(edge, 1) for edge in edges], width, {})
+    forests, _, _, _ = sf.run_epoch([sf.Forest.empty()] * width, [sf.OwnedEdges.empty()] * width, updates)
+    near: dict = {}
+    for u, v in edges:
+        near.setdefault(u, []).append(v)
+        near.setdefault(v, []).append(u)
+    distance: dict = {}
+    for start in sorted(near):  # breadth first from each component's smallest node
+        if start in distance:
+            continue
+        distance[start], level = 0, [start]
+        while level:
+            below = []
+            for u in level:
+                for v in near[u]:
+                    if v not in distance:
+                        distance[v] = distance[u] + 1
+                        below.append(v)
+            level = below
+    forest = forests[0]
+    assert {int(i): int(d) for i, d in zip(forest.ids, forest.depth, strict=True) if i in distance} == distance
