@@ -73,28 +73,37 @@ def id_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 def apply_updates(owned: OwnedEdges, keys: np.ndarray,
                   diff: np.ndarray) -> tuple[OwnedEdges, np.ndarray, np.ndarray]:
     """``(owned, inserted, deleted)``: the edges' copies changed by ``diff`` (summed per key), and
-    the keys whose presence flipped on and off. Both ends of every edge are found in each tier
-    (:meth:`~raytide.graph.sorted_pairs.Runs.find`) and known ones' copies changed in place (``owned``'s too); only new ones
-    move what is held: inserted into the small tier, which is merged once due."""
+    the keys whose presence flipped on and off. Both ends of every edge are found in the merged
+    tier (:meth:`~raytide.graph.sorted_pairs.Runs.find`), those it lacks in the small one, and
+    known ones' copies changed in place (``owned``'s too); only new ones move what is held:
+    inserted into the small tier, in order, which is merged once due."""
     keys, at = np.unique(keys, return_inverse=True)
     change = np.bincount(at, weights=diff, minlength=len(keys)).astype(np.int64)
     ends, edge = both_ways(keys)
-    order = np.argsort(ends, kind="stable")  # a merge sort: the first half, the keys, is sorted already
-    ends, edge = ends[order], edge[order]
-    found = [index.find(ends) for index, _ in owned.tiers()]
+    spot, hit = owned.adj.find(ends)
+    rest = np.flatnonzero(~hit)
+    recent_spot, recent_hit = owned.recent.find(ends[rest])
     before = np.zeros(len(keys), dtype=np.int64)
-    for (_, copies), (spot, hit) in zip(owned.tiers(), found, strict=True):
-        before[edge[hit]] = copies[spot[hit]]
-    now, dead = before + change, owned.dead
-    for (_, copies), (spot, hit) in zip(owned.tiers(), found, strict=True):
-        if hit.any():
-            copies[spot[hit]] = now[edge[hit]]
-            dead += int(np.count_nonzero(now[edge[hit]] == 0) - np.count_nonzero(before[edge[hit]] == 0))
-    spot, hit = found[1]
-    fresh = ~found[0][1] & ~hit & (change[edge] != 0)
-    recent = Runs.sparse(np.insert(owned.recent.keys, spot[fresh], ends[fresh]))
-    owned = OwnedEdges(owned.adj, owned.copies, recent, np.insert(owned.recent_copies, spot[fresh], now[edge[fresh]]), dead)
+    before[edge[hit]] = owned.copies[spot[hit]]
+    known = rest[recent_hit]
+    before[edge[known]] = owned.recent_copies[recent_spot[recent_hit]]
+    now = before + change
+    dead = owned.dead + changed_copies(owned.copies, spot[hit], before[edge[hit]], now[edge[hit]])
+    dead += changed_copies(owned.recent_copies, recent_spot[recent_hit], before[edge[known]], now[edge[known]])
+    fresh = ~recent_hit & (change[edge[rest]] != 0)
+    order = np.argsort(ends[rest[fresh]])  # inserted in order: several may go to one spot
+    at, pairs = recent_spot[fresh][order], ends[rest[fresh]][order]
+    recent = Runs.sparse(np.insert(owned.recent.keys, at, pairs))
+    copies = np.insert(owned.recent_copies, at, now[edge[rest[fresh]]][order])
+    owned = OwnedEdges(owned.adj, owned.copies, recent, copies, dead)
     return owned.settled(), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
+
+
+def changed_copies(copies: np.ndarray, spot: np.ndarray, before: np.ndarray, now: np.ndarray) -> int:
+    """In place: ``copies`` at ``spot`` set to ``now`` (they were ``before``); how many more of them
+    are left with no copy than were (edges with none, to count towards a merge)."""
+    copies[spot] = now
+    return int(np.count_nonzero(now == 0) - np.count_nonzero(before == 0))
 
 
 def both_ways(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
