@@ -13,7 +13,7 @@ node. An epoch takes at most two exchanges, whatever the depth of what changed:
 1. Each replica applies its updates (:func:`apply_updates`) and announces
    (:func:`announce`) its deleted edges that are forest edges, and its inserted edges
    reduced to a spanning forest over the trees of ``F`` (few, and none of a tree's inner
-   edges). Every replica gets every announcement.
+   edges; a bulk whole, for the breadth-first forest it rebuilds). Every replica gets every announcement.
 2. From the same announcements every replica computes the same ``F''`` (:func:`split_join`).
    If no forest edge was deleted, ``F''`` is ``F`` plus the inserted edges that join
    different trees, the new forest: the epoch ends. Otherwise ``F''`` is ``F`` less the
