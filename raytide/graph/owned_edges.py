@@ -92,9 +92,9 @@ def apply_updates(owned: OwnedEdges, keys: np.ndarray,
     dead += changed_copies(owned.recent_copies, recent_spot[recent_hit], before[edge[known]], now[edge[known]])
     fresh = ~recent_hit & (change[edge[rest]] != 0)
     order = np.argsort(ends[rest[fresh]])  # inserted in order: several may go to one spot
-    at, pairs = recent_spot[fresh][order], ends[rest[fresh]][order]
-    recent = Runs.sparse(np.insert(owned.recent.keys, at, pairs))
-    copies = np.insert(owned.recent_copies, at, now[edge[rest[fresh]]][order])
+    new, at = rest[fresh][order], recent_spot[fresh][order]
+    recent = Runs.sparse(np.insert(owned.recent.keys, at, ends[new]))
+    copies = np.insert(owned.recent_copies, at, now[edge[new]])
     owned = OwnedEdges(owned.adj, owned.copies, recent, copies, dead)
     return owned.settled(), keys[(before <= 0) & (now > 0)], keys[(before > 0) & (now <= 0)]
 

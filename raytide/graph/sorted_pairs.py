@@ -52,10 +52,14 @@ class Runs:
         the index in ``heads`` of its own."""
         if not len(self.start):
             return ranges(self.keys, heads)
-        top = len(self.start) - 1
-        first = self.start[np.minimum(heads, top)]
-        return runs(first, self.start[np.minimum(heads + 1, top)] - first)
+        first, end = self.bounds(heads)
+        return runs(first, end - first)
 
+    def bounds(self, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(first, end)``: where the run of each of ``heads`` starts and ends (the index keeps its
+        starts; a head past them has an empty run at the end)."""
+        top = len(self.start) - 1
+        return self.start[np.minimum(heads, top)], self.start[np.minimum(heads + 1, top)]
 
     def find(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(spot, found)``: where each of the pair keys ``values`` is, or would go, in :attr:`keys`
@@ -66,9 +70,7 @@ class Runs:
         if not len(self.start):
             spot = np.searchsorted(self.keys, values)
         else:
-            top = len(self.start) - 1
-            high = values >> SHIFT
-            spot, end = self.start[np.minimum(high, top)], self.start[np.minimum(high + 1, top)]
+            spot, end = self.bounds(values >> SHIFT)
             last = len(self.keys) - 1
             for _ in range(int((end - spot).max()).bit_length() if len(values) else 0):
                 middle = (spot + end) >> 1

@@ -13,7 +13,8 @@ node. An epoch takes at most two exchanges, whatever the depth of what changed:
 1. Each replica applies its updates (:func:`apply_updates`) and announces
    (:func:`announce`) its deleted edges that are forest edges, and its inserted edges
    reduced to a spanning forest over the trees of ``F`` (few, and none of a tree's inner
-   edges; a bulk whole, for the breadth-first forest it rebuilds). Every replica gets every announcement.
+   edges; a bulk whole, for the breadth-first forest it rebuilds). Every replica gets every
+   announcement.
 2. From the same announcements every replica computes the same ``F''`` (:func:`split_join`).
    If no forest edge was deleted, ``F''`` is ``F`` plus the inserted edges that join
    different trees, the new forest: the epoch ends. Otherwise ``F''`` is ``F`` less the
@@ -139,10 +140,16 @@ def announce(forest: Forest, inserted: np.ndarray, deleted: np.ndarray) -> tuple
     if not len(inserted):
         return deleted, EMPTY
     wider = extended(forest, concat(list(unpack(inserted))))
-    if len(inserted) * BULK > len(wider.up):  # a bulk rebuilds the forest: all of it, for shallow trees
+    if is_bulk(len(inserted), len(wider.up)):  # sent whole: the forest rebuilt from all of it is shallow
         return deleted, inserted
     chosen = joining(wider.root, *as_indices(wider.ids, inserted))[0]
     return deleted, inserted[chosen | is_loop(inserted)]
+
+
+def is_bulk(edges: int, nodes: int) -> bool:
+    """Whether ``edges`` added at once to a forest of ``nodes`` are a bulk, which rebuilds it
+    (more than one edge per :data:`BULK` nodes, as a first epoch)."""
+    return edges * BULK > nodes
 
 
 def is_loop(keys: np.ndarray) -> np.ndarray:
@@ -242,7 +249,7 @@ def with_edges(forest: Forest, keys: np.ndarray, known: np.ndarray = EMPTY) -> t
     are relabelled (see :func:`members` for ``known``; a tree of ``known`` rooted elsewhere
     than at its smallest node, a part cut off, is rerooted there). A bulk of edges (more than
     one per :data:`BULK` nodes, as the first epoch's) rebuilds the forest instead (:func:`rebuilt`)."""
-    if len(keys) * BULK > len(forest.up):
+    if is_bulk(len(keys), len(forest.up)):
         return rebuilt(forest, keys)
     keys = keys[shallow(forest, *unpack(keys), known)]  # sorted keys: ties by key
     chosen, touched, top = joining(forest.root, *unpack(keys))

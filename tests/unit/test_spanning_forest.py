@@ -208,7 +208,6 @@ def test_a_part_cut_off_hangs_from_the_shallowest_node_it_has_an_edge_to(width: 
     assert exchanges == 2 and forests[0].up[7] == 4 and forests[0].depth[7] == 2
 
 
-
 @pytest.mark.parametrize("seed", range(40))
 def test_a_runs_find_is_searchsorted_and_a_membership(seed: int) -> None:
     """:meth:`Runs.find` (a bisection inside each high's run when the index keeps its starts, a
