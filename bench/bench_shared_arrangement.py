@@ -14,6 +14,10 @@ orders (a retraction and an insertion). Record by record (key functions), on Ray
   update epoch; ``*_arranged``: the updates the joins' traces hold after the last epoch
   (``job.stats()``'s ``arranged_updates``).
 
+* ``columns=True``: the same by column name, vectorised: ``shared_*`` the two joins of
+  ``orders`` by ``customer`` finding one arrangement of it (one vertex), ``copied_*`` each
+  join given a name of its own (a vertex and an arrangement of the orders each).
+
 * ``local=True``: both in one process instead (``LocalJob``, every epoch pushed at once):
   ``*_local_s`` the whole run's seconds, ``*_snapshot_bytes`` the pickled state of the
   joins' vertices after it (what a snapshot holds), CPU and memory without Ray's noise.
@@ -34,7 +38,7 @@ from bench.harness import ensure_ray
 from raytide.testing.local import LocalJob
 
 PARAMS = {"orders": 100_000, "customers": 10_000, "epochs": 5, "churn": 0.01, "seed": 0, "parallelism": 2,
-          "local": False}
+          "local": False, "columns": False}
 REPEAT = 3
 RATIOS = [
     ("update epoch shared/copied", "shared_epoch_s", "copied_epoch_s"),
@@ -46,10 +50,18 @@ RATIOS = [
 _RUNS = Counter[str]()
 
 
-def build_flow(parallelism: int, shared: bool) -> rt.Dataflow:
+def build_flow(parallelism: int, shared: bool, columns: bool = False) -> rt.Dataflow:
     """Outputs ``by_region`` and ``by_segment``: changes of ``(region, sum)`` and ``(segment, sum)``."""
     flow = rt.Dataflow("two-joins", parallelism=parallelism)
     orders, customers, segments = flow.collection("orders"), flow.collection("customers"), flow.collection("segments")
+    if columns:
+        orders = orders.with_columns("order", "customer", "amount")
+        customers, segments = customers.with_columns("customer", "region"), segments.with_columns("customer", "segment")
+        regions = orders.join(customers, "customer", name="by-customer" if shared else "join-regions")
+        kinds = orders.join(segments, "customer", name=None if shared else "join-segments")  # shared: finds it
+        regions.sum("region", "amount").output("by_region")
+        kinds.sum("segment", "amount").output("by_segment")
+        return flow
     if shared:
         by_customer = orders.arrange_by_key(_customer, name="by-customer")
         regions, kinds = by_customer.join(customers, _first), by_customer.join(segments, _first)
@@ -98,11 +110,11 @@ def make_updates(orders: int, customers: int, epochs: int, churn: float, seed: i
     return updates
 
 
-def timed(parallelism: int, shared: bool, updates: dict[str, list[list]]) -> tuple[list[float], dict, int]:
+def timed(parallelism: int, shared: bool, columns: bool, updates: dict[str, list[list]]) -> tuple[list[float], dict, int]:
     """Seconds per epoch (push to both sums), the final sums and the updates the joins' traces hold."""
     sums: dict[str, dict] = {"by_region": {}, "by_segment": {}}
     seconds = []
-    with rt.run(build_flow(parallelism, shared), parallelism=parallelism) as job:
+    with rt.run(build_flow(parallelism, shared, columns), parallelism=parallelism) as job:
         job.wait_ready(timeout=120)
         results = {name: job.results(name, timeout=3600) for name in sums}
         for epoch in range(len(updates["orders"])):
@@ -122,9 +134,10 @@ def timed(parallelism: int, shared: bool, updates: dict[str, list[list]]) -> tup
     return seconds, sums, held
 
 
-def in_process(parallelism: int, shared: bool, updates: dict[str, list[list]]) -> tuple[dict[str, float], dict]:
+def in_process(parallelism: int, shared: bool, columns: bool,
+               updates: dict[str, list[list]]) -> tuple[dict[str, float], dict]:
     """The whole run in one process (``LocalJob``): its seconds, the joins' state and the final sums."""
-    job = LocalJob(build_flow(parallelism, shared), updates, parallelism, seed=0)
+    job = LocalJob(build_flow(parallelism, shared, columns), updates, parallelism, seed=0)
     start = time.perf_counter()
     run = job.run()
     seconds = time.perf_counter() - start
@@ -140,7 +153,7 @@ def in_process(parallelism: int, shared: bool, updates: dict[str, list[list]]) -
 
 
 def measure(orders: int, customers: int, epochs: int, churn: float, seed: int, parallelism: int,
-            local: bool) -> dict[str, float]:
+            local: bool, columns: bool) -> dict[str, float]:
     updates = make_updates(orders, customers, epochs, churn, seed)
     _RUNS["runs"] += 1
     order = (True, False) if _RUNS["runs"] % 2 else (False, True)
@@ -149,11 +162,11 @@ def measure(orders: int, customers: int, epochs: int, churn: float, seed: int, p
     for shared in order:
         label = "shared" if shared else "copied"
         if local:
-            figures, sums[shared] = in_process(parallelism, shared, updates)
+            figures, sums[shared] = in_process(parallelism, shared, columns, updates)
             out.update({f"{label}_{name}": value for name, value in figures.items()})
             continue
         ensure_ray()
-        seconds, sums[shared], held = timed(parallelism, shared, updates)
+        seconds, sums[shared], held = timed(parallelism, shared, columns, updates)
         out.update({f"{label}_first_s": seconds[0], f"{label}_epoch_s": statistics.median(seconds[1:]),
                     f"{label}_arranged": held})
     assert sums[True] == sums[False], "the shared arrangement's sums differ from the copied ones'"

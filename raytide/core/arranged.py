@@ -128,9 +128,23 @@ class Arranged:
         self.name = name or collection.flow._fresh("arrange", list(collection.streams), collection.scope)
         self._readers: list[ReaderSpec] = []
         self._ports: list[tuple[InputEdge, ...]] = [self._edges(collection, self.routing)]
+        place = _place_of(collection, key)
+        if place is not None:
+            collection.flow._arrangements[place] = self
 
     def __repr__(self) -> str:
         return f"Arranged({self.name!r}, {len(self._readers)} readers)"
+
+    @classmethod
+    def found(cls, collection: Any, key: KeyFn, name: str | None, parallelism: int | None) -> Arranged | None:
+        """The arrangement of ``collection`` by the very function ``key`` an operator named
+        ``name`` of width ``parallelism`` reads, if one was made (None: none, or the operator
+        places its own: a vertex has one name and one width)."""
+        place = _place_of(collection, key)
+        made = None if place is None else collection.flow._arrangements.get(place)
+        if made is None or name is not None or made.parallelism != parallelism:
+            return None
+        return made
 
     def join(self, other: Any, other_key: KeyFn | None = None, *, side: int = 0) -> Any:
         """``(k, (record, other_record))`` for every pair with equal keys, across all epochs, reading
@@ -179,6 +193,16 @@ class Arranged:
         key, readers, flow = self.key, tuple(self._readers), self.collection.flow
         vertex = LogicalVertex(self.name, lambda: ArrangedReaders(key, readers), tuple(self._ports), len(readers),
                                self.collection.streams[0].depth, parallelism=self.parallelism)
-        flow._place(vertex)
+        (flow._add if len(readers) == 1 else flow._place)(vertex)  # a first placement must not take a name in use
         stream = type(self.collection.streams[0])(flow, self.name, len(readers) - 1, self.collection.scope)
         return type(self.collection)(stream, consolidated=consolidated)
+
+
+def _place_of(collection: Any, key: KeyFn) -> tuple | None:
+    """Where an arrangement of ``collection`` by ``key`` is kept in its dataflow: its streams
+    and the key function itself (None: a key that cannot be hashed is never found)."""
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return (tuple((stream.vertex, stream.port) for stream in collection.streams), key)

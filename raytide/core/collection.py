@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, overload
 
 from raytide.core.arranged import Arranged
-from raytide.core.collection_columns import DistinctColumns, FoldSums, JoinColumns, NamedColumns, SumColumns
+from raytide.core.arranged_columns import ArrangedColumns
+from raytide.core.collection_columns import DistinctColumns, FoldSums, NamedColumns, SumColumns
 from raytide.core.collection_ops import (
     Consolidate,
-    JoinUpdates,
     LinearSum,
     Reduce,
     RoutingKey,
@@ -40,7 +40,6 @@ from raytide.core.collection_ops import (
     records_logic,
     summing_logic,
 )
-from raytide.core.column_join import joined_names
 from raytide.core.columnar_flow import AnyStream
 from raytide.core.logical import Channel, InputEdge, LogicalVertex
 from raytide.differential import DIFF, canonical, update_columns, update_records
@@ -83,7 +82,8 @@ class Collection:
         behind the stream that makes them, placed when first asked for)."""
         if self._streams is None:
             source: AnyStream = self._columns
-            self._streams = (source._per_batch("records", update_records, name=f"{source.vertex}.records"),)
+            place = source.vertex if source.port == 0 else f"{source.vertex}.{source.port}"  # a shared join's outputs
+            self._streams = (source._per_batch("records", update_records, name=f"{place}.records"),)
         return self._streams
 
     @property
@@ -267,17 +267,28 @@ class Collection:
         changes joined at once, and its records are flat, the left's fields then the right's
         but its key (``(order, customer, amount)`` joined with ``(customer, region)`` on
         ``customer`` gives ``(order, customer, amount, region)``), with named columns too.
+
+        Joins share arrangements without being asked: the first join of a collection by a key
+        (a column, or a function object) arranges it, and every later join of it by the same
+        key, on either side, reads that arrangement (:meth:`arrange_by_key`), unless given a
+        ``name`` of its own or another ``parallelism``.
         """
         if isinstance(other, Arranged):
             return self._join_arranged(other, key, other_key)
+        if isinstance(other, ArrangedColumns):
+            return self._join_arranged_columns(other, key, other_key)
         if isinstance(key, str):
             return self._join_columns(other, key, other_key or key, name, parallelism)
         if isinstance(other_key, str):
             raise GraphError(f"join: other_key names column {other_key!r}, so key must name a column too, got {key!r}")
         right, right_key = self._aligned(other, "join"), other_key or key
-        routing = RoutingKey(key)
-        ports = [(self, routing), (right, RoutingKey(right_key, agreeing=routing))]
-        return self._keyed("join", lambda: JoinUpdates(key, right_key), ports, name, parallelism)
+        mine, theirs = Arranged.found(self, key, name, parallelism), Arranged.found(right, right_key, name, parallelism)
+        if mine is None and theirs is not None:
+            return theirs.join(self, key, side=1)
+        if mine is None:  # named as a join of its two sides was before arrangements were found
+            mine = Arranged(self, key, name or self.flow._fresh("join", [*self.streams, *right.streams], self.scope),
+                            parallelism)
+        return mine.join(right, right_key)
 
     def _join_arranged(self, other: Arranged, key: Any, other_key: Any) -> Collection:
         """``join`` with an arrangement: this collection read by ``other``'s vertex, the arranged records second."""
@@ -286,28 +297,58 @@ class Collection:
                              f"(the arrangement's key is its own), got key={key!r}, other_key={other_key!r}")
         return other.join(self, key, side=1)
 
+    @overload
+    def arrange_by_key(self, key: str, *, name: str | None = None, parallelism: int | None = None) -> ArrangedColumns:
+        ...
+
+    @overload
     def arrange_by_key(self, key: Callable[[Any], Hashable], *, name: str | None = None,
                        parallelism: int | None = None) -> Arranged:
+        ...
+
+    def arrange_by_key(self, key: Callable[[Any], Hashable] | str, *, name: str | None = None,
+                       parallelism: int | None = None) -> Arranged | ArrangedColumns:
         """The collection arranged by ``key`` once, for every operator given it (differential's
         shared arrangement, :mod:`raytide.core.arranged`): ``arranged.join(other, other_key)``,
         ``other.join(arranged, key)``, ``arranged.reduce(fn)``, ``.count()`` and ``.distinct()``
-        all read one trace per replica, held, saved, compacted and rescaled once."""
+        all read one trace per replica, held, saved, compacted and rescaled once.
+
+        With named columns (:meth:`with_columns`), ``key`` may name an integer key column: the
+        arrangement's joins are then vectorised (:mod:`raytide.core.arranged_columns`), and every
+        join of this collection by that column reads it, asked for or not."""
+        if isinstance(key, str) and self.names is None:
+            raise GraphError(f"arrange_by_key on collection {self._sources()[0].vertex!r}: the key must be a function "
+                             f"of a record, got {key!r} (a key column needs named columns: .with_columns(...))")
+        if isinstance(key, str):
+            found = ArrangedColumns.found(self, key, name, parallelism)
+            return found or ArrangedColumns(self, key, name or self.flow._fresh("arrange", [self._sources()[0]], None),
+                                            parallelism)
         return Arranged(self, key, name, parallelism)
+
+    def _join_arranged_columns(self, other: ArrangedColumns, key: Any, other_key: Any) -> Collection:
+        """``join`` with a column arrangement: this collection's column ``key`` against the arrangement's."""
+        if not isinstance(key, str) or other_key not in (None, other.key):
+            raise GraphError(f"join with arrangement {other.name!r}: give this collection's key column only (the "
+                             f"arrangement's key is {other.key!r}), got key={key!r}, other_key={other_key!r}")
+        return other.join(self, key, side=1)
 
     def _join_columns(self, other: Collection, key: str, other_key: Any, name: str | None,
                       parallelism: int | None) -> Collection:
-        """``join`` by column names: :class:`~raytide.core.collection_columns.JoinColumns`."""
+        """``join`` by column names, reading an arrangement of either side by its key column if
+        one was made (:mod:`raytide.core.arranged_columns`), else arranging this one."""
         if not isinstance(other, Collection) or not isinstance(other_key, str):
             raise GraphError(f"join by column {key!r}: takes a collection with named columns and a column name "
                              f"other_key, got {other!r} and {other_key!r}")
-        left, right = self._named("join", key), other._named("join", other_key)
-        try:
-            names = joined_names(left, right, other_key)
-        except ValueError as error:
-            raise GraphError(f"join by column {key!r} on collection {self._sources()[0].vertex!r}: {error}") from None
-        made = self._keyed_columns("join", lambda: JoinColumns(left, right, key, other_key),
-                                   [(self, key), (other, other_key)], name, parallelism)
-        return Collection(columns=made, names=names)
+        self._named("join", key)
+        other._named("join", other_key)
+        mine = ArrangedColumns.found(self, key, name, parallelism)
+        theirs = ArrangedColumns.found(other, other_key, name, parallelism)
+        if mine is None and theirs is not None:
+            return theirs.join(self, key, side=1)
+        if mine is None:  # named as a join of its two sides was before arrangements were found
+            mine = ArrangedColumns(self, key, name or self.flow._fresh("join", [self._sources()[0], other._sources()[0]],
+                                                                        None), parallelism)
+        return mine.join(other, other_key)
 
     def _keyed_columns(self, label: str, factory: Callable[[], Any], ports: list[tuple[Collection, str]],
                        name: str | None, parallelism: int | None) -> AnyStream:

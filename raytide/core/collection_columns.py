@@ -20,7 +20,7 @@ import numpy as np
 from raytide.core.arrangement import Rows
 from raytide.core.collection_ops import located
 from raytide.core.column_distinct import DistinctRows
-from raytide.core.column_join import ColumnJoin, ColumnSums, folded_sums
+from raytide.core.column_join import ArrangedJoins, ColumnSums, JoinSpec, folded_sums
 from raytide.core.keyindex import concat
 from raytide.core.step import keys_moving
 from raytide.core.vertex import Vertex
@@ -115,36 +115,40 @@ def _joined(batches: list[Rows]) -> Rows:
 
 
 class JoinColumns(_PerEpoch):
-    """A join of two collections with named columns, by integer key columns (:class:`~raytide.core.column_join.ColumnJoin`)."""
+    """A collection with named columns arranged by an integer key column, and the joins that read
+    it (:class:`~raytide.core.column_join.ArrangedJoins`): port 0 the arranged collection, port
+    ``1 + j`` join ``j``'s other side, output ``j`` join ``j``'s changes."""
 
-    def __init__(self, left: Sequence[str], right: Sequence[str], left_key: str, right_key: str) -> None:
+    def __init__(self, names: Sequence[str], key: str, specs: Sequence[JoinSpec]) -> None:
         super().__init__()
-        self.port_keys = (left_key, right_key)
-        self.join = ColumnJoin(left, right, left_key, right_key)
+        self.port_keys = (key, *(spec.own[1] for spec in specs))
+        self.joins = ArrangedJoins(names, key, specs)
 
     def on_notify(self, time: Timestamp) -> None:
-        left, right = self._gathered(time)
+        arranged, *own = self._gathered(time)
         with located(self, time):
-            changes = self.join.run(left, right)
-        if changes is not None:
-            self.send_by(0, changes, time)
+            changes = self.joins.run(arranged, own)
+        for output, rows in enumerate(changes):
+            if rows is not None:
+                self.send_by(output, rows, time)
 
     def statistics(self) -> dict[str, int]:
-        return {"arranged_updates": self.join.held, "compacted_away": self.join.cancelled}
+        return {"arranged_updates": self.joins.held, "shared_updates": self.joins.shared,
+                "compacted_away": self.joins.cancelled}
 
     def snapshot(self) -> Any:
-        return {"sides": (self.join.rows(0), self.join.rows(1)), "pending": self.pending}
+        return {"sides": tuple(self.joins.rows(side) for side in range(len(self.joins.sides))), "pending": self.pending}
 
     def restore(self, state: Any) -> None:
-        self.join = ColumnJoin(*self.join.names, *self.join.keys)
-        self.join.put(state["sides"])
+        self.joins = ArrangedJoins(self.joins.names, self.joins.key, self.joins.specs)
+        self.joins.put(state["sides"])
         self.pending = state["pending"]
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        return {"sides": self.join.take(moving), "pending": self._take_pending(moving)}
+        return {"sides": self.joins.take(moving), "pending": self._take_pending(moving)}
 
     def put_keys(self, state: Any) -> None:
-        self.join.put(state["sides"])
+        self.joins.put(state["sides"])
         self._put_pending(state["pending"])
 
 

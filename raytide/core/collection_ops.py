@@ -21,7 +21,6 @@ from raytide.core.logical import KeyFn
 from raytide.core.vertex import Vertex
 from raytide.differential import (
     EPOCH_DONE,
-    Join,
     Logic,
     Reduction,
     Sums,
@@ -305,38 +304,6 @@ class Reduce(_Keyed):
 
     def put_keys(self, state: Any) -> None:
         self._put(self.reduction, state)
-
-
-class JoinUpdates(_Keyed):
-    """Join two collections by key across all times (:class:`~raytide.differential.Join`)."""
-
-    def __init__(self, left_key: KeyFn, right_key: KeyFn) -> None:
-        super().__init__()
-        self.keys = (left_key, right_key)
-        self.join = Join()
-
-    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        changes = self.join.receive(edge, time, self._keyed(self.keys[edge], message, time))
-        for when in sorted(changes, key=Timestamp.sort_key):
-            self.send_by(0, changes[when], when)
-
-    def compact(self, done: int) -> None:
-        self.join.compact(done)
-
-    def statistics(self) -> dict[str, int]:
-        return _trace_counters(*self.join.sides)
-
-    def snapshot(self) -> Any:
-        return self._saved(self.join)
-
-    def restore(self, state: Any) -> None:
-        self.join = self._restored(state)
-
-    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        return self.join.take(lambda key: moving(canonical(key)))
-
-    def put_keys(self, state: Any) -> None:
-        self.join.put(state)
 
 
 def _trace_counters(*traces: Trace) -> dict[str, int]:

@@ -7,21 +7,25 @@ calls over its changes whatever their number. Both run at top level, once per ep
 the epoch is complete: epochs complete in order, so everything held is of earlier epochs
 and a time need not be kept per row.
 
-**Join.** Each side is a netted arrangement (:class:`~raytide.core.arrangement.Arrangement`
-with a diff column) of its rows by the slot of their key, one :class:`~raytide.core.keyindex.KeyIndex`
-for both sides. An epoch's changes ``dL`` and ``dR`` make the output's change
-``dL x R + (L + dL) x dR``: the left's changes meet the right as it was, then join the left,
-and the right's changes meet the left as it is now. So every pair of updates is met exactly
-once, with the product of their diffs (differential dataflow's delta join). A match is every
-row of the other side with the key (:meth:`Arrangement.expand`), so multiplicities multiply.
-Nothing is consolidated on the way (a sort per epoch): a row and its retraction not netted
-yet in the arrangement (they net as its segments merge) give output rows that cancel, and
-the output is the same collection.
+**Join.** A collection's rows arranged by a key column are read by every join of it by that
+column (:class:`ArrangedJoins`: differential dataflow's shared arrangement, one copy however
+many joins), and each join keeps its other side. Every side is a netted arrangement
+(:class:`~raytide.core.arrangement.Arrangement` with a diff column) of its rows by the slot of
+their key, one :class:`~raytide.core.keyindex.KeyIndex` for all of them. An epoch's changes
+``dA`` of the arrangement and ``dR`` of a join's own side make the join's change
+``dR x A + dA x (R + dR)``: the own side's changes meet the arrangement as it was, then the
+arrangement's changes meet the own side as it is now. So every pair of updates is met
+exactly once, with the product of their diffs (differential dataflow's delta join). A match
+is every row of the other side with the key (:meth:`Arrangement.expand`), so multiplicities
+multiply. Nothing is consolidated on the way (a sort per epoch): a row and its retraction
+not netted yet in the arrangement (they net as its segments merge) give output rows that
+cancel, and the output is the same collection.
 
 >>> import numpy as np
->>> join = ColumnJoin(("k", "a"), ("k", "b"), "k", "k")
->>> out = join.run({"k": np.array([1, 1]), "a": np.array([10, 11]), "diff": np.array([1, 2])},
-...                {"k": np.array([1, 2]), "b": np.array([7, 8]), "diff": np.array([1, 1])})
+>>> spec = JoinSpec(left=("k", "a"), right=("k", "b"), left_key="k", right_key="k")
+>>> joins = ArrangedJoins(("k", "a"), "k", [spec])
+>>> (out,) = joins.run({"k": np.array([1, 1]), "a": np.array([10, 11]), "diff": np.array([1, 2])},
+...                    [{"k": np.array([1, 2]), "b": np.array([7, 8]), "diff": np.array([1, 1])}])
 >>> {name: values.tolist() for name, values in out.items()}
 {'k': [1, 1], 'a': [10, 11], 'b': [7, 7], 'diff': [1, 2]}
 
@@ -35,6 +39,7 @@ total changed, as :class:`~raytide.differential.Sums` does record by record.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,7 +50,7 @@ from raytide.core.step import keys_moving
 from raytide.differential import DIFF
 from raytide.errors import RecordError
 
-__all__ = ["ColumnJoin", "ColumnSums", "folded_sums", "joined_names"]
+__all__ = ["ArrangedJoins", "ColumnSums", "JoinSpec", "folded_sums", "joined_names"]
 
 
 def joined_names(left: Sequence[str], right: Sequence[str], right_key: str) -> tuple[str, ...]:
@@ -62,86 +67,131 @@ def joined_names(left: Sequence[str], right: Sequence[str], right_key: str) -> t
     return (*left, *rest)
 
 
-class ColumnJoin:
-    """Both sides' rows by key (0: left, 1: right), each a netted arrangement of the side's
-    other columns and ``diff``; see the module."""
+@dataclass(frozen=True)
+class JoinSpec:
+    """One join by key columns: its left's and right's columns and keys, and which side is the
+    arrangement it reads (``arranged_left``; the other side is the join's own)."""
 
-    def __init__(self, left: Sequence[str], right: Sequence[str], left_key: str, right_key: str) -> None:
-        self.keys = (left_key, right_key)
-        self.names = (tuple(left), tuple(right))
-        self.output_names = joined_names(left, right, right_key)
+    left: tuple[str, ...]
+    right: tuple[str, ...]
+    left_key: str
+    right_key: str
+    arranged_left: bool = True
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return joined_names(self.left, self.right, self.right_key)
+
+    @property
+    def own(self) -> tuple[tuple[str, ...], str]:
+        """The columns and the key of the join's own side (the one not arranged)."""
+        return (self.right, self.right_key) if self.arranged_left else (self.left, self.left_key)
+
+    def pairs(self, arranged: Rows, own: Rows, keys: np.ndarray, diffs: np.ndarray) -> Rows:
+        """Output rows of matched rows of both sides (row by row), with their ``keys`` and ``diffs``."""
+        left, right = (arranged, own) if self.arranged_left else (own, arranged)
+        out = {name: keys if name == self.left_key else left[name] for name in self.left}
+        out.update((name, right[name]) for name in self.right if name != self.right_key)
+        out[DIFF] = diffs
+        return out
+
+
+class ArrangedJoins:
+    """One collection's rows arranged by a key column, read by every join of ``specs``, each
+    of which keeps its other side (0: the arrangement, ``1 + j``: join ``j``'s own side), all
+    netted arrangements of one :class:`~raytide.core.keyindex.KeyIndex`; see the module."""
+
+    def __init__(self, names: Sequence[str], key: str, specs: Sequence[JoinSpec]) -> None:
+        self.names, self.key, self.specs = tuple(names), key, tuple(specs)
+        for spec in self.specs:
+            arranged = (spec.left, spec.left_key) if spec.arranged_left else (spec.right, spec.right_key)
+            if arranged != (self.names, key):
+                raise ValueError(f"join {spec} does not read the arrangement of {self.names} by {key!r}")
+        #: Per side, its columns and key.
+        self.sides = ((self.names, key), *(spec.own for spec in self.specs))
         self.index = KeyIndex()
-        self.sides: tuple[Arrangement, ...] = tuple(Arrangement((*(n for n in names if n != key), DIFF), diff=DIFF)
-                                                    for names, key in zip(self.names, self.keys))
+        self.held_sides = [_netted(names, side_key) for names, side_key in self.sides]
 
-    def run(self, left: Rows | None, right: Rows | None) -> Rows | None:
-        """An epoch's changes of each side (or None): the output's changes (None if none).
+    def run(self, changes: Rows | None, own: Sequence[Rows | None]) -> list[Rows | None]:
+        """An epoch's changes of the arranged collection and of each join's own side (None:
+        none): each join's output changes (None if none).
 
-        Neither the changes nor the matches are consolidated first (the arrangement nets what
-        it adds): updates that cancel give output rows that cancel, which is cheaper than a
-        sort, and the same collection."""
-        parts = []
-        for side, rows in ((0, left), (1, right)):
-            if rows is None or not len(rows[DIFF]):
-                continue
-            changes = {name: np.asarray(values) for name, values in rows.items()}
-            parts.append(self._meet(side, changes))
-            self._add(side, changes)
-        parts = [part for part in parts if len(part[DIFF])]
-        if not parts:
-            return None
-        return {name: concat([part[name] for part in parts]) for name in (*self.output_names, DIFF)}
+        Each join's own changes meet the arrangement as it was, then the arrangement's changes
+        meet each join's own side as it is now. Neither the changes nor the matches are
+        consolidated first (the arrangements net what they add): updates that cancel give output
+        rows that cancel, which is cheaper than a sort, and the same collection."""
+        parts: list[list[Rows]] = [[] for _ in self.specs]
+        for reader, rows in enumerate(own):
+            if rows is not None and len(rows[DIFF]):
+                mine = {name: np.asarray(values) for name, values in rows.items()}
+                parts[reader].append(self._meet(1 + reader, 0, mine))
+                self._add(1 + reader, mine)
+        if changes is not None and len(changes[DIFF]):
+            mine = {name: np.asarray(values) for name, values in changes.items()}
+            for reader in range(len(self.specs)):
+                parts[reader].append(self._meet(0, 1 + reader, mine))
+            self._add(0, mine)
+        return [self._joined(spec, [part for part in made if len(part[DIFF])]) for spec, made in zip(self.specs, parts)]
 
-    def _meet(self, side: int, changes: Rows) -> Rows:
-        """``changes`` of ``side`` joined with the other side as it is now (whose rows lack their key)."""
-        slots = self.index.lookup(changes[self.keys[side]])
+    def _joined(self, spec: JoinSpec, parts: list[Rows]) -> Rows | None:
+        return {name: concat([part[name] for part in parts]) for name in (*spec.output_names, DIFF)} if parts else None
+
+    def _meet(self, side: int, other: int, changes: Rows) -> Rows:
+        """``changes`` of ``side`` joined with side ``other`` as it is now (one of them side 0)."""
+        slots = self.index.lookup(changes[self.sides[side][1]])
         present = np.flatnonzero(slots >= 0)
-        which, matched = self.sides[1 - side].expand(slots[present], net=False)
+        which, matched = self.held_sides[other].expand(slots[present], net=False)
         mine = {name: values[present[which]] for name, values in changes.items()}
-        left, right = (mine, matched) if side == 0 else (matched, mine)
-        out = {name: left[name] for name in self.names[0] if name != self.keys[0]}
-        out[self.keys[0]] = mine[self.keys[side]]
-        out.update((name, right[name]) for name in self.names[1] if name != self.keys[1])
-        out[DIFF] = mine[DIFF] * matched[DIFF]
-        return {name: out[name] for name in (*self.output_names, DIFF)}
+        arranged, own = (mine, matched) if side == 0 else (matched, mine)
+        return self.specs[max(side, other) - 1].pairs(arranged, own, mine[self.sides[side][1]],
+                                                      mine[DIFF] * matched[DIFF])
 
     def _add(self, side: int, changes: Rows) -> None:
-        keys = changes[self.keys[side]]
+        keys = changes[self.sides[side][1]]
         self.index.add(keys)
-        arrangement = self.sides[side]
-        arrangement.add(self.index.slots(keys), changes, len(self.index))
+        self.held_sides[side].add(self.index.slots(keys), changes, len(self.index))
 
     @property
     def held(self) -> int:
-        """The rows both arrangements hold."""
-        return sum(arrangement.held for arrangement in self.sides)
+        """The rows every side holds."""
+        return sum(arrangement.held for arrangement in self.held_sides)
+
+    @property
+    def shared(self) -> int:
+        """The rows the arrangement (side 0) holds."""
+        return self.held_sides[0].held
 
     @property
     def cancelled(self) -> int:
         """The rows netting merged or cancelled so far."""
-        return sum(arrangement.cancelled for arrangement in self.sides)
+        return sum(arrangement.cancelled for arrangement in self.held_sides)
 
     def rows(self, side: int) -> Rows:
         """Side ``side``'s rows, netted, with its key column."""
-        slots, columns = self.sides[side].rows()
-        return {self.keys[side]: self.index.ids[slots], **columns}
+        slots, columns = self.held_sides[side].rows()
+        return {self.sides[side][1]: self.index.ids[slots], **columns}
 
     def take(self, moving: Callable[[Hashable], bool]) -> tuple[Rows, ...]:
-        """Remove and return both sides' rows of the keys ``moving`` selects."""
-        rows = [self.rows(side) for side in (0, 1)]
-        going = [keys_moving(side_rows[key], moving) for side_rows, key in zip(rows, self.keys)]
+        """Remove and return every side's rows of the keys ``moving`` selects."""
+        rows = [self.rows(side) for side in range(len(self.sides))]
+        going = [keys_moving(side_rows[key], moving) for side_rows, (_, key) in zip(rows, self.sides)]
         taken = tuple({name: values[mask] for name, values in side_rows.items()} for side_rows, mask in zip(rows, going))
         kept = [{name: values[~mask] for name, values in side_rows.items()} for side_rows, mask in zip(rows, going)]
         self.index = KeyIndex()
-        self.sides = tuple(Arrangement(arrangement.names, diff=DIFF) for arrangement in self.sides)
+        self.held_sides = [_netted(names, key) for names, key in self.sides]
         self.put(kept)
         return taken
 
     def put(self, taken: Sequence[Rows]) -> None:
-        """Add rows another join's :meth:`take` returned (or a snapshot's)."""
+        """Add rows another instance's :meth:`take` returned (or a snapshot's)."""
         for side, rows in enumerate(taken):
             if len(rows[DIFF]):
                 self._add(side, rows)
+
+
+def _netted(names: Sequence[str], key: str) -> Arrangement:
+    """A netted arrangement of a side's columns but its key (the key is the slot)."""
+    return Arrangement((*(name for name in names if name != key), DIFF), diff=DIFF)
 
 
 def folded_sums(rows: Rows, key: str, value: str | None) -> Rows:

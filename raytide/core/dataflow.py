@@ -60,6 +60,9 @@ class Dataflow:
     vertices: dict[str, LogicalVertex] = field(default_factory=dict)
     _ids: VertexIds = field(default_factory=VertexIds, repr=False)
     _loops: set[str] = field(default_factory=set, repr=False)
+    #: Column arrangements made, by (stream, port, key column), for later joins to find
+    #: (:mod:`raytide.core.arranged_columns`).
+    _arrangements: dict[tuple[str, int, str], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def input(self, name: str, parallelism: int | None = None, *, event_time: EventTime | None = None) -> Stream:
         """A driver-fed or source-fed input; records arrive in epochs, or go to epochs by their own time with

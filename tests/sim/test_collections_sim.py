@@ -125,11 +125,14 @@ def tables_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Upd
 
 
 def columns_flow() -> rt.Dataflow:
-    """The join, the sums, the count and the distinct by column name (vectorised), the sums also over the join's output."""
+    """The join, the sums, the count and the distinct by column name (vectorised), the sums also
+    over the join's output; a second join of the left by its key reads the first's arrangement
+    of it, from the right (one vertex, an output each)."""
     flow = rt.Dataflow("columns")
-    left = flow.collection("left").with_columns("k", "v")
-    joined = left.join(flow.collection("right").with_columns("k", "w"), "k", name="joining-columns")
+    left, right = flow.collection("left").with_columns("k", "v"), flow.collection("right").with_columns("k", "w")
+    joined = left.join(right, "k", name="joining-columns")
     joined.output("join")
+    right.join(left, "k").output("join-back")
     joined.sum("w", "v", name="summing-joined").output("sums")
     left.sum("k", "v", name="summing-columns").output("linear")
     left.count("k", name="counting-columns").output("count")
@@ -156,7 +159,9 @@ def columns_reference(rng: random.Random, epochs: int = 4) -> tuple[dict[str, Up
             per_key[record[0]] += copies
         return Counter({(k, n): 1 for k, n in per_key.items()})
 
-    outputs = {"join": joined, "sums": lambda left, right: sums(joined(left, right), 2, 1),
+    outputs = {"join": joined, "join-back": lambda left, right: Counter({(k, w, v): n for (k, v, w), n in
+                                                                       joined(left, right).items()}),
+               "sums": lambda left, right: sums(joined(left, right), 2, 1),
                "linear": lambda left, right: sums(left, 0, 1), "count": lambda left, right: counts(left),
                "distinct": lambda left, right: Counter(dict.fromkeys(+left, 1))}
     return inputs, expected_changes(inputs, outputs)

@@ -155,19 +155,22 @@ def test_the_readers_hold_one_trace_of_the_arranged_collection():
     assert isinstance(join, Join) and isinstance(reduction, Reduction)
 
 
-def arranged_flow(shared: bool) -> rt.Dataflow:
-    """Two joins and a count of ``orders`` by customer, on one arrangement or on three."""
+def arranged_flow(kind: str) -> rt.Dataflow:
+    """Two joins and a count of ``orders`` by customer: on one arrangement asked for
+    (``asked``), on one found by the joins' one key function (``found``: the count keeps its
+    own trace), or each keeping its own (``apart``: the joins named)."""
     flow = rt.Dataflow("shared")
     orders, customers, flags = flow.collection("orders"), flow.collection("customers"), flow.collection("flags")
     key = lambda o: o[1]  # noqa: E731
-    if shared:
+    if kind == "asked":
         by_customer = orders.arrange_by_key(key, name="by-customer")
         by_customer.join(customers, lambda c: c[0]).output("regions")
         flags.join(by_customer, lambda f: f[0]).output("flagged")
         by_customer.count().output("counts")
     else:
+        apart = {"name": "flags-orders"} if kind == "apart" else {}
         orders.join(customers, key, lambda c: c[0]).output("regions")
-        flags.join(orders, lambda f: f[0], key).output("flagged")
+        flags.join(orders, lambda f: f[0], key, **apart).output("flagged")
         orders.count(key).output("counts")
     return flow
 
@@ -176,20 +179,24 @@ def test_an_arrangement_read_three_times_is_held_and_counted_once_with_the_same_
     orders = [[((i, i % 3), 1) for i in range(12)], [((0, 0), -1), ((12, 1), 1)]]
     inputs = {"orders": orders, "customers": [[((c, f"r{c}"), 1) for c in range(3)]], "flags": [[], [((1, "vip"), 1)]]}
     runs = {}
-    for shared in (True, False):
-        job = LocalJob(arranged_flow(shared), inputs, 2, seed=3)
-        runs[shared] = (job.run(), job)
-    changes = {shared: {name: {epoch: Counter(dict(out)) for epoch, out in epochs.items()}
-                        for name, epochs in run.outputs.items()} for shared, (run, _) in runs.items()}
-    assert changes[True] == changes[False] and changes[True]["flagged"][1]
-    held: Counter = Counter()
-    for replica in runs[True][1].replicas.values():
-        for vertex in replica.vertices.values():
-            held.update(vertex.statistics())
-    # 12 orders once, 3 customers, 1 flag, 3 counts (the unshared: orders held by three operators)
-    assert held["shared_updates"] == 12 and held["arranged_updates"] == 12 + 3 + 1 + 3, held
+    for kind in ("asked", "found", "apart"):
+        job = LocalJob(arranged_flow(kind), inputs, 2, seed=3)
+        runs[kind] = (job.run(), job)
+    changes = {kind: {name: {epoch: Counter(dict(out)) for epoch, out in epochs.items()}
+                      for name, epochs in run.outputs.items()} for kind, (run, _) in runs.items()}
+    assert changes["asked"] == changes["found"] == changes["apart"] and changes["asked"]["flagged"][1]
+    held = {kind: Counter() for kind in runs}
+    for kind, (_, job) in runs.items():
+        for replica in job.replicas.values():
+            for vertex in replica.vertices.values():
+                held[kind].update(vertex.statistics())
+    # 12 orders once, 3 customers, 1 flag, 3 counts; found: the count's own trace of the orders
+    # too; apart: the orders three times
+    assert held["asked"]["shared_updates"] == 12 and held["asked"]["arranged_updates"] == 12 + 3 + 1 + 3, held
+    assert held["found"]["arranged_updates"] == 12 + 3 + 1 + 12 + 3, held
+    assert held["apart"]["arranged_updates"] == 3 * 12 + 3 + 1 + 3, held
     # one copy in snapshots: what is saved and restored is one trace, its readers' (an object pickled once)
-    vertices = [replica.vertices[name] for replica in runs[True][1].replicas.values()
+    vertices = [replica.vertices[name] for replica in runs["asked"][1].replicas.values()
                 for name in replica.vertices if name == "by-customer"]
     for vertex in vertices:
         core = pickle.loads(pickle.dumps(vertex.snapshot()))["core"]
@@ -256,5 +263,9 @@ def test_an_arrangement_is_read_in_its_own_loop_by_key_functions():
         edges.iterate(lambda inner: inner.join(by_source, lambda e: e[1]).map(lambda kv: kv[1][1]))
     with pytest.raises(rt.GraphError, match="other_key names column 'k'"):
         by_source.join(edges, "k")
+    # a join inside a loop does not find an arrangement of the enclosing scope by the same key
+    # function: what it reads is the collection entered into the loop, arranged there
+    edges.join(edges, by_source.key).output("pairs")
+    edges.iterate(lambda inner: inner.join(edges, by_source.key).map(lambda kv: kv[1][1]), max_iterations=2)
     with pytest.raises(rt.GraphError, match="the key must be a function of a record, got 'k'"):
         edges.arrange_by_key("k")  # type: ignore[arg-type]

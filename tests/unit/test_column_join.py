@@ -1,9 +1,10 @@
-"""The columnar join and sum of collections (``raytide.core.column_join``) against brute force
+"""The columnar joins and sum of collections (``raytide.core.column_join``) against brute force
 and against the record-by-record cores, on random streams of insertions and deletions (diffs
 of any sign and size, several copies of a record) split into epochs at random, with their
 state taken by key and put elsewhere at random epochs: after every epoch the accumulated
-output is the operator applied to the inputs accumulated so far, and each epoch's change
-equals what the record core gives for the same updates.
+output is the operator applied to the inputs accumulated so far (joins: several reading one
+shared arrangement, on either side), and each epoch's change of a sum equals what the record
+core gives for the same updates.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import pytest
 
 from raytide.core.arrangement import merge_order, netted
 from raytide.core.collection_columns import JoinColumns, SumColumns
-from raytide.core.column_join import ColumnJoin, ColumnSums, folded_sums, joined_names
-from raytide.differential import DIFF, Join, Sums
+from raytide.core.column_join import ArrangedJoins, ColumnSums, JoinSpec, folded_sums, joined_names
+from raytide.differential import DIFF, Sums
 from raytide.errors import RecordError
 from raytide.progress.timestamps import Timestamp
 from tests.unit.harness import bound, complete
@@ -66,12 +67,12 @@ def accumulated(epochs: list[list[tuple[tuple, int]]]) -> Counter:
     return +total
 
 
-def moved(core: ColumnJoin | ColumnSums, rng: random.Random) -> ColumnJoin | ColumnSums:
+def moved(core: ArrangedJoins | ColumnSums, rng: random.Random) -> ArrangedJoins | ColumnSums:
     """``core``'s state split by key between two cores and put back into a third (a rescale)."""
     odd = rng.random() < 0.5
     taken = core.take(lambda key: key % 2 == odd)
-    if isinstance(core, ColumnJoin):
-        fresh: ColumnJoin | ColumnSums = ColumnJoin(*core.names, *core.keys)
+    if isinstance(core, ArrangedJoins):
+        fresh: ArrangedJoins | ColumnSums = ArrangedJoins(core.names, core.key, core.specs)
         fresh.put(taken)
         fresh.put(core.take(lambda key: True))
     else:
@@ -81,49 +82,58 @@ def moved(core: ColumnJoin | ColumnSums, rng: random.Random) -> ColumnJoin | Col
     return fresh
 
 
-def test_a_column_join_equals_the_join_of_its_inputs_after_every_epoch_and_the_record_join_per_epoch():
+ARRANGED = ("k", "a", "b")
+
+
+def test_joins_reading_one_arrangement_each_equal_the_join_of_their_inputs_after_every_epoch():
+    """One to three joins read one arrangement, each on a random side: after every epoch each
+    join's accumulated output is the join of its inputs accumulated so far (so each epoch's
+    change is exactly the join's change), state moved by key at random epochs."""
     rng = random.Random(71)
-    left_names, right_names = ("k", "a", "b"), ("k", "c")
-    out_names = joined_names(left_names, right_names, "k")
     for trial in range(TRIALS):
-        epochs = rng.randint(1, 6)
-        left, right = random_epochs(rng, 3, epochs), random_epochs(rng, 2, epochs)
-        join, record_join, total = ColumnJoin(left_names, right_names, "k", "k"), Join(), Counter()
+        epochs, readers = rng.randint(1, 6), rng.randint(1, 3)
+        own_names = [("k", f"c{j}") for j in range(readers)]
+        specs = [JoinSpec(ARRANGED, own, "k", "k") if rng.random() < 0.5 else JoinSpec(own, ARRANGED, "k", "k", False)
+                 for own in own_names]
+        arranged, own = random_epochs(rng, 3, epochs), [random_epochs(rng, 2, epochs) for _ in specs]
+        joins: ArrangedJoins | ColumnSums = ArrangedJoins(ARRANGED, "k", specs)
+        totals = [Counter() for _ in specs]
         for epoch in range(epochs):
             if rng.random() < 0.3:
-                join = moved(join, rng)
-            parts = [columns(left[epoch], left_names) if left[epoch] or rng.random() < 0.5 else None,
-                     columns(right[epoch], right_names) if right[epoch] or rng.random() < 0.5 else None]
-            change = as_counter(join.run(*parts), out_names)
-            total.update(change)
-            wanted: Counter = Counter()
-            for side, updates in ((0, left[epoch]), (1, right[epoch])):
-                for when, pairs in record_join.receive(side, Timestamp(epoch), [(r[0], r, d) for r, d in updates]).items():
-                    assert when == Timestamp(epoch)
-                    for (_, (a, b)), d in pairs:
-                        wanted[(*a, *b[1:])] += d
-            assert change == Counter({r: d for r, d in wanted.items() if d}), (trial, epoch)
-            brute = Counter()
-            for a, n in accumulated(left[: epoch + 1]).items():
-                for b, m in accumulated(right[: epoch + 1]).items():
-                    if a[0] == b[0]:
-                        brute[(*a, *b[1:])] += n * m
-            assert +total == brute and not -total, (trial, epoch)
-        assert join.held >= len(accumulated(left)) + len(accumulated(right))  # every live record is held
+                joins = moved(joins, rng)
+            present = lambda updates, names: columns(updates, names) if updates or rng.random() < 0.5 else None  # noqa: E731
+            assert isinstance(joins, ArrangedJoins)
+            outs = joins.run(present(arranged[epoch], ARRANGED), [present(o[epoch], n) for o, n in zip(own, own_names)])
+            for j, spec in enumerate(specs):
+                totals[j].update(as_counter(outs[j], spec.output_names))
+                sides = (accumulated(arranged[: epoch + 1]), accumulated(own[j][: epoch + 1]))
+                left, right = sides if spec.arranged_left else sides[::-1]
+                brute = Counter({(*a, *b[1:]): n * m for a, n in left.items() for b, m in right.items() if a[0] == b[0]})
+                assert +totals[j] == brute and not -totals[j], (trial, epoch, j)
+        assert joins.held >= len(accumulated(arranged)) + sum(len(accumulated(o)) for o in own)
+        assert isinstance(joins, ArrangedJoins) and joins.shared >= len(accumulated(arranged))
+
+
+def test_a_shared_arrangement_holds_its_rows_once_however_many_joins_read_it():
+    joins = ArrangedJoins(ARRANGED, "k", [JoinSpec(ARRANGED, ("k", f"c{j}"), "k", "k") for j in range(3)])
+    rows = {"k": np.arange(100) % 7, "a": np.arange(100), "b": np.zeros(100, dtype=np.int64),
+            DIFF: np.ones(100, dtype=np.int64)}
+    joins.run(rows, [None, None, None])
+    assert joins.shared == joins.held == 100
 
 
 def test_a_column_join_keeps_its_arrangements_to_the_live_rows_when_changes_cancel():
     """A tenth of the left's rows updated every epoch (old row taken back, new one added): merges
     net what is taken back, so the arrangements hold at most twice the live rows."""
-    join = ColumnJoin(("k", "a"), ("k", "b"), "k", "k")
+    join = ArrangedJoins(("k", "a"), "k", [JoinSpec(("k", "a"), ("k", "b"), "k", "k")])
     keys, values, ones = np.arange(1000) % 50, np.arange(1000), np.ones(100, dtype=np.int64)
     join.run({"k": keys, "a": values.copy(), DIFF: np.ones(1000, dtype=np.int64)},
-             {"k": np.arange(50), "b": np.arange(50), DIFF: np.ones(50, dtype=np.int64)})
+             [{"k": np.arange(50), "b": np.arange(50), DIFF: np.ones(50, dtype=np.int64)}])
     for epoch in range(1, 60):
         some = slice(epoch % 10 * 100, epoch % 10 * 100 + 100)
         old, values[some] = values[some].copy(), values[some] + 1000
         join.run({"k": np.tile(keys[some], 2), "a": np.concatenate([old, values[some]]), DIFF: np.concatenate([-ones, ones])},
-                 None)
+                 [None])
         assert join.held <= 2 * 1050, (epoch, join.held)
     left = join.rows(0)
     assert sorted(left["a"].tolist()) == sorted(values.tolist()) and set(left[DIFF].tolist()) == {1}
@@ -197,7 +207,7 @@ def test_the_vertices_pending_batches_and_state_move_by_key_as_if_they_had_staye
     for trial in range(40):
         batches = [(epoch, port, columns(random_epochs(rng, 2, 1)[0] or [((1, 1), 1)], ("k", "v" if port == 0 else "w")))
                    for epoch in (0, 1, 2) for port in (0, 1) for _ in range(rng.randint(1, 2))]
-        for make in (lambda: JoinColumns(("k", "v"), ("k", "w"), "k", "k"), lambda: SumColumns("k", "v")):
+        for make in (lambda: JoinColumns(("k", "v"), "k", [JoinSpec(("k", "v"), ("k", "w"), "k", "k")]), lambda: SumColumns("k", "v")):
             (vertex, alone), a, b = bound(make()), bound(make()), bound(make())
             for epoch, port, rows in batches:
                 if isinstance(vertex, SumColumns):
