@@ -32,7 +32,6 @@ from raytide.core.collection_columns import DistinctColumns, FoldSums, NamedColu
 from raytide.core.collection_ops import (
     Consolidate,
     LinearSum,
-    Reduce,
     RoutingKey,
     count_logic,
     distinct_logic,
@@ -252,8 +251,12 @@ class Collection:
 
     def _reduce(self, key: Callable[[Any], Hashable], logic: Any, label: str, name: str | None,
                 parallelism: int | None) -> Collection:
-        made = self._keyed(label, lambda: Reduce(key, logic), [(self, RoutingKey(key))], name, parallelism)
-        return Collection(*made.streams, consolidated=True)
+        """A reduction by ``key``: a reader of the collection's arrangement by that very key
+        function, found or made here (named as the reduction's vertex was before)."""
+        arranged = Arranged.found(self, key, name, parallelism)
+        if arranged is None:
+            arranged = Arranged(self, key, name or self.flow._fresh(label, list(self.streams), self.scope), parallelism)
+        return arranged._reduce(logic)
 
     def join(self, other: Collection, key: Callable[[Any], Hashable] | str,
              other_key: Callable[[Any], Hashable] | str | None = None, *, name: str | None = None,

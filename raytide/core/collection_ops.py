@@ -22,7 +22,6 @@ from raytide.core.vertex import Vertex
 from raytide.differential import (
     EPOCH_DONE,
     Logic,
-    Reduction,
     Sums,
     Trace,
     canonical,
@@ -265,45 +264,6 @@ def located(vertex: Vertex, time: Timestamp) -> Iterator[None]:
         yield
     except RecordError as error:
         raise RecordError(f"vertex {vertex.name!r} replica {vertex.replica} at {time}: {error}") from error
-
-
-class Reduce(_Keyed):
-    """Group by key and keep ``logic(key, contents)`` up to date (:class:`~raytide.differential.Reduction`)."""
-
-    def __init__(self, key_of: KeyFn, logic: Logic) -> None:
-        super().__init__()
-        self.key_of = key_of
-        self.reduction = Reduction(logic)
-
-    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        if self.reduction.receive(time, self._keyed(self.key_of, message, time)):
-            self.notify_at(time)
-
-    def run(self, time: Timestamp) -> None:
-        with located(self, time):
-            changes, later = self.reduction.run(time)
-        for due in later:
-            self.notify_at(due)
-        if changes:
-            self.send_by(0, changes, time)
-
-    def compact(self, done: int) -> None:
-        self.reduction.compact(done)
-
-    def statistics(self) -> dict[str, int]:
-        return _trace_counters(self.reduction.input, self.reduction.output)
-
-    def snapshot(self) -> Any:
-        return self._saved(self.reduction)
-
-    def restore(self, state: Any) -> None:
-        self.reduction = self._restored(state)
-
-    def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
-        return self._taken(self.reduction, moving)
-
-    def put_keys(self, state: Any) -> None:
-        self._put(self.reduction, state)
 
 
 def _trace_counters(*traces: Trace) -> dict[str, int]:
