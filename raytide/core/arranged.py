@@ -103,7 +103,7 @@ class ArrangedReaders(_Keyed):
         return self._saved(self.arrangement)
 
     def restore(self, state: Any) -> None:
-        self.arrangement = self._restored(state)
+        self.arrangement = SharedArrangement.of(self._restored(state))
 
     def take_keys(self, moving: Callable[[Hashable], bool]) -> Any:
         return self._taken(self.arrangement, moving)

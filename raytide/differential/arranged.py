@@ -43,6 +43,25 @@ class SharedArrangement:
         self.trace = Trace()
         self.readers: list[Join | Reduction] = []
 
+    @classmethod
+    def of(cls, core: SharedArrangement | Join | Reduction) -> SharedArrangement:
+        """``core`` as a shared arrangement: itself, or a lone join or reduction as a raytide
+        before 2026-12 saved it (every keyed reader now reads an arrangement; a savepoint of
+        that version restores), its input trace (a join's left) made the arrangement's."""
+        if isinstance(core, SharedArrangement):
+            return core
+        shared = cls()
+        if isinstance(core, Join):
+            shared.trace, core.owned = core.sides[0], (1,)
+        else:  # what it had received and not run yet goes into the trace, as a reader's would have
+            shared.trace, core.owns_input = core.input, False
+            for time, updates in core.pending.items():
+                for key, value, diff in updates:
+                    shared.trace.add(key, value, time, diff)
+                core.pending[time] = [(key, None, 0) for key, _, _ in updates]
+        shared.readers.append(core)
+        return shared
+
     def join(self, side: int) -> Join:
         """A new reading join whose side ``side`` (0: left, 1: right) is the arranged collection."""
         reader = Join(self.trace, side)

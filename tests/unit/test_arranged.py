@@ -11,6 +11,7 @@ accumulated at that time; and the trace must be one object, held and counted onc
 
 from __future__ import annotations
 
+import copy
 import pickle
 import random
 from collections import Counter
@@ -268,3 +269,33 @@ def test_an_arrangement_is_read_in_its_own_loop_by_key_functions():
     edges.iterate(lambda inner: inner.join(edges, by_source.key).map(lambda kv: kv[1][1]), max_iterations=2)
     with pytest.raises(rt.GraphError, match="the key must be a function of a record, got 'k'"):
         edges.arrange_by_key("k")  # type: ignore[arg-type]
+
+
+def test_a_lone_join_or_reduction_saved_before_arrangements_were_shared_restores_and_goes_on_alike():
+    """A savepoint of a raytide before every keyed reader read an arrangement holds a lone
+    ``Join`` (both sides its own) or ``Reduction`` (its own input, a time received and not run):
+    ``SharedArrangement.of`` adopts it, and what follows is what the lone core would give."""
+    rng = random.Random(5)
+    for _ in range(40):
+        first = [(rng.randrange(3), rng.choice("xyz"), 1) for _ in range(rng.randint(1, 5))]
+        later = [(rng.randrange(3), rng.choice("xyz"), 1) for _ in range(rng.randint(0, 3))]
+        later += [(key, value, -1) for key, value, _ in rng.sample(first, rng.randint(0, len(first)))]
+        lone, saved = Join(), Join()
+        for join in (lone, saved):
+            join.receive(0, Timestamp(0), first)
+            join.receive(1, Timestamp(0), [(k, k * 10, 1) for k in range(3)])
+        adopted = SharedArrangement.of(copy.deepcopy(saved))
+        (reader,) = adopted.readers
+        assert isinstance(reader, Join) and len(adopted.traces()) == 2  # the arranged left once, the right
+        assert adopted.receive(Timestamp(1), later)[0] == lone.receive(0, Timestamp(1), later)
+        assert reader.receive(1, Timestamp(2), [(1, 7, 1)]) == lone.receive(1, Timestamp(2), [(1, 7, 1)])
+        counting, kept = Reduction(LOGICS["count"]), Reduction(LOGICS["count"])
+        for reduction in (counting, kept):
+            reduction.receive(Timestamp(0), first)
+            reduction.run(Timestamp(0))
+            reduction.receive(Timestamp(1), later)  # received, not run: pending when saved
+        adopted = SharedArrangement.of(copy.deepcopy(kept))
+        (reduction,) = adopted.readers
+        assert isinstance(reduction, Reduction)
+        assert reduction.run(Timestamp(1)) == counting.run(Timestamp(1))
+        assert adopted.traces()[0] is reduction.input and len(adopted.traces()) == 2  # the trace, the output
