@@ -128,9 +128,13 @@ class Arranged:
         self.name = name or collection.flow._fresh("arrange", list(collection.streams), collection.scope)
         self._readers: list[ReaderSpec] = []
         self._ports: list[tuple[InputEdge, ...]] = [self._edges(collection, self.routing)]
-        place = _place_of(collection, key)
+
+    def remember(self) -> Arranged:
+        """Keep it in its dataflow for later operators to find (done once it is placed, or asked for)."""
+        place = _place_of(self.collection, self.key)
         if place is not None:
-            collection.flow._arrangements[place] = self
+            self.collection.flow._arrangements[place] = self
+        return self
 
     def __repr__(self) -> str:
         return f"Arranged({self.name!r}, {len(self._readers)} readers)"
@@ -161,8 +165,8 @@ class Arranged:
         except GraphError as error:
             raise GraphError(f"join with arrangement {self.name!r}: {error} (an arrangement is read in the loop it is "
                              "made in: inside a loop, arrange a collection of the loop)") from None
-        self._ports.append(self._edges(right, RoutingKey(other_key or self.key, agreeing=self.routing)))
-        return self._read(("join", side, other_key or self.key), consolidated=False)
+        return self._read(("join", side, other_key or self.key), consolidated=False,
+                          port=self._edges(right, RoutingKey(other_key or self.key, agreeing=self.routing)))
 
     def reduce(self, fn: Callable[[Hashable, list], Iterable[Hashable]]) -> Any:
         """``Collection.reduce`` by the arrangement's key, reading it: ``fn(key, records)``'s records."""
@@ -187,13 +191,16 @@ class Arranged:
     def _edges(self, collection: Any, key: RoutingKey) -> tuple[InputEdge, ...]:
         return tuple(InputEdge(s.vertex, s.port, Channel("exchange", key)) for s in collection.streams)
 
-    def _read(self, spec: ReaderSpec, consolidated: bool) -> Any:
-        """A new reader: the vertex placed again with its port and output; the reader's result."""
-        self._readers.append(spec)
-        key, readers, flow = self.key, tuple(self._readers), self.collection.flow
-        vertex = LogicalVertex(self.name, lambda: ArrangedReaders(key, readers), tuple(self._ports), len(readers),
+    def _read(self, spec: ReaderSpec, consolidated: bool, port: tuple[InputEdge, ...] | None = None) -> Any:
+        """A new reader (a join's other collection on ``port``): the vertex placed again with its
+        port and output; the reader's result."""
+        readers, ports = (*self._readers, spec), [*self._ports, *([port] if port is not None else [])]
+        key, flow = self.key, self.collection.flow
+        vertex = LogicalVertex(self.name, lambda: ArrangedReaders(key, readers), tuple(ports), len(readers),
                                self.collection.streams[0].depth, parallelism=self.parallelism)
         (flow._add if len(readers) == 1 else flow._place)(vertex)  # a first placement must not take a name in use
+        self._readers, self._ports = list(readers), ports
+        self.remember()
         stream = type(self.collection.streams[0])(flow, self.name, len(readers) - 1, self.collection.scope)
         return type(self.collection)(stream, consolidated=consolidated)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from raytide.core.collection_columns import JoinColumns
-from raytide.core.column_join import JoinSpec, joined_names
+from raytide.core.column_join import JoinSpec
 from raytide.core.logical import Channel, InputEdge, LogicalVertex
 from raytide.errors import GraphError
 
@@ -34,7 +34,11 @@ class ArrangedColumns:
         self.source = collection._sources()[0]
         self._specs: list[JoinSpec] = []
         self._ports: list[tuple[InputEdge, ...]] = [self._edges(self.source, key)]
-        collection.flow._arrangements[(self.source.vertex, self.source.port, key)] = self
+
+    def remember(self) -> ArrangedColumns:
+        """Keep it in its dataflow for later joins to find (done once it is placed, or asked for)."""
+        self.collection.flow._arrangements[(self.source.vertex, self.source.port, self.key)] = self
+        return self
 
     def __repr__(self) -> str:
         return f"ArrangedColumns({self.name!r} by {self.key!r}, {len(self._specs)} joins)"
@@ -66,20 +70,20 @@ class ArrangedColumns:
         else:
             spec = JoinSpec(own, self.names, other_key, self.key, arranged_left=False)
         try:
-            names = joined_names(spec.left, spec.right, spec.right_key)
+            names = spec.output_names
         except ValueError as error:
             raise GraphError(f"join by column {spec.left_key!r} with arrangement {self.name!r}: {error}") from None
-        self._ports.append(self._edges(other._sources()[0], other_key))
-        self._specs.append(spec)
-        return type(self.collection)(columns=self._place(), names=names)
+        return type(self.collection)(columns=self._place(spec, self._edges(other._sources()[0], other_key)), names=names)
 
     def _edges(self, source: Any, key: str) -> tuple[InputEdge, ...]:
         return (InputEdge(source.vertex, source.port, Channel("exchange", key)),)
 
-    def _place(self) -> Any:
-        """The vertex placed again with one more port and output; the stream of the last output."""
-        names, key, specs, flow = self.names, self.key, tuple(self._specs), self.collection.flow
-        vertex = LogicalVertex(self.name, lambda: JoinColumns(names, key, specs), tuple(self._ports), len(specs), 0,
+    def _place(self, spec: JoinSpec, port: tuple[InputEdge, ...]) -> Any:
+        """The vertex placed again with join ``spec``'s port and output; the stream of that output."""
+        names, key, specs, ports, flow = self.names, self.key, (*self._specs, spec), [*self._ports, port], self.collection.flow
+        vertex = LogicalVertex(self.name, lambda: JoinColumns(names, key, specs), tuple(ports), len(specs), 0,
                                parallelism=self.parallelism)
         (flow._add if len(specs) == 1 else flow._place)(vertex)  # a first placement must not take a name in use
+        self._specs, self._ports = list(specs), ports
+        self.remember()
         return type(self.source)(flow, self.name, len(specs) - 1, None)

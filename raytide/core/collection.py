@@ -325,8 +325,8 @@ class Collection:
         if isinstance(key, str):
             found = ArrangedColumns.found(self, key, name, parallelism)
             return found or ArrangedColumns(self, key, name or self.flow._fresh("arrange", [self._sources()[0]], None),
-                                            parallelism)
-        return Arranged(self, key, name, parallelism)
+                                            parallelism).remember()
+        return Arranged(self, key, name, parallelism).remember()
 
     def _join_arranged_columns(self, other: ArrangedColumns, key: Any, other_key: Any) -> Collection:
         """``join`` with a column arrangement: this collection's column ``key`` against the arrangement's."""

@@ -122,3 +122,6 @@ def test_column_arrangements_refuse_what_they_cannot_read():
         flow.collection("plain").arrange_by_key("c")
     with pytest.raises(rt.GraphError, match="already has a vertex named 'orders'"):
         orders.join(other.with_columns("c", "x"), "c", name="orders")
+    # the join that failed is not kept, nor found: the arrangement asked for above still is
+    assert orders.join(other.with_columns("c", "y"), "c").names == ("o", "c", "amount", "y")
+    assert flow.vertices[arranged.name].outputs == 1
